@@ -1,0 +1,46 @@
+# Two commands for a new user: `make demo` and `make test`. Both set up
+# everything they need first (.venv, dependencies, compiled extensions).
+PYTHON ?= python3
+VENV := .venv
+PY := $(VENV)/bin/python
+STAMP := $(VENV)/.rmqfilter-installed
+export PYSPARK_PYTHON := $(abspath $(PY))
+export PYSPARK_DRIVER_PYTHON := $(abspath $(PY))
+
+.PHONY: setup build test test-cython test-python demo bench lint clean
+
+setup: $(STAMP) build
+
+$(PY):
+	$(PYTHON) -m venv $(VENV)
+
+$(STAMP): $(PY) pyproject.toml setup.py
+	$(PY) -m pip install -q --upgrade pip setuptools wheel "Cython>=3" numpy
+	$(PY) -m pip install -q --no-build-isolation -e ".[spark,test]"
+	touch $@
+
+# Quick when nothing changed: Cython and setuptools only rebuild stale modules.
+build: $(STAMP)
+	$(PY) setup.py -q build_ext --inplace
+
+# The whole suite under the Cython engines, then the kernel tests again under
+# the pure-Python twins (RMQFILTER_PUREPYTHON=1), as msgpack does.
+test: setup test-cython test-python
+
+test-cython:
+	$(PY) -m pytest -q tests
+
+test-python:
+	RMQFILTER_PUREPYTHON=1 $(PY) -m pytest -q -m "not spark and not cluster" tests
+
+demo: setup
+	$(VENV)/bin/rmqfilter demo
+
+bench: setup
+	$(PY) -m pytest -q bench --benchmark-columns=min,median,max,ops --benchmark-sort=name
+
+lint: setup
+	$(VENV)/bin/ruff check .
+
+clean:
+	rm -rf build $(VENV) */*.so */*.c */__pycache__ tests/__pycache__ *.egg-info

@@ -1,0 +1,1 @@
+"""rmqfilter on Spark: SQL functions, Arrow UDFs, the ``rocketmq`` data source and the CLI."""
