@@ -1,0 +1,21 @@
+"""The broker's Bloom filter, BitsArray and MurmurHash3, exact to RocketMQ (spec §7).
+
+>>> import bloom
+>>> bf = bloom.BloomFilter(f=20, n=32)
+>>> bits = bloom.BitsArray(bf.m)
+>>> bf.hash_to(bf.generate("GID_A#TopicTest"), bits)
+>>> bf.is_hit(bf.generate("GID_A#TopicTest"), bits)
+True
+"""
+from bloom.bits import BitsArray
+from bloom.bloom_filter import ENGINE, BloomFilter, BloomFilterData, _kernel, encode_key
+
+
+def murmur3_h1(data: bytes | str) -> int:
+    """First 64 bits (signed) of MurmurHash3 x64-128, seed 0: Guava's ``murmur3_128().hash*(...).asLong()``."""
+    if isinstance(data, str):
+        data = encode_key(data)
+    return _kernel.murmur3_h1(bytes(data))
+
+
+__all__ = ["BitsArray", "BloomFilter", "BloomFilterData", "ENGINE", "encode_key", "murmur3_h1"]
