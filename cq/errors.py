@@ -1,0 +1,29 @@
+"""Exceptions of the ``cq`` package."""
+from __future__ import annotations
+
+import os
+
+
+class StoreFormatError(ValueError):
+    """A store file is not what the RocketMQ format says.
+
+    Attributes
+    ----------
+    path : str or None
+        The file that holds the bad bytes.
+    offset : int or None
+        Byte offset inside that file where the problem was found.
+    """
+
+    def __init__(self, message: str, path: str | os.PathLike | None = None, offset: int | None = None):
+        self.path = os.fspath(path) if path is not None else None
+        self.offset = offset
+        where = ""
+        if self.path is not None:
+            where = f"{self.path}" + (f" at byte offset {offset}" if offset is not None else "") + ": "
+        super().__init__(where + message)
+        self.reason = message
+
+
+class TagSubscriptionError(ValueError):
+    """``FilterAPI.buildSubscriptionData`` refused a tag subscription ("subString split error")."""

@@ -1,0 +1,511 @@
+"""The three RocketMQ store file types the broker's filter touches.
+
+This module is the specification in code: constants first, then the numpy
+dtypes of the fixed-width records, then small encode/read functions. Every
+integer in every file is **big-endian** and signed (spec §0).
+
+Mapped-file queues (spec §1)
+----------------------------
+CommitLog, ConsumeQueue and ConsumeQueueExt are each a directory of files of
+one size that together form one logical byte space. A file is named by the
+logical offset of its first byte, in decimal, zero-padded to 20 digits
+(:func:`file_name`, :func:`parse_file_name`); starts are multiples of the file
+size and consecutive files differ by exactly one file size. Logical offset X
+lives in the file whose start S satisfies ``S <= X < S + size``, at X - S.
+Files are created full-size, so never-written bytes are zero.
+
+Layout of a store root::
+
+    {root}/commitlog/{20-digit offset}                          1 GiB files
+    {root}/consumequeue/{topic}/{queueId}/{20-digit offset}       6,000,000 B files
+    {root}/consumequeue_ext/{topic}/{queueId}/{20-digit offset}   48 MiB files
+
+ConsumeQueue (spec §2)
+----------------------
+A dense array of 20-byte units, no header: ``commit_log_offset`` int64 (the
+record's CommitLog offset), ``size`` int32 (the record's TOTALSIZE) and
+``tags_code`` int64 (:data:`CQ_UNIT_DTYPE`). Queue offset q sits at byte
+q * 20. A unit is valid iff ``commit_log_offset >= 0 and size > 0``; the first
+invalid unit ends the data (offset 0 is a real offset, not an end marker).
+Placeholder units ``(0, 2147483647, 0)`` fill the slots before the first real
+unit of a queue created at a non-zero offset. The tags_code slot holds the
+Java ``String.hashCode`` of TAGS sign-extended (0 without tags), a delivery
+time on ``SCHEDULE_TOPIC_XXXX``, or - when ConsumeQueueExt is enabled - an
+*ext address* <= :data:`MAX_ADDR`.
+
+ConsumeQueueExt (spec §3)
+-------------------------
+Variable-size units, never crossing a file: ``size`` int16 (= 20 +
+bitMapSize), ``tags_code`` int64, ``msg_store_time`` int64, ``bit_map_size``
+int16, then the Bloom bitmap bytes (:data:`EXT_UNIT_HEADER_DTYPE`). An address
+is ``decorate(real_offset) = real_offset - 2**63``; :func:`undecorate` inverts
+it. A writer keeps the last :data:`EXT_END_BLANK_DATA_LENGTH` bytes of a file
+free and, when a unit does not fit, writes int16 -1 (``FF FF``) and moves on.
+A walk reads int16 s: s > 0 is a unit, s <= 0 means "next file".
+
+CommitLog (spec §4)
+-------------------
+Records of TOTALSIZE bytes::
+
+    TOTALSIZE i32 | MAGICCODE i32 | BODYCRC i32 | QUEUEID i32 | FLAG i32 |
+    QUEUEOFFSET i64 | PHYSICALOFFSET i64 | SYSFLAG i32 | BORNTIMESTAMP i64 |
+    BORNHOST (4 or 16 B + port i32) | STORETIMESTAMP i64 |
+    STOREHOST (4 or 16 B + port i32) | RECONSUMETIMES i32 |
+    PREPAREDTRANSACTIONOFFSET i64 | BODYLENGTH i32 | BODY |
+    TOPICLENGTH (V1: i8, V2: i16) | TOPIC | PROPERTIESLENGTH i16 | PROPERTIES
+
+Magic :data:`MESSAGE_MAGIC_CODE_V1` or :data:`MESSAGE_MAGIC_CODE_V2`; hosts are
+IPv6 when SYSFLAG has :data:`BORNHOST_V6_FLAG` / :data:`STOREHOSTADDRESS_V6_FLAG`.
+BODYCRC is ``crc32(stored body) & 0x7FFFFFFF``. A record never spans files: when
+a record of length L does not satisfy ``L + 8 <= remaining``, the writer puts an
+8-byte blank marker (TOTALSIZE = remaining, MAGICCODE = :data:`BLANK_MAGIC_CODE`)
+and continues at the next file. Properties are UTF-8 ``name\\x01value\\x02``
+pairs (:func:`decode_properties`, :func:`encode_properties`).
+"""
+from __future__ import annotations
+
+import mmap
+import os
+import re
+import struct
+import zlib
+from collections.abc import Iterable, Mapping
+
+import numpy as np
+
+from .errors import StoreFormatError
+
+# ---------------------------------------------------------------- file queues
+#: Width of a file name: the 20-digit, zero-padded start offset.
+FILE_NAME_LENGTH = 20
+#: Default ``mappedFileSizeCommitLog`` (1 GiB).
+DEFAULT_COMMIT_LOG_FILE_SIZE = 1024 * 1024 * 1024
+#: Default ``mappedFileSizeConsumeQueue`` (300,000 units).
+DEFAULT_CONSUME_QUEUE_FILE_SIZE = 300_000 * 20
+#: Default ``mappedFileSizeConsumeQueueExt`` (48 MiB).
+DEFAULT_EXT_FILE_SIZE = 48 * 1024 * 1024
+COMMIT_LOG_DIR = "commitlog"
+CONSUME_QUEUE_DIR = "consumequeue"
+CONSUME_QUEUE_EXT_DIR = "consumequeue_ext"
+
+# --------------------------------------------------------------- ConsumeQueue
+#: ``CQ_STORE_UNIT_SIZE``.
+CQ_STORE_UNIT_SIZE = 20
+#: ``MSG_TAG_OFFSET_INDEX``: byte offset of the tags_code slot in a unit.
+MSG_TAG_OFFSET_INDEX = 12
+#: A ConsumeQueue unit as stored (big-endian, packed).
+CQ_UNIT_DTYPE = np.dtype([("commit_log_offset", ">i8"), ("size", ">i4"), ("tags_code", ">i8")])
+#: The same record in native byte order, as :meth:`cq.ConsumeQueue.read` returns it.
+CQ_UNIT_NATIVE_DTYPE = np.dtype([("commit_log_offset", "=i8"), ("size", "=i4"), ("tags_code", "=i8")])
+#: Size field of a pre-blank placeholder unit (``Integer.MAX_VALUE``).
+PLACEHOLDER_SIZE = 0x7FFFFFFF
+#: The placeholder unit ``(commit_log_offset, size, tags_code)``.
+PLACEHOLDER_UNIT = (0, PLACEHOLDER_SIZE, 0)
+
+# ------------------------------------------------------------ ConsumeQueueExt
+#: ``MAX_ADDR`` = Integer.MIN_VALUE - 1: every value <= this is an ext address.
+MAX_ADDR = -(2**31) - 1
+#: ``MAX_REAL_OFFSET`` = MAX_ADDR - Long.MIN_VALUE.
+MAX_REAL_OFFSET = MAX_ADDR + 2**63
+#: ``MIN_EXT_UNIT_SIZE``: size + tagsCode + msgStoreTime + bitMapSize.
+MIN_EXT_UNIT_SIZE = 20
+#: ``MAX_EXT_UNIT_SIZE`` (Short.MAX_VALUE).
+MAX_EXT_UNIT_SIZE = 32767
+#: ``END_BLANK_DATA_LENGTH``: bytes an ext writer keeps free at a file's end.
+EXT_END_BLANK_DATA_LENGTH = 4
+#: The int16 written where a unit did not fit (``FF FF``).
+EXT_END_MARKER = -1
+#: The fixed 20-byte head of an ext unit (the bitmap follows it).
+EXT_UNIT_HEADER_DTYPE = np.dtype(
+    [("size", ">i2"), ("tags_code", ">i8"), ("msg_store_time", ">i8"), ("bit_map_size", ">i2")]
+)
+_EXT_HEAD = struct.Struct(">hqqh")
+
+# ------------------------------------------------------------------ CommitLog
+#: ``MESSAGE_MAGIC_CODE`` (V1, 1-byte topic length) = 0xDAA320A7.
+MESSAGE_MAGIC_CODE_V1 = -626843481
+#: ``MESSAGE_MAGIC_CODE_V2`` (2-byte topic length) = 0xDAA320AB.
+MESSAGE_MAGIC_CODE_V2 = -626843477
+#: ``BLANK_MAGIC_CODE`` of the end-of-file marker = 0xCBD43194.
+BLANK_MAGIC_CODE = -875286124
+#: Length of the blank end-of-file marker, and the slack the writer keeps.
+END_FILE_MIN_BLANK_LENGTH = 8
+#: Fixed overhead of a record besides the two hosts, body, topic and properties.
+RECORD_FIXED_SIZE = 72
+#: Overhead of a V1 record with two IPv4 hosts, empty body, topic and properties.
+RECORD_V1_IPV4_OVERHEAD = 91
+#: Largest properties text, in bytes (the field is an int16).
+MAX_PROPERTIES_LENGTH = 32767
+
+# SYSFLAG bits (spec §4.4)
+COMPRESSED_FLAG = 0x1
+MULTI_TAGS_FLAG = 0x2
+TRANSACTION_TYPE_MASK = 0xC
+TRANSACTION_NOT_TYPE = 0x0
+TRANSACTION_PREPARED_TYPE = 0x4
+TRANSACTION_COMMIT_TYPE = 0x8
+TRANSACTION_ROLLBACK_TYPE = 0xC
+BORNHOST_V6_FLAG = 0x10
+STOREHOSTADDRESS_V6_FLAG = 0x20
+NEED_UNWRAP_FLAG = 0x40
+INNER_BATCH_FLAG = 0x80
+COMPRESSION_TYPE_MASK = 0x700
+COMPRESSION_LZ4 = 1
+COMPRESSION_ZSTD = 2
+COMPRESSION_ZLIB = 3
+
+# Properties text (spec §4.8)
+NAME_VALUE_SEPARATOR = "\x01"
+PROPERTY_SEPARATOR = "\x02"
+PROPERTY_TAGS = "TAGS"
+PROPERTY_KEYS = "KEYS"
+PROPERTY_UNIQ_KEY = "UNIQ_KEY"
+PROPERTY_DELAY = "DELAY"
+PROPERTY_RETRY_TOPIC = "RETRY_TOPIC"
+KEY_SEPARATOR = " "
+RETRY_GROUP_TOPIC_PREFIX = "%RETRY%"
+SCHEDULE_TOPIC = "SCHEDULE_TOPIC_XXXX"
+
+_I32 = struct.Struct(">i")
+_I16 = struct.Struct(">h")
+_I64 = struct.Struct(">q")
+_NAME_RE = re.compile(r"[0-9]{20}\Z")
+
+
+# ----------------------------------------------------------- file name rules
+def file_name(offset: int) -> str:
+    """The 20-digit name of the file that starts at logical ``offset``."""
+    if offset < 0:
+        raise ValueError(f"file start offset must be >= 0, got {offset}")
+    return f"{offset:020d}"
+
+
+def parse_file_name(name: str) -> int | None:
+    """Start offset encoded in a file name, or None if ``name`` is not a store file name."""
+    if not _NAME_RE.match(name):
+        return None
+    value = int(name)
+    return value if value < 2**63 else None
+
+
+def round_consume_queue_file_size(configured: int) -> int:
+    """Effective ConsumeQueue file size: ``configured`` rounded up to a multiple of 20."""
+    return -(-configured // CQ_STORE_UNIT_SIZE) * CQ_STORE_UNIT_SIZE
+
+
+# -------------------------------------------------------- ext address algebra
+def is_ext_addr(value: int) -> bool:
+    """``isExtAddr``: True iff ``value`` (a tags_code slot) is an ext address (<= MAX_ADDR)."""
+    return value <= MAX_ADDR
+
+
+def decorate(real_offset: int) -> int:
+    """``decorate``: the ext address of byte ``real_offset`` of the ext queue (offset - 2**63).
+
+    Values that already are ext addresses are returned unchanged.
+    """
+    if real_offset <= MAX_ADDR:
+        return real_offset
+    return (real_offset % 2**64) - 2**63 if real_offset >= 0 else real_offset + 2**63  # int64 wrap
+
+
+def undecorate(address: int) -> int:
+    """``unDecorate``: the ext queue byte offset of an ext address; other values unchanged."""
+    if address <= MAX_ADDR:
+        return address + 2**63
+    return address
+
+
+# ------------------------------------------------------------- encode units
+def encode_cq_unit(commit_log_offset: int, size: int, tags_code: int) -> bytes:
+    """The 20 bytes of one ConsumeQueue unit."""
+    return struct.pack(">qiq", commit_log_offset, size, tags_code)
+
+
+def encode_ext_unit(tags_code: int, msg_store_time: int, filter_bitmap: bytes | None = None) -> bytes:
+    """The bytes of one ConsumeQueueExt unit (20 bytes, plus the bitmap if any)."""
+    bitmap = bytes(filter_bitmap or b"")
+    size = MIN_EXT_UNIT_SIZE + len(bitmap)
+    if size > MAX_EXT_UNIT_SIZE:
+        raise ValueError(f"ext unit of {size} bytes exceeds MAX_EXT_UNIT_SIZE={MAX_EXT_UNIT_SIZE}")
+    return _EXT_HEAD.pack(size, tags_code, msg_store_time, len(bitmap)) + bitmap
+
+
+def decode_ext_head(buf, pos: int) -> tuple[int, int, int, int]:
+    """``(size, tags_code, msg_store_time, bit_map_size)`` of the ext unit at ``pos`` of ``buf``."""
+    return _EXT_HEAD.unpack_from(buf, pos)
+
+
+# ------------------------------------------------------- properties text
+def decode_properties(text: str) -> dict[str, str]:
+    """``string2messageProperties``: parse a properties string as the broker does.
+
+    Split at U+0002 (a missing final separator is fine), ignore segments shorter
+    than 3 characters, split each at its first U+0001; key and value must both be
+    non-empty, otherwise the segment is ignored. Later duplicates win.
+    """
+    props: dict[str, str] = {}
+    for segment in text.split(PROPERTY_SEPARATOR):
+        if len(segment) < 3:
+            continue
+        key, sep, value = segment.partition(NAME_VALUE_SEPARATOR)
+        if sep and key and value:
+            props[key] = value
+    return props
+
+
+def decode_properties_bytes(data: bytes) -> dict[str, str]:
+    """Decode stored properties bytes (UTF-8, malformed input replaced with U+FFFD)."""
+    return decode_properties(bytes(data).decode("utf-8", "replace"))
+
+
+def java_string_hash(s: str) -> int:
+    """Java ``String.hashCode`` of ``s`` over UTF-16 code units, as a signed int32."""
+    h = 0
+    data = s.encode("utf-16-be", "surrogatepass")
+    for (unit,) in struct.iter_unpack(">H", data):
+        h = (31 * h + unit) & 0xFFFFFFFF
+    return h - (1 << 32) if h & 0x80000000 else h
+
+
+def hashmap_order(keys: Iterable[str]) -> list[str]:
+    """``keys`` in the iteration order of a Java ``HashMap`` created with capacity 128.
+
+    The broker re-serialises properties from such a map (spec §4.8): buckets in
+    index order, ``(h ^ (h >>> 16)) & (table - 1)`` with h = ``String.hashCode``,
+    insertion order within a bucket. The table doubles past 0.75 load. Derived
+    from JDK behaviour (UNVERIFIED upstream); bucket treeification (8+ collisions
+    in one bucket) is not modelled.
+    """
+    keys = list(dict.fromkeys(keys))
+    table = 128
+    while len(keys) > table * 3 // 4:
+        table *= 2
+
+    def bucket(key: str) -> int:
+        h = java_string_hash(key) & 0xFFFFFFFF
+        return (h ^ (h >> 16)) & (table - 1)
+
+    return sorted(keys, key=bucket)  # sorted() is stable: insertion order within a bucket
+
+
+def encode_properties(properties: Mapping[str, str | None], *, order: str = "given") -> str:
+    """``messageProperties2String``: ``name\\x01value\\x02`` for each pair, None values skipped.
+
+    ``order="hashmap"`` orders the pairs as the broker's HashMap iterates them
+    (:func:`hashmap_order`); ``"given"`` keeps the mapping's order.
+    """
+    if order not in ("given", "hashmap"):
+        raise ValueError(f"order must be 'given' or 'hashmap', got {order!r}")
+    names = list(properties)
+    if order == "hashmap":
+        names = hashmap_order(names)
+    return "".join(
+        f"{k}{NAME_VALUE_SEPARATOR}{properties[k]}{PROPERTY_SEPARATOR}"
+        for k in names
+        if properties[k] is not None
+    )
+
+
+# ---------------------------------------------------------------- hosts
+def host_width(sys_flag: int, *, store: bool) -> int:
+    """Bytes taken by the born (``store=False``) or store host for this SYSFLAG: 8 or 20."""
+    flag = STOREHOSTADDRESS_V6_FLAG if store else BORNHOST_V6_FLAG
+    return 20 if sys_flag & flag else 8
+
+
+def decode_host(raw: bytes) -> str:
+    """``"ip:port"`` (IPv4) or ``"[ipv6]:port"`` from 8 or 20 stored bytes."""
+    import ipaddress
+
+    port = _I32.unpack_from(raw, len(raw) - 4)[0]
+    if len(raw) == 8:
+        return f"{ipaddress.IPv4Address(bytes(raw[:4]))}:{port}"
+    return f"[{ipaddress.IPv6Address(bytes(raw[:16]))}]:{port}"
+
+
+def encode_host(host: str) -> bytes:
+    """Stored bytes of ``"ip:port"`` / ``"[ipv6]:port"`` (address, then int32 port)."""
+    import ipaddress
+
+    addr, sep, port = host.rpartition(":")
+    if not sep:
+        raise ValueError(f"host {host!r} is not 'ip:port'")
+    if addr.startswith("[") and addr.endswith("]"):
+        ip = ipaddress.IPv6Address(addr[1:-1])
+    else:
+        ip = ipaddress.IPv4Address(addr)
+    return ip.packed + _I32.pack(int(port))
+
+
+def body_crc(body: bytes) -> int:
+    """BODYCRC: CRC-32 of the stored body with the sign bit cleared."""
+    return zlib.crc32(body) & 0x7FFFFFFF
+
+
+def record_size(
+    *, magic_code: int, sys_flag: int, body_length: int, topic_length: int, properties_length: int
+) -> int:
+    """TOTALSIZE of a record from its variable parts (spec §4.2)."""
+    topic_len_size = 2 if magic_code == MESSAGE_MAGIC_CODE_V2 else 1
+    return (
+        RECORD_FIXED_SIZE
+        + host_width(sys_flag, store=False)
+        + host_width(sys_flag, store=True)
+        + max(body_length, 0)
+        + topic_len_size
+        + topic_length
+        + 2
+        + max(properties_length, 0)
+    )
+
+
+def encode_record(
+    *,
+    topic: str,
+    body: bytes,
+    properties: Mapping[str, str] | str,
+    queue_id: int = 0,
+    flag: int = 0,
+    queue_offset: int = 0,
+    commit_log_offset: int = 0,
+    sys_flag: int = 0,
+    born_timestamp: int = 0,
+    born_host: str = "127.0.0.1:0",
+    store_timestamp: int = 0,
+    store_host: str = "127.0.0.1:10911",
+    reconsume_times: int = 0,
+    prepared_transaction_offset: int = 0,
+    magic_code: int | None = None,
+) -> bytes:
+    """The bytes of one CommitLog record (``MessageExtEncoder`` layout, spec §4.2).
+
+    ``properties`` is a mapping (encoded in its order) or the ready-made text.
+    ``magic_code`` defaults to V2 for topics longer than 127 UTF-16 units, else V1
+    (``autoMessageVersionOnTopicLen``). Host families must agree with
+    ``sys_flag``'s IPv6 bits.
+    """
+    if magic_code is None:
+        magic_code = MESSAGE_MAGIC_CODE_V2 if len(topic.encode("utf-16-le")) // 2 > 127 else MESSAGE_MAGIC_CODE_V1
+    if magic_code not in (MESSAGE_MAGIC_CODE_V1, MESSAGE_MAGIC_CODE_V2):
+        raise ValueError(f"magic_code must be V1 or V2, got {magic_code:#x}")
+    props_text = properties if isinstance(properties, str) else encode_properties(properties)
+    props = props_text.encode("utf-8")
+    topic_b = topic.encode("utf-8")
+    if len(props) > MAX_PROPERTIES_LENGTH:
+        raise ValueError(f"properties of {len(props)} bytes exceed {MAX_PROPERTIES_LENGTH}")
+    if magic_code == MESSAGE_MAGIC_CODE_V1 and len(topic_b) > 127:
+        raise ValueError(f"topic of {len(topic_b)} bytes does not fit a V1 record")
+    born = encode_host(born_host)
+    store = encode_host(store_host)
+    if len(born) != host_width(sys_flag, store=False) or len(store) != host_width(sys_flag, store=True):
+        raise ValueError("host address family disagrees with the SYSFLAG IPv6 bits")
+    body = bytes(body)
+    total = record_size(
+        magic_code=magic_code,
+        sys_flag=sys_flag,
+        body_length=len(body),
+        topic_length=len(topic_b),
+        properties_length=len(props),
+    )
+    topic_len = struct.pack(">h", len(topic_b)) if magic_code == MESSAGE_MAGIC_CODE_V2 else bytes([len(topic_b)])
+    parts = [
+        struct.pack(
+            ">iiiiiqqiq",
+            total,
+            magic_code,
+            body_crc(body),
+            queue_id,
+            flag,
+            queue_offset,
+            commit_log_offset,
+            sys_flag,
+            born_timestamp,
+        ),
+        born,
+        _I64.pack(store_timestamp),
+        store,
+        struct.pack(">iqi", reconsume_times, prepared_transaction_offset, len(body)),
+        body,
+        topic_len,
+        topic_b,
+        _I16.pack(len(props)),
+        props,
+    ]
+    out = b"".join(parts)
+    assert len(out) == total
+    return out
+
+
+def encode_blank_record(remaining: int) -> bytes:
+    """The 8-byte end-of-file marker for a file with ``remaining`` bytes left."""
+    return struct.pack(">ii", remaining, BLANK_MAGIC_CODE)
+
+
+# ------------------------------------------------------------ file access
+def map_file(path: str | os.PathLike) -> memoryview:
+    """Map a store file read-only (``mmap.ACCESS_READ``); an empty file maps to ``b""``."""
+    with open(path, "rb") as f:
+        size = os.fstat(f.fileno()).st_size
+        if size == 0:
+            return memoryview(b"")
+        return memoryview(mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ))
+
+
+def list_queue_files(directory: str | os.PathLike) -> list[tuple[int, str]]:
+    """``(start_offset, path)`` of every store file in ``directory``, ascending.
+
+    Names that are not 20 decimal digits are ignored (the broker only lists
+    its own files); a missing directory gives an empty list.
+    """
+    try:
+        names = os.listdir(directory)
+    except FileNotFoundError:
+        return []
+    out = []
+    for name in names:
+        start = parse_file_name(name)
+        path = os.path.join(directory, name)
+        if start is not None and os.path.isfile(path):
+            out.append((start, path))
+    out.sort()
+    return out
+
+
+def check_queue_files(
+    files: list[tuple[int, str]], file_size: int | None, *, kind: str, unit: int = 1
+) -> tuple[list[tuple[int, str]], int]:
+    """Validate a mapped-file queue as the broker's load does; returns ``(files, file_size)``.
+
+    A trailing 0-byte file is dropped. ``file_size`` defaults to the size of the
+    first file. Every file must have that size, start at a multiple of it, and
+    follow its predecessor by exactly one file size; otherwise
+    :class:`StoreFormatError` names the file.
+    """
+    files = list(files)
+    if files and os.path.getsize(files[-1][1]) == 0:
+        files.pop()
+    if not files:
+        return files, file_size or 0
+    if file_size is None:
+        file_size = os.path.getsize(files[0][1])
+    if file_size <= 0 or file_size % unit:
+        raise StoreFormatError(
+            f"{kind} file size {file_size} is not a positive multiple of {unit}", files[0][1], 0
+        )
+    prev = None
+    for start, path in files:
+        actual = os.path.getsize(path)
+        if actual != file_size:
+            raise StoreFormatError(
+                f"{kind} file is {actual} bytes, expected {file_size} like the others "
+                "(truncated or foreign file)",
+                path,
+                min(actual, file_size),
+            )
+        if start % file_size:
+            raise StoreFormatError(f"{kind} file start {start} is not a multiple of {file_size}", path, 0)
+        if prev is not None and start != prev + file_size:
+            raise StoreFormatError(f"{kind} files are not contiguous: expected start {prev + file_size}", path, 0)
+        prev = start
+    return files, file_size
