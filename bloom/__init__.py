@@ -18,4 +18,4 @@ def murmur3_h1(data: bytes | str) -> int:
     return _kernel.murmur3_h1(bytes(data))
 
 
-__all__ = ["BitsArray", "BloomFilter", "BloomFilterData", "ENGINE", "encode_key", "murmur3_h1"]
+__all__ = ["ENGINE", "BitsArray", "BloomFilter", "BloomFilterData", "encode_key", "murmur3_h1"]

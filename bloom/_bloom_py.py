@@ -100,12 +100,21 @@ def bit_positions(key: bytes, k: int, m: int) -> list[int]:
     return out
 
 
-def bit_positions_many(keys: Sequence[bytes | None], k: int, m: int) -> np.ndarray:
-    """Positions of many UTF-8 keys as an int32 array (N, k); a ``None`` key gives a row of -1."""
+def bit_positions_many(keys: Sequence[str | bytes | None], k: int, m: int) -> np.ndarray:
+    """Positions of many keys (str, UTF-8 bytes or None) as an int32 array (N, k).
+
+    A ``None`` key gives a row of -1; a str with a lone surrogate raises
+    UnicodeEncodeError (``bloom`` then re-encodes it the way Java does).
+    """
     out = np.full((len(keys), k), -1, dtype=np.int32)
     for row, key in enumerate(keys):
-        if key is not None:
-            out[row] = bit_positions(key, k, m)
+        if isinstance(key, str):
+            key = key.encode("utf-8")
+        elif key is None:
+            continue
+        elif not isinstance(key, bytes):
+            raise TypeError(f"keys[{row}]: expected str, bytes or None, got {type(key).__name__}")
+        out[row] = bit_positions(key, k, m)
     return out
 
 

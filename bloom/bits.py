@@ -25,7 +25,7 @@ class BitsArray:
     16
     """
 
-    __slots__ = ("_bytes", "_bit_length")
+    __slots__ = ("_bit_length", "_bytes")
 
     def __init__(self, bit_length: int) -> None:
         bit_length = int(bit_length)

@@ -48,7 +48,7 @@ def encode_key(key: str) -> bytes:
 class BloomFilterData:
     """A key's bit positions and the bit count of the filter that made them (``bitPos``, ``bitNum``)."""
 
-    __slots__ = ("bit_pos", "bit_num")
+    __slots__ = ("bit_num", "bit_pos")
 
     def __init__(self, bit_pos: Sequence[int], bit_num: int) -> None:
         self.bit_pos = [int(p) for p in bit_pos]
@@ -72,7 +72,7 @@ class BloomFilterData:
         return f"BloomFilterData{{bitPos=[{', '.join(map(str, self.bit_pos))}], bitNum={self.bit_num}}}"
 
 
-Target = Union[BloomFilterData, str, Sequence[int]]
+Target = Union[BloomFilterData, str, Sequence[int]]  # noqa: UP007 (a runtime alias on 3.10)
 
 
 class BloomFilter:
@@ -99,7 +99,7 @@ class BloomFilter:
     [20, 68, 27]
     """
 
-    __slots__ = ("f", "n", "k", "m")
+    __slots__ = ("f", "k", "m", "n")
 
     def __init__(self, f: int = 20, n: int = 32) -> None:
         if isinstance(f, bool) or isinstance(n, bool) or int(f) != f or int(n) != n:
@@ -174,11 +174,11 @@ class BloomFilter:
         positions = self._positions(target)
         self._check_length(bits)
         # No early exit: like the broker, every position is bounds-checked.
-        return all([bits.get_bit(p) for p in positions])
+        return all([bits.get_bit(p) for p in positions])  # noqa: C419 (no short-circuit, as the broker)
 
     def check_false_hit(self, positions: Sequence[int], bits: BitsArray) -> bool:
         """True iff every position is already set (no length check)."""
-        return all([bits.get_bit(p) for p in positions])
+        return all([bits.get_bit(p) for p in positions])  # noqa: C419 (no short-circuit, as the broker)
 
     # -- batches: one crossing into the engine per call ----------------------
     def calc_bit_positions_many(self, keys: Any) -> np.ndarray:
@@ -248,7 +248,7 @@ def _arrow_string_buffers(keys: Any):
     else:
         keys = keys.cast(pa.large_string())
         off_type = np.int64
-    validity, offsets_buf, data_buf = keys.buffers()[:3]
+    _, offsets_buf, data_buf = keys.buffers()[:3]
     n = len(keys)
     offsets = np.frombuffer(offsets_buf, dtype=off_type, count=n + 1,
                             offset=keys.offset * np.dtype(off_type).itemsize).astype(np.int64, copy=False)
