@@ -1,0 +1,57 @@
+"""Side-by-side reporting for the benchmarks.
+
+A benchmark says what it measured through ``extra_info``:
+
+- ``items``: how many keys/rows/units one round processes (for items/s);
+- ``bytes``: how many bytes one round reads (for GB/s), optional;
+- ``role``: ``"ours"`` or ``"alternative"`` — the alternative run in the same
+  session for comparison (numpy, mmh3, the pure-Python twin, ...).
+
+At the end of the run a table per benchmark group prints the median
+throughput of each and the ratio of ours to the best alternative.
+"""
+from __future__ import annotations
+
+import os
+import sys
+
+os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
+
+
+def _rate(value: float) -> str:
+    for unit, scale in (("G", 1e9), ("M", 1e6), ("k", 1e3)):
+        if value >= scale:
+            return f"{value / scale:.2f} {unit}"
+    return f"{value:.1f} "
+
+
+def pytest_terminal_summary(terminalreporter, exitstatus, config):
+    session = getattr(config, "_benchmarksession", None)
+    if session is None or not session.benchmarks:
+        return
+    groups: dict[str, list] = {}
+    for bench in session.benchmarks:
+        if bench.extra_info.get("items"):
+            groups.setdefault(bench.group or bench.name, []).append(bench)
+    if not groups:
+        return
+    write = terminalreporter.write_line
+    write("")
+    write("side by side (median per round; ratio = ours / best alternative)")
+    for group, benches in sorted(groups.items()):
+        write(f"[{group}]")
+        rates = {}
+        for bench in benches:
+            median = bench.stats.median
+            items = bench.extra_info["items"]
+            rate = items / median if median else float("inf")
+            rates[bench.name] = (bench.extra_info.get("role", "ours"), rate)
+            extra = ""
+            if bench.extra_info.get("bytes"):
+                extra = f", {bench.extra_info['bytes'] / median / 1e9:.2f} GB/s"
+            write(f"  {bench.name:<60} {_rate(rate)}items/s ({median * 1e9 / items:.2f} ns/item{extra})")
+        ours = [r for role, r in rates.values() if role == "ours"]
+        alts = [r for role, r in rates.values() if role == "alternative"]
+        if ours and alts:
+            write(f"  ratio ours/alternative: {max(ours) / max(alts):.1f}x")
