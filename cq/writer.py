@@ -1,0 +1,1256 @@
+"""Write RocketMQ broker stores byte for byte: CommitLog, ConsumeQueue, ConsumeQueueExt.
+
+:class:`StoreWriter` appends messages the way a broker's ``DefaultMessageStore``
+does, then dispatches each record the way the broker's reput service does, in
+the broker's dispatcher order (spec §2.3, §3.4, §4.5, §6.4):
+
+1. **CommitLog.** The record is encoded as ``MessageExtEncoder`` lays it out
+   (V1, or V2 when the topic is longer than 127 characters; IPv4 or IPv6 hosts
+   with the matching SYSFLAG bits; BODYCRC = ``crc32(body) & 0x7FFFFFFF``;
+   properties ``name\\x01value\\x02...``). A record of length L goes into the
+   current file only if ``L + 8 <= remaining``; otherwise an 8-byte blank
+   record (TOTALSIZE = remaining, MAGICCODE ``0xCBD43194``) ends the file and
+   the record starts the next one. Files are created full-size and zero-filled
+   when the first byte is written to them.
+2. **Bitmap** (``CommitLogDispatcherCalcBitMap``). If SQL92 groups are
+   registered for the record's physical topic, a zeroed ``ceil(m/8)``-byte
+   bitmap is built and, for every group whose selector evaluates to TRUE on the
+   stored properties, the k Bloom positions of ``"<group>#<topic>"`` are set.
+   Evaluation errors and NULL leave the group's bits unset.
+3. **ConsumeQueueExt** (when enabled). Every unit dispatched gets an ext unit
+   first (34 bytes with the default 14-byte bitmap, 20 without); a unit that
+   does not fit in ``file_size - write_position - 4`` bytes is preceded by the
+   int16 end marker ``-1`` and goes to the next file. The ConsumeQueue slot then
+   holds the unit's decorated address (``offset - 2**63``).
+4. **ConsumeQueue.** Only NOT_TYPE and COMMIT transaction records get a 20-byte
+   unit ``(commit_log_offset, size, tags_code)``; queue offsets are assigned per
+   ``(topic, queue_id)``. tags_code is ``String.hashCode`` of the stored TAGS
+   (0 without), or the delivery time for ``SCHEDULE_TOPIC_XXXX`` records with a
+   DELAY level.
+
+Properties given as a mapping are re-serialised the way the broker does it
+(``string2messageProperties`` then ``CLUSTER`` added, then
+``messageProperties2String`` over a ``HashMap(128)``): empty and None values are
+dropped, pairs follow :func:`cq.format.hashmap_order`, and the mapping's own
+order breaks ties inside a bucket (that is the producer's insertion order).
+Properties given as ``str``/``bytes`` are stored verbatim, so a golden store
+round-trips byte for byte.
+
+Only writers open store files read-write; :mod:`cq`'s readers map them
+read-only. :func:`rebuild_bitmaps` re-dispatches an existing store for a new set
+of groups into a new directory, and :func:`generate_sample_store` writes a
+deterministic sample store (``rmqfilter gen-store``).
+"""
+from __future__ import annotations
+
+import ipaddress
+import os
+import re
+import shutil
+import struct
+import sys
+import time
+import zlib
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, NamedTuple
+
+import numpy as np
+
+from .errors import StoreFormatError
+from .format import (
+    BLANK_MAGIC_CODE,
+    BORNHOST_V6_FLAG,
+    COMMIT_LOG_DIR,
+    CONSUME_QUEUE_DIR,
+    CONSUME_QUEUE_EXT_DIR,
+    CQ_STORE_UNIT_SIZE,
+    DEFAULT_COMMIT_LOG_FILE_SIZE,
+    DEFAULT_CONSUME_QUEUE_FILE_SIZE,
+    DEFAULT_EXT_FILE_SIZE,
+    END_FILE_MIN_BLANK_LENGTH,
+    EXT_END_BLANK_DATA_LENGTH,
+    EXT_END_MARKER,
+    MAX_EXT_UNIT_SIZE,
+    MAX_PROPERTIES_LENGTH,
+    MAX_REAL_OFFSET,
+    MESSAGE_MAGIC_CODE_V1,
+    MESSAGE_MAGIC_CODE_V2,
+    MIN_EXT_UNIT_SIZE,
+    NAME_VALUE_SEPARATOR,
+    PLACEHOLDER_UNIT,
+    PROPERTY_DELAY,
+    PROPERTY_KEYS,
+    PROPERTY_SEPARATOR,
+    PROPERTY_TAGS,
+    SCHEDULE_TOPIC,
+    STOREHOSTADDRESS_V6_FLAG,
+    TRANSACTION_COMMIT_TYPE,
+    TRANSACTION_NOT_TYPE,
+    TRANSACTION_TYPE_MASK,
+    decode_properties_bytes,
+    decorate,
+    file_name,
+    hashmap_order,
+    list_queue_files,
+    round_consume_queue_file_size,
+)
+from .tags import tags_code
+
+__all__ = [
+    "AppendResult",
+    "DEFAULT_MESSAGE_DELAY_LEVEL",
+    "DEFAULT_STORE_HOST",
+    "RebuildResult",
+    "SampleStore",
+    "SqlGroup",
+    "StoreWriter",
+    "generate_sample_store",
+    "rebuild_bitmaps",
+]
+
+#: ``BrokerConfig.brokerClusterName`` default; the broker adds it as property ``CLUSTER``.
+DEFAULT_CLUSTER = "DefaultCluster"
+#: A broker listening on the default port of localhost.
+DEFAULT_STORE_HOST = "127.0.0.1:10911"
+#: ``MessageStoreConfig.messageDelayLevel`` default (18 levels).
+DEFAULT_MESSAGE_DELAY_LEVEL = "1s 5s 10s 30s 1m 2m 3m 4m 5m 6m 7m 8m 9m 10m 20m 30m 1h 2h"
+#: Property the broker adds to every message it stores.
+PROPERTY_CLUSTER = "CLUSTER"
+#: Topic names the broker accepts from clients (``TopicValidator``).
+TOPIC_PATTERN = re.compile(r"[%|a-zA-Z0-9_-]+\Z")
+#: Longest topic the broker accepts (retry and DLQ topics; normal topics stop at 127).
+TOPIC_MAX_LENGTH = 255
+#: Longest topic a V1 record can hold: its length byte is read as a signed int8.
+V1_TOPIC_MAX_BYTES = 127
+
+_INT32 = (-(2**31), 2**31 - 1)
+_INT64 = (-(2**63), 2**63 - 1)
+_HEAD = struct.Struct(">iiiiiqqiq")  # TOTALSIZE .. BORNTIMESTAMP (48 bytes)
+_STORE_TS = struct.Struct(">q")
+_TAIL = struct.Struct(">iqi")  # RECONSUMETIMES, PREPARED TRANSACTION OFFSET, BODYLENGTH
+_OFFSETS = struct.Struct(">qq")  # QUEUEOFFSET, PHYSICALOFFSET at byte 20
+_BLANK = struct.Struct(">ii")
+_CQ_UNIT = struct.Struct(">qiq")
+_EXT_HEAD = struct.Struct(">hqqh")
+_I16 = struct.Struct(">h")
+_EXT_MARKER = _I16.pack(EXT_END_MARKER)
+
+#: Flush a file queue's buffer once it holds this many bytes.
+_COMMIT_LOG_FLUSH = 4 * 1024 * 1024
+_QUEUE_FLUSH = 256 * 1024
+#: Messages prepared before their bitmaps are computed together.
+BATCH_SIZE = 8192
+
+
+class AppendResult(NamedTuple):
+    """Where :meth:`StoreWriter.append` put a message.
+
+    Attributes
+    ----------
+    commit_log_offset : int
+        Physical offset of the record (PHYSICALOFFSET).
+    store_size : int
+        TOTALSIZE of the record.
+    queue_offset : int or None
+        Offset in its ConsumeQueue; None for PREPARED/ROLLBACK transaction
+        records, which get no unit (their QUEUEOFFSET field is 0).
+    tags_code : int
+        The tags code dispatched (tag hash, 0, or delivery time).
+    ext_address : int or None
+        Decorated address of its ConsumeQueueExt unit (the value in the
+        ConsumeQueue slot), or None when no ext unit was written.
+    msg_id : str
+        The offset message id: store-host address, port and physical offset in hex.
+    """
+
+    commit_log_offset: int
+    store_size: int
+    queue_offset: int | None
+    tags_code: int
+    ext_address: int | None
+    msg_id: str
+
+
+@dataclass(frozen=True)
+class SqlGroup:
+    """A SQL92 consumer group registered for bitmap calculation on a topic."""
+
+    topic: str
+    group: str
+    sql: str
+
+    @property
+    def bloom_key(self) -> str:
+        """The broker's Bloom key ``"<group>#<topic>"``."""
+        return f"{self.group}#{self.topic}"
+
+
+class _Group:
+    """A registered group with its compiled selector and its bitmap bits."""
+
+    __slots__ = ("spec", "selector", "bits")
+
+    def __init__(self, spec: SqlGroup, selector: Any, bits: np.ndarray):
+        self.spec = spec
+        self.selector = selector
+        self.bits = bits
+
+
+# --------------------------------------------------------------- validation
+def _check_int(name: str, value: Any, lo: int, hi: int) -> int:
+    if isinstance(value, bool) or not isinstance(value, (int, np.integer)):
+        raise TypeError(f"{name} must be an int, got {type(value).__name__}")
+    value = int(value)
+    if not lo <= value <= hi:
+        raise ValueError(f"{name} must be in [{lo}, {hi}], got {value}")
+    return value
+
+
+def _check_size(name: str, value: Any, minimum: int) -> int:
+    value = _check_int(name, value, 1, _INT32[1])
+    if value < minimum:
+        raise ValueError(f"{name} must be at least {minimum} bytes, got {value}")
+    return value
+
+
+_HOSTS: dict[str, tuple[bytes, bool]] = {}
+
+
+def parse_host(host: str, *, what: str = "host") -> tuple[bytes, bool]:
+    """Stored bytes of ``"ip:port"`` or ``"[ipv6]:port"`` and whether it is IPv6.
+
+    Raises
+    ------
+    ValueError
+        ``host`` is not an IPv4 ``ip:port`` or a bracketed IPv6 ``[ip]:port``
+        with a port in 0..65535.
+    """
+    cached = _HOSTS.get(host)
+    if cached is not None:
+        return cached
+    if not isinstance(host, str):
+        raise TypeError(f"{what} must be a str 'ip:port', got {type(host).__name__}")
+    addr, sep, port_s = host.rpartition(":")
+    if not sep or not port_s.isascii() or not port_s.isdigit() or int(port_s) > 65535:
+        raise ValueError(f"{what} {host!r} is not 'ip:port' with a port in 0..65535")
+    try:
+        if addr.startswith("[") and addr.endswith("]"):
+            ip: ipaddress.IPv4Address | ipaddress.IPv6Address = ipaddress.IPv6Address(addr[1:-1])
+        else:
+            ip = ipaddress.IPv4Address(addr)
+    except ValueError as exc:
+        raise ValueError(f"{what} {host!r}: {exc} (IPv6 hosts are written '[ip]:port')") from exc
+    out = (ip.packed + struct.pack(">i", int(port_s)), ip.version == 6)
+    if len(_HOSTS) < 4096:
+        _HOSTS[host] = out
+    return out
+
+
+def parse_delay_levels(text: str) -> list[int]:
+    """Delays in ms of ``messageDelayLevel`` text such as ``"1s 5s 1m 2h"`` (level = index + 1)."""
+    units = {"s": 1000, "m": 60_000, "h": 3_600_000, "d": 86_400_000}
+    out = []
+    for token in text.split(" "):
+        if len(token) < 2 or token[-1] not in units or not token[:-1].isascii() or not token[:-1].isdigit():
+            raise ValueError(f"message_delay_level token {token!r} is not <digits><s|m|h|d>")
+        out.append(int(token[:-1]) * units[token[-1]])
+    return out
+
+
+def _java_parse_int(text: str) -> int | None:
+    """``Integer.parseInt``: optional sign then BMP Unicode decimal digits, int32 range; else None."""
+    body = text[1:] if text[:1] in ("+", "-") else text
+    if not body or not all(c.isdecimal() and ord(c) < 0x10000 for c in body):
+        return None
+    value = int(text)
+    return value if _INT32[0] <= value <= _INT32[1] else None
+
+
+# ------------------------------------------------------------ file queues
+class _FileQueue:
+    """A mapped-file queue opened for appending.
+
+    Bytes are buffered and written with ``pwrite``; a file is created
+    full-size (zero-filled, sparse) when its first bytes are flushed, as the
+    broker creates a file when the first message goes into it.
+    """
+
+    __slots__ = ("directory", "file_size", "start", "pos", "_buf", "_buf_pos", "_flush_at")
+
+    def __init__(self, directory: str, file_size: int, start: int = 0, pos: int = 0, flush_at: int = _QUEUE_FLUSH):
+        self.directory = directory
+        self.file_size = file_size
+        self.start = start  # logical offset of the current file
+        self.pos = pos  # write position in the current file
+        self._buf = bytearray()
+        self._buf_pos = pos  # where the buffer goes in the current file
+        self._flush_at = flush_at
+
+    @property
+    def offset(self) -> int:
+        """Logical offset of the next byte to be written."""
+        return self.start + self.pos
+
+    @property
+    def remaining(self) -> int:
+        return self.file_size - self.pos
+
+    def write(self, data: bytes | bytearray) -> None:
+        self._buf += data
+        self.pos += len(data)
+        if len(self._buf) >= self._flush_at:
+            self.flush()
+
+    def roll(self) -> None:
+        """Mark the current file full; the next write goes to the next file."""
+        self.flush()
+        self.start += self.file_size
+        self.pos = 0
+        self._buf_pos = 0
+
+    def flush(self) -> None:
+        if not self._buf:
+            return
+        os.makedirs(self.directory, exist_ok=True)
+        path = os.path.join(self.directory, file_name(self.start))
+        fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            if os.fstat(fd).st_size < self.file_size:
+                os.ftruncate(fd, self.file_size)
+            data = memoryview(self._buf)
+            written = 0
+            while written < len(data):
+                written += os.pwrite(fd, data[written:], self._buf_pos + written)
+        finally:
+            os.close(fd)
+        self._buf_pos += len(self._buf)
+        self._buf = bytearray()
+
+
+class _QueueState:
+    """Write state of one (topic, queue_id): its ConsumeQueue, ConsumeQueueExt and next offset."""
+
+    __slots__ = ("cq", "ext", "next_offset", "started")
+
+    def __init__(self, cq: _FileQueue, ext: _FileQueue | None, next_offset: int, started: bool):
+        self.cq = cq
+        self.ext = ext
+        self.next_offset = next_offset
+        self.started = started  # False until the queue holds a unit or a file
+
+
+class _Prepared:
+    """One message, validated and encoded, waiting for its offsets."""
+
+    __slots__ = ("topic", "queue_id", "record", "size", "dispatch", "tags_code", "store_timestamp", "props")
+
+    def __init__(self, topic, queue_id, record, dispatch, tags_code_value, store_timestamp, props):
+        self.topic = topic
+        self.queue_id = queue_id
+        self.record = record
+        self.size = len(record)
+        self.dispatch = dispatch
+        self.tags_code = tags_code_value
+        self.store_timestamp = store_timestamp
+        self.props = props
+
+
+def _holds_store(root: str) -> str | None:
+    """The first store file found under ``root`` (commitlog, consumequeue, consumequeue_ext), or None."""
+    for sub in (COMMIT_LOG_DIR, CONSUME_QUEUE_DIR, CONSUME_QUEUE_EXT_DIR):
+        top = os.path.join(root, sub)
+        if not os.path.isdir(top):
+            continue
+        for dirpath, _dirs, files in os.walk(top):
+            for name in files:
+                return os.path.join(dirpath, name)
+    return None
+
+
+# --------------------------------------------------------------- the writer
+class StoreWriter:
+    """Append messages to a RocketMQ store directory exactly as a broker writes them.
+
+    Parameters
+    ----------
+    root : str or os.PathLike
+        Store root (``storePathRootDir``); created if missing. It must not
+        already hold a store unless ``append=True``.
+    commit_log_file_size : int, default 1 GiB
+        ``mappedFileSizeCommitLog``.
+    consume_queue_file_size : int, default 6,000,000
+        ``mappedFileSizeConsumeQueue``; rounded up to a multiple of 20 like the broker.
+    ext_file_size : int, default 48 MiB
+        ``mappedFileSizeConsumeQueueExt``.
+    enable_ext : bool, default False
+        ``enableConsumeQueueExt`` (store-wide). Bitmaps of registered groups are
+        only stored when it is on.
+    store_host : str, default "127.0.0.1:10911"
+        STOREHOST of every record unless :meth:`append` overrides it.
+    cluster : str or None, default "DefaultCluster"
+        ``brokerClusterName``: added as property ``CLUSTER`` to messages whose
+        properties are given as a mapping (the broker adds it on receipt).
+        None adds nothing. Pre-serialised properties are never changed.
+    append : bool, default False
+        Continue an existing store: offsets and write positions are recovered
+        from its files (which must have the configured sizes). Registered
+        groups are not stored in the files; register them again.
+    bloom_filter : bloom.BloomFilter, optional
+        The broker's filter (default ``BloomFilter(20, 32)``: k=3, m=112).
+    auto_message_version_on_topic_len : bool, default True
+        ``autoMessageVersionOnTopicLen``: V2 records for topics longer than 127 characters.
+    message_delay_level : str, default the broker's 18 levels
+        ``messageDelayLevel``, for the tags code of ``SCHEDULE_TOPIC_XXXX`` records.
+
+    Examples
+    --------
+    >>> with StoreWriter(path, enable_ext=True, commit_log_file_size=1 << 20) as w:  # doctest: +SKIP
+    ...     w.register_group("TopicTest", "GID_RED", "color = 'red'")
+    ...     r = w.append("TopicTest", b"hello", tags="TagA", properties={"color": "red"},
+    ...                  born_timestamp=1700000000000, store_timestamp=1700000000123)
+    >>> r.commit_log_offset, r.queue_offset  # doctest: +SKIP
+    (0, 0)
+    """
+
+    def __init__(
+        self,
+        root: str | os.PathLike,
+        *,
+        commit_log_file_size: int = DEFAULT_COMMIT_LOG_FILE_SIZE,
+        consume_queue_file_size: int = DEFAULT_CONSUME_QUEUE_FILE_SIZE,
+        ext_file_size: int = DEFAULT_EXT_FILE_SIZE,
+        enable_ext: bool = False,
+        store_host: str = DEFAULT_STORE_HOST,
+        cluster: str | None = DEFAULT_CLUSTER,
+        append: bool = False,
+        bloom_filter: Any = None,
+        auto_message_version_on_topic_len: bool = True,
+        message_delay_level: str = DEFAULT_MESSAGE_DELAY_LEVEL,
+    ) -> None:
+        import bloom
+
+        self.root = os.fspath(root)
+        self.commit_log_file_size = _check_size("commit_log_file_size", commit_log_file_size, 64)
+        self.consume_queue_file_size = round_consume_queue_file_size(
+            _check_size("consume_queue_file_size", consume_queue_file_size, 1)
+        )
+        self.bloom_filter = bloom.BloomFilter(20, 32) if bloom_filter is None else bloom_filter
+        self.bit_map_size = (self.bloom_filter.m + 7) // 8
+        self.ext_file_size = _check_size(
+            "ext_file_size", ext_file_size, MIN_EXT_UNIT_SIZE + self.bit_map_size + EXT_END_BLANK_DATA_LENGTH
+        )
+        self.enable_ext = bool(enable_ext)
+        self.store_host = store_host
+        self._store_host = parse_host(store_host, what="store_host")
+        if cluster is not None and (not isinstance(cluster, str) or not cluster):
+            raise ValueError(f"cluster must be a non-empty str or None, got {cluster!r}")
+        self.cluster = cluster
+        self.auto_message_version_on_topic_len = bool(auto_message_version_on_topic_len)
+        self._delays = parse_delay_levels(message_delay_level)
+        self._topics: dict[str, tuple[int, bytes]] = {}
+        self._groups: dict[str, dict[str, _Group]] = {}
+        self._queues: dict[tuple[str, int], _QueueState] = {}
+        self._key_orders: dict[tuple[str, ...], list[str]] = {}
+        self._closed = False
+        self.messages_written = 0
+
+        if os.path.exists(self.root) and not os.path.isdir(self.root):
+            raise ValueError(f"store root {self.root!r} exists and is not a directory")
+        existing = _holds_store(self.root)
+        if existing is not None and not append:
+            raise FileExistsError(
+                f"{self.root!r} already holds a store ({existing}); pass append=True to add to it"
+            )
+        os.makedirs(self.root, exist_ok=True)
+        self._commit_log = _FileQueue(
+            os.path.join(self.root, COMMIT_LOG_DIR), self.commit_log_file_size, flush_at=_COMMIT_LOG_FLUSH
+        )
+        if existing is not None:
+            self._recover()
+
+    # ----------------------------------------------------------- groups
+    def register_group(self, topic: str, group: str, sql: str) -> SqlGroup:
+        """Register a SQL92 consumer group whose bitmap bits are computed for ``topic``.
+
+        Like the broker's ``ConsumerFilterManager``, the group's Bloom data is
+        ``generate("<group>#<topic>")``; registering the same (topic, group)
+        again replaces its expression. Messages appended afterwards carry the
+        group's bits where the selector evaluates to TRUE.
+
+        Parameters
+        ----------
+        topic, group : str
+            The physical topic whose records are evaluated, and the consumer group.
+        sql : str
+            SQL92 selector text.
+
+        Returns
+        -------
+        SqlGroup
+
+        Raises
+        ------
+        selector.SelectorSyntaxError
+            ``sql`` does not compile (the broker would refuse the registration).
+        ValueError
+            ``enable_ext`` is off (bitmaps would not be stored), or the topic or group is invalid.
+        """
+        import bloom
+        import selector
+
+        self._check_open()
+        if not self.enable_ext:
+            raise ValueError(
+                "bitmaps are stored in ConsumeQueueExt units: create the StoreWriter with enable_ext=True "
+                "to register SQL92 groups"
+            )
+        self._topic_info(topic)
+        if not isinstance(group, str) or not group:
+            raise ValueError(f"group must be a non-empty str, got {group!r}")
+        if not isinstance(sql, str) or not sql.strip():
+            raise ValueError(f"sql of group {group!r} must be a non-empty SQL92 expression")
+        compiled = selector.compile(sql)
+        spec = SqlGroup(topic, group, sql)
+        bits = bloom.BitsArray(self.bloom_filter.m)
+        self.bloom_filter.hash_to(self.bloom_filter.generate(spec.bloom_key), bits)
+        arr = np.frombuffer(bytes(bits), dtype=np.uint8).copy()
+        self._groups.setdefault(topic, {})[group] = _Group(spec, compiled, arr)
+        return spec
+
+    @property
+    def groups(self) -> list[SqlGroup]:
+        """Every registered group, in registration order per topic."""
+        return [g.spec for by_group in self._groups.values() for g in by_group.values()]
+
+    # ----------------------------------------------------------- append
+    def append(
+        self,
+        topic: str,
+        body: bytes = b"",
+        *,
+        queue_id: int = 0,
+        properties: Mapping[str, str | None] | str | bytes | None = None,
+        tags: str | None = None,
+        keys: str | Sequence[str] | None = None,
+        flag: int = 0,
+        sys_flag: int = 0,
+        born_timestamp: int | None = None,
+        store_timestamp: int | None = None,
+        born_host: str | None = None,
+        store_host: str | None = None,
+        reconsume_times: int = 0,
+        prepared_transaction_offset: int = 0,
+    ) -> AppendResult:
+        """Append one message and dispatch it to its ConsumeQueue (and ext unit).
+
+        Parameters
+        ----------
+        topic : str
+            Topic as stored (the physical topic, e.g. ``%RETRY%group``).
+        body : bytes-like
+            Stored body. Set :data:`~cq.format.COMPRESSED_FLAG` and the
+            compression type in ``sys_flag`` if it is compressed.
+        queue_id : int
+            Queue of the topic (>= 0).
+        properties : mapping, str or bytes, optional
+            A mapping is serialised as the broker does (see the module doc);
+            ``str``/``bytes`` is the stored properties text, used verbatim.
+        tags, keys : optional
+            Set the ``TAGS`` / ``KEYS`` properties (keys joined by spaces).
+            Only with a mapping (or no) ``properties``.
+        flag, sys_flag, reconsume_times, prepared_transaction_offset : int
+            Record fields. The IPv6 host bits of ``sys_flag`` follow the hosts.
+            Transaction type PREPARED (0x4) or ROLLBACK (0xC) records get no
+            ConsumeQueue unit and QUEUEOFFSET 0.
+        born_timestamp, store_timestamp : int, optional
+            Milliseconds since the epoch; default now (store defaults to born).
+        born_host, store_host : str, optional
+            ``"ip:port"`` or ``"[ipv6]:port"``; default the writer's store host.
+
+        Returns
+        -------
+        AppendResult
+
+        Raises
+        ------
+        ValueError
+            Invalid topic, host, field range, properties over 32,767 bytes, a
+            record that cannot fit a CommitLog file, or a DELAY level that is
+            not an int on ``SCHEDULE_TOPIC_XXXX``. Nothing is written then.
+        """
+        self._check_open()
+        prepared = self._prepare(
+            topic, body, queue_id, properties, tags, keys, flag, sys_flag, born_timestamp,
+            store_timestamp, born_host, store_host, reconsume_times, prepared_transaction_offset,
+        )
+        return self._write([prepared], collect=True)[0]
+
+    def append_many(
+        self,
+        messages: Iterable[Mapping[str, Any]],
+        *,
+        progress: Callable[[int], None] | None = None,
+    ) -> int:
+        """Append many messages; bitmaps are computed per batch with ``matches_many``.
+
+        Parameters
+        ----------
+        messages : iterable of mappings
+            Each holds the keyword arguments of :meth:`append` (``topic`` required).
+        progress : callable, optional
+            Called with the number of messages written so far after each batch.
+
+        Returns
+        -------
+        int
+            Number of messages written.
+
+        Raises
+        ------
+        ValueError
+            As :meth:`append`, naming the message's index. Every message before
+            the bad one is written.
+        """
+        self._check_open()
+        written = 0
+        batch: list[_Prepared] = []
+        for index, m in enumerate(messages):
+            try:
+                if not isinstance(m, Mapping):
+                    raise TypeError(f"expected a mapping of append() arguments, got {type(m).__name__}")
+                unknown = set(m) - _APPEND_FIELDS
+                if unknown:
+                    raise TypeError(f"unknown append() argument(s) {sorted(unknown)}")
+                if "topic" not in m:
+                    raise TypeError("missing 'topic'")
+                batch.append(
+                    self._prepare(
+                        m["topic"], m.get("body", b""), m.get("queue_id", 0), m.get("properties"),
+                        m.get("tags"), m.get("keys"), m.get("flag", 0), m.get("sys_flag", 0),
+                        m.get("born_timestamp"), m.get("store_timestamp"), m.get("born_host"),
+                        m.get("store_host"), m.get("reconsume_times", 0),
+                        m.get("prepared_transaction_offset", 0),
+                    )
+                )
+            except (TypeError, ValueError) as exc:
+                if batch:
+                    self._write(batch, collect=False)
+                    written += len(batch)
+                raise type(exc)(f"message #{index}: {exc}") from exc
+            if len(batch) >= BATCH_SIZE:
+                self._write(batch, collect=False)
+                written += len(batch)
+                batch = []
+                if progress is not None:
+                    progress(written)
+        if batch:
+            self._write(batch, collect=False)
+            written += len(batch)
+            if progress is not None:
+                progress(written)
+        return written
+
+    # ----------------------------------------------------------- lifecycle
+    def flush(self) -> None:
+        """Write every buffered byte to the store files."""
+        self._commit_log.flush()
+        for state in self._queues.values():
+            if state.ext is not None:
+                state.ext.flush()
+            state.cq.flush()
+
+    def close(self) -> None:
+        """Flush and stop accepting messages (idempotent)."""
+        if not self._closed:
+            self.flush()
+            self._closed = True
+
+    def __enter__(self) -> StoreWriter:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.close()
+
+    def _check_open(self) -> None:
+        if self._closed:
+            raise ValueError(f"StoreWriter for {self.root!r} is closed")
+
+    @property
+    def commit_log_max_offset(self) -> int:
+        """Physical offset where the next record would start (before the 8-byte rule)."""
+        return self._commit_log.offset
+
+    def queue_max_offset(self, topic: str, queue_id: int) -> int:
+        """Next queue offset of ``(topic, queue_id)`` (0 for a queue never written)."""
+        state = self._queues.get((topic, queue_id))
+        return state.next_offset if state is not None else 0
+
+    # ----------------------------------------------------------- encoding
+    def _topic_info(self, topic: str) -> tuple[int, bytes]:
+        info = self._topics.get(topic)
+        if info is not None:
+            return info
+        if not isinstance(topic, str):
+            raise TypeError(f"topic must be a str, got {type(topic).__name__}")
+        if not TOPIC_PATTERN.match(topic):
+            raise ValueError(f"topic {topic!r} does not match the broker's topic pattern ^[%|a-zA-Z0-9_-]+$")
+        if len(topic) > TOPIC_MAX_LENGTH:
+            raise ValueError(f"topic of {len(topic)} characters is longer than {TOPIC_MAX_LENGTH}")
+        encoded = topic.encode("ascii")
+        if self.auto_message_version_on_topic_len and len(topic) > V1_TOPIC_MAX_BYTES:
+            info = (MESSAGE_MAGIC_CODE_V2, struct.pack(">h", len(encoded)) + encoded)
+        elif len(encoded) > V1_TOPIC_MAX_BYTES:
+            raise ValueError(
+                f"topic of {len(encoded)} bytes does not fit the signed length byte of a V1 record "
+                f"(max {V1_TOPIC_MAX_BYTES}); enable auto_message_version_on_topic_len for V2"
+            )
+        else:
+            info = (MESSAGE_MAGIC_CODE_V1, bytes([len(encoded)]) + encoded)
+        self._topics[topic] = info
+        return info
+
+    def _serialise(self, properties: Mapping[str, Any] | None, tags: Any, keys: Any) -> tuple[bytes, dict]:
+        """Broker re-serialisation of a property mapping: ``(stored bytes, parsed properties)``."""
+        props: dict[str, str] = {}
+        if properties is not None:
+            if not isinstance(properties, Mapping):
+                raise TypeError(f"properties must be a mapping, str or bytes, got {type(properties).__name__}")
+            for k, v in properties.items():
+                if v is None:
+                    continue
+                if not isinstance(k, str) or not isinstance(v, str):
+                    raise TypeError(f"property {k!r}: names and values must be str, got {type(v).__name__}")
+                if v:
+                    props[k] = v
+        if tags is not None:
+            if not isinstance(tags, str):
+                raise TypeError(f"tags must be a str, got {type(tags).__name__}")
+            if tags:
+                props[PROPERTY_TAGS] = tags
+        if keys is not None:
+            if not isinstance(keys, str):
+                keys = " ".join(keys)
+            if keys:
+                props[PROPERTY_KEYS] = keys
+        if self.cluster is not None:
+            props[PROPERTY_CLUSTER] = self.cluster
+        names = tuple(props)
+        order = self._key_orders.get(names)
+        if order is None:
+            for k in names:
+                if not k or NAME_VALUE_SEPARATOR in k or PROPERTY_SEPARATOR in k:
+                    raise ValueError(f"property name {k!r} is empty or contains a \\x01/\\x02 separator")
+            order = hashmap_order(names)
+            if len(self._key_orders) > 4096:
+                self._key_orders.clear()
+            self._key_orders[names] = order
+        text = "".join([f"{k}\x01{props[k]}\x02" for k in order])
+        if text.count(PROPERTY_SEPARATOR) != len(order):
+            bad = next(k for k in order if PROPERTY_SEPARATOR in props[k])
+            raise ValueError(f"property {bad!r}: value contains the \\x02 property separator")
+        try:
+            data = text.encode("utf-8")
+        except UnicodeEncodeError as exc:
+            raise ValueError(f"properties are not encodable as UTF-8 (lone surrogate?): {exc}") from exc
+        return data, props
+
+    def _prepare(
+        self, topic, body, queue_id, properties, tags, keys, flag, sys_flag, born_timestamp,
+        store_timestamp, born_host, store_host, reconsume_times, prepared_transaction_offset,
+    ) -> _Prepared:
+        magic, topic_field = self._topic_info(topic)
+        if isinstance(properties, (str, bytes, bytearray, memoryview)):
+            if tags is not None or keys is not None:
+                raise ValueError("tags/keys cannot be combined with a pre-serialised properties string")
+            if isinstance(properties, str):
+                try:
+                    props_b = properties.encode("utf-8")
+                except UnicodeEncodeError as exc:
+                    raise ValueError(f"properties are not encodable as UTF-8: {exc}") from exc
+            else:
+                props_b = bytes(properties)
+            props = decode_properties_bytes(props_b)
+        else:
+            props_b, props = self._serialise(properties, tags, keys)
+        if len(props_b) > MAX_PROPERTIES_LENGTH:
+            raise ValueError(
+                f"properties of {len(props_b)} bytes exceed the broker's limit of {MAX_PROPERTIES_LENGTH} "
+                "(PROPERTIES_SIZE_EXCEEDED)"
+            )
+        if not isinstance(body, bytes):
+            if not isinstance(body, (bytearray, memoryview)):
+                raise TypeError(f"body must be bytes-like, got {type(body).__name__}")
+            body = bytes(body)
+        born, born_v6 = parse_host(born_host if born_host is not None else self.store_host, what="born_host")
+        store, store_v6 = (
+            self._store_host if store_host is None else parse_host(store_host, what="store_host")
+        )
+        if born_timestamp is None:
+            born_timestamp = time.time_ns() // 1_000_000
+        if store_timestamp is None:
+            store_timestamp = born_timestamp
+        if isinstance(sys_flag, int) and not isinstance(sys_flag, bool):
+            v6_bits = (BORNHOST_V6_FLAG if born_v6 else 0) | (STOREHOSTADDRESS_V6_FLAG if store_v6 else 0)
+            wrong = (sys_flag & (BORNHOST_V6_FLAG | STOREHOSTADDRESS_V6_FLAG)) & ~v6_bits
+            if wrong:
+                raise ValueError(
+                    f"sys_flag {sys_flag:#x} marks an IPv6 {'born' if wrong & BORNHOST_V6_FLAG else 'store'} "
+                    "host but the host given is IPv4"
+                )
+            sys_flag |= v6_bits
+        size = (
+            _HEAD.size + len(born) + 8 + len(store) + _TAIL.size + len(body) + len(topic_field) + 2 + len(props_b)
+        )
+        try:
+            head = _HEAD.pack(size, magic, zlib.crc32(body) & 0x7FFFFFFF, queue_id, flag, 0, 0, sys_flag,
+                              born_timestamp)
+            tail = _STORE_TS.pack(store_timestamp), _TAIL.pack(reconsume_times, prepared_transaction_offset,
+                                                               len(body))
+        except struct.error:
+            _check_int("queue_id", queue_id, 0, _INT32[1])
+            _check_int("flag", flag, *_INT32)
+            _check_int("sys_flag", sys_flag, *_INT32)
+            _check_int("born_timestamp", born_timestamp, *_INT64)
+            _check_int("store_timestamp", store_timestamp, *_INT64)
+            _check_int("reconsume_times", reconsume_times, *_INT32)
+            _check_int("prepared_transaction_offset", prepared_transaction_offset, *_INT64)
+            raise
+        if queue_id < 0:
+            raise ValueError(f"queue_id must be >= 0, got {queue_id}")
+        if size + END_FILE_MIN_BLANK_LENGTH > self.commit_log_file_size:
+            raise ValueError(
+                f"a record of {size} bytes cannot fit a commit log file of {self.commit_log_file_size} bytes "
+                f"(the broker needs size + {END_FILE_MIN_BLANK_LENGTH} <= file size)"
+            )
+        record = bytearray(size)
+        record[:48] = head
+        pos = 48
+        for part in (born, tail[0], store, tail[1], body, topic_field, _I16.pack(len(props_b)), props_b):
+            record[pos:pos + len(part)] = part
+            pos += len(part)
+        transaction = sys_flag & TRANSACTION_TYPE_MASK
+        dispatch = transaction == TRANSACTION_NOT_TYPE or transaction == TRANSACTION_COMMIT_TYPE
+        code = tags_code(props.get(PROPERTY_TAGS))
+        if topic == SCHEDULE_TOPIC and PROPERTY_DELAY in props:
+            level = _java_parse_int(props[PROPERTY_DELAY])
+            if level is None:
+                raise ValueError(
+                    f"DELAY property {props[PROPERTY_DELAY]!r} of a {SCHEDULE_TOPIC} record is not an int; "
+                    "the broker could not dispatch it"
+                )
+            level = min(level, len(self._delays))
+            if level > 0:
+                code = store_timestamp + self._delays[level - 1]
+        return _Prepared(topic, queue_id, record, dispatch, code, store_timestamp, props)
+
+    # ----------------------------------------------------------- writing
+    def _bitmaps(self, batch: Sequence[_Prepared]) -> list[bytes | None]:
+        """``CommitLogDispatcherCalcBitMap`` over a batch: the bitmap of each record, or None."""
+        out: list[bytes | None] = [None] * len(batch)
+        if not self._groups:
+            return out
+        by_topic: dict[str, list[int]] = {}
+        for i, p in enumerate(batch):
+            if p.dispatch and self._groups.get(p.topic):
+                by_topic.setdefault(p.topic, []).append(i)
+        for topic, idx in by_topic.items():
+            rows = [batch[i].props for i in idx]
+            bitmaps = np.zeros((len(idx), self.bit_map_size), dtype=np.uint8)
+            for group in self._groups[topic].values():
+                hit = np.asarray(group.selector.matches_many(rows), dtype=bool)
+                bitmaps[hit] |= group.bits
+            for j, i in enumerate(idx):
+                out[i] = bitmaps[j].tobytes()
+        return out
+
+    def _write(self, batch: Sequence[_Prepared], *, collect: bool) -> list[AppendResult]:
+        bitmaps = self._bitmaps(batch)
+        results: list[AppendResult] = []
+        log = self._commit_log
+        for p, bitmap in zip(batch, bitmaps):
+            if p.size + END_FILE_MIN_BLANK_LENGTH > log.remaining:
+                log.write(_BLANK.pack(log.remaining, BLANK_MAGIC_CODE))
+                log.roll()
+            phys = log.offset
+            queue_offset = None
+            state = None
+            if p.dispatch:
+                state = self._queue(p.topic, p.queue_id)
+                queue_offset = state.next_offset
+            _OFFSETS.pack_into(p.record, 20, queue_offset or 0, phys)
+            log.write(p.record)
+            address = None
+            if state is not None:
+                address = self._dispatch(state, phys, p.size, p.tags_code, p.store_timestamp, bitmap)
+            self.messages_written += 1
+            if collect:
+                results.append(
+                    AppendResult(phys, p.size, queue_offset, p.tags_code, address, _msg_id(p.record, phys))
+                )
+        return results
+
+    def _dispatch(
+        self, state: _QueueState, phys: int, size: int, code: int, store_timestamp: int, bitmap: bytes | None,
+        queue_offset: int | None = None,
+    ) -> int | None:
+        """Build the ext unit and the ConsumeQueue unit of one record; returns the ext address."""
+        address = None
+        slot = code
+        if state.ext is not None:
+            bm = bitmap or b""
+            unit_size = MIN_EXT_UNIT_SIZE + len(bm)
+            ext = state.ext
+            if unit_size <= MAX_EXT_UNIT_SIZE and ext.offset + unit_size <= MAX_REAL_OFFSET:
+                if unit_size > ext.remaining - EXT_END_BLANK_DATA_LENGTH:
+                    ext.write(_EXT_MARKER)
+                    ext.roll()
+                address = decorate(ext.offset)
+                ext.write(_EXT_HEAD.pack(unit_size, code, store_timestamp, len(bm)) + bm)
+                slot = address
+        cq = state.cq
+        if queue_offset is not None:
+            self._seek_queue(state, queue_offset)
+        if cq.remaining < CQ_STORE_UNIT_SIZE:
+            cq.roll()
+        cq.write(_CQ_UNIT.pack(phys, size, slot))
+        state.next_offset += 1
+        state.started = True
+        return address
+
+    def _seek_queue(self, state: _QueueState, queue_offset: int) -> None:
+        """Position a queue for a unit with a given offset (re-dispatch of an existing CommitLog).
+
+        The first unit of a queue that starts at a non-zero offset is preceded
+        by placeholder units in its file, as the broker fills a first-created
+        file; later units are appended at the write position (the broker only
+        warns when the offsets disagree).
+        """
+        if state.started or queue_offset == 0:
+            return
+        cq = state.cq
+        logical = queue_offset * CQ_STORE_UNIT_SIZE
+        cq.start = logical - logical % cq.file_size
+        cq.pos = 0
+        cq._buf_pos = 0
+        filler = _CQ_UNIT.pack(*PLACEHOLDER_UNIT)
+        cq.write(filler * ((logical - cq.start) // CQ_STORE_UNIT_SIZE))
+        state.next_offset = queue_offset
+
+    def _queue(self, topic: str, queue_id: int) -> _QueueState:
+        key = (topic, queue_id)
+        state = self._queues.get(key)
+        if state is None:
+            cq = _FileQueue(
+                os.path.join(self.root, CONSUME_QUEUE_DIR, topic, str(queue_id)), self.consume_queue_file_size
+            )
+            ext = None
+            if self.enable_ext:
+                ext = _FileQueue(
+                    os.path.join(self.root, CONSUME_QUEUE_EXT_DIR, topic, str(queue_id)), self.ext_file_size
+                )
+            state = self._queues[key] = _QueueState(cq, ext, 0, False)
+        return state
+
+    # ----------------------------------------------------------- append=True
+    def _recover(self) -> None:
+        """Find the write positions of an existing store (the broker's recovery, simplified to
+        what a store written by a clean shutdown needs)."""
+        self._commit_log.start, self._commit_log.pos = _recover_commit_log(
+            os.path.join(self.root, COMMIT_LOG_DIR), self.commit_log_file_size
+        )
+        self._commit_log._buf_pos = self._commit_log.pos
+        cq_root = os.path.join(self.root, CONSUME_QUEUE_DIR)
+        if not os.path.isdir(cq_root):
+            return
+        for topic in sorted(os.listdir(cq_root)):
+            topic_dir = os.path.join(cq_root, topic)
+            if not os.path.isdir(topic_dir) or not TOPIC_PATTERN.match(topic):
+                continue
+            for qid in sorted(os.listdir(topic_dir)):
+                if not qid.isdigit():
+                    continue
+                files = list_queue_files(os.path.join(topic_dir, qid))
+                if not files:
+                    continue
+                state = self._queue(topic, int(qid))
+                start, pos = _recover_consume_queue(files, self.consume_queue_file_size)
+                state.cq.start, state.cq.pos, state.cq._buf_pos = start, pos, pos
+                state.next_offset = (start + pos) // CQ_STORE_UNIT_SIZE
+                state.started = True
+                if state.ext is not None:
+                    ext_files = list_queue_files(os.path.join(self.root, CONSUME_QUEUE_EXT_DIR, topic, qid))
+                    if ext_files:
+                        start, pos = _recover_ext(ext_files, self.ext_file_size)
+                        state.ext.start, state.ext.pos, state.ext._buf_pos = start, pos, pos
+
+
+_APPEND_FIELDS = frozenset(
+    (
+        "topic body queue_id properties tags keys flag sys_flag born_timestamp store_timestamp "
+        "born_host store_host reconsume_times prepared_transaction_offset"
+    ).split()
+)
+
+
+def _msg_id(record: bytes | bytearray, phys: int) -> str:
+    """Offset message id: store-host address bytes, int32 port, int64 physical offset, in hex."""
+    sys_flag = int.from_bytes(record[36:40], "big", signed=True)
+    at = 56 + (20 if sys_flag & BORNHOST_V6_FLAG else 8)
+    width = 20 if sys_flag & STOREHOSTADDRESS_V6_FLAG else 8
+    return (bytes(record[at:at + width]) + struct.pack(">q", phys)).hex().upper()
+
+
+def _check_file_sizes(files: list[tuple[int, str]], file_size: int, kind: str, option: str) -> None:
+    for start, path in files:
+        actual = os.path.getsize(path)
+        if actual == 0 and (start, path) == files[-1]:
+            continue  # a trailing empty file; the broker deletes it, the writer reuses it
+        if actual != file_size:
+            raise ValueError(
+                f"existing {kind} file {path} is {actual} bytes; pass {option}={actual} to append to this store"
+            )
+        if start % file_size:
+            raise StoreFormatError(f"{kind} file start {start} is not a multiple of {file_size}", path, 0)
+
+
+def _recover_commit_log(directory: str, file_size: int) -> tuple[int, int]:
+    """``(start of last file, write position in it)`` after the last valid record."""
+    files = list_queue_files(directory)
+    if not files:
+        return 0, 0
+    _check_file_sizes(files, file_size, "commit log", "commit_log_file_size")
+    start, path = files[-1]
+    with open(path, "rb") as f:
+        data = f.read()
+    pos = 0
+    while len(data) - pos > 4:
+        total, magic = struct.unpack_from(">ii", data, pos) if len(data) - pos >= 8 else (0, 0)
+        if magic == BLANK_MAGIC_CODE:
+            return start + file_size, 0
+        if magic not in (MESSAGE_MAGIC_CODE_V1, MESSAGE_MAGIC_CODE_V2) or total <= 0 or total > len(data) - pos:
+            break
+        end = _valid_record_end(data, pos, total, magic)
+        if end is None:
+            break
+        pos = end
+    return start, pos
+
+
+def _valid_record_end(data: bytes, pos: int, total: int, magic: int) -> int | None:
+    """End of the record at ``pos`` if its lengths add up to TOTALSIZE and its body CRC matches."""
+    try:
+        crc, = struct.unpack_from(">i", data, pos + 8)
+        sys_flag, = struct.unpack_from(">i", data, pos + 36)
+        bh = 20 if sys_flag & BORNHOST_V6_FLAG else 8
+        sh = 20 if sys_flag & STOREHOSTADDRESS_V6_FLAG else 8
+        at = pos + 68 + bh + sh
+        body_len, = struct.unpack_from(">i", data, at)
+        body_len = max(body_len, 0)
+        body = data[at + 4:at + 4 + body_len]
+        at += 4 + body_len
+        if magic == MESSAGE_MAGIC_CODE_V2:
+            topic_len, = struct.unpack_from(">h", data, at)
+            at += 2
+        else:
+            topic_len, = struct.unpack_from(">b", data, at)
+            at += 1
+        at += topic_len
+        props_len, = struct.unpack_from(">h", data, at)
+        at += 2 + max(props_len, 0)
+    except struct.error:
+        return None
+    if at - pos != total or (zlib.crc32(body) & 0x7FFFFFFF) != crc:
+        return None
+    return at
+
+
+def _recover_consume_queue(files: list[tuple[int, str]], file_size: int) -> tuple[int, int]:
+    """``(start, position)`` of the first invalid unit after the valid ones (spec §2.4)."""
+    _check_file_sizes(files, file_size, "consume queue", "consume_queue_file_size")
+    start, path = files[-1]
+    with open(path, "rb") as f:
+        data = f.read()
+    units = np.frombuffer(data[: len(data) - len(data) % CQ_STORE_UNIT_SIZE], dtype=">i8,>i4,>i8")
+    invalid = np.flatnonzero((units["f0"] < 0) | (units["f1"] <= 0))
+    if len(invalid):
+        return start, int(invalid[0]) * CQ_STORE_UNIT_SIZE
+    if len(data) == 0:
+        return start, 0
+    return start + file_size, 0  # the last file is full: the next unit opens a new one
+
+
+def _recover_ext(files: list[tuple[int, str]], file_size: int) -> tuple[int, int]:
+    """Walk every ext file as the broker's recovery does (spec §3.5)."""
+    _check_file_sizes(files, file_size, "consume queue ext", "ext_file_size")
+    start, pos = files[0][0], 0
+    for i, (start, path) in enumerate(files):
+        with open(path, "rb") as f:
+            data = f.read()
+        pos = 0
+        while len(data) - pos >= 2:
+            size, = _I16.unpack_from(data, pos)
+            if size <= 0:
+                break
+            pos += size
+        if i + 1 < len(files):
+            continue
+    return start, pos
+
+
+# ----------------------------------------------------------- rebuild bitmaps
+@dataclass
+class RebuildResult:
+    """What :func:`rebuild_bitmaps` wrote.
+
+    Attributes
+    ----------
+    messages : int
+        CommitLog records read.
+    dispatched : int
+        Records that got ConsumeQueue and ext units.
+    groups : list of SqlGroup
+    """
+
+    messages: int
+    dispatched: int
+    groups: list[SqlGroup] = field(default_factory=list)
+
+
+def _as_groups(groups: Iterable[Any]) -> list[SqlGroup]:
+    out = []
+    for g in groups:
+        if isinstance(g, SqlGroup):
+            out.append(g)
+        elif isinstance(g, Mapping):
+            out.append(SqlGroup(g["topic"], g["group"], g["sql"]))
+        else:
+            topic, group, sql = g
+            out.append(SqlGroup(topic, group, sql))
+    return out
+
+
+def rebuild_bitmaps(
+    source: str | os.PathLike,
+    dest: str | os.PathLike,
+    groups: Iterable[SqlGroup | tuple[str, str, str] | Mapping[str, str]],
+    *,
+    consume_queue_file_size: int | None = None,
+    ext_file_size: int | None = None,
+    bloom_filter: Any = None,
+    message_delay_level: str = DEFAULT_MESSAGE_DELAY_LEVEL,
+    progress: Callable[[int], None] | None = None,
+) -> RebuildResult:
+    """Copy a store's CommitLog to ``dest`` and rebuild its ConsumeQueues and ext bitmaps there.
+
+    The records are re-dispatched in log order exactly as the broker's reput
+    service would with ``groups`` registered: ConsumeQueue units at each
+    record's QUEUEOFFSET, ext units (``enableConsumeQueueExt`` on) with the
+    bitmap of the new groups. The source store is only read.
+
+    Parameters
+    ----------
+    source : path
+        An existing store root.
+    dest : path
+        A directory that does not hold a store (created if missing).
+    groups : iterable
+        :class:`SqlGroup` objects, ``(topic, group, sql)`` tuples or mappings with those keys.
+    consume_queue_file_size, ext_file_size : int, optional
+        Default: the sizes of the source's files, else the broker defaults.
+    bloom_filter : bloom.BloomFilter, optional
+        Default ``BloomFilter(20, 32)``.
+    message_delay_level : str
+        For ``SCHEDULE_TOPIC_XXXX`` tag codes.
+    progress : callable, optional
+        Called with the number of records read after each batch.
+
+    Returns
+    -------
+    RebuildResult
+
+    Raises
+    ------
+    FileExistsError
+        ``dest`` already holds a store.
+    cq.StoreFormatError
+        The source CommitLog is corrupt.
+    """
+    from .store import Store
+
+    source = os.fspath(source)
+    dest = os.fspath(dest)
+    if os.path.realpath(source) == os.path.realpath(dest):
+        raise ValueError("rebuild_bitmaps writes into a new directory; dest must differ from source")
+    store = Store(source)
+    src_log = os.path.join(source, COMMIT_LOG_DIR)
+    log_files = list_queue_files(src_log)
+    commit_log_file_size = os.path.getsize(log_files[0][1]) if log_files else DEFAULT_COMMIT_LOG_FILE_SIZE
+
+    def first_size(kind: str, default: int) -> int:
+        for dirpath, _dirs, names in os.walk(os.path.join(source, kind)):
+            for name in sorted(names):
+                size = os.path.getsize(os.path.join(dirpath, name))
+                if size:
+                    return size
+        return default
+
+    writer = StoreWriter(
+        dest,
+        commit_log_file_size=max(commit_log_file_size, 64),
+        consume_queue_file_size=consume_queue_file_size or first_size(
+            CONSUME_QUEUE_DIR, DEFAULT_CONSUME_QUEUE_FILE_SIZE
+        ),
+        ext_file_size=ext_file_size or first_size(CONSUME_QUEUE_EXT_DIR, DEFAULT_EXT_FILE_SIZE),
+        enable_ext=True,
+        bloom_filter=bloom_filter,
+        message_delay_level=message_delay_level,
+    )
+    specs = _as_groups(groups)
+    for g in specs:
+        writer.register_group(g.topic, g.group, g.sql)
+    os.makedirs(os.path.join(dest, COMMIT_LOG_DIR), exist_ok=True)
+    for _start, path in log_files:
+        shutil.copyfile(path, os.path.join(dest, COMMIT_LOG_DIR, os.path.basename(path)))
+
+    messages = dispatched = 0
+    batch: list[tuple[_Prepared, int, int]] = []
+
+    def flush_batch() -> None:
+        nonlocal dispatched
+        prepared = [p for p, _, _ in batch]
+        for (p, phys, qoff), bitmap in zip(batch, writer._bitmaps(prepared)):
+            if p.dispatch:
+                state = writer._queue(p.topic, p.queue_id)
+                writer._dispatch(state, phys, p.size, p.tags_code, p.store_timestamp, bitmap, queue_offset=qoff)
+                dispatched += 1
+        batch.clear()
+
+    for msg in store.commit_log.messages():
+        messages += 1
+        transaction = msg.sys_flag & TRANSACTION_TYPE_MASK
+        props = msg.properties or {}
+        code = tags_code(props.get(PROPERTY_TAGS))
+        if msg.topic == SCHEDULE_TOPIC and PROPERTY_DELAY in props:
+            level = _java_parse_int(props[PROPERTY_DELAY])
+            if level is None:
+                continue  # the broker's dispatch fails on such a record: no unit
+            level = min(level, len(writer._delays))
+            if level > 0:
+                code = msg.store_timestamp + writer._delays[level - 1]
+        p = _Prepared(
+            msg.topic, msg.queue_id, b"", transaction in (TRANSACTION_NOT_TYPE, TRANSACTION_COMMIT_TYPE),
+            code, msg.store_timestamp, props,
+        )
+        p.size = msg.store_size
+        batch.append((p, msg.commit_log_offset, msg.queue_offset))
+        if len(batch) >= BATCH_SIZE:
+            flush_batch()
+            if progress is not None:
+                progress(messages)
+    if batch:
+        flush_batch()
+    writer.close()
+    if progress is not None:
+        progress(messages)
+    return RebuildResult(messages, dispatched, specs)
