@@ -25,3 +25,35 @@ def load_jsonl(name: str) -> list[dict]:
 @pytest.fixture(scope="session")
 def data_dir() -> Path:
     return DATA
+
+
+@pytest.fixture(scope="session")
+def spark():
+    """One SparkSession for the whole test session: local[2], UI off, few shuffle partitions.
+
+    Fails (never skips) with a clear message when Java or PySpark is missing.
+    """
+    import shutil
+
+    if not (os.environ.get("JAVA_HOME") or shutil.which("java")):
+        pytest.fail("Spark tests need Java 17: no `java` on PATH and JAVA_HOME is not set", pytrace=False)
+    try:
+        from pyspark.sql import SparkSession
+    except ImportError as exc:
+        pytest.fail(f"Spark tests need pyspark (pip install -e '.[spark]'): {exc}", pytrace=False)
+    import pyspark_udfs
+
+    session = (
+        SparkSession.builder.master("local[2]")
+        .appName("rmqfilter-tests")
+        .config("spark.ui.enabled", "false")
+        .config("spark.sql.shuffle.partitions", "2")
+        .config("spark.default.parallelism", "2")
+        .config("spark.sql.python.filterPushdown.enabled", "true")
+        .config("spark.ui.showConsoleProgress", "false")
+        .getOrCreate()
+    )
+    session.sparkContext.setLogLevel("ERROR")
+    pyspark_udfs.register(session)
+    yield session
+    session.stop()

@@ -1,0 +1,310 @@
+"""The ``rocketmq`` Spark data source: read a broker store, with the broker's filter inside the reader.
+
+>>> pyspark_udfs.register(spark)                                  # doctest: +SKIP
+>>> df = (spark.read.format("rocketmq")
+...       .option("topic", "TopicTest")
+...       .option("group", "GID_SQL_A").option("sql", "a > 5")
+...       .load("/data/rocketmq/store"))                          # doctest: +SKIP
+
+Options (all strings, parsed once when the reader is made):
+
+``topic``
+    Topic to read; every topic of the store when absent.
+``table``
+    ``messages`` (default): each ConsumeQueue unit joined to its CommitLog
+    record. ``consumequeue``: the units and their ConsumeQueueExt fields only
+    (the CommitLog is not read).
+``group`` with ``sql`` or ``tags``
+    Apply the broker's two-layer filter for that consumer group inside the
+    reader: only the messages the group would receive come out (for
+    ``consumequeue``: the units that pass the ConsumeQueue layer).
+``decisions``
+    ``true``: with a group, keep every unit and add the columns
+    ``matched_by_consume_queue`` and ``matched_by_commit_log`` (NULL where the
+    CommitLog layer was not reached, and the CommitLog columns NULL there,
+    because the broker does not read those records either).
+``partition_units``
+    Largest number of ConsumeQueue units per partition (default 100000).
+    Partitions follow ConsumeQueue files; a larger file is split.
+
+Filters on ``queue_id``, ``tags_code`` and ``tags`` (``=``, ``IN``, and for
+``queue_id`` comparisons) are pushed into the reader when
+``spark.sql.python.filterPushdown.enabled`` is true: ``queue_id`` prunes
+partitions, ``tags_code`` and ``tags`` select units by their tag code before
+any CommitLog record is read (``tags`` is then re-checked exactly by Spark).
+"""
+from __future__ import annotations
+
+import dataclasses
+import os
+from collections.abc import Iterator, Sequence
+from typing import Any
+
+from pyspark.sql.datasource import (
+    DataSource,
+    DataSourceReader,
+    EqualTo,
+    Filter,
+    GreaterThan,
+    GreaterThanOrEqual,
+    In,
+    InputPartition,
+    LessThan,
+    LessThanOrEqual,
+)
+from pyspark.sql.types import (
+    BinaryType,
+    BooleanType,
+    IntegerType,
+    LongType,
+    MapType,
+    StringType,
+    StructField,
+    StructType,
+)
+
+__all__ = ["TABLES", "ConsumeQueueSlice", "ReadOptions", "RocketMQDataSource", "RocketMQReader"]
+
+TABLES = ("messages", "consumequeue")
+DEFAULT_PARTITION_UNITS = 100_000
+BATCH_ROWS = 8192
+
+_UNIT_FIELDS = [
+    StructField("topic", StringType(), False),
+    StructField("queue_id", IntegerType(), False),
+    StructField("queue_offset", LongType(), False),
+    StructField("commit_log_offset", LongType(), False),
+    StructField("store_size", IntegerType(), False),
+    # The tag code as the broker uses it: the ConsumeQueue slot, or the ext
+    # unit's tags code when the slot is an ext address; NULL if that ext unit
+    # cannot be read (the broker then passes the message through).
+    StructField("tags_code", LongType(), True),
+]
+_EXT_FIELDS = [
+    StructField("msg_store_time", LongType(), True),
+    StructField("filter_bitmap", BinaryType(), True),
+]
+_CONSUMEQUEUE_FIELDS = [
+    *_UNIT_FIELDS,
+    StructField("ext_address", LongType(), True),
+    *_EXT_FIELDS,
+]
+_MESSAGE_FIELDS = [
+    *_UNIT_FIELDS,
+    StructField("tags", StringType(), True),
+    StructField("keys", StringType(), True),
+    StructField("properties", MapType(StringType(), StringType(), True), True),
+    StructField("body", BinaryType(), True),
+    StructField("born_timestamp", LongType(), True),
+    StructField("born_host", StringType(), True),
+    StructField("store_timestamp", LongType(), True),
+    StructField("store_host", StringType(), True),
+    StructField("sys_flag", IntegerType(), True),
+    StructField("reconsume_times", IntegerType(), True),
+    *_EXT_FIELDS,
+]
+_DECISION_FIELDS = {
+    "messages": [
+        StructField("matched_by_consume_queue", BooleanType(), False),
+        StructField("matched_by_commit_log", BooleanType(), True),
+    ],
+    "consumequeue": [StructField("matched_by_consume_queue", BooleanType(), False)],
+}
+
+
+def _bool_option(options: dict, name: str, default: bool) -> bool:
+    raw = options.get(name)
+    if raw is None:
+        return default
+    value = str(raw).strip().lower()
+    if value in ("true", "1", "yes"):
+        return True
+    if value in ("false", "0", "no"):
+        return False
+    raise ValueError(f"rocketmq option {name!r}: expected true or false, got {raw!r}")
+
+
+@dataclasses.dataclass(frozen=True)
+class ReadOptions:
+    """The data source's options, parsed and checked once on the driver."""
+
+    path: str
+    topic: str | None = None
+    table: str = "messages"
+    group: str | None = None
+    sql: str | None = None
+    tags: str | None = None
+    decisions: bool = False
+    partition_units: int = DEFAULT_PARTITION_UNITS
+
+    @classmethod
+    def parse(cls, options: dict) -> ReadOptions:
+        """Parse Spark's string options; ``ValueError`` naming the option on bad input."""
+        options = {str(k).lower(): v for k, v in dict(options).items()}
+        path = options.get("path")
+        if not path:
+            raise ValueError("rocketmq: no store path; use spark.read.format('rocketmq').load('/path/to/store')")
+        if not os.path.isdir(path):
+            raise ValueError(f"rocketmq: store path {path!r} is not a directory")
+        table = options.get("table", "messages").strip().lower()
+        if table not in TABLES:
+            raise ValueError(f"rocketmq option 'table': expected one of {', '.join(TABLES)}, got {table!r}")
+        raw_units = options.get("partition_units", str(DEFAULT_PARTITION_UNITS))
+        try:
+            partition_units = int(raw_units)
+        except ValueError:
+            partition_units = 0
+        if partition_units <= 0:
+            raise ValueError(f"rocketmq option 'partition_units': expected a positive integer, got {raw_units!r}")
+        group = options.get("group") or None
+        sql = options.get("sql")
+        tags = options.get("tags")
+        if sql is not None and tags is not None:
+            raise ValueError("rocketmq options 'sql' and 'tags' exclude each other: a group subscribes one way")
+        if group is None and (sql is not None or tags is not None):
+            raise ValueError("rocketmq options 'sql'/'tags' need 'group' (the consumer group whose filter it is)")
+        if group is not None and sql is None and tags is None:
+            raise ValueError(f"rocketmq option 'group' ({group!r}) needs 'sql' or 'tags' (its subscription)")
+        decisions = _bool_option(options, "decisions", False)
+        if decisions and group is None:
+            raise ValueError("rocketmq option 'decisions' needs 'group' with 'sql' or 'tags'")
+        if sql is not None:
+            import selector
+
+            selector.compile(sql)  # SelectorSyntaxError (with position) now, on the driver
+        if tags is not None:
+            import cq
+
+            cq.parse_tag_subscription(tags)
+        return cls(
+            path=os.path.abspath(path),
+            topic=options.get("topic") or None,
+            table=table,
+            group=group,
+            sql=sql,
+            tags=tags,
+            decisions=decisions,
+            partition_units=partition_units,
+        )
+
+    def schema(self) -> StructType:
+        """The Spark schema these options produce."""
+        fields = list(_MESSAGE_FIELDS if self.table == "messages" else _CONSUMEQUEUE_FIELDS)
+        if self.decisions:
+            fields += _DECISION_FIELDS[self.table]
+        return StructType(fields)
+
+
+@dataclasses.dataclass(frozen=True)
+class ConsumeQueueSlice(InputPartition):
+    """One partition: queue offsets ``[start, end)`` of one ConsumeQueue (a file, or part of one)."""
+
+    topic: str
+    queue_id: int
+    start: int
+    end: int
+
+
+class RocketMQDataSource(DataSource):
+    """``spark.read.format("rocketmq").load(store_root)``: a RocketMQ broker store as a DataFrame."""
+
+    @classmethod
+    def name(cls) -> str:
+        return "rocketmq"
+
+    def __init__(self, options: dict[str, str]) -> None:
+        super().__init__(options)
+        self.read_options = ReadOptions.parse(options)
+
+    def schema(self) -> StructType:
+        return self.read_options.schema()
+
+    def reader(self, schema: StructType) -> RocketMQReader:
+        return RocketMQReader(self.read_options, schema)
+
+
+_QUEUE_ID_TESTS = {
+    "EqualTo": lambda q, v: q == v,
+    "In": lambda q, v: q in v,
+    "GreaterThan": lambda q, v: q > v,
+    "GreaterThanOrEqual": lambda q, v: q >= v,
+    "LessThan": lambda q, v: q < v,
+    "LessThanOrEqual": lambda q, v: q <= v,
+}
+
+
+def _attribute(f: Filter) -> str | None:
+    attr = getattr(f, "attribute", None)
+    return attr[0] if attr is not None and len(attr) == 1 else None
+
+
+class RocketMQReader(DataSourceReader):
+    """Plans one partition per ConsumeQueue file and reads them as Arrow record batches."""
+
+    def __init__(self, options: ReadOptions, schema: StructType) -> None:
+        self.options = options
+        self.schema = schema
+        # Pushed-down conditions, ANDed: queue id predicates, allowed tag codes.
+        self.queue_id_filters: list[tuple[str, Any]] = []
+        self.tags_code_sets: list[frozenset[int]] = []
+
+    # --------------------------------------------------------------- pushdown
+    def pushFilters(self, filters: list[Filter]) -> Iterator[Filter]:
+        """Take filters on ``queue_id``, ``tags_code`` and ``tags``; hand the rest back to Spark."""
+        for f in filters:
+            name = _attribute(f)
+            if name == "queue_id" and isinstance(f, (EqualTo, In, GreaterThan, GreaterThanOrEqual,
+                                                     LessThan, LessThanOrEqual)):
+                self.queue_id_filters.append((type(f).__name__, f.value))
+                continue
+            if name == "tags_code" and isinstance(f, (EqualTo, In)):
+                values = f.value if isinstance(f, In) else (f.value,)
+                self.tags_code_sets.append(frozenset(int(v) for v in values if v is not None))
+                continue
+            if name == "tags" and isinstance(f, (EqualTo, In)):
+                # Tag codes select candidate units (hash collisions included);
+                # Spark still checks the tag string exactly.
+                import cq
+
+                values = f.value if isinstance(f, In) else (f.value,)
+                self.tags_code_sets.append(
+                    frozenset(int(cq.tags_code(v)) for v in values if v is not None and v != ""))
+            yield f
+
+    def _queue_id_allowed(self, queue_id: int) -> bool:
+        return all(_QUEUE_ID_TESTS[op](queue_id, value) for op, value in self.queue_id_filters)
+
+    # --------------------------------------------------------------- planning
+    def partitions(self) -> Sequence[ConsumeQueueSlice]:
+        """One slice per ConsumeQueue file (split every ``partition_units`` units)."""
+        import cq
+
+        opts = self.options
+        store = cq.Store(opts.path)
+        topics = [opts.topic] if opts.topic is not None else list(store.topics())
+        if opts.topic is not None and opts.topic not in set(store.topics()):
+            raise ValueError(f"rocketmq option 'topic': no topic {opts.topic!r} in store {opts.path!r}")
+        slices: list[ConsumeQueueSlice] = []
+        for topic in topics:
+            for queue_id in store.queue_ids(topic):
+                if not self._queue_id_allowed(queue_id):
+                    continue
+                queue = store.consume_queue(topic, queue_id)
+                lo, hi = queue.min_offset, queue.max_offset
+                per_file = queue.units_per_file
+                for file_start, _ in queue.files:
+                    first = file_start // 20
+                    start, end = max(lo, first), min(hi, first + per_file)
+                    for s in range(start, end, opts.partition_units):
+                        slices.append(ConsumeQueueSlice(topic, queue_id, s, min(end, s + opts.partition_units)))
+        if not slices:
+            # Spark needs at least one partition; an empty slice reads nothing.
+            slices.append(ConsumeQueueSlice(opts.topic or "", -1, 0, 0))
+        return slices
+
+    # ---------------------------------------------------------------- reading
+    def read(self, partition: ConsumeQueueSlice):
+        """Yield ``pyarrow.RecordBatch``es of the slice's rows (heavy imports happen here)."""
+        from pyspark_udfs import _reader
+
+        yield from _reader.read_slice(self.options, self.schema, partition, self.tags_code_sets)
