@@ -16,7 +16,7 @@ $(PY):
 
 $(STAMP): $(PY) pyproject.toml setup.py
 	$(PY) -m pip install -q --upgrade pip setuptools wheel "Cython>=3" numpy
-	$(PY) -m pip install -q --no-build-isolation -e ".[spark,test]"
+	$(PY) -m pip install -q --no-build-isolation -e ".[spark,test,bench]"
 	touch $@
 
 # Quick when nothing changed: Cython and setuptools only rebuild stale modules.
@@ -36,8 +36,9 @@ test-python:
 demo: setup
 	$(VENV)/bin/rmqfilter demo
 
+# Every benchmark beside its alternative; writes bench/RESULTS.md and bench/charts/.
 bench: setup
-	$(PY) -m pytest -q bench --benchmark-columns=min,median,max,ops --benchmark-sort=name
+	$(PY) bench/report.py
 
 lint: setup
 	$(VENV)/bin/ruff check .

@@ -1,0 +1,221 @@
+"""Run every benchmark and write ``bench/RESULTS.md`` (tables) and ``bench/charts/*.png``.
+
+Usage (what ``make bench`` runs)::
+
+    .venv/bin/python bench/report.py                 # run bench/ and write the report
+    .venv/bin/python bench/report.py --json run.json # only rebuild the report from a saved run
+    .venv/bin/python bench/report.py -- -k bloom     # pass arguments on to pytest
+
+Benchmarks describe themselves through pytest-benchmark's ``extra_info``
+(see ``bench/conftest.py``): ``items`` per round, ``role`` ("ours",
+"alternative", "twin"), optional ``bytes`` per round, and for charts a
+``series`` name with the ``size`` of the input. Every figure in the report is
+a median over rounds measured in this run; the min–max range is shown beside
+it, because this machine has two cores shared with whatever else is running.
+"""
+from __future__ import annotations
+
+import argparse
+import datetime as dt
+import json
+import os
+import platform
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+ROOT = HERE.parent
+
+# The broker's own figures, quoted in the issues (Java, warm JIT); not measured here.
+QUOTED = [
+    ("selector evaluate `a > 5`", "14 ns/evaluate"),
+    ("selector evaluate `TAGS in ('A','B','C')`", "15 ns/evaluate"),
+    ("selector evaluate, six-clause AND/OR", "116 ns/evaluate"),
+    ("selector evaluate `a BETWEEN 1 AND 10`", "27 ns/evaluate"),
+    ("selector evaluate `g IS NULL`", "4 ns/evaluate"),
+    ("selector evaluate CONTAINS + STARTSWITH", "23 ns/evaluate"),
+    ("selector evaluate `p > 3.5`", "25 ns/evaluate"),
+    ("Bloom bit positions", "~100 ns/key"),
+]
+
+
+def _rate(value: float) -> str:
+    for unit, scale in (("G", 1e9), ("M", 1e6), ("k", 1e3)):
+        if value >= scale:
+            return f"{value / scale:.3g} {unit}/s"
+    return f"{value:.3g} /s"
+
+
+def _per_item(seconds: float) -> str:
+    ns = seconds * 1e9
+    if ns >= 1e6:
+        return f"{ns / 1e6:.3g} ms"
+    if ns >= 1e3:
+        return f"{ns / 1e3:.3g} µs"
+    return f"{ns:.3g} ns"
+
+
+def run_benchmarks(pytest_args: list[str]) -> dict:
+    with tempfile.TemporaryDirectory() as tmp:
+        out = Path(tmp) / "run.json"
+        cmd = [sys.executable, "-m", "pytest", "-q", str(HERE), f"--benchmark-json={out}",
+               "--benchmark-columns=median", *pytest_args]
+        env = dict(os.environ, PYSPARK_PYTHON=sys.executable, PYSPARK_DRIVER_PYTHON=sys.executable)
+        proc = subprocess.run(cmd, check=False, cwd=ROOT, env=env)
+        if not out.exists():
+            raise SystemExit(f"benchmarks produced no results (pytest exit {proc.returncode})")
+        if proc.returncode not in (0, 1):
+            print(f"warning: pytest exited {proc.returncode}; reporting what ran", file=sys.stderr)
+        return json.loads(out.read_text())
+
+
+def summarise(run: dict) -> list[dict]:
+    rows = []
+    for bench in run["benchmarks"]:
+        info = bench.get("extra_info") or {}
+        items = info.get("items")
+        if not items:
+            continue
+        stats = bench["stats"]
+        rows.append({
+            "group": bench.get("group") or bench["name"],
+            "name": bench["name"],
+            "role": info.get("role", "ours"),
+            "items": items,
+            "bytes": info.get("bytes"),
+            "series": info.get("series"),
+            "size": info.get("size", items),
+            "median": stats["median"],
+            "min": stats["min"],
+            "max": stats["max"],
+            "rounds": stats["rounds"],
+        })
+    return rows
+
+
+def table(rows: list[dict]) -> list[str]:
+    lines = ["| kernel | input per round | ours (median) | range | alternative (median) | ours / alternative |",
+             "|---|---|---|---|---|---|"]
+    groups: dict[str, list[dict]] = {}
+    for row in rows:
+        groups.setdefault(row["group"], []).append(row)
+    for group in sorted(groups):
+        members = groups[group]
+        ours = [r for r in members if r["role"] == "ours"]
+        alts = [r for r in members if r["role"] != "ours"]
+        best_alt = max(alts, key=lambda r: r["items"] / r["median"], default=None)
+        for r in ours or members:
+            rate = r["items"] / r["median"]
+            gbs = f", {r['bytes'] / r['median'] / 1e9:.2f} GB/s" if r.get("bytes") else ""
+            ours_txt = f"`{r['name']}`: {_rate(rate)} ({_per_item(r['median'] / r['items'])}/item{gbs})"
+            rng = f"{_rate(r['items'] / r['max'])} – {_rate(r['items'] / r['min'])}"
+            if best_alt is not None:
+                alt_rate = best_alt["items"] / best_alt["median"]
+                alt_txt = (f"`{best_alt['name']}` ({best_alt['role']}): {_rate(alt_rate)} "
+                           f"({_per_item(best_alt['median'] / best_alt['items'])}/item)")
+                ratio = f"{rate / alt_rate:.2f}×"
+            else:
+                alt_txt, ratio = "—", "—"
+            lines.append(f"| {group} | {r['items']:,} | {ours_txt} | {rng} | {alt_txt} | {ratio} |")
+    return lines
+
+
+def charts(rows: list[dict], out_dir: Path) -> list[str]:
+    series: dict[str, list[dict]] = {}
+    for row in rows:
+        if row["series"]:
+            series.setdefault(row["series"], []).append(row)
+    if not series:
+        return []
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        return ["(charts skipped: install the `[bench]` extra for matplotlib)"]
+    out_dir.mkdir(exist_ok=True)
+    links = []
+    for name, members in sorted(series.items()):
+        fig, ax = plt.subplots(figsize=(7, 4))
+        by_label: dict[str, list[tuple[int, float]]] = {}
+        for r in members:
+            label = r["name"].split("[")[0].removeprefix("test_")
+            by_label.setdefault(label, []).append((r["size"], r["items"] / r["median"]))
+        for label, points in sorted(by_label.items()):
+            points.sort()
+            ax.plot([p[0] for p in points], [p[1] for p in points], marker="o", label=label)
+        ax.set_xscale("log")
+        ax.set_yscale("log")
+        ax.set_xlabel("input size (items)")
+        ax.set_ylabel("throughput (items/s, median)")
+        ax.set_title(name)
+        ax.grid(True, which="both", alpha=0.3)
+        ax.legend(fontsize=7)
+        fig.tight_layout()
+        slug = "".join(c if c.isalnum() else "_" for c in name).strip("_").lower()
+        path = out_dir / f"{slug}.png"
+        fig.savefig(path, dpi=110)
+        plt.close(fig)
+        links.append(f"![{name}](charts/{path.name})")
+    return links
+
+
+def machine() -> str:
+    model = platform.processor() or platform.machine()
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                model = line.split(":", 1)[1].strip()
+                break
+    except OSError:
+        pass
+    import numpy
+
+    return (f"{model}, {os.cpu_count()} cores, Python {platform.python_version()}, "
+            f"numpy {numpy.__version__}, {platform.system()} {platform.release()}")
+
+
+def write_report(run: dict, out: Path) -> None:
+    rows = summarise(run)
+    date = run.get("datetime", dt.datetime.now(dt.timezone.utc).isoformat())[:10]
+    lines = [
+        "# Benchmark results",
+        "",
+        f"Generated by `make bench` (`bench/report.py`) on {date}. Machine: {machine()}.",
+        "",
+        "Each row: the median over pytest-benchmark rounds; the range is the slowest to the fastest",
+        "round of ours. The alternative ran in the same session. Noise: the machine has two cores",
+        "and other work may run beside the benchmarks; differences under ~20 % are not significant.",
+        "",
+        *table(rows),
+        "",
+        "## Reference: the broker's own figures (quoted, not measured by this report)",
+        "",
+        "| operation | Java, warm JIT |",
+        "|---|---|",
+        *[f"| {op} | {figure} |" for op, figure in QUOTED],
+        "",
+    ]
+    links = charts(rows, out.parent / "charts")
+    if links:
+        lines += ["## Throughput against input size", "", *links, ""]
+    out.write_text("\n".join(lines), encoding="utf-8")
+    print(f"wrote {out} ({len(rows)} benchmarks)")
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--json", type=Path, help="report from a saved pytest-benchmark JSON instead of running")
+    parser.add_argument("--out", type=Path, default=HERE / "RESULTS.md")
+    parser.add_argument("pytest_args", nargs="*", help="arguments for pytest (after --)")
+    args = parser.parse_args(argv)
+    run = json.loads(args.json.read_text()) if args.json else run_benchmarks(args.pytest_args)
+    write_report(run, args.out)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
