@@ -3,20 +3,59 @@
 Read a broker store directory (CommitLog, ConsumeQueue, ConsumeQueueExt)
 exactly as the broker reads it, and replay which messages a consumer group
 would receive. See :mod:`cq.format` for the file formats.
+
+>>> import cq
+>>> cq.tags_code("TagA")
+2598919
 """
+from .commitlog import CommitLog, Message
+from .consumequeue import ConsumeQueue
 from .errors import StoreFormatError, TagSubscriptionError
-from .format import decorate, is_ext_addr, undecorate
-from .tags import ENGINE, SubscriptionData, parse_tag_subscription, tags_code, tags_code_many
+from .ext import ConsumeQueueExt, CqExtUnit
+from .filter import RetrySqlFilter, SqlFilter, TagFilter
+from .format import MAX_ADDR, decorate, is_ext_addr, undecorate
+from .scan import ENGINE as _SCAN_ENGINE
+from .scan import scan_tags
+from .store import ConsumeResult, ConsumeStats, Store
+from .tags import ENGINE as _TAGS_ENGINE
+from .tags import SubscriptionData, parse_tag_subscription, tags_code, tags_code_many
+
+#: "cython" when the compiled engines are in use, "python" for the pure-Python twins.
+ENGINE = "cython" if _SCAN_ENGINE == _TAGS_ENGINE == "cython" else "python"
 
 __all__ = [
     "ENGINE",
+    "MAX_ADDR",
+    "CommitLog",
+    "ConsumeQueue",
+    "ConsumeQueueExt",
+    "ConsumeResult",
+    "ConsumeStats",
+    "CqExtUnit",
+    "Message",
+    "RetrySqlFilter",
+    "SqlFilter",
+    "Store",
     "StoreFormatError",
     "SubscriptionData",
+    "TagFilter",
     "TagSubscriptionError",
     "decorate",
     "is_ext_addr",
     "parse_tag_subscription",
+    "scan_tags",
     "tags_code",
     "tags_code_many",
     "undecorate",
 ]
+
+_WRITER_NAMES = ("StoreWriter", "SqlGroup", "AppendResult", "rebuild_bitmaps", "generate_sample_store")
+
+
+def __getattr__(name: str):
+    # The writer imports lazily: readers never pay for it, and never break with it.
+    if name in _WRITER_NAMES:
+        from . import writer
+
+        return getattr(writer, name)
+    raise AttributeError(f"module 'cq' has no attribute {name!r}")

@@ -452,6 +452,19 @@ def map_file(path: str | os.PathLike) -> memoryview:
         return memoryview(mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ))
 
 
+def release_maps(maps: dict) -> None:
+    """Close mapped files that nothing else still views; the rest close when collected."""
+    for m in maps.values():
+        obj = m.obj
+        try:
+            m.release()
+            if hasattr(obj, "close"):
+                obj.close()
+        except BufferError:  # an array returned to the caller still views the map
+            pass
+    maps.clear()
+
+
 def list_queue_files(directory: str | os.PathLike) -> list[tuple[int, str]]:
     """``(start_offset, path)`` of every store file in ``directory``, ascending.
 

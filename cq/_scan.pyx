@@ -1,0 +1,348 @@
+"""Cython engine of the ConsumeQueue / ext / CommitLog scan kernels (twin: ``cq/_scan_py.py``).
+
+Every kernel takes a uint8 buffer (one mapped file, or a slice of one) and
+byte positions inside it; the loops run without the GIL over typed
+memoryviews. Inputs are validated here, at the boundary: the build turns
+bounds checking off.
+"""
+import numpy as np
+
+cimport numpy as cnp
+from libc.stdint cimport int8_t, int16_t, int32_t, int64_t, uint8_t, uint16_t, uint32_t, uint64_t
+from libc.stdlib cimport free, malloc, realloc
+from libc.string cimport memcpy, memset
+
+from . import format as fmt
+
+cnp.import_array()
+
+cdef extern from *:
+    """
+    static inline uint32_t rmq_load_be32(const uint8_t* p) {
+        uint32_t v; memcpy(&v, p, 4); return __builtin_bswap32(v);
+    }
+    static inline uint16_t rmq_load_be16(const uint8_t* p) {
+        uint16_t v; memcpy(&v, p, 2); return __builtin_bswap16(v);
+    }
+    static inline uint64_t rmq_load_be64(const uint8_t* p) {
+        uint64_t v; memcpy(&v, p, 8); return __builtin_bswap64(v);
+    }
+    """
+    uint32_t rmq_load_be32(const uint8_t* p) noexcept nogil
+    uint16_t rmq_load_be16(const uint8_t* p) noexcept nogil
+    uint64_t rmq_load_be64(const uint8_t* p) noexcept nogil
+
+cdef enum:
+    C_PRUNED = 0
+    C_PASS = 1
+    C_HIT = 2
+    C_UNDERFLOW = 3
+    C_FOUND = 0
+    C_NOT_FOUND = 1
+
+PRUNED, PASS, HIT, UNDERFLOW = C_PRUNED, C_PASS, C_HIT, C_UNDERFLOW
+FOUND, NOT_FOUND = C_FOUND, C_NOT_FOUND
+
+DEF UNIT = 20
+DEF TAG_LOW = 16          # the low 32 bits of the big-endian int64 at offset 12
+
+
+cdef struct CodeSet:
+    uint32_t small[4]     # n <= 4: compared branch-free (padded with the first code)
+    int n
+    uint64_t pre[64]       # 4096-bit prefilter of the code set
+    uint32_t* keys        # open addressing, 0-slot marked by used[]
+    uint8_t* used
+    uint32_t mask
+
+
+cdef inline uint32_t _mix(uint32_t x) noexcept nogil:
+    return x * <uint32_t>2654435761u
+
+
+cdef int _codeset_init(CodeSet* cs, const int32_t[::1] codes) except -1:
+    cdef Py_ssize_t i, n = codes.shape[0]
+    cdef uint32_t size = 256, h, x
+    while size < 4 * <uint32_t>n:
+        size *= 2
+    cs.n = <int>n
+    cs.mask = size - 1
+    memset(cs.pre, 0, sizeof(cs.pre))
+    cs.keys = <uint32_t*>malloc(size * sizeof(uint32_t))
+    cs.used = <uint8_t*>malloc(size)
+    if cs.keys == NULL or cs.used == NULL:
+        free(cs.keys); free(cs.used)
+        raise MemoryError()
+    memset(cs.used, 0, size)
+    for i in range(4):
+        cs.small[i] = <uint32_t>codes[i if i < n else 0] if n else 0
+    for i in range(n):
+        x = <uint32_t>codes[i]
+        h = _mix(x)
+        cs.pre[(h >> 20) >> 6] |= (<uint64_t>1) << ((h >> 20) & 63)
+        h = (h >> 8) & cs.mask
+        while cs.used[h] and cs.keys[h] != x:
+            h = (h + 1) & cs.mask
+        cs.used[h] = 1
+        cs.keys[h] = x
+    return 0
+
+
+cdef inline bint _codeset_has(const CodeSet* cs, uint32_t x) noexcept nogil:
+    cdef uint32_t h = _mix(x)
+    if not (cs.pre[(h >> 20) >> 6] >> ((h >> 20) & 63)) & 1:
+        return 0
+    h = (h >> 8) & cs.mask
+    while cs.used[h]:
+        if cs.keys[h] == x:
+            return 1
+        h = (h + 1) & cs.mask
+    return 0
+
+
+cdef int64_t _push(int64_t** out, int64_t* cap, int64_t count, int64_t value) noexcept nogil:
+    cdef int64_t* grown
+    if count == cap[0]:
+        grown = <int64_t*>realloc(out[0], 2 * cap[0] * sizeof(int64_t))
+        if grown == NULL:
+            return -1
+        out[0] = grown
+        cap[0] *= 2
+    out[0][count] = value
+    return count + 1
+
+
+def scan_tags(const uint8_t[::1] units, const int32_t[::1] codes):
+    """Indices (int64) of the 20-byte big-endian units whose low 32 tag-code bits are in ``codes``."""
+    cdef int64_t n = units.shape[0] // UNIT
+    cdef CodeSet cs
+    cdef int64_t i, count = 0, cap = 4096
+    cdef int64_t* out
+    cdef const uint8_t* p
+    cdef uint32_t x, a, b, c, d
+    cdef bint fail = 0
+    if codes.shape[0] == 0 or n == 0:
+        return np.zeros(0, dtype=np.int64)
+    _codeset_init(&cs, codes)
+    out = <int64_t*>malloc(cap * sizeof(int64_t))
+    if out == NULL:
+        free(cs.keys); free(cs.used)
+        raise MemoryError()
+    p = &units[0]
+    with nogil:
+        if cs.n <= 4:
+            a, b, c, d = cs.small[0], cs.small[1], cs.small[2], cs.small[3]
+            for i in range(n):
+                x = rmq_load_be32(p + i * UNIT + TAG_LOW)
+                if (x == a) | (x == b) | (x == c) | (x == d):
+                    count = _push(&out, &cap, count, i)
+                    if count < 0:
+                        fail = 1
+                        break
+        else:
+            for i in range(n):
+                x = rmq_load_be32(p + i * UNIT + TAG_LOW)
+                if _codeset_has(&cs, x):
+                    count = _push(&out, &cap, count, i)
+                    if count < 0:
+                        fail = 1
+                        break
+    free(cs.keys); free(cs.used)
+    if fail:
+        free(out)
+        raise MemoryError()
+    result = np.empty(count, dtype=np.int64)
+    cdef int64_t[::1] r = result
+    if count:
+        memcpy(&r[0], out, count * sizeof(int64_t))
+    free(out)
+    return result
+
+
+def ext_walk(const uint8_t[::1] buf, int64_t pos):
+    """Walk ext units from ``pos``: ``(end_position, status)``; status 2 = unit past the buffer."""
+    cdef int64_t n = buf.shape[0]
+    cdef int16_t size
+    cdef int status = 0
+    if pos < 0:
+        raise ValueError(f"pos must be >= 0, got {pos}")
+    with nogil:
+        while pos + 2 <= n:
+            size = <int16_t>rmq_load_be16(&buf[pos])
+            if size <= 0:
+                break
+            if pos + size > n:
+                status = 2
+                break
+            pos += size
+    return pos, status
+
+
+cdef inline int8_t _ext_head(const uint8_t* base, int64_t pos, int64_t limit,
+                             int64_t* tags, int64_t* time, int16_t* bms) noexcept nogil:
+    if pos < 0 or pos >= limit or limit - pos < 2:
+        return C_NOT_FOUND
+    if <int16_t>rmq_load_be16(base + pos) < 1:
+        return C_NOT_FOUND
+    if limit - pos < 20:
+        return C_UNDERFLOW
+    tags[0] = <int64_t>rmq_load_be64(base + pos + 2)
+    time[0] = <int64_t>rmq_load_be64(base + pos + 10)
+    bms[0] = <int16_t>rmq_load_be16(base + pos + 18)
+    if bms[0] >= 1 and pos + 20 + bms[0] > limit:
+        return C_UNDERFLOW
+    return C_FOUND
+
+
+def ext_units_at(const uint8_t[::1] buf, const int64_t[::1] positions, int64_t limit):
+    """Ext unit heads at ``positions``: ``(status int8, tags_code, msg_store_time, bit_map_size)``."""
+    cdef Py_ssize_t i, k = positions.shape[0]
+    if limit < 0 or limit > buf.shape[0]:
+        raise ValueError(f"limit {limit} outside the buffer of {buf.shape[0]} bytes")
+    status = np.full(k, NOT_FOUND, dtype=np.int8)
+    tags = np.zeros(k, dtype=np.int64)
+    times = np.zeros(k, dtype=np.int64)
+    bms = np.zeros(k, dtype=np.int16)
+    cdef int8_t[::1] s = status
+    cdef int64_t[::1] t = tags, st = times
+    cdef int16_t[::1] b = bms
+    cdef const uint8_t* base = &buf[0] if buf.shape[0] else NULL
+    if base == NULL:
+        return status, tags, times, bms
+    with nogil:
+        for i in range(k):
+            s[i] = _ext_head(base, positions[i], limit, &t[i], &st[i], &b[i])
+    return status, tags, times, bms
+
+
+def ext_bloom_check(const uint8_t[::1] buf, const int64_t[::1] positions, int64_t limit,
+                    const int32_t[::1] byte_idx, const uint8_t[::1] masks, int64_t bit_num, int64_t born_time):
+    """The ConsumeQueue-layer SQL92 decision per ext unit: PASS, HIT, PRUNED or UNDERFLOW (uint8)."""
+    cdef Py_ssize_t i, j, k = positions.shape[0], nb = byte_idx.shape[0]
+    cdef int64_t tags, time, pos
+    cdef int16_t bms
+    cdef int8_t st
+    cdef bint hit
+    if limit < 0 or limit > buf.shape[0]:
+        raise ValueError(f"limit {limit} outside the buffer of {buf.shape[0]} bytes")
+    if masks.shape[0] != nb:
+        raise ValueError("byte_idx and masks differ in length")
+    for j in range(nb):
+        if byte_idx[j] < 0 or byte_idx[j] * 8 >= bit_num:
+            raise ValueError(f"bit byte index {byte_idx[j]} outside a {bit_num}-bit bitmap")
+    out = np.full(k, PASS, dtype=np.uint8)
+    cdef uint8_t[::1] o = out
+    cdef const uint8_t* base = &buf[0] if buf.shape[0] else NULL
+    if base == NULL:
+        return out
+    with nogil:
+        for i in range(k):
+            pos = positions[i]
+            st = _ext_head(base, pos, limit, &tags, &time, &bms)
+            if st == C_UNDERFLOW:
+                o[i] = C_UNDERFLOW
+                continue
+            if st != C_FOUND or time <= born_time or bms < 1 or <int64_t>bms * 8 != bit_num:
+                continue
+            hit = 1
+            for j in range(nb):
+                if not (base[pos + 20 + byte_idx[j]] & masks[j]):
+                    hit = 0
+            o[i] = C_HIT if hit else C_PRUNED
+    return out
+
+
+cdef int _span(const uint8_t* base, int64_t pos, int64_t limit, int64_t* start, int64_t* length,
+               const char** why) noexcept nogil:
+    cdef int32_t total, magic, sys_flag, body_len, props_len
+    cdef int64_t p, end
+    cdef int topic_len, width
+    if pos < 0 or limit - pos < 8:
+        why[0] = "record header runs past the end of the file"
+        return -1
+    total = <int32_t>rmq_load_be32(base + pos)
+    magic = <int32_t>rmq_load_be32(base + pos + 4)
+    if magic != -626843481 and magic != -626843477:
+        why[0] = "bad magic code"
+        return -1
+    if total < 91 or total > limit - pos:
+        why[0] = "TOTALSIZE does not fit the bytes left in the file"
+        return -1
+    end = pos + total
+    sys_flag = <int32_t>rmq_load_be32(base + pos + 36)
+    p = pos + 48 + (20 if sys_flag & 0x10 else 8) + 8 + (20 if sys_flag & 0x20 else 8) + 12
+    if p + 4 > end:
+        why[0] = "record too short for its hosts"
+        return -1
+    body_len = <int32_t>rmq_load_be32(base + p)
+    p += 4 + (body_len if body_len > 0 else 0)
+    width = 2 if magic == -626843477 else 1
+    if p + width > end:
+        why[0] = "BODYLENGTH runs past the record"
+        return -1
+    topic_len = <int16_t>rmq_load_be16(base + p) if width == 2 else <int8_t>base[p]
+    if topic_len < 0:
+        why[0] = "negative topic length"
+        return -1
+    p += width + topic_len
+    if p + 2 > end:
+        why[0] = "topic length runs past the record"
+        return -1
+    props_len = <int16_t>rmq_load_be16(base + p)
+    p += 2
+    if props_len < 0:
+        props_len = 0
+    if p + props_len != end:
+        why[0] = "field lengths do not add up to TOTALSIZE"
+        return -1
+    start[0] = p
+    length[0] = props_len
+    return 0
+
+
+def record_properties_span(const uint8_t[::1] buf, int64_t pos, int64_t limit):
+    """``(start, length)`` of the properties text of the record at ``pos``; ValueError if corrupt."""
+    cdef int64_t start = 0, length = 0
+    cdef const char* why = NULL
+    if limit < 0 or limit > buf.shape[0] or buf.shape[0] == 0:
+        raise ValueError("record header runs past the end of the file")
+    if _span(&buf[0], pos, limit, &start, &length, &why) < 0:
+        raise ValueError(why.decode())
+    return start, length
+
+
+cdef dict _decode_props(const uint8_t* p, int64_t n):
+    # Split at 0x02, key = up to the first 0x01; key and value must be non-empty.
+    # Splitting bytes before decoding equals the broker's decode-then-split: 0x01
+    # and 0x02 never occur inside a UTF-8 sequence and never join a malformed one.
+    cdef dict props = {}
+    cdef int64_t i = 0, seg, sep
+    while i < n:
+        seg = i
+        sep = -1
+        while i < n and p[i] != 2:
+            if sep < 0 and p[i] == 1:
+                sep = i
+            i += 1
+        if sep > seg and i > sep + 1:
+            props[p[seg:sep].decode("utf-8", "replace")] = p[sep + 1:i].decode("utf-8", "replace")
+        i += 1
+    return props
+
+
+def gather_properties(const uint8_t[::1] buf, const int64_t[::1] positions, int64_t limit):
+    """Properties dicts of the records at ``positions``; ValueError("<index>: <reason>") if corrupt."""
+    cdef Py_ssize_t i, k = positions.shape[0]
+    cdef int64_t start, length
+    cdef const char* why = NULL
+    cdef list out = []
+    if k == 0:
+        return out
+    if limit < 0 or limit > buf.shape[0] or buf.shape[0] == 0:
+        raise ValueError("0: record header runs past the end of the file")
+    cdef const uint8_t* base = &buf[0]
+    for i in range(k):
+        if _span(base, positions[i], limit, &start, &length, &why) < 0:
+            raise ValueError(f"{i}: {why.decode()}")
+        out.append(_decode_props(base + start, length) if length else {})
+    return out

@@ -1,0 +1,148 @@
+"""Pure-Python twin of ``cq/_scan.pyx``: the ConsumeQueue / ext / CommitLog scan kernels.
+
+Buffers are uint8 ndarrays (one mapped file or a slice of one); positions
+are byte offsets inside that buffer. The functions mirror the compiled engine
+name for name and result for result; they are the readable statement of what
+the engine computes.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from . import format as fmt
+
+#: ext_bloom_check results
+PRUNED, PASS, HIT, UNDERFLOW = 0, 1, 2, 3
+#: ext_units_at statuses
+FOUND, NOT_FOUND = 0, 1
+
+
+def scan_tags(units, codes):
+    """Indices (int64) of the 20-byte big-endian units whose low 32 tag-code bits are in ``codes``.
+
+    ``units`` is a uint8 array whose length is a multiple of 20; ``codes`` int32.
+    The broker compares ``(int) tagsCode`` with its code set (spec §5.3).
+    """
+    n = len(units) // fmt.CQ_STORE_UNIT_SIZE
+    low32 = np.frombuffer(memoryview(units)[: n * 20], dtype=fmt.CQ_UNIT_DTYPE)["tags_code"].astype(np.int64)
+    low32 = low32.astype(np.int32)  # keep the low 32 bits, signed, as Java's (int) cast
+    return np.flatnonzero(np.isin(low32, np.asarray(codes, dtype=np.int32))).astype(np.int64)
+
+
+def ext_walk(buf, pos):
+    """Walk ext units from ``pos``: ``(end_position, status)``.
+
+    status 0: stopped at s <= 0 or at the file's end; 2: a unit of size s runs
+    past the end of the buffer (end_position is where it starts).
+    """
+    n = len(buf)
+    while pos + 2 <= n:
+        size = int.from_bytes(bytes(buf[pos:pos + 2]), "big", signed=True)
+        if size <= 0:
+            return pos, 0
+        if pos + size > n:
+            return pos, 2
+        pos += size
+    return pos, 0
+
+
+def _head(buf, pos):
+    return fmt.decode_ext_head(bytes(buf[pos:pos + fmt.MIN_EXT_UNIT_SIZE]), 0)
+
+
+def ext_units_at(buf, positions, limit):
+    """Read the ext unit heads at ``positions`` (file positions; the readable end is ``limit``).
+
+    Returns ``(status int8, tags_code int64, msg_store_time int64, bit_map_size int16)``;
+    status FOUND, NOT_FOUND (the broker's lookup returns null: past ``limit``,
+    fewer than 2 bytes, or size < 1) or UNDERFLOW (head or bitmap past ``limit``).
+    """
+    k = len(positions)
+    status = np.full(k, NOT_FOUND, dtype=np.int8)
+    tags = np.zeros(k, dtype=np.int64)
+    times = np.zeros(k, dtype=np.int64)
+    bms = np.zeros(k, dtype=np.int16)
+    for i, pos in enumerate(positions.tolist()):
+        if pos < 0 or pos >= limit or limit - pos < 2:
+            continue
+        if int.from_bytes(bytes(buf[pos:pos + 2]), "big", signed=True) < 1:
+            continue
+        if limit - pos < fmt.MIN_EXT_UNIT_SIZE:
+            status[i] = UNDERFLOW
+            continue
+        _, t, st, b = _head(buf, pos)
+        if b >= 1 and pos + fmt.MIN_EXT_UNIT_SIZE + b > limit:
+            status[i] = UNDERFLOW
+            continue
+        status[i], tags[i], times[i], bms[i] = FOUND, t, st, b
+    return status, tags, times, bms
+
+
+def ext_bloom_check(buf, positions, limit, byte_idx, masks, bit_num, born_time):
+    """The ConsumeQueue-layer SQL92 decision for each ext unit (spec §6.5 steps 5-7).
+
+    ``byte_idx``/``masks`` are the group's k bit positions as (p // 8, 1 << p % 8).
+    Returns uint8: PASS (no unit, store time <= born_time, no bitmap, or bitmap
+    length * 8 != bit_num: the broker lets the message through untested), HIT
+    (every bit set), PRUNED (some bit clear), UNDERFLOW (corrupt unit).
+    """
+    status, _, times, bms = ext_units_at(buf, positions, limit)
+    out = np.full(len(positions), PASS, dtype=np.uint8)
+    for i, pos in enumerate(positions.tolist()):
+        if status[i] == UNDERFLOW:
+            out[i] = UNDERFLOW
+            continue
+        if status[i] != FOUND or times[i] <= born_time or bms[i] < 1 or int(bms[i]) * 8 != bit_num:
+            continue
+        start = pos + fmt.MIN_EXT_UNIT_SIZE
+        hit = all(buf[start + int(b)] & int(m) for b, m in zip(byte_idx.tolist(), masks.tolist()))
+        out[i] = HIT if hit else PRUNED
+    return out
+
+
+def record_properties_span(buf, pos, limit):
+    """``(start, length)`` of the properties text of the record at ``pos``; raise ValueError if corrupt."""
+    if limit - pos < 8:
+        raise ValueError("record header runs past the end of the file")
+    total = int.from_bytes(bytes(buf[pos:pos + 4]), "big", signed=True)
+    magic = int.from_bytes(bytes(buf[pos + 4:pos + 8]), "big", signed=True)
+    if magic not in (fmt.MESSAGE_MAGIC_CODE_V1, fmt.MESSAGE_MAGIC_CODE_V2):
+        raise ValueError(f"bad magic code {magic & 0xFFFFFFFF:#010x}")
+    if total < fmt.RECORD_V1_IPV4_OVERHEAD or total > limit - pos:
+        raise ValueError(f"TOTALSIZE {total} does not fit the {limit - pos} bytes left in the file")
+    sys_flag = int.from_bytes(bytes(buf[pos + 36:pos + 40]), "big", signed=True)
+    p = pos + 48 + fmt.host_width(sys_flag, store=False) + 8 + fmt.host_width(sys_flag, store=True) + 12
+    end = pos + total
+    if p + 4 > end:
+        raise ValueError("record too short for its hosts")
+    body_len = int.from_bytes(bytes(buf[p:p + 4]), "big", signed=True)
+    p += 4 + max(body_len, 0)
+    width = 2 if magic == fmt.MESSAGE_MAGIC_CODE_V2 else 1
+    if p + width > end:
+        raise ValueError(f"BODYLENGTH {body_len} runs past the record")
+    topic_len = int.from_bytes(bytes(buf[p:p + width]), "big", signed=True)
+    if topic_len < 0:
+        raise ValueError(f"negative topic length {topic_len}")
+    p += width + topic_len
+    if p + 2 > end:
+        raise ValueError(f"topic length {topic_len} runs past the record")
+    props_len = int.from_bytes(bytes(buf[p:p + 2]), "big", signed=True)
+    p += 2
+    if p + max(props_len, 0) != end:
+        raise ValueError(f"field lengths add up to {p + max(props_len, 0) - pos}, TOTALSIZE says {total}")
+    return p, max(props_len, 0)
+
+
+def gather_properties(buf, positions, limit):
+    """Properties dicts of the records at ``positions`` of one CommitLog file buffer.
+
+    Raises ValueError("<index>: <reason>") at the first corrupt record.
+    """
+    out = []
+    for i, pos in enumerate(positions.tolist()):
+        try:
+            start, length = record_properties_span(buf, pos, limit)
+        except ValueError as exc:
+            raise ValueError(f"{i}: {exc}") from None
+        out.append(fmt.decode_properties_bytes(bytes(buf[start:start + length])) if length else {})
+    return out

@@ -1,0 +1,359 @@
+"""CommitLog: the message records themselves (spec §4)."""
+from __future__ import annotations
+
+import os
+import struct
+import zlib
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from . import format as fmt
+from .errors import StoreFormatError
+
+_HEAD = struct.Struct(">iiiiiqqiq")  # total .. born_timestamp: 48 bytes
+
+
+@dataclass(eq=True)
+class Message:
+    """One CommitLog record, decoded (``MessageExt``'s fields in snake_case).
+
+    ``body`` is the body exactly as stored (compressed when ``sys_flag`` has
+    ``COMPRESSED_FLAG``); :meth:`uncompressed_body` decodes it. Hosts read
+    ``"ip:port"`` or ``"[ipv6]:port"``.
+    """
+
+    store_size: int
+    magic_code: int
+    body_crc: int
+    queue_id: int
+    flag: int
+    queue_offset: int
+    commit_log_offset: int
+    sys_flag: int
+    born_timestamp: int
+    born_host: str
+    store_timestamp: int
+    store_host: str
+    reconsume_times: int
+    prepared_transaction_offset: int
+    body: bytes
+    topic: str
+    properties: dict = field(default_factory=dict)
+    _path: str | None = field(default=None, repr=False, compare=False)
+    _file_offset: int | None = field(default=None, repr=False, compare=False)
+
+    @property
+    def tags(self) -> str | None:
+        """The TAGS property as stored, or None."""
+        return self.properties.get(fmt.PROPERTY_TAGS)
+
+    @property
+    def keys(self) -> str | None:
+        """The KEYS property as stored (keys separated by spaces), or None."""
+        return self.properties.get(fmt.PROPERTY_KEYS)
+
+    @property
+    def msg_id(self) -> str:
+        """The offset message id: store-host address, port and commit-log offset, in upper-case hex."""
+        raw = fmt.encode_host(self.store_host)
+        return (raw + struct.pack(">q", self.commit_log_offset)).hex().upper()
+
+    @property
+    def transaction_type(self) -> int:
+        """``sys_flag & 0xC``: 0 NOT_TYPE, 4 PREPARED, 8 COMMIT, 0xC ROLLBACK."""
+        return self.sys_flag & fmt.TRANSACTION_TYPE_MASK
+
+    @property
+    def is_compressed(self) -> bool:
+        """True when the stored body is compressed (``COMPRESSED_FLAG``)."""
+        return bool(self.sys_flag & fmt.COMPRESSED_FLAG)
+
+    def uncompressed_body(self) -> bytes:
+        """The body, decompressed when ``COMPRESSED_FLAG`` is set (spec §4.7).
+
+        ZLIB uses the standard library; LZ4 (frame format) needs the ``lz4``
+        package and ZSTD the ``zstandard`` package.
+
+        Raises
+        ------
+        StoreFormatError
+            Unknown compression type or a body that does not decompress.
+        ImportError
+            The codec's optional package is not installed.
+        """
+        if not self.is_compressed:
+            return self.body
+        ctype = (self.sys_flag & fmt.COMPRESSION_TYPE_MASK) >> 8
+        where = (self._path, self._file_offset)
+        try:
+            if ctype in (0, fmt.COMPRESSION_ZLIB):
+                return zlib.decompress(self.body)
+            if ctype == fmt.COMPRESSION_LZ4:
+                try:
+                    import lz4.frame
+                except ImportError as exc:
+                    raise ImportError("body is LZ4-compressed: pip install lz4 to read it") from exc
+                return lz4.frame.decompress(self.body)
+            if ctype == fmt.COMPRESSION_ZSTD:
+                try:
+                    import zstandard
+                except ImportError as exc:
+                    raise ImportError("body is ZSTD-compressed: pip install zstandard to read it") from exc
+                return zstandard.ZstdDecompressor().decompress(self.body)
+        except ImportError:
+            raise
+        except Exception as exc:
+            raise StoreFormatError(
+                f"compressed body (type {ctype}) of the record at commit-log offset "
+                f"{self.commit_log_offset} does not decompress: {exc}",
+                *where,
+            ) from exc
+        raise StoreFormatError(f"Unknown compress type value {ctype} in sys_flag {self.sys_flag:#x}", *where)
+
+
+def decode_message(buf, pos: int, limit: int, *, path: str | None = None, file_start: int = 0,
+                   verify_crc: bool = False) -> Message:
+    """Decode the record at ``pos`` of a CommitLog file buffer (spec §4.2, §4.6).
+
+    ``limit`` is the end of the readable bytes of the file. Raises
+    :class:`StoreFormatError` naming ``path`` and the byte offset for a bad
+    magic code, a size that does not fit, fields that do not add up to
+    TOTALSIZE, or (with ``verify_crc``) a body CRC mismatch.
+    """
+
+    def bad(reason: str, at: int = pos) -> StoreFormatError:
+        return StoreFormatError(reason, path, at)
+
+    if limit - pos < 8:
+        raise bad(f"record header needs 8 bytes, {limit - pos} left in the file")
+    total, magic = struct.unpack_from(">ii", buf, pos)
+    if magic == fmt.BLANK_MAGIC_CODE:
+        raise bad("blank end-of-file record, not a message")
+    if magic not in (fmt.MESSAGE_MAGIC_CODE_V1, fmt.MESSAGE_MAGIC_CODE_V2):
+        raise bad(f"bad magic code {magic & 0xFFFFFFFF:#010x} (TOTALSIZE {total})")
+    if total < fmt.RECORD_V1_IPV4_OVERHEAD:
+        raise bad(f"TOTALSIZE {total} is smaller than the smallest record")
+    if total > limit - pos:
+        raise bad(f"TOTALSIZE {total} runs past the end of the file ({limit - pos} bytes left)")
+    end = pos + total
+    (_, _, crc, queue_id, flag, queue_offset, phys, sys_flag, born_ts) = _HEAD.unpack_from(buf, pos)
+    p = pos + _HEAD.size
+    bw = fmt.host_width(sys_flag, store=False)
+    sw = fmt.host_width(sys_flag, store=True)
+    if p + bw + 8 + sw + 16 > end:
+        raise bad(f"record of {total} bytes is too short for its hosts (sys_flag {sys_flag:#x})")
+    born_host = fmt.decode_host(bytes(buf[p:p + bw]))
+    p += bw
+    (store_ts,) = struct.unpack_from(">q", buf, p)
+    p += 8
+    store_host = fmt.decode_host(bytes(buf[p:p + sw]))
+    p += sw
+    reconsume, prepared, body_len = struct.unpack_from(">iqi", buf, p)
+    p += 16
+    blen = max(body_len, 0)
+    width = 2 if magic == fmt.MESSAGE_MAGIC_CODE_V2 else 1
+    if p + blen + width > end:
+        raise bad(f"BODYLENGTH {body_len} runs past the record of {total} bytes", p - 4)
+    body = bytes(buf[p:p + blen])
+    p += blen
+    topic_len = struct.unpack_from(">h" if width == 2 else ">b", buf, p)[0]
+    if topic_len < 0:
+        raise bad(f"negative topic length {topic_len}", p)
+    p += width
+    if p + topic_len + 2 > end:
+        raise bad(f"topic length {topic_len} runs past the record", p - width)
+    topic = bytes(buf[p:p + topic_len]).decode("utf-8", "replace")
+    p += topic_len
+    (props_len,) = struct.unpack_from(">h", buf, p)
+    p += 2
+    plen = max(props_len, 0)
+    expected = fmt.record_size(
+        magic_code=magic, sys_flag=sys_flag, body_length=body_len,
+        topic_length=topic_len, properties_length=props_len,
+    )
+    if expected != total:
+        raise bad(f"field lengths add up to {expected} bytes but TOTALSIZE is {total}")
+    props = fmt.decode_properties_bytes(bytes(buf[p:p + plen])) if plen else {}
+    if verify_crc and fmt.body_crc(body) != crc:
+        raise bad(f"body CRC mismatch: stored {crc}, computed {fmt.body_crc(body)}")
+    return Message(
+        store_size=total, magic_code=magic, body_crc=crc, queue_id=queue_id, flag=flag,
+        queue_offset=queue_offset, commit_log_offset=phys, sys_flag=sys_flag,
+        born_timestamp=born_ts, born_host=born_host, store_timestamp=store_ts,
+        store_host=store_host, reconsume_times=reconsume, prepared_transaction_offset=prepared,
+        body=body, topic=topic, properties=props, _path=path, _file_offset=pos,
+    )
+
+
+class CommitLog:
+    """Read-only view of a ``commitlog/`` directory.
+
+    Parameters
+    ----------
+    directory : str or os.PathLike
+    file_size : int, optional
+        Bytes per file; inferred from the files when omitted.
+    """
+
+    def __init__(self, directory: str | os.PathLike, *, file_size: int | None = None) -> None:
+        self.directory = os.fspath(directory)
+        files = fmt.list_queue_files(self.directory)
+        self._files, self.file_size = fmt.check_queue_files(files, file_size, kind="CommitLog")
+        self._starts = np.array([s for s, _ in self._files], dtype=np.int64)
+        self._maps: dict[int, memoryview] = {}
+        self._max_offset: int | None = None
+
+    def __repr__(self) -> str:
+        return f"CommitLog({self.directory!r}, files={len(self._files)}, file_size={self.file_size})"
+
+    @property
+    def files(self) -> list[tuple[int, str]]:
+        """``(start_offset, path)`` of each file, ascending."""
+        return list(self._files)
+
+    def _map(self, index: int) -> memoryview:
+        m = self._maps.get(index)
+        if m is None:
+            m = fmt.map_file(self._files[index][1])
+            self._maps[index] = m
+        return m
+
+    def file_index(self, physical_offset: int) -> int | None:
+        """Index of the file holding ``physical_offset``, or None."""
+        i = int(np.searchsorted(self._starts, physical_offset, side="right")) - 1
+        if i < 0 or physical_offset >= self._files[i][0] + self.file_size:
+            return None
+        return i
+
+    def buffer(self, index: int) -> memoryview:
+        """The mapped bytes of file ``index`` (read-only)."""
+        return self._map(index)
+
+    @property
+    def min_offset(self) -> int:
+        """Physical offset of the first byte of the first file."""
+        return self._files[0][0] if self._files else 0
+
+    @property
+    def max_offset(self) -> int:
+        """Physical offset just past the last valid record (the broker's recovery end)."""
+        if self._max_offset is None:
+            self._max_offset = self._recover()
+        return self._max_offset
+
+    def _recover(self) -> int:
+        if not self._files:
+            return 0
+        index = max(0, len(self._files) - 3)
+        end = self._files[index][0]
+        for _, offset, kind in self._walk(index, strict=False):
+            if kind == "end":
+                return offset
+            end = offset
+        return end
+
+    def read_message(self, physical_offset: int, *, verify_crc: bool = False) -> Message:
+        """Decode the record that starts at ``physical_offset``.
+
+        Raises
+        ------
+        StoreFormatError
+            No file holds the offset, or the bytes there are not a valid record.
+        """
+        index = self.file_index(physical_offset)
+        if index is None:
+            raise StoreFormatError(
+                f"physical offset {physical_offset} is outside the commit log "
+                f"[{self.min_offset}, {self._files[-1][0] + self.file_size if self._files else 0})",
+                self.directory,
+                physical_offset,
+            )
+        start, path = self._files[index]
+        return decode_message(self._map(index), physical_offset - start, self.file_size,
+                              path=path, file_start=start, verify_crc=verify_crc)
+
+    def _walk(self, index: int = 0, *, strict: bool, verify_crc: bool = False):
+        # yields (message|None, physical offset after it, kind) with kind in
+        # {"message", "blank", "end"}; "end" carries the end-of-data offset.
+        last = len(self._files) - 1
+        while index <= last:
+            start, path = self._files[index]
+            buf = self._map(index)
+            pos = 0
+            while True:
+                if self.file_size - pos < 8:
+                    if index == last or not strict:
+                        yield None, start + pos, "end"
+                        return
+                    raise StoreFormatError("fewer than 8 bytes left and no blank record", path, pos)
+                total, magic = struct.unpack_from(">ii", buf, pos)
+                if magic == fmt.BLANK_MAGIC_CODE:
+                    yield None, start + self.file_size, "blank"
+                    break
+                if total == 0 and magic == 0:  # never-written space: the end of the data
+                    if index != last and strict:
+                        raise StoreFormatError(
+                            "unwritten space before the last commit-log file (missing blank record)", path, pos
+                        )
+                    yield None, start + pos, "end"
+                    return
+                try:
+                    msg = decode_message(buf, pos, self.file_size, path=path, file_start=start,
+                                         verify_crc=verify_crc)
+                except StoreFormatError:
+                    if strict:
+                        raise
+                    yield None, start + pos, "end"  # the broker's recovery truncates here
+                    return
+                pos += msg.store_size
+                yield msg, start + pos, "message"
+            index += 1
+
+    def messages(self, *, verify_crc: bool = False, strict: bool = True) -> Iterator[Message]:
+        """Every message in log order, across blank end-of-file records.
+
+        Parameters
+        ----------
+        verify_crc : bool
+            Check each body CRC (the broker's ``checkCRCOnRecover``).
+        strict : bool
+            True: a corrupt record raises :class:`StoreFormatError`. False: stop
+            there, as the broker's recovery truncates at the first invalid record.
+        """
+        for msg, _, kind in self._walk(0, strict=strict, verify_crc=verify_crc):
+            if kind == "message":
+                yield msg
+
+    def gather_properties(self, physical_offsets) -> list[dict]:
+        """Properties of the records at ``physical_offsets``, decoded in batch by the scan kernel.
+
+        Raises :class:`StoreFormatError` naming the file and offset of the first
+        record that is not valid.
+        """
+        from .scan import _scan
+
+        offs = np.asarray(physical_offsets, dtype=np.int64)
+        out: list = [None] * len(offs)
+        if not len(offs):
+            return out
+        idx = np.searchsorted(self._starts, offs, side="right") - 1
+        for i in np.flatnonzero((idx < 0) | (offs >= self._starts[np.clip(idx, 0, None)] + self.file_size)):
+            raise StoreFormatError(f"physical offset {offs[i]} is outside the commit log", self.directory, int(offs[i]))
+        for index in np.unique(idx):
+            sel = np.flatnonzero(idx == index)
+            pos = np.ascontiguousarray(offs[sel] - self._files[index][0])
+            buf = np.frombuffer(self._map(int(index)), dtype=np.uint8)
+            try:
+                props = _scan.gather_properties(buf, pos, self.file_size)
+            except ValueError as exc:
+                k, _, reason = str(exc).partition(": ")
+                raise StoreFormatError(reason, self._files[index][1], int(pos[int(k)])) from None
+            for j, p in zip(sel.tolist(), props):
+                out[j] = p
+        return out
+
+    def close(self) -> None:
+        """Release the mapped files."""
+        fmt.release_maps(self._maps)

@@ -1,0 +1,206 @@
+"""ConsumeQueue: the per-queue index of 20-byte units (spec §2)."""
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+
+import numpy as np
+
+from . import format as fmt
+
+
+class ConsumeQueue:
+    """Read-only view of one ``consumequeue/{topic}/{queueId}/`` directory.
+
+    Parameters
+    ----------
+    directory : str or os.PathLike
+        The queue directory holding 20-digit-named files.
+    file_size : int, optional
+        Bytes per file (a multiple of 20). Inferred from the files when omitted.
+    topic, queue_id : optional
+        Recorded for messages and repr only.
+
+    Notes
+    -----
+    The end of data follows the broker's recovery: files before the
+    third-to-last are taken as full, and from there the first unit with
+    ``commit_log_offset < 0`` or ``size <= 0`` ends the queue. Placeholder units
+    ``(0, 2147483647, 0)`` at the head of the queue lie below ``min_offset``.
+    """
+
+    def __init__(self, directory: str | os.PathLike, *, file_size: int | None = None,
+                 topic: str | None = None, queue_id: int | None = None) -> None:
+        self.directory = os.fspath(directory)
+        self.topic = topic
+        self.queue_id = queue_id
+        files = fmt.list_queue_files(self.directory)
+        if file_size is not None:
+            file_size = fmt.round_consume_queue_file_size(file_size)
+        self._files, self.file_size = fmt.check_queue_files(
+            files, file_size, kind="ConsumeQueue", unit=fmt.CQ_STORE_UNIT_SIZE
+        )
+        self._maps: dict[int, memoryview] = {}
+        self._max_offset: int | None = None
+        self._min_offset: int | None = None
+
+    def __repr__(self) -> str:
+        return f"ConsumeQueue({self.directory!r}, files={len(self._files)}, file_size={self.file_size})"
+
+    # ------------------------------------------------------------ file access
+    @property
+    def files(self) -> list[tuple[int, str]]:
+        """``(start_byte_offset, path)`` of each file, ascending."""
+        return list(self._files)
+
+    @property
+    def units_per_file(self) -> int:
+        """Units held by one file."""
+        return self.file_size // fmt.CQ_STORE_UNIT_SIZE
+
+    def _map(self, index: int) -> memoryview:
+        m = self._maps.get(index)
+        if m is None:
+            m = fmt.map_file(self._files[index][1])
+            self._maps[index] = m
+        return m
+
+    def _units_of_file(self, index: int) -> np.ndarray:
+        return np.frombuffer(self._map(index), dtype=fmt.CQ_UNIT_DTYPE)
+
+    # -------------------------------------------------------------- offsets
+    @property
+    def max_offset(self) -> int:
+        """The next queue offset to be written (one past the last valid unit)."""
+        if self._max_offset is None:
+            self._max_offset = self._recover()
+        return self._max_offset
+
+    @property
+    def min_offset(self) -> int:
+        """First queue offset holding a real unit (placeholders at the head are skipped)."""
+        if self._min_offset is None:
+            if not self._files:
+                self._min_offset = 0
+            else:
+                first = self._files[0][0] // fmt.CQ_STORE_UNIT_SIZE
+                units = self._units_of_file(0)
+                limit = min(len(units), self.max_offset - first)
+                filler = (
+                    (units["commit_log_offset"][:limit] == 0)
+                    & (units["size"][:limit] == fmt.PLACEHOLDER_SIZE)
+                    & (units["tags_code"][:limit] == 0)
+                )
+                skip = int(np.argmin(filler)) if limit and not filler.all() else int(limit)
+                self._min_offset = first + skip
+        return self._min_offset
+
+    def correct_min_offset(self, commit_log_min_offset: int) -> int:
+        """Move ``min_offset`` to the first unit whose CommitLog offset is >= ``commit_log_min_offset``.
+
+        This is what the broker does after CommitLog files were deleted; if no
+        unit qualifies, min_offset becomes max_offset. Returns the new value.
+        """
+        lo, hi = self.min_offset, self.max_offset
+        for first, units in self.iter_batches(start=lo):
+            ok = np.flatnonzero(units["commit_log_offset"] >= commit_log_min_offset)
+            if len(ok):
+                self._min_offset = first + int(ok[0])
+                return self._min_offset
+        self._min_offset = hi
+        return hi
+
+    def _recover(self) -> int:
+        if not self._files:
+            return 0
+        per_file = self.units_per_file
+        index = max(0, len(self._files) - 3)
+        while True:
+            start = self._files[index][0]
+            units = self._units_of_file(index)
+            bad = (units["commit_log_offset"] < 0) | (units["size"] <= 0)
+            if bad.any():
+                return start // fmt.CQ_STORE_UNIT_SIZE + int(np.argmax(bad))
+            if index + 1 == len(self._files):
+                return start // fmt.CQ_STORE_UNIT_SIZE + per_file
+            index += 1
+
+    def __len__(self) -> int:
+        return self.max_offset - self.min_offset
+
+    # -------------------------------------------------------------- reading
+    def _clamp(self, start: int | None, count: int | None) -> tuple[int, int]:
+        lo, hi = self.min_offset, self.max_offset
+        if start is None:
+            start = lo
+        if start < 0:
+            raise ValueError(f"start must be >= 0, got {start}")
+        if count is not None and count < 0:
+            raise ValueError(f"count must be >= 0, got {count}")
+        start = max(start, lo)
+        end = hi if count is None else min(hi, start + count)
+        return start, max(start, end)
+
+    def raw_chunks(self, start: int | None = None, count: int | None = None) -> Iterator[tuple[int, memoryview]]:
+        """Yield ``(first_queue_offset, raw_bytes)`` per file for queue offsets in range.
+
+        ``raw_bytes`` is a read-only view of the mapped file: whole 20-byte
+        big-endian units, as :func:`cq.scan_tags` takes them.
+        """
+        start, end = self._clamp(start, count)
+        unit = fmt.CQ_STORE_UNIT_SIZE
+        per_file = self.units_per_file
+        first_file_q = self._files[0][0] // unit if self._files else 0
+        q = start
+        while q < end:
+            index = (q - first_file_q) // per_file
+            file_q = self._files[index][0] // unit
+            stop = min(end, file_q + per_file)
+            yield q, self._map(index)[(q - file_q) * unit:(stop - file_q) * unit]
+            q = stop
+
+    def iter_batches(self, batch_size: int = 1 << 20, start: int | None = None,
+                     count: int | None = None) -> Iterator[tuple[int, np.ndarray]]:
+        """Yield ``(first_queue_offset, units)`` batches (native-order structured arrays)."""
+        if batch_size <= 0:
+            raise ValueError(f"batch_size must be > 0, got {batch_size}")
+        for q, raw in self.raw_chunks(start, count):
+            units = np.frombuffer(raw, dtype=fmt.CQ_UNIT_DTYPE)
+            for i in range(0, len(units), batch_size):
+                yield q + i, units[i:i + batch_size].astype(fmt.CQ_UNIT_NATIVE_DTYPE)
+
+    def read(self, start: int = 0, count: int | None = None) -> np.ndarray:
+        """Units from queue offset ``start`` (clamped to ``min_offset``), at most ``count``.
+
+        Returns
+        -------
+        numpy.ndarray
+            Structured array, native byte order: ``commit_log_offset`` int64,
+            ``size`` int32, ``tags_code`` int64 (an ext address when the store
+            uses ConsumeQueueExt).
+        """
+        parts = [np.frombuffer(raw, dtype=fmt.CQ_UNIT_DTYPE) for _, raw in self.raw_chunks(start, count)]
+        if not parts:
+            return np.zeros(0, dtype=fmt.CQ_UNIT_NATIVE_DTYPE)
+        return np.concatenate(parts).astype(fmt.CQ_UNIT_NATIVE_DTYPE)
+
+    def unit(self, queue_offset: int) -> tuple[int, int, int]:
+        """``(commit_log_offset, size, tags_code)`` at ``queue_offset``; IndexError outside the queue."""
+        if not self.min_offset <= queue_offset < self.max_offset:
+            raise IndexError(
+                f"queue offset {queue_offset} outside [{self.min_offset}, {self.max_offset}) of {self.directory}"
+            )
+        u = self.read(queue_offset, 1)[0]
+        return int(u["commit_log_offset"]), int(u["size"]), int(u["tags_code"])
+
+    def file_position(self, queue_offset: int) -> tuple[str, int]:
+        """``(path, byte_offset)`` of the unit at ``queue_offset`` (for error messages)."""
+        unit = fmt.CQ_STORE_UNIT_SIZE
+        for start, path in self._files:
+            if start <= queue_offset * unit < start + self.file_size:
+                return path, queue_offset * unit - start
+        return self.directory, queue_offset * unit
+
+    def close(self) -> None:
+        """Release the mapped files."""
+        fmt.release_maps(self._maps)

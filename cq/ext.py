@@ -1,0 +1,212 @@
+"""ConsumeQueueExt: per-message tags code, store time and filter bitmap (spec §3)."""
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+from typing import NamedTuple
+
+import numpy as np
+
+from . import format as fmt
+from .errors import StoreFormatError
+from .scan import _scan
+
+
+class CqExtUnit(NamedTuple):
+    """One ConsumeQueueExt unit (``CqExtUnit``).
+
+    Attributes
+    ----------
+    size : int
+        Unit length in bytes (20 + bit_map_size).
+    tags_code : int
+        What the ConsumeQueue slot would hold without ext: tag hash, 0 or delivery time.
+    msg_store_time : int
+        CommitLog store timestamp (ms).
+    bit_map_size : int
+        Bitmap length in bytes; 0 when there is none.
+    filter_bitmap : bytes or None
+        The Bloom bitmap (``BitsArray`` bytes), None when bit_map_size < 1.
+    """
+
+    size: int
+    tags_code: int
+    msg_store_time: int
+    bit_map_size: int
+    filter_bitmap: bytes | None
+
+
+class ConsumeQueueExt:
+    """Read-only view of one ``consumequeue_ext/{topic}/{queueId}/`` directory.
+
+    Parameters
+    ----------
+    directory : str or os.PathLike
+    file_size : int, optional
+        Bytes per file; inferred from the files when omitted.
+    """
+
+    def __init__(self, directory: str | os.PathLike, *, file_size: int | None = None) -> None:
+        self.directory = os.fspath(directory)
+        files = fmt.list_queue_files(self.directory)
+        self._files, self.file_size = fmt.check_queue_files(files, file_size, kind="ConsumeQueueExt")
+        self._starts = np.array([s for s, _ in self._files], dtype=np.int64)
+        self._maps: dict[int, memoryview] = {}
+        self._last_limit: int | None = None
+
+    def __repr__(self) -> str:
+        return f"ConsumeQueueExt({self.directory!r}, files={len(self._files)}, file_size={self.file_size})"
+
+    @property
+    def files(self) -> list[tuple[int, str]]:
+        """``(start_byte_offset, path)`` of each file, ascending."""
+        return list(self._files)
+
+    def _map(self, index: int) -> memoryview:
+        m = self._maps.get(index)
+        if m is None:
+            m = fmt.map_file(self._files[index][1])
+            self._maps[index] = m
+        return m
+
+    def _walk_file(self, index: int, pos: int = 0) -> int:
+        end, status = _scan.ext_walk(np.frombuffer(self._map(index), dtype=np.uint8), pos)
+        if status == 2:
+            raise StoreFormatError(
+                "ConsumeQueueExt unit runs past the end of the file", self._files[index][1], end
+            )
+        return end
+
+    def limit(self, index: int) -> int:
+        """Readable bytes of file ``index``: the whole file, except the last file's write position."""
+        if index < len(self._files) - 1:
+            return self.file_size
+        if self._last_limit is None:
+            self._last_limit = self._walk_file(index)
+        return self._last_limit
+
+    @property
+    def max_offset(self) -> int:
+        """Real (undecorated) offset one past the last unit: the end of valid data."""
+        if not self._files:
+            return 0
+        return self._files[-1][0] + self.limit(len(self._files) - 1)
+
+    def file_index(self, real_offset: int) -> int | None:
+        """Index of the loaded file that holds ``real_offset`` (the broker's lookup), or None."""
+        if not self._files:
+            return None
+        if real_offset == 0:  # broker quirk: offset 0 always resolves to the first file
+            return 0
+        i = int(np.searchsorted(self._starts, real_offset, side="right")) - 1
+        if i < 0 or real_offset >= self._files[i][0] + self.file_size:
+            return None
+        return i
+
+    def get(self, address: int) -> CqExtUnit | None:
+        """The ext unit at ``address``, or None where the broker's lookup fails (spec §3.6).
+
+        Raises
+        ------
+        StoreFormatError
+            When the unit starts inside the readable region but its head or
+            bitmap runs past it (the broker's buffer underflow).
+        """
+        if not fmt.is_ext_addr(address):
+            return None
+        real = fmt.undecorate(address)
+        index = self.file_index(real)
+        if index is None:
+            return None
+        pos = real % self.file_size
+        limit = self.limit(index)
+        path = self._files[index][1]
+        buf = self._map(index)
+        if pos >= limit or limit - pos < 2:
+            return None
+        size = int.from_bytes(buf[pos:pos + 2], "big", signed=True)
+        if size < 1:
+            return None
+        if limit - pos < fmt.MIN_EXT_UNIT_SIZE:
+            raise StoreFormatError(
+                f"ConsumeQueueExt unit head needs {fmt.MIN_EXT_UNIT_SIZE} bytes, {limit - pos} readable", path, pos
+            )
+        size, tags_code, store_time, bms = fmt.decode_ext_head(buf, pos)
+        bitmap = None
+        if bms >= 1:
+            end = pos + fmt.MIN_EXT_UNIT_SIZE + bms
+            if end > limit:
+                raise StoreFormatError(
+                    f"ConsumeQueueExt bitmap of {bms} bytes runs past the readable end {limit}", path, pos
+                )
+            bitmap = bytes(buf[pos + fmt.MIN_EXT_UNIT_SIZE:end])
+        return CqExtUnit(size, tags_code, store_time, bms, bitmap)
+
+    def units(self) -> Iterator[tuple[int, CqExtUnit]]:
+        """Walk every unit in order as the broker's recovery does: ``(address, unit)``.
+
+        In each file, int16 s > 0 is a unit of s bytes; s <= 0 (0 = unwritten,
+        -1 = end-of-file marker) moves to the next file.
+        """
+        for index, (start, path) in enumerate(self._files):
+            buf = self._map(index)
+            limit = self.limit(index)
+            pos = 0
+            while pos + 2 <= limit:
+                size = int.from_bytes(buf[pos:pos + 2], "big", signed=True)
+                if size <= 0:
+                    break
+                if pos + size > self.file_size:
+                    raise StoreFormatError("ConsumeQueueExt unit runs past the end of the file", path, pos)
+                unit = self.get(fmt.decorate(start + pos))
+                if unit is None:  # pragma: no cover - size was checked above
+                    break
+                yield fmt.decorate(start + pos), unit
+                pos += size
+
+    def read_many(self, addresses: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """Resolve many addresses at once: ``(found, tags_code, msg_store_time)`` arrays.
+
+        ``found`` is False where :meth:`get` would return None (tags_code is
+        then left as the address, as the broker leaves it).
+        """
+        addresses = np.asarray(addresses, dtype=np.int64)
+        found = np.zeros(len(addresses), dtype=bool)
+        tags = addresses.copy()
+        times = np.zeros(len(addresses), dtype=np.int64)
+        for index, sel, pos in self._group_by_file(addresses):
+            status, t, st, _ = _scan.ext_units_at(
+                np.frombuffer(self._map(index), dtype=np.uint8), pos, self.limit(index)
+            )
+            self._raise_underflow(index, pos, status)
+            ok = status == 0
+            found[sel[ok]] = True
+            tags[sel[ok]] = t[ok]
+            times[sel[ok]] = st[ok]
+        return found, tags, times
+
+    def _group_by_file(self, addresses: np.ndarray):
+        is_ext = addresses <= fmt.MAX_ADDR
+        real = np.where(is_ext, addresses.astype(np.uint64) ^ np.uint64(1 << 63), 0).astype(np.int64)
+        if not self._files:
+            return
+        idx = np.searchsorted(self._starts, real, side="right") - 1
+        idx[is_ext & (real == 0)] = 0
+        ok = is_ext & (idx >= 0)
+        ok &= real < self._starts[np.clip(idx, 0, None)] + self.file_size
+        for index in np.unique(idx[ok]):
+            sel = np.flatnonzero(ok & (idx == index))
+            yield int(index), sel, (real[sel] % self.file_size).astype(np.int64)
+
+    def _raise_underflow(self, index: int, pos: np.ndarray, status: np.ndarray) -> None:
+        bad = np.flatnonzero(status == 3)
+        if len(bad):
+            raise StoreFormatError(
+                "ConsumeQueueExt unit runs past the readable end of the file",
+                self._files[index][1],
+                int(pos[bad[0]]),
+            )
+
+    def close(self) -> None:
+        """Release the mapped files."""
+        fmt.release_maps(self._maps)

@@ -1,0 +1,73 @@
+"""Batch kernels over store bytes: tag-code scans, ext resolution, Bloom checks, properties.
+
+The work is done by ``cq/_scan.pyx`` (or its twin ``cq/_scan_py.py`` under
+``RMQFILTER_PUREPYTHON=1``); this module validates inputs at the boundary.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from bloom._engine import load
+
+from . import format as fmt
+
+_scan, ENGINE = load("cq", "_scan")
+
+
+def _as_u8(buf, name: str) -> np.ndarray:
+    if isinstance(buf, np.ndarray):
+        if buf.dtype != np.uint8:
+            if buf.dtype == fmt.CQ_UNIT_DTYPE:
+                return np.ascontiguousarray(buf).view(np.uint8).reshape(-1)
+            raise TypeError(f"{name} must be bytes-like or a uint8 array, got dtype {buf.dtype}")
+        return np.ascontiguousarray(buf.reshape(-1))
+    try:
+        return np.frombuffer(buf, dtype=np.uint8)
+    except TypeError as exc:
+        raise TypeError(f"{name} must be bytes-like, got {type(buf).__name__}") from exc
+
+
+def scan_tags(units, codes) -> np.ndarray:
+    """Select ConsumeQueue units by tag code, as the broker's tag filter compares them.
+
+    Parameters
+    ----------
+    units : bytes-like or uint8 ndarray
+        Whole 20-byte big-endian ConsumeQueue units (e.g. a mapped file).
+    codes : iterable of int
+        Tag codes (``cq.tags_code`` values). Only the low 32 bits are compared,
+        as the broker's ``(int) tagsCode``; values outside int32 are reduced.
+
+    Returns
+    -------
+    numpy.ndarray
+        int64 indices of the units whose tag code is in ``codes``, ascending.
+
+    Raises
+    ------
+    ValueError
+        If the buffer length is not a multiple of 20.
+
+    Examples
+    --------
+    >>> from cq import format as fmt
+    >>> units = fmt.encode_cq_unit(0, 100, tags_code("TagA")) + fmt.encode_cq_unit(100, 90, 7)
+    >>> scan_tags(units, [tags_code("TagA")]).tolist()
+    [0]
+    """
+    u8 = _as_u8(units, "units")
+    if len(u8) % fmt.CQ_STORE_UNIT_SIZE:
+        raise ValueError(
+            f"units buffer of {len(u8)} bytes is not a whole number of {fmt.CQ_STORE_UNIT_SIZE}-byte units"
+        )
+    code_arr = np.asarray(list(codes) if not isinstance(codes, np.ndarray) else codes)
+    if code_arr.size and code_arr.dtype.kind not in "iu":
+        raise TypeError(f"codes must be integers, got dtype {code_arr.dtype}")
+    code_arr = np.unique(code_arr.astype(np.int64).astype(np.uint32).astype(np.int32))
+    return _scan.scan_tags(u8, np.ascontiguousarray(code_arr, dtype=np.int32))
+
+
+def bloom_masks(bit_pos) -> tuple[np.ndarray, np.ndarray]:
+    """``(byte_idx int32, masks uint8)`` of Bloom bit positions in a ``BitsArray`` (LSB first)."""
+    pos = np.asarray(list(bit_pos), dtype=np.int64)
+    return (pos // 8).astype(np.int32), (1 << (pos % 8)).astype(np.uint8)

@@ -1,0 +1,310 @@
+"""A broker store directory, and what a consumer group would receive from it."""
+from __future__ import annotations
+
+import os
+from collections.abc import Callable, Iterable, Iterator
+from dataclasses import dataclass, fields
+
+import numpy as np
+
+from . import format as fmt
+from .commitlog import CommitLog, Message
+from .consumequeue import ConsumeQueue
+from .errors import StoreFormatError
+from .ext import ConsumeQueueExt
+from .filter import SqlFilter, TagFilter
+from .scan import _scan, bloom_masks, scan_tags
+
+#: Units handled per batch by :meth:`Store.consume`.
+CONSUME_BATCH = 1 << 16
+
+
+@dataclass
+class ConsumeStats:
+    """Counts per filter layer, filled in while :meth:`Store.consume` runs.
+
+    Attributes
+    ----------
+    units_scanned : int
+        ConsumeQueue units examined.
+    passed_consume_queue : int
+        Units that passed layer 1 (tags code / Bloom bitmap).
+    passed_commit_log : int
+        Messages that passed layer 2 (selector on the properties; always for tags).
+    delivered : int
+        Messages yielded (after the client's exact tag re-check).
+    bloom_tested : int
+        Units whose ext bitmap was actually tested in layer 1.
+    bloom_pruned : int
+        Units layer 1 dropped because a group bit was clear.
+    bloom_false_positives : int
+        Bitmap hits that layer 2 then rejected.
+    client_filtered : int
+        Messages the client's exact tag re-check dropped (hash collisions, no TAGS).
+    commit_log_missing : int
+        Units whose record is not in the CommitLog (removed, or past its end):
+        skipped, as the broker skips them.
+    ext_missing : int
+        Units holding an ext address the ext file could not resolve.
+    """
+
+    units_scanned: int = 0
+    passed_consume_queue: int = 0
+    passed_commit_log: int = 0
+    delivered: int = 0
+    bloom_tested: int = 0
+    bloom_pruned: int = 0
+    bloom_false_positives: int = 0
+    client_filtered: int = 0
+    commit_log_missing: int = 0
+    ext_missing: int = 0
+
+    def as_dict(self) -> dict[str, int]:
+        """The counts as a plain dict."""
+        return {f.name: getattr(self, f.name) for f in fields(self)}
+
+
+class ConsumeResult:
+    """The messages a group would receive (an iterator), with :attr:`stats` per layer.
+
+    Iterating drives the scan; ``stats`` is complete once the iterator is exhausted.
+    """
+
+    def __init__(self, gen_factory: Callable[[ConsumeStats], Iterator[Message]]) -> None:
+        self.stats = ConsumeStats()
+        self._gen = gen_factory(self.stats)
+
+    def __iter__(self) -> ConsumeResult:
+        return self
+
+    def __next__(self) -> Message:
+        return next(self._gen)
+
+
+class Store:
+    """Read-only view of a RocketMQ broker store directory.
+
+    Parameters
+    ----------
+    root : str or os.PathLike
+        The ``storePathRootDir`` (holding ``commitlog/``, ``consumequeue/``, ...).
+    commit_log_file_size, consume_queue_file_size, ext_file_size : int, optional
+        Override the file sizes; by default each is inferred from the files present.
+
+    Examples
+    --------
+    >>> store = Store("tests/data/golden_store")            # doctest: +SKIP
+    >>> store.topics()                                       # doctest: +SKIP
+    ['GoldenFilterTopic', 'GoldenPlainTopic']
+    >>> result = store.consume("GoldenFilterTopic", "GID_SQL_A", sql="a > 5 AND b = 'abc'")  # doctest: +SKIP
+    >>> msgs = list(result); result.stats.passed_commit_log  # doctest: +SKIP
+    """
+
+    def __init__(self, root: str | os.PathLike, *, commit_log_file_size: int | None = None,
+                 consume_queue_file_size: int | None = None, ext_file_size: int | None = None) -> None:
+        self.root = os.fspath(root)
+        if not os.path.isdir(self.root):
+            raise StoreFormatError("not a directory", self.root)
+        if not any(os.path.isdir(os.path.join(self.root, d))
+                   for d in (fmt.COMMIT_LOG_DIR, fmt.CONSUME_QUEUE_DIR)):
+            raise StoreFormatError("not a RocketMQ store: no commitlog/ or consumequeue/ directory", self.root)
+        self._cl_size = commit_log_file_size
+        self._cq_size = consume_queue_file_size
+        self._ext_size = ext_file_size
+        self._commit_log: CommitLog | None = None
+        self._cqs: dict[tuple[str, int], ConsumeQueue] = {}
+        self._exts: dict[tuple[str, int], ConsumeQueueExt | None] = {}
+
+    def __repr__(self) -> str:
+        return f"Store({self.root!r})"
+
+    @property
+    def commit_log(self) -> CommitLog:
+        """The store's :class:`CommitLog`."""
+        if self._commit_log is None:
+            self._commit_log = CommitLog(os.path.join(self.root, fmt.COMMIT_LOG_DIR), file_size=self._cl_size)
+        return self._commit_log
+
+    def topics(self) -> list[str]:
+        """Topics that have a ConsumeQueue directory, sorted."""
+        d = os.path.join(self.root, fmt.CONSUME_QUEUE_DIR)
+        if not os.path.isdir(d):
+            return []
+        return sorted(t for t in os.listdir(d) if os.path.isdir(os.path.join(d, t)))
+
+    def queue_ids(self, topic: str) -> list[int]:
+        """Queue ids of ``topic``, ascending."""
+        d = os.path.join(self.root, fmt.CONSUME_QUEUE_DIR, topic)
+        if not os.path.isdir(d):
+            raise KeyError(f"topic {topic!r} has no consume queues in {self.root}")
+        return sorted(int(q) for q in os.listdir(d) if q.isdigit() and os.path.isdir(os.path.join(d, q)))
+
+    def consume_queue(self, topic: str, queue_id: int) -> ConsumeQueue:
+        """The :class:`ConsumeQueue` of (topic, queue_id)."""
+        key = (topic, int(queue_id))
+        cq = self._cqs.get(key)
+        if cq is None:
+            d = os.path.join(self.root, fmt.CONSUME_QUEUE_DIR, topic, str(int(queue_id)))
+            if not os.path.isdir(d):
+                raise KeyError(f"no consume queue {topic}/{queue_id} in {self.root}")
+            cq = ConsumeQueue(d, file_size=self._cq_size, topic=topic, queue_id=int(queue_id))
+            self._cqs[key] = cq
+        return cq
+
+    def ext(self, topic: str, queue_id: int) -> ConsumeQueueExt | None:
+        """The :class:`ConsumeQueueExt` of (topic, queue_id), or None if the store has none."""
+        key = (topic, int(queue_id))
+        if key not in self._exts:
+            d = os.path.join(self.root, fmt.CONSUME_QUEUE_EXT_DIR, topic, str(int(queue_id)))
+            self._exts[key] = ConsumeQueueExt(d, file_size=self._ext_size) if os.path.isdir(d) else None
+        return self._exts[key]
+
+    def close(self) -> None:
+        """Release every mapped file."""
+        for cq in self._cqs.values():
+            cq.close()
+        for ext in self._exts.values():
+            if ext is not None:
+                ext.close()
+        if self._commit_log is not None:
+            self._commit_log.close()
+
+    # ------------------------------------------------------------ consume
+    def make_filter(self, topic: str, group: str, *, sql: str | None = None, tags: str | None = None,
+                    bloom_filter="default", born_time: int = 0):
+        """The filter :meth:`consume` uses: a :class:`SqlFilter` for ``sql``, else a :class:`TagFilter`."""
+        if sql is not None and tags is not None:
+            raise ValueError("give sql or tags, not both")
+        if sql is not None:
+            if bloom_filter == "default":
+                import bloom
+
+                bloom_filter = bloom.BloomFilter()
+            return SqlFilter(group, topic, sql, bloom_filter, born_time=born_time)
+        return TagFilter(tags if tags is not None else "*")
+
+    def consume(self, topic: str, group: str, *, sql: str | None = None, tags: str | None = None,
+                queue_ids: Iterable[int] | None = None, filter=None, bloom_filter="default",
+                born_time: int = 0, verify_crc: bool = False,
+                progress: Callable[[int, int], None] | None = None) -> ConsumeResult:
+        """The messages consumer group ``group`` would receive from ``topic``, in queue order.
+
+        Parameters
+        ----------
+        topic, group : str
+        sql : str, optional
+            A SQL92 selector: the group is taken as registered with the broker's
+            default Bloom filter, so layer 1 prunes on ext bitmaps.
+        tags : str, optional
+            A tag subscription such as ``"TagA || TagB"``. Neither sql nor tags: ``"*"``.
+        queue_ids : iterable of int, optional
+            Queues to read (default: all, ascending).
+        filter : TagFilter or SqlFilter, optional
+            A ready-made filter instead of sql/tags.
+        bloom_filter : bloom.BloomFilter, "default" or None
+            For sql: the broker's Bloom filter; None = no bloom data (layer 1 passes all).
+        born_time : int
+            For sql: the filter's bornTime (ms).
+        verify_crc : bool
+            Check body CRCs of delivered messages.
+        progress : callable(units_done, units_total), optional
+            Called after each batch.
+
+        Returns
+        -------
+        ConsumeResult
+            Iterator of :class:`cq.Message` (queue by queue, in queue-offset
+            order) with ``.stats`` (:class:`ConsumeStats`).
+        """
+        flt = filter if filter is not None else self.make_filter(
+            topic, group, sql=sql, tags=tags, bloom_filter=bloom_filter, born_time=born_time
+        )
+        qids = list(queue_ids) if queue_ids is not None else self.queue_ids(topic)
+
+        def run(stats: ConsumeStats) -> Iterator[Message]:
+            total = sum(len(self.consume_queue(topic, q)) for q in qids)
+            for q in qids:
+                yield from self._consume_queue(topic, q, flt, stats, verify_crc, progress, total)
+
+        return ConsumeResult(run)
+
+    def _layer1(self, flt, raw: memoryview, units: np.ndarray, ext: ConsumeQueueExt | None,
+                stats: ConsumeStats) -> tuple[np.ndarray, np.ndarray]:
+        """Indices passing layer 1, and a bool mask of those that were Bloom hits."""
+        n = len(units)
+        slot = units["tags_code"]
+        is_ext = slot <= fmt.MAX_ADDR
+        hits = np.zeros(n, dtype=bool)
+        if isinstance(flt, TagFilter):
+            sub = flt.subscription
+            if sub is None or flt.class_filter_mode or sub.sub_string == "*":
+                return np.arange(n, dtype=np.int64), hits
+            if not is_ext.any():
+                return scan_tags(raw, flt.codes), hits
+            resolved = slot.copy()
+            known = ~is_ext
+            if ext is not None:
+                found, tags, _ = ext.read_many(slot)
+                resolved = np.where(found, tags, resolved)
+                known |= found
+            stats.ext_missing += int((is_ext & ~known).sum())
+            low = resolved.astype(np.int64).astype(np.uint32).astype(np.int32)
+            codes = np.fromiter(flt.codes, dtype=np.int32, count=len(flt.codes))
+            ok = ~known | np.isin(low, codes)
+            return np.flatnonzero(ok).astype(np.int64), hits
+        # SQL92
+        if not flt.uses_bitmap() or ext is None:
+            return np.arange(n, dtype=np.int64), hits
+        bit_num = flt.bloom_data.bit_num
+        pos = np.asarray(flt.bloom_data.bit_pos, dtype=np.int64)
+        verdict = np.full(n, _scan.PASS, dtype=np.uint8)
+        if ((pos >= 0) & (pos < bit_num)).all():  # else isHit throws and the broker matches
+            byte_idx, masks = bloom_masks(pos)
+            for index, sel, fpos in ext._group_by_file(slot):
+                v = _scan.ext_bloom_check(np.frombuffer(ext._map(index), dtype=np.uint8), fpos,
+                                          ext.limit(index), byte_idx, masks, bit_num, flt.born_time)
+                ext._raise_underflow(index, fpos, (v == _scan.UNDERFLOW).astype(np.int8) * 3)
+                verdict[sel] = v
+            found, _, _ = ext.read_many(slot) if is_ext.any() else (np.zeros(n, bool), None, None)
+            stats.ext_missing += int((is_ext & ~found).sum())
+        hits = verdict == _scan.HIT
+        stats.bloom_tested += int((hits | (verdict == _scan.PRUNED)).sum())
+        stats.bloom_pruned += int((verdict == _scan.PRUNED).sum())
+        return np.flatnonzero(verdict != _scan.PRUNED).astype(np.int64), hits
+
+    def _consume_queue(self, topic, queue_id, flt, stats, verify_crc, progress, total):
+        cqueue = self.consume_queue(topic, queue_id)
+        ext = self.ext(topic, queue_id)
+        log = self.commit_log
+        lo, hi = log.min_offset, log.max_offset
+        batch_evaluate = getattr(flt, "is_matched_by_commit_log_many", None)
+        for first, raw in cqueue.raw_chunks():
+            for b in range(0, len(raw) // fmt.CQ_STORE_UNIT_SIZE, CONSUME_BATCH):
+                chunk = raw[b * fmt.CQ_STORE_UNIT_SIZE:(b + CONSUME_BATCH) * fmt.CQ_STORE_UNIT_SIZE]
+                units = np.frombuffer(chunk, dtype=fmt.CQ_UNIT_DTYPE)
+                stats.units_scanned += len(units)
+                idx, hits = self._layer1(flt, chunk, units, ext, stats)
+                stats.passed_consume_queue += len(idx)
+                offs = units["commit_log_offset"][idx].astype(np.int64)
+                sizes = units["size"][idx].astype(np.int64)
+                present = (offs >= lo) & (offs + sizes <= hi)
+                stats.commit_log_missing += int((~present).sum())
+                idx, offs = idx[present], offs[present]
+                if isinstance(flt, SqlFilter):
+                    props = log.gather_properties(offs)
+                    if batch_evaluate is not None:
+                        keep = np.asarray(batch_evaluate(props), dtype=bool)
+                    else:
+                        keep = np.array([flt.is_matched_by_commit_log(p) for p in props], dtype=bool)
+                    stats.bloom_false_positives += int((hits[idx] & ~keep).sum())
+                    idx, offs = idx[keep], offs[keep]
+                stats.passed_commit_log += len(idx)
+                for off in offs.tolist():
+                    msg = log.read_message(off, verify_crc=verify_crc)
+                    if not flt.is_matched_by_client(msg.tags):
+                        stats.client_filtered += 1
+                        continue
+                    stats.delivered += 1
+                    yield msg
+                if progress is not None:
+                    progress(stats.units_scanned, total)
