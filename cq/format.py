@@ -490,8 +490,8 @@ def check_queue_files(
 ) -> tuple[list[tuple[int, str]], int]:
     """Validate a mapped-file queue as the broker's load does; returns ``(files, file_size)``.
 
-    A trailing 0-byte file is dropped. ``file_size`` defaults to the size of the
-    first file. Every file must have that size, start at a multiple of it, and
+    A trailing 0-byte file is dropped. ``file_size`` defaults to the size most
+    files share. Every file must have that size, start at a multiple of it, and
     follow its predecessor by exactly one file size; otherwise
     :class:`StoreFormatError` names the file.
     """
@@ -501,7 +501,9 @@ def check_queue_files(
     if not files:
         return files, file_size or 0
     if file_size is None:
-        file_size = os.path.getsize(files[0][1])
+        # the size most files share (ties: the larger), so one truncated file is named as such
+        sizes = [os.path.getsize(p) for _, p in files]
+        file_size = max(set(sizes), key=lambda s: (sizes.count(s), s))
     if file_size <= 0 or file_size % unit:
         raise StoreFormatError(
             f"{kind} file size {file_size} is not a positive multiple of {unit}", files[0][1], 0

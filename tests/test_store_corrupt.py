@@ -1,0 +1,216 @@
+"""Corrupt stores give StoreFormatError naming the file and byte offset, or a counted skip; never a crash."""
+from __future__ import annotations
+
+import os
+import random
+import shutil
+import struct
+
+import numpy as np
+import pytest
+from conftest import DATA, load_jsonl
+
+import cq
+from cq import format as fmt
+
+ROWS = load_jsonl("golden_store.jsonl")
+TOPIC = "GoldenFilterTopic"
+
+
+@pytest.fixture
+def copy(tmp_path):
+    root = tmp_path / "store"
+    shutil.copytree(DATA / "golden_store", root)
+    return root
+
+
+def _patch(path, offset, data):
+    with open(path, "r+b") as f:
+        f.seek(offset)
+        f.write(data)
+
+
+def _first_cl(root):
+    return str(root / "commitlog" / fmt.file_name(0))
+
+
+def test_truncated_consume_queue_file(copy):
+    path = copy / "consumequeue" / TOPIC / "0" / fmt.file_name(0)
+    os.truncate(path, 990)
+    with pytest.raises(cq.StoreFormatError) as exc:
+        cq.Store(copy).consume_queue(TOPIC, 0)
+    assert exc.value.path == str(path) and exc.value.offset == 990
+    assert str(path) in str(exc.value) and "990" in str(exc.value)
+
+
+def test_truncated_commit_log_file(copy):
+    path = copy / "commitlog" / fmt.file_name(65536)
+    os.truncate(path, 1000)
+    with pytest.raises(cq.StoreFormatError) as exc:
+        cq.Store(copy).commit_log.messages()
+    assert exc.value.path == str(path)
+
+
+def test_trailing_empty_file_is_ignored_like_the_broker(copy):
+    open(copy / "commitlog" / fmt.file_name(7 * 65536), "wb").close()
+    assert len(list(cq.Store(copy).commit_log.messages())) == 300
+
+
+def test_truncated_ext_file(copy):
+    path = copy / "consumequeue_ext" / TOPIC / "1" / fmt.file_name(3072)
+    os.truncate(path, 100)
+    with pytest.raises(cq.StoreFormatError, match="ConsumeQueueExt") as exc:
+        cq.Store(copy).ext(TOPIC, 1)
+    assert exc.value.path == str(path)
+
+
+def test_bad_magic_names_file_and_offset(copy):
+    row = ROWS[3]
+    _patch(_first_cl(copy), row["commitLogOffset"] + 4, b"\x12\x34\x56\x78")
+    store = cq.Store(copy)
+    with pytest.raises(cq.StoreFormatError, match="bad magic code 0x12345678") as exc:
+        store.commit_log.read_message(row["commitLogOffset"])
+    assert (exc.value.path, exc.value.offset) == (_first_cl(copy), row["commitLogOffset"])
+    with pytest.raises(cq.StoreFormatError) as exc:
+        list(store.commit_log.messages())
+    assert exc.value.offset == row["commitLogOffset"]
+    # non-strict: stop where the broker's recovery would truncate
+    assert len(list(store.commit_log.messages(strict=False))) == 3
+
+
+@pytest.mark.parametrize("total", [-5, 0x7FFFFFF0, 10])
+def test_bad_total_size(copy, total):
+    row = ROWS[5]
+    _patch(_first_cl(copy), row["commitLogOffset"], struct.pack(">i", total))
+    with pytest.raises(cq.StoreFormatError, match="TOTALSIZE") as exc:
+        cq.Store(copy).commit_log.read_message(row["commitLogOffset"])
+    assert exc.value.offset == row["commitLogOffset"]
+
+
+def test_field_lengths_that_disagree_with_total_size(copy):
+    row = ROWS[0]
+    body_len_at = row["commitLogOffset"] + 84
+    _patch(_first_cl(copy), body_len_at, struct.pack(">i", row["bodyLength"] - 3))
+    store = cq.Store(copy)
+    with pytest.raises(cq.StoreFormatError, match="add up"):
+        store.commit_log.read_message(row["commitLogOffset"])
+    with pytest.raises(cq.StoreFormatError, match="add up") as exc:
+        store.commit_log.gather_properties([row["commitLogOffset"]])
+    assert exc.value.path == _first_cl(copy)
+    _patch(_first_cl(copy), body_len_at, struct.pack(">i", 10**9))
+    with pytest.raises(cq.StoreFormatError, match="BODYLENGTH"):
+        cq.Store(copy).commit_log.read_message(row["commitLogOffset"])
+
+
+def test_body_crc_checked_on_request(copy):
+    row = ROWS[0]
+    _patch(_first_cl(copy), row["commitLogOffset"] + 88, b"X")  # first body byte
+    store = cq.Store(copy)
+    store.commit_log.read_message(row["commitLogOffset"])  # not checked by default, like reput
+    with pytest.raises(cq.StoreFormatError, match="CRC"):
+        store.commit_log.read_message(row["commitLogOffset"], verify_crc=True)
+
+
+def test_offset_outside_the_log(copy):
+    with pytest.raises(cq.StoreFormatError, match="outside the commit log"):
+        cq.Store(copy).commit_log.read_message(10**12)
+    with pytest.raises(cq.StoreFormatError, match="outside the commit log"):
+        cq.Store(copy).commit_log.gather_properties([0, 10**12])
+
+
+def test_unit_pointing_past_the_log_is_a_counted_skip(copy):
+    path = copy / "consumequeue" / TOPIC / "0" / fmt.file_name(0)
+    _patch(path, 20 * 2, struct.pack(">q", 5 * 10**6))   # third unit -> far past the log
+    result = cq.Store(copy).consume(TOPIC, "G")
+    got = list(result)
+    assert len(got) == 199 and result.stats.commit_log_missing == 1
+    assert 2 not in [m.queue_offset for m in got if m.queue_id == 0]
+
+
+def test_negative_unit_size_ends_the_queue(copy):
+    path = copy / "consumequeue" / TOPIC / "0" / fmt.file_name(1000)
+    _patch(path, 20 * 10 + 8, struct.pack(">i", -1))
+    cqueue = cq.Store(copy).consume_queue(TOPIC, 0)
+    assert cqueue.max_offset == 60  # the broker's validity rule: size <= 0 is the end
+
+
+def test_ext_address_out_of_range(copy):
+    path = copy / "consumequeue" / TOPIC / "0" / fmt.file_name(0)
+    for i, addr in enumerate([cq.decorate(10**9), cq.decorate(4000), cq.MAX_ADDR]):
+        _patch(path, 20 * i + 12, struct.pack(">q", addr))
+    store = cq.Store(copy)
+    ext = store.ext(TOPIC, 0)
+    assert ext.get(cq.decorate(10**9)) is None
+    assert ext.get(cq.decorate(4000)) is None  # past the write position of the last file
+    assert ext.get(5) is None                  # not an ext address
+    result = store.consume(TOPIC, "G", tags="NoSuchTag")
+    got = list(result)
+    # unresolvable tags codes are "null": the broker lets them through, the client drops them
+    assert result.stats.ext_missing == 3 and result.stats.passed_consume_queue == 3
+    assert got == [] and result.stats.client_filtered == 3
+
+
+def test_ext_unit_whose_bitmap_runs_past_the_data(copy):
+    path = copy / "consumequeue_ext" / TOPIC / "0" / fmt.file_name(0)
+    _patch(path, 18, struct.pack(">h", 2000))
+    ext = cq.Store(copy).ext(TOPIC, 0)
+    with pytest.raises(cq.StoreFormatError, match="bitmap") as exc:
+        ext.get(cq.decorate(0))
+    assert exc.value.path == str(path) and exc.value.offset == 0
+
+
+def test_ext_unit_size_past_file_end(copy):
+    path = copy / "consumequeue_ext" / TOPIC / "0" / fmt.file_name(3072)
+    _patch(path, 0, struct.pack(">h", 2000))
+    with pytest.raises(cq.StoreFormatError, match="past the end") as exc:
+        _ = cq.Store(copy).ext(TOPIC, 0).max_offset
+    assert exc.value.path == str(path)
+
+
+def test_not_a_store(tmp_path):
+    with pytest.raises(cq.StoreFormatError, match="not a RocketMQ store"):
+        cq.Store(tmp_path)
+    with pytest.raises(cq.StoreFormatError, match="not a directory"):
+        cq.Store(tmp_path / "missing")
+
+
+def test_misnamed_files_are_ignored_and_misaligned_starts_refused(copy):
+    d = copy / "consumequeue" / TOPIC / "0"
+    (d / "README").write_text("not a queue file")
+    assert cq.Store(copy).consume_queue(TOPIC, 0).max_offset == 100
+    os.rename(d / fmt.file_name(1000), d / fmt.file_name(1500))
+    with pytest.raises(cq.StoreFormatError, match="multiple"):
+        cq.Store(copy).consume_queue(TOPIC, 0)
+
+
+def test_random_corruption_never_crashes(copy):
+    """Flip random bytes everywhere; every failure must be a StoreFormatError."""
+    rng = random.Random(20250919)
+    files = [os.path.join(d, f) for d, _, fs in os.walk(copy) for f in fs
+             if "index" not in d and f not in ("checkpoint", "abort.bak")]
+    originals = {}
+    for p in files:
+        with open(p, "rb") as f:
+            originals[p] = f.read()
+    for _ in range(60):
+        for p, data in originals.items():
+            with open(p, "wb") as f:
+                f.write(data)
+        for p in rng.sample(files, 3):
+            size = len(originals[p])
+            for _ in range(rng.randint(1, 8)):
+                _patch(p, rng.randrange(size), bytes([rng.randrange(256)]))
+        try:
+            store = cq.Store(copy)
+            list(store.commit_log.messages(strict=False))
+            for t in store.topics():
+                for q in store.queue_ids(t):
+                    units = store.consume_queue(t, q).read()
+                    ext = store.ext(t, q)
+                    ext.read_many(units["tags_code"])
+                    list(store.consume(t, "G", tags="TagA || TagB"))
+                    offs = units["commit_log_offset"][(units["commit_log_offset"] >= 0)
+                                                      & (units["commit_log_offset"] < 7 * 65536)]
+                    store.commit_log.gather_properties(np.unique(offs))
+        except cq.StoreFormatError as exc:
+            assert exc.path is not None
