@@ -48,12 +48,11 @@ import os
 import re
 import shutil
 import struct
-import sys
 import time
 import zlib
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, NamedTuple
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 import numpy as np
 
@@ -97,10 +96,13 @@ from .format import (
 )
 from .tags import tags_code
 
+if TYPE_CHECKING:
+    from typing_extensions import Self
+
 __all__ = [
-    "AppendResult",
     "DEFAULT_MESSAGE_DELAY_LEVEL",
     "DEFAULT_STORE_HOST",
+    "AppendResult",
     "RebuildResult",
     "SampleStore",
     "SqlGroup",
@@ -189,7 +191,7 @@ class SqlGroup:
 class _Group:
     """A registered group with its compiled selector and its bitmap bits."""
 
-    __slots__ = ("spec", "selector", "bits")
+    __slots__ = ("bits", "selector", "spec")
 
     def __init__(self, spec: SqlGroup, selector: Any, bits: np.ndarray):
         self.spec = spec
@@ -276,7 +278,7 @@ class _FileQueue:
     broker creates a file when the first message goes into it.
     """
 
-    __slots__ = ("directory", "file_size", "start", "pos", "_buf", "_buf_pos", "_flush_at")
+    __slots__ = ("_buf", "_buf_pos", "_flush_at", "directory", "file_size", "pos", "start")
 
     def __init__(self, directory: str, file_size: int, start: int = 0, pos: int = 0, flush_at: int = _QUEUE_FLUSH):
         self.directory = directory
@@ -343,7 +345,7 @@ class _QueueState:
 class _Prepared:
     """One message, validated and encoded, waiting for its offsets."""
 
-    __slots__ = ("topic", "queue_id", "record", "size", "dispatch", "tags_code", "store_timestamp", "props")
+    __slots__ = ("dispatch", "props", "queue_id", "record", "size", "store_timestamp", "tags_code", "topic")
 
     def __init__(self, topic, queue_id, record, dispatch, tags_code_value, store_timestamp, props):
         self.topic = topic
@@ -666,7 +668,7 @@ class StoreWriter:
             self.flush()
             self._closed = True
 
-    def __enter__(self) -> StoreWriter:
+    def __enter__(self) -> Self:
         return self
 
     def __exit__(self, *exc_info: object) -> None:
@@ -986,10 +988,7 @@ class StoreWriter:
 
 
 _APPEND_FIELDS = frozenset(
-    (
-        "topic body queue_id properties tags keys flag sys_flag born_timestamp store_timestamp "
-        "born_host store_host reconsume_times prepared_transaction_offset"
-    ).split()
+    ["topic", "body", "queue_id", "properties", "tags", "keys", "flag", "sys_flag", "born_timestamp", "store_timestamp", "born_host", "store_host", "reconsume_times", "prepared_transaction_offset"]
 )
 
 
@@ -1254,3 +1253,228 @@ def rebuild_bitmaps(
     if progress is not None:
         progress(messages)
     return RebuildResult(messages, dispatched, specs)
+
+
+# ------------------------------------------------------------ sample stores
+#: Topics of the sample store: the first one carries the SQL92 groups.
+SAMPLE_TOPICS = ("SampleTopic", "OrderTopic", "AuditTopic")
+#: Tags of the sample store, most popular first (Zipf-like weights).
+SAMPLE_TAGS = ("TagA", "TagB", "TagC", "TagD", "TagE", "TagF", "TagG", "TagH")
+SAMPLE_REGIONS = ("cn-hangzhou", "cn-beijing", "us-east-1", "eu-central-1", "ap-southeast-1")
+SAMPLE_COLORS = ("red", "green", "blue", "black", "grün")
+#: The SQL92 groups registered on the sample store's main topic: ``(group, sql)``.
+SAMPLE_GROUPS = (
+    ("GID_PRIORITY", "priority >= 4 AND region IN ('cn-hangzhou', 'cn-beijing')"),
+    ("GID_RED_CHEAP", "color = 'red' AND price < 20.0"),
+    ("GID_TAGA_OR_EU", "TAGS = 'TagA' OR region = 'eu-central-1'"),
+)
+#: Born timestamp of the first sample message (2023-11-14T22:13:20Z).
+SAMPLE_EPOCH_MS = 1_700_000_000_000
+
+
+@dataclass(frozen=True)
+class SampleStore:
+    """Description of a store written by :func:`generate_sample_store`.
+
+    Attributes
+    ----------
+    root : str
+        Store root directory.
+    messages : int
+        Messages written.
+    seed : int
+        Seed the contents derive from.
+    topics : dict of str to int
+        Topic -> number of queues.
+    main_topic : str
+        The topic with the SQL92 groups (and ext bitmaps).
+    groups : list of SqlGroup
+        Groups registered on ``main_topic``.
+    tags : list of str
+        Tag values in use, most popular first (about 5 % of messages have none).
+    properties : list of str
+        User property names (``region``, ``price``, ``color``, ``priority``).
+    commit_log_file_size, consume_queue_file_size, ext_file_size : int
+        File sizes of the store.
+    """
+
+    root: str
+    messages: int
+    seed: int
+    topics: dict[str, int]
+    main_topic: str
+    groups: list[SqlGroup]
+    tags: list[str]
+    properties: list[str]
+    commit_log_file_size: int
+    consume_queue_file_size: int
+    ext_file_size: int
+
+    def to_dict(self) -> dict[str, Any]:
+        """A JSON-friendly dict of this description."""
+        return {
+            "root": self.root,
+            "messages": self.messages,
+            "seed": self.seed,
+            "topics": dict(self.topics),
+            "main_topic": self.main_topic,
+            "groups": [{"topic": g.topic, "group": g.group, "sql": g.sql} for g in self.groups],
+            "tags": list(self.tags),
+            "properties": list(self.properties),
+            "commit_log_file_size": self.commit_log_file_size,
+            "consume_queue_file_size": self.consume_queue_file_size,
+            "ext_file_size": self.ext_file_size,
+        }
+
+
+def _zipf_weights(n: int, s: float = 1.1) -> np.ndarray:
+    w = 1.0 / np.arange(1, n + 1, dtype=np.float64) ** s
+    return w / w.sum()
+
+
+def _sample_messages(
+    count: int, seed: int, topics: Sequence[str], queues: Mapping[str, int], chunk: int = BATCH_SIZE
+) -> Iterable[dict[str, Any]]:
+    """Deterministic sample messages, generated a chunk at a time with numpy."""
+    rng = np.random.default_rng(seed)
+    topic_w = np.array([0.7] + [0.3 / (len(topics) - 1)] * (len(topics) - 1)) if len(topics) > 1 else np.ones(1)
+    tag_w = _zipf_weights(len(SAMPLE_TAGS))
+    region_w = _zipf_weights(len(SAMPLE_REGIONS), 0.8)
+    color_w = np.array([0.3, 0.25, 0.2, 0.15, 0.1])
+    priority_w = np.array([0.4, 0.3, 0.15, 0.1, 0.05])
+    producers = [f"192.168.{seed % 200}.{10 + i}:{40000 + 97 * i}" for i in range(8)]
+    pid = 1000 + seed % 50000
+    ip_hex = f"C0A8{seed % 200:02X}0A"
+    for first in range(0, count, chunk):
+        n = min(chunk, count - first)
+        topic_i = rng.choice(len(topics), size=n, p=topic_w)
+        queue_r = rng.integers(0, 1 << 30, size=n)
+        has_tag = rng.random(n) >= 0.05
+        tag_i = rng.choice(len(SAMPLE_TAGS), size=n, p=tag_w)
+        region_i = rng.choice(len(SAMPLE_REGIONS), size=n, p=region_w)
+        has_color = rng.random(n) >= 0.1
+        color_i = rng.choice(len(SAMPLE_COLORS), size=n, p=color_w)
+        price = np.round(rng.lognormal(3.0, 0.8, size=n), 2)
+        priority = rng.choice(5, size=n, p=priority_w) + 1
+        delay = rng.integers(0, 20, size=n)
+        producer_i = rng.integers(0, len(producers), size=n)
+        for j in range(n):
+            i = first + j
+            topic = topics[topic_i[j]]
+            region = SAMPLE_REGIONS[region_i[j]]
+            price_s = f"{price[j]:.2f}"
+            born = SAMPLE_EPOCH_MS + i // 4
+            props = {
+                # producer IP, pid, class-loader hash, ms in month, counter (spec §4.8)
+                "UNIQ_KEY": f"{ip_hex}{pid:04X}{seed:08X}{born % 2**32:08X}{i % 65536:04X}",
+                "region": region,
+                "price": price_s,
+                "priority": str(priority[j]),
+                "WAIT": "true",
+            }
+            if has_color[j]:
+                props["color"] = SAMPLE_COLORS[color_i[j]]
+            yield {
+                "topic": topic,
+                "queue_id": int(queue_r[j] % queues[topic]),
+                "body": f'{{"order":{i},"amount":{price_s},"region":"{region}"}}'.encode(),
+                "properties": props,
+                "tags": SAMPLE_TAGS[tag_i[j]] if has_tag[j] else None,
+                "keys": f"order-{i}",
+                "born_timestamp": born,
+                "store_timestamp": born + int(delay[j]),
+                "born_host": producers[producer_i[j]],
+            }
+
+
+def generate_sample_store(
+    root: str | os.PathLike,
+    *,
+    messages: int = 100_000,
+    seed: int = 0,
+    topics: Sequence[str] | None = None,
+    queues: int = 4,
+    commit_log_file_size: int = 64 * 1024 * 1024,
+    consume_queue_file_size: int = DEFAULT_CONSUME_QUEUE_FILE_SIZE,
+    ext_file_size: int = DEFAULT_EXT_FILE_SIZE,
+    store_host: str = DEFAULT_STORE_HOST,
+    progress: Callable[[int], None] | None = None,
+) -> SampleStore:
+    """Write a deterministic sample broker store for demos and benchmarks.
+
+    The same ``(messages, seed, topics, queues, sizes)`` always gives the same
+    bytes. About 70 % of the messages go to the main topic (the first of
+    ``topics``, ``queues`` queues), the rest spread over the other topics (two
+    queues each). Tags follow Zipf-like popularity (``TagA`` most common, ~5 %
+    untagged); properties ``region`` (skewed), ``price`` (log-normal, two
+    decimals), ``color`` (missing for ~10 %), ``priority`` (1-5, mostly low),
+    ``KEYS``, ``UNIQ_KEY`` and ``WAIT``; the broker adds ``CLUSTER``. The three
+    :data:`SAMPLE_GROUPS` are registered on the main topic, so its
+    ConsumeQueueExt units carry their bitmaps (every topic has ext units).
+
+    Parameters
+    ----------
+    root : path
+        A directory that does not hold a store yet.
+    messages : int
+        Number of messages (>= 0).
+    seed : int
+        Seed of the generator (>= 0).
+    topics : sequence of str, optional
+        Topic names; default :data:`SAMPLE_TOPICS`.
+    queues : int
+        Queues of the main topic (>= 1).
+    commit_log_file_size : int, default 64 MiB
+        Smaller than the broker's 1 GiB so that a sample spans several files
+        (Spark reads one partition per file).
+    consume_queue_file_size, ext_file_size : int
+        Broker defaults.
+    store_host : str
+        STOREHOST of every record.
+    progress : callable, optional
+        Called with the number of messages written after each batch.
+
+    Returns
+    -------
+    SampleStore
+
+    Examples
+    --------
+    >>> info = generate_sample_store("/tmp/sample", messages=10_000, seed=7)  # doctest: +SKIP
+    >>> [g.group for g in info.groups]  # doctest: +SKIP
+    ['GID_PRIORITY', 'GID_RED_CHEAP', 'GID_TAGA_OR_EU']
+    """
+    messages = _check_int("messages", messages, 0, 2**40)
+    seed = _check_int("seed", seed, 0, 2**32 - 1)
+    queues = _check_int("queues", queues, 1, 1 << 16)
+    topics = list(SAMPLE_TOPICS if topics is None else topics)
+    if not topics:
+        raise ValueError("topics must name at least one topic")
+    if len(set(topics)) != len(topics):
+        raise ValueError(f"topics must be distinct, got {topics}")
+    queue_counts = {t: (queues if i == 0 else 2) for i, t in enumerate(topics)}
+    with StoreWriter(
+        root,
+        commit_log_file_size=commit_log_file_size,
+        consume_queue_file_size=consume_queue_file_size,
+        ext_file_size=ext_file_size,
+        enable_ext=True,
+        store_host=store_host,
+    ) as writer:
+        for t in topics:
+            writer._topic_info(t)
+        groups = [writer.register_group(topics[0], group, sql) for group, sql in SAMPLE_GROUPS]
+        writer.append_many(_sample_messages(messages, seed, topics, queue_counts), progress=progress)
+    return SampleStore(
+        root=os.fspath(root),
+        messages=messages,
+        seed=seed,
+        topics=queue_counts,
+        main_topic=topics[0],
+        groups=groups,
+        tags=list(SAMPLE_TAGS),
+        properties=["region", "price", "color", "priority"],
+        commit_log_file_size=writer.commit_log_file_size,
+        consume_queue_file_size=writer.consume_queue_file_size,
+        ext_file_size=writer.ext_file_size,
+    )
