@@ -7,7 +7,7 @@ STAMP := $(VENV)/.rmqfilter-installed
 export PYSPARK_PYTHON := $(abspath $(PY))
 export PYSPARK_DRIVER_PYTHON := $(abspath $(PY))
 
-.PHONY: setup build test test-cython test-python demo bench lint clean
+.PHONY: setup build test test-cython test-python demo bench fuzz lint clean
 
 setup: $(STAMP) build
 
@@ -39,6 +39,13 @@ demo: setup
 # Every benchmark beside its alternative; writes bench/RESULTS.md and bench/charts/.
 bench: setup
 	$(PY) bench/report.py
+
+# Coverage-guided fuzzing (atheris) of every target under fuzz/, with the
+# extensions rebuilt under AddressSanitizer + UBSan in build/asan.
+FUZZ_SECONDS ?= 60
+fuzz: setup
+	$(PY) -m pip install -q atheris
+	$(PY) fuzz/run.py --seconds $(FUZZ_SECONDS)
 
 lint: setup
 	$(VENV)/bin/ruff check .
