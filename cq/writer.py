@@ -833,6 +833,11 @@ class StoreWriter:
             pos += len(part)
         transaction = sys_flag & TRANSACTION_TYPE_MASK
         dispatch = transaction == TRANSACTION_NOT_TYPE or transaction == TRANSACTION_COMMIT_TYPE
+        code = self._dispatch_tags_code(topic, props, store_timestamp)
+        return _Prepared(topic, queue_id, record, dispatch, code, store_timestamp, props)
+
+    def _dispatch_tags_code(self, topic: str, props: Mapping[str, str], store_timestamp: int) -> int:
+        """The tags code the reput service computes from a stored record (spec §2.5, §4.9)."""
         code = tags_code(props.get(PROPERTY_TAGS))
         if topic == SCHEDULE_TOPIC and PROPERTY_DELAY in props:
             level = _java_parse_int(props[PROPERTY_DELAY])
@@ -844,7 +849,7 @@ class StoreWriter:
             level = min(level, len(self._delays))
             if level > 0:
                 code = store_timestamp + self._delays[level - 1]
-        return _Prepared(topic, queue_id, record, dispatch, code, store_timestamp, props)
+        return code
 
     # ----------------------------------------------------------- writing
     def _bitmaps(self, batch: Sequence[_Prepared]) -> list[bytes | None]:
@@ -988,7 +993,10 @@ class StoreWriter:
 
 
 _APPEND_FIELDS = frozenset(
-    ["topic", "body", "queue_id", "properties", "tags", "keys", "flag", "sys_flag", "born_timestamp", "store_timestamp", "born_host", "store_host", "reconsume_times", "prepared_transaction_offset"]
+    [
+        "topic", "body", "queue_id", "properties", "tags", "keys", "flag", "sys_flag", "born_timestamp",
+        "store_timestamp", "born_host", "store_host", "reconsume_times", "prepared_transaction_offset",
+    ]
 )
 
 
@@ -1083,7 +1091,7 @@ def _recover_ext(files: list[tuple[int, str]], file_size: int) -> tuple[int, int
     """Walk every ext file as the broker's recovery does (spec §3.5)."""
     _check_file_sizes(files, file_size, "consume queue ext", "ext_file_size")
     start, pos = files[0][0], 0
-    for i, (start, path) in enumerate(files):
+    for start, path in files:
         with open(path, "rb") as f:
             data = f.read()
         pos = 0
@@ -1092,8 +1100,6 @@ def _recover_ext(files: list[tuple[int, str]], file_size: int) -> tuple[int, int
             if size <= 0:
                 break
             pos += size
-        if i + 1 < len(files):
-            continue
     return start, pos
 
 
@@ -1225,31 +1231,30 @@ def rebuild_bitmaps(
                 dispatched += 1
         batch.clear()
 
-    for msg in store.commit_log.messages():
-        messages += 1
-        transaction = msg.sys_flag & TRANSACTION_TYPE_MASK
-        props = msg.properties or {}
-        code = tags_code(props.get(PROPERTY_TAGS))
-        if msg.topic == SCHEDULE_TOPIC and PROPERTY_DELAY in props:
-            level = _java_parse_int(props[PROPERTY_DELAY])
-            if level is None:
-                continue  # the broker's dispatch fails on such a record: no unit
-            level = min(level, len(writer._delays))
-            if level > 0:
-                code = msg.store_timestamp + writer._delays[level - 1]
-        p = _Prepared(
-            msg.topic, msg.queue_id, b"", transaction in (TRANSACTION_NOT_TYPE, TRANSACTION_COMMIT_TYPE),
-            code, msg.store_timestamp, props,
-        )
-        p.size = msg.store_size
-        batch.append((p, msg.commit_log_offset, msg.queue_offset))
-        if len(batch) >= BATCH_SIZE:
+    try:
+        for msg in store.commit_log.messages(strict=True):
+            messages += 1
+            transaction = msg.sys_flag & TRANSACTION_TYPE_MASK
+            props = msg.properties or {}
+            try:
+                code = writer._dispatch_tags_code(msg.topic, props, msg.store_timestamp)
+            except ValueError:
+                continue  # the broker's dispatch fails on such a record: it gets no unit
+            p = _Prepared(
+                msg.topic, msg.queue_id, b"", transaction in (TRANSACTION_NOT_TYPE, TRANSACTION_COMMIT_TYPE),
+                code, msg.store_timestamp, props,
+            )
+            p.size = msg.store_size
+            batch.append((p, msg.commit_log_offset, msg.queue_offset))
+            if len(batch) >= BATCH_SIZE:
+                flush_batch()
+                if progress is not None:
+                    progress(messages)
+        if batch:
             flush_batch()
-            if progress is not None:
-                progress(messages)
-    if batch:
-        flush_batch()
-    writer.close()
+    finally:
+        store.close()
+        writer.close()
     if progress is not None:
         progress(messages)
     return RebuildResult(messages, dispatched, specs)
