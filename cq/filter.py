@@ -95,20 +95,26 @@ class SqlFilter:
         Use these bit positions instead of generating them.
     class_filter_mode : bool
         Everything matches.
+    compiled : selector.Selector, optional
+        An already compiled selector for ``sql`` (anything with ``evaluate``).
     """
 
     expression_type = EXPRESSION_TYPE_SQL92
 
     def __init__(self, group: str, topic: str, sql: str, bloom_filter=None, *, born_time: int = 0,
-                 bloom_data=None, class_filter_mode: bool = False) -> None:
-        import selector
+                 bloom_data=None, class_filter_mode: bool = False, compiled=None) -> None:
+        from selector.errors import SelectorEvaluationError
 
         self.group = group
         self.topic = topic
         self.sql = sql
         self.subscription = build_subscription(topic, sql, EXPRESSION_TYPE_SQL92)
-        self.compiled = selector.compile(sql)
-        self._evaluation_error = selector.SelectorEvaluationError
+        if compiled is None:
+            import selector
+
+            compiled = selector.compile(sql)
+        self.compiled = compiled
+        self._evaluation_error = SelectorEvaluationError
         self.bloom_filter = bloom_filter
         self.born_time = born_time
         self.class_filter_mode = class_filter_mode
@@ -140,15 +146,12 @@ class SqlFilter:
         bitmap = ext_unit.filter_bitmap
         if bitmap is None or not self.bloom_data_valid or len(bitmap) * 8 != self.bloom_data.bit_num:
             return True
-        try:
-            for p in self.bloom_data.bit_pos:
-                if p < 0 or p >= len(bitmap) * 8:
-                    raise IndexError(p)  # BitsArray's bounds check: the broker logs it and matches
-                if not bitmap[p >> 3] & (1 << (p & 7)):
-                    return False
+        positions = self.bloom_data.bit_pos
+        # isHit reads every position (no early exit), so one out of range throws;
+        # the broker logs the exception and matches.
+        if any(p < 0 or p >= len(bitmap) * 8 for p in positions):
             return True
-        except IndexError:
-            return True
+        return all(bitmap[p >> 3] & (1 << (p & 7)) for p in positions)
 
     def evaluate(self, properties: Mapping[str, str] | None):
         """The selector's raw result (True/False/None), None where evaluation throws."""
