@@ -74,6 +74,8 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if not args.no_build:
         build()
+    if not (ROOT / "fuzz" / "seeds").is_dir():
+        subprocess.run([sys.executable, str(ROOT / "fuzz" / "seeds.py")], cwd=ROOT, check=True)
     failed = 0
     for target in args.targets or targets():
         code, runs, log = run(target, args.seconds)
