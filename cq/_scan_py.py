@@ -35,6 +35,8 @@ def ext_walk(buf, pos):
     status 0: stopped at s <= 0 or at the file's end; 2: a unit of size s runs
     past the end of the buffer (end_position is where it starts).
     """
+    if pos < 0:
+        raise ValueError(f"pos must be >= 0, got {pos}")
     n = len(buf)
     while pos + 2 <= n:
         size = int.from_bytes(bytes(buf[pos:pos + 2]), "big", signed=True)
@@ -57,6 +59,8 @@ def ext_units_at(buf, positions, limit):
     status FOUND, NOT_FOUND (the broker's lookup returns null: past ``limit``,
     fewer than 2 bytes, or size < 1) or UNDERFLOW (head or bitmap past ``limit``).
     """
+    if limit < 0 or limit > len(buf):
+        raise ValueError(f"limit {limit} outside the buffer of {len(buf)} bytes")
     k = len(positions)
     status = np.full(k, NOT_FOUND, dtype=np.int8)
     tags = np.zeros(k, dtype=np.int64)
@@ -86,6 +90,11 @@ def ext_bloom_check(buf, positions, limit, byte_idx, masks, bit_num, born_time):
     length * 8 != bit_num: the broker lets the message through untested), HIT
     (every bit set), PRUNED (some bit clear), UNDERFLOW (corrupt unit).
     """
+    if len(masks) != len(byte_idx):
+        raise ValueError("byte_idx and masks differ in length")
+    for b in byte_idx.tolist():
+        if b < 0 or b * 8 >= bit_num:
+            raise ValueError(f"bit byte index {b} outside a {bit_num}-bit bitmap")
     status, _, times, bms = ext_units_at(buf, positions, limit)
     out = np.full(len(positions), PASS, dtype=np.uint8)
     for i, pos in enumerate(positions.tolist()):
