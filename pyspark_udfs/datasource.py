@@ -20,9 +20,10 @@ Options (all strings, parsed once when the reader is made):
     ``consumequeue``: the units that pass the ConsumeQueue layer).
 ``decisions``
     ``true``: with a group, keep every unit and add the columns
-    ``matched_by_consume_queue`` and ``matched_by_commit_log`` (NULL where the
-    CommitLog layer was not reached, and the CommitLog columns NULL there,
-    because the broker does not read those records either).
+    ``matched_by_consume_queue`` (layer 1), ``matched_by_commit_log`` (layer 2;
+    NULL where it was not reached, and the CommitLog columns NULL there too,
+    because the broker does not read those records) and ``delivered`` (what the
+    consumer gets, after the client's exact tag re-check).
 ``partition_units``
     Largest number of ConsumeQueue units per partition (default 100000).
     Partitions follow ConsumeQueue files; a larger file is split.
@@ -107,6 +108,7 @@ _DECISION_FIELDS = {
     "messages": [
         StructField("matched_by_consume_queue", BooleanType(), False),
         StructField("matched_by_commit_log", BooleanType(), True),
+        StructField("delivered", BooleanType(), False),
     ],
     "consumequeue": [StructField("matched_by_consume_queue", BooleanType(), False)],
 }

@@ -1,0 +1,166 @@
+"""The ``rocketmq`` data source reads the golden store (written by RocketMQ itself) row for row,
+and its in-reader broker filter equals ``cq.Store.consume``."""
+from __future__ import annotations
+
+import base64
+
+import pytest
+from conftest import DATA, load_jsonl
+
+pytestmark = pytest.mark.spark
+
+STORE = str(DATA / "golden_store")
+GOLDEN = load_jsonl("golden_store.jsonl")
+FILTER_TOPIC = "GoldenFilterTopic"
+SQL_GROUPS = {
+    "GID_SQL_A": "a > 5 AND b = 'abc'",
+    "GID_SQL_B": "TAGS = 'TagA' OR color IN ('red', 'grün')",
+    "GID_SQL_C": "num BETWEEN 10 AND 20 OR (city IS NOT NULL AND city = '北京')",
+}
+KEY = ("topic", "queue_id", "queue_offset")
+
+
+def _read(spark, **options):
+    reader = spark.read.format("rocketmq")
+    for name, value in options.items():
+        reader = reader.option(name, value)
+    return reader.load(STORE)
+
+
+def _golden_key(g: dict) -> tuple:
+    return g["topic"], g["queueId"], g["queueOffset"]
+
+
+def _by_key(rows) -> dict:
+    return {tuple(r[k] for k in KEY): r for r in rows}
+
+
+def test_messages_table_equals_golden_store_lines(spark):
+    rows = _by_key(_read(spark).collect())
+    assert len(rows) == len(GOLDEN) == 300
+    for g in GOLDEN:
+        r = rows[_golden_key(g)]
+        where = _golden_key(g)
+        assert r["commit_log_offset"] == g["commitLogOffset"], where
+        assert r["store_size"] == g["storeSize"], where
+        assert r["tags_code"] == g["tagsCodeComputed"], where
+        assert r["tags"] == g["tags"] and r["keys"] == g["keys"], where
+        assert r["properties"] == g["properties"], where
+        assert bytes(r["body"]) == base64.b64decode(g["body_b64"]), where
+        assert (r["born_timestamp"], r["born_host"]) == (g["bornTimestamp"], g["bornHost"]), where
+        assert (r["store_timestamp"], r["store_host"]) == (g["storeTimestamp"], g["storeHost"]), where
+        assert (r["sys_flag"], r["reconsume_times"]) == (g["sysFlag"], g["reconsumeTimes"]), where
+        assert r["msg_store_time"] == g["ext"]["msgStoreTime"], where
+        expected_bitmap = bytes(g["ext"]["bitmap"]) if g["ext"]["bitMapSize"] else None
+        assert (bytes(r["filter_bitmap"]) if r["filter_bitmap"] is not None else None) == expected_bitmap, where
+
+
+def test_consumequeue_table_equals_golden_units_and_one_partition_per_file(spark):
+    df = _read(spark, table="consumequeue")
+    assert "body" not in df.columns and "ext_address" in df.columns
+    # Golden queues hold 100, 100, 47 and 53 units in files of 50: 2 + 2 + 1 + 2 files.
+    assert df.rdd.getNumPartitions() == 7
+    # Split every 20 units: a full file gives 3 slices (20 + 20 + 10); 47 units 3; 3 units 1.
+    assert _read(spark, table="consumequeue", partition_units="20").rdd.getNumPartitions() == 19
+    rows = _by_key(df.collect())
+    assert len(rows) == 300
+    for g in GOLDEN:
+        r = rows[_golden_key(g)]
+        assert r["commit_log_offset"] == g["cq"]["commitLogOffset"]
+        assert r["store_size"] == g["cq"]["size"]
+        assert r["ext_address"] == g["cq"]["tagsCode"] == g["ext"]["address"]
+        assert r["tags_code"] == g["ext"]["tagsCode"]
+        assert r["msg_store_time"] == g["ext"]["msgStoreTime"]
+
+
+def _consume(group: str, sql: str | None = None, tags: str | None = None):
+    import cq
+
+    result = cq.Store(STORE).consume(FILTER_TOPIC, group, sql=sql, tags=tags)
+    keys = [(FILTER_TOPIC, m.queue_id, m.queue_offset) for m in result]
+    return keys, result.stats
+
+
+@pytest.mark.parametrize("group", sorted(SQL_GROUPS))
+def test_sql_group_filter_in_reader_equals_store_consume_and_golden(spark, group):
+    sql = SQL_GROUPS[group]
+    expected, stats = _consume(group, sql=sql)
+    golden = sorted(_golden_key(g) for g in GOLDEN
+                    if g["topic"] == FILTER_TOPIC and any(x["group"] == group and x["matched"] for x in g["groups"]))
+    assert sorted(expected) == golden and golden
+
+    got = _read(spark, topic=FILTER_TOPIC, group=group, sql=sql).select(*KEY).collect()
+    assert sorted(tuple(r) for r in got) == golden
+
+    decided = _read(spark, topic=FILTER_TOPIC, group=group, sql=sql, decisions="true").collect()
+    assert len(decided) == stats.units_scanned == 200
+    assert sum(r["matched_by_consume_queue"] for r in decided) == stats.passed_consume_queue
+    assert sum(bool(r["matched_by_commit_log"]) for r in decided) == stats.passed_commit_log
+    assert sum(r["delivered"] for r in decided) == stats.delivered == len(golden)
+    bloom_hits = {_golden_key(g) for g in GOLDEN if g["topic"] == FILTER_TOPIC
+                  and any(x["group"] == group and x["bloomHit"] for x in g["groups"])}
+    assert {tuple(r[k] for k in KEY) for r in decided if r["matched_by_consume_queue"]} == bloom_hits
+    # Layer 2 was not reached where layer 1 pruned: no record was read there.
+    for r in decided:
+        if not r["matched_by_consume_queue"]:
+            assert r["matched_by_commit_log"] is None and r["properties"] is None
+
+
+def test_tag_group_filter_in_reader_equals_store_consume(spark):
+    tags = "TagA || 标签 || Ωmega"
+    expected, stats = _consume("GID_TAGS", tags=tags)
+    golden = sorted(_golden_key(g) for g in GOLDEN if g["topic"] == FILTER_TOPIC and g["tags"] in tags.split(" || "))
+    assert sorted(expected) == golden and golden
+    got = _read(spark, topic=FILTER_TOPIC, group="GID_TAGS", tags=tags).select(*KEY, "tags").collect()
+    assert sorted(tuple(r)[:3] for r in got) == golden
+    cq_rows = _read(spark, topic=FILTER_TOPIC, table="consumequeue", group="GID_TAGS", tags=tags).count()
+    assert cq_rows == stats.passed_consume_queue
+
+
+def _pushed(df) -> str:
+    return df._jdf.queryExecution().executedPlan().toString()
+
+
+def test_pushdown_on_queue_id_tags_code_and_tags_gives_spark_filter_results(spark):
+    from pyspark.sql import functions as F
+
+    import cq
+
+    all_rows = _read(spark).select(*KEY, "tags", "tags_code").collect()
+    code_a = cq.tags_code("TagA")
+
+    df = _read(spark).filter((F.col("queue_id") == 1) & F.col("tags_code").isin(code_a, cq.tags_code("标签")))
+    expected = sorted(tuple(r)[:3] for r in all_rows if r["queue_id"] == 1 and r["tags"] in ("TagA", "标签"))
+    assert sorted(tuple(r)[:3] for r in df.select(*KEY).collect()) == expected and expected
+    # queue_id prunes whole partitions: GoldenFilterTopic/1 and GoldenPlainTopic/1 (2 files each).
+    assert df.rdd.getNumPartitions() == 4
+
+    df = _read(spark, topic=FILTER_TOPIC).filter(F.col("tags") == "Ωmega")
+    expected = sorted(tuple(r)[:3] for r in all_rows if r["topic"] == FILTER_TOPIC and r["tags"] == "Ωmega")
+    assert sorted(tuple(r)[:3] for r in df.select(*KEY).collect()) == expected and expected
+
+    df = _read(spark, table="consumequeue").filter(F.col("queue_id") >= 1)
+    assert df.count() == sum(1 for r in all_rows if r["queue_id"] >= 1)
+
+
+@pytest.mark.parametrize(
+    ("options", "message"),
+    [
+        ({"table": "index"}, "option 'table'"),
+        ({"topic": "NoSuchTopic"}, "NoSuchTopic"),
+        ({"sql": "a > 1"}, "need 'group'"),
+        ({"group": "G"}, "needs 'sql' or 'tags'"),
+        ({"group": "G", "sql": "a >", "topic": FILTER_TOPIC}, "a >"),
+        ({"group": "G", "sql": "a > 1", "tags": "TagA"}, "exclude each other"),
+        ({"partition_units": "0"}, "partition_units"),
+        ({"decisions": "maybe", "group": "G", "tags": "A"}, "decisions"),
+    ],
+)
+def test_bad_options_name_the_option(spark, options, message):
+    with pytest.raises(Exception, match=message):
+        _read(spark, **options).count()
+
+
+def test_path_that_is_not_a_store_is_named(spark, tmp_path):
+    with pytest.raises(Exception, match="not a directory"):
+        spark.read.format("rocketmq").load(str(tmp_path / "missing")).count()
