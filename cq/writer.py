@@ -583,8 +583,10 @@ class StoreWriter:
         """
         self._check_open()
         prepared = self._prepare(
-            topic, body, queue_id, properties, tags, keys, flag, sys_flag, born_timestamp,
-            store_timestamp, born_host, store_host, reconsume_times, prepared_transaction_offset,
+            topic=topic, body=body, queue_id=queue_id, properties=properties, tags=tags, keys=keys, flag=flag,
+            sys_flag=sys_flag, born_timestamp=born_timestamp, store_timestamp=store_timestamp,
+            born_host=born_host, store_host=store_host, reconsume_times=reconsume_times,
+            prepared_transaction_offset=prepared_transaction_offset,
         )
         return self._write([prepared], collect=True)[0]
 
@@ -617,24 +619,12 @@ class StoreWriter:
         self._check_open()
         written = 0
         batch: list[_Prepared] = []
+        prepare = self._prepare
         for index, m in enumerate(messages):
             try:
                 if not isinstance(m, Mapping):
                     raise TypeError(f"expected a mapping of append() arguments, got {type(m).__name__}")
-                unknown = set(m) - _APPEND_FIELDS
-                if unknown:
-                    raise TypeError(f"unknown append() argument(s) {sorted(unknown)}")
-                if "topic" not in m:
-                    raise TypeError("missing 'topic'")
-                batch.append(
-                    self._prepare(
-                        m["topic"], m.get("body", b""), m.get("queue_id", 0), m.get("properties"),
-                        m.get("tags"), m.get("keys"), m.get("flag", 0), m.get("sys_flag", 0),
-                        m.get("born_timestamp"), m.get("store_timestamp"), m.get("born_host"),
-                        m.get("store_host"), m.get("reconsume_times", 0),
-                        m.get("prepared_transaction_offset", 0),
-                    )
-                )
+                batch.append(prepare(**m))
             except (TypeError, ValueError) as exc:
                 if batch:
                     self._write(batch, collect=False)
@@ -718,13 +708,12 @@ class StoreWriter:
         if properties is not None:
             if not isinstance(properties, Mapping):
                 raise TypeError(f"properties must be a mapping, str or bytes, got {type(properties).__name__}")
-            for k, v in properties.items():
-                if v is None:
-                    continue
-                if not isinstance(k, str) or not isinstance(v, str):
+            # Values that are None or "" never reach the store: the producer skips None and the
+            # broker's string2messageProperties drops empty values before re-serialising.
+            props = {k: v for k, v in properties.items() if v is not None and v != ""}
+            for k, v in props.items():
+                if not (isinstance(k, str) and isinstance(v, str)):
                     raise TypeError(f"property {k!r}: names and values must be str, got {type(v).__name__}")
-                if v:
-                    props[k] = v
         if tags is not None:
             if not isinstance(tags, str):
                 raise TypeError(f"tags must be a str, got {type(tags).__name__}")
@@ -758,9 +747,12 @@ class StoreWriter:
         return data, props
 
     def _prepare(
-        self, topic, body, queue_id, properties, tags, keys, flag, sys_flag, born_timestamp,
-        store_timestamp, born_host, store_host, reconsume_times, prepared_transaction_offset,
+        self, *, topic: str, body: Any = b"", queue_id: int = 0, properties: Any = None, tags: Any = None,
+        keys: Any = None, flag: int = 0, sys_flag: int = 0, born_timestamp: int | None = None,
+        store_timestamp: int | None = None, born_host: str | None = None, store_host: str | None = None,
+        reconsume_times: int = 0, prepared_transaction_offset: int = 0,
     ) -> _Prepared:
+        """Validate and encode one message (no state changes; offsets are filled in by _write)."""
         magic, topic_field = self._topic_info(topic)
         if isinstance(properties, (str, bytes, bytearray, memoryview)):
             if tags is not None or keys is not None:
@@ -780,8 +772,8 @@ class StoreWriter:
                 f"properties of {len(props_b)} bytes exceed the broker's limit of {MAX_PROPERTIES_LENGTH} "
                 "(PROPERTIES_SIZE_EXCEEDED)"
             )
-        if not isinstance(body, bytes):
-            if not isinstance(body, (bytearray, memoryview)):
+        if type(body) is not bytes:
+            if not isinstance(body, (bytes, bytearray, memoryview)):
                 raise TypeError(f"body must be bytes-like, got {type(body).__name__}")
             body = bytes(body)
         born, born_v6 = parse_host(born_host if born_host is not None else self.store_host, what="born_host")
@@ -825,12 +817,9 @@ class StoreWriter:
                 f"a record of {size} bytes cannot fit a commit log file of {self.commit_log_file_size} bytes "
                 f"(the broker needs size + {END_FILE_MIN_BLANK_LENGTH} <= file size)"
             )
-        record = bytearray(size)
-        record[:48] = head
-        pos = 48
-        for part in (born, tail[0], store, tail[1], body, topic_field, _I16.pack(len(props_b)), props_b):
-            record[pos:pos + len(part)] = part
-            pos += len(part)
+        record = bytearray(
+            b"".join((head, born, tail[0], store, tail[1], body, topic_field, _I16.pack(len(props_b)), props_b))
+        )
         transaction = sys_flag & TRANSACTION_TYPE_MASK
         dispatch = transaction == TRANSACTION_NOT_TYPE or transaction == TRANSACTION_COMMIT_TYPE
         code = self._dispatch_tags_code(topic, props, store_timestamp)
@@ -1352,17 +1341,15 @@ def _sample_messages(
     ip_hex = f"C0A8{seed % 200:02X}0A"
     for first in range(0, count, chunk):
         n = min(chunk, count - first)
-        topic_i = rng.choice(len(topics), size=n, p=topic_w)
-        queue_r = rng.integers(0, 1 << 30, size=n)
-        has_tag = rng.random(n) >= 0.05
-        tag_i = rng.choice(len(SAMPLE_TAGS), size=n, p=tag_w)
-        region_i = rng.choice(len(SAMPLE_REGIONS), size=n, p=region_w)
-        has_color = rng.random(n) >= 0.1
-        color_i = rng.choice(len(SAMPLE_COLORS), size=n, p=color_w)
-        price = np.round(rng.lognormal(3.0, 0.8, size=n), 2)
-        priority = rng.choice(5, size=n, p=priority_w) + 1
-        delay = rng.integers(0, 20, size=n)
-        producer_i = rng.integers(0, len(producers), size=n)
+        topic_i = rng.choice(len(topics), size=n, p=topic_w).tolist()
+        queue_r = rng.integers(0, 1 << 30, size=n).tolist()
+        tag_i = np.where(rng.random(n) >= 0.05, rng.choice(len(SAMPLE_TAGS), size=n, p=tag_w), -1).tolist()
+        region_i = rng.choice(len(SAMPLE_REGIONS), size=n, p=region_w).tolist()
+        color_i = np.where(rng.random(n) >= 0.1, rng.choice(len(SAMPLE_COLORS), size=n, p=color_w), -1).tolist()
+        price = np.round(rng.lognormal(3.0, 0.8, size=n), 2).tolist()
+        priority = (rng.choice(5, size=n, p=priority_w) + 1).tolist()
+        delay = rng.integers(0, 20, size=n).tolist()
+        producer_i = rng.integers(0, len(producers), size=n).tolist()
         for j in range(n):
             i = first + j
             topic = topics[topic_i[j]]
@@ -1377,17 +1364,17 @@ def _sample_messages(
                 "priority": str(priority[j]),
                 "WAIT": "true",
             }
-            if has_color[j]:
+            if color_i[j] >= 0:
                 props["color"] = SAMPLE_COLORS[color_i[j]]
             yield {
                 "topic": topic,
                 "queue_id": int(queue_r[j] % queues[topic]),
                 "body": f'{{"order":{i},"amount":{price_s},"region":"{region}"}}'.encode(),
                 "properties": props,
-                "tags": SAMPLE_TAGS[tag_i[j]] if has_tag[j] else None,
+                "tags": SAMPLE_TAGS[tag_i[j]] if tag_i[j] >= 0 else None,
                 "keys": f"order-{i}",
                 "born_timestamp": born,
-                "store_timestamp": born + int(delay[j]),
+                "store_timestamp": born + delay[j],
                 "born_host": producers[producer_i[j]],
             }
 
