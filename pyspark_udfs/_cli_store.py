@@ -1,0 +1,218 @@
+"""``rmqfilter inspect``, ``rmqfilter consume`` (and ``gen-store``): a broker store, locally, without Spark."""
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+
+
+def add_parsers(subparsers) -> None:
+    """Add the store sub-commands."""
+    inspect = subparsers.add_parser(
+        "inspect",
+        help="list a store's topics, queues, offsets and message counts",
+        description="Read a RocketMQ broker store directory (read-only) and print its CommitLog "
+                    "files and, per topic and queue, the ConsumeQueue offsets, message counts and "
+                    "ConsumeQueueExt size.",
+    )
+    inspect.add_argument("store", metavar="STORE", help="store root directory (holds commitlog/, consumequeue/)")
+    inspect.add_argument("--json", action="store_true", help="print one JSON document instead of a table")
+    inspect.add_argument("--count-messages", action="store_true",
+                         help="also walk the whole CommitLog and count its records (slow on big stores)")
+    inspect.set_defaults(func=_run_inspect)
+
+    consume = subparsers.add_parser(
+        "consume",
+        help="list the messages a consumer group would receive (the broker's two-layer filter)",
+        description="Replay the broker's filter for one consumer group over a topic: tag codes or "
+                    "Bloom bitmaps first, then the exact tag / SQL92 selector. Messages go to "
+                    "stdout, per-layer counts and progress to stderr.",
+    )
+    consume.add_argument("store", metavar="STORE", help="store root directory")
+    consume.add_argument("--topic", required=True, help="topic to consume")
+    consume.add_argument("--group", required=True, help="consumer group (Bloom key <group>#<topic>)")
+    how = consume.add_mutually_exclusive_group(required=True)
+    how.add_argument("--sql", help="SQL92 selector, e.g. \"a > 5 AND b = 'abc'\"")
+    how.add_argument("--tags", help='tag subscription, e.g. "TagA || TagB" or "*"')
+    consume.add_argument("--queue", type=int, action="append", dest="queue_ids", metavar="ID",
+                         help="queue id to read (repeatable; default: all)")
+    consume.add_argument("--format", choices=("text", "jsonl", "none"), default="text",
+                         help="text: one tab-separated line per message; jsonl: one JSON object; "
+                              "none: counts only (default text)")
+    consume.add_argument("--limit", type=int, default=None, help="stop after this many messages")
+    consume.add_argument("--no-bloom", action="store_true",
+                         help="SQL92: ignore ext bitmaps (the group's filter has no bloom data)")
+    consume.add_argument("--born-time", type=int, default=0,
+                         help="SQL92: the filter's bornTime in ms; older bitmaps are not trusted (default 0)")
+    consume.add_argument("--verify-crc", action="store_true", help="check the body CRC of each delivered message")
+    consume.add_argument("--progress", choices=("auto", "always", "never"), default="auto",
+                         help="progress bar on stderr: auto = when stderr is a terminal and the scan is long")
+    consume.set_defaults(func=_run_consume)
+    # gen-store: the cq.writer engineer adds its parser here (see the "gen-store" section below).
+
+
+# ---------------------------------------------------------------- gen-store
+# Reserved for `rmqfilter gen-store DIR --messages N` (cq.writer's sample store),
+# written by the owner of cq/writer.py: define its parser and run function in
+# this section and register it at the end of add_parsers above.
+
+
+# ---------------------------------------------------------------- inspect
+def _inspect(path: str, count_messages: bool) -> dict:
+    import cq
+
+    store = cq.Store(path)
+    log = store.commit_log
+    info = {
+        "store": store.root,
+        "commit_log": {
+            "files": len(log.files),
+            "file_size": log.file_size,
+            "min_offset": log.min_offset,
+            "max_offset": log.max_offset,
+        },
+        "topics": {},
+    }
+    if count_messages:
+        info["commit_log"]["messages"] = sum(1 for _ in log.messages(strict=False))
+    for topic in store.topics():
+        queues = {}
+        for qid in store.queue_ids(topic):
+            cqueue = store.consume_queue(topic, qid)
+            ext = store.ext(topic, qid)
+            queues[str(qid)] = {
+                "min_offset": cqueue.min_offset,
+                "max_offset": cqueue.max_offset,
+                "messages": len(cqueue),
+                "files": len(cqueue.files),
+                "file_size": cqueue.file_size,
+                "ext_bytes": None if ext is None else ext.max_offset - (ext.files[0][0] if ext.files else 0),
+                "ext_file_size": None if ext is None else ext.file_size,
+            }
+        info["topics"][topic] = queues
+    store.close()
+    return info
+
+
+def _run_inspect(args: argparse.Namespace) -> int:
+    import cq
+
+    try:
+        info = _inspect(args.store, args.count_messages)
+    except cq.StoreFormatError as exc:
+        print(f"rmqfilter inspect: error: {exc}", file=sys.stderr)
+        return 2
+    if args.json:
+        json.dump(info, sys.stdout, indent=2, ensure_ascii=False)
+        print()
+        return 0
+    cl = info["commit_log"]
+    print(f"Store {info['store']}")
+    extra = f", {cl['messages']:,} messages" if "messages" in cl else ""
+    print(f"CommitLog: {cl['files']} file(s) of {cl['file_size']:,} B, offsets "
+          f"[{cl['min_offset']:,}, {cl['max_offset']:,}){extra}")
+    header = f"{'topic':<32} {'queue':>5} {'min':>12} {'max':>12} {'messages':>12} {'ext bytes':>12}"
+    print(header)
+    print("-" * len(header))
+    total = 0
+    for topic, queues in info["topics"].items():
+        for qid, q in queues.items():
+            ext = "-" if q["ext_bytes"] is None else f"{q['ext_bytes']:,}"
+            print(f"{topic:<32} {qid:>5} {q['min_offset']:>12,} {q['max_offset']:>12,} "
+                  f"{q['messages']:>12,} {ext:>12}")
+            total += q["messages"]
+    print(f"{len(info['topics'])} topic(s), {total:,} message(s) in consume queues")
+    return 0
+
+
+# ---------------------------------------------------------------- consume
+class _Progress:
+    """A one-line progress bar on stderr, redrawn at most 5 times a second."""
+
+    MIN_UNITS = 200_000
+
+    def __init__(self, mode: str) -> None:
+        self.mode = mode
+        self.start = time.perf_counter()
+        self.last = 0.0
+        self.drawn = False
+
+    def __call__(self, done: int, total: int) -> None:
+        if self.mode == "never":
+            return
+        if self.mode == "auto" and (not sys.stderr.isatty() or total < self.MIN_UNITS):
+            return
+        now = time.perf_counter()
+        if now - self.last < 0.2 and done < total:
+            return
+        self.last = now
+        frac = done / total if total else 1.0
+        bar = "#" * int(30 * frac)
+        rate = done / max(now - self.start, 1e-9)
+        sys.stderr.write(f"\r[{bar:<30}] {frac:6.1%} {done:,}/{total:,} units {rate:,.0f} units/s")
+        sys.stderr.flush()
+        self.drawn = True
+
+    def finish(self) -> None:
+        if self.drawn:
+            sys.stderr.write("\n")
+
+
+def _message_json(m) -> dict:
+    return {
+        "topic": m.topic, "queue_id": m.queue_id, "queue_offset": m.queue_offset,
+        "commit_log_offset": m.commit_log_offset, "msg_id": m.msg_id, "tags": m.tags, "keys": m.keys,
+        "store_timestamp": m.store_timestamp, "body_length": len(m.body), "properties": m.properties,
+    }
+
+
+def _run_consume(args: argparse.Namespace) -> int:
+    import cq
+    from selector.errors import SelectorSyntaxError
+
+    progress = _Progress(args.progress)
+    t0 = time.perf_counter()
+    delivered = 0
+    try:
+        store = cq.Store(args.store)
+        if args.topic not in store.topics():
+            print(f"rmqfilter consume: error: topic {args.topic!r} has no consume queues in {args.store}",
+                  file=sys.stderr)
+            return 2
+        result = store.consume(
+            args.topic, args.group, sql=args.sql, tags=args.tags, queue_ids=args.queue_ids,
+            bloom_filter=None if args.no_bloom else "default", born_time=args.born_time,
+            verify_crc=args.verify_crc, progress=progress,
+        )
+        out = sys.stdout
+        for m in result:
+            if args.format == "text":
+                out.write(f"{m.queue_id}\t{m.queue_offset}\t{m.msg_id}\t{m.tags or ''}\t{m.keys or ''}\n")
+            elif args.format == "jsonl":
+                out.write(json.dumps(_message_json(m), ensure_ascii=False) + "\n")
+            delivered += 1
+            if args.limit is not None and delivered >= args.limit:
+                break
+    except BrokenPipeError:  # `| head`: stop quietly, as Unix tools do
+        import os
+
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 0
+    except (cq.StoreFormatError, cq.TagSubscriptionError, SelectorSyntaxError, KeyError) as exc:
+        progress.finish()
+        print(f"rmqfilter consume: error: {exc}", file=sys.stderr)
+        return 2
+    progress.finish()
+    st = result.stats
+    seconds = time.perf_counter() - t0
+    print(
+        f"units scanned {st.units_scanned:,}; passed ConsumeQueue layer {st.passed_consume_queue:,}; "
+        f"passed CommitLog layer {st.passed_commit_log:,}; delivered {st.delivered:,}; "
+        f"bloom tested {st.bloom_tested:,}, pruned {st.bloom_pruned:,}, "
+        f"false positives {st.bloom_false_positives:,}; client re-check dropped {st.client_filtered:,}; "
+        f"missing in CommitLog {st.commit_log_missing:,}; unresolved ext {st.ext_missing:,}; "
+        f"{seconds:.2f} s",
+        file=sys.stderr,
+    )
+    return 0

@@ -1,0 +1,105 @@
+"""``rmqfilter inspect`` and ``rmqfilter consume`` on the golden store."""
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+from conftest import DATA, load_jsonl
+
+from pyspark_udfs import cli
+
+GOLDEN = str(DATA / "golden_store")
+ROWS = load_jsonl("golden_store.jsonl")
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def _has_selector():
+    try:
+        import selector
+    except ImportError:
+        return False
+    return hasattr(selector, "compile")
+
+
+def test_inspect_table(capsys):
+    assert cli.main(["inspect", GOLDEN]) == 0
+    out = capsys.readouterr().out
+    assert "CommitLog: 7 file(s) of 65,536 B, offsets [0, 433,183)" in out
+    assert "GoldenPlainTopic                     1            0           53           53" in out
+    assert "2 topic(s), 300 message(s)" in out
+
+
+def test_inspect_json(capsys):
+    assert cli.main(["inspect", GOLDEN, "--json", "--count-messages"]) == 0
+    info = json.loads(capsys.readouterr().out)
+    assert info["commit_log"]["messages"] == 300
+    q = info["topics"]["GoldenFilterTopic"]["0"]
+    assert (q["min_offset"], q["max_offset"], q["messages"], q["ext_bytes"]) == (0, 100, 100, 3412)
+
+
+def test_inspect_not_a_store(tmp_path, capsys):
+    assert cli.main(["inspect", str(tmp_path)]) == 2
+    assert "not a RocketMQ store" in capsys.readouterr().err
+
+
+def test_consume_tags_text(capsys):
+    assert cli.main(["consume", GOLDEN, "--topic", "GoldenPlainTopic", "--group", "G",
+                     "--tags", "TagA || Ωmega", "--progress", "never"]) == 0
+    captured = capsys.readouterr()
+    lines = captured.out.splitlines()
+    want = sorted((r["queueId"], r["queueOffset"], r["msgId"]) for r in ROWS
+                  if r["topic"] == "GoldenPlainTopic" and r["tags"] in ("TagA", "Ωmega"))
+    assert [tuple(line.split("\t")[:3]) for line in lines] == [(str(a), str(b), c) for a, b, c in want]
+    assert f"delivered {len(want):,}" in captured.err and "units scanned 100" in captured.err
+
+
+def test_consume_jsonl_with_queue_and_limit(capsys):
+    assert cli.main(["consume", GOLDEN, "--topic", "GoldenFilterTopic", "--group", "G", "--tags", "*",
+                     "--queue", "1", "--format", "jsonl", "--limit", "5", "--verify-crc"]) == 0
+    rows = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
+    assert [(r["queue_id"], r["queue_offset"]) for r in rows] == [(1, i) for i in range(5)]
+    golden = {(r["queueId"], r["queueOffset"]): r for r in ROWS if r["topic"] == "GoldenFilterTopic"}
+    for r in rows:
+        g = golden[(1, r["queue_offset"])]
+        assert (r["msg_id"], r["properties"], r["commit_log_offset"]) == (g["msgId"], g["properties"],
+                                                                           g["commitLogOffset"])
+
+
+@pytest.mark.skipif(not _has_selector(), reason="selector.compile has not landed yet")
+def test_consume_sql_counts(capsys):
+    sql = "a > 5 AND b = 'abc'"
+    assert cli.main(["consume", GOLDEN, "--topic", "GoldenFilterTopic", "--group", "GID_SQL_A",
+                     "--sql", sql, "--format", "none"]) == 0
+    err = capsys.readouterr().err
+    matched = sum(1 for r in ROWS for g in r["groups"] if g["group"] == "GID_SQL_A" and g["matched"])
+    assert f"delivered {matched:,}" in err and "bloom tested 200" in err
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["--topic", "Nope", "--group", "G", "--tags", "*"], "topic 'Nope' has no consume queues"),
+    (["--topic", "GoldenFilterTopic", "--group", "G", "--tags", "||"], "subString split error"),
+])
+def test_consume_errors(capsys, argv, message):
+    assert cli.main(["consume", GOLDEN, *argv]) == 2
+    assert message in capsys.readouterr().err
+
+
+def test_consume_requires_exactly_one_filter():
+    with pytest.raises(SystemExit):
+        cli.main(["consume", GOLDEN, "--topic", "T", "--group", "G"])
+    with pytest.raises(SystemExit):
+        cli.main(["consume", GOLDEN, "--topic", "T", "--group", "G", "--tags", "*", "--sql", "a=1"])
+
+
+def test_store_commands_do_not_import_spark():
+    code = ("import sys; from pyspark_udfs import cli; "
+            f"cli.main(['inspect', {GOLDEN!r}]); "
+            f"cli.main(['consume', {GOLDEN!r}, '--topic', 'GoldenPlainTopic', '--group', 'G', '--tags', 'TagA']); "
+            "bad = [m for m in sys.modules if m == 'pyspark' or m.startswith('pyspark.')]; "
+            "sys.exit(1 if bad else 0)")
+    proc = subprocess.run([sys.executable, "-c", code], check=False, cwd=ROOT, capture_output=True, text=True,
+                          env={**os.environ, "PYTHONPATH": ROOT})
+    assert proc.returncode == 0, proc.stderr
