@@ -1,0 +1,186 @@
+"""Store writer throughput beside the obvious alternative, in the same run.
+
+- ``StoreWriter.append_many``: the batch path (bitmaps per batch with ``matches_many``,
+  Bloom positions once per group, buffered ``pwrite``);
+- ``StoreWriter.append``: the same writer one message at a time;
+- the obvious alternative: a straightforward loop over ``cq.format.encode_record`` /
+  ``encode_cq_unit`` / ``encode_ext_unit`` that evaluates every group's selector on every
+  message and writes each piece with ``file.write`` (it produces the same bytes: checked);
+- ``generate_sample_store``: the ``rmqfilter gen-store`` path end to end.
+
+Messages are the sample store's: three topics, Zipf-like tags, four properties,
+three SQL92 groups on the main topic, ext units on.
+
+Run: ``make bench`` or ``.venv/bin/python -m pytest bench/bench_writer.py``.
+"""
+from __future__ import annotations
+
+import os
+import shutil
+import tempfile
+from pathlib import Path
+
+import pytest
+
+import bloom
+import selector
+from cq import format as fmt
+from cq import tags_code
+from cq.writer import SAMPLE_GROUPS, SAMPLE_TOPICS, StoreWriter, _sample_messages, generate_sample_store
+
+N_MESSAGES = 50_000
+QUEUES = {t: (4 if i == 0 else 2) for i, t in enumerate(SAMPLE_TOPICS)}
+CONFIG = {"commit_log_file_size": 64 << 20, "ext_file_size": 4 << 20, "enable_ext": True}
+
+
+@pytest.fixture(scope="module")
+def messages() -> list[dict]:
+    return list(_sample_messages(N_MESSAGES, 3, SAMPLE_TOPICS, QUEUES))
+
+
+@pytest.fixture
+def scratch():
+    root = Path(tempfile.mkdtemp(prefix="rmq-bench-"))
+    counter = iter(range(10**9))
+
+    def fresh() -> Path:
+        return root / f"s{next(counter)}"
+
+    yield fresh
+    shutil.rmtree(root, ignore_errors=True)
+
+
+def _ours_batch(root: Path, messages: list[dict]) -> None:
+    with StoreWriter(root, **CONFIG) as w:
+        for group, sql in SAMPLE_GROUPS:
+            w.register_group(SAMPLE_TOPICS[0], group, sql)
+        w.append_many(messages)
+
+
+def _ours_one_by_one(root: Path, messages: list[dict]) -> None:
+    with StoreWriter(root, **CONFIG) as w:
+        for group, sql in SAMPLE_GROUPS:
+            w.register_group(SAMPLE_TOPICS[0], group, sql)
+        for m in messages:
+            w.append(**m)
+
+
+class _NaiveFiles:
+    """One open file per queue directory, a new one each time the current is full."""
+
+    def __init__(self, directory: str, size: int):
+        self.directory, self.size, self.start, self.pos, self.f = directory, size, 0, 0, None
+
+    def write(self, data: bytes) -> None:
+        if self.f is None:
+            os.makedirs(self.directory, exist_ok=True)
+            self.f = open(os.path.join(self.directory, fmt.file_name(self.start)), "wb")  # noqa: SIM115
+            self.f.truncate(self.size)
+        self.f.write(data)
+        self.pos += len(data)
+
+    def roll(self) -> None:
+        self.f.close()
+        self.f, self.start, self.pos = None, self.start + self.size, 0
+
+    def close(self) -> None:
+        if self.f is not None:
+            self.f.close()
+
+
+def _naive(root: Path, messages: list[dict]) -> None:
+    """The straightforward writer: per message, per group, per file piece."""
+    bf = bloom.BloomFilter()
+    groups = []
+    for group, sql in SAMPLE_GROUPS:
+        positions = bf.calc_bit_positions(f"{group}#{SAMPLE_TOPICS[0]}")
+        groups.append((selector.compile(sql), positions))
+    log = _NaiveFiles(str(root / "commitlog"), CONFIG["commit_log_file_size"])
+    queues: dict = {}
+    offsets: dict = {}
+    for m in messages:
+        topic, qid = m["topic"], m["queue_id"]
+        props = dict(m["properties"])
+        props["TAGS"] = m["tags"]
+        props["KEYS"] = m["keys"]
+        props = {k: v for k, v in props.items() if v}
+        props["CLUSTER"] = "DefaultCluster"
+        qoff = offsets.get((topic, qid), 0)
+        record = fmt.encode_record(
+            topic=topic, body=m["body"], properties=fmt.encode_properties(props, order="hashmap"),
+            queue_id=qid, queue_offset=qoff, commit_log_offset=log.start + log.pos,
+            born_timestamp=m["born_timestamp"], born_host=m["born_host"],
+            store_timestamp=m["store_timestamp"], store_host="127.0.0.1:10911",
+        )
+        if len(record) + 8 > log.size - log.pos:
+            log.write(fmt.encode_blank_record(log.size - log.pos))
+            log.roll()
+            record = fmt.encode_record(
+                topic=topic, body=m["body"], properties=fmt.encode_properties(props, order="hashmap"),
+                queue_id=qid, queue_offset=qoff, commit_log_offset=log.start,
+                born_timestamp=m["born_timestamp"], born_host=m["born_host"],
+                store_timestamp=m["store_timestamp"], store_host="127.0.0.1:10911",
+            )
+        phys = log.start + log.pos
+        log.write(record)
+        offsets[(topic, qid)] = qoff + 1
+        bitmap = None
+        if topic == SAMPLE_TOPICS[0]:
+            bits = bloom.BitsArray(bf.m)
+            for compiled, positions in groups:
+                if compiled.matches(props):
+                    bf.hash_to(positions, bits)
+            bitmap = bytes(bits)
+        if (topic, qid) not in queues:
+            queues[(topic, qid)] = (
+                _NaiveFiles(str(root / "consumequeue" / topic / str(qid)), fmt.DEFAULT_CONSUME_QUEUE_FILE_SIZE),
+                _NaiveFiles(str(root / "consumequeue_ext" / topic / str(qid)), CONFIG["ext_file_size"]),
+            )
+        cq, ext = queues[(topic, qid)]
+        unit = fmt.encode_ext_unit(tags_code(props.get("TAGS")), m["store_timestamp"], bitmap)
+        if len(unit) > ext.size - ext.pos - 4:
+            ext.write(b"\xff\xff")
+            ext.roll()
+        address = fmt.decorate(ext.start + ext.pos)
+        ext.write(unit)
+        if cq.size - cq.pos < 20:
+            cq.roll()
+        cq.write(fmt.encode_cq_unit(phys, len(record), address))
+    log.close()
+    for cq, ext in queues.values():
+        cq.close()
+        ext.close()
+
+
+def test_naive_writer_writes_the_same_bytes(messages, scratch):
+    a, b = scratch(), scratch()
+    _ours_batch(a, messages[:5000])
+    _naive(b, messages[:5000])
+    for path in sorted(a.rglob("*")):
+        if path.is_file():
+            assert path.read_bytes() == (b / path.relative_to(a)).read_bytes(), path
+
+
+def test_writer_append_many(benchmark, messages, scratch):
+    benchmark.group = f"store writer, {N_MESSAGES} sample messages, 3 SQL92 groups"
+    benchmark.extra_info.update(items=len(messages), role="ours")
+    benchmark.pedantic(lambda: _ours_batch(scratch(), messages), rounds=3, iterations=1)
+
+
+def test_writer_append_one_by_one(benchmark, messages, scratch):
+    benchmark.group = f"store writer, {N_MESSAGES} sample messages, 3 SQL92 groups"
+    benchmark.extra_info.update(items=len(messages), role="ours")
+    benchmark.pedantic(lambda: _ours_one_by_one(scratch(), messages), rounds=3, iterations=1)
+
+
+def test_writer_naive_alternative(benchmark, messages, scratch):
+    benchmark.group = f"store writer, {N_MESSAGES} sample messages, 3 SQL92 groups"
+    benchmark.extra_info.update(items=len(messages), role="alternative")
+    benchmark.pedantic(lambda: _naive(scratch(), messages), rounds=3, iterations=1)
+
+
+def test_generate_sample_store(benchmark, scratch):
+    n = 200_000
+    benchmark.group = "gen-store end to end"
+    benchmark.extra_info.update(items=n, role="ours")
+    benchmark.pedantic(lambda: generate_sample_store(scratch(), messages=n, seed=1), rounds=2, iterations=1)
