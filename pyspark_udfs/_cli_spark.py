@@ -38,6 +38,7 @@ def add_parsers(subparsers) -> None:
     demo.add_argument("--store", help="store directory (default: a cached directory under the temp dir; "
                                       "reused when it already holds this sample)")
     demo.add_argument("--master", default="local[2]", help="Spark master (default local[2])")
+    demo.add_argument("--json", dest="json_path", help="also write the results as JSON to this file")
     demo.set_defaults(func=_run_demo)
 
 
@@ -80,7 +81,7 @@ def _sample_store(root: str, messages: int, seed: int):
 
 
 def _run_demo(args: argparse.Namespace) -> int:
-    from pyspark_udfs.job import GroupScan, format_summary, scan, spark_session
+    from pyspark_udfs.job import GroupScan, format_summary, owns_session, scan, spark_session
 
     if args.messages < 1:
         print("rmqfilter demo: --messages must be >= 1", file=sys.stderr)
@@ -97,6 +98,7 @@ def _run_demo(args: argparse.Namespace) -> int:
     groups.append(GroupScan("GID_TAGS_BC", tags="TagB || TagC"))
 
     print(f"\nStarting Spark ({args.master}) ...", flush=True)
+    owned = owns_session()
     spark = spark_session(args.master, app_name="rmqfilter demo")
     results = []
     try:
@@ -104,10 +106,15 @@ def _run_demo(args: argparse.Namespace) -> int:
             print(f"Scanning {topic} for {group.group} ...", flush=True)
             results.append(scan(spark, root, topic, group))
     finally:
-        spark.stop()
+        if owned:
+            spark.stop()
     print()
     print(format_summary(results))
+    if args.json_path:
+        with open(args.json_path, "w", encoding="utf-8") as f:
+            json.dump({"store": info, "results": [r.as_dict() for r in results]}, f, indent=2)
     print("\nunits: ConsumeQueue units scanned; passed CQ: kept by the ConsumeQueue layer (Bloom bitmap for "
-          "SQL92, tag code for tags);\npassed CL: kept by the CommitLog layer (the selector, or the exact tag "
-          "re-check) = messages the group receives;\nfalse pos: passed CQ but not CL.")
+          "SQL92, tag code for tags);\npassed CL: kept by the CommitLog layer (the selector; every message for "
+          "tags); delivered: what the consumer gets\n(after the client's exact tag re-check); false pos: passed "
+          "CQ but not delivered.")
     return 0

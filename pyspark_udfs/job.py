@@ -23,7 +23,14 @@ import time
 from collections.abc import Sequence
 from typing import Any
 
-__all__ = ["GroupScan", "ScanResult", "format_summary", "main", "scan", "spark_session"]
+__all__ = ["GroupScan", "ScanResult", "format_summary", "main", "owns_session", "scan", "spark_session"]
+
+
+def owns_session() -> bool:
+    """True when no SparkSession is active yet, so the caller that makes one should stop it."""
+    from pyspark.sql import SparkSession
+
+    return SparkSession.getActiveSession() is None
 
 
 def spark_session(master: str | None = None, app_name: str = "rmqfilter", *, progress: bool = True,
@@ -96,13 +103,19 @@ class ScanResult:
     units_scanned: int
     passed_consume_queue: int
     passed_commit_log: int
+    delivered: int
     seconds: float
     output: str | None = None
 
     @property
     def false_positives(self) -> int:
-        """Units the ConsumeQueue layer let through that the CommitLog layer rejected."""
-        return self.passed_consume_queue - self.passed_commit_log
+        """Units the ConsumeQueue layer let through that the group does not receive.
+
+        For SQL92 groups these are Bloom false positives (plus units without a
+        usable bitmap, which layer 1 passes unexamined); for tag groups, tag
+        hash collisions and untagged messages the client re-check drops.
+        """
+        return self.passed_consume_queue - self.delivered
 
     @property
     def rows_per_second(self) -> float:
@@ -153,6 +166,7 @@ def scan(spark, store: str, topic: str, group: GroupScan, *, out: str | None = N
         F.count(F.lit(1)).alias("units"),
         F.sum(F.col("matched_by_consume_queue").cast("long")).alias("cq"),
         F.sum(F.coalesce(F.col("matched_by_commit_log"), F.lit(False)).cast("long")).alias("cl"),
+        F.sum(F.col("delivered").cast("long")).alias("delivered"),
     ).first()
     if out is not None:
         # Second pass without decisions: the reader prunes as the broker does
@@ -167,6 +181,7 @@ def scan(spark, store: str, topic: str, group: GroupScan, *, out: str | None = N
         units_scanned=int(row["units"] or 0),
         passed_consume_queue=int(row["cq"] or 0),
         passed_commit_log=int(row["cl"] or 0),
+        delivered=int(row["delivered"] or 0),
         seconds=seconds,
         output=out,
     )
@@ -178,13 +193,14 @@ def _clip(text: str, width: int) -> str:
 
 def format_summary(results: Sequence[ScanResult]) -> str:
     """A table a person can read: one line per group."""
-    head = ("group", "topic", "subscription", "units", "passed CQ", "passed CL", "false pos", "rows/s",
-            "wall s")
+    head = ("group", "topic", "subscription", "units", "passed CQ", "passed CL", "delivered", "false pos",
+            "rows/s", "wall s")
     lines = [head]
     for r in results:
         lines.append((
             r.group, r.topic, _clip(r.subscription, 44), f"{r.units_scanned:,}", f"{r.passed_consume_queue:,}",
-            f"{r.passed_commit_log:,}", f"{r.false_positives:,}", f"{r.rows_per_second:,.0f}", f"{r.seconds:.1f}",
+            f"{r.passed_commit_log:,}", f"{r.delivered:,}", f"{r.false_positives:,}", f"{r.rows_per_second:,.0f}",
+            f"{r.seconds:.1f}",
         ))
     widths = [max(len(line[i]) for line in lines) for i in range(len(head))]
     left = {0, 1, 2}
@@ -218,15 +234,17 @@ def run_scan(args: argparse.Namespace) -> int:
         print(f"rmqfilter scan: store {args.store!r} is not a directory", file=sys.stderr)
         return 2
     group = GroupScan(args.group, sql=args.sql, tags=args.tags)
+    owned = owns_session()
     spark = spark_session(args.master, app_name=f"rmqfilter scan {args.group}")
     try:
         result = scan(spark, os.path.abspath(args.store), args.topic, group, out=args.out,
                       out_format=args.out_format)
     finally:
-        spark.stop()
+        if owned:
+            spark.stop()
     print(format_summary([result]))
     if args.out:
-        print(f"\n{result.passed_commit_log:,} messages written to {args.out} ({args.out_format})")
+        print(f"\n{result.delivered:,} messages written to {args.out} ({args.out_format})")
     if args.json_path:
         with open(args.json_path, "w", encoding="utf-8") as f:
             json.dump(result.as_dict(), f, indent=2)
