@@ -15,7 +15,7 @@ from .ext import ConsumeQueueExt, CqExtUnit
 from .filter import RetrySqlFilter, SqlFilter, TagFilter
 from .format import MAX_ADDR, decorate, is_ext_addr, undecorate
 from .scan import ENGINE as _SCAN_ENGINE
-from .scan import scan_tags
+from .scan import check_bitmaps, scan_tags
 from .store import ConsumeResult, ConsumeStats, Store
 from .tags import ENGINE as _TAGS_ENGINE
 from .tags import SubscriptionData, parse_tag_subscription, tags_code, tags_code_many
@@ -40,6 +40,7 @@ __all__ = [
     "SubscriptionData",
     "TagFilter",
     "TagSubscriptionError",
+    "check_bitmaps",
     "decorate",
     "is_ext_addr",
     "parse_tag_subscription",

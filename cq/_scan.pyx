@@ -10,6 +10,7 @@ import numpy as np
 cimport numpy as cnp
 from libc.stdint cimport int8_t, int16_t, int32_t, int64_t, uint8_t, uint16_t, uint32_t, uint64_t
 from libc.stdlib cimport free, malloc, realloc
+from cpython.unicode cimport PyUnicode_DecodeUTF8
 from libc.string cimport memcpy, memset
 
 from . import format as fmt
@@ -27,10 +28,16 @@ cdef extern from *:
     static inline uint64_t rmq_load_be64(const uint8_t* p) {
         uint64_t v; memcpy(&v, p, 8); return __builtin_bswap64(v);
     }
+    static inline uint32_t rmq_load_raw32(const uint8_t* p) {
+        uint32_t v; memcpy(&v, p, 4); return v;
+    }
+    static inline uint32_t rmq_bswap32(uint32_t v) { return __builtin_bswap32(v); }
     """
     uint32_t rmq_load_be32(const uint8_t* p) noexcept nogil
     uint16_t rmq_load_be16(const uint8_t* p) noexcept nogil
     uint64_t rmq_load_be64(const uint8_t* p) noexcept nogil
+    uint32_t rmq_load_raw32(const uint8_t* p) noexcept nogil
+    uint32_t rmq_bswap32(uint32_t v) noexcept nogil
 
 cdef enum:
     C_PRUNED = 0
@@ -45,6 +52,7 @@ FOUND, NOT_FOUND = C_FOUND, C_NOT_FOUND
 
 DEF UNIT = 20
 DEF TAG_LOW = 16          # the low 32 bits of the big-endian int64 at offset 12
+DEF SCAN_BLOCK = 2048     # units per branch-free candidate pass (16 KiB of candidates on the stack)
 
 
 cdef struct CodeSet:
@@ -75,9 +83,9 @@ cdef int _codeset_init(CodeSet* cs, const int32_t[::1] codes) except -1:
         raise MemoryError()
     memset(cs.used, 0, size)
     for i in range(4):
-        cs.small[i] = <uint32_t>codes[i if i < n else 0] if n else 0
+        cs.small[i] = rmq_bswap32(<uint32_t>codes[i if i < n else 0]) if n else 0
     for i in range(n):
-        x = <uint32_t>codes[i]
+        x = rmq_bswap32(<uint32_t>codes[i])
         h = _mix(x)
         cs.pre[(h >> 20) >> 6] |= (<uint64_t>1) << ((h >> 20) & 63)
         h = (h >> 8) & cs.mask
@@ -86,6 +94,11 @@ cdef int _codeset_init(CodeSet* cs, const int32_t[::1] codes) except -1:
         cs.used[h] = 1
         cs.keys[h] = x
     return 0
+
+
+cdef inline uint32_t _pre(const CodeSet* cs, uint32_t x) noexcept nogil:
+    cdef uint32_t h = _mix(x) >> 20
+    return <uint32_t>(cs.pre[h >> 6] >> (h & 63)) & 1
 
 
 cdef inline bint _codeset_has(const CodeSet* cs, uint32_t x) noexcept nogil:
@@ -120,7 +133,9 @@ def scan_tags(const uint8_t[::1] units, const int32_t[::1] codes):
     cdef int64_t* out
     cdef const uint8_t* p
     cdef uint32_t x, a, b, c, d
-    cdef bint fail = 0
+    cdef int64_t j, blk, stop, nc
+    cdef int64_t cand[SCAN_BLOCK]
+    cdef bint fail = 0, dense
     if codes.shape[0] == 0 or n == 0:
         return np.zeros(0, dtype=np.int64)
     _codeset_init(&cs, codes)
@@ -130,23 +145,57 @@ def scan_tags(const uint8_t[::1] units, const int32_t[::1] codes):
         raise MemoryError()
     p = &units[0]
     with nogil:
-        if cs.n <= 4:
-            a, b, c, d = cs.small[0], cs.small[1], cs.small[2], cs.small[3]
-            for i in range(n):
-                x = rmq_load_be32(p + i * UNIT + TAG_LOW)
-                if (x == a) | (x == b) | (x == c) | (x == d):
-                    count = _push(&out, &cap, count, i)
+        # Keys hold the raw in-memory words (codes byte-swapped once), so the
+        # loop compares and hashes the loaded word without swapping it. Each
+        # block collects candidates (prefilter or small-set hits); where they
+        # are frequent the pass is branch-free (index always written, count
+        # advanced by the test) so no hit rate costs mispredictions; the exact
+        # table check then runs on the candidates only.
+        blk = 0
+        dense = 0
+        while blk < n and not fail:
+            stop = blk + SCAN_BLOCK if blk + SCAN_BLOCK < n else n
+            nc = 0
+            if cs.n <= 4:
+                a, b, c, d = cs.small[0], cs.small[1], cs.small[2], cs.small[3]
+                if dense:
+                    for i in range(blk, stop):
+                        x = rmq_load_raw32(p + i * UNIT + TAG_LOW)
+                        cand[nc] = i
+                        nc += (x == a) | (x == b) | (x == c) | (x == d)
+                else:
+                    for i in range(blk, stop):
+                        x = rmq_load_raw32(p + i * UNIT + TAG_LOW)
+                        if (x == a) | (x == b) | (x == c) | (x == d):
+                            cand[nc] = i
+                            nc += 1
+                for j in range(nc):
+                    count = _push(&out, &cap, count, cand[j])
                     if count < 0:
                         fail = 1
                         break
-        else:
-            for i in range(n):
-                x = rmq_load_be32(p + i * UNIT + TAG_LOW)
-                if _codeset_has(&cs, x):
-                    count = _push(&out, &cap, count, i)
-                    if count < 0:
-                        fail = 1
-                        break
+            else:
+                if dense:
+                    for i in range(blk, stop):
+                        x = rmq_load_raw32(p + i * UNIT + TAG_LOW)
+                        cand[nc] = i
+                        nc += _pre(&cs, x)
+                else:
+                    for i in range(blk, stop):
+                        x = rmq_load_raw32(p + i * UNIT + TAG_LOW)
+                        if _pre(&cs, x):
+                            cand[nc] = i
+                            nc += 1
+                for j in range(nc):
+                    if _codeset_has(&cs, rmq_load_raw32(p + cand[j] * UNIT + TAG_LOW)):
+                        count = _push(&out, &cap, count, cand[j])
+                        if count < 0:
+                            fail = 1
+                            break
+            # branch-free when candidates are frequent enough to make a branch
+            # mispredict often (> 1/32 of the block), branchy when they are rare
+            dense = nc * 32 > stop - blk
+            blk = stop
     free(cs.keys); free(cs.used)
     if fail:
         free(out)
@@ -325,7 +374,8 @@ cdef dict _decode_props(const uint8_t* p, int64_t n):
                 sep = i
             i += 1
         if sep > seg and i > sep + 1:
-            props[p[seg:sep].decode("utf-8", "replace")] = p[sep + 1:i].decode("utf-8", "replace")
+            props[PyUnicode_DecodeUTF8(<const char*>p + seg, sep - seg, "replace")] = \
+                PyUnicode_DecodeUTF8(<const char*>p + sep + 1, i - sep - 1, "replace")
         i += 1
     return props
 

@@ -71,3 +71,42 @@ def bloom_masks(bit_pos) -> tuple[np.ndarray, np.ndarray]:
     """``(byte_idx int32, masks uint8)`` of Bloom bit positions in a ``BitsArray`` (LSB first)."""
     pos = np.asarray(list(bit_pos), dtype=np.int64)
     return (pos // 8).astype(np.int32), (1 << (pos % 8)).astype(np.uint8)
+
+
+def check_bitmaps(ext_bytes, positions, bit_pos, *, bit_num: int = 112, born_time: int = 0,
+                  limit: int | None = None) -> np.ndarray:
+    """The SQL92 ConsumeQueue-layer decision for many ext units of one ext file.
+
+    Parameters
+    ----------
+    ext_bytes : bytes-like or uint8 ndarray
+        One ConsumeQueueExt file (or a prefix of one).
+    positions : array of int
+        Byte positions of the units inside ``ext_bytes`` (``undecorate(address) % file_size``).
+    bit_pos : sequence of int
+        The group's Bloom bit positions (``BloomFilterData.bit_pos``).
+    bit_num : int
+        ``BloomFilterData.bit_num`` (m); a bitmap of another length is not tested.
+    born_time : int
+        The filter's bornTime: units stored at or before it are not tested.
+    limit : int, optional
+        Readable end of the file (the broker's write position); default the whole buffer.
+
+    Returns
+    -------
+    numpy.ndarray
+        uint8 per unit: ``PASS`` (1, let through untested: no unit, too old, no
+        bitmap or another length), ``HIT`` (2, every bit set), ``PRUNED`` (0),
+        ``UNDERFLOW`` (3, the unit runs past ``limit``).
+    """
+    buf = _as_u8(ext_bytes, "ext_bytes")
+    pos = np.ascontiguousarray(positions, dtype=np.int64)
+    bp = np.asarray(list(bit_pos), dtype=np.int64)
+    lim = len(buf) if limit is None else int(limit)
+    if not ((bp >= 0) & (bp < bit_num)).all():  # isHit would throw; the broker matches
+        return np.full(len(pos), PASS, dtype=np.uint8)
+    byte_idx, masks = bloom_masks(bp)
+    return _scan.ext_bloom_check(buf, pos, lim, byte_idx, masks, int(bit_num), int(born_time))
+
+
+PRUNED, PASS, HIT, UNDERFLOW = _scan.PRUNED, _scan.PASS, _scan.HIT, _scan.UNDERFLOW

@@ -171,3 +171,21 @@ def test_gather_properties_malformed_utf8_and_bad_records(engine):
         engine.gather_properties(buf, np.array([4], np.int64), len(buf))
     with pytest.raises(ValueError, match="1: "):
         engine.gather_properties(buf, np.array([0, len(buf) - 3], np.int64), len(buf))
+
+
+def test_check_bitmaps_public_api_on_golden_ext():
+    store = cq.Store(DATA / "golden_store")
+    bf = bloom.BloomFilter()
+    ext = store.ext("GoldenFilterTopic", 0)
+    rows = sorted((r for r in ROWS if r["topic"] == "GoldenFilterTopic" and r["queueId"] == 0),
+                  key=lambda r: r["queueOffset"])
+    first = [r for r in rows if r["ext"]["fileOffset"] < 1024]
+    pos = np.array([r["ext"]["fileOffset"] for r in first], dtype=np.int64)
+    for group in ("GID_SQL_A", "GID_SQL_B", "GID_SQL_C"):
+        bit_pos = bf.calc_bit_positions(f"{group}#GoldenFilterTopic")
+        got = cq.check_bitmaps(ext._map(0), pos, bit_pos, limit=ext.limit(0))
+        want = [cq.scan.HIT if next(g for g in r["groups"] if g["group"] == group)["bloomHit"] else cq.scan.PRUNED
+                for r in first]
+        assert got.tolist() == want
+    # a position outside the bitmap makes the broker's isHit throw: every unit passes
+    assert set(cq.check_bitmaps(ext._map(0), pos, [1, 500, 2], limit=ext.limit(0)).tolist()) == {cq.scan.PASS}
