@@ -1,0 +1,185 @@
+"""Pure-Python twin of the selector evaluation engine (``_eval.pyx``).
+
+It walks the same flat post-order node array (see :mod:`selector.compiler`)
+with the same loop, and spells out the broker's evaluation rules (spec §8.6)
+in plain Python. ``RMQFILTER_PUREPYTHON=1`` selects it; the tests check that
+both engines agree on every case.
+
+Result codes: ``FALSE = 0``, ``TRUE = 1``, ``UNKNOWN = 2`` (SQL NULL),
+``ERROR = 3`` (the broker's evaluation throws).
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from . import _javalang as java
+from .compiler import (
+    GUARD_FALSE,
+    GUARD_NONE,
+    GUARD_NULL,
+    GUARD_TRUE,
+    OP_AND,
+    OP_BOOLCAST,
+    OP_CONST,
+    OP_CONTAINS,
+    OP_ENDSWITH,
+    OP_EQ,
+    OP_GE,
+    OP_GT,
+    OP_IN,
+    OP_ISNULL,
+    OP_LE,
+    OP_LT,
+    OP_NEG,
+    OP_NOT,
+    OP_NOT_CONTAINS,
+    OP_NOT_IN,
+    OP_NOT_STARTSWITH,
+    OP_OR,
+    OP_PROP,
+    OP_STARTSWITH,
+    Program,
+)
+from .errors import SelectorEvaluationError
+
+__all__ = ["ERROR", "FALSE", "TRUE", "UNKNOWN", "Evaluator"]
+
+FALSE, TRUE, UNKNOWN, ERROR = 0, 1, 2, 3
+_CODE = {False: FALSE, True: TRUE, None: UNKNOWN}
+_ORDER_TESTS = {OP_GT: lambda c: c > 0, OP_GE: lambda c: c >= 0, OP_LT: lambda c: c < 0,
+                OP_LE: lambda c: c <= 0}
+_SYMBOL = {OP_GT: ">", OP_GE: ">=", OP_LT: "<", OP_LE: "<="}
+
+
+def _order(op: int, lv, rv):
+    if isinstance(lv, str) and isinstance(rv, str):
+        # Two strings are both read as doubles (the broker's string ordering rule).
+        try:
+            c = java.double_compare(java.parse_double(lv), java.parse_double(rv))
+        except java.JavaNumberFormatError:
+            raise SelectorEvaluationError(
+                f"It's illegal to compare string by '>=', '>', '<', '<='. lv={lv}, rv={rv}") from None
+    else:
+        c = _compare(lv, rv, _SYMBOL[op])
+    return _ORDER_TESTS[op](c)
+
+
+def _compare(lv, rv, symbol: str) -> int:
+    try:
+        return java.compare(lv, rv)
+    except java.JavaNumberFormatError as exc:
+        raise SelectorEvaluationError(
+            f"cannot compare {lv!r} {symbol} {rv!r}: java.lang.NumberFormatException: {exc}") from None
+    except java.JavaClassCastError as exc:
+        raise SelectorEvaluationError(f"cannot compare {lv!r} {symbol} {rv!r}: {exc}",
+                                      "ClassCastException") from None
+
+
+def _equal(lv, rv):
+    if lv is None:
+        return True if rv is None else None
+    if rv is None:
+        return False
+    if java.equals(lv, rv):
+        return True
+    return _compare(lv, rv, "=") == 0
+
+
+def _match(op: int, v, pattern: str):
+    if not isinstance(v, str):  # NULL, numbers and booleans never match, even negated
+        return False
+    if op == OP_CONTAINS or op == OP_NOT_CONTAINS:
+        found = pattern in v
+    elif op == OP_STARTSWITH or op == OP_NOT_STARTSWITH:
+        found = v.startswith(pattern)
+    else:
+        found = v.endswith(pattern)
+    return found if op <= OP_ENDSWITH else not found
+
+
+class Evaluator:
+    """Evaluates one compiled :class:`~selector.compiler.Program`; stateless, thread-safe."""
+
+    def __init__(self, program: Program):
+        self.program = program
+        self._nodes = [tuple(int(x) for x in row) for row in program.nodes.tolist()]
+        self._args = program.args
+        self._props = program.props
+
+    def run(self, props) -> bool | None:
+        """The root's value for a mapping of property strings (None = no properties)."""
+        nodes, args = self._nodes, self._args
+        names = self._props
+        vals: list = [None] * len(nodes)
+        i, count = 0, len(nodes)
+        while i < count:
+            op, guard, a, b, _parent, arg = nodes[i]
+            if op == OP_PROP:
+                v = None if props is None else props.get(names[arg])
+            elif op == OP_CONST:
+                v = args[arg]
+            elif op == OP_BOOLCAST:
+                x = vals[a]
+                v = x if x is None or x is True or x is False else False
+            elif op == OP_NOT:
+                x = vals[a]
+                v = None if x is None else not x
+            elif op == OP_NEG:
+                v = java.negate(vals[a])
+            elif op == OP_AND:
+                # Left operand is TRUE or NULL here (its FALSE guard skipped us).
+                r = vals[b]
+                v = False if r is False else (None if vals[a] is None or r is None else True)
+            elif op == OP_OR:
+                r = vals[b]
+                v = True if r is True else (None if vals[a] is None or r is None else False)
+            elif op == OP_EQ:
+                v = _equal(vals[a], vals[b])
+            elif op == OP_ISNULL:
+                v = vals[a] is None
+            elif op in _ORDER_TESTS:
+                # Left operand is non-NULL here (its NULL guard skipped us).
+                r = vals[b]
+                v = None if r is None else _order(op, vals[a], r)
+            elif op == OP_IN or op == OP_NOT_IN:
+                x = vals[a]
+                v = None if not isinstance(x, str) else ((x in args[arg]) == (op == OP_IN))
+            else:
+                v = _match(op, vals[a], args[arg])
+            vals[i] = v
+            j = i
+            while guard != GUARD_NONE and (
+                    (guard == GUARD_FALSE and v is False) or (guard == GUARD_TRUE and v is True)
+                    or (guard == GUARD_NULL and v is None)):
+                j = nodes[j][4]
+                vals[j] = v
+                guard = nodes[j][1]
+            i = j + 1
+        return vals[count - 1]
+
+    def evaluate(self, props) -> int:
+        """Result code for one message; raises SelectorEvaluationError where the broker throws."""
+        return _CODE[self.run(props)]
+
+    def evaluate_many(self, rows) -> np.ndarray:
+        """Result codes (int8) for a sequence of mappings; errors give ERROR."""
+        out = np.empty(len(rows), dtype=np.int8)
+        for i, props in enumerate(rows):
+            try:
+                out[i] = _CODE[self.run(props)]
+            except SelectorEvaluationError:
+                out[i] = ERROR
+        return out
+
+    def evaluate_columns(self, columns: list, length: int) -> np.ndarray:
+        """Result codes for ``length`` rows given one column per property slot.
+
+        Each column is a sequence of str/None (or None when the property is
+        absent from every row).
+        """
+        names = self._props
+        rows = []
+        for i in range(length):
+            rows.append({names[s]: col[i] for s, col in enumerate(columns)
+                         if col is not None and col[i] is not None})
+        return self.evaluate_many(rows)

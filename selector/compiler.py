@@ -1,0 +1,185 @@
+"""Compile a selector AST into the broker's evaluation tree, stored flat.
+
+The broker desugars as it builds (spec §8.5): ``x <> y`` is ``NOT (x = y)``,
+``x IS NOT NULL`` is ``NOT (x IS NULL)``, ``x BETWEEN a AND b`` is
+``(x >= a) AND (x <= b)``, ``x NOT BETWEEN a AND b`` is ``(x < a) OR (x > b)``.
+A CONTAINS-family test with an empty pattern is FALSE without evaluating its
+operand, so it compiles to the constant FALSE.
+
+The evaluation tree is stored as a flat array of nodes in post-order (children
+before parents, children referenced by index), like scikit-learn's trees. A
+node whose value can decide its parent early carries a *guard*: the left
+operand of AND (FALSE decides), of OR (TRUE decides) and of an ordering
+comparison (NULL decides, and the right operand is not evaluated). Both engines
+walk the array with one forward loop, jumping past the rest of the parent's
+subtree when a guard fires; no recursion, no stack.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from . import nodes as n
+
+__all__ = ["MAX_NODES", "NODE_DTYPE", "Program", "compile_tree"]
+
+# Opcodes (the same numbers are declared in _eval.pxd).
+OP_PROP = 1          # arg: property slot
+OP_CONST = 2         # arg: index into Program.args
+OP_BOOLCAST = 3      # a
+OP_NOT = 4           # a
+OP_NEG = 5           # a
+OP_AND = 6           # a, b
+OP_OR = 7            # a, b
+OP_EQ = 8            # a, b
+OP_ISNULL = 9        # a
+OP_GT = 10           # a, b
+OP_GE = 11
+OP_LT = 12
+OP_LE = 13
+OP_IN = 14           # a; arg: index of a frozenset of str in Program.args
+OP_NOT_IN = 15
+OP_CONTAINS = 16     # a; arg: index of a non-empty str in Program.args
+OP_STARTSWITH = 17
+OP_ENDSWITH = 18
+OP_NOT_CONTAINS = 19
+OP_NOT_STARTSWITH = 20
+OP_NOT_ENDSWITH = 21
+
+GUARD_NONE = 0
+GUARD_FALSE = 1      # value FALSE -> parent is FALSE
+GUARD_TRUE = 2       # value TRUE  -> parent is TRUE
+GUARD_NULL = 3       # value NULL  -> parent is NULL
+
+OPCODE_NAMES = {v: k[3:] for k, v in dict(globals()).items() if k.startswith("OP_")}
+
+NODE_DTYPE = np.dtype([
+    ("op", np.uint8),       # opcode
+    ("guard", np.uint8),    # GUARD_* applied to this node's value
+    ("a", np.int32),        # first child (node index) or -1
+    ("b", np.int32),        # second child (node index) or -1
+    ("parent", np.int32),   # parent node index, -1 for the root
+    ("arg", np.int32),      # property slot or index into args, -1 if unused
+])
+
+# BETWEEN duplicates its operand, so pathological nesting could blow up.
+MAX_NODES = 1 << 22
+
+_ORDERING = {">": OP_GT, ">=": OP_GE, "<": OP_LT, "<=": OP_LE}
+_MATCH = {"CONTAINS": OP_CONTAINS, "STARTSWITH": OP_STARTSWITH, "ENDSWITH": OP_ENDSWITH}
+
+
+@dataclass(frozen=True)
+class Program:
+    """A compiled selector: the flat node array and what its nodes refer to.
+
+    Attributes
+    ----------
+    nodes : numpy.ndarray of NODE_DTYPE
+        Post-order; the root is the last node.
+    args : tuple
+        Constants (None, bool, int, Long, float, str), IN sets (frozenset of
+        str) and CONTAINS-family patterns (str), referenced by ``arg``.
+    props : tuple of str
+        Property name of each slot, in order of first use.
+    """
+
+    nodes: np.ndarray
+    args: tuple
+    props: tuple
+
+
+class _Builder:
+    def __init__(self):
+        self.rows: list[list[int]] = []
+        self.args: list = []
+        self.arg_index: dict = {}
+        self.slots: dict[str, int] = {}
+
+    def arg(self, value) -> int:
+        key = (type(value), value)
+        if key not in self.arg_index:
+            self.arg_index[key] = len(self.args)
+            self.args.append(value)
+        return self.arg_index[key]
+
+    def slot(self, name: str) -> int:
+        return self.slots.setdefault(name, len(self.slots))
+
+
+# An evaluation tree before flattening: (op, children tuple, arg).
+def _desugar(b: _Builder, node: n.Node, kids: list):
+    if isinstance(node, n.Property):
+        return (OP_PROP, (), b.slot(node.name))
+    if isinstance(node, n.Literal):
+        return (OP_CONST, (), b.arg(node.value))
+    if isinstance(node, n.BoolCast):
+        return (OP_BOOLCAST, (kids[0],), -1)
+    if isinstance(node, n.Not):
+        return (OP_NOT, (kids[0],), -1)
+    if isinstance(node, n.Negate):
+        return (OP_NEG, (kids[0],), -1)
+    if isinstance(node, n.Logical):
+        return (OP_AND if node.op == "AND" else OP_OR, (kids[0], kids[1]), -1)
+    if isinstance(node, n.Comparison):
+        if node.op == "=":
+            return (OP_EQ, (kids[0], kids[1]), -1)
+        if node.op == "<>":
+            return (OP_NOT, ((OP_EQ, (kids[0], kids[1]), -1),), -1)
+        return (_ORDERING[node.op], (kids[0], kids[1]), -1)
+    if isinstance(node, n.IsNull):
+        test = (OP_ISNULL, (kids[0],), -1)
+        return (OP_NOT, (test,), -1) if node.negated else test
+    if isinstance(node, n.Between):
+        x, low, high = kids
+        if node.negated:
+            return (OP_OR, ((OP_LT, (x, low), -1), (OP_GT, (x, high), -1)), -1)
+        return (OP_AND, ((OP_GE, (x, low), -1), (OP_LE, (x, high), -1)), -1)
+    if isinstance(node, n.In):
+        return (OP_NOT_IN if node.negated else OP_IN, (kids[0],), b.arg(frozenset(node.values)))
+    if isinstance(node, n.StringMatch):
+        if node.pattern == "":
+            return (OP_CONST, (), b.arg(False))
+        op = _MATCH[node.op] + (3 if node.negated else 0)
+        return (op, (kids[0],), b.arg(node.pattern))
+    raise TypeError(f"unknown node {type(node).__name__}")
+
+
+_GUARDS = {OP_AND: GUARD_FALSE, OP_OR: GUARD_TRUE, OP_GT: GUARD_NULL, OP_GE: GUARD_NULL,
+           OP_LT: GUARD_NULL, OP_LE: GUARD_NULL}
+
+
+def _flatten(b: _Builder, root) -> np.ndarray:
+    rows = b.rows
+    done: list[int] = []          # node indices of finished subtrees
+    stack = [(root, False)]
+    while stack:
+        tree, expanded = stack.pop()
+        op, kids, arg = tree
+        if kids and not expanded:
+            stack.append((tree, True))
+            stack.extend((k, False) for k in reversed(kids))
+            continue
+        if len(rows) >= MAX_NODES:
+            raise OverflowError(f"selector compiles to more than {MAX_NODES} nodes")
+        child = done[len(done) - len(kids):] if kids else []
+        if kids:
+            del done[len(done) - len(kids):]
+        index = len(rows)
+        rows.append([op, GUARD_NONE, child[0] if child else -1, child[1] if len(child) > 1 else -1,
+                     -1, arg])
+        for c in child:
+            rows[c][4] = index
+        if op in _GUARDS:
+            rows[child[0]][1] = _GUARDS[op]
+        done.append(index)
+    return np.array([tuple(row) for row in rows], dtype=NODE_DTYPE)
+
+
+def compile_tree(tree: n.Node) -> Program:
+    """Compile a parsed (and checked) AST into a :class:`Program`."""
+    b = _Builder()
+    root = n.fold(tree, lambda node, kids: _desugar(b, node, kids))
+    nodes = _flatten(b, root)
+    return Program(nodes, tuple(b.args), tuple(b.slots))

@@ -1,0 +1,150 @@
+"""Tokens of the broker's SQL92 selector language (PLY lexer).
+
+The rules follow the broker's lexer (spec §8.2):
+
+* whitespace is exactly space, tab, LF, CR and FF; any other character outside
+  a string literal is a lexical error;
+* ``--`` starts a comment only when a line terminator follows before the end
+  of the input; otherwise it is two ``-`` tokens;
+* ``/* ... */`` comments do not nest;
+* keywords are case-insensitive and win over identifiers of the same length;
+  identifiers are ASCII letters, digits, ``_`` and ``$`` (case-sensitive);
+* decimal literals have no leading zeros (``007`` is ``0``, ``0``, ``7``) and
+  an optional ``l``/``L`` suffix; floating literals need a ``.`` or exponent;
+* a string literal is the longest ``'...'`` prefix in which ``''`` stands for
+  one quote.
+
+The lexer is lazy: the parser pulls tokens one at a time, so text after the
+token that ends the expression is never lexed (spec §8.4).
+"""
+from __future__ import annotations
+
+from ply import lex
+
+from .errors import SelectorSyntaxError
+
+__all__ = ["KEYWORDS", "SelectorLexer", "tokens"]
+
+KEYWORDS = {
+    kw: kw
+    for kw in (
+        "NOT", "AND", "OR", "BETWEEN", "IN", "TRUE", "FALSE", "NULL", "IS",
+        "CONTAINS", "STARTSWITH", "ENDSWITH",
+    )
+}
+
+tokens = (
+    "ID", "DECIMAL", "FLOATING", "STRING",
+    "EQ", "NE", "GT", "GE", "LT", "LE", "LPAREN", "RPAREN", "COMMA", "PLUS", "MINUS",
+) + tuple(KEYWORDS)
+
+
+class _Rules:
+    """PLY rule holder; each method's docstring is its regular expression."""
+
+    tokens = tokens
+    t_ignore = " \t\n\r\f"
+
+    def t_LINE_COMMENT(self, t):
+        r"--[^\n\r]*(?:\r\n|\r|\n)"
+
+    def t_BLOCK_COMMENT(self, t):
+        r"/\*(?:[^*]|\*(?!/))*\*/"
+
+    def t_STRING(self, t):
+        r"'(?:[^']++|'')*'"
+        t.value = t.value[1:-1].replace("''", "'")
+        return t
+
+    def t_FLOATING(self, t):
+        r"(?:[0-9]+\.[0-9]*(?:[eE][+-]?[0-9]+)?|\.[0-9]+(?:[eE][+-]?[0-9]+)?|[0-9]+[eE][+-]?[0-9]+)"
+        return t
+
+    def t_DECIMAL(self, t):
+        r"(?:[1-9][0-9]*[lL]?|0)"
+        return t
+
+    def t_ID(self, t):
+        r"[A-Za-z_$][A-Za-z0-9_$]*"
+        t.type = KEYWORDS.get(t.value.upper(), "ID")
+        return t
+
+    def t_NE(self, t):
+        r"<>"
+        return t
+
+    def t_GE(self, t):
+        r">="
+        return t
+
+    def t_LE(self, t):
+        r"<="
+        return t
+
+    def t_EQ(self, t):
+        r"="
+        return t
+
+    def t_GT(self, t):
+        r">"
+        return t
+
+    def t_LT(self, t):
+        r"<"
+        return t
+
+    def t_LPAREN(self, t):
+        r"\("
+        return t
+
+    def t_RPAREN(self, t):
+        r"\)"
+        return t
+
+    def t_COMMA(self, t):
+        r","
+        return t
+
+    def t_PLUS(self, t):
+        r"\+"
+        return t
+
+    def t_MINUS(self, t):
+        r"-"
+        return t
+
+    def t_error(self, t):
+        text = t.lexer.lexdata
+        pos = t.lexpos
+        ch = text[pos]
+        if ch == "'":
+            reason = "lexical error: unterminated string literal"
+        elif text.startswith("/*", pos):
+            reason = "lexical error: unterminated comment"
+        else:
+            reason = f"lexical error: unexpected character {ch!r} (U+{ord(ch):04X})"
+        raise SelectorSyntaxError(text, pos, reason, "TokenMgrError")
+
+
+_MASTER = lex.lex(module=_Rules(), optimize=False, debug=False, errorlog=lex.NullLogger())
+
+
+class SelectorLexer:
+    """A fresh lexer over one selector text (PLY's ``input``/``token`` protocol)."""
+
+    def __init__(self, text: str = ""):
+        self._lexer = _MASTER.clone()
+        self._lexer.input(text)
+
+    def input(self, text: str) -> None:
+        self._lexer.input(text)
+
+    def token(self):
+        return self._lexer.token()
+
+    def __iter__(self):
+        while True:
+            tok = self._lexer.token()
+            if tok is None:
+                return
+            yield tok
