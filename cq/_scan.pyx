@@ -396,3 +396,42 @@ def gather_properties(const uint8_t[::1] buf, const int64_t[::1] positions, int6
             raise ValueError(f"{i}: {why.decode()}")
         out.append(_decode_props(base + start, length) if length else {})
     return out
+
+
+def commit_log_walk(const uint8_t[::1] buf, int64_t pos):
+    """Walk CommitLog records from ``pos`` of one file: ``(position, status, records)``.
+
+    status 0: unwritten space (TOTALSIZE and MAGICCODE both 0) or fewer than 8
+    bytes left - the end of the data; 1: a blank end-of-file record at
+    ``position``; 2: an invalid record at ``position`` (bad magic, a size that
+    does not fit, or fields that do not add up), where the broker's recovery
+    truncates. ``records`` counts the valid records passed.
+    """
+    cdef int64_t n = buf.shape[0], start = 0, length = 0, records = 0
+    cdef int32_t total, magic
+    cdef int status = 0
+    cdef const char* why = NULL
+    if pos < 0:
+        raise ValueError(f"pos must be >= 0, got {pos}")
+    if n == 0:
+        return pos, 0, 0
+    cdef const uint8_t* base = &buf[0]
+    with nogil:
+        while True:
+            if n - pos < 8:
+                status = 0
+                break
+            total = <int32_t>rmq_load_be32(base + pos)
+            magic = <int32_t>rmq_load_be32(base + pos + 4)
+            if magic == -875286124:
+                status = 1
+                break
+            if total == 0 and magic == 0:
+                status = 0
+                break
+            if _span(base, pos, n, &start, &length, &why) < 0:
+                status = 2
+                break
+            pos += total
+            records += 1
+    return pos, status, records

@@ -155,3 +155,31 @@ def gather_properties(buf, positions, limit):
             raise ValueError(f"{i}: {exc}") from None
         out.append(fmt.decode_properties_bytes(bytes(buf[start:start + length])) if length else {})
     return out
+
+
+def commit_log_walk(buf, pos):
+    """Walk CommitLog records from ``pos`` of one file: ``(position, status, records)``.
+
+    status 0: unwritten space or fewer than 8 bytes left (end of data); 1: a
+    blank end-of-file record at ``position``; 2: an invalid record at
+    ``position``. ``records`` counts the valid records passed.
+    """
+    if pos < 0:
+        raise ValueError(f"pos must be >= 0, got {pos}")
+    n = len(buf)
+    records = 0
+    while True:
+        if n - pos < 8:
+            return pos, 0, records
+        total = int.from_bytes(bytes(buf[pos:pos + 4]), "big", signed=True)
+        magic = int.from_bytes(bytes(buf[pos + 4:pos + 8]), "big", signed=True)
+        if magic == fmt.BLANK_MAGIC_CODE:
+            return pos, 1, records
+        if total == 0 and magic == 0:
+            return pos, 0, records
+        try:
+            record_properties_span(buf, pos, n)
+        except ValueError:
+            return pos, 2, records
+        pos += total
+        records += 1

@@ -75,7 +75,7 @@ def _inspect(path: str, count_messages: bool) -> dict:
         "topics": {},
     }
     if count_messages:
-        info["commit_log"]["messages"] = sum(1 for _ in log.messages(strict=False))
+        info["commit_log"]["messages"] = log.count_records()
     for topic in store.topics():
         queues = {}
         for qid in store.queue_ids(topic):

@@ -189,3 +189,19 @@ def test_check_bitmaps_public_api_on_golden_ext():
         assert got.tolist() == want
     # a position outside the bitmap makes the broker's isHit throw: every unit passes
     assert set(cq.check_bitmaps(ext._map(0), pos, [1, 500, 2], limit=ext.limit(0)).tolist()) == {cq.scan.PASS}
+
+
+@pytest.mark.parametrize("engine", [_scan, _scan_py], ids=["engine", "twin"])
+def test_commit_log_walk(engine):
+    log = cq.Store(DATA / "golden_store").commit_log
+    results = [engine.commit_log_walk(np.frombuffer(log.buffer(i), np.uint8), 0) for i in range(len(log.files))]
+    assert [s for _, s, _ in results] == [1] * 6 + [0]
+    assert sum(r for _, _, r in results) == 300 == log.count_records()
+    assert log.files[-1][0] + results[-1][0] == log.max_offset
+    first = ROWS[0]
+    buf = np.frombuffer(log.buffer(0), np.uint8).copy()
+    buf[first["storeSize"] + 4] ^= 0xFF  # break the second record's magic
+    assert engine.commit_log_walk(buf, 0) == (first["storeSize"], 2, 1)
+    assert engine.commit_log_walk(buf[:5], 0) == (0, 0, 0)
+    with pytest.raises(ValueError):
+        engine.commit_log_walk(buf, -1)
