@@ -71,3 +71,15 @@ def test_queue_selection_and_progress(store):
     assert {m.queue_id for m in got} == {1} and seen[-1] == (100, 100)
     with pytest.raises(ValueError, match="not both"):
         store.consume(TOPIC, "G", sql="a = 1", tags="TagA")
+
+
+def test_bitmap_hits_rejected_by_the_selector_count_as_false_positives(store):
+    # GID_SQL_B's stored bits were set by "TAGS = 'TagA' OR color IN (...)"; consuming with a
+    # narrower selector makes every bitmap hit without TAGS = 'TagA' a layer-2 rejection
+    hits = {k for k, _, hit in _decisions("GID_SQL_B") if hit}
+    tag_a = {(r["queueId"], r["queueOffset"]) for r in ROWS if r["topic"] == TOPIC and r["tags"] == "TagA"}
+    result = store.consume(TOPIC, "GID_SQL_B", sql="TAGS = 'TagA'")
+    got = {(m.queue_id, m.queue_offset) for m in result}
+    assert got == hits & tag_a
+    assert result.stats.bloom_false_positives == len(hits - tag_a) > 0
+    assert result.stats.passed_consume_queue == len(hits)
