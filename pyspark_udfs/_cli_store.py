@@ -49,13 +49,71 @@ def add_parsers(subparsers) -> None:
     consume.add_argument("--progress", choices=("auto", "always", "never"), default="auto",
                          help="progress bar on stderr: auto = when stderr is a terminal and the scan is long")
     consume.set_defaults(func=_run_consume)
-    # gen-store: the cq.writer engineer adds its parser here (see the "gen-store" section below).
+    _add_gen_store_parser(subparsers)
 
 
 # ---------------------------------------------------------------- gen-store
-# Reserved for `rmqfilter gen-store DIR --messages N` (cq.writer's sample store),
-# written by the owner of cq/writer.py: define its parser and run function in
-# this section and register it at the end of add_parsers above.
+def _add_gen_store_parser(subparsers) -> None:
+    gen = subparsers.add_parser(
+        "gen-store",
+        help="write a deterministic sample broker store (CommitLog, ConsumeQueue, ext bitmaps)",
+        description="Write a sample RocketMQ store with cq.writer: a few topics and queues, Zipf-like "
+                    "tag popularity, properties region/price/color/priority, and ConsumeQueueExt "
+                    "bitmaps for three SQL92 groups registered on the main topic. The same "
+                    "--messages/--seed/--topics always give the same bytes. The description (topics, "
+                    "groups and their SQL) goes to stdout, progress to stderr.",
+    )
+    gen.add_argument("root", metavar="DIR", help="store root to create (must not hold a store yet)")
+    gen.add_argument("--messages", type=int, default=100_000, help="number of messages (default 100000)")
+    gen.add_argument("--seed", type=int, default=0, help="generator seed (default 0)")
+    gen.add_argument("--topics", nargs="+", metavar="TOPIC", default=None,
+                     help="topic names; the first gets the SQL92 groups (default SampleTopic OrderTopic "
+                          "AuditTopic)")
+    gen.add_argument("--queues", type=int, default=4, help="queues of the main topic (default 4)")
+    gen.add_argument("--commit-log-file-size", type=int, default=64 * 1024 * 1024, metavar="BYTES",
+                     help="CommitLog file size (default 64 MiB, so Spark gets several files)")
+    gen.add_argument("--consume-queue-file-size", type=int, default=6_000_000, metavar="BYTES",
+                     help="ConsumeQueue file size (default 6000000, the broker's)")
+    gen.add_argument("--ext-file-size", type=int, default=48 * 1024 * 1024, metavar="BYTES",
+                     help="ConsumeQueueExt file size (default 48 MiB, the broker's)")
+    gen.add_argument("--json", action="store_true", help="print the description as one JSON document")
+    gen.add_argument("--progress", choices=("auto", "always", "never"), default="auto",
+                     help="progress bar on stderr: auto = when stderr is a terminal (default)")
+    gen.set_defaults(func=_run_gen_store)
+
+
+def _run_gen_store(args: argparse.Namespace) -> int:
+    from cq.writer import generate_sample_store
+
+    progress = _Progress(args.progress)
+    started = time.perf_counter()
+    try:
+        info = generate_sample_store(
+            args.root, messages=args.messages, seed=args.seed, topics=args.topics, queues=args.queues,
+            commit_log_file_size=args.commit_log_file_size,
+            consume_queue_file_size=args.consume_queue_file_size, ext_file_size=args.ext_file_size,
+            progress=lambda done: progress(done, args.messages),
+        )
+    except (OSError, ValueError, TypeError) as exc:
+        progress.finish()
+        print(f"rmqfilter gen-store: error: {exc}", file=sys.stderr)
+        return 2
+    progress.finish()
+    elapsed = time.perf_counter() - started
+    print(f"rmqfilter gen-store: wrote {info.messages:,} messages to {info.root} in {elapsed:.1f} s "
+          f"({info.messages / max(elapsed, 1e-9):,.0f} messages/s)", file=sys.stderr)
+    if args.json:
+        json.dump(info.to_dict(), sys.stdout, indent=2, ensure_ascii=False)
+        print()
+        return 0
+    print(f"Store {info.root}: {info.messages:,} messages, seed {info.seed}")
+    for topic, queues in info.topics.items():
+        print(f"  topic {topic}: {queues} queue(s)" + ("  (SQL92 groups, ext bitmaps)" if topic == info.main_topic
+                                                      else ""))
+    for g in info.groups:
+        print(f"  group {g.group} on {g.topic}: {g.sql}")
+    print(f"  tags {', '.join(info.tags)} (Zipf-like; ~5% untagged); properties {', '.join(info.properties)}")
+    return 0
 
 
 # ---------------------------------------------------------------- inspect
