@@ -1,0 +1,764 @@
+"""Cython engine of selector evaluation (the contract is in _eval.pxd).
+
+Semantics are the broker's (spec §8.6, §8.7), spelled out in Python in
+``_eval_py.py`` and ``_javalang.py``; this module implements the same rules in
+C over UTF-8 string views, so one loop serves Python dicts (``evaluate``,
+``evaluate_many``) and Arrow string buffers (``evaluate_columns``, which runs
+without the GIL).
+"""
+import unicodedata
+from collections.abc import Mapping
+
+import numpy as np
+
+from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_GET_SIZE
+from cpython.dict cimport PyDict_GetItemWithError
+from cpython.ref cimport PyObject
+from libc.math cimport INFINITY, NAN, isnan, signbit
+from libc.stdint cimport INT32_MIN, INT64_MIN, int8_t, int32_t, int64_t, uint8_t, uint32_t, uint64_t, uintptr_t
+from libc.stdlib cimport calloc, free, malloc, strtod
+from libc.string cimport memcmp, memcpy, memchr
+
+from .errors import SelectorEvaluationError
+
+cdef extern from "Python.h":
+    const char* PyUnicode_AsUTF8AndSize(object s, Py_ssize_t* size) except NULL
+
+cdef enum:
+    SMALL = 32          # programs up to this many nodes / slots use stack scratch space
+
+cdef int64_t INT_MIN = INT32_MIN
+cdef int64_t LONG_MIN = INT64_MIN
+cdef const char* EMPTY = ""
+
+
+def _digit_table():
+    table = bytearray(b"\xff" * 0x10000)
+    for cp in range(0x10000):
+        d = unicodedata.decimal(chr(cp), -1)
+        if d >= 0:
+            table[cp] = d
+    return bytes(table)
+
+
+cdef bytes DIGITS = _digit_table()
+
+
+# -- Java number grammars over UTF-8 -------------------------------------------------------------
+
+cdef bint parse_integer(const char* s, Py_ssize_t n, const uint8_t* digits, bint wide,
+                        int64_t* out) noexcept nogil:
+    """Integer.parseInt (wide=0) / Long.parseLong (wide=1): sign, then BMP Nd digits."""
+    cdef Py_ssize_t i = 0
+    cdef bint negative = False
+    cdef uint64_t limit, value = 0
+    cdef uint32_t cp
+    cdef unsigned char c
+    cdef int d
+    if n > 0 and (s[0] == c'+' or s[0] == c'-'):
+        negative = s[0] == c'-'
+        i = 1
+    if i >= n:
+        return False
+    if wide:
+        limit = (<uint64_t>1 << 63) if negative else ((<uint64_t>1 << 63) - 1)
+    else:
+        limit = (<uint64_t>1 << 31) if negative else ((<uint64_t>1 << 31) - 1)
+    while i < n:
+        c = <unsigned char>s[i]
+        if c < 0x80:
+            if c < c'0' or c > c'9':
+                return False
+            d = c - c'0'
+            i += 1
+        else:
+            # Java reads UTF-16 units: only BMP characters can be digits.
+            if c >= 0xE0 and c < 0xF0 and i + 2 < n:
+                cp = ((c & 0x0F) << 12) | ((<unsigned char>s[i + 1] & 0x3F) << 6) | (
+                    <unsigned char>s[i + 2] & 0x3F)
+                i += 3
+            elif c >= 0xC0 and c < 0xE0 and i + 1 < n:
+                cp = ((c & 0x1F) << 6) | (<unsigned char>s[i + 1] & 0x3F)
+                i += 2
+            else:
+                return False
+            d = digits[cp]
+            if d == 255:
+                return False
+        if value > (limit - d) // 10:
+            return False
+        value = value * 10 + d
+    out[0] = -<int64_t>value if negative else <int64_t>value
+    return True
+
+
+cdef inline bint is_digit(char c) noexcept nogil:
+    return c >= c'0' and c <= c'9'
+
+
+cdef inline bint is_hex(char c) noexcept nogil:
+    return is_digit(c) or (c >= c'a' and c <= c'f') or (c >= c'A' and c <= c'F')
+
+
+cdef bint parse_double(const char* s, Py_ssize_t n, double* out) noexcept nogil:
+    """Double.valueOf: trim chars <= U+0020, then Java's decimal/hex/NaN/Infinity grammar."""
+    cdef Py_ssize_t i = 0, j, k, start, end, digits = 0
+    cdef char buf[64]
+    cdef bint negative = False
+    while i < n and <unsigned char>s[i] <= 0x20:
+        i += 1
+    while n > i and <unsigned char>s[n - 1] <= 0x20:
+        n -= 1
+    if i >= n:
+        return False
+    j = i
+    if s[j] == c'+' or s[j] == c'-':
+        negative = s[j] == c'-'
+        j += 1
+    if n - j == 3 and memcmp(s + j, b"NaN", 3) == 0:
+        out[0] = NAN
+        return True
+    if n - j == 8 and memcmp(s + j, b"Infinity", 8) == 0:
+        out[0] = -INFINITY if negative else INFINITY
+        return True
+    k = j
+    if n - j > 2 and s[j] == c'0' and (s[j + 1] == c'x' or s[j + 1] == c'X'):
+        k = j + 2
+        while k < n and is_hex(s[k]):
+            k += 1
+            digits += 1
+        if k < n and s[k] == c'.':
+            k += 1
+            while k < n and is_hex(s[k]):
+                k += 1
+                digits += 1
+        if digits == 0 or k >= n or (s[k] != c'p' and s[k] != c'P'):
+            return False
+    else:
+        while k < n and is_digit(s[k]):
+            k += 1
+            digits += 1
+        if k < n and s[k] == c'.':
+            k += 1
+            while k < n and is_digit(s[k]):
+                k += 1
+                digits += 1
+        if digits == 0:
+            return False
+        if k >= n or (s[k] != c'e' and s[k] != c'E'):
+            end = k
+            if k < n and (s[k] == c'f' or s[k] == c'F' or s[k] == c'd' or s[k] == c'D'):
+                k += 1
+            if k != n:
+                return False
+            return strtod_range(s + i, end - i, buf, out)
+    # exponent (mandatory for hex, present for decimal here)
+    k += 1
+    if k < n and (s[k] == c'+' or s[k] == c'-'):
+        k += 1
+    start = k
+    while k < n and is_digit(s[k]):
+        k += 1
+    if k == start:
+        return False
+    end = k
+    if k < n and (s[k] == c'f' or s[k] == c'F' or s[k] == c'd' or s[k] == c'D'):
+        k += 1
+    if k != n:
+        return False
+    return strtod_range(s + i, end - i, buf, out)
+
+
+cdef bint strtod_range(const char* s, Py_ssize_t n, char* buf, double* out) noexcept nogil:
+    # The text is validated; strtod (correctly rounded, hex floats included) converts it.
+    cdef char* tmp = buf
+    if n >= 64:
+        tmp = <char*>malloc(n + 1)
+        if tmp == NULL:
+            return False
+    memcpy(tmp, s, n)
+    tmp[n] = 0
+    out[0] = strtod(tmp, NULL)
+    if tmp != buf:
+        free(tmp)
+    return True
+
+
+cdef inline bint parse_boolean(const char* s, Py_ssize_t n) noexcept nogil:
+    return (n == 4 and (s[0] | 0x20) == c't' and (s[1] | 0x20) == c'r' and (s[2] | 0x20) == c'u'
+            and (s[3] | 0x20) == c'e')
+
+
+cdef inline int dcmp(double a, double b) noexcept nogil:
+    """Double.compare: -0.0 < 0.0; NaN equals NaN and is above +Infinity."""
+    cdef int an, bn
+    if a < b:
+        return -1
+    if a > b:
+        return 1
+    an = isnan(a)
+    bn = isnan(b)
+    if an or bn:
+        return (an != 0) - (bn != 0)
+    return (signbit(b) != 0) - (signbit(a) != 0)
+
+
+cdef inline int icmp(int64_t a, int64_t b) noexcept nogil:
+    return (a > b) - (a < b)
+
+
+# -- conversions with the per-slot cache ---------------------------------------------------------
+
+cdef bint as_int(const Value* v, Conv* conv, const uint8_t* digits, bint wide,
+                 int64_t* out) noexcept nogil:
+    cdef Conv* c
+    cdef int64_t x
+    if v.slot < 0:
+        return parse_integer(v.s.s, v.s.n, digits, wide, out)
+    c = &conv[v.slot]
+    if wide:
+        if c.i64_state == 0:
+            c.i64_state = 1 if parse_integer(v.s.s, v.s.n, digits, True, &c.i64) else 2
+        out[0] = c.i64
+        return c.i64_state == 1
+    if c.i32_state == 0:
+        if parse_integer(v.s.s, v.s.n, digits, False, &x):
+            c.i32_state = 1
+            c.i32 = <int32_t>x
+        else:
+            c.i32_state = 2
+    out[0] = c.i32
+    return c.i32_state == 1
+
+
+cdef bint as_double(const Value* v, Conv* conv, double* out) noexcept nogil:
+    cdef Conv* c
+    if v.slot < 0:
+        return parse_double(v.s.s, v.s.n, out)
+    c = &conv[v.slot]
+    if c.f64_state == 0:
+        c.f64_state = 1 if parse_double(v.s.s, v.s.n, &c.f64) else 2
+    out[0] = c.f64
+    return c.f64_state == 1
+
+
+cdef inline double number(const Value* v) noexcept nogil:
+    return v.d if v.tag == T_DOUBLE else <double>v.i
+
+
+cdef bint compare(const CProgram* p, const Value* l, const Value* r, Conv* conv,
+                  int* out) noexcept nogil:
+    """The broker's compareTo with its coercions (§8.7); False where it throws."""
+    cdef int64_t x
+    cdef double d
+    cdef Py_ssize_t m
+    cdef uint8_t L = l.tag, R = r.tag
+    if L == R:
+        if L == T_DOUBLE:
+            out[0] = dcmp(l.d, r.d)
+        elif L == T_STR:
+            m = l.s.n if l.s.n < r.s.n else r.s.n
+            out[0] = memcmp(l.s.s, r.s.s, m)
+            if out[0] == 0:
+                out[0] = icmp(l.s.n, r.s.n)
+        else:
+            out[0] = icmp(l.i, r.i)
+        return True
+    if L == T_BOOL:
+        out[0] = -1
+        return R != T_STR       # Boolean left of a String: ClassCastException
+    if R == T_BOOL:
+        if L == T_STR:
+            out[0] = icmp(parse_boolean(l.s.s, l.s.n), r.i)
+        else:
+            out[0] = -1
+        return True
+    if L == T_STR:
+        if R == T_DOUBLE:
+            if not as_double(l, conv, &d):
+                return False
+            out[0] = dcmp(d, r.d)
+        else:
+            if not as_int(l, conv, p.digits, R == T_LONG, &x):
+                return False
+            out[0] = icmp(x, r.i)
+        return True
+    if R == T_STR:
+        if L == T_DOUBLE:
+            if not as_double(r, conv, &d):
+                return False
+            out[0] = dcmp(l.d, d)
+        else:
+            if not as_int(r, conv, p.digits, L == T_LONG, &x):
+                return False
+            out[0] = icmp(l.i, x)
+        return True
+    if L == T_DOUBLE or R == T_DOUBLE:
+        out[0] = dcmp(number(l), number(r))
+    else:
+        out[0] = icmp(l.i, r.i)
+    return True
+
+
+# -- strings -------------------------------------------------------------------------------------
+
+cdef inline uint64_t fnv1a(const char* s, Py_ssize_t n) noexcept nogil:
+    cdef uint64_t h = 14695981039346656037ULL
+    cdef Py_ssize_t i
+    for i in range(n):
+        h = (h ^ <unsigned char>s[i]) * 1099511628211ULL
+    return h
+
+
+cdef bint set_contains(const StrSet* st, StrView v) noexcept nogil:
+    cdef uint64_t h = fnv1a(v.s, v.n)
+    cdef Py_ssize_t k = <Py_ssize_t>(h & <uint64_t>st.mask)
+    while st.buckets[k].s != NULL:
+        if st.hashes[k] == h and st.buckets[k].n == v.n and memcmp(st.buckets[k].s, v.s, v.n) == 0:
+            return True
+        k = (k + 1) & st.mask
+    return False
+
+
+cdef bint contains(StrView hay, StrView needle) noexcept nogil:
+    cdef const char* p = hay.s
+    cdef const char* end = hay.s + hay.n - needle.n
+    if needle.n > hay.n:
+        return False
+    while p <= end:
+        p = <const char*>memchr(p, needle.s[0], end - p + 1)
+        if p == NULL:
+            return False
+        if memcmp(p, needle.s, needle.n) == 0:
+            return True
+        p += 1
+    return False
+
+
+cdef bint string_match(uint8_t op, StrView v, StrView pat) noexcept nogil:
+    if op == OP_CONTAINS or op == OP_NOT_CONTAINS:
+        return contains(v, pat)
+    if pat.n > v.n:
+        return False
+    if op == OP_STARTSWITH or op == OP_NOT_STARTSWITH:
+        return memcmp(v.s, pat.s, pat.n) == 0
+    return memcmp(v.s + v.n - pat.n, pat.s, pat.n) == 0
+
+
+# -- the evaluation loop -------------------------------------------------------------------------
+
+cdef inline void set_bool(Value* v, bint b) noexcept nogil:
+    v.tag = T_BOOL
+    v.i = b
+    v.slot = -1
+
+
+cdef inline void set_null(Value* v) noexcept nogil:
+    v.tag = T_NULL
+    v.slot = -1
+
+
+cdef int run(const CProgram* p, const StrView* slots, Conv* conv, Value* vals) noexcept nogil:
+    """Evaluate one message; returns R_FALSE, R_TRUE, R_UNKNOWN or R_ERROR."""
+    cdef int32_t i = 0, j, n = p.n_nodes
+    cdef const Node* node
+    cdef Value* v
+    cdef const Value* l
+    cdef const Value* r
+    cdef uint8_t op, g
+    cdef int c
+    cdef double x, y
+    while i < n:
+        node = &p.nodes[i]
+        op = node.op
+        v = &vals[i]
+        if op == OP_PROP:
+            v.s = slots[node.arg]
+            v.tag = T_STR if v.s.s != NULL else T_NULL
+            v.slot = node.arg
+        elif op == OP_CONST:
+            v[0] = p.consts[node.arg]
+        elif op == OP_BOOLCAST:
+            l = &vals[node.a]
+            if l.tag == T_NULL or l.tag == T_BOOL:
+                v[0] = l[0]
+            else:
+                set_bool(v, False)      # any String, even "true"
+        elif op == OP_NOT:
+            l = &vals[node.a]
+            if l.tag == T_NULL:
+                set_null(v)
+            else:
+                set_bool(v, not l.i)
+        elif op == OP_NEG:
+            l = &vals[node.a]
+            v.slot = -1
+            v.tag = l.tag
+            if l.tag == T_INT:
+                v.i = l.i if l.i == INT_MIN else -l.i
+            elif l.tag == T_LONG:
+                v.i = l.i if l.i == LONG_MIN else -l.i
+            elif l.tag == T_DOUBLE:
+                v.d = -l.d
+            else:
+                v.tag = T_NULL          # NULL, Boolean and String negate to NULL
+        elif op == OP_AND:
+            # The left operand is TRUE or NULL here: its FALSE guard skips this node.
+            r = &vals[node.b]
+            if r.tag == T_BOOL and not r.i:
+                set_bool(v, False)
+            elif r.tag == T_NULL or vals[node.a].tag == T_NULL:
+                set_null(v)
+            else:
+                set_bool(v, True)
+        elif op == OP_OR:
+            r = &vals[node.b]
+            if r.tag == T_BOOL and r.i:
+                set_bool(v, True)
+            elif r.tag == T_NULL or vals[node.a].tag == T_NULL:
+                set_null(v)
+            else:
+                set_bool(v, False)
+        elif op == OP_EQ:
+            l = &vals[node.a]
+            r = &vals[node.b]
+            if l.tag == T_NULL:
+                if r.tag == T_NULL:
+                    set_bool(v, True)
+                else:
+                    set_null(v)
+            elif r.tag == T_NULL:
+                set_bool(v, False)
+            elif l.tag == T_STR and r.tag == T_STR:
+                set_bool(v, l.s.n == r.s.n and memcmp(l.s.s, r.s.s, l.s.n) == 0)
+            else:
+                if not compare(p, l, r, conv, &c):
+                    return R_ERROR
+                set_bool(v, c == 0)
+        elif op == OP_ISNULL:
+            set_bool(v, vals[node.a].tag == T_NULL)
+        elif op <= OP_LE:
+            # The left operand is non-NULL here: its NULL guard skips this node.
+            l = &vals[node.a]
+            r = &vals[node.b]
+            if r.tag == T_NULL:
+                set_null(v)
+            else:
+                if l.tag == T_STR and r.tag == T_STR:
+                    # Two strings are ordered as doubles, or the broker throws.
+                    if not as_double(l, conv, &x) or not as_double(r, conv, &y):
+                        return R_ERROR
+                    c = dcmp(x, y)
+                elif not compare(p, l, r, conv, &c):
+                    return R_ERROR
+                if op == OP_GT:
+                    set_bool(v, c > 0)
+                elif op == OP_GE:
+                    set_bool(v, c >= 0)
+                elif op == OP_LT:
+                    set_bool(v, c < 0)
+                else:
+                    set_bool(v, c <= 0)
+        elif op == OP_IN or op == OP_NOT_IN:
+            l = &vals[node.a]
+            if l.tag != T_STR:
+                set_null(v)
+            else:
+                set_bool(v, set_contains(&p.sets[node.arg], l.s) == (op == OP_IN))
+        else:
+            # CONTAINS family: NULL and non-strings are FALSE, negated or not.
+            l = &vals[node.a]
+            if l.tag != T_STR:
+                set_bool(v, False)
+            else:
+                set_bool(v, string_match(op, l.s, p.consts[node.arg].s) == (op <= OP_ENDSWITH))
+        # Short circuits: a decided parent takes this value; skip the rest of its subtree.
+        j = i
+        while True:
+            g = p.nodes[j].guard
+            if g == GUARD_NONE:
+                break
+            v = &vals[j]
+            if g == GUARD_FALSE:
+                if not (v.tag == T_BOOL and not v.i):
+                    break
+            elif g == GUARD_TRUE:
+                if not (v.tag == T_BOOL and v.i):
+                    break
+            elif v.tag != T_NULL:
+                break
+            vals[p.nodes[j].parent] = v[0]
+            j = p.nodes[j].parent
+        i = j + 1
+    v = &vals[n - 1]
+    if v.tag == T_NULL:
+        return R_UNKNOWN
+    return R_TRUE if v.i else R_FALSE
+
+
+# -- Python face ---------------------------------------------------------------------------------
+
+cdef StrView utf8_view(object value, list keep) except *:
+    """A str's UTF-8 bytes; strings with lone surrogates are encoded like Java's UTF-16 would pair them."""
+    cdef StrView out
+    cdef bytes b
+    try:
+        out.s = PyUnicode_AsUTF8AndSize(value, &out.n)
+    except UnicodeEncodeError:
+        b = (<str>value).encode("utf-8", "surrogatepass")
+        keep.append(b)
+        out.s = PyBytes_AS_STRING(b)
+        out.n = PyBytes_GET_SIZE(b)
+    return out
+
+
+cdef class Evaluator:
+    """Evaluates one compiled Program; immutable after construction, so thread-safe."""
+
+    def __cinit__(self, program):
+        cdef Py_ssize_t i, k, size, n_args
+        cdef StrView sv
+        cdef uint64_t h
+        nodes = np.ascontiguousarray(program.nodes)
+        args = program.args
+        n_args = len(args)
+        self.program = program
+        self._keep = []
+        self._names = tuple(name for name in program.props)
+        self._nodes = <Node*>malloc(max(1, len(nodes)) * sizeof(Node))
+        self._consts = <Value*>calloc(max(1, n_args), sizeof(Value))
+        self._sets = <StrSet*>calloc(max(1, n_args), sizeof(StrSet))
+        if self._nodes == NULL or self._consts == NULL or self._sets == NULL:
+            raise MemoryError()
+        for i in range(len(nodes)):
+            row = nodes[i]
+            self._nodes[i].op = row["op"]
+            self._nodes[i].guard = row["guard"]
+            self._nodes[i].a = row["a"]
+            self._nodes[i].b = row["b"]
+            self._nodes[i].parent = row["parent"]
+            self._nodes[i].arg = row["arg"]
+        for i in range(n_args):
+            value = args[i]
+            self._sets[i].mask = -1
+            self._consts[i].slot = -1
+            if value is None:
+                self._consts[i].tag = T_NULL
+            elif value is True or value is False:
+                self._consts[i].tag = T_BOOL
+                self._consts[i].i = value
+            elif isinstance(value, float):
+                self._consts[i].tag = T_DOUBLE
+                self._consts[i].d = value
+            elif isinstance(value, int):
+                self._consts[i].tag = T_LONG if type(value).__name__ == "Long" else T_INT
+                self._consts[i].i = value
+            elif isinstance(value, str):
+                self._consts[i].tag = T_STR
+                self._consts[i].s = self._bytes_view(value)
+            else:  # an IN list
+                size = 4
+                while size < 2 * len(value):
+                    size *= 2
+                self._sets[i].mask = size - 1
+                self._sets[i].buckets = <StrView*>calloc(size, sizeof(StrView))
+                self._sets[i].hashes = <uint64_t*>calloc(size, sizeof(uint64_t))
+                if self._sets[i].buckets == NULL or self._sets[i].hashes == NULL:
+                    raise MemoryError()
+                for item in value:
+                    sv = self._bytes_view(item)
+                    h = fnv1a(sv.s, sv.n)
+                    k = <Py_ssize_t>(h & <uint64_t>(size - 1))
+                    while self._sets[i].buckets[k].s != NULL:
+                        k = (k + 1) & (size - 1)
+                    self._sets[i].buckets[k] = sv
+                    self._sets[i].hashes[k] = h
+        self.prog.nodes = self._nodes
+        self.prog.n_nodes = len(nodes)
+        self.prog.n_slots = len(self._names)
+        self.prog.consts = self._consts
+        self.prog.sets = self._sets
+        self.prog.digits = <const uint8_t*>PyBytes_AS_STRING(DIGITS)
+
+    cdef StrView _bytes_view(self, str value) except *:
+        cdef StrView out
+        b = value.encode("utf-8", "surrogatepass")
+        self._keep.append(b)
+        out.s = PyBytes_AS_STRING(b)
+        out.n = PyBytes_GET_SIZE(b)
+        if out.n == 0:
+            out.s = EMPTY
+        return out
+
+    def __dealloc__(self):
+        cdef Py_ssize_t i
+        if self._sets != NULL:
+            for i in range(len(self.program.args) if self.program is not None else 0):
+                free(self._sets[i].buckets)
+                free(self._sets[i].hashes)
+            free(self._sets)
+        free(self._nodes)
+        free(self._consts)
+
+    cdef int _load(self, object props, StrView* slots, list keep) except -1:
+        """Fill one StrView per property slot from a mapping (None: every property absent)."""
+        cdef Py_ssize_t k
+        cdef PyObject* item
+        cdef object value
+        cdef bint is_dict = type(props) is dict
+        if props is None:
+            for k in range(self.prog.n_slots):
+                slots[k].s = NULL
+            return 0
+        if not is_dict and not isinstance(props, Mapping):
+            raise TypeError(f"message properties must be a mapping of str to str, got {type(props).__name__}")
+        for k in range(self.prog.n_slots):
+            name = self._names[k]
+            if is_dict:
+                item = PyDict_GetItemWithError(props, name)
+                if item == NULL:
+                    slots[k].s = NULL
+                    continue
+                value = <object>item
+            else:
+                value = props.get(name)
+                keep.append(value)
+            if value is None:
+                slots[k].s = NULL
+            elif isinstance(value, str):
+                slots[k] = utf8_view(value, keep)
+                if slots[k].n == 0:
+                    slots[k].s = EMPTY
+            else:
+                raise TypeError(f"property {name!r} must be a str, got {type(value).__name__}")
+        return 0
+
+    def evaluate(self, props):
+        """Result code for one message; raises SelectorEvaluationError where the broker throws."""
+        cdef StrView small_slots[SMALL]
+        cdef Conv small_conv[SMALL]
+        cdef Value small_vals[SMALL]
+        cdef int32_t n_slots = self.prog.n_slots, n_nodes = self.prog.n_nodes
+        cdef StrView* slots = small_slots
+        cdef Conv* conv = small_conv
+        cdef Value* vals = small_vals
+        cdef list keep = []
+        cdef int code
+        if n_slots > SMALL:
+            slots = <StrView*>malloc(n_slots * sizeof(StrView))
+            conv = <Conv*>malloc(n_slots * sizeof(Conv))
+        if n_nodes > SMALL:
+            vals = <Value*>malloc(n_nodes * sizeof(Value))
+        try:
+            if slots == NULL or conv == NULL or vals == NULL:
+                raise MemoryError()
+            self._load(props, slots, keep)
+            for k in range(n_slots):
+                conv[k].i32_state = conv[k].i64_state = conv[k].f64_state = 0
+            code = run(&self.prog, slots, conv, vals)
+        finally:
+            if slots != small_slots:
+                free(slots)
+                free(conv)
+            if vals != small_vals:
+                free(vals)
+        if code == R_ERROR:
+            self._raise(props)
+        return code
+
+    def _raise(self, props):
+        # Errors are rare: let the twin, which keeps the operands at hand, word the message.
+        from ._eval_py import Evaluator as Twin
+
+        if self._twin is None:
+            self._twin = Twin(self.program)
+        self._twin.run(props)
+        raise SelectorEvaluationError("the broker's evaluation throws for this message")
+
+    def evaluate_many(self, rows):
+        """Result codes (int8) for a sequence of mappings, in one call; errors give R_ERROR."""
+        cdef Py_ssize_t i, k, n = len(rows)
+        cdef int32_t n_slots = self.prog.n_slots
+        out = np.empty(n, dtype=np.int8)
+        cdef int8_t[::1] res = out
+        cdef list keep = []
+        cdef StrView* slots = <StrView*>malloc(max(1, n_slots) * sizeof(StrView))
+        cdef Conv* conv = <Conv*>malloc(max(1, n_slots) * sizeof(Conv))
+        cdef Value* vals = <Value*>malloc(max(1, self.prog.n_nodes) * sizeof(Value))
+        try:
+            if slots == NULL or conv == NULL or vals == NULL:
+                raise MemoryError()
+            for i in range(n):
+                self._load(rows[i], slots, keep)
+                for k in range(n_slots):
+                    conv[k].i32_state = conv[k].i64_state = conv[k].f64_state = 0
+                res[i] = run(&self.prog, slots, conv, vals)
+                if keep:
+                    del keep[:]
+        finally:
+            free(slots)
+            free(conv)
+            free(vals)
+        return out
+
+    def evaluate_columns(self, columns, Py_ssize_t length):
+        """Result codes (int8) for ``length`` rows of Arrow string arrays, one per property slot.
+
+        ``columns[k]`` is a pyarrow StringArray (int32 offsets) holding property
+        ``k`` (null = absent), or None if no row has it. Runs without the GIL.
+        """
+        cdef int32_t n_slots = self.prog.n_slots
+        cdef Py_ssize_t i, k, idx
+        cdef int32_t start, stop
+        if len(columns) != n_slots:
+            raise ValueError(f"expected {n_slots} columns, got {len(columns)}")
+        out = np.empty(length, dtype=np.int8)
+        cdef int8_t[::1] res = out
+        cdef StrView* slots = <StrView*>calloc(max(1, n_slots), sizeof(StrView))
+        cdef Conv* conv = <Conv*>malloc(max(1, n_slots) * sizeof(Conv))
+        cdef Value* vals = <Value*>malloc(max(1, self.prog.n_nodes) * sizeof(Value))
+        cdef const uint8_t** valid = <const uint8_t**>calloc(max(1, n_slots), sizeof(void*))
+        cdef const int32_t** offsets = <const int32_t**>calloc(max(1, n_slots), sizeof(void*))
+        cdef const char** data = <const char**>calloc(max(1, n_slots), sizeof(void*))
+        cdef Py_ssize_t* first = <Py_ssize_t*>calloc(max(1, n_slots), sizeof(Py_ssize_t))
+        try:
+            if (slots == NULL or conv == NULL or vals == NULL or valid == NULL or offsets == NULL
+                    or data == NULL or first == NULL):
+                raise MemoryError()
+            for k in range(n_slots):
+                col = columns[k]
+                if col is None:
+                    continue
+                if len(col) != length:
+                    raise ValueError(f"column {k} has {len(col)} rows, expected {length}")
+                bufs = col.buffers()
+                if bufs[0] is not None and col.null_count:
+                    valid[k] = <const uint8_t*><uintptr_t>bufs[0].address
+                offsets[k] = <const int32_t*><uintptr_t>bufs[1].address
+                data[k] = <const char*><uintptr_t>bufs[2].address if bufs[2] is not None and bufs[2].size else EMPTY
+                first[k] = col.offset
+            with nogil:
+                for i in range(length):
+                    for k in range(n_slots):
+                        if offsets[k] == NULL:
+                            slots[k].s = NULL
+                            continue
+                        idx = i + first[k]
+                        if valid[k] != NULL and not (valid[k][idx >> 3] >> (idx & 7)) & 1:
+                            slots[k].s = NULL
+                            continue
+                        start = offsets[k][idx]
+                        stop = offsets[k][idx + 1]
+                        slots[k].s = data[k] + start
+                        slots[k].n = stop - start
+                        conv[k].i32_state = conv[k].i64_state = conv[k].f64_state = 0
+                    res[i] = run(&self.prog, slots, conv, vals)
+        finally:
+            free(slots)
+            free(conv)
+            free(vals)
+            free(valid)
+            free(offsets)
+            free(data)
+            free(first)
+        return out
