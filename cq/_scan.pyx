@@ -10,6 +10,7 @@ import numpy as np
 cimport numpy as cnp
 from libc.stdint cimport int8_t, int16_t, int32_t, int64_t, uint8_t, uint16_t, uint32_t, uint64_t
 from libc.stdlib cimport free, malloc, realloc
+from cpython.bytes cimport PyBytes_FromStringAndSize
 from cpython.unicode cimport PyUnicode_DecodeUTF8
 from libc.string cimport memcpy, memset
 
@@ -435,3 +436,84 @@ def commit_log_walk(const uint8_t[::1] buf, int64_t pos):
             pos += total
             records += 1
     return pos, status, records
+
+
+def decode_properties_at(const uint8_t[::1] buf, int64_t start, int64_t length):
+    """The properties dict of ``length`` bytes at ``start`` (broker parsing rules, UTF-8 with replacement)."""
+    if start < 0 or length < 0 or start + length > buf.shape[0]:
+        raise ValueError(f"properties [{start}, {start + length}) outside the buffer of {buf.shape[0]} bytes")
+    if length == 0:
+        return {}
+    return _decode_props(&buf[start], length)
+
+
+def decode_record(const uint8_t[::1] buf, int64_t pos, int64_t limit):
+    """Decode the CommitLog record at ``pos`` (readable end ``limit``).
+
+    Returns ``(total, magic, body_crc, queue_id, flag, queue_offset, physical_offset,
+    sys_flag, born_timestamp, born_ip, born_port, store_timestamp, store_ip,
+    store_port, reconsume_times, prepared_transaction_offset, body, topic,
+    properties)``; raises ``ValueError(reason, offset)`` for a record that is not valid.
+    """
+    cdef int64_t n = buf.shape[0], p, end, blen
+    cdef int32_t total, magic, sys_flag, body_len, props_len
+    cdef int bw, sw, width, topic_len
+    if limit < 0 or limit > n:
+        raise ValueError(f"limit {limit} outside the buffer of {n} bytes", pos)
+    if pos < 0 or limit - pos < 8:
+        raise ValueError(f"record header needs 8 bytes, {limit - pos} left in the file", pos)
+    cdef const uint8_t* b = &buf[0]
+    total = <int32_t>rmq_load_be32(b + pos)
+    magic = <int32_t>rmq_load_be32(b + pos + 4)
+    if magic == -875286124:
+        raise ValueError("blank end-of-file record, not a message", pos)
+    if magic != -626843481 and magic != -626843477:
+        raise ValueError(f"bad magic code {<uint32_t>magic:#010x} (TOTALSIZE {total})", pos)
+    if total < 91:
+        raise ValueError(f"TOTALSIZE {total} is smaller than the smallest record", pos)
+    if total > limit - pos:
+        raise ValueError(f"TOTALSIZE {total} runs past the end of the file ({limit - pos} bytes left)", pos)
+    end = pos + total
+    sys_flag = <int32_t>rmq_load_be32(b + pos + 36)
+    bw = 16 if sys_flag & 0x10 else 4
+    sw = 16 if sys_flag & 0x20 else 4
+    p = pos + 48 + bw + 4 + 8 + sw + 4 + 16
+    if p > end:
+        raise ValueError(f"record of {total} bytes is too short for its hosts (sys_flag {sys_flag:#x})", pos)
+    body_len = <int32_t>rmq_load_be32(b + p - 4)
+    blen = body_len if body_len > 0 else 0
+    width = 2 if magic == -626843477 else 1
+    if p + blen + width > end:
+        raise ValueError(f"BODYLENGTH {body_len} runs past the record of {total} bytes", p - 4)
+    body = PyBytes_FromStringAndSize(<const char*>b + p, blen)
+    p += blen
+    topic_len = <int16_t>rmq_load_be16(b + p) if width == 2 else <int8_t>b[p]
+    if topic_len < 0:
+        raise ValueError(f"negative topic length {topic_len}", p)
+    p += width
+    if p + topic_len + 2 > end:
+        raise ValueError(f"topic length {topic_len} runs past the record", p - width)
+    topic = PyUnicode_DecodeUTF8(<const char*>b + p, topic_len, "replace")
+    p += topic_len
+    props_len = <int16_t>rmq_load_be16(b + p)
+    p += 2
+    if props_len < 0:
+        props_len = 0
+    if p + props_len != end:
+        raise ValueError(
+            f"field lengths add up to {p + props_len - pos} bytes but TOTALSIZE is {total}", pos)
+    props = _decode_props(b + p, props_len) if props_len else {}
+    cdef int64_t h = pos + 48
+    born_ip = PyBytes_FromStringAndSize(<const char*>b + h, bw)
+    born_port = <int32_t>rmq_load_be32(b + h + bw)
+    h += bw + 4
+    store_ts = <int64_t>rmq_load_be64(b + h)
+    h += 8
+    store_ip = PyBytes_FromStringAndSize(<const char*>b + h, sw)
+    store_port = <int32_t>rmq_load_be32(b + h + sw)
+    h += sw + 4
+    return (total, magic, <int32_t>rmq_load_be32(b + pos + 8), <int32_t>rmq_load_be32(b + pos + 12),
+            <int32_t>rmq_load_be32(b + pos + 16), <int64_t>rmq_load_be64(b + pos + 20),
+            <int64_t>rmq_load_be64(b + pos + 28), sys_flag, <int64_t>rmq_load_be64(b + pos + 40),
+            born_ip, born_port, store_ts, store_ip, store_port,
+            <int32_t>rmq_load_be32(b + h), <int64_t>rmq_load_be64(b + h + 4), body, topic, props)

@@ -7,6 +7,8 @@ the engine computes.
 """
 from __future__ import annotations
 
+import struct
+
 import numpy as np
 
 from . import format as fmt
@@ -183,3 +185,71 @@ def commit_log_walk(buf, pos):
             return pos, 2, records
         pos += total
         records += 1
+
+
+def decode_properties_at(buf, start, length):
+    """The properties dict of ``length`` bytes at ``start`` (broker parsing rules, UTF-8 with replacement)."""
+    if start < 0 or length < 0 or start + length > len(buf):
+        raise ValueError(f"properties [{start}, {start + length}) outside the buffer of {len(buf)} bytes")
+    return fmt.decode_properties_bytes(bytes(buf[start:start + length])) if length else {}
+
+
+# The fixed part of a record, TOTALSIZE .. BODYLENGTH, per host family:
+# index (sys_flag >> 4) & 3 = born IPv6 bit | store IPv6 bit << 1.
+_FIXED = [
+    struct.Struct(">iiiiiqqiq" + ("16si" if b6 else "4si") + "q" + ("16si" if s6 else "4si") + "iqi")
+    for s6 in (False, True)
+    for b6 in (False, True)
+]
+
+
+def decode_record(buf, pos, limit):
+    """Decode the CommitLog record at ``pos`` (readable end ``limit``), spec §4.2 and §4.6.
+
+    Returns ``(total, magic, body_crc, queue_id, flag, queue_offset, physical_offset,
+    sys_flag, born_timestamp, born_ip, born_port, store_timestamp, store_ip,
+    store_port, reconsume_times, prepared_transaction_offset, body, topic,
+    properties)``; raises ``ValueError(reason, offset)`` for a record that is not valid.
+    """
+    if limit < 0 or limit > len(buf):
+        raise ValueError(f"limit {limit} outside the buffer of {len(buf)} bytes", pos)
+    if pos < 0 or limit - pos < 8:
+        raise ValueError(f"record header needs 8 bytes, {limit - pos} left in the file", pos)
+    total, magic = struct.unpack_from(">ii", buf, pos)
+    if magic == fmt.BLANK_MAGIC_CODE:
+        raise ValueError("blank end-of-file record, not a message", pos)
+    if magic not in (fmt.MESSAGE_MAGIC_CODE_V1, fmt.MESSAGE_MAGIC_CODE_V2):
+        raise ValueError(f"bad magic code {magic & 0xFFFFFFFF:#010x} (TOTALSIZE {total})", pos)
+    if total < fmt.RECORD_V1_IPV4_OVERHEAD:
+        raise ValueError(f"TOTALSIZE {total} is smaller than the smallest record", pos)
+    if total > limit - pos:
+        raise ValueError(f"TOTALSIZE {total} runs past the end of the file ({limit - pos} bytes left)", pos)
+    end = pos + total
+    sys_flag = struct.unpack_from(">i", buf, pos + 36)[0]
+    fixed = _FIXED[(sys_flag >> 4) & 3]
+    if pos + fixed.size > end:
+        raise ValueError(f"record of {total} bytes is too short for its hosts (sys_flag {sys_flag:#x})", pos)
+    head = fixed.unpack_from(buf, pos)
+    body_len = head[-1]
+    p = pos + fixed.size
+    blen = max(body_len, 0)
+    width = 2 if magic == fmt.MESSAGE_MAGIC_CODE_V2 else 1
+    if p + blen + width > end:
+        raise ValueError(f"BODYLENGTH {body_len} runs past the record of {total} bytes", p - 4)
+    body = bytes(buf[p:p + blen])
+    p += blen
+    topic_len = struct.unpack_from(">h" if width == 2 else ">b", buf, p)[0]
+    if topic_len < 0:
+        raise ValueError(f"negative topic length {topic_len}", p)
+    p += width
+    if p + topic_len + 2 > end:
+        raise ValueError(f"topic length {topic_len} runs past the record", p - width)
+    topic = bytes(buf[p:p + topic_len]).decode("utf-8", "replace")
+    p += topic_len
+    (props_len,) = struct.unpack_from(">h", buf, p)
+    p += 2
+    plen = max(props_len, 0)
+    if p + plen != end:
+        raise ValueError(f"field lengths add up to {p + plen - pos} bytes but TOTALSIZE is {total}", pos)
+    props = fmt.decode_properties_bytes(bytes(buf[p:p + plen])) if plen else {}
+    return (*head[:7], sys_flag, *head[8:16], body, topic, props)

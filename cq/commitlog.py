@@ -1,7 +1,9 @@
 """CommitLog: the message records themselves (spec §4)."""
 from __future__ import annotations
 
+import bisect
 import os
+import socket
 import struct
 import zlib
 from collections.abc import Iterator
@@ -11,8 +13,23 @@ import numpy as np
 
 from . import format as fmt
 from .errors import StoreFormatError
+from .scan import _scan
 
-_HEAD = struct.Struct(">iiiiiqqiq")  # total .. born_timestamp: 48 bytes
+_HOSTS: dict[tuple[bytes, int], str] = {}
+
+
+def _host(ip: bytes, port: int) -> str:
+    """``"ip:port"`` / ``"[ipv6]:port"``; hosts repeat across records, so they are cached."""
+    key = (ip, port)
+    text = _HOSTS.get(key)
+    if text is None:
+        if len(ip) == 4:
+            text = f"{socket.inet_ntop(socket.AF_INET, ip)}:{port}"
+        else:
+            text = f"[{socket.inet_ntop(socket.AF_INET6, ip)}]:{port}"
+        if len(_HOSTS) < 65536:
+            _HOSTS[key] = text
+    return text
 
 
 @dataclass(eq=True)
@@ -123,68 +140,27 @@ def decode_message(buf, pos: int, limit: int, *, path: str | None = None, file_s
     TOTALSIZE, or (with ``verify_crc``) a body CRC mismatch.
     """
 
-    def bad(reason: str, at: int = pos) -> StoreFormatError:
-        return StoreFormatError(reason, path, at)
-
-    if limit - pos < 8:
-        raise bad(f"record header needs 8 bytes, {limit - pos} left in the file")
-    total, magic = struct.unpack_from(">ii", buf, pos)
-    if magic == fmt.BLANK_MAGIC_CODE:
-        raise bad("blank end-of-file record, not a message")
-    if magic not in (fmt.MESSAGE_MAGIC_CODE_V1, fmt.MESSAGE_MAGIC_CODE_V2):
-        raise bad(f"bad magic code {magic & 0xFFFFFFFF:#010x} (TOTALSIZE {total})")
-    if total < fmt.RECORD_V1_IPV4_OVERHEAD:
-        raise bad(f"TOTALSIZE {total} is smaller than the smallest record")
-    if total > limit - pos:
-        raise bad(f"TOTALSIZE {total} runs past the end of the file ({limit - pos} bytes left)")
-    end = pos + total
-    (_, _, crc, queue_id, flag, queue_offset, phys, sys_flag, born_ts) = _HEAD.unpack_from(buf, pos)
-    p = pos + _HEAD.size
-    bw = fmt.host_width(sys_flag, store=False)
-    sw = fmt.host_width(sys_flag, store=True)
-    if p + bw + 8 + sw + 16 > end:
-        raise bad(f"record of {total} bytes is too short for its hosts (sys_flag {sys_flag:#x})")
-    born_host = fmt.decode_host(bytes(buf[p:p + bw]))
-    p += bw
-    (store_ts,) = struct.unpack_from(">q", buf, p)
-    p += 8
-    store_host = fmt.decode_host(bytes(buf[p:p + sw]))
-    p += sw
-    reconsume, prepared, body_len = struct.unpack_from(">iqi", buf, p)
-    p += 16
-    blen = max(body_len, 0)
-    width = 2 if magic == fmt.MESSAGE_MAGIC_CODE_V2 else 1
-    if p + blen + width > end:
-        raise bad(f"BODYLENGTH {body_len} runs past the record of {total} bytes", p - 4)
-    body = bytes(buf[p:p + blen])
-    p += blen
-    topic_len = struct.unpack_from(">h" if width == 2 else ">b", buf, p)[0]
-    if topic_len < 0:
-        raise bad(f"negative topic length {topic_len}", p)
-    p += width
-    if p + topic_len + 2 > end:
-        raise bad(f"topic length {topic_len} runs past the record", p - width)
-    topic = bytes(buf[p:p + topic_len]).decode("utf-8", "replace")
-    p += topic_len
-    (props_len,) = struct.unpack_from(">h", buf, p)
-    p += 2
-    plen = max(props_len, 0)
-    expected = fmt.record_size(
-        magic_code=magic, sys_flag=sys_flag, body_length=body_len,
-        topic_length=topic_len, properties_length=props_len,
-    )
-    if expected != total:
-        raise bad(f"field lengths add up to {expected} bytes but TOTALSIZE is {total}")
-    props = fmt.decode_properties_bytes(bytes(buf[p:p + plen])) if plen else {}
+    try:
+        (total, magic, crc, queue_id, flag, queue_offset, phys, sys_flag, born_ts, born_ip, born_port,
+         store_ts, store_ip, store_port, reconsume, prepared, body, topic, props) = _scan.decode_record(
+            _as_u8(buf), pos, limit)
+    except ValueError as exc:
+        reason, at = exc.args if len(exc.args) == 2 else (str(exc), pos)
+        raise StoreFormatError(reason, path, at) from None
     if verify_crc and fmt.body_crc(body) != crc:
-        raise bad(f"body CRC mismatch: stored {crc}, computed {fmt.body_crc(body)}")
+        raise StoreFormatError(f"body CRC mismatch: stored {crc}, computed {fmt.body_crc(body)}", path, pos)
     return Message(
         store_size=total, magic_code=magic, body_crc=crc, queue_id=queue_id, flag=flag,
         queue_offset=queue_offset, commit_log_offset=phys, sys_flag=sys_flag,
-        born_timestamp=born_ts, born_host=born_host, store_timestamp=store_ts,
-        store_host=store_host, reconsume_times=reconsume, prepared_transaction_offset=prepared,
-        body=body, topic=topic, properties=props, _path=path, _file_offset=pos,
+        born_timestamp=born_ts, born_host=_host(born_ip, born_port), store_timestamp=store_ts,
+        store_host=_host(store_ip, store_port), reconsume_times=reconsume,
+        prepared_transaction_offset=prepared, body=body, topic=topic, properties=props,
+        _path=path, _file_offset=pos,
     )
+
+
+def _as_u8(buf) -> np.ndarray:
+    return buf if isinstance(buf, np.ndarray) else np.frombuffer(buf, np.uint8)
 
 
 class CommitLog:
@@ -202,7 +178,9 @@ class CommitLog:
         files = fmt.list_queue_files(self.directory)
         self._files, self.file_size = fmt.check_queue_files(files, file_size, kind="CommitLog")
         self._starts = np.array([s for s, _ in self._files], dtype=np.int64)
+        self._start_list = [s for s, _ in self._files]
         self._maps: dict[int, memoryview] = {}
+        self._arrays: dict[int, np.ndarray] = {}
         self._max_offset: int | None = None
 
     def __repr__(self) -> str:
@@ -220,9 +198,15 @@ class CommitLog:
             self._maps[index] = m
         return m
 
+    def _u8(self, index: int) -> np.ndarray:
+        arr = self._arrays.get(index)
+        if arr is None:
+            arr = self._arrays[index] = np.frombuffer(self._map(index), np.uint8)
+        return arr
+
     def file_index(self, physical_offset: int) -> int | None:
         """Index of the file holding ``physical_offset``, or None."""
-        i = int(np.searchsorted(self._starts, physical_offset, side="right")) - 1
+        i = bisect.bisect_right(self._start_list, physical_offset) - 1
         if i < 0 or physical_offset >= self._files[i][0] + self.file_size:
             return None
         return i
@@ -287,7 +271,7 @@ class CommitLog:
                 physical_offset,
             )
         start, path = self._files[index]
-        return decode_message(self._map(index), physical_offset - start, self.file_size,
+        return decode_message(self._u8(index), physical_offset - start, self.file_size,
                               path=path, file_start=start, verify_crc=verify_crc)
 
     def _walk(self, index: int = 0, *, strict: bool, verify_crc: bool = False):
@@ -296,7 +280,7 @@ class CommitLog:
         last = len(self._files) - 1
         while index <= last:
             start, path = self._files[index]
-            buf = self._map(index)
+            buf = self._u8(index)
             pos = 0
             while True:
                 if self.file_size - pos < 8:
@@ -372,4 +356,5 @@ class CommitLog:
 
     def close(self) -> None:
         """Release the mapped files."""
+        self._arrays.clear()
         fmt.release_maps(self._maps)

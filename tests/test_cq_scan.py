@@ -205,3 +205,23 @@ def test_commit_log_walk(engine):
     assert engine.commit_log_walk(buf[:5], 0) == (0, 0, 0)
     with pytest.raises(ValueError):
         engine.commit_log_walk(buf, -1)
+
+
+def test_decode_record_twin_equals_engine_on_mutated_records():
+    log = cq.Store(DATA / "golden_store").commit_log
+    base = np.frombuffer(log.buffer(0), np.uint8)
+    rng = np.random.default_rng(11)
+    starts = [r["commitLogOffset"] for r in ROWS if r["commitLogOffset"] < 60000][:20]
+    for _ in range(400):
+        buf = base.copy()
+        pos = int(rng.choice(starts))
+        for _ in range(int(rng.integers(1, 4))):
+            buf[pos + int(rng.integers(0, 120))] = rng.integers(0, 256)
+        limit = int(rng.integers(pos, len(buf) + 1))
+        results = []
+        for engine in (_scan, _scan_py):
+            try:
+                results.append(("ok", engine.decode_record(buf, pos, limit)))
+            except ValueError as exc:
+                results.append(("error", exc.args[1]))
+        assert results[0] == results[1]
