@@ -33,9 +33,13 @@ T = TypeVar("T")
 
 
 class Node:
-    """Base class; ``position`` is the 0-based offset of the node's token."""
+    """Base class; ``position`` is the 0-based offset of the node's token.
 
-    __slots__ = ("position",)
+    ``parens`` is set (True) on a node written inside parentheses; read it with
+    ``getattr(node, "parens", False)``.
+    """
+
+    __slots__ = ("parens", "position")
 
     def children(self) -> tuple[Node, ...]:
         return ()

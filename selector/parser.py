@@ -265,6 +265,7 @@ def p_unary_primary(p):
 
 def p_primary_paren(p):
     "primary : LPAREN or_expr RPAREN"
+    p[2].parens = True
     p[0] = p[2]
 
 

@@ -1,0 +1,80 @@
+"""``rmqfilter check`` and ``rmqfilter eval``: a selector as the broker sees it (no Spark)."""
+from __future__ import annotations
+
+import argparse
+import sys
+
+
+def add_parsers(subparsers) -> None:
+    """Register the ``check`` and ``eval`` sub-commands."""
+    check = subparsers.add_parser(
+        "check", help="parse a SQL92 selector: canonical form, properties read, lint warnings",
+        description="Parse SQL as the broker does. Prints the fully parenthesised form, the "
+                    "properties it reads and warnings for the broker's traps; on a syntax error "
+                    "prints the error with a caret under its position and exits with status 2.")
+    check.add_argument("sql", metavar="SQL", help="selector text")
+    check.set_defaults(func=run_check)
+
+    ev = subparsers.add_parser(
+        "eval", help="evaluate a SQL92 selector against message properties",
+        description="Evaluate SQL for one message whose properties are given as KEY=VALUE; prints "
+                    "the broker's raw result (TRUE, FALSE, NULL or ERROR) and its match decision.")
+    ev.add_argument("sql", metavar="SQL", help="selector text")
+    ev.add_argument("props", metavar="KEY=VALUE", nargs="*", type=_property,
+                    help="a message property (repeat for more)")
+    ev.set_defaults(func=run_eval)
+
+
+def _property(text: str) -> tuple[str, str]:
+    key, sep, value = text.partition("=")
+    if not sep or not key:
+        raise argparse.ArgumentTypeError(f"expected KEY=VALUE, got {text!r}")
+    return key, value
+
+
+def _report_syntax_error(exc, out) -> int:
+    lines = exc.sql.splitlines() or [""]
+    line = lines[exc.line - 1] if exc.line - 1 < len(lines) else ""
+    print(f"error: {exc}", file=out)
+    print(f"  {line}", file=out)
+    print("  " + " " * (exc.column - 1) + "^", file=out)
+    return 2
+
+
+def run_check(args) -> int:
+    """Print canonical form, properties and lint warnings, or the syntax error (status 2)."""
+    import selector
+
+    try:
+        s = selector.compile(args.sql)
+    except selector.SelectorSyntaxError as exc:
+        return _report_syntax_error(exc, sys.stderr)
+    print(f"canonical:  {selector.canonical(args.sql)}")
+    print(f"properties: {', '.join(sorted(s.properties)) or '(none)'}")
+    warnings = selector.lint(args.sql)
+    if warnings:
+        print("warnings:")
+        for w in warnings:
+            print(f"  {w}")
+    else:
+        print("warnings:   (none)")
+    return 0
+
+
+def run_eval(args) -> int:
+    """Print the broker's result for one message."""
+    import selector
+
+    try:
+        s = selector.compile(args.sql)
+    except selector.SelectorSyntaxError as exc:
+        return _report_syntax_error(exc, sys.stderr)
+    props = dict(args.props)
+    try:
+        value = s.evaluate(props)
+    except selector.SelectorEvaluationError as exc:
+        print(f"result:  ERROR ({exc.cause}: {exc})")
+    else:
+        print(f"result:  {'NULL' if value is None else str(value).upper()}")
+    print(f"matched: {'true' if s.matches(props) else 'false'}")
+    return 0
