@@ -1,6 +1,8 @@
 """Store.consume replays what each golden SQL92 group received, with the per-layer counts."""
 from __future__ import annotations
 
+import os
+
 import pytest
 from conftest import DATA, load_jsonl
 
@@ -83,3 +85,35 @@ def test_bitmap_hits_rejected_by_the_selector_count_as_false_positives(store):
     assert got == hits & tag_a
     assert result.stats.bloom_false_positives == len(hits - tag_a) > 0
     assert result.stats.passed_consume_queue == len(hits)
+
+
+def test_store_without_ext_files(tmp_path, store):
+    """With ext disabled the slot holds the tag code itself: the scan_tags path, and no bitmap layer."""
+    import shutil
+
+    import numpy as np
+
+    from cq import format as fmt
+
+    root = tmp_path / "store"
+    shutil.copytree(DATA / "golden_store", root)
+    for topic in store.topics():
+        for q in store.queue_ids(topic):
+            ext = store.ext(topic, q)
+            for start, path in store.consume_queue(topic, q).files:
+                local = root / "consumequeue" / topic / str(q) / os.path.basename(path)
+                units = np.fromfile(local, dtype=fmt.CQ_UNIT_DTYPE)
+                for i in range(len(units)):
+                    if cq.is_ext_addr(int(units[i]["tags_code"])):
+                        units[i]["tags_code"] = ext.get(int(units[i]["tags_code"])).tags_code
+                units.tofile(local)
+    shutil.rmtree(root / "consumequeue_ext")
+    plain = cq.Store(root)
+    assert plain.ext(TOPIC, 0) is None
+    for tags in ("TagA || TagB", "标签", "*"):
+        want = [(m.queue_id, m.queue_offset) for m in store.consume(TOPIC, "G", tags=tags)]
+        assert [(m.queue_id, m.queue_offset) for m in plain.consume(TOPIC, "G", tags=tags)] == want
+    for group, sql in GROUPS.items():
+        result = plain.consume(TOPIC, group, sql=sql)
+        assert [(m.queue_id, m.queue_offset) for m in result] == [k for k, m, _ in _decisions(group) if m]
+        assert result.stats.bloom_tested == 0 and result.stats.passed_consume_queue == 200
