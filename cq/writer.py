@@ -706,14 +706,19 @@ class StoreWriter:
         """Broker re-serialisation of a property mapping: ``(stored bytes, parsed properties)``."""
         props: dict[str, str] = {}
         if properties is not None:
-            if not isinstance(properties, Mapping):
+            if type(properties) is not dict and not isinstance(properties, Mapping):
                 raise TypeError(f"properties must be a mapping, str or bytes, got {type(properties).__name__}")
             # Values that are None or "" never reach the store: the producer skips None and the
             # broker's string2messageProperties drops empty values before re-serialising.
             props = {k: v for k, v in properties.items() if v is not None and v != ""}
-            for k, v in props.items():
-                if not (isinstance(k, str) and isinstance(v, str)):
-                    raise TypeError(f"property {k!r}: names and values must be str, got {type(v).__name__}")
+            try:  # str.join is a C-speed "every item is a str" check
+                "".join(props)
+                "".join(props.values())
+            except TypeError:
+                k, v = next((k, v) for k, v in props.items() if not (isinstance(k, str) and isinstance(v, str)))
+                raise TypeError(
+                    f"property {k!r}: names and values must be str, got {type(k).__name__}: {type(v).__name__}"
+                ) from None
         if tags is not None:
             if not isinstance(tags, str):
                 raise TypeError(f"tags must be a str, got {type(tags).__name__}")
