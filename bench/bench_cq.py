@@ -193,3 +193,74 @@ def test_gather_properties_plain_python(benchmark, log_buffer):
     benchmark.group = "properties gathering, 100k records"
     benchmark.extra_info.update(items=len(positions), role="alternative")
     benchmark.pedantic(_plain_python_properties, (buf, positions), rounds=3)
+
+
+def test_decode_records_ours(benchmark, log_buffer):
+    buf, positions = log_buffer
+    benchmark.group = "record decode, 100k records"
+    benchmark.extra_info.update(items=len(positions), role="ours")
+    pos = positions.tolist()
+    benchmark(lambda: [_scan.decode_record(buf, p, len(buf)) for p in pos])
+
+
+def test_decode_records_python_twin(benchmark, log_buffer):
+    buf, positions = log_buffer
+    benchmark.group = "record decode, 100k records"
+    benchmark.extra_info.update(items=len(positions), role="alternative")
+    pos = positions.tolist()
+    benchmark.pedantic(lambda: [_scan_py.decode_record(buf, p, len(buf)) for p in pos], rounds=3)
+
+
+# ---------------------------------------------------------- end to end
+SAMPLE_MESSAGES = 300_000
+
+
+@pytest.fixture(scope="module")
+def sample_store(tmp_path_factory):
+    from cq import writer
+
+    root = tmp_path_factory.mktemp("sample") / "store"
+    sample = writer.generate_sample_store(root, messages=SAMPLE_MESSAGES, seed=1)
+    group = sample.to_dict()["groups"][1]
+    store = cq.Store(root)
+    units = sum(len(store.consume_queue(group["topic"], q)) for q in store.queue_ids(group["topic"]))
+    return store, group, units
+
+
+def _consume(store, group, **kw):
+    return sum(1 for _ in store.consume(group["topic"], group["group"], sql=group["sql"], **kw))
+
+
+def test_consume_sql_two_layers_ours(benchmark, sample_store):
+    store, group, units = sample_store
+    benchmark.group = "Store.consume SQL92, 300k-message sample store"
+    benchmark.extra_info.update(items=units, role="ours")
+    benchmark.pedantic(_consume, (store, group), rounds=3)
+
+
+def test_consume_sql_commit_log_layer_only(benchmark, sample_store):
+    store, group, units = sample_store
+    benchmark.group = "Store.consume SQL92, 300k-message sample store"
+    benchmark.extra_info.update(items=units, role="alternative")
+    got = benchmark.pedantic(_consume, (store, group), {"bloom_filter": None}, rounds=2)
+    assert got == _consume(store, group)
+
+
+def test_consume_sql_naive_python(benchmark, sample_store):
+    import selector
+
+    store, group, units = sample_store
+    benchmark.group = "Store.consume SQL92, 300k-message sample store"
+    benchmark.extra_info.update(items=units, role="alternative")
+    sel = selector.compile(group["sql"])
+
+    def naive():
+        n = 0
+        for q in store.queue_ids(group["topic"]):
+            for u in store.consume_queue(group["topic"], q).read():
+                m = store.commit_log.read_message(int(u["commit_log_offset"]))
+                n += sel.matches(m.properties)
+        return n
+
+    got = benchmark.pedantic(naive, rounds=1)
+    assert got == _consume(store, group)
