@@ -178,7 +178,7 @@ class ConsumeQueueExt:
             status, t, st, _ = _scan.ext_units_at(
                 np.frombuffer(self._map(index), dtype=np.uint8), pos, self.limit(index)
             )
-            self._raise_underflow(index, pos, status)
+            self._raise_underflow(index, pos, status == _scan.UNDERFLOW)
             ok = status == 0
             found[sel[ok]] = True
             tags[sel[ok]] = t[ok]
@@ -198,8 +198,8 @@ class ConsumeQueueExt:
             sel = np.flatnonzero(ok & (idx == index))
             yield int(index), sel, (real[sel] % self.file_size).astype(np.int64)
 
-    def _raise_underflow(self, index: int, pos: np.ndarray, status: np.ndarray) -> None:
-        bad = np.flatnonzero(status == 3)
+    def _raise_underflow(self, index: int, pos: np.ndarray, underflow: np.ndarray) -> None:
+        bad = np.flatnonzero(underflow)
         if len(bad):
             raise StoreFormatError(
                 "ConsumeQueueExt unit runs past the readable end of the file",

@@ -263,7 +263,7 @@ class Store:
             for index, sel, fpos in ext._group_by_file(slot):
                 v = _scan.ext_bloom_check(np.frombuffer(ext._map(index), dtype=np.uint8), fpos,
                                           ext.limit(index), byte_idx, masks, bit_num, flt.born_time)
-                ext._raise_underflow(index, fpos, (v == _scan.UNDERFLOW).astype(np.int8) * 3)
+                ext._raise_underflow(index, fpos, v == _scan.UNDERFLOW)
                 verdict[sel] = v
             found, _, _ = ext.read_many(slot) if is_ext.any() else (np.zeros(n, bool), None, None)
             stats.ext_missing += int((is_ext & ~found).sum())

@@ -214,3 +214,14 @@ def test_random_corruption_never_crashes(copy):
                     store.commit_log.gather_properties(np.unique(offs))
         except cq.StoreFormatError as exc:
             assert exc.path is not None
+
+
+@pytest.mark.parametrize("how", [{"sql": "a > 5"}, {"tags": "TagA"}])
+def test_consume_over_an_ext_unit_running_past_the_data(copy, how):
+    path = copy / "consumequeue_ext" / TOPIC / "0" / fmt.file_name(3072)
+    # the last unit of the last file claims a bitmap far past the write position
+    last = max(r["ext"]["fileOffset"] for r in ROWS if r["topic"] == TOPIC and r["queueId"] == 0)
+    _patch(path, last - 3072 + 18, struct.pack(">h", 900))
+    with pytest.raises(cq.StoreFormatError, match="past the readable end") as exc:
+        list(cq.Store(copy).consume(TOPIC, "GID_SQL_A", queue_ids=[0], **how))
+    assert exc.value.path == str(path) and exc.value.offset == last - 3072
