@@ -1181,10 +1181,12 @@ def rebuild_bitmaps(
     dest = os.fspath(dest)
     if os.path.realpath(source) == os.path.realpath(dest):
         raise ValueError("rebuild_bitmaps writes into a new directory; dest must differ from source")
-    store = Store(source)
+    specs = _as_groups(groups)
     src_log = os.path.join(source, COMMIT_LOG_DIR)
     log_files = list_queue_files(src_log)
-    commit_log_file_size = os.path.getsize(log_files[0][1]) if log_files else DEFAULT_COMMIT_LOG_FILE_SIZE
+    if not log_files:
+        raise StoreFormatError("no CommitLog files to rebuild from", src_log)
+    commit_log_file_size = os.path.getsize(log_files[0][1])
 
     def first_size(kind: str, default: int) -> int:
         for dirpath, _dirs, names in os.walk(os.path.join(source, kind)):
@@ -1194,24 +1196,8 @@ def rebuild_bitmaps(
                     return size
         return default
 
-    writer = StoreWriter(
-        dest,
-        commit_log_file_size=max(commit_log_file_size, 64),
-        consume_queue_file_size=consume_queue_file_size or first_size(
-            CONSUME_QUEUE_DIR, DEFAULT_CONSUME_QUEUE_FILE_SIZE
-        ),
-        ext_file_size=ext_file_size or first_size(CONSUME_QUEUE_EXT_DIR, DEFAULT_EXT_FILE_SIZE),
-        enable_ext=True,
-        bloom_filter=bloom_filter,
-        message_delay_level=message_delay_level,
-    )
-    specs = _as_groups(groups)
-    for g in specs:
-        writer.register_group(g.topic, g.group, g.sql)
-    os.makedirs(os.path.join(dest, COMMIT_LOG_DIR), exist_ok=True)
-    for _start, path in log_files:
-        shutil.copyfile(path, os.path.join(dest, COMMIT_LOG_DIR, os.path.basename(path)))
-
+    store = Store(source)
+    writer = None
     messages = dispatched = 0
     batch: list[tuple[_Prepared, int, int]] = []
 
@@ -1226,6 +1212,21 @@ def rebuild_bitmaps(
         batch.clear()
 
     try:
+        writer = StoreWriter(
+            dest,
+            commit_log_file_size=max(commit_log_file_size, 64),
+            consume_queue_file_size=consume_queue_file_size
+            or first_size(CONSUME_QUEUE_DIR, DEFAULT_CONSUME_QUEUE_FILE_SIZE),
+            ext_file_size=ext_file_size or first_size(CONSUME_QUEUE_EXT_DIR, DEFAULT_EXT_FILE_SIZE),
+            enable_ext=True,
+            bloom_filter=bloom_filter,
+            message_delay_level=message_delay_level,
+        )
+        for g in specs:
+            writer.register_group(g.topic, g.group, g.sql)
+        os.makedirs(os.path.join(dest, COMMIT_LOG_DIR), exist_ok=True)
+        for _start, path in log_files:
+            shutil.copyfile(path, os.path.join(dest, COMMIT_LOG_DIR, os.path.basename(path)))
         for msg in store.commit_log.messages(strict=True):
             messages += 1
             transaction = msg.sys_flag & TRANSACTION_TYPE_MASK
@@ -1248,7 +1249,8 @@ def rebuild_bitmaps(
             flush_batch()
     finally:
         store.close()
-        writer.close()
+        if writer is not None:
+            writer.close()
     if progress is not None:
         progress(messages)
     return RebuildResult(messages, dispatched, specs)

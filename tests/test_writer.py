@@ -467,3 +467,27 @@ def test_rebuild_bitmaps_reproduces_the_golden_ext_files(tmp_path):
     assert_same_store(tmp_path / "rebuilt")
     with pytest.raises(FileExistsError):
         rebuild_bitmaps(plain, tmp_path / "rebuilt", golden_groups())
+
+
+def test_rebuild_of_a_store_without_ext_equals_writing_with_groups(tmp_path):
+    from cq.writer import rebuild_bitmaps
+
+    config = {**GOLDEN_CONFIG, "enable_ext": False}
+    with StoreWriter(tmp_path / "noext", **config) as w:
+        for row in GOLDEN_ROWS:
+            w.append(**golden_kwargs(row))
+    assert not (tmp_path / "noext" / "consumequeue_ext").exists()
+    result = rebuild_bitmaps(tmp_path / "noext", tmp_path / "rebuilt", golden_groups(), ext_file_size=1024)
+    assert result.groups == [SqlGroup(*g) for g in golden_groups()]
+    assert_same_store(tmp_path / "rebuilt")
+
+
+def test_rebuild_bitmaps_refuses_bad_targets(tmp_path):
+    from cq.writer import rebuild_bitmaps
+
+    write_golden(tmp_path / "src", rows=GOLDEN_ROWS[:5])
+    with pytest.raises(ValueError, match="dest must differ"):
+        rebuild_bitmaps(tmp_path / "src", tmp_path / "src", [])
+    with pytest.raises(cq.StoreFormatError, match="no CommitLog files"):
+        rebuild_bitmaps(tmp_path / "nothing", tmp_path / "out", [])
+    assert not (tmp_path / "out").exists()
