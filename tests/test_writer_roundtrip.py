@@ -124,3 +124,39 @@ def test_append_mode_equals_writing_in_one_go(messages, data):
     finally:
         shutil.rmtree(one, ignore_errors=True)
         shutil.rmtree(two, ignore_errors=True)
+
+
+GROUP_SQL = st.sampled_from([
+    "a IS NOT NULL", "a > 5", "TAGS = 'TagA' OR b = 'x'", "a = 1 OR a = 'y'", "NOT (b = 'x')",
+    "color IN ('red', 'grün') AND a BETWEEN 1 AND 9",
+])
+SQL_PROPS = st.dictionaries(st.sampled_from(["a", "b", "color"]),
+                            st.sampled_from(["1", "7", "x", "y", "red", "grün", "", "3.5"]), max_size=3)
+
+
+@settings(max_examples=15, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.lists(MESSAGE, min_size=1, max_size=30), st.lists(SQL_PROPS, min_size=30, max_size=30),
+       st.lists(st.tuples(st.sampled_from(["TopicA", "TopicB"]), GROUP_SQL), min_size=1, max_size=4))
+def test_rebuild_equals_dispatching_with_the_groups_in_place(messages, props, groups):
+    """rebuild_bitmaps over a plain store gives the files the writer gives with the groups registered."""
+    from cq.writer import rebuild_bitmaps
+
+    groups = [(topic, f"GID_{i}", sql) for i, (topic, sql) in enumerate(groups)]
+    messages = [{**m, "properties": {**m["properties"], **p}} for m, p in zip(messages, props)]
+    config = {"commit_log_file_size": 2048, "consume_queue_file_size": 100, "ext_file_size": 80}
+    direct, plain, rebuilt = (tempfile.mkdtemp() for _ in range(3))
+    try:
+        with StoreWriter(direct, enable_ext=True, **config) as w:
+            for g in groups:
+                w.register_group(*g)
+            for m in messages:
+                w.append(**m)
+        with StoreWriter(plain, **config) as w:
+            for m in messages:
+                w.append(**m)
+        shutil.rmtree(rebuilt)
+        rebuild_bitmaps(plain, rebuilt, groups, ext_file_size=80)
+        assert store_files(Path(direct)) == store_files(Path(rebuilt))
+    finally:
+        for d in (direct, plain, rebuilt):
+            shutil.rmtree(d, ignore_errors=True)
