@@ -629,7 +629,8 @@ class StoreWriter:
                 if batch:
                     self._write(batch, collect=False)
                     written += len(batch)
-                raise type(exc)(f"message #{index}: {exc}") from exc
+                kind = TypeError if isinstance(exc, TypeError) else ValueError
+                raise kind(f"message #{index}: {exc}") from exc
             if len(batch) >= BATCH_SIZE:
                 self._write(batch, collect=False)
                 written += len(batch)
@@ -657,6 +658,13 @@ class StoreWriter:
         if not self._closed:
             self.flush()
             self._closed = True
+
+    def __repr__(self) -> str:
+        state = "closed" if self._closed else f"{self.messages_written} message(s) written"
+        return (
+            f"StoreWriter({self.root!r}, commit_log_file_size={self.commit_log_file_size}, "
+            f"enable_ext={self.enable_ext}, groups={len(self.groups)}; {state})"
+        )
 
     def __enter__(self) -> Self:
         return self
