@@ -1353,7 +1353,9 @@ def _sample_messages(
     priority_w = np.array([0.4, 0.3, 0.15, 0.1, 0.05])
     producers = [f"192.168.{seed % 200}.{10 + i}:{40000 + 97 * i}" for i in range(8)]
     pid = 1000 + seed % 50000
-    ip_hex = f"C0A8{seed % 200:02X}0A"
+    # UNIQ_KEY: producer IP, pid, class-loader hash, then per message ms-in-month and counter (spec §4.8)
+    uniq_prefix = f"C0A8{seed % 200:02X}0A{pid:04X}{seed:08X}"
+    priorities = [str(p) for p in range(6)]
     for first in range(0, count, chunk):
         n = min(chunk, count - first)
         topic_i = rng.choice(len(topics), size=n, p=topic_w).tolist()
@@ -1361,7 +1363,7 @@ def _sample_messages(
         tag_i = np.where(rng.random(n) >= 0.05, rng.choice(len(SAMPLE_TAGS), size=n, p=tag_w), -1).tolist()
         region_i = rng.choice(len(SAMPLE_REGIONS), size=n, p=region_w).tolist()
         color_i = np.where(rng.random(n) >= 0.1, rng.choice(len(SAMPLE_COLORS), size=n, p=color_w), -1).tolist()
-        price = np.round(rng.lognormal(3.0, 0.8, size=n), 2).tolist()
+        prices = [f"{p:.2f}" for p in rng.lognormal(3.0, 0.8, size=n).tolist()]
         priority = (rng.choice(5, size=n, p=priority_w) + 1).tolist()
         delay = rng.integers(0, 20, size=n).tolist()
         producer_i = rng.integers(0, len(producers), size=n).tolist()
@@ -1369,24 +1371,25 @@ def _sample_messages(
             i = first + j
             topic = topics[topic_i[j]]
             region = SAMPLE_REGIONS[region_i[j]]
-            price_s = f"{price[j]:.2f}"
-            born = SAMPLE_EPOCH_MS + i // 4
+            price = prices[j]
+            born = SAMPLE_EPOCH_MS + (i >> 2)
             props = {
-                # producer IP, pid, class-loader hash, ms in month, counter (spec §4.8)
-                "UNIQ_KEY": f"{ip_hex}{pid:04X}{seed:08X}{born % 2**32:08X}{i % 65536:04X}",
+                "UNIQ_KEY": f"{uniq_prefix}{born & 0xFFFFFFFF:08X}{i & 0xFFFF:04X}",
                 "region": region,
-                "price": price_s,
-                "priority": str(priority[j]),
+                "price": price,
+                "priority": priorities[priority[j]],
                 "WAIT": "true",
             }
-            if color_i[j] >= 0:
-                props["color"] = SAMPLE_COLORS[color_i[j]]
+            color = color_i[j]
+            if color >= 0:
+                props["color"] = SAMPLE_COLORS[color]
+            tag = tag_i[j]
             yield {
                 "topic": topic,
-                "queue_id": int(queue_r[j] % queues[topic]),
-                "body": f'{{"order":{i},"amount":{price_s},"region":"{region}"}}'.encode(),
+                "queue_id": queue_r[j] % queues[topic],
+                "body": f'{{"order":{i},"amount":{price},"region":"{region}"}}'.encode(),
                 "properties": props,
-                "tags": SAMPLE_TAGS[tag_i[j]] if tag_i[j] >= 0 else None,
+                "tags": SAMPLE_TAGS[tag] if tag >= 0 else None,
                 "keys": f"order-{i}",
                 "born_timestamp": born,
                 "store_timestamp": born + delay[j],
