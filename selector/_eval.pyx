@@ -530,14 +530,13 @@ cdef class Evaluator:
         self._sets = <StrSet*>calloc(max(1, n_args), sizeof(StrSet))
         if self._nodes == NULL or self._consts == NULL or self._sets == NULL:
             raise MemoryError()
-        for i in range(len(nodes)):
-            row = nodes[i]
-            self._nodes[i].op = row["op"]
-            self._nodes[i].guard = row["guard"]
-            self._nodes[i].a = row["a"]
-            self._nodes[i].b = row["b"]
-            self._nodes[i].parent = row["parent"]
-            self._nodes[i].arg = row["arg"]
+        for i, (op, guard, a, b, parent, arg) in enumerate(nodes.tolist()):
+            self._nodes[i].op = op
+            self._nodes[i].guard = guard
+            self._nodes[i].a = a
+            self._nodes[i].b = b
+            self._nodes[i].parent = parent
+            self._nodes[i].arg = arg
         for i in range(n_args):
             value = args[i]
             self._sets[i].mask = -1

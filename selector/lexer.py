@@ -4,8 +4,9 @@ The rules follow the broker's lexer (spec §8.2):
 
 * whitespace is exactly space, tab, LF, CR and FF; any other character outside
   a string literal is a lexical error;
-* ``--`` starts a comment only when a line terminator follows before the end
-  of the input; otherwise it is two ``-`` tokens;
+* ``--`` starts a comment (up to and including the next LF, CR or CRLF) only
+  when a line terminator follows before the end of the input; otherwise it is
+  two ``-`` tokens;
 * ``/* ... */`` comments do not nest;
 * keywords are case-insensitive and win over identifiers of the same length;
   identifiers are ASCII letters, digits, ``_`` and ``$`` (case-sensitive);
@@ -44,9 +45,6 @@ class _Rules:
 
     tokens = tokens
     t_ignore = " \t\n\r\f"
-
-    def t_LINE_COMMENT(self, t):
-        r"--[^\n\r]*(?:\r\n|\r|\n)"
 
     def t_BLOCK_COMMENT(self, t):
         r"/\*(?:[^*]|\*(?!/))*\*/"
@@ -111,6 +109,16 @@ class _Rules:
 
     def t_MINUS(self, t):
         r"-"
+        # "--" starts a comment only if a line terminator follows somewhere; checking that
+        # with a regular expression would rescan the rest of the line at every "-".
+        lexer = t.lexer
+        pos = t.lexpos
+        if lexer.lexdata.startswith("-", pos + 1) and lexer.last_eol > pos:
+            text = lexer.lexdata
+            ends = [i for i in (text.find("\n", pos), text.find("\r", pos)) if i >= 0]
+            end = min(ends)
+            lexer.lexpos = end + (2 if text.startswith("\r\n", end) else 1)
+            return None
         return t
 
     def t_error(self, t):
@@ -134,10 +142,11 @@ class SelectorLexer:
 
     def __init__(self, text: str = ""):
         self._lexer = _MASTER.clone()
-        self._lexer.input(text)
+        self.input(text)
 
     def input(self, text: str) -> None:
         self._lexer.input(text)
+        self._lexer.last_eol = max(text.rfind("\n"), text.rfind("\r"))
 
     def token(self):
         return self._lexer.token()
