@@ -59,7 +59,7 @@ DEF SCAN_BLOCK = 2048     # units per branch-free candidate pass (16 KiB of cand
 cdef struct CodeSet:
     uint32_t small[4]     # n <= 4: compared branch-free (padded with the first code)
     int n
-    uint64_t pre[64]       # 4096-bit prefilter of the code set
+    uint64_t pre[256]      # 16384-bit prefilter of the code set (2 KiB, stays in L1)
     uint32_t* keys        # open addressing, 0-slot marked by used[]
     uint8_t* used
     uint32_t mask
@@ -88,7 +88,7 @@ cdef int _codeset_init(CodeSet* cs, const int32_t[::1] codes) except -1:
     for i in range(n):
         x = rmq_bswap32(<uint32_t>codes[i])
         h = _mix(x)
-        cs.pre[(h >> 20) >> 6] |= (<uint64_t>1) << ((h >> 20) & 63)
+        cs.pre[(h >> 18) >> 6] |= (<uint64_t>1) << ((h >> 18) & 63)
         h = (h >> 8) & cs.mask
         while cs.used[h] and cs.keys[h] != x:
             h = (h + 1) & cs.mask
@@ -98,13 +98,13 @@ cdef int _codeset_init(CodeSet* cs, const int32_t[::1] codes) except -1:
 
 
 cdef inline uint32_t _pre(const CodeSet* cs, uint32_t x) noexcept nogil:
-    cdef uint32_t h = _mix(x) >> 20
+    cdef uint32_t h = _mix(x) >> 18
     return <uint32_t>(cs.pre[h >> 6] >> (h & 63)) & 1
 
 
 cdef inline bint _codeset_has(const CodeSet* cs, uint32_t x) noexcept nogil:
     cdef uint32_t h = _mix(x)
-    if not (cs.pre[(h >> 20) >> 6] >> ((h >> 20) & 63)) & 1:
+    if not (cs.pre[(h >> 18) >> 6] >> ((h >> 18) & 63)) & 1:
         return 0
     h = (h >> 8) & cs.mask
     while cs.used[h]:
