@@ -1,0 +1,48 @@
+"""Differential tests: the Cython engines against their pure-Python twins and numpy (hypothesis)."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from cq import _scan_py, _tags_py
+from cq import format as fmt
+
+_scan = pytest.importorskip("cq._scan")
+_tags = pytest.importorskip("cq._tags")
+
+INT64 = st.integers(-(2**63), 2**63 - 1)
+CODES = st.one_of(st.integers(-(2**31), 2**31 - 1), INT64)
+
+
+@settings(max_examples=200, deadline=None)
+@given(tags=st.lists(CODES, min_size=0, max_size=300), codes=st.lists(CODES, min_size=0, max_size=80),
+       reuse=st.integers(0, 10))
+def test_scan_tags_engine_equals_twin_and_numpy(tags, codes, reuse):
+    codes = codes + tags[:reuse]  # make some units hit
+    units = np.zeros(len(tags), dtype=fmt.CQ_UNIT_DTYPE)
+    units["tags_code"] = tags
+    raw = np.frombuffer(units.tobytes(), np.uint8)
+    code_arr = np.unique(np.array(codes, dtype=np.int64).astype(np.uint32).astype(np.int32))
+    want = np.flatnonzero(np.isin(np.array(tags, dtype=np.int64).astype(np.uint32).astype(np.int32), code_arr))
+    assert _scan.scan_tags(raw, code_arr).tolist() == want.tolist()
+    assert _scan_py.scan_tags(raw, code_arr).tolist() == want.tolist()
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(st.one_of(st.none(), st.text(alphabet=st.characters(min_codepoint=0, max_codepoint=0x10FFFF),
+                                             max_size=40)), max_size=30))
+def test_tags_code_engine_equals_twin(tags):
+    assert _tags.tags_code_many_str(tags).tolist() == _tags_py.tags_code_many_str(tags).tolist()
+    for t in tags:
+        assert _tags.tags_code(t) == _tags_py.tags_code(t)
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.binary(max_size=200))
+def test_properties_decoding_engine_equals_twin(data):
+    buf = np.frombuffer(data, np.uint8) if data else np.zeros(0, np.uint8)
+    if len(buf):
+        assert _scan.decode_properties_at(buf, 0, len(buf)) == _scan_py.decode_properties_at(buf, 0, len(buf))
+    assert fmt.decode_properties_bytes(data) == _scan_py.decode_properties_at(buf, 0, len(buf))
