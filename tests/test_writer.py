@@ -8,6 +8,7 @@ from __future__ import annotations
 import base64
 import hashlib
 import os
+import shutil
 import struct
 import zlib
 from pathlib import Path
@@ -491,3 +492,24 @@ def test_rebuild_bitmaps_refuses_bad_targets(tmp_path):
     with pytest.raises(cq.StoreFormatError, match="no CommitLog files"):
         rebuild_bitmaps(tmp_path / "nothing", tmp_path / "out", [])
     assert not (tmp_path / "out").exists()
+
+
+def test_append_mode_continues_the_broker_written_golden_store(tmp_path):
+    """Recovery on files the broker wrote: appending to a copy of the golden store equals writing it all."""
+    extra = [dict(golden_kwargs(row), born_timestamp=row["bornTimestamp"] + 10**6) for row in GOLDEN_ROWS[:40]]
+    copy = tmp_path / "copy"
+    for sub in STORE_DIRS:
+        shutil.copytree(GOLDEN / sub, copy / sub)
+    with StoreWriter(copy, append=True, **GOLDEN_CONFIG) as w:
+        for topic, group, sql in golden_groups():
+            w.register_group(topic, group, sql)
+        assert w.commit_log_max_offset == 433183
+        assert w.queue_max_offset("GoldenFilterTopic", 0) == 100
+        assert w.queue_max_offset("GoldenPlainTopic", 1) == 53
+        w.append_many(extra)
+    fresh = tmp_path / "fresh"
+    with StoreWriter(fresh, **GOLDEN_CONFIG) as w:
+        for topic, group, sql in golden_groups():
+            w.register_group(topic, group, sql)
+        w.append_many([golden_kwargs(r) for r in GOLDEN_ROWS] + extra)
+    assert_same_store(copy, fresh)
