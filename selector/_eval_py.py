@@ -10,6 +10,8 @@ Result codes: ``FALSE = 0``, ``TRUE = 1``, ``UNKNOWN = 2`` (SQL NULL),
 """
 from __future__ import annotations
 
+from collections.abc import Mapping
+
 import numpy as np
 
 from . import _javalang as java
@@ -106,16 +108,28 @@ class Evaluator:
         self._args = program.args
         self._props = program.props
 
+    def _load(self, props) -> list:
+        """The value (str or None) of each property slot; None for the whole mapping means none."""
+        if props is None:
+            return [None] * len(self._props)
+        if not isinstance(props, Mapping):
+            raise TypeError(f"message properties must be a mapping of str to str, got {type(props).__name__}")
+        values = [props.get(name) for name in self._props]
+        for name, value in zip(self._props, values):
+            if value is not None and not isinstance(value, str):
+                raise TypeError(f"property {name!r} must be a str, got {type(value).__name__}")
+        return values
+
     def run(self, props) -> bool | None:
         """The root's value for a mapping of property strings (None = no properties)."""
         nodes, args = self._nodes, self._args
-        names = self._props
+        slots = self._load(props)
         vals: list = [None] * len(nodes)
         i, count = 0, len(nodes)
         while i < count:
             op, guard, a, b, _parent, arg = nodes[i]
             if op == OP_PROP:
-                v = None if props is None else props.get(names[arg])
+                v = slots[arg]
             elif op == OP_CONST:
                 v = args[arg]
             elif op == OP_BOOLCAST:
