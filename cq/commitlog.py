@@ -131,13 +131,15 @@ class Message:
 
 
 def decode_message(buf, pos: int, limit: int, *, path: str | None = None, file_start: int = 0,
-                   verify_crc: bool = False) -> Message:
+                   verify_crc: bool | str = False) -> Message:
     """Decode the record at ``pos`` of a CommitLog file buffer (spec §4.2, §4.6).
 
     ``limit`` is the end of the readable bytes of the file. Raises
     :class:`StoreFormatError` naming ``path`` and the byte offset for a bad
     magic code, a size that does not fit, fields that do not add up to
-    TOTALSIZE, or (with ``verify_crc``) a body CRC mismatch.
+    TOTALSIZE, or a CRC mismatch: ``verify_crc=True`` (or ``"body"``) checks
+    BODYCRC as ``checkCRCOnRecover`` does; ``"property"`` checks the
+    ``__CRC32#`` record CRC instead, as ``forceVerifyPropCRC`` does (spec §4.10).
     """
 
     try:
@@ -147,8 +149,8 @@ def decode_message(buf, pos: int, limit: int, *, path: str | None = None, file_s
     except ValueError as exc:
         reason, at = exc.args if len(exc.args) == 2 else (str(exc), pos)
         raise StoreFormatError(reason, path, at) from None
-    if verify_crc and fmt.body_crc(body) != crc:
-        raise StoreFormatError(f"body CRC mismatch: stored {crc}, computed {fmt.body_crc(body)}", path, pos)
+    if verify_crc:
+        _check_crc(verify_crc, buf, pos, total, body, crc, props, path)
     return Message(
         store_size=total, magic_code=magic, body_crc=crc, queue_id=queue_id, flag=flag,
         queue_offset=queue_offset, commit_log_offset=phys, sys_flag=sys_flag,
@@ -157,6 +159,23 @@ def decode_message(buf, pos: int, limit: int, *, path: str | None = None, file_s
         prepared_transaction_offset=prepared, body=body, topic=topic, properties=props,
         _path=path, _file_offset=pos,
     )
+
+
+def _check_crc(mode, buf, pos: int, total: int, body: bytes, crc: int, props: dict, path) -> None:
+    if mode is True or mode == "body":
+        if fmt.body_crc(body) != crc:
+            raise StoreFormatError(f"body CRC mismatch: stored {crc}, computed {fmt.body_crc(body)}", path, pos)
+        return
+    if mode != "property":
+        raise ValueError(f"verify_crc must be False, True, 'body' or 'property', got {mode!r}")
+    # forceVerifyPropCRC: the __CRC32# property against bytes [0, TOTALSIZE - 20) of the record
+    value = props.get(fmt.PROPERTY_CRC32)
+    if value is None:
+        raise StoreFormatError(f"record has no {fmt.PROPERTY_CRC32} property to verify", path, pos)
+    stored = fmt.decode_property_crc(value)
+    actual = zlib.crc32(bytes(buf[pos:pos + total - fmt.CRC32_RESERVED_LEN])) & 0x7FFFFFFF
+    if stored != actual:
+        raise StoreFormatError(f"record CRC mismatch: {fmt.PROPERTY_CRC32}={value!r}, computed {actual}", path, pos)
 
 
 def _as_u8(buf) -> np.ndarray:
@@ -254,7 +273,7 @@ class CommitLog:
                 break
         return total
 
-    def read_message(self, physical_offset: int, *, verify_crc: bool = False) -> Message:
+    def read_message(self, physical_offset: int, *, verify_crc: bool | str = False) -> Message:
         """Decode the record that starts at ``physical_offset``.
 
         Raises
@@ -274,7 +293,7 @@ class CommitLog:
         return decode_message(self._u8(index), physical_offset - start, self.file_size,
                               path=path, file_start=start, verify_crc=verify_crc)
 
-    def _walk(self, index: int = 0, *, strict: bool, verify_crc: bool = False):
+    def _walk(self, index: int = 0, *, strict: bool, verify_crc: bool | str = False):
         # yields (message|None, physical offset after it, kind) with kind in
         # {"message", "blank", "end"}; "end" carries the end-of-data offset.
         last = len(self._files) - 1
@@ -311,13 +330,14 @@ class CommitLog:
                 yield msg, start + pos, "message"
             index += 1
 
-    def messages(self, *, verify_crc: bool = False, strict: bool = True) -> Iterator[Message]:
+    def messages(self, *, verify_crc: bool | str = False, strict: bool = True) -> Iterator[Message]:
         """Every message in log order, across blank end-of-file records.
 
         Parameters
         ----------
-        verify_crc : bool
-            Check each body CRC (the broker's ``checkCRCOnRecover``).
+        verify_crc : bool or {"body", "property"}
+            True/"body": check each BODYCRC (the broker's ``checkCRCOnRecover``);
+            "property": check the ``__CRC32#`` record CRC (``forceVerifyPropCRC``).
         strict : bool
             True: a corrupt record raises :class:`StoreFormatError`. False: stop
             there, as the broker's recovery truncates at the first invalid record.

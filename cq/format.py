@@ -162,6 +162,9 @@ PROPERTY_KEYS = "KEYS"
 PROPERTY_UNIQ_KEY = "UNIQ_KEY"
 PROPERTY_DELAY = "DELAY"
 PROPERTY_RETRY_TOPIC = "RETRY_TOPIC"
+PROPERTY_CRC32 = "__CRC32#"
+#: ``CRC32_RESERVED_LEN``: bytes the optional record-CRC property takes at a record's end.
+CRC32_RESERVED_LEN = 20
 KEY_SEPARATOR = " "
 RETRY_GROUP_TOPIC_PREFIX = "%RETRY%"
 SCHEDULE_TOPIC = "SCHEDULE_TOPIC_XXXX"
@@ -435,6 +438,20 @@ def encode_record(
     out = b"".join(parts)
     assert len(out) == total
     return out
+
+
+def encode_property_crc(crc: int) -> str:
+    """The ``__CRC32#`` value for ``crc``: ten decimal digits, least significant first (spec §4.10)."""
+    if not 0 <= crc <= 0x7FFFFFFF:
+        raise ValueError(f"record CRC must be in [0, 2**31), got {crc}")
+    return str(crc)[::-1].ljust(10, "0")
+
+
+def decode_property_crc(value: str) -> int | None:
+    """The CRC a ``__CRC32#`` value encodes (digits read last to first), or None if not digits."""
+    if not value or not all("0" <= ch <= "9" for ch in value):
+        return None
+    return int(value[::-1])
 
 
 def encode_blank_record(remaining: int) -> bytes:

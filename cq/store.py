@@ -185,7 +185,7 @@ class Store:
 
     def consume(self, topic: str, group: str, *, sql: str | None = None, tags: str | None = None,
                 queue_ids: Iterable[int] | None = None, filter=None, bloom_filter="default",
-                born_time: int = 0, verify_crc: bool = False,
+                born_time: int = 0, verify_crc: bool | str = False,
                 progress: Callable[[int, int], None] | None = None) -> ConsumeResult:
         """The messages consumer group ``group`` would receive from ``topic``, in queue order.
 
@@ -205,8 +205,8 @@ class Store:
             For sql: the broker's Bloom filter; None = no bloom data (layer 1 passes all).
         born_time : int
             For sql: the filter's bornTime (ms).
-        verify_crc : bool
-            Check body CRCs of delivered messages.
+        verify_crc : bool or {"body", "property"}
+            Check the CRC of each delivered message (see :func:`cq.commitlog.decode_message`).
         progress : callable(units_done, units_total), optional
             Called after each batch.
 

@@ -181,3 +181,26 @@ def test_host_roundtrip_and_errors():
     with pytest.raises(ValueError, match="SYSFLAG"):
         fmt.encode_record(topic="t", body=b"", properties={}, born_host="[::1]:1")
     assert struct.calcsize(">hqqh") == fmt.MIN_EXT_UNIT_SIZE
+
+
+def test_record_crc_property(tmp_path):
+    props = "TAGS\x01TagA\x02"
+    reserved = "__CRC32#\x01" + "0" * 10 + "\x02"
+    raw = bytearray(fmt.encode_record(topic="T", body=b"payload", properties=props + reserved))
+    crc = zlib.crc32(bytes(raw[:len(raw) - fmt.CRC32_RESERVED_LEN])) & 0x7FFFFFFF
+    raw[-11:-1] = fmt.encode_property_crc(crc).encode()
+    assert fmt.decode_property_crc(fmt.encode_property_crc(123)) == 123
+    assert fmt.encode_property_crc(123) == "3210000000"
+    decode = cq.commitlog.decode_message
+    m = decode(bytes(raw), 0, len(raw), verify_crc="property")
+    assert m.properties["__CRC32#"] == fmt.encode_property_crc(crc) and m.tags == "TagA"
+    bad = bytearray(raw)
+    bad[20] ^= 1  # queue offset changes: the record CRC no longer matches, the body CRC still does
+    decode(bytes(bad), 0, len(bad), verify_crc=True)
+    with pytest.raises(cq.StoreFormatError, match="record CRC mismatch"):
+        decode(bytes(bad), 0, len(bad), verify_crc="property")
+    plain = fmt.encode_record(topic="T", body=b"payload", properties=props)
+    with pytest.raises(cq.StoreFormatError, match="no __CRC32# property"):
+        decode(plain, 0, len(plain), verify_crc="property")
+    with pytest.raises(ValueError, match="verify_crc must be"):
+        decode(plain, 0, len(plain), verify_crc="everything")
