@@ -513,3 +513,31 @@ def test_append_mode_continues_the_broker_written_golden_store(tmp_path):
             w.register_group(topic, group, sql)
         w.append_many([golden_kwargs(r) for r in GOLDEN_ROWS] + extra)
     assert_same_store(copy, fresh)
+
+
+def test_rebuild_fills_placeholders_before_a_queue_that_starts_late(tmp_path):
+    """A queue whose first record has queue offset 57 starts in the file of offset 57, after placeholders."""
+    from cq.format import encode_record
+    from cq.writer import rebuild_bitmaps
+
+    records = b"".join(
+        encode_record(topic="T", body=b"x", properties="TAGS\x01TagA\x02", queue_offset=57 + i,
+                      commit_log_offset=i * 103, born_timestamp=1, store_timestamp=2)
+        for i in range(3)
+    )
+    assert len(records) == 3 * 103
+    (tmp_path / "src" / "commitlog").mkdir(parents=True)
+    (tmp_path / "src" / "commitlog" / f"{0:020d}").write_bytes(records + bytes(4096 - len(records)))
+    result = rebuild_bitmaps(tmp_path / "src", tmp_path / "out", [], consume_queue_file_size=1000,
+                             ext_file_size=1024)
+    assert (result.messages, result.dispatched) == (3, 3)
+    directory = tmp_path / "out" / "consumequeue" / "T" / "0"
+    assert os.listdir(directory) == [f"{1000:020d}"]
+    data = (directory / f"{1000:020d}").read_bytes()
+    units = [struct.unpack_from(">qiq", data, 20 * i) for i in range(11)]
+    assert units[:7] == [(0, 0x7FFFFFFF, 0)] * 7
+    assert [u[:2] for u in units[7:10]] == [(0, 103), (103, 103), (206, 103)]
+    assert units[10] == (0, 0, 0)
+    store = cq.Store(tmp_path / "out")
+    assert store.consume_queue("T", 0).min_offset <= 57 and store.consume_queue("T", 0).max_offset == 60
+    store.close()
