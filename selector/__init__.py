@@ -127,7 +127,7 @@ class Selector:
         """The broker's decision for many messages: bool ndarray, True where the result is TRUE."""
         return self._engine.evaluate_many(_as_rows(rows)) == TRUE
 
-    def evaluate_arrow(self, props):
+    def evaluate_arrow(self, props, *, num_rows: int | None = None):
         """Three-valued results over Arrow data.
 
         Parameters
@@ -136,6 +136,8 @@ class Selector:
             One row per message. With a dict, each array holds one property
             (null where absent); properties the selector does not read may be
             left out.
+        num_rows : int, optional
+            Row count; needed only when ``props`` is an empty dict.
 
         Returns
         -------
@@ -145,18 +147,22 @@ class Selector:
         """
         import pyarrow as pa
 
-        codes = self._evaluate_arrow_codes(props)
+        codes = self._evaluate_arrow_codes(props, num_rows)
         result = pa.array(codes == TRUE, mask=codes >= UNKNOWN)
         return pa.StructArray.from_arrays([result, pa.array(codes == ERROR)], names=["result", "error"])
 
-    def matches_arrow(self, props):
+    def matches_arrow(self, props, *, num_rows: int | None = None):
         """The broker's decision over Arrow data (see :meth:`evaluate_arrow`): a pyarrow bool array."""
         import pyarrow as pa
 
-        return pa.array(self._evaluate_arrow_codes(props) == TRUE)
+        return pa.array(self._evaluate_arrow_codes(props, num_rows) == TRUE)
 
-    def _evaluate_arrow_codes(self, props) -> np.ndarray:
+    def _evaluate_arrow_codes(self, props, num_rows) -> np.ndarray:
         columns, length = _arrow_columns(props, self._program.props)
+        if num_rows is not None:
+            if columns and any(c is not None for c in columns) and num_rows != length or num_rows < 0:
+                raise ValueError(f"num_rows={num_rows} but the arrays have {length} rows")
+            length = num_rows
         return self._engine.evaluate_columns(columns, length)
 
 
