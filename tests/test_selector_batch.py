@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import importlib
 import re
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -162,8 +163,7 @@ def test_engines_agree_on_every_case_and_batch():
 def test_opcodes_match_the_engine_contract():
     from selector import compiler
 
-    pxd = (compiler.__file__.rsplit("/", 1)[0] + "/_eval.pxd")
-    text = open(pxd, encoding="utf-8").read()
+    text = (Path(compiler.__file__).parent / "_eval.pxd").read_text(encoding="utf-8")
     for name, value in vars(compiler).items():
         if name.startswith(("OP_", "GUARD_")) and isinstance(value, int):
             assert re.search(rf"^\s+{name} = {value}\b", text, re.MULTILINE), name
