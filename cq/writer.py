@@ -64,6 +64,7 @@ from .format import (
     CONSUME_QUEUE_DIR,
     CONSUME_QUEUE_EXT_DIR,
     CQ_STORE_UNIT_SIZE,
+    CRC32_RESERVED_LEN,
     DEFAULT_COMMIT_LOG_FILE_SIZE,
     DEFAULT_CONSUME_QUEUE_FILE_SIZE,
     DEFAULT_EXT_FILE_SIZE,
@@ -78,6 +79,7 @@ from .format import (
     MIN_EXT_UNIT_SIZE,
     NAME_VALUE_SEPARATOR,
     PLACEHOLDER_UNIT,
+    PROPERTY_CRC32,
     PROPERTY_DELAY,
     PROPERTY_KEYS,
     PROPERTY_SEPARATOR,
@@ -404,6 +406,10 @@ class StoreWriter:
         ``autoMessageVersionOnTopicLen``: V2 records for topics longer than 127 characters.
     message_delay_level : str, default the broker's 18 levels
         ``messageDelayLevel``, for the tags code of ``SCHEDULE_TOPIC_XXXX`` records.
+    enabled_append_prop_crc : bool, default False
+        ``enabledAppendPropCRC``: end every record with a ``__CRC32#`` property
+        holding the CRC-32 of the record's other bytes (spec §4.10); an existing
+        ``__CRC32#`` property is dropped first.
 
     Examples
     --------
@@ -429,6 +435,7 @@ class StoreWriter:
         bloom_filter: Any = None,
         auto_message_version_on_topic_len: bool = True,
         message_delay_level: str = DEFAULT_MESSAGE_DELAY_LEVEL,
+        enabled_append_prop_crc: bool = False,
     ) -> None:
         import bloom
 
@@ -449,6 +456,7 @@ class StoreWriter:
             raise ValueError(f"cluster must be a non-empty str or None, got {cluster!r}")
         self.cluster = cluster
         self.auto_message_version_on_topic_len = bool(auto_message_version_on_topic_len)
+        self.enabled_append_prop_crc = bool(enabled_append_prop_crc)
         self._delays = parse_delay_levels(message_delay_level)
         self._topics: dict[str, tuple[int, bytes]] = {}
         self._groups: dict[str, dict[str, _Group]] = {}
@@ -780,10 +788,14 @@ class StoreWriter:
             props = decode_properties_bytes(props_b)
         else:
             props_b, props = self._serialise(properties, tags, keys)
-        if len(props_b) > MAX_PROPERTIES_LENGTH:
+        reserved = 0
+        if self.enabled_append_prop_crc:
+            props_b, props = _strip_property_crc(props_b, props)
+            reserved = CRC32_RESERVED_LEN
+        if len(props_b) + reserved > MAX_PROPERTIES_LENGTH:
             raise ValueError(
-                f"properties of {len(props_b)} bytes exceed the broker's limit of {MAX_PROPERTIES_LENGTH} "
-                "(PROPERTIES_SIZE_EXCEEDED)"
+                f"properties of {len(props_b) + reserved} bytes exceed the broker's limit of "
+                f"{MAX_PROPERTIES_LENGTH} (PROPERTIES_SIZE_EXCEEDED)"
             )
         if type(body) is not bytes:
             if not isinstance(body, (bytes, bytearray, memoryview)):
@@ -808,6 +820,7 @@ class StoreWriter:
             sys_flag |= v6_bits
         size = (
             _HEAD.size + len(born) + 8 + len(store) + _TAIL.size + len(body) + len(topic_field) + 2 + len(props_b)
+            + reserved
         )
         try:
             head = _HEAD.pack(size, magic, zlib.crc32(body) & 0x7FFFFFFF, queue_id, flag, 0, 0, sys_flag,
@@ -831,8 +844,11 @@ class StoreWriter:
                 f"(the broker needs size + {END_FILE_MIN_BLANK_LENGTH} <= file size)"
             )
         record = bytearray(
-            b"".join((head, born, tail[0], store, tail[1], body, topic_field, _I16.pack(len(props_b)), props_b))
+            b"".join((head, born, tail[0], store, tail[1], body, topic_field, _I16.pack(len(props_b) + reserved),
+                      props_b))
         )
+        if reserved:
+            record += bytes(reserved)  # filled with __CRC32# once the offsets are known
         transaction = sys_flag & TRANSACTION_TYPE_MASK
         dispatch = transaction == TRANSACTION_NOT_TYPE or transaction == TRANSACTION_COMMIT_TYPE
         code = self._dispatch_tags_code(topic, props, store_timestamp)
@@ -888,6 +904,8 @@ class StoreWriter:
                 state = self._queue(p.topic, p.queue_id)
                 queue_offset = state.next_offset
             _OFFSETS.pack_into(p.record, 20, queue_offset or 0, phys)
+            if self.enabled_append_prop_crc:
+                _fill_property_crc(p.record)
             log.write(p.record)
             address = None
             if state is not None:
@@ -1000,6 +1018,26 @@ _APPEND_FIELDS = frozenset(
         "store_timestamp", "born_host", "store_host", "reconsume_times", "prepared_transaction_offset",
     ]
 )
+
+
+_CRC_PREFIX = (PROPERTY_CRC32 + NAME_VALUE_SEPARATOR).encode()
+
+
+def _strip_property_crc(props_b: bytes, props: dict[str, str]) -> tuple[bytes, dict[str, str]]:
+    """Drop every ``__CRC32#`` pair and end the text with U+0002 (``enabledAppendPropCRC``, spec §4.10)."""
+    if _CRC_PREFIX in props_b:
+        props_b = b"\x02".join(seg for seg in props_b.split(b"\x02") if not seg.startswith(_CRC_PREFIX))
+        props = {k: v for k, v in props.items() if k != PROPERTY_CRC32}
+    if props_b and not props_b.endswith(b"\x02"):
+        props_b += b"\x02"
+    return props_b, props
+
+
+def _fill_property_crc(record: bytearray) -> None:
+    """Write ``__CRC32#`` + CRC-32 of bytes [0, size - 20), ten digits least significant first."""
+    crc = zlib.crc32(memoryview(record)[:-CRC32_RESERVED_LEN]) & 0x7FFFFFFF
+    digits = str(crc)[::-1].ljust(10, "0").encode()
+    record[-CRC32_RESERVED_LEN:] = _CRC_PREFIX + digits + b"\x02"
 
 
 def _msg_id(record: bytes | bytearray, phys: int) -> str:

@@ -541,3 +541,32 @@ def test_rebuild_fills_placeholders_before_a_queue_that_starts_late(tmp_path):
     store = cq.Store(tmp_path / "out")
     assert store.consume_queue("T", 0).min_offset <= 57 and store.consume_queue("T", 0).max_offset == 60
     store.close()
+
+
+def test_record_crc_property_when_enabled(tmp_path):
+    """enabledAppendPropCRC: 20 reserved bytes end the record with __CRC32# = CRC of the rest (spec §4.10)."""
+    with StoreWriter(tmp_path, commit_log_file_size=SMALL_LOG, enabled_append_prop_crc=True) as w:
+        plain = spec_message(w)
+        stale = spec_message(w, properties="__CRC32#\x010000000001\x02TAGS\x01TagA\x02KEYS\x01k1")
+        empty = spec_message(w, properties="")
+    log = (tmp_path / "commitlog" / f"{0:020d}").read_bytes()
+    assert plain.store_size == stale.store_size == 123 + 20 and empty.store_size == 123 - 18 + 20
+    for r in (plain, stale, empty):
+        rec = log[r.commit_log_offset:r.commit_log_offset + r.store_size]
+        crc = zlib.crc32(rec[:-20]) & 0x7FFFFFFF
+        assert rec[-20:] == b"__CRC32#\x01" + str(crc)[::-1].ljust(10, "0").encode() + b"\x02"
+    props_len = struct.unpack_from(">h", log, plain.commit_log_offset + 123 - 18 - 2)[0]
+    assert props_len == 18 + 20
+    assert log[stale.commit_log_offset + 105:stale.commit_log_offset + 123] == b"TAGS\x01TagA\x02KEYS\x01k1\x02"
+    store = cq.Store(tmp_path)
+    messages = list(store.commit_log.messages(verify_crc="property"))
+    assert [m.properties["TAGS"] for m in messages[:2]] == ["TagA", "TagA"]
+    assert all(cq.format.PROPERTY_CRC32 in m.properties for m in messages)
+    store.close()
+    corrupt = bytearray(log)
+    corrupt[plain.commit_log_offset + 16] ^= 1  # FLAG: body CRC still fine, record CRC not
+    (tmp_path / "commitlog" / f"{0:020d}").write_bytes(bytes(corrupt))
+    store = cq.Store(tmp_path)
+    with pytest.raises(cq.StoreFormatError, match="record CRC mismatch"):
+        list(store.commit_log.messages(verify_crc="property"))
+    store.close()

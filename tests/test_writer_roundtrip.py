@@ -45,15 +45,15 @@ MESSAGE = st.fixed_dictionaries(
 
 
 @settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(st.lists(MESSAGE, min_size=1, max_size=40), st.booleans())
-def test_written_messages_read_back_identically(messages, enable_ext):
+@given(st.lists(MESSAGE, min_size=1, max_size=40), st.booleans(), st.booleans())
+def test_written_messages_read_back_identically(messages, enable_ext, prop_crc):
     root = tempfile.mkdtemp(prefix="rmq-writer-")
     try:
         with StoreWriter(root, commit_log_file_size=2048, consume_queue_file_size=100, ext_file_size=64,
-                         enable_ext=enable_ext, cluster="C") as writer:
+                         enable_ext=enable_ext, cluster="C", enabled_append_prop_crc=prop_crc) as writer:
             results = [writer.append(**m) for m in messages]
         store = cq.Store(root)
-        read = list(store.commit_log.messages(verify_crc=True))
+        read = list(store.commit_log.messages(verify_crc="property" if prop_crc else True))
         assert [m.commit_log_offset for m in read] == [r.commit_log_offset for r in results]
         for m, r, got in zip(messages, results, read):
             assert got.topic == m["topic"] and got.queue_id == m["queue_id"]
@@ -71,7 +71,9 @@ def test_written_messages_read_back_identically(messages, enable_ext):
             if m["keys"]:
                 want["KEYS"] = " ".join(m["keys"])
             want["CLUSTER"] = "C"
-            assert got.properties == want
+            got_props = dict(got.properties)
+            assert (got_props.pop("__CRC32#", None) is not None) == prop_crc
+            assert got_props == want
             assert got.queue_offset == (r.queue_offset or 0)
             assert r.tags_code == cq.tags_code(m["tags"] or None)
         # Every dispatched message has its unit at its queue offset, pointing back at it.
