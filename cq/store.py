@@ -140,7 +140,11 @@ class Store:
         return sorted(int(q) for q in os.listdir(d) if q.isdigit() and os.path.isdir(os.path.join(d, q)))
 
     def consume_queue(self, topic: str, queue_id: int) -> ConsumeQueue:
-        """The :class:`ConsumeQueue` of (topic, queue_id)."""
+        """The :class:`ConsumeQueue` of (topic, queue_id).
+
+        Its ``min_offset`` is corrected past units whose CommitLog records were
+        deleted, as the broker does when the first CommitLog file does not start at 0.
+        """
         key = (topic, int(queue_id))
         cq = self._cqs.get(key)
         if cq is None:
@@ -148,6 +152,10 @@ class Store:
             if not os.path.isdir(d):
                 raise KeyError(f"no consume queue {topic}/{queue_id} in {self.root}")
             cq = ConsumeQueue(d, file_size=self._cq_size, topic=topic, queue_id=int(queue_id))
+            if self.commit_log.files and self.commit_log.min_offset > 0:
+                # CommitLog files were deleted: the broker moves minLogicOffset past units
+                # whose records are gone (spec §2.2)
+                cq.correct_min_offset(self.commit_log.min_offset)
             self._cqs[key] = cq
         return cq
 

@@ -225,3 +225,16 @@ def test_consume_over_an_ext_unit_running_past_the_data(copy, how):
     with pytest.raises(cq.StoreFormatError, match="past the readable end") as exc:
         list(cq.Store(copy).consume(TOPIC, "GID_SQL_A", queue_ids=[0], **how))
     assert exc.value.path == str(path) and exc.value.offset == last - 3072
+
+
+def test_deleted_commit_log_files_move_the_queue_minimum(copy):
+    os.remove(copy / "commitlog" / fmt.file_name(0))
+    store = cq.Store(copy)
+    assert store.commit_log.min_offset == 65536
+    for q in (0, 1):
+        rows = sorted((r for r in ROWS if r["topic"] == TOPIC and r["queueId"] == q), key=lambda r: r["queueOffset"])
+        first_kept = next(r["queueOffset"] for r in rows if r["commitLogOffset"] >= 65536)
+        cqueue = store.consume_queue(TOPIC, q)
+        assert cqueue.min_offset == first_kept
+        got = [m.queue_offset for m in store.consume(TOPIC, "G", queue_ids=[q])]
+        assert got == [r["queueOffset"] for r in rows if r["commitLogOffset"] >= 65536]
