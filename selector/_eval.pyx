@@ -17,7 +17,7 @@ from cpython.ref cimport PyObject
 from libc.math cimport INFINITY, NAN, isnan, signbit
 from libc.stdint cimport INT32_MIN, INT64_MIN, int8_t, int32_t, int64_t, uint8_t, uint32_t, uint64_t, uintptr_t
 from libc.stdlib cimport calloc, free, malloc, strtod
-from libc.string cimport memcmp, memcpy, memchr
+from libc.string cimport memchr, memcmp, memcpy, memset
 
 from .errors import SelectorEvaluationError
 
@@ -102,9 +102,11 @@ cdef inline bint is_hex(char c) noexcept nogil:
 
 cdef bint parse_double(const char* s, Py_ssize_t n, double* out) noexcept nogil:
     """Double.valueOf: trim chars <= U+0020, then Java's decimal/hex/NaN/Infinity grammar."""
-    cdef Py_ssize_t i = 0, j, k, start, end, digits = 0
+    cdef Py_ssize_t i = 0, j, k, start, end, digits = 0, sig = 0, frac = 0, exp10 = 0
     cdef char buf[64]
-    cdef bint negative = False
+    cdef bint negative = False, exp_negative = False
+    cdef uint64_t mant = 0
+    cdef double value
     while i < n and <unsigned char>s[i] <= 0x20:
         i += 1
     while n > i and <unsigned char>s[n - 1] <= 0x20:
@@ -135,23 +137,57 @@ cdef bint parse_double(const char* s, Py_ssize_t n, double* out) noexcept nogil:
         if digits == 0 or k >= n or (s[k] != c'p' and s[k] != c'P'):
             return False
     else:
+        # Decimal. Small cases take the exact fast path (an integer below 2**53 times or
+        # divided by an exact power of ten is one correctly rounded operation, as in
+        # Java's FloatingDecimal); everything else goes to strtod.
         while k < n and is_digit(s[k]):
+            if mant or s[k] != c'0':
+                sig += 1
+            if sig <= 15:
+                mant = mant * 10 + (s[k] - c'0')
             k += 1
             digits += 1
         if k < n and s[k] == c'.':
             k += 1
             while k < n and is_digit(s[k]):
+                if mant or s[k] != c'0':
+                    sig += 1
+                if sig <= 15:
+                    mant = mant * 10 + (s[k] - c'0')
                 k += 1
                 digits += 1
+                frac += 1
         if digits == 0:
             return False
-        if k >= n or (s[k] != c'e' and s[k] != c'E'):
-            end = k
-            if k < n and (s[k] == c'f' or s[k] == c'F' or s[k] == c'd' or s[k] == c'D'):
+        if k < n and (s[k] == c'e' or s[k] == c'E'):
+            k += 1
+            if k < n and (s[k] == c'+' or s[k] == c'-'):
+                exp_negative = s[k] == c'-'
                 k += 1
-            if k != n:
+            start = k
+            while k < n and is_digit(s[k]):
+                if k - start < 6:
+                    exp10 = exp10 * 10 + (s[k] - c'0')
+                k += 1
+            if k == start:
                 return False
-            return strtod_range(s + i, end - i, buf, out)
+            if k - start >= 6:
+                sig = 99  # huge exponent: leave it to strtod
+        end = k
+        if k < n and (s[k] == c'f' or s[k] == c'F' or s[k] == c'd' or s[k] == c'D'):
+            k += 1
+        if k != n:
+            return False
+        exp10 = (-exp10 if exp_negative else exp10) - frac
+        if sig <= 15 and -22 <= exp10 <= 22:
+            value = <double>mant
+            if exp10 >= 0:
+                value = value * POW10[exp10]
+            else:
+                value = value / POW10[-exp10]
+            out[0] = -value if negative else value
+            return True
+        return strtod_range(s + i, end - i, buf, out)
     # exponent (mandatory for hex, present for decimal here)
     k += 1
     if k < n and (s[k] == c'+' or s[k] == c'-'):
@@ -182,6 +218,11 @@ cdef bint strtod_range(const char* s, Py_ssize_t n, char* buf, double* out) noex
     if tmp != buf:
         free(tmp)
     return True
+
+
+cdef double POW10[23]
+for _k in range(23):
+    POW10[_k] = float(10 ** _k)
 
 
 cdef inline bint parse_boolean(const char* s, Py_ssize_t n) noexcept nogil:
@@ -358,142 +399,281 @@ cdef inline void set_null(Value* v) noexcept nogil:
     v.slot = -1
 
 
+cdef int step(const CProgram* p, const Node* node, Value* v, const Value* l, const Value* r,
+              Conv* conv) noexcept nogil:
+    """Compute one non-leaf node from its children's values ``l`` and ``r``; -1 where the broker throws.
+
+    Guards have already been applied: the left operand of AND is not FALSE, of
+    OR not TRUE, of an ordering comparison not NULL.
+    """
+    cdef uint8_t op = node.op
+    cdef int c
+    cdef double x, y
+    if op == OP_BOOLCAST:
+        if l.tag == T_NULL or l.tag == T_BOOL:
+            v[0] = l[0]
+        else:
+            set_bool(v, False)      # any String, even "true"
+    elif op == OP_NOT:
+        if l.tag == T_NULL:
+            set_null(v)
+        else:
+            set_bool(v, not l.i)
+    elif op == OP_NEG:
+        v.slot = -1
+        v.tag = l.tag
+        if l.tag == T_INT:
+            v.i = l.i if l.i == INT_MIN else -l.i
+        elif l.tag == T_LONG:
+            v.i = l.i if l.i == LONG_MIN else -l.i
+        elif l.tag == T_DOUBLE:
+            v.d = -l.d
+        else:
+            v.tag = T_NULL          # NULL, Boolean and String negate to NULL
+    elif op == OP_AND:
+        if r.tag == T_BOOL and not r.i:
+            set_bool(v, False)
+        elif r.tag == T_NULL or l.tag == T_NULL:
+            set_null(v)
+        else:
+            set_bool(v, True)
+    elif op == OP_OR:
+        if r.tag == T_BOOL and r.i:
+            set_bool(v, True)
+        elif r.tag == T_NULL or l.tag == T_NULL:
+            set_null(v)
+        else:
+            set_bool(v, False)
+    elif op == OP_EQ:
+        if l.tag == T_NULL:
+            if r.tag == T_NULL:
+                set_bool(v, True)
+            else:
+                set_null(v)
+        elif r.tag == T_NULL:
+            set_bool(v, False)
+        elif l.tag == T_STR and r.tag == T_STR:
+            set_bool(v, l.s.n == r.s.n and memcmp(l.s.s, r.s.s, l.s.n) == 0)
+        else:
+            if not compare(p, l, r, conv, &c):
+                return -1
+            set_bool(v, c == 0)
+    elif op == OP_ISNULL:
+        set_bool(v, l.tag == T_NULL)
+    elif op <= OP_LE:
+        if r.tag == T_NULL:
+            set_null(v)
+        else:
+            if l.tag == T_STR and r.tag == T_STR:
+                # Two strings are ordered as doubles, or the broker throws.
+                if not as_double(l, conv, &x) or not as_double(r, conv, &y):
+                    return -1
+                c = dcmp(x, y)
+            elif not compare(p, l, r, conv, &c):
+                return -1
+            if op == OP_GT:
+                set_bool(v, c > 0)
+            elif op == OP_GE:
+                set_bool(v, c >= 0)
+            elif op == OP_LT:
+                set_bool(v, c < 0)
+            else:
+                set_bool(v, c <= 0)
+    elif op == OP_IN or op == OP_NOT_IN:
+        if l.tag != T_STR:
+            set_null(v)
+        else:
+            set_bool(v, set_contains(&p.sets[node.arg], l.s) == (op == OP_IN))
+    else:
+        # CONTAINS family: NULL and non-strings are FALSE, negated or not.
+        if l.tag != T_STR:
+            set_bool(v, False)
+        else:
+            set_bool(v, string_match(op, l.s, p.consts[node.arg].s) == (op <= OP_ENDSWITH))
+    return 0
+
+
+cdef inline bint decides(uint8_t guard, const Value* v) noexcept nogil:
+    """Whether a value, guarded so, decides its parent."""
+    if guard == GUARD_FALSE:
+        return v.tag == T_BOOL and not v.i
+    if guard == GUARD_TRUE:
+        return v.tag == T_BOOL and v.i
+    return guard == GUARD_NULL and v.tag == T_NULL
+
+
 cdef int run(const CProgram* p, const StrView* slots, Conv* conv, Value* vals) noexcept nogil:
     """Evaluate one message; returns R_FALSE, R_TRUE, R_UNKNOWN or R_ERROR."""
     cdef int32_t i = 0, j, n = p.n_nodes
     cdef const Node* node
     cdef Value* v
-    cdef const Value* l
-    cdef const Value* r
-    cdef uint8_t op, g
-    cdef int c
-    cdef double x, y
     while i < n:
         node = &p.nodes[i]
-        op = node.op
         v = &vals[i]
-        if op == OP_PROP:
+        if node.op == OP_PROP:
             v.s = slots[node.arg]
             v.tag = T_STR if v.s.s != NULL else T_NULL
             v.slot = node.arg
-        elif op == OP_CONST:
+        elif node.op == OP_CONST:
             v[0] = p.consts[node.arg]
-        elif op == OP_BOOLCAST:
-            l = &vals[node.a]
-            if l.tag == T_NULL or l.tag == T_BOOL:
-                v[0] = l[0]
-            else:
-                set_bool(v, False)      # any String, even "true"
-        elif op == OP_NOT:
-            l = &vals[node.a]
-            if l.tag == T_NULL:
-                set_null(v)
-            else:
-                set_bool(v, not l.i)
-        elif op == OP_NEG:
-            l = &vals[node.a]
-            v.slot = -1
-            v.tag = l.tag
-            if l.tag == T_INT:
-                v.i = l.i if l.i == INT_MIN else -l.i
-            elif l.tag == T_LONG:
-                v.i = l.i if l.i == LONG_MIN else -l.i
-            elif l.tag == T_DOUBLE:
-                v.d = -l.d
-            else:
-                v.tag = T_NULL          # NULL, Boolean and String negate to NULL
-        elif op == OP_AND:
-            # The left operand is TRUE or NULL here: its FALSE guard skips this node.
-            r = &vals[node.b]
-            if r.tag == T_BOOL and not r.i:
-                set_bool(v, False)
-            elif r.tag == T_NULL or vals[node.a].tag == T_NULL:
-                set_null(v)
-            else:
-                set_bool(v, True)
-        elif op == OP_OR:
-            r = &vals[node.b]
-            if r.tag == T_BOOL and r.i:
-                set_bool(v, True)
-            elif r.tag == T_NULL or vals[node.a].tag == T_NULL:
-                set_null(v)
-            else:
-                set_bool(v, False)
-        elif op == OP_EQ:
-            l = &vals[node.a]
-            r = &vals[node.b]
-            if l.tag == T_NULL:
-                if r.tag == T_NULL:
-                    set_bool(v, True)
-                else:
-                    set_null(v)
-            elif r.tag == T_NULL:
-                set_bool(v, False)
-            elif l.tag == T_STR and r.tag == T_STR:
-                set_bool(v, l.s.n == r.s.n and memcmp(l.s.s, r.s.s, l.s.n) == 0)
-            else:
-                if not compare(p, l, r, conv, &c):
-                    return R_ERROR
-                set_bool(v, c == 0)
-        elif op == OP_ISNULL:
-            set_bool(v, vals[node.a].tag == T_NULL)
-        elif op <= OP_LE:
-            # The left operand is non-NULL here: its NULL guard skips this node.
-            l = &vals[node.a]
-            r = &vals[node.b]
-            if r.tag == T_NULL:
-                set_null(v)
-            else:
-                if l.tag == T_STR and r.tag == T_STR:
-                    # Two strings are ordered as doubles, or the broker throws.
-                    if not as_double(l, conv, &x) or not as_double(r, conv, &y):
-                        return R_ERROR
-                    c = dcmp(x, y)
-                elif not compare(p, l, r, conv, &c):
-                    return R_ERROR
-                if op == OP_GT:
-                    set_bool(v, c > 0)
-                elif op == OP_GE:
-                    set_bool(v, c >= 0)
-                elif op == OP_LT:
-                    set_bool(v, c < 0)
-                else:
-                    set_bool(v, c <= 0)
-        elif op == OP_IN or op == OP_NOT_IN:
-            l = &vals[node.a]
-            if l.tag != T_STR:
-                set_null(v)
-            else:
-                set_bool(v, set_contains(&p.sets[node.arg], l.s) == (op == OP_IN))
-        else:
-            # CONTAINS family: NULL and non-strings are FALSE, negated or not.
-            l = &vals[node.a]
-            if l.tag != T_STR:
-                set_bool(v, False)
-            else:
-                set_bool(v, string_match(op, l.s, p.consts[node.arg].s) == (op <= OP_ENDSWITH))
+        elif step(p, node, v, &vals[node.a], &vals[node.b] if node.b >= 0 else NULL, conv) < 0:
+            return R_ERROR
         # Short circuits: a decided parent takes this value; skip the rest of its subtree.
         j = i
-        while True:
-            g = p.nodes[j].guard
-            if g == GUARD_NONE:
-                break
-            v = &vals[j]
-            if g == GUARD_FALSE:
-                if not (v.tag == T_BOOL and not v.i):
-                    break
-            elif g == GUARD_TRUE:
-                if not (v.tag == T_BOOL and v.i):
-                    break
-            elif v.tag != T_NULL:
-                break
-            vals[p.nodes[j].parent] = v[0]
+        while decides(p.nodes[j].guard, &vals[j]):
+            vals[p.nodes[j].parent] = vals[j]
             j = p.nodes[j].parent
         i = j + 1
-    v = &vals[n - 1]
+    return code_of(&vals[n - 1])
+
+
+cdef inline int code_of(const Value* v) noexcept nogil:
     if v.tag == T_NULL:
         return R_UNKNOWN
     return R_TRUE if v.i else R_FALSE
+
+
+ctypedef struct Column:
+    # One Arrow StringArray (int32 offsets) holding a property; offsets NULL if no row has it.
+    const uint8_t* valid    # validity bitmap or NULL (no nulls)
+    const int32_t* offsets
+    const char* data
+    Py_ssize_t first        # the array's offset into its buffers
+
+
+cdef enum:
+    CHUNK = 256             # rows evaluated together by run_columns
+
+
+cdef inline const Value* values_of(const CProgram* p, const Value* vals, int32_t i,
+                                   Py_ssize_t* stride) noexcept nogil:
+    """A node's per-row values in run_columns; a constant is one value read with stride 0."""
+    if p.nodes[i].op == OP_CONST:
+        stride[0] = 0
+        return &p.consts[p.nodes[i].arg]
+    stride[0] = 1
+    return vals + <Py_ssize_t>i * CHUNK
+
+
+ctypedef struct Scratch:
+    # Work space of run_columns for one program (n nodes, s slots).
+    Value* vals             # n * CHUNK values, node by node
+    int32_t* sels           # (n + 1) * CHUNK row indices; the last CHUNK hold 0, 1, ..., CHUNK-1
+    const int32_t** sel_ptr # n: the rows each node is computed for ...
+    int32_t* nsel           # n: ... and how many
+    int32_t* stack          # n: explicit traversal stack
+    uint8_t* phases         # n: 0 before, 1 after the first, 2 after the second child
+    Conv* conv              # CHUNK * s conversion caches
+    uint8_t* failed         # CHUNK: the row's evaluation threw
+
+
+cdef int run_columns(const CProgram* p, const Column* cols, Py_ssize_t length, int8_t* out,
+                     Scratch* w) noexcept nogil:
+    """Evaluate Arrow rows a chunk at a time, one node at a time (column-at-a-time).
+
+    Each node is computed for all rows of the chunk that reach it: children of
+    a node see its selection of rows, except the right operand of a guarded
+    node, which sees only the rows its left operand did not decide, exactly as
+    the row-at-a-time walk would. A row whose evaluation throws is marked and
+    reported as R_ERROR. ``vals`` holds CHUNK values per node, ``sels`` CHUNK
+    row indices per node (only right operands of guarded nodes use theirs).
+    """
+    cdef int32_t n = p.n_nodes, root = n - 1, node_i, sp, t, m, k, row
+    cdef int32_t* sel
+    cdef int32_t* sel_of_node
+    cdef Py_ssize_t base, idx
+    cdef const Node* node
+    cdef const Node* parent
+    cdef Value* v
+    cdef const Value* lv
+    cdef const Value* rv
+    cdef const Column* col
+    cdef Value* vals = w.vals
+    cdef int32_t* sels = w.sels
+    cdef const int32_t** sel_ptr = w.sel_ptr
+    cdef int32_t* nsel = w.nsel
+    cdef int32_t* stack = w.stack
+    cdef uint8_t* phases = w.phases
+    cdef Conv* conv = w.conv
+    cdef uint8_t* failed = w.failed
+    cdef const int32_t* identity = sels + <Py_ssize_t>n * CHUNK
+    cdef Py_ssize_t lstride, rstride
+    cdef uint8_t g
+    base = 0
+    while base < length:
+        m = <int32_t>(CHUNK if length - base > CHUNK else length - base)
+        memset(conv, 0, <size_t>m * p.n_slots * sizeof(Conv))
+        memset(failed, 0, m)
+        sel_ptr[root] = identity
+        nsel[root] = m
+        sp = 0
+        stack[0] = root
+        phases[root] = 0
+        while sp >= 0:
+            node_i = stack[sp]
+            node = &p.nodes[node_i]
+            if phases[node_i] == 0 and node.a >= 0:
+                phases[node_i] = 1
+                sel_ptr[node.a] = sel_ptr[node_i]
+                nsel[node.a] = nsel[node_i]
+                phases[node.a] = 0
+                sp += 1
+                stack[sp] = node.a
+                continue
+            if phases[node_i] == 1 and node.b >= 0:
+                phases[node_i] = 2
+                if p.nodes[node.a].guard != GUARD_NONE:
+                    sel = sels + <Py_ssize_t>node.b * CHUNK
+                    k = 0
+                    lv = values_of(p, vals, node.a, &lstride)
+                    for t in range(nsel[node_i]):
+                        row = sel_ptr[node_i][t]
+                        if not decides(p.nodes[node.a].guard, &lv[row * lstride]):
+                            sel[k] = row
+                            k += 1
+                    sel_ptr[node.b] = sel
+                    nsel[node.b] = k
+                else:
+                    sel_ptr[node.b] = sel_ptr[node_i]
+                    nsel[node.b] = nsel[node_i]
+                phases[node.b] = 0
+                sp += 1
+                stack[sp] = node.b
+                continue
+            # Compute this node for its rows.
+            v = vals + <Py_ssize_t>node_i * CHUNK
+            sel_of_node = <int32_t*>sel_ptr[node_i]
+            if node.op == OP_PROP:
+                col = &cols[node.arg]
+                for t in range(nsel[node_i]):
+                    row = sel_of_node[t]
+                    v[row].slot = node.arg
+                    idx = base + row + col.first
+                    if col.offsets == NULL or (col.valid != NULL and not (col.valid[idx >> 3] >> (idx & 7)) & 1):
+                        v[row].tag = T_NULL
+                    else:
+                        v[row].tag = T_STR
+                        v[row].s.s = col.data + col.offsets[idx]
+                        v[row].s.n = col.offsets[idx + 1] - col.offsets[idx]
+            elif node.op != OP_CONST:   # constants are read in place, never copied per row
+                lv = values_of(p, vals, node.a, &lstride)
+                rv = values_of(p, vals, node.b, &rstride) if node.b >= 0 else NULL
+                g = p.nodes[node.a].guard if node.b >= 0 else GUARD_NONE
+                for t in range(nsel[node_i]):
+                    row = sel_of_node[t]
+                    if g != GUARD_NONE and decides(g, &lv[row * lstride]):
+                        v[row] = lv[row * lstride]        # decided by the left operand
+                    elif step(p, node, &v[row], &lv[row * lstride],
+                              &rv[row * rstride] if rv != NULL else NULL,
+                              conv + <Py_ssize_t>row * p.n_slots) < 0:
+                        failed[row] = 1
+                        set_null(&v[row])
+            sp -= 1
+        lv = values_of(p, vals, root, &lstride)
+        for row in range(m):
+            out[base + row] = R_ERROR if failed[row] else code_of(&lv[row * lstride])
+        base += m
+    return 0
 
 
 # -- Python face ---------------------------------------------------------------------------------
@@ -704,26 +884,34 @@ cdef class Evaluator:
         """Result codes (int8) for ``length`` rows of Arrow string arrays, one per property slot.
 
         ``columns[k]`` is a pyarrow StringArray (int32 offsets) holding property
-        ``k`` (null = absent), or None if no row has it. Runs without the GIL.
+        ``k`` (null = absent), or None if no row has it. Evaluates a chunk of
+        rows at a time, node by node, without the GIL.
         """
-        cdef int32_t n_slots = self.prog.n_slots
-        cdef Py_ssize_t i, k, idx
-        cdef int32_t start, stop
+        cdef int32_t n_slots = self.prog.n_slots, n = self.prog.n_nodes
+        cdef Py_ssize_t k
+        cdef Scratch w
         if len(columns) != n_slots:
             raise ValueError(f"expected {n_slots} columns, got {len(columns)}")
+        if length < 0:
+            raise ValueError(f"length must be >= 0, got {length}")
         out = np.empty(length, dtype=np.int8)
         cdef int8_t[::1] res = out
-        cdef StrView* slots = <StrView*>calloc(max(1, n_slots), sizeof(StrView))
-        cdef Conv* conv = <Conv*>malloc(max(1, n_slots) * sizeof(Conv))
-        cdef Value* vals = <Value*>malloc(max(1, self.prog.n_nodes) * sizeof(Value))
-        cdef const uint8_t** valid = <const uint8_t**>calloc(max(1, n_slots), sizeof(void*))
-        cdef const int32_t** offsets = <const int32_t**>calloc(max(1, n_slots), sizeof(void*))
-        cdef const char** data = <const char**>calloc(max(1, n_slots), sizeof(void*))
-        cdef Py_ssize_t* first = <Py_ssize_t*>calloc(max(1, n_slots), sizeof(Py_ssize_t))
+        cdef Column* cols = <Column*>calloc(max(1, n_slots), sizeof(Column))
+        w.vals = <Value*>malloc(<size_t>n * CHUNK * sizeof(Value))
+        w.sels = <int32_t*>malloc(<size_t>(n + 1) * CHUNK * sizeof(int32_t))
+        w.sel_ptr = <const int32_t**>malloc(<size_t>n * sizeof(void*))
+        w.nsel = <int32_t*>malloc(<size_t>n * sizeof(int32_t))
+        w.stack = <int32_t*>malloc(<size_t>n * sizeof(int32_t))
+        w.phases = <uint8_t*>malloc(<size_t>n)
+        w.conv = <Conv*>malloc(<size_t>CHUNK * max(1, n_slots) * sizeof(Conv))
+        w.failed = <uint8_t*>malloc(CHUNK)
         try:
-            if (slots == NULL or conv == NULL or vals == NULL or valid == NULL or offsets == NULL
-                    or data == NULL or first == NULL):
+            if (cols == NULL or w.vals == NULL or w.sels == NULL or w.sel_ptr == NULL or w.nsel == NULL
+                    or w.stack == NULL or w.phases == NULL or w.conv == NULL or w.failed == NULL):
                 raise MemoryError()
+            for k in range(CHUNK):
+                w.sels[<Py_ssize_t>n * CHUNK + k] = <int32_t>k
+            keep = []
             for k in range(n_slots):
                 col = columns[k]
                 if col is None:
@@ -731,33 +919,25 @@ cdef class Evaluator:
                 if len(col) != length:
                     raise ValueError(f"column {k} has {len(col)} rows, expected {length}")
                 bufs = col.buffers()
+                keep.append(bufs)
                 if bufs[0] is not None and col.null_count:
-                    valid[k] = <const uint8_t*><uintptr_t>bufs[0].address
-                offsets[k] = <const int32_t*><uintptr_t>bufs[1].address
-                data[k] = <const char*><uintptr_t>bufs[2].address if bufs[2] is not None and bufs[2].size else EMPTY
-                first[k] = col.offset
+                    cols[k].valid = <const uint8_t*><uintptr_t>bufs[0].address
+                cols[k].offsets = <const int32_t*><uintptr_t>bufs[1].address
+                if bufs[2] is not None and bufs[2].size:
+                    cols[k].data = <const char*><uintptr_t>bufs[2].address
+                else:
+                    cols[k].data = EMPTY
+                cols[k].first = col.offset
             with nogil:
-                for i in range(length):
-                    for k in range(n_slots):
-                        if offsets[k] == NULL:
-                            slots[k].s = NULL
-                            continue
-                        idx = i + first[k]
-                        if valid[k] != NULL and not (valid[k][idx >> 3] >> (idx & 7)) & 1:
-                            slots[k].s = NULL
-                            continue
-                        start = offsets[k][idx]
-                        stop = offsets[k][idx + 1]
-                        slots[k].s = data[k] + start
-                        slots[k].n = stop - start
-                        conv[k].i32_state = conv[k].i64_state = conv[k].f64_state = 0
-                    res[i] = run(&self.prog, slots, conv, vals)
+                run_columns(&self.prog, cols, length, &res[0] if length else NULL, &w)
         finally:
-            free(slots)
-            free(conv)
-            free(vals)
-            free(valid)
-            free(offsets)
-            free(data)
-            free(first)
+            free(cols)
+            free(w.vals)
+            free(w.sels)
+            free(w.sel_ptr)
+            free(w.nsel)
+            free(w.stack)
+            free(w.phases)
+            free(w.conv)
+            free(w.failed)
         return out
