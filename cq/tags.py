@@ -1,7 +1,7 @@
 """Tags: the broker's tag hash code and tag-subscription parsing (spec §5.1, §5.2)."""
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterable
 from dataclasses import dataclass
 
 import numpy as np
@@ -72,7 +72,7 @@ def tags_code_many(tags) -> np.ndarray:
 
     Parameters
     ----------
-    tags : sequence of str or None, or a pyarrow string / large_string array
+    tags : iterable of str or None, or a pyarrow string / large_string array
         One TAGS value per message; None (or an Arrow null) gives 0.
 
     Returns
@@ -89,9 +89,9 @@ def tags_code_many(tags) -> np.ndarray:
     if isinstance(tags, np.ndarray):
         tags = tags.tolist()
     elif not isinstance(tags, (list, tuple)):
-        if not isinstance(tags, Sequence) or isinstance(tags, (str, bytes)):
+        if isinstance(tags, (str, bytes)) or not isinstance(tags, Iterable):
             raise TypeError(f"tags_code_many() expects a sequence of str/None, got {type(tags).__name__}")
-        tags = list(tags)
+        tags = list(tags)  # pandas Series, generators, ...
     return _tags.tags_code_many_str(tags)
 
 

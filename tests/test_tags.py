@@ -113,3 +113,12 @@ def test_build_for_other_expression_types():
     assert s.expression_type == "SQL92" and not s.tags_set
     with pytest.raises(ValueError, match="Expression can't be null! SQL92"):
         build_subscription("T", "", "SQL92")
+
+
+def test_many_accepts_any_iterable_and_pandas():
+    tags = ["TagA", None, "", "😀"]
+    want = [2598919, 0, 0, 1772899]
+    assert cq.tags_code_many(iter(tags)).tolist() == want
+    assert cq.tags_code_many(np.array(tags, dtype=object)).tolist() == want
+    pd = pytest.importorskip("pandas")
+    assert cq.tags_code_many(pd.Series(tags)).tolist() == want
