@@ -43,6 +43,7 @@ deterministic sample store (``rmqfilter gen-store``).
 """
 from __future__ import annotations
 
+import contextlib
 import ipaddress
 import os
 import re
@@ -61,6 +62,10 @@ from .format import (
     BLANK_MAGIC_CODE,
     BORNHOST_V6_FLAG,
     COMMIT_LOG_DIR,
+    COMPRESSED_FLAG,
+    COMPRESSION_LZ4,
+    COMPRESSION_ZLIB,
+    COMPRESSION_ZSTD,
     CONSUME_QUEUE_DIR,
     CONSUME_QUEUE_EXT_DIR,
     CQ_STORE_UNIT_SIZE,
@@ -109,6 +114,7 @@ __all__ = [
     "SampleStore",
     "SqlGroup",
     "StoreWriter",
+    "compress_body",
     "generate_sample_store",
     "rebuild_bitmaps",
 ]
@@ -271,6 +277,56 @@ def _java_parse_int(text: str) -> int | None:
     return value if _INT32[0] <= value <= _INT32[1] else None
 
 
+#: ``compressMsgBodyOverHowmuch``: the producer compresses bodies at least this long.
+COMPRESS_MSG_BODY_OVER_HOWMUCH = 4096
+_COMPRESSION_TYPES = {"zlib": COMPRESSION_ZLIB, "lz4": COMPRESSION_LZ4, "zstd": COMPRESSION_ZSTD}
+
+
+def compress_body(body: bytes, compress_type: str = "zlib", level: int = 5) -> tuple[bytes, int]:
+    """Compress a body as the producer does before sending it (spec §4.7).
+
+    Parameters
+    ----------
+    body : bytes-like
+        The uncompressed body.
+    compress_type : {"zlib", "lz4", "zstd"}
+        The producer's ``rocketmq.message.compressType`` (default ZLIB); LZ4
+        (frame format) needs the ``lz4`` package, ZSTD the ``zstandard`` package.
+    level : int
+        ``rocketmq.message.compressLevel`` (default 5).
+
+    Returns
+    -------
+    (bytes, int)
+        The stored body and the SYSFLAG bits to OR into ``sys_flag``
+        (``COMPRESSED_FLAG`` | type << 8). The broker stores the compressed
+        bytes unchanged and its BODYCRC covers them. The codecs are the same;
+        byte-identical output to the Java producer's is not guaranteed across
+        zlib/lz4/zstd builds.
+
+    Examples
+    --------
+    >>> stored, bits = compress_body(b"x" * 5000)
+    >>> hex(bits)
+    '0x301'
+    """
+    kind = _COMPRESSION_TYPES.get(compress_type)
+    if kind is None:
+        raise ValueError(f"compress_type must be one of {sorted(_COMPRESSION_TYPES)}, got {compress_type!r}")
+    data = bytes(body)
+    if kind == COMPRESSION_ZLIB:
+        out = zlib.compress(data, level)
+    elif kind == COMPRESSION_LZ4:
+        import lz4.frame
+
+        out = lz4.frame.compress(data, compression_level=level)
+    else:
+        import zstandard
+
+        out = zstandard.ZstdCompressor(level=level).compress(data)
+    return out, COMPRESSED_FLAG | (kind << 8)
+
+
 # ------------------------------------------------------------ file queues
 class _FileQueue:
     """A mapped-file queue opened for appending.
@@ -358,6 +414,25 @@ class _Prepared:
         self.tags_code = tags_code_value
         self.store_timestamp = store_timestamp
         self.props = props
+
+
+#: The broker's lock file in the store root; a writer holds an exclusive flock on it.
+LOCK_FILE = "lock"
+
+
+def _lock_store(root: str) -> int | None:
+    """Take the store's ``lock`` file as the broker does, so two writers never share a store."""
+    try:
+        import fcntl
+    except ImportError:  # not POSIX: no advisory locks
+        return None
+    fd = os.open(os.path.join(root, LOCK_FILE), os.O_RDWR | os.O_CREAT, 0o644)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError as exc:
+        os.close(fd)
+        raise BlockingIOError(f"{root!r} is locked by another writer (its {LOCK_FILE} file is held)") from exc
+    return fd
 
 
 def _holds_store(root: str) -> str | None:
@@ -463,6 +538,7 @@ class StoreWriter:
         self._queues: dict[tuple[str, int], _QueueState] = {}
         self._key_orders: dict[tuple[str, ...], list[str]] = {}
         self._closed = False
+        self._lock_fd: int | None = None
         self.messages_written = 0
 
         if os.path.exists(self.root) and not os.path.isdir(self.root):
@@ -473,11 +549,16 @@ class StoreWriter:
                 f"{self.root!r} already holds a store ({existing}); pass append=True to add to it"
             )
         os.makedirs(self.root, exist_ok=True)
+        self._lock_fd = _lock_store(self.root)
         self._commit_log = _FileQueue(
             os.path.join(self.root, COMMIT_LOG_DIR), self.commit_log_file_size, flush_at=_COMMIT_LOG_FLUSH
         )
         if existing is not None:
-            self._recover()
+            try:
+                self._recover()
+            except BaseException:
+                self._unlock()
+                raise
 
     # ----------------------------------------------------------- groups
     def register_group(self, topic: str, group: str, sql: str) -> SqlGroup:
@@ -662,10 +743,24 @@ class StoreWriter:
             state.cq.flush()
 
     def close(self) -> None:
-        """Flush and stop accepting messages (idempotent)."""
+        """Flush, release the store's ``lock`` file and stop accepting messages (idempotent)."""
         if not self._closed:
-            self.flush()
-            self._closed = True
+            try:
+                self.flush()
+            finally:
+                self._closed = True
+                self._unlock()
+
+    def __del__(self) -> None:
+        # Like a file object: an abandoned writer still flushes and releases the lock.
+        if hasattr(self, "_commit_log"):
+            with contextlib.suppress(OSError):
+                self.close()
+
+    def _unlock(self) -> None:
+        if self._lock_fd is not None:
+            os.close(self._lock_fd)  # closing the descriptor releases the flock
+            self._lock_fd = None
 
     def __repr__(self) -> str:
         state = "closed" if self._closed else f"{self.messages_written} message(s) written"
@@ -1405,6 +1500,9 @@ def _sample_messages(
         priority = (rng.choice(5, size=n, p=priority_w) + 1).tolist()
         delay = rng.integers(0, 20, size=n).tolist()
         producer_i = rng.integers(0, len(producers), size=n).tolist()
+        # ~1 % of bodies are large attachments the producer compresses (>= 4096 bytes, ZLIB level 5)
+        large = np.where(rng.random(n) < 0.01, rng.integers(COMPRESS_MSG_BODY_OVER_HOWMUCH, 20_000, size=n),
+                         0).tolist()
         for j in range(n):
             i = first + j
             topic = topics[topic_i[j]]
@@ -1422,10 +1520,16 @@ def _sample_messages(
             if color >= 0:
                 props["color"] = SAMPLE_COLORS[color]
             tag = tag_i[j]
+            body = f'{{"order":{i},"amount":{price},"region":"{region}"}}'.encode()
+            sys_flag = 0
+            if large[j]:
+                body = (body[:-1] + b',"attachment":"' + (b"%08d;" % i) * (large[j] // 9) + b'"}')
+                body, sys_flag = compress_body(body)
             yield {
                 "topic": topic,
                 "queue_id": queue_r[j] % queues[topic],
-                "body": f'{{"order":{i},"amount":{price},"region":"{region}"}}'.encode(),
+                "body": body,
+                "sys_flag": sys_flag,
                 "properties": props,
                 "tags": SAMPLE_TAGS[tag] if tag >= 0 else None,
                 "keys": f"order-{i}",
@@ -1456,7 +1560,9 @@ def generate_sample_store(
     queues each). Tags follow Zipf-like popularity (``TagA`` most common, ~5 %
     untagged); properties ``region`` (skewed), ``price`` (log-normal, two
     decimals), ``color`` (missing for ~10 %), ``priority`` (1-5, mostly low),
-    ``KEYS``, ``UNIQ_KEY`` and ``WAIT``; the broker adds ``CLUSTER``. The three
+    ``KEYS``, ``UNIQ_KEY`` and ``WAIT``; the broker adds ``CLUSTER``. Bodies
+    are small JSON documents; about 1 % carry a 4-20 KB attachment and are
+    ZLIB-compressed as the producer does (``COMPRESSED_FLAG``). The three
     :data:`SAMPLE_GROUPS` are registered on the main topic, so its
     ConsumeQueueExt units carry their bitmaps (every topic has ext units).
 

@@ -570,3 +570,28 @@ def test_record_crc_property_when_enabled(tmp_path):
     with pytest.raises(cq.StoreFormatError, match="record CRC mismatch"):
         list(store.commit_log.messages(verify_crc="property"))
     store.close()
+
+
+def test_one_writer_per_store(tmp_path):
+    first = StoreWriter(tmp_path, commit_log_file_size=SMALL_LOG)
+    spec_message(first)
+    with pytest.raises(BlockingIOError, match="locked by another writer"):
+        StoreWriter(tmp_path, commit_log_file_size=SMALL_LOG, append=True)
+    first.close()
+    with StoreWriter(tmp_path, commit_log_file_size=SMALL_LOG, append=True) as again:
+        assert spec_message(again).commit_log_offset == 123
+
+
+def test_compress_body_sets_the_producer_flags(tmp_path):
+    from cq.writer import compress_body
+
+    stored, bits = compress_body(b"payload " * 1000)
+    assert bits == 0x1 | 0x300 and zlib.decompress(stored) == b"payload " * 1000
+    with StoreWriter(tmp_path, commit_log_file_size=SMALL_LOG) as w:
+        spec_message(w, body=stored, sys_flag=bits)
+    store = cq.Store(tmp_path)
+    (msg,) = store.commit_log.messages(verify_crc=True)
+    assert msg.body == stored and msg.uncompressed_body() == b"payload " * 1000
+    store.close()
+    with pytest.raises(ValueError, match="compress_type must be one of"):
+        compress_body(b"x", "snappy")

@@ -130,3 +130,16 @@ def test_gen_store_command(tmp_path, capsys):
     # A second run refuses to overwrite the store.
     assert main(["gen-store", str(root), "--messages", "10"]) == 2
     assert "already holds a store" in capsys.readouterr().err
+
+
+def test_sample_has_a_few_compressed_attachments(sample):
+    store = cq.Store(sample.root)
+    messages = list(store.commit_log.messages(verify_crc=True))
+    compressed = [m for m in messages if m.sys_flag & 0x1]
+    assert 0.003 < len(compressed) / len(messages) < 0.03
+    for m in compressed:
+        assert m.sys_flag & 0x700 == 0x300
+        body = json.loads(m.uncompressed_body())
+        assert len(body["attachment"]) >= 4000 and body["region"] == m.properties["region"]
+    assert all(json.loads(m.body)["amount"] == float(m.properties["price"]) for m in messages if not m.sys_flag)
+    store.close()
