@@ -51,6 +51,22 @@ def _resolve_ext(store, topic: str, queue_id: int, slots: np.ndarray):
     return tags_code, known, is_ext, units
 
 
+def _in_commit_log(log, offsets: np.ndarray, sizes: np.ndarray) -> np.ndarray:
+    """Units whose record lies inside the CommitLog's files.
+
+    Records below the first file were deleted; the broker skips their units.
+    (The recovered end of the log is not used: finding it means decoding the
+    last three CommitLog files in every Python worker. A unit pointing past the
+    written records inside the last file makes ``read_message`` raise
+    ``cq.StoreFormatError`` naming the file and offset instead.)
+    """
+    files = log.files
+    if not files:
+        return np.zeros(len(offsets), dtype=np.bool_)
+    end = files[-1][0] + log.file_size
+    return (offsets >= files[0][0]) & (offsets + sizes <= end)
+
+
 class Decisions:
     """Per-unit results of a group's filter layers over one slice."""
 
@@ -72,20 +88,19 @@ class _GroupFilter:
         self.store = store
         self.filter = store.make_filter(topic, options.group, sql=options.sql, tags=options.tags)
 
-    def decide(self, units, tags_code, known, ext_units, candidates, *, read_commit_log: bool) -> Decisions:
-        """Layer 1 on every candidate unit; layer 2 only where layer 1 passed, as the broker does."""
+    def decide(self, units, tags_code, known, ext_units, candidates) -> Decisions:
+        """Layer 1 on every candidate unit; layer 2 only where layer 1 passed, as the broker does.
+
+        Layer 2 needs only the records' properties, gathered in one batch call.
+        """
         f = self.filter
         d = Decisions(len(units))
         codes = tags_code.tolist()
         for i in np.flatnonzero(candidates).tolist():
             d.consume_queue[i] = f.is_matched_by_consume_queue(codes[i] if known[i] else None, ext_units[i])
-        if not read_commit_log:
-            return d
         log = self.store.commit_log
         offsets = units["commit_log_offset"]
-        # A unit whose record is gone from the CommitLog is skipped, as the broker skips it.
-        present = (offsets >= log.min_offset) & (offsets + units["size"] <= log.max_offset)
-        rows = np.flatnonzero(d.consume_queue & present)
+        rows = np.flatnonzero(d.consume_queue & _in_commit_log(log, offsets, units["size"]))
         props = log.gather_properties(offsets[rows])
         many = getattr(f, "is_matched_by_commit_log_many", None)
         if many is not None:
@@ -136,15 +151,12 @@ def read_slice(options, spark_schema, part, tags_code_sets: Iterable[frozenset[i
 
     decisions = None
     if options.group is not None:
-        decisions = _GroupFilter(store, options, topic).decide(
-            units, tags_code, known, ext_units, keep, read_commit_log=messages)
+        decisions = _GroupFilter(store, options, topic).decide(units, tags_code, known, ext_units, keep)
         if not options.decisions:
-            keep &= decisions.delivered if messages else decisions.consume_queue
+            keep &= decisions.delivered
     if messages and decisions is None:
-        log = store.commit_log
-        offsets = units["commit_log_offset"]
         # Records no longer in the CommitLog have no message to show (the broker skips them).
-        keep &= (offsets >= log.min_offset) & (offsets + units["size"] <= log.max_offset)
+        keep &= _in_commit_log(store.commit_log, units["commit_log_offset"], units["size"])
     rows = np.flatnonzero(keep)
     if len(rows) == 0:
         return
@@ -168,11 +180,10 @@ def read_slice(options, spark_schema, part, tags_code_sets: Iterable[frozenset[i
     else:
         columns["ext_address"] = pa.array(units["tags_code"][rows], mask=~is_ext[rows])
     if decisions is not None and options.decisions:
+        reached = decisions.reached_commit_log[rows]
         columns["matched_by_consume_queue"] = pa.array(decisions.consume_queue[rows])
-        if messages:
-            reached = decisions.reached_commit_log[rows]
-            columns["matched_by_commit_log"] = pa.array(decisions.commit_log[rows], mask=~reached)
-            columns["delivered"] = pa.array(decisions.delivered[rows])
+        columns["matched_by_commit_log"] = pa.array(decisions.commit_log[rows], mask=~reached)
+        columns["delivered"] = pa.array(decisions.delivered[rows])
     yield from _batches(columns, schema)
 
 

@@ -16,8 +16,9 @@ Options (all strings, parsed once when the reader is made):
     (the CommitLog is not read).
 ``group`` with ``sql`` or ``tags``
     Apply the broker's two-layer filter for that consumer group inside the
-    reader: only the messages the group would receive come out (for
-    ``consumequeue``: the units that pass the ConsumeQueue layer).
+    reader: only the messages the group would receive come out (both tables
+    give the same rows; ``consumequeue`` reads only the properties of the
+    records layer 1 let through, for layer 2, and none of their other fields).
 ``decisions``
     ``true``: with a group, keep every unit and add the columns
     ``matched_by_consume_queue`` (layer 1), ``matched_by_commit_log`` (layer 2;
@@ -104,14 +105,11 @@ _MESSAGE_FIELDS = [
     StructField("reconsume_times", IntegerType(), True),
     *_EXT_FIELDS,
 ]
-_DECISION_FIELDS = {
-    "messages": [
-        StructField("matched_by_consume_queue", BooleanType(), False),
-        StructField("matched_by_commit_log", BooleanType(), True),
-        StructField("delivered", BooleanType(), False),
-    ],
-    "consumequeue": [StructField("matched_by_consume_queue", BooleanType(), False)],
-}
+_DECISION_FIELDS = [
+    StructField("matched_by_consume_queue", BooleanType(), False),
+    StructField("matched_by_commit_log", BooleanType(), True),
+    StructField("delivered", BooleanType(), False),
+]
 
 
 def _bool_option(options: dict, name: str, default: bool) -> bool:
@@ -173,11 +171,17 @@ class ReadOptions:
         if sql is not None:
             import selector
 
-            selector.compile(sql)  # SelectorSyntaxError (with position) now, on the driver
+            try:  # fail now, on the driver, with the selector's position
+                selector.compile(sql)
+            except selector.SelectorSyntaxError as exc:
+                raise ValueError(f"rocketmq option 'sql': {exc} in selector {sql!r}") from exc
         if tags is not None:
             import cq
 
-            cq.parse_tag_subscription(tags)
+            try:
+                cq.parse_tag_subscription(tags)
+            except ValueError as exc:
+                raise ValueError(f"rocketmq option 'tags': {exc} in {tags!r}") from exc
         return cls(
             path=os.path.abspath(path),
             topic=options.get("topic") or None,
@@ -193,7 +197,7 @@ class ReadOptions:
         """The Spark schema these options produce."""
         fields = list(_MESSAGE_FIELDS if self.table == "messages" else _CONSUMEQUEUE_FIELDS)
         if self.decisions:
-            fields += _DECISION_FIELDS[self.table]
+            fields += _DECISION_FIELDS
         return StructType(fields)
 
 

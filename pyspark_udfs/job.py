@@ -161,7 +161,8 @@ def scan(spark, store: str, topic: str, group: GroupScan, *, out: str | None = N
     if out_format not in ("parquet", "json"):
         raise ValueError(f"out_format must be parquet or json, got {out_format!r}")
     t0 = time.perf_counter()
-    decisions = _reader(spark, store, topic, group, decisions="true")
+    # Counting needs no CommitLog fields beyond the properties layer 2 reads itself.
+    decisions = _reader(spark, store, topic, group, decisions="true", table="consumequeue")
     row = decisions.agg(
         F.count(F.lit(1)).alias("units"),
         F.sum(F.col("matched_by_consume_queue").cast("long")).alias("cq"),

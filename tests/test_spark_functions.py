@@ -98,3 +98,81 @@ def test_bad_bloom_parameters_fail_when_the_column_is_built(spark):
         bloom_positions("key", f=100)
     with pytest.raises(ValueError, match="n must be"):
         bloom_is_hit("key", "bitmap", n=0)
+
+
+SELECTOR_CASES = [
+    c for c in load_jsonl("selector_cases.jsonl")
+    if c["parse_ok"] and _utf8_ok(c["expr"]) and all(_utf8_ok(k) and _utf8_ok(v) for k, v in c["props"].items())
+]
+COLUMN_CHUNK = 400  # selector_match Columns per Spark job (fewer, bigger plans are slower)
+
+
+def _selector_frame(spark):
+    rows = [(c["id"], c["expr"], c["props"], c["matched"]) for c in SELECTOR_CASES]
+    rows.append(("null-map", "a IS NULL", None, True))  # no properties at all: every lookup is absent
+    rows.append(("null-sql", None, {"a": "1"}, None))
+    return spark.createDataFrame(rows, "id string, sql string, props map<string,string>, expected boolean")
+
+
+def test_rmq_selector_match_sql_form_equals_broker_for_every_case(spark):
+    from pyspark.sql import functions as F
+
+    import selector
+
+    assert len(SELECTOR_CASES) >= 2200
+    out = _selector_frame(spark).select("id", "sql", "expected",
+                                        F.expr("rmq_selector_match(sql, props)").alias("got")).collect()
+    assert len(out) == len(SELECTOR_CASES) + 2
+    by_id = {c["id"]: c for c in SELECTOR_CASES}
+    for r in out:
+        assert r["got"] == r["expected"], (r["id"], r["sql"])
+        if r["id"] in by_id:  # and the library agrees with both
+            assert selector.compile(r["sql"]).matches(by_id[r["id"]]["props"]) == r["expected"]
+
+
+def test_selector_match_column_equals_broker_for_every_distinct_selector(spark):
+    from pyspark.sql import functions as F
+
+    from pyspark_udfs import selector_match
+
+    df = _selector_frame(spark).filter(F.col("sql").isNotNull()).cache()
+    exprs = sorted({c["expr"] for c in SELECTOR_CASES} | {"a IS NULL"})
+    got: dict[str, bool] = {}
+    for start in range(0, len(exprs), COLUMN_CHUNK):
+        chunk = exprs[start:start + COLUMN_CHUNK]
+        # Each row takes the Column built for its own selector text.
+        picked = F.coalesce(*[F.when(F.col("sql") == F.lit(x), selector_match(x, "props")) for x in chunk])
+        rows = df.filter(F.col("sql").isin(chunk)).select("id", picked.alias("got")).collect()
+        got.update({r["id"]: r["got"] for r in rows})
+    df.unpersist()
+    expected = {c["id"]: c["matched"] for c in SELECTOR_CASES}
+    expected["null-map"] = True
+    assert got == expected
+
+
+def test_selector_match_reads_only_the_selectors_properties(spark):
+    import re
+
+    from pyspark_udfs import selector_match
+
+    df = spark.createDataFrame([({"a": "7", "TAGS": "A", "big": "x" * 1000},), ({"a": "7"},), (None,)],
+                               "props map<string,string>")
+    out = df.select(selector_match("a > 5 AND TAGS IN ('A', 'B')", "props"))
+    plan = out._jdf.queryExecution().executedPlan().toString()
+    udf_line = next(line for line in plan.splitlines() if "ArrowEvalPython" in line)
+    # The UDF gets props['TAGS'] and props['a'] from the JVM, never the map itself.
+    args = re.search(r"match\((.*)\)#", udf_line).group(1)
+    assert sorted(re.findall(r"element_at\(props#\d+, (\w+)", args)) == ["TAGS", "a"]
+    assert not re.search(r"(^|, )props#\d+(,|$)", args)
+    assert [r[0] for r in out.collect()] == [True, False, False]
+
+
+def test_selector_match_rejects_bad_selector_when_the_column_is_built(spark):
+    import selector
+    from pyspark_udfs import selector_match
+
+    with pytest.raises(selector.SelectorSyntaxError) as info:
+        selector_match("a > 5 AND", "props")
+    assert info.value.position is not None
+    with pytest.raises(TypeError, match="selector text"):
+        selector_match(None, "props")

@@ -1,0 +1,34 @@
+"""``rmqfilter demo`` end to end on a small sample: its results equal ``cq.Store.consume``'s counts."""
+from __future__ import annotations
+
+import json
+
+import pytest
+
+pytestmark = pytest.mark.spark
+
+
+def test_demo_writes_a_sample_and_reports_store_consume_counts(spark, tmp_path, capsys):
+    import cq
+    from pyspark_udfs import cli
+
+    root, report = tmp_path / "demo", tmp_path / "demo.json"
+    argv = ["demo", "--messages", "3000", "--seed", "5", "--store", str(root), "--json", str(report)]
+    assert cli.main(argv) == 0
+    printed = capsys.readouterr().out
+    assert "Wrote 3,000 messages" in printed and "passed CQ" in printed
+    results = {r["group"]: r for r in json.loads(report.read_text())["results"]}
+    store = cq.Store(str(root))
+    topic = cq.writer.SAMPLE_TOPICS[0]
+    assert set(results) == {g for g, _ in cq.writer.SAMPLE_GROUPS} | {"GID_TAGS_BC"}
+    for group, sql in cq.writer.SAMPLE_GROUPS:
+        result = store.consume(topic, group, sql=sql)
+        list(result)
+        s, got = result.stats, results[group]
+        assert group in printed
+        assert (got["units_scanned"], got["passed_consume_queue"], got["passed_commit_log"], got["delivered"]) == (
+            s.units_scanned, s.passed_consume_queue, s.passed_commit_log, s.delivered)
+        assert 0 < s.delivered <= s.passed_consume_queue < s.units_scanned
+    # A second run reuses the store instead of writing it again.
+    assert cli.main(argv) == 0
+    assert "Reusing the sample store" in capsys.readouterr().out
