@@ -91,6 +91,8 @@ ctypedef struct CProgram:
     const Value* consts # per argument index: constants, and CONTAINS-family patterns as T_STR
     const StrSet* sets  # per argument index: IN sets
     const uint8_t* digits  # BMP code point -> Unicode decimal digit value, 255 if not Nd
+    const uint8_t* cached  # per slot: read by more than one node, so its conversions are cached
+    bint any_cached        # some slot is cached
 
 cdef int run(const CProgram* prog, const StrView* slots, Conv* conv, Value* vals) noexcept nogil
 
@@ -99,6 +101,7 @@ cdef class Evaluator:
     cdef Node* _nodes
     cdef Value* _consts
     cdef StrSet* _sets
+    cdef uint8_t* _cached
     cdef readonly object program    # the selector.compiler.Program it was built from
     cdef list _keep                 # bytes objects the C tables point into
     cdef tuple _names               # interned property name per slot

@@ -399,8 +399,8 @@ cdef inline void set_null(Value* v) noexcept nogil:
     v.slot = -1
 
 
-cdef int step(const CProgram* p, const Node* node, Value* v, const Value* l, const Value* r,
-              Conv* conv) noexcept nogil:
+cdef inline int step(const CProgram* p, const Node* node, Value* v, const Value* l, const Value* r,
+                     Conv* conv) noexcept nogil:
     """Compute one non-leaf node from its children's values ``l`` and ``r``; -1 where the broker throws.
 
     Guards have already been applied: the left operand of AND is not FALSE, of
@@ -513,7 +513,7 @@ cdef int run(const CProgram* p, const StrView* slots, Conv* conv, Value* vals) n
         if node.op == OP_PROP:
             v.s = slots[node.arg]
             v.tag = T_STR if v.s.s != NULL else T_NULL
-            v.slot = node.arg
+            v.slot = node.arg if p.cached[node.arg] else -1
         elif node.op == OP_CONST:
             v[0] = p.consts[node.arg]
         elif step(p, node, v, &vals[node.a], &vals[node.b] if node.b >= 0 else NULL, conv) < 0:
@@ -602,7 +602,8 @@ cdef int run_columns(const CProgram* p, const Column* cols, Py_ssize_t length, i
     base = 0
     while base < length:
         m = <int32_t>(CHUNK if length - base > CHUNK else length - base)
-        memset(conv, 0, <size_t>m * p.n_slots * sizeof(Conv))
+        if p.any_cached:
+            memset(conv, 0, <size_t>m * p.n_slots * sizeof(Conv))
         memset(failed, 0, m)
         sel_ptr[root] = identity
         nsel[root] = m
@@ -645,9 +646,10 @@ cdef int run_columns(const CProgram* p, const Column* cols, Py_ssize_t length, i
             sel_of_node = <int32_t*>sel_ptr[node_i]
             if node.op == OP_PROP:
                 col = &cols[node.arg]
+                k = node.arg if p.cached[node.arg] else -1
                 for t in range(nsel[node_i]):
                     row = sel_of_node[t]
-                    v[row].slot = node.arg
+                    v[row].slot = k
                     idx = base + row + col.first
                     if col.offsets == NULL or (col.valid != NULL and not (col.valid[idx >> 3] >> (idx & 7)) & 1):
                         v[row].tag = T_NULL
@@ -708,7 +710,8 @@ cdef class Evaluator:
         self._nodes = <Node*>malloc(max(1, len(nodes)) * sizeof(Node))
         self._consts = <Value*>calloc(max(1, n_args), sizeof(Value))
         self._sets = <StrSet*>calloc(max(1, n_args), sizeof(StrSet))
-        if self._nodes == NULL or self._consts == NULL or self._sets == NULL:
+        self._cached = <uint8_t*>calloc(max(1, len(self._names)), 1)
+        if self._nodes == NULL or self._consts == NULL or self._sets == NULL or self._cached == NULL:
             raise MemoryError()
         for i, (op, guard, a, b, parent, arg) in enumerate(nodes.tolist()):
             self._nodes[i].op = op
@@ -717,6 +720,11 @@ cdef class Evaluator:
             self._nodes[i].b = b
             self._nodes[i].parent = parent
             self._nodes[i].arg = arg
+            if op == OP_PROP:
+                self._cached[arg] += self._cached[arg] < 2
+        for i in range(len(self._names)):
+            self._cached[i] = self._cached[i] > 1
+            self.prog.any_cached |= self._cached[i]
         for i in range(n_args):
             value = args[i]
             self._sets[i].mask = -1
@@ -758,6 +766,7 @@ cdef class Evaluator:
         self.prog.consts = self._consts
         self.prog.sets = self._sets
         self.prog.digits = <const uint8_t*>PyBytes_AS_STRING(DIGITS)
+        self.prog.cached = self._cached
 
     cdef StrView _bytes_view(self, str value) except *:
         cdef StrView out
@@ -778,6 +787,7 @@ cdef class Evaluator:
             free(self._sets)
         free(self._nodes)
         free(self._consts)
+        free(self._cached)
 
     cdef int _load(self, object props, StrView* slots, list keep) except -1:
         """Fill one StrView per property slot from a mapping (None: every property absent)."""

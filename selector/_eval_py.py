@@ -188,12 +188,15 @@ class Evaluator:
     def evaluate_columns(self, columns: list, length: int) -> np.ndarray:
         """Result codes for ``length`` rows given one column per property slot.
 
-        Each column is a sequence of str/None (or None when the property is
-        absent from every row).
+        Each column is a pyarrow string array or a sequence of str/None (None
+        for the column itself when no row has the property).
         """
         names = self._props
-        rows = []
-        for i in range(length):
-            rows.append({names[s]: col[i] for s, col in enumerate(columns)
-                         if col is not None and col[i] is not None})
+        lists = [None if col is None else (col.to_pylist() if hasattr(col, "to_pylist") else list(col))
+                 for col in columns]
+        for name, col in zip(names, lists):
+            if col is not None and len(col) != length:
+                raise ValueError(f"column for {name!r} has {len(col)} rows, expected {length}")
+        rows = [{names[k]: col[i] for k, col in enumerate(lists) if col is not None and col[i] is not None}
+                for i in range(length)]
         return self.evaluate_many(rows)
