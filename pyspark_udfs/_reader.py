@@ -52,19 +52,12 @@ def _resolve_ext(store, topic: str, queue_id: int, slots: np.ndarray):
 
 
 def _in_commit_log(log, offsets: np.ndarray, sizes: np.ndarray) -> np.ndarray:
-    """Units whose record lies inside the CommitLog's files.
+    """Units whose record is inside the CommitLog's valid range, as ``cq.Store.consume`` decides.
 
-    Records below the first file were deleted; the broker skips their units.
-    (The recovered end of the log is not used: finding it means decoding the
-    last three CommitLog files in every Python worker. A unit pointing past the
-    written records inside the last file makes ``read_message`` raise
-    ``cq.StoreFormatError`` naming the file and offset instead.)
+    Records below the first file were deleted and records past the recovered
+    end were never completed; the broker skips their units.
     """
-    files = log.files
-    if not files:
-        return np.zeros(len(offsets), dtype=np.bool_)
-    end = files[-1][0] + log.file_size
-    return (offsets >= files[0][0]) & (offsets + sizes <= end)
+    return (offsets >= log.min_offset) & (offsets + sizes <= log.max_offset)
 
 
 class Decisions:
@@ -203,22 +196,28 @@ _MESSAGE_COLUMNS = {
 
 def _message_columns(store, offsets: np.ndarray, read: np.ndarray | None) -> dict[str, pa.Array]:
     """CommitLog columns of the records at ``offsets``; rows where ``read`` is False stay NULL."""
-    values: dict[str, list] = {name: [] for name in _MESSAGE_COLUMNS}
-    log = store.commit_log
-    for j, offset in enumerate(offsets.tolist()):
-        if read is not None and not read[j]:
-            for column in values.values():
-                column.append(None)
-            continue
-        msg = log.read_message(offset)
-        values["tags"].append(msg.tags)
-        values["keys"].append(msg.keys)
-        values["properties"].append(list(msg.properties.items()))
-        values["body"].append(msg.body)
-        values["born_timestamp"].append(msg.born_timestamp)
-        values["born_host"].append(msg.born_host)
-        values["store_timestamp"].append(msg.store_timestamp)
-        values["store_host"].append(msg.store_host)
-        values["sys_flag"].append(msg.sys_flag)
-        values["reconsume_times"].append(msg.reconsume_times)
-    return {name: pa.array(values[name], type) for name, type in _MESSAGE_COLUMNS.items()}
+    read_message = store.commit_log.read_message
+    if read is None:
+        msgs = [read_message(o) for o in offsets.tolist()]
+    else:
+        msgs = [read_message(o) if r else None for o, r in zip(offsets.tolist(), read.tolist())]
+    present = [m for m in msgs if m is not None]
+
+    def column(name: str, values: list) -> pa.Array:
+        if len(present) != len(msgs):  # put the NULLs back where no record was read
+            it = iter(values)
+            values = [next(it) if m is not None else None for m in msgs]
+        return pa.array(values, _MESSAGE_COLUMNS[name])
+
+    return {
+        "tags": column("tags", [m.tags for m in present]),
+        "keys": column("keys", [m.keys for m in present]),
+        "properties": column("properties", [list(m.properties.items()) for m in present]),
+        "body": column("body", [m.body for m in present]),
+        "born_timestamp": column("born_timestamp", [m.born_timestamp for m in present]),
+        "born_host": column("born_host", [m.born_host for m in present]),
+        "store_timestamp": column("store_timestamp", [m.store_timestamp for m in present]),
+        "store_host": column("store_host", [m.store_host for m in present]),
+        "sys_flag": column("sys_flag", [m.sys_flag for m in present]),
+        "reconsume_times": column("reconsume_times", [m.reconsume_times for m in present]),
+    }
