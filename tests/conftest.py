@@ -13,6 +13,9 @@ DATA = Path(__file__).resolve().parent / "data"
 # Spark starts its Python workers with PYSPARK_PYTHON; they must be this interpreter.
 os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
 os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
+# Spark binds to the machine's first non-loopback address unless told otherwise;
+# tests talk to nothing but this machine's loopback.
+os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
 
 PUREPYTHON = os.environ.get("RMQFILTER_PUREPYTHON", "") not in ("", "0")
 
