@@ -93,6 +93,8 @@ ctypedef struct CProgram:
     const uint8_t* digits  # BMP code point -> Unicode decimal digit value, 255 if not Nd
     const uint8_t* cached  # per slot: read by more than one node, so its conversions are cached
     bint any_cached        # some slot is cached
+    const uint8_t* fused   # per node: its first child is a property read straight from the
+                           # column by run_columns (second child absent or a constant)
 
 cdef int run(const CProgram* prog, const StrView* slots, Conv* conv, Value* vals) noexcept nogil
 
@@ -102,6 +104,7 @@ cdef class Evaluator:
     cdef Value* _consts
     cdef StrSet* _sets
     cdef uint8_t* _cached
+    cdef uint8_t* _fused
     cdef readonly object program    # the selector.compiler.Program it was built from
     cdef list _keep                 # bytes objects the C tables point into
     cdef tuple _names               # interned property name per slot

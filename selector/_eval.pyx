@@ -555,6 +555,18 @@ cdef inline const Value* values_of(const CProgram* p, const Value* vals, int32_t
     return vals + <Py_ssize_t>i * CHUNK
 
 
+cdef inline void read_cell(const Column* col, Py_ssize_t row, int32_t slot, Value* v) noexcept nogil:
+    """A property's value in one row of its Arrow column (T_NULL where null or absent)."""
+    cdef Py_ssize_t idx = row + col.first
+    v.slot = slot
+    if col.offsets == NULL or (col.valid != NULL and not (col.valid[idx >> 3] >> (idx & 7)) & 1):
+        v.tag = T_NULL
+    else:
+        v.tag = T_STR
+        v.s.s = col.data + col.offsets[idx]
+        v.s.n = col.offsets[idx + 1] - col.offsets[idx]
+
+
 ctypedef struct Scratch:
     # Work space of run_columns for one program (n nodes, s slots).
     Value* vals             # n * CHUNK values, node by node
@@ -599,6 +611,8 @@ cdef int run_columns(const CProgram* p, const Column* cols, Py_ssize_t length, i
     cdef const int32_t* identity = sels + <Py_ssize_t>n * CHUNK
     cdef Py_ssize_t lstride, rstride
     cdef uint8_t g
+    cdef int32_t arg
+    cdef Value cell
     base = 0
     while base < length:
         m = <int32_t>(CHUNK if length - base > CHUNK else length - base)
@@ -613,15 +627,16 @@ cdef int run_columns(const CProgram* p, const Column* cols, Py_ssize_t length, i
         while sp >= 0:
             node_i = stack[sp]
             node = &p.nodes[node_i]
-            if phases[node_i] == 0 and node.a >= 0:
+            if phases[node_i] == 0:
                 phases[node_i] = 1
-                sel_ptr[node.a] = sel_ptr[node_i]
-                nsel[node.a] = nsel[node_i]
-                phases[node.a] = 0
-                sp += 1
-                stack[sp] = node.a
-                continue
-            if phases[node_i] == 1 and node.b >= 0:
+                if node.a >= 0 and not p.fused[node_i] and p.nodes[node.a].op != OP_CONST:
+                    sel_ptr[node.a] = sel_ptr[node_i]
+                    nsel[node.a] = nsel[node_i]
+                    phases[node.a] = 0
+                    sp += 1
+                    stack[sp] = node.a
+                    continue
+            if phases[node_i] == 1 and node.b >= 0 and p.nodes[node.b].op != OP_CONST:
                 phases[node_i] = 2
                 if p.nodes[node.a].guard != GUARD_NONE:
                     sel = sels + <Py_ssize_t>node.b * CHUNK
@@ -649,14 +664,33 @@ cdef int run_columns(const CProgram* p, const Column* cols, Py_ssize_t length, i
                 k = node.arg if p.cached[node.arg] else -1
                 for t in range(nsel[node_i]):
                     row = sel_of_node[t]
-                    v[row].slot = k
-                    idx = base + row + col.first
-                    if col.offsets == NULL or (col.valid != NULL and not (col.valid[idx >> 3] >> (idx & 7)) & 1):
-                        v[row].tag = T_NULL
-                    else:
-                        v[row].tag = T_STR
-                        v[row].s.s = col.data + col.offsets[idx]
-                        v[row].s.n = col.offsets[idx + 1] - col.offsets[idx]
+                    read_cell(col, base + row, k, &v[row])
+            elif p.fused[node_i]:
+                # The property operand is read from its column as each row is computed.
+                arg = p.nodes[node.a].arg
+                col = &cols[arg]
+                k = arg if p.cached[arg] else -1
+                rv = values_of(p, vals, node.b, &rstride) if node.b >= 0 else NULL
+                g = p.nodes[node.a].guard if node.b >= 0 else GUARD_NONE
+                if node.op == OP_ISNULL:
+                    # Only the validity bit matters: no branch per row.
+                    for t in range(nsel[node_i]):
+                        row = sel_of_node[t]
+                        idx = base + row + col.first
+                        v[row].tag = T_BOOL
+                        v[row].slot = -1
+                        v[row].i = col.offsets == NULL or (
+                            col.valid != NULL and not (col.valid[idx >> 3] >> (idx & 7)) & 1)
+                    sp -= 1
+                    continue
+                for t in range(nsel[node_i]):
+                    row = sel_of_node[t]
+                    read_cell(col, base + row, k, &cell)
+                    if g != GUARD_NONE and decides(g, &cell):
+                        v[row] = cell
+                    elif step(p, node, &v[row], &cell, rv, conv + <Py_ssize_t>row * p.n_slots) < 0:
+                        failed[row] = 1
+                        set_null(&v[row])
             elif node.op != OP_CONST:   # constants are read in place, never copied per row
                 lv = values_of(p, vals, node.a, &lstride)
                 rv = values_of(p, vals, node.b, &rstride) if node.b >= 0 else NULL
@@ -711,7 +745,9 @@ cdef class Evaluator:
         self._consts = <Value*>calloc(max(1, n_args), sizeof(Value))
         self._sets = <StrSet*>calloc(max(1, n_args), sizeof(StrSet))
         self._cached = <uint8_t*>calloc(max(1, len(self._names)), 1)
-        if self._nodes == NULL or self._consts == NULL or self._sets == NULL or self._cached == NULL:
+        self._fused = <uint8_t*>calloc(max(1, len(nodes)), 1)
+        if (self._nodes == NULL or self._consts == NULL or self._sets == NULL or self._cached == NULL
+                or self._fused == NULL):
             raise MemoryError()
         for i, (op, guard, a, b, parent, arg) in enumerate(nodes.tolist()):
             self._nodes[i].op = op
@@ -722,6 +758,10 @@ cdef class Evaluator:
             self._nodes[i].arg = arg
             if op == OP_PROP:
                 self._cached[arg] += self._cached[arg] < 2
+        for i in range(len(nodes)):
+            a, b = self._nodes[i].a, self._nodes[i].b
+            self._fused[i] = a >= 0 and self._nodes[a].op == OP_PROP and (
+                b < 0 or self._nodes[b].op == OP_CONST)
         for i in range(len(self._names)):
             self._cached[i] = self._cached[i] > 1
             self.prog.any_cached |= self._cached[i]
@@ -767,6 +807,7 @@ cdef class Evaluator:
         self.prog.sets = self._sets
         self.prog.digits = <const uint8_t*>PyBytes_AS_STRING(DIGITS)
         self.prog.cached = self._cached
+        self.prog.fused = self._fused
 
     cdef StrView _bytes_view(self, str value) except *:
         cdef StrView out
@@ -788,6 +829,7 @@ cdef class Evaluator:
         free(self._nodes)
         free(self._consts)
         free(self._cached)
+        free(self._fused)
 
     cdef int _load(self, object props, StrView* slots, list keep) except -1:
         """Fill one StrView per property slot from a mapping (None: every property absent)."""
