@@ -47,7 +47,6 @@ __all__ = [
 
 #: Result codes of ``evaluate_many`` (int8).
 FALSE, TRUE, UNKNOWN, ERROR = 0, 1, 2, 3
-_RESULT = (False, True, None)
 
 #: Entries kept by the parse cache (the broker keeps 100).
 CACHE_SIZE = 100
@@ -103,14 +102,11 @@ class Selector:
         TypeError
             If ``props`` is not a mapping of str to str.
         """
-        return _RESULT[self._engine.evaluate(props)]
+        return self._engine.evaluate_value(props)
 
     def matches(self, props: Mapping[str, str] | None) -> bool:
         """The broker's decision: True only where :meth:`evaluate` is True (errors, NULL: False)."""
-        try:
-            return self._engine.evaluate(props) == TRUE
-        except SelectorEvaluationError:
-            return False
+        return self._engine.matches(props)
 
     def evaluate_many(self, rows: Sequence[Mapping[str, str] | None]) -> np.ndarray:
         """Result codes for many messages in one call.

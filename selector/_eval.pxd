@@ -103,6 +103,7 @@ cdef class Evaluator:
     cdef Node* _nodes
     cdef Value* _consts
     cdef StrSet* _sets
+    cdef Py_ssize_t _n_args         # length of _consts and _sets
     cdef uint8_t* _cached
     cdef uint8_t* _fused
     cdef readonly object program    # the selector.compiler.Program it was built from
@@ -111,4 +112,5 @@ cdef class Evaluator:
     cdef object _twin               # pure-Python evaluator, used only to word error messages
 
     cdef StrView _bytes_view(self, str value) except *
-    cdef int _load(self, object props, StrView* slots, list keep) except -1
+    cdef object _load(self, object props, StrView* slots)
+    cdef int _code(self, object props) except -1

@@ -714,20 +714,6 @@ cdef int run_columns(const CProgram* p, const Column* cols, Py_ssize_t length, i
 
 # -- Python face ---------------------------------------------------------------------------------
 
-cdef StrView utf8_view(object value, list keep) except *:
-    """A str's UTF-8 bytes; strings with lone surrogates are encoded like Java's UTF-16 would pair them."""
-    cdef StrView out
-    cdef bytes b
-    try:
-        out.s = PyUnicode_AsUTF8AndSize(value, &out.n)
-    except UnicodeEncodeError:
-        b = (<str>value).encode("utf-8", "surrogatepass")
-        keep.append(b)
-        out.s = PyBytes_AS_STRING(b)
-        out.n = PyBytes_GET_SIZE(b)
-    return out
-
-
 cdef class Evaluator:
     """Evaluates one compiled Program; immutable after construction, so thread-safe."""
 
@@ -746,6 +732,7 @@ cdef class Evaluator:
         self._sets = <StrSet*>calloc(max(1, n_args), sizeof(StrSet))
         self._cached = <uint8_t*>calloc(max(1, len(self._names)), 1)
         self._fused = <uint8_t*>calloc(max(1, len(nodes)), 1)
+        self._n_args = n_args
         if (self._nodes == NULL or self._consts == NULL or self._sets == NULL or self._cached == NULL
                 or self._fused == NULL):
             raise MemoryError()
@@ -822,7 +809,7 @@ cdef class Evaluator:
     def __dealloc__(self):
         cdef Py_ssize_t i
         if self._sets != NULL:
-            for i in range(len(self.program.args) if self.program is not None else 0):
+            for i in range(self._n_args):
                 free(self._sets[i].buckets)
                 free(self._sets[i].hashes)
             free(self._sets)
@@ -831,16 +818,21 @@ cdef class Evaluator:
         free(self._cached)
         free(self._fused)
 
-    cdef int _load(self, object props, StrView* slots, list keep) except -1:
-        """Fill one StrView per property slot from a mapping (None: every property absent)."""
+    cdef object _load(self, object props, StrView* slots):
+        """Fill one StrView per property slot from a mapping (None: every property absent).
+
+        Returns None, or a list of objects the views point into that the
+        caller must keep alive while it evaluates.
+        """
         cdef Py_ssize_t k
         cdef PyObject* item
         cdef object value
+        cdef list keep = None
         cdef bint is_dict = type(props) is dict
         if props is None:
             for k in range(self.prog.n_slots):
                 slots[k].s = NULL
-            return 0
+            return None
         if not is_dict and not isinstance(props, Mapping):
             raise TypeError(f"message properties must be a mapping of str to str, got {type(props).__name__}")
         for k in range(self.prog.n_slots):
@@ -853,27 +845,37 @@ cdef class Evaluator:
                 value = <object>item
             else:
                 value = props.get(name)
+                if keep is None:
+                    keep = []
                 keep.append(value)
             if value is None:
                 slots[k].s = NULL
             elif isinstance(value, str):
-                slots[k] = utf8_view(value, keep)
+                try:
+                    slots[k].s = PyUnicode_AsUTF8AndSize(value, &slots[k].n)
+                except UnicodeEncodeError:
+                    # Lone surrogates: encode them as they are, like Java's UTF-16 would hold them.
+                    b = (<str>value).encode("utf-8", "surrogatepass")
+                    if keep is None:
+                        keep = []
+                    keep.append(b)
+                    slots[k].s = PyBytes_AS_STRING(b)
+                    slots[k].n = PyBytes_GET_SIZE(b)
                 if slots[k].n == 0:
                     slots[k].s = EMPTY
             else:
                 raise TypeError(f"property {name!r} must be a str, got {type(value).__name__}")
-        return 0
+        return keep
 
-    def evaluate(self, props):
-        """Result code for one message; raises SelectorEvaluationError where the broker throws."""
+    cdef int _code(self, object props) except -1:
+        """Result code for one message (R_ERROR where the broker throws)."""
         cdef StrView small_slots[SMALL]
         cdef Conv small_conv[SMALL]
         cdef Value small_vals[SMALL]
-        cdef int32_t n_slots = self.prog.n_slots, n_nodes = self.prog.n_nodes
+        cdef int32_t k, n_slots = self.prog.n_slots, n_nodes = self.prog.n_nodes
         cdef StrView* slots = small_slots
         cdef Conv* conv = small_conv
         cdef Value* vals = small_vals
-        cdef list keep = []
         cdef int code
         if n_slots > SMALL:
             slots = <StrView*>malloc(n_slots * sizeof(StrView))
@@ -883,7 +885,7 @@ cdef class Evaluator:
         try:
             if slots == NULL or conv == NULL or vals == NULL:
                 raise MemoryError()
-            self._load(props, slots, keep)
+            keep = self._load(props, slots)   # holds any temporary the views point into
             for k in range(n_slots):
                 conv[k].i32_state = conv[k].i64_state = conv[k].f64_state = 0
             code = run(&self.prog, slots, conv, vals)
@@ -893,9 +895,29 @@ cdef class Evaluator:
                 free(conv)
             if vals != small_vals:
                 free(vals)
+        return code
+
+    def evaluate(self, props):
+        """Result code for one message; raises SelectorEvaluationError where the broker throws."""
+        cdef int code = self._code(props)
         if code == R_ERROR:
             self._raise(props)
         return code
+
+    def evaluate_value(self, props):
+        """True, False or None (SQL NULL) for one message; raises where the broker throws."""
+        cdef int code = self._code(props)
+        if code == R_TRUE:
+            return True
+        if code == R_FALSE:
+            return False
+        if code == R_UNKNOWN:
+            return None
+        self._raise(props)
+
+    def matches(self, props):
+        """The broker's decision for one message (NULL and errors: False)."""
+        return self._code(props) == R_TRUE
 
     def _raise(self, props):
         # Errors are rare: let the twin, which keeps the operands at hand, word the message.
@@ -912,7 +934,6 @@ cdef class Evaluator:
         cdef int32_t n_slots = self.prog.n_slots
         out = np.empty(n, dtype=np.int8)
         cdef int8_t[::1] res = out
-        cdef list keep = []
         cdef StrView* slots = <StrView*>malloc(max(1, n_slots) * sizeof(StrView))
         cdef Conv* conv = <Conv*>malloc(max(1, n_slots) * sizeof(Conv))
         cdef Value* vals = <Value*>malloc(max(1, self.prog.n_nodes) * sizeof(Value))
@@ -920,12 +941,10 @@ cdef class Evaluator:
             if slots == NULL or conv == NULL or vals == NULL:
                 raise MemoryError()
             for i in range(n):
-                self._load(rows[i], slots, keep)
+                keep = self._load(rows[i], slots)
                 for k in range(n_slots):
                     conv[k].i32_state = conv[k].i64_state = conv[k].f64_state = 0
                 res[i] = run(&self.prog, slots, conv, vals)
-                if keep:
-                    del keep[:]
         finally:
             free(slots)
             free(conv)

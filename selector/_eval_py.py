@@ -175,6 +175,17 @@ class Evaluator:
         """Result code for one message; raises SelectorEvaluationError where the broker throws."""
         return _CODE[self.run(props)]
 
+    def evaluate_value(self, props) -> bool | None:
+        """True, False or None (SQL NULL) for one message; raises where the broker throws."""
+        return self.run(props)
+
+    def matches(self, props) -> bool:
+        """The broker's decision for one message (NULL and errors: False)."""
+        try:
+            return self.run(props) is True
+        except SelectorEvaluationError:
+            return False
+
     def evaluate_many(self, rows) -> np.ndarray:
         """Result codes (int8) for a sequence of mappings; errors give ERROR."""
         out = np.empty(len(rows), dtype=np.int8)
