@@ -25,6 +25,11 @@ Options (all strings, parsed once when the reader is made):
     NULL where it was not reached, and the CommitLog columns NULL there too,
     because the broker does not read those records) and ``delivered`` (what the
     consumer gets, after the client's exact tag re-check).
+``pushdown``
+    ``true`` (default): the reader takes pushed-down filters, which Spark
+    allows only when ``spark.sql.python.filterPushdown.enabled`` is true
+    (:func:`pyspark_udfs.register` sets it); ``false``: a reader without
+    pushdown, for sessions that keep that setting off.
 ``partition_units``
     Largest number of ConsumeQueue units per partition (default 100000).
     Partitions follow ConsumeQueue files; a larger file is split.
@@ -65,7 +70,7 @@ from pyspark.sql.types import (
     StructType,
 )
 
-__all__ = ["TABLES", "ConsumeQueueSlice", "ReadOptions", "RocketMQDataSource", "RocketMQReader"]
+__all__ = ["TABLES", "ConsumeQueueSlice", "ReadOptions", "RocketMQDataSource", "RocketMQPushdownReader", "RocketMQReader"]
 
 TABLES = ("messages", "consumequeue")
 DEFAULT_PARTITION_UNITS = 100_000
@@ -135,6 +140,7 @@ class ReadOptions:
     sql: str | None = None
     tags: str | None = None
     decisions: bool = False
+    pushdown: bool = True
     partition_units: int = DEFAULT_PARTITION_UNITS
 
     @classmethod
@@ -166,6 +172,7 @@ class ReadOptions:
         if group is not None and sql is None and tags is None:
             raise ValueError(f"rocketmq option 'group' ({group!r}) needs 'sql' or 'tags' (its subscription)")
         decisions = _bool_option(options, "decisions", False)
+        pushdown = _bool_option(options, "pushdown", True)
         if decisions and group is None:
             raise ValueError("rocketmq option 'decisions' needs 'group' with 'sql' or 'tags'")
         if sql is not None:
@@ -190,6 +197,7 @@ class ReadOptions:
             sql=sql,
             tags=tags,
             decisions=decisions,
+            pushdown=pushdown,
             partition_units=partition_units,
         )
 
@@ -226,6 +234,11 @@ class RocketMQDataSource(DataSource):
         return self.read_options.schema()
 
     def reader(self, schema: StructType) -> RocketMQReader:
+        # Spark refuses any reader that implements pushFilters while
+        # spark.sql.python.filterPushdown.enabled is false; pushdown=false
+        # gives one that does not.
+        if self.read_options.pushdown:
+            return RocketMQPushdownReader(self.read_options, schema)
         return RocketMQReader(self.read_options, schema)
 
 
@@ -253,29 +266,6 @@ class RocketMQReader(DataSourceReader):
         # Pushed-down conditions, ANDed: queue id predicates, allowed tag codes.
         self.queue_id_filters: list[tuple[str, Any]] = []
         self.tags_code_sets: list[frozenset[int]] = []
-
-    # --------------------------------------------------------------- pushdown
-    def pushFilters(self, filters: list[Filter]) -> Iterator[Filter]:
-        """Take filters on ``queue_id``, ``tags_code`` and ``tags``; hand the rest back to Spark."""
-        for f in filters:
-            name = _attribute(f)
-            if name == "queue_id" and isinstance(f, (EqualTo, In, GreaterThan, GreaterThanOrEqual,
-                                                     LessThan, LessThanOrEqual)):
-                self.queue_id_filters.append((type(f).__name__, f.value))
-                continue
-            if name == "tags_code" and isinstance(f, (EqualTo, In)):
-                values = f.value if isinstance(f, In) else (f.value,)
-                self.tags_code_sets.append(frozenset(int(v) for v in values if v is not None))
-                continue
-            if name == "tags" and isinstance(f, (EqualTo, In)):
-                # Tag codes select candidate units (hash collisions included);
-                # Spark still checks the tag string exactly.
-                import cq
-
-                values = f.value if isinstance(f, In) else (f.value,)
-                self.tags_code_sets.append(
-                    frozenset(int(cq.tags_code(v)) for v in values if v is not None and v != ""))
-            yield f
 
     def _queue_id_allowed(self, queue_id: int) -> bool:
         return all(_QUEUE_ID_TESTS[op](queue_id, value) for op, value in self.queue_id_filters)
@@ -314,3 +304,29 @@ class RocketMQReader(DataSourceReader):
         from pyspark_udfs import _reader
 
         yield from _reader.read_slice(self.options, self.schema, partition, self.tags_code_sets)
+
+
+class RocketMQPushdownReader(RocketMQReader):
+    """:class:`RocketMQReader` that also takes simple filters (needs ``spark.sql.python.filterPushdown.enabled``)."""
+
+    def pushFilters(self, filters: list[Filter]) -> Iterator[Filter]:
+        """Take filters on ``queue_id``, ``tags_code`` and ``tags``; hand the rest back to Spark."""
+        for f in filters:
+            name = _attribute(f)
+            if name == "queue_id" and isinstance(f, (EqualTo, In, GreaterThan, GreaterThanOrEqual,
+                                                     LessThan, LessThanOrEqual)):
+                self.queue_id_filters.append((type(f).__name__, f.value))
+                continue
+            if name == "tags_code" and isinstance(f, (EqualTo, In)):
+                values = f.value if isinstance(f, In) else (f.value,)
+                self.tags_code_sets.append(frozenset(int(v) for v in values if v is not None))
+                continue
+            if name == "tags" and isinstance(f, (EqualTo, In)):
+                # Tag codes select candidate units (hash collisions included);
+                # Spark still checks the tag string exactly.
+                import cq
+
+                values = f.value if isinstance(f, In) else (f.value,)
+                self.tags_code_sets.append(
+                    frozenset(int(cq.tags_code(v)) for v in values if v is not None and v != ""))
+            yield f

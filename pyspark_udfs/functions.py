@@ -176,6 +176,10 @@ SQL_FUNCTIONS = {
 def register(spark: SparkSession) -> None:
     """Register the SQL functions and the ``rocketmq`` data source with ``spark``.
 
+    Also sets ``spark.sql.python.filterPushdown.enabled`` to true: the data
+    source's reader takes pushed-down filters, and Spark refuses such a reader
+    while the setting is off.
+
     SQL functions: ``rmq_selector_match(sql STRING, props MAP<STRING,STRING>) -> BOOLEAN``,
     ``rmq_tags_code(tag STRING) -> INT``, ``rmq_bloom_positions(key STRING) -> ARRAY<INT>``,
     ``rmq_bloom_is_hit(key STRING, bitmap BINARY) -> BOOLEAN`` (Bloom filter f=20, n=32).
@@ -192,3 +196,6 @@ def register(spark: SparkSession) -> None:
     for name, (function, return_type) in SQL_FUNCTIONS.items():
         spark.udf.register(name, arrow_udf(function, return_type))
     spark.dataSource.register(RocketMQDataSource)
+    # The data source pushes filters into its reader; Spark refuses such a
+    # reader while this is off (or read with .option("pushdown", "false")).
+    spark.conf.set("spark.sql.python.filterPushdown.enabled", "true")

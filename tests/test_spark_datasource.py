@@ -176,3 +176,17 @@ def test_bad_options_surface_through_spark_load(spark):
         _read(spark, topic=FILTER_TOPIC, group="G", sql="a >").count()
     with pytest.raises(Exception, match="NoSuchTopic"):
         _read(spark, topic="NoSuchTopic").count()
+
+
+def test_reads_with_pushdown_off_when_asked(spark):
+    from pyspark.sql import functions as F
+
+    spark.conf.set("spark.sql.python.filterPushdown.enabled", "false")
+    try:
+        with pytest.raises(Exception, match="filterPushdown.enabled"):
+            _read(spark).count()  # Spark refuses a reader that could push filters
+        df = _read(spark, pushdown="false").filter(F.col("queue_id") == 1)
+        assert df.count() == sum(1 for g in GOLDEN if g["queueId"] == 1)
+        assert df.rdd.getNumPartitions() == 7  # nothing was pruned
+    finally:
+        spark.conf.set("spark.sql.python.filterPushdown.enabled", "true")
