@@ -613,6 +613,9 @@ cdef int run_columns(const CProgram* p, const Column* cols, Py_ssize_t length, i
     cdef uint8_t g
     cdef int32_t arg
     cdef Value cell
+    cdef int64_t x64
+    cdef double xd
+    cdef int c
     base = 0
     while base < length:
         m = <int32_t>(CHUNK if length - base > CHUNK else length - base)
@@ -681,6 +684,35 @@ cdef int run_columns(const CProgram* p, const Column* cols, Py_ssize_t length, i
                         v[row].slot = -1
                         v[row].i = col.offsets == NULL or (
                             col.valid != NULL and not (col.valid[idx >> 3] >> (idx & 7)) & 1)
+                    sp -= 1
+                    continue
+                if (k < 0 and node.op >= OP_EQ and node.op <= OP_LE and node.op != OP_ISNULL
+                        and (rv.tag == T_INT or rv.tag == T_LONG or rv.tag == T_DOUBLE)):
+                    # property <op> number literal: parse each value as the literal's type and compare.
+                    for t in range(nsel[node_i]):
+                        row = sel_of_node[t]
+                        idx = base + row + col.first
+                        if col.offsets == NULL or (col.valid != NULL and not (col.valid[idx >> 3] >> (idx & 7)) & 1):
+                            set_null(&v[row])   # NULL = literal, NULL > literal, ...: all NULL
+                            continue
+                        if rv.tag == T_DOUBLE:
+                            if not parse_double(col.data + col.offsets[idx],
+                                                col.offsets[idx + 1] - col.offsets[idx], &xd):
+                                failed[row] = 1
+                                set_null(&v[row])
+                                continue
+                            c = dcmp(xd, rv.d)
+                        else:
+                            if not parse_integer(col.data + col.offsets[idx],
+                                                 col.offsets[idx + 1] - col.offsets[idx],
+                                                 p.digits, rv.tag == T_LONG, &x64):
+                                failed[row] = 1
+                                set_null(&v[row])
+                                continue
+                            c = icmp(x64, rv.i)
+                        set_bool(&v[row], c == 0 if node.op == OP_EQ else (
+                            c > 0 if node.op == OP_GT else c >= 0 if node.op == OP_GE else
+                            c < 0 if node.op == OP_LT else c <= 0))
                     sp -= 1
                     continue
                 for t in range(nsel[node_i]):
