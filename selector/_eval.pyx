@@ -364,7 +364,14 @@ cdef bint set_contains(const StrSet* st, StrView v) noexcept nogil:
 cdef bint contains(StrView hay, StrView needle) noexcept nogil:
     cdef const char* p = hay.s
     cdef const char* end = hay.s + hay.n - needle.n
+    cdef Py_ssize_t i
     if needle.n > hay.n:
+        return False
+    if hay.n <= 32:
+        # Short values (the usual property): a plain scan beats memchr's call.
+        for i in range(hay.n - needle.n + 1):
+            if hay.s[i] == needle.s[0] and memcmp(hay.s + i, needle.s, needle.n) == 0:
+                return True
         return False
     while p <= end:
         p = <const char*>memchr(p, needle.s[0], end - p + 1)
@@ -686,9 +693,10 @@ cdef int run_columns(const CProgram* p, const Column* cols, Py_ssize_t length, i
                             col.valid != NULL and not (col.valid[idx >> 3] >> (idx & 7)) & 1)
                     sp -= 1
                     continue
-                if (k < 0 and node.op >= OP_EQ and node.op <= OP_LE and node.op != OP_ISNULL
+                if (node.op >= OP_EQ and node.op <= OP_LE and node.op != OP_ISNULL
                         and (rv.tag == T_INT or rv.tag == T_LONG or rv.tag == T_DOUBLE)):
-                    # property <op> number literal: parse each value as the literal's type and compare.
+                    # property <op> number literal: parse each value as the literal's type and
+                    # compare (re-parsing is cheaper here than consulting the conversion cache).
                     for t in range(nsel[node_i]):
                         row = sel_of_node[t]
                         idx = base + row + col.first
@@ -713,6 +721,22 @@ cdef int run_columns(const CProgram* p, const Column* cols, Py_ssize_t length, i
                         set_bool(&v[row], c == 0 if node.op == OP_EQ else (
                             c > 0 if node.op == OP_GT else c >= 0 if node.op == OP_GE else
                             c < 0 if node.op == OP_LT else c <= 0))
+                    sp -= 1
+                    continue
+                if node.op >= OP_CONTAINS:
+                    # CONTAINS family: NULL is FALSE, negated or not.
+                    for t in range(nsel[node_i]):
+                        row = sel_of_node[t]
+                        idx = base + row + col.first
+                        v[row].tag = T_BOOL
+                        v[row].slot = -1
+                        if col.offsets == NULL or (col.valid != NULL and not (col.valid[idx >> 3] >> (idx & 7)) & 1):
+                            v[row].i = 0
+                        else:
+                            cell.s.s = col.data + col.offsets[idx]
+                            cell.s.n = col.offsets[idx + 1] - col.offsets[idx]
+                            v[row].i = string_match(node.op, cell.s, p.consts[node.arg].s) == (
+                                node.op <= OP_ENDSWITH)
                     sp -= 1
                     continue
                 for t in range(nsel[node_i]):

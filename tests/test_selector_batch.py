@@ -167,3 +167,13 @@ def test_opcodes_match_the_engine_contract():
     for name, value in vars(compiler).items():
         if name.startswith(("OP_", "GUARD_")) and isinstance(value, int):
             assert re.search(rf"^\s+{name} = {value}\b", text, re.MULTILINE), name
+
+
+def test_string_tests_on_short_and_long_values():
+    s = selector.compile("s CONTAINS 'needle' OR s NOT ENDSWITH 'z'")
+    values = ["needle", "xneedlex", "a" * 40 + "needle" + "z", "a" * 40 + "z", "nee" + "dlz", None, "z", "",
+              "é" * 20 + "needle" + "z"]
+    want = [selector.compile(s.sql).evaluate({"s": v} if v is not None else {}) for v in values]
+    assert want == [True, True, True, False, False, False, False, True, True]
+    assert s.matches_arrow({"s": pa.array(values)}).to_pylist() == [w is True for w in want]
+    assert s.matches_many([{"s": v} if v is not None else {} for v in values]).tolist() == [w is True for w in want]
