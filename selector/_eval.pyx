@@ -549,17 +549,18 @@ ctypedef struct Column:
 
 
 cdef enum:
-    CHUNK = 256             # rows evaluated together by run_columns
+    CHUNK = 256             # rows evaluated together by run_columns (fewer for huge programs)
+    SCRATCH_VALUES = 1 << 20  # cap on nodes * rows-per-chunk (40 MB of values)
 
 
-cdef inline const Value* values_of(const CProgram* p, const Value* vals, int32_t i,
+cdef inline const Value* values_of(const CProgram* p, const Value* vals, int32_t i, Py_ssize_t chunk,
                                    Py_ssize_t* stride) noexcept nogil:
     """A node's per-row values in run_columns; a constant is one value read with stride 0."""
     if p.nodes[i].op == OP_CONST:
         stride[0] = 0
         return &p.consts[p.nodes[i].arg]
     stride[0] = 1
-    return vals + <Py_ssize_t>i * CHUNK
+    return vals + <Py_ssize_t>i * chunk
 
 
 cdef inline void read_cell(const Column* col, Py_ssize_t row, int32_t slot, Value* v) noexcept nogil:
@@ -576,14 +577,15 @@ cdef inline void read_cell(const Column* col, Py_ssize_t row, int32_t slot, Valu
 
 ctypedef struct Scratch:
     # Work space of run_columns for one program (n nodes, s slots).
-    Value* vals             # n * CHUNK values, node by node
-    int32_t* sels           # (n + 1) * CHUNK row indices; the last CHUNK hold 0, 1, ..., CHUNK-1
+    Py_ssize_t chunk        # rows per chunk: CHUNK, fewer when n * CHUNK would exceed SCRATCH_VALUES
+    Value* vals             # n * chunk values, node by node
+    int32_t* sels           # (n + 1) * chunk row indices; the last chunk hold 0, 1, ..., chunk-1
     const int32_t** sel_ptr # n: the rows each node is computed for ...
     int32_t* nsel           # n: ... and how many
     int32_t* stack          # n: explicit traversal stack
     uint8_t* phases         # n: 0 before, 1 after the first, 2 after the second child
-    Conv* conv              # CHUNK * s conversion caches
-    uint8_t* failed         # CHUNK: the row's evaluation threw
+    Conv* conv              # chunk * s conversion caches
+    uint8_t* failed         # chunk: the row's evaluation threw
 
 
 cdef int run_columns(const CProgram* p, const Column* cols, Py_ssize_t length, int8_t* out,
@@ -594,7 +596,7 @@ cdef int run_columns(const CProgram* p, const Column* cols, Py_ssize_t length, i
     a node see its selection of rows, except the right operand of a guarded
     node, which sees only the rows its left operand did not decide, exactly as
     the row-at-a-time walk would. A row whose evaluation throws is marked and
-    reported as R_ERROR. ``vals`` holds CHUNK values per node, ``sels`` CHUNK
+    reported as R_ERROR. ``vals`` holds w.chunk values per node, ``sels`` w.chunk
     row indices per node (only right operands of guarded nodes use theirs).
     """
     cdef int32_t n = p.n_nodes, root = n - 1, node_i, sp, t, m, k, row
@@ -615,7 +617,8 @@ cdef int run_columns(const CProgram* p, const Column* cols, Py_ssize_t length, i
     cdef uint8_t* phases = w.phases
     cdef Conv* conv = w.conv
     cdef uint8_t* failed = w.failed
-    cdef const int32_t* identity = sels + <Py_ssize_t>n * CHUNK
+    cdef Py_ssize_t chunk = w.chunk
+    cdef const int32_t* identity = sels + <Py_ssize_t>n * chunk
     cdef Py_ssize_t lstride, rstride
     cdef uint8_t g
     cdef int32_t arg
@@ -625,7 +628,7 @@ cdef int run_columns(const CProgram* p, const Column* cols, Py_ssize_t length, i
     cdef int c
     base = 0
     while base < length:
-        m = <int32_t>(CHUNK if length - base > CHUNK else length - base)
+        m = <int32_t>(chunk if length - base > chunk else length - base)
         if p.any_cached:
             memset(conv, 0, <size_t>m * p.n_slots * sizeof(Conv))
         memset(failed, 0, m)
@@ -649,9 +652,9 @@ cdef int run_columns(const CProgram* p, const Column* cols, Py_ssize_t length, i
             if phases[node_i] == 1 and node.b >= 0 and p.nodes[node.b].op != OP_CONST:
                 phases[node_i] = 2
                 if p.nodes[node.a].guard != GUARD_NONE:
-                    sel = sels + <Py_ssize_t>node.b * CHUNK
+                    sel = sels + <Py_ssize_t>node.b * chunk
                     k = 0
-                    lv = values_of(p, vals, node.a, &lstride)
+                    lv = values_of(p, vals, node.a, chunk, &lstride)
                     for t in range(nsel[node_i]):
                         row = sel_ptr[node_i][t]
                         if not decides(p.nodes[node.a].guard, &lv[row * lstride]):
@@ -667,7 +670,7 @@ cdef int run_columns(const CProgram* p, const Column* cols, Py_ssize_t length, i
                 stack[sp] = node.b
                 continue
             # Compute this node for its rows.
-            v = vals + <Py_ssize_t>node_i * CHUNK
+            v = vals + <Py_ssize_t>node_i * chunk
             sel_of_node = <int32_t*>sel_ptr[node_i]
             if node.op == OP_PROP:
                 col = &cols[node.arg]
@@ -680,7 +683,7 @@ cdef int run_columns(const CProgram* p, const Column* cols, Py_ssize_t length, i
                 arg = p.nodes[node.a].arg
                 col = &cols[arg]
                 k = arg if p.cached[arg] else -1
-                rv = values_of(p, vals, node.b, &rstride) if node.b >= 0 else NULL
+                rv = values_of(p, vals, node.b, chunk, &rstride) if node.b >= 0 else NULL
                 g = p.nodes[node.a].guard if node.b >= 0 else GUARD_NONE
                 if node.op == OP_ISNULL:
                     # Only the validity bit matters: no branch per row.
@@ -748,8 +751,8 @@ cdef int run_columns(const CProgram* p, const Column* cols, Py_ssize_t length, i
                         failed[row] = 1
                         set_null(&v[row])
             elif node.op != OP_CONST:   # constants are read in place, never copied per row
-                lv = values_of(p, vals, node.a, &lstride)
-                rv = values_of(p, vals, node.b, &rstride) if node.b >= 0 else NULL
+                lv = values_of(p, vals, node.a, chunk, &lstride)
+                rv = values_of(p, vals, node.b, chunk, &rstride) if node.b >= 0 else NULL
                 g = p.nodes[node.a].guard if node.b >= 0 else GUARD_NONE
                 for t in range(nsel[node_i]):
                     row = sel_of_node[t]
@@ -761,7 +764,7 @@ cdef int run_columns(const CProgram* p, const Column* cols, Py_ssize_t length, i
                         failed[row] = 1
                         set_null(&v[row])
             sp -= 1
-        lv = values_of(p, vals, root, &lstride)
+        lv = values_of(p, vals, root, chunk, &lstride)
         for row in range(m):
             out[base + row] = R_ERROR if failed[row] else code_of(&lv[row * lstride])
         base += m
@@ -1024,20 +1027,21 @@ cdef class Evaluator:
         out = np.empty(length, dtype=np.int8)
         cdef int8_t[::1] res = out
         cdef Column* cols = <Column*>calloc(max(1, n_slots), sizeof(Column))
-        w.vals = <Value*>malloc(<size_t>n * CHUNK * sizeof(Value))
-        w.sels = <int32_t*>malloc(<size_t>(n + 1) * CHUNK * sizeof(int32_t))
+        w.chunk = max(1, min(<Py_ssize_t>CHUNK, <Py_ssize_t>SCRATCH_VALUES // max(1, n)))
+        w.vals = <Value*>malloc(<size_t>n * w.chunk * sizeof(Value))
+        w.sels = <int32_t*>malloc(<size_t>(n + 1) * w.chunk * sizeof(int32_t))
         w.sel_ptr = <const int32_t**>malloc(<size_t>n * sizeof(void*))
         w.nsel = <int32_t*>malloc(<size_t>n * sizeof(int32_t))
         w.stack = <int32_t*>malloc(<size_t>n * sizeof(int32_t))
         w.phases = <uint8_t*>malloc(<size_t>n)
-        w.conv = <Conv*>malloc(<size_t>CHUNK * max(1, n_slots) * sizeof(Conv))
-        w.failed = <uint8_t*>malloc(CHUNK)
+        w.conv = <Conv*>malloc(<size_t>w.chunk * max(1, n_slots) * sizeof(Conv))
+        w.failed = <uint8_t*>malloc(w.chunk)
         try:
             if (cols == NULL or w.vals == NULL or w.sels == NULL or w.sel_ptr == NULL or w.nsel == NULL
                     or w.stack == NULL or w.phases == NULL or w.conv == NULL or w.failed == NULL):
                 raise MemoryError()
-            for k in range(CHUNK):
-                w.sels[<Py_ssize_t>n * CHUNK + k] = <int32_t>k
+            for k in range(w.chunk):
+                w.sels[<Py_ssize_t>n * w.chunk + k] = <int32_t>k
             keep = []
             for k in range(n_slots):
                 col = columns[k]

@@ -177,3 +177,12 @@ def test_string_tests_on_short_and_long_values():
     assert want == [True, True, True, False, False, False, False, True, True]
     assert s.matches_arrow({"s": pa.array(values)}).to_pylist() == [w is True for w in want]
     assert s.matches_many([{"s": v} if v is not None else {} for v in values]).tolist() == [w is True for w in want]
+
+
+def test_arrow_with_a_very_large_selector():
+    """Tens of thousands of nodes: the engine shrinks its chunk instead of its correctness."""
+    sql = " OR ".join(f"a = '{i}'" for i in range(20000))
+    s = selector.compile(sql)
+    values = ["5", "19999", "20000", None, "x"]
+    assert s.matches_arrow({"a": pa.array(values)}).to_pylist() == [True, True, False, False, False]
+    assert s.matches_many([{"a": v} if v else {} for v in values]).tolist() == [True, True, False, False, False]
