@@ -367,10 +367,14 @@ cdef bint contains(StrView hay, StrView needle) noexcept nogil:
     cdef Py_ssize_t i
     if needle.n > hay.n:
         return False
+    cdef Py_ssize_t j
     if hay.n <= 32:
-        # Short values (the usual property): a plain scan beats memchr's call.
+        # Short values (the usual property): a plain scan beats memchr's and memcmp's calls.
         for i in range(hay.n - needle.n + 1):
-            if hay.s[i] == needle.s[0] and memcmp(hay.s + i, needle.s, needle.n) == 0:
+            j = 0
+            while j < needle.n and hay.s[i + j] == needle.s[j]:
+                j += 1
+            if j == needle.n:
                 return True
         return False
     while p <= end:
@@ -383,14 +387,19 @@ cdef bint contains(StrView hay, StrView needle) noexcept nogil:
     return False
 
 
-cdef bint string_match(uint8_t op, StrView v, StrView pat) noexcept nogil:
+cdef inline bint string_match(uint8_t op, StrView v, StrView pat) noexcept nogil:
     if op == OP_CONTAINS or op == OP_NOT_CONTAINS:
         return contains(v, pat)
+    cdef Py_ssize_t i, start
     if pat.n > v.n:
         return False
-    if op == OP_STARTSWITH or op == OP_NOT_STARTSWITH:
-        return memcmp(v.s, pat.s, pat.n) == 0
-    return memcmp(v.s + v.n - pat.n, pat.s, pat.n) == 0
+    start = 0 if (op == OP_STARTSWITH or op == OP_NOT_STARTSWITH) else v.n - pat.n
+    if pat.n > 16:
+        return memcmp(v.s + start, pat.s, pat.n) == 0
+    for i in range(pat.n):
+        if v.s[start + i] != pat.s[i]:
+            return False
+    return True
 
 
 # -- the evaluation loop -------------------------------------------------------------------------
@@ -623,7 +632,7 @@ cdef int run_columns(const CProgram* p, const Column* cols, Py_ssize_t length, i
     cdef uint8_t g
     cdef int32_t arg
     cdef Value cell
-    cdef int64_t x64
+    cdef int64_t x64, want
     cdef double xd
     cdef int c
     base = 0
@@ -750,6 +759,25 @@ cdef int run_columns(const CProgram* p, const Column* cols, Py_ssize_t length, i
                     elif step(p, node, &v[row], &cell, rv, conv + <Py_ssize_t>row * p.n_slots) < 0:
                         failed[row] = 1
                         set_null(&v[row])
+            elif node.op == OP_AND or node.op == OP_OR:
+                # Operands are TRUE, FALSE or NULL; FALSE decides AND, TRUE decides OR.
+                lv = values_of(p, vals, node.a, chunk, &lstride)
+                rv = values_of(p, vals, node.b, chunk, &rstride)
+                want = node.op == OP_OR
+                for t in range(nsel[node_i]):
+                    row = sel_of_node[t]
+                    v[row].slot = -1
+                    if lv[row * lstride].tag == T_BOOL and lv[row * lstride].i == want:
+                        v[row].tag = T_BOOL
+                        v[row].i = want
+                    elif rv[row * rstride].tag == T_BOOL and rv[row * rstride].i == want:
+                        v[row].tag = T_BOOL
+                        v[row].i = want
+                    elif lv[row * lstride].tag == T_NULL or rv[row * rstride].tag == T_NULL:
+                        v[row].tag = T_NULL
+                    else:
+                        v[row].tag = T_BOOL
+                        v[row].i = not want
             elif node.op != OP_CONST:   # constants are read in place, never copied per row
                 lv = values_of(p, vals, node.a, chunk, &lstride)
                 rv = values_of(p, vals, node.b, chunk, &rstride) if node.b >= 0 else NULL

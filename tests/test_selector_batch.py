@@ -186,3 +186,12 @@ def test_arrow_with_a_very_large_selector():
     values = ["5", "19999", "20000", None, "x"]
     assert s.matches_arrow({"a": pa.array(values)}).to_pylist() == [True, True, False, False, False]
     assert s.matches_many([{"a": v} if v else {} for v in values]).tolist() == [True, True, False, False, False]
+
+
+def test_long_patterns():
+    head, tail = "p" * 20 + "é", "é" + "q" * 20
+    s = selector.compile(f"s STARTSWITH '{head}' AND s ENDSWITH '{tail}' AND s NOT CONTAINS 'xx'")
+    values = [head + tail, head + "x" + tail, head + "xx" + tail, head, tail, "p" * 19 + tail]
+    want = [True, True, False, False, False, False]
+    assert [s.evaluate({"s": v}) for v in values] == want
+    assert s.matches_arrow({"s": pa.array(values)}).to_pylist() == want
