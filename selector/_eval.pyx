@@ -572,11 +572,16 @@ cdef inline const Value* values_of(const CProgram* p, const Value* vals, int32_t
     return vals + <Py_ssize_t>i * chunk
 
 
+cdef inline bint cell_null(const Column* col, Py_ssize_t idx) noexcept nogil:
+    """Whether the property is absent at buffer index ``idx`` (row + the array's offset)."""
+    return col.offsets == NULL or (col.valid != NULL and not (col.valid[idx >> 3] >> (idx & 7)) & 1)
+
+
 cdef inline void read_cell(const Column* col, Py_ssize_t row, int32_t slot, Value* v) noexcept nogil:
     """A property's value in one row of its Arrow column (T_NULL where null or absent)."""
     cdef Py_ssize_t idx = row + col.first
     v.slot = slot
-    if col.offsets == NULL or (col.valid != NULL and not (col.valid[idx >> 3] >> (idx & 7)) & 1):
+    if cell_null(col, idx):
         v.tag = T_NULL
     else:
         v.tag = T_STR
@@ -701,8 +706,7 @@ cdef int run_columns(const CProgram* p, const Column* cols, Py_ssize_t length, i
                         idx = base + row + col.first
                         v[row].tag = T_BOOL
                         v[row].slot = -1
-                        v[row].i = col.offsets == NULL or (
-                            col.valid != NULL and not (col.valid[idx >> 3] >> (idx & 7)) & 1)
+                        v[row].i = cell_null(col, idx)
                     sp -= 1
                     continue
                 if (node.op >= OP_EQ and node.op <= OP_LE and node.op != OP_ISNULL
@@ -712,7 +716,7 @@ cdef int run_columns(const CProgram* p, const Column* cols, Py_ssize_t length, i
                     for t in range(nsel[node_i]):
                         row = sel_of_node[t]
                         idx = base + row + col.first
-                        if col.offsets == NULL or (col.valid != NULL and not (col.valid[idx >> 3] >> (idx & 7)) & 1):
+                        if cell_null(col, idx):
                             set_null(&v[row])   # NULL = literal, NULL > literal, ...: all NULL
                             continue
                         if rv.tag == T_DOUBLE:
@@ -742,7 +746,7 @@ cdef int run_columns(const CProgram* p, const Column* cols, Py_ssize_t length, i
                         idx = base + row + col.first
                         v[row].tag = T_BOOL
                         v[row].slot = -1
-                        if col.offsets == NULL or (col.valid != NULL and not (col.valid[idx >> 3] >> (idx & 7)) & 1):
+                        if cell_null(col, idx):
                             v[row].i = 0
                         else:
                             cell.s.s = col.data + col.offsets[idx]
