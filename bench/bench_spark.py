@@ -9,8 +9,9 @@ All in one SparkSession (local[2]), same run, same data:
   ``props['TAGS']``, an Arrow UDF runs the batch kernel), (2) the same predicate
   written as native Spark Column expressions (the ceiling: no Python at all),
   (3) a plain row-at-a-time ``@udf`` calling ``Selector.matches`` on the map,
-  (4) the SQL form ``rmq_selector_match(sql, props)`` that ships the whole map;
-  the four give the same count (checked);
+  (4) the SQL form ``rmq_selector_match(sql, props)`` that ships the whole map,
+  (5) ``pyspark_udfs.native.selector_column`` (the selector translated to
+  native expressions); all give the same count (checked);
 - the data source over a sample store (``cq.writer.generate_sample_store``):
   ``messages`` and ``consumequeue`` tables, all rows, and a TagB query
   (``tags = 'TagB'`` / ``tags_code = <hash of TagB>``) with pushdown on and
@@ -95,6 +96,15 @@ def test_selector_match_sql_whole_map(benchmark, props_df, expected_count):
     pred = F.expr(f"rmq_selector_match({SQL!r}, props)".replace("\\'", "''"))
     benchmark.extra_info["series"] = "sql form"
     assert _run(benchmark, lambda: _count(props_df, pred), "twin", ROWS) == expected_count
+
+
+@pytest.mark.benchmark(group="spark selector_match, 5 M rows")
+def test_selector_column_translated(benchmark, props_df, expected_count):
+    # pyspark_udfs.native: the selector compiled to native Spark expressions.
+    from pyspark_udfs.native import selector_column
+
+    pred = selector_column(SQL, "props")
+    assert _run(benchmark, lambda: _count(props_df, pred), "ours", ROWS) == expected_count
 
 
 @pytest.mark.benchmark(group="spark selector_match, 5 M rows")
