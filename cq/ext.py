@@ -36,6 +36,41 @@ class CqExtUnit(NamedTuple):
     filter_bitmap: bytes | None
 
 
+class ExtBatch(NamedTuple):
+    """Many ConsumeQueueExt units at once, as :meth:`ConsumeQueueExt.read_batch` returns them.
+
+    Row ``i`` describes ``addresses[i]``; where ``found[i]`` is False
+    (:meth:`ConsumeQueueExt.get` would return None) every other field is 0.
+
+    Attributes
+    ----------
+    found : numpy.ndarray of bool
+    size : numpy.ndarray of int16
+        The unit's stored size field.
+    tags_code, msg_store_time : numpy.ndarray of int64
+    bit_map_size : numpy.ndarray of int16
+        Bitmap length in bytes; < 1 where the unit has no bitmap.
+    bitmaps : numpy.ndarray of uint8, shape (N, nbytes)
+        Row ``i`` starts with the unit's ``bit_map_size[i]`` bitmap bytes, zero
+        padded; ``nbytes`` is the largest bitmap found (0 when none).
+    """
+
+    found: np.ndarray
+    size: np.ndarray
+    tags_code: np.ndarray
+    msg_store_time: np.ndarray
+    bit_map_size: np.ndarray
+    bitmaps: np.ndarray
+
+    def unit(self, i: int) -> CqExtUnit | None:
+        """Row ``i`` as the :class:`CqExtUnit` :meth:`ConsumeQueueExt.get` returns, or None."""
+        if not self.found[i]:
+            return None
+        bms = int(self.bit_map_size[i])
+        bitmap = self.bitmaps[i, :bms].tobytes() if bms >= 1 else None
+        return CqExtUnit(int(self.size[i]), int(self.tags_code[i]), int(self.msg_store_time[i]), bms, bitmap)
+
+
 class ConsumeQueueExt:
     """Read-only view of one ``consumequeue_ext/{topic}/{queueId}/`` directory.
 
@@ -184,6 +219,79 @@ class ConsumeQueueExt:
             tags[sel[ok]] = t[ok]
             times[sel[ok]] = st[ok]
         return found, tags, times
+
+    def read_batch(self, addresses) -> ExtBatch:
+        """Resolve many addresses at once, bitmaps included: what :meth:`get` gives for each.
+
+        Parameters
+        ----------
+        addresses : array of int
+            Ext addresses (decorated, as stored in ConsumeQueue slots); any
+            int64 is accepted, as by :meth:`get`.
+
+        Returns
+        -------
+        ExtBatch
+            ``found`` is False exactly where :meth:`get` returns None.
+
+        Raises
+        ------
+        StoreFormatError
+            For the first address (in input order) where :meth:`get` raises,
+            with the same message, file and byte offset.
+
+        Examples
+        --------
+        >>> batch = ext.read_batch(units["tags_code"])          # doctest: +SKIP
+        >>> batch.found.sum(), batch.bitmaps.shape              # doctest: +SKIP
+        """
+        addresses = np.asarray(addresses, dtype=np.int64).reshape(-1)
+        k = len(addresses)
+        found = np.zeros(k, dtype=bool)
+        size = np.zeros(k, dtype=np.int16)
+        tags = np.zeros(k, dtype=np.int64)
+        times = np.zeros(k, dtype=np.int64)
+        bms = np.zeros(k, dtype=np.int16)
+        groups = []
+        first_bad = None  # (row, file index, position) of the first underflow in input order
+        for index, sel, pos in self._group_by_file(addresses):
+            buf = np.frombuffer(self._map(index), dtype=np.uint8)
+            status, t, st, b = _scan.ext_units_at(buf, pos, self.limit(index))
+            bad = np.flatnonzero(status == _scan.UNDERFLOW)
+            if len(bad) and (first_bad is None or sel[bad[0]] < first_bad[0]):
+                first_bad = (int(sel[bad[0]]), index, int(pos[bad[0]]))
+            ok = status == _scan.FOUND
+            found[sel[ok]] = True
+            tags[sel[ok]] = t[ok]
+            times[sel[ok]] = st[ok]
+            bms[sel[ok]] = b[ok]
+            groups.append((buf, sel[ok], pos[ok], b[ok]))
+        if first_bad is not None:
+            _, index, pos = first_bad
+            limit = self.limit(index)
+            path = self._files[index][1]
+            b = fmt.decode_ext_head(self._map(index), pos)[3] if limit - pos >= fmt.MIN_EXT_UNIT_SIZE else 0
+            if limit - pos < fmt.MIN_EXT_UNIT_SIZE:
+                raise StoreFormatError(
+                    f"ConsumeQueueExt unit head needs {fmt.MIN_EXT_UNIT_SIZE} bytes, {limit - pos} readable", path, pos
+                )
+            raise StoreFormatError(
+                f"ConsumeQueueExt bitmap of {b} bytes runs past the readable end {limit}", path, pos
+            )
+        nbytes = int(bms.max()) if k and found.any() else 0
+        nbytes = max(nbytes, 0)
+        bitmaps = np.zeros((k, nbytes), dtype=np.uint8)
+        for buf, rows, pos, b in groups:
+            if not len(rows):
+                continue
+            size[rows] = (buf[pos].astype(np.int16) << 8) | buf[pos + 1].astype(np.int16)
+            has = b >= 1
+            if nbytes and has.any():
+                cols = np.arange(nbytes, dtype=np.int64)
+                inside = cols[None, :] < b[has, None].astype(np.int64)
+                idx = np.where(inside, pos[has, None] + fmt.MIN_EXT_UNIT_SIZE + cols[None, :], 0)
+                bitmaps[rows[has]] = np.where(inside, buf[idx], 0)
+        return ExtBatch(found, size, tags, times, bms, bitmaps)
 
     def _group_by_file(self, addresses: np.ndarray):
         is_ext = addresses <= fmt.MAX_ADDR
