@@ -12,7 +12,7 @@ from libc.stdint cimport int8_t, int16_t, int32_t, int64_t, uint8_t, uint16_t, u
 from libc.stdlib cimport free, malloc, realloc
 from cpython.bytes cimport PyBytes_FromStringAndSize
 from cpython.unicode cimport PyUnicode_DecodeUTF8
-from libc.string cimport memcpy, memset
+from libc.string cimport memcmp, memcpy, memset
 
 from . import format as fmt
 
@@ -447,6 +447,86 @@ def decode_properties_at(const uint8_t[::1] buf, int64_t start, int64_t length):
     return _decode_props(&buf[start], length)
 
 
+cdef struct Rec:
+    int32_t total, magic, sys_flag, body_len, topic_len, props_len
+    int64_t blen, plen, body, topic, props, at
+    int bw, sw
+
+
+cdef int _parse(const uint8_t* b, int64_t pos, int64_t limit, Rec* r) noexcept nogil:
+    # The record layout at ``pos`` with the broker's validation (spec §4.2, §4.6).
+    # 0 = valid; otherwise an error code for _parse_error, r.at the offset to name.
+    cdef int64_t p, end
+    cdef int width
+    r.at = pos
+    if pos < 0 or limit - pos < 8:
+        return 2
+    r.total = <int32_t>rmq_load_be32(b + pos)
+    r.magic = <int32_t>rmq_load_be32(b + pos + 4)
+    if r.magic == -875286124:
+        return 3
+    if r.magic != -626843481 and r.magic != -626843477:
+        return 4
+    if r.total < 91:
+        return 5
+    if r.total > limit - pos:
+        return 6
+    end = pos + r.total
+    r.sys_flag = <int32_t>rmq_load_be32(b + pos + 36)
+    r.bw = 16 if r.sys_flag & 0x10 else 4
+    r.sw = 16 if r.sys_flag & 0x20 else 4
+    p = pos + 48 + r.bw + 4 + 8 + r.sw + 4 + 16
+    if p > end:
+        return 7
+    r.body_len = <int32_t>rmq_load_be32(b + p - 4)
+    r.blen = r.body_len if r.body_len > 0 else 0
+    width = 2 if r.magic == -626843477 else 1
+    if p + r.blen + width > end:
+        r.at = p - 4
+        return 8
+    r.body = p
+    p += r.blen
+    r.topic_len = <int16_t>rmq_load_be16(b + p) if width == 2 else <int8_t>b[p]
+    if r.topic_len < 0:
+        r.at = p
+        return 9
+    p += width
+    if p + r.topic_len + 2 > end:
+        r.at = p - width
+        return 10
+    r.topic = p
+    p += r.topic_len
+    r.props_len = <int16_t>rmq_load_be16(b + p)
+    p += 2
+    r.plen = r.props_len if r.props_len > 0 else 0
+    r.props = p
+    if p + r.plen != end:
+        return 11
+    return 0
+
+
+cdef str _parse_error(int code, const Rec* r, int64_t pos, int64_t limit):
+    if code == 2:
+        return f"record header needs 8 bytes, {limit - pos} left in the file"
+    if code == 3:
+        return "blank end-of-file record, not a message"
+    if code == 4:
+        return f"bad magic code {<uint32_t>r.magic:#010x} (TOTALSIZE {r.total})"
+    if code == 5:
+        return f"TOTALSIZE {r.total} is smaller than the smallest record"
+    if code == 6:
+        return f"TOTALSIZE {r.total} runs past the end of the file ({limit - pos} bytes left)"
+    if code == 7:
+        return f"record of {r.total} bytes is too short for its hosts (sys_flag {r.sys_flag:#x})"
+    if code == 8:
+        return f"BODYLENGTH {r.body_len} runs past the record of {r.total} bytes"
+    if code == 9:
+        return f"negative topic length {r.topic_len}"
+    if code == 10:
+        return f"topic length {r.topic_len} runs past the record"
+    return f"field lengths add up to {r.props + r.plen - pos} bytes but TOTALSIZE is {r.total}"
+
+
 def decode_record(const uint8_t[::1] buf, int64_t pos, int64_t limit):
     """Decode the CommitLog record at ``pos`` (readable end ``limit``).
 
@@ -455,65 +535,203 @@ def decode_record(const uint8_t[::1] buf, int64_t pos, int64_t limit):
     store_port, reconsume_times, prepared_transaction_offset, body, topic,
     properties)``; raises ``ValueError(reason, offset)`` for a record that is not valid.
     """
-    cdef int64_t n = buf.shape[0], p, end, blen
-    cdef int32_t total, magic, sys_flag, body_len, props_len
-    cdef int bw, sw, width, topic_len
+    cdef int64_t n = buf.shape[0]
+    cdef Rec r
+    cdef int code
     if limit < 0 or limit > n:
         raise ValueError(f"limit {limit} outside the buffer of {n} bytes", pos)
     if pos < 0 or limit - pos < 8:
         raise ValueError(f"record header needs 8 bytes, {limit - pos} left in the file", pos)
     cdef const uint8_t* b = &buf[0]
-    total = <int32_t>rmq_load_be32(b + pos)
-    magic = <int32_t>rmq_load_be32(b + pos + 4)
-    if magic == -875286124:
-        raise ValueError("blank end-of-file record, not a message", pos)
-    if magic != -626843481 and magic != -626843477:
-        raise ValueError(f"bad magic code {<uint32_t>magic:#010x} (TOTALSIZE {total})", pos)
-    if total < 91:
-        raise ValueError(f"TOTALSIZE {total} is smaller than the smallest record", pos)
-    if total > limit - pos:
-        raise ValueError(f"TOTALSIZE {total} runs past the end of the file ({limit - pos} bytes left)", pos)
-    end = pos + total
-    sys_flag = <int32_t>rmq_load_be32(b + pos + 36)
-    bw = 16 if sys_flag & 0x10 else 4
-    sw = 16 if sys_flag & 0x20 else 4
-    p = pos + 48 + bw + 4 + 8 + sw + 4 + 16
-    if p > end:
-        raise ValueError(f"record of {total} bytes is too short for its hosts (sys_flag {sys_flag:#x})", pos)
-    body_len = <int32_t>rmq_load_be32(b + p - 4)
-    blen = body_len if body_len > 0 else 0
-    width = 2 if magic == -626843477 else 1
-    if p + blen + width > end:
-        raise ValueError(f"BODYLENGTH {body_len} runs past the record of {total} bytes", p - 4)
-    body = PyBytes_FromStringAndSize(<const char*>b + p, blen)
-    p += blen
-    topic_len = <int16_t>rmq_load_be16(b + p) if width == 2 else <int8_t>b[p]
-    if topic_len < 0:
-        raise ValueError(f"negative topic length {topic_len}", p)
-    p += width
-    if p + topic_len + 2 > end:
-        raise ValueError(f"topic length {topic_len} runs past the record", p - width)
-    topic = PyUnicode_DecodeUTF8(<const char*>b + p, topic_len, "replace")
-    p += topic_len
-    props_len = <int16_t>rmq_load_be16(b + p)
-    p += 2
-    if props_len < 0:
-        props_len = 0
-    if p + props_len != end:
-        raise ValueError(
-            f"field lengths add up to {p + props_len - pos} bytes but TOTALSIZE is {total}", pos)
-    props = _decode_props(b + p, props_len) if props_len else {}
+    code = _parse(b, pos, limit, &r)
+    if code:
+        raise ValueError(_parse_error(code, &r, pos, limit), r.at)
+    body = PyBytes_FromStringAndSize(<const char*>b + r.body, r.blen)
+    topic = PyUnicode_DecodeUTF8(<const char*>b + r.topic, r.topic_len, "replace")
+    props = _decode_props(b + r.props, r.plen) if r.plen else {}
     cdef int64_t h = pos + 48
-    born_ip = PyBytes_FromStringAndSize(<const char*>b + h, bw)
-    born_port = <int32_t>rmq_load_be32(b + h + bw)
-    h += bw + 4
+    born_ip = PyBytes_FromStringAndSize(<const char*>b + h, r.bw)
+    born_port = <int32_t>rmq_load_be32(b + h + r.bw)
+    h += r.bw + 4
     store_ts = <int64_t>rmq_load_be64(b + h)
     h += 8
-    store_ip = PyBytes_FromStringAndSize(<const char*>b + h, sw)
-    store_port = <int32_t>rmq_load_be32(b + h + sw)
-    h += sw + 4
-    return (total, magic, <int32_t>rmq_load_be32(b + pos + 8), <int32_t>rmq_load_be32(b + pos + 12),
+    store_ip = PyBytes_FromStringAndSize(<const char*>b + h, r.sw)
+    store_port = <int32_t>rmq_load_be32(b + h + r.sw)
+    h += r.sw + 4
+    return (r.total, r.magic, <int32_t>rmq_load_be32(b + pos + 8), <int32_t>rmq_load_be32(b + pos + 12),
             <int32_t>rmq_load_be32(b + pos + 16), <int64_t>rmq_load_be64(b + pos + 20),
-            <int64_t>rmq_load_be64(b + pos + 28), sys_flag, <int64_t>rmq_load_be64(b + pos + 40),
+            <int64_t>rmq_load_be64(b + pos + 28), r.sys_flag, <int64_t>rmq_load_be64(b + pos + 40),
             born_ip, born_port, store_ts, store_ip, store_port,
             <int32_t>rmq_load_be32(b + h), <int64_t>rmq_load_be64(b + h + 4), body, topic, props)
+
+
+#: decode_records column names, in order: int32 / int64 fixed fields, then spans
+RECORD_INT_COLUMNS = (
+    ("store_size", "i4"), ("magic_code", "i4"), ("body_crc", "i4"), ("queue_id", "i4"), ("flag", "i4"),
+    ("queue_offset", "i8"), ("commit_log_offset", "i8"), ("sys_flag", "i4"), ("born_timestamp", "i8"),
+    ("born_port", "i4"), ("store_timestamp", "i8"), ("store_port", "i4"), ("reconsume_times", "i4"),
+    ("prepared_transaction_offset", "i8"),
+)
+RECORD_SPAN_COLUMNS = ("body_start", "body_len", "topic_start", "topic_len", "props_start", "props_len")
+
+
+def decode_records(const uint8_t[::1] buf, const int64_t[::1] positions, int64_t limit):
+    """Decode the records at ``positions`` into columns (the batch form of :func:`decode_record`).
+
+    Returns ``(columns, error)``: ``columns`` maps each ``RECORD_INT_COLUMNS``
+    name to an int32/int64 array, ``born_ip``/``store_ip`` to (k, 16) uint8
+    arrays (IPv4 in the first 4 bytes), and each ``RECORD_SPAN_COLUMNS`` name to
+    int64 byte positions/lengths inside ``buf``. ``error`` is None, or
+    ``(index, reason, offset)`` of the first record that is not valid (the rows
+    from it on are left zero), with the reason and offset of ``decode_record``.
+    """
+    cdef Py_ssize_t i, k = positions.shape[0]
+    cdef int64_t n = buf.shape[0], pos, h
+    cdef Rec r
+    cdef int code = 0
+    cdef Py_ssize_t bad = -1
+    if limit < 0 or limit > n:
+        raise ValueError(f"limit {limit} outside the buffer of {n} bytes")
+    cols = {name: np.zeros(k, dtype=dt) for name, dt in RECORD_INT_COLUMNS}
+    for name in RECORD_SPAN_COLUMNS:
+        cols[name] = np.zeros(k, dtype=np.int64)
+    cols["born_ip"] = np.zeros((k, 16), dtype=np.uint8)
+    cols["store_ip"] = np.zeros((k, 16), dtype=np.uint8)
+    cdef int32_t[::1] total = cols["store_size"], magic = cols["magic_code"], crc = cols["body_crc"]
+    cdef int32_t[::1] qid = cols["queue_id"], flag = cols["flag"], sysf = cols["sys_flag"]
+    cdef int32_t[::1] bport = cols["born_port"], sport = cols["store_port"], recon = cols["reconsume_times"]
+    cdef int64_t[::1] qoff = cols["queue_offset"], phys = cols["commit_log_offset"], bts = cols["born_timestamp"]
+    cdef int64_t[::1] sts = cols["store_timestamp"], prep = cols["prepared_transaction_offset"]
+    cdef int64_t[::1] bs = cols["body_start"], bl = cols["body_len"], ts = cols["topic_start"]
+    cdef int64_t[::1] tl = cols["topic_len"], ps = cols["props_start"], pl = cols["props_len"]
+    cdef uint8_t[:, ::1] bip = cols["born_ip"], sip = cols["store_ip"]
+    if k == 0:
+        return cols, None
+    if n == 0:
+        return cols, (0, f"record header needs 8 bytes, {limit - positions[0]} left in the file", positions[0])
+    cdef const uint8_t* b = &buf[0]
+    with nogil:
+        for i in range(k):
+            pos = positions[i]
+            code = _parse(b, pos, limit, &r)
+            if code:
+                bad = i
+                break
+            total[i] = r.total
+            magic[i] = r.magic
+            crc[i] = <int32_t>rmq_load_be32(b + pos + 8)
+            qid[i] = <int32_t>rmq_load_be32(b + pos + 12)
+            flag[i] = <int32_t>rmq_load_be32(b + pos + 16)
+            qoff[i] = <int64_t>rmq_load_be64(b + pos + 20)
+            phys[i] = <int64_t>rmq_load_be64(b + pos + 28)
+            sysf[i] = r.sys_flag
+            bts[i] = <int64_t>rmq_load_be64(b + pos + 40)
+            h = pos + 48
+            memcpy(&bip[i, 0], b + h, r.bw)
+            bport[i] = <int32_t>rmq_load_be32(b + h + r.bw)
+            h += r.bw + 4
+            sts[i] = <int64_t>rmq_load_be64(b + h)
+            h += 8
+            memcpy(&sip[i, 0], b + h, r.sw)
+            sport[i] = <int32_t>rmq_load_be32(b + h + r.sw)
+            h += r.sw + 4
+            recon[i] = <int32_t>rmq_load_be32(b + h)
+            prep[i] = <int64_t>rmq_load_be64(b + h + 4)
+            bs[i] = r.body
+            bl[i] = r.blen
+            ts[i] = r.topic
+            tl[i] = r.topic_len
+            ps[i] = r.props
+            pl[i] = r.plen
+    if bad >= 0:
+        return cols, (bad, _parse_error(code, &r, positions[bad], limit), r.at)
+    return cols, None
+
+
+def _check_spans(buf_len, starts, lengths):
+    if starts.shape[0] != lengths.shape[0]:
+        raise ValueError("starts and lengths differ in length")
+    if starts.shape[0] and (np.min(starts) < 0 or np.min(lengths) < 0 or np.max(starts + lengths) > buf_len):
+        raise ValueError(f"a span lies outside the buffer of {buf_len} bytes")
+
+
+def gather_spans(const uint8_t[::1] buf, const int64_t[::1] starts, const int64_t[::1] lengths):
+    """Concatenate ``buf[starts[i]:starts[i] + lengths[i]]``: ``(offsets int64 (k + 1), data uint8)``.
+
+    The Arrow (large) binary layout of the spans.
+    """
+    cdef Py_ssize_t i, k = starts.shape[0]
+    _check_spans(buf.shape[0], np.asarray(starts), np.asarray(lengths))
+    offsets = np.zeros(k + 1, dtype=np.int64)
+    cdef int64_t[::1] o = offsets
+    for i in range(k):
+        o[i + 1] = o[i] + lengths[i]
+    data = np.empty(o[k], dtype=np.uint8)
+    cdef uint8_t[::1] d = data
+    cdef const uint8_t* b = &buf[0] if buf.shape[0] else NULL
+    with nogil:
+        for i in range(k):
+            if lengths[i]:
+                memcpy(&d[o[i]], b + starts[i], lengths[i])
+    return offsets, data
+
+
+cdef inline bint _span_eq(const uint8_t* b, int64_t s1, int64_t n1, int64_t s2, int64_t n2) noexcept nogil:
+    return n1 == n2 and (n1 == 0 or memcmp(b + s1, b + s2, n1) == 0)
+
+
+def split_properties(const uint8_t[::1] buf, const int64_t[::1] starts, const int64_t[::1] lengths):
+    """Split each record's properties text into map entries, as :func:`gather_properties` parses it.
+
+    Returns ``(map_offsets int64 (k + 1), key_start, key_len, value_start,
+    value_len, tags_entry, keys_entry)``: record ``i`` owns entries
+    ``map_offsets[i]:map_offsets[i + 1]`` in first-seen key order, a repeated key
+    (equal bytes) keeping its first place and its last value, as a dict does;
+    ``tags_entry``/``keys_entry`` give the entry of ``TAGS``/``KEYS`` or -1.
+    """
+    cdef Py_ssize_t i, k = starts.shape[0]
+    cdef int64_t j, e, m, cap = 0, seg, sep, end, p
+    _check_spans(buf.shape[0], np.asarray(starts), np.asarray(lengths))
+    cdef const uint8_t* b = &buf[0] if buf.shape[0] else NULL
+    with nogil:
+        for i in range(k):  # upper bound on entries: one per 0x01
+            for j in range(starts[i], starts[i] + lengths[i]):
+                cap += b[j] == 1
+    map_offsets = np.zeros(k + 1, dtype=np.int64)
+    ks, kl = np.empty(cap, dtype=np.int64), np.empty(cap, dtype=np.int64)
+    vs, vl = np.empty(cap, dtype=np.int64), np.empty(cap, dtype=np.int64)
+    tags_entry = np.full(k, -1, dtype=np.int64)
+    keys_entry = np.full(k, -1, dtype=np.int64)
+    cdef int64_t[::1] mo = map_offsets, a_ks = ks, a_kl = kl, a_vs = vs, a_vl = vl
+    cdef int64_t[::1] te = tags_entry, ke = keys_entry
+    e = 0
+    with nogil:
+        for i in range(k):
+            p = starts[i]
+            end = p + lengths[i]
+            while p < end:
+                seg = p
+                sep = -1
+                while p < end and b[p] != 2:
+                    if sep < 0 and b[p] == 1:
+                        sep = p
+                    p += 1
+                if sep > seg and p > sep + 1:
+                    for m in range(mo[i], e):
+                        if _span_eq(b, a_ks[m], a_kl[m], seg, sep - seg):
+                            break
+                    else:
+                        m = e
+                        e += 1
+                        a_ks[m] = seg
+                        a_kl[m] = sep - seg
+                    a_vs[m] = sep + 1
+                    a_vl[m] = p - sep - 1
+                p += 1
+            mo[i + 1] = e
+            for m in range(mo[i], e):
+                if a_kl[m] == 4 and memcmp(b + a_ks[m], b"TAGS", 4) == 0:
+                    te[i] = m
+                elif a_kl[m] == 4 and memcmp(b + a_ks[m], b"KEYS", 4) == 0:
+                    ke[i] = m
+    return map_offsets, ks[:e], kl[:e], vs[:e], vl[:e], tags_entry, keys_entry

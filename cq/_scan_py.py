@@ -203,16 +203,10 @@ _FIXED = [
 ]
 
 
-def decode_record(buf, pos, limit):
-    """Decode the CommitLog record at ``pos`` (readable end ``limit``), spec §4.2 and §4.6.
-
-    Returns ``(total, magic, body_crc, queue_id, flag, queue_offset, physical_offset,
-    sys_flag, born_timestamp, born_ip, born_port, store_timestamp, store_ip,
-    store_port, reconsume_times, prepared_transaction_offset, body, topic,
-    properties)``; raises ``ValueError(reason, offset)`` for a record that is not valid.
-    """
-    if limit < 0 or limit > len(buf):
-        raise ValueError(f"limit {limit} outside the buffer of {len(buf)} bytes", pos)
+def _parse(buf, pos, limit):
+    """The record layout at ``pos``, validated: ``(head, body_start, body_len, topic_start,
+    topic_len, props_start, props_len)``; ``head`` is the fixed part as ``_FIXED`` unpacks it.
+    Raises ``ValueError(reason, offset)`` for a record that is not valid."""
     if pos < 0 or limit - pos < 8:
         raise ValueError(f"record header needs 8 bytes, {limit - pos} left in the file", pos)
     total, magic = struct.unpack_from(">ii", buf, pos)
@@ -236,7 +230,7 @@ def decode_record(buf, pos, limit):
     width = 2 if magic == fmt.MESSAGE_MAGIC_CODE_V2 else 1
     if p + blen + width > end:
         raise ValueError(f"BODYLENGTH {body_len} runs past the record of {total} bytes", p - 4)
-    body = bytes(buf[p:p + blen])
+    body_start = p
     p += blen
     topic_len = struct.unpack_from(">h" if width == 2 else ">b", buf, p)[0]
     if topic_len < 0:
@@ -244,12 +238,126 @@ def decode_record(buf, pos, limit):
     p += width
     if p + topic_len + 2 > end:
         raise ValueError(f"topic length {topic_len} runs past the record", p - width)
-    topic = bytes(buf[p:p + topic_len]).decode("utf-8", "replace")
+    topic_start = p
     p += topic_len
     (props_len,) = struct.unpack_from(">h", buf, p)
     p += 2
     plen = max(props_len, 0)
     if p + plen != end:
         raise ValueError(f"field lengths add up to {p + plen - pos} bytes but TOTALSIZE is {total}", pos)
-    props = fmt.decode_properties_bytes(bytes(buf[p:p + plen])) if plen else {}
-    return (*head[:7], sys_flag, *head[8:16], body, topic, props)
+    return head, body_start, blen, topic_start, topic_len, p, plen
+
+
+def decode_record(buf, pos, limit):
+    """Decode the CommitLog record at ``pos`` (readable end ``limit``), spec §4.2 and §4.6.
+
+    Returns ``(total, magic, body_crc, queue_id, flag, queue_offset, physical_offset,
+    sys_flag, born_timestamp, born_ip, born_port, store_timestamp, store_ip,
+    store_port, reconsume_times, prepared_transaction_offset, body, topic,
+    properties)``; raises ``ValueError(reason, offset)`` for a record that is not valid.
+    """
+    if limit < 0 or limit > len(buf):
+        raise ValueError(f"limit {limit} outside the buffer of {len(buf)} bytes", pos)
+    head, bs, bl, ts, tl, ps, pl = _parse(buf, pos, limit)
+    body = bytes(buf[bs:bs + bl])
+    topic = bytes(buf[ts:ts + tl]).decode("utf-8", "replace")
+    props = fmt.decode_properties_bytes(bytes(buf[ps:ps + pl])) if pl else {}
+    return (*head[:7], struct.unpack_from(">i", buf, pos + 36)[0], *head[8:16], body, topic, props)
+
+
+#: decode_records column names, in order: int32 / int64 fixed fields, then spans
+RECORD_INT_COLUMNS = (
+    ("store_size", "i4"), ("magic_code", "i4"), ("body_crc", "i4"), ("queue_id", "i4"), ("flag", "i4"),
+    ("queue_offset", "i8"), ("commit_log_offset", "i8"), ("sys_flag", "i4"), ("born_timestamp", "i8"),
+    ("born_port", "i4"), ("store_timestamp", "i8"), ("store_port", "i4"), ("reconsume_times", "i4"),
+    ("prepared_transaction_offset", "i8"),
+)
+RECORD_SPAN_COLUMNS = ("body_start", "body_len", "topic_start", "topic_len", "props_start", "props_len")
+# head fields (as _FIXED unpacks them) of each int column
+_HEAD_INDEX = (0, 1, 2, 3, 4, 5, 6, 7, 8, 10, 11, 13, 14, 15)
+
+
+def decode_records(buf, positions, limit):
+    """Decode the records at ``positions`` into columns (the batch form of :func:`decode_record`).
+
+    Returns ``(columns, error)``: ``columns`` maps each ``RECORD_INT_COLUMNS``
+    name to an int32/int64 array, ``born_ip``/``store_ip`` to (k, 16) uint8
+    arrays (IPv4 in the first 4 bytes), and each ``RECORD_SPAN_COLUMNS`` name to
+    int64 byte positions/lengths inside ``buf``. ``error`` is None, or
+    ``(index, reason, offset)`` of the first record that is not valid (the rows
+    from it on are left zero), with the reason and offset of ``decode_record``.
+    """
+    if limit < 0 or limit > len(buf):
+        raise ValueError(f"limit {limit} outside the buffer of {len(buf)} bytes")
+    k = len(positions)
+    cols = {name: np.zeros(k, dtype=dt) for name, dt in RECORD_INT_COLUMNS}
+    for name in RECORD_SPAN_COLUMNS:
+        cols[name] = np.zeros(k, dtype=np.int64)
+    cols["born_ip"] = np.zeros((k, 16), dtype=np.uint8)
+    cols["store_ip"] = np.zeros((k, 16), dtype=np.uint8)
+    for i, pos in enumerate(positions.tolist()):
+        try:
+            head, *spans = _parse(buf, pos, limit)
+        except ValueError as exc:
+            return cols, (i, exc.args[0], exc.args[1])
+        for (name, _), h in zip(RECORD_INT_COLUMNS, _HEAD_INDEX):
+            cols[name][i] = head[h]
+        cols["sys_flag"][i] = struct.unpack_from(">i", buf, pos + 36)[0]
+        for name, ip in (("born_ip", head[9]), ("store_ip", head[12])):
+            cols[name][i, :len(ip)] = np.frombuffer(ip, np.uint8)
+        for name, v in zip(RECORD_SPAN_COLUMNS, spans):
+            cols[name][i] = v
+    return cols, None
+
+
+def _check_spans(buf_len, starts, lengths):
+    if len(starts) != len(lengths):
+        raise ValueError("starts and lengths differ in length")
+    if len(starts) and (np.min(starts) < 0 or np.min(lengths) < 0 or np.max(starts + lengths) > buf_len):
+        raise ValueError(f"a span lies outside the buffer of {buf_len} bytes")
+
+
+def gather_spans(buf, starts, lengths):
+    """Concatenate ``buf[starts[i]:starts[i] + lengths[i]]``: ``(offsets int64 (k + 1), data uint8)``.
+
+    The Arrow (large) binary layout of the spans.
+    """
+    _check_spans(len(buf), starts, lengths)
+    offsets = np.zeros(len(starts) + 1, dtype=np.int64)
+    np.cumsum(lengths, out=offsets[1:])
+    parts = [bytes(buf[s:s + n]) for s, n in zip(starts.tolist(), lengths.tolist())]
+    return offsets, np.frombuffer(b"".join(parts), dtype=np.uint8).copy()
+
+
+def split_properties(buf, starts, lengths):
+    """Split each record's properties text into map entries, as :func:`gather_properties` parses it.
+
+    Returns ``(map_offsets int64 (k + 1), key_start, key_len, value_start,
+    value_len, tags_entry, keys_entry)``: record ``i`` owns entries
+    ``map_offsets[i]:map_offsets[i + 1]`` in first-seen key order, a repeated key
+    (equal bytes) keeping its first place and its last value, as a dict does;
+    ``tags_entry``/``keys_entry`` give the entry of ``TAGS``/``KEYS`` or -1.
+    """
+    _check_spans(len(buf), starts, lengths)
+    k = len(starts)
+    map_offsets = np.zeros(k + 1, dtype=np.int64)
+    entries = []  # (key_start, key_len, value_start, value_len)
+    tags_entry = np.full(k, -1, dtype=np.int64)
+    keys_entry = np.full(k, -1, dtype=np.int64)
+    for i, (start, length) in enumerate(zip(starts.tolist(), lengths.tolist())):
+        text = bytes(buf[start:start + length])
+        seen: dict[bytes, int] = {}
+        at = start
+        for seg in text.split(b"\x02"):
+            key, sep, value = seg.partition(b"\x01")
+            if sep and key and value:
+                if key not in seen:
+                    seen[key] = len(entries)
+                    entries.append([at, len(key), 0, 0])
+                entries[seen[key]][2:] = [at + len(key) + 1, len(value)]
+            at += len(seg) + 1
+        map_offsets[i + 1] = len(entries)
+        tags_entry[i] = seen.get(b"TAGS", -1)
+        keys_entry[i] = seen.get(b"KEYS", -1)
+    e = np.array(entries, dtype=np.int64).reshape(-1, 4)
+    return (map_offsets, e[:, 0].copy(), e[:, 1].copy(), e[:, 2].copy(), e[:, 3].copy(), tags_entry, keys_entry)
