@@ -4,6 +4,11 @@ Imported only inside ``RocketMQReader.read``, so the driver never loads it and
 a Python worker loads it once. Everything the broker decides (ext address
 resolution, the two filter layers, record decoding) is done by :mod:`cq`; this
 module only moves its results into Arrow columns.
+
+The slice is read in batches: ext units by ``ConsumeQueueExt.read_batch`` and
+records by ``CommitLog.read_batch``, whose column arrays become Arrow buffers
+directly, so no Python object is built per row except for the group filter's
+layer 1 (which tests one ext unit at a time, as the broker does).
 """
 from __future__ import annotations
 
@@ -30,25 +35,24 @@ def _store(path: str) -> cq.Store:
 def _resolve_ext(store, topic: str, queue_id: int, slots: np.ndarray):
     """Tag codes as the broker sees them, plus ext columns, for the ConsumeQueue ``slots``.
 
-    Returns ``(tags_code, tags_known, ext_address, ext_units)``: ``tags_known`` is
+    Returns ``(tags_code, tags_known, is_ext, ext_batch)``: ``tags_known`` is
     False where the slot is an ext address whose unit cannot be read (the
-    broker then has no tag code), ``ext_units`` holds the ``CqExtUnit`` or None.
+    broker then has no tag code); ``ext_batch`` is the ``cq.ext.ExtBatch`` of
+    ``slots`` (None when the queue has no ext unit to read).
     """
-    n = len(slots)
     is_ext = slots <= cq.format.MAX_ADDR
     tags_code = slots.copy()
-    known = np.ones(n, dtype=np.bool_)
-    units: list = [None] * n
+    known = np.ones(len(slots), dtype=np.bool_)
+    batch = None
     if is_ext.any():
         ext = store.ext(topic, queue_id)
-        for i in np.flatnonzero(is_ext):
-            unit = ext.get(int(slots[i])) if ext is not None else None
-            units[i] = unit
-            if unit is None:
-                known[i] = False
-            else:
-                tags_code[i] = unit.tags_code
-    return tags_code, known, is_ext, units
+        if ext is not None:
+            batch = ext.read_batch(slots)  # non-ext slots come back not found, as get() gives None
+            tags_code[batch.found] = batch.tags_code[batch.found]
+            known = ~is_ext | batch.found
+        else:
+            known = ~is_ext
+    return tags_code, known, is_ext, batch
 
 
 def _in_commit_log(log, offsets: np.ndarray, sizes: np.ndarray) -> np.ndarray:
@@ -81,7 +85,7 @@ class _GroupFilter:
         self.store = store
         self.filter = store.make_filter(topic, options.group, sql=options.sql, tags=options.tags)
 
-    def decide(self, units, tags_code, known, ext_units, candidates) -> Decisions:
+    def decide(self, units, tags_code, known, ext_batch, candidates) -> Decisions:
         """Layer 1 on every candidate unit; layer 2 only where layer 1 passed, as the broker does.
 
         Layer 2 needs only the records' properties, gathered in one batch call.
@@ -90,7 +94,8 @@ class _GroupFilter:
         d = Decisions(len(units))
         codes = tags_code.tolist()
         for i in np.flatnonzero(candidates).tolist():
-            d.consume_queue[i] = f.is_matched_by_consume_queue(codes[i] if known[i] else None, ext_units[i])
+            unit = ext_batch.unit(i) if ext_batch is not None else None
+            d.consume_queue[i] = f.is_matched_by_consume_queue(codes[i] if known[i] else None, unit)
         log = self.store.commit_log
         offsets = units["commit_log_offset"]
         rows = np.flatnonzero(d.consume_queue & _in_commit_log(log, offsets, units["size"]))
@@ -136,7 +141,7 @@ def read_slice(options, spark_schema, part, tags_code_sets: Iterable[frozenset[i
     messages = options.table == "messages"
     units = store.consume_queue(topic, queue_id).read(part.start, part.end - part.start)
     queue_offsets = np.arange(part.start, part.start + len(units), dtype=np.int64)
-    tags_code, known, is_ext, ext_units = _resolve_ext(store, topic, queue_id, units["tags_code"])
+    tags_code, known, is_ext, ext_batch = _resolve_ext(store, topic, queue_id, units["tags_code"])
 
     keep = np.ones(len(units), dtype=np.bool_)
     for codes in tags_code_sets:
@@ -144,7 +149,7 @@ def read_slice(options, spark_schema, part, tags_code_sets: Iterable[frozenset[i
 
     decisions = None
     if options.group is not None:
-        decisions = _GroupFilter(store, options, topic).decide(units, tags_code, known, ext_units, keep)
+        decisions = _GroupFilter(store, options, topic).decide(units, tags_code, known, ext_batch, keep)
         if not options.decisions:
             keep &= decisions.delivered
     if messages and decisions is None:
@@ -155,16 +160,14 @@ def read_slice(options, spark_schema, part, tags_code_sets: Iterable[frozenset[i
         return
 
     n = len(rows)
-    ext_rows = [ext_units[i] for i in rows.tolist()]
     columns: dict[str, pa.Array] = {
-        "topic": pa.array([topic] * n, pa.string()),
+        "topic": pa.repeat(pa.scalar(topic, pa.string()), n),
         "queue_id": pa.array(np.full(n, queue_id, dtype=np.int32)),
         "queue_offset": pa.array(queue_offsets[rows]),
         "commit_log_offset": pa.array(units["commit_log_offset"][rows]),
         "store_size": pa.array(units["size"][rows].astype(np.int32)),
         "tags_code": pa.array(tags_code[rows], mask=~known[rows]),
-        "msg_store_time": pa.array([u.msg_store_time if u is not None else None for u in ext_rows], pa.int64()),
-        "filter_bitmap": pa.array([u.filter_bitmap if u is not None else None for u in ext_rows], pa.binary()),
+        **_ext_columns(ext_batch, rows),
     }
     if messages:
         # With decisions=true the broker reads only the records layer 1 let through.
@@ -178,6 +181,54 @@ def read_slice(options, spark_schema, part, tags_code_sets: Iterable[frozenset[i
         columns["matched_by_commit_log"] = pa.array(decisions.commit_log[rows], mask=~reached)
         columns["delivered"] = pa.array(decisions.delivered[rows])
     yield from _batches(columns, schema)
+
+
+def _ext_columns(batch, rows: np.ndarray) -> dict[str, pa.Array]:
+    """``msg_store_time`` and ``filter_bitmap`` of the units ``rows``: NULL without an ext unit
+    (and the bitmap NULL where the unit has none)."""
+    n = len(rows)
+    if batch is None:
+        return {"msg_store_time": pa.nulls(n, pa.int64()), "filter_bitmap": pa.nulls(n, pa.binary())}
+    found = batch.found[rows]
+    bms = np.maximum(batch.bit_map_size[rows].astype(np.int64), 0)
+    has = found & (bms >= 1)
+    lengths = np.where(has, bms, 0)
+    offsets = np.zeros(n + 1, dtype=np.int32)
+    np.cumsum(lengths, out=offsets[1:])
+    bitmaps = batch.bitmaps[rows]
+    data = bitmaps[np.arange(bitmaps.shape[1])[None, :] < lengths[:, None]]  # row-major: rows in order
+    return {
+        "msg_store_time": pa.array(batch.msg_store_time[rows], mask=~found),
+        "filter_bitmap": pa.Array.from_buffers(
+            pa.binary(), n, [_validity(has), pa.py_buffer(offsets), pa.py_buffer(np.ascontiguousarray(data))],
+            null_count=n - int(has.sum())),
+    }
+
+
+def _validity(valid: np.ndarray | None) -> pa.Buffer | None:
+    """Arrow validity bitmap of a bool mask (None when every value is present)."""
+    if valid is None or valid.all():
+        return None
+    return pa.array(valid, pa.bool_()).buffers()[1]
+
+
+def _spans_array(spans, arrow_type: pa.DataType) -> pa.Array:
+    """A ``cq.commitlog.Spans`` as an Arrow binary or string array (UTF-8 checked).
+
+    Stored text that is not valid UTF-8 is decoded with replacement characters,
+    as ``read_message`` decodes it.
+    """
+    n = len(spans.offsets) - 1
+    valid = spans.valid
+    arr = pa.Array.from_buffers(
+        pa.large_binary(), n, [_validity(valid), pa.py_buffer(spans.offsets), pa.py_buffer(spans.data)],
+        null_count=0 if valid is None else n - int(valid.sum()))
+    if arrow_type == pa.binary():
+        return arr.cast(pa.binary())
+    try:
+        return arr.cast(arrow_type)
+    except pa.ArrowInvalid:  # malformed UTF-8: Python's replacement, row by row, for this column only
+        return pa.array([None if v is None else v.decode("utf-8", "replace") for v in arr.to_pylist()], arrow_type)
 
 
 _MESSAGE_COLUMNS = {
@@ -196,28 +247,54 @@ _MESSAGE_COLUMNS = {
 
 def _message_columns(store, offsets: np.ndarray, read: np.ndarray | None) -> dict[str, pa.Array]:
     """CommitLog columns of the records at ``offsets``; rows where ``read`` is False stay NULL."""
-    read_message = store.commit_log.read_message
-    if read is None:
-        msgs = [read_message(o) for o in offsets.tolist()]
+    log = store.commit_log
+    wanted = offsets if read is None else offsets[read]
+    cols = log.read_batch(wanted)
+    ints = cols.ints
+    props = _properties(cols)
+    if props is None:  # property text that is not valid UTF-8: decode as read_message does
+        props, tags, keys = _properties_per_record(log, wanted)
     else:
-        msgs = [read_message(o) if r else None for o, r in zip(offsets.tolist(), read.tolist())]
-    present = [m for m in msgs if m is not None]
-
-    def column(name: str, values: list) -> pa.Array:
-        if len(present) != len(msgs):  # put the NULLs back where no record was read
-            it = iter(values)
-            values = [next(it) if m is not None else None for m in msgs]
-        return pa.array(values, _MESSAGE_COLUMNS[name])
-
-    return {
-        "tags": column("tags", [m.tags for m in present]),
-        "keys": column("keys", [m.keys for m in present]),
-        "properties": column("properties", [list(m.properties.items()) for m in present]),
-        "body": column("body", [m.body for m in present]),
-        "born_timestamp": column("born_timestamp", [m.born_timestamp for m in present]),
-        "born_host": column("born_host", [m.born_host for m in present]),
-        "store_timestamp": column("store_timestamp", [m.store_timestamp for m in present]),
-        "store_host": column("store_host", [m.store_host for m in present]),
-        "sys_flag": column("sys_flag", [m.sys_flag for m in present]),
-        "reconsume_times": column("reconsume_times", [m.reconsume_times for m in present]),
+        tags = _spans_array(cols.tags, pa.string())
+        keys = _spans_array(cols.keys, pa.string())
+    out = {
+        "tags": tags,
+        "keys": keys,
+        "properties": props,
+        "body": _spans_array(cols.body, pa.binary()),
+        "born_timestamp": pa.array(ints["born_timestamp"]),
+        "born_host": pa.array(cols.born_host, pa.string()),
+        "store_timestamp": pa.array(ints["store_timestamp"]),
+        "store_host": pa.array(cols.store_host, pa.string()),
+        "sys_flag": pa.array(ints["sys_flag"]),
+        "reconsume_times": pa.array(ints["reconsume_times"]),
     }
+    if read is not None and not read.all():  # put the NULLs back where no record was read
+        take = pa.array(np.cumsum(read) - 1, mask=~read)
+        out = {name: arr.take(take) for name, arr in out.items()}
+    return {name: arr.cast(_MESSAGE_COLUMNS[name]) if arr.type != _MESSAGE_COLUMNS[name] else arr
+            for name, arr in out.items()}
+
+
+def _properties(cols) -> pa.Array | None:
+    """The properties as an Arrow map, or None when a key or value is not valid UTF-8."""
+    try:
+        keys = _spans_array_strict(cols.property_keys)
+        values = _spans_array_strict(cols.property_values)
+    except pa.ArrowInvalid:
+        return None
+    return pa.MapArray.from_arrays(pa.array(cols.map_offsets.astype(np.int32)), keys, values)
+
+
+def _spans_array_strict(spans) -> pa.Array:
+    n = len(spans.offsets) - 1
+    arr = pa.Array.from_buffers(pa.large_binary(), n, [None, pa.py_buffer(spans.offsets), pa.py_buffer(spans.data)])
+    return arr.cast(pa.string())
+
+
+def _properties_per_record(log, offsets: np.ndarray):
+    """``(properties, tags, keys)`` columns from per-record dicts (the kernel's UTF-8 replacement)."""
+    dicts = log.gather_properties(offsets)
+    return (pa.array([list(d.items()) for d in dicts], _MESSAGE_COLUMNS["properties"]),
+            pa.array([d.get(TAGS) for d in dicts], pa.string()),
+            pa.array([d.get("KEYS") for d in dicts], pa.string()))
