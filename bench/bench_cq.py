@@ -7,7 +7,10 @@
 - ``cq.check_bitmaps``: the SQL92 Bloom test of 10 M ext units (340 MB) vs
   numpy's vectorised byte-and-mask test over the same units;
 - properties gathering (``CommitLog.gather_properties``'s kernel) vs the
-  pure-Python decoder (the twin) and vs a plain ``struct`` + ``str.split`` decoder.
+  pure-Python decoder (the twin) and vs a plain ``struct`` + ``str.split`` decoder;
+- the data source's batch reads: ``CommitLog.read_batch`` (records to columns) vs
+  ``read_message`` per record and the twin; ``ConsumeQueueExt.read_batch`` vs ``get``
+  per address.
 
 Run: ``make bench`` or ``.venv/bin/python -m pytest bench/bench_cq.py``.
 """
@@ -264,3 +267,82 @@ def test_consume_sql_naive_python(benchmark, sample_store):
 
     got = benchmark.pedantic(naive, rounds=1)
     assert got == _consume(store, group)
+
+
+# ---------------------------------------------------------- batch reads (the data source's path)
+N_BATCH_EXT = 200_000
+
+
+@pytest.fixture(scope="module")
+def commit_log_dir(tmp_path_factory, log_buffer):
+    buf, positions = log_buffer
+    d = tmp_path_factory.mktemp("commitlog")
+    (d / fmt.file_name(0)).write_bytes(buf.tobytes() + bytes(1 << 20))
+    log = cq.CommitLog(d)
+    yield log, positions
+    log.close()
+
+
+def test_read_batch_records_ours(benchmark, commit_log_dir):
+    log, positions = commit_log_dir
+    benchmark.group = "CommitLog records to columns, 100k records"
+    benchmark.extra_info.update(items=len(positions), role="ours")
+    cols = benchmark(log.read_batch, positions)
+    m = log.read_message(int(positions[-1]))
+    assert cols.body.value(len(positions) - 1) == m.body and cols.properties(len(positions) - 1) == m.properties
+
+
+def test_read_batch_records_python_twin(benchmark, commit_log_dir):
+    log, positions = commit_log_dir
+    buf = np.frombuffer(log.buffer(0), np.uint8)
+    benchmark.group = "CommitLog records to columns, 100k records"
+    benchmark.extra_info.update(items=len(positions), role="alternative")
+    benchmark.extra_info["series"] = "twin decode_records + split_properties"
+
+    def twin():
+        cols, _ = _scan_py.decode_records(buf, positions, len(buf))
+        return _scan_py.split_properties(buf, cols["props_start"], cols["props_len"])
+
+    benchmark.pedantic(twin, rounds=2)
+
+
+def test_read_message_per_record(benchmark, commit_log_dir):
+    log, positions = commit_log_dir
+    benchmark.group = "CommitLog records to columns, 100k records"
+    benchmark.extra_info.update(items=len(positions), role="alternative")
+    pos = positions.tolist()
+    benchmark.pedantic(lambda: [log.read_message(p) for p in pos], rounds=3)
+
+
+@pytest.fixture(scope="module")
+def ext_dir(tmp_path_factory):
+    rng = np.random.default_rng(8)
+    dt = np.dtype([("head", fmt.EXT_UNIT_HEADER_DTYPE), ("bitmap", "u1", (14,))])
+    units = np.zeros(N_BATCH_EXT, dtype=dt)
+    units["head"]["size"] = 34
+    units["head"]["tags_code"] = rng.integers(-(1 << 31), 1 << 31, N_BATCH_EXT)
+    units["head"]["msg_store_time"] = 1_700_000_000_000 + np.arange(N_BATCH_EXT)
+    units["head"]["bit_map_size"] = 14
+    units["bitmap"] = rng.integers(0, 256, size=(N_BATCH_EXT, 14), dtype=np.uint8)
+    d = tmp_path_factory.mktemp("extdir")
+    units.tofile(d / fmt.file_name(0))
+    ext = cq.ConsumeQueueExt(d)
+    addresses = np.array([fmt.decorate(i * 34) for i in range(N_BATCH_EXT)], dtype=np.int64)
+    yield ext, addresses
+    ext.close()
+
+
+def test_ext_read_batch_ours(benchmark, ext_dir):
+    ext, addresses = ext_dir
+    benchmark.group = f"ext units with bitmaps, {N_BATCH_EXT // 1000}k addresses"
+    benchmark.extra_info.update(items=len(addresses), role="ours")
+    b = benchmark(ext.read_batch, addresses)
+    assert b.unit(N_BATCH_EXT - 1) == ext.get(int(addresses[-1]))
+
+
+def test_ext_get_per_address(benchmark, ext_dir):
+    ext, addresses = ext_dir
+    benchmark.group = f"ext units with bitmaps, {N_BATCH_EXT // 1000}k addresses"
+    benchmark.extra_info.update(items=len(addresses), role="alternative")
+    addr = addresses.tolist()
+    benchmark.pedantic(lambda: [ext.get(a) for a in addr], rounds=3)
