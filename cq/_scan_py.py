@@ -313,7 +313,9 @@ def decode_records(buf, positions, limit):
 def _check_spans(buf_len, starts, lengths):
     if len(starts) != len(lengths):
         raise ValueError("starts and lengths differ in length")
-    if len(starts) and (np.min(starts) < 0 or np.min(lengths) < 0 or np.max(starts + lengths) > buf_len):
+    # lengths are compared with the room left after each start (a sum could overflow int64)
+    if len(starts) and (np.min(starts) < 0 or np.min(lengths) < 0 or np.max(starts) > buf_len
+                        or (np.asarray(lengths) > buf_len - np.asarray(starts)).any()):
         raise ValueError(f"a span lies outside the buffer of {buf_len} bytes")
 
 

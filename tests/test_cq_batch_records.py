@@ -167,3 +167,35 @@ def test_misaligned_offsets_and_store_copy(tmp_path):
     offs = _golden_offsets(store)
     for probe in (offs[5] + 1, offs[5] + 4, store.commit_log.max_offset, -1):
         _assert_same(store.commit_log, [offs[0], probe, offs[1]])
+
+
+@pytest.mark.parametrize("engine", ["compiled", "twin"])
+def test_span_kernels_reject_spans_outside_the_buffer(engine):
+    from cq import _scan_py
+    from cq.scan import _scan
+
+    kernels = _scan if engine == "compiled" else _scan_py
+    buf = np.zeros(100, dtype=np.uint8)
+    big = np.array([1 << 62], dtype=np.int64)
+    for starts, lengths in ((big, big), (np.array([90]), np.array([11])), (np.array([-1]), np.array([1])),
+                            (np.array([0]), np.array([-1])), (np.array([0, 1]), np.array([1]))):
+        starts, lengths = starts.astype(np.int64), lengths.astype(np.int64)
+        for kernel in (kernels.gather_spans, kernels.split_properties):
+            with pytest.raises(ValueError):
+                kernel(buf, starts, lengths)
+    offsets, data = kernels.gather_spans(buf, np.array([90], dtype=np.int64), np.array([10], dtype=np.int64))
+    assert offsets.tolist() == [0, 10] and len(data) == 10
+
+
+@pytest.mark.parametrize("engine", ["compiled", "twin"])
+def test_decode_records_rejects_positions_anywhere(engine):
+    from cq import _scan_py
+    from cq.scan import _scan
+
+    kernels = _scan if engine == "compiled" else _scan_py
+    buf = np.zeros(200, dtype=np.uint8)
+    for pos in (-1, 195, 1 << 62, -(1 << 62)):
+        cols, err = kernels.decode_records(buf, np.array([pos], dtype=np.int64), len(buf))
+        assert err is not None and err[0] == 0
+    with pytest.raises(ValueError):
+        kernels.decode_records(buf, np.array([0], dtype=np.int64), 201)
