@@ -195,7 +195,7 @@ def test_decode_records_rejects_positions_anywhere(engine):
     kernels = _scan if engine == "compiled" else _scan_py
     buf = np.zeros(200, dtype=np.uint8)
     for pos in (-1, 195, 1 << 62, -(1 << 62)):
-        cols, err = kernels.decode_records(buf, np.array([pos], dtype=np.int64), len(buf))
+        _, err = kernels.decode_records(buf, np.array([pos], dtype=np.int64), len(buf))
         assert err is not None and err[0] == 0
     with pytest.raises(ValueError):
         kernels.decode_records(buf, np.array([0], dtype=np.int64), 201)
