@@ -302,52 +302,91 @@ def ext_bloom_check(const uint8_t[::1] buf, const int64_t[::1] positions, int64_
     return out
 
 
+cdef struct Rec:
+    int32_t total, magic, sys_flag, body_len, topic_len, props_len
+    int64_t blen, plen, body, topic, props, at
+    int bw, sw
+
+
+cdef int _parse(const uint8_t* b, int64_t pos, int64_t limit, Rec* r) noexcept nogil:
+    # The record layout at ``pos`` with the broker's validation (spec §4.2, §4.6).
+    # 0 = valid; otherwise an error code for _parse_error, r.at the offset to name.
+    cdef int64_t p, end
+    cdef int width
+    r.at = pos
+    if pos < 0 or limit - pos < 8:
+        return 2
+    r.total = <int32_t>rmq_load_be32(b + pos)
+    r.magic = <int32_t>rmq_load_be32(b + pos + 4)
+    if r.magic == -875286124:
+        return 3
+    if r.magic != -626843481 and r.magic != -626843477:
+        return 4
+    if r.total < 91:
+        return 5
+    if r.total > limit - pos:
+        return 6
+    end = pos + r.total
+    r.sys_flag = <int32_t>rmq_load_be32(b + pos + 36)
+    r.bw = 16 if r.sys_flag & 0x10 else 4
+    r.sw = 16 if r.sys_flag & 0x20 else 4
+    p = pos + 48 + r.bw + 4 + 8 + r.sw + 4 + 16
+    if p > end:
+        return 7
+    r.body_len = <int32_t>rmq_load_be32(b + p - 4)
+    r.blen = r.body_len if r.body_len > 0 else 0
+    width = 2 if r.magic == -626843477 else 1
+    if p + r.blen + width > end:
+        r.at = p - 4
+        return 8
+    r.body = p
+    p += r.blen
+    r.topic_len = <int16_t>rmq_load_be16(b + p) if width == 2 else <int8_t>b[p]
+    if r.topic_len < 0:
+        r.at = p
+        return 9
+    p += width
+    if p + r.topic_len + 2 > end:
+        r.at = p - width
+        return 10
+    r.topic = p
+    p += r.topic_len
+    r.props_len = <int16_t>rmq_load_be16(b + p)
+    p += 2
+    r.plen = r.props_len if r.props_len > 0 else 0
+    r.props = p
+    if p + r.plen != end:
+        return 11
+    return 0
+
+
 cdef int _span(const uint8_t* base, int64_t pos, int64_t limit, int64_t* start, int64_t* length,
                const char** why) noexcept nogil:
-    cdef int32_t total, magic, sys_flag, body_len, props_len
-    cdef int64_t p, end
-    cdef int topic_len, width
-    if pos < 0 or limit - pos < 8:
+    # The properties text of the record at ``pos``, validated by _parse (the same
+    # checks as decode_record); ``why`` gets a short reason for an invalid record.
+    cdef Rec r
+    cdef int code = _parse(base, pos, limit, &r)
+    if code == 0:
+        start[0] = r.props
+        length[0] = r.plen
+        return 0
+    if code == 2:
         why[0] = "record header runs past the end of the file"
-        return -1
-    total = <int32_t>rmq_load_be32(base + pos)
-    magic = <int32_t>rmq_load_be32(base + pos + 4)
-    if magic != -626843481 and magic != -626843477:
+    elif code == 3 or code == 4:
         why[0] = "bad magic code"
-        return -1
-    if total < 91 or total > limit - pos:
+    elif code == 5 or code == 6:
         why[0] = "TOTALSIZE does not fit the bytes left in the file"
-        return -1
-    end = pos + total
-    sys_flag = <int32_t>rmq_load_be32(base + pos + 36)
-    p = pos + 48 + (20 if sys_flag & 0x10 else 8) + 8 + (20 if sys_flag & 0x20 else 8) + 12
-    if p + 4 > end:
+    elif code == 7:
         why[0] = "record too short for its hosts"
-        return -1
-    body_len = <int32_t>rmq_load_be32(base + p)
-    p += 4 + (body_len if body_len > 0 else 0)
-    width = 2 if magic == -626843477 else 1
-    if p + width > end:
+    elif code == 8:
         why[0] = "BODYLENGTH runs past the record"
-        return -1
-    topic_len = <int16_t>rmq_load_be16(base + p) if width == 2 else <int8_t>base[p]
-    if topic_len < 0:
+    elif code == 9:
         why[0] = "negative topic length"
-        return -1
-    p += width + topic_len
-    if p + 2 > end:
+    elif code == 10:
         why[0] = "topic length runs past the record"
-        return -1
-    props_len = <int16_t>rmq_load_be16(base + p)
-    p += 2
-    if props_len < 0:
-        props_len = 0
-    if p + props_len != end:
+    else:
         why[0] = "field lengths do not add up to TOTALSIZE"
-        return -1
-    start[0] = p
-    length[0] = props_len
-    return 0
+    return -1
 
 
 def record_properties_span(const uint8_t[::1] buf, int64_t pos, int64_t limit):
@@ -445,64 +484,6 @@ def decode_properties_at(const uint8_t[::1] buf, int64_t start, int64_t length):
     if length == 0:
         return {}
     return _decode_props(&buf[start], length)
-
-
-cdef struct Rec:
-    int32_t total, magic, sys_flag, body_len, topic_len, props_len
-    int64_t blen, plen, body, topic, props, at
-    int bw, sw
-
-
-cdef int _parse(const uint8_t* b, int64_t pos, int64_t limit, Rec* r) noexcept nogil:
-    # The record layout at ``pos`` with the broker's validation (spec §4.2, §4.6).
-    # 0 = valid; otherwise an error code for _parse_error, r.at the offset to name.
-    cdef int64_t p, end
-    cdef int width
-    r.at = pos
-    if pos < 0 or limit - pos < 8:
-        return 2
-    r.total = <int32_t>rmq_load_be32(b + pos)
-    r.magic = <int32_t>rmq_load_be32(b + pos + 4)
-    if r.magic == -875286124:
-        return 3
-    if r.magic != -626843481 and r.magic != -626843477:
-        return 4
-    if r.total < 91:
-        return 5
-    if r.total > limit - pos:
-        return 6
-    end = pos + r.total
-    r.sys_flag = <int32_t>rmq_load_be32(b + pos + 36)
-    r.bw = 16 if r.sys_flag & 0x10 else 4
-    r.sw = 16 if r.sys_flag & 0x20 else 4
-    p = pos + 48 + r.bw + 4 + 8 + r.sw + 4 + 16
-    if p > end:
-        return 7
-    r.body_len = <int32_t>rmq_load_be32(b + p - 4)
-    r.blen = r.body_len if r.body_len > 0 else 0
-    width = 2 if r.magic == -626843477 else 1
-    if p + r.blen + width > end:
-        r.at = p - 4
-        return 8
-    r.body = p
-    p += r.blen
-    r.topic_len = <int16_t>rmq_load_be16(b + p) if width == 2 else <int8_t>b[p]
-    if r.topic_len < 0:
-        r.at = p
-        return 9
-    p += width
-    if p + r.topic_len + 2 > end:
-        r.at = p - width
-        return 10
-    r.topic = p
-    p += r.topic_len
-    r.props_len = <int16_t>rmq_load_be16(b + p)
-    p += 2
-    r.plen = r.props_len if r.props_len > 0 else 0
-    r.props = p
-    if p + r.plen != end:
-        return 11
-    return 0
 
 
 cdef str _parse_error(int code, const Rec* r, int64_t pos, int64_t limit):
