@@ -199,3 +199,27 @@ def test_decode_records_rejects_positions_anywhere(engine):
         assert err is not None and err[0] == 0
     with pytest.raises(ValueError):
         kernels.decode_records(buf, np.array([0], dtype=np.int64), 201)
+
+
+@pytest.mark.parametrize("engine", ["compiled", "twin"])
+def test_split_properties_equals_the_dict_parse_on_random_text(engine):
+    from cq import _scan_py
+    from cq.scan import _scan
+
+    kernels = _scan if engine == "compiled" else _scan_py
+    rng = np.random.default_rng(11)
+    alphabet = np.frombuffer(b"\x01\x02\x01\x02abTAGSKEY", dtype=np.uint8)
+    texts = [alphabet[rng.integers(0, len(alphabet), int(rng.integers(0, 40)))].tobytes() for _ in range(2000)]
+    texts += [b"TAGS\x01a\x02KEYS\x01b\x02TAGS\x01c", b"\x02\x02", b"\x01\x01\x01", b"k\x01\x01v\x02"]
+    buf = np.frombuffer(b"".join(texts), dtype=np.uint8)
+    lengths = np.array([len(t) for t in texts], dtype=np.int64)
+    starts = np.concatenate([[0], np.cumsum(lengths)[:-1]]).astype(np.int64)
+    mo, ks, kl, vs, vl, te, ke = kernels.split_properties(buf, starts, lengths)
+    raw = buf.tobytes()
+    for i, t in enumerate(texts):
+        entries = range(int(mo[i]), int(mo[i + 1]))
+        got = [(raw[ks[e]:ks[e] + kl[e]].decode(), raw[vs[e]:vs[e] + vl[e]].decode()) for e in entries]
+        expected = fmt.decode_properties_bytes(t)
+        assert got == list(expected.items()), t
+        assert (raw[vs[te[i]]:vs[te[i]] + vl[te[i]]].decode() if te[i] >= 0 else None) == expected.get("TAGS")
+        assert (raw[vs[ke[i]]:vs[ke[i]] + vl[ke[i]]].decode() if ke[i] >= 0 else None) == expected.get("KEYS")
