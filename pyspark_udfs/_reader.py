@@ -92,10 +92,9 @@ class _GroupFilter:
         """
         f = self.filter
         d = Decisions(len(units))
-        codes = tags_code.tolist()
-        for i in np.flatnonzero(candidates).tolist():
-            unit = ext_batch.unit(i) if ext_batch is not None else None
-            d.consume_queue[i] = f.is_matched_by_consume_queue(codes[i] if known[i] else None, unit)
+        layer1 = self.layer1(tags_code, known, ext_batch, candidates)
+        d.consume_queue[:] = layer1 if layer1 is not None else self.layer1_per_unit(
+            tags_code, known, ext_batch, candidates)
         log = self.store.commit_log
         offsets = units["commit_log_offset"]
         rows = np.flatnonzero(d.consume_queue & _in_commit_log(log, offsets, units["size"]))
@@ -111,6 +110,48 @@ class _GroupFilter:
         d.commit_log[rows] = layer2
         d.delivered[rows] = layer2 & client
         return d
+
+
+    def layer1_per_unit(self, tags_code, known, ext_batch, candidates) -> np.ndarray:
+        """Layer 1 unit by unit through the filter's ``is_matched_by_consume_queue``."""
+        f = self.filter
+        out = np.zeros(len(candidates), dtype=np.bool_)
+        codes = tags_code.tolist()
+        for i in np.flatnonzero(candidates).tolist():
+            unit = ext_batch.unit(i) if ext_batch is not None else None
+            out[i] = f.is_matched_by_consume_queue(codes[i] if known[i] else None, unit)
+        return out
+
+    def layer1(self, tags_code, known, ext_batch, candidates) -> np.ndarray | None:
+        """Layer 1 over the whole slice in array operations, for the filters ``make_filter`` builds.
+
+        The same rules as ``TagFilter`` / ``SqlFilter.is_matched_by_consume_queue``
+        (spec §5.3, §6.5); None for any other filter class (then unit by unit).
+        """
+        f = self.filter
+        if type(f) is cq.TagFilter:
+            sub = f.subscription
+            if sub is None or f.class_filter_mode or sub.sub_string == "*":
+                return candidates.copy()
+            low = tags_code.astype(np.uint32).astype(np.int32).astype(np.int64)  # the broker's (int) tagsCode
+            codes = np.fromiter(f.codes, dtype=np.int64, count=len(f.codes))
+            return candidates & (~known | np.isin(low, codes))
+        if type(f) is not cq.SqlFilter:
+            return None
+        if f.class_filter_mode or f.bloom_data is None or ext_batch is None or not f.bloom_data_valid:
+            return candidates.copy()
+        bit_num = int(f.bloom_data.bit_num)
+        positions = np.asarray(list(f.bloom_data.bit_pos), dtype=np.int64)
+        if not ((positions >= 0) & (positions < bit_num)).all():  # isHit throws; the broker matches
+            return candidates.copy()
+        b = ext_batch
+        tested = (b.found & (b.msg_store_time > f.born_time) & (b.bit_map_size >= 1)
+                  & (b.bit_map_size.astype(np.int64) * 8 == bit_num))
+        hit = np.ones(len(candidates), dtype=np.bool_)
+        if tested.any():  # tested rows hold bit_num // 8 bitmap bytes, so every position is inside
+            for p in positions.tolist():
+                hit &= (b.bitmaps[:, p >> 3] & (1 << (p & 7))) != 0
+        return candidates & (~tested | hit)
 
 
 def _batches(columns: dict[str, pa.Array], schema: pa.Schema) -> Iterator[pa.RecordBatch]:

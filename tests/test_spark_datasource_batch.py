@@ -147,3 +147,37 @@ def test_reader_arrays_are_schema_types():
     batches = list(_reader.read_slice(options, schema, ConsumeQueueSlice(FILTER_TOPIC, 0, 0, 10), []))
     assert batches and all(b.schema == to_arrow_schema(schema) for b in batches)
     assert np.sum([b.num_rows for b in batches]) == 10
+
+
+@pytest.mark.parametrize("kind, expr", [
+    ("sql", "a > 5 AND b = 'abc'"),
+    ("sql", "TAGS = 'TagA' OR color IN ('red', 'grün')"),
+    ("sql", "num BETWEEN 10 AND 20 OR (city IS NOT NULL AND city = '北京')"),
+    ("tags", "TagA || TagB"),
+    ("tags", "*"),
+    ("tags", "TagC"),
+])
+def test_vectorised_layer1_equals_the_filter_unit_by_unit(kind, expr):
+    from pyspark_udfs import _reader
+    from pyspark_udfs.datasource import ReadOptions
+
+    root = DATA / "golden_store"
+    store = cq.Store(root)
+    checked = 0
+    for topic, q in _queues(root):
+        slots = store.consume_queue(topic, q).read(0, 1 << 20)["tags_code"]
+        tags_code, known, _, ext_batch = _reader._resolve_ext(store, topic, q, slots)
+        candidates = np.random.default_rng(q).random(len(slots)) < 0.8
+        for group in ("GID_SQL_A", "GID_SQL_B", "GID_SQL_C", "G_other"):
+            options = ReadOptions(path=str(root), group=group, **{kind: expr})
+            gf = _reader._GroupFilter(store, options, topic)
+            for born_time in (0, 1 << 62):
+                if kind == "sql":
+                    gf.filter.born_time = born_time
+                fast = gf.layer1(tags_code, known, ext_batch, candidates)
+                assert fast is not None
+                slow = gf.layer1_per_unit(tags_code, known, ext_batch, candidates)
+                assert fast.tolist() == slow.tolist(), (topic, q, group, born_time)
+                checked += int(candidates.sum())
+    assert checked > 0
+    store.close()
