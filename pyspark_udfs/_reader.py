@@ -7,8 +7,9 @@ module only moves its results into Arrow columns.
 
 The slice is read in batches: ext units by ``ConsumeQueueExt.read_batch`` and
 records by ``CommitLog.read_batch``, whose column arrays become Arrow buffers
-directly, so no Python object is built per row except for the group filter's
-layer 1 (which tests one ext unit at a time, as the broker does).
+directly, so no Python object is built per row; with a group, layer 1 runs
+in array operations too, and only layer 2 (the selector) and the client's tag
+re-check work on per-record property dicts, of the records layer 1 let through.
 """
 from __future__ import annotations
 
