@@ -15,7 +15,11 @@ All in one SparkSession (local[2]), same run, same data:
 - the data source over a sample store (``cq.writer.generate_sample_store``):
   ``messages`` and ``consumequeue`` tables, all rows, and a TagB query
   (``tags = 'TagB'`` / ``tags_code = <hash of TagB>``) with pushdown on and
-  off (``spark.sql.python.filterPushdown.enabled``).
+  off (``spark.sql.python.filterPushdown.enabled``);
+- the data source's reader in-process (no Spark), same store: the batch
+  reader beside per-unit ``ConsumeQueueExt.get`` + ``CommitLog.read_message``
+  with Arrow built from lists, and a SQL group's ``decisions=true`` read with
+  layer 1 on arrays beside layer 1 unit by unit.
 
 Run: ``.venv/bin/python -m pytest bench/bench_spark.py`` (about 3-4 minutes on 2 cores).
 """
@@ -173,3 +177,85 @@ def test_datasource_tag_query(benchmark, spark, sample_store, table, pushdown):
     role = "ours" if pushdown else "alternative"
     count = _run(benchmark, lambda: _scan(spark, sample_store, table, "TagB", pushdown), role, STORE_MESSAGES)
     assert 0 < count < STORE_MESSAGES
+
+
+# ------------------------------------------------------------------ the reader in-process (no Spark)
+def _slices(store_path):
+    import cq
+    from pyspark_udfs.datasource import ConsumeQueueSlice
+
+    store = cq.Store(store_path)
+    out = [ConsumeQueueSlice(t, q, 0, len(store.consume_queue(t, q))) for t in store.topics()
+           for q in store.queue_ids(t)]
+    store.close()
+    return out
+
+
+def _read_all(store_path, **options) -> int:
+    from pyspark_udfs import _reader
+    from pyspark_udfs.datasource import ReadOptions
+
+    opts = ReadOptions(path=store_path, **options)
+    schema = opts.schema()
+    return sum(b.num_rows for part in _slices(store_path) for b in _reader.read_slice(opts, schema, part, []))
+
+
+def _read_all_per_item(store_path) -> int:
+    """The alternative: ``ConsumeQueueExt.get`` and ``CommitLog.read_message`` per unit, Arrow from lists."""
+    import pyarrow as pa
+
+    import cq
+
+    store = cq.Store(store_path)
+    rows = 0
+    for part in _slices(store_path):
+        units = store.consume_queue(part.topic, part.queue_id).read(part.start, part.end - part.start)
+        ext = store.ext(part.topic, part.queue_id)
+        ext_units = [ext.get(int(a)) if ext is not None else None for a in units["tags_code"].tolist()]
+        msgs = [store.commit_log.read_message(o) for o in units["commit_log_offset"].tolist()]
+        batch = pa.RecordBatch.from_pydict({
+            "tags_code": pa.array([u.tags_code if u else None for u in ext_units], pa.int64()),
+            "msg_store_time": pa.array([u.msg_store_time if u else None for u in ext_units], pa.int64()),
+            "filter_bitmap": pa.array([u.filter_bitmap if u else None for u in ext_units], pa.binary()),
+            "tags": pa.array([m.tags for m in msgs], pa.string()),
+            "keys": pa.array([m.keys for m in msgs], pa.string()),
+            "properties": pa.array([list(m.properties.items()) for m in msgs], pa.map_(pa.string(), pa.string())),
+            "body": pa.array([m.body for m in msgs], pa.binary()),
+            "born_host": pa.array([m.born_host for m in msgs], pa.string()),
+            "store_host": pa.array([m.store_host for m in msgs], pa.string()),
+            "born_timestamp": pa.array([m.born_timestamp for m in msgs], pa.int64()),
+            "store_timestamp": pa.array([m.store_timestamp for m in msgs], pa.int64()),
+        })
+        rows += batch.num_rows
+    store.close()
+    return rows
+
+
+def test_reader_in_process_batch(benchmark, sample_store):
+    benchmark.group = f"data source reader in-process, messages, {STORE_MESSAGES:,} messages"
+    _read_all(sample_store)  # warm the page cache and the mapped stores
+    assert _run(benchmark, lambda: _read_all(sample_store), "ours", STORE_MESSAGES) == STORE_MESSAGES
+
+
+def test_reader_in_process_per_item(benchmark, sample_store):
+    benchmark.group = f"data source reader in-process, messages, {STORE_MESSAGES:,} messages"
+    benchmark.extra_info["series"] = "get + read_message per unit, Arrow from lists"
+    count = _run(benchmark, lambda: _read_all_per_item(sample_store), "alternative", STORE_MESSAGES)
+    assert count == STORE_MESSAGES
+
+
+@pytest.mark.parametrize("layer1", ["arrays", "per-unit"])
+def test_reader_group_decisions_layer1(benchmark, sample_store, layer1):
+    from pyspark_udfs import _reader
+
+    benchmark.group = f"data source reader in-process, SQL group decisions, {STORE_MESSAGES:,} messages"
+    options = {"table": "consumequeue", "group": "GID_bench", "sql": "a > 5", "decisions": True}
+    original = _reader._GroupFilter.layer1
+    if layer1 == "per-unit":
+        _reader._GroupFilter.layer1 = lambda self, *a: None  # the unit-by-unit fallback
+    try:
+        count = _run(benchmark, lambda: _read_all(sample_store, **options),
+                     "ours" if layer1 == "arrays" else "alternative", STORE_MESSAGES)
+    finally:
+        _reader._GroupFilter.layer1 = original
+    assert count == STORE_MESSAGES
