@@ -50,9 +50,11 @@ class ExtBatch(NamedTuple):
     tags_code, msg_store_time : numpy.ndarray of int64
     bit_map_size : numpy.ndarray of int16
         Bitmap length in bytes; < 1 where the unit has no bitmap.
-    bitmaps : numpy.ndarray of uint8, shape (N, nbytes)
-        Row ``i`` starts with the unit's ``bit_map_size[i]`` bitmap bytes, zero
-        padded; ``nbytes`` is the largest bitmap found (0 when none).
+    bitmap_offsets : numpy.ndarray of int64, shape (N + 1,)
+    bitmap_data : numpy.ndarray of uint8
+        The bitmaps in the Arrow binary layout: row ``i``'s bitmap is
+        ``bitmap_data[bitmap_offsets[i]:bitmap_offsets[i + 1]]`` (empty where
+        there is none). See :attr:`bitmaps` for the same as one 2-D array.
     """
 
     found: np.ndarray
@@ -60,14 +62,33 @@ class ExtBatch(NamedTuple):
     tags_code: np.ndarray
     msg_store_time: np.ndarray
     bit_map_size: np.ndarray
-    bitmaps: np.ndarray
+    bitmap_offsets: np.ndarray
+    bitmap_data: np.ndarray
+
+    @property
+    def has_bitmap(self) -> np.ndarray:
+        """bool per row: a unit was found and it has a bitmap (``filter_bitmap`` is not None)."""
+        return self.found & (self.bit_map_size >= 1)
+
+    @property
+    def bitmaps(self) -> np.ndarray:
+        """The bitmaps as a (N, nbytes) uint8 array, zero padded; nbytes = the longest (0 when none).
+
+        Built on access: one long (corrupt) bitmap widens every row, so batch
+        code should prefer :attr:`bitmap_offsets` / :attr:`bitmap_data`.
+        """
+        lengths = np.diff(self.bitmap_offsets)
+        nbytes = int(lengths.max()) if len(lengths) else 0
+        out = np.zeros((len(lengths), nbytes), dtype=np.uint8)
+        out[np.arange(nbytes)[None, :] < lengths[:, None]] = self.bitmap_data  # row-major: rows in order
+        return out
 
     def unit(self, i: int) -> CqExtUnit | None:
         """Row ``i`` as the :class:`CqExtUnit` :meth:`ConsumeQueueExt.get` returns, or None."""
         if not self.found[i]:
             return None
         bms = int(self.bit_map_size[i])
-        bitmap = self.bitmaps[i, :bms].tobytes() if bms >= 1 else None
+        bitmap = self.bitmap_data[self.bitmap_offsets[i]:self.bitmap_offsets[i + 1]].tobytes() if bms >= 1 else None
         return CqExtUnit(int(self.size[i]), int(self.tags_code[i]), int(self.msg_store_time[i]), bms, bitmap)
 
 
@@ -243,7 +264,7 @@ class ConsumeQueueExt:
         Examples
         --------
         >>> batch = ext.read_batch(units["tags_code"])          # doctest: +SKIP
-        >>> batch.found.sum(), batch.bitmaps.shape              # doctest: +SKIP
+        >>> batch.found.sum(), batch.bitmap_offsets[-1]          # doctest: +SKIP
         """
         addresses = np.asarray(addresses, dtype=np.int64).reshape(-1)
         k = len(addresses)
@@ -278,20 +299,19 @@ class ConsumeQueueExt:
             raise StoreFormatError(
                 f"ConsumeQueueExt bitmap of {b} bytes runs past the readable end {limit}", path, pos
             )
-        nbytes = int(bms.max()) if k and found.any() else 0
-        nbytes = max(nbytes, 0)
-        bitmaps = np.zeros((k, nbytes), dtype=np.uint8)
+        lengths = np.where(found & (bms >= 1), bms, 0).astype(np.int64)
+        offsets = np.zeros(k + 1, dtype=np.int64)
+        np.cumsum(lengths, out=offsets[1:])
+        data = np.empty(int(offsets[-1]), dtype=np.uint8)
         for buf, rows, pos, b in groups:
             if not len(rows):
                 continue
             size[rows] = (buf[pos].astype(np.int16) << 8) | buf[pos + 1].astype(np.int16)
-            has = b >= 1
-            if nbytes and has.any():
-                cols = np.arange(nbytes, dtype=np.int64)
-                inside = cols[None, :] < b[has, None].astype(np.int64)
-                idx = np.where(inside, pos[has, None] + fmt.MIN_EXT_UNIT_SIZE + cols[None, :], 0)
-                bitmaps[rows[has]] = np.where(inside, buf[idx], 0)
-        return ExtBatch(found, size, tags, times, bms, bitmaps)
+            n = lengths[rows]
+            goff, gdata = _scan.gather_spans(buf, pos + fmt.MIN_EXT_UNIT_SIZE, n)
+            if len(gdata):  # each row's bytes to its place in input order
+                data[np.repeat(offsets[rows] - goff[:-1], n) + np.arange(len(gdata))] = gdata
+        return ExtBatch(found, size, tags, times, bms, offsets, data)
 
     def _group_by_file(self, addresses: np.ndarray):
         is_ext = addresses <= fmt.MAX_ADDR

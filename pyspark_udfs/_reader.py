@@ -19,6 +19,8 @@ import numpy as np
 import pyarrow as pa
 
 import cq
+from cq.commitlog import Spans
+from cq.scan import _scan
 
 # Opened stores, per worker process: a worker reads many slices of one store.
 _STORES: dict[str, cq.Store] = {}
@@ -232,18 +234,13 @@ def _ext_columns(batch, rows: np.ndarray) -> dict[str, pa.Array]:
     if batch is None:
         return {"msg_store_time": pa.nulls(n, pa.int64()), "filter_bitmap": pa.nulls(n, pa.binary())}
     found = batch.found[rows]
-    bms = np.maximum(batch.bit_map_size[rows].astype(np.int64), 0)
-    has = found & (bms >= 1)
-    lengths = np.where(has, bms, 0)
-    offsets = np.zeros(n + 1, dtype=np.int32)
-    np.cumsum(lengths, out=offsets[1:])
-    bitmaps = batch.bitmaps[rows]
-    data = bitmaps[np.arange(bitmaps.shape[1])[None, :] < lengths[:, None]]  # row-major: rows in order
+    has = batch.has_bitmap[rows]
+    starts = np.ascontiguousarray(batch.bitmap_offsets[rows])
+    lengths = np.ascontiguousarray(batch.bitmap_offsets[rows + 1] - starts)
+    offsets, data = _scan.gather_spans(batch.bitmap_data, starts, lengths)
     return {
         "msg_store_time": pa.array(batch.msg_store_time[rows], mask=~found),
-        "filter_bitmap": pa.Array.from_buffers(
-            pa.binary(), n, [_validity(has), pa.py_buffer(offsets), pa.py_buffer(np.ascontiguousarray(data))],
-            null_count=n - int(has.sum())),
+        "filter_bitmap": _spans_array(Spans(offsets, data, has), pa.binary()),
     }
 
 

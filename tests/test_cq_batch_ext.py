@@ -133,3 +133,22 @@ def test_first_error_in_input_order_and_short_heads(ext_copy):
     bad = np.array([units[0][0], fmt.decorate(1), short[0]], dtype=np.int64)
     _assert_same(ext, bad)
     _assert_same(ext, bad[::-1].copy())
+
+
+def test_one_long_bitmap_stays_compact(ext_copy):
+    dst, units = ext_copy
+    addr = units[0][0]
+    path, pos = _file(dst, fmt.undecorate(addr))
+    ext0 = cq.ConsumeQueueExt(dst)
+    room = ext0.limit(ext0.file_index(fmt.undecorate(addr))) - pos - fmt.MIN_EXT_UNIT_SIZE
+    ext0.close()
+    with open(path, "r+b") as f:  # the first unit's bitmap now reads across the units after it
+        f.seek(pos + 18)
+        f.write(struct.pack(">h", room))
+    ext = cq.ConsumeQueueExt(dst)
+    addresses = np.array([a for a, _ in units] * 50, dtype=np.int64)
+    items = _assert_same(ext, addresses)
+    assert len(items[0].filter_bitmap) == room
+    b = ext.read_batch(addresses)
+    assert len(b.bitmap_data) == sum(len(u.filter_bitmap or b"") for u in items if u is not None)
+    assert b.bitmaps.shape[1] == room
