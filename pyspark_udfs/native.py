@@ -161,15 +161,13 @@ class _Props:
 
     def __init__(self, props: ColumnOrName):
         if isinstance(props, str):
-            self.sql = f"CAST({props} AS {PROPS_TYPE})" if _SIMPLE_NAME.match(props) else None
+            self.sql = props if _SIMPLE_NAME.match(props) else None
             props = F.col(props)
         elif isinstance(props, Column):
             self.sql = None
         else:
             raise TypeError(f"props must be a Column or a column name, got {type(props).__name__}")
-        # A no-op for map<string,string>; for a collated string type it restores
-        # binary equality, which is what the broker's String.equals means.
-        self.column = props.cast(PROPS_TYPE)
+        self.column = props
 
     def lower(self, node: ir.Node) -> Column:
         # SQL text is one call into the JVM; node-by-node Py4J building is the
