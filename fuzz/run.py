@@ -4,11 +4,20 @@ Usage (what ``make fuzz`` runs)::
 
     .venv/bin/python fuzz/run.py [--seconds 60] [TARGET ...]
 
-The sanitized build goes to ``build/asan`` (the in-place extensions used by the
-tests are untouched). Each target runs under libFuzzer (atheris) with its seed
-corpus from ``fuzz/seeds/<target>`` (made from the conformance files and the
-golden store by ``fuzz/seeds.py``) and a working corpus in ``build/fuzz-corpus``.
-Crashes land in ``fuzz/crashes/``; each one found becomes a regression test.
+Each target runs in two phases:
+
+1. coverage-guided fuzzing (libFuzzer through atheris, Python coverage
+   feedback) over the normal in-place build, seeded from ``fuzz/seeds/<target>``
+   (made from the conformance files and the golden store by ``fuzz/seeds.py``),
+   growing a working corpus in ``build/fuzz-corpus/<target>``;
+2. every input of that corpus replayed through the extensions rebuilt with
+   AddressSanitizer + UBSan in ``build/asan`` (the in-place extensions used by
+   the tests are untouched).
+
+The phases are separate because atheris's coverage feedback goes blind when
+GCC's libasan is preloaded (its corpus stays at one input), and the clang
+runtime that would combine them is not part of this toolchain. Crashes land in
+``fuzz/crashes/``; each one found becomes a regression test.
 """
 from __future__ import annotations
 
@@ -48,22 +57,34 @@ def sanitizer_env() -> dict[str, str]:
     )
 
 
-def run(target: str, seconds: int) -> tuple[int, int, str]:
+def _libfuzzer(target: str, args: list[str], env: dict[str, str], log_name: str) -> tuple[int, str]:
+    crashes = ROOT / "fuzz" / "crashes"
+    crashes.mkdir(exist_ok=True)
+    cmd = [sys.executable, str(ROOT / "fuzz" / f"fuzz_{target}.py"), "-rss_limit_mb=4096", "-timeout=10",
+           f"-artifact_prefix={crashes}/{target}-", *args]
+    proc = subprocess.run(cmd, check=False, cwd=ROOT, env=env, capture_output=True, text=True)
+    log = proc.stdout + proc.stderr
+    (ROOT / "build" / log_name).write_text(log)
+    return proc.returncode, log
+
+
+def run(target: str, seconds: int) -> dict:
+    """Fuzz one target (phase 1), then replay its corpus under the sanitizers (phase 2)."""
     corpus = ROOT / "build" / "fuzz-corpus" / target
     corpus.mkdir(parents=True, exist_ok=True)
     seeds = ROOT / "fuzz" / "seeds" / target
-    crashes = ROOT / "fuzz" / "crashes"
-    crashes.mkdir(exist_ok=True)
-    cmd = [sys.executable, str(ROOT / "fuzz" / f"fuzz_{target}.py"), f"-max_total_time={seconds}",
-           "-rss_limit_mb=4096", "-timeout=10", f"-artifact_prefix={crashes}/{target}-", str(corpus)]
-    if seeds.is_dir():
-        cmd.append(str(seeds))
-    proc = subprocess.run(cmd, check=False, cwd=ROOT, env=sanitizer_env(), capture_output=True, text=True)
-    log = proc.stdout + proc.stderr
-    (ROOT / "build" / f"fuzz-{target}.log").write_text(log)
-    done = re.findall(r"Done (\d+) runs in (\d+) second", log)
-    runs = int(done[-1][0]) if done else int((re.findall(r"#(\d+)\s", log) or ["0"])[-1])
-    return proc.returncode, runs, log
+    plain_env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "LD_PRELOAD")}
+    args = [f"-max_total_time={seconds}", str(corpus)] + ([str(seeds)] if seeds.is_dir() else [])
+    code, log = _libfuzzer(target, args, plain_env, f"fuzz-{target}.log")
+    done = re.findall(r"#(\d+)\s+DONE\s+cov: (\d+) ft: (\d+) corp: (\d+)", log)
+    runs, cov, _, corp = (int(x) for x in done[-1]) if done else (0, 0, 0, 0)
+    result = {"target": target, "code": code, "runs": runs, "cov": cov, "corpus": corp, "log": log}
+    if code:
+        return result
+    inputs = sum(1 for _ in corpus.iterdir())
+    code, log = _libfuzzer(target, ["-runs=0", str(corpus)], sanitizer_env(), f"fuzz-{target}-asan.log")
+    result.update(code=code, replayed=inputs, log=log)
+    return result
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -78,12 +99,14 @@ def main(argv: list[str] | None = None) -> int:
         subprocess.run([sys.executable, str(ROOT / "fuzz" / "seeds.py")], cwd=ROOT, check=True)
     failed = 0
     for target in args.targets or targets():
-        code, runs, log = run(target, args.seconds)
-        verdict = "ok" if code == 0 else f"FAILED (exit {code}, see build/fuzz-{target}.log)"
-        print(f"{target:<12} {runs:>10,} executions in {args.seconds}s  {verdict}", flush=True)
-        if code:
+        r = run(target, args.seconds)
+        verdict = "ok" if r["code"] == 0 else f"FAILED (exit {r['code']}, see build/fuzz-{target}*.log)"
+        print(f"{target:<10} {r['runs']:>9,} executions in {args.seconds}s, coverage {r['cov']} edges, "
+              f"corpus {r['corpus']}; {r.get('replayed', 0):,} inputs replayed under ASan+UBSan: {verdict}",
+              flush=True)
+        if r["code"]:
             failed += 1
-            print("\n".join(log.splitlines()[-30:]), file=sys.stderr)
+            print("\n".join(r["log"].splitlines()[-30:]), file=sys.stderr)
     return 1 if failed else 0
 
 
