@@ -50,6 +50,9 @@ def spark():
         SparkSession.builder.master("local[2]")
         .appName("rmqfilter-tests")
         .config("spark.ui.enabled", "false")
+        # The native-selector tests build very wide plans; 1 GB (the default) runs out
+        # once the whole suite has shared the session.
+        .config("spark.driver.memory", "4g")
         .config("spark.sql.shuffle.partitions", "2")
         .config("spark.default.parallelism", "2")
         .config("spark.sql.python.filterPushdown.enabled", "true")
