@@ -6,7 +6,9 @@ never import pyspark):
 - Column functions :func:`selector_match`, :func:`tags_code`,
   :func:`bloom_positions`, :func:`bloom_is_hit`;
 - :func:`register` (SQL functions ``rmq_*`` and the ``rocketmq`` data source);
-- :class:`RocketMQDataSource` (``spark.read.format("rocketmq")``).
+- :class:`RocketMQDataSource` (``spark.read.format("rocketmq")``);
+- :func:`selector_column`, :func:`selector_value_column`, :func:`translate`:
+  selectors compiled to native Spark expressions (no Python UDF).
 """
 from __future__ import annotations
 
@@ -19,9 +21,22 @@ _EXPORTS = {
     "bloom_is_hit": "pyspark_udfs.functions",
     "register": "pyspark_udfs.functions",
     "RocketMQDataSource": "pyspark_udfs.datasource",
+    "selector_column": "pyspark_udfs.native",
+    "selector_value_column": "pyspark_udfs.native",
+    "translate": "pyspark_udfs.native",
 }
 
-__all__ = ["RocketMQDataSource", "bloom_is_hit", "bloom_positions", "register", "selector_match", "tags_code"]
+__all__ = [
+    "RocketMQDataSource",
+    "bloom_is_hit",
+    "bloom_positions",
+    "register",
+    "selector_column",
+    "selector_match",
+    "selector_value_column",
+    "tags_code",
+    "translate",
+]
 
 
 def __getattr__(name: str) -> Any:
