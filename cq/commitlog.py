@@ -14,6 +14,7 @@ from typing import NamedTuple
 import numpy as np
 
 from . import format as fmt
+from ._mapped import MappedFileQueue
 from .errors import StoreFormatError
 from .scan import _scan
 
@@ -273,7 +274,7 @@ def _as_u8(buf) -> np.ndarray:
     return buf if isinstance(buf, np.ndarray) else np.frombuffer(buf, np.uint8)
 
 
-class CommitLog:
+class CommitLog(MappedFileQueue):
     """Read-only view of a ``commitlog/`` directory.
 
     Parameters
@@ -295,18 +296,6 @@ class CommitLog:
 
     def __repr__(self) -> str:
         return f"CommitLog({self.directory!r}, files={len(self._files)}, file_size={self.file_size})"
-
-    @property
-    def files(self) -> list[tuple[int, str]]:
-        """``(start_offset, path)`` of each file, ascending."""
-        return list(self._files)
-
-    def _map(self, index: int) -> memoryview:
-        m = self._maps.get(index)
-        if m is None:
-            m = fmt.map_file(self._files[index][1])
-            self._maps[index] = m
-        return m
 
     def _u8(self, index: int) -> np.ndarray:
         arr = self._arrays.get(index)
@@ -558,4 +547,4 @@ class CommitLog:
     def close(self) -> None:
         """Release the mapped files."""
         self._arrays.clear()
-        fmt.release_maps(self._maps)
+        super().close()

@@ -7,9 +7,10 @@ from collections.abc import Iterator
 import numpy as np
 
 from . import format as fmt
+from ._mapped import MappedFileQueue
 
 
-class ConsumeQueue:
+class ConsumeQueue(MappedFileQueue):
     """Read-only view of one ``consumequeue/{topic}/{queueId}/`` directory.
 
     Parameters
@@ -49,21 +50,9 @@ class ConsumeQueue:
 
     # ------------------------------------------------------------ file access
     @property
-    def files(self) -> list[tuple[int, str]]:
-        """``(start_byte_offset, path)`` of each file, ascending."""
-        return list(self._files)
-
-    @property
     def units_per_file(self) -> int:
         """Units held by one file."""
         return self.file_size // fmt.CQ_STORE_UNIT_SIZE
-
-    def _map(self, index: int) -> memoryview:
-        m = self._maps.get(index)
-        if m is None:
-            m = fmt.map_file(self._files[index][1])
-            self._maps[index] = m
-        return m
 
     def _units_of_file(self, index: int) -> np.ndarray:
         return np.frombuffer(self._map(index), dtype=fmt.CQ_UNIT_DTYPE)
@@ -201,6 +190,3 @@ class ConsumeQueue:
                 return path, queue_offset * unit - start
         return self.directory, queue_offset * unit
 
-    def close(self) -> None:
-        """Release the mapped files."""
-        fmt.release_maps(self._maps)

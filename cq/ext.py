@@ -8,6 +8,7 @@ from typing import NamedTuple
 import numpy as np
 
 from . import format as fmt
+from ._mapped import MappedFileQueue
 from .errors import StoreFormatError
 from .scan import _scan
 
@@ -92,7 +93,7 @@ class ExtBatch(NamedTuple):
         return CqExtUnit(int(self.size[i]), int(self.tags_code[i]), int(self.msg_store_time[i]), bms, bitmap)
 
 
-class ConsumeQueueExt:
+class ConsumeQueueExt(MappedFileQueue):
     """Read-only view of one ``consumequeue_ext/{topic}/{queueId}/`` directory.
 
     Parameters
@@ -112,18 +113,6 @@ class ConsumeQueueExt:
 
     def __repr__(self) -> str:
         return f"ConsumeQueueExt({self.directory!r}, files={len(self._files)}, file_size={self.file_size})"
-
-    @property
-    def files(self) -> list[tuple[int, str]]:
-        """``(start_byte_offset, path)`` of each file, ascending."""
-        return list(self._files)
-
-    def _map(self, index: int) -> memoryview:
-        m = self._maps.get(index)
-        if m is None:
-            m = fmt.map_file(self._files[index][1])
-            self._maps[index] = m
-        return m
 
     def _walk_file(self, index: int, pos: int = 0) -> int:
         end, status = _scan.ext_walk(np.frombuffer(self._map(index), dtype=np.uint8), pos)
@@ -335,6 +324,3 @@ class ConsumeQueueExt:
                 int(pos[bad[0]]),
             )
 
-    def close(self) -> None:
-        """Release the mapped files."""
-        fmt.release_maps(self._maps)
