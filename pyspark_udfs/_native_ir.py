@@ -90,6 +90,14 @@ def lower(root: Node, props) -> Any:
     """
     from pyspark.sql import functions as F
 
+    return _post_order(root, lambda node, memo: _lower_one(node, memo, props, F))
+
+
+def _post_order(root: Node, build) -> Any:
+    """``build(node, memo)`` for every node, children first, once per node identity.
+
+    Iterative, so arbitrarily deep trees need no recursion; returns the root's value.
+    """
     memo: dict[int, Any] = {}
     stack = [(root, False)]
     while stack:
@@ -97,12 +105,11 @@ def lower(root: Node, props) -> Any:
         key = id(node)
         if key in memo:
             continue
-        kids = list(_children(node))
         if not done:
             stack.append((node, True))
-            stack.extend((k, False) for k in kids if id(k) not in memo)
+            stack.extend((k, False) for k in _children(node) if id(k) not in memo)
             continue
-        memo[key] = _lower_one(node, memo, props, F)
+        memo[key] = build(node, memo)
     return memo[id(root)]
 
 
@@ -218,20 +225,7 @@ def to_sql(root: Node, props_sql: str) -> str:
     One parse in the JVM instead of one Py4J call per node; shared nodes are
     written out each time they occur, like :func:`tree_size` counts them.
     """
-    memo: dict[int, str] = {}
-    stack = [(root, False)]
-    while stack:
-        node, done = stack.pop()
-        key = id(node)
-        if key in memo:
-            continue
-        kids = list(_children(node))
-        if not done:
-            stack.append((node, True))
-            stack.extend((k, False) for k in kids if id(k) not in memo)
-            continue
-        memo[key] = _sql_one(node, memo, props_sql)
-    return memo[id(root)]
+    return _post_order(root, lambda node, memo: _sql_one(node, memo, props_sql))
 
 
 def _sql_one(node: Node, memo: dict, props_sql: str) -> str:
