@@ -7,11 +7,26 @@ from . import format as fmt
 class MappedFileQueue:
     """Files of one queue, mapped read-only on first use and released by :meth:`close`.
 
-    Subclasses set ``_files`` (``(start_offset, path)``, ascending) and ``_maps = {}``.
+    Subclasses call :meth:`_open` from their constructor.
     """
 
     _files: list[tuple[int, str]]
     _maps: dict[int, memoryview]
+
+    def _open(self, directory, file_size: int | None, kind: str, unit: int | None = None) -> None:
+        """List and check the queue's files (spec §1); nothing is mapped yet."""
+        import os
+
+        import numpy as np
+
+        self.directory = os.fspath(directory)
+        files = fmt.list_queue_files(self.directory)
+        if unit is None:
+            self._files, self.file_size = fmt.check_queue_files(files, file_size, kind=kind)
+        else:
+            self._files, self.file_size = fmt.check_queue_files(files, file_size, kind=kind, unit=unit)
+        self._starts = np.array([s for s, _ in self._files], dtype=np.int64)
+        self._maps = {}
 
     @property
     def files(self) -> list[tuple[int, str]]:

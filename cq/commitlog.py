@@ -285,12 +285,8 @@ class CommitLog(MappedFileQueue):
     """
 
     def __init__(self, directory: str | os.PathLike, *, file_size: int | None = None) -> None:
-        self.directory = os.fspath(directory)
-        files = fmt.list_queue_files(self.directory)
-        self._files, self.file_size = fmt.check_queue_files(files, file_size, kind="CommitLog")
-        self._starts = np.array([s for s, _ in self._files], dtype=np.int64)
+        self._open(directory, file_size, "CommitLog")
         self._start_list = [s for s, _ in self._files]
-        self._maps: dict[int, memoryview] = {}
         self._arrays: dict[int, np.ndarray] = {}
         self._max_offset: int | None = None
 

@@ -32,16 +32,11 @@ class ConsumeQueue(MappedFileQueue):
 
     def __init__(self, directory: str | os.PathLike, *, file_size: int | None = None,
                  topic: str | None = None, queue_id: int | None = None) -> None:
-        self.directory = os.fspath(directory)
         self.topic = topic
         self.queue_id = queue_id
-        files = fmt.list_queue_files(self.directory)
         if file_size is not None:
             file_size = fmt.round_consume_queue_file_size(file_size)
-        self._files, self.file_size = fmt.check_queue_files(
-            files, file_size, kind="ConsumeQueue", unit=fmt.CQ_STORE_UNIT_SIZE
-        )
-        self._maps: dict[int, memoryview] = {}
+        self._open(directory, file_size, "ConsumeQueue", unit=fmt.CQ_STORE_UNIT_SIZE)
         self._max_offset: int | None = None
         self._min_offset: int | None = None
 

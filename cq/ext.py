@@ -104,11 +104,7 @@ class ConsumeQueueExt(MappedFileQueue):
     """
 
     def __init__(self, directory: str | os.PathLike, *, file_size: int | None = None) -> None:
-        self.directory = os.fspath(directory)
-        files = fmt.list_queue_files(self.directory)
-        self._files, self.file_size = fmt.check_queue_files(files, file_size, kind="ConsumeQueueExt")
-        self._starts = np.array([s for s, _ in self._files], dtype=np.int64)
-        self._maps: dict[int, memoryview] = {}
+        self._open(directory, file_size, "ConsumeQueueExt")
         self._last_limit: int | None = None
 
     def __repr__(self) -> str:
