@@ -26,7 +26,6 @@ Run: ``.venv/bin/python -m pytest bench/bench_spark.py`` (about 3-4 minutes on 2
 from __future__ import annotations
 
 import os
-import sys
 import tempfile
 
 import pytest
@@ -35,17 +34,6 @@ ROWS = 5_000_000
 SQL = "a > 5 AND TAGS IN ('TagA', 'TagB')"
 STORE_MESSAGES = 200_000
 ROUNDS = 3
-
-
-@pytest.fixture(scope="module")
-def spark():
-    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
-    from pyspark_udfs.job import spark_session
-
-    session = spark_session("local[2]", app_name="rmqfilter bench", progress=False,
-                            conf={"spark.ui.enabled": "false", "spark.sql.shuffle.partitions": "2"})
-    yield session
-    session.stop()
 
 
 @pytest.fixture(scope="module")

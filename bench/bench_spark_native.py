@@ -18,9 +18,6 @@ Run: ``.venv/bin/python -m pytest bench/bench_spark_native.py`` (about 2 minutes
 """
 from __future__ import annotations
 
-import os
-import sys
-
 import pytest
 
 ROWS = 5_000_000
@@ -47,17 +44,6 @@ SELECTORS = [
     "region = 'cn-hangzhou' AND color <> 'blue'",
     "TAGS IN ('TagA', 'TagC') OR a = 3",
 ]
-
-
-@pytest.fixture(scope="module")
-def spark():
-    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
-    from pyspark_udfs.job import spark_session
-
-    session = spark_session("local[2]", app_name="rmqfilter bench native", progress=False,
-                            conf={"spark.ui.enabled": "false", "spark.sql.shuffle.partitions": "2"})
-    yield session
-    session.stop()
 
 
 @pytest.fixture(scope="module")

@@ -15,8 +15,21 @@ from __future__ import annotations
 import os
 import sys
 
+import pytest
+
 os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
 os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
+
+
+@pytest.fixture(scope="session")
+def spark():
+    """One local[2] SparkSession for every Spark benchmark of the run."""
+    from pyspark_udfs.job import spark_session
+
+    session = spark_session("local[2]", app_name="rmqfilter bench", progress=False,
+                            conf={"spark.sql.shuffle.partitions": "2"})
+    yield session
+    session.stop()
 
 
 def _rate(value: float) -> str:
