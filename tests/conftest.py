@@ -7,6 +7,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from hypothesis import settings
 
 DATA = Path(__file__).resolve().parent / "data"
 
@@ -16,6 +17,11 @@ os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
 # Spark binds to the machine's first non-loopback address unless told otherwise;
 # tests talk to nothing but this machine's loopback.
 os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
+
+# Hypothesis: "fast" keeps `make test` quick; HYPOTHESIS_PROFILE=long digs deeper.
+settings.register_profile("fast", max_examples=150, deadline=None)
+settings.register_profile("long", max_examples=5000, deadline=None)
+settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "fast"))
 
 PUREPYTHON = os.environ.get("RMQFILTER_PUREPYTHON", "") not in ("", "0")
 
