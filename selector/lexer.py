@@ -15,16 +15,23 @@ The rules follow the broker's lexer (spec §8.2):
 * a string literal is the longest ``'...'`` prefix in which ``''`` stands for
   one quote.
 
-The lexer is lazy: the parser pulls tokens one at a time, so text after the
-token that ends the expression is never lexed (spec §8.4).
+Two implementations produce the same tokens: :class:`SelectorLexer`, the
+PLY lexer (the reference, one regular-expression rule per token), and
+:func:`scan`, which the parser uses: one compiled master expression that also
+skips whitespace, run over the whole text at once. Text after the token that
+ends the expression is never looked at by the parser (spec §8.4); ``scan``
+returns a lexical error as a value instead of raising it, so an error there is
+raised only if the parser asks for that token.
 """
 from __future__ import annotations
+
+import re
 
 from ply import lex
 
 from .errors import SelectorSyntaxError
 
-__all__ = ["KEYWORDS", "SelectorLexer", "tokens"]
+__all__ = ["KEYWORDS", "SelectorLexer", "scan", "tokens"]
 
 KEYWORDS = {
     kw: kw
@@ -122,16 +129,18 @@ class _Rules:
         return t
 
     def t_error(self, t):
-        text = t.lexer.lexdata
-        pos = t.lexpos
-        ch = text[pos]
-        if ch == "'":
-            reason = "lexical error: unterminated string literal"
-        elif text.startswith("/*", pos):
-            reason = "lexical error: unterminated comment"
-        else:
-            reason = f"lexical error: unexpected character {ch!r} (U+{ord(ch):04X})"
-        raise SelectorSyntaxError(text, pos, reason, "TokenMgrError")
+        raise _lexical_error(t.lexer.lexdata, t.lexpos)
+
+
+def _lexical_error(text: str, pos: int) -> SelectorSyntaxError:
+    ch = text[pos]
+    if ch == "'":
+        reason = "lexical error: unterminated string literal"
+    elif text.startswith("/*", pos):
+        reason = "lexical error: unterminated comment"
+    else:
+        reason = f"lexical error: unexpected character {ch!r} (U+{ord(ch):04X})"
+    return SelectorSyntaxError(text, pos, reason, "TokenMgrError")
 
 
 _MASTER = lex.lex(module=_Rules(), optimize=False, debug=False, errorlog=lex.NullLogger())
@@ -157,3 +166,85 @@ class SelectorLexer:
             if tok is None:
                 return
             yield tok
+
+
+# -- the fast scanner ---------------------------------------------------------------------------
+# The same rules in the same order as _Rules (PLY tries function rules in definition order and
+# takes the first that matches), preceded by the ignored characters, as one expression.
+_WHITESPACE = " \t\n\r\f"
+_MASTER_RE = re.compile(
+    "[ \t\n\r\f]*+(?:"
+    + "|".join(f"(?P<{name}>{getattr(_Rules, 't_' + name).__doc__})" for name in (
+        "BLOCK_COMMENT", "STRING", "FLOATING", "DECIMAL", "ID"))
+    + "|(?P<OP><>|>=|<=|[=><(),+])|(?P<MINUS>-)"
+    + "|(?P<END>\\Z))"
+)
+_OPERATORS = {"<>": "NE", ">=": "GE", "<=": "LE", "=": "EQ", ">": "GT", "<": "LT", "(": "LPAREN",
+              ")": "RPAREN", ",": "COMMA", "+": "PLUS"}
+
+
+def scan(text: str) -> tuple[list, list, list, SelectorSyntaxError | None]:
+    """Every token of ``text``, as PLY's lexer (:class:`SelectorLexer`) would produce them.
+
+    Parameters
+    ----------
+    text : str
+        Selector text.
+
+    Returns
+    -------
+    types, values, positions : list
+        Token type names, token values (string literals unquoted) and 0-based
+        offsets, one entry per token, up to the first lexical error.
+    error : SelectorSyntaxError or None
+        The lexical error that stops the text, if any; it belongs to the
+        token after the last one returned.
+    """
+    types: list = []
+    values: list = []
+    positions: list = []
+    add_type = types.append
+    add_value = values.append
+    add_position = positions.append
+    match = _MASTER_RE.match
+    keyword = KEYWORDS.get
+    operator = _OPERATORS.get
+    last_eol = max(text.rfind("\n"), text.rfind("\r"))
+    pos = 0
+    while True:
+        m = match(text, pos)
+        if m is None:
+            pos = len(text) - len(text[pos:].lstrip(_WHITESPACE))
+            return types, values, positions, _lexical_error(text, pos)
+        kind = m.lastgroup
+        start = m.start(kind)
+        pos = m.end()
+        if kind == "ID":
+            value = m.group(kind)
+            add_type(keyword(value.upper(), "ID"))
+        elif kind == "OP":
+            value = m.group(kind)
+            add_type(operator(value))
+        elif kind == "STRING":
+            value = text[start + 1:pos - 1]
+            if "''" in value:
+                value = value.replace("''", "'")
+            add_type("STRING")
+        elif kind == "DECIMAL" or kind == "FLOATING":
+            value = m.group(kind)
+            add_type(kind)
+        elif kind == "MINUS":
+            if text.startswith("-", pos) and last_eol > start:
+                # "--" with a line terminator somewhere after it: a comment up to that terminator.
+                ends = [i for i in (text.find("\n", start), text.find("\r", start)) if i >= 0]
+                end = min(ends)
+                pos = end + (2 if text.startswith("\r\n", end) else 1)
+                continue
+            value = "-"
+            add_type("MINUS")
+        elif kind == "END":
+            return types, values, positions, None
+        else:  # BLOCK_COMMENT
+            continue
+        add_value(value)
+        add_position(start)

@@ -33,7 +33,7 @@ from ply import lex, yacc
 
 from . import _javalang as java
 from .errors import SelectorSyntaxError
-from .lexer import SelectorLexer, tokens  # noqa: F401  (PLY reads ``tokens`` from this module)
+from .lexer import SelectorLexer, scan, tokens  # noqa: F401  (PLY reads ``tokens`` from this module)
 from .nodes import (
     Between,
     BoolCast,
@@ -80,16 +80,17 @@ def _fail(position: int, reason: str, cause: str):
 _state = threading.local()
 
 
-def _describe(tok) -> str:
-    if tok is None:
+def _describe(kind: str | None, value) -> str:
+    """A token as error messages name it (``kind`` None: end of input)."""
+    if kind is None:
         return "end of input"
-    if tok.type == "STRING":
-        return f"string literal {canonical_form(Literal('string', tok.value, '', 0))}"
-    if tok.type == "ID":
-        return f"identifier {tok.value!r}"
-    if tok.type in ("DECIMAL", "FLOATING"):
-        return f"number {tok.value!r}"
-    return f"{tok.value!r}"
+    if kind == "STRING":
+        return f"string literal {canonical_form(Literal('string', value, '', 0))}"
+    if kind == "ID":
+        return f"identifier {value!r}"
+    if kind in ("DECIMAL", "FLOATING"):
+        return f"number {value!r}"
+    return f"{value!r}"
 
 
 # -- parse-time checks (spec §8.5) -------------------------------------------------------------
@@ -151,45 +152,133 @@ def _in(operand: Node, values: list, negated: bool, position: int) -> In:
     return In(operand, tuple(values), negated, position)
 
 
+# -- reductions -------------------------------------------------------------------------------
+# One function per grammar rule, called as ``rule(values, positions)`` with the values and the
+# token offsets of the rule's right-hand side. The fast driver (``parse``) calls them directly;
+# the ``p_`` functions below hand them PLY's arguments (``_parse_reference``).
+
+def _r_selector(v, ps):
+    return _as_boolean(v[0])
+
+
+def _r_or(v, ps):
+    return Logical("OR", _as_boolean(v[0]), _as_boolean(v[2]), ps[1])
+
+
+def _r_and(v, ps):
+    return Logical("AND", _as_boolean(v[0]), _as_boolean(v[2]), ps[1])
+
+
+def _r_equality(v, ps):
+    return _equality(v[1], v[0], v[2], ps[1])
+
+
+def _r_is_null(v, ps):
+    return IsNull(v[0], len(v) == 4, ps[1])
+
+
+def _r_ordering(v, ps):
+    return _ordering(v[1], v[0], v[2], ps[1])
+
+
+def _r_match(v, ps):
+    negated = len(v) == 4
+    op, op_pos = v[1 + negated]
+    return StringMatch(op, v[0], v[-1], negated, ps[1] if negated else op_pos)
+
+
+def _r_match_op(v, ps):
+    return (v[0].upper(), ps[0])
+
+
+def _r_between(v, ps):
+    return _between(v[0], v[-3], v[-1], len(v) == 6, ps[1])
+
+
+def _r_in(v, ps):
+    return _in(v[0], v[-2], len(v) == 6, ps[1])
+
+
+def _r_string_list(v, ps):
+    if len(v) == 1:
+        return [v[0]]
+    v[0].append(v[2])
+    return v[0]
+
+
+def _r_plus(v, ps):
+    return v[1]
+
+
+def _r_minus(v, ps):
+    return Negate(v[1], ps[0])
+
+
+def _r_not(v, ps):
+    return Not(_as_boolean(v[1]), ps[0])
+
+
+def _r_paren(v, ps):
+    v[1].parens = True
+    return v[1]
+
+
+def _r_id(v, ps):
+    return Property(v[0], ps[0])
+
+
+def _r_string(v, ps):
+    return Literal("string", v[0], v[0], ps[0])
+
+
+_CONSTANTS = {"true": True, "false": False, "null": None}
+
+
+def _r_constant(v, ps):
+    kind = v[0].lower()
+    return Literal(kind, _CONSTANTS[kind], v[0], ps[0])
+
+
+def _r_number(v, ps):
+    return _number_literal(v[0], ps[0])
+
+
 # -- grammar ----------------------------------------------------------------------------------
+
+def _ply(rule, p):
+    """Call ``rule`` with a PLY production's right-hand side."""
+    n = len(p)
+    return rule([p[i] for i in range(1, n)], [p.lexpos(i) for i in range(1, n)])
+
 
 def p_selector(p):
     "selector : or_expr"
-    p[0] = _as_boolean(p[1])
+    p[0] = _ply(_r_selector, p)
 
 
 def p_or_expr(p):
     """or_expr : or_expr OR and_expr
                | and_expr"""
-    if len(p) == 2:
-        p[0] = p[1]
-    else:
-        p[0] = Logical("OR", _as_boolean(p[1]), _as_boolean(p[3]), p.lexpos(2))
+    p[0] = p[1] if len(p) == 2 else _ply(_r_or, p)
 
 
 def p_and_expr(p):
     """and_expr : and_expr AND eq_expr
                 | eq_expr"""
-    if len(p) == 2:
-        p[0] = p[1]
-    else:
-        p[0] = Logical("AND", _as_boolean(p[1]), _as_boolean(p[3]), p.lexpos(2))
+    p[0] = p[1] if len(p) == 2 else _ply(_r_and, p)
 
 
 def p_eq_expr(p):
     """eq_expr : eq_expr EQ cmp_expr
                | eq_expr NE cmp_expr
                | cmp_expr"""
-    if len(p) == 2:
-        p[0] = p[1]
-    else:
-        p[0] = _equality("=" if p.slice[2].type == "EQ" else "<>", p[1], p[3], p.lexpos(2))
+    p[0] = p[1] if len(p) == 2 else _ply(_r_equality, p)
 
 
 def p_eq_expr_is_null(p):
     """eq_expr : eq_expr IS NULL
                | eq_expr IS NOT NULL"""
-    p[0] = IsNull(p[1], len(p) == 5, p.lexpos(2))
+    p[0] = _ply(_r_is_null, p)
 
 
 def p_cmp_expr(p):
@@ -198,64 +287,53 @@ def p_cmp_expr(p):
                 | cmp_expr LT unary
                 | cmp_expr LE unary
                 | unary"""
-    if len(p) == 2:
-        p[0] = p[1]
-    else:
-        p[0] = _ordering(p[2], p[1], p[3], p.lexpos(2))
+    p[0] = p[1] if len(p) == 2 else _ply(_r_ordering, p)
 
 
 def p_cmp_expr_match(p):
     """cmp_expr : cmp_expr match_op STRING
                 | cmp_expr NOT match_op STRING"""
-    negated = len(p) == 5
-    op, op_pos = p[2 + negated]
-    p[0] = StringMatch(op, p[1], p[len(p) - 1], negated, p.lexpos(2) if negated else op_pos)
+    p[0] = _ply(_r_match, p)
 
 
 def p_match_op(p):
     """match_op : CONTAINS
                 | STARTSWITH
                 | ENDSWITH"""
-    p[0] = (p.slice[1].type, p.lexpos(1))
+    p[0] = _ply(_r_match_op, p)
 
 
 def p_cmp_expr_between(p):
     """cmp_expr : cmp_expr BETWEEN unary AND unary
                 | cmp_expr NOT BETWEEN unary AND unary"""
-    negated = len(p) == 7
-    p[0] = _between(p[1], p[len(p) - 3], p[len(p) - 1], negated, p.lexpos(2))
+    p[0] = _ply(_r_between, p)
 
 
 def p_cmp_expr_in(p):
     """cmp_expr : cmp_expr IN LPAREN string_list RPAREN
                 | cmp_expr NOT IN LPAREN string_list RPAREN"""
-    negated = len(p) == 7
-    p[0] = _in(p[1], p[len(p) - 2], negated, p.lexpos(2))
+    p[0] = _ply(_r_in, p)
 
 
 def p_string_list(p):
     """string_list : string_list COMMA STRING
                    | STRING"""
-    if len(p) == 2:
-        p[0] = [p[1]]
-    else:
-        p[1].append(p[3])
-        p[0] = p[1]
+    p[0] = _ply(_r_string_list, p)
 
 
 def p_unary_plus(p):
     "unary : PLUS unary"
-    p[0] = p[2]
+    p[0] = _ply(_r_plus, p)
 
 
 def p_unary_minus(p):
     "unary : MINUS unary"
-    p[0] = Negate(p[2], p.lexpos(1))
+    p[0] = _ply(_r_minus, p)
 
 
 def p_unary_not(p):
     "unary : NOT unary"
-    p[0] = Not(_as_boolean(p[2]), p.lexpos(1))
+    p[0] = _ply(_r_not, p)
 
 
 def p_unary_primary(p):
@@ -265,26 +343,24 @@ def p_unary_primary(p):
 
 def p_primary_paren(p):
     "primary : LPAREN or_expr RPAREN"
-    p[2].parens = True
-    p[0] = p[2]
+    p[0] = _ply(_r_paren, p)
 
 
 def p_primary_id(p):
     "primary : ID"
-    p[0] = Property(p[1], p.lexpos(1))
+    p[0] = _ply(_r_id, p)
 
 
 def p_primary_string(p):
     "primary : STRING"
-    p[0] = Literal("string", p[1], p[1], p.lexpos(1))
+    p[0] = _ply(_r_string, p)
 
 
 def p_primary_constant(p):
     """primary : TRUE
                | FALSE
                | NULL"""
-    kind = p.slice[1].type.lower()
-    p[0] = Literal(kind, {"true": True, "false": False, "null": None}[kind], p[1], p.lexpos(1))
+    p[0] = _ply(_r_constant, p)
 
 
 def _number_literal(text: str, position: int) -> Literal:
@@ -308,7 +384,7 @@ def _number_literal(text: str, position: int) -> Literal:
 def p_primary_number(p):
     """primary : DECIMAL
                | FLOATING"""
-    p[0] = _number_literal(p[1], p.lexpos(1))
+    p[0] = _ply(_r_number, p)
 
 
 class _TokenStream:
@@ -350,16 +426,88 @@ def p_error(tok):
         end.lexpos = len(st.text) if tok is None else tok.lexpos
         return end
     bad = st.stop if st.stopped else tok
-    where = len(st.text) if bad is None else bad.lexpos
-    _fail(where, f"syntax error at {_describe(bad)}", "ParseException")
+    if bad is None:
+        _fail(len(st.text), "syntax error at end of input", "ParseException")
+    _fail(bad.lexpos, f"syntax error at {_describe(bad.type, bad.value)}", "ParseException")
 
 
 _parser = yacc.yacc(debug=False, write_tables=False, errorlog=yacc.NullLogger(), start="selector")
 _lock = threading.Lock()
 
+# -- the fast driver --------------------------------------------------------------------------
+# PLY's LALR tables, read once from the parser PLY built above, and the reduction of each
+# production. A unit production whose rule passes its value through (``unary : primary``,
+# ``cmp_expr : unary``, ...) only changes the state; the others call their ``_r_`` function.
+_ACTIONS = _parser.action                  # state -> {token type: shift > 0, reduce < 0, accept 0}
+_GOTOS = _parser.goto                      # state -> {nonterminal: state}
+_DEFAULTED = _parser.defaulted_states      # state -> the one reduction it makes without lookahead
+_PASS_THROUGH = {"p_or_expr", "p_and_expr", "p_eq_expr", "p_cmp_expr", "p_unary_primary"}
+_RULES = {
+    "p_selector": _r_selector, "p_or_expr": _r_or, "p_and_expr": _r_and, "p_eq_expr": _r_equality,
+    "p_eq_expr_is_null": _r_is_null, "p_cmp_expr": _r_ordering, "p_cmp_expr_match": _r_match,
+    "p_match_op": _r_match_op, "p_cmp_expr_between": _r_between, "p_cmp_expr_in": _r_in,
+    "p_string_list": _r_string_list, "p_unary_plus": _r_plus, "p_unary_minus": _r_minus,
+    "p_unary_not": _r_not, "p_primary_paren": _r_paren, "p_primary_id": _r_id,
+    "p_primary_string": _r_string, "p_primary_constant": _r_constant, "p_primary_number": _r_number,
+}
+# production number -> (nonterminal, right-hand side length, rule or None to pass the value through)
+_PRODUCTIONS = [(prod.name, prod.len,
+                 None if prod.len == 1 and prod.func in _PASS_THROUGH else _RULES.get(prod.func))
+                for prod in _parser.productions]
+# state -> its action row, or None for a defaulted state (a list index is cheaper than a dict).
+_TABLE = [None if state in _DEFAULTED else _ACTIONS[state] for state in range(len(_ACTIONS))]
+
+
+def _pass_through_chains() -> dict:
+    """(state below, production, lookahead) -> the state after that pass-through reduction and
+    every pass-through reduction it leads to (``primary`` to ``unary`` to ``cmp_expr`` ...).
+
+    Each of them replaces only the top state, so where the chain ends depends only on the
+    state below, the first production and the lookahead: one lookup instead of a loop
+    iteration per step.
+    """
+    chains = {}
+    lookaheads = {kind for row in _ACTIONS.values() for kind in row}
+    for number, (name, _length, rule) in enumerate(_PRODUCTIONS):
+        if rule is not None or _length != 1:
+            continue
+        for below, row in _GOTOS.items():
+            if name not in row:
+                continue
+            for kind in lookaheads:
+                state = row[name]
+                while True:
+                    t = _DEFAULTED[state] if state in _DEFAULTED else _ACTIONS[state].get(kind)
+                    if t is None or t >= 0:
+                        break
+                    nxt, length, nxt_rule = _PRODUCTIONS[-t]
+                    if nxt_rule is not None or length != 1:
+                        break
+                    state = row[nxt]
+                chains[below, number, kind] = state
+    return chains
+
+
+_CHAINS = _pass_through_chains()
+
 
 def parse(text: str) -> ParseResult:
     """Parse ``text`` as the broker would.
+
+    The tokens come from :func:`selector.lexer.scan` and the LALR tables from
+    PLY; the loop is PLY's (``LRParser.parse``: defaulted states, shift,
+    reduce, accept), with the broker's stop rule (§8.4) in place of PLY's
+    error recovery. :func:`_parse_reference` runs the same grammar through PLY
+    itself and gives the same results.
+
+    Parameters
+    ----------
+    text : str
+        Selector text.
+
+    Returns
+    -------
+    ParseResult
 
     Raises
     ------
@@ -368,6 +516,80 @@ def parse(text: str) -> ParseResult:
     TypeError
         If ``text`` is not a str.
     """
+    if not isinstance(text, str):
+        raise TypeError(f"selector must be a str, got {type(text).__name__}")
+    kinds, values, positions, lex_error = scan(text)
+    n_tokens = len(kinds)
+    _state.text = text
+    try:
+        table, gotos, defaulted, productions, chains = _TABLE, _GOTOS, _DEFAULTED, _PRODUCTIONS, _CHAINS
+        states = [0]
+        vals: list = [None]
+        poss: list = [0]
+        state = 0
+        i = 0                # next token
+        kind = None          # lookahead type; None: not read yet
+        value = where = None
+        stop = None          # index of the token where the parse stopped (§8.4)
+        while True:
+            row = table[state]
+            if row is None:
+                t = defaulted[state]
+            else:
+                if kind is None:
+                    if i < n_tokens:
+                        kind, value, where = kinds[i], values[i], positions[i]
+                        i += 1
+                    elif lex_error is not None:
+                        # The broker types a number literal as soon as it reads it, before the
+                        # next token; its error wins over a lexical error just after it.
+                        if i and kinds[i - 1] in ("DECIMAL", "FLOATING"):
+                            _number_literal(values[i - 1], positions[i - 1])
+                        raise lex_error
+                    else:
+                        kind, value, where = "$end", None, len(text)
+                t = row.get(kind)
+                if t is None:
+                    if kind != "$end" and stop is None:
+                        # First error: the broker stops here if what came before is complete.
+                        stop = i - 1
+                        kind = "$end"
+                        continue
+                    if stop is None:
+                        _fail(len(text), "syntax error at end of input", "ParseException")
+                    _fail(positions[stop], f"syntax error at {_describe(kinds[stop], values[stop])}",
+                          "ParseException")
+            if t > 0:
+                states.append(t)
+                vals.append(value)
+                poss.append(where)
+                state = t
+                kind = None
+            elif t < 0:
+                name, length, rule = productions[-t]
+                if rule is None:
+                    if kind is None:
+                        state = gotos[states[-2]][name]
+                    else:
+                        state = chains[states[-2], -t, kind]
+                    states[-1] = state
+                    continue
+                result = rule(vals[-length:], poss[-length:])
+                del states[-length:], vals[-length:], poss[-length:]
+                state = gotos[states[-1]][name]
+                states.append(state)
+                vals.append(result)
+                poss.append(None)
+            else:
+                tree = vals[-1]
+                break
+    finally:
+        _state.text = None
+    return ParseResult(tree, None if stop is None else positions[stop])
+
+
+def _parse_reference(text: str) -> ParseResult:
+    """:func:`parse` through PLY's own lexer and LALR driver (the reference the tests compare with)."""
     if not isinstance(text, str):
         raise TypeError(f"selector must be a str, got {type(text).__name__}")
     with _lock:  # PLY's parser object keeps its state on itself

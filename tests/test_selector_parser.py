@@ -6,9 +6,13 @@ import sys
 from pathlib import Path
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 import selector
+from selector import compiler, lexer, parser
 from selector.parser import parse
+from tests.conftest import load_jsonl
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -344,3 +348,75 @@ def test_one_megabyte_selectors():
         selector.compile("a = 1 AND " * 15000 + "AND")
     assert info.value.position == 150000
     assert not accepts("-" * 150_000)
+
+
+# -- the fast scanner, driver and compiler agree with PLY and the two-pass compiler -----------
+
+CASE_EXPRS = sorted({c["expr"] for c in load_jsonl("selector_cases.jsonl")})
+
+
+def ply_tokens(text: str):
+    """(type, value, position) of every token PLY's lexer produces, and its error if any."""
+    out = []
+    try:
+        for tok in lexer.SelectorLexer(text):
+            out.append((tok.type, tok.value, tok.lexpos))
+    except selector.SelectorSyntaxError as exc:
+        return out, (str(exc), exc.position, exc.cause)
+    return out, None
+
+
+def scanned_tokens(text: str):
+    kinds, values, positions, error = lexer.scan(text)
+    return (list(zip(kinds, values, positions)),
+            None if error is None else (str(error), error.position, error.cause))
+
+
+def outcome(parse_function, text: str):
+    """What a parse gives, in comparable form: the tree, the stop offset and the program, or the error."""
+    try:
+        result = parse_function(text)
+    except selector.SelectorSyntaxError as exc:
+        return ("error", str(exc), exc.position, exc.cause)
+    program = compiler.compile_tree(result.tree)
+    return ("ok", selector.nodes.canonical_form(result.tree), result.stop, program.nodes.tobytes(),
+            program.args, program.props)
+
+
+def reference_outcome(text: str):
+    try:
+        result = parser._parse_reference(text)
+    except selector.SelectorSyntaxError as exc:
+        return ("error", str(exc), exc.position, exc.cause)
+    program = compiler._compile_tree_reference(result.tree)
+    return ("ok", selector.nodes.canonical_form(result.tree), result.stop, program.nodes.tobytes(),
+            program.args, program.props)
+
+
+def test_scanner_agrees_with_the_ply_lexer_on_every_case():
+    for text in CASE_EXPRS:
+        assert scanned_tokens(text) == ply_tokens(text), text
+
+
+def test_fast_parse_and_compile_agree_with_ply_on_every_case():
+    assert len(CASE_EXPRS) > 1000
+    for text in CASE_EXPRS:
+        assert outcome(parse, text) == reference_outcome(text), text
+
+
+# Fragments that exercise every lexical rule and its edges (comments with and without a line
+# end, quotes, number forms, keywords in other cases, characters that are lexical errors).
+FRAGMENTS = ["a", "b_1", "$x", "ORDER", "and", "OR", "Not", "=", "<>", ">", ">=", "<", "<=", "==",
+             "(", ")", ",", "+", "-", "--", "-- c\n", "\r\n", "\n", "\r", "/*", "*/", "/* z */",
+             "'", "''", "'x'", "'it''s'", "0", "1", "007", "5L", "0L", "0x10", "1.5", ".5e3", "1e",
+             "1e-400", "0.0", "9223372036854775808", "2147483648", "IN", "BETWEEN", "IS", "NULL",
+             "TRUE", "false", "CONTAINS", "startswith", "ENDSWITH", " ", "\t", "\f", "@", "é", "!",
+             ";", '"']
+
+
+@settings(max_examples=1500, deadline=None)
+@given(st.lists(st.sampled_from(FRAGMENTS), max_size=14).map("".join)
+       | st.lists(st.sampled_from(FRAGMENTS), max_size=14).map(" ".join))
+def test_fast_path_agrees_with_ply_on_random_text(text):
+    assert scanned_tokens(text) == ply_tokens(text)
+    assert outcome(parse, text) == reference_outcome(text)
