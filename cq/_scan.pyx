@@ -256,12 +256,19 @@ def ext_units_at(const uint8_t[::1] buf, const int64_t[::1] positions, int64_t l
     cdef int8_t[::1] s = status
     cdef int64_t[::1] t = tags, st = times
     cdef int16_t[::1] b = bms
+    cdef int64_t one_tags, one_time
+    cdef int16_t one_bms
     cdef const uint8_t* base = &buf[0] if buf.shape[0] else NULL
     if base == NULL:
         return status, tags, times, bms
     with nogil:
         for i in range(k):
-            s[i] = _ext_head(base, positions[i], limit, &t[i], &st[i], &b[i])
+            # only a FOUND unit fills its row: an underflowing head leaves zeros, as in the twin
+            s[i] = _ext_head(base, positions[i], limit, &one_tags, &one_time, &one_bms)
+            if s[i] == C_FOUND:
+                t[i] = one_tags
+                st[i] = one_time
+                b[i] = one_bms
     return status, tags, times, bms
 
 

@@ -270,6 +270,27 @@ def _check_crc(mode, buf, pos: int, total: int, body: bytes, crc: int, props: di
         raise StoreFormatError(f"record CRC mismatch: {fmt.PROPERTY_CRC32}={value!r}, computed {actual}", path, pos)
 
 
+def _first_body_crc_mismatch(buf, end: int) -> int | None:
+    """Position of the first record in ``buf[0:end]`` whose BODYCRC does not match, or None.
+
+    ``buf[0:end]`` holds records that already passed the length checks of the
+    recovery walk, so every header read here lies inside the buffer.
+    """
+    unpack = struct.unpack_from
+    pos = 0
+    while pos < end:
+        total, _magic, crc = unpack(">iii", buf, pos)
+        sys_flag, = unpack(">i", buf, pos + 36)
+        at = pos + 68 + (20 if sys_flag & fmt.BORNHOST_V6_FLAG else 8) + (
+            20 if sys_flag & fmt.STOREHOSTADDRESS_V6_FLAG else 8)
+        body_len, = unpack(">i", buf, at)
+        body = buf[at + 4:at + 4 + max(body_len, 0)]
+        if zlib.crc32(body) & 0x7FFFFFFF != crc:
+            return pos
+        pos += total
+    return None
+
+
 def _as_u8(buf) -> np.ndarray:
     return buf if isinstance(buf, np.ndarray) else np.frombuffer(buf, np.uint8)
 
@@ -282,9 +303,17 @@ class CommitLog(MappedFileQueue):
     directory : str or os.PathLike
     file_size : int, optional
         Bytes per file; inferred from the files when omitted.
+    check_crc_on_recover : bool, default True
+        :attr:`max_offset` also ends the data at the first record whose body
+        CRC does not match, as the broker's recovery does with
+        ``checkCRCOnRecover`` (its default). A record cut short by an
+        interrupted writer can pass every length check (the file is
+        pre-allocated with zeros) and only the CRC rejects it.
     """
 
-    def __init__(self, directory: str | os.PathLike, *, file_size: int | None = None) -> None:
+    def __init__(self, directory: str | os.PathLike, *, file_size: int | None = None,
+                 check_crc_on_recover: bool = True) -> None:
+        self.check_crc_on_recover = bool(check_crc_on_recover)
         self._open(directory, file_size, "CommitLog")
         self._start_list = [s for s, _ in self._files]
         self._arrays: dict[int, np.ndarray] = {}
@@ -333,6 +362,10 @@ class CommitLog(MappedFileQueue):
         for index in range(max(0, len(self._files) - 3), len(self._files)):
             start = self._files[index][0]
             pos, status, _ = _scan.commit_log_walk(np.frombuffer(self._map(index), np.uint8), 0)
+            if self.check_crc_on_recover:
+                bad = _first_body_crc_mismatch(self._map(index), pos)
+                if bad is not None:
+                    return start + bad
             if status != 1 or index == len(self._files) - 1:
                 return start + pos
         return self._files[-1][0]  # pragma: no cover - the loop always returns
@@ -463,11 +496,17 @@ class CommitLog(MappedFileQueue):
         # yields (message|None, physical offset after it, kind) with kind in
         # {"message", "blank", "end"}; "end" carries the end-of-data offset.
         last = len(self._files) - 1
+        # non-strict walks end where the broker's recovery ends the data (a torn
+        # record can pass the length checks and fail only its CRC)
+        recovered_end = None if strict else self.max_offset
         while index <= last:
             start, path = self._files[index]
             buf = self._u8(index)
             pos = 0
             while True:
+                if recovered_end is not None and start + pos == recovered_end:
+                    yield None, start + pos, "end"
+                    return
                 if self.file_size - pos < 8:
                     if index == last or not strict:
                         yield None, start + pos, "end"
