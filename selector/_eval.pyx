@@ -361,22 +361,36 @@ cdef bint set_contains(const StrSet* st, StrView v) noexcept nogil:
     return False
 
 
+cdef inline uint64_t window_of(const char* s, Py_ssize_t n) noexcept nogil:
+    """The first ``n`` (<= 8) bytes of ``s`` as one integer, first byte highest."""
+    cdef uint64_t w = 0
+    cdef Py_ssize_t i
+    for i in range(n):
+        w = (w << 8) | <uint8_t>s[i]
+    return w
+
+
+cdef inline bint contains_short(StrView hay, StrView needle, uint64_t target) noexcept nogil:
+    """``contains`` for a needle of 1..8 bytes in a short value: the last needle.n bytes slide
+    through one 64-bit window compared with the needle (``target``, see window_of), with no
+    branch per byte, which random data would mispredict."""
+    cdef uint64_t mask = 0xFFFFFFFFFFFFFFFFULL if needle.n == 8 else (1ULL << (8 * needle.n)) - 1
+    cdef uint64_t w = window_of(hay.s, needle.n - 1)
+    cdef Py_ssize_t i
+    cdef bint found = False
+    for i in range(needle.n - 1, hay.n):
+        w = ((w << 8) | <uint8_t>hay.s[i]) & mask
+        found |= w == target
+    return found
+
+
 cdef bint contains(StrView hay, StrView needle) noexcept nogil:
     cdef const char* p = hay.s
     cdef const char* end = hay.s + hay.n - needle.n
-    cdef Py_ssize_t i
     if needle.n > hay.n:
         return False
-    cdef Py_ssize_t j
-    if hay.n <= 32:
-        # Short values (the usual property): a plain scan beats memchr's and memcmp's calls.
-        for i in range(hay.n - needle.n + 1):
-            j = 0
-            while j < needle.n and hay.s[i + j] == needle.s[j]:
-                j += 1
-            if j == needle.n:
-                return True
-        return False
+    if hay.n <= 32 and needle.n <= 8:
+        return contains_short(hay, needle, window_of(needle.s, needle.n))
     while p <= end:
         p = <const char*>memchr(p, needle.s[0], end - p + 1)
         if p == NULL:
@@ -387,19 +401,25 @@ cdef bint contains(StrView hay, StrView needle) noexcept nogil:
     return False
 
 
+cdef inline bint same_bytes(const char* a, const char* b, Py_ssize_t n) noexcept nogil:
+    """memcmp(a, b, n) == 0; for short n a branch-free loop (no call, no early exit)."""
+    cdef Py_ssize_t i
+    cdef uint8_t diff = 0
+    if n > 16:
+        return memcmp(a, b, n) == 0
+    for i in range(n):
+        diff |= <uint8_t>a[i] ^ <uint8_t>b[i]
+    return diff == 0
+
+
 cdef inline bint string_match(uint8_t op, StrView v, StrView pat) noexcept nogil:
     if op == OP_CONTAINS or op == OP_NOT_CONTAINS:
         return contains(v, pat)
-    cdef Py_ssize_t i, start
     if pat.n > v.n:
         return False
-    start = 0 if (op == OP_STARTSWITH or op == OP_NOT_STARTSWITH) else v.n - pat.n
-    if pat.n > 16:
-        return memcmp(v.s + start, pat.s, pat.n) == 0
-    for i in range(pat.n):
-        if v.s[start + i] != pat.s[i]:
-            return False
-    return True
+    if op == OP_STARTSWITH or op == OP_NOT_STARTSWITH:
+        return same_bytes(v.s, pat.s, pat.n)
+    return same_bytes(v.s + v.n - pat.n, pat.s, pat.n)
 
 
 # -- the evaluation loop -------------------------------------------------------------------------
@@ -511,11 +531,12 @@ cdef inline int step(const CProgram* p, const Node* node, Value* v, const Value*
 
 cdef inline bint decides(uint8_t guard, const Value* v) noexcept nogil:
     """Whether a value, guarded so, decides its parent."""
+    # "&" rather than "and": no branch on the (unpredictable) value, only on the guard.
     if guard == GUARD_FALSE:
-        return v.tag == T_BOOL and not v.i
+        return (v.tag == T_BOOL) & (v.i == 0)
     if guard == GUARD_TRUE:
-        return v.tag == T_BOOL and v.i
-    return guard == GUARD_NULL and v.tag == T_NULL
+        return (v.tag == T_BOOL) & (v.i != 0)
+    return (guard == GUARD_NULL) & (v.tag == T_NULL)
 
 
 cdef int run(const CProgram* p, const StrView* slots, Conv* conv, Value* vals) noexcept nogil:
@@ -602,6 +623,48 @@ ctypedef struct Scratch:
     uint8_t* failed         # chunk: the row's evaluation threw
 
 
+cdef void run_string_match(uint8_t op, const Column* col, Py_ssize_t base, const int32_t* sel,
+                           int32_t count, Value* v, StrView pat) noexcept nogil:
+    """A CONTAINS-family node whose operand is a property, for the selected rows of a chunk.
+
+    The operator is decided once, outside the row loop; NULL (absent) is FALSE, negated or
+    not, and otherwise the negated forms flip the result.
+    """
+    cdef int32_t t, row
+    cdef Py_ssize_t idx, start, n
+    cdef bint hit
+    cdef bint negate = op > OP_ENDSWITH
+    cdef uint8_t kind = op - 3 if negate else op
+    cdef bint short_needle = pat.n <= 8
+    cdef uint64_t target = window_of(pat.s, pat.n) if short_needle else 0
+    cdef StrView cell
+    for t in range(count):
+        row = sel[t]
+        idx = base + row + col.first
+        v[row].tag = T_BOOL
+        v[row].slot = -1
+        if cell_null(col, idx):
+            v[row].i = 0
+            continue
+        start = col.offsets[idx]
+        n = col.offsets[idx + 1] - start
+        if n < pat.n:
+            hit = False
+        elif kind == OP_STARTSWITH:
+            hit = same_bytes(col.data + start, pat.s, pat.n)
+        elif kind == OP_ENDSWITH:
+            hit = same_bytes(col.data + start + n - pat.n, pat.s, pat.n)
+        elif short_needle and n <= 32:
+            cell.s = col.data + start
+            cell.n = n
+            hit = contains_short(cell, pat, target)
+        else:
+            cell.s = col.data + start
+            cell.n = n
+            hit = contains(cell, pat)
+        v[row].i = hit != negate
+
+
 cdef int run_columns(const CProgram* p, const Column* cols, Py_ssize_t length, int8_t* out,
                      Scratch* w) noexcept nogil:
     """Evaluate Arrow rows a chunk at a time, one node at a time (column-at-a-time).
@@ -637,6 +700,9 @@ cdef int run_columns(const CProgram* p, const Column* cols, Py_ssize_t length, i
     cdef uint8_t g
     cdef int32_t arg
     cdef Value cell
+    cdef const Value* lv_row
+    cdef const Value* rv_row
+    cdef bint decided
     cdef int64_t x64, want
     cdef double xd
     cdef int c
@@ -669,11 +735,12 @@ cdef int run_columns(const CProgram* p, const Column* cols, Py_ssize_t length, i
                     sel = sels + <Py_ssize_t>node.b * chunk
                     k = 0
                     lv = values_of(p, vals, node.a, chunk, &lstride)
+                    g = p.nodes[node.a].guard
                     for t in range(nsel[node_i]):
+                        # Written always, kept only if undecided: no branch on the value.
                         row = sel_ptr[node_i][t]
-                        if not decides(p.nodes[node.a].guard, &lv[row * lstride]):
-                            sel[k] = row
-                            k += 1
+                        sel[k] = row
+                        k += not decides(g, &lv[row * lstride])
                     sel_ptr[node.b] = sel
                     nsel[node.b] = k
                 else:
@@ -741,18 +808,8 @@ cdef int run_columns(const CProgram* p, const Column* cols, Py_ssize_t length, i
                     continue
                 if node.op >= OP_CONTAINS:
                     # CONTAINS family: NULL is FALSE, negated or not.
-                    for t in range(nsel[node_i]):
-                        row = sel_of_node[t]
-                        idx = base + row + col.first
-                        v[row].tag = T_BOOL
-                        v[row].slot = -1
-                        if cell_null(col, idx):
-                            v[row].i = 0
-                        else:
-                            cell.s.s = col.data + col.offsets[idx]
-                            cell.s.n = col.offsets[idx + 1] - col.offsets[idx]
-                            v[row].i = string_match(node.op, cell.s, p.consts[node.arg].s) == (
-                                node.op <= OP_ENDSWITH)
+                    run_string_match(node.op, col, base, sel_of_node, nsel[node_i], v,
+                                     p.consts[node.arg].s)
                     sp -= 1
                     continue
                 for t in range(nsel[node_i]):
@@ -769,19 +826,19 @@ cdef int run_columns(const CProgram* p, const Column* cols, Py_ssize_t length, i
                 rv = values_of(p, vals, node.b, chunk, &rstride)
                 want = node.op == OP_OR
                 for t in range(nsel[node_i]):
+                    # Without branches on the values: decided (either side equals ``want``) gives
+                    # want; else NULL if a side is NULL; else not want. Where the left side
+                    # decided, the right side was not computed for the row and its stale value
+                    # cannot change the result.
                     row = sel_of_node[t]
+                    lv_row = &lv[row * lstride]
+                    rv_row = &rv[row * rstride]
+                    decided = (((lv_row.tag == T_BOOL) & ((lv_row.i != 0) == want))
+                               | ((rv_row.tag == T_BOOL) & ((rv_row.i != 0) == want)))
                     v[row].slot = -1
-                    if lv[row * lstride].tag == T_BOOL and lv[row * lstride].i == want:
-                        v[row].tag = T_BOOL
-                        v[row].i = want
-                    elif rv[row * rstride].tag == T_BOOL and rv[row * rstride].i == want:
-                        v[row].tag = T_BOOL
-                        v[row].i = want
-                    elif lv[row * lstride].tag == T_NULL or rv[row * rstride].tag == T_NULL:
-                        v[row].tag = T_NULL
-                    else:
-                        v[row].tag = T_BOOL
-                        v[row].i = not want
+                    v[row].tag = T_BOOL if decided | ((lv_row.tag != T_NULL) & (rv_row.tag != T_NULL)) \
+                        else T_NULL
+                    v[row].i = decided == want
             elif node.op != OP_CONST:   # constants are read in place, never copied per row
                 lv = values_of(p, vals, node.a, chunk, &lstride)
                 rv = values_of(p, vals, node.b, chunk, &rstride) if node.b >= 0 else NULL
@@ -1060,7 +1117,8 @@ cdef class Evaluator:
         cdef int8_t[::1] res = out
         cdef Column* cols = <Column*>calloc(max(1, n_slots), sizeof(Column))
         w.chunk = max(1, min(<Py_ssize_t>CHUNK, <Py_ssize_t>SCRATCH_VALUES // max(1, n)))
-        w.vals = <Value*>malloc(<size_t>n * w.chunk * sizeof(Value))
+        # calloc: the AND/OR loop reads (and ignores) right-operand slots never computed.
+        w.vals = <Value*>calloc(<size_t>n * w.chunk, sizeof(Value))
         w.sels = <int32_t*>malloc(<size_t>(n + 1) * w.chunk * sizeof(int32_t))
         w.sel_ptr = <const int32_t**>malloc(<size_t>n * sizeof(void*))
         w.nsel = <int32_t*>malloc(<size_t>n * sizeof(int32_t))

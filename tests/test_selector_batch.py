@@ -195,3 +195,20 @@ def test_long_patterns():
     want = [True, True, False, False, False, False]
     assert [s.evaluate({"s": v}) for v in values] == want
     assert s.matches_arrow({"s": pa.array(values)}).to_pylist() == want
+
+
+STRING_OPS = {"CONTAINS": lambda v, p: p in v, "STARTSWITH": str.startswith, "ENDSWITH": str.endswith}
+
+
+@settings(max_examples=300, deadline=None)
+@given(op=st.sampled_from(sorted(STRING_OPS)), negated=st.booleans(),
+       pattern=st.text(alphabet="ab\x00é", min_size=1, max_size=10),
+       rows=st.lists(st.one_of(st.none(), st.text(alphabet="ab\x00é", max_size=40)), max_size=300))
+def test_string_family_over_arrow_is_python_string_search(op, negated, pattern, rows):
+    """Needles of 1..10 bytes (the 64-bit window and the memchr paths), values up to 40
+    characters, NUL bytes and two-byte UTF-8, AND-ed with a second test so the right side
+    sees a selection of rows: the Arrow loop gives Python's answer; NULL is FALSE either way."""
+    sql = f"s {'NOT ' if negated else ''}{op} {selector.nodes.quote(pattern)} AND s STARTSWITH 'a'"
+    want = [v is not None and (STRING_OPS[op](v, pattern) != negated) and v.startswith("a") for v in rows]
+    got = selector.compile(sql).matches_arrow({"s": pa.array(rows, pa.string())}, num_rows=len(rows))
+    assert got.to_pylist() == want
