@@ -10,16 +10,28 @@ records by ``CommitLog.read_batch``, whose column arrays become Arrow buffers
 directly, so no Python object is built per row; with a group, layer 1 runs
 in array operations too, and only layer 2 (the selector) and the client's tag
 re-check work on per-record property dicts, of the records layer 1 let through.
+
+Corrupt input (``cq.StoreFormatError``) fails the task with the file and byte
+offset in the message (``on_corrupt="fail"``, the default), or, with
+``on_corrupt="skip"``, is skipped where a reader can resume and reported
+(:class:`Skips`): a CommitLog record or ConsumeQueueExt unit that cannot be
+decoded drops its unit only; a ConsumeQueue or ConsumeQueueExt file that
+cannot be opened drops the slice's whole range.
 """
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator
+import json
+import logging
+import os
+import urllib.parse
+from collections.abc import Callable, Iterable, Iterator
 
 import numpy as np
 import pyarrow as pa
 
 import cq
 from cq.commitlog import Spans
+from cq.errors import StoreFormatError
 from cq.scan import _scan
 
 # Opened stores, per worker process: a worker reads many slices of one store.
@@ -35,27 +47,139 @@ def _store(path: str) -> cq.Store:
     return store
 
 
-def _resolve_ext(store, topic: str, queue_id: int, slots: np.ndarray):
+_LOG = logging.getLogger("rmqfilter.datasource")
+
+
+class Skips:
+    """The ranges of one slice skipped under ``on_corrupt="skip"``, and how they are reported.
+
+    Each range is a dict: ``topic``, ``queue_id``, queue offsets ``start`` and
+    ``end`` (``[start, end)``; ``end`` None for a whole queue that could not be
+    opened), ``units`` (None when unknown), and the error's ``path``,
+    ``offset`` (byte offset in that file) and ``reason``.
+    """
+
+    def __init__(self, options, part) -> None:
+        self.enabled = options.on_corrupt == "skip"
+        self.log_dir = options.skipped_log
+        self.part = part
+        self.ranges: list[dict] = []
+
+    def add(self, start: int, end: int | None, exc: StoreFormatError) -> None:
+        """Record ``[start, end)`` of the slice's queue as skipped because of ``exc``."""
+        self.ranges.append({
+            "topic": self.part.topic, "queue_id": self.part.queue_id, "start": int(start),
+            "end": None if end is None else int(end), "units": None if end is None else int(end) - int(start),
+            "path": exc.path, "offset": exc.offset, "reason": getattr(exc, "reason", str(exc)),
+        })
+
+    def add_units(self, queue_offsets: np.ndarray, errors: list[StoreFormatError]) -> None:
+        for q, exc in zip(queue_offsets.tolist(), errors):
+            self.add(q, q + 1, exc)
+
+    def report(self) -> None:
+        """Log each range (WARNING, logger ``rmqfilter.datasource``) and write them to ``skipped_log``.
+
+        One JSON-lines file per slice, replaced atomically, so a retried task
+        rewrites its own file instead of counting twice.
+        """
+        if not self.ranges:
+            return
+        for r in self.ranges:
+            _LOG.warning("rocketmq on_corrupt=skip: %s queue %s offsets [%s, %s) skipped: %s at byte offset %s: %s",
+                         r["topic"], r["queue_id"], r["start"], r["end"], r["path"], r["offset"], r["reason"])
+        if self.log_dir is None:
+            return
+        p = self.part
+        name = urllib.parse.quote(f"{p.topic}.{p.queue_id}.{p.start}-{p.end}", safe="") + ".jsonl"
+        os.makedirs(self.log_dir, exist_ok=True)
+        path = os.path.join(self.log_dir, name)
+        tmp = f"{path}.{os.getpid()}.tmp"
+        with open(tmp, "w", encoding="utf-8") as f:
+            for r in self.ranges:
+                f.write(json.dumps(r, ensure_ascii=False) + "\n")
+        os.replace(tmp, path)
+
+
+def _first_bad(decode: Callable, values: np.ndarray) -> int:
+    """Index of the first value ``decode`` refuses (``decode(values[:i + 1])`` raises iff one of them is bad)."""
+    lo, hi = 0, len(values) - 1
+    while lo < hi:
+        mid = (lo + hi) // 2
+        try:
+            decode(values[:mid + 1])
+        except StoreFormatError:
+            hi = mid
+        else:
+            lo = mid + 1
+    return lo
+
+
+def decode_skipping(decode: Callable, values: np.ndarray, skipping: bool):
+    """``decode(values)``, or with ``skipping``, ``decode`` of the values it accepts.
+
+    Returns ``(result, good, errors)``: ``result`` is ``decode(values[good])``,
+    ``good`` a bool mask over ``values`` and ``errors`` the
+    :class:`~cq.errors.StoreFormatError` of each refused value, in order.
+    Each value is decoded on its own (a record, an ext unit), so one bad value
+    is found by bisection and the rest still decode; errors come in input
+    order, so the search resumes after the last bad value found.
+    """
+    good = np.ones(len(values), dtype=np.bool_)
+    errors: list[StoreFormatError] = []
+    resume = 0  # position in flatnonzero(good) where the next bad value can be
+    while True:
+        idx = np.flatnonzero(good)
+        try:
+            return decode(values[idx]), good, errors
+        except StoreFormatError:
+            if not skipping:
+                raise
+        tail = idx[resume:]
+        k = _first_bad(lambda v: decode(v), values[tail])
+        bad = tail[k]
+        try:
+            decode(values[bad:bad + 1])
+        except StoreFormatError as exc:
+            errors.append(exc)
+        else:  # pragma: no cover - decoding one value must fail where a run starting with it failed
+            raise RuntimeError(f"value {values[bad]!r} decodes alone but not in its batch")
+        good[bad] = False
+        resume += k
+
+
+def _resolve_ext(store, topic: str, queue_id: int, slots: np.ndarray, skips: Skips | None = None,
+                 queue_offsets: np.ndarray | None = None):
     """Tag codes as the broker sees them, plus ext columns, for the ConsumeQueue ``slots``.
 
-    Returns ``(tags_code, tags_known, is_ext, ext_batch)``: ``tags_known`` is
-    False where the slot is an ext address whose unit cannot be read (the
-    broker then has no tag code); ``ext_batch`` is the ``cq.ext.ExtBatch`` of
-    ``slots`` (None when the queue has no ext unit to read).
+    Returns ``(tags_code, tags_known, is_ext, ext_batch, skipped)``:
+    ``tags_known`` is False where the slot is an ext address whose unit cannot
+    be read (the broker then has no tag code); ``ext_batch`` is the
+    ``cq.ext.ExtBatch`` of ``slots`` (None when the queue has no ext unit to
+    read); ``skipped`` marks the units whose ext unit is corrupt, recorded in
+    ``skips`` (``on_corrupt="skip"``; otherwise the error propagates).
     """
     is_ext = slots <= cq.format.MAX_ADDR
+    skipped = np.zeros(len(slots), dtype=np.bool_)
     tags_code = slots.copy()
     known = np.ones(len(slots), dtype=np.bool_)
     batch = None
     if is_ext.any():
         ext = store.ext(topic, queue_id)
         if ext is not None:
-            batch = ext.read_batch(slots)  # non-ext slots come back not found, as get() gives None
+            # non-ext slots come back not found, as get() gives None
+            batch, good, errors = decode_skipping(ext.read_batch, slots, skips is not None and skips.enabled)
+            if errors:
+                skips.add_units(queue_offsets[~good], errors)
+                cleared = slots.copy()
+                cleared[~good] = 0  # not an ext address: comes back not found, row dropped by the caller
+                batch = ext.read_batch(cleared)
+                skipped = ~good
             tags_code[batch.found] = batch.tags_code[batch.found]
             known = ~is_ext | batch.found
         else:
             known = ~is_ext
-    return tags_code, known, is_ext, batch
+    return tags_code, known, is_ext, batch, skipped
 
 
 def _in_commit_log(log, offsets: np.ndarray, sizes: np.ndarray) -> np.ndarray:
@@ -79,6 +203,8 @@ class Decisions:
         self.commit_log = np.zeros(n, dtype=np.bool_)
         #: what the consumer finally gets (after the client's exact tag re-check)
         self.delivered = np.zeros(n, dtype=np.bool_)
+        #: layer 2 could not read the record (corrupt; only with on_corrupt="skip")
+        self.skipped = np.zeros(n, dtype=np.bool_)
 
 
 class _GroupFilter:
@@ -88,10 +214,13 @@ class _GroupFilter:
         self.store = store
         self.filter = store.make_filter(topic, options.group, sql=options.sql, tags=options.tags)
 
-    def decide(self, units, tags_code, known, ext_batch, candidates) -> Decisions:
+    def decide(self, units, tags_code, known, ext_batch, candidates, skips: Skips | None = None,
+               queue_offsets: np.ndarray | None = None) -> Decisions:
         """Layer 1 on every candidate unit; layer 2 only where layer 1 passed, as the broker does.
 
         Layer 2 needs only the records' properties, gathered in one batch call.
+        A record that cannot be decoded raises, or with ``skips`` enabled marks
+        its unit ``skipped`` and records it there.
         """
         f = self.filter
         d = Decisions(len(units))
@@ -101,7 +230,12 @@ class _GroupFilter:
         log = self.store.commit_log
         offsets = units["commit_log_offset"]
         rows = np.flatnonzero(d.consume_queue & _in_commit_log(log, offsets, units["size"]))
-        props = log.gather_properties(offsets[rows])
+        props, good, errors = decode_skipping(log.gather_properties, offsets[rows],
+                                              skips is not None and skips.enabled)
+        if errors:
+            skips.add_units(queue_offsets[rows[~good]], errors)
+            d.skipped[rows[~good]] = True
+            rows = rows[good]
         many = getattr(f, "is_matched_by_commit_log_many", None)
         if many is not None:
             layer2 = np.asarray(many(props), dtype=np.bool_)
@@ -178,28 +312,59 @@ def read_slice(options, spark_schema, part, tags_code_sets: Iterable[frozenset[i
     from pyspark.sql.pandas.types import to_arrow_schema
 
     schema = to_arrow_schema(spark_schema)
+    skips = Skips(options, part)
+    try:
+        yield from _read_slice(options, schema, part, tags_code_sets, skips)
+    finally:
+        skips.report()
+
+
+def _read_slice(options, schema, part, tags_code_sets, skips: Skips) -> Iterator[pa.RecordBatch]:
+    if part.skip_reason is not None:  # the queue could not be opened when the read was planned
+        skips.add(part.start, None, StoreFormatError(part.skip_reason, part.skip_path, part.skip_offset))
+        return
     if part.end <= part.start:
         return
     store = _store(options.path)
     topic, queue_id = part.topic, part.queue_id
     messages = options.table == "messages"
-    units = store.consume_queue(topic, queue_id).read(part.start, part.end - part.start)
-    queue_offsets = np.arange(part.start, part.start + len(units), dtype=np.int64)
-    tags_code, known, is_ext, ext_batch = _resolve_ext(store, topic, queue_id, units["tags_code"])
+    try:
+        units = store.consume_queue(topic, queue_id).read(part.start, part.end - part.start)
+        queue_offsets = np.arange(part.start, part.start + len(units), dtype=np.int64)
+        tags_code, known, is_ext, ext_batch, skipped = _resolve_ext(
+            store, topic, queue_id, units["tags_code"], skips, queue_offsets)
+    except StoreFormatError as exc:
+        # A queue or ext file that cannot be opened: nothing of this range can be read.
+        if not skips.enabled:
+            raise
+        skips.add(part.start, part.end, exc)
+        return
 
-    keep = np.ones(len(units), dtype=np.bool_)
+    keep = ~skipped
     for codes in tags_code_sets:
         keep &= known & np.isin(tags_code, np.fromiter(codes, dtype=np.int64, count=len(codes)))
 
     decisions = None
     if options.group is not None:
-        decisions = _GroupFilter(store, options, topic).decide(units, tags_code, known, ext_batch, keep)
+        decisions = _GroupFilter(store, options, topic).decide(units, tags_code, known, ext_batch, keep,
+                                                               skips, queue_offsets)
+        keep &= ~decisions.skipped
         if not options.decisions:
             keep &= decisions.delivered
     if messages and decisions is None:
         # Records no longer in the CommitLog have no message to show (the broker skips them).
         keep &= _in_commit_log(store.commit_log, units["commit_log_offset"], units["size"])
     rows = np.flatnonzero(keep)
+    records = None
+    if messages and len(rows):
+        # With decisions=true the broker reads only the records layer 1 let through.
+        read = decisions.reached_commit_log[rows] if decisions is not None else np.ones(len(rows), np.bool_)
+        records, good, errors = decode_skipping(store.commit_log.read_batch,
+                                                units["commit_log_offset"][rows[read]], skips.enabled)
+        if errors:
+            bad = rows[read][~good]
+            skips.add_units(queue_offsets[bad], errors)
+            rows = np.setdiff1d(rows, bad, assume_unique=True)
     if len(rows) == 0:
         return
 
@@ -214,9 +379,8 @@ def read_slice(options, spark_schema, part, tags_code_sets: Iterable[frozenset[i
         **_ext_columns(ext_batch, rows),
     }
     if messages:
-        # With decisions=true the broker reads only the records layer 1 let through.
         read = decisions.reached_commit_log[rows] if decisions is not None else None
-        columns.update(_message_columns(store, units["commit_log_offset"][rows], read))
+        columns.update(_message_columns(store, units["commit_log_offset"][rows], read, records))
     else:
         columns["ext_address"] = pa.array(units["tags_code"][rows], mask=~is_ext[rows])
     if decisions is not None and options.decisions:
@@ -284,11 +448,15 @@ _MESSAGE_COLUMNS = {
 }
 
 
-def _message_columns(store, offsets: np.ndarray, read: np.ndarray | None) -> dict[str, pa.Array]:
-    """CommitLog columns of the records at ``offsets``; rows where ``read`` is False stay NULL."""
+def _message_columns(store, offsets: np.ndarray, read: np.ndarray | None, cols=None) -> dict[str, pa.Array]:
+    """CommitLog columns of the records at ``offsets``; rows where ``read`` is False stay NULL.
+
+    ``cols``: the ``read_batch`` result of the records read, when already decoded.
+    """
     log = store.commit_log
     wanted = offsets if read is None else offsets[read]
-    cols = log.read_batch(wanted)
+    if cols is None:
+        cols = log.read_batch(wanted)
     ints = cols.ints
     props = _properties(cols)
     if props is None:  # property text that is not valid UTF-8: decode as read_message does

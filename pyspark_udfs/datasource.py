@@ -33,6 +33,20 @@ Options (all strings, parsed once when the reader is made):
 ``partition_units``
     Largest number of ConsumeQueue units per partition (default 100000).
     Partitions follow ConsumeQueue files; a larger file is split.
+``on_corrupt``
+    ``fail`` (default): a corrupt store file fails the query with a
+    ``cq.StoreFormatError`` naming the file and byte offset (inside Spark's
+    ``PythonException`` or ``AnalysisException``). ``skip``: skip what cannot
+    be read where a reader can resume and go on: a CommitLog record or
+    ConsumeQueueExt unit that does not decode drops that one unit; a
+    ConsumeQueue or ConsumeQueueExt file that cannot be opened drops the
+    partition's range (the whole queue when it fails while planning). Each
+    skipped range is logged (WARNING, logger ``rmqfilter.datasource``) and,
+    with ``skipped_log``, written there; read them with :func:`skipped_ranges`.
+``skipped_log``
+    A directory (visible to the executors) where ``on_corrupt=skip`` writes
+    the skipped ranges, one JSON-lines file per partition (a retried task
+    replaces its own file, so nothing is counted twice).
 
 Filters on ``queue_id``, ``tags_code`` and ``tags`` (``=``, ``IN``, and for
 ``queue_id`` comparisons) are pushed into the reader when
@@ -43,6 +57,8 @@ any CommitLog record is read (``tags`` is then re-checked exactly by Spark).
 from __future__ import annotations
 
 import dataclasses
+import glob
+import json
 import os
 from collections.abc import Iterator, Sequence
 from typing import Any
@@ -70,9 +86,11 @@ from pyspark.sql.types import (
     StructType,
 )
 
-__all__ = ["TABLES", "ConsumeQueueSlice", "ReadOptions", "RocketMQDataSource", "RocketMQPushdownReader", "RocketMQReader"]
+__all__ = ["ON_CORRUPT", "TABLES", "ConsumeQueueSlice", "ReadOptions", "RocketMQDataSource", "RocketMQPushdownReader",
+           "RocketMQReader", "skipped_ranges"]
 
 TABLES = ("messages", "consumequeue")
+ON_CORRUPT = ("fail", "skip")
 DEFAULT_PARTITION_UNITS = 100_000
 BATCH_ROWS = 8192
 
@@ -142,6 +160,8 @@ class ReadOptions:
     decisions: bool = False
     pushdown: bool = True
     partition_units: int = DEFAULT_PARTITION_UNITS
+    on_corrupt: str = "fail"
+    skipped_log: str | None = None
 
     @classmethod
     def parse(cls, options: dict) -> ReadOptions:
@@ -162,6 +182,12 @@ class ReadOptions:
             partition_units = 0
         if partition_units <= 0:
             raise ValueError(f"rocketmq option 'partition_units': expected a positive integer, got {raw_units!r}")
+        on_corrupt = str(options.get("on_corrupt", "fail")).strip().lower()
+        if on_corrupt not in ON_CORRUPT:
+            raise ValueError(f"rocketmq option 'on_corrupt': expected fail or skip, got {options['on_corrupt']!r}")
+        skipped_log = options.get("skipped_log") or None
+        if skipped_log is not None and on_corrupt != "skip":
+            raise ValueError("rocketmq option 'skipped_log' needs on_corrupt=skip (nothing is skipped otherwise)")
         group = options.get("group") or None
         sql = options.get("sql")
         tags = options.get("tags")
@@ -199,6 +225,8 @@ class ReadOptions:
             decisions=decisions,
             pushdown=pushdown,
             partition_units=partition_units,
+            on_corrupt=on_corrupt,
+            skipped_log=os.path.abspath(skipped_log) if skipped_log is not None else None,
         )
 
     def schema(self) -> StructType:
@@ -211,12 +239,20 @@ class ReadOptions:
 
 @dataclasses.dataclass(frozen=True)
 class ConsumeQueueSlice(InputPartition):
-    """One partition: queue offsets ``[start, end)`` of one ConsumeQueue (a file, or part of one)."""
+    """One partition: queue offsets ``[start, end)`` of one ConsumeQueue (a file, or part of one).
+
+    With ``on_corrupt=skip``, a queue that could not be opened while planning
+    is one slice carrying the error (``skip_reason``, ``skip_path``,
+    ``skip_offset``); reading it reads nothing and reports the queue skipped.
+    """
 
     topic: str
     queue_id: int
     start: int
     end: int
+    skip_reason: str | None = None
+    skip_path: str | None = None
+    skip_offset: int | None = None
 
 
 class RocketMQDataSource(DataSource):
@@ -285,8 +321,14 @@ class RocketMQReader(DataSourceReader):
             for queue_id in store.queue_ids(topic):
                 if not self._queue_id_allowed(queue_id):
                     continue
-                queue = store.consume_queue(topic, queue_id)
-                lo, hi = queue.min_offset, queue.max_offset
+                try:
+                    queue = store.consume_queue(topic, queue_id)
+                    lo, hi = queue.min_offset, queue.max_offset
+                except cq.StoreFormatError as exc:
+                    if opts.on_corrupt != "skip":
+                        raise
+                    slices.append(ConsumeQueueSlice(topic, queue_id, 0, 0, exc.reason, exc.path, exc.offset))
+                    continue
                 per_file = queue.units_per_file
                 for file_start, _ in queue.files:
                     first = file_start // 20
@@ -304,6 +346,30 @@ class RocketMQReader(DataSourceReader):
         from pyspark_udfs import _reader
 
         yield from _reader.read_slice(self.options, self.schema, partition, self.tags_code_sets)
+
+
+def skipped_ranges(skipped_log: str | os.PathLike) -> list[dict]:
+    """The ranges an ``on_corrupt=skip`` read wrote to its ``skipped_log`` directory.
+
+    Parameters
+    ----------
+    skipped_log : str or path
+        The directory given as the ``skipped_log`` option (missing: nothing was skipped).
+
+    Returns
+    -------
+    list of dict
+        Sorted by topic, queue and start offset. Keys: ``topic``, ``queue_id``,
+        ``start``, ``end`` (queue offsets ``[start, end)``; ``end`` None when
+        the whole queue could not be opened), ``units`` (None when unknown),
+        ``path`` and ``offset`` (the file and byte offset of the error) and
+        ``reason``.
+    """
+    ranges = []
+    for name in sorted(glob.glob(os.path.join(os.fspath(skipped_log), "*.jsonl"))):
+        with open(name, encoding="utf-8") as f:
+            ranges.extend(json.loads(line) for line in f if line.strip())
+    return sorted(ranges, key=lambda r: (r["topic"], r["queue_id"], r["start"]))
 
 
 class RocketMQPushdownReader(RocketMQReader):

@@ -23,7 +23,8 @@ import time
 from collections.abc import Sequence
 from typing import Any
 
-__all__ = ["GroupScan", "ScanResult", "format_summary", "main", "owns_session", "scan", "spark_session"]
+__all__ = ["GroupScan", "ScanResult", "format_skipped", "format_summary", "main", "owns_session", "scan",
+           "spark_session"]
 
 
 def owns_session() -> bool:
@@ -115,6 +116,8 @@ class ScanResult:
     delivered: int
     seconds: float
     output: str | None = None
+    #: ranges skipped under ``on_corrupt="skip"`` (dicts as :func:`pyspark_udfs.datasource.skipped_ranges` gives)
+    skipped: tuple = ()
 
     @property
     def false_positives(self) -> int:
@@ -146,7 +149,7 @@ def _reader(spark, store: str, topic: str, group: GroupScan, **options: str):
 
 
 def scan(spark, store: str, topic: str, group: GroupScan, *, out: str | None = None,
-         out_format: str = "parquet") -> ScanResult:
+         out_format: str = "parquet", on_corrupt: str = "fail", skipped_log: str | None = None) -> ScanResult:
     """Run the broker's filter for ``group`` over ``topic`` and count each layer.
 
     Parameters
@@ -160,18 +163,39 @@ def scan(spark, store: str, topic: str, group: GroupScan, *, out: str | None = N
     out : str, optional
         Directory to write the messages the group would receive.
     out_format : {"parquet", "json"}
+    on_corrupt : {"fail", "skip"}
+        The data source option: fail on a corrupt store file, or skip what
+        cannot be read and report it in :attr:`ScanResult.skipped`.
+    skipped_log : str, optional
+        With ``on_corrupt="skip"``, the directory the executors write the
+        skipped ranges to; it must be visible to the driver and every executor
+        (a shared path on a cluster). Default: a temporary directory, removed
+        afterwards (enough for a local master).
 
     Returns
     -------
     ScanResult
     """
+    import shutil
+    import tempfile
+
     from pyspark.sql import functions as F
+
+    from pyspark_udfs.datasource import ON_CORRUPT, skipped_ranges
 
     if out_format not in ("parquet", "json"):
         raise ValueError(f"out_format must be parquet or json, got {out_format!r}")
+    if on_corrupt not in ON_CORRUPT:
+        raise ValueError(f"on_corrupt must be fail or skip, got {on_corrupt!r}")
+    options: dict[str, str] = {}
+    own_log = False
+    if on_corrupt == "skip":
+        own_log = skipped_log is None
+        log_root = tempfile.mkdtemp(prefix="rmqfilter-skipped-") if own_log else skipped_log
+        options = {"on_corrupt": "skip", "skipped_log": os.path.join(log_root, "count")}
     t0 = time.perf_counter()
     # Counting needs no CommitLog fields beyond the properties layer 2 reads itself.
-    decisions = _reader(spark, store, topic, group, decisions="true", table="consumequeue")
+    decisions = _reader(spark, store, topic, group, decisions="true", table="consumequeue", **options)
     row = decisions.agg(
         F.count(F.lit(1)).alias("units"),
         F.sum(F.col("matched_by_consume_queue").cast("long")).alias("cq"),
@@ -181,9 +205,22 @@ def scan(spark, store: str, topic: str, group: GroupScan, *, out: str | None = N
     if out is not None:
         # Second pass without decisions: the reader prunes as the broker does
         # and only the delivered messages reach the writer.
-        delivered = _reader(spark, store, topic, group)
+        if options:
+            options["skipped_log"] = os.path.join(log_root, "out")
+        delivered = _reader(spark, store, topic, group, **options)
         delivered.write.mode("overwrite").format(out_format).save(out)
     seconds = time.perf_counter() - t0
+    skipped: list[dict] = []
+    if options:
+        # The output pass decodes whole records and may meet corruption the count pass did not.
+        seen = set()
+        for r in skipped_ranges(os.path.join(log_root, "count")) + skipped_ranges(os.path.join(log_root, "out")):
+            key = (r["topic"], r["queue_id"], r["start"], r["end"])
+            if key not in seen:
+                seen.add(key)
+                skipped.append(r)
+        if own_log:
+            shutil.rmtree(log_root, ignore_errors=True)
     return ScanResult(
         group=group.group,
         topic=topic,
@@ -194,6 +231,7 @@ def scan(spark, store: str, topic: str, group: GroupScan, *, out: str | None = N
         delivered=int(row["delivered"] or 0),
         seconds=seconds,
         output=out,
+        skipped=tuple(skipped),
     )
 
 
@@ -223,6 +261,23 @@ def format_summary(results: Sequence[ScanResult]) -> str:
     return "\n".join(out)
 
 
+def format_skipped(results: Sequence[ScanResult]) -> str:
+    """The ranges ``on_corrupt=skip`` skipped, one line each ("" when none)."""
+    lines = []
+    for r in results:
+        if not r.skipped:
+            continue
+        known = sum(s["units"] or 0 for s in r.skipped)
+        whole = sum(1 for s in r.skipped if s["end"] is None)
+        lines.append(f"{r.group}: skipped {len(r.skipped)} corrupt range(s), {known:,} unit(s)"
+                     + (f" and {whole} whole queue(s)" if whole else "") + ":")
+        for s in r.skipped:
+            end = "end" if s["end"] is None else s["end"]
+            lines.append(f"  {s['topic']} queue {s['queue_id']} offsets [{s['start']}, {end}): "
+                         f"{s['path']} at byte offset {s['offset']}: {s['reason']}")
+    return "\n".join(lines)
+
+
 def add_scan_arguments(parser: argparse.ArgumentParser) -> None:
     """The arguments of ``rmqfilter scan`` (shared with this module's ``main``)."""
     parser.add_argument("store", help="store root directory (commitlog/, consumequeue/, consumequeue_ext/)")
@@ -236,6 +291,10 @@ def add_scan_arguments(parser: argparse.ArgumentParser) -> None:
                         help="output format (default parquet)")
     parser.add_argument("--master", help="Spark master URL (default: spark-submit's, or local[*])")
     parser.add_argument("--json", dest="json_path", help="also write the summary as JSON to this file")
+    parser.add_argument("--on-corrupt", choices=("fail", "skip"), default="fail",
+                        help="a corrupt store file fails the scan (default), or is skipped and reported")
+    parser.add_argument("--skipped-log", help="with --on-corrupt skip: directory (shared with the executors) "
+                                              "for the skipped ranges (default: a temporary directory)")
 
 
 def run_scan(args: argparse.Namespace) -> int:
@@ -248,11 +307,13 @@ def run_scan(args: argparse.Namespace) -> int:
     spark = spark_session(args.master, app_name=f"rmqfilter scan {args.group}")
     try:
         result = scan(spark, os.path.abspath(args.store), args.topic, group, out=args.out,
-                      out_format=args.out_format)
+                      out_format=args.out_format, on_corrupt=args.on_corrupt, skipped_log=args.skipped_log)
     finally:
         if owned:
             spark.stop()
     print(format_summary([result]))
+    if result.skipped:
+        print("\n" + format_skipped([result]))
     if args.out:
         print(f"\n{result.delivered:,} messages written to {args.out} ({args.out_format})")
     if args.json_path:

@@ -166,7 +166,7 @@ def test_vectorised_layer1_equals_the_filter_unit_by_unit(kind, expr):
     checked = 0
     for topic, q in _queues(root):
         slots = store.consume_queue(topic, q).read(0, 1 << 20)["tags_code"]
-        tags_code, known, _, ext_batch = _reader._resolve_ext(store, topic, q, slots)
+        tags_code, known, _, ext_batch, _ = _reader._resolve_ext(store, topic, q, slots)
         candidates = np.random.default_rng(q).random(len(slots)) < 0.8
         for group in ("GID_SQL_A", "GID_SQL_B", "GID_SQL_C", "G_other"):
             options = ReadOptions(path=str(root), group=group, **{kind: expr})

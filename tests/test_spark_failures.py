@@ -1,0 +1,273 @@
+"""Failures in Spark: a corrupt store fails with file and offset or is skipped and reported
+(``on_corrupt``), and a task that dies or raises once gives the same answer after Spark's retry."""
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import struct
+import subprocess
+import sys
+import textwrap
+
+import pytest
+from conftest import DATA, load_jsonl
+
+from cq import format as fmt
+
+pytestmark = pytest.mark.spark
+
+ROWS = load_jsonl("golden_store.jsonl")
+TOPIC = "GoldenFilterTopic"
+SQL_A = "a > 5 AND b = 'abc'"
+KEY = ("topic", "queue_id", "queue_offset")
+
+
+@pytest.fixture
+def store(tmp_path):
+    root = tmp_path / "store"
+    shutil.copytree(DATA / "golden_store", root)
+    return root
+
+
+def _patch(path, offset: int, data: bytes) -> None:
+    with open(path, "r+b") as f:
+        f.seek(offset)
+        f.write(data)
+
+
+def _commit_log_file(root, physical_offset: int) -> str:
+    start = physical_offset - physical_offset % 65536
+    return str(root / "commitlog" / fmt.file_name(start))
+
+
+def _break_body_length(root, row: dict) -> tuple[str, int]:
+    """Make a record's body length disagree with its total size (every decoder refuses it)."""
+    assert row["sysFlag"] & 0x30 == 0  # IPv4 hosts: BODYLENGTH sits at byte 84 of the record
+    path = _commit_log_file(root, row["commitLogOffset"])
+    at = row["commitLogOffset"] % 65536
+    _patch(path, at + 84, struct.pack(">i", row["bodyLength"] - 3))
+    return path, at
+
+
+def _read(spark, root, **options):
+    reader = spark.read.format("rocketmq")
+    for name, value in options.items():
+        reader = reader.option(name, value)
+    return reader.load(str(root))
+
+
+def _keys(rows) -> set:
+    return {tuple(r[k] for k in KEY) for r in rows}
+
+
+def _golden_key(g: dict) -> tuple:
+    return g["topic"], g["queueId"], g["queueOffset"]
+
+
+# ------------------------------------------------------------------ on_corrupt=fail
+
+
+def test_corrupt_record_fails_the_query_naming_file_and_offset(spark, store):
+    row = ROWS[3]
+    path = _commit_log_file(store, row["commitLogOffset"])
+    _patch(path, row["commitLogOffset"] + 4, b"\x12\x34\x56\x78")  # bad magic code
+    with pytest.raises(Exception) as exc:
+        _read(spark, store).count()
+    text = str(exc.value)
+    assert "StoreFormatError" in text
+    assert f"{path} at byte offset {row['commitLogOffset']}: bad magic code 0x12345678" in text
+
+
+def test_truncated_consume_queue_fails_while_planning_naming_file_and_offset(spark, store):
+    path = store / "consumequeue" / TOPIC / "0" / fmt.file_name(0)
+    os.truncate(path, 990)
+    with pytest.raises(Exception) as exc:
+        _read(spark, store, table="consumequeue").count()
+    assert f"{path} at byte offset 990" in str(exc.value)
+
+
+def test_on_corrupt_option_is_checked(spark, store):
+    from pyspark_udfs.datasource import ReadOptions
+
+    with pytest.raises(ValueError, match="rocketmq option 'on_corrupt': expected fail or skip, got 'ignore'"):
+        ReadOptions.parse({"path": str(store), "on_corrupt": "ignore"})
+    with pytest.raises(ValueError, match="'skipped_log' needs on_corrupt=skip"):
+        ReadOptions.parse({"path": str(store), "skipped_log": str(store / "x")})
+    with pytest.raises(Exception, match="on_corrupt"):
+        _read(spark, store, on_corrupt="Maybe").schema  # noqa: B018 - the schema call makes the source
+    assert ReadOptions.parse({"path": str(store), "on_corrupt": " SKIP "}).on_corrupt == "skip"
+
+
+# ------------------------------------------------------------------ on_corrupt=skip
+
+
+def test_skip_drops_the_unit_of_a_corrupt_record_and_reports_it(spark, store, tmp_path):
+    from pyspark_udfs.datasource import skipped_ranges
+
+    row = ROWS[3]
+    path = _commit_log_file(store, row["commitLogOffset"])
+    _patch(path, row["commitLogOffset"] + 4, b"\x12\x34\x56\x78")
+    log = tmp_path / "skipped"
+    rows = _read(spark, store, on_corrupt="skip", skipped_log=str(log)).collect()
+    assert _keys(rows) == {_golden_key(g) for g in ROWS} - {_golden_key(row)}
+    by_key = {tuple(r[k] for k in KEY): r for r in rows}
+    for g in ROWS[:10]:  # the records around it are read as before
+        if g is not row:
+            assert by_key[_golden_key(g)]["properties"] == g["properties"]
+    assert skipped_ranges(log) == [{
+        "topic": TOPIC, "queue_id": 1, "start": row["queueOffset"], "end": row["queueOffset"] + 1, "units": 1,
+        "path": path, "offset": row["commitLogOffset"], "reason": "bad magic code 0x12345678 (TOTALSIZE 396)",
+    }]
+
+
+def test_skip_a_consume_queue_that_cannot_be_opened_drops_that_queue(spark, store, tmp_path):
+    from pyspark_udfs.datasource import skipped_ranges
+
+    path = store / "consumequeue" / TOPIC / "0" / fmt.file_name(0)
+    os.truncate(path, 990)
+    log = tmp_path / "skipped"
+    rows = _read(spark, store, table="consumequeue", on_corrupt="skip", skipped_log=str(log)).collect()
+    assert _keys(rows) == {_golden_key(g) for g in ROWS if (g["topic"], g["queueId"]) != (TOPIC, 0)}
+    [skipped] = skipped_ranges(log)
+    assert (skipped["topic"], skipped["queue_id"], skipped["end"], skipped["units"]) == (TOPIC, 0, None, None)
+    assert (skipped["path"], skipped["offset"]) == (str(path), 990)
+    assert "truncated" in skipped["reason"]
+
+
+def test_skip_an_ext_unit_whose_bitmap_runs_past_the_data(spark, store, tmp_path):
+    from pyspark_udfs.datasource import skipped_ranges
+
+    ext_path = store / "consumequeue_ext" / TOPIC / "0" / fmt.file_name(3072)
+    last = max((g for g in ROWS if g["topic"] == TOPIC and g["queueId"] == 0), key=lambda g: g["ext"]["fileOffset"])
+    _patch(ext_path, last["ext"]["fileOffset"] - 3072 + 18, struct.pack(">h", 900))
+    with pytest.raises(Exception, match="runs past the readable end"):
+        _read(spark, store, topic=TOPIC, group="GID_SQL_A", sql=SQL_A).count()
+    log = tmp_path / "skipped"
+    df = _read(spark, store, topic=TOPIC, table="consumequeue", on_corrupt="skip", skipped_log=str(log))
+    assert _keys(df.collect()) == {_golden_key(g) for g in ROWS if g["topic"] == TOPIC} - {_golden_key(last)}
+    [skipped] = skipped_ranges(log)
+    assert (skipped["queue_id"], skipped["start"], skipped["units"]) == (0, last["queueOffset"], 1)
+    assert (skipped["path"], skipped["offset"]) == (str(ext_path), last["ext"]["fileOffset"] - 3072)
+
+
+def _sql_a_row_that_matches() -> dict:
+    return next(g for g in ROWS if g["topic"] == TOPIC and g["sysFlag"] & 0x30 == 0
+                and any(x["group"] == "GID_SQL_A" and x["matched"] for x in g["groups"]))
+
+
+def test_scan_job_skips_a_corrupt_record_and_counts_it(spark, store):
+    import cq
+    from pyspark_udfs import job
+
+    golden = cq.Store(DATA / "golden_store").consume(TOPIC, "GID_SQL_A", sql=SQL_A)
+    list(golden)
+    stats = golden.stats
+    row = _sql_a_row_that_matches()
+    path, at = _break_body_length(store, row)
+    with pytest.raises(Exception) as exc:
+        job.scan(spark, str(store), TOPIC, job.GroupScan("GID_SQL_A", sql=SQL_A))
+    assert f"StoreFormatError: {path} at byte offset {at}" in str(exc.value)
+    got = job.scan(spark, str(store), TOPIC, job.GroupScan("GID_SQL_A", sql=SQL_A), on_corrupt="skip")
+    # The skipped unit had passed both layers on the intact store.
+    assert got.units_scanned == stats.units_scanned - 1
+    assert got.passed_consume_queue == stats.passed_consume_queue - 1
+    assert got.passed_commit_log == stats.passed_commit_log - 1
+    assert got.delivered == stats.delivered - 1
+    [skipped] = got.skipped
+    assert (skipped["queue_id"], skipped["start"], skipped["path"], skipped["offset"]) == (
+        row["queueId"], row["queueOffset"], path, at)
+    assert f"{path} at byte offset {at}" in job.format_skipped([got])
+
+
+def test_cli_scan_prints_the_skipped_ranges(spark, store, tmp_path, capsys):
+    from pyspark_udfs import cli
+
+    row = _sql_a_row_that_matches()
+    path, at = _break_body_length(store, row)
+    out, summary = tmp_path / "out", tmp_path / "summary.json"
+    code = cli.main(["scan", str(store), "--topic", TOPIC, "--group", "GID_SQL_A", "--sql", SQL_A,
+                     "--on-corrupt", "skip", "--out", str(out), "--format", "json", "--json", str(summary)])
+    assert code == 0
+    printed = capsys.readouterr().out
+    assert "GID_SQL_A: skipped 1 corrupt range(s), 1 unit(s)" in printed
+    assert f"queue {row['queueId']} offsets [{row['queueOffset']}, {row['queueOffset'] + 1}): {path} " \
+           f"at byte offset {at}" in printed
+    written = {(r["queue_id"], r["queue_offset"]) for r in spark.read.json(str(out)).collect()}
+    assert (row["queueId"], row["queueOffset"]) not in written and len(written) > 0
+    report = json.loads(summary.read_text())
+    assert len(report["skipped"]) == 1 and report["skipped"][0]["offset"] == at
+
+
+# ------------------------------------------------------------------ retries
+
+# A separate short-lived session: the shared test session is local[2], which
+# never retries a task; local[2,4] allows 4 attempts. The flaky sources are
+# defined in the script (test-only), wrapping the real one.
+_RETRY_SCRIPT = textwrap.dedent('''
+    import json, os, sys
+    from pyspark import TaskContext
+    from pyspark_udfs import job
+    from pyspark_udfs.datasource import RocketMQDataSource, RocketMQPushdownReader
+
+    store, markers, mode = sys.argv[1], sys.argv[2], sys.argv[3]
+
+    class FlakyReader(RocketMQPushdownReader):
+        def read(self, partition):
+            ctx = TaskContext.get()
+            if ctx.partitionId() == 1:
+                # The first attempt to get here fails; the marker is created atomically.
+                try:
+                    fd = os.open(os.path.join(markers, "failed"), os.O_CREAT | os.O_EXCL | os.O_WRONLY)
+                except FileExistsError:
+                    with open(os.path.join(markers, f"retried-{ctx.attemptNumber()}"), "w"):
+                        pass
+                else:
+                    os.write(fd, str(ctx.attemptNumber()).encode())
+                    os.close(fd)
+                    if mode == "die":
+                        os._exit(17)
+                    raise RuntimeError("injected failure")
+            yield from super().read(partition)
+
+    class FlakySource(RocketMQDataSource):
+        @classmethod
+        def name(cls):
+            return "rocketmq_flaky"
+
+        def reader(self, schema):
+            return FlakyReader(self.read_options, schema)
+
+    spark = job.spark_session("local[2,4]", progress=False, conf={"spark.sql.shuffle.partitions": "2"})
+    try:
+        spark.dataSource.register(FlakySource)
+        df = (spark.read.format("rocketmq_flaky").option("topic", "GoldenFilterTopic")
+              .option("group", "GID_SQL_A").option("sql", "a > 5 AND b = 'abc'").option("decisions", "true")
+              .option("table", "consumequeue").load(store))
+        rows = [[r.queue_id, r.queue_offset, r.matched_by_consume_queue, r.matched_by_commit_log, r.delivered]
+                for r in df.collect()]
+        print(json.dumps({"partitions": df.rdd.getNumPartitions(), "rows": sorted(rows)}))
+    finally:
+        spark.stop()
+''')
+
+
+@pytest.mark.parametrize("mode", ["die", "raise"])
+def test_a_task_that_fails_once_gives_the_same_rows_after_retry(spark, tmp_path, mode):
+    expected = sorted(
+        [r.queue_id, r.queue_offset, r.matched_by_consume_queue, r.matched_by_commit_log, r.delivered]
+        for r in _read(spark, DATA / "golden_store", topic=TOPIC, group="GID_SQL_A", sql=SQL_A,
+                       decisions="true", table="consumequeue").collect())
+    script = tmp_path / "flaky.py"
+    script.write_text(_RETRY_SCRIPT)
+    markers = tmp_path / "markers"
+    markers.mkdir()
+    proc = subprocess.run([sys.executable, str(script), str(DATA / "golden_store"), str(markers), mode],
+                          check=False, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    got = json.loads(proc.stdout.strip().splitlines()[-1])
+    # The failure was injected on a first attempt and the task ran again.
+    assert (markers / "failed").read_text() == "0"
+    assert any(name.startswith("retried-") and name != "retried-0" for name in os.listdir(markers))
+    assert got["partitions"] > 1
+    assert got["rows"] == expected and len(expected) == 200
