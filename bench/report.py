@@ -9,7 +9,8 @@ Usage (what ``make bench`` runs)::
 Benchmarks describe themselves through pytest-benchmark's ``extra_info``
 (see ``bench/conftest.py``): ``items`` per round, ``role`` ("ours",
 "alternative", "twin"), optional ``bytes`` per round, and for charts a
-``series`` name with the ``size`` of the input. Every figure in the report is
+``series`` name with the ``size`` of the input (rows with both become a
+chart of throughput against size, one line per benchmark and role). Every figure in the report is
 a median over rounds measured in this run; the min–max range is shown beside
 it, because this machine has two cores shared with whatever else is running.
 """
@@ -20,6 +21,7 @@ import datetime as dt
 import json
 import os
 import platform
+import re
 import subprocess
 import sys
 import tempfile
@@ -57,11 +59,19 @@ def _per_item(seconds: float) -> str:
     return f"{ns:.3g} ns"
 
 
+def _natural(text: str) -> list:
+    """Sort key that orders "10,000 rows" after "1,000 rows" and before "100,000 rows"."""
+    return [int(part.replace(",", "")) if part.replace(",", "").isdigit() else part
+            for part in re.split(r"(\d[\d,]*)", text)]
+
+
 def run_benchmarks(pytest_args: list[str]) -> dict:
     with tempfile.TemporaryDirectory() as tmp:
         out = Path(tmp) / "run.json"
-        cmd = [sys.executable, "-m", "pytest", "-q", str(HERE), f"--benchmark-json={out}",
-               "--benchmark-columns=median", *pytest_args]
+        # Paths among the arguments replace bench/ (e.g. `-- bench/bench_sizes.py`).
+        paths = [a for a in pytest_args if not a.startswith("-") and (ROOT / a.split("::")[0]).exists()]
+        cmd = [sys.executable, "-m", "pytest", "-q", *([] if paths else [str(HERE)]),
+               f"--benchmark-json={out}", "--benchmark-columns=median", *pytest_args]
         env = dict(os.environ, PYSPARK_PYTHON=sys.executable, PYSPARK_DRIVER_PYTHON=sys.executable)
         proc = subprocess.run(cmd, check=False, cwd=ROOT, env=env)
         if not out.exists():
@@ -86,22 +96,29 @@ def summarise(run: dict) -> list[dict]:
             "items": items,
             "bytes": info.get("bytes"),
             "series": info.get("series"),
-            "size": info.get("size", items),
+            "label": info.get("label"),
+            "size": info.get("size"),
             "median": stats["median"],
             "min": stats["min"],
             "max": stats["max"],
+            "q1": stats.get("q1", stats["min"]),
+            "q3": stats.get("q3", stats["max"]),
             "rounds": stats["rounds"],
         })
     return rows
 
 
 def table(rows: list[dict]) -> list[str]:
-    lines = ["| kernel | input per round | ours (median) | range | alternative (median) | ours / alternative |",
+    lines = ["| kernel | input per round | ours (median) | ours, quartiles | alternative (median) | ours / alternative |",
              "|---|---|---|---|---|---|"]
     groups: dict[str, list[dict]] = {}
     for row in rows:
         groups.setdefault(row["group"], []).append(row)
-    for group in sorted(groups):
+    def order(group: str):
+        first = groups[group][0]
+        return (first["series"] or "", first["size"] or 0, _natural(group))
+
+    for group in sorted(groups, key=order):
         members = groups[group]
         ours = [r for r in members if r["role"] == "ours"]
         alts = [r for r in members if r["role"] != "ours"]
@@ -110,7 +127,7 @@ def table(rows: list[dict]) -> list[str]:
             rate = r["items"] / r["median"]
             gbs = f", {r['bytes'] / r['median'] / 1e9:.2f} GB/s" if r.get("bytes") else ""
             ours_txt = f"`{r['name']}`: {_rate(rate)} ({_per_item(r['median'] / r['items'])}/item{gbs})"
-            rng = f"{_rate(r['items'] / r['max'])} – {_rate(r['items'] / r['min'])}"
+            rng = f"{_rate(r['items'] / r['q3'])} – {_rate(r['items'] / r['q1'])}"
             if best_alt is not None:
                 alt_rate = best_alt["items"] / best_alt["median"]
                 alt_txt = (f"`{best_alt['name']}` ({best_alt['role']}): {_rate(alt_rate)} "
@@ -125,7 +142,7 @@ def table(rows: list[dict]) -> list[str]:
 def charts(rows: list[dict], out_dir: Path) -> list[str]:
     series: dict[str, list[dict]] = {}
     for row in rows:
-        if row["series"]:
+        if row["series"] and row["size"]:
             series.setdefault(row["series"], []).append(row)
     if not series:
         return []
@@ -142,7 +159,7 @@ def charts(rows: list[dict], out_dir: Path) -> list[str]:
         fig, ax = plt.subplots(figsize=(7, 4))
         by_label: dict[str, list[tuple[int, float]]] = {}
         for r in members:
-            label = r["name"].split("[")[0].removeprefix("test_")
+            label = r["label"] or f"{r['name'].split('[')[0].removeprefix('test_')} ({r['role']})"
             by_label.setdefault(label, []).append((r["size"], r["items"] / r["median"]))
         for label, points in sorted(by_label.items()):
             points.sort()
@@ -186,8 +203,8 @@ def write_report(run: dict, out: Path) -> None:
         "",
         f"Generated by `make bench` (`bench/report.py`) on {date}. Machine: {machine()}.",
         "",
-        "Each row: the median over pytest-benchmark rounds; the range is the slowest to the fastest",
-        "round of ours. The alternative ran in the same session. Noise: the machine has two cores",
+        "Each row: the median over pytest-benchmark rounds, with the rates at the first and third",
+        "quartile of ours' rounds. The alternative ran in the same session. Noise: the machine has two cores",
         "and other work may run beside the benchmarks; differences under ~20 % are not significant.",
         "",
         *table(rows),
