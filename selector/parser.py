@@ -31,9 +31,11 @@ from dataclasses import dataclass
 
 from ply import lex, yacc
 
+from bloom._engine import load as _load
+
 from . import _javalang as java
 from .errors import SelectorSyntaxError
-from .lexer import SelectorLexer, scan, tokens  # noqa: F401  (PLY reads ``tokens`` from this module)
+from .lexer import SelectorLexer, _lexical_error, tokens  # noqa: F401  (PLY reads ``tokens`` from this module)
 from .nodes import (
     Between,
     BoolCast,
@@ -52,6 +54,8 @@ from .nodes import (
 )
 
 __all__ = ["ParseResult", "parse"]
+
+_kernel, ENGINE = _load("selector", "_lalr")
 
 DOUBLE_MIN_VALUE = 5e-324  # Java Double.MIN_VALUE (prints as 4.9E-324)
 
@@ -454,51 +458,34 @@ _RULES = {
 _PRODUCTIONS = [(prod.name, prod.len,
                  None if prod.len == 1 and prod.func in _PASS_THROUGH else _RULES.get(prod.func))
                 for prod in _parser.productions]
-# state -> its action row, or None for a defaulted state (a list index is cheaper than a dict).
-_TABLE = [None if state in _DEFAULTED else _ACTIONS[state] for state in range(len(_ACTIONS))]
 
 
-def _pass_through_chains() -> dict:
-    """(state below, production, lookahead) -> the state after that pass-through reduction and
-    every pass-through reduction it leads to (``primary`` to ``unary`` to ``cmp_expr`` ...).
-
-    Each of them replaces only the top state, so where the chain ends depends only on the
-    state below, the first production and the lookahead: one lookup instead of a loop
-    iteration per step.
-    """
-    chains = {}
-    lookaheads = {kind for row in _ACTIONS.values() for kind in row}
-    for number, (name, _length, rule) in enumerate(_PRODUCTIONS):
-        if rule is not None or _length != 1:
-            continue
-        for below, row in _GOTOS.items():
-            if name not in row:
-                continue
-            for kind in lookaheads:
-                state = row[name]
-                while True:
-                    t = _DEFAULTED[state] if state in _DEFAULTED else _ACTIONS[state].get(kind)
-                    if t is None or t >= 0:
-                        break
-                    nxt, length, nxt_rule = _PRODUCTIONS[-t]
-                    if nxt_rule is not None or length != 1:
-                        break
-                    state = row[nxt]
-                chains[below, number, kind] = state
-    return chains
+def _syntax_error(kind, value, position: int):
+    what = "end of input" if kind is None else _describe(kind, value)
+    _fail(position, f"syntax error at {what}", "ParseException")
 
 
-_CHAINS = _pass_through_chains()
+def _lexical_error_after(text: str, position: int, kind, value, where):
+    # The broker types a number literal as soon as it reads it, before the next token; its
+    # error wins over a lexical error just after it.
+    if kind in ("DECIMAL", "FLOATING"):
+        _number_literal(value, where)
+    raise _lexical_error(text, position)
+
+
+# What a kernel's Parser is built from (the tests build one per engine).
+_DRIVER_ARGS = (_ACTIONS, _GOTOS, _DEFAULTED, _PRODUCTIONS, _syntax_error, _lexical_error_after)
+_driver = _kernel.Parser(*_DRIVER_ARGS)
 
 
 def parse(text: str) -> ParseResult:
     """Parse ``text`` as the broker would.
 
-    The tokens come from :func:`selector.lexer.scan` and the LALR tables from
-    PLY; the loop is PLY's (``LRParser.parse``: defaulted states, shift,
-    reduce, accept), with the broker's stop rule (§8.4) in place of PLY's
-    error recovery. :func:`_parse_reference` runs the same grammar through PLY
-    itself and gives the same results.
+    PLY's LALR tables, driven by the engine's ``Parser`` (``_lalr.pyx``, or
+    its twin ``_lalr_py.py``: PLY's loop with the broker's stop rule of §8.4
+    in place of PLY's error recovery), over the fast scanner's tokens.
+    :func:`_parse_reference` runs the same grammar through PLY's own lexer
+    and driver and gives the same results.
 
     Parameters
     ----------
@@ -518,74 +505,12 @@ def parse(text: str) -> ParseResult:
     """
     if not isinstance(text, str):
         raise TypeError(f"selector must be a str, got {type(text).__name__}")
-    kinds, values, positions, lex_error = scan(text)
-    n_tokens = len(kinds)
     _state.text = text
     try:
-        table, gotos, defaulted, productions, chains = _TABLE, _GOTOS, _DEFAULTED, _PRODUCTIONS, _CHAINS
-        states = [0]
-        vals: list = [None]
-        poss: list = [0]
-        state = 0
-        i = 0                # next token
-        kind = None          # lookahead type; None: not read yet
-        value = where = None
-        stop = None          # index of the token where the parse stopped (§8.4)
-        while True:
-            row = table[state]
-            if row is None:
-                t = defaulted[state]
-            else:
-                if kind is None:
-                    if i < n_tokens:
-                        kind, value, where = kinds[i], values[i], positions[i]
-                        i += 1
-                    elif lex_error is not None:
-                        # The broker types a number literal as soon as it reads it, before the
-                        # next token; its error wins over a lexical error just after it.
-                        if i and kinds[i - 1] in ("DECIMAL", "FLOATING"):
-                            _number_literal(values[i - 1], positions[i - 1])
-                        raise lex_error
-                    else:
-                        kind, value, where = "$end", None, len(text)
-                t = row.get(kind)
-                if t is None:
-                    if kind != "$end" and stop is None:
-                        # First error: the broker stops here if what came before is complete.
-                        stop = i - 1
-                        kind = "$end"
-                        continue
-                    if stop is None:
-                        _fail(len(text), "syntax error at end of input", "ParseException")
-                    _fail(positions[stop], f"syntax error at {_describe(kinds[stop], values[stop])}",
-                          "ParseException")
-            if t > 0:
-                states.append(t)
-                vals.append(value)
-                poss.append(where)
-                state = t
-                kind = None
-            elif t < 0:
-                name, length, rule = productions[-t]
-                if rule is None:
-                    if kind is None:
-                        state = gotos[states[-2]][name]
-                    else:
-                        state = chains[states[-2], -t, kind]
-                    states[-1] = state
-                    continue
-                result = rule(vals[-length:], poss[-length:])
-                del states[-length:], vals[-length:], poss[-length:]
-                state = gotos[states[-1]][name]
-                states.append(state)
-                vals.append(result)
-                poss.append(None)
-            else:
-                tree = vals[-1]
-                break
+        tree, stop = _driver.parse(text)
     finally:
         _state.text = None
-    return ParseResult(tree, None if stop is None else positions[stop])
+    return ParseResult(tree, stop)
 
 
 def _parse_reference(text: str) -> ParseResult:

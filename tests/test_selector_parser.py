@@ -10,7 +10,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import selector
-from selector import compiler, lexer, parser
+from selector import _lalr_py, compiler, lexer, parser
 from selector.parser import parse
 from tests.conftest import load_jsonl
 
@@ -366,10 +366,25 @@ def ply_tokens(text: str):
     return out, None
 
 
-def scanned_tokens(text: str):
-    kinds, values, positions, error = lexer.scan(text)
+try:
+    from selector import _lalr as _lalr_cython
+except ImportError:  # pragma: no cover - the engine is built by `make setup`
+    _lalr_cython = None
+KERNELS = [_lalr_py] + ([_lalr_cython] if _lalr_cython is not None else [])
+KERNEL_IDS = ["python", "cython"][:len(KERNELS)]
+
+
+def scanned_tokens(text: str, kernel=None):
+    kinds, values, positions, error = (kernel.scan if kernel else lexer.scan)(text)
     return (list(zip(kinds, values, positions)),
             None if error is None else (str(error), error.position, error.cause))
+
+
+@pytest.fixture(params=KERNELS, ids=KERNEL_IDS)
+def kernel(request, monkeypatch):
+    """Each engine's scanner and driver in turn (the Cython one only where it is built)."""
+    monkeypatch.setattr(parser, "_driver", request.param.Parser(*parser._DRIVER_ARGS))
+    return request.param
 
 
 def outcome(parse_function, text: str):
@@ -393,12 +408,14 @@ def reference_outcome(text: str):
             program.args, program.props)
 
 
-def test_scanner_agrees_with_the_ply_lexer_on_every_case():
+def test_scanners_agree_with_the_ply_lexer_on_every_case(kernel):
     for text in CASE_EXPRS:
-        assert scanned_tokens(text) == ply_tokens(text), text
+        want = ply_tokens(text)
+        assert scanned_tokens(text) == want, text
+        assert scanned_tokens(text, kernel) == want, text
 
 
-def test_fast_parse_and_compile_agree_with_ply_on_every_case():
+def test_fast_parse_and_compile_agree_with_ply_on_every_case(kernel):
     assert len(CASE_EXPRS) > 1000
     for text in CASE_EXPRS:
         assert outcome(parse, text) == reference_outcome(text), text
@@ -414,9 +431,36 @@ FRAGMENTS = ["a", "b_1", "$x", "ORDER", "and", "OR", "Not", "=", "<>", ">", ">="
              ";", '"']
 
 
+@pytest.mark.parametrize("kernel_module", KERNELS, ids=KERNEL_IDS)
 @settings(max_examples=1500, deadline=None)
 @given(st.lists(st.sampled_from(FRAGMENTS), max_size=14).map("".join)
        | st.lists(st.sampled_from(FRAGMENTS), max_size=14).map(" ".join))
-def test_fast_path_agrees_with_ply_on_random_text(text):
-    assert scanned_tokens(text) == ply_tokens(text)
+def test_fast_path_agrees_with_ply_on_random_text(kernel_module, text):
+    want = ply_tokens(text)
+    assert scanned_tokens(text) == want
+    assert scanned_tokens(text, kernel_module) == want
+    driver = parser._driver
+    parser._driver = kernel_module.Parser(*parser._DRIVER_ARGS)
+    try:
+        assert outcome(parse, text) == reference_outcome(text)
+    finally:
+        parser._driver = driver
+
+
+def test_engine_drivers_handle_deep_nesting_and_long_inputs(kernel):
+    """The Cython driver grows its stacks; both give the same trees as PLY's driver."""
+    for text in ["(" * 3000 + "a = 1" + ")" * 3000, "NOT " * 3001 + "a",
+                 " OR ".join(["a = 1"] * 2000), "a IN (" + ",".join(f"'v{i}'" for i in range(3000)) + ")"]:
+        assert outcome(parse, text) == reference_outcome(text)
+
+
+@pytest.mark.parametrize("text", [
+    "a = 1 AND --x\r b = 2\n", "a = 1 AND --x\n b = 2\r", "a = 1 AND --x\r\n b = 2", "a = 1 -- x",
+    "a = 1 AND b = 2 --", "a = 'x''", "a = 'x'' OR b = '1'", "a = 'it''s' AND b = ''''", "a = 'open",
+    "/**/ a = 1", "/*/ a = 1", "a = 1.e5 AND b = .5E-3 AND c = 1E AND d = 5L AND e = 007",
+    "a = 1.5e", "a = .x", "a\u00a0= 1", "a = 1 \x00", "a > 9223372036854775808 @"])
+def test_engine_scanners_on_comment_quote_and_number_edges(kernel, text):
+    want = ply_tokens(text)
+    assert scanned_tokens(text) == want
+    assert scanned_tokens(text, kernel) == want
     assert outcome(parse, text) == reference_outcome(text)
