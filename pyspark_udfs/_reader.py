@@ -213,6 +213,11 @@ class _GroupFilter:
     def __init__(self, store, options, topic: str) -> None:
         self.store = store
         self.filter = store.make_filter(topic, options.group, sql=options.sql, tags=options.tags)
+        self.layer2_in_spark = options.layer2 == "spark"
+        if self.layer2_in_spark and (type(self.filter) is not cq.SqlFilter or self.filter.class_filter_mode):
+            # Only a plain SQL92 filter's layer 2 is the selector alone (and its client check keeps all).
+            raise ValueError(f"rocketmq option layer2=spark: the filter of group {options.group!r} on topic "
+                             f"{topic!r} is a {type(self.filter).__name__}, not a plain SQL92 filter")
 
     def decide(self, units, tags_code, known, ext_batch, candidates, skips: Skips | None = None,
                queue_offsets: np.ndarray | None = None) -> Decisions:
@@ -230,6 +235,10 @@ class _GroupFilter:
         log = self.store.commit_log
         offsets = units["commit_log_offset"]
         rows = np.flatnonzero(d.consume_queue & _in_commit_log(log, offsets, units["size"]))
+        if self.layer2_in_spark:
+            # Spark evaluates layer 2 on the properties column; the reader only says which records it reads.
+            d.reached_commit_log[rows] = True
+            return d
         props, good, errors = decode_skipping(log.gather_properties, offsets[rows],
                                               skips is not None and skips.enabled)
         if errors:
@@ -350,13 +359,14 @@ def _read_slice(options, schema, part, tags_code_sets, skips: Skips) -> Iterator
                                                                skips, queue_offsets)
         keep &= ~decisions.skipped
         if not options.decisions:
-            keep &= decisions.delivered
+            keep &= decisions.reached_commit_log if options.layer2 == "spark" else decisions.delivered
     if messages and decisions is None:
         # Records no longer in the CommitLog have no message to show (the broker skips them).
         keep &= _in_commit_log(store.commit_log, units["commit_log_offset"], units["size"])
     rows = np.flatnonzero(keep)
     records = None
-    if messages and len(rows):
+    with_properties = options.layer2 == "spark" and not messages
+    if (messages or with_properties) and len(rows):
         # With decisions=true the broker reads only the records layer 1 let through.
         read = decisions.reached_commit_log[rows] if decisions is not None else np.ones(len(rows), np.bool_)
         records, good, errors = decode_skipping(store.commit_log.read_batch,
@@ -383,7 +393,13 @@ def _read_slice(options, schema, part, tags_code_sets, skips: Skips) -> Iterator
         columns.update(_message_columns(store, units["commit_log_offset"][rows], read, records))
     else:
         columns["ext_address"] = pa.array(units["tags_code"][rows], mask=~is_ext[rows])
-    if decisions is not None and options.decisions:
+        if with_properties:
+            read = decisions.reached_commit_log[rows] if decisions is not None else None
+            columns["properties"] = _properties_column(store, units["commit_log_offset"][rows], read, records)
+    if decisions is not None and options.decisions and options.layer2 == "spark":
+        columns["matched_by_consume_queue"] = pa.array(decisions.consume_queue[rows])
+        columns["reached_commit_log"] = pa.array(decisions.reached_commit_log[rows])
+    elif decisions is not None and options.decisions:
         reached = decisions.reached_commit_log[rows]
         columns["matched_by_consume_queue"] = pa.array(decisions.consume_queue[rows])
         columns["matched_by_commit_log"] = pa.array(decisions.commit_log[rows], mask=~reached)
@@ -481,6 +497,16 @@ def _message_columns(store, offsets: np.ndarray, read: np.ndarray | None, cols=N
         out = {name: arr.take(take) for name, arr in out.items()}
     return {name: arr.cast(_MESSAGE_COLUMNS[name]) if arr.type != _MESSAGE_COLUMNS[name] else arr
             for name, arr in out.items()}
+
+
+def _properties_column(store, offsets: np.ndarray, read: np.ndarray | None, cols) -> pa.Array:
+    """The ``properties`` column alone (``layer2=spark`` on the consumequeue table); NULL where not ``read``."""
+    props = _properties(cols)
+    if props is None:
+        props = _properties_per_record(store.commit_log, offsets if read is None else offsets[read])[0]
+    if read is not None and not read.all():
+        props = props.take(pa.array(np.cumsum(read) - 1, mask=~read))
+    return props
 
 
 def _properties(cols) -> pa.Array | None:

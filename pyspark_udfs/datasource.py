@@ -33,6 +33,17 @@ Options (all strings, parsed once when the reader is made):
 ``partition_units``
     Largest number of ConsumeQueue units per partition (default 100000).
     Partitions follow ConsumeQueue files; a larger file is split.
+``layer2``
+    ``reader`` (default): with ``sql``, the reader evaluates the selector
+    (layer 2) itself, in-process with the Cython engine, on the properties of
+    the records layer 1 let through. ``spark``: the reader applies layer 1
+    only and leaves layer 2 to Spark, for a native expression
+    (:func:`pyspark_udfs.selector_column`) over ``properties``: without
+    ``decisions`` the rows are the records the broker reads (layer 1 passed),
+    to be filtered by the selector; with ``decisions`` the columns are
+    ``matched_by_consume_queue`` and ``reached_commit_log`` (and, in the
+    ``consumequeue`` table, ``properties``, NULL where not reached). Needs
+    ``sql``; ``rmqfilter scan`` uses it (see :mod:`pyspark_udfs.job`).
 ``on_corrupt``
     ``fail`` (default): a corrupt store file fails the query with a
     ``cq.StoreFormatError`` naming the file and byte offset (inside Spark's
@@ -86,11 +97,12 @@ from pyspark.sql.types import (
     StructType,
 )
 
-__all__ = ["ON_CORRUPT", "TABLES", "ConsumeQueueSlice", "ReadOptions", "RocketMQDataSource", "RocketMQPushdownReader",
+__all__ = ["LAYER2", "ON_CORRUPT", "TABLES", "ConsumeQueueSlice", "ReadOptions", "RocketMQDataSource", "RocketMQPushdownReader",
            "RocketMQReader", "skipped_ranges"]
 
 TABLES = ("messages", "consumequeue")
 ON_CORRUPT = ("fail", "skip")
+LAYER2 = ("reader", "spark")
 DEFAULT_PARTITION_UNITS = 100_000
 BATCH_ROWS = 8192
 
@@ -128,6 +140,11 @@ _MESSAGE_FIELDS = [
     StructField("reconsume_times", IntegerType(), True),
     *_EXT_FIELDS,
 ]
+_PROPERTIES_FIELD = StructField("properties", MapType(StringType(), StringType(), True), True)
+_LAYER1_DECISION_FIELDS = [
+    StructField("matched_by_consume_queue", BooleanType(), False),
+    StructField("reached_commit_log", BooleanType(), False),
+]
 _DECISION_FIELDS = [
     StructField("matched_by_consume_queue", BooleanType(), False),
     StructField("matched_by_commit_log", BooleanType(), True),
@@ -162,6 +179,7 @@ class ReadOptions:
     partition_units: int = DEFAULT_PARTITION_UNITS
     on_corrupt: str = "fail"
     skipped_log: str | None = None
+    layer2: str = "reader"
 
     @classmethod
     def parse(cls, options: dict) -> ReadOptions:
@@ -188,6 +206,9 @@ class ReadOptions:
         skipped_log = options.get("skipped_log") or None
         if skipped_log is not None and on_corrupt != "skip":
             raise ValueError("rocketmq option 'skipped_log' needs on_corrupt=skip (nothing is skipped otherwise)")
+        layer2 = str(options.get("layer2", "reader")).strip().lower()
+        if layer2 not in LAYER2:
+            raise ValueError(f"rocketmq option 'layer2': expected reader or spark, got {options['layer2']!r}")
         group = options.get("group") or None
         sql = options.get("sql")
         tags = options.get("tags")
@@ -199,6 +220,8 @@ class ReadOptions:
             raise ValueError(f"rocketmq option 'group' ({group!r}) needs 'sql' or 'tags' (its subscription)")
         decisions = _bool_option(options, "decisions", False)
         pushdown = _bool_option(options, "pushdown", True)
+        if layer2 == "spark" and sql is None:
+            raise ValueError("rocketmq option layer2=spark needs 'group' with 'sql' (a SQL92 layer 2 to leave to Spark)")
         if decisions and group is None:
             raise ValueError("rocketmq option 'decisions' needs 'group' with 'sql' or 'tags'")
         if sql is not None:
@@ -227,13 +250,16 @@ class ReadOptions:
             partition_units=partition_units,
             on_corrupt=on_corrupt,
             skipped_log=os.path.abspath(skipped_log) if skipped_log is not None else None,
+            layer2=layer2,
         )
 
     def schema(self) -> StructType:
         """The Spark schema these options produce."""
         fields = list(_MESSAGE_FIELDS if self.table == "messages" else _CONSUMEQUEUE_FIELDS)
+        if self.layer2 == "spark" and self.table != "messages":
+            fields.append(_PROPERTIES_FIELD)
         if self.decisions:
-            fields += _DECISION_FIELDS
+            fields += _LAYER1_DECISION_FIELDS if self.layer2 == "spark" else _DECISION_FIELDS
         return StructType(fields)
 
 

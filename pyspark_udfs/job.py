@@ -27,6 +27,12 @@ __all__ = ["GroupScan", "ScanResult", "format_skipped", "format_summary", "main"
            "spark_session"]
 
 
+#: what ``layer2="auto"`` picks: the faster of the two on the measurements in bench/README.md
+LAYER2_AUTO = "python"
+LAYER2_DEFAULT = "auto"
+LAYER2_CHOICES = ("auto", "native", "python")
+
+
 def owns_session() -> bool:
     """True when no SparkSession is active yet, so the caller that makes one should stop it."""
     from pyspark.sql import SparkSession
@@ -118,6 +124,8 @@ class ScanResult:
     output: str | None = None
     #: ranges skipped under ``on_corrupt="skip"`` (dicts as :func:`pyspark_udfs.datasource.skipped_ranges` gives)
     skipped: tuple = ()
+    #: how layer 2 ran: ``native`` (a Spark expression) or ``python (why)`` (in the reader)
+    layer2: str = ""
 
     @property
     def false_positives(self) -> int:
@@ -149,7 +157,8 @@ def _reader(spark, store: str, topic: str, group: GroupScan, **options: str):
 
 
 def scan(spark, store: str, topic: str, group: GroupScan, *, out: str | None = None,
-         out_format: str = "parquet", on_corrupt: str = "fail", skipped_log: str | None = None) -> ScanResult:
+         out_format: str = "parquet", on_corrupt: str = "fail", skipped_log: str | None = None,
+         layer2: str = LAYER2_DEFAULT) -> ScanResult:
     """Run the broker's filter for ``group`` over ``topic`` and count each layer.
 
     Parameters
@@ -171,6 +180,16 @@ def scan(spark, store: str, topic: str, group: GroupScan, *, out: str | None = N
         skipped ranges to; it must be visible to the driver and every executor
         (a shared path on a cluster). Default: a temporary directory, removed
         afterwards (enough for a local master).
+    layer2 : {"auto", "native", "python"}
+        Where a SQL92 group's selector (layer 2) runs. ``native``: a native
+        Spark expression (:func:`pyspark_udfs.selector_column`) over the
+        properties the reader hands on after layer 1, when
+        :func:`pyspark_udfs.native.translate` says the translation is exact
+        (otherwise in the reader, and :attr:`ScanResult.layer2` says why).
+        ``python``: in the reader, with the Cython engine. ``auto``: the
+        faster on the measurements in bench/README.md (see
+        ``LAYER2_DEFAULT``). Tag groups always run in the reader. The counts
+        are the same either way.
 
     Returns
     -------
@@ -187,6 +206,9 @@ def scan(spark, store: str, topic: str, group: GroupScan, *, out: str | None = N
         raise ValueError(f"out_format must be parquet or json, got {out_format!r}")
     if on_corrupt not in ON_CORRUPT:
         raise ValueError(f"on_corrupt must be fail or skip, got {on_corrupt!r}")
+    if layer2 not in LAYER2_CHOICES:
+        raise ValueError(f"layer2 must be one of {', '.join(LAYER2_CHOICES)}, got {layer2!r}")
+    native, how = _layer2_plan(group, LAYER2_AUTO if layer2 == "auto" else layer2)
     options: dict[str, str] = {}
     own_log = False
     if on_corrupt == "skip":
@@ -195,19 +217,33 @@ def scan(spark, store: str, topic: str, group: GroupScan, *, out: str | None = N
         options = {"on_corrupt": "skip", "skipped_log": os.path.join(log_root, "count")}
     t0 = time.perf_counter()
     # Counting needs no CommitLog fields beyond the properties layer 2 reads itself.
-    decisions = _reader(spark, store, topic, group, decisions="true", table="consumequeue", **options)
+    if native:
+        from pyspark_udfs.native import selector_column
+
+        decisions = _reader(spark, store, topic, group, decisions="true", table="consumequeue", layer2="spark",
+                            **options)
+        # Layer 2 where the broker reads the record; a plain SQL92 group's client check keeps everything.
+        matched = F.when(F.col("reached_commit_log"), selector_column(group.sql, "properties"))
+        delivered_col = F.coalesce(matched, F.lit(False))
+    else:
+        decisions = _reader(spark, store, topic, group, decisions="true", table="consumequeue", **options)
+        matched, delivered_col = F.col("matched_by_commit_log"), F.col("delivered")
     row = decisions.agg(
         F.count(F.lit(1)).alias("units"),
         F.sum(F.col("matched_by_consume_queue").cast("long")).alias("cq"),
-        F.sum(F.coalesce(F.col("matched_by_commit_log"), F.lit(False)).cast("long")).alias("cl"),
-        F.sum(F.col("delivered").cast("long")).alias("delivered"),
+        F.sum(F.coalesce(matched, F.lit(False)).cast("long")).alias("cl"),
+        F.sum(delivered_col.cast("long")).alias("delivered"),
     ).first()
     if out is not None:
         # Second pass without decisions: the reader prunes as the broker does
         # and only the delivered messages reach the writer.
         if options:
             options["skipped_log"] = os.path.join(log_root, "out")
-        delivered = _reader(spark, store, topic, group, **options)
+        if native:
+            delivered = _reader(spark, store, topic, group, layer2="spark", **options).where(
+                selector_column(group.sql, "properties"))
+        else:
+            delivered = _reader(spark, store, topic, group, **options)
         delivered.write.mode("overwrite").format(out_format).save(out)
     seconds = time.perf_counter() - t0
     skipped: list[dict] = []
@@ -232,7 +268,23 @@ def scan(spark, store: str, topic: str, group: GroupScan, *, out: str | None = N
         seconds=seconds,
         output=out,
         skipped=tuple(skipped),
+        layer2=how,
     )
+
+
+def _layer2_plan(group: GroupScan, layer2: str) -> tuple[bool, str]:
+    """``(native, description)``: whether layer 2 runs as a Spark expression, and the summary's words."""
+    if group.sql is None:
+        return False, "python (tag subscription: exact tag check in the reader)"
+    if layer2 == "python":
+        return False, "python (reader, Cython engine)"
+    from pyspark_udfs.native import translate
+
+    plan = translate(group.sql)
+    if not plan.native:
+        return False, f"python ({plan.reason})"
+    return True, "native"
+
 
 
 def _clip(text: str, width: int) -> str:
@@ -291,6 +343,9 @@ def add_scan_arguments(parser: argparse.ArgumentParser) -> None:
                         help="output format (default parquet)")
     parser.add_argument("--master", help="Spark master URL (default: spark-submit's, or local[*])")
     parser.add_argument("--json", dest="json_path", help="also write the summary as JSON to this file")
+    parser.add_argument("--layer2", choices=LAYER2_CHOICES, default=LAYER2_DEFAULT,
+                        help="where a SQL92 selector runs: native Spark expression, python (in the reader), "
+                             "or auto (the faster measured; default)")
     parser.add_argument("--on-corrupt", choices=("fail", "skip"), default="fail",
                         help="a corrupt store file fails the scan (default), or is skipped and reported")
     parser.add_argument("--skipped-log", help="with --on-corrupt skip: directory (shared with the executors) "
@@ -307,11 +362,13 @@ def run_scan(args: argparse.Namespace) -> int:
     spark = spark_session(args.master, app_name=f"rmqfilter scan {args.group}")
     try:
         result = scan(spark, os.path.abspath(args.store), args.topic, group, out=args.out,
-                      out_format=args.out_format, on_corrupt=args.on_corrupt, skipped_log=args.skipped_log)
+                      out_format=args.out_format, on_corrupt=args.on_corrupt, skipped_log=args.skipped_log,
+                      layer2=args.layer2)
     finally:
         if owned:
             spark.stop()
     print(format_summary([result]))
+    print(f"\nlayer 2: {result.layer2}")
     if result.skipped:
         print("\n" + format_skipped([result]))
     if args.out:

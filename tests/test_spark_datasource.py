@@ -160,6 +160,8 @@ def test_pushdown_on_queue_id_tags_code_and_tags_gives_spark_filter_results(spar
         ({"partition_units": "many"}, "partition_units"),
         ({"decisions": "maybe", "group": "G", "tags": "A"}, "decisions"),
         ({"decisions": "true"}, "needs 'group'"),
+        ({"layer2": "jvm", "group": "G", "sql": "a > 1"}, "option 'layer2': expected reader or spark"),
+        ({"layer2": "spark", "group": "G", "tags": "A"}, "layer2=spark needs 'group' with 'sql'"),
         ({"path": str(DATA / "nope")}, "not a directory"),
         ({"path": ""}, "no store path"),
     ],
@@ -190,3 +192,28 @@ def test_reads_with_pushdown_off_when_asked(spark):
         assert df.rdd.getNumPartitions() == 7  # nothing was pruned
     finally:
         spark.conf.set("spark.sql.python.filterPushdown.enabled", "true")
+
+
+@pytest.mark.parametrize("table", ["consumequeue", "messages"])
+@pytest.mark.parametrize("group", sorted(SQL_GROUPS))
+def test_layer2_in_spark_gives_the_reader_decisions(spark, group, table):
+    from pyspark.sql import functions as F
+
+    from pyspark_udfs import selector_column
+
+    sql = SQL_GROUPS[group]
+    common = {"topic": FILTER_TOPIC, "group": group, "sql": sql, "decisions": "true", "table": table}
+    in_reader = {tuple(r[k] for k in KEY): (r["matched_by_consume_queue"], r["matched_by_commit_log"], r["delivered"])
+                 for r in _read(spark, **common).collect()}
+    df = _read(spark, layer2="spark", **common)
+    assert "matched_by_commit_log" not in df.columns and "reached_commit_log" in df.columns
+    matched = F.when(F.col("reached_commit_log"), selector_column(sql, "properties"))
+    rows = df.select(*KEY, "matched_by_consume_queue", matched.alias("cl"),
+                     F.col("properties").isNull().alias("no_props")).collect()
+    in_spark = {tuple(r[k] for k in KEY): (r["matched_by_consume_queue"], r["cl"], bool(r["cl"])) for r in rows}
+    assert in_spark == in_reader and len(in_spark) == 200
+    # properties are read exactly where the broker reads the record
+    assert all(r["no_props"] == (r["cl"] is None) for r in rows)
+    delivered = _read(spark, layer2="spark", **{k: v for k, v in common.items() if k != "decisions"})
+    kept = {tuple(r[k] for k in KEY) for r in delivered.where(selector_column(sql, "properties")).collect()}
+    assert kept == {key for key, (_, _, d) in in_reader.items() if d}

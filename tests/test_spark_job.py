@@ -17,15 +17,20 @@ GROUPS = [
 ]
 
 
+@pytest.mark.parametrize("layer2", ["native", "python"])
 @pytest.mark.parametrize(("group", "sql", "tags"), GROUPS)
-def test_scan_counts_equal_store_consume_stats(spark, group, sql, tags):
+def test_scan_counts_equal_store_consume_stats(spark, group, sql, tags, layer2):
     import cq
     from pyspark_udfs import job
 
     result = cq.Store(STORE).consume(TOPIC, group, sql=sql, tags=tags)
     delivered = list(result)
     stats = result.stats
-    got = job.scan(spark, STORE, TOPIC, job.GroupScan(group, sql=sql, tags=tags))
+    got = job.scan(spark, STORE, TOPIC, job.GroupScan(group, sql=sql, tags=tags), layer2=layer2)
+    if tags is not None:
+        assert got.layer2.startswith("python (tag subscription")
+    else:
+        assert got.layer2 == ("native" if layer2 == "native" else "python (reader, Cython engine)")
     assert got.units_scanned == stats.units_scanned == 200
     assert got.passed_consume_queue == stats.passed_consume_queue
     assert got.passed_commit_log == stats.passed_commit_log
@@ -47,6 +52,7 @@ def test_cli_scan_writes_what_the_group_receives(spark, tmp_path, capsys):
     assert code == 0
     printed = capsys.readouterr().out
     assert group in printed and "passed CQ" in printed and "rows/s" in printed
+    assert "layer 2: " in printed
     expected = sorted((m.queue_id, m.queue_offset, m.commit_log_offset)
                       for m in cq.Store(STORE).consume(TOPIC, group, sql=sql))
     written = spark.read.json(str(out)).select("queue_id", "queue_offset", "commit_log_offset").collect()
@@ -69,3 +75,30 @@ def test_summary_table_lines_up():
     lines = format_summary(rows).splitlines()
     assert len(lines) == 4 and len({len(line) for line in lines[:2]}) == 1
     assert "1,000" in lines[2] and "100" in lines[2] and "500" in lines[2]  # units, false pos, rows/s
+
+
+@pytest.mark.parametrize("layer2", ["native", "python"])
+def test_scan_output_is_the_same_with_layer2_native_or_in_the_reader(spark, tmp_path, layer2):
+    import cq
+    from pyspark_udfs import job
+
+    group, sql = "GID_SQL_C", "num BETWEEN 10 AND 20 OR (city IS NOT NULL AND city = '北京')"
+    out = tmp_path / "out"
+    got = job.scan(spark, STORE, TOPIC, job.GroupScan(group, sql=sql), out=str(out), layer2=layer2)
+    expected = sorted((m.queue_id, m.queue_offset, m.body) for m in cq.Store(STORE).consume(TOPIC, group, sql=sql))
+    written = spark.read.parquet(str(out)).select("queue_id", "queue_offset", "body").collect()
+    assert sorted((r[0], r[1], bytes(r[2])) for r in written) == expected
+    assert got.delivered == len(expected) > 0
+
+
+def test_selector_the_native_translation_cannot_express_runs_in_the_reader_and_says_why(spark):
+    import cq
+    from pyspark_udfs import job
+
+    # deeper than the native translation goes (MAX_DEPTH), so layer 2 stays in the reader
+    sql = " OR ".join(f"num = {i}" for i in range(500))
+    stats = cq.Store(STORE).consume(TOPIC, "GID_WIDE", sql=sql)
+    delivered = len(list(stats))
+    got = job.scan(spark, STORE, TOPIC, job.GroupScan("GID_WIDE", sql=sql), layer2="native")
+    assert got.layer2.startswith("python (not expressible natively: nesting depth")
+    assert (got.units_scanned, got.delivered) == (200, delivered)
