@@ -7,7 +7,9 @@ The seven selectors of issue 3, with the broker's Java timings per evaluate
 - ``matches_arrow`` over 1 M rows given as a dict of Arrow string arrays (the
   form Spark hands over) vs the twin on the same data,
 - ``matches_many`` over 100 k Python dicts vs the twin,
-- a parse + compile without the cache.
+- a parse + compile without the cache, beside the same grammar through PLY's
+  own lexer and LALR driver and the two-pass compiler (the path before the
+  Cython driver; ``selector.parser._parse_reference``).
 
 Run: ``.venv/bin/python -m pytest bench/bench_selector.py`` (``make bench`` runs all).
 """
@@ -17,7 +19,7 @@ import numpy as np
 import pytest
 
 import selector
-from selector import _eval_py
+from selector import _eval_py, compiler, parser
 
 pa = pytest.importorskip("pyarrow")
 try:
@@ -131,6 +133,21 @@ def test_matches_many_twin(benchmark, columns, sql):
 
 @pytest.mark.parametrize("sql", SELECTORS, ids=IDS)
 def test_parse_uncached(benchmark, sql):
-    benchmark.group = "parse + compile, no cache"
-    benchmark.extra_info.update(items=1, role="ours")
+    benchmark.group = f"parse + compile, no cache: {sql}"
+    benchmark.extra_info.update(items=1, role="ours", engine=parser.ENGINE)
     benchmark.pedantic(selector._compile_uncached, (sql,), iterations=50, rounds=30, warmup_rounds=2)
+
+
+def _compile_with_ply(sql: str) -> selector.Selector:
+    tree = parser._parse_reference(sql).tree
+    return selector.Selector(sql, compiler._compile_tree_reference(tree))
+
+
+@pytest.mark.parametrize("sql", SELECTORS, ids=IDS)
+def test_parse_uncached_ply(benchmark, sql):
+    benchmark.group = f"parse + compile, no cache: {sql}"
+    benchmark.extra_info.update(items=1, role="alternative")
+    got = benchmark.pedantic(_compile_with_ply, (sql,), iterations=20, rounds=15, warmup_rounds=1)
+    ours = selector._compile_uncached(sql)
+    assert got._program.nodes.tobytes() == ours._program.nodes.tobytes()
+    assert got._program.args == ours._program.args

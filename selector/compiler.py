@@ -247,14 +247,25 @@ def compile_tree(tree: n.Node) -> Program:
             parents.append(-1)
             argv.append(-1 if value is None else arg(value[0]))
             done.append(index)
-        elif cls is Property:
-            # Slots are numbered by first use in post-order, which is the order leaves come here.
-            index = slots.get(item.name)
-            if index is None:
-                index = slots[item.name] = len(slots)
-            _emit_leaf(ops, guards, first, second, parents, argv, done, OP_PROP, index)
-        elif cls is Literal:
-            _emit_leaf(ops, guards, first, second, parents, argv, done, OP_CONST, arg(item.value))
+        elif cls is Property or cls is Literal:
+            index = len(ops)
+            if index >= MAX_NODES:
+                raise OverflowError(f"selector compiles to more than {MAX_NODES} nodes")
+            if cls is Property:
+                # Slots are numbered by first use in post-order, the order leaves come here.
+                slot = slots.get(item.name)
+                if slot is None:
+                    slot = slots[item.name] = len(slots)
+                ops.append(OP_PROP)
+                argv.append(slot)
+            else:
+                ops.append(OP_CONST)
+                argv.append(arg(item.value))
+            guards.append(GUARD_NONE)
+            first.append(-1)
+            second.append(-1)
+            parents.append(-1)
+            done.append(index)
         elif cls is Logical:
             work += ((OP_AND if item.op == "AND" else OP_OR, 2, None), item.right, item.left)
         elif cls is Comparison:

@@ -50,7 +50,6 @@ from .nodes import (
     Property,
     StringMatch,
     canonical_form,
-    is_boolean,
 )
 
 __all__ = ["ParseResult", "parse"]
@@ -99,17 +98,25 @@ def _describe(kind: str | None, value) -> str:
 
 # -- parse-time checks (spec §8.5) -------------------------------------------------------------
 
+# Exact classes (no node class is subclassed): a set lookup is cheaper than isinstance chains.
+_BOOLEAN_TYPES = frozenset((BoolCast, Not, Logical, Comparison, IsNull, Between, In, StringMatch))
+_BOOLEAN_LITERALS = frozenset(("true", "false", "null"))
+_NUMBER_LITERALS = frozenset(("int", "long", "double"))
+
+
 def _as_boolean(node: Node) -> Node:
-    if isinstance(node, Property):
+    cls = type(node)
+    if cls is Property:
         return BoolCast(node)
-    if is_boolean(node):
+    if cls in _BOOLEAN_TYPES or (cls is Literal and node.kind in _BOOLEAN_LITERALS):
         return node
     _fail(node.position, f"Expression will not result in a boolean value: {canonical_form(node)}",
           "ParseException")
 
 
 def _check_orderable(node: Node) -> None:
-    if (isinstance(node, Literal) and not node.is_number) or is_boolean(node):
+    cls = type(node)
+    if cls in _BOOLEAN_TYPES or (cls is Literal and node.kind not in _NUMBER_LITERALS):
         _fail(node.position, f"Value '{canonical_form(node)}' cannot be compared.", "RuntimeException")
 
 
