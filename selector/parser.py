@@ -21,8 +21,14 @@ end-of-input for the offending token; if the expression is complete the parse
 succeeds (``ParseResult.stop`` says where), otherwise the error is reported at
 the original token. The parse-time checks of §8.5 run as the nodes are built.
 
-Tables are built in memory once, at import (no ``parser.out``, no table file).
-The LALR driver keeps its own stack, so nesting depth is limited only by memory.
+Tables are built by ``ply.yacc`` in memory once, at import (no ``parser.out``,
+no table file). :func:`parse` runs them with the engine's driver
+(``_lalr.pyx``: a hand-written scanner and PLY's loop over the tables in C
+arrays; twin ``_lalr_py.py``: :func:`selector.lexer.scan` and the same loop in
+Python), calling the ``_r_`` reductions directly. :func:`_parse_reference`
+runs the same ``p_`` rules through PLY's own lexer and driver; both give the
+same trees, stops and errors. The drivers keep their own stacks, so nesting
+depth is limited only by memory.
 """
 from __future__ import annotations
 
