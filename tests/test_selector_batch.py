@@ -210,5 +210,7 @@ def test_string_family_over_arrow_is_python_string_search(op, negated, pattern, 
     sees a selection of rows: the Arrow loop gives Python's answer; NULL is FALSE either way."""
     sql = f"s {'NOT ' if negated else ''}{op} {selector.nodes.quote(pattern)} AND s STARTSWITH 'a'"
     want = [v is not None and (STRING_OPS[op](v, pattern) != negated) and v.startswith("a") for v in rows]
-    got = selector.compile(sql).matches_arrow({"s": pa.array(rows, pa.string())}, num_rows=len(rows))
+    s = selector.compile(sql)
+    got = s.matches_arrow({"s": pa.array(rows, pa.string())}, num_rows=len(rows))
     assert got.to_pylist() == want
+    assert [s.matches({} if v is None else {"s": v}) for v in rows] == want   # row-at-a-time path
