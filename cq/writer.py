@@ -98,8 +98,10 @@ from .format import (
     decorate,
     file_name,
     hashmap_order,
+    is_ext_addr,
     list_queue_files,
     round_consume_queue_file_size,
+    undecorate,
 )
 from .tags import tags_code
 
@@ -334,11 +336,18 @@ class _FileQueue:
     Bytes are buffered and written with ``pwrite``; a file is created
     full-size (zero-filled, sparse) when its first bytes are flushed, as the
     broker creates a file when the first message goes into it.
+
+    ``after`` is a queue whose buffer is flushed first: a ConsumeQueue flushes
+    its ext queue and the CommitLog before its own units, so an interrupted
+    writer never leaves a unit that points past the data (the broker builds
+    units from the CommitLog, after the fact, for the same reason).
     """
 
-    __slots__ = ("_buf", "_buf_pos", "_flush_at", "directory", "file_size", "pos", "start")
+    __slots__ = ("_buf", "_buf_pos", "_flush_at", "after", "directory", "file_size", "pos", "start")
 
-    def __init__(self, directory: str, file_size: int, start: int = 0, pos: int = 0, flush_at: int = _QUEUE_FLUSH):
+    def __init__(self, directory: str, file_size: int, start: int = 0, pos: int = 0, flush_at: int = _QUEUE_FLUSH,
+                 after: _FileQueue | None = None):
+        self.after = after
         self.directory = directory
         self.file_size = file_size
         self.start = start  # logical offset of the current file
@@ -372,6 +381,8 @@ class _FileQueue:
     def flush(self) -> None:
         if not self._buf:
             return
+        if self.after is not None:
+            self.after.flush()
         os.makedirs(self.directory, exist_ok=True)
         path = os.path.join(self.directory, file_name(self.start))
         fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
@@ -736,6 +747,7 @@ class StoreWriter:
     # ----------------------------------------------------------- lifecycle
     def flush(self) -> None:
         """Write every buffered byte to the store files."""
+        self._finish_recovery()
         self._commit_log.flush()
         for state in self._queues.values():
             if state.ext is not None:
@@ -985,6 +997,7 @@ class StoreWriter:
         return out
 
     def _write(self, batch: Sequence[_Prepared], *, collect: bool) -> list[AppendResult]:
+        self._finish_recovery()
         bitmaps = self._bitmaps(batch)
         results: list[AppendResult] = []
         log = self._commit_log
@@ -1063,27 +1076,39 @@ class StoreWriter:
         key = (topic, queue_id)
         state = self._queues.get(key)
         if state is None:
-            cq = _FileQueue(
-                os.path.join(self.root, CONSUME_QUEUE_DIR, topic, str(queue_id)), self.consume_queue_file_size
-            )
             ext = None
             if self.enable_ext:
                 ext = _FileQueue(
-                    os.path.join(self.root, CONSUME_QUEUE_EXT_DIR, topic, str(queue_id)), self.ext_file_size
+                    os.path.join(self.root, CONSUME_QUEUE_EXT_DIR, topic, str(queue_id)), self.ext_file_size,
+                    after=self._commit_log,
                 )
+            cq = _FileQueue(
+                os.path.join(self.root, CONSUME_QUEUE_DIR, topic, str(queue_id)), self.consume_queue_file_size,
+                after=ext if ext is not None else self._commit_log,
+            )
             state = self._queues[key] = _QueueState(cq, ext, 0, False)
         return state
 
     # ----------------------------------------------------------- append=True
     def _recover(self) -> None:
-        """Find the write positions of an existing store (the broker's recovery, simplified to
-        what a store written by a clean shutdown needs)."""
+        """Find the write positions of an existing store, as the broker's recovery does.
+
+        The CommitLog ends at its last valid record (lengths add up, body CRC
+        matches); each ConsumeQueue at its first invalid unit; each ext queue
+        just past the unit its ConsumeQueue's last unit points at (spec §3.5).
+        Records past the last dispatched one (a writer killed between writing
+        a record and its unit) are dispatched again before anything new is
+        written, as the broker's reput service does on restart.
+        """
         self._commit_log.start, self._commit_log.pos = _recover_commit_log(
             os.path.join(self.root, COMMIT_LOG_DIR), self.commit_log_file_size
         )
         self._commit_log._buf_pos = self._commit_log.pos
+        # lowest CommitLog offset whose record may lack its unit: past the last unit of every queue
+        self._redispatch_from: int | None = self._commit_log.offset
         cq_root = os.path.join(self.root, CONSUME_QUEUE_DIR)
         if not os.path.isdir(cq_root):
+            self._redispatch_from = 0
             return
         for topic in sorted(os.listdir(cq_root)):
             topic_dir = os.path.join(cq_root, topic)
@@ -1100,11 +1125,60 @@ class StoreWriter:
                 state.cq.start, state.cq.pos, state.cq._buf_pos = start, pos, pos
                 state.next_offset = (start + pos) // CQ_STORE_UNIT_SIZE
                 state.started = True
+                last = _last_unit(files, start + pos, self.consume_queue_file_size)
+                self._redispatch_from = min(self._redispatch_from, last[0] + last[1] if last else 0)
                 if state.ext is not None:
                     ext_files = list_queue_files(os.path.join(self.root, CONSUME_QUEUE_EXT_DIR, topic, qid))
                     if ext_files:
                         start, pos = _recover_ext(ext_files, self.ext_file_size)
+                        if last is not None and is_ext_addr(last[2]):
+                            # ConsumeQueue recovery truncates the ext queue past its last referenced unit
+                            start, pos = _truncate_ext(ext_files, self.ext_file_size, undecorate(last[2]),
+                                                       (start, pos))
                         state.ext.start, state.ext.pos, state.ext._buf_pos = start, pos, pos
+        if self._redispatch_from >= self._commit_log.offset:
+            self._redispatch_from = None
+
+    def _finish_recovery(self) -> None:
+        """Dispatch the records an interrupted writer left without units (the broker's reput on restart).
+
+        Deferred to the first write or flush so groups registered after
+        opening the store get their bits in the re-dispatched ext bitmaps.
+        """
+        start = getattr(self, "_redispatch_from", None)
+        if start is None:
+            return
+        self._redispatch_from = None
+        from .commitlog import CommitLog
+
+        end = self._commit_log.offset
+        with CommitLog(os.path.join(self.root, COMMIT_LOG_DIR), file_size=self.commit_log_file_size) as log:
+            batch: list[tuple[_Prepared, int, int]] = []
+            for msg in _records_between(log, start, end):
+                transaction = msg.sys_flag & TRANSACTION_TYPE_MASK
+                if transaction not in (TRANSACTION_NOT_TYPE, TRANSACTION_COMMIT_TYPE):
+                    continue
+                state = self._queue(msg.topic, msg.queue_id)
+                if msg.queue_offset < state.next_offset:
+                    continue  # already has its unit
+                if not state.started and msg.queue_offset > 0 and start > log.min_offset:
+                    # a queue whose files never reached the disk: its first records lie further back
+                    self._redispatch_from = log.min_offset
+                    self._finish_recovery()
+                    return
+                props = msg.properties or {}
+                try:
+                    code = self._dispatch_tags_code(msg.topic, props, msg.store_timestamp)
+                except ValueError:
+                    continue  # the broker's dispatch fails on such a record: it gets no unit
+                p = _Prepared(msg.topic, msg.queue_id, b"", True, code, msg.store_timestamp, props)
+                p.size = msg.store_size
+                batch.append((p, msg.commit_log_offset, msg.queue_offset))
+                state.next_offset = msg.queue_offset + 1  # provisional, so a repeated offset is skipped
+            for (p, phys, qoff), bitmap in zip(batch, self._bitmaps([p for p, _, _ in batch])):
+                state = self._queue(p.topic, p.queue_id)
+                state.next_offset = qoff
+                self._dispatch(state, phys, p.size, p.tags_code, p.store_timestamp, bitmap, queue_offset=qoff)
 
 
 _APPEND_FIELDS = frozenset(
@@ -1157,7 +1231,10 @@ def _check_file_sizes(files: list[tuple[int, str]], file_size: int, kind: str, o
 
 
 def _recover_commit_log(directory: str, file_size: int) -> tuple[int, int]:
-    """``(start of last file, write position in it)`` after the last valid record."""
+    """``(start of last file, write position in it)`` after the last valid record.
+
+    Bytes after it in the last file (a torn record) are zeroed.
+    """
     files = list_queue_files(directory)
     if not files:
         return 0, 0
@@ -1176,6 +1253,13 @@ def _recover_commit_log(directory: str, file_size: int) -> tuple[int, int]:
         if end is None:
             break
         pos = end
+    used = len(data.rstrip(b"\0"))
+    if used > pos:
+        # a record torn by an interrupted writer (or its tail): the data ends before it, and the
+        # bytes are cleared so no reader, strict or not, finds half a record after what we append
+        with open(path, "r+b") as f:
+            f.seek(pos)
+            f.write(bytes(used - pos))
     return start, pos
 
 
@@ -1220,6 +1304,71 @@ def _recover_consume_queue(files: list[tuple[int, str]], file_size: int) -> tupl
     if len(data) == 0:
         return start, 0
     return start + file_size, 0  # the last file is full: the next unit opens a new one
+
+
+def _last_unit(files: list[tuple[int, str]], end: int, file_size: int) -> tuple[int, int, int] | None:
+    """The ConsumeQueue unit just before logical byte offset ``end``, or None when there is none."""
+    at = end - CQ_STORE_UNIT_SIZE
+    if at < 0:
+        return None
+    start = at - at % file_size
+    for s, path in files:
+        if s == start:
+            with open(path, "rb") as f:
+                f.seek(at - s)
+                raw = f.read(CQ_STORE_UNIT_SIZE)
+            if len(raw) == CQ_STORE_UNIT_SIZE:
+                phys, size, code = _CQ_UNIT.unpack(raw)
+                if phys >= 0 and size > 0 and (phys, size, code) != PLACEHOLDER_UNIT:
+                    return phys, size, code
+    return None
+
+
+def _truncate_ext(files: list[tuple[int, str]], file_size: int, last: int, walked: tuple[int, int]) -> tuple[int, int]:
+    """Drop the ext units past the one at real offset ``last``: zeroed, so readers stop there too.
+
+    ``walked`` is the ``(file start, position)`` the recovery walk found; returns the new one.
+    """
+    start = last - last % file_size
+    path = dict(files).get(start)
+    if path is None:
+        return walked
+    with open(path, "rb") as f:
+        f.seek(last - start)
+        head = f.read(2)
+    size = int.from_bytes(head, "big", signed=True) if len(head) == 2 else 0
+    new_end, end = last + max(size, 0), walked[0] + walked[1]
+    if size <= 0 or new_end >= end:
+        return walked
+    for s, p in files:
+        lo, hi = max(new_end, s), min(end, s + file_size)
+        if lo < hi:
+            with open(p, "r+b") as g:
+                g.seek(lo - s)
+                g.write(bytes(hi - lo))
+    return start, new_end - start
+
+
+def _records_between(log, start: int, end: int):
+    """Messages of ``log`` from physical offset ``start`` to ``end``, across blank end-of-file records."""
+    off = start
+    while off < end:
+        index = log.file_index(off)
+        if index is None:
+            return
+        file_start = log.files[index][0]
+        buf = log.buffer(index)
+        pos = off - file_start
+        if log.file_size - pos < 8:
+            off = file_start + log.file_size
+            continue
+        _total, magic = _BLANK.unpack_from(buf, pos)
+        if magic == BLANK_MAGIC_CODE:
+            off = file_start + log.file_size
+            continue
+        msg = log.read_message(off)
+        yield msg
+        off += msg.store_size
 
 
 def _recover_ext(files: list[tuple[int, str]], file_size: int) -> tuple[int, int]:

@@ -1,0 +1,204 @@
+"""A writer killed with SIGKILL mid-run leaves a store the readers read, and ``append=True`` continues it.
+
+What the kill leaves (the writer buffers and flushes each queue with ``pwrite``):
+
+* the CommitLog ends at its last whole record; a record cut short is invalid (lengths or body CRC,
+  spec §4.6) and recovery ends the data before it;
+* ConsumeQueue and ext units are flushed only after the records they point at, so no unit points
+  past the data: ``Store.consume`` delivers every unit on disk, none counted missing;
+* records past the last unit of their queue (written, not yet dispatched) are not visible to
+  consumers until a writer reopens the store with ``append=True``, which dispatches them first,
+  as the broker's reput service does on restart.
+
+The ``lock`` file is held with ``flock``: the kernel releases it when the process dies, so a
+killed writer never blocks the next one, while a live one makes it fail at once.
+"""
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+
+import cq
+import selector
+
+TOPIC = "KillTopic"
+QUEUES = 4
+GROUP, SQL = "GID_KILL", "a > 5"
+SIZES = {"commit_log_file_size": 1 << 20, "consume_queue_file_size": 20 * 4000, "ext_file_size": 1 << 17}
+
+WRITER = """
+import sys, cq
+root, start = sys.argv[1], int(sys.argv[2])
+w = cq.StoreWriter(root, enable_ext=True, append=start > 0, commit_log_file_size={cl},
+                   consume_queue_file_size={cqs}, ext_file_size={ext})
+w.register_group({topic!r}, {group!r}, {sql!r})
+i = start
+while True:
+    w.append({topic!r}, b"body-%d-" % i + b"x" * (i % 300), queue_id=i % {queues}, tags="Tag%d" % (i % 3),
+             properties={{"a": str(i % 10), "i": str(i)}})
+    i += 1
+    if i == start + 2000:
+        print("written", flush=True)
+""".format(cl=SIZES["commit_log_file_size"], cqs=SIZES["consume_queue_file_size"], ext=SIZES["ext_file_size"],
+           topic=TOPIC, group=GROUP, sql=SQL, queues=QUEUES)
+
+
+def _data_bytes(root) -> int:
+    d = os.path.join(root, "commitlog")
+    return sum(os.path.getsize(os.path.join(d, f)) for f in os.listdir(d)) if os.path.isdir(d) else 0
+
+
+def _units_bytes(root) -> int:
+    d = os.path.join(root, "consumequeue", TOPIC)
+    return sum(os.path.getsize(os.path.join(dp, f)) for dp, _, fs in os.walk(d) for f in fs)
+
+
+def kill_writer_midway(root, *, min_files: int, start: int = 0) -> None:
+    """Run the writer in a subprocess until it has flushed ConsumeQueue units and then
+    ``min_files`` more CommitLog files, then SIGKILL it."""
+    proc = subprocess.Popen([sys.executable, "-c", WRITER, str(root), str(start)],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    try:
+        deadline = time.monotonic() + 120
+        units_before = _units_bytes(root)
+
+        def wait_for(condition) -> None:
+            while not condition():
+                assert proc.poll() is None, proc.stderr.read().decode()
+                assert time.monotonic() < deadline, "writer made no progress"
+                time.sleep(0.005)
+
+        wait_for(lambda: _units_bytes(root) > units_before)  # the first flush of units after the start
+        target = _data_bytes(root) + min_files * SIZES["commit_log_file_size"]
+        wait_for(lambda: _data_bytes(root) >= target)
+        os.kill(proc.pid, signal.SIGKILL)
+    finally:
+        proc.kill()
+        proc.wait()
+    assert proc.returncode == -signal.SIGKILL
+
+
+def check_readable(root) -> dict:
+    """Every reader works on the store and what consumers see is consistent; returns counts."""
+    store = cq.Store(root)
+    log = store.commit_log
+    records = list(log.messages(strict=False))  # the broker's recovery view
+    assert records and log.max_offset == records[-1].commit_log_offset + records[-1].store_size
+    by_offset = {m.commit_log_offset: m for m in records}
+    sel = selector.compile(SQL)
+    units_total = 0
+    for q in store.queue_ids(TOPIC):
+        cqueue = store.consume_queue(TOPIC, q)
+        units = cqueue.read()
+        units_total += len(units)
+        # every unit points at a whole record of its queue, in queue order
+        for i, u in enumerate(units.tolist()):
+            m = by_offset[u[0]]
+            assert (m.topic, m.queue_id, m.queue_offset, m.store_size) == (TOPIC, q, cqueue.min_offset + i, u[1])
+        ext = store.ext(TOPIC, q)
+        batch = ext.read_batch(units["tags_code"])
+        assert batch.found.all()
+        assert batch.tags_code.tolist() == [cq.tags_code(by_offset[o].tags) for o in units["commit_log_offset"]]
+        result = store.consume(TOPIC, GROUP, sql=SQL, queue_ids=[q])
+        got = [m.queue_offset for m in result]
+        want = [cqueue.min_offset + i for i, o in enumerate(units["commit_log_offset"].tolist())
+                if sel.matches(by_offset[o].properties)]
+        assert got == want
+        assert result.stats.commit_log_missing == 0 and result.stats.ext_missing == 0
+    store.close()
+    return {"records": len(records), "units": units_total}
+
+
+def _dispatched_everything(root) -> None:
+    """Every record of the topic has its unit (after an append-mode writer closed)."""
+    store = cq.Store(root)
+    records = [m for m in store.commit_log.messages() if m.topic == TOPIC]
+    for q in range(QUEUES):
+        mine = [m for m in records if m.queue_id == q]
+        units = store.consume_queue(TOPIC, q).read()
+        assert units["commit_log_offset"].tolist() == [m.commit_log_offset for m in mine]
+        assert [m.queue_offset for m in mine] == list(range(len(mine)))
+    store.close()
+
+
+@pytest.mark.parametrize("min_files", [2, 3])
+def test_killed_writer_leaves_a_readable_store_that_append_continues(tmp_path, min_files):
+    root = tmp_path / "store"
+    kill_writer_midway(root, min_files=min_files)
+    counts = check_readable(root)
+    assert counts["units"] <= counts["records"]
+
+    with pytest.raises(FileExistsError, match="append=True"):
+        cq.StoreWriter(root, **SIZES, enable_ext=True)
+
+    # the dead writer's lock does not block; append dispatches the orphaned records first
+    started = time.monotonic()
+    with cq.StoreWriter(root, **SIZES, enable_ext=True, append=True) as w:
+        w.register_group(TOPIC, GROUP, SQL)
+        n = counts["records"]
+        for i in range(n, n + 50):
+            w.append(TOPIC, f"after-{i}".encode(), queue_id=i % QUEUES, tags=f"Tag{i % 3}",
+                     properties={"a": str(i % 10), "i": str(i)})
+    assert time.monotonic() - started < 30
+    after = check_readable(root)
+    assert after["units"] == after["records"] == counts["records"] + 50
+    _dispatched_everything(root)
+
+
+def test_killed_twice_then_continued(tmp_path):
+    """An append-mode writer killed in turn leaves a readable store again."""
+    root = tmp_path / "store"
+    kill_writer_midway(root, min_files=2)
+    first = check_readable(root)
+    kill_writer_midway(root, min_files=4, start=first["records"])
+    check_readable(root)
+    with cq.StoreWriter(root, **SIZES, enable_ext=True, append=True) as w:
+        w.register_group(TOPIC, GROUP, SQL)
+    final = check_readable(root)
+    assert final["units"] == final["records"]
+    _dispatched_everything(root)
+
+
+def test_a_record_cut_by_the_kill_is_dropped_and_overwritten(tmp_path):
+    """Simulate the worst torn write: the last record half on disk (zeros after it)."""
+    root = tmp_path / "store"
+    kill_writer_midway(root, min_files=2)
+    store = cq.Store(root)
+    last = list(store.commit_log.messages(strict=False))[-1]
+    end = store.commit_log.max_offset
+    store.close()
+    # tear the last record: keep its head, zero the rest of its bytes (the file is pre-allocated)
+    index = last.commit_log_offset // SIZES["commit_log_file_size"]
+    path = os.path.join(root, "commitlog", cq.format.file_name(index * SIZES["commit_log_file_size"]))
+    at = last.commit_log_offset % SIZES["commit_log_file_size"]
+    with open(path, "r+b") as f:
+        f.seek(at + 100)
+        f.write(bytes(last.store_size - 100))
+    store = cq.Store(root)
+    assert store.commit_log.max_offset == last.commit_log_offset < end
+    store.close()
+    with cq.StoreWriter(root, **SIZES, enable_ext=True, append=True) as w:
+        r = w.append(TOPIC, b"replacement", queue_id=0, tags="Tag0", properties={"a": "9"})
+    assert r.commit_log_offset == last.commit_log_offset
+    check_readable(root)
+    _dispatched_everything(root)
+
+
+def test_a_live_writer_makes_the_next_one_fail_at_once(tmp_path):
+    root = tmp_path / "store"
+    proc = subprocess.Popen([sys.executable, "-c", WRITER, str(root), "0"], stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE)
+    try:
+        assert proc.stdout.readline().strip() == b"written"
+        started = time.monotonic()
+        with pytest.raises(BlockingIOError, match="locked by another writer"):
+            cq.StoreWriter(root, **SIZES, enable_ext=True, append=True)
+        assert time.monotonic() - started < 5
+    finally:
+        proc.kill()
+        proc.wait()
