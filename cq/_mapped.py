@@ -1,13 +1,27 @@
 """What CommitLog, ConsumeQueue and ConsumeQueueExt share: a read-only mapped-file queue (spec §1)."""
 from __future__ import annotations
 
+import threading
+
 from . import format as fmt
+
+
+def _reopen(cls, directory: str, kwargs: dict):
+    """Unpickle a reader: open the same directory again (maps are per process)."""
+    return cls(directory, **kwargs)
 
 
 class MappedFileQueue:
     """Files of one queue, mapped read-only on first use and released by :meth:`close`.
 
-    Subclasses call :meth:`_open` from their constructor.
+    Subclasses call :meth:`_open` from their constructor and name their
+    constructor's keyword arguments in :meth:`_reopen_kwargs`.
+
+    Readers are safe to share between threads: a file is mapped once, under a
+    lock; everything else they cache is computed from immutable bytes, so a
+    race only computes the same value twice. A reader pickles as its directory
+    and options and opens the files again when unpickled (Spark ships paths;
+    this makes a reader captured in a closure work too).
     """
 
     _files: list[tuple[int, str]]
@@ -27,6 +41,13 @@ class MappedFileQueue:
             self._files, self.file_size = fmt.check_queue_files(files, file_size, kind=kind, unit=unit)
         self._starts = np.array([s for s, _ in self._files], dtype=np.int64)
         self._maps = {}
+        self._map_lock = threading.Lock()
+
+    def _reopen_kwargs(self) -> dict:
+        return {"file_size": self.file_size or None}
+
+    def __reduce__(self):
+        return _reopen, (type(self), self.directory, self._reopen_kwargs())
 
     @property
     def files(self) -> list[tuple[int, str]]:
@@ -36,13 +57,17 @@ class MappedFileQueue:
     def _map(self, index: int) -> memoryview:
         m = self._maps.get(index)
         if m is None:
-            m = fmt.map_file(self._files[index][1])
-            self._maps[index] = m
+            with self._map_lock:  # one map per file even when threads race to the first read
+                m = self._maps.get(index)
+                if m is None:
+                    m = fmt.map_file(self._files[index][1])
+                    self._maps[index] = m
         return m
 
     def close(self) -> None:
         """Release the mapped files."""
-        fmt.release_maps(self._maps)
+        with self._map_lock:
+            fmt.release_maps(self._maps)
 
     def __enter__(self):
         return self

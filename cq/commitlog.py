@@ -322,10 +322,14 @@ class CommitLog(MappedFileQueue):
     def __repr__(self) -> str:
         return f"CommitLog({self.directory!r}, files={len(self._files)}, file_size={self.file_size})"
 
+    def _reopen_kwargs(self) -> dict:
+        return {"file_size": self.file_size or None, "check_crc_on_recover": self.check_crc_on_recover}
+
     def _u8(self, index: int) -> np.ndarray:
         arr = self._arrays.get(index)
         if arr is None:
-            arr = self._arrays[index] = np.frombuffer(self._map(index), np.uint8)
+            arr = np.frombuffer(self._map(index), np.uint8)
+            arr = self._arrays.setdefault(index, arr)  # atomic: racing threads share one array
         return arr
 
     def file_index(self, physical_offset: int) -> int | None:

@@ -40,6 +40,9 @@ class ConsumeQueue(MappedFileQueue):
         self._max_offset: int | None = None
         self._min_offset: int | None = None
 
+    def _reopen_kwargs(self) -> dict:
+        return {"file_size": self.file_size or None, "topic": self.topic, "queue_id": self.queue_id}
+
     def __repr__(self) -> str:
         return f"ConsumeQueue({self.directory!r}, files={len(self._files)}, file_size={self.file_size})"
 

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import os
+import threading
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, fields
 
@@ -81,6 +82,10 @@ class ConsumeResult:
         return next(self._gen)
 
 
+def _reopen_store(root: str, kwargs: dict) -> Store:
+    return Store(root, **kwargs)
+
+
 class Store:
     """Read-only view of a RocketMQ broker store directory.
 
@@ -114,6 +119,14 @@ class Store:
         self._commit_log: CommitLog | None = None
         self._cqs: dict[tuple[str, int], ConsumeQueue] = {}
         self._exts: dict[tuple[str, int], ConsumeQueueExt | None] = {}
+        # readers are opened lazily; the lock makes threads sharing a Store open each one once
+        self._open_lock = threading.RLock()
+
+    def __reduce__(self):
+        # a Store pickles as its root and options: the copy opens the files again
+        return _reopen_store, (self.root, {"commit_log_file_size": self._cl_size,
+                                           "consume_queue_file_size": self._cq_size,
+                                           "ext_file_size": self._ext_size})
 
     def __repr__(self) -> str:
         return f"Store({self.root!r})"
@@ -122,7 +135,10 @@ class Store:
     def commit_log(self) -> CommitLog:
         """The store's :class:`CommitLog`."""
         if self._commit_log is None:
-            self._commit_log = CommitLog(os.path.join(self.root, fmt.COMMIT_LOG_DIR), file_size=self._cl_size)
+            with self._open_lock:
+                if self._commit_log is None:
+                    self._commit_log = CommitLog(os.path.join(self.root, fmt.COMMIT_LOG_DIR),
+                                                 file_size=self._cl_size)
         return self._commit_log
 
     def topics(self) -> list[str]:
@@ -148,6 +164,14 @@ class Store:
         key = (topic, int(queue_id))
         cq = self._cqs.get(key)
         if cq is None:
+            with self._open_lock:
+                return self._open_consume_queue(key)
+        return cq
+
+    def _open_consume_queue(self, key: tuple[str, int]) -> ConsumeQueue:
+        topic, queue_id = key
+        cq = self._cqs.get(key)
+        if cq is None:
             d = os.path.join(self.root, fmt.CONSUME_QUEUE_DIR, topic, str(int(queue_id)))
             if not os.path.isdir(d):
                 raise KeyError(f"no consume queue {topic}/{queue_id} in {self.root}")
@@ -163,8 +187,10 @@ class Store:
         """The :class:`ConsumeQueueExt` of (topic, queue_id), or None if the store has none."""
         key = (topic, int(queue_id))
         if key not in self._exts:
-            d = os.path.join(self.root, fmt.CONSUME_QUEUE_EXT_DIR, topic, str(int(queue_id)))
-            self._exts[key] = ConsumeQueueExt(d, file_size=self._ext_size) if os.path.isdir(d) else None
+            with self._open_lock:
+                if key not in self._exts:
+                    d = os.path.join(self.root, fmt.CONSUME_QUEUE_EXT_DIR, topic, str(int(queue_id)))
+                    self._exts[key] = ConsumeQueueExt(d, file_size=self._ext_size) if os.path.isdir(d) else None
         return self._exts[key]
 
     def close(self) -> None:
