@@ -869,7 +869,7 @@ cdef class Evaluator:
         cdef Py_ssize_t i, k, size, n_args
         cdef StrView sv
         cdef uint64_t h
-        nodes = np.ascontiguousarray(program.nodes)
+        nodes = program.rows()
         args = program.args
         n_args = len(args)
         self.program = program
@@ -884,7 +884,7 @@ cdef class Evaluator:
         if (self._nodes == NULL or self._consts == NULL or self._sets == NULL or self._cached == NULL
                 or self._fused == NULL):
             raise MemoryError()
-        for i, (op, guard, a, b, parent, arg) in enumerate(nodes.tolist()):
+        for i, (op, guard, a, b, parent, arg) in enumerate(nodes):
             self._nodes[i].op = op
             self._nodes[i].guard = guard
             self._nodes[i].a = a

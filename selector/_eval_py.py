@@ -104,7 +104,7 @@ class Evaluator:
 
     def __init__(self, program: Program):
         self.program = program
-        self._nodes = [tuple(int(x) for x in row) for row in program.nodes.tolist()]
+        self._nodes = program.rows()
         self._args = program.args
         self._props = program.props
 

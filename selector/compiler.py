@@ -16,8 +16,6 @@ subtree when a guard fires; no recursion, no stack.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 import numpy as np
 
 from . import nodes as n
@@ -70,9 +68,13 @@ _ORDERING = {">": OP_GT, ">=": OP_GE, "<": OP_LT, "<=": OP_LE}
 _MATCH = {"CONTAINS": OP_CONTAINS, "STARTSWITH": OP_STARTSWITH, "ENDSWITH": OP_ENDSWITH}
 
 
-@dataclass(frozen=True)
 class Program:
     """A compiled selector: the flat node array and what its nodes refer to.
+
+    Immutable once built. ``compile_tree`` hands over the node fields as
+    lists; the numpy array is made the first time ``nodes`` is read (pickling,
+    the twin), since the Cython engine reads :meth:`rows` and an uncached
+    compile should not pay for an array nobody looks at.
 
     Attributes
     ----------
@@ -85,9 +87,38 @@ class Program:
         Property name of each slot, in order of first use.
     """
 
-    nodes: np.ndarray
-    args: tuple
-    props: tuple
+    __slots__ = ("_columns", "_nodes", "args", "props")
+
+    def __init__(self, nodes: np.ndarray, args: tuple, props: tuple):
+        self._nodes = nodes
+        self._columns = None
+        self.args = args
+        self.props = props
+
+    @classmethod
+    def _from_columns(cls, columns: tuple, args: tuple, props: tuple) -> Program:
+        """A program from its node fields, one list per NODE_DTYPE field."""
+        program = cls(None, args, props)
+        program._columns = columns
+        return program
+
+    @property
+    def nodes(self) -> np.ndarray:
+        if self._nodes is None:
+            nodes = np.empty(len(self._columns[0]), NODE_DTYPE)
+            for name, column in zip(NODE_DTYPE.names, self._columns):
+                nodes[name] = column
+            self._nodes = nodes
+        return self._nodes
+
+    def rows(self) -> list[tuple[int, int, int, int, int, int]]:
+        """The nodes as ``(op, guard, a, b, parent, arg)`` tuples of Python ints."""
+        if self._columns is not None:
+            return list(zip(*self._columns))
+        return [tuple(int(x) for x in row) for row in self._nodes.tolist()]
+
+    def __repr__(self) -> str:
+        return f"Program(nodes={len(self.rows())}, args={self.args!r}, props={self.props!r})"
 
 
 class _Builder:
@@ -187,7 +218,6 @@ def _compile_tree_reference(tree: n.Node) -> Program:
 
 
 _UNARY = {n.BoolCast: OP_BOOLCAST, n.Not: OP_NOT, n.Negate: OP_NEG}
-_FIELDS = NODE_DTYPE.names
 
 
 def compile_tree(tree: n.Node) -> Program:
@@ -300,10 +330,7 @@ def compile_tree(tree: n.Node) -> Program:
                 work += ((op, 1, (item.pattern,)), item.operand)
         else:
             raise TypeError(f"unknown node {cls.__name__}")
-    nodes = np.empty(len(ops), NODE_DTYPE)
-    for name, column in zip(_FIELDS, (ops, guards, first, second, parents, argv)):
-        nodes[name] = column
-    return Program(nodes, tuple(args), tuple(slots))
+    return Program._from_columns((ops, guards, first, second, parents, argv), tuple(args), tuple(slots))
 
 
 def _emit_leaf(ops, guards, first, second, parents, argv, done, op, value) -> None:
