@@ -84,6 +84,8 @@ cdef class Scanner:
     cdef Py_ssize_t n
     cdef Py_ssize_t pos
     cdef Py_ssize_t last_eol        # offset of the last LF or CR, -1 if none
+    cdef Py_ssize_t next_lf         # the first LF at or after the last "--" comment, -1 if none
+    cdef Py_ssize_t next_cr         # the same for CR (kept so many comments stay linear)
     # the token just scanned
     cdef int kind
     cdef Py_ssize_t start
@@ -96,6 +98,7 @@ cdef class Scanner:
         self.n = PyUnicode_GET_LENGTH(text)
         self.pos = 0
         self.last_eol = max(text.rfind("\n"), text.rfind("\r"))
+        self.next_lf = self.next_cr = -2   # not searched yet
 
     cdef inline Py_UCS4 at(self, Py_ssize_t i) noexcept:
         """The character at ``i``, or 0 past the end (0 matches no rule's first character)."""
@@ -234,8 +237,12 @@ cdef class Scanner:
             elif c == u'-':
                 if d == u'-' and self.last_eol > p:
                     # "--" with a line terminator after it: a comment up to that terminator.
-                    j = text.find("\n", p)
-                    q = text.find("\r", p)
+                    if self.next_lf != -1 and self.next_lf < p:
+                        self.next_lf = text.find("\n", p)
+                    if self.next_cr != -1 and self.next_cr < p:
+                        self.next_cr = text.find("\r", p)
+                    j = self.next_lf
+                    q = self.next_cr
                     end = j if q < 0 or (0 <= j < q) else q
                     self.pos = end + (2 if self.at(end) == u'\r' and self.at(end + 1) == u'\n' else 1)
                     continue

@@ -210,6 +210,7 @@ def scan(text: str) -> tuple[list, list, list, SelectorSyntaxError | None]:
     keyword = KEYWORDS.get
     operator = _OPERATORS.get
     last_eol = max(text.rfind("\n"), text.rfind("\r"))
+    next_lf = next_cr = -2   # first LF / CR at or after the last "--" comment; -1: none; -2: unknown
     pos = 0
     while True:
         m = match(text, pos)
@@ -236,8 +237,12 @@ def scan(text: str) -> tuple[list, list, list, SelectorSyntaxError | None]:
         elif kind == "MINUS":
             if text.startswith("-", pos) and last_eol > start:
                 # "--" with a line terminator somewhere after it: a comment up to that terminator.
-                ends = [i for i in (text.find("\n", start), text.find("\r", start)) if i >= 0]
-                end = min(ends)
+                # Each search resumes where it last found something, so many comments stay linear.
+                if next_lf != -1 and next_lf < start:
+                    next_lf = text.find("\n", start)
+                if next_cr != -1 and next_cr < start:
+                    next_cr = text.find("\r", start)
+                end = min(i for i in (next_lf, next_cr) if i >= 0)
                 pos = end + (2 if text.startswith("\r\n", end) else 1)
                 continue
             value = "-"

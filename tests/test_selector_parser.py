@@ -348,6 +348,10 @@ def test_one_megabyte_selectors():
         selector.compile("a = 1 AND " * 15000 + "AND")
     assert info.value.position == 150000
     assert not accepts("-" * 150_000)
+    # A megabyte of "--" comment lines: each terminator search resumes where the last one
+    # stopped (searching from each comment to the end of the text took seconds).
+    s = selector.compile("--c\n" * 250_000 + "a = 1")
+    assert s.evaluate({"a": "1"}) is True
 
 
 # -- the fast scanner, driver and compiler agree with PLY and the two-pass compiler -----------
