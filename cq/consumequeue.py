@@ -9,6 +9,9 @@ import numpy as np
 from . import format as fmt
 from ._mapped import MappedFileQueue
 
+#: Units the recovery scan tests at a time (4096 units = 80 KB, 20 pages).
+_RECOVER_CHUNK = 4096
+
 
 class ConsumeQueue(MappedFileQueue):
     """Read-only view of one ``consumequeue/{topic}/{queueId}/`` directory.
@@ -105,9 +108,13 @@ class ConsumeQueue(MappedFileQueue):
         while True:
             start = self._files[index][0]
             units = self._units_of_file(index)
-            bad = (units["commit_log_offset"] < 0) | (units["size"] <= 0)
-            if bad.any():
-                return start // fmt.CQ_STORE_UNIT_SIZE + int(np.argmax(bad))
+            # chunk by chunk, so only the pages up to the end of the data are touched (a
+            # 6 MB file holding a few units stays a few KB resident)
+            for i in range(0, len(units), _RECOVER_CHUNK):
+                part = units[i:i + _RECOVER_CHUNK]
+                bad = (part["commit_log_offset"] < 0) | (part["size"] <= 0)
+                if bad.any():
+                    return start // fmt.CQ_STORE_UNIT_SIZE + i + int(np.argmax(bad))
             if index + 1 == len(self._files):
                 return start // fmt.CQ_STORE_UNIT_SIZE + per_file
             index += 1

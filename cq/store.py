@@ -256,7 +256,12 @@ class Store:
         qids = list(queue_ids) if queue_ids is not None else self.queue_ids(topic)
 
         def run(stats: ConsumeStats) -> Iterator[Message]:
-            total = sum(len(self.consume_queue(topic, q)) for q in qids)
+            total = 0
+            if progress is not None:
+                for q in qids:
+                    cqueue, ext = self._queue_readers(topic, q)
+                    total += len(cqueue)
+                    self._release(topic, q, cqueue, ext)
             for q in qids:
                 yield from self._consume_queue(topic, q, flt, stats, verify_crc, progress, total)
 
@@ -306,9 +311,40 @@ class Store:
         stats.bloom_pruned += int((verdict == _scan.PRUNED).sum())
         return np.flatnonzero(verdict != _scan.PRUNED).astype(np.int64), hits
 
+    def _queue_readers(self, topic: str, queue_id: int) -> tuple[ConsumeQueue, ConsumeQueueExt | None]:
+        """Readers of one queue for one pass, not cached: :meth:`consume` closes them when the
+        queue is done, so a topic of thousands of queues holds one queue's maps (and file
+        descriptors) at a time. Already-open cached readers are reused."""
+        key = (topic, int(queue_id))
+        if key in self._cqs:
+            return self._cqs[key], self.ext(topic, queue_id)
+        d = os.path.join(self.root, fmt.CONSUME_QUEUE_DIR, topic, str(int(queue_id)))
+        if not os.path.isdir(d):
+            raise KeyError(f"no consume queue {topic}/{queue_id} in {self.root}")
+        cqueue = ConsumeQueue(d, file_size=self._cq_size, topic=topic, queue_id=int(queue_id))
+        if self.commit_log.files and self.commit_log.min_offset > 0:
+            cqueue.correct_min_offset(self.commit_log.min_offset)
+        if key in self._exts:
+            return cqueue, self._exts[key]
+        d = os.path.join(self.root, fmt.CONSUME_QUEUE_EXT_DIR, topic, str(int(queue_id)))
+        return cqueue, ConsumeQueueExt(d, file_size=self._ext_size) if os.path.isdir(d) else None
+
     def _consume_queue(self, topic, queue_id, flt, stats, verify_crc, progress, total):
-        cqueue = self.consume_queue(topic, queue_id)
-        ext = self.ext(topic, queue_id)
+        cqueue, ext = self._queue_readers(topic, queue_id)
+        try:
+            yield from self._consume_units(cqueue, ext, flt, stats, verify_crc, progress, total)
+        finally:
+            self._release(topic, queue_id, cqueue, ext)
+
+    def _release(self, topic: str, queue_id: int, cqueue: ConsumeQueue, ext: ConsumeQueueExt | None) -> None:
+        """Close readers from :meth:`_queue_readers` unless they are the cached ones."""
+        key = (topic, int(queue_id))
+        if self._cqs.get(key) is not cqueue:
+            cqueue.close()
+        if ext is not None and self._exts.get(key) is not ext:
+            ext.close()
+
+    def _consume_units(self, cqueue, ext, flt, stats, verify_crc, progress, total):
         log = self.commit_log
         lo, hi = log.min_offset, log.max_offset
         batch_evaluate = getattr(flt, "is_matched_by_commit_log_many", None)

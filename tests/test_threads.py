@@ -67,8 +67,21 @@ def test_one_store_shared_by_threads_from_its_first_use():
     store = cq.Store(STORE)  # nothing opened yet: the threads race to open and map every file
     results = hammer(lambda: _consume_everything(store))
     assert all(r == want for r in results)
-    # one reader per queue and one map per file, whoever got there first
-    assert len(store._cqs) == 4 and all(len(c._maps) == len(c.files) for c in store._cqs.values())
+    # consume opens each queue for the pass and closes it after: nothing stays cached
+    assert store._cqs == {} and len(store.commit_log._maps) <= len(store.commit_log.files)
+
+
+def test_threads_opening_the_same_queue_get_one_reader_and_one_map_per_file():
+    store = cq.Store(STORE)
+
+    def open_and_read():
+        cqueue = store.consume_queue(TOPIC, 1)
+        return id(cqueue), cqueue.read().tobytes(), id(store.ext(TOPIC, 1)), id(store.commit_log)
+
+    results = hammer(open_and_read, rounds=1)
+    assert len(set(results)) == 1
+    cqueue = store.consume_queue(TOPIC, 1)
+    assert len(cqueue._maps) == len(cqueue.files)
 
 
 def test_readers_shared_by_threads_in_batch_form():
