@@ -151,6 +151,23 @@ def test_skip_an_ext_unit_whose_bitmap_runs_past_the_data(spark, store, tmp_path
     assert (skipped["path"], skipped["offset"]) == (str(ext_path), last["ext"]["fileOffset"] - 3072)
 
 
+def test_skip_an_ext_file_that_cannot_be_opened_drops_the_ranges_that_need_it(spark, store, tmp_path):
+    from pyspark_udfs.datasource import skipped_ranges
+
+    ext_path = store / "consumequeue_ext" / TOPIC / "1" / fmt.file_name(3072)
+    os.truncate(ext_path, 100)
+    with pytest.raises(Exception) as exc:
+        _read(spark, store, topic=TOPIC, table="consumequeue").count()
+    assert f"{ext_path} at byte offset" in str(exc.value)
+    log = tmp_path / "skipped"
+    df = _read(spark, store, topic=TOPIC, table="consumequeue", on_corrupt="skip", skipped_log=str(log))
+    assert _keys(df.collect()) == {_golden_key(g) for g in ROWS if (g["topic"], g["queueId"]) == (TOPIC, 0)}
+    skipped = skipped_ranges(log)
+    # queue 1 is two ConsumeQueue files, so two partitions, each skipped whole
+    assert [(r["queue_id"], r["start"], r["end"]) for r in skipped] == [(1, 0, 50), (1, 50, 100)]
+    assert {r["path"] for r in skipped} == {str(ext_path)}
+
+
 def _sql_a_row_that_matches() -> dict:
     return next(g for g in ROWS if g["topic"] == TOPIC and g["sysFlag"] & 0x30 == 0
                 and any(x["group"] == "GID_SQL_A" and x["matched"] for x in g["groups"]))
