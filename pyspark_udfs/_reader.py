@@ -10,6 +10,8 @@ records by ``CommitLog.read_batch``, whose column arrays become Arrow buffers
 directly, so no Python object is built per row; with a group, layer 1 runs
 in array operations too, and only layer 2 (the selector) and the client's tag
 re-check work on per-record property dicts, of the records layer 1 let through.
+With ``layer2="spark"`` the reader stops after layer 1 and hands the
+properties of the records it would read to Spark, for a native expression.
 
 Corrupt input (``cq.StoreFormatError``) fails the task with the file and byte
 offset in the message (``on_corrupt="fail"``, the default), or, with
