@@ -366,7 +366,13 @@ def _string_vs_number(symbol: str, s: S, number: N, string_left: bool) -> B:
     code = ir.op("case", [(s_null, ir.lit(on_null, "int")),
                           (ir.op("isnull", v), ir.lit(RT_ERROR, "int")),
                           (core, ir.lit(TRUE, "int"))], ir.lit(FALSE, "int"))
-    truth = core if on_null != TRUE else ir.op("or", s_null, core)
+    if number.spark_type == "double":
+        core_truth = core
+    else:
+        op_symbol = symbol if string_left else _MIRROR[symbol]
+        core_truth = jv.integer_compare_truth(s.col, number.spark_type,
+                                              lambda value: _number_compare(op_symbol, value, number))
+    truth = core_truth if on_null != TRUE else ir.op("or", s_null, core_truth)
     return B(code=code, truth=truth)
 
 

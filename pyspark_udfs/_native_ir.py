@@ -14,6 +14,7 @@ lookups use ``get`` (NULL out of range).
 """
 from __future__ import annotations
 
+import math
 from typing import Any
 
 __all__ = ["Node", "lit", "lower", "op", "to_sql", "tree_size"]
@@ -126,7 +127,7 @@ def _lower_one(node: Node, memo: dict, props, F) -> Any:
         column = F.lit(value)
         return column.cast(spark_type) if spark_type else column
     if name == "prop":
-        return props.getItem(node[1])
+        return F.try_element_at(props, F.lit(node[1]))
     if name == "isnull":
         return c(1).isNull()
     if name == "isnotnull":
@@ -209,6 +210,9 @@ def _sql_literal(value: Any, spark_type: str | None) -> str:
     if isinstance(value, str):
         return _sql_string(value)
     if isinstance(value, float):
+        if not math.isfinite(value):  # no SQL literal spells these; the cast is folded
+            spelled = "NaN" if math.isnan(value) else ("-Infinity" if value < 0 else "Infinity")
+            return f"CAST('{spelled}' AS {(spark_type or 'double').upper()})"
         return f"CAST({float(value)!r}D AS {(spark_type or 'double').upper()})"
     if spark_type == "bigint":
         return f"{int(value)}L"
@@ -237,7 +241,7 @@ def _sql_one(node: Node, memo: dict, props_sql: str) -> str:
     if name == "lit":
         return _sql_literal(node[1], node[2])
     if name == "prop":
-        return f"{props_sql}[{_sql_string(node[1])}]"
+        return f"try_element_at({props_sql}, {_sql_string(node[1])})"
     if name in _SQL_BINARY:
         return f"({c(1)} {_SQL_BINARY[name]} {c(2)})"
     if name == "isnull":

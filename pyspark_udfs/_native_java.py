@@ -30,12 +30,14 @@ agree by construction.
 from __future__ import annotations
 
 import unicodedata
+from collections.abc import Callable
 
 from . import _native_ir as ir
 
 __all__ = [
     "NON_ASCII_DIGITS",
     "double_compare_op",
+    "integer_compare_truth",
     "parse_boolean",
     "parse_double",
     "parse_int32",
@@ -92,6 +94,16 @@ def _last_is_ascii_digit(s: ir.Node) -> ir.Node:
     return ir.op("and", ir.op("ge", last, ir.lit("0", "string")), ir.op("le", last, ir.lit("9", "string")))
 
 
+def _ends_with_ascii_digit(s: ir.Node) -> ir.Node:
+    # Ten one-byte endswith tests allocate nothing, where a substring (which sits
+    # in a CASE branch, out of reach of Spark's common sub-expression
+    # elimination) would be built twice per row.
+    test = ir.op("endswith", s, "9")
+    for digit in "876543210":
+        test = ir.op("or", ir.op("endswith", s, digit), test)
+    return test
+
+
 def _parse_integer(s: ir.Node, spark_type: str) -> ir.Node:
     # Fast path: first byte one of + , - . / 0-9 and last byte an ASCII digit. Then
     # Spark's try_cast either fails or saw no whitespace to trim, and a sign plus
@@ -99,10 +111,32 @@ def _parse_integer(s: ir.Node, spark_type: str) -> ir.Node:
     # may still hold non-ASCII digits ("1٣5"), so the slow path gets its turn.
     fast = ir.op("case", [(ir.op("and", _between(s, "+", ":"), _last_is_ascii_digit(s)),
                            ir.op("try_cast", s, spark_type))], ir.lit(None, spark_type))
+    return ir.op("coalesce", fast, _slow_integer(s, spark_type))
+
+
+def _slow_integer(s: ir.Node, spark_type: str) -> ir.Node:
     ascii_digits = ir.op("translate", s, NON_ASCII_DIGITS, _DIGIT_VALUES)
-    slow = ir.op("case", [(ir.op("rlike", s, INTEGER_REGEX), ir.op("try_cast", ascii_digits, spark_type))],
+    return ir.op("case", [(ir.op("rlike", s, INTEGER_REGEX), ir.op("try_cast", ascii_digits, spark_type))],
                  ir.lit(None, spark_type))
-    return ir.op("coalesce", fast, slow)
+
+
+def integer_compare_truth(s: ir.Node, spark_type: str, compare: Callable[[ir.Node], ir.Node]) -> ir.Node:
+    """TRUE where Java's ``parseInt``/``parseLong`` of ``s`` succeeds and ``compare(value)`` holds.
+
+    FALSE or NULL elsewhere (callers only ask whether it is TRUE). Cheaper than
+    ``compare(parse_int32(s))``: Spark's cast runs first and the guard only
+    where the comparison holds. A non-NULL cast is Java's value unless Spark
+    trimmed bytes off either end, which the first- and last-byte checks rule
+    out; a NULL cast may still be Java's number with non-ASCII digits, which
+    the slow path reads. The first-byte check and ``isnotnull(v)`` put the
+    string and the cast twice each in the always-evaluated condition, so
+    Spark's common sub-expression elimination computes each once for the
+    whole CASE (one map lookup, one cast per row).
+    """
+    v = ir.op("try_cast", s, spark_type)
+    fast = ir.op("and", ir.op("and", _between(s, "+", ":"), ir.op("isnotnull", v)), compare(v))
+    return ir.op("case", [(fast, _ends_with_ascii_digit(s)),
+                          (ir.op("isnull", v), compare(_slow_integer(s, spark_type)))], ir.lit(False))
 
 
 def parse_int32(s: ir.Node) -> ir.Node:
@@ -117,14 +151,16 @@ def parse_int64(s: ir.Node) -> ir.Node:
 
 def parse_double(s: ir.Node) -> ir.Node:
     """``Double.valueOf(s)`` as a ``double`` node; NULL where Java throws (or s is NULL)."""
-    # Where the first non-sign byte is '.', '/' or a digit Spark's cast is exactly
-    # Double.parseDouble (its extra inf/nan spellings start with a letter), so
-    # no guard is needed there; everything else must match Java's grammar first.
-    fast = ir.op("or", _between(s, ".", ":"),
-                 ir.op("or", _between(s, "-.", "-:"), _between(s, "+.", "+:")))
+    # Spark's cast runs Double.parseDouble first and only where that throws
+    # tries its own inf/nan spellings, which give an infinity or NaN. So a
+    # finite result is Java's value and needs no guard; a non-finite one (or
+    # NULL) must match Java's grammar first. The cast appears twice in the
+    # finiteness test, where Spark's common sub-expression elimination
+    # evaluates it (and the map lookup inside) once for both and for the THEN.
     cast = ir.op("try_cast", s, "double")
-    guarded = ir.op("case", [(ir.op("rlike", s, DOUBLE_REGEX), cast)], ir.lit(None, "double"))
-    return ir.op("case", [(fast, cast)], guarded)
+    finite = ir.op("and", ir.op("gt", cast, ir.lit(float("-inf"), "double")),
+                   ir.op("lt", cast, ir.lit(float("inf"), "double")))
+    return ir.op("case", [(finite, cast), (ir.op("rlike", s, DOUBLE_REGEX), cast)], ir.lit(None, "double"))
 
 
 def parse_boolean(s: ir.Node) -> ir.Node:
