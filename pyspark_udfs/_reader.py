@@ -103,13 +103,29 @@ class Skips:
         os.replace(tmp, path)
 
 
-def _first_bad(decode: Callable, values: np.ndarray) -> int:
-    """Index of the first value ``decode`` refuses (``decode(values[:i + 1])`` raises iff one of them is bad)."""
-    lo, hi = 0, len(values) - 1
+def _first_bad(decode: Callable, values: np.ndarray, start: int) -> int:
+    """Index of the first value at or after ``start`` that ``decode`` refuses, or ``len(values)``.
+
+    Windows doubling from ``start``, then bisection inside the first window
+    that fails: the cost is proportional to the distance to the bad value, so
+    finding every bad value of a batch costs a few decodes of the batch in all
+    (however many there are).
+    """
+    lo, size, n = start, 1, len(values)
+    while lo < n:
+        hi = min(n, lo + size)
+        try:
+            decode(values[lo:hi])
+        except StoreFormatError:
+            break
+        lo, size = hi, size * 2
+    else:
+        return n
+    hi -= 1  # the first bad value is in values[lo:hi + 1]
     while lo < hi:
         mid = (lo + hi) // 2
         try:
-            decode(values[:mid + 1])
+            decode(values[lo:mid + 1])
         except StoreFormatError:
             hi = mid
         else:
@@ -123,31 +139,27 @@ def decode_skipping(decode: Callable, values: np.ndarray, skipping: bool):
     Returns ``(result, good, errors)``: ``result`` is ``decode(values[good])``,
     ``good`` a bool mask over ``values`` and ``errors`` the
     :class:`~cq.errors.StoreFormatError` of each refused value, in order.
-    Each value is decoded on its own (a record, an ext unit), so one bad value
-    is found by bisection and the rest still decode; errors come in input
-    order, so the search resumes after the last bad value found.
+    Each value is decoded on its own (a record, an ext unit), so a batch
+    decodes iff every value in it does; an intact batch is decoded once.
     """
     good = np.ones(len(values), dtype=np.bool_)
+    try:
+        return decode(values), good, []
+    except StoreFormatError:
+        if not skipping:
+            raise
     errors: list[StoreFormatError] = []
-    resume = 0  # position in flatnonzero(good) where the next bad value can be
-    while True:
-        idx = np.flatnonzero(good)
-        try:
-            return decode(values[idx]), good, errors
-        except StoreFormatError:
-            if not skipping:
-                raise
-        tail = idx[resume:]
-        k = _first_bad(lambda v: decode(v), values[tail])
-        bad = tail[k]
+    pos = 0
+    while (bad := _first_bad(decode, values, pos)) < len(values):
         try:
             decode(values[bad:bad + 1])
         except StoreFormatError as exc:
             errors.append(exc)
-        else:  # pragma: no cover - decoding one value must fail where a run starting with it failed
+        else:  # pragma: no cover - a value refused in a window is refused alone
             raise RuntimeError(f"value {values[bad]!r} decodes alone but not in its batch")
         good[bad] = False
-        resume += k
+        pos = bad + 1
+    return decode(values[good]), good, errors
 
 
 def _resolve_ext(store, topic: str, queue_id: int, slots: np.ndarray, skips: Skips | None = None,

@@ -288,3 +288,31 @@ def test_a_task_that_fails_once_gives_the_same_rows_after_retry(spark, tmp_path,
     assert any(name.startswith("retried-") and name != "retried-0" for name in os.listdir(markers))
     assert got["partitions"] > 1
     assert got["rows"] == expected and len(expected) == 200
+
+
+@pytest.mark.parametrize("bad_every", [1, 2, 97, None])
+def test_finding_bad_values_costs_a_few_decodes_of_the_batch(bad_every):
+    """Any number of corrupt records in a slice is found in linear work (no hang on a garbage store)."""
+    import numpy as np
+
+    from cq import StoreFormatError
+    from pyspark_udfs._reader import decode_skipping
+
+    n = 5000
+    bad = set(range(0, n, bad_every)) if bad_every else set()
+    decoded = [0]
+
+    def decode(values):
+        decoded[0] += len(values)
+        for v in values.tolist():
+            if v in bad:
+                raise StoreFormatError("bad record", "/store/commitlog/0", v)
+        return values.tolist()
+
+    result, good, errors = decode_skipping(decode, np.arange(n), True)
+    assert result == [v for v in range(n) if v not in bad]
+    assert set(np.flatnonzero(~good).tolist()) == bad and [e.offset for e in errors] == sorted(bad)
+    assert decoded[0] <= 6 * n
+    if bad:
+        with pytest.raises(StoreFormatError, match=f"at byte offset {min(bad)}: bad record"):
+            decode_skipping(decode, np.arange(n), False)
