@@ -1,6 +1,8 @@
 """What CommitLog, ConsumeQueue and ConsumeQueueExt share: a read-only mapped-file queue (spec §1)."""
 from __future__ import annotations
 
+import contextlib
+import mmap
 import threading
 
 from . import format as fmt
@@ -63,6 +65,24 @@ class MappedFileQueue:
                     m = fmt.map_file(self._files[index][1])
                     self._maps[index] = m
         return m
+
+    def _drop_resident(self, index: int | None = None) -> None:
+        """Let the kernel unmap the resident pages of file ``index`` (all files: None).
+
+        The mapping stays valid: a later read faults the pages back in from the
+        page cache, so this is safe while other threads read the same map. Walks
+        call it after each file, so a scan of a multi-GB CommitLog keeps only the
+        file it is in resident instead of everything it has read.
+        """
+        advice = getattr(mmap, "MADV_DONTNEED", None)
+        if advice is None:
+            return
+        maps = [self._maps.get(index)] if index is not None else list(self._maps.values())
+        for m in maps:
+            obj = getattr(m, "obj", None)
+            if isinstance(obj, mmap.mmap):
+                with contextlib.suppress(ValueError, OSError):  # closed meanwhile: nothing to drop
+                    obj.madvise(advice)
 
     def close(self) -> None:
         """Release the mapped files."""

@@ -270,14 +270,17 @@ def _check_crc(mode, buf, pos: int, total: int, body: bytes, crc: int, props: di
         raise StoreFormatError(f"record CRC mismatch: {fmt.PROPERTY_CRC32}={value!r}, computed {actual}", path, pos)
 
 
-def _first_body_crc_mismatch(buf, end: int) -> int | None:
-    """Position of the first record in ``buf[0:end]`` whose BODYCRC does not match, or None.
+#: Bytes of a CommitLog file the header walks map at a time (see ``CommitLog._walk_file``).
+_WALK_WINDOW = 64 << 20
 
-    ``buf[0:end]`` holds records that already passed the length checks of the
+
+def _first_body_crc_mismatch(buf, pos: int, end: int) -> int | None:
+    """Position of the first record in ``buf[pos:end]`` whose BODYCRC does not match, or None.
+
+    ``buf[pos:end]`` holds records that already passed the length checks of the
     recovery walk, so every header read here lies inside the buffer.
     """
     unpack = struct.unpack_from
-    pos = 0
     while pos < end:
         total, _magic, crc = unpack(">iii", buf, pos)
         sys_flag, = unpack(">i", buf, pos + 36)
@@ -359,28 +362,52 @@ class CommitLog(MappedFileQueue):
         # The broker's recovery: from the third-to-last file, record by record
         # (headers and field lengths checked in the scan kernel), to the first
         # record that is not valid; a blank record moves on to the next file.
-        from .scan import _scan
 
         if not self._files:
             return 0
         for index in range(max(0, len(self._files) - 3), len(self._files)):
             start = self._files[index][0]
-            pos, status, _ = _scan.commit_log_walk(np.frombuffer(self._map(index), np.uint8), 0)
-            if self.check_crc_on_recover:
-                bad = _first_body_crc_mismatch(self._map(index), pos)
-                if bad is not None:
-                    return start + bad
+            pos, status, _ = self._walk_file(index, self.check_crc_on_recover)
             if status != 1 or index == len(self._files) - 1:
                 return start + pos
         return self._files[-1][0]  # pragma: no cover - the loop always returns
 
+    def _walk_file(self, index: int, check_crc: bool) -> tuple[int, int, int]:
+        """The scan kernel's ``commit_log_walk`` over file ``index``, in windows of
+        :data:`_WALK_WINDOW` bytes whose pages are dropped after each (so a walk keeps one
+        window resident, not the file): ``(position, status, records)``.
+
+        With ``check_crc`` a record whose body CRC does not match ends the data (status 2;
+        ``records`` then counts only up to the window that held it).
+        """
+        buf = np.frombuffer(self._map(index), np.uint8)
+        n = len(buf)
+        pos = records = 0
+        while True:
+            end = min(n, pos + _WALK_WINDOW)
+            p, status, r = _scan.commit_log_walk(buf[:end], pos)
+            if end < n and status != 1 and p == pos:
+                # no whole record fits from pos: one longer than the window, or the end of
+                # the data; the rest of the file decides
+                end = n
+                p, status, r = _scan.commit_log_walk(buf, pos)
+            if check_crc:
+                bad = _first_body_crc_mismatch(self._map(index), pos, p)
+                if bad is not None:
+                    self._drop_resident(index)
+                    return bad, 2, records
+            records += r
+            self._drop_resident(index)
+            if status == 1 or end == n:
+                return p, status, records
+            pos = p  # stopped at the window's edge (or at a real end, which the next pass finds)
+
     def count_records(self) -> int:
         """Number of valid records from the first file to the end of data (fast header walk)."""
-        from .scan import _scan
 
         total = 0
         for index in range(len(self._files)):
-            _, status, records = _scan.commit_log_walk(np.frombuffer(self._map(index), np.uint8), 0)
+            _, status, records = self._walk_file(index, False)
             total += records
             if status != 1:
                 break
@@ -506,7 +533,7 @@ class CommitLog(MappedFileQueue):
         while index <= last:
             start, path = self._files[index]
             buf = self._u8(index)
-            pos = 0
+            pos = dropped_at = 0
             while True:
                 if recovered_end is not None and start + pos == recovered_end:
                     yield None, start + pos, "end"
@@ -536,7 +563,11 @@ class CommitLog(MappedFileQueue):
                     yield None, start + pos, "end"  # the broker's recovery truncates here
                     return
                 pos += msg.store_size
+                if pos - dropped_at > _WALK_WINDOW:
+                    self._drop_resident(index)  # keep about one window resident, not the file
+                    dropped_at = pos
                 yield msg, start + pos, "message"
+            self._drop_resident(index)
             index += 1
 
     def messages(self, *, verify_crc: bool | str = False, strict: bool = True) -> Iterator[Message]:

@@ -18,6 +18,27 @@ from .scan import _scan, bloom_masks, scan_tags
 
 #: Units handled per batch by :meth:`Store.consume`.
 CONSUME_BATCH = 1 << 16
+#: Layer 2 of :meth:`Store.consume` reads records in slices of at most this many records
+#: spanning at most this many CommitLog bytes, and lets the kernel drop the pages read
+#: after each slice (they stay in the page cache), so its RSS does not grow with the log.
+_SLICE_RECORDS = 8192
+_SLICE_SPAN = 64 << 20
+
+
+def _slices(offs: np.ndarray, span: int, count: int) -> Iterator[tuple[int, int]]:
+    """``(start, stop)`` runs of ``offs`` of at most ``count`` items within ``span`` bytes of the first."""
+    n = len(offs)
+    if n == 0:
+        return
+    if n <= count and int(offs.max()) - int(offs.min()) <= span:
+        yield 0, n
+        return
+    start, base = 0, int(offs[0])
+    for i, off in enumerate(offs.tolist()):
+        if i - start >= count or abs(off - base) > span:
+            yield start, i
+            start, base = i, off
+    yield start, n
 
 
 @dataclass
@@ -344,6 +365,24 @@ class Store:
         if ext is not None and self._exts.get(key) is not ext:
             ext.close()
 
+    def _layer2(self, flt, log, idx, offs, hits, stats, verify_crc, batch_evaluate):
+        if isinstance(flt, SqlFilter):
+            props = log.gather_properties(offs)
+            if batch_evaluate is not None:
+                keep = np.asarray(batch_evaluate(props), dtype=bool)
+            else:
+                keep = np.array([flt.is_matched_by_commit_log(p) for p in props], dtype=bool)
+            stats.bloom_false_positives += int((hits[idx] & ~keep).sum())
+            idx, offs = idx[keep], offs[keep]
+        stats.passed_commit_log += len(idx)
+        for off in offs.tolist():
+            msg = log.read_message(off, verify_crc=verify_crc)
+            if not flt.is_matched_by_client(msg.tags):
+                stats.client_filtered += 1
+                continue
+            stats.delivered += 1
+            yield msg
+
     def _consume_units(self, cqueue, ext, flt, stats, verify_crc, progress, total):
         log = self.commit_log
         lo, hi = log.min_offset, log.max_offset
@@ -360,21 +399,11 @@ class Store:
                 present = (offs >= lo) & (offs + sizes <= hi)
                 stats.commit_log_missing += int((~present).sum())
                 idx, offs = idx[present], offs[present]
-                if isinstance(flt, SqlFilter):
-                    props = log.gather_properties(offs)
-                    if batch_evaluate is not None:
-                        keep = np.asarray(batch_evaluate(props), dtype=bool)
-                    else:
-                        keep = np.array([flt.is_matched_by_commit_log(p) for p in props], dtype=bool)
-                    stats.bloom_false_positives += int((hits[idx] & ~keep).sum())
-                    idx, offs = idx[keep], offs[keep]
-                stats.passed_commit_log += len(idx)
-                for off in offs.tolist():
-                    msg = log.read_message(off, verify_crc=verify_crc)
-                    if not flt.is_matched_by_client(msg.tags):
-                        stats.client_filtered += 1
-                        continue
-                    stats.delivered += 1
-                    yield msg
+                # layer 2 in slices of nearby records, dropping the CommitLog pages read after
+                # each (they stay in the page cache): RSS follows one slice, not the whole log
+                for a, b in _slices(offs, _SLICE_SPAN, _SLICE_RECORDS):
+                    yield from self._layer2(flt, log, idx[a:b], offs[a:b], hits, stats, verify_crc,
+                                            batch_evaluate)
+                    log._drop_resident()
                 if progress is not None:
                     progress(stats.units_scanned, total)

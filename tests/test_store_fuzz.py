@@ -476,3 +476,50 @@ def test_garbage_files_named_like_store_files(copy, style):
                     _write(path, original)
                 else:
                     os.remove(path)
+
+
+# ------------------------------------------------ bounded-memory windows and slices
+@pytest.mark.parametrize("window", [64, 700, 4096])
+def test_windowed_walks_find_the_same_end(copy, monkeypatch, window):
+    """The walks map a CommitLog file window by window (records longer than a window included);
+    every cut of the last record must still end the data where the whole-file walk does."""
+    from cq import commitlog
+
+    last = ROWS_BY_OFFSET[-1]
+    off = last["commitLogOffset"]
+    start, name = _file_of(off)
+    path = copy / "commitlog" / name
+    original = _read(path)
+    expected = {}
+    for cut in (0, 9, 100, last["storeSize"] - 1, last["storeSize"]):
+        _write(path, original[:off - start + cut] + bytes(len(original) - (off - start) - cut))
+        expected[cut] = (cq.Store(copy).commit_log.max_offset, cq.Store(copy).commit_log.count_records(),
+                         len(list(cq.Store(copy).commit_log.messages(strict=False))))
+    monkeypatch.setattr(commitlog, "_WALK_WINDOW", window)
+    for cut, want in expected.items():
+        _write(path, original[:off - start + cut] + bytes(len(original) - (off - start) - cut))
+        store = cq.Store(copy)
+        got = (store.commit_log.max_offset, store.commit_log.count_records(),
+               len(list(store.commit_log.messages(strict=False))))
+        assert got == want, (window, cut)
+    _write(path, original)
+
+
+def test_consume_in_small_slices_gives_the_same_messages(monkeypatch):
+    import cq.store as store_module
+
+    store = cq.Store(DATA / "golden_store")
+    cases = [{"sql": SQL}, {"tags": "TagA || TagB"}, {}]
+
+    def run():
+        out = []
+        for how in cases:
+            result = store.consume(FILTER_TOPIC, "GID_SQL_A", **how)
+            out.append(([(m.queue_id, m.queue_offset) for m in result], result.stats.as_dict()))
+        return out
+
+    want = run()
+    assert all(messages for messages, _ in want)
+    monkeypatch.setattr(store_module, "_SLICE_RECORDS", 3)
+    monkeypatch.setattr(store_module, "_SLICE_SPAN", 1000)
+    assert run() == want
