@@ -64,8 +64,8 @@ NODE_DTYPE = np.dtype([
 # BETWEEN duplicates its operand, so pathological nesting could blow up.
 MAX_NODES = 1 << 22
 
-_ORDERING = {">": OP_GT, ">=": OP_GE, "<": OP_LT, "<=": OP_LE}
-_MATCH = {"CONTAINS": OP_CONTAINS, "STARTSWITH": OP_STARTSWITH, "ENDSWITH": OP_ENDSWITH}
+ORDERING = _ORDERING = {">": OP_GT, ">=": OP_GE, "<": OP_LT, "<=": OP_LE}
+MATCH = _MATCH = {"CONTAINS": OP_CONTAINS, "STARTSWITH": OP_STARTSWITH, "ENDSWITH": OP_ENDSWITH}
 
 
 class Program:
@@ -177,7 +177,7 @@ def _desugar(b: _Builder, node: n.Node, kids: list):
     raise TypeError(f"unknown node {type(node).__name__}")
 
 
-_GUARDS = {OP_AND: GUARD_FALSE, OP_OR: GUARD_TRUE, OP_GT: GUARD_NULL, OP_GE: GUARD_NULL,
+GUARDS = _GUARDS = {OP_AND: GUARD_FALSE, OP_OR: GUARD_TRUE, OP_GT: GUARD_NULL, OP_GE: GUARD_NULL,
            OP_LT: GUARD_NULL, OP_LE: GUARD_NULL}
 
 
@@ -217,144 +217,18 @@ def _compile_tree_reference(tree: n.Node) -> Program:
     return Program(nodes, tuple(b.args), tuple(b.slots))
 
 
-_UNARY = {n.BoolCast: OP_BOOLCAST, n.Not: OP_NOT, n.Negate: OP_NEG}
-
-
 def compile_tree(tree: n.Node) -> Program:
     """Compile a parsed (and checked) AST into a :class:`Program`.
 
-    One iterative pass emits the post-order node array directly: a work stack
-    holds AST nodes still to expand and ``(opcode, child count, argument)``
-    entries to emit once their children are done, so desugaring (BETWEEN,
-    ``<>``, IS NOT NULL) costs no intermediate tree.
+    The engine's ``flatten`` (``_flatten.pyx``, twin ``_flatten_py.py``) emits
+    the post-order node array in one pass; :func:`_compile_tree_reference`
+    does the same in two and gives the same programs.
     """
-    ops: list[int] = []
-    guards: list[int] = []
-    first: list[int] = []
-    second: list[int] = []
-    parents: list[int] = []
-    argv: list[int] = []
-    args: list = []
-    arg_index: dict = {}
-    slots: dict[str, int] = {}
-    done: list[int] = []          # node indices of finished subtrees, innermost last
-    work: list = [tree]
-    Property, Literal, Logical, Comparison = n.Property, n.Literal, n.Logical, n.Comparison
-    guard_of = _GUARDS
-
-    def arg(value) -> int:
-        key = (type(value), value)
-        index = arg_index.get(key)
-        if index is None:
-            index = arg_index[key] = len(args)
-            args.append(value)
-        return index
-
-    while work:
-        item = work.pop()
-        cls = type(item)
-        if cls is tuple:
-            op, n_kids, value = item
-            index = len(ops)
-            if index >= MAX_NODES:
-                raise OverflowError(f"selector compiles to more than {MAX_NODES} nodes")
-            if n_kids == 2:
-                b = done.pop()
-                a = done.pop()
-                parents[b] = index
-            elif n_kids == 1:
-                a, b = done.pop(), -1
-            else:
-                a = b = -1
-            if a >= 0:
-                parents[a] = index
-                if op in guard_of:
-                    guards[a] = guard_of[op]
-            ops.append(op)
-            guards.append(GUARD_NONE)
-            first.append(a)
-            second.append(b)
-            parents.append(-1)
-            argv.append(-1 if value is None else arg(value[0]))
-            done.append(index)
-        elif cls is Property or cls is Literal:
-            index = len(ops)
-            if index >= MAX_NODES:
-                raise OverflowError(f"selector compiles to more than {MAX_NODES} nodes")
-            if cls is Property:
-                # Slots are numbered by first use in post-order, the order leaves come here.
-                slot = slots.get(item.name)
-                if slot is None:
-                    slot = slots[item.name] = len(slots)
-                ops.append(OP_PROP)
-                argv.append(slot)
-            else:
-                ops.append(OP_CONST)
-                argv.append(arg(item.value))
-            guards.append(GUARD_NONE)
-            first.append(-1)
-            second.append(-1)
-            parents.append(-1)
-            done.append(index)
-        elif cls is Logical:
-            work += ((OP_AND if item.op == "AND" else OP_OR, 2, None), item.right, item.left)
-        elif cls is Comparison:
-            op = item.op
-            if op == "=":
-                work += ((OP_EQ, 2, None), item.right, item.left)
-            elif op == "<>":
-                work += ((OP_NOT, 1, None), (OP_EQ, 2, None), item.right, item.left)
-            else:
-                work += ((_ORDERING[op], 2, None), item.right, item.left)
-        elif cls in _UNARY:
-            work += ((_UNARY[cls], 1, None), item.operand)
-        elif cls is n.IsNull:
-            if item.negated:
-                work.append((OP_NOT, 1, None))
-            work += ((OP_ISNULL, 1, None), item.operand)
-        elif cls is n.Between:
-            x = item.operand
-            if item.negated:
-                work += ((OP_OR, 2, None), (OP_GT, 2, None), item.high, x, (OP_LT, 2, None), item.low, x)
-            else:
-                work += ((OP_AND, 2, None), (OP_LE, 2, None), item.high, x, (OP_GE, 2, None), item.low, x)
-        elif cls is n.In:
-            work += ((OP_NOT_IN if item.negated else OP_IN, 1, (frozenset(item.values),)), item.operand)
-        elif cls is n.StringMatch:
-            if item.pattern == "":
-                # FALSE without evaluating the operand; its properties still count as read.
-                _register(item.operand, arg, slots)
-                _emit_leaf(ops, guards, first, second, parents, argv, done, OP_CONST, arg(False))
-            else:
-                op = _MATCH[item.op] + (3 if item.negated else 0)
-                work += ((op, 1, (item.pattern,)), item.operand)
-        else:
-            raise TypeError(f"unknown node {cls.__name__}")
-    return Program._from_columns((ops, guards, first, second, parents, argv), tuple(args), tuple(slots))
+    columns, args, props = _flatten_kernel.flatten(tree)
+    return Program._from_columns(columns, args, props)
 
 
-def _emit_leaf(ops, guards, first, second, parents, argv, done, op, value) -> None:
-    index = len(ops)
-    if index >= MAX_NODES:
-        raise OverflowError(f"selector compiles to more than {MAX_NODES} nodes")
-    ops.append(op)
-    guards.append(GUARD_NONE)
-    first.append(-1)
-    second.append(-1)
-    parents.append(-1)
-    argv.append(value)
-    done.append(index)
+# Last: the kernels import the opcodes above from this module.
+from bloom._engine import load as _load
 
-
-def _register(tree: n.Node, arg, slots: dict) -> None:
-    """Number the slots and arguments of a subtree that is not emitted, in post-order."""
-    def visit(node, kids):
-        if isinstance(node, n.Property):
-            slots.setdefault(node.name, len(slots))
-        elif isinstance(node, n.Literal):
-            arg(node.value)
-        elif isinstance(node, n.In):
-            arg(frozenset(node.values))
-        elif isinstance(node, n.StringMatch):
-            arg(node.pattern if node.pattern else False)
-    n.fold(tree, visit)
+_flatten_kernel, ENGINE = _load("selector", "_flatten")

@@ -10,7 +10,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import selector
-from selector import _lalr_py, compiler, lexer, parser
+from selector import _flatten_py, _lalr_py, compiler, lexer, parser
 from selector.parser import parse
 from tests.conftest import load_jsonl
 
@@ -371,10 +371,13 @@ def ply_tokens(text: str):
 
 
 try:
+    from selector import _flatten as _flatten_cython
     from selector import _lalr as _lalr_cython
-except ImportError:  # pragma: no cover - the engine is built by `make setup`
-    _lalr_cython = None
+except ImportError:  # pragma: no cover - the engines are built by `make setup`
+    _lalr_cython = _flatten_cython = None
+# Per engine: its scanner and LALR driver, and its flattening pass.
 KERNELS = [_lalr_py] + ([_lalr_cython] if _lalr_cython is not None else [])
+FLATTEN = {_lalr_py: _flatten_py, _lalr_cython: _flatten_cython}
 KERNEL_IDS = ["python", "cython"][:len(KERNELS)]
 
 
@@ -386,8 +389,9 @@ def scanned_tokens(text: str, kernel=None):
 
 @pytest.fixture(params=KERNELS, ids=KERNEL_IDS)
 def kernel(request, monkeypatch):
-    """Each engine's scanner and driver in turn (the Cython one only where it is built)."""
+    """Each engine's scanner, driver and flattening pass in turn (Cython only where built)."""
     monkeypatch.setattr(parser, "_driver", request.param.Parser(*parser._DRIVER_ARGS))
+    monkeypatch.setattr(compiler, "_flatten_kernel", FLATTEN[request.param])
     return request.param
 
 
@@ -399,7 +403,7 @@ def outcome(parse_function, text: str):
         return ("error", str(exc), exc.position, exc.cause)
     program = compiler.compile_tree(result.tree)
     return ("ok", selector.nodes.canonical_form(result.tree), result.stop, program.nodes.tobytes(),
-            program.args, program.props)
+            program.args, [type(a) for a in program.args], program.props)
 
 
 def reference_outcome(text: str):
@@ -409,7 +413,7 @@ def reference_outcome(text: str):
         return ("error", str(exc), exc.position, exc.cause)
     program = compiler._compile_tree_reference(result.tree)
     return ("ok", selector.nodes.canonical_form(result.tree), result.stop, program.nodes.tobytes(),
-            program.args, program.props)
+            program.args, [type(a) for a in program.args], program.props)
 
 
 def test_scanners_agree_with_the_ply_lexer_on_every_case(kernel):
@@ -443,12 +447,13 @@ def test_fast_path_agrees_with_ply_on_random_text(kernel_module, text):
     want = ply_tokens(text)
     assert scanned_tokens(text) == want
     assert scanned_tokens(text, kernel_module) == want
-    driver = parser._driver
+    driver, flatten = parser._driver, compiler._flatten_kernel
     parser._driver = kernel_module.Parser(*parser._DRIVER_ARGS)
+    compiler._flatten_kernel = FLATTEN[kernel_module]
     try:
         assert outcome(parse, text) == reference_outcome(text)
     finally:
-        parser._driver = driver
+        parser._driver, compiler._flatten_kernel = driver, flatten
 
 
 def test_engine_drivers_handle_deep_nesting_and_long_inputs(kernel):
