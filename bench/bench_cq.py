@@ -10,13 +10,18 @@
   pure-Python decoder (the twin) and vs a plain ``struct`` + ``str.split`` decoder;
 - the data source's batch reads: ``CommitLog.read_batch`` (records to columns) vs
   ``read_message`` per record and the twin; ``ConsumeQueueExt.read_batch`` vs ``get``
-  per address.
+  per address;
+- peak RSS and file descriptors of reading a store with 2000 queues and a 1.5 GiB
+  CommitLog, each case in a fresh subprocess (``VmHWM``; ``getrusage``'s ``ru_maxrss``
+  carries the parent's peak across ``execve``).
 
 Run: ``make bench`` or ``.venv/bin/python -m pytest bench/bench_cq.py``.
 """
 from __future__ import annotations
 
 import mmap
+import os
+import shutil
 import struct
 
 import numpy as np
@@ -346,3 +351,118 @@ def test_ext_get_per_address(benchmark, ext_dir):
     benchmark.extra_info.update(items=len(addresses), role="alternative")
     addr = addresses.tolist()
     benchmark.pedantic(lambda: [ext.get(a) for a in addr], rounds=3)
+
+
+# ------------------------------------------------------------- peak RSS, file descriptors
+# Each case runs in a fresh interpreter (subprocess) so its peak RSS (VmHWM) is its own;
+# "base" is the same interpreter's peak right after importing cq, before any store is opened;
+# the store's total file size is printed beside it (what RSS reached when readers kept every
+# page they touched resident: see bench/README.md for the numbers before they streamed).
+RSS_QUEUES = 2000
+RSS_LOG_BYTES = 1536 << 20  # 1.5 GiB of CommitLog in three 512 MiB files
+RSS_FD_LIMIT = 256          # the many-queue case also runs under `ulimit -n 256`
+
+_RSS_SCRIPT = r"""
+import json, os, sys, time
+import cq
+root, what = sys.argv[1], sys.argv[2]
+
+def peak():
+    # VmHWM, the peak RSS of this process image: getrusage's ru_maxrss survives execve on
+    # Linux, so in a child it would still hold the pytest parent's peak
+    with open("/proc/self/status") as f:
+        return next(int(line.split()[1]) for line in f if line.startswith("VmHWM")) / 1024
+
+fds = lambda: len(os.listdir("/proc/self/fd"))
+base, most_fds, t = peak(), fds(), time.perf_counter()
+store = cq.Store(root)
+n = 0
+if what == "count_records":
+    n = store.commit_log.count_records()
+elif what == "messages":
+    n = sum(1 for _ in store.commit_log.messages())
+else:
+    topic = store.topics()[0]
+    how = {"sql": "a > 5"} if what == "consume_sql" else {"tags": "Tag1"}
+    for _ in store.consume(topic, "GID", **how):
+        n += 1
+        if n % 256 == 0:
+            most_fds = max(most_fds, fds())
+_ = store.commit_log.max_offset
+print(json.dumps({"items": n, "seconds": time.perf_counter() - t, "base_mb": base, "peak_mb": peak(),
+                  "fds": max(most_fds, fds())}))
+"""
+
+
+def _peak_rss(root, what: str, fd_limit: int | None = None) -> dict:
+    import json
+    import resource
+    import subprocess
+    import sys
+
+    def limit():
+        if fd_limit:
+            resource.setrlimit(resource.RLIMIT_NOFILE, (fd_limit, fd_limit))
+
+    out = subprocess.run([sys.executable, "-c", _RSS_SCRIPT, str(root), what], check=True,
+                         capture_output=True, text=True, preexec_fn=limit)
+    return json.loads(out.stdout)
+
+
+@pytest.fixture(scope="module")
+def many_queue_store(tmp_path_factory):
+    root = tmp_path_factory.mktemp("rss_queues") / "store"
+    with cq.StoreWriter(root, enable_ext=True, commit_log_file_size=64 << 20, ext_file_size=1 << 20) as w:
+        w.register_group("ManyQueues", "GID", "a > 5")
+        w.append_many([{"topic": "ManyQueues", "body": b"m%d" % i, "queue_id": i % RSS_QUEUES,
+                        "tags": f"Tag{i % 5}", "properties": {"a": str(i % 10)}}
+                       for i in range(RSS_QUEUES * 10)])
+    yield root
+    shutil.rmtree(root)
+
+
+@pytest.fixture(scope="module")
+def big_log_store(tmp_path_factory):
+    root = tmp_path_factory.mktemp("rss_log") / "store"
+    body = bytes(range(256)) * 64  # 16 KiB
+    n = RSS_LOG_BYTES // (len(body) + 200)
+    with cq.StoreWriter(root, enable_ext=True, commit_log_file_size=512 << 20) as w:
+        w.register_group("BigTopic", "GID", "a > 5")
+        for s in range(0, n, 5000):
+            w.append_many([{"topic": "BigTopic", "body": body, "queue_id": i % 4, "tags": f"Tag{i % 5}",
+                            "properties": {"a": str(i % 10)}} for i in range(s, min(n, s + 5000))])
+    yield root
+    shutil.rmtree(root)
+
+
+def _mapped_bytes(root) -> int:
+    return sum(os.path.getsize(os.path.join(d, f)) for d, _, fs in os.walk(root) for f in fs)
+
+
+def _rss_case(benchmark, root, what, group, fd_limit=None):
+    benchmark.group = group
+    res = {}
+    benchmark.pedantic(lambda: res.update(_peak_rss(root, what, fd_limit)), rounds=1, iterations=1)
+    grown = res["peak_mb"] - res["base_mb"]
+    benchmark.extra_info.update(items=res["items"], role="ours", peak_rss_mb=round(res["peak_mb"], 1),
+                                base_rss_mb=round(res["base_mb"], 1), rss_growth_mb=round(grown, 1),
+                                max_fds=res["fds"], store_mb=round(_mapped_bytes(root) / 2**20),
+                                fd_limit=fd_limit)
+    print(f"\n{group} / {what}: peak RSS {res['peak_mb']:.0f} MB (interpreter + cq {res['base_mb']:.0f} MB, "
+          f"+{grown:.0f} MB) over {_mapped_bytes(root) / 2**20:.0f} MB of store files; "
+          f"{res['fds']} fds{f' (ulimit -n {fd_limit})' if fd_limit else ''}; {res['items']} items "
+          f"in {res['seconds']:.1f} s")
+    return res, grown
+
+
+@pytest.mark.parametrize("what", ["consume_sql", "consume_tags"])
+def test_peak_rss_many_queues(benchmark, many_queue_store, what):
+    res, grown = _rss_case(benchmark, many_queue_store, what,
+                           f"peak RSS, {RSS_QUEUES} queues", fd_limit=RSS_FD_LIMIT)
+    assert res["fds"] < 32 and grown < 128
+
+
+@pytest.mark.parametrize("what", ["count_records", "messages", "consume_tags", "consume_sql"])
+def test_peak_rss_large_commit_log(benchmark, big_log_store, what):
+    _, grown = _rss_case(benchmark, big_log_store, what, f"peak RSS, {RSS_LOG_BYTES >> 20} MB CommitLog")
+    assert grown < 256, "the readers should stream, not keep what they read resident"
