@@ -1,6 +1,8 @@
 """Fuzz target: the SQL92 parser and both evaluators on arbitrary text and properties.
 
-Only ``SelectorSyntaxError`` may escape ``compile``; only
+The engine's scanner and LALR driver (``_lalr.pyx``) must give the same tree,
+stop offset or error (text, position, cause) as PLY's own lexer and driver;
+only ``SelectorSyntaxError`` may escape ``compile``; only
 ``SelectorEvaluationError`` may escape ``evaluate``; the Cython engine and the
 pure-Python twin must return the same result code for every input; the
 canonical form must reparse to the same canonical form.
@@ -13,15 +15,26 @@ with atheris.instrument_imports():
     import selector
     from selector import _eval, _eval_py
     from selector.compiler import compile_tree
-    from selector.parser import parse
+    from selector.nodes import canonical_form
+    from selector.parser import _parse_reference, parse
 
 NAMES = ("a", "b", "TAGS", "s", "x")
 VALUES = ("1", "5", "-0.0", "NaN", "abc", " 7 ", "0x1p3", "true", "٣", "3000000000", "1e400", "", "x'y")
 
 
+def _parsed(parse_function, sql: str):
+    try:
+        result = parse_function(sql)
+    except selector.SelectorSyntaxError as exc:
+        return ("error", str(exc), exc.position, exc.cause)
+    return ("ok", canonical_form(result.tree), result.stop)
+
+
 def test_one_input(data: bytes) -> None:
     fdp = atheris.FuzzedDataProvider(data)
     sql = fdp.ConsumeUnicode(fdp.ConsumeIntInRange(0, 400))
+    fast = _parsed(parse, sql)
+    assert fast == _parsed(_parse_reference, sql), (sql, fast)
     try:
         program = compile_tree(parse(sql).tree)
     except selector.SelectorSyntaxError as exc:

@@ -1,6 +1,7 @@
 """Property tests for the selector: random selectors from the grammar and mutated ones.
 
-Whatever text comes in, ``selector.compile`` either returns a selector or raises
+Whatever text comes in, the engine's parser and PLY's own lexer and driver give
+the same tree or the same error, and ``selector.compile`` either returns a selector or raises
 ``SelectorSyntaxError`` with a position inside the text; a compiled selector
 evaluates to the same result or error in the Cython engine, the pure-Python
 twin and the batch (Arrow) path; ``canonical(sql)`` parses back to the same tree.
@@ -20,8 +21,8 @@ from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 import selector
-from selector import _eval_py
-from selector.nodes import Node
+from selector import _eval_py, parser
+from selector.nodes import Node, canonical_form
 from selector.parser import parse
 from tests.conftest import load_jsonl
 
@@ -105,8 +106,22 @@ value = st.one_of(st.none(), st.sampled_from(TRICKY), st.text(max_size=5))
 # -- what every run checks ----------------------------------------------------------------------
 
 
+def _parsed(parse_function, sql: str):
+    try:
+        result = parse_function(sql)
+    except selector.SelectorSyntaxError as exc:
+        return ("error", str(exc), exc.position, exc.cause)
+    return ("ok", canonical_form(result.tree), result.stop)
+
+
 def _compile(sql: str):
-    """The selector, or the syntax error after checking it describes a place in ``sql``."""
+    """The selector, or the syntax error after checking it describes a place in ``sql``.
+
+    Either way, the engine's scanner and LALR driver must agree with PLY's own
+    lexer and driver (``parser._parse_reference``) on the tree, the stop
+    offset, or the error's text, position and cause.
+    """
+    assert _parsed(parse, sql) == _parsed(parser._parse_reference, sql), sql
     try:
         return selector.compile(sql)
     except selector.SelectorSyntaxError as exc:
