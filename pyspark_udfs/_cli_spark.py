@@ -110,6 +110,7 @@ def _run_demo(args: argparse.Namespace) -> int:
             spark.stop()
     print()
     print(format_summary(results))
+    print("\n" + "\n".join(f"{r.group}: layer 2: {r.layer2}" for r in results))
     if args.json_path:
         with open(args.json_path, "w", encoding="utf-8") as f:
             json.dump({"store": info, "results": [r.as_dict() for r in results]}, f, indent=2)
