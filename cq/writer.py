@@ -343,11 +343,15 @@ class _FileQueue:
     units from the CommitLog, after the fact, for the same reason).
     """
 
-    __slots__ = ("_buf", "_buf_pos", "_flush_at", "after", "directory", "file_size", "pos", "start")
+    __slots__ = ("_buf", "_buf_pos", "_flush_at", "after", "directory", "file_size", "flush_all", "pos", "start")
 
     def __init__(self, directory: str, file_size: int, start: int = 0, pos: int = 0, flush_at: int = _QUEUE_FLUSH,
-                 after: _FileQueue | None = None):
+                 after: _FileQueue | None = None, flush_all: Callable[[], None] | None = None):
         self.after = after
+        # set for ConsumeQueue and ext queues: a full buffer flushes every queue of the
+        # writer, so the units on disk always cover a prefix of the CommitLog (the broker
+        # dispatches records in log order)
+        self.flush_all = flush_all
         self.directory = directory
         self.file_size = file_size
         self.start = start  # logical offset of the current file
@@ -369,11 +373,11 @@ class _FileQueue:
         self._buf += data
         self.pos += len(data)
         if len(self._buf) >= self._flush_at:
-            self.flush()
+            (self.flush_all or self.flush)()
 
     def roll(self) -> None:
         """Mark the current file full; the next write goes to the next file."""
-        self.flush()
+        (self.flush_all or self.flush)()
         self.start += self.file_size
         self.pos = 0
         self._buf_pos = 0
@@ -748,10 +752,16 @@ class StoreWriter:
     def flush(self) -> None:
         """Write every buffered byte to the store files."""
         self._finish_recovery()
+        self._flush_queues()
+
+    def _flush_queues(self) -> None:
+        # CommitLog first, then every ext queue, then every ConsumeQueue: an interrupted
+        # writer leaves units for a prefix of the log, each pointing at data on disk
         self._commit_log.flush()
         for state in self._queues.values():
             if state.ext is not None:
                 state.ext.flush()
+        for state in self._queues.values():
             state.cq.flush()
 
     def close(self) -> None:
@@ -1080,11 +1090,11 @@ class StoreWriter:
             if self.enable_ext:
                 ext = _FileQueue(
                     os.path.join(self.root, CONSUME_QUEUE_EXT_DIR, topic, str(queue_id)), self.ext_file_size,
-                    after=self._commit_log,
+                    after=self._commit_log, flush_all=self._flush_queues,
                 )
             cq = _FileQueue(
                 os.path.join(self.root, CONSUME_QUEUE_DIR, topic, str(queue_id)), self.consume_queue_file_size,
-                after=ext if ext is not None else self._commit_log,
+                after=ext if ext is not None else self._commit_log, flush_all=self._flush_queues,
             )
             state = self._queues[key] = _QueueState(cq, ext, 0, False)
         return state
@@ -1154,14 +1164,16 @@ class StoreWriter:
         end = self._commit_log.offset
         with CommitLog(os.path.join(self.root, COMMIT_LOG_DIR), file_size=self.commit_log_file_size) as log:
             batch: list[tuple[_Prepared, int, int]] = []
+            expected: dict[tuple[str, int], int] = {}  # next queue offset per queue, this pass
             for msg in _records_between(log, start, end):
                 transaction = msg.sys_flag & TRANSACTION_TYPE_MASK
                 if transaction not in (TRANSACTION_NOT_TYPE, TRANSACTION_COMMIT_TYPE):
                     continue
-                state = self._queue(msg.topic, msg.queue_id)
-                if msg.queue_offset < state.next_offset:
+                key = (msg.topic, msg.queue_id)
+                state = self._queue(*key)
+                if msg.queue_offset < expected.get(key, state.next_offset):
                     continue  # already has its unit
-                if not state.started and msg.queue_offset > 0 and start > log.min_offset:
+                if not state.started and key not in expected and msg.queue_offset > 0 and start > log.min_offset:
                     # a queue whose files never reached the disk: its first records lie further back
                     self._redispatch_from = log.min_offset
                     self._finish_recovery()
@@ -1174,7 +1186,7 @@ class StoreWriter:
                 p = _Prepared(msg.topic, msg.queue_id, b"", True, code, msg.store_timestamp, props)
                 p.size = msg.store_size
                 batch.append((p, msg.commit_log_offset, msg.queue_offset))
-                state.next_offset = msg.queue_offset + 1  # provisional, so a repeated offset is skipped
+                expected[key] = msg.queue_offset + 1
             for (p, phys, qoff), bitmap in zip(batch, self._bitmaps([p for p, _, _ in batch])):
                 state = self._queue(p.topic, p.queue_id)
                 state.next_offset = qoff

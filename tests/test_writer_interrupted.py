@@ -114,11 +114,11 @@ def check_readable(root) -> dict:
     return {"records": len(records), "units": units_total}
 
 
-def _dispatched_everything(root) -> None:
+def _dispatched_everything(root, queues: int = QUEUES) -> None:
     """Every record of the topic has its unit (after an append-mode writer closed)."""
     store = cq.Store(root)
     records = [m for m in store.commit_log.messages() if m.topic == TOPIC]
-    for q in range(QUEUES):
+    for q in range(queues):
         mine = [m for m in records if m.queue_id == q]
         units = store.consume_queue(TOPIC, q).read()
         assert units["commit_log_offset"].tolist() == [m.commit_log_offset for m in mine]
@@ -202,3 +202,29 @@ def test_a_live_writer_makes_the_next_one_fail_at_once(tmp_path):
     finally:
         proc.kill()
         proc.wait()
+
+
+def test_append_dispatches_units_lost_from_disk(tmp_path):
+    """Units cut from one queue and a queue whose files never reached the disk: append=True
+    re-dispatches both from the CommitLog (starting over from the first file when a queue's
+    first record lies before the others' last unit), so every record has its unit again."""
+    import shutil
+
+    root = tmp_path / "store"
+    with cq.StoreWriter(root, **SIZES, enable_ext=True) as w:
+        w.register_group(TOPIC, GROUP, SQL)
+        for i in range(40):
+            w.append(TOPIC, f"m{i}".encode(), queue_id=i % 2, tags=f"Tag{i % 3}", properties={"a": str(i % 10)})
+    intact = {q: cq.Store(root).consume_queue(TOPIC, q).read().tobytes() for q in (0, 1)}
+    shutil.rmtree(root / "consumequeue" / TOPIC / "1")
+    shutil.rmtree(root / "consumequeue_ext" / TOPIC / "1")
+    path = root / "consumequeue" / TOPIC / "0" / cq.format.file_name(0)
+    data = path.read_bytes()
+    path.write_bytes(data[:5 * 20] + bytes(len(data) - 5 * 20))  # queue 0 keeps 5 of its 20 units
+    with cq.StoreWriter(root, **SIZES, enable_ext=True, append=True) as w:
+        w.register_group(TOPIC, GROUP, SQL)
+    store = cq.Store(root)
+    assert {q: store.consume_queue(TOPIC, q).read().tobytes() for q in (0, 1)} == intact
+    store.close()
+    check_readable(root)
+    _dispatched_everything(root, queues=2)
