@@ -173,7 +173,8 @@ def _sql_a_row_that_matches() -> dict:
                 and any(x["group"] == "GID_SQL_A" and x["matched"] for x in g["groups"]))
 
 
-def test_scan_job_skips_a_corrupt_record_and_counts_it(spark, store):
+@pytest.mark.parametrize("layer2", ["python", "native"])
+def test_scan_job_skips_a_corrupt_record_and_counts_it(spark, store, layer2):
     import cq
     from pyspark_udfs import job
 
@@ -185,16 +186,19 @@ def test_scan_job_skips_a_corrupt_record_and_counts_it(spark, store):
     with pytest.raises(Exception) as exc:
         job.scan(spark, str(store), TOPIC, job.GroupScan("GID_SQL_A", sql=SQL_A))
     assert f"StoreFormatError: {path} at byte offset {at}" in str(exc.value)
-    got = job.scan(spark, str(store), TOPIC, job.GroupScan("GID_SQL_A", sql=SQL_A), on_corrupt="skip")
+    got = job.scan(spark, str(store), TOPIC, job.GroupScan("GID_SQL_A", sql=SQL_A), on_corrupt="skip",
+                   layer2=layer2)
+    assert got.layer2 == ("native" if layer2 == "native" else "python (reader, Cython engine)")
     # The skipped unit had passed both layers on the intact store.
     assert got.units_scanned == stats.units_scanned - 1
     assert got.passed_consume_queue == stats.passed_consume_queue - 1
     assert got.passed_commit_log == stats.passed_commit_log - 1
     assert got.delivered == stats.delivered - 1
     [skipped] = got.skipped
-    assert (skipped["queue_id"], skipped["start"], skipped["path"], skipped["offset"]) == (
-        row["queueId"], row["queueOffset"], path, at)
-    assert f"{path} at byte offset {at}" in job.format_skipped([got])
+    assert (skipped["queue_id"], skipped["start"], skipped["path"]) == (row["queueId"], row["queueOffset"], path)
+    # the record's start (properties decoder) or the field inside it (full decoder) where it went wrong
+    assert at <= skipped["offset"] < at + row["storeSize"]
+    assert f"{path} at byte offset {skipped['offset']}" in job.format_skipped([got])
 
 
 def test_cli_scan_prints_the_skipped_ranges(spark, store, tmp_path, capsys):
