@@ -117,6 +117,14 @@ class Store:
     commit_log_file_size, consume_queue_file_size, ext_file_size : int, optional
         Override the file sizes; by default each is inferred from the files present.
 
+    Notes
+    -----
+    A Store may be shared between threads (readers are opened once under a
+    lock) and pickles as its root and options (the copy maps the files again).
+    :meth:`consume` opens each queue's readers for its pass and closes them
+    after; :meth:`consume_queue` and :meth:`ext` cache theirs until
+    :meth:`close` (each mapped file holds a file descriptor).
+
     Examples
     --------
     >>> store = Store("tests/data/golden_store")            # doctest: +SKIP
