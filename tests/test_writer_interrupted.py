@@ -136,7 +136,9 @@ def test_killed_writer_leaves_a_readable_store_that_append_continues(tmp_path, m
     with pytest.raises(FileExistsError, match="append=True"):
         cq.StoreWriter(root, **SIZES, enable_ext=True)
 
-    # the dead writer's lock does not block; append dispatches the orphaned records first
+    # the dead writer's lock file is still there, but its flock died with the process: append
+    # does not block, and dispatches the orphaned records first
+    assert (root / "lock").exists()
     started = time.monotonic()
     with cq.StoreWriter(root, **SIZES, enable_ext=True, append=True) as w:
         w.register_group(TOPIC, GROUP, SQL)
@@ -144,7 +146,7 @@ def test_killed_writer_leaves_a_readable_store_that_append_continues(tmp_path, m
         for i in range(n, n + 50):
             w.append(TOPIC, f"after-{i}".encode(), queue_id=i % QUEUES, tags=f"Tag{i % 3}",
                      properties={"a": str(i % 10), "i": str(i)})
-    assert time.monotonic() - started < 30
+    assert time.monotonic() - started < 30  # generous for a loaded machine; it takes well under 1 s
     after = check_readable(root)
     assert after["units"] == after["records"] == counts["records"] + 50
     _dispatched_everything(root)
