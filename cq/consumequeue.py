@@ -9,8 +9,10 @@ import numpy as np
 from . import format as fmt
 from ._mapped import MappedFileQueue
 
-#: Units the recovery scan tests at a time (4096 units = 80 KB, 20 pages).
-_RECOVER_CHUNK = 4096
+#: Units the recovery scan tests first (204 units = 4080 bytes, one page), doubling up to
+#: :data:`_RECOVER_CHUNK` (16384 units = 320 KB).
+_RECOVER_FIRST_CHUNK = 204
+_RECOVER_CHUNK = 16384
 
 
 class ConsumeQueue(MappedFileQueue):
@@ -108,13 +110,16 @@ class ConsumeQueue(MappedFileQueue):
         while True:
             start = self._files[index][0]
             units = self._units_of_file(index)
-            # chunk by chunk, so only the pages up to the end of the data are touched (a
-            # 6 MB file holding a few units stays a few KB resident)
-            for i in range(0, len(units), _RECOVER_CHUNK):
-                part = units[i:i + _RECOVER_CHUNK]
+            # in growing chunks, so only about the pages up to the end of the data are read (a
+            # 6 MB file holding a few units costs a page or two, not 1465 pages)
+            i, chunk = 0, _RECOVER_FIRST_CHUNK
+            while i < len(units):
+                part = units[i:i + chunk]
                 bad = (part["commit_log_offset"] < 0) | (part["size"] <= 0)
                 if bad.any():
                     return start // fmt.CQ_STORE_UNIT_SIZE + i + int(np.argmax(bad))
+                i += chunk
+                chunk = min(2 * chunk, _RECOVER_CHUNK)
             if index + 1 == len(self._files):
                 return start // fmt.CQ_STORE_UNIT_SIZE + per_file
             index += 1

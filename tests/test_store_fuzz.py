@@ -523,3 +523,23 @@ def test_consume_in_small_slices_gives_the_same_messages(monkeypatch):
     monkeypatch.setattr(store_module, "_SLICE_RECORDS", 3)
     monkeypatch.setattr(store_module, "_SLICE_SPAN", 1000)
     assert run() == want
+
+
+@pytest.mark.parametrize("end", [0, 1, 203, 204, 205, 611, 612, 1427, 4999, 5000])
+def test_consume_queue_recovery_in_growing_chunks_finds_every_end(tmp_path, end):
+    """The end-of-data scan reads the file in growing chunks; the end is found wherever it falls."""
+    units = np.zeros(5000, dtype=fmt.CQ_UNIT_DTYPE)
+    units["commit_log_offset"] = np.arange(5000) * 100
+    units["size"] = 100
+    units["size"][end:] = 0
+    if end < 5000 and end % 2:
+        units["commit_log_offset"][end] = -1  # the other half of the validity rule
+        units["size"][end] = 100
+    d = tmp_path / "q"
+    d.mkdir()
+    units.tofile(d / fmt.file_name(0))
+    cqueue = cq.ConsumeQueue(d)
+    first_bad = next((i for i in range(5000) if units["commit_log_offset"][i] < 0 or units["size"][i] <= 0), 5000)
+    assert first_bad == end
+    assert cqueue.max_offset == end
+    assert len(cqueue.read()) == end
