@@ -1,10 +1,13 @@
 """Column functions and SQL functions for RocketMQ filtering on Spark.
 
-All four functions run as Arrow UDFs (``pyspark.sql.functions.arrow_udf``):
-Spark hands each Python worker Arrow batches and the worker makes one call into
-the library's batch kernel per batch (see :mod:`pyspark_udfs._batch`).
+``selector_match`` runs as a native Spark expression when the selector's
+translation is exact (see :mod:`pyspark_udfs.native`), as the Arrow UDF
+otherwise or when asked (``engine="arrow"``). The Arrow UDFs
+(``pyspark.sql.functions.arrow_udf``) hand each Python worker Arrow batches and
+the worker makes one call into the library's batch kernel per batch (see
+:mod:`pyspark_udfs._batch`).
 
-``selector_match`` as a Column function knows the selector text when the Column
+``selector_match``'s Arrow UDF knows the selector text when the Column
 is built, so it reads only the properties the selector uses out of the map in
 the JVM (``props['a']``) and ships those string columns to Python. The
 SQL-registered ``rmq_selector_match(sql, props)`` takes the whole map (its
@@ -40,7 +43,10 @@ def _check_bloom_params(f: int, n: int) -> None:
     bloom.BloomFilter(f=f, n=n)
 
 
-def selector_match(sql: str, props: ColumnOrName) -> Column:
+ENGINES = ("auto", "native", "arrow")
+
+
+def selector_match(sql: str, props: ColumnOrName, *, engine: str = "auto") -> Column:
     """Whether the broker would deliver each message to a consumer with SQL92 selector ``sql``.
 
     Parameters
@@ -52,6 +58,16 @@ def selector_match(sql: str, props: ColumnOrName) -> Column:
     props : Column or str
         ``map<string,string>`` column of message properties (``TAGS`` is the
         tag). A missing key, or a NULL map, means the property is absent.
+    engine : {"auto", "native", "arrow"}
+        ``"auto"`` (default): a native Spark expression
+        (:func:`pyspark_udfs.native.selector_column`) when
+        :func:`pyspark_udfs.native.translate` says the translation is exact,
+        which it is for every selector of the public conformance cases;
+        otherwise the Arrow UDF. ``"native"``: the native expression, or
+        ``ValueError`` naming the construct it cannot express. ``"arrow"``:
+        always the Arrow UDF (Python workers). Results are identical; only
+        the speed differs (``explain()`` shows an ``ArrowEvalPython`` node for
+        the UDF and none for the native expression).
 
     Returns
     -------
@@ -59,15 +75,43 @@ def selector_match(sql: str, props: ColumnOrName) -> Column:
         BOOLEAN, never NULL: True only where the selector evaluates to TRUE
         (``Selector.matches``: an UNKNOWN result or an evaluation error is False).
 
+    Raises
+    ------
+    selector.SelectorSyntaxError
+        If the broker could not compile ``sql``.
+    TypeError
+        If ``sql`` is not a str.
+    ValueError
+        If ``engine`` is not one of the three names, or is ``"native"`` for a
+        selector the native translation cannot express exactly.
+
     Examples
     --------
     >>> df.filter(selector_match("a > 5 AND TAGS IN ('A', 'B')", "properties"))  # doctest: +SKIP
+    >>> selector_match("a > 5", "properties", engine="arrow")  # doctest: +SKIP
     """
     import selector
 
     if not isinstance(sql, str):
         raise TypeError(f"selector_match: sql must be the selector text (str), got {type(sql).__name__}")
+    if engine not in ENGINES:
+        raise ValueError(f"selector_match: engine must be one of {', '.join(map(repr, ENGINES))}, "
+                         f"got {engine!r}")
     compiled = selector.compile(sql)
+    if engine != "arrow":
+        from pyspark_udfs import native
+
+        plan = native.translate(sql)
+        if plan.native:
+            return plan.match_column(props).alias(f"selector_match({sql})")
+        if engine == "native":
+            raise ValueError(f"selector_match: selector {sql!r} cannot run as a native Spark "
+                             f"expression ({plan.reason}); use engine='auto' or 'arrow'")
+    return _arrow_selector_match(sql, compiled, props)
+
+
+def _arrow_selector_match(sql: str, compiled, props: ColumnOrName) -> Column:
+    """The Arrow UDF form of :func:`selector_match` (Python workers, the library's batch kernel)."""
     names = tuple(sorted(compiled.properties))
     props = _col(props)
     if names:

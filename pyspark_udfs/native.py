@@ -124,8 +124,14 @@ class NativeSelector:
             self._warn()
             from pyspark_udfs.functions import selector_match
 
-            return selector_match(self.sql, props.column)
+            return selector_match(self.sql, props.column, engine="arrow")
         return props.lower(self._translation.match).alias(name)
+
+    def match_column(self, props: ColumnOrName) -> Column:
+        """The native match expression, unnamed; ``ValueError`` when the selector is not native."""
+        if not self.native:
+            raise ValueError(f"selector {self.sql!r} has no native form: {self.reason}")
+        return _Props(props).lower(self._translation.match)
 
     def value_column(self, props: ColumnOrName) -> Column:
         """The broker's raw result per row as a struct; see :func:`selector_value_column`."""

@@ -131,6 +131,7 @@ def test_rmq_selector_match_sql_form_equals_broker_for_every_case(spark):
 
 
 def test_selector_match_column_equals_broker_for_every_distinct_selector(spark):
+    """The Arrow UDF engine on every distinct public selector (the native one: test_spark_native.py)."""
     from pyspark.sql import functions as F
 
     from pyspark_udfs import selector_match
@@ -141,7 +142,8 @@ def test_selector_match_column_equals_broker_for_every_distinct_selector(spark):
     for start in range(0, len(exprs), COLUMN_CHUNK):
         chunk = exprs[start:start + COLUMN_CHUNK]
         # Each row takes the Column built for its own selector text.
-        picked = F.coalesce(*[F.when(F.col("sql") == F.lit(x), selector_match(x, "props")) for x in chunk])
+        picked = F.coalesce(*[F.when(F.col("sql") == F.lit(x), selector_match(x, "props", engine="arrow"))
+                              for x in chunk])
         rows = df.filter(F.col("sql").isin(chunk)).select("id", picked.alias("got")).collect()
         got.update({r["id"]: r["got"] for r in rows})
     df.unpersist()
@@ -157,7 +159,7 @@ def test_selector_match_reads_only_the_selectors_properties(spark):
 
     df = spark.createDataFrame([({"a": "7", "TAGS": "A", "big": "x" * 1000},), ({"a": "7"},), (None,)],
                                "props map<string,string>")
-    out = df.select(selector_match("a > 5 AND TAGS IN ('A', 'B')", "props"))
+    out = df.select(selector_match("a > 5 AND TAGS IN ('A', 'B')", "props", engine="arrow"))
     plan = out._jdf.queryExecution().executedPlan().toString()
     udf_line = next(line for line in plan.splitlines() if "ArrowEvalPython" in line)
     # The UDF gets props['TAGS'] and props['a'] from the JVM, never the map itself.
@@ -176,3 +178,70 @@ def test_selector_match_rejects_bad_selector_when_the_column_is_built(spark):
     assert info.value.position is not None
     with pytest.raises(TypeError, match="selector text"):
         selector_match(None, "props")
+
+
+# Every curated case and every twentieth other distinct selector, as test_spark_native samples them.
+ENGINE_SAMPLE = sorted({c["expr"] for n, c in enumerate(SELECTOR_CASES) if c["kind"] == "curated" or n % 20 == 0})
+ENGINE_CHUNK = 10  # native selector columns per Spark job (as in test_spark_native.py)
+
+
+def _match_by_engine(spark, engine: str) -> tuple[dict[str, bool], list[str]]:
+    """selector_match(engine=...) on ENGINE_SAMPLE's rows: {case id: result} and the plans' text."""
+    from pyspark.sql import functions as F
+
+    from pyspark_udfs import selector_match
+
+    df = _selector_frame(spark).filter(F.col("sql").isin(ENGINE_SAMPLE)).cache()
+    got: dict[str, bool] = {}
+    plans = []
+    saved = spark.conf.get("spark.sql.codegen.wholeStage")
+    spark.conf.set("spark.sql.codegen.wholeStage", "false")  # 10 wide expressions fused would be thrown away
+    try:
+        for start in range(0, len(ENGINE_SAMPLE), ENGINE_CHUNK):
+            chunk = ENGINE_SAMPLE[start:start + ENGINE_CHUNK]
+            picked = F.coalesce(*[F.when(F.col("sql") == F.lit(x), selector_match(x, "props", engine=engine))
+                                  for x in chunk])
+            out = df.filter(F.col("sql").isin(chunk)).select("id", picked.alias("got"))
+            plans.append(out._jdf.queryExecution().executedPlan().toString())
+            got.update({r["id"]: r["got"] for r in out.collect()})
+    finally:
+        spark.conf.set("spark.sql.codegen.wholeStage", saved)
+        df.unpersist()
+    return got, plans
+
+
+def test_selector_match_engines_agree_with_the_broker_and_auto_runs_natively(spark):
+    assert len(ENGINE_SAMPLE) >= 150
+    auto, auto_plans = _match_by_engine(spark, "auto")
+    arrow, arrow_plans = _match_by_engine(spark, "arrow")
+    expected = {c["id"]: c["matched"] for c in SELECTOR_CASES if c["expr"] in ENGINE_SAMPLE}
+    if "a IS NULL" in ENGINE_SAMPLE:
+        expected["null-map"] = True  # the frame's extra row: a NULL map, every property absent
+    assert auto == expected
+    assert arrow == expected
+    # auto chose the native expression for every one of these selectors: no Python in the plan.
+    assert not any("ArrowEvalPython" in plan for plan in auto_plans)
+    assert all("ArrowEvalPython" in plan for plan in arrow_plans)
+
+
+def test_selector_match_engine_native_and_its_errors(spark):
+    import selector
+    from pyspark_udfs import selector_match
+
+    df = spark.createDataFrame([({"a": "7", "TAGS": "A"},), ({"a": " 7", "TAGS": "A"},), ({"a": "٧"},), (None,)],
+                               "props map<string,string>")
+    sql = "a > 5 AND (TAGS IN ('A', 'B') OR TAGS IS NULL)"
+    columns = [selector_match(sql, "props", engine=e).alias(e) for e in ("native", "auto", "arrow")]
+    rows = df.select(*columns).collect()
+    # " 7" throws at the broker (Integer.parseInt has no whitespace); "٧" is Arabic-Indic seven.
+    assert [tuple(r) for r in rows] == [(True,) * 3, (False,) * 3, (True,) * 3, (False,) * 3]
+    with pytest.raises(ValueError, match=r"engine must be one of 'auto', 'native', 'arrow', got 'jvm'"):
+        selector_match("a > 5", "props", engine="jvm")
+    with pytest.raises(selector.SelectorSyntaxError):
+        selector_match("a >", "props", engine="native")
+    deep = "NOT " * 401 + "(a > 5)"  # deeper than the native translation goes; odd, so a <= 5
+    with pytest.raises(ValueError, match="cannot run as a native Spark expression.*nesting depth"):
+        selector_match(deep, "props", engine="native")
+    out = df.select(selector_match(deep, "props"))
+    assert "ArrowEvalPython" in out._jdf.queryExecution().executedPlan().toString()  # auto fell back
+    assert [r[0] for r in out.collect()] == [False, False, False, False]  # " 7" throws, NULL a is UNKNOWN
