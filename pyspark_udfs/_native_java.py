@@ -94,14 +94,17 @@ def _last_is_ascii_digit(s: ir.Node) -> ir.Node:
     return ir.op("and", ir.op("ge", last, ir.lit("0", "string")), ir.op("le", last, ir.lit("9", "string")))
 
 
-def _ends_with_ascii_digit(s: ir.Node) -> ir.Node:
-    # Ten one-byte endswith tests allocate nothing, where a substring (which sits
-    # in a CASE branch, out of reach of Spark's common sub-expression
-    # elimination) would be built twice per row.
-    test = ir.op("endswith", s, "9")
-    for digit in "876543210":
-        test = ir.op("or", ir.op("endswith", s, digit), test)
-    return test
+def _no_trailing_trimmed_byte(s: ir.Node) -> ir.Node:
+    """For s that Spark's integer cast read and whose first byte is a sign or digit:
+    does it also end in a digit (no byte Spark trimmed off the end)?
+
+    Spark trims bytes <= 0x20 and 0x7F; such an s otherwise ends in an ASCII
+    digit. ``>= '0'`` rules out the first kind and one endswith the second:
+    one substring and two tests, where ten endswith calls (one per digit)
+    cost a tenth of the filter's time.
+    """
+    return ir.op("and", ir.op("ge", ir.op("substr", s, -1, 1), ir.lit("0", "string")),
+                 ir.op("not", ir.op("endswith", s, "\x7f")))
 
 
 def _parse_integer(s: ir.Node, spark_type: str) -> ir.Node:
@@ -135,7 +138,7 @@ def integer_compare_truth(s: ir.Node, spark_type: str, compare: Callable[[ir.Nod
     """
     v = ir.op("try_cast", s, spark_type)
     fast = ir.op("and", ir.op("and", _between(s, "+", ":"), ir.op("isnotnull", v)), compare(v))
-    return ir.op("case", [(fast, _ends_with_ascii_digit(s)),
+    return ir.op("case", [(fast, _no_trailing_trimmed_byte(s)),
                           (ir.op("isnull", v), compare(_slow_integer(s, spark_type)))], ir.lit(False))
 
 

@@ -229,6 +229,7 @@ GRAMMAR_STRINGS = VALUES + [
     "Infinityf", "+Infinity", "INFINITY", "-inf", "+nan", "NAN", "\x001\x00", "1\n", "\n1", "\u2000" + "1",
     "\u0661\u0662", "-\u0661", "\uff11\uff10", "٣.٣", "99999999999999999999", "-0x1p3", "0x1p99999",
     "0x1p-99999", "2e-324", "4.9e-324", "tRuE", "true ", "\u0130", "1d", "1F", "1.5e-3f",
+    "7\x7f", "7\x00", "7\x1f", "+7 ", "-7\t", "\x7f-7", "7\u0085", "7\u00a0", "6\u0667",
 ]
 
 
@@ -270,6 +271,19 @@ def test_java_parsers_in_spark_equal_javas(spark, ansi):
         if got != want:
             wrong.append((v, got, want, r.d, want_d))
     assert not wrong, wrong
+
+
+def test_integer_comparisons_equal_the_library_on_grammar_strings(spark):
+    # selector_column takes a cheaper path than parse_int32 for "is it TRUE"
+    # (Spark's cast first, byte checks after): the same decisions on every string.
+    import selector
+
+    sqls = [f"s {op} {n}" for op in (">", ">=", "<", "<=", "=", "<>") for n in ("5", "7", "-7", "3000000000")]
+    sqls += ["s BETWEEN 2 AND 7", "s NOT BETWEEN 2 AND 7", "5 < s", "7 = s"]
+    pairs = [(sql, {"s": v}) for sql in sqls for v in GRAMMAR_STRINGS]
+    got = evaluate_in_spark(spark, pairs)
+    wrong = [(sql, p["s"], g[0]) for (sql, p), g in zip(pairs, got) if g[0] is not selector.compile(sql).matches(p)]
+    assert not wrong, f"{len(wrong)} of {len(pairs)} differ, e.g. {wrong[:5]}"
 
 
 @pytest.mark.parametrize("ansi", ["false", "true"])
