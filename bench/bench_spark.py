@@ -5,13 +5,14 @@ All in one SparkSession (local[2]), same run, same data:
 
 - selector ``a > 5 AND TAGS IN ('TagA', 'TagB')`` over 5 M rows with a
   ``map<string,string>`` column of six properties, as
-  (1) ``pyspark_udfs.selector_match`` (JVM extracts ``props['a']`` and
-  ``props['TAGS']``, an Arrow UDF runs the batch kernel), (2) the same predicate
-  written as native Spark Column expressions (the ceiling: no Python at all),
+  (1) ``pyspark_udfs.selector_match`` with its default ``engine="auto"``
+  (exact here, so the native translation: no Python), (2) the same predicate
+  written by hand as native Spark Column expressions (the ceiling),
   (3) a plain row-at-a-time ``@udf`` calling ``Selector.matches`` on the map,
-  (4) the SQL form ``rmq_selector_match(sql, props)`` that ships the whole map,
-  (5) ``pyspark_udfs.native.selector_column`` (the selector translated to
-  native expressions); all give the same count (checked);
+  (4) ``selector_match(..., engine="arrow")`` (JVM extracts ``props['a']`` and
+  ``props['TAGS']``, an Arrow UDF runs the batch kernel), (5) the SQL form
+  ``rmq_selector_match(sql, props)`` that ships the whole map; all give the
+  same count (checked);
 - the data source over a sample store (``cq.writer.generate_sample_store``):
   ``messages`` and ``consumequeue`` tables, all rows, and a TagB query
   (``tags = 'TagB'`` / ``tags_code = <hash of TagB>``) with pushdown on and
@@ -30,7 +31,9 @@ import tempfile
 
 import pytest
 
-ROWS = 5_000_000
+# Rows of the selector group; RMQFILTER_BENCH_SPARK_ROWS makes a shorter run (the plain @udf is slow).
+ROWS = int(os.environ.get("RMQFILTER_BENCH_SPARK_ROWS", "5000000"))
+GROUP = f"spark selector_match, {ROWS / 1e6:g} M rows"
 SQL = "a > 5 AND TAGS IN ('TagA', 'TagB')"
 STORE_MESSAGES = 200_000
 ROUNDS = 3
@@ -73,15 +76,25 @@ def expected_count(props_df):
     return _count(props_df, native)
 
 
-@pytest.mark.benchmark(group="spark selector_match, 5 M rows")
-def test_selector_match_arrow_udf(benchmark, props_df, expected_count):
+@pytest.mark.benchmark(group=GROUP)
+def test_selector_match_auto(benchmark, props_df, expected_count):
+    # engine="auto" (the default): the native translation, exact for this selector.
     from pyspark_udfs import selector_match
 
     pred = selector_match(SQL, "props")
     assert _run(benchmark, lambda: _count(props_df, pred), "ours", ROWS) == expected_count
 
 
-@pytest.mark.benchmark(group="spark selector_match, 5 M rows")
+@pytest.mark.benchmark(group=GROUP)
+def test_selector_match_arrow_udf(benchmark, props_df, expected_count):
+    from pyspark_udfs import selector_match
+
+    pred = selector_match(SQL, "props", engine="arrow")
+    benchmark.extra_info["series"] = "arrow udf"
+    assert _run(benchmark, lambda: _count(props_df, pred), "twin", ROWS) == expected_count
+
+
+@pytest.mark.benchmark(group=GROUP)
 def test_selector_match_sql_whole_map(benchmark, props_df, expected_count):
     from pyspark.sql import functions as F
 
@@ -90,16 +103,7 @@ def test_selector_match_sql_whole_map(benchmark, props_df, expected_count):
     assert _run(benchmark, lambda: _count(props_df, pred), "twin", ROWS) == expected_count
 
 
-@pytest.mark.benchmark(group="spark selector_match, 5 M rows")
-def test_selector_column_translated(benchmark, props_df, expected_count):
-    # pyspark_udfs.native: the selector compiled to native Spark expressions.
-    from pyspark_udfs.native import selector_column
-
-    pred = selector_column(SQL, "props")
-    assert _run(benchmark, lambda: _count(props_df, pred), "ours", ROWS) == expected_count
-
-
-@pytest.mark.benchmark(group="spark selector_match, 5 M rows")
+@pytest.mark.benchmark(group=GROUP)
 def test_native_column_predicate(benchmark, props_df, expected_count):
     from pyspark.sql import functions as F
 
@@ -107,7 +111,7 @@ def test_native_column_predicate(benchmark, props_df, expected_count):
     assert _run(benchmark, lambda: _count(props_df, pred), "alternative", ROWS) == expected_count
 
 
-@pytest.mark.benchmark(group="spark selector_match, 5 M rows")
+@pytest.mark.benchmark(group=GROUP)
 def test_plain_python_udf(benchmark, props_df, expected_count):
     from pyspark.sql.functions import udf
 
