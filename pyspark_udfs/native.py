@@ -27,7 +27,7 @@ equality, where code units and UTF-8 bytes agree.
 What is not translated: a selector nested deeper than
 ``_native_compile.MAX_DEPTH`` or whose expression would exceed
 ``MAX_TREE_SIZE`` nodes. Those run in the Arrow UDF
-(:func:`pyspark_udfs.functions.selector_match`) instead, with a
+(:func:`pyspark_udfs.functions.selector_match` with ``engine="arrow"``) instead, with a
 :class:`NativeFallbackWarning` naming the reason; ``explain()`` then shows an
 ``ArrowEvalPython`` node. :func:`translate` tells in advance which it will be.
 
