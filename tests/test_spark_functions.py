@@ -212,16 +212,14 @@ def _match_by_engine(spark, engine: str) -> tuple[dict[str, bool], list[str]]:
 
 def test_selector_match_engines_agree_with_the_broker_and_auto_runs_natively(spark):
     assert len(ENGINE_SAMPLE) >= 150
+    # The Arrow engine on every distinct selector: test_selector_match_column_equals_broker_...
     auto, auto_plans = _match_by_engine(spark, "auto")
-    arrow, arrow_plans = _match_by_engine(spark, "arrow")
     expected = {c["id"]: c["matched"] for c in SELECTOR_CASES if c["expr"] in ENGINE_SAMPLE}
     if "a IS NULL" in ENGINE_SAMPLE:
         expected["null-map"] = True  # the frame's extra row: a NULL map, every property absent
     assert auto == expected
-    assert arrow == expected
     # auto chose the native expression for every one of these selectors: no Python in the plan.
     assert not any("ArrowEvalPython" in plan for plan in auto_plans)
-    assert all("ArrowEvalPython" in plan for plan in arrow_plans)
 
 
 def test_selector_match_engine_native_and_its_errors(spark):
