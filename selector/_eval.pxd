@@ -83,6 +83,11 @@ ctypedef struct StrSet:
     Py_ssize_t mask     # bucket count - 1 (a power of two minus one); -1 if this arg is no set
     StrView* buckets    # s == NULL marks an empty bucket
     uint64_t* hashes
+    # Small lists (<= SMALL_SET items of <= 8 bytes each) are also kept as
+    # (length, first-bytes word) pairs, tested without hashing or branches.
+    int32_t n_small     # item count, or -1 when the list is not small
+    int32_t small_len[8]
+    uint64_t small_word[8]
 
 ctypedef struct CProgram:
     const Node* nodes

@@ -352,7 +352,17 @@ cdef inline uint64_t fnv1a(const char* s, Py_ssize_t n) noexcept nogil:
 
 
 cdef bint set_contains(const StrSet* st, StrView v) noexcept nogil:
-    cdef uint64_t h = fnv1a(v.s, v.n)
+    cdef uint64_t h, w
+    cdef int32_t j
+    cdef bint found = False
+    if st.n_small >= 0:
+        if v.n > 8:
+            return False
+        w = window_of(v.s, v.n)
+        for j in range(st.n_small):
+            found |= (st.small_len[j] == v.n) & (st.small_word[j] == w)
+        return found
+    h = fnv1a(v.s, v.n)
     cdef Py_ssize_t k = <Py_ssize_t>(h & <uint64_t>st.mask)
     while st.buckets[k].s != NULL:
         if st.hashes[k] == h and st.buckets[k].n == v.n and memcmp(st.buckets[k].s, v.s, v.n) == 0:
@@ -923,6 +933,13 @@ cdef class Evaluator:
                 while size < 2 * len(value):
                     size *= 2
                 self._sets[i].mask = size - 1
+                self._sets[i].n_small = -1
+                if len(value) <= 8 and all(len(item.encode("utf-8", "surrogatepass")) <= 8 for item in value):
+                    self._sets[i].n_small = len(value)
+                    for k, item in enumerate(value):
+                        sv = self._bytes_view(item)
+                        self._sets[i].small_len[k] = <int32_t>sv.n
+                        self._sets[i].small_word[k] = window_of(sv.s, sv.n)
                 self._sets[i].buckets = <StrView*>calloc(size, sizeof(StrView))
                 self._sets[i].hashes = <uint64_t*>calloc(size, sizeof(uint64_t))
                 if self._sets[i].buckets == NULL or self._sets[i].hashes == NULL:

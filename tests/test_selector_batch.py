@@ -214,3 +214,24 @@ def test_string_family_over_arrow_is_python_string_search(op, negated, pattern, 
     got = s.matches_arrow({"s": pa.array(rows, pa.string())}, num_rows=len(rows))
     assert got.to_pylist() == want
     assert [s.matches({} if v is None else {"s": v}) for v in rows] == want   # row-at-a-time path
+
+
+@pytest.mark.parametrize("items", [
+    ["A", "B", "C"],
+    ["", "a", "ab", "abcdefgh"],                       # lengths 0..8: the small-list path
+    ["abcdefgh", "abcdefghi"],                         # one item past 8 bytes: the hash set
+    [f"v{i}" for i in range(9)],                       # nine items: the hash set
+    ["\u4e2d", "\u00e9t\u00e9", "x\x00", "\x00x"],     # multi-byte UTF-8 and NUL bytes
+])
+def test_in_lists_small_and_hashed_agree_with_python(items):
+    quoted = ", ".join("'" + i.replace("'", "''") + "'" for i in items)
+    s = selector.compile(f"t IN ({quoted})")
+    probes = [*items, "", "a", "A", "abcdefg", "abcdefghi", "abcdefgha", "\u4e2d\u6587", "x", "\x00",
+              "v8", "v9", "A" * 9, "b", "ab ", None]
+    want = [None if p is None else p in items for p in probes]
+    rows = [{} if p is None else {"t": p} for p in probes]
+    assert [s.evaluate(r) for r in rows] == want
+    got = s.evaluate_arrow({"t": pa.array(probes, pa.string())}, num_rows=len(probes))
+    assert got.field("result").to_pylist() == want
+    for engine in [e for e in (_cython, _eval_py) if e is not None]:
+        assert [engine.Evaluator(s._program).evaluate_value(r) for r in rows] == want
