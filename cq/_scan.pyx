@@ -63,10 +63,16 @@ cdef struct CodeSet:
     uint32_t* keys        # open addressing, 0-slot marked by used[]
     uint8_t* used
     uint32_t mask
+    uint32_t shift        # 32 - log2(table size): the table index is the product's top bits
 
 
 cdef inline uint32_t _mix(uint32_t x) noexcept nogil:
-    return x * <uint32_t>2654435761u
+    # x is the raw (byte-swapped) word: swap it back first, so that codes that
+    # differ only in their low bits -- tags like "Tag_1", "Tag_2", whose Java
+    # hash codes are consecutive -- differ in the product's top bits, which
+    # the prefilter and the table index read. Without the swap such codes
+    # shared prefilter bits and table buckets (64 codes: 6 GB/s instead of 12).
+    return rmq_bswap32(x) * <uint32_t>2654435761u
 
 
 cdef int _codeset_init(CodeSet* cs, const int32_t[::1] codes) except -1:
@@ -76,6 +82,9 @@ cdef int _codeset_init(CodeSet* cs, const int32_t[::1] codes) except -1:
         size *= 2
     cs.n = <int>n
     cs.mask = size - 1
+    cs.shift = 32
+    while (<uint32_t>1 << (32 - cs.shift)) < size:
+        cs.shift -= 1
     memset(cs.pre, 0, sizeof(cs.pre))
     cs.keys = <uint32_t*>malloc(size * sizeof(uint32_t))
     cs.used = <uint8_t*>malloc(size)
@@ -89,7 +98,7 @@ cdef int _codeset_init(CodeSet* cs, const int32_t[::1] codes) except -1:
         x = rmq_bswap32(<uint32_t>codes[i])
         h = _mix(x)
         cs.pre[(h >> 18) >> 6] |= (<uint64_t>1) << ((h >> 18) & 63)
-        h = (h >> 8) & cs.mask
+        h = h >> cs.shift
         while cs.used[h] and cs.keys[h] != x:
             h = (h + 1) & cs.mask
         cs.used[h] = 1
@@ -106,7 +115,7 @@ cdef inline bint _codeset_has(const CodeSet* cs, uint32_t x) noexcept nogil:
     cdef uint32_t h = _mix(x)
     if not (cs.pre[(h >> 18) >> 6] >> ((h >> 18) & 63)) & 1:
         return 0
-    h = (h >> 8) & cs.mask
+    h = h >> cs.shift
     while cs.used[h]:
         if cs.keys[h] == x:
             return 1

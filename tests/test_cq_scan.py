@@ -44,6 +44,18 @@ def test_scan_tags_equals_numpy_reference(ncodes):
                               np.unique(codes).astype(np.int32)).tolist() == want.tolist()
 
 
+@pytest.mark.parametrize("ncodes", [5, 64, 300, 2000])
+def test_scan_tags_with_consecutive_tag_codes(ncodes):
+    """Tags named in sequence ("Tag_0", "Tag_1", ...) have consecutive hash codes: they share
+    all but their low bits, the case that once crowded the kernel's prefilter and table."""
+    rng = np.random.default_rng(ncodes)
+    pool = np.array([cq.tags_code(f"Tag_{i}") for i in range(4000)] + list(range(-2000, 2000)), np.int64)
+    units = _units(rng, 50_000, pool)
+    codes = rng.choice(pool, size=ncodes, replace=False)
+    got = cq.scan_tags(units.tobytes(), codes.tolist())
+    assert got.tolist() == _reference(units, codes).tolist()
+
+
 def test_scan_tags_accepts_buffers_and_structured_arrays():
     raw = fmt.encode_cq_unit(0, 10, cq.tags_code("TagA")) + fmt.encode_cq_unit(10, 10, 0)
     a = cq.tags_code("TagA")
