@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import struct
 import subprocess
@@ -184,8 +185,9 @@ def test_scan_job_skips_a_corrupt_record_and_counts_it(spark, store, layer2):
     row = _sql_a_row_that_matches()
     path, at = _break_body_length(store, row)
     with pytest.raises(Exception) as exc:
-        job.scan(spark, str(store), TOPIC, job.GroupScan("GID_SQL_A", sql=SQL_A))
-    assert f"StoreFormatError: {path} at byte offset {at}" in str(exc.value)
+        job.scan(spark, str(store), TOPIC, job.GroupScan("GID_SQL_A", sql=SQL_A), layer2=layer2)
+    found = re.search(rf"StoreFormatError: {re.escape(str(path))} at byte offset (\d+)", str(exc.value))
+    assert found and at <= int(found.group(1)) < at + row["storeSize"], str(exc.value)[-400:]
     got = job.scan(spark, str(store), TOPIC, job.GroupScan("GID_SQL_A", sql=SQL_A), on_corrupt="skip",
                    layer2=layer2)
     assert got.layer2 == ("native" if layer2 == "native" else "python (reader, Cython engine)")
@@ -212,12 +214,14 @@ def test_cli_scan_prints_the_skipped_ranges(spark, store, tmp_path, capsys):
     assert code == 0
     printed = capsys.readouterr().out
     assert "GID_SQL_A: skipped 1 corrupt range(s), 1 unit(s)" in printed
+    report = json.loads(summary.read_text())
+    assert len(report["skipped"]) == 1
+    offset = report["skipped"][0]["offset"]  # the record's start, or the field inside it that is wrong
+    assert at <= offset < at + row["storeSize"]
     assert f"queue {row['queueId']} offsets [{row['queueOffset']}, {row['queueOffset'] + 1}): {path} " \
-           f"at byte offset {at}" in printed
+           f"at byte offset {offset}" in printed
     written = {(r["queue_id"], r["queue_offset"]) for r in spark.read.json(str(out)).collect()}
     assert (row["queueId"], row["queueOffset"]) not in written and len(written) > 0
-    report = json.loads(summary.read_text())
-    assert len(report["skipped"]) == 1 and report["skipped"][0]["offset"] == at
 
 
 # ------------------------------------------------------------------ retries

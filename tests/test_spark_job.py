@@ -52,7 +52,7 @@ def test_cli_scan_writes_what_the_group_receives(spark, tmp_path, capsys):
     assert code == 0
     printed = capsys.readouterr().out
     assert group in printed and "passed CQ" in printed and "rows/s" in printed
-    assert "\nlayer 2: python (reader, Cython engine)\n" in printed  # --layer2 auto keeps it in the reader
+    assert "\nlayer 2: native\n" in printed  # --layer2 auto: native where the translation is exact
     expected = sorted((m.queue_id, m.queue_offset, m.commit_log_offset)
                       for m in cq.Store(STORE).consume(TOPIC, group, sql=sql))
     written = spark.read.json(str(out)).select("queue_id", "queue_offset", "commit_log_offset").collect()
