@@ -21,6 +21,7 @@ from __future__ import annotations
 import os
 
 import pytest
+from _spark_frames import props_frame
 
 # RMQFILTER_BENCH_SPARK_ROWS makes a shorter run on a busy machine.
 ROWS = int(os.environ.get("RMQFILTER_BENCH_SPARK_ROWS", "5000000"))
@@ -51,20 +52,7 @@ SELECTORS = [
 
 @pytest.fixture(scope="module")
 def props_df(spark):
-    from pyspark.sql import functions as F
-
-    tags = F.element_at(F.array(*[F.lit(t) for t in ("TagA", "TagB", "TagC", "TagD")]),
-                        (F.col("id") % 4 + 1).cast("int"))
-    props = F.create_map(
-        F.lit("a"), (F.col("id") % 10).cast("string"),
-        F.lit("TAGS"), tags,
-        F.lit("region"), F.when(F.col("id") % 3 == 0, "cn-beijing").otherwise("cn-hangzhou"),
-        F.lit("color"), F.when(F.col("id") % 5 == 0, "blue").otherwise("red"),
-        F.lit("KEYS"), F.concat(F.lit("key-"), F.col("id").cast("string")),
-        F.lit("UNIQ_KEY"), F.sha1(F.col("id").cast("string")),
-    )
-    df = spark.range(ROWS, numPartitions=4).select(props.alias("props")).cache()
-    assert df.count() == ROWS
+    df = props_frame(spark, ROWS)
     yield df
     df.unpersist()
 
