@@ -30,7 +30,6 @@ import os
 import tempfile
 
 import pytest
-from _spark_frames import props_frame
 
 # Rows of the selector group; RMQFILTER_BENCH_SPARK_ROWS makes a shorter run (the plain @udf is slow).
 ROWS = int(os.environ.get("RMQFILTER_BENCH_SPARK_ROWS", "5000000"))
@@ -38,13 +37,6 @@ GROUP = f"spark selector_match, {ROWS / 1e6:g} M rows"
 SQL = "a > 5 AND TAGS IN ('TagA', 'TagB')"
 STORE_MESSAGES = 200_000
 ROUNDS = 3
-
-
-@pytest.fixture(scope="module")
-def props_df(spark):
-    df = props_frame(spark, ROWS)
-    yield df
-    df.unpersist()
 
 
 def _count(df, predicate) -> int:

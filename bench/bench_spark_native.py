@@ -21,7 +21,6 @@ from __future__ import annotations
 import os
 
 import pytest
-from _spark_frames import props_frame
 
 # RMQFILTER_BENCH_SPARK_ROWS makes a shorter run on a busy machine.
 ROWS = int(os.environ.get("RMQFILTER_BENCH_SPARK_ROWS", "5000000"))
@@ -48,13 +47,6 @@ SELECTORS = [
     "region = 'cn-hangzhou' AND color <> 'blue'",
     "TAGS IN ('TagA', 'TagC') OR a = 3",
 ]
-
-
-@pytest.fixture(scope="module")
-def props_df(spark):
-    df = props_frame(spark, ROWS)
-    yield df
-    df.unpersist()
 
 
 def _count(df, predicate) -> int:
