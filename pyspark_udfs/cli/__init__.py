@@ -1,7 +1,16 @@
 """The ``rmqfilter`` command.
 
-Each group of sub-commands lives in its own module with an ``add_parsers``
-function; Spark is imported only by the commands that run Spark jobs.
+Each group of sub-commands lives in its own module of this package with an
+``add_parsers`` function, listed in :data:`COMMAND_MODULES`. The CLI lives under
+``pyspark_udfs`` because its Spark commands are the main job; the other
+commands only read or write stores and selectors, so their modules import
+``cq``, ``selector`` and ``bloom`` only, and never pyspark: a user without Java
+can still run them. Modules that start Spark import it inside the command
+function (``spark_commands``), never at the top.
+
+To add a command: write ``add_parsers(subparsers)`` in a new module here (or in
+the module of its group), set ``func`` on the sub-parser, and list the module in
+:data:`COMMAND_MODULES`.
 """
 from __future__ import annotations
 
@@ -11,9 +20,9 @@ import sys
 
 # Modules that contribute sub-commands, in the order they are listed in --help.
 COMMAND_MODULES = (
-    "pyspark_udfs._cli_selector",  # check, eval
-    "pyspark_udfs._cli_store",  # inspect, gen-store, consume
-    "pyspark_udfs._cli_spark",  # scan, demo
+    "pyspark_udfs.cli.selector_commands",  # check, eval
+    "pyspark_udfs.cli.store_commands",  # inspect, gen-store, consume
+    "pyspark_udfs.cli.spark_commands",  # scan, demo
 )
 
 
