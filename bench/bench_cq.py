@@ -225,10 +225,10 @@ SAMPLE_MESSAGES = 300_000
 
 @pytest.fixture(scope="module")
 def sample_store(tmp_path_factory):
-    from cq import writer
+    from cq.sample import generate_sample_store
 
     root = tmp_path_factory.mktemp("sample") / "store"
-    sample = writer.generate_sample_store(root, messages=SAMPLE_MESSAGES, seed=1)
+    sample = generate_sample_store(root, messages=SAMPLE_MESSAGES, seed=1)
     group = sample.to_dict()["groups"][1]
     store = cq.Store(root)
     units = sum(len(store.consume_queue(group["topic"], q)) for q in store.queue_ids(group["topic"]))

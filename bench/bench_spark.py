@@ -13,7 +13,7 @@ All in one SparkSession (local[2]), same run, same data:
   ``props['TAGS']``, an Arrow UDF runs the batch kernel), (5) the SQL form
   ``rmq_selector_match(sql, props)`` that ships the whole map; all give the
   same count (checked);
-- the data source over a sample store (``cq.writer.generate_sample_store``):
+- the data source over a sample store (``cq.sample.generate_sample_store``):
   ``messages`` and ``consumequeue`` tables, all rows, and a TagB query
   (``tags = 'TagB'`` / ``tags_code = <hash of TagB>``) with pushdown on and
   off (``spark.sql.python.filterPushdown.enabled``);
@@ -105,7 +105,7 @@ def test_plain_python_udf(benchmark, props_df, expected_count):
 # ------------------------------------------------------------------ data source
 @pytest.fixture(scope="module")
 def sample_store():
-    from cq import writer
+    from cq.sample import generate_sample_store
 
     root = os.path.join(tempfile.gettempdir(), f"rmqfilter-bench-store-{STORE_MESSAGES}")
     marker = os.path.join(root, "rmqfilter-bench.done")
@@ -113,7 +113,7 @@ def sample_store():
         import shutil
 
         shutil.rmtree(root, ignore_errors=True)
-        writer.generate_sample_store(root, messages=STORE_MESSAGES, seed=1)
+        generate_sample_store(root, messages=STORE_MESSAGES, seed=1)
         open(marker, "w").close()
     return root
 

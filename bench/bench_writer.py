@@ -26,7 +26,8 @@ import bloom
 import selector
 from cq import format as fmt
 from cq import tags_code
-from cq.writer import SAMPLE_GROUPS, SAMPLE_TOPICS, StoreWriter, _sample_messages, generate_sample_store
+from cq.sample import SAMPLE_GROUPS, SAMPLE_TOPICS, _sample_messages, generate_sample_store
+from cq.writer import StoreWriter
 
 N_MESSAGES = 50_000
 QUEUES = {t: (4 if i == 0 else 2) for i, t in enumerate(SAMPLE_TOPICS)}

@@ -50,13 +50,21 @@ __all__ = [
     "undecorate",
 ]
 
-_WRITER_NAMES = ("StoreWriter", "SqlGroup", "AppendResult", "rebuild_bitmaps", "generate_sample_store")
+#: Names of the writing side, each with the module that defines it.
+_WRITER_NAMES = {
+    "StoreWriter": "writer",
+    "SqlGroup": "writer",
+    "AppendResult": "writer",
+    "rebuild_bitmaps": "rebuild",
+    "generate_sample_store": "sample",
+}
 
 
 def __getattr__(name: str):
-    # The writer imports lazily: readers never pay for it, and never break with it.
-    if name in _WRITER_NAMES:
-        from . import writer
+    # The writing side imports lazily: readers never pay for it, and never break with it.
+    module = _WRITER_NAMES.get(name)
+    if module is not None:
+        import importlib
 
-        return getattr(writer, name)
+        return getattr(importlib.import_module(f"{__name__}.{module}"), name)
     raise AttributeError(f"module 'cq' has no attribute {name!r}")

@@ -97,6 +97,8 @@ MSG_TAG_OFFSET_INDEX = 12
 CQ_UNIT_DTYPE = np.dtype([("commit_log_offset", ">i8"), ("size", ">i4"), ("tags_code", ">i8")])
 #: The same record in native byte order, as :meth:`cq.ConsumeQueue.read` returns it.
 CQ_UNIT_NATIVE_DTYPE = np.dtype([("commit_log_offset", "=i8"), ("size", "=i4"), ("tags_code", "=i8")])
+#: A ConsumeQueue unit as ``struct`` packs it.
+CQ_UNIT_STRUCT = struct.Struct(">qiq")
 #: Size field of a pre-blank placeholder unit (``Integer.MAX_VALUE``).
 PLACEHOLDER_SIZE = 0x7FFFFFFF
 #: The placeholder unit ``(commit_log_offset, size, tags_code)``.
@@ -128,6 +130,8 @@ MESSAGE_MAGIC_CODE_V1 = -626843481
 MESSAGE_MAGIC_CODE_V2 = -626843477
 #: ``BLANK_MAGIC_CODE`` of the end-of-file marker = 0xCBD43194.
 BLANK_MAGIC_CODE = -875286124
+#: TOTALSIZE and MAGICCODE, the first 8 bytes of every record and of the blank marker.
+RECORD_HEAD_STRUCT = struct.Struct(">ii")
 #: Length of the blank end-of-file marker, and the slack the writer keeps.
 END_FILE_MIN_BLANK_LENGTH = 8
 #: Fixed overhead of a record besides the two hosts, body, topic and properties.
@@ -222,7 +226,7 @@ def undecorate(address: int) -> int:
 # ------------------------------------------------------------- encode units
 def encode_cq_unit(commit_log_offset: int, size: int, tags_code: int) -> bytes:
     """The 20 bytes of one ConsumeQueue unit."""
-    return struct.pack(">qiq", commit_log_offset, size, tags_code)
+    return CQ_UNIT_STRUCT.pack(commit_log_offset, size, tags_code)
 
 
 def encode_ext_unit(tags_code: int, msg_store_time: int, filter_bitmap: bytes | None = None) -> bytes:
@@ -456,7 +460,7 @@ def decode_property_crc(value: str) -> int | None:
 
 def encode_blank_record(remaining: int) -> bytes:
     """The 8-byte end-of-file marker for a file with ``remaining`` bytes left."""
-    return struct.pack(">ii", remaining, BLANK_MAGIC_CODE)
+    return RECORD_HEAD_STRUCT.pack(remaining, BLANK_MAGIC_CODE)
 
 
 # ------------------------------------------------------------ file access

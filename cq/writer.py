@@ -37,9 +37,12 @@ Properties given as ``str``/``bytes`` are stored verbatim, so a golden store
 round-trips byte for byte.
 
 Only writers open store files read-write; :mod:`cq`'s readers map them
-read-only. :func:`rebuild_bitmaps` re-dispatches an existing store for a new set
-of groups into a new directory, and :func:`generate_sample_store` writes a
-deterministic sample store (``rmqfilter gen-store``).
+read-only. The writing side is split by job: this module (the writer), :mod:`cq._filequeue`
+(files opened for appending, the store lock), :mod:`cq.recovery` (an interrupted
+writer's torn tail), :mod:`cq.rebuild` (:func:`~cq.rebuild.rebuild_bitmaps` re-dispatches
+an existing store for a new set of groups into a new directory) and :mod:`cq.sample`
+(:func:`~cq.sample.generate_sample_store`, the deterministic sample store of
+``rmqfilter gen-store``).
 """
 from __future__ import annotations
 
@@ -47,17 +50,16 @@ import contextlib
 import ipaddress
 import os
 import re
-import shutil
 import struct
 import time
 import zlib
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, NamedTuple
 
 import numpy as np
 
-from .errors import StoreFormatError
+from ._filequeue import _COMMIT_LOG_FLUSH, _FileQueue, _holds_store, _lock_store
 from .format import (
     BLANK_MAGIC_CODE,
     BORNHOST_V6_FLAG,
@@ -69,6 +71,7 @@ from .format import (
     CONSUME_QUEUE_DIR,
     CONSUME_QUEUE_EXT_DIR,
     CQ_STORE_UNIT_SIZE,
+    CQ_UNIT_STRUCT,
     CRC32_RESERVED_LEN,
     DEFAULT_COMMIT_LOG_FILE_SIZE,
     DEFAULT_CONSUME_QUEUE_FILE_SIZE,
@@ -89,6 +92,7 @@ from .format import (
     PROPERTY_KEYS,
     PROPERTY_SEPARATOR,
     PROPERTY_TAGS,
+    RECORD_HEAD_STRUCT,
     SCHEDULE_TOPIC,
     STOREHOSTADDRESS_V6_FLAG,
     TRANSACTION_COMMIT_TYPE,
@@ -96,12 +100,19 @@ from .format import (
     TRANSACTION_TYPE_MASK,
     decode_properties_bytes,
     decorate,
-    file_name,
     hashmap_order,
     is_ext_addr,
     list_queue_files,
     round_consume_queue_file_size,
     undecorate,
+)
+from .recovery import (
+    _last_unit,
+    _records_between,
+    _recover_commit_log,
+    _recover_consume_queue,
+    _recover_ext,
+    _truncate_ext,
 )
 from .tags import tags_code
 
@@ -112,13 +123,9 @@ __all__ = [
     "DEFAULT_MESSAGE_DELAY_LEVEL",
     "DEFAULT_STORE_HOST",
     "AppendResult",
-    "RebuildResult",
-    "SampleStore",
     "SqlGroup",
     "StoreWriter",
     "compress_body",
-    "generate_sample_store",
-    "rebuild_bitmaps",
 ]
 
 #: ``BrokerConfig.brokerClusterName`` default; the broker adds it as property ``CLUSTER``.
@@ -142,15 +149,12 @@ _HEAD = struct.Struct(">iiiiiqqiq")  # TOTALSIZE .. BORNTIMESTAMP (48 bytes)
 _STORE_TS = struct.Struct(">q")
 _TAIL = struct.Struct(">iqi")  # RECONSUMETIMES, PREPARED TRANSACTION OFFSET, BODYLENGTH
 _OFFSETS = struct.Struct(">qq")  # QUEUEOFFSET, PHYSICALOFFSET at byte 20
-_BLANK = struct.Struct(">ii")
-_CQ_UNIT = struct.Struct(">qiq")
+_BLANK = RECORD_HEAD_STRUCT
+_CQ_UNIT = CQ_UNIT_STRUCT
 _EXT_HEAD = struct.Struct(">hqqh")
 _I16 = struct.Struct(">h")
 _EXT_MARKER = _I16.pack(EXT_END_MARKER)
 
-#: Flush a file queue's buffer once it holds this many bytes.
-_COMMIT_LOG_FLUSH = 4 * 1024 * 1024
-_QUEUE_FLUSH = 256 * 1024
 #: Messages prepared before their bitmaps are computed together.
 BATCH_SIZE = 8192
 
@@ -329,80 +333,6 @@ def compress_body(body: bytes, compress_type: str = "zlib", level: int = 5) -> t
     return out, COMPRESSED_FLAG | (kind << 8)
 
 
-# ------------------------------------------------------------ file queues
-class _FileQueue:
-    """A mapped-file queue opened for appending.
-
-    Bytes are buffered and written with ``pwrite``; a file is created
-    full-size (zero-filled, sparse) when its first bytes are flushed, as the
-    broker creates a file when the first message goes into it.
-
-    ``after`` is a queue whose buffer is flushed first: a ConsumeQueue flushes
-    its ext queue and the CommitLog before its own units, so an interrupted
-    writer never leaves a unit that points past the data (the broker builds
-    units from the CommitLog, after the fact, for the same reason).
-    """
-
-    __slots__ = ("_buf", "_buf_pos", "_flush_at", "after", "directory", "file_size", "flush_all", "pos", "start")
-
-    def __init__(self, directory: str, file_size: int, start: int = 0, pos: int = 0, flush_at: int = _QUEUE_FLUSH,
-                 after: _FileQueue | None = None, flush_all: Callable[[], None] | None = None):
-        self.after = after
-        # set for ConsumeQueue and ext queues: a full buffer flushes every queue of the
-        # writer, so the units on disk always cover a prefix of the CommitLog (the broker
-        # dispatches records in log order)
-        self.flush_all = flush_all
-        self.directory = directory
-        self.file_size = file_size
-        self.start = start  # logical offset of the current file
-        self.pos = pos  # write position in the current file
-        self._buf = bytearray()
-        self._buf_pos = pos  # where the buffer goes in the current file
-        self._flush_at = flush_at
-
-    @property
-    def offset(self) -> int:
-        """Logical offset of the next byte to be written."""
-        return self.start + self.pos
-
-    @property
-    def remaining(self) -> int:
-        return self.file_size - self.pos
-
-    def write(self, data: bytes | bytearray) -> None:
-        self._buf += data
-        self.pos += len(data)
-        if len(self._buf) >= self._flush_at:
-            (self.flush_all or self.flush)()
-
-    def roll(self) -> None:
-        """Mark the current file full; the next write goes to the next file."""
-        (self.flush_all or self.flush)()
-        self.start += self.file_size
-        self.pos = 0
-        self._buf_pos = 0
-
-    def flush(self) -> None:
-        if not self._buf:
-            return
-        if self.after is not None:
-            self.after.flush()
-        os.makedirs(self.directory, exist_ok=True)
-        path = os.path.join(self.directory, file_name(self.start))
-        fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
-        try:
-            if os.fstat(fd).st_size < self.file_size:
-                os.ftruncate(fd, self.file_size)
-            data = memoryview(self._buf)
-            written = 0
-            while written < len(data):
-                written += os.pwrite(fd, data[written:], self._buf_pos + written)
-        finally:
-            os.close(fd)
-        self._buf_pos += len(self._buf)
-        self._buf = bytearray()
-
-
 class _QueueState:
     """Write state of one (topic, queue_id): its ConsumeQueue, ConsumeQueueExt and next offset."""
 
@@ -429,37 +359,6 @@ class _Prepared:
         self.tags_code = tags_code_value
         self.store_timestamp = store_timestamp
         self.props = props
-
-
-#: The broker's lock file in the store root; a writer holds an exclusive flock on it.
-LOCK_FILE = "lock"
-
-
-def _lock_store(root: str) -> int | None:
-    """Take the store's ``lock`` file as the broker does, so two writers never share a store."""
-    try:
-        import fcntl
-    except ImportError:  # not POSIX: no advisory locks
-        return None
-    fd = os.open(os.path.join(root, LOCK_FILE), os.O_RDWR | os.O_CREAT, 0o644)
-    try:
-        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except OSError as exc:
-        os.close(fd)
-        raise BlockingIOError(f"{root!r} is locked by another writer (its {LOCK_FILE} file is held)") from exc
-    return fd
-
-
-def _holds_store(root: str) -> str | None:
-    """The first store file found under ``root`` (commitlog, consumequeue, consumequeue_ext), or None."""
-    for sub in (COMMIT_LOG_DIR, CONSUME_QUEUE_DIR, CONSUME_QUEUE_EXT_DIR):
-        top = os.path.join(root, sub)
-        if not os.path.isdir(top):
-            continue
-        for dirpath, _dirs, files in os.walk(top):
-            for name in files:
-                return os.path.join(dirpath, name)
-    return None
 
 
 # --------------------------------------------------------------- the writer
@@ -1227,569 +1126,3 @@ def _msg_id(record: bytes | bytearray, phys: int) -> str:
     at = 56 + (20 if sys_flag & BORNHOST_V6_FLAG else 8)
     width = 20 if sys_flag & STOREHOSTADDRESS_V6_FLAG else 8
     return (bytes(record[at:at + width]) + struct.pack(">q", phys)).hex().upper()
-
-
-def _check_file_sizes(files: list[tuple[int, str]], file_size: int, kind: str, option: str) -> None:
-    for start, path in files:
-        actual = os.path.getsize(path)
-        if actual == 0 and (start, path) == files[-1]:
-            continue  # a trailing empty file; the broker deletes it, the writer reuses it
-        if actual != file_size:
-            raise ValueError(
-                f"existing {kind} file {path} is {actual} bytes; pass {option}={actual} to append to this store"
-            )
-        if start % file_size:
-            raise StoreFormatError(f"{kind} file start {start} is not a multiple of {file_size}", path, 0)
-
-
-def _recover_commit_log(directory: str, file_size: int) -> tuple[int, int]:
-    """``(start of last file, write position in it)`` after the last valid record.
-
-    Bytes after it in the last file (a torn record) are zeroed.
-    """
-    files = list_queue_files(directory)
-    if not files:
-        return 0, 0
-    _check_file_sizes(files, file_size, "commit log", "commit_log_file_size")
-    start, path = files[-1]
-    with open(path, "rb") as f:
-        data = f.read()
-    pos = 0
-    while len(data) - pos > 4:
-        total, magic = struct.unpack_from(">ii", data, pos) if len(data) - pos >= 8 else (0, 0)
-        if magic == BLANK_MAGIC_CODE:
-            return start + file_size, 0
-        if magic not in (MESSAGE_MAGIC_CODE_V1, MESSAGE_MAGIC_CODE_V2) or total <= 0 or total > len(data) - pos:
-            break
-        end = _valid_record_end(data, pos, total, magic)
-        if end is None:
-            break
-        pos = end
-    used = len(data.rstrip(b"\0"))
-    if used > pos:
-        # a record torn by an interrupted writer (or its tail): the data ends before it, and the
-        # bytes are cleared so no reader, strict or not, finds half a record after what we append
-        with open(path, "r+b") as f:
-            f.seek(pos)
-            f.write(bytes(used - pos))
-    return start, pos
-
-
-def _valid_record_end(data: bytes, pos: int, total: int, magic: int) -> int | None:
-    """End of the record at ``pos`` if its lengths add up to TOTALSIZE and its body CRC matches."""
-    try:
-        crc, = struct.unpack_from(">i", data, pos + 8)
-        sys_flag, = struct.unpack_from(">i", data, pos + 36)
-        bh = 20 if sys_flag & BORNHOST_V6_FLAG else 8
-        sh = 20 if sys_flag & STOREHOSTADDRESS_V6_FLAG else 8
-        at = pos + 68 + bh + sh
-        body_len, = struct.unpack_from(">i", data, at)
-        body_len = max(body_len, 0)
-        body = data[at + 4:at + 4 + body_len]
-        at += 4 + body_len
-        if magic == MESSAGE_MAGIC_CODE_V2:
-            topic_len, = struct.unpack_from(">h", data, at)
-            at += 2
-        else:
-            topic_len, = struct.unpack_from(">b", data, at)
-            at += 1
-        at += topic_len
-        props_len, = struct.unpack_from(">h", data, at)
-        at += 2 + max(props_len, 0)
-    except struct.error:
-        return None
-    if at - pos != total or (zlib.crc32(body) & 0x7FFFFFFF) != crc:
-        return None
-    return at
-
-
-def _recover_consume_queue(files: list[tuple[int, str]], file_size: int) -> tuple[int, int]:
-    """``(start, position)`` of the first invalid unit after the valid ones (spec §2.4)."""
-    _check_file_sizes(files, file_size, "consume queue", "consume_queue_file_size")
-    start, path = files[-1]
-    with open(path, "rb") as f:
-        data = f.read()
-    units = np.frombuffer(data[: len(data) - len(data) % CQ_STORE_UNIT_SIZE], dtype=">i8,>i4,>i8")
-    invalid = np.flatnonzero((units["f0"] < 0) | (units["f1"] <= 0))
-    if len(invalid):
-        return start, int(invalid[0]) * CQ_STORE_UNIT_SIZE
-    if len(data) == 0:
-        return start, 0
-    return start + file_size, 0  # the last file is full: the next unit opens a new one
-
-
-def _last_unit(files: list[tuple[int, str]], end: int, file_size: int) -> tuple[int, int, int] | None:
-    """The ConsumeQueue unit just before logical byte offset ``end``, or None when there is none."""
-    at = end - CQ_STORE_UNIT_SIZE
-    if at < 0:
-        return None
-    start = at - at % file_size
-    for s, path in files:
-        if s == start:
-            with open(path, "rb") as f:
-                f.seek(at - s)
-                raw = f.read(CQ_STORE_UNIT_SIZE)
-            if len(raw) == CQ_STORE_UNIT_SIZE:
-                phys, size, code = _CQ_UNIT.unpack(raw)
-                if phys >= 0 and size > 0 and (phys, size, code) != PLACEHOLDER_UNIT:
-                    return phys, size, code
-    return None
-
-
-def _truncate_ext(files: list[tuple[int, str]], file_size: int, last: int, walked: tuple[int, int]) -> tuple[int, int]:
-    """Drop the ext units past the one at real offset ``last``: zeroed, so readers stop there too.
-
-    ``walked`` is the ``(file start, position)`` the recovery walk found; returns the new one.
-    """
-    start = last - last % file_size
-    path = dict(files).get(start)
-    if path is None:
-        return walked
-    with open(path, "rb") as f:
-        f.seek(last - start)
-        head = f.read(2)
-    size = int.from_bytes(head, "big", signed=True) if len(head) == 2 else 0
-    new_end, end = last + max(size, 0), walked[0] + walked[1]
-    if size <= 0 or new_end >= end:
-        return walked
-    for s, p in files:
-        lo, hi = max(new_end, s), min(end, s + file_size)
-        if lo < hi:
-            with open(p, "r+b") as g:
-                g.seek(lo - s)
-                g.write(bytes(hi - lo))
-    return start, new_end - start
-
-
-def _records_between(log, start: int, end: int):
-    """Messages of ``log`` from physical offset ``start`` to ``end``, across blank end-of-file records."""
-    off = start
-    while off < end:
-        index = log.file_index(off)
-        if index is None:
-            return
-        file_start = log.files[index][0]
-        buf = log.buffer(index)
-        pos = off - file_start
-        if log.file_size - pos < 8:
-            off = file_start + log.file_size
-            continue
-        _total, magic = _BLANK.unpack_from(buf, pos)
-        if magic == BLANK_MAGIC_CODE:
-            off = file_start + log.file_size
-            continue
-        msg = log.read_message(off)
-        yield msg
-        off += msg.store_size
-
-
-def _recover_ext(files: list[tuple[int, str]], file_size: int) -> tuple[int, int]:
-    """Walk every ext file as the broker's recovery does (spec §3.5)."""
-    _check_file_sizes(files, file_size, "consume queue ext", "ext_file_size")
-    start, pos = files[0][0], 0
-    for start, path in files:
-        with open(path, "rb") as f:
-            data = f.read()
-        pos = 0
-        while len(data) - pos >= 2:
-            size, = _I16.unpack_from(data, pos)
-            if size <= 0:
-                break
-            pos += size
-    return start, pos
-
-
-# ----------------------------------------------------------- rebuild bitmaps
-@dataclass
-class RebuildResult:
-    """What :func:`rebuild_bitmaps` wrote.
-
-    Attributes
-    ----------
-    messages : int
-        CommitLog records read.
-    dispatched : int
-        Records that got ConsumeQueue and ext units.
-    groups : list of SqlGroup
-    """
-
-    messages: int
-    dispatched: int
-    groups: list[SqlGroup] = field(default_factory=list)
-
-
-def _as_groups(groups: Iterable[Any]) -> list[SqlGroup]:
-    out = []
-    for g in groups:
-        if isinstance(g, SqlGroup):
-            out.append(g)
-        elif isinstance(g, Mapping):
-            out.append(SqlGroup(g["topic"], g["group"], g["sql"]))
-        else:
-            topic, group, sql = g
-            out.append(SqlGroup(topic, group, sql))
-    return out
-
-
-def rebuild_bitmaps(
-    source: str | os.PathLike,
-    dest: str | os.PathLike,
-    groups: Iterable[SqlGroup | tuple[str, str, str] | Mapping[str, str]],
-    *,
-    consume_queue_file_size: int | None = None,
-    ext_file_size: int | None = None,
-    bloom_filter: Any = None,
-    message_delay_level: str = DEFAULT_MESSAGE_DELAY_LEVEL,
-    progress: Callable[[int], None] | None = None,
-) -> RebuildResult:
-    """Copy a store's CommitLog to ``dest`` and rebuild its ConsumeQueues and ext bitmaps there.
-
-    The records are re-dispatched in log order exactly as the broker's reput
-    service would with ``groups`` registered: ConsumeQueue units at each
-    record's QUEUEOFFSET, ext units (``enableConsumeQueueExt`` on) with the
-    bitmap of the new groups. The source store is only read.
-
-    Parameters
-    ----------
-    source : path
-        An existing store root.
-    dest : path
-        A directory that does not hold a store (created if missing).
-    groups : iterable
-        :class:`SqlGroup` objects, ``(topic, group, sql)`` tuples or mappings with those keys.
-    consume_queue_file_size, ext_file_size : int, optional
-        Default: the sizes of the source's files, else the broker defaults.
-    bloom_filter : bloom.BloomFilter, optional
-        Default ``BloomFilter(20, 32)``.
-    message_delay_level : str
-        For ``SCHEDULE_TOPIC_XXXX`` tag codes.
-    progress : callable, optional
-        Called with the number of records read after each batch.
-
-    Returns
-    -------
-    RebuildResult
-
-    Raises
-    ------
-    FileExistsError
-        ``dest`` already holds a store.
-    cq.StoreFormatError
-        The source CommitLog is corrupt.
-    """
-    from .store import Store
-
-    source = os.fspath(source)
-    dest = os.fspath(dest)
-    if os.path.realpath(source) == os.path.realpath(dest):
-        raise ValueError("rebuild_bitmaps writes into a new directory; dest must differ from source")
-    specs = _as_groups(groups)
-    src_log = os.path.join(source, COMMIT_LOG_DIR)
-    log_files = list_queue_files(src_log)
-    if not log_files:
-        raise StoreFormatError("no CommitLog files to rebuild from", src_log)
-    commit_log_file_size = os.path.getsize(log_files[0][1])
-
-    def first_size(kind: str, default: int) -> int:
-        for dirpath, _dirs, names in os.walk(os.path.join(source, kind)):
-            for name in sorted(names):
-                size = os.path.getsize(os.path.join(dirpath, name))
-                if size:
-                    return size
-        return default
-
-    store = Store(source)
-    writer = None
-    messages = dispatched = 0
-    batch: list[tuple[_Prepared, int, int]] = []
-
-    def flush_batch() -> None:
-        nonlocal dispatched
-        prepared = [p for p, _, _ in batch]
-        for (p, phys, qoff), bitmap in zip(batch, writer._bitmaps(prepared)):
-            if p.dispatch:
-                state = writer._queue(p.topic, p.queue_id)
-                writer._dispatch(state, phys, p.size, p.tags_code, p.store_timestamp, bitmap, queue_offset=qoff)
-                dispatched += 1
-        batch.clear()
-
-    try:
-        writer = StoreWriter(
-            dest,
-            commit_log_file_size=max(commit_log_file_size, 64),
-            consume_queue_file_size=consume_queue_file_size
-            or first_size(CONSUME_QUEUE_DIR, DEFAULT_CONSUME_QUEUE_FILE_SIZE),
-            ext_file_size=ext_file_size or first_size(CONSUME_QUEUE_EXT_DIR, DEFAULT_EXT_FILE_SIZE),
-            enable_ext=True,
-            bloom_filter=bloom_filter,
-            message_delay_level=message_delay_level,
-        )
-        for g in specs:
-            writer.register_group(g.topic, g.group, g.sql)
-        os.makedirs(os.path.join(dest, COMMIT_LOG_DIR), exist_ok=True)
-        for _start, path in log_files:
-            shutil.copyfile(path, os.path.join(dest, COMMIT_LOG_DIR, os.path.basename(path)))
-        for msg in store.commit_log.messages(strict=True):
-            messages += 1
-            transaction = msg.sys_flag & TRANSACTION_TYPE_MASK
-            props = msg.properties or {}
-            try:
-                code = writer._dispatch_tags_code(msg.topic, props, msg.store_timestamp)
-            except ValueError:
-                continue  # the broker's dispatch fails on such a record: it gets no unit
-            p = _Prepared(
-                msg.topic, msg.queue_id, b"", transaction in (TRANSACTION_NOT_TYPE, TRANSACTION_COMMIT_TYPE),
-                code, msg.store_timestamp, props,
-            )
-            p.size = msg.store_size
-            batch.append((p, msg.commit_log_offset, msg.queue_offset))
-            if len(batch) >= BATCH_SIZE:
-                flush_batch()
-                if progress is not None:
-                    progress(messages)
-        if batch:
-            flush_batch()
-    finally:
-        store.close()
-        if writer is not None:
-            writer.close()
-    if progress is not None:
-        progress(messages)
-    return RebuildResult(messages, dispatched, specs)
-
-
-# ------------------------------------------------------------ sample stores
-#: Topics of the sample store: the first one carries the SQL92 groups.
-SAMPLE_TOPICS = ("SampleTopic", "OrderTopic", "AuditTopic")
-#: Tags of the sample store, most popular first (Zipf-like weights).
-SAMPLE_TAGS = ("TagA", "TagB", "TagC", "TagD", "TagE", "TagF", "TagG", "TagH")
-SAMPLE_REGIONS = ("cn-hangzhou", "cn-beijing", "us-east-1", "eu-central-1", "ap-southeast-1")
-SAMPLE_COLORS = ("red", "green", "blue", "black", "grün")
-#: The SQL92 groups registered on the sample store's main topic: ``(group, sql)``.
-SAMPLE_GROUPS = (
-    ("GID_PRIORITY", "priority >= 4 AND region IN ('cn-hangzhou', 'cn-beijing')"),
-    ("GID_RED_CHEAP", "color = 'red' AND price < 20.0"),
-    ("GID_TAGA_OR_EU", "TAGS = 'TagA' OR region = 'eu-central-1'"),
-)
-#: Born timestamp of the first sample message (2023-11-14T22:13:20Z).
-SAMPLE_EPOCH_MS = 1_700_000_000_000
-
-
-@dataclass(frozen=True)
-class SampleStore:
-    """Description of a store written by :func:`generate_sample_store`.
-
-    Attributes
-    ----------
-    root : str
-        Store root directory.
-    messages : int
-        Messages written.
-    seed : int
-        Seed the contents derive from.
-    topics : dict of str to int
-        Topic -> number of queues.
-    main_topic : str
-        The topic with the SQL92 groups (and ext bitmaps).
-    groups : list of SqlGroup
-        Groups registered on ``main_topic``.
-    tags : list of str
-        Tag values in use, most popular first (about 5 % of messages have none).
-    properties : list of str
-        User property names (``region``, ``price``, ``color``, ``priority``).
-    commit_log_file_size, consume_queue_file_size, ext_file_size : int
-        File sizes of the store.
-    """
-
-    root: str
-    messages: int
-    seed: int
-    topics: dict[str, int]
-    main_topic: str
-    groups: list[SqlGroup]
-    tags: list[str]
-    properties: list[str]
-    commit_log_file_size: int
-    consume_queue_file_size: int
-    ext_file_size: int
-
-    def to_dict(self) -> dict[str, Any]:
-        """A JSON-friendly dict of this description."""
-        return {
-            "root": self.root,
-            "messages": self.messages,
-            "seed": self.seed,
-            "topics": dict(self.topics),
-            "main_topic": self.main_topic,
-            "groups": [{"topic": g.topic, "group": g.group, "sql": g.sql} for g in self.groups],
-            "tags": list(self.tags),
-            "properties": list(self.properties),
-            "commit_log_file_size": self.commit_log_file_size,
-            "consume_queue_file_size": self.consume_queue_file_size,
-            "ext_file_size": self.ext_file_size,
-        }
-
-
-def _zipf_weights(n: int, s: float = 1.1) -> np.ndarray:
-    w = 1.0 / np.arange(1, n + 1, dtype=np.float64) ** s
-    return w / w.sum()
-
-
-def _sample_messages(
-    count: int, seed: int, topics: Sequence[str], queues: Mapping[str, int], chunk: int = BATCH_SIZE
-) -> Iterable[dict[str, Any]]:
-    """Deterministic sample messages, generated a chunk at a time with numpy."""
-    rng = np.random.default_rng(seed)
-    topic_w = np.array([0.7] + [0.3 / (len(topics) - 1)] * (len(topics) - 1)) if len(topics) > 1 else np.ones(1)
-    tag_w = _zipf_weights(len(SAMPLE_TAGS))
-    region_w = _zipf_weights(len(SAMPLE_REGIONS), 0.8)
-    color_w = np.array([0.3, 0.25, 0.2, 0.15, 0.1])
-    priority_w = np.array([0.4, 0.3, 0.15, 0.1, 0.05])
-    producers = [f"192.168.{seed % 200}.{10 + i}:{40000 + 97 * i}" for i in range(8)]
-    pid = 1000 + seed % 50000
-    # UNIQ_KEY: producer IP, pid, class-loader hash, then per message ms-in-month and counter (spec §4.8)
-    uniq_prefix = f"C0A8{seed % 200:02X}0A{pid:04X}{seed:08X}"
-    priorities = [str(p) for p in range(6)]
-    for first in range(0, count, chunk):
-        n = min(chunk, count - first)
-        topic_i = rng.choice(len(topics), size=n, p=topic_w).tolist()
-        queue_r = rng.integers(0, 1 << 30, size=n).tolist()
-        tag_i = np.where(rng.random(n) >= 0.05, rng.choice(len(SAMPLE_TAGS), size=n, p=tag_w), -1).tolist()
-        region_i = rng.choice(len(SAMPLE_REGIONS), size=n, p=region_w).tolist()
-        color_i = np.where(rng.random(n) >= 0.1, rng.choice(len(SAMPLE_COLORS), size=n, p=color_w), -1).tolist()
-        prices = [f"{p:.2f}" for p in rng.lognormal(3.0, 0.8, size=n).tolist()]
-        priority = (rng.choice(5, size=n, p=priority_w) + 1).tolist()
-        delay = rng.integers(0, 20, size=n).tolist()
-        producer_i = rng.integers(0, len(producers), size=n).tolist()
-        # ~1 % of bodies are large attachments the producer compresses (>= 4096 bytes, ZLIB level 5)
-        large = np.where(rng.random(n) < 0.01, rng.integers(COMPRESS_MSG_BODY_OVER_HOWMUCH, 20_000, size=n),
-                         0).tolist()
-        for j in range(n):
-            i = first + j
-            topic = topics[topic_i[j]]
-            region = SAMPLE_REGIONS[region_i[j]]
-            price = prices[j]
-            born = SAMPLE_EPOCH_MS + (i >> 2)
-            props = {
-                "UNIQ_KEY": f"{uniq_prefix}{born & 0xFFFFFFFF:08X}{i & 0xFFFF:04X}",
-                "region": region,
-                "price": price,
-                "priority": priorities[priority[j]],
-                "WAIT": "true",
-            }
-            color = color_i[j]
-            if color >= 0:
-                props["color"] = SAMPLE_COLORS[color]
-            tag = tag_i[j]
-            body = f'{{"order":{i},"amount":{price},"region":"{region}"}}'.encode()
-            sys_flag = 0
-            if large[j]:
-                body = (body[:-1] + b',"attachment":"' + (b"%08d;" % i) * (large[j] // 9) + b'"}')
-                body, sys_flag = compress_body(body)
-            yield {
-                "topic": topic,
-                "queue_id": queue_r[j] % queues[topic],
-                "body": body,
-                "sys_flag": sys_flag,
-                "properties": props,
-                "tags": SAMPLE_TAGS[tag] if tag >= 0 else None,
-                "keys": f"order-{i}",
-                "born_timestamp": born,
-                "store_timestamp": born + delay[j],
-                "born_host": producers[producer_i[j]],
-            }
-
-
-def generate_sample_store(
-    root: str | os.PathLike,
-    *,
-    messages: int = 100_000,
-    seed: int = 0,
-    topics: Sequence[str] | None = None,
-    queues: int = 4,
-    commit_log_file_size: int = 64 * 1024 * 1024,
-    consume_queue_file_size: int = DEFAULT_CONSUME_QUEUE_FILE_SIZE,
-    ext_file_size: int = DEFAULT_EXT_FILE_SIZE,
-    store_host: str = DEFAULT_STORE_HOST,
-    progress: Callable[[int], None] | None = None,
-) -> SampleStore:
-    """Write a deterministic sample broker store for demos and benchmarks.
-
-    The same ``(messages, seed, topics, queues, sizes)`` always gives the same
-    bytes. About 70 % of the messages go to the main topic (the first of
-    ``topics``, ``queues`` queues), the rest spread over the other topics (two
-    queues each). Tags follow Zipf-like popularity (``TagA`` most common, ~5 %
-    untagged); properties ``region`` (skewed), ``price`` (log-normal, two
-    decimals), ``color`` (missing for ~10 %), ``priority`` (1-5, mostly low),
-    ``KEYS``, ``UNIQ_KEY`` and ``WAIT``; the broker adds ``CLUSTER``. Bodies
-    are small JSON documents; about 1 % carry a 4-20 KB attachment and are
-    ZLIB-compressed as the producer does (``COMPRESSED_FLAG``). The three
-    :data:`SAMPLE_GROUPS` are registered on the main topic, so its
-    ConsumeQueueExt units carry their bitmaps (every topic has ext units).
-
-    Parameters
-    ----------
-    root : path
-        A directory that does not hold a store yet.
-    messages : int
-        Number of messages (>= 0).
-    seed : int
-        Seed of the generator (>= 0).
-    topics : sequence of str, optional
-        Topic names; default :data:`SAMPLE_TOPICS`.
-    queues : int
-        Queues of the main topic (>= 1).
-    commit_log_file_size : int, default 64 MiB
-        Smaller than the broker's 1 GiB so that a sample spans several files
-        (Spark reads one partition per file).
-    consume_queue_file_size, ext_file_size : int
-        Broker defaults.
-    store_host : str
-        STOREHOST of every record.
-    progress : callable, optional
-        Called with the number of messages written after each batch.
-
-    Returns
-    -------
-    SampleStore
-
-    Examples
-    --------
-    >>> info = generate_sample_store("/tmp/sample", messages=10_000, seed=7)  # doctest: +SKIP
-    >>> [g.group for g in info.groups]  # doctest: +SKIP
-    ['GID_PRIORITY', 'GID_RED_CHEAP', 'GID_TAGA_OR_EU']
-    """
-    messages = _check_int("messages", messages, 0, 2**40)
-    seed = _check_int("seed", seed, 0, 2**32 - 1)
-    queues = _check_int("queues", queues, 1, 1 << 16)
-    topics = list(SAMPLE_TOPICS if topics is None else topics)
-    if not topics:
-        raise ValueError("topics must name at least one topic")
-    if len(set(topics)) != len(topics):
-        raise ValueError(f"topics must be distinct, got {topics}")
-    queue_counts = {t: (queues if i == 0 else 2) for i, t in enumerate(topics)}
-    with StoreWriter(
-        root,
-        commit_log_file_size=commit_log_file_size,
-        consume_queue_file_size=consume_queue_file_size,
-        ext_file_size=ext_file_size,
-        enable_ext=True,
-        store_host=store_host,
-    ) as writer:
-        for t in topics:
-            writer._topic_info(t)
-        groups = [writer.register_group(topics[0], group, sql) for group, sql in SAMPLE_GROUPS]
-        writer.append_many(_sample_messages(messages, seed, topics, queue_counts), progress=progress)
-    return SampleStore(
-        root=os.fspath(root),
-        messages=messages,
-        seed=seed,
-        topics=queue_counts,
-        main_topic=topics[0],
-        groups=groups,
-        tags=list(SAMPLE_TAGS),
-        properties=["region", "price", "color", "priority"],
-        commit_log_file_size=writer.commit_log_file_size,
-        consume_queue_file_size=writer.consume_queue_file_size,
-        ext_file_size=writer.ext_file_size,
-    )

@@ -10,6 +10,7 @@ pytestmark = pytest.mark.spark
 
 def test_demo_writes_a_sample_and_reports_store_consume_counts(spark, tmp_path, capsys):
     import cq
+    import cq.sample
     from pyspark_udfs import cli
 
     root, report = tmp_path / "demo", tmp_path / "demo.json"
@@ -19,9 +20,9 @@ def test_demo_writes_a_sample_and_reports_store_consume_counts(spark, tmp_path, 
     assert "Wrote 3,000 messages" in printed and "passed CQ" in printed
     results = {r["group"]: r for r in json.loads(report.read_text())["results"]}
     store = cq.Store(str(root))
-    topic = cq.writer.SAMPLE_TOPICS[0]
-    assert set(results) == {g for g, _ in cq.writer.SAMPLE_GROUPS} | {"GID_TAGS_BC"}
-    for group, sql in cq.writer.SAMPLE_GROUPS:
+    topic = cq.sample.SAMPLE_TOPICS[0]
+    assert set(results) == {g for g, _ in cq.sample.SAMPLE_GROUPS} | {"GID_TAGS_BC"}
+    for group, sql in cq.sample.SAMPLE_GROUPS:
         result = store.consume(topic, group, sql=sql)
         list(result)
         s, got = result.stats, results[group]

@@ -10,7 +10,8 @@ import pytest
 import bloom
 import cq
 import selector
-from cq.writer import SAMPLE_GROUPS, SAMPLE_TAGS, SampleStore, SqlGroup, generate_sample_store
+from cq.sample import SAMPLE_GROUPS, SAMPLE_TAGS, SampleStore, generate_sample_store
+from cq.writer import SqlGroup
 from pyspark_udfs.cli import main
 from tests.test_writer import store_files
 

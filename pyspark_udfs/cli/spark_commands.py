@@ -29,7 +29,7 @@ def add_parsers(subparsers) -> None:
     demo = subparsers.add_parser(
         "demo",
         help="write a sample store (~1 M messages) and scan it for its SQL92 groups on local Spark",
-        description="Write a deterministic sample broker store with cq.writer (three topics, "
+        description="Write a deterministic sample broker store with cq.sample (three topics, "
                     "skewed tags and properties, ext bitmaps for three SQL92 groups), then run "
                     "`scan` for each group on local Spark and print the results.",
     )
@@ -50,7 +50,7 @@ def _run_scan(args: argparse.Namespace) -> int:
 
 def _sample_store(root: str, messages: int, seed: int):
     """Reuse the sample at ``root`` if a previous demo wrote the same one, else write it."""
-    from cq import writer
+    from cq.sample import generate_sample_store
 
     marker = os.path.join(root, DEMO_MARKER)
     if os.path.exists(marker):
@@ -71,7 +71,7 @@ def _sample_store(root: str, messages: int, seed: int):
             last[0] = now
             print(f"  {done:>12,} / {messages:,} messages  ({now - t0:5.1f} s)", flush=True)
 
-    sample = writer.generate_sample_store(root, messages=messages, seed=seed, progress=progress)
+    sample = generate_sample_store(root, messages=messages, seed=seed, progress=progress)
     seconds = time.perf_counter() - t0
     info = sample.to_dict()
     with open(marker, "w", encoding="utf-8") as f:

@@ -57,7 +57,7 @@ def _add_gen_store_parser(subparsers) -> None:
     gen = subparsers.add_parser(
         "gen-store",
         help="write a deterministic sample broker store (CommitLog, ConsumeQueue, ext bitmaps)",
-        description="Write a sample RocketMQ store with cq.writer: a few topics and queues, Zipf-like "
+        description="Write a sample RocketMQ store with cq.sample: a few topics and queues, Zipf-like "
                     "tag popularity, properties region/price/color/priority, and ConsumeQueueExt "
                     "bitmaps for three SQL92 groups registered on the main topic. The same "
                     "--messages/--seed/--topics always give the same bytes. The description (topics, "
@@ -83,7 +83,7 @@ def _add_gen_store_parser(subparsers) -> None:
 
 
 def _run_gen_store(args: argparse.Namespace) -> int:
-    from cq.writer import generate_sample_store
+    from cq.sample import generate_sample_store
 
     progress = _Progress(args.progress)
     started = time.perf_counter()
