@@ -516,19 +516,22 @@ def _describe_conversion(s: _Step, lv, rv) -> None:
     names = conversions(s.opcode, lv, rv)
     compared = []
     steps = []
+    failed = False
     for name, v in zip(names, (lv, rv)):
         if name is None:
             compared.append(v)
-            continue
-        try:
-            c = java.CONVERTERS[name](v)
-        except java.JavaNumberFormatError:
+        elif failed:   # the broker stops at the first failed conversion
             compared.append(None)
-            steps.append(f"{name}({_value_text(v)}) throws NumberFormatException")
-            break   # the broker stops at the first failed conversion
-        compared.append(c)
-        steps.append(f"{name}({_value_text(v)}) = {_value_text(c)}")
-    compared += [None] * (2 - len(compared))
+        else:
+            try:
+                c = java.CONVERTERS[name](v)
+            except java.JavaNumberFormatError:
+                failed = True
+                compared.append(None)
+                steps.append(f"{name}({_value_text(v)}) throws NumberFormatException")
+            else:
+                compared.append(c)
+                steps.append(f"{name}({_value_text(v)}) = {_value_text(c)}")
     s.conversions = names
     s.compared = tuple(compared)
     if None not in compared:
