@@ -289,6 +289,12 @@ def test_json_form():
     assert ids[d["decider"]]["decider"] is True and ids[d["decider"]]["text"] == "TAGS"
 
 
+def test_explanation_pickles():
+    e = selector.explain("a BETWEEN 1 AND 9 OR b", {"a": "x"})
+    again = pickle.loads(pickle.dumps(e))
+    assert str(again) == str(e) and again.to_dict() == e.to_dict()
+
+
 def test_error_json_form():
     d = selector.explain("a = 1", {"a": "1.0"}).to_dict()
     assert (d["value"], d["error_cause"], d["error_root_cause"]) == (
