@@ -473,8 +473,8 @@ def _evaluate(s: _Step, props: Mapping[str, str]):
         s.note = f"{_show(lv)} is {'' if found else 'not '}in the list"
         return found == (op == "IN")
     if s.pattern is not None:
-        if lv is None:
-            s.note = "NULL never matches, even negated"
+        if not isinstance(lv, str):
+            s.note = f"{'NULL' if lv is None else 'a ' + _java_class(lv)} never matches, even negated"
             return False
         s.decided_by = None
         return _match(s.opcode, lv, s.pattern)
@@ -494,15 +494,14 @@ def _evaluate(s: _Step, props: Mapping[str, str]):
     # Comparisons.
     if s.opcode == OP_EQ:
         if lv is None or rv is None:
-            if lv is None and rv is None:
-                s.decided_by = None
-                s.note = "NULL = NULL is TRUE on the broker"
-            else:
-                s.decided_by = 0 if lv is None else 1
-                s.note = ("the left operand is NULL: = is NULL" if lv is None
-                          else "the right operand is NULL: = is FALSE")
+            s.decided_by = None if lv is None and rv is None else (0 if lv is None else 1)
             v = _equal(lv, rv)
-            return v if op == "=" else (None if v is None else not v)
+            v = v if op == "=" else (None if v is None else not v)
+            if lv is None and rv is None:
+                s.note = f"NULL {op} NULL is {_value_text(v)} on the broker"
+            else:
+                s.note = f"the {'left' if lv is None else 'right'} operand is NULL: {op} is {_value_text(v)}"
+            return v
     elif rv is None:
         s.decided_by = 1
         s.note = "the right operand is NULL: NULL"
@@ -644,7 +643,7 @@ def _render(node: ExplainNode, depth: int) -> str:
         value = _value_text(node.value)
         if node.op == "PROPERTY":
             value = f"{value} (missing)" if node.value is None else value
-        elif node.op == "LITERAL" and node.value is not None and not isinstance(node.value, bool):
+        elif node.op in ("LITERAL", "-") and node.value is not None and not isinstance(node.value, bool):
             value = f"{value} ({_java_class(node.value)})"
     elif node.status == THREW:
         value = "ERROR"
