@@ -8,10 +8,11 @@ from dataclasses import dataclass, fields
 
 import numpy as np
 
+from . import config as cfg
 from . import format as fmt
 from .commitlog import CommitLog, Message
 from .consumequeue import ConsumeQueue
-from .errors import StoreFormatError
+from .errors import StoreFormatError, UnknownGroupError
 from .ext import ConsumeQueueExt
 from .filter import SqlFilter, TagFilter
 from .scan import _scan, bloom_masks, scan_tags
@@ -231,6 +232,68 @@ class Store:
                 ext.close()
         if self._commit_log is not None:
             self._commit_log.close()
+
+    # ------------------------------------------------------------ config files
+    def config_path(self, name: str) -> str:
+        """``{root}/config/{name}``: where the broker keeps its config file ``name``."""
+        return os.path.join(self.root, cfg.CONFIG_DIR, name)
+
+    def config_file(self, name: str) -> cfg.ConfigFile:
+        """Load config file ``name`` with the ``.bak`` fallback; ``.source`` says which file was read."""
+        return cfg.load_config(self.config_path(name))
+
+    def registered_filters(self, topic: str | None = None, *, bloom_filter=None) -> list[cfg.RegisteredFilter]:
+        """The SQL92 registrations of ``config/consumerFilter.json`` (all topics, or ``topic``'s).
+
+        Parameters
+        ----------
+        topic : str, optional
+            Only this topic's registrations.
+        bloom_filter : bloom.BloomFilter, optional
+            The broker's filter the bloom data is checked against (default ``bloom.BloomFilter()``).
+
+        Returns
+        -------
+        list of cq.config.RegisteredFilter
+            In file order; ``[]`` when the file (and its ``.bak``) is missing.
+
+        Warns
+        -----
+        cq.config.ConfigWarning
+            For each group whose bloom data is not what the filter computes, naming it, and
+            when the ``.bak`` file was read instead of a broken one.
+
+        Raises
+        ------
+        cq.config.ConfigFormatError
+            The file (and its ``.bak``) is malformed: names the file, byte offset and line:column.
+        """
+        return cfg.read_registered_filters(self.config_path(cfg.CONSUMER_FILTER_FILE), bloom_filter, topic)
+
+    def registered_filter(self, topic: str, group: str, *, bloom_filter=None) -> cfg.RegisteredFilter:
+        """``group``'s registration for ``topic``; :class:`cq.UnknownGroupError` (listing the
+        registered groups) when there is none."""
+        filters = self.registered_filters(topic, bloom_filter=bloom_filter)
+        for f in filters:
+            if f.group == group:
+                return f
+        raise UnknownGroupError(group, topic, [f.group for f in filters],
+                                self.config_path(cfg.CONSUMER_FILTER_FILE))
+
+    def committed_offsets(self, group: str, topic: str) -> dict[int, int]:
+        """``config/consumerOffset.json``: queue id -> the next offset ``group`` will consume in ``topic``.
+
+        Queues without a committed offset (absent, or -1) are left out; a missing file gives ``{}``.
+        """
+        return cfg.read_committed_offsets(self.config_path(cfg.CONSUMER_OFFSET_FILE), group, topic)
+
+    def subscription_groups(self) -> dict[str, dict]:
+        """``config/subscriptionGroup.json``: group name -> its settings as stored (``{}`` if missing)."""
+        return cfg.read_subscription_groups(self.config_path(cfg.SUBSCRIPTION_GROUP_FILE))
+
+    def topic_configs(self) -> dict[str, dict]:
+        """``config/topics.json``: topic name -> its settings as stored (``{}`` if missing)."""
+        return cfg.read_topic_configs(self.config_path(cfg.TOPICS_FILE))
 
     # ------------------------------------------------------------ consume
     def make_filter(self, topic: str, group: str, *, sql: str | None = None, tags: str | None = None,
