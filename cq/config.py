@@ -28,9 +28,11 @@ from dataclasses import dataclass
 from typing import Any, TypeVar
 
 import bloom
+import selector
 
 from .errors import StoreFormatError
-from .filter import SqlFilter
+from .filter import SqlFilter, TagFilter
+from .tags import EXPRESSION_TYPE_SQL92
 
 __all__ = [
     "CONFIG_DIR",
@@ -471,18 +473,42 @@ class RegisteredFilter:
         now = time.time_ns() // 1_000_000 if now_ms is None else now_ms
         return max(now - DEAD_ON_LOAD_MS, self.born_time)
 
-    def make_filter(self, bloom_filter: Any = None):
-        """The :class:`cq.SqlFilter` the broker pulls with for this registration.
+    def make_filter(self, bloom_filter: Any = "default"):
+        """The filter the broker pulls with for this registration (its layer 1 and layer 2).
 
-        ``bloom_filter``: the broker's filter (default ``bloom.BloomFilter()``); the
-        persisted bloom data and bornTime are used as they are.
+        Parameters
+        ----------
+        bloom_filter : bloom.BloomFilter, "default" or None
+            The broker's filter (``"default"``: ``bloom.BloomFilter()``); None: no bloom
+            data, so layer 1 passes everything.
+
+        Returns
+        -------
+        cq.SqlFilter
+            With the persisted expression, bornTime and bloom data. When the expression type
+            is not ``"SQL92"`` or the expression does not compile, the broker has no compiled
+            expression and lets every message through both layers: a :class:`cq.TagFilter`
+            without subscription is returned and a :class:`ConfigWarning` names the group.
         """
-
-        if self.expression is None or not self.expression.strip():
-            raise ValueError(f"group {self.group!r} on topic {self.topic!r} has no expression in consumerFilter.json")
-        bf = bloom.BloomFilter() if bloom_filter is None else bloom_filter
-        return SqlFilter(self.group, self.topic, self.expression, bf, born_time=self.born_time,
-                         bloom_data=self.bloom_data)
+        if isinstance(bloom_filter, str):
+            bloom_filter = bloom.BloomFilter()
+        problem = None
+        compiled = None
+        if self.expression_type != EXPRESSION_TYPE_SQL92:
+            problem = f"expression type {self.expression_type!r} is not {EXPRESSION_TYPE_SQL92!r}"
+        elif not self.expression or not self.expression.strip():
+            problem = "it has no expression"
+        else:
+            try:
+                compiled = selector.compile(self.expression)
+            except selector.SelectorSyntaxError as exc:
+                problem = f"its expression does not compile ({exc})"
+        if problem is not None:
+            warnings.warn(f"group {self.group!r} on topic {self.topic!r}: {problem}; the broker keeps no "
+                          f"compiled expression and lets every message through", ConfigWarning, stacklevel=2)
+            return TagFilter(None)
+        return SqlFilter(self.group, self.topic, self.expression, bloom_filter, born_time=self.born_time,
+                         bloom_data=self.bloom_data if bloom_filter is not None else None, compiled=compiled)
 
 
 def _registered_filters(parsed: Any, src: str, bloom_filter: Any) -> list[RegisteredFilter]:
