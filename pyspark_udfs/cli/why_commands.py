@@ -103,7 +103,7 @@ def _run_why(args: argparse.Namespace) -> int:
                                queue_offset=args.offset, msg_id=args.msg_id, key=args.key)
             store.close()
     except _errors() as exc:
-        print(f"{prog}: error: {_message(exc)}", file=sys.stderr)
+        print(f"{prog}: error: {_message(exc, args)}", file=sys.stderr)
         return 2
     if args.json:
         doc = [w.to_dict() for w in result] if isinstance(result, list) else result.to_dict()
@@ -142,7 +142,7 @@ def _run_backlog(args: argparse.Namespace) -> int:
             results = [store.backlog(args.topic, g, sql=args.sql, tags=args.tags) for g in groups]
             store.close()
     except _errors() as exc:
-        print(f"{prog}: error: {_message(exc)}", file=sys.stderr)
+        print(f"{prog}: error: {_message(exc, args)}", file=sys.stderr)
         return 2
     if args.json:
         doc = [b.to_dict() for b in results] if args.all_groups else results[0].to_dict()
@@ -153,6 +153,10 @@ def _run_backlog(args: argparse.Namespace) -> int:
     return 0
 
 
-def _message(exc: BaseException) -> str:
+def _message(exc: BaseException, args: argparse.Namespace) -> str:
+    import selector
+
+    if isinstance(exc, selector.SelectorSyntaxError):
+        return f"{exc} in selector {args.sql!r}"
     # KeyError quotes its message; everything else reads as it is
     return str(exc.args[0]) if isinstance(exc, KeyError) and exc.args else str(exc)
