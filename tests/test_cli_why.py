@@ -206,3 +206,12 @@ def test_why_and_backlog_do_not_import_spark(sample):
     env = dict(os.environ, PYTHONPATH=os.pathsep.join(sys.path))
     done = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, check=False)
     assert done.returncode == 0, done.stderr
+
+
+def test_scan_group_lookup_errors_before_spark_starts(sample, capsys):
+    code, _, err = run(capsys, "scan", sample.root, "--topic", sample.main_topic, "--group", "GID_NOPE")
+    assert code == 2 and "group 'GID_NOPE' has no SQL92 filter registered" in err and "GID_PRIORITY" in err
+    code, _, err = run(capsys, "scan", sample.root, "--topic", sample.main_topic, "--all-groups", "--sql", "a=1")
+    assert code == 2 and "--all-groups takes each group's registered subscription" in err
+    code, _, err = run(capsys, "scan", GOLDEN, "--topic", TOPIC, "--all-groups")
+    assert code == 2 and "no SQL92 group is registered for topic 'GoldenFilterTopic'" in err

@@ -244,15 +244,19 @@ def test_spark_data_source_leaves_the_store_unchanged(spark, tmp_path):
     """Executors run in other processes (no audit hook there): the snapshot alone decides."""
     root = tmp_path / "store"
     shutil.copytree(DATA / "golden_store", root)
+    _write_config(root)
     _set_modes(root, 0o444, 0o555)
     before = snapshot(root)
     try:
         rows = spark.read.format("rocketmq").load(str(root)).count()
         filtered = (spark.read.format("rocketmq").option("topic", TOPIC).option("group", "GID_SQL_A")
                     .option("sql", SQL).load(str(root)).count())
+        # the group looked up in config/consumerFilter.json, read from its committed offsets
+        backlog = (spark.read.format("rocketmq").option("topic", TOPIC).option("group", "GID_SQL_A")
+                   .option("from_committed", "true").load(str(root)).count())
     finally:
         after = snapshot(root)
         _set_modes(root, 0o644, 0o755)
-    assert rows == 300 and 0 < filtered < 300
+    assert rows == 300 and 0 < filtered < 300 and backlog <= filtered
     assert before == after
 
