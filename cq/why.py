@@ -235,7 +235,7 @@ class Why:
         for i, s in enumerate(self.steps, 1):
             mark = {PASS: "PASS", DROP: "DROP", NOT_REACHED: "----", INFO: "info"}[s.result]
             lines.append(f"{i}. [{mark}] {s.title}")
-            lines.extend("     " + line for line in s.detail.splitlines())
+            lines.extend("     " + line if line.strip() else "" for line in s.detail.splitlines())
         lines.append("")
         lines.append(f"verdict   {self.verdict}")
         return "\n".join(lines)
@@ -249,7 +249,7 @@ _DROPPER = {DROPPED_BY_CONSUME_QUEUE: "the ConsumeQueue layer (layer 1)",
 def _source_text(sub: Subscription) -> str:
     r = sub.registration
     if r is None:
-        return "given on the command line / in the call"
+        return "given, not looked up in config/consumerFilter.json"
     dead = f", dead since {r.dead_time}" if r.is_dead else ""
     bloom = "" if r.bloom_matches else ", bloom data does NOT match the broker's filter"
     return f"registered in {sub.source}: bornTime {r.born_time}{dead}{bloom}"
@@ -527,9 +527,10 @@ def find_messages(store: Store, topic: str, *, msg_id: str | None = None,
         why_scan = f"{what} is not in the index files ({len(candidates)} hash candidate(s), none confirmed)"
     found = _scan(store, topic, key, uniq_key)
     if not found:
-        looked = "an offset message id, nor " if msg_id is not None and _parse_offset_msg_id(msg_id) else ""
-        raise MessageNotFoundError(f"no message of topic {topic!r} has {what} in {store.root}: not {looked}in the "
-                                   f"index files, nor found by scanning the topic ({why_scan})")
+        looked = ("it names no record of the topic as an offset message id; "
+                  if msg_id is not None and _parse_offset_msg_id(msg_id) else "")
+        raise MessageNotFoundError(f"no message of topic {topic!r} has {what} in {store.root}: {looked}{why_scan}, "
+                                   "and a scan of the topic found none")
     found.sort(key=lambda m: m.commit_log_offset)
     return found, "scan", f"{what} found by scanning topic {topic}: {why_scan}"
 

@@ -107,16 +107,11 @@ def _run_why(args: argparse.Namespace) -> int:
         return 2
     if args.json:
         doc = [w.to_dict() for w in result] if isinstance(result, list) else result.to_dict()
-        json.dump(doc, sys.stdout, indent=2, ensure_ascii=False)
-        print()
-        return 0
+        return _emit(json.dumps(doc, indent=2, ensure_ascii=False))
     if isinstance(result, list):
-        if len(result) > 1:
-            print(f"{len(result)} messages match; each in turn:\n")
-        print("\n\n".join(str(w) for w in result))
-    else:
-        print(result)
-    return 0
+        head = f"{len(result)} messages match; each in turn:\n\n" if len(result) > 1 else ""
+        return _emit(head + "\n\n".join(str(w) for w in result))
+    return _emit(str(result))
 
 
 def _run_backlog(args: argparse.Namespace) -> int:
@@ -146,10 +141,19 @@ def _run_backlog(args: argparse.Namespace) -> int:
         return 2
     if args.json:
         doc = [b.to_dict() for b in results] if args.all_groups else results[0].to_dict()
-        json.dump(doc, sys.stdout, indent=2, ensure_ascii=False)
-        print()
-        return 0
-    print("\n\n".join(str(b) for b in results))
+        return _emit(json.dumps(doc, indent=2, ensure_ascii=False))
+    return _emit("\n\n".join(str(b) for b in results))
+
+
+def _emit(text: str) -> int:
+    """Print ``text``; a closed pipe (``| head``) ends quietly, as Unix tools do."""
+    try:
+        print(text)
+        sys.stdout.flush()
+    except BrokenPipeError:
+        import os
+
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
     return 0
 
 
