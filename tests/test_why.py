@@ -290,3 +290,19 @@ def test_backlog_of_a_queue_without_committed_offset(golden_registered):
     assert a.will_receive == sum(1 for m in store.consume(FILTER_TOPIC, "GID_SQL_A")
                                  if m.queue_id == 1 or m.queue_offset >= 40)
     store.close()
+
+
+def test_rebuilt_store_registers_its_groups_before_every_message(tmp_path):
+    """rebuild_bitmaps sets the groups' bits in every message, so their bornTime precedes them all:
+    a lookup by name prunes with the bitmaps and receives what the SQL given directly receives."""
+    dest = tmp_path / "rebuilt"
+    cq.rebuild_bitmaps(GOLDEN, dest, [cq.SqlGroup(FILTER_TOPIC, g, sql) for g, sql in GOLDEN_GROUPS.items()])
+    store = cq.Store(dest)
+    first = min(m.store_timestamp for m in store.commit_log.messages())
+    for group, sql in GOLDEN_GROUPS.items():
+        assert store.registered_filter(FILTER_TOPIC, group).born_time == first - 1
+        looked_up = store.consume(FILTER_TOPIC, group)
+        got = [m.commit_log_offset for m in looked_up]
+        assert got == [m.commit_log_offset for m in store.consume(FILTER_TOPIC, group, sql=sql)]
+        assert looked_up.stats.bloom_pruned > 0
+    store.close()
