@@ -121,7 +121,7 @@ def resolve_subscription(store: Store, topic: str, group: str, *, sql: str | Non
             return flt, Subscription("SQL92", sql, "given")
         return flt, Subscription("TAG", tags, "given")
     reg = store.registered_filter(topic, group)
-    flt = store.make_filter(topic, group, bloom_filter=bloom_filter)
+    flt = reg.make_filter(bloom_filter)  # what Store.make_filter builds for a group named alone
     return flt, Subscription(reg.expression_type or "SQL92", reg.expression or "",
                              f"config/{CONSUMER_FILTER_FILE}", reg)
 
