@@ -316,6 +316,8 @@ def _read_bytes(path: str) -> bytes | None:
         return None
     except IsADirectoryError as exc:
         raise ConfigFormatError("is a directory, not a config file", path) from exc
+    except OSError as exc:  # permissions and the like: an error naming the file, like a bad one
+        raise ConfigFormatError(f"cannot be read ({exc.strerror or exc})", path) from exc
 
 
 def load_config(path: str | os.PathLike, extract: Callable[[Any, str], T] | None = None) -> ConfigFile:
