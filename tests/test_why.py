@@ -306,3 +306,38 @@ def test_rebuilt_store_registers_its_groups_before_every_message(tmp_path):
         assert got == [m.commit_log_offset for m in store.consume(FILTER_TOPIC, group, sql=sql)]
         assert looked_up.stats.bloom_pruned > 0
     store.close()
+
+
+@pytest.mark.parametrize("damage", ["no_ext_dir", "ext_zeroed_tail", "commit_log_file_gone", "commit_log_tail_lost"])
+def test_why_agrees_with_consume_on_a_damaged_store(tmp_path, damage):
+    """Units whose ext address cannot be resolved, or whose record is gone, decide the same way in both."""
+    root = tmp_path / "store"
+    shutil.copytree(GOLDEN, root)
+    if damage == "no_ext_dir":
+        shutil.rmtree(root / "consumequeue_ext" / FILTER_TOPIC / "0")
+    elif damage == "ext_zeroed_tail":
+        for f in sorted((root / "consumequeue_ext" / FILTER_TOPIC / "1").iterdir())[1:]:
+            f.write_bytes(b"\0" * f.stat().st_size)
+    elif damage == "commit_log_file_gone":  # the broker deleted the oldest CommitLog file
+        min((root / "commitlog").iterdir()).unlink()
+    else:  # the newest CommitLog file lost its records: units pointing there are past the log's end
+        last = max((root / "commitlog").iterdir())
+        last.write_bytes(b"\0" * last.stat().st_size)
+    store = cq.Store(root)
+    reasons = set()
+    for how in ({"sql": GOLDEN_GROUPS["GID_SQL_B"]}, {"tags": "TagA || TagC"}):
+        check_why_agrees_with_consume(store, FILTER_TOPIC, "G", **how)
+        for q in store.queue_ids(FILTER_TOPIC):
+            cqueue = store.consume_queue(FILTER_TOPIC, q)
+            for off in range(cqueue.min_offset, cqueue.max_offset, 5):
+                w = store.why(FILTER_TOPIC, "G", queue_id=q, queue_offset=off, **how)
+                reasons.add(w.steps[1].reason)
+    if damage in ("no_ext_dir", "ext_zeroed_tail"):
+        assert {"no_ext_unit", "tags_code_unknown"} <= reasons
+    if damage == "commit_log_tail_lost":
+        missing = [w for q in store.queue_ids(FILTER_TOPIC)
+                   for w in (store.why(FILTER_TOPIC, "G", tags="*", queue_id=q, queue_offset=o)
+                             for o in range(store.consume_queue(FILTER_TOPIC, q).max_offset))
+                   if w.steps[2].reason == "record_missing"]
+        assert missing and all(w.dropped_by == "commit_log" for w in missing)
+    store.close()
