@@ -24,8 +24,9 @@ import selector
 from . import format as fmt
 from .config import CONSUMER_FILTER_FILE, RegisteredFilter
 from .errors import StoreFormatError
-from .filter import SqlFilter, TagFilter
+from .filter import SqlFilter, TagFilter, _low_int32
 from .indexfile import IndexFiles
+from .tags import tags_code as _tag_hash
 
 if TYPE_CHECKING:
     from .commitlog import Message
@@ -259,7 +260,7 @@ def _bits_text(bitmap: bytes | None) -> str:
     return "none" if bitmap is None else binascii.hexlify(bitmap, " ").decode()
 
 
-def _layer1_sql(flt: SqlFilter, sub: Subscription, ext_unit, matched: bool, reason: str,
+def _layer1_sql(flt: SqlFilter, sub: Subscription, ext_unit, reason: str,
                 address: int | None) -> tuple[dict, list[str]]:
     evidence: dict[str, Any] = {"bloom_key": f"{flt.group}#{flt.topic}", "born_time": flt.born_time}
     lines = [_LAYER1_TEXT[reason]]
@@ -325,17 +326,16 @@ def why_unit(store: Store, topic: str, group: str, flt, sub: Subscription, queue
               "code_set": sorted(sub_data.code_set) if sub_data is not None else None}
         lines = [_LAYER1_TEXT[reason]]
         if tags_code is not None:
-            low = tags_code & 0xFFFFFFFF
-            low = low - (1 << 32) if low & 0x80000000 else low
+            low = _low_int32(tags_code)
             ev["tags_code_int32"] = low
             src = "from the ext unit" if is_ext else "from the unit"
             lines.append(f"tags code {tags_code} ({src}); compared as int {low}")
         if sub_data is not None and sub_data.sub_string != "*":
             lines.append("subscription code set: " + ", ".join(
-                f"{t}={cq_code}" for t, cq_code in sorted((t, _code(t)) for t in sub_data.tags_set)))
+                f"{t}={code}" for t, code in sorted((t, _tag_hash(t)) for t in sub_data.tags_set)))
     else:
         matched, reason = flt.explain_consume_queue(None, ext_unit)
-        ev, lines = _layer1_sql(flt, sub, ext_unit, matched, reason, slot if ext_unit is not None else None)
+        ev, lines = _layer1_sql(flt, sub, ext_unit, reason, slot if ext_unit is not None else None)
     steps.append(WhyStep("consume_queue", "Layer 1: ConsumeQueue (isMatchedByConsumeQueue)",
                          PASS if matched else DROP, reason, "\n".join(lines), ev))
     if isinstance(flt, SqlFilter) and sub.registration is not None and ext_unit is not None:
@@ -416,10 +416,6 @@ def why_unit(store: Store, topic: str, group: str, flt, sub: Subscription, queue
                     dropped_by = DROPPED_BY_CLIENT
     return Why(topic, group, sub, queue_id, queue_offset, phys, size, msg_id, found_by, delivered, dropped_by,
                steps, explanation, note)
-
-
-def _code(tag: str) -> int:
-    return fmt.java_string_hash(tag)
 
 
 def _not_reached(steps: list[WhyStep], name: str, title: str) -> None:
