@@ -93,3 +93,22 @@ def test_bad_options_name_the_option(spark, golden_b, options, message):
         reader = reader.option(k, v)
     with pytest.raises(Exception, match=message):
         reader.load(str(golden_b)).count()
+
+
+def test_cli_scan_all_groups_uses_their_registrations(spark, sample, tmp_path, capsys):
+    from pyspark_udfs import cli
+
+    summary = tmp_path / "summary.json"
+    assert cli.main(["scan", sample.root, "--topic", sample.main_topic, "--all-groups", "--layer2", "python",
+                     "--json", str(summary)]) == 0
+    printed = capsys.readouterr().out
+    results = {r["group"]: r for r in json.loads(summary.read_text())}
+    assert list(results) == [g for g, _ in SAMPLE_GROUPS]
+    store = cq.Store(sample.root)
+    for group, _sql in SAMPLE_GROUPS:
+        result = store.consume(sample.main_topic, group)
+        list(result)
+        got, s = results[group], result.stats
+        assert group in printed and f"{group}: layer 2: python" in printed
+        assert (got["passed_consume_queue"], got["delivered"]) == (s.passed_consume_queue, s.delivered)
+    store.close()
