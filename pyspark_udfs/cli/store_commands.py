@@ -155,15 +155,14 @@ def _inspect(path: str, count_messages: bool) -> dict:
                 "ext_file_size": None if ext is None else ext.file_size,
             }
         info["topics"][topic] = queues
+    table = cfg.read_offset_table(store.config_path(cfg.CONSUMER_OFFSET_FILE))  # read once
     info["registered_groups"] = [
         {"group": f.group, "topic": f.topic, "expression": f.expression, "expression_type": f.expression_type,
          "born_time": f.born_time, "dead_time": f.dead_time, "is_dead": f.is_dead,
          "client_version": f.client_version, "bloom_matches": f.bloom_matches,
-         "committed_offsets": {str(q): o for q, o in store.committed_offsets(f.group, f.topic).items()}}
+         "committed_offsets": {str(q): o for q, o in cfg.committed_from_table(table, f.group, f.topic).items()}}
         for f in store.registered_filters()
     ]
-    offsets = store.config_file("consumerOffset.json")
-    table = cfg.read_offset_table(offsets.path) if offsets.source is not None else {}
     info["committed_offsets"] = [
         {"topic": topic, "group": group, "offsets": {str(q): o for q, o in sorted(queues.items())}}
         for (topic, group), queues in table.items()
