@@ -29,7 +29,6 @@ from dataclasses import dataclass
 from typing import Any, TypeVar
 
 import bloom
-import selector
 
 from .errors import StoreFormatError
 from .filter import SqlFilter, TagFilter
@@ -487,7 +486,7 @@ class RegisteredFilter:
     expression_type: str | None
     born_time: int
     dead_time: int
-    bloom_data: Any
+    bloom_data: bloom.BloomFilterData | None
     client_version: int
     bloom_matches: bool
 
@@ -531,6 +530,8 @@ class RegisteredFilter:
             expression and lets every message through both layers: a :class:`cq.TagFilter`
             without subscription is returned and a :class:`ConfigWarning` names the group.
         """
+        import selector  # when a filter is built, as cq.filter imports it: `import cq` stays light
+
         if isinstance(bloom_filter, str):
             bloom_filter = bloom.BloomFilter()
         problem = None
