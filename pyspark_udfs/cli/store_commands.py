@@ -64,7 +64,9 @@ def _add_gen_store_parser(subparsers) -> None:
         help="write a deterministic sample broker store (CommitLog, ConsumeQueue, ext bitmaps)",
         description="Write a sample RocketMQ store with cq.sample: a few topics and queues, Zipf-like "
                     "tag popularity, properties region/price/color/priority, and ConsumeQueueExt "
-                    "bitmaps for three SQL92 groups registered on the main topic. The same "
+                    "bitmaps for three SQL92 groups registered on the main topic, and the config files a "
+                    "broker serving them keeps (config/consumerFilter.json, consumerOffset.json with offsets "
+                    "committed partway, subscriptionGroup.json, topics.json). The same "
                     "--messages/--seed/--topics always give the same bytes. The description (topics, "
                     "groups and their SQL) goes to stdout, progress to stderr.",
     )
