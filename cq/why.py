@@ -404,8 +404,10 @@ def why_unit(store: Store, topic: str, group: str, flt, sub: Subscription, queue
                     detail3 = f"TAGS {msg.tags!r} is in the subscription's tags {tags_set}"
                     reason3 = "tag_in_set"
                 else:
+                    why_passed = ("its tags code equals a subscribed tag's: a hash collision"
+                                  if reason == "tags_code_in_set" else "layer 1 could not compare its tags code")
                     what = "the message has no TAGS" if msg.tags is None else \
-                        f"TAGS {msg.tags!r} is not in the subscription's tags {tags_set} (a tags-code collision)"
+                        f"TAGS {msg.tags!r} is not in the subscription's tags {tags_set} ({why_passed})"
                     detail3 = what + ": the client drops it"
                     reason3 = "tag_not_in_set"
                 steps.append(WhyStep("client", "Client re-check (PullAPIWrapper)", PASS if ok else DROP, reason3,
