@@ -9,8 +9,9 @@ would receive. See :mod:`cq.format` for the file formats.
 2598919
 """
 from .commitlog import CommitLog, Message
+from .config import ConfigFormatError, ConfigWarning, RegisteredFilter
 from .consumequeue import ConsumeQueue
-from .errors import StoreFormatError, TagSubscriptionError
+from .errors import StoreFormatError, TagSubscriptionError, UnknownGroupError
 from .ext import ConsumeQueueExt, CqExtUnit
 from .filter import RetrySqlFilter, SqlFilter, TagFilter
 from .format import MAX_ADDR, decorate, is_ext_addr, undecorate
@@ -19,6 +20,7 @@ from .scan import check_bitmaps, scan_tags
 from .store import ConsumeResult, ConsumeStats, Store
 from .tags import ENGINE as _TAGS_ENGINE
 from .tags import SubscriptionData, parse_tag_subscription, tags_code, tags_code_many
+from .why import MessageNotFoundError
 
 #: "cython" when the compiled engines are in use, "python" for the pure-Python twins.
 ENGINE = "cython" if _SCAN_ENGINE == _TAGS_ENGINE == "cython" else "python"
@@ -27,12 +29,16 @@ __all__ = [
     "ENGINE",
     "MAX_ADDR",
     "CommitLog",
+    "ConfigFormatError",
+    "ConfigWarning",
     "ConsumeQueue",
     "ConsumeQueueExt",
     "ConsumeResult",
     "ConsumeStats",
     "CqExtUnit",
     "Message",
+    "MessageNotFoundError",
+    "RegisteredFilter",
     "RetrySqlFilter",
     "SqlFilter",
     "Store",
@@ -40,6 +46,7 @@ __all__ = [
     "SubscriptionData",
     "TagFilter",
     "TagSubscriptionError",
+    "UnknownGroupError",
     "check_bitmaps",
     "decorate",
     "is_ext_addr",
