@@ -59,16 +59,16 @@ def format_table(report: CostReport) -> str:
     """The report as text for a terminal."""
     r = report
     out = [f"Filtering cost of topic {r.topic} in {r.store}",
-           f"{r.messages:,} messages ({r.units:,} ConsumeQueue units, {r.commit_log_missing:,} no longer in the "
+           (f"{r.messages:,} messages ({r.units:,} ConsumeQueue units, {r.commit_log_missing:,} no longer in the "
            f"CommitLog); Bloom filter f={r.bloom['f']} n={r.bloom['n']} (k={r.bloom['k']}, m={r.bloom['m']}, "
-           f"{r.bloom['bitmap_bytes']} bytes per bitmap)",
+           f"{r.bloom['bitmap_bytes']} bytes per bitmap)"),
            f"registered SQL92 groups on the topic: {len(r.registered_groups)}"
            + (f" ({', '.join(r.registered_groups[:8])}{', ...' if len(r.registered_groups) > 8 else ''})"
               if r.registered_groups else ""),
            ""]
     if not r.bitmap_available:
-        out += ["The topic has no ConsumeQueueExt units: the bitmap cannot be evaluated on this store. "
-                "Layer-2-only costs below; the replay shows what bitmaps would do.", ""]
+        out += [("The topic has no ConsumeQueueExt units: the bitmap cannot be evaluated on this store. "
+                "Layer-2-only costs below; the replay shows what bitmaps would do."), ""]
     out.append(_table(_GROUP_HEAD, _group_rows(r), left=2))
     out.append("")
     out.append(f"dispatch evaluations (every message x every registered group): {_n(r.dispatch_evaluations)}"
@@ -87,9 +87,9 @@ def format_table(report: CostReport) -> str:
                          _pct(c["fp_rate"]), _pct(c["predicted_fp_rate"]), "store" if c.get("store") else "")
                         for c in r.fp_by_config], left=0)]
     m = r.measurement
-    out += ["", f"ns/eval: measured here ({m['what']}; {m['messages']:,} messages; {m['machine']['cpu']}, "
+    out += ["", (f"ns/eval: measured here ({m['what']}; {m['messages']:,} messages; {m['machine']['cpu']}, "
                 f"{m['machine']['cores']} cores, Python {m['machine']['python']}, engine "
-                f"{m['machine']['selector_engine']}). Java ns: {r.quoted['what']}:"]
+                f"{m['machine']['selector_engine']}). Java ns: {r.quoted['what']}:")]
     out += [f"  {ns:>4} ns  {sql}" for sql, ns in r.quoted["ns_per_evaluation"].items()]
     out += ["", "Verdict: " + r.verdict["summary"]]
     return "\n".join(out)
@@ -136,8 +136,8 @@ def bar_chart(title: str, labels: Sequence[str], series: dict[str, Sequence[floa
     width, height, x0, y0 = 760, 340, 80, 260
     w, h = width - x0 - 190, 220
     top = _nice_max(max([v for vals in series.values() for v in vals if v is not None] or [0]))
-    body = [f'<text x="{width / 2}" y="20" font-size="15" text-anchor="middle" font-weight="bold">'
-            f'{html.escape(title)}</text>']
+    body = [(f'<text x="{width / 2}" y="20" font-size="15" text-anchor="middle" font-weight="bold">'
+            f'{html.escape(title)}</text>')]
     body += _axis(x0, y0, w, h, top, lambda v: f"{v:,.3g}")
     body.append(f'<text x="16" y="{y0 - h / 2}" font-size="11" transform="rotate(-90 16 {y0 - h / 2})" '
                 f'text-anchor="middle">{html.escape(unit)}</text>')
@@ -171,8 +171,8 @@ def line_chart(title: str, xs: Sequence[float], series: dict[str, Sequence[float
     def px(x):
         return x0 + w * (x - xmin) / span
 
-    body = [f'<text x="{width / 2}" y="20" font-size="15" text-anchor="middle" font-weight="bold">'
-            f'{html.escape(title)}</text>']
+    body = [(f'<text x="{width / 2}" y="20" font-size="15" text-anchor="middle" font-weight="bold">'
+            f'{html.escape(title)}</text>')]
     body += _axis(x0, y0, w, h, top, lambda v: f"{v * 100:.3g}%" if top <= 1 else f"{v:,.3g}")
     for x in sorted(set(xs)) if len(set(xs)) <= 12 else [xmin, xmin + span / 4, xmin + span / 2,
                                                           xmin + 3 * span / 4, xmax]:
@@ -217,10 +217,10 @@ def render_html(report: CostReport) -> str:
     """One self-contained HTML page: the tables, the charts (inline SVG) and how to read them."""
     r = report
     e = html.escape
-    parts = [f"<!doctype html><html lang='en'><head><meta charset='utf-8'><title>Filtering cost: {e(r.topic)}"
-             f"</title><style>{_CSS}</style></head><body>",
+    parts = [(f"<!doctype html><html lang='en'><head><meta charset='utf-8'><title>Filtering cost: {e(r.topic)}"
+             f"</title><style>{_CSS}</style></head><body>"),
              f"<h1>What broker-side filtering costs on topic <code>{e(r.topic)}</code></h1>",
-             f"<p>Store <code>{e(r.store)}</code>: {r.messages:,} messages in the topic's ConsumeQueues "
+             (f"<p>Store <code>{e(r.store)}</code>: {r.messages:,} messages in the topic's ConsumeQueues "
              f"({r.commit_log_missing:,} units whose CommitLog record is gone). The broker filters in two layers: "
              "<b>layer 1</b> looks only at the ConsumeQueue unit (the tag hash code, or for SQL92 groups the Bloom "
              "bitmap in the ConsumeQueueExt unit, built at dispatch when <code>enableCalcFilterBitMap</code> and "
@@ -229,7 +229,7 @@ def render_html(report: CostReport) -> str:
              "(<code>CommitLogDispatcherCalcBitMap</code>) evaluates every registered group's selector on every "
              f"message once, and pulls only evaluate what layer 1 lets through. Bloom filter: f={r.bloom['f']}, "
              f"n={r.bloom['n']}, so k={r.bloom['k']} bits per group in a {r.bloom['m']}-bit "
-             f"({r.bloom['bitmap_bytes']}-byte) bitmap shared by {len(r.registered_groups)} registered group(s).</p>"]
+             f"({r.bloom['bitmap_bytes']}-byte) bitmap shared by {len(r.registered_groups)} registered group(s).</p>")]
     if not r.bitmap_available:
         parts.append("<p class='warn'>This topic has no ConsumeQueueExt units, so the store keeps no bitmap and "
                      "the bitmap cannot be evaluated here: the table shows layer-2-only costs. The replay charts "
@@ -252,9 +252,9 @@ def render_html(report: CostReport) -> str:
             series["dispatch share"] = [r.messages for _ in sql_groups]
         charts.append((bar_chart("Selector evaluations per group", [g.group for g in sql_groups], series,
                                  "evaluations"),
-                       "Evaluations of each group's selector at pull without the bitmap (every unit) and with "
+                       ("Evaluations of each group's selector at pull without the bitmap (every unit) and with "
                        "it (units layer 1 passes); the dispatch share is what building the bitmap costs per "
-                       "registered group (one evaluation per message)."))
+                       "registered group (one evaluation per message).")))
     cost_series = {"CommitLog MB read w/o bitmap": [g.commit_log_bytes_without_bitmap / (1 << 20) for g in r.groups]}
     if r.bitmap_available:
         cost_series["CommitLog MB read with bitmap"] = [(g.commit_log_bytes_with_bitmap or 0) / (1 << 20)
@@ -273,10 +273,10 @@ def render_html(report: CostReport) -> str:
             "measured": [x["fp_rate"] for x in r.fp_by_groups],
             "predicted": [x["predicted_fp_rate"] for x in r.fp_by_groups]},
             "registered SQL92 groups sharing the bitmap", "false-positive rate"),
-            "Bitmaps rebuilt in memory from the selectors' answers with the first 1..N registered groups "
+            ("Bitmaps rebuilt in memory from the selectors' answers with the first 1..N registered groups "
             "(the store is not written). Measured: units whose group bits are all set although the selector "
             "is not TRUE, over all units whose selector is not TRUE. Predicted: (1 − (1 − 1/m)^(k·x))^k "
-            "averaged over those units, x = groups matching the unit."))
+            "averaged over those units, x = groups matching the unit.")))
     if r.fp_by_config:
         cs = sorted(r.fp_by_config, key=lambda c: c["bitmap_bytes"])
         charts.append((line_chart("Bloom false-positive rate vs bitmap size (all registered groups)",
