@@ -13,6 +13,8 @@ from .cost import CostReport
 
 __all__ = ["format_table", "render_html"]
 
+#: The frame drawn around every chart (a person sees where a chart begins; a test finds it on screen).
+FRAME = "#8c96a0"
 _COLORS = ("#4e79a7", "#f28e2b", "#59a14f", "#e15759", "#76b7b2", "#edc948")
 
 
@@ -99,7 +101,8 @@ def format_table(report: CostReport) -> str:
 def _svg(width: int, height: int, body: list[str], title: str) -> str:
     return (f'<svg xmlns="http://www.w3.org/2000/svg" width="{width}" height="{height}" '
             f'viewBox="0 0 {width} {height}" role="img" aria-label="{html.escape(title)}">'
-            f'<rect width="{width}" height="{height}" fill="#ffffff"/>' + "".join(body) + "</svg>")
+            f'<rect x="0.5" y="0.5" width="{width - 1}" height="{height - 1}" fill="#ffffff" stroke="{FRAME}"/>'
+            + "".join(body) + "</svg>")
 
 
 def _nice_max(v: float) -> float:

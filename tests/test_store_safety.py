@@ -166,6 +166,9 @@ def test_every_library_read_path_leaves_the_store_unchanged(read_only_store):
     ["consume", "{root}", "--topic", TOPIC, "--group", "G", "--tags", "TagA || TagB", "--format", "text"],
     ["consume", "{root}", "--topic", "GoldenPlainTopic", "--group", "G", "--tags", "*", "--no-bloom",
      "--format", "none", "--queue", "1"],
+    ["cost", "{root}", "--topic", TOPIC, "--sql-group", "GID_SQL_A", SQL, "--tag-group", "T", "TagA || TagB",
+     "--no-timing"],
+    ["cost", "{root}", "--topic", "GoldenPlainTopic", "--sql-group", "G", "a > 1", "--fp-target", "1%"],
 ])
 def test_read_only_cli_commands_leave_the_store_unchanged(read_only_store, argv, capsys):
     code = cli.main([a.format(root=read_only_store) for a in argv])

@@ -84,10 +84,15 @@ def _run_cost(args: argparse.Namespace) -> int:
         explicit = [CostGroup(g, sql) for g, sql in args.sql_group]
         explicit += [CostGroup(g, tags, "TAG", registered=False) for g, tags in args.tag_group]
         for g in explicit:
-            if g.is_sql:
-                selector.compile(g.expression)
-            else:
-                cq.parse_tag_subscription(g.expression)
+            try:
+                if g.is_sql:
+                    selector.compile(g.expression)
+                else:
+                    cq.parse_tag_subscription(g.expression)
+            except ValueError as exc:
+                kind = "--sql-group" if g.is_sql else "--tag-group"
+                return _error(f"{kind} {g.group}: {exc} in {'selector' if g.is_sql else 'subscription'} "
+                              f"{g.expression!r}")
         if not (args.groups or args.all_groups or explicit):
             return _error("name the groups: --group G, --all-groups, --sql-group G SQL or --tag-group G TAGS")
         groups = None if args.all_groups and not explicit else (
