@@ -3,8 +3,26 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 import time
+
+
+def add_filter_arguments(parser: argparse.ArgumentParser) -> None:
+    """``--filter`` and ``--on-filter-error`` (``consume`` and ``scan``; docs/custom-filters.md)."""
+    parser.add_argument("--filter", dest="message_filter", metavar="MODULE:FUNCTION",
+                        help="custom filter run after both broker layers: package.module:function taking a "
+                             "cq.Message (or, marked with cq.batch_filter, an Arrow record batch) and returning "
+                             "bool; without --sql/--tags the group's registration, else '*', comes first")
+    parser.add_argument("--on-filter-error", choices=("fail", "skip"), default="fail",
+                        help="an exception in the custom filter stops with an error naming the message (fail, "
+                             "default) or drops the message and counts it (skip)")
+
+
+def _import_from_cwd() -> None:
+    """Let ``--filter module:function`` find a module in the current directory, as ``python -m`` would."""
+    if "" not in sys.path and os.getcwd() not in sys.path:
+        sys.path.insert(0, os.getcwd())
 
 
 def add_parsers(subparsers) -> None:
@@ -32,9 +50,10 @@ def add_parsers(subparsers) -> None:
     consume.add_argument("store", metavar="STORE", help="store root directory")
     consume.add_argument("--topic", required=True, help="topic to consume")
     consume.add_argument("--group", required=True, help="consumer group (Bloom key <group>#<topic>)")
-    how = consume.add_mutually_exclusive_group(required=True)
+    how = consume.add_mutually_exclusive_group()
     how.add_argument("--sql", help="SQL92 selector, e.g. \"a > 5 AND b = 'abc'\"")
     how.add_argument("--tags", help='tag subscription, e.g. "TagA || TagB" or "*"')
+    add_filter_arguments(consume)
     consume.add_argument("--queue", type=int, action="append", dest="queue_ids", metavar="ID",
                          help="queue id to read (repeatable; default: all)")
     consume.add_argument("--format", choices=("text", "jsonl", "none"), default="text",
@@ -232,7 +251,15 @@ def _run_consume(args: argparse.Namespace) -> int:
     progress = _Progress(args.progress)
     t0 = time.perf_counter()
     delivered = 0
+    if args.sql is None and args.tags is None and args.message_filter is None:
+        print("rmqfilter consume: error: give the group's subscription (--sql or --tags), a custom --filter, "
+              "or both", file=sys.stderr)
+        return 2
     try:
+        message_filter = None
+        if args.message_filter is not None:
+            _import_from_cwd()
+            message_filter = cq.MessageFilter(args.message_filter, on_error=args.on_filter_error)
         store = cq.Store(args.store)
         if args.topic not in store.topics():
             print(f"rmqfilter consume: error: topic {args.topic!r} has no consume queues in {args.store}",
@@ -241,7 +268,7 @@ def _run_consume(args: argparse.Namespace) -> int:
         result = store.consume(
             args.topic, args.group, sql=args.sql, tags=args.tags, queue_ids=args.queue_ids,
             bloom_filter=None if args.no_bloom else "default", born_time=args.born_time,
-            verify_crc=args.verify_crc, progress=progress,
+            verify_crc=args.verify_crc, progress=progress, message_filter=message_filter,
         )
         out = sys.stdout
         for m in result:
@@ -257,7 +284,8 @@ def _run_consume(args: argparse.Namespace) -> int:
 
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return 0
-    except (cq.StoreFormatError, cq.TagSubscriptionError, SelectorSyntaxError, KeyError) as exc:
+    except (cq.StoreFormatError, cq.TagSubscriptionError, SelectorSyntaxError, KeyError, cq.FilterError,
+            cq.UnknownGroupError, ValueError) as exc:
         progress.finish()
         print(f"rmqfilter consume: error: {exc}", file=sys.stderr)
         return 2
@@ -270,7 +298,9 @@ def _run_consume(args: argparse.Namespace) -> int:
         f"bloom tested {st.bloom_tested:,}, pruned {st.bloom_pruned:,}, "
         f"false positives {st.bloom_false_positives:,}; client re-check dropped {st.client_filtered:,}; "
         f"missing in CommitLog {st.commit_log_missing:,}; unresolved ext {st.ext_missing:,}; "
-        f"{seconds:.2f} s",
+        + (f"custom filter rejected {st.filter_rejected:,}, skipped on error {st.filter_skipped:,}; "
+           if message_filter is not None else "")
+        + f"{seconds:.2f} s",
         file=sys.stderr,
     )
     return 0
