@@ -139,19 +139,20 @@ class MessageFilter:
     def __repr__(self) -> str:
         return f"MessageFilter({self.name}, on_error={self.on_error!r}, batch={self.batch})"
 
-    def apply(self, messages: Sequence[Message], units: dict[str, np.ndarray] | None = None) -> tuple[np.ndarray, int]:
-        """``(keep, skipped)`` for ``messages``: a bool array and how many were skipped on error.
+    def apply(self, messages: Sequence[Message], units: dict[str, np.ndarray] | None = None
+              ) -> tuple[np.ndarray, np.ndarray]:
+        """``(keep, skipped)`` for ``messages``: bool arrays, skipped = the filter failed (``on_error="skip"``).
 
         ``units``: for the batch form, the ConsumeQueue columns of the messages (``tags_code``,
         ``msg_store_time``, ``filter_bitmap``) when known.
         """
         n = len(messages)
         if n == 0:
-            return np.zeros(0, dtype=bool), 0
+            return np.zeros(0, dtype=bool), np.zeros(0, dtype=bool)
         if self.batch:
             return self._apply_batch(messages_record_batch(messages, units), messages[0], messages[-1])
         keep = np.zeros(n, dtype=bool)
-        skipped = 0
+        skipped = np.zeros(n, dtype=bool)
         fn = self.fn
         for i, m in enumerate(messages):
             try:
@@ -162,17 +163,17 @@ class MessageFilter:
                 if self.on_error == "fail":
                     raise FilterError(self.name, m.topic, m.queue_id, m.queue_offset,
                                       f"{type(exc).__name__}: {exc}") from exc
-                skipped += 1
+                skipped[i] = True
                 continue
             keep[i] = result
         return keep, skipped
 
     def apply_record_batch(self, batch, first: tuple[str, int, int], last: tuple[str, int, int]
-                           ) -> tuple[np.ndarray, int]:
+                           ) -> tuple[np.ndarray, np.ndarray]:
         """The batch form on a ready ``RecordBatch`` (the data source's own): ``(keep, skipped)``."""
         return self._apply_batch(batch, _Where(*first), _Where(*last))
 
-    def _apply_batch(self, batch, first, last) -> tuple[np.ndarray, int]:
+    def _apply_batch(self, batch, first, last) -> tuple[np.ndarray, np.ndarray]:
         n = batch.num_rows
         try:
             result = self.fn(batch)
@@ -181,8 +182,8 @@ class MessageFilter:
             if self.on_error == "fail":
                 raise FilterError(self.name, first.topic, first.queue_id, first.queue_offset,
                                   f"{type(exc).__name__}: {exc}", last_queue_offset=last.queue_offset) from exc
-            return np.zeros(n, dtype=bool), n
-        return keep, 0
+            return np.zeros(n, dtype=bool), np.ones(n, dtype=bool)
+        return keep, np.zeros(n, dtype=bool)
 
 
 class _Where:

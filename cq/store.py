@@ -586,8 +586,8 @@ class Store:
             # the custom filter narrows what both layers delivered (docs/custom-filters.md)
             cols = _unit_columns(units, ext, np.asarray(pending_idx, dtype=np.int64)) if custom.batch else None
             keep, skipped = custom.apply(pending, cols)
-            stats.filter_skipped += skipped
-            stats.filter_rejected += len(pending) - int(keep.sum()) - skipped
+            stats.filter_skipped += int(skipped.sum())
+            stats.filter_rejected += int((~keep & ~skipped).sum())
             for msg, ok in zip(pending, keep.tolist()):
                 if ok:
                     stats.delivered += 1
