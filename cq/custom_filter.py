@@ -233,7 +233,7 @@ def messages_record_batch(messages: Sequence[Message], units: dict[str, Any] | N
         "tags_code": units.get("tags_code", [None] * n),
         "tags": [m.tags for m in messages],
         "keys": [m.keys for m in messages],
-        "properties": [list(m.properties.items()) for m in messages],
+        "properties": None,  # built below from flat key and value arrays (much faster than per-row lists)
         "body": [m.body for m in messages],
         "born_timestamp": [m.born_timestamp for m in messages],
         "born_host": [m.born_host for m in messages],
@@ -244,8 +244,15 @@ def messages_record_batch(messages: Sequence[Message], units: dict[str, Any] | N
         "msg_store_time": units.get("msg_store_time", [None] * n),
         "filter_bitmap": units.get("filter_bitmap", [None] * n),
     }
+    sizes = np.fromiter((len(m.properties) for m in messages), dtype=np.int32, count=n)
+    offsets = np.zeros(n + 1, dtype=np.int32)
+    np.cumsum(sizes, out=offsets[1:])
+    keys = pa.array([k for m in messages for k in m.properties], pa.string())
+    values = pa.array([v for m in messages for v in m.properties.values()], pa.string())
     schema = message_schema()
-    return pa.RecordBatch.from_arrays([pa.array(cols[f.name], f.type) for f in schema], schema=schema)
+    arrays = {f.name: pa.array(cols[f.name], f.type) for f in schema if f.name != "properties"}
+    arrays["properties"] = pa.MapArray.from_arrays(pa.array(offsets), keys, values)
+    return pa.RecordBatch.from_arrays([arrays[f.name] for f in schema], schema=schema)
 
 
 def message_schema():
