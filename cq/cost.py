@@ -628,8 +628,8 @@ def finish_report(root: str, topic: str, reported: Sequence[CostGroup], register
     choice = None
     if fp_target is not None:
         # measured and predicted both under the target: a small store measures few false positives by chance
-        ok = [c for c in configs if c["fp_rate"] is not None and c["fp_rate"] <= fp_target
-              and (c["predicted_fp_rate"] or 0.0) <= fp_target]
+        # no negatives at all (every selector TRUE on every unit): nothing can pass falsely
+        ok = [c for c in configs if (c["fp_rate"] or 0.0) <= fp_target and (c["predicted_fp_rate"] or 0.0) <= fp_target]
         if ok:
             best = min(ok, key=lambda c: (c["bitmap_bytes"], c["fp_rate"]))
             choice = {k: best[k] for k in ("f", "n", "k", "m", "bitmap_bytes", "fp_rate", "predicted_fp_rate")}
@@ -645,6 +645,10 @@ def finish_report(root: str, topic: str, reported: Sequence[CostGroup], register
         "commit_log_bytes_saved": saved_bytes,
         "dispatch_evaluations_added": dispatch,
         "pays_in_evaluations": None if saved_evals is None else saved_evals > (dispatch or 0),
+        # pulls of every message by every group (broadcast consumers, offset resets) from which the
+        # evaluations saved at pull outweigh the dispatch's: dispatch / saved per pass
+        "break_even_pulls": (dispatch / saved_evals) if saved_evals else None,
+        "extra_evaluations": None if saved_evals is None else (dispatch or 0) - saved_evals,
         "costliest_groups": [g.group for g in sorted(rows, key=_pull_cost, reverse=True)][:3],
     }
     if saved_evals is not None and all(ns_per_evaluation.get(g.expression) is not None for g in registered):
@@ -693,17 +697,29 @@ def _verdict_text(v: dict, available: bool, registered: int, choice: dict | None
                      "every unit is read and evaluated on pull (layer 2 only).")
     else:
         saved, added = v["pull_evaluations_saved"], v["dispatch_evaluations_added"]
-        pays = "pays" if saved > added else "does not pay"
         parts.append(f"The bitmap saves {saved:,} selector evaluations and {v['commit_log_reads_saved']:,} "
                      f"CommitLog reads ({v['commit_log_bytes_saved']:,} bytes) at pull, and adds {added:,} "
-                     f"evaluations at dispatch: in evaluations it {pays}.")
+                     f"evaluations at dispatch.")
+        if saved > added:
+            parts.append("In evaluations it pays.")
+        elif not saved:
+            parts.append(f"It saves no evaluation and no CommitLog read: it does not pay (it costs {added:,} "
+                         "evaluations more).")
+        else:
+            parts.append(f"In evaluations it does not pay for one pull of each message by each group (it cannot: "
+                         f"the dispatcher evaluates every registered group on every message, as pulls without the "
+                         f"bitmap do): it costs {added - saved:,} evaluations more, to save the CommitLog reads; "
+                         f"it pays in evaluations once each message is pulled more than "
+                         f"{v['break_even_pulls']:.2f} times per group (broadcast consumers, offset resets).")
         if "pays_in_cpu" in v:
             parts.append(f"In measured CPU: {v['pull_cpu_ms_saved']:.3g} ms saved at pull against "
                          f"{v['dispatch_cpu_ms_added']:.3g} ms added at dispatch (CommitLog reads saved come on top).")
     if target is not None:
         parts.append(f"Smallest replayed bitmap keeping false positives under {target:.2%}: "
+                     + ("(no unit fails any selector, so none can pass falsely) "
+                        if choice and choice["fp_rate"] is None else "")
                      + (f"f={choice['f']}, n={choice['n']} (k={choice['k']}, m={choice['m']}, "
-                        f"{choice['bitmap_bytes']} bytes per unit, measured {choice['fp_rate']:.2%}, predicted "
+                        f"{choice['bitmap_bytes']} bytes per unit, measured {choice['fp_rate'] or 0.0:.2%}, predicted "
                         f"{choice['predicted_fp_rate'] or 0.0:.2%})."
                         if choice else "none of the replayed f/n."))
     if v["costliest_groups"]:
