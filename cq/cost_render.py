@@ -136,8 +136,8 @@ def _legend(x: int, y: int, names: Sequence[str]) -> list[str]:
 
 def bar_chart(title: str, labels: Sequence[str], series: dict[str, Sequence[float]], unit: str) -> str:
     """Grouped bars: one group of bars per label, one bar per series."""
-    width, height, x0, y0 = 760, 340, 80, 260
-    w, h = width - x0 - 190, 220
+    width, height, x0, y0 = 860, 340, 80, 260
+    w, h = width - x0 - 260, 220
     top = _nice_max(max([v for vals in series.values() for v in vals if v is not None] or [0]))
     body = [(f'<text x="{width / 2}" y="20" font-size="15" text-anchor="middle" font-weight="bold">'
             f'{html.escape(title)}</text>')]
@@ -164,8 +164,8 @@ def bar_chart(title: str, labels: Sequence[str], series: dict[str, Sequence[floa
 def line_chart(title: str, xs: Sequence[float], series: dict[str, Sequence[float | None]], xlabel: str,
                ylabel: str) -> str:
     """Lines with point markers over a shared x axis (None values are left out)."""
-    width, height, x0, y0 = 760, 340, 80, 280
-    w, h = width - x0 - 190, 240
+    width, height, x0, y0 = 860, 340, 80, 280
+    w, h = width - x0 - 260, 240
     vals = [v for s in series.values() for v in s if v is not None]
     top = _nice_max(max(vals or [0]))
     xmin, xmax = min(xs or [0]), max(xs or [1])
@@ -204,7 +204,7 @@ th, td { border: 1px solid #ccc; padding: 3px 8px; text-align: right; }
 th { background: #f3f3f3; } td.l, th.l { text-align: left; }
 .verdict { background: #fff8e1; border-left: 4px solid #f2b01e; padding: 8px 12px; }
 .warn { background: #fdecea; border-left: 4px solid #e15759; padding: 8px 12px; }
-figure { margin: 12px 0; } figcaption { font-size: 13px; color: #555; max-width: 760px; }
+figure { margin: 12px 0; } figcaption { font-size: 13px; color: #555; max-width: 860px; }
 code { background: #f3f3f3; padding: 0 3px; }
 """
 
