@@ -21,6 +21,7 @@ from .scan import check_bitmaps, scan_tags
 from .store import ConsumeResult, ConsumeStats, Store
 from .tags import ENGINE as _TAGS_ENGINE
 from .tags import SubscriptionData, parse_tag_subscription, tags_code, tags_code_many
+from .why import MessageNotFoundError
 
 #: "cython" when the compiled engines are in use, "python" for the pure-Python twins.
 ENGINE = "cython" if _SCAN_ENGINE == _TAGS_ENGINE == "cython" else "python"
@@ -39,6 +40,7 @@ __all__ = [
     "FilterError",
     "Message",
     "MessageFilter",
+    "MessageNotFoundError",
     "RegisteredFilter",
     "RetrySqlFilter",
     "SqlFilter",

@@ -19,6 +19,7 @@ type is named by its JSON path.
 """
 from __future__ import annotations
 
+import json
 import os
 import re
 import time
@@ -28,7 +29,6 @@ from dataclasses import dataclass
 from typing import Any, TypeVar
 
 import bloom
-import selector
 
 from .errors import StoreFormatError
 from .filter import SqlFilter, TagFilter
@@ -44,9 +44,11 @@ __all__ = [
     "ConfigFormatError",
     "ConfigWarning",
     "RegisteredFilter",
+    "committed_from_table",
     "load_config",
     "parse_fastjson",
     "read_committed_offsets",
+    "read_offset_table",
     "read_registered_filters",
     "read_subscription_groups",
     "read_topic_configs",
@@ -278,7 +280,43 @@ def parse_fastjson(data: bytes | str, path: str | os.PathLike = "<json>") -> Any
         text = data
     if not text.strip():
         raise ConfigFormatError("empty file", path, 0, line=1, column=1)
-    return _Parser(text, path).parse()
+    fast = _parse_fast(text)
+    if fast is not _NOT_PARSED:
+        return fast
+    return _Parser(text, path).parse()  # the exact reader; it also says where the text goes wrong
+
+
+#: Outside strings, a bare integer key right after "{" or ",": the only place fastjson writes one.
+_BARE_KEY_OUTSIDE_STRINGS = re.compile(r'"(?:[^"\\]|\\.)*"|(?<=[{,])([ \t\n\r]*)(-?(?:0|[1-9][0-9]*))(?=[ \t\n\r]*:)')
+#: Marks a key that was bare while the text goes through the json module.
+_BARE_MARK = "\x00"
+_NOT_PARSED = object()
+
+
+def _mark_bare_key(m: re.Match) -> str:
+    # the JSON escape of the marker: the text stays valid JSON (raw control characters are not)
+    return m.group(0) if m.group(2) is None else f'{m.group(1)}"\\u0000{m.group(2)}"'
+
+
+def _unmark(pairs: list) -> dict:
+    return {(int(k[1:]) if k[:1] == _BARE_MARK else k): v for k, v in pairs}
+
+
+def _reject_constant(name: str):
+    raise ValueError(f"{name} is not JSON")
+
+
+def _parse_fast(text: str) -> Any:
+    """The same result as :class:`_Parser` through the C json module (quote the bare keys, parse,
+    unquote), for big files; ``_NOT_PARSED`` when the text needs the exact reader (an error to
+    locate, or a ``\\u0000`` escape that could pass for the marker)."""
+    if "\\u0000" in text:
+        return _NOT_PARSED
+    try:
+        return json.loads(_BARE_KEY_OUTSIDE_STRINGS.sub(_mark_bare_key, text), object_pairs_hook=_unmark,
+                          parse_constant=_reject_constant)
+    except (ValueError, RecursionError):
+        return _NOT_PARSED
 
 
 # ------------------------------------------------------------------ loading with the .bak fallback
@@ -316,6 +354,8 @@ def _read_bytes(path: str) -> bytes | None:
         return None
     except IsADirectoryError as exc:
         raise ConfigFormatError("is a directory, not a config file", path) from exc
+    except OSError as exc:  # permissions and the like: an error naming the file, like a bad one
+        raise ConfigFormatError(f"cannot be read ({exc.strerror or exc})", path) from exc
 
 
 def load_config(path: str | os.PathLike, extract: Callable[[Any, str], T] | None = None) -> ConfigFile:
@@ -446,7 +486,7 @@ class RegisteredFilter:
     expression_type: str | None
     born_time: int
     dead_time: int
-    bloom_data: Any
+    bloom_data: bloom.BloomFilterData | None
     client_version: int
     bloom_matches: bool
 
@@ -490,6 +530,8 @@ class RegisteredFilter:
             expression and lets every message through both layers: a :class:`cq.TagFilter`
             without subscription is returned and a :class:`ConfigWarning` names the group.
         """
+        import selector  # when a filter is built, as cq.filter imports it: `import cq` stays light
+
         if isinstance(bloom_filter, str):
             bloom_filter = bloom.BloomFilter()
         problem = None
@@ -613,7 +655,12 @@ def read_committed_offsets(path: str | os.PathLike, group: str, topic: str) -> d
 
     Queues without a committed offset (absent, or ``-1``) are left out.
     """
-    offsets = read_offset_table(path).get((topic, group), {})
+    return committed_from_table(read_offset_table(path), group, topic)
+
+
+def committed_from_table(table: dict[tuple[str, str], dict[int, int]], group: str, topic: str) -> dict[int, int]:
+    """``group``'s committed offsets in ``topic`` from :func:`read_offset_table`'s table (none: left out)."""
+    offsets = table.get((topic, group), {})
     return {q: offsets[q] for q in sorted(offsets) if offsets[q] >= 0}
 
 

@@ -64,6 +64,11 @@ MAX_TIME = 2**63 - 1
 #: The key joining topic and key in the index (``IndexService.buildKey``).
 INDEX_KEY_SEPARATOR = "#"
 
+#: maxIndexNum / maxHashSlotNum ratios tried first when inferring a file's geometry.
+_USUAL_RATIOS = (4, 8, 2, 1, 16, 5, 10, 3, 6, 32)
+#: Files up to this size may be searched for any slot count (each try reads the slots).
+_SEARCH_LIMIT = 1 << 20
+
 _HEADER = struct.Struct(">qqqqii")
 _ENTRY_DTYPE = np.dtype([("key_hash", ">i4"), ("phy_offset", ">i8"), ("time_diff", ">i4"), ("prev_index", ">i4")])
 
@@ -157,21 +162,34 @@ class IndexFile:
         if (slot_of[prev[linked] - 1] != slot_of[linked]).any():
             return False
         used = np.flatnonzero(heads)
-        return bool((slot_of[heads[used] - 1] == used).all())
+        if not (slot_of[heads[used] - 1] == used).all():
+            return False
+        # every entry written is, exactly once, either its slot's head or a newer entry's prevIndex
+        targets = np.concatenate([heads[used], prev[linked]])
+        return len(targets) == count - 1 and len(np.unique(targets)) == count - 1
 
     def _infer_slots(self, size: int) -> int:
-        count = min(self.header.index_count, (size - INDEX_HEADER_SIZE) // INDEX_ENTRY_SIZE)
+        count = max(1, min(self.header.index_count, (size - INDEX_HEADER_SIZE) // INDEX_ENTRY_SIZE))
         if size == INDEX_HEADER_SIZE + DEFAULT_MAX_HASH_SLOT_NUM * HASH_SLOT_SIZE + DEFAULT_INDEX_NUM * INDEX_ENTRY_SIZE:
             return DEFAULT_MAX_HASH_SLOT_NUM
         body = size - INDEX_HEADER_SIZE
-        for slots in range(1, body // HASH_SLOT_SIZE + 1):
+
+        def fits(slots: int) -> bool:
             rest = body - slots * HASH_SLOT_SIZE
-            if rest % INDEX_ENTRY_SIZE or rest // INDEX_ENTRY_SIZE < max(count, 1):
-                continue
-            if self._consistent(slots, max(count, 1)):
+            return slots >= 1 and rest >= 0 and rest % INDEX_ENTRY_SIZE == 0 and rest // INDEX_ENTRY_SIZE >= count
+
+        # first the usual shapes: maxIndexNum a small multiple of maxHashSlotNum (the broker's
+        # defaults are 4x, the golden store's 8x); then, for files small enough, every slot count
+        for ratio in _USUAL_RATIOS:
+            slots, rest = divmod(body, HASH_SLOT_SIZE + ratio * INDEX_ENTRY_SIZE)
+            if rest == 0 and fits(slots) and self._consistent(slots, count):
                 return slots
-        raise StoreFormatError("cannot tell this IndexFile's hashSlotNum from its contents; give hash_slot_num",
-                               self.path, 0)
+        if size <= _SEARCH_LIMIT:
+            for slots in range(1, body // HASH_SLOT_SIZE + 1):
+                if fits(slots) and self._consistent(slots, count):
+                    return slots
+        raise StoreFormatError("cannot tell this IndexFile's hashSlotNum from its contents; give hash_slot_num "
+                               "(the broker's maxHashSlotNum)", self.path, 0)
 
     # ------------------------------------------------------------ reading
     def slot(self, key_hash: int) -> int:

@@ -19,13 +19,12 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-import selector
-
 from . import format as fmt
 from .config import CONSUMER_FILTER_FILE, RegisteredFilter
 from .errors import StoreFormatError
-from .filter import SqlFilter, TagFilter
+from .filter import SqlFilter, TagFilter, _low_int32
 from .indexfile import IndexFiles
+from .tags import tags_code as _tag_hash
 
 if TYPE_CHECKING:
     from .commitlog import Message
@@ -121,7 +120,7 @@ def resolve_subscription(store: Store, topic: str, group: str, *, sql: str | Non
             return flt, Subscription("SQL92", sql, "given")
         return flt, Subscription("TAG", tags, "given")
     reg = store.registered_filter(topic, group)
-    flt = store.make_filter(topic, group, bloom_filter=bloom_filter)
+    flt = reg.make_filter(bloom_filter)  # what Store.make_filter builds for a group named alone
     return flt, Subscription(reg.expression_type or "SQL92", reg.expression or "",
                              f"config/{CONSUMER_FILTER_FILE}", reg)
 
@@ -235,7 +234,7 @@ class Why:
         for i, s in enumerate(self.steps, 1):
             mark = {PASS: "PASS", DROP: "DROP", NOT_REACHED: "----", INFO: "info"}[s.result]
             lines.append(f"{i}. [{mark}] {s.title}")
-            lines.extend("     " + line for line in s.detail.splitlines())
+            lines.extend("     " + line if line.strip() else "" for line in s.detail.splitlines())
         lines.append("")
         lines.append(f"verdict   {self.verdict}")
         return "\n".join(lines)
@@ -249,7 +248,7 @@ _DROPPER = {DROPPED_BY_CONSUME_QUEUE: "the ConsumeQueue layer (layer 1)",
 def _source_text(sub: Subscription) -> str:
     r = sub.registration
     if r is None:
-        return "given on the command line / in the call"
+        return "given, not looked up in config/consumerFilter.json"
     dead = f", dead since {r.dead_time}" if r.is_dead else ""
     bloom = "" if r.bloom_matches else ", bloom data does NOT match the broker's filter"
     return f"registered in {sub.source}: bornTime {r.born_time}{dead}{bloom}"
@@ -259,7 +258,7 @@ def _bits_text(bitmap: bytes | None) -> str:
     return "none" if bitmap is None else binascii.hexlify(bitmap, " ").decode()
 
 
-def _layer1_sql(flt: SqlFilter, sub: Subscription, ext_unit, matched: bool, reason: str,
+def _layer1_sql(flt: SqlFilter, sub: Subscription, ext_unit, reason: str,
                 address: int | None) -> tuple[dict, list[str]]:
     evidence: dict[str, Any] = {"bloom_key": f"{flt.group}#{flt.topic}", "born_time": flt.born_time}
     lines = [_LAYER1_TEXT[reason]]
@@ -325,17 +324,16 @@ def why_unit(store: Store, topic: str, group: str, flt, sub: Subscription, queue
               "code_set": sorted(sub_data.code_set) if sub_data is not None else None}
         lines = [_LAYER1_TEXT[reason]]
         if tags_code is not None:
-            low = tags_code & 0xFFFFFFFF
-            low = low - (1 << 32) if low & 0x80000000 else low
+            low = _low_int32(tags_code)
             ev["tags_code_int32"] = low
             src = "from the ext unit" if is_ext else "from the unit"
             lines.append(f"tags code {tags_code} ({src}); compared as int {low}")
         if sub_data is not None and sub_data.sub_string != "*":
             lines.append("subscription code set: " + ", ".join(
-                f"{t}={cq_code}" for t, cq_code in sorted((t, _code(t)) for t in sub_data.tags_set)))
+                f"{t}={code}" for t, code in sorted((t, _tag_hash(t)) for t in sub_data.tags_set)))
     else:
         matched, reason = flt.explain_consume_queue(None, ext_unit)
-        ev, lines = _layer1_sql(flt, sub, ext_unit, matched, reason, slot if ext_unit is not None else None)
+        ev, lines = _layer1_sql(flt, sub, ext_unit, reason, slot if ext_unit is not None else None)
     steps.append(WhyStep("consume_queue", "Layer 1: ConsumeQueue (isMatchedByConsumeQueue)",
                          PASS if matched else DROP, reason, "\n".join(lines), ev))
     if isinstance(flt, SqlFilter) and sub.registration is not None and ext_unit is not None:
@@ -377,6 +375,8 @@ def why_unit(store: Store, topic: str, group: str, flt, sub: Subscription, queue
             ev2: dict[str, Any] = {"record_topic": msg.topic, "store_timestamp": msg.store_timestamp,
                                    "tags": msg.tags, "keys": msg.keys}
             if isinstance(flt, SqlFilter):
+                import selector  # imported when needed, as cq.filter does: `import cq` stays light
+
                 explanation = selector.explain(flt.sql, msg.properties)
                 ev2["explain"] = explanation.to_dict()
                 ev2["value"] = explanation.value
@@ -416,10 +416,6 @@ def why_unit(store: Store, topic: str, group: str, flt, sub: Subscription, queue
                     dropped_by = DROPPED_BY_CLIENT
     return Why(topic, group, sub, queue_id, queue_offset, phys, size, msg_id, found_by, delivered, dropped_by,
                steps, explanation, note)
-
-
-def _code(tag: str) -> int:
-    return fmt.java_string_hash(tag)
 
 
 def _not_reached(steps: list[WhyStep], name: str, title: str) -> None:
@@ -527,9 +523,10 @@ def find_messages(store: Store, topic: str, *, msg_id: str | None = None,
         why_scan = f"{what} is not in the index files ({len(candidates)} hash candidate(s), none confirmed)"
     found = _scan(store, topic, key, uniq_key)
     if not found:
-        looked = "an offset message id, nor " if msg_id is not None and _parse_offset_msg_id(msg_id) else ""
-        raise MessageNotFoundError(f"no message of topic {topic!r} has {what} in {store.root}: not {looked}in the "
-                                   f"index files, nor found by scanning the topic ({why_scan})")
+        looked = ("it names no record of the topic as an offset message id; "
+                  if msg_id is not None and _parse_offset_msg_id(msg_id) else "")
+        raise MessageNotFoundError(f"no message of topic {topic!r} has {what} in {store.root}: {looked}{why_scan}, "
+                                   "and a scan of the topic found none")
     found.sort(key=lambda m: m.commit_log_offset)
     return found, "scan", f"{what} found by scanning topic {topic}: {why_scan}"
 

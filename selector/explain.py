@@ -25,7 +25,6 @@ from __future__ import annotations
 import math
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
-from types import MappingProxyType
 
 from . import _javalang as java
 from . import compile as compile_selector
@@ -168,8 +167,9 @@ class Explanation:
         The error's text.
     matched : bool
         The broker's decision, as ``Selector.matches``: True only when ``value`` is ``"TRUE"``.
-    properties : mapping of str to (str or None)
-        Every property the selector reads, with the message's value (None: missing).
+    properties : dict of str to (str or None)
+        Every property the selector reads, in order of first use, with the
+        message's value (None: missing).
     root : ExplainNode
         The evaluation tree.
     decider : ExplainNode
@@ -182,7 +182,7 @@ class Explanation:
     error_root_cause: str | None
     error_message: str | None
     matched: bool
-    properties: Mapping[str, str | None]
+    properties: dict[str, str | None]
     root: ExplainNode
     decider: ExplainNode
 
@@ -266,7 +266,7 @@ def explain(sql: str, props: Mapping[str, str] | None) -> Explanation:
     """
     compile_selector(sql)   # the same SelectorSyntaxError, from the same parse cache
     root = _build(parse(sql).tree)
-    properties = MappingProxyType(_read(root, props))
+    properties = _read(root, props)
     error = _run(root, properties)
     _mark_decisive(root)
     tree = _freeze(root)
@@ -284,8 +284,8 @@ def explain(sql: str, props: Mapping[str, str] | None) -> Explanation:
 class _Step:
     """A node while it is evaluated (mutable; frozen into an ExplainNode afterwards)."""
 
-    __slots__ = ("compared", "conversions", "decided_by", "id", "kids", "mark", "note", "op", "opcode",
-                 "pattern", "position", "prop", "status", "text", "value", "values")
+    __slots__ = ("compared", "constant", "conversions", "decided_by", "id", "kids", "mark", "note", "op",
+                 "opcode", "pattern", "position", "prop", "status", "text", "value", "values")
 
     def __init__(self, op: str, text: str, position: int, kids: tuple = (), opcode: int = 0):
         self.op = op
@@ -297,8 +297,9 @@ class _Step:
         self.value = None
         self.note = None
         self.prop = None
-        self.values = None        # IN: the list's strings; LITERAL: the constant
-        self.pattern = None
+        self.constant = None      # LITERAL: its value
+        self.values = None        # IN: the list's strings
+        self.pattern = None       # CONTAINS family: the pattern
         self.conversions = None
         self.compared = None
         self.decided_by = None    # index of the kid that decided this node's value, None: itself
@@ -311,8 +312,9 @@ def _short(text: str) -> str:
 
 
 def _text(node: n.Node, kids: list) -> str:
-    # nodes' own printer (which parenthesises every operator), on the operands' shortened texts,
-    # without the outer parentheses.
+    # nodes' own printer for one node (which parenthesises every operator), on the operands'
+    # shortened texts, without the outer parentheses; canonical_form would print every subtree in
+    # full, quadratic on a deep tree.
     text = n._canonical(node, [_paren(k) for k in kids])
     if not isinstance(node, (n.Property, n.Literal, n.BoolCast)):
         text = text[1:-1]
@@ -330,7 +332,7 @@ def _make_step(node: n.Node, kids: list) -> _Step:
         step.prop = node.name
     elif isinstance(node, n.Literal):
         step = _Step("LITERAL", text, node.position)
-        step.values = node.value
+        step.constant = node.value
     elif isinstance(node, n.BoolCast):
         step = _Step("BOOLEAN", text, node.position, tuple(kids))
     elif isinstance(node, n.Not):
@@ -374,7 +376,7 @@ def _clone(step: _Step) -> _Step:
     """A fresh copy of a subtree (BETWEEN evaluates its operand twice)."""
     def copy(s: _Step, kids: list) -> _Step:
         c = _Step(s.op, s.text, s.position, tuple(kids), s.opcode)
-        c.prop, c.values, c.pattern = s.prop, s.values, s.pattern
+        c.prop, c.constant, c.values, c.pattern = s.prop, s.constant, s.values, s.pattern
         return c
 
     results: list = []
@@ -433,7 +435,7 @@ def _evaluate(s: _Step, props: Mapping[str, str]):
         s.note = None if v is not None else "missing: NULL"
         return v
     if op == "LITERAL":
-        return s.values
+        return s.constant
     if s.pattern == "":
         _skip(s.kids[0], "not read: an empty pattern is FALSE")
         s.note = "empty pattern: FALSE without reading the operand"
@@ -471,8 +473,8 @@ def _evaluate(s: _Step, props: Mapping[str, str]):
         s.note = f"{_show(lv)} is {'' if found else 'not '}in the list"
         return found == (op == "IN")
     if s.pattern is not None:
-        if lv is None:
-            s.note = "NULL never matches, even negated"
+        if not isinstance(lv, str):
+            s.note = f"{'NULL' if lv is None else 'a ' + _java_class(lv)} never matches, even negated"
             return False
         s.decided_by = None
         return _match(s.opcode, lv, s.pattern)
@@ -492,15 +494,14 @@ def _evaluate(s: _Step, props: Mapping[str, str]):
     # Comparisons.
     if s.opcode == OP_EQ:
         if lv is None or rv is None:
-            if lv is None and rv is None:
-                s.decided_by = None
-                s.note = "NULL = NULL is TRUE on the broker"
-            else:
-                s.decided_by = 0 if lv is None else 1
-                s.note = ("the left operand is NULL: = is NULL" if lv is None
-                          else "the right operand is NULL: = is FALSE")
+            s.decided_by = None if lv is None and rv is None else (0 if lv is None else 1)
             v = _equal(lv, rv)
-            return v if op == "=" else (None if v is None else not v)
+            v = v if op == "=" else (None if v is None else not v)
+            if lv is None and rv is None:
+                s.note = f"NULL {op} NULL is {_value_text(v)} on the broker"
+            else:
+                s.note = f"the {'left' if lv is None else 'right'} operand is NULL: {op} is {_value_text(v)}"
+            return v
     elif rv is None:
         s.decided_by = 1
         s.note = "the right operand is NULL: NULL"
@@ -642,7 +643,7 @@ def _render(node: ExplainNode, depth: int) -> str:
         value = _value_text(node.value)
         if node.op == "PROPERTY":
             value = f"{value} (missing)" if node.value is None else value
-        elif node.op == "LITERAL" and node.value is not None and not isinstance(node.value, bool):
+        elif node.op in ("LITERAL", "-") and node.value is not None and not isinstance(node.value, bool):
             value = f"{value} ({_java_class(node.value)})"
     elif node.status == THREW:
         value = "ERROR"

@@ -319,3 +319,32 @@ def test_consumer_filters_round_trip(store_root, pretty):
     ]
     write_consumer_filters(store_root, filters, pretty=pretty)
     assert cq.Store(store_root).registered_filters() == filters
+
+
+@pytest.mark.parametrize("text", [
+    OFFSETS_COMPACT, OFFSETS_PRETTY,
+    '{"expr":"a IN (\'{1:2}\', \',3:4\')","k":{ 7 :{"x":"\\\\"},"8":[1,{9:0}]},"-1":{-2:-3}}',
+    '{"s":"\\u0000 {1:2}","n":{0:1}}',            # the exact reader takes texts with \\u0000
+    '{"a":[{},[],{"b":{10:{11:12}}}],"f":1.5e-3,"t":true,"z":null}',
+])
+def test_fast_path_gives_what_the_exact_reader_gives(text):
+    from cq.config import _NOT_PARSED, _parse_fast, _Parser
+
+    fast = _parse_fast(text)
+    assert (fast is _NOT_PARSED) == ("\\u0000" in text)   # only texts with that escape need the exact reader
+    assert parse_fastjson(text) == _Parser(text, "x").parse()
+    got = parse_fastjson(text)
+    keys = [k for k in _walk_keys(got)]
+    assert all(isinstance(k, int) for k in keys if not isinstance(k, str))
+    if '"8"' in text:
+        assert "8" in got["k"] and 7 in got["k"] and "-1" in got and -2 in got["-1"]
+
+
+def _walk_keys(obj):
+    if isinstance(obj, dict):
+        for k, v in obj.items():
+            yield k
+            yield from _walk_keys(v)
+    elif isinstance(obj, list):
+        for v in obj:
+            yield from _walk_keys(v)

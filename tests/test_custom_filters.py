@@ -156,9 +156,14 @@ def test_cli_consume_bad_filter_exits_2(capsys, spec, needle):
     assert code == 2 and needle in err and "Traceback" not in err
 
 
-def test_cli_consume_needs_a_subscription_or_a_filter(capsys):
+def test_cli_consume_filter_alone_needs_no_registration(capsys):
+    # a group named alone is looked up in consumerFilter.json; with a custom filter an unregistered one is "*"
     code, _, err = _cli(["consume", STORE, "--topic", TOPIC, "--group", "G"], capsys)
-    assert code == 2 and "--filter" in err
+    assert code == 2 and "'G'" in err
+    code, out, err = _cli(["consume", STORE, "--topic", TOPIC, "--group", "G", "--filter",
+                           "filters_for_tests:queue0", "--format", "text"], capsys)
+    assert code == 0 and "passed CommitLog layer 200" in err and out.count("\n") == sum(
+        1 for line in out.splitlines() if line.startswith("0\t"))
 
 
 # ------------------------------------------------------------------ Spark

@@ -30,6 +30,12 @@ def test_demo_writes_a_sample_and_reports_store_consume_counts(spark, tmp_path, 
         assert (got["units_scanned"], got["passed_consume_queue"], got["passed_commit_log"], got["delivered"]) == (
             s.units_scanned, s.passed_consume_queue, s.passed_commit_log, s.delivered)
         assert 0 < s.delivered <= s.passed_consume_queue < s.units_scanned
+    # the backlog the demo prints is Store.backlog's, from the sample's committed offsets
+    assert "(rmqfilter backlog)" in printed and "rmqfilter why" in printed
+    for group, _sql in cq.sample.SAMPLE_GROUPS:
+        b = store.backlog(topic, group)
+        assert 0 < b.will_receive < b.lag
+        assert any(line.split() == [group, f"{b.lag:,}", f"{b.will_receive:,}"] for line in printed.splitlines())
     # A second run reuses the store instead of writing it again.
     assert cli.main(argv) == 0
     assert "Reusing the sample store" in capsys.readouterr().out

@@ -132,3 +132,32 @@ def test_cyclic_chain_ends_and_short_file_is_an_error(tmp_path):
     (tmp_path / "short").write_bytes(b"\0" * 10)
     with pytest.raises(cq.StoreFormatError, match="shorter than its 40-byte header"):
         IndexFile(tmp_path / "short")
+
+
+def write_index(path, slots: int, num: int, keys: list[str], begin: int = 1_700_000_000_000) -> None:
+    """An IndexFile laid out as IndexService writes it (the facts of docs/config-and-index.md)."""
+    data = bytearray(INDEX_HEADER_SIZE + slots * 4 + num * INDEX_ENTRY_SIZE)
+    heads = [0] * slots
+    for i, key in enumerate(keys, 1):
+        h = index_key_hash(key)
+        pos = INDEX_HEADER_SIZE + slots * 4 + i * INDEX_ENTRY_SIZE
+        struct.pack_into(">iqii", data, pos, h, 1000 * i, i % 7, heads[h % slots])
+        heads[h % slots] = i
+    for s, head in enumerate(heads):
+        struct.pack_into(">i", data, INDEX_HEADER_SIZE + s * 4, head)
+    struct.pack_into(">qqqqii", data, 0, begin, begin + 7000, 1000, 1000 * len(keys), sum(map(bool, heads)),
+                     len(keys) + 1)
+    path.write_bytes(bytes(data))
+
+
+@pytest.mark.parametrize("slots, num", [(32, 128), (16, 100), (7, 50)])
+def test_geometry_is_inferred_and_every_key_found(tmp_path, slots, num):
+    keys = [index_key("T", f"k{i}") for i in range(num - 1)]
+    write_index(tmp_path / "f", slots, num, keys)
+    f = IndexFile(tmp_path / "f")
+    assert (f.hash_slot_num, f.index_num) == (slots, num)
+    for i, key in enumerate(keys, 1):
+        assert 1000 * i in f.select_phy_offsets(key)
+    # a time range that excludes the entry's time finds nothing
+    assert f.select_phy_offsets(keys[0], 0, 1_600_000_000_000) == []
+    f.close()

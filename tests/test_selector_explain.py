@@ -12,6 +12,8 @@ import doctest
 import importlib
 import json
 import pickle
+import re
+import shlex
 from pathlib import Path
 
 import pytest
@@ -19,6 +21,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 import selector
+from pyspark_udfs.cli import main
 from selector import _eval_py
 from selector import _javalang as java
 from tests.conftest import load_jsonl
@@ -29,7 +32,7 @@ try:
 except ImportError:  # not built: the twin is the only engine
     _cython = None
 
-ROOT = Path(__file__).resolve().parent.parent
+DOC = Path(__file__).resolve().parent.parent / "docs" / "explain.md"
 CASES = load_jsonl("selector_cases.jsonl")
 ORDER = {">": lambda c: c > 0, ">=": lambda c: c >= 0, "<": lambda c: c < 0, "<=": lambda c: c <= 0,
          "=": lambda c: c == 0, "<>": lambda c: c != 0}
@@ -286,6 +289,12 @@ def test_json_form():
     assert ids[d["decider"]]["decider"] is True and ids[d["decider"]]["text"] == "TAGS"
 
 
+def test_explanation_pickles():
+    e = selector.explain("a BETWEEN 1 AND 9 OR b", {"a": "x"})
+    again = pickle.loads(pickle.dumps(e))
+    assert str(again) == str(e) and again.to_dict() == e.to_dict()
+
+
 def test_error_json_form():
     d = selector.explain("a = 1", {"a": "1.0"}).to_dict()
     assert (d["value"], d["error_cause"], d["error_root_cause"]) == (
@@ -329,7 +338,19 @@ def test_evaluation_error_keeps_its_root_cause_through_pickle():
                                                            str(info.value))
 
 
-def test_docs_examples_run():
-    result = doctest.testfile(str(ROOT / "docs" / "explain.md"), module_relative=False,
-                              optionflags=doctest.NORMALIZE_WHITESPACE)
+def test_docs_python_examples_run():
+    result = doctest.testfile(str(DOC), module_relative=False, optionflags=doctest.NORMALIZE_WHITESPACE)
     assert result.attempted > 0 and result.failed == 0
+
+
+def test_docs_command_line_examples_print_what_the_page_shows(capsys):
+    blocks = re.findall(r"```console\n(.*?)```", DOC.read_text(encoding="utf-8"), re.DOTALL)
+    assert len(blocks) == 3
+    for block in blocks:
+        command, *shown = block.splitlines()
+        argv = shlex.split(command.removeprefix("$ "))
+        assert argv[:2] == ["rmqfilter", "explain"]
+        status = main(argv[1:])
+        captured = capsys.readouterr()
+        assert (captured.out + captured.err).splitlines() == shown, command
+        assert status == (2 if captured.err else 0)

@@ -80,8 +80,43 @@ def _sample_store(root: str, messages: int, seed: int):
     return info
 
 
+def _registered(root: str, topic: str) -> list[str]:
+    """The SQL92 groups the sample's config/consumerFilter.json registers for ``topic``."""
+    import cq
+
+    return [f.group for f in cq.Store(root).registered_filters(topic)]
+
+
+def _print_backlog_and_why(root: str, topic: str, groups: list[str]) -> None:
+    """What ``rmqfilter backlog`` and ``rmqfilter why`` say about the sample's groups (in-process)."""
+    import cq
+
+    store = cq.Store(root)
+    print("\nBacklog from each group's committed offset (config/consumerOffset.json): the broker's lag counts "
+          "every unit,\nthe group will receive only what its filter lets through (rmqfilter backlog):")
+    print(f"  {'group':<16} {'broker lag':>12} {'will receive':>13}")
+    for group in groups:
+        b = store.backlog(topic, group)
+        print(f"  {group:<16} {b.lag:>12,} {b.will_receive:>13,}")
+    group = groups[0]
+    committed = store.committed_offsets(group, topic)
+    q = min(committed) if committed else 0
+    offset = committed.get(q, 0)
+    w = store.why(topic, group, queue_id=q, queue_offset=offset)
+    print(f"\nThe next message of queue {q} for {group} (rmqfilter why {root} --topic {topic} --group {group} "
+          f"--queue {q} --offset {offset}):\n  {w.verdict}")
+    store.close()
+
+
 def _run_demo(args: argparse.Namespace) -> int:
-    from pyspark_udfs.job import GroupScan, format_summary, owns_session, scan, spark_session
+    from pyspark_udfs.job import (
+        GroupScan,
+        format_summary,
+        owns_session,
+        registered_group_scans,
+        scan,
+        spark_session,
+    )
 
     if args.messages < 1:
         print("rmqfilter demo: --messages must be >= 1", file=sys.stderr)
@@ -93,7 +128,11 @@ def _run_demo(args: argparse.Namespace) -> int:
           f"SQL92 groups on {topic}:")
     for g in info["groups"]:
         print(f"  {g['group']:<16} {g['sql']}")
-    groups = [GroupScan(g["group"], sql=g["sql"]) for g in info["groups"]]
+    registered = _registered(root, topic)
+    if registered:  # the groups as the broker's config/consumerFilter.json registers them (bornTime and all)
+        groups = registered_group_scans(root, topic)
+    else:  # a sample written before the sample store had config files
+        groups = [GroupScan(g["group"], sql=g["sql"]) for g in info["groups"]]
     # A tag subscription too, to show the tag-code layer and the client's exact re-check.
     groups.append(GroupScan("GID_TAGS_BC", tags="TagB || TagC"))
 
@@ -114,6 +153,8 @@ def _run_demo(args: argparse.Namespace) -> int:
     if args.json_path:
         with open(args.json_path, "w", encoding="utf-8") as f:
             json.dump({"store": info, "results": [r.as_dict() for r in results]}, f, indent=2)
+    if registered:
+        _print_backlog_and_why(root, topic, registered)
     print("\nunits: ConsumeQueue units scanned; passed CQ: kept by the ConsumeQueue layer (Bloom bitmap for "
           "SQL92, tag code for tags);\npassed CL: kept by the CommitLog layer (the selector; every message for "
           "tags); delivered: what the consumer gets\n(after the client's exact tag re-check); false pos: passed "
