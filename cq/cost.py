@@ -544,6 +544,10 @@ def filter_cost(store: Store | str | os.PathLike, topic: str, groups: Iterable[s
             raise KeyError(f"topic {topic!r} has no consume queues in {store.root}")
         bf = bloom_filter if bloom_filter is not None else bloom.BloomFilter()
         reported, registered = resolve_groups(store, topic, groups, bloom_filter=bf)
+        if not reported:
+            raise ValueError(f"no group to report on: no SQL92 group is registered for topic {topic!r} in "
+                             f"{store.config_path('consumerFilter.json')}; name groups explicitly (CostGroup, "
+                             "--sql-group, --tag-group)")
         tally = None
         for q in store.queue_ids(topic):
             part = tally_range(store, topic, reported, registered, queue_id=q, bloom_filter=bf)

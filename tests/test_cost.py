@@ -267,6 +267,11 @@ def test_cli_bad_input_exits_2(many_groups_store, capsys, argv, needle):
     assert code == 2 and needle in err and "Traceback" not in err
 
 
+def test_cli_all_groups_without_registrations_exits_2(capsys):
+    code, _, err = _cli(["cost", DATA / "golden_store", "--topic", "GoldenFilterTopic", "--all-groups"], capsys)
+    assert code == 2 and "no SQL92 group is registered" in err and "consumerFilter.json" in err
+
+
 def test_cli_unknown_topic_exits_2(many_groups_store, capsys):
     code, _, err = _cli(["cost", many_groups_store, "--topic", "Nope", "--all-groups"], capsys)
     assert code == 2 and "'Nope'" in err

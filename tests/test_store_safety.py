@@ -202,6 +202,8 @@ def test_every_library_read_path_leaves_the_store_unchanged(read_only_store):
     ["cost", "{root}", "--topic", TOPIC, "--sql-group", "GID_SQL_A", SQL, "--tag-group", "T", "TagA || TagB",
      "--no-timing"],
     ["cost", "{root}", "--topic", "GoldenPlainTopic", "--sql-group", "G", "a > 1", "--fp-target", "1%"],
+    ["consume", "{root}", "--topic", TOPIC, "--group", "G", "--tags", "*", "--filter", "filters_for_tests:queue0_batch",
+     "--format", "jsonl"],
     ["consume", "{root}", "--topic", TOPIC, "--group", "GID_SQL_A", "--format", "text"],
     ["consume", "{root}", "--topic", TOPIC, "--all-groups", "--format", "jsonl"],
     ["why", "{root}", "--topic", TOPIC, "--group", "GID_SQL_A", "--queue", "0", "--offset", "7"],
