@@ -98,6 +98,15 @@ def _run_cost(args: argparse.Namespace) -> int:
         groups = None if args.all_groups and not explicit else (
             ([g.group for g in _registered(args)] if args.all_groups else list(args.groups or [])) + explicit)
         if args.spark:
+            from cq.cost import resolve_groups
+
+            store = cq.Store(args.store)
+            try:  # bad input fails before Spark starts
+                if args.topic not in store.topics():
+                    raise KeyError(f"topic {args.topic!r} has no consume queues in {store.root}")
+                resolve_groups(store, args.topic, groups)
+            finally:
+                store.close()
             # deliberate lazy import: only --spark starts Spark
             from pyspark_udfs.cost import filter_cost_spark
             from pyspark_udfs.job import owns_session, spark_session
@@ -114,7 +123,7 @@ def _run_cost(args: argparse.Namespace) -> int:
             report = filter_cost(args.store, args.topic, groups, alternatives=alternatives, fp_target=target,
                                  timing=not args.no_timing)
     except cq.UnknownGroupError as exc:
-        return _error(str(exc))
+        return _error(f"{exc} (here: --sql-group {exc.group} SQL or --tag-group {exc.group} TAGS)")
     except KeyError as exc:
         return _error(exc.args[0] if exc.args else str(exc))
     except (ValueError, OSError) as exc:  # StoreFormatError, SelectorSyntaxError, bad f/n are ValueErrors
