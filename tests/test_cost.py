@@ -354,3 +354,19 @@ def test_spark_variant_gives_the_same_report(spark, many_groups_store, report):
                     on_spark.fp_target_choice]) == rounded([report.dispatch_evaluations, report.ext,
                                                             report.fp_by_groups, report.fp_by_config,
                                                             report.fp_target_choice])
+
+
+def test_sample_store_registered_groups_equal_consume(tmp_path):
+    from cq.sample import SAMPLE_GROUPS, generate_sample_store
+
+    info = generate_sample_store(tmp_path / "sample", messages=3000, seed=3)
+    r = filter_cost(info.root, info.main_topic, timing=False)  # the groups of config/consumerFilter.json
+    assert [g.group for g in r.groups] == [g for g, _ in SAMPLE_GROUPS] == r.registered_groups
+    store = cq.Store(info.root)
+    for g in r.groups:
+        result = store.consume(info.main_topic, g.group)
+        n = sum(1 for _ in result)
+        assert (g.passed_consume_queue, g.bloom_false_positives, g.delivered) == (
+            result.stats.passed_consume_queue, result.stats.bloom_false_positives, n)
+        assert g.born_time == store.registered_filter(info.main_topic, g.group).born_time
+    store.close()
