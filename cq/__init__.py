@@ -11,6 +11,7 @@ would receive. See :mod:`cq.format` for the file formats.
 from .commitlog import CommitLog, Message
 from .config import ConfigFormatError, ConfigWarning, RegisteredFilter
 from .consumequeue import ConsumeQueue
+from .custom_filter import FilterError, MessageFilter, batch_filter, load_filter
 from .errors import StoreFormatError, TagSubscriptionError, UnknownGroupError
 from .ext import ConsumeQueueExt, CqExtUnit
 from .filter import RetrySqlFilter, SqlFilter, TagFilter
@@ -36,7 +37,9 @@ __all__ = [
     "ConsumeResult",
     "ConsumeStats",
     "CqExtUnit",
+    "FilterError",
     "Message",
+    "MessageFilter",
     "MessageNotFoundError",
     "RegisteredFilter",
     "RetrySqlFilter",
@@ -47,9 +50,11 @@ __all__ = [
     "TagFilter",
     "TagSubscriptionError",
     "UnknownGroupError",
+    "batch_filter",
     "check_bitmaps",
     "decorate",
     "is_ext_addr",
+    "load_filter",
     "parse_tag_subscription",
     "scan_tags",
     "tags_code",

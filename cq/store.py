@@ -14,6 +14,7 @@ from . import format as fmt
 from . import why as _why
 from .commitlog import CommitLog, Message
 from .consumequeue import ConsumeQueue
+from .custom_filter import ON_FILTER_ERROR, as_message_filter
 from .errors import StoreFormatError, UnknownGroupError
 from .ext import ConsumeQueueExt
 from .filter import SqlFilter, TagFilter
@@ -71,6 +72,12 @@ class ConsumeStats:
         skipped, as the broker skips them.
     ext_missing : int
         Units holding an ext address the ext file could not resolve.
+    filter_rejected : int
+        Messages both broker layers (and the client re-check) passed that the custom
+        message filter rejected (docs/custom-filters.md).
+    filter_skipped : int
+        Messages not delivered because the custom filter failed on them
+        (``on_filter_error="skip"``; the whole batch for a batch filter).
     """
 
     units_scanned: int = 0
@@ -83,6 +90,8 @@ class ConsumeStats:
     client_filtered: int = 0
     commit_log_missing: int = 0
     ext_missing: int = 0
+    filter_rejected: int = 0
+    filter_skipped: int = 0
 
     def as_dict(self) -> dict[str, int]:
         """The counts as a plain dict."""
@@ -390,7 +399,8 @@ class Store:
                 queue_ids: Iterable[int] | None = None, filter=None, bloom_filter="default",
                 born_time: int = 0, verify_crc: bool | str = False,
                 progress: Callable[[int, int], None] | None = None,
-                ranges: Mapping[int, tuple[int, int | None]] | None = None) -> ConsumeResult:
+                ranges: Mapping[int, tuple[int, int | None]] | None = None,
+                message_filter=None, on_filter_error: str = "fail") -> ConsumeResult:
         """The messages consumer group ``group`` would receive from ``topic``, in queue order.
 
         Parameters
@@ -406,8 +416,9 @@ class Store:
             :class:`cq.UnknownGroupError` (a ValueError) when it has none.
         queue_ids : iterable of int, optional
             Queues to read (default: all, ascending).
-        filter : TagFilter or SqlFilter, optional
-            A ready-made filter instead of sql/tags.
+        filter : TagFilter, SqlFilter or callable, optional
+            A ready-made broker filter instead of sql/tags; or a custom message filter (any
+            other callable), the same as ``message_filter=``.
         bloom_filter : bloom.BloomFilter, "default" or None
             For sql: the broker's Bloom filter; None = no bloom data (layer 1 passes all).
         born_time : int
@@ -419,6 +430,16 @@ class Store:
         ranges : mapping of queue id to (start, end), optional
             Read only queue offsets ``[start, end)`` of these queues (``end`` None: to the
             queue's end; clamped to the queue), e.g. from a group's committed offset.
+        message_filter : callable, str or cq.custom_filter.MessageFilter, optional
+            A custom filter run after both broker layers and the client re-check:
+            ``fn(cq.Message) -> bool``, a :func:`cq.batch_filter` ``fn(pyarrow.RecordBatch) ->
+            bool array``, or ``"package.module:function"`` (docs/custom-filters.md). With
+            neither sql nor tags, the broker's layers are the group's registration if it has
+            one, else ``"*"`` (the class-filter mode: they pass everything).
+        on_filter_error : {"fail", "skip"}
+            An exception in the custom filter raises :class:`cq.FilterError` naming the
+            message and the filter (``fail``), or drops the message and counts it in
+            ``stats.filter_skipped`` (``skip``).
 
         Returns
         -------
@@ -426,9 +447,22 @@ class Store:
             Iterator of :class:`cq.Message` (queue by queue, in queue-offset
             order) with ``.stats`` (:class:`ConsumeStats`).
         """
-        flt = filter if filter is not None else self.make_filter(
-            topic, group, sql=sql, tags=tags, bloom_filter=bloom_filter, born_time=born_time
-        )
+        if filter is not None and not hasattr(filter, "is_matched_by_consume_queue"):
+            if message_filter is not None:
+                raise ValueError("give the custom filter once: filter= (a callable) or message_filter=, not both")
+            filter, message_filter = None, filter  # a callable, not a broker filter: the custom filter
+        custom = as_message_filter(message_filter, on_filter_error)
+        if on_filter_error not in ON_FILTER_ERROR:
+            raise ValueError(f"on_filter_error must be fail or skip, got {on_filter_error!r}")
+        if filter is not None:
+            flt = filter
+        elif custom is not None and sql is None and tags is None:
+            try:  # the group's registration narrows as well, if it has one; else class-filter mode
+                flt = self.make_filter(topic, group, bloom_filter=bloom_filter)
+            except UnknownGroupError:
+                flt = TagFilter("*")
+        else:
+            flt = self.make_filter(topic, group, sql=sql, tags=tags, bloom_filter=bloom_filter, born_time=born_time)
         qids = list(queue_ids) if queue_ids is not None else self.queue_ids(topic)
 
         def run(stats: ConsumeStats) -> Iterator[Message]:
@@ -440,7 +474,8 @@ class Store:
                     self._release(topic, q, cqueue, ext)
             for q in qids:
                 start, end = (ranges or {}).get(q, (None, None))
-                yield from self._consume_queue(topic, q, flt, stats, verify_crc, progress, total, start, end)
+                yield from self._consume_queue(topic, q, flt, stats, verify_crc, progress, total, start, end,
+                                               custom)
 
         return ConsumeResult(run)
 
@@ -506,10 +541,12 @@ class Store:
         d = os.path.join(self.root, fmt.CONSUME_QUEUE_EXT_DIR, topic, str(int(queue_id)))
         return cqueue, ConsumeQueueExt(d, file_size=self._ext_size) if os.path.isdir(d) else None
 
-    def _consume_queue(self, topic, queue_id, flt, stats, verify_crc, progress, total, start=None, end=None):
+    def _consume_queue(self, topic, queue_id, flt, stats, verify_crc, progress, total, start=None, end=None,
+                       custom=None):
         cqueue, ext = self._queue_readers(topic, queue_id)
         try:
-            yield from self._consume_units(cqueue, ext, flt, stats, verify_crc, progress, total, start, end)
+            yield from self._consume_units(cqueue, ext, flt, stats, verify_crc, progress, total, start, end,
+                                           custom)
         finally:
             self._release(topic, queue_id, cqueue, ext)
 
@@ -521,7 +558,8 @@ class Store:
         if ext is not None and self._exts.get(key) is not ext:
             ext.close()
 
-    def _layer2(self, flt, log, idx, offs, hits, stats, verify_crc, batch_evaluate):
+    def _layer2(self, flt, log, idx, offs, hits, stats, verify_crc, batch_evaluate, custom=None, units=None,
+                ext=None):
         if isinstance(flt, SqlFilter):
             props = log.gather_properties(offs)
             if batch_evaluate is not None:
@@ -531,15 +569,32 @@ class Store:
             stats.bloom_false_positives += int((hits[idx] & ~keep).sum())
             idx, offs = idx[keep], offs[keep]
         stats.passed_commit_log += len(idx)
-        for off in offs.tolist():
+        pending: list[Message] = []
+        pending_idx: list[int] = []
+        for i, off in zip(idx.tolist(), offs.tolist()):
             msg = log.read_message(off, verify_crc=verify_crc)
             if not flt.is_matched_by_client(msg.tags):
                 stats.client_filtered += 1
                 continue
+            if custom is not None:
+                pending.append(msg)
+                pending_idx.append(i)
+                continue
             stats.delivered += 1
             yield msg
+        if pending:
+            # the custom filter narrows what both layers delivered (docs/custom-filters.md)
+            cols = _unit_columns(units, ext, np.asarray(pending_idx, dtype=np.int64)) if custom.batch else None
+            keep, skipped = custom.apply(pending, cols)
+            stats.filter_skipped += int(skipped.sum())
+            stats.filter_rejected += int((~keep & ~skipped).sum())
+            for msg, ok in zip(pending, keep.tolist()):
+                if ok:
+                    stats.delivered += 1
+                    yield msg
 
-    def _consume_units(self, cqueue, ext, flt, stats, verify_crc, progress, total, start=None, end=None):
+    def _consume_units(self, cqueue, ext, flt, stats, verify_crc, progress, total, start=None, end=None,
+                       custom=None):
         log = self.commit_log
         lo, hi = log.min_offset, log.max_offset
         batch_evaluate = getattr(flt, "is_matched_by_commit_log_many", None)
@@ -562,7 +617,26 @@ class Store:
                 # each (they stay in the page cache): RSS follows one slice, not the whole log
                 for a, b in _slices(offs, _SLICE_SPAN, _SLICE_RECORDS):
                     yield from self._layer2(flt, log, idx[a:b], offs[a:b], hits, stats, verify_crc,
-                                            batch_evaluate)
+                                            batch_evaluate, custom, units, ext)
                     log._drop_resident()
                 if progress is not None:
                     progress(stats.units_scanned, total)
+
+
+def _unit_columns(units: np.ndarray, ext: ConsumeQueueExt | None, idx: np.ndarray) -> dict[str, list]:
+    """``tags_code``, ``msg_store_time`` and ``filter_bitmap`` of units ``idx`` as a batch filter sees
+    them (the ext unit's values where the slot holds an ext address; None where there is none)."""
+    slots = units["tags_code"][idx]
+    tags_code: list = slots.tolist()
+    store_time: list = [None] * len(idx)
+    bitmaps: list = [None] * len(idx)
+    if ext is not None and (slots <= fmt.MAX_ADDR).any():
+        b = ext.read_batch(slots)
+        for j in np.flatnonzero(b.found).tolist():
+            tags_code[j] = int(b.tags_code[j])
+            store_time[j] = int(b.msg_store_time[j])
+            if b.bit_map_size[j] >= 1:
+                bitmaps[j] = b.bitmap_data[b.bitmap_offsets[j]:b.bitmap_offsets[j + 1]].tobytes()
+        for j in np.flatnonzero(~b.found & (slots <= fmt.MAX_ADDR)).tolist():
+            tags_code[j] = None
+    return {"tags_code": tags_code, "msg_store_time": store_time, "filter_bitmap": bitmaps}

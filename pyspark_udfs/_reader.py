@@ -419,7 +419,46 @@ def _read_slice(options, schema, part, tags_code_sets, skips: Skips) -> Iterator
         columns["matched_by_consume_queue"] = pa.array(decisions.consume_queue[rows])
         columns["matched_by_commit_log"] = pa.array(decisions.commit_log[rows], mask=~reached)
         columns["delivered"] = pa.array(decisions.delivered[rows])
+    if options.message_filter is not None:
+        columns = _apply_message_filter(options, store, topic, queue_id, columns)
     yield from _batches(columns, schema)
+
+
+_MESSAGE_FILTERS: dict[tuple[str, str], object] = {}  # per worker: each filter imported once
+
+
+def _apply_message_filter(options, store, topic: str, queue_id: int, columns: dict[str, pa.Array]) -> dict:
+    """Option ``filter``: the custom filter on the rows the group receives (docs/custom-filters.md).
+
+    Without ``decisions`` the rows it rejects (or fails on, with ``on_filter_error=skip``) are
+    dropped; with it, ``delivered`` takes its answer and ``filter_skipped`` marks the failures.
+    """
+    from cq.custom_filter import MessageFilter, message_schema
+
+    key = (options.message_filter, options.on_filter_error)
+    mf = _MESSAGE_FILTERS.get(key)
+    if mf is None:
+        mf = _MESSAGE_FILTERS[key] = MessageFilter(options.message_filter, on_error=options.on_filter_error)
+    n = len(columns["queue_offset"])
+    decided = "delivered" in columns
+    candidates = np.flatnonzero(columns["delivered"].to_numpy(zero_copy_only=False)) if decided else np.arange(n)
+    keep = np.zeros(n, dtype=np.bool_)
+    skipped = np.zeros(n, dtype=np.bool_)
+    offsets = columns["commit_log_offset"].to_numpy()
+    queue_offsets = columns["queue_offset"].to_numpy()
+    batch = pa.RecordBatch.from_arrays([columns[f.name] for f in message_schema()], schema=message_schema())
+    for start in range(0, len(candidates), BATCH_ROWS):
+        rows = candidates[start:start + BATCH_ROWS]
+        if mf.batch:
+            k, s = mf.apply_record_batch(batch.take(pa.array(rows)), (topic, queue_id, int(queue_offsets[rows[0]])),
+                                         (topic, queue_id, int(queue_offsets[rows[-1]])))
+        else:
+            k, s = mf.apply([store.commit_log.read_message(int(off)) for off in offsets[rows]])
+        keep[rows], skipped[rows] = k, s
+    if decided:
+        return {**columns, "delivered": pa.array(keep), "filter_skipped": pa.array(skipped)}
+    mask = pa.array(keep)
+    return {name: arr.filter(mask) for name, arr in columns.items()}
 
 
 def _ext_columns(batch, rows: np.ndarray) -> dict[str, pa.Array]:

@@ -62,6 +62,17 @@ Options (all strings, parsed once when the reader is made):
     partition's range (the whole queue when it fails while planning). Each
     skipped range is logged (WARNING, logger ``rmqfilter.datasource``) and,
     with ``skipped_log``, written there; read them with :func:`skipped_ranges`.
+``filter``
+    ``package.module:function``: a custom filter (docs/custom-filters.md) run in the reader
+    after both broker layers and the client's tag re-check, on each message the group would
+    receive (every message without ``group``). Imported when the reader is made (``load()``
+    fails with the import error) and again on the executors, so the module must be importable
+    there (PYTHONPATH, ``spark.submit.pyFiles``). Needs ``table=messages``.
+    With ``decisions`` the column ``filter_skipped`` says where it failed under
+    ``on_filter_error=skip`` and ``delivered`` includes its answer.
+``on_filter_error``
+    ``fail`` (default): an exception in the filter fails the query with
+    ``cq.FilterError`` naming the message and the filter; ``skip``: the message is dropped.
 ``skipped_log``
     A directory (visible to the executors) where ``on_corrupt=skip`` writes
     the skipped ranges, one JSON-lines file per partition (a retried task
@@ -105,11 +116,12 @@ from pyspark.sql.types import (
     StructType,
 )
 
-__all__ = ["LAYER2", "ON_CORRUPT", "TABLES", "ConsumeQueueSlice", "ReadOptions", "RocketMQDataSource", "RocketMQPushdownReader",
+__all__ = ["LAYER2", "ON_CORRUPT", "ON_FILTER_ERROR", "TABLES", "ConsumeQueueSlice", "ReadOptions", "RocketMQDataSource", "RocketMQPushdownReader",
            "RocketMQReader", "skipped_ranges"]
 
 TABLES = ("messages", "consumequeue")
 ON_CORRUPT = ("fail", "skip")
+ON_FILTER_ERROR = ("fail", "skip")
 LAYER2 = ("reader", "spark")
 DEFAULT_PARTITION_UNITS = 100_000
 BATCH_ROWS = 8192
@@ -153,6 +165,7 @@ _LAYER1_DECISION_FIELDS = [
     StructField("matched_by_consume_queue", BooleanType(), False),
     StructField("reached_commit_log", BooleanType(), False),
 ]
+_FILTER_DECISION_FIELDS = [StructField("filter_skipped", BooleanType(), False)]
 _DECISION_FIELDS = [
     StructField("matched_by_consume_queue", BooleanType(), False),
     StructField("matched_by_commit_log", BooleanType(), True),
@@ -188,6 +201,8 @@ class ReadOptions:
     on_corrupt: str = "fail"
     skipped_log: str | None = None
     layer2: str = "reader"
+    message_filter: str | None = None
+    on_filter_error: str = "fail"
     #: a group looked up in config/consumerFilter.json: its bornTime and bloom data
     born_time: int = 0
     bloom_bit_pos: tuple[int, ...] | None = None
@@ -266,6 +281,18 @@ class ReadOptions:
                 cq.parse_tag_subscription(tags)
             except ValueError as exc:
                 raise ValueError(f"rocketmq option 'tags': {exc} in {tags!r}") from exc
+        message_filter = options.get("filter") or None
+        on_filter_error = str(options.get("on_filter_error", "fail")).strip().lower()
+        if on_filter_error not in ON_FILTER_ERROR:
+            raise ValueError(f"rocketmq option 'on_filter_error': expected fail or skip, got "
+                             f"{options['on_filter_error']!r}")
+        if message_filter is not None:
+            if table != "messages" or layer2 != "reader":
+                raise ValueError("rocketmq option 'filter' runs on decoded messages after layer 2: it needs "
+                                 "table=messages and layer2=reader")
+            from cq.custom_filter import load_filter
+
+            load_filter(message_filter)  # now, on the driver: a clear error at load() (ValueError naming it)
         return cls(
             path=os.path.abspath(path),
             topic=topic,
@@ -279,6 +306,8 @@ class ReadOptions:
             on_corrupt=on_corrupt,
             skipped_log=os.path.abspath(skipped_log) if skipped_log is not None else None,
             layer2=layer2,
+            message_filter=message_filter,
+            on_filter_error=on_filter_error,
             from_committed=from_committed,
             **registered,
         )
@@ -290,6 +319,8 @@ class ReadOptions:
             fields.append(_PROPERTIES_FIELD)
         if self.decisions:
             fields += _LAYER1_DECISION_FIELDS if self.layer2 == "spark" else _DECISION_FIELDS
+            if self.message_filter is not None:
+                fields += _FILTER_DECISION_FIELDS
         return StructType(fields)
 
 

@@ -134,6 +134,10 @@ class ScanResult:
     skipped: tuple = ()
     #: how layer 2 ran: ``native`` (a Spark expression) or ``python (why)`` (in the reader)
     layer2: str = ""
+    #: the custom filter (``package.module:function``) run after both layers, if any
+    message_filter: str | None = None
+    #: messages the custom filter failed on and ``on_filter_error="skip"`` dropped
+    filter_skipped: int = 0
 
     @property
     def false_positives(self) -> int:
@@ -183,7 +187,8 @@ def _reader(spark, store: str, topic: str, group: GroupScan, **options: str):
 
 def scan(spark, store: str, topic: str, group: GroupScan, *, out: str | None = None,
          out_format: str = "parquet", on_corrupt: str = "fail", skipped_log: str | None = None,
-         layer2: str = LAYER2_DEFAULT) -> ScanResult:
+         layer2: str = LAYER2_DEFAULT, message_filter: str | None = None,
+         on_filter_error: str = "fail") -> ScanResult:
     """Run the broker's filter for ``group`` over ``topic`` and count each layer.
 
     Parameters
@@ -214,6 +219,10 @@ def scan(spark, store: str, topic: str, group: GroupScan, *, out: str | None = N
         ``python``: in the reader, with the Cython engine. ``auto``
         (``LAYER2_DEFAULT``): ``native`` (see ``LAYER2_AUTO``). Tag groups always run in the reader. The counts
         are the same either way.
+    message_filter : str, optional
+        ``package.module:function``, a custom filter run in the reader after both layers
+        (docs/custom-filters.md); layer 2 then runs in the reader too.
+    on_filter_error : {"fail", "skip"}
 
     Returns
     -------
@@ -233,6 +242,8 @@ def scan(spark, store: str, topic: str, group: GroupScan, *, out: str | None = N
     if layer2 not in LAYER2_CHOICES:
         raise ValueError(f"layer2 must be one of {', '.join(LAYER2_CHOICES)}, got {layer2!r}")
     native, how = _layer2_plan(group, LAYER2_AUTO if layer2 == "auto" else layer2)
+    if message_filter is not None and native:
+        native, how = False, "python (reader: the custom filter runs after it there)"
     options: dict[str, str] = {}
     own_log = False
     if on_corrupt == "skip":
@@ -241,6 +252,7 @@ def scan(spark, store: str, topic: str, group: GroupScan, *, out: str | None = N
         options = {"on_corrupt": "skip", "skipped_log": os.path.join(log_root, "count")}
     t0 = time.perf_counter()
     # Counting needs no CommitLog fields beyond the properties layer 2 reads itself.
+    filtered = {} if message_filter is None else {"filter": message_filter, "on_filter_error": on_filter_error}
     if native:
         from pyspark_udfs.native import selector_column
 
@@ -250,9 +262,13 @@ def scan(spark, store: str, topic: str, group: GroupScan, *, out: str | None = N
         matched = F.when(F.col("reached_commit_log"), selector_column(group.sql, "properties"))
         delivered_col = F.coalesce(matched, F.lit(False))
     else:
-        decisions = _reader(spark, store, topic, group, decisions="true", table="consumequeue", **options)
+        # the custom filter needs decoded messages: the messages table (counting reads them all)
+        decisions = _reader(spark, store, topic, group, decisions="true",
+                            table="messages" if filtered else "consumequeue", **options, **filtered)
         matched, delivered_col = F.col("matched_by_commit_log"), F.col("delivered")
+    skipped_col = F.col("filter_skipped") if filtered else F.lit(False)
     row = decisions.agg(
+        F.sum(skipped_col.cast("long")).alias("filter_skipped"),
         F.count(F.lit(1)).alias("units"),
         F.sum(F.col("matched_by_consume_queue").cast("long")).alias("cq"),
         F.sum(F.coalesce(matched, F.lit(False)).cast("long")).alias("cl"),
@@ -267,7 +283,7 @@ def scan(spark, store: str, topic: str, group: GroupScan, *, out: str | None = N
             delivered = _reader(spark, store, topic, group, layer2="spark", **options).where(
                 selector_column(group.sql, "properties"))
         else:
-            delivered = _reader(spark, store, topic, group, **options)
+            delivered = _reader(spark, store, topic, group, **options, **filtered)
         delivered.write.mode("overwrite").format(out_format).save(out)
     seconds = time.perf_counter() - t0
     skipped: list[dict] = []
@@ -293,6 +309,8 @@ def scan(spark, store: str, topic: str, group: GroupScan, *, out: str | None = N
         output=out,
         skipped=tuple(skipped),
         layer2=how,
+        message_filter=message_filter,
+        filter_skipped=int(row["filter_skipped"] or 0),
     )
 
 
@@ -378,6 +396,12 @@ def add_scan_arguments(parser: argparse.ArgumentParser) -> None:
                         help="a corrupt store file fails the scan (default), or is skipped and reported")
     parser.add_argument("--skipped-log", help="with --on-corrupt skip: directory (shared with the executors) "
                                               "for the skipped ranges (default: a temporary directory)")
+    parser.add_argument("--filter", dest="message_filter", metavar="MODULE:FUNCTION",
+                        help="custom filter run in the reader after both broker layers (docs/custom-filters.md); "
+                             "the module must be importable on the executors")
+    parser.add_argument("--on-filter-error", choices=("fail", "skip"), default="fail",
+                        help="an exception in the custom filter fails the scan (default) or drops the message "
+                             "and counts it")
 
 
 def run_scan(args: argparse.Namespace) -> int:
@@ -400,18 +424,37 @@ def run_scan(args: argparse.Namespace) -> int:
     except ValueError as exc:  # unknown group (listing the registered ones), malformed config file
         print(f"rmqfilter scan: error: {exc}", file=sys.stderr)
         return 2
+    if args.message_filter is not None:
+        from cq.custom_filter import load_filter
+
+        try:  # fail before Spark starts, with the import error
+            load_filter(args.message_filter)
+        except ValueError as exc:
+            print(f"rmqfilter scan: error: {exc}", file=sys.stderr)
+            return 2
     owned = owns_session()
     spark = spark_session(args.master, app_name=f"rmqfilter scan {args.group or 'all groups'}")
     try:
         results = [scan(spark, os.path.abspath(args.store), args.topic, group, out=args.out,
                         out_format=args.out_format, on_corrupt=args.on_corrupt, skipped_log=args.skipped_log,
-                        layer2=args.layer2) for group in groups]
+                        layer2=args.layer2, message_filter=args.message_filter,
+                        on_filter_error=args.on_filter_error) for group in groups]
+    except Exception as exc:  # a failing custom filter surfaces inside Spark's exception
+        if args.message_filter is not None and "FilterError" in str(exc):
+            text = str(exc)
+            line = next((ln for ln in text.splitlines() if "FilterError" in ln), text)
+            print(f"rmqfilter scan: error: {line.strip()}", file=sys.stderr)
+            return 2
+        raise
     finally:
         if owned:
             spark.stop()
     print(format_summary(results))
     print("\n" + "\n".join(f"{r.group}: layer 2: {r.layer2}" if len(results) > 1 else f"layer 2: {r.layer2}"
                             for r in results))
+    for r in results:
+        if r.message_filter is not None:
+            print(f"{r.group}: custom filter {r.message_filter}: skipped on error {r.filter_skipped:,}")
     if any(r.skipped for r in results):
         print("\n" + format_skipped(results))
     if args.out:

@@ -3,8 +3,26 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 import time
+
+
+def add_filter_arguments(parser: argparse.ArgumentParser) -> None:
+    """``--filter`` and ``--on-filter-error`` (``consume`` and ``scan``; docs/custom-filters.md)."""
+    parser.add_argument("--filter", dest="message_filter", metavar="MODULE:FUNCTION",
+                        help="custom filter run after both broker layers: package.module:function taking a "
+                             "cq.Message (or, marked with cq.batch_filter, an Arrow record batch) and returning "
+                             "bool; without --sql/--tags the group's registration, else '*', comes first")
+    parser.add_argument("--on-filter-error", choices=("fail", "skip"), default="fail",
+                        help="an exception in the custom filter stops with an error naming the message (fail, "
+                             "default) or drops the message and counts it (skip)")
+
+
+def _import_from_cwd() -> None:
+    """Let ``--filter module:function`` find a module in the current directory, as ``python -m`` would."""
+    if "" not in sys.path and os.getcwd() not in sys.path:
+        sys.path.insert(0, os.getcwd())
 
 
 def add_parsers(subparsers) -> None:
@@ -40,6 +58,7 @@ def add_parsers(subparsers) -> None:
     how.add_argument("--sql", help="SQL92 selector, e.g. \"a > 5 AND b = 'abc'\" (default: the group's "
                                    "registration in config/consumerFilter.json, with its bornTime)")
     how.add_argument("--tags", help='tag subscription, e.g. "TagA || TagB" or "*"')
+    add_filter_arguments(consume)
     consume.add_argument("--queue", type=int, action="append", dest="queue_ids", metavar="ID",
                          help="queue id to read (repeatable; default: all)")
     consume.add_argument("--format", choices=("text", "jsonl", "none"), default="text",
@@ -275,6 +294,10 @@ def _run_consume(args: argparse.Namespace) -> int:
         return 2
     progress = _Progress(args.progress)
     try:
+        message_filter = None
+        if args.message_filter is not None:
+            _import_from_cwd()
+            message_filter = cq.MessageFilter(args.message_filter, on_error=args.on_filter_error)
         with reported_warnings("rmqfilter consume"):
             store = cq.Store(args.store)
             if args.topic not in store.topics():
@@ -296,7 +319,7 @@ def _run_consume(args: argparse.Namespace) -> int:
                 result = store.consume(
                     args.topic, group, sql=args.sql, tags=args.tags, queue_ids=args.queue_ids,
                     bloom_filter=None if args.no_bloom else "default", born_time=args.born_time,
-                    verify_crc=args.verify_crc, progress=progress,
+                    verify_crc=args.verify_crc, progress=progress, message_filter=message_filter,
                 )
                 for delivered, m in enumerate(result, 1):
                     if args.format == "text":
@@ -310,14 +333,15 @@ def _run_consume(args: argparse.Namespace) -> int:
                     if args.limit is not None and delivered >= args.limit:
                         break
                 progress.finish()
-                _print_stats(result.stats, time.perf_counter() - t0, group if args.all_groups else None)
+                _print_stats(result.stats, time.perf_counter() - t0, group if args.all_groups else None,
+                             message_filter is not None)
     except BrokenPipeError:  # `| head`: stop quietly, as Unix tools do
         import os
 
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return 0
     except (cq.StoreFormatError, cq.TagSubscriptionError, cq.UnknownGroupError, SelectorSyntaxError,
-            KeyError) as exc:
+            KeyError, cq.FilterError, ValueError) as exc:
         progress.finish()
         message = exc.args[0] if isinstance(exc, KeyError) and exc.args else exc
         print(f"rmqfilter consume: error: {message}", file=sys.stderr)
@@ -325,7 +349,7 @@ def _run_consume(args: argparse.Namespace) -> int:
     return 0
 
 
-def _print_stats(st, seconds: float, group: str | None) -> None:
+def _print_stats(st, seconds: float, group: str | None, custom_filter: bool = False) -> None:
     print(
         (f"{group}: " if group else "") +
         f"units scanned {st.units_scanned:,}; passed ConsumeQueue layer {st.passed_consume_queue:,}; "
@@ -333,6 +357,8 @@ def _print_stats(st, seconds: float, group: str | None) -> None:
         f"bloom tested {st.bloom_tested:,}, pruned {st.bloom_pruned:,}, "
         f"false positives {st.bloom_false_positives:,}; client re-check dropped {st.client_filtered:,}; "
         f"missing in CommitLog {st.commit_log_missing:,}; unresolved ext {st.ext_missing:,}; "
-        f"{seconds:.2f} s",
+        + (f"custom filter rejected {st.filter_rejected:,}, skipped on error {st.filter_skipped:,}; "
+           if custom_filter else "")
+        + f"{seconds:.2f} s",
         file=sys.stderr,
     )

@@ -1,0 +1,731 @@
+"""What broker-side filtering costs per consumer group on a store, and whether the Bloom bitmap pays.
+
+:func:`filter_cost` replays the broker's two filter layers (docs/cost.md) for every group of a
+topic in one pass over its ConsumeQueue units:
+
+* layer 1 as this store has it: the tag code (tag groups) or the ConsumeQueueExt bitmap (SQL92
+  groups), through the same ``Store._layer1`` :meth:`cq.Store.consume` runs;
+* layer 2: each distinct selector evaluated once per batch on every message's properties
+  (``Selector.matches_many``), so the report knows each group's exact answer for every message;
+* the bitmap the dispatcher (``CommitLogDispatcherCalcBitMap``) would build: every message x
+  every registered SQL92 group of the topic. The groups' answers are kept per message as packed
+  bit rows, counted by distinct row, and the bitmaps are rebuilt in memory from them (never
+  written) for 1..N of the registered groups and for other ``f``/``n``, to measure the Bloom
+  false-positive rate beside the rate the Bloom math predicts.
+
+The pass is split into :class:`Tally` objects that add up (one per queue range), so the Spark
+variant (:mod:`pyspark_udfs.cost`) runs :func:`tally_range` on executors and
+:func:`finish_report` on the driver.
+"""
+from __future__ import annotations
+
+import math
+import os
+import platform
+import time
+from collections.abc import Iterable, Sequence
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+import numpy as np
+
+import bloom
+import selector
+from selector.quoted import BROKER_EVALUATE_NS
+
+from . import format as fmt
+from .errors import UnknownGroupError
+from .filter import SqlFilter, TagFilter
+from .store import CONSUME_BATCH, ConsumeStats, Store
+from .tags import EXPRESSION_TYPE_SQL92
+
+__all__ = [
+    "DEFAULT_ALTERNATIVES",
+    "CostGroup",
+    "CostReport",
+    "GroupCost",
+    "NoExtUnitsError",
+    "Tally",
+    "filter_cost",
+    "finish_report",
+    "predicted_fp_rate",
+    "resolve_groups",
+    "tally_range",
+]
+
+EXPRESSION_TYPE_TAG = "TAG"
+#: ``(f, n)`` pairs replayed besides the store's own when the caller names none: from a 1-byte
+#: to a 78-byte bitmap, so a target false-positive rate finds the smallest bitmap that holds it.
+DEFAULT_ALTERNATIVES: tuple[tuple[int, int], ...] = (
+    (50, 4), (33, 8), (20, 16), (20, 32), (20, 64), (10, 32), (10, 64), (5, 64), (1, 64),
+)
+#: Messages whose properties the CPU timing evaluates (the first ones of the topic).
+TIMING_SAMPLE = 20_000
+#: Replays of 1..N groups: every N up to this many groups, else this many points from 1 to N.
+MAX_REPLAY_STEPS = 32
+
+
+class NoExtUnitsError(ValueError):
+    """The topic has no ConsumeQueueExt units, so the store's bitmap cannot be evaluated.
+
+    ``report`` holds the layer-2-only costs (and the in-memory replay) all the same.
+    """
+
+    def __init__(self, topic: str, root: str, report: CostReport) -> None:
+        self.topic = topic
+        self.report = report
+        super().__init__(
+            f"topic {topic!r} of store {root} has no ConsumeQueueExt units (enableConsumeQueueExt was off): "
+            "the broker keeps no bitmap for it, so the bitmap cannot be evaluated on this store; "
+            "the report gives layer-2-only costs (every unit evaluated on pull) and the in-memory replay")
+
+
+@dataclass(frozen=True)
+class CostGroup:
+    """A group to report on or to count as registered, given explicitly.
+
+    Attributes
+    ----------
+    group : str
+    expression : str
+        SQL92 selector, or a tag subscription (``"TagA || TagB"``) when ``expression_type`` is ``"TAG"``.
+    expression_type : {"SQL92", "TAG"}
+    born_time : int
+        ``bornTime`` (ms) of a SQL92 group's filter data: ext bitmaps of messages stored at or
+        before it are not trusted (default 0: registered before every message).
+    registered : bool
+        A SQL92 group registered on the topic: the dispatcher evaluates it for every message.
+    bloom_data : bloom.BloomFilterData, optional
+        Persisted bit positions (default: generated from ``"{group}#{topic}"``).
+    """
+
+    group: str
+    expression: str
+    expression_type: str = EXPRESSION_TYPE_SQL92
+    born_time: int = 0
+    registered: bool = True
+    bloom_data: Any = None
+
+    @property
+    def is_sql(self) -> bool:
+        return self.expression_type == EXPRESSION_TYPE_SQL92
+
+
+@dataclass
+class Tally:
+    """Counts of one pass over some of a topic's units; tallies of disjoint ranges add up.
+
+    Per-group arrays follow ``groups`` (the reported groups then the other registered ones).
+    """
+
+    groups: list[str]
+    registered: list[str]
+    units: int = 0
+    commit_log_missing: int = 0
+    records: int = 0
+    record_bytes: int = 0
+    ext_units: int = 0
+    ext_unit_bytes: int = 0
+    ext_bitmap_bytes: int = 0
+    ext_bitmaps: int = 0
+    queues_without_ext: int = 0
+    queues: int = 0
+    passed_consume_queue: np.ndarray = None
+    bloom_tested: np.ndarray = None
+    bloom_false_positives: np.ndarray = None
+    matched: np.ndarray = None
+    delivered: np.ndarray = None
+    client_filtered: np.ndarray = None
+    passed_bytes: np.ndarray = None
+    #: packed answers of the registered groups (one bit per group, TRUE = set) -> messages
+    patterns: dict[bytes, int] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        for name in ("passed_consume_queue", "bloom_tested", "bloom_false_positives", "matched", "delivered",
+                     "client_filtered", "passed_bytes"):
+            if getattr(self, name) is None:
+                setattr(self, name, np.zeros(len(self.groups), dtype=np.int64))
+
+    def add(self, other: Tally) -> Tally:
+        """Add ``other`` (a tally of other units of the same topic and groups) into this one."""
+        if other.groups != self.groups or other.registered != self.registered:
+            raise ValueError("tallies of different groups do not add up")
+        for name in ("units", "commit_log_missing", "records", "record_bytes", "ext_units", "ext_unit_bytes",
+                     "ext_bitmap_bytes", "ext_bitmaps", "queues_without_ext", "queues"):
+            setattr(self, name, getattr(self, name) + getattr(other, name))
+        for name in ("passed_consume_queue", "bloom_tested", "bloom_false_positives", "matched", "delivered",
+                     "client_filtered", "passed_bytes"):
+            getattr(self, name).__iadd__(getattr(other, name))
+        for key, count in other.patterns.items():
+            self.patterns[key] = self.patterns.get(key, 0) + count
+        return self
+
+
+@dataclass
+class GroupCost:
+    """One group's row of the report (every number is documented in docs/cost.md)."""
+
+    group: str
+    expression_type: str
+    expression: str
+    registered: bool
+    born_time: int
+    units: int
+    passed_consume_queue: int
+    bloom_tested: int
+    bloom_false_positives: int
+    delivered: int
+    client_filtered: int
+    evaluations_without_bitmap: int
+    evaluations_with_bitmap: int | None
+    commit_log_reads_without_bitmap: int
+    commit_log_reads_with_bitmap: int | None
+    commit_log_bytes_without_bitmap: int
+    commit_log_bytes_with_bitmap: int | None
+    ns_per_evaluation: float | None
+    quoted_java_ns_per_evaluation: int | None
+    cpu_ms_without_bitmap: float | None
+    cpu_ms_with_bitmap: float | None
+
+
+@dataclass
+class CostReport:
+    """The filtering-cost report of one topic (:func:`filter_cost`)."""
+
+    store: str
+    topic: str
+    bitmap_available: bool
+    bloom: dict
+    messages: int
+    units: int
+    commit_log_missing: int
+    registered_groups: list[str]
+    dispatch_evaluations: int | None
+    dispatch_cpu_ms: float | None
+    ext: dict
+    groups: list[GroupCost]
+    fp_by_groups: list[dict]
+    fp_by_config: list[dict]
+    fp_target: float | None
+    fp_target_choice: dict | None
+    verdict: dict
+    measurement: dict
+    quoted: dict
+    seconds: float = 0.0
+
+    def to_dict(self) -> dict:
+        """A JSON-ready dict (the ``--json`` document)."""
+        return asdict(self)
+
+    def group(self, name: str) -> GroupCost:
+        """The row of group ``name``."""
+        for g in self.groups:
+            if g.group == name:
+                return g
+        raise KeyError(name)
+
+
+# ------------------------------------------------------------------ groups
+def resolve_groups(store: Store, topic: str, groups: Iterable[str | CostGroup] | None = None, *,
+                   bloom_filter: Any = None) -> tuple[list[CostGroup], list[CostGroup]]:
+    """``(reported, registered)``: the groups to report on, and the topic's registered SQL92 groups.
+
+    Registered groups are those of ``config/consumerFilter.json`` for ``topic`` (dead ones too:
+    the dispatcher evaluates them) plus every explicit SQL92 :class:`CostGroup` with
+    ``registered=True``; ones without a compiled expression or bloom data are left out, as the
+    dispatcher skips them. A group named by a string must be registered
+    (:class:`cq.UnknownGroupError` otherwise). ``groups=None``: every registered group and
+    every explicit one.
+    """
+    bf = bloom_filter if bloom_filter is not None else bloom.BloomFilter()
+    explicit = [g for g in (groups or []) if isinstance(g, CostGroup)]
+    names = [g for g in (groups or []) if not isinstance(g, CostGroup)]
+    from_file = [
+        CostGroup(r.group, r.expression or "", r.expression_type or "", r.born_time, True,
+                  r.bloom_data if r.bloom_matches else None)
+        for r in store.registered_filters(topic, bloom_filter=bf)
+    ]
+    by_name = {g.group: g for g in from_file}
+    for g in explicit:
+        by_name[g.group] = g
+    registered = [g for g in by_name.values() if g.registered and g.is_sql and _compiles(g.expression)]
+    if groups is None:
+        return list(by_name.values()), registered
+    reported: list[CostGroup] = []
+    for name in names:
+        if name not in by_name:
+            raise UnknownGroupError(name, topic, sorted(by_name), store.config_path("consumerFilter.json"))
+        reported.append(by_name[name])
+    reported += explicit
+    seen: set[str] = set()
+    return [g for g in reported if not (g.group in seen or seen.add(g.group))], registered
+
+
+def _compiles(sql: str) -> bool:
+    try:
+        selector.compile(sql)
+    except selector.SelectorSyntaxError:
+        return False
+    return bool(sql.strip())
+
+
+def _make_filter(g: CostGroup, topic: str, bf: Any):
+    if not g.is_sql:
+        return TagFilter(g.expression)
+    return SqlFilter(g.group, topic, g.expression, bf, born_time=g.born_time,
+                     bloom_data=g.bloom_data if g.bloom_data is not None else None)
+
+
+# ------------------------------------------------------------------ one pass
+def tally_range(store: Store, topic: str, reported: Sequence[CostGroup], registered: Sequence[CostGroup], *,
+                queue_id: int, start: int | None = None, end: int | None = None, bloom_filter: Any = None) -> Tally:
+    """Count queue offsets ``[start, end)`` of one queue for every group (the unit of work of a pass).
+
+    Layer 1 runs through ``Store._layer1`` with the store's ext bitmaps; each distinct selector
+    is evaluated once per batch on every message present in the CommitLog.
+    """
+    bf = bloom_filter if bloom_filter is not None else bloom.BloomFilter()
+    all_groups = list(reported) + [g for g in registered if g.group not in {r.group for r in reported}]
+    names = [g.group for g in all_groups]
+    reg_names = [g.group for g in registered]
+    tally = Tally(names, reg_names, queues=1)
+    filters = [_make_filter(g, topic, bf) for g in all_groups]
+    reg_index = [names.index(n) for n in reg_names]
+    log = store.commit_log
+    lo, hi = log.min_offset, log.max_offset
+    cqueue, ext = store._queue_readers(topic, queue_id)
+    try:
+        if ext is None:
+            tally.queues_without_ext = 1
+        count = None if end is None else max(0, int(end) - (cqueue.min_offset if start is None else int(start)))
+        if start is not None:
+            start = max(int(start), cqueue.min_offset)
+        for _first, raw in cqueue.raw_chunks(start, count):
+            for b in range(0, len(raw) // fmt.CQ_STORE_UNIT_SIZE, CONSUME_BATCH):
+                chunk = raw[b * fmt.CQ_STORE_UNIT_SIZE:(b + CONSUME_BATCH) * fmt.CQ_STORE_UNIT_SIZE]
+                _tally_batch(store, tally, chunk, filters, reg_index, ext, lo, hi)
+                log._drop_resident()
+    finally:
+        store._release(topic, queue_id, cqueue, ext)
+    return tally
+
+
+def _tally_batch(store, tally: Tally, chunk, filters, reg_index, ext, lo: int, hi: int) -> None:
+    units = np.frombuffer(chunk, dtype=fmt.CQ_UNIT_DTYPE)
+    n = len(units)
+    offs = units["commit_log_offset"].astype(np.int64)
+    sizes = units["size"].astype(np.int64)
+    present = (offs >= lo) & (offs + sizes <= hi)
+    tally.units += n
+    tally.commit_log_missing += int(n - present.sum())
+    tally.records += int(present.sum())
+    tally.record_bytes += int(sizes[present].sum())
+    slot = units["tags_code"]
+    if ext is not None:
+        eb = ext.read_batch(slot)
+        tally.ext_units += int(eb.found.sum())
+        bms = np.maximum(eb.bit_map_size[eb.found].astype(np.int64), 0)
+        tally.ext_bitmaps += int((bms > 0).sum())
+        tally.ext_bitmap_bytes += int(bms.sum())
+        tally.ext_unit_bytes += int(eb.size[eb.found].astype(np.int64).sum())
+    props = store.commit_log.gather_properties(offs[present])
+    answers: dict[str, np.ndarray] = {}  # one evaluation per distinct selector
+    tags = None
+    matched = np.zeros((len(filters), n), dtype=bool)
+    for j, flt in enumerate(filters):
+        stats = ConsumeStats()
+        idx, hits = store._layer1(flt, chunk, units, ext, stats)
+        passed = np.zeros(n, dtype=bool)
+        passed[idx] = True
+        tested = (hits | ~passed) & present if stats.bloom_tested else np.zeros(n, dtype=bool)
+        passed &= present
+        if isinstance(flt, SqlFilter):
+            got = answers.get(flt.sql)
+            if got is None:
+                got = answers[flt.sql] = flt.is_matched_by_commit_log_many(props)
+            matched[j, present] = got
+            tally.bloom_tested[j] += int(tested.sum())
+            tally.bloom_false_positives[j] += int((hits & present & ~matched[j]).sum())
+            tally.delivered[j] += int((passed & matched[j]).sum())
+        else:
+            if tags is None:
+                # "" for no TAGS: a tag subscription's set never holds "" (its tags are trimmed, non-empty)
+                tags = np.array([(p.get("TAGS") if p is not None else None) or "" for p in props], dtype=str)
+            sub = flt.subscription
+            if sub is None or flt.class_filter_mode or not sub.tags_set:
+                client = np.ones(len(props), dtype=bool)
+            else:
+                client = np.isin(tags, np.array(sorted(sub.tags_set), dtype=str))
+            matched[j, present] = client
+            tally.client_filtered[j] += int((passed & ~matched[j] & present).sum())
+            tally.delivered[j] += int((passed & matched[j]).sum())
+        tally.passed_consume_queue[j] += int(passed.sum())
+        tally.matched[j] += int(matched[j].sum())
+        tally.passed_bytes[j] += int(sizes[passed].sum())
+    if reg_index:
+        rows = np.packbits(matched[reg_index][:, present].T, axis=1)
+        if len(rows):
+            uniq, counts = np.unique(rows, axis=0, return_counts=True)
+            for row, c in zip(uniq, counts.tolist()):
+                key = row.tobytes()
+                tally.patterns[key] = tally.patterns.get(key, 0) + c
+
+
+# ------------------------------------------------------------------ the Bloom math
+def predicted_fp_rate(k: int, m: int, members: np.ndarray, weights: np.ndarray | None = None) -> float:
+    """The rate the Bloom math predicts for a group that does not match a message.
+
+    A message whose bitmap holds the bits of ``x`` matching groups (each sets ``k`` of ``m``
+    bits) has a given bit still clear with probability ``(1 - 1/m) ** (k x)``; a non-matching
+    group tests positive when its ``k`` bits are all set: ``(1 - (1 - 1/m) ** (k x)) ** k``.
+    ``members`` holds ``x`` per (message, non-matching group) pair; the result is the mean,
+    weighted by ``weights``.
+    """
+    x = np.asarray(members, dtype=np.float64)
+    if not len(x):
+        return float("nan")
+    p = (1.0 - (1.0 - 1.0 / m) ** (k * x)) ** k
+    w = np.ones_like(x) if weights is None else np.asarray(weights, dtype=np.float64)
+    return float((p * w).sum() / w.sum()) if w.sum() else float("nan")
+
+
+def _replay(patterns: dict[bytes, int], registered: Sequence[CostGroup], topic: str, f: int, n: int,
+            steps: Sequence[int]) -> list[dict]:
+    """Rebuild the bitmaps of the distinct answer rows with Bloom(f, n) for the first ``s`` registered
+    groups, ``s`` in ``steps``; false positives per group (never written to the store)."""
+    bf = bloom.BloomFilter(f, n)
+    r = len(registered)
+    keys = list(patterns)
+    weights = np.array([patterns[k] for k in keys], dtype=np.int64)
+    rows = np.frombuffer(b"".join(keys), dtype=np.uint8).reshape(len(keys), -1) if keys else \
+        np.zeros((0, max(1, (r + 7) // 8)), dtype=np.uint8)
+    member = np.unpackbits(rows, axis=1, count=r).astype(bool) if r else np.zeros((len(keys), 0), bool)
+    nbytes = (bf.m + 7) // 8
+    bitmaps = np.zeros((len(keys), nbytes), dtype=np.uint8)
+    datas = [g.bloom_data if (g.bloom_data is not None and bf.is_valid(g.bloom_data))
+             else bf.generate(f"{g.group}#{topic}") for g in registered]
+    out = []
+    want = set(steps)
+    for j, data in enumerate(datas):
+        bits = bloom.BitsArray(bf.m)
+        bf.hash_to(data, bits)
+        bitmaps[member[:, j]] |= np.frombuffer(bytes(bits), dtype=np.uint8)
+        s = j + 1
+        if s not in want:
+            continue
+        fps, negs, preds, per_group = 0, 0, [], {}
+        x = member[:, :s].sum(axis=1)
+        for i in range(s):
+            neg = ~member[:, i]
+            hit = bf.is_hit_many(datas[i], bitmaps) if len(keys) else np.zeros(0, bool)
+            fp = int(weights[hit & neg].sum())
+            ng = int(weights[neg].sum())
+            fps += fp
+            negs += ng
+            per_group[registered[i].group] = {"false_positives": fp, "negatives": ng}
+            if ng:
+                preds.append((predicted_fp_rate(bf.k, bf.m, x[neg], weights[neg]), ng))
+        predicted = (sum(p * w for p, w in preds) / sum(w for _, w in preds)) if preds else None
+        out.append({
+            "groups": s, "f": f, "n": n, "k": bf.k, "m": bf.m, "bitmap_bytes": nbytes,
+            "false_positives": fps, "negatives": negs,
+            "fp_rate": fps / negs if negs else None,
+            "predicted_fp_rate": predicted,
+            "dispatch_evaluations": int(weights.sum()) * s,
+            "per_group": per_group,
+        })
+    return out
+
+
+def _steps(r: int) -> list[int]:
+    if r <= MAX_REPLAY_STEPS:
+        return list(range(1, r + 1))
+    return sorted({max(1, round(math.exp(math.log(r) * i / (MAX_REPLAY_STEPS - 1)))) for i in range(MAX_REPLAY_STEPS)}
+                  | {r})
+
+
+# ------------------------------------------------------------------ CPU per evaluation
+def machine() -> dict:
+    """Where the timing ran: CPU model, cores, Python, engine."""
+    model = platform.processor() or platform.machine()
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8") as f:
+            for line in f:
+                if line.startswith("model name"):
+                    model = line.split(":", 1)[1].strip()
+                    break
+    except OSError:
+        pass
+    return {"cpu": model, "cores": os.cpu_count(), "python": platform.python_version(),
+            "platform": f"{platform.system()} {platform.release()}", "numpy": np.__version__,
+            "selector_engine": selector.ENGINE}
+
+
+def measure_ns_per_evaluation(store: Store, topic: str, sqls: Iterable[str], *, sample: int = TIMING_SAMPLE,
+                              repeat: int = 5) -> tuple[dict[str, float], int]:
+    """Nanoseconds per evaluation of each selector on the first ``sample`` messages of ``topic``.
+
+    A batch timing (``Selector.matches_many`` over the messages' property maps, the call layer 2
+    of :meth:`cq.Store.consume` makes), best of ``repeat`` runs, divided by the messages.
+    Returns ``(ns per selector, messages timed)``.
+    """
+    sqls = sorted(set(sqls))
+    if not sqls:
+        return {}, 0
+    offsets: list[np.ndarray] = []
+    got = 0
+    log = store.commit_log
+    for q in store.queue_ids(topic):
+        units = store.consume_queue(topic, q).read(count=sample - got)
+        offs = units["commit_log_offset"].astype(np.int64)
+        sizes = units["size"].astype(np.int64)
+        offs = offs[(offs >= log.min_offset) & (offs + sizes <= log.max_offset)]
+        offsets.append(offs)
+        got += len(offs)
+        if got >= sample:
+            break
+    props = log.gather_properties(np.concatenate(offsets)) if offsets else []
+    if not props:
+        return {}, 0
+    out = {}
+    for sql in sqls:
+        compiled = selector.compile(sql)
+        best = float("inf")
+        for _ in range(repeat):
+            t0 = time.perf_counter_ns()
+            compiled.matches_many(props)
+            best = min(best, time.perf_counter_ns() - t0)
+        out[sql] = best / len(props)
+    return out, len(props)
+
+
+# ------------------------------------------------------------------ the report
+def filter_cost(store: Store | str | os.PathLike, topic: str, groups: Iterable[str | CostGroup] | None = None, *,
+                alternatives: Iterable[tuple[int, int]] | None = None, fp_target: float | None = None,
+                bloom_filter: Any = None, timing: bool = True, raise_without_ext: bool = False) -> CostReport:
+    """The filtering-cost report of ``topic``: per group, per layer, with and without the bitmap.
+
+    Parameters
+    ----------
+    store : cq.Store or path
+    topic : str
+    groups : iterable of str or CostGroup, optional
+        Groups to report on: names of registered groups (``config/consumerFilter.json``) and
+        explicit :class:`CostGroup` s (SQL92 ones count as registered unless told otherwise;
+        TAG ones are reported only). Default: every registered group.
+    alternatives : iterable of (f, n), optional
+        Bloom parameters to replay besides the store's (default :data:`DEFAULT_ALTERNATIVES`).
+    fp_target : float, optional
+        A false-positive rate (0..1): the report names the smallest bitmap among the replayed
+        ``f``/``n`` whose rate stays under it.
+    bloom_filter : bloom.BloomFilter, optional
+        The broker's filter (default ``BloomFilter(20, 32)``: k=3, m=112).
+    timing : bool
+        Measure each selector's CPU per evaluation (False: leave those fields None).
+    raise_without_ext : bool
+        Raise :class:`NoExtUnitsError` (carrying the report) when the topic has no ext units.
+
+    Returns
+    -------
+    CostReport
+
+    Raises
+    ------
+    cq.UnknownGroupError
+        A named group is not registered on the topic.
+    KeyError
+        The topic has no consume queues.
+    """
+    t0 = time.perf_counter()
+    own = not isinstance(store, Store)
+    store = Store(store) if own else store
+    try:
+        if topic not in store.topics():
+            raise KeyError(f"topic {topic!r} has no consume queues in {store.root}")
+        bf = bloom_filter if bloom_filter is not None else bloom.BloomFilter()
+        reported, registered = resolve_groups(store, topic, groups, bloom_filter=bf)
+        if not reported:
+            raise ValueError(f"no group to report on: no SQL92 group is registered for topic {topic!r} in "
+                             f"{store.config_path('consumerFilter.json')}; name groups explicitly (CostGroup, "
+                             "--sql-group, --tag-group)")
+        tally = None
+        for q in store.queue_ids(topic):
+            part = tally_range(store, topic, reported, registered, queue_id=q, bloom_filter=bf)
+            tally = part if tally is None else tally.add(part)
+        if tally is None:
+            tally = Tally([g.group for g in reported] + [g.group for g in registered if g not in reported],
+                          [g.group for g in registered])
+        ns = {}
+        timed = 0
+        if timing:
+            ns, timed = measure_ns_per_evaluation(store, topic, [g.expression for g in reported + registered
+                                                                 if g.is_sql])
+        report = finish_report(store.root, topic, reported, registered, tally, bloom_filter=bf,
+                               alternatives=alternatives, fp_target=fp_target, ns_per_evaluation=ns,
+                               timed_messages=timed)
+        report.seconds = time.perf_counter() - t0
+    finally:
+        if own:
+            store.close()
+    if raise_without_ext and not report.bitmap_available:
+        raise NoExtUnitsError(topic, store.root, report)
+    return report
+
+
+def _ms(count: int | None, ns: float | None) -> float | None:
+    return None if count is None or ns is None else count * ns / 1e6
+
+
+def finish_report(root: str, topic: str, reported: Sequence[CostGroup], registered: Sequence[CostGroup],
+                  tally: Tally, *, bloom_filter: Any = None, alternatives: Iterable[tuple[int, int]] | None = None,
+                  fp_target: float | None = None, ns_per_evaluation: dict[str, float] | None = None,
+                  timed_messages: int = 0) -> CostReport:
+    """Turn a whole topic's :class:`Tally` into the :class:`CostReport` (the replay runs here)."""
+    bf = bloom_filter if bloom_filter is not None else bloom.BloomFilter()
+    ns_per_evaluation = ns_per_evaluation or {}
+    bitmap_available = tally.queues_without_ext < tally.queues
+    quoted_by_sql = {_normal(sql): v for sql, v in BROKER_EVALUATE_NS.items()}
+    index = {name: i for i, name in enumerate(tally.groups)}
+    records = tally.records
+
+    def row(g: CostGroup) -> GroupCost:
+        i = index[g.group]
+        sql = g.is_sql
+        ns = ns_per_evaluation.get(g.expression) if sql else None
+        passed = int(tally.passed_consume_queue[i]) if bitmap_available or not sql else records
+        with_evals = (passed if sql else 0) if bitmap_available else None
+        return GroupCost(
+            group=g.group, expression_type=g.expression_type, expression=g.expression,
+            registered=g.group in tally.registered, born_time=g.born_time, units=tally.units,
+            passed_consume_queue=passed, bloom_tested=int(tally.bloom_tested[i]),
+            bloom_false_positives=int(tally.bloom_false_positives[i]),
+            delivered=int(tally.delivered[i]) if bitmap_available or not sql else int(tally.matched[i]),
+            client_filtered=int(tally.client_filtered[i]),
+            evaluations_without_bitmap=records if sql else 0,
+            evaluations_with_bitmap=with_evals,
+            commit_log_reads_without_bitmap=records,
+            commit_log_reads_with_bitmap=passed if bitmap_available or not sql else None,
+            commit_log_bytes_without_bitmap=tally.record_bytes,
+            commit_log_bytes_with_bitmap=int(tally.passed_bytes[i]) if bitmap_available or not sql else None,
+            ns_per_evaluation=ns, quoted_java_ns_per_evaluation=quoted_by_sql.get(_normal(g.expression)) if sql
+            else None,
+            cpu_ms_without_bitmap=_ms(records if sql else 0, ns) if sql else None,
+            cpu_ms_with_bitmap=_ms(with_evals, ns) if sql else None,
+        )
+
+    rows = [row(g) for g in reported]
+    reg_rows = {g.group: row(g) for g in registered}
+    dispatch = records * len(registered) if bitmap_available else None
+    dispatch_ms = None
+    if bitmap_available and all(ns_per_evaluation.get(g.expression) is not None for g in registered):
+        dispatch_ms = sum(records * ns_per_evaluation[g.expression] for g in registered) / 1e6
+    # replays, from the distinct answer rows (the store is not touched)
+    own = (bf.f, bf.n)
+    by_groups = _replay(tally.patterns, registered, topic, own[0], own[1], _steps(len(registered))) \
+        if registered else []
+    configs = []
+    alts = list(DEFAULT_ALTERNATIVES if alternatives is None else alternatives)
+    for f, n in [own] + [a for a in alts if tuple(a) != own]:
+        full = _replay(tally.patterns, registered, topic, int(f), int(n), [len(registered)]) if registered else []
+        if full:
+            configs.append(full[0] | {"store": (int(f), int(n)) == own})
+    choice = None
+    if fp_target is not None:
+        # measured and predicted both under the target: a small store measures few false positives by chance
+        # no negatives at all (every selector TRUE on every unit): nothing can pass falsely
+        ok = [c for c in configs if (c["fp_rate"] or 0.0) <= fp_target and (c["predicted_fp_rate"] or 0.0) <= fp_target]
+        if ok:
+            best = min(ok, key=lambda c: (c["bitmap_bytes"], c["fp_rate"]))
+            choice = {k: best[k] for k in ("f", "n", "k", "m", "bitmap_bytes", "fp_rate", "predicted_fp_rate")}
+    # the verdict, over the registered SQL92 groups (the ones the dispatcher evaluates)
+    saved_evals = sum(reg_rows[g.group].evaluations_without_bitmap - (reg_rows[g.group].evaluations_with_bitmap or 0)
+                      for g in registered) if bitmap_available else None
+    saved_reads = saved_evals
+    saved_bytes = sum(tally.record_bytes - (reg_rows[g.group].commit_log_bytes_with_bitmap or 0)
+                      for g in registered) if bitmap_available else None
+    verdict: dict[str, Any] = {
+        "pull_evaluations_saved": saved_evals,
+        "commit_log_reads_saved": saved_reads,
+        "commit_log_bytes_saved": saved_bytes,
+        "dispatch_evaluations_added": dispatch,
+        "pays_in_evaluations": None if saved_evals is None else saved_evals > (dispatch or 0),
+        # pulls of every message by every group (broadcast consumers, offset resets) from which the
+        # evaluations saved at pull outweigh the dispatch's: dispatch / saved per pass
+        "break_even_pulls": (dispatch / saved_evals) if saved_evals else None,
+        "extra_evaluations": None if saved_evals is None else (dispatch or 0) - saved_evals,
+        "costliest_groups": [g.group for g in sorted(rows, key=_pull_cost, reverse=True)][:3],
+    }
+    if saved_evals is not None and all(ns_per_evaluation.get(g.expression) is not None for g in registered):
+        saved_ms = sum((reg_rows[g.group].evaluations_without_bitmap - (reg_rows[g.group].evaluations_with_bitmap
+                                                                        or 0)) * ns_per_evaluation[g.expression]
+                       for g in registered) / 1e6
+        verdict["pull_cpu_ms_saved"] = saved_ms
+        verdict["dispatch_cpu_ms_added"] = dispatch_ms
+        verdict["pays_in_cpu"] = saved_ms > (dispatch_ms or 0)
+    verdict["summary"] = _verdict_text(verdict, bitmap_available, len(registered), choice, fp_target)
+    return CostReport(
+        store=root, topic=topic, bitmap_available=bitmap_available,
+        bloom={"f": own[0], "n": own[1], "k": bf.k, "m": bf.m, "bitmap_bytes": (bf.m + 7) // 8},
+        messages=records, units=tally.units, commit_log_missing=tally.commit_log_missing,
+        registered_groups=[g.group for g in registered], dispatch_evaluations=dispatch, dispatch_cpu_ms=dispatch_ms,
+        ext={"units": tally.ext_units, "unit_bytes": tally.ext_unit_bytes, "bitmaps": tally.ext_bitmaps,
+             "bitmap_bytes": tally.ext_bitmap_bytes, "queues_without_ext": tally.queues_without_ext,
+             "queues": tally.queues},
+        groups=rows, fp_by_groups=by_groups, fp_by_config=configs, fp_target=fp_target,
+        fp_target_choice=choice, verdict=verdict,
+        measurement={"what": "Selector.matches_many over this topic's property maps, best of 5 runs, "
+                             "nanoseconds per message", "messages": timed_messages, "machine": machine()},
+        quoted={"what": "the broker's own Java figures per selector evaluation (warm JIT), quoted, "
+                        "not measured here", "ns_per_evaluation": dict(BROKER_EVALUATE_NS)},
+    )
+
+
+def _pull_cost(g: GroupCost) -> tuple:
+    """What a group costs at pull: measured CPU of its evaluations, then CommitLog bytes read."""
+    evals = g.evaluations_with_bitmap if g.evaluations_with_bitmap is not None else g.evaluations_without_bitmap
+    read = g.commit_log_bytes_with_bitmap if g.commit_log_bytes_with_bitmap is not None \
+        else g.commit_log_bytes_without_bitmap
+    return (evals * (g.ns_per_evaluation or 0.0), read, evals)
+
+
+def _normal(sql: str) -> str:
+    return " ".join(sql.split()).lower()
+
+
+def _verdict_text(v: dict, available: bool, registered: int, choice: dict | None, target: float | None) -> str:
+    if not registered:
+        return "No SQL92 group is registered on this topic: the dispatcher builds no bitmap."
+    parts = []
+    if not available:
+        parts.append("This topic has no ConsumeQueueExt units, so the bitmap cannot be evaluated on this store; "
+                     "every unit is read and evaluated on pull (layer 2 only).")
+    else:
+        saved, added = v["pull_evaluations_saved"], v["dispatch_evaluations_added"]
+        parts.append(f"The bitmap saves {saved:,} selector evaluations and {v['commit_log_reads_saved']:,} "
+                     f"CommitLog reads ({v['commit_log_bytes_saved']:,} bytes) at pull, and adds {added:,} "
+                     f"evaluations at dispatch.")
+        if saved > added:
+            parts.append("In evaluations it pays.")
+        elif not saved:
+            parts.append(f"It saves no evaluation and no CommitLog read: it does not pay (it costs {added:,} "
+                         "evaluations more).")
+        else:
+            parts.append(f"In evaluations it does not pay for one pull of each message by each group (it cannot: "
+                         f"the dispatcher evaluates every registered group on every message, as pulls without the "
+                         f"bitmap do): it costs {added - saved:,} evaluations more, to save the CommitLog reads; "
+                         f"it pays in evaluations once each message is pulled more than "
+                         f"{v['break_even_pulls']:.2f} times per group (broadcast consumers, offset resets).")
+        if "pays_in_cpu" in v:
+            parts.append(f"In measured CPU: {v['pull_cpu_ms_saved']:.3g} ms saved at pull against "
+                         f"{v['dispatch_cpu_ms_added']:.3g} ms added at dispatch (CommitLog reads saved come on top).")
+    if target is not None:
+        parts.append(f"Smallest replayed bitmap keeping false positives under {target:.2%}: "
+                     + ("(no unit fails any selector, so none can pass falsely) "
+                        if choice and choice["fp_rate"] is None else "")
+                     + (f"f={choice['f']}, n={choice['n']} (k={choice['k']}, m={choice['m']}, "
+                        f"{choice['bitmap_bytes']} bytes per unit, measured {choice['fp_rate'] or 0.0:.2%}, predicted "
+                        f"{choice['predicted_fp_rate'] or 0.0:.2%})."
+                        if choice else "none of the replayed f/n."))
+    if v["costliest_groups"]:
+        parts.append(f"Costliest groups: {', '.join(v['costliest_groups'])}.")
+    return " ".join(parts)

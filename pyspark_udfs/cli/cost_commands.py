@@ -1,0 +1,150 @@
+"""``rmqfilter cost``: what broker-side filtering costs per consumer group, and whether the bitmap pays.
+
+Runs in this process (``cq.cost``) unless ``--spark`` is given; only that branch imports pyspark,
+inside the command function (docs/cost.md).
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+
+
+def add_parsers(subparsers) -> None:
+    """Add the ``cost`` sub-command."""
+    cost = subparsers.add_parser(
+        "cost",
+        help="per-group filtering cost (layers, evaluations, CommitLog reads, Bloom false positives) "
+             "and whether the bitmap pays",
+        description="Replay the broker's two filter layers for a topic's consumer groups and report, per "
+                    "group: units, passed layer 1, Bloom false positives, delivered, selector evaluations "
+                    "and CommitLog reads with and without the bitmap, measured CPU per evaluation (beside "
+                    "the broker's quoted Java figures); the Bloom false-positive rate against the number "
+                    "of registered groups and other f/n (bitmaps rebuilt in memory, never written); and a "
+                    "verdict. Groups come from config/consumerFilter.json, or are given with --sql-group / "
+                    "--tag-group. Exit status 2 on bad input, and when the topic has no ConsumeQueueExt "
+                    "units (the report then has layer-2-only costs).",
+    )
+    cost.add_argument("store", metavar="STORE", help="store root directory")
+    cost.add_argument("--topic", required=True, help="topic whose groups to report")
+    which = cost.add_mutually_exclusive_group()
+    which.add_argument("--group", action="append", dest="groups", metavar="G",
+                       help="a group registered in config/consumerFilter.json (repeatable)")
+    which.add_argument("--all-groups", action="store_true", help="every group registered on the topic")
+    cost.add_argument("--sql-group", nargs=2, action="append", default=[], metavar=("G", "SQL"),
+                      help="a SQL92 group given explicitly, counted as registered (repeatable; for stores "
+                           "without consumerFilter.json)")
+    cost.add_argument("--tag-group", nargs=2, action="append", default=[], metavar=("G", "TAGS"),
+                      help='a tag group, e.g. GID_T "TagA || TagB" (repeatable; reported, never registered)')
+    cost.add_argument("--f", type=int, action="append", default=[], dest="fs", metavar="F",
+                      help="Bloom f (error rate %%) of an alternative to replay; pair with --n (repeatable)")
+    cost.add_argument("--n", type=int, action="append", default=[], dest="ns", metavar="N",
+                      help="Bloom n (expected groups) of an alternative to replay; pair with --f")
+    cost.add_argument("--fp-target", metavar="RATE",
+                      help="false-positive rate to stay under, e.g. 1%% or 0.01: names the smallest replayed "
+                           "bitmap that does")
+    cost.add_argument("--json", dest="json_path", metavar="FILE", help="write the report as JSON")
+    cost.add_argument("--html", dest="html_path", metavar="FILE", help="write the report as one HTML page")
+    cost.add_argument("--no-timing", action="store_true", help="skip the CPU-per-evaluation measurement")
+    cost.add_argument("--spark", action="store_true", help="count on Spark (one task per ConsumeQueue file)")
+    cost.add_argument("--master", help="with --spark: Spark master URL (default local[*])")
+    cost.set_defaults(func=_run_cost)
+
+
+def _rate(text: str | None) -> float | None:
+    if text is None:
+        return None
+    t = text.strip()
+    value = float(t[:-1]) / 100 if t.endswith("%") else float(t)
+    if not 0 <= value <= 1:
+        raise ValueError(f"--fp-target must be between 0 and 1 (or 0% and 100%), got {text!r}")
+    return value
+
+
+def _error(message: str) -> int:
+    print(f"rmqfilter cost: error: {message}", file=sys.stderr)
+    return 2
+
+
+def _run_cost(args: argparse.Namespace) -> int:
+    import bloom
+    import cq
+    import selector
+    from cq.cost import CostGroup, NoExtUnitsError, filter_cost
+    from cq.cost_render import format_table, render_html
+
+    if len(args.fs) != len(args.ns):
+        return _error(f"--f and --n come in pairs: got {len(args.fs)} --f and {len(args.ns)} --n")
+    try:
+        target = _rate(args.fp_target)
+        alternatives = list(zip(args.fs, args.ns)) or None
+        for f, n in alternatives or []:
+            bloom.BloomFilter(f, n)  # the broker's checks on f and n
+        explicit = [CostGroup(g, sql) for g, sql in args.sql_group]
+        explicit += [CostGroup(g, tags, "TAG", registered=False) for g, tags in args.tag_group]
+        for g in explicit:
+            try:
+                if g.is_sql:
+                    selector.compile(g.expression)
+                else:
+                    cq.parse_tag_subscription(g.expression)
+            except ValueError as exc:
+                kind = "--sql-group" if g.is_sql else "--tag-group"
+                return _error(f"{kind} {g.group}: {exc} in {'selector' if g.is_sql else 'subscription'} "
+                              f"{g.expression!r}")
+        if not (args.groups or args.all_groups or explicit):
+            return _error("name the groups: --group G, --all-groups, --sql-group G SQL or --tag-group G TAGS")
+        groups = None if args.all_groups and not explicit else (
+            ([g.group for g in _registered(args)] if args.all_groups else list(args.groups or [])) + explicit)
+        if args.spark:
+            from cq.cost import resolve_groups
+
+            store = cq.Store(args.store)
+            try:  # bad input fails before Spark starts
+                if args.topic not in store.topics():
+                    raise KeyError(f"topic {args.topic!r} has no consume queues in {store.root}")
+                resolve_groups(store, args.topic, groups)
+            finally:
+                store.close()
+            # deliberate lazy import: only --spark starts Spark
+            from pyspark_udfs.cost import filter_cost_spark
+            from pyspark_udfs.job import owns_session, spark_session
+
+            owned = owns_session()
+            spark = spark_session(args.master, app_name=f"rmqfilter cost {args.topic}", progress=False)
+            try:
+                report = filter_cost_spark(spark, os.path.abspath(args.store), args.topic, groups,
+                                           alternatives=alternatives, fp_target=target, timing=not args.no_timing)
+            finally:
+                if owned:
+                    spark.stop()
+        else:
+            report = filter_cost(args.store, args.topic, groups, alternatives=alternatives, fp_target=target,
+                                 timing=not args.no_timing)
+    except cq.UnknownGroupError as exc:
+        return _error(f"{exc} (here: --sql-group {exc.group} SQL or --tag-group {exc.group} TAGS)")
+    except KeyError as exc:
+        return _error(exc.args[0] if exc.args else str(exc))
+    except (ValueError, OSError) as exc:  # StoreFormatError, SelectorSyntaxError, bad f/n are ValueErrors
+        return _error(str(exc))
+    print(format_table(report))
+    if args.json_path:
+        with open(args.json_path, "w", encoding="utf-8") as f:
+            json.dump(report.to_dict(), f, indent=2, ensure_ascii=False)
+    if args.html_path:
+        with open(args.html_path, "w", encoding="utf-8") as f:
+            f.write(render_html(report))
+    if not report.bitmap_available:
+        return _error(str(NoExtUnitsError(args.topic, report.store, report)))
+    return 0
+
+
+def _registered(args: argparse.Namespace):
+    import cq
+
+    store = cq.Store(args.store)
+    try:
+        return store.registered_filters(args.topic)
+    finally:
+        store.close()
