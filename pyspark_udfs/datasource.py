@@ -279,6 +279,10 @@ class ConsumeQueueSlice(InputPartition):
     skip_reason: str | None = None
     skip_path: str | None = None
     skip_offset: int | None = None
+    #: ``[commit_log_min, commit_log_end)``: the CommitLog data as the driver saw it when planning
+    #: (records outside are not in the table); None: the executor reads it from the store
+    commit_log_min: int | None = None
+    commit_log_end: int | None = None
 
 
 class RocketMQDataSource(DataSource):
@@ -299,9 +303,34 @@ class RocketMQDataSource(DataSource):
         # Spark refuses any reader that implements pushFilters while
         # spark.sql.python.filterPushdown.enabled is false; pushdown=false
         # gives one that does not.
+        check_schema(self.read_options, schema)
         if self.read_options.pushdown:
             return RocketMQPushdownReader(self.read_options, schema)
         return RocketMQReader(self.read_options, schema)
+
+
+def check_schema(options: ReadOptions, schema: StructType) -> None:
+    """Check a (user-specified) schema against the table's columns: any subset, any order.
+
+    Raises
+    ------
+    ValueError
+        Naming the first unknown column or the column of the wrong type, and
+        listing the table's columns with their types.
+    """
+    table = {f.name: f.dataType for f in options.schema().fields}
+    listing = ", ".join(f"{name} {t.simpleString()}" for name, t in table.items())
+    seen = set()
+    for f in schema.fields:
+        if f.name not in table:
+            raise ValueError(f"rocketmq: no column {f.name!r} in the {options.table} table; "
+                             f"its columns are: {listing}")
+        if f.dataType != table[f.name]:
+            raise ValueError(f"rocketmq: column {f.name!r} is {table[f.name].simpleString()}, not "
+                             f"{f.dataType.simpleString()}; the {options.table} table's columns are: {listing}")
+        if f.name in seen:
+            raise ValueError(f"rocketmq: column {f.name!r} appears twice in the schema")
+        seen.add(f.name)
 
 
 _QUEUE_ID_TESTS = {
@@ -343,6 +372,10 @@ class RocketMQReader(DataSourceReader):
         if opts.topic is not None and opts.topic not in set(store.topics()):
             raise ValueError(f"rocketmq option 'topic': no topic {opts.topic!r} in store {opts.path!r}")
         slices: list[ConsumeQueueSlice] = []
+        # The CommitLog range, once, here: an executor that decodes no record then reads no CommitLog byte.
+        cl_min = cl_end = None
+        if opts.table == "messages" or opts.group is not None:
+            cl_min, cl_end = store.commit_log.min_offset, store.commit_log.max_offset
         for topic in topics:
             for queue_id in store.queue_ids(topic):
                 if not self._queue_id_allowed(queue_id):
@@ -360,7 +393,8 @@ class RocketMQReader(DataSourceReader):
                     first = file_start // 20
                     start, end = max(lo, first), min(hi, first + per_file)
                     for s in range(start, end, opts.partition_units):
-                        slices.append(ConsumeQueueSlice(topic, queue_id, s, min(end, s + opts.partition_units)))
+                        slices.append(ConsumeQueueSlice(topic, queue_id, s, min(end, s + opts.partition_units),
+                                                        commit_log_min=cl_min, commit_log_end=cl_end))
         if not slices:
             # Spark needs at least one partition; an empty slice reads nothing.
             slices.append(ConsumeQueueSlice(opts.topic or "", -1, 0, 0))
