@@ -150,8 +150,11 @@ class ScanResult:
         return d
 
 
-def _reader(spark, store: str, topic: str, group: GroupScan, **options: str):
+def _reader(spark, store: str, topic: str, group: GroupScan, *, columns: str | None = None, **options: str):
+    # columns: a DDL schema, so the reader decodes only those columns (docs/data-path.md)
     r = spark.read.format("rocketmq").option("topic", topic).option("group", group.group)
+    if columns is not None:
+        r = r.schema(columns)
     r = r.option("sql", group.sql) if group.sql is not None else r.option("tags", group.tags)
     for key, value in options.items():
         r = r.option(key, value)
@@ -222,12 +225,15 @@ def scan(spark, store: str, topic: str, group: GroupScan, *, out: str | None = N
         from pyspark_udfs.native import selector_column
 
         decisions = _reader(spark, store, topic, group, decisions="true", table="consumequeue", layer2="spark",
-                            **options)
+                            columns="matched_by_consume_queue boolean, reached_commit_log boolean, "
+                                    "properties map<string,string>", **options)
         # Layer 2 where the broker reads the record; a plain SQL92 group's client check keeps everything.
         matched = F.when(F.col("reached_commit_log"), selector_column(group.sql, "properties"))
         delivered_col = F.coalesce(matched, F.lit(False))
     else:
-        decisions = _reader(spark, store, topic, group, decisions="true", table="consumequeue", **options)
+        decisions = _reader(spark, store, topic, group, decisions="true", table="consumequeue",
+                            columns="matched_by_consume_queue boolean, matched_by_commit_log boolean, "
+                                    "delivered boolean", **options)
         matched, delivered_col = F.col("matched_by_commit_log"), F.col("delivered")
     row = decisions.agg(
         F.count(F.lit(1)).alias("units"),
