@@ -12,7 +12,7 @@ from libc.stdint cimport int8_t, int16_t, int32_t, int64_t, uint8_t, uint16_t, u
 from libc.stdlib cimport free, malloc, realloc
 from cpython.bytes cimport PyBytes_FromStringAndSize
 from cpython.unicode cimport PyUnicode_DecodeUTF8
-from libc.string cimport memcmp, memcpy, memset
+from libc.string cimport memchr, memcmp, memcpy, memset
 
 from . import format as fmt
 
@@ -42,6 +42,9 @@ cdef bytes _KEYS_NAME = fmt.PROPERTY_KEYS.encode()
 cdef const char* TAGS_NAME = _TAGS_NAME
 cdef const char* KEYS_NAME = _KEYS_NAME
 cdef int64_t TAGS_LEN = len(_TAGS_NAME)
+assert NAME_VALUE_SEP < 0x7F and PROPERTY_SEP < 0x7F
+# every byte of a word, set to one past the larger separator: the SWAR scan of ASCII text for them
+cdef uint64_t SEP_BOUND = 0x0101010101010101ULL * (max(NAME_VALUE_SEP, PROPERTY_SEP) + 1)
 cdef int64_t KEYS_LEN = len(_KEYS_NAME)
 
 cdef extern from *:
@@ -59,7 +62,11 @@ cdef extern from *:
         uint32_t v; memcpy(&v, p, 4); return v;
     }
     static inline uint32_t rmq_bswap32(uint32_t v) { return __builtin_bswap32(v); }
+    static inline int rmq_ctz64(uint64_t v) { return __builtin_ctzll(v); }
+    static inline void rmq_prefetch(const void* p) { __builtin_prefetch(p, 0, 0); }
     """
+    int rmq_ctz64(uint64_t v) noexcept nogil
+    void rmq_prefetch(const void* p) noexcept nogil
     uint32_t rmq_load_be32(const uint8_t* p) noexcept nogil
     uint16_t rmq_load_be16(const uint8_t* p) noexcept nogil
     uint64_t rmq_load_be64(const uint8_t* p) noexcept nogil
@@ -804,22 +811,56 @@ cdef inline int _put_i32(GBuf* g, int32_t v) noexcept nogil:
     return 0
 
 
-cdef int _put_utf8(GBuf* g, const uint8_t* s, int64_t n) noexcept nogil:
-    # Append ``s`` as UTF-8, each maximal ill-formed subpart replaced by U+FFFD
-    # (EF BF BD): what bytes.decode("utf-8", "replace") then encode gives.
-    cdef int64_t i = 0, o, j, need
+cdef inline int64_t _ascii_prefix(const uint8_t* s, int64_t n) noexcept nogil:
+    # Length of the leading run of bytes < 0x80, eight at a time.
+    cdef int64_t i = 0
+    cdef uint64_t w
+    while i + 8 <= n:
+        memcpy(&w, s + i, 8)
+        if w & 0x8080808080808080ULL:
+            break
+        i += 8
+    while i < n and s[i] < 0x80:
+        i += 1
+    return i
+
+
+cdef inline void _copy(uint8_t* d, const uint8_t* s, int64_t n) noexcept nogil:
+    # memcpy for the short strings of a record (keys, values), without a call per string:
+    # two overlapping fixed-size copies cover any length from 4 to 16.
+    if n >= 8:
+        if n > 16:
+            memcpy(d, s, n)
+        else:
+            memcpy(d, s, 8)
+            memcpy(d + n - 8, s + n - 8, 8)
+    elif n >= 4:
+        memcpy(d, s, 4)
+        memcpy(d + n - 4, s + n - 4, 4)
+    else:
+        while n > 0:
+            n -= 1
+            d[n] = s[n]
+
+
+cdef int64_t _utf8_into(uint8_t* out, const uint8_t* s, int64_t n) noexcept nogil:
+    # Write ``s`` to ``out`` (room for 3 * n bytes) as UTF-8, each maximal ill-formed
+    # subpart replaced by U+FFFD (EF BF BD): what bytes.decode("utf-8", "replace")
+    # then encode gives. Returns the bytes written.
+    cdef int64_t i, o, j, need, run
     cdef uint8_t c, c1, lo, hi
-    cdef uint8_t* out
-    if _reserve(g, 3 * n) < 0:
-        return -1
-    out = g.p + g.n
-    o = 0
+    i = _ascii_prefix(s, n)
+    _copy(out, s, i)
+    if i == n:  # the common case: plain ASCII
+        return n
+    o = i
     while i < n:
         c = s[i]
         if c < 0x80:
-            out[o] = c
-            o += 1
-            i += 1
+            run = _ascii_prefix(s + i, n - i)
+            _copy(out + o, s + i, run)
+            o += run
+            i += run
             continue
         lo = 0x80
         hi = 0xBF
@@ -863,7 +904,13 @@ cdef int _put_utf8(GBuf* g, const uint8_t* s, int64_t n) noexcept nogil:
             out[o + 2] = 0xBD
             o += 3
             i += j
-    g.n += o
+    return o
+
+
+cdef inline int _put_utf8(GBuf* g, const uint8_t* s, int64_t n) noexcept nogil:
+    if _reserve(g, 3 * n) < 0:
+        return -1
+    g.n += _utf8_into(g.p + g.n, s, n)
     return 0
 
 
@@ -974,6 +1021,60 @@ cdef object _take(GBuf* g, object dtype, int64_t count):
 
 cdef struct Entry:
     int64_t kstart, klen, vsrc, vlen
+    uint64_t head     # the key's first 8 bytes (zero-padded): most unequal keys differ here
+
+
+cdef inline uint64_t _head(const uint8_t* s, int64_t n) noexcept nogil:
+    # (a fixed 8-byte copy is one load; a variable-length memcpy is far slower here)
+    cdef uint64_t w = 0
+    cdef int64_t k
+    if n >= 8:
+        memcpy(&w, s, 8)
+        return w
+    for k in range(n):
+        w |= (<uint64_t>s[k]) << (8 * k)
+    return w
+
+
+cdef void _tags_keys(const uint8_t* b, int64_t p, int64_t end, int64_t* tv, int64_t* tl,
+                     int64_t* kv, int64_t* kl) noexcept nogil:
+    # The raw value spans of the TAGS and KEYS entries (the later of repeated ones), or -1:
+    # what _props finds without copying a key (a key that is not plain ASCII cannot
+    # become "TAGS" or "KEYS" by replacement, so the raw bytes decide).
+    cdef int64_t seg, sep
+    cdef const uint8_t* hit
+    tv[0] = -1
+    kv[0] = -1
+    while p < end:
+        seg = p
+        hit = <const uint8_t*>memchr(b + p, PROPERTY_SEP, end - p)
+        p = (hit - b) if hit != NULL else end
+        hit = <const uint8_t*>memchr(b + seg, NAME_VALUE_SEP, p - seg)
+        sep = (hit - b) if hit != NULL else -1
+        if sep > seg and p > sep + 1:
+            if sep - seg == TAGS_LEN and memcmp(b + seg, TAGS_NAME, TAGS_LEN) == 0:
+                tv[0] = sep + 1
+                tl[0] = p - sep - 1
+            elif sep - seg == KEYS_LEN and memcmp(b + seg, KEYS_NAME, KEYS_LEN) == 0:
+                kv[0] = sep + 1
+                kl[0] = p - sep - 1
+        p += 1
+
+
+cdef inline int64_t _next_low(const uint8_t* b, int64_t p, int64_t end) noexcept nogil:
+    # In ASCII text, the first position at or after ``p`` of a byte below SEP_BOUND's byte
+    # (a separator, or a control byte the caller passes over), else ``end``. A borrow can
+    # flag a byte after a hit, never one before it, so the lowest flag is exact.
+    cdef uint64_t w, m
+    while p + 8 <= end:
+        memcpy(&w, b + p, 8)
+        m = (w - SEP_BOUND) & 0x8080808080808080ULL
+        if m:
+            return p + (rmq_ctz64(m) >> 3)
+        p += 8
+    while p < end and b[p] >= <uint8_t>SEP_BOUND:
+        p += 1
+    return p
 
 
 cdef int _props(const uint8_t* b, int64_t p, int64_t end, GBuf* keys, GBuf* koff, GBuf* scratch,
@@ -983,36 +1084,58 @@ cdef int _props(const uint8_t* b, int64_t p, int64_t end, GBuf* keys, GBuf* koff
     # repeated key (equal after replacement, as dict keys are) keeps its first place
     # and takes the later value. ``scratch`` gets the record's entries.
     cdef int64_t seg, sep, kstart, klen, m, ne = 0
+    cdef uint64_t head
     cdef Entry* ents
     cdef Entry* e
+    cdef const uint8_t* hit
+    cdef bint ascii = _ascii_prefix(b + p, end - p) == end - p
     scratch.n = 0
     tags_e[0] = -1
     keys_e[0] = -1
+    # room for every key of the record, replaced (3 bytes a byte at worst), and for its entries
+    if _reserve(keys, 3 * (end - p)) < 0 or _reserve(koff, 4 * (end - p)) < 0 or \
+            _reserve(scratch, <int64_t>sizeof(Entry) * (end - p)) < 0:
+        return -1
     while p < end:
         seg = p
-        sep = -1
-        while p < end and b[p] != PROPERTY_SEP:
-            if sep < 0 and b[p] == NAME_VALUE_SEP:
-                sep = p
-            p += 1
+        if ascii:  # one SWAR pass finds both separators
+            sep = -1
+            while True:
+                p = _next_low(b, p, end)
+                if p == end or b[p] == PROPERTY_SEP:
+                    break
+                if sep < 0 and b[p] == NAME_VALUE_SEP:
+                    sep = p
+                p += 1
+        else:
+            hit = <const uint8_t*>memchr(b + p, PROPERTY_SEP, end - p)
+            p = (hit - b) if hit != NULL else end
+            hit = <const uint8_t*>memchr(b + seg, NAME_VALUE_SEP, p - seg)
+            sep = (hit - b) if hit != NULL else -1
         if sep > seg and p > sep + 1:
             kstart = keys.n
-            if _put_utf8(keys, b + seg, sep - seg) < 0:
-                return -1
+            if ascii:
+                _copy(keys.p + kstart, b + seg, sep - seg)
+                keys.n += sep - seg
+            else:
+                keys.n += _utf8_into(keys.p + kstart, b + seg, sep - seg)  # room reserved above
             klen = keys.n - kstart
+            head = _head(keys.p + kstart, klen)
             ents = <Entry*>scratch.p
             for m in range(ne):
-                if ents[m].klen == klen and memcmp(keys.p + ents[m].kstart, keys.p + kstart, klen) == 0:
+                if ents[m].head == head and ents[m].klen == klen and (
+                        klen <= 8 or memcmp(keys.p + ents[m].kstart, keys.p + kstart, klen) == 0):
                     keys.n = kstart  # a repeated key: its first entry takes the value
                     ents[m].vsrc = sep + 1
                     ents[m].vlen = p - sep - 1
                     break
             else:
-                if _reserve(scratch, sizeof(Entry)) < 0 or _put_i32(koff, <int32_t>kstart) < 0:
-                    return -1
+                (<int32_t*>(koff.p + koff.n))[0] = <int32_t>kstart
+                koff.n += 4
                 e = <Entry*>(scratch.p + scratch.n)
                 e.kstart = kstart
                 e.klen = klen
+                e.head = head
                 e.vsrc = sep + 1
                 e.vlen = p - sep - 1
                 scratch.n += sizeof(Entry)
@@ -1036,6 +1159,8 @@ assert [name for name, _ in fmt.RECORD_FIELDS] == [
     "prepared_transaction_offset", "body", "topic", "properties", "tags", "keys"], "RECORD_FIELDS moved"
 
 DEF INT32_MAX = 2147483647
+DEF PREFETCH_AHEAD = 8
+DEF PREFETCH_BYTES = 320
 
 
 def decode_columns(const uint8_t[::1] buf, const int64_t[::1] positions, int64_t limit, int64_t mask):
@@ -1055,11 +1180,11 @@ def decode_columns(const uint8_t[::1] buf, const int64_t[::1] positions, int64_t
     OverflowError when a column passes 2 GiB (ask for fewer records).
     """
     cdef Py_ssize_t i, k = positions.shape[0]
-    cdef int64_t n = buf.shape[0], pos, h, j
+    cdef int64_t n = buf.shape[0], pos, h, j, pf
     cdef Rec r
     cdef int code = 0, fail = 0, ne
     cdef Py_ssize_t bad = -1
-    cdef int64_t tags_e, keys_e
+    cdef int64_t tags_e, keys_e, tv = -1, tl = 0, kv = -1, kl = 0
     cdef Entry* ents
     cdef bint want[N_FIELDS]
     cdef GBuf g[N_FIELDS]
@@ -1115,6 +1240,13 @@ def decode_columns(const uint8_t[::1] buf, const int64_t[::1] positions, int64_t
     cdef const uint8_t* b = &buf[0] if n else NULL
     with nogil:
         for i in range(k):
+            if i + PREFETCH_AHEAD < k:
+                # records are scattered through the file (other topics and queues between them):
+                # ask for the lines of a record a few ahead while this one is decoded
+                pf = positions[i + PREFETCH_AHEAD]
+                if 0 <= pf and pf + PREFETCH_BYTES <= n:
+                    for j in range(0, PREFETCH_BYTES, 64):
+                        rmq_prefetch(b + pf + j)
             pos = positions[i]
             code = _parse(b, pos, limit, &r)
             if code:
@@ -1170,39 +1302,40 @@ def decode_columns(const uint8_t[::1] buf, const int64_t[::1] positions, int64_t
                     fail = 1
                     break
                 o_topic[i + 1] = <int32_t>g[F_TOPIC].n
-            if need_props:
+            if want[F_PROPERTIES]:
                 ne = _props(b, r.props, r.props + r.plen, &pkeys, &koff, &scratch, &tags_e, &keys_e)
                 if ne < 0:
                     fail = 1
                     break
                 ents = <Entry*>scratch.p
-                if want[F_PROPERTIES]:
-                    for j in range(ne):
-                        if _put_i32(&voff, <int32_t>pvals.n) < 0 or \
-                                _put_utf8(&pvals, b + ents[j].vsrc, ents[j].vlen) < 0:
-                            fail = 1
-                            break
-                    if fail:
+                if _reserve(&pvals, 3 * r.plen) < 0 or _reserve(&voff, 4 * ne) < 0:
+                    fail = 1
+                    break
+                for j in range(ne):
+                    (<int32_t*>(voff.p + voff.n))[0] = <int32_t>pvals.n
+                    voff.n += 4
+                    pvals.n += _utf8_into(pvals.p + pvals.n, b + ents[j].vsrc, ents[j].vlen)
+                o_map[i + 1] = o_map[i] + ne
+                tv = ents[tags_e].vsrc if tags_e >= 0 else -1
+                tl = ents[tags_e].vlen if tags_e >= 0 else 0
+                kv = ents[keys_e].vsrc if keys_e >= 0 else -1
+                kl = ents[keys_e].vlen if keys_e >= 0 else 0
+            elif need_props:
+                _tags_keys(b, r.props, r.props + r.plen, &tv, &tl, &kv, &kl)
+            if want[F_TAGS]:
+                if tv >= 0:
+                    v_tags[i] = 1
+                    if _put_utf8(&g[F_TAGS], b + tv, tl) < 0:
+                        fail = 1
                         break
-                    o_map[i + 1] = o_map[i] + ne
-                else:
-                    # keys were only needed to find TAGS/KEYS (and their duplicates)
-                    pkeys.n = 0
-                    koff.n = 0
-                if want[F_TAGS]:
-                    if tags_e >= 0:
-                        v_tags[i] = 1
-                        if _put_utf8(&g[F_TAGS], b + ents[tags_e].vsrc, ents[tags_e].vlen) < 0:
-                            fail = 1
-                            break
-                    o_tags[i + 1] = <int32_t>g[F_TAGS].n
-                if want[F_KEYS]:
-                    if keys_e >= 0:
-                        v_keys[i] = 1
-                        if _put_utf8(&g[F_KEYS], b + ents[keys_e].vsrc, ents[keys_e].vlen) < 0:
-                            fail = 1
-                            break
-                    o_keys[i + 1] = <int32_t>g[F_KEYS].n
+                o_tags[i + 1] = <int32_t>g[F_TAGS].n
+            if want[F_KEYS]:
+                if kv >= 0:
+                    v_keys[i] = 1
+                    if _put_utf8(&g[F_KEYS], b + kv, kl) < 0:
+                        fail = 1
+                        break
+                o_keys[i + 1] = <int32_t>g[F_KEYS].n
             for j in range(N_FIELDS):
                 if g[j].n > INT32_MAX:
                     fail = 2

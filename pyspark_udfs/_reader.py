@@ -356,12 +356,20 @@ ROW_OVERHEAD = 64
 
 
 def batch_bounds(sizes: np.ndarray | None, n: int, batch_bytes: int = BATCH_BYTES,
-                 max_rows: int = MAX_BATCH_ROWS) -> list[tuple[int, int]]:
+                 max_rows: int = MAX_BATCH_ROWS, cuts: np.ndarray | None = None) -> list[tuple[int, int]]:
     """``(start, stop)`` row ranges of at most ``batch_bytes`` (rows counted at ``ROW_OVERHEAD``
     plus their record's stored size, when ``sizes`` is given) and ``max_rows`` rows each; a
-    single row larger than ``batch_bytes`` is a batch of its own."""
+    single row larger than ``batch_bytes`` is a batch of its own. A batch also ends before each
+    row index in ``cuts`` (where the records move to the next CommitLog file, so each batch
+    decodes from one file, without joining)."""
     if n == 0:
         return []
+    if cuts is not None and len(cuts):
+        out = []
+        for a, b in zip([0, *cuts.tolist()], [*cuts.tolist(), n]):
+            out += [(a + x, a + y) for x, y in batch_bounds(None if sizes is None else sizes[a:b], b - a,
+                                                              batch_bytes, max_rows)]
+        return out
     cost = np.full(n, ROW_OVERHEAD, dtype=np.int64)
     if sizes is not None:
         cost += np.clip(sizes.astype(np.int64), 0, None)
@@ -456,7 +464,13 @@ def _read_slice(options, schema, part, tags_code_sets, skips: Skips) -> Iterator
     def decode(offsets: np.ndarray):
         return log.decode_columns(offsets, record_fields)
 
-    for a, b in batch_bounds(units["size"][rows] if record_fields else None, len(rows)):
+    cuts = None
+    if record_fields and len(rows):
+        starts = np.array([start for start, _ in log.files], dtype=np.int64)
+        file_of = np.searchsorted(starts, units["commit_log_offset"][rows].astype(np.int64),
+                                  side="right")
+        cuts = np.flatnonzero(np.diff(file_of)) + 1
+    for a, b in batch_bounds(units["size"][rows] if record_fields else None, len(rows), cuts=cuts):
         batch_rows = rows[a:b]
         records = None
         read = None
