@@ -82,6 +82,8 @@ def copies(store_path):
         pq.write_table(table, parquet + ".tmp", compression="snappy")
         os.replace(parquet + ".tmp", parquet)
     if not os.path.exists(ipc):
+        # nullable like the memory source's DDL schema (Spark checks the batches' schema exactly)
+        table = table.cast(pa.schema([f.with_nullable(True) for f in table.schema]))
         with pa.OSFile(ipc + ".tmp", "wb") as f, pa.ipc.new_file(f, table.schema) as w:
             for b in table.to_batches(max_chunksize=1 << 16):
                 w.write_batch(b)

@@ -1409,3 +1409,50 @@ def body_crc_mismatch(const uint8_t[::1] buf, int64_t pos, int64_t end):
                 break
             pos += r.total
     return found
+
+
+def record_positions(const uint8_t[::1] buf, int64_t pos, int64_t limit, int64_t max_records):
+    """Positions of the valid records from ``pos`` (readable end ``limit``), at most ``max_records``.
+
+    Returns ``(positions int64, position, status)``: ``position`` is where the
+    walk stopped; status 0: unwritten space or fewer than 8 bytes left (the end
+    of the data); 1: a blank end-of-file record there; 2: an invalid record
+    there; 3: ``max_records`` found (call again from ``position``). The checks
+    are ``commit_log_walk``'s.
+    """
+    cdef int64_t start = 0, length = 0, count = 0
+    cdef int32_t total, magic
+    cdef int status = 0
+    cdef const char* why = NULL
+    if pos < 0 or max_records < 0:
+        raise ValueError(f"pos and max_records must be >= 0, got {pos}, {max_records}")
+    if limit < 0 or limit > buf.shape[0]:
+        raise ValueError(f"limit {limit} outside the buffer of {buf.shape[0]} bytes")
+    out = np.empty(max_records, dtype=np.int64)
+    cdef int64_t[::1] o = out
+    if limit == 0:
+        return out[:0], pos, 0
+    cdef const uint8_t* base = &buf[0]
+    with nogil:
+        while True:
+            if count == max_records:
+                status = 3
+                break
+            if limit - pos < 8:
+                status = 0
+                break
+            total = <int32_t>rmq_load_be32(base + pos)
+            magic = <int32_t>rmq_load_be32(base + pos + 4)
+            if magic == MAGIC_BLANK:
+                status = 1
+                break
+            if total == 0 and magic == 0:
+                status = 0
+                break
+            if _span(base, pos, limit, &start, &length, &why) < 0:
+                status = 2
+                break
+            o[count] = pos
+            count += 1
+            pos += total
+    return out[:count], pos, status

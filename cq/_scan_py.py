@@ -472,3 +472,33 @@ def body_crc_mismatch(buf, pos, end):
             return pos
         pos += head[0]
     return -1
+
+
+def record_positions(buf, pos, limit, max_records):
+    """Positions of the valid records from ``pos`` (readable end ``limit``), at most ``max_records``.
+
+    Returns ``(positions int64, position, status)`` with ``commit_log_walk``'s
+    statuses 0 (end of data), 1 (blank record), 2 (invalid record), and 3
+    (``max_records`` found).
+    """
+    if pos < 0 or max_records < 0:
+        raise ValueError(f"pos and max_records must be >= 0, got {pos}, {max_records}")
+    if limit < 0 or limit > len(buf):
+        raise ValueError(f"limit {limit} outside the buffer of {len(buf)} bytes")
+    out: list[int] = []
+    while True:
+        if len(out) == max_records:
+            return np.array(out, dtype=np.int64), pos, 3
+        if limit - pos < 8:
+            return np.array(out, dtype=np.int64), pos, 0
+        total, magic = struct.unpack_from(">ii", buf, pos)
+        if magic == fmt.BLANK_MAGIC_CODE:
+            return np.array(out, dtype=np.int64), pos, 1
+        if total == 0 and magic == 0:
+            return np.array(out, dtype=np.int64), pos, 0
+        try:
+            record_properties_span(buf, pos, limit)
+        except ValueError:
+            return np.array(out, dtype=np.int64), pos, 2
+        out.append(pos)
+        pos += total

@@ -590,6 +590,50 @@ class CommitLog(MappedFileQueue):
             if kind == "message":
                 yield msg
 
+    def column_batches(self, fields=None, *, strict: bool = True,
+                       batch_records: int = 65536) -> Iterator[MessageColumns]:
+        """Every record in log order, as :meth:`decode_columns` batches: the columnar :meth:`messages`.
+
+        Parameters
+        ----------
+        fields : iterable of str, optional
+            Record fields to decode (default all); ``commit_log_offset`` gives each row's offset.
+        strict : bool
+            As :meth:`messages`: True raises :class:`StoreFormatError` at a corrupt
+            record (and at unwritten space before the last file); False ends the data
+            where the broker's recovery ends it.
+        batch_records : int
+            Most records per batch; a batch never spans two files.
+        """
+        last = len(self._files) - 1
+        recovered_end = None if strict else self.max_offset
+        for index in range(len(self._files)):
+            start, path = self._files[index]
+            buf = self._u8(index)
+            limit = self.file_size
+            if recovered_end is not None:
+                limit = max(0, min(limit, recovered_end - start))
+            pos = 0
+            while True:
+                positions, pos, status = _scan.record_positions(buf, pos, limit, batch_records)
+                if len(positions):
+                    yield self.decode_columns(positions + start, fields)
+                    self._drop_resident(index)
+                if status == 3:
+                    continue
+                if status == 1:
+                    break  # blank end-of-file record: on to the next file
+                if status == 2 and strict:
+                    decode_message(buf, pos, limit, path=path, file_start=start)  # raises its error
+                if recovered_end is not None and start + pos >= recovered_end:
+                    return
+                if strict and index != last:
+                    if self.file_size - pos < 8:
+                        raise StoreFormatError("fewer than 8 bytes left and no blank record", path, pos)
+                    raise StoreFormatError(
+                        "unwritten space before the last commit-log file (missing blank record)", path, pos)
+                return
+
     def gather_properties(self, physical_offsets) -> list[dict]:
         """Properties of the records at ``physical_offsets``, decoded in batch by the scan kernel.
 

@@ -231,3 +231,43 @@ def test_no_pyarrow_needed_to_decode():
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                          env={**os.environ, "PYTHONPATH": os.getcwd()}, check=True)
     assert out.stdout.strip() == "1"
+
+
+@pytest.mark.parametrize("engine", ["compiled", "twin"])
+@pytest.mark.parametrize("strict", [True, False])
+def test_column_batches_equal_messages(engine, strict, monkeypatch):
+    monkeypatch.setattr("cq.commitlog._scan", ENGINES[engine])
+    log = cq.CommitLog(DATA / "golden_store" / "commitlog")
+    want = [(m.commit_log_offset, m.topic, m.tags, m.properties, m.body) for m in log.messages(strict=strict)]
+    got = []
+    for cols in log.column_batches(["commit_log_offset", "topic", "tags", "properties", "body"], strict=strict,
+                                   batch_records=7):
+        assert len(cols) <= 7
+        got += [tuple(cols.value(n, i) for n in ("commit_log_offset", "topic", "tags", "properties", "body"))
+                for i in range(len(cols))]
+    assert got == want and len(want) == 300
+    log.close()
+
+
+@pytest.mark.parametrize("engine", ["compiled", "twin"])
+def test_column_batches_corrupt_store_same_error_as_messages(tmp_path, engine, monkeypatch):
+    monkeypatch.setattr("cq.commitlog._scan", ENGINES[engine])
+    root = tmp_path / "store"
+    shutil.copytree(DATA / "golden_store", root)
+    path = min((root / "commitlog").iterdir())
+    log = cq.CommitLog(root / "commitlog")
+    second = [m.commit_log_offset for m in log.messages()][5]
+    log.close()
+    with open(path, "r+b") as f:
+        f.seek(second + 4)
+        f.write(b"\x12\x34\x56\x78")
+    log = cq.CommitLog(root / "commitlog")
+    with pytest.raises(cq.StoreFormatError) as want:
+        list(log.messages())
+    with pytest.raises(cq.StoreFormatError) as got:
+        list(log.column_batches(["tags"]))
+    assert (str(got.value), got.value.path, got.value.offset) == (str(want.value), want.value.path,
+                                                                  want.value.offset)
+    non_strict = sum(len(c) for c in log.column_batches(["tags"], strict=False))
+    assert non_strict == len(list(log.messages(strict=False))) == 5
+    log.close()
