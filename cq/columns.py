@@ -8,6 +8,7 @@ on request. pyarrow is imported only there (``cq`` works without it).
 """
 from __future__ import annotations
 
+import itertools
 from collections.abc import Iterable
 
 import numpy as np
@@ -87,6 +88,24 @@ class MessageColumns:
             return None
         raw = data[offsets[i]:offsets[i + 1]].tobytes()
         return raw if kind == "bin" else raw.decode()
+
+    def texts(self, name: str, *, binary: bool = False) -> list:
+        """Field ``name`` (text or bytes) as a list of str (bytes with ``binary``), None where absent."""
+        offsets, data, valid = self.columns[name]
+        raw = data.tobytes()
+        o = offsets.tolist()
+        out = [raw[a:b] for a, b in itertools.pairwise(o)] if binary else [raw[a:b].decode() for a, b in itertools.pairwise(o)]
+        if valid is not None:
+            out = [v if ok else None for v, ok in zip(out, valid.tolist())]
+        return out
+
+    def dicts(self) -> list[dict]:
+        """The ``properties`` field as one dict per row (:attr:`cq.Message.properties`)."""
+        mo, ko, kd, vo, vd = self.columns["properties"]
+        keys = MessageColumns({"k": (ko, kd, None)}, len(ko) - 1).texts("k") if len(ko) > 1 else []
+        values = MessageColumns({"v": (vo, vd, None)}, len(vo) - 1).texts("v") if len(vo) > 1 else []
+        m = mo.tolist()
+        return [dict(zip(keys[a:b], values[a:b])) for a, b in itertools.pairwise(m)]
 
     # ------------------------------------------------------------------ Arrow
     def arrow(self, name: str, *, large: bool = False):

@@ -590,6 +590,36 @@ class CommitLog(MappedFileQueue):
             if kind == "message":
                 yield msg
 
+    def read_messages(self, physical_offsets) -> list[Message]:
+        """:meth:`read_message` for many offsets, decoded in one :meth:`decode_columns` pass.
+
+        Raises :class:`StoreFormatError` as :meth:`decode_columns` does (the
+        first offset where :meth:`read_message` raises, same message and place).
+        """
+        offs = np.asarray(physical_offsets, dtype=np.int64).reshape(-1)
+        cols = self.decode_columns(offs)
+        if len(cols) == 0:
+            return []
+        c = cols.columns
+        ints = {name: c[name].tolist() for name, kind in fmt.RECORD_FIELDS if kind in ("i4", "i8")}
+        hosts: dict[str, str] = {}
+        born = [hosts.setdefault(h, h) for h in cols.texts("born_host")]
+        store = [hosts.setdefault(h, h) for h in cols.texts("store_host")]
+        idx = np.searchsorted(self._starts, offs, side="right") - 1
+        starts = self._starts[idx].tolist()
+        paths = [self._files[i][1] for i in idx.tolist()]
+        return [
+            Message(store_size=a, magic_code=b, body_crc=cr, queue_id=q, flag=fl, queue_offset=qo,
+                    commit_log_offset=ph, sys_flag=sf, born_timestamp=bt, born_host=bh, store_timestamp=st,
+                    store_host=sh, reconsume_times=rc, prepared_transaction_offset=pt, body=bd, topic=tp,
+                    properties=pr, _path=path, _file_offset=ph - fs)
+            for a, b, cr, q, fl, qo, ph, sf, bt, bh, st, sh, rc, pt, bd, tp, pr, path, fs in zip(
+                ints["store_size"], ints["magic_code"], ints["body_crc"], ints["queue_id"], ints["flag"],
+                ints["queue_offset"], ints["commit_log_offset"], ints["sys_flag"], ints["born_timestamp"], born,
+                ints["store_timestamp"], store, ints["reconsume_times"], ints["prepared_transaction_offset"],
+                cols.texts("body", binary=True), cols.texts("topic"), cols.dicts(), paths, starts)
+        ]
+
     def column_batches(self, fields=None, *, strict: bool = True,
                        batch_records: int = 65536) -> Iterator[MessageColumns]:
         """Every record in log order, as :meth:`decode_columns` batches: the columnar :meth:`messages`.

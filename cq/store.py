@@ -394,8 +394,11 @@ class Store:
             stats.bloom_false_positives += int((hits[idx] & ~keep).sum())
             idx, offs = idx[keep], offs[keep]
         stats.passed_commit_log += len(idx)
-        for off in offs.tolist():
-            msg = log.read_message(off, verify_crc=verify_crc)
+        if verify_crc:
+            msgs = (log.read_message(off, verify_crc=verify_crc) for off in offs.tolist())
+        else:  # one decoder pass for the slice's messages
+            msgs = log.read_messages(offs)
+        for msg in msgs:
             if not flt.is_matched_by_client(msg.tags):
                 stats.client_filtered += 1
                 continue

@@ -271,3 +271,18 @@ def test_column_batches_corrupt_store_same_error_as_messages(tmp_path, engine, m
     non_strict = sum(len(c) for c in log.column_batches(["tags"], strict=False))
     assert non_strict == len(list(log.messages(strict=False))) == 5
     log.close()
+
+
+@pytest.mark.parametrize("engine", ["compiled", "twin"])
+def test_read_messages_equal_read_message(mixed_store, engine, monkeypatch):
+    monkeypatch.setattr("cq.commitlog._scan", ENGINES[engine])
+    log = mixed_store.commit_log
+    offsets = np.random.default_rng(1).permutation(_all_offsets(mixed_store))
+    got = log.read_messages(offsets)
+    assert len(got) == len(offsets)
+    for m, off in zip(got, offsets.tolist()):
+        want = log.read_message(off)
+        assert m == want and list(m.properties.items()) == list(want.properties.items())
+        assert (m._path, m._file_offset) == (want._path, want._file_offset)
+        if m.is_compressed:
+            assert m.uncompressed_body() == want.uncompressed_body()
