@@ -151,7 +151,7 @@ def test_consume_sql_layer2_columns_ours(benchmark, store_path):
 
 
 @pytest.mark.benchmark(group=CONSUME)
-def test_consume_sql_layer2_dicts_previous(benchmark, store_path):
+def test_consume_sql_layer2_dicts_previous(benchmark, store_path, monkeypatch):
     import bloom
     import cq
 
@@ -160,6 +160,10 @@ def test_consume_sql_layer2_dicts_previous(benchmark, store_path):
 
         def is_matched_by_commit_log_columns(self, columns):
             raise TypeError("row by row")
+
+    # ... and the previous delivery: read_message per delivered record
+    monkeypatch.setattr(cq.CommitLog, "read_messages",
+                        lambda self, offsets: [self.read_message(o) for o in offsets.tolist()])
 
     flt = DictFilter(GROUP, TOPIC, SQL, bloom.BloomFilter())
     got = _run(benchmark, lambda: _consume(store_path, flt), "alternative", _units(store_path))
