@@ -34,6 +34,7 @@ import pyarrow as pa
 import cq
 from cq.errors import StoreFormatError
 from cq.scan import _scan
+from pyspark_udfs.datasource import RECORD_COLUMNS
 
 # Opened stores, per worker process: a worker reads many slices of one store.
 _STORES: dict[str, cq.Store] = {}
@@ -343,9 +344,6 @@ class _GroupFilter:
         return candidates & (~tested | hit)
 
 
-#: Columns of the tables decoded from the CommitLog record (the rest come from ConsumeQueue / ext units).
-RECORD_COLUMNS = ("tags", "keys", "properties", "body", "born_timestamp", "born_host", "store_timestamp",
-                  "store_host", "sys_flag", "reconsume_times")
 #: A batch holds at most this many bytes of the CommitLog records it decodes (each record
 #: counted at its stored size) ...
 BATCH_BYTES = 32 << 20

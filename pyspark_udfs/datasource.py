@@ -140,6 +140,9 @@ _MESSAGE_FIELDS = [
     StructField("reconsume_times", IntegerType(), True),
     *_EXT_FIELDS,
 ]
+#: Columns of the messages table decoded from the CommitLog record (the rest come from the units).
+RECORD_COLUMNS = ("tags", "keys", "properties", "body", "born_timestamp", "born_host", "store_timestamp",
+                  "store_host", "sys_flag", "reconsume_times")
 _PROPERTIES_FIELD = StructField("properties", MapType(StringType(), StringType(), True), True)
 _LAYER1_DECISION_FIELDS = [
     StructField("matched_by_consume_queue", BooleanType(), False),
@@ -372,9 +375,12 @@ class RocketMQReader(DataSourceReader):
         if opts.topic is not None and opts.topic not in set(store.topics()):
             raise ValueError(f"rocketmq option 'topic': no topic {opts.topic!r} in store {opts.path!r}")
         slices: list[ConsumeQueueSlice] = []
-        # The CommitLog range, once, here: an executor that decodes no record then reads no CommitLog byte.
+        # A messages read without any CommitLog column (and no group, whose layer 2 reads records)
+        # gets the CommitLog range here, once, so its executors read no CommitLog byte; other
+        # reads let each executor take it from its cached store.
         cl_min = cl_end = None
-        if opts.table == "messages" or opts.group is not None:
+        if (opts.table == "messages" and opts.group is None
+                and not any(f.name in RECORD_COLUMNS for f in self.schema.fields)):
             cl_min, cl_end = store.commit_log.min_offset, store.commit_log.max_offset
         for topic in topics:
             for queue_id in store.queue_ids(topic):
