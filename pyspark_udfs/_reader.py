@@ -5,13 +5,16 @@ a Python worker loads it once. Everything the broker decides (ext address
 resolution, the two filter layers, record decoding) is done by :mod:`cq`; this
 module only moves its results into Arrow columns.
 
-The slice is read in batches: ext units by ``ConsumeQueueExt.read_batch`` and
-records by ``CommitLog.read_batch``, whose column arrays become Arrow buffers
-directly, so no Python object is built per row; with a group, layer 1 runs
-in array operations too, and only layer 2 (the selector) and the client's tag
-re-check work on per-record property dicts, of the records layer 1 let through.
-With ``layer2="spark"`` the reader stops after layer 1 and hands the
-properties of the records it would read to Spark, for a native expression.
+The slice is read in batches sized by bytes (:func:`batch_bounds`; docs/data-path.md):
+ext units by ``ConsumeQueueExt.read_batch`` and records by the data path's decoder,
+``CommitLog.decode_columns``, asked only for the schema's CommitLog columns, whose
+Arrow buffers become the batch's columns without a Python object per row. With a
+group, layer 1 runs in array operations, layer 2 over the decoded properties map
+(``SqlFilter.is_matched_by_commit_log_columns``) and the client's tag re-check over
+the decoded tags (``TagFilter.is_matched_by_client_columns``); only a filter that
+decides row by row (``RetrySqlFilter``) works on per-record property dicts. With
+``layer2="spark"`` the reader stops after layer 1 and hands the properties of the
+records it would read to Spark, for a native expression.
 
 Corrupt input (``cq.StoreFormatError``) fails the task with the file and byte
 offset in the message (``on_corrupt="fail"``, the default), or, with
@@ -38,7 +41,6 @@ from pyspark_udfs.datasource import RECORD_COLUMNS
 
 # Opened stores, per worker process: a worker reads many slices of one store.
 _STORES: dict[str, cq.Store] = {}
-BATCH_ROWS = 8192
 TAGS = "TAGS"  # the property holding a message's tag
 
 

@@ -104,7 +104,6 @@ TABLES = ("messages", "consumequeue")
 ON_CORRUPT = ("fail", "skip")
 LAYER2 = ("reader", "spark")
 DEFAULT_PARTITION_UNITS = 100_000
-BATCH_ROWS = 8192
 
 _UNIT_FIELDS = [
     StructField("topic", StringType(), False),
