@@ -33,7 +33,7 @@ ROUNDS = 3
 
 @pytest.fixture(scope="module")
 def store_path():
-    from cq import writer
+    import cq
 
     root = os.path.join(tempfile.gettempdir(), f"rmqfilter-bench-datapath-{MESSAGES}-{SEED}")
     marker = os.path.join(root, "rmqfilter-bench.done")
@@ -41,7 +41,7 @@ def store_path():
         import shutil
 
         shutil.rmtree(root, ignore_errors=True)
-        info = writer.generate_sample_store(root, messages=MESSAGES, seed=SEED)
+        info = cq.generate_sample_store(root, messages=MESSAGES, seed=SEED)
         assert info.main_topic == TOPIC, info.main_topic
         open(marker, "w").close()
     return root

@@ -15,7 +15,7 @@ from cq import _scan_py
 from cq import format as fmt
 from cq.columns import MessageColumns
 from cq.scan import _scan
-from cq.writer import StoreWriter, compress_body, generate_sample_store
+from cq.writer import compress_body
 
 FIELDS = [name for name, _ in fmt.RECORD_FIELDS]
 ENGINES = {"compiled": _scan, "twin": _scan_py}
@@ -63,8 +63,8 @@ def mixed_store(tmp_path_factory):
     """A sample store plus records the sample lacks: IPv6 hosts, every compression type, bad UTF-8,
     repeated keys, empty properties, port 0."""
     root = tmp_path_factory.mktemp("mixed") / "store"
-    generate_sample_store(root, messages=3000, seed=5, commit_log_file_size=1 << 20)
-    with StoreWriter(root, append=True, commit_log_file_size=1 << 20) as w:
+    cq.generate_sample_store(root, messages=3000, seed=5, commit_log_file_size=1 << 20)
+    with cq.StoreWriter(root, append=True, commit_log_file_size=1 << 20) as w:
         z, zflag = compress_body(b"zlib body " * 300)
         w.append("Mixed", z, sys_flag=zflag, tags="TagZ", born_host="[2001:db8::7]:4321",
                  store_host="[::1]:10911")
