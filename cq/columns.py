@@ -94,7 +94,13 @@ class MessageColumns:
         offsets, data, valid = self.columns[name]
         raw = data.tobytes()
         o = offsets.tolist()
-        out = [raw[a:b] for a, b in itertools.pairwise(o)] if binary else [raw[a:b].decode() for a, b in itertools.pairwise(o)]
+        if binary:
+            out = [raw[a:b] for a, b in itertools.pairwise(o)]
+        elif not len(data) or int(data.max()) < 0x80:  # ASCII: byte offsets are str offsets, decode once
+            text = raw.decode("ascii")
+            out = [text[a:b] for a, b in itertools.pairwise(o)]
+        else:
+            out = [raw[a:b].decode() for a, b in itertools.pairwise(o)]
         if valid is not None:
             out = [v if ok else None for v, ok in zip(out, valid.tolist())]
         return out
