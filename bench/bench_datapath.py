@@ -15,7 +15,9 @@ Each group runs ours and its alternative in the same session:
 - Spark: a projection of four ConsumeQueue columns (user schema) vs the full read;
 - Spark: a SQL92 group filtered in the reader vs the Parquet copy filtered by ``selector_column``.
 
-Run: ``.venv/bin/python -m pytest bench/bench_datapath.py`` (about 2 minutes on 2 shared cores).
+Run: ``.venv/bin/python -m pytest bench/bench_datapath.py`` (about 3 minutes on 2 shared cores;
+``RMQFILTER_BENCH_DATAPATH_MESSAGES=1000000`` for a larger store, where the per-query overhead of
+Spark weighs less).
 """
 from __future__ import annotations
 
