@@ -40,6 +40,8 @@ def extensions():
                     include_dirs=[numpy.get_include()],
                     define_macros=[("NPY_NO_DEPRECATED_API", "NPY_1_7_API_VERSION")],
                     extra_compile_args=["-O3"],
+                    # the CommitLog decoder checks body CRCs with zlib's crc32
+                    libraries=["z"] if name == "cq._scan" else [],
                 )
             )
     return exts

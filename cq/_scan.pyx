@@ -12,11 +12,40 @@ from libc.stdint cimport int8_t, int16_t, int32_t, int64_t, uint8_t, uint16_t, u
 from libc.stdlib cimport free, malloc, realloc
 from cpython.bytes cimport PyBytes_FromStringAndSize
 from cpython.unicode cimport PyUnicode_DecodeUTF8
-from libc.string cimport memcmp, memcpy, memset
+from libc.string cimport memchr, memcmp, memcpy, memset
 
 from . import format as fmt
 
 cnp.import_array()
+
+cdef extern from "arpa/inet.h" nogil:
+    const char* inet_ntop(int af, const void* src, char* dst, unsigned int size)
+
+cdef extern from "sys/socket.h" nogil:
+    int AF_INET6
+
+cdef extern from "zlib.h" nogil:
+    unsigned long crc32(unsigned long crc, const unsigned char* buf, unsigned int len)
+
+# The store's constants, from their one home (cq/format.py), as C values the
+# nogil loops compare with.
+cdef int32_t MAGIC_V1 = fmt.MESSAGE_MAGIC_CODE_V1
+cdef int32_t MAGIC_V2 = fmt.MESSAGE_MAGIC_CODE_V2
+cdef int32_t MAGIC_BLANK = fmt.BLANK_MAGIC_CODE
+cdef int32_t BORN_V6 = fmt.BORNHOST_V6_FLAG
+cdef int32_t STORE_V6 = fmt.STOREHOSTADDRESS_V6_FLAG
+cdef int32_t MIN_RECORD = fmt.RECORD_V1_IPV4_OVERHEAD
+cdef uint8_t NAME_VALUE_SEP = ord(fmt.NAME_VALUE_SEPARATOR)
+cdef uint8_t PROPERTY_SEP = ord(fmt.PROPERTY_SEPARATOR)
+cdef bytes _TAGS_NAME = fmt.PROPERTY_TAGS.encode()
+cdef bytes _KEYS_NAME = fmt.PROPERTY_KEYS.encode()
+cdef const char* TAGS_NAME = _TAGS_NAME
+cdef const char* KEYS_NAME = _KEYS_NAME
+cdef int64_t TAGS_LEN = len(_TAGS_NAME)
+assert NAME_VALUE_SEP < 0x7F and PROPERTY_SEP < 0x7F
+# every byte of a word, set to one past the larger separator: the SWAR scan of ASCII text for them
+cdef uint64_t SEP_BOUND = 0x0101010101010101ULL * (max(NAME_VALUE_SEP, PROPERTY_SEP) + 1)
+cdef int64_t KEYS_LEN = len(_KEYS_NAME)
 
 cdef extern from *:
     """
@@ -33,7 +62,11 @@ cdef extern from *:
         uint32_t v; memcpy(&v, p, 4); return v;
     }
     static inline uint32_t rmq_bswap32(uint32_t v) { return __builtin_bswap32(v); }
+    static inline int rmq_ctz64(uint64_t v) { return __builtin_ctzll(v); }
+    static inline void rmq_prefetch(const void* p) { __builtin_prefetch(p, 0, 0); }
     """
+    int rmq_ctz64(uint64_t v) noexcept nogil
+    void rmq_prefetch(const void* p) noexcept nogil
     uint32_t rmq_load_be32(const uint8_t* p) noexcept nogil
     uint16_t rmq_load_be16(const uint8_t* p) noexcept nogil
     uint64_t rmq_load_be64(const uint8_t* p) noexcept nogil
@@ -334,24 +367,24 @@ cdef int _parse(const uint8_t* b, int64_t pos, int64_t limit, Rec* r) noexcept n
         return 2
     r.total = <int32_t>rmq_load_be32(b + pos)
     r.magic = <int32_t>rmq_load_be32(b + pos + 4)
-    if r.magic == -875286124:
+    if r.magic == MAGIC_BLANK:
         return 3
-    if r.magic != -626843481 and r.magic != -626843477:
+    if r.magic != MAGIC_V1 and r.magic != MAGIC_V2:
         return 4
-    if r.total < 91:
+    if r.total < MIN_RECORD:
         return 5
     if r.total > limit - pos:
         return 6
     end = pos + r.total
     r.sys_flag = <int32_t>rmq_load_be32(b + pos + 36)
-    r.bw = 16 if r.sys_flag & 0x10 else 4
-    r.sw = 16 if r.sys_flag & 0x20 else 4
+    r.bw = 16 if r.sys_flag & BORN_V6 else 4
+    r.sw = 16 if r.sys_flag & STORE_V6 else 4
     p = pos + 48 + r.bw + 4 + 8 + r.sw + 4 + 16
     if p > end:
         return 7
     r.body_len = <int32_t>rmq_load_be32(b + p - 4)
     r.blen = r.body_len if r.body_len > 0 else 0
-    width = 2 if r.magic == -626843477 else 1
+    width = 2 if r.magic == MAGIC_V2 else 1
     if p + r.blen + width > end:
         r.at = p - 4
         return 8
@@ -425,8 +458,8 @@ cdef dict _decode_props(const uint8_t* p, int64_t n):
     while i < n:
         seg = i
         sep = -1
-        while i < n and p[i] != 2:
-            if sep < 0 and p[i] == 1:
+        while i < n and p[i] != PROPERTY_SEP:
+            if sep < 0 and p[i] == NAME_VALUE_SEP:
                 sep = i
             i += 1
         if sep > seg and i > sep + 1:
@@ -479,7 +512,7 @@ def commit_log_walk(const uint8_t[::1] buf, int64_t pos):
                 break
             total = <int32_t>rmq_load_be32(base + pos)
             magic = <int32_t>rmq_load_be32(base + pos + 4)
-            if magic == -875286124:
+            if magic == MAGIC_BLANK:
                 status = 1
                 break
             if total == 0 and magic == 0:
@@ -695,7 +728,7 @@ def split_properties(const uint8_t[::1] buf, const int64_t[::1] starts, const in
     with nogil:
         for i in range(k):  # upper bound on entries: one per 0x01
             for j in range(starts[i], starts[i] + lengths[i]):
-                cap += b[j] == 1
+                cap += b[j] == NAME_VALUE_SEP
     map_offsets = np.zeros(k + 1, dtype=np.int64)
     ks, kl = np.empty(cap, dtype=np.int64), np.empty(cap, dtype=np.int64)
     vs, vl = np.empty(cap, dtype=np.int64), np.empty(cap, dtype=np.int64)
@@ -711,8 +744,8 @@ def split_properties(const uint8_t[::1] buf, const int64_t[::1] starts, const in
             while p < end:
                 seg = p
                 sep = -1
-                while p < end and b[p] != 2:
-                    if sep < 0 and b[p] == 1:
+                while p < end and b[p] != PROPERTY_SEP:
+                    if sep < 0 and b[p] == NAME_VALUE_SEP:
                         sep = p
                     p += 1
                 if sep > seg and p > sep + 1:
@@ -729,8 +762,697 @@ def split_properties(const uint8_t[::1] buf, const int64_t[::1] starts, const in
                 p += 1
             mo[i + 1] = e
             for m in range(mo[i], e):
-                if a_kl[m] == 4 and memcmp(b + a_ks[m], b"TAGS", 4) == 0:
+                if a_kl[m] == TAGS_LEN and memcmp(b + a_ks[m], TAGS_NAME, TAGS_LEN) == 0:
                     te[i] = m
-                elif a_kl[m] == 4 and memcmp(b + a_ks[m], b"KEYS", 4) == 0:
+                elif a_kl[m] == KEYS_LEN and memcmp(b + a_ks[m], KEYS_NAME, KEYS_LEN) == 0:
                     ke[i] = m
     return map_offsets, ks[:e], kl[:e], vs[:e], vl[:e], tags_entry, keys_entry
+
+
+# ------------------------------------------------------------------ the decoder
+# decode_columns: CommitLog records straight into Arrow buffers (docs/data-path.md).
+
+cdef struct GBuf:
+    uint8_t* p
+    int64_t n
+    int64_t cap
+
+
+cdef inline int _reserve(GBuf* g, int64_t extra) noexcept nogil:
+    cdef int64_t need = g.n + extra, cap
+    cdef uint8_t* q
+    if need <= g.cap:
+        return 0
+    cap = g.cap * 2 if g.cap else 4096
+    while cap < need:
+        cap *= 2
+    q = <uint8_t*>realloc(g.p, cap)
+    if q == NULL:
+        return -1
+    g.p = q
+    g.cap = cap
+    return 0
+
+
+cdef inline int _put(GBuf* g, const uint8_t* s, int64_t n) noexcept nogil:
+    if _reserve(g, n) < 0:
+        return -1
+    if n:
+        memcpy(g.p + g.n, s, n)
+    g.n += n
+    return 0
+
+
+cdef inline int _put_i32(GBuf* g, int32_t v) noexcept nogil:
+    if _reserve(g, 4) < 0:
+        return -1
+    memcpy(g.p + g.n, &v, 4)
+    g.n += 4
+    return 0
+
+
+cdef inline int64_t _ascii_prefix(const uint8_t* s, int64_t n) noexcept nogil:
+    # Length of the leading run of bytes < 0x80, eight at a time.
+    cdef int64_t i = 0
+    cdef uint64_t w
+    while i + 8 <= n:
+        memcpy(&w, s + i, 8)
+        if w & 0x8080808080808080ULL:
+            break
+        i += 8
+    while i < n and s[i] < 0x80:
+        i += 1
+    return i
+
+
+cdef inline void _copy(uint8_t* d, const uint8_t* s, int64_t n) noexcept nogil:
+    # memcpy for the short strings of a record (keys, values), without a call per string:
+    # two overlapping fixed-size copies cover any length from 4 to 16.
+    if n >= 8:
+        if n > 16:
+            memcpy(d, s, n)
+        else:
+            memcpy(d, s, 8)
+            memcpy(d + n - 8, s + n - 8, 8)
+    elif n >= 4:
+        memcpy(d, s, 4)
+        memcpy(d + n - 4, s + n - 4, 4)
+    else:
+        while n > 0:
+            n -= 1
+            d[n] = s[n]
+
+
+cdef int64_t _utf8_into(uint8_t* out, const uint8_t* s, int64_t n) noexcept nogil:
+    # Write ``s`` to ``out`` (room for 3 * n bytes) as UTF-8, each maximal ill-formed
+    # subpart replaced by U+FFFD (EF BF BD): what bytes.decode("utf-8", "replace")
+    # then encode gives. Returns the bytes written.
+    cdef int64_t i, o, j, need, run
+    cdef uint8_t c, c1, lo, hi
+    i = _ascii_prefix(s, n)
+    _copy(out, s, i)
+    if i == n:  # the common case: plain ASCII
+        return n
+    o = i
+    while i < n:
+        c = s[i]
+        if c < 0x80:
+            run = _ascii_prefix(s + i, n - i)
+            _copy(out + o, s + i, run)
+            o += run
+            i += run
+            continue
+        lo = 0x80
+        hi = 0xBF
+        if 0xC2 <= c <= 0xDF:
+            need = 1
+        elif c == 0xE0:
+            need = 2
+            lo = 0xA0
+        elif (0xE1 <= c <= 0xEC) or c == 0xEE or c == 0xEF:
+            need = 2
+        elif c == 0xED:
+            need = 2
+            hi = 0x9F
+        elif c == 0xF0:
+            need = 3
+            lo = 0x90
+        elif 0xF1 <= c <= 0xF3:
+            need = 3
+        elif c == 0xF4:
+            need = 3
+            hi = 0x8F
+        else:
+            need = 0
+        j = 1
+        if need:
+            while j <= need and i + j < n:
+                c1 = s[i + j]
+                if j == 1:
+                    if c1 < lo or c1 > hi:
+                        break
+                elif c1 < 0x80 or c1 > 0xBF:
+                    break
+                j += 1
+        if need and j > need:
+            memcpy(out + o, s + i, need + 1)
+            o += need + 1
+            i += need + 1
+        else:
+            out[o] = 0xEF
+            out[o + 1] = 0xBF
+            out[o + 2] = 0xBD
+            o += 3
+            i += j
+    return o
+
+
+cdef inline int _put_utf8(GBuf* g, const uint8_t* s, int64_t n) noexcept nogil:
+    if _reserve(g, 3 * n) < 0:
+        return -1
+    g.n += _utf8_into(g.p + g.n, s, n)
+    return 0
+
+
+cdef inline int64_t _put_uint(char* out, uint32_t v) noexcept nogil:
+    cdef char tmp[12]
+    cdef int64_t n = 0, k
+    if v == 0:
+        out[0] = 48
+        return 1
+    while v:
+        tmp[n] = <char>(48 + v % 10)
+        v //= 10
+        n += 1
+    for k in range(n):
+        out[k] = tmp[n - 1 - k]
+    return n
+
+
+cdef int _put_host(GBuf* g, const uint8_t* ip, bint v6, int32_t port) noexcept nogil:
+    # "a.b.c.d:port" / "[ipv6]:port", the text read_message gives (libc inet_ntop, as
+    # Python's socket.inet_ntop); the port is the stored int32, signed.
+    cdef char* out
+    cdef int64_t o = 0, k
+    if _reserve(g, 80) < 0:
+        return -1
+    out = <char*>(g.p + g.n)
+    if v6:
+        out[0] = 91  # '['
+        if inet_ntop(AF_INET6, ip, out + 1, 64) == NULL:
+            return -1
+        o = 1
+        while out[o]:
+            o += 1
+        out[o] = 93  # ']'
+        o += 1
+    else:
+        for k in range(4):
+            o += _put_uint(out + o, ip[k])
+            if k < 3:
+                out[o] = 46  # '.'
+                o += 1
+    out[o] = 58  # ':'
+    o += 1
+    if port < 0:
+        out[o] = 45  # '-'
+        o += 1
+        o += _put_uint(out + o, <uint32_t>(-<int64_t>port))
+    else:
+        o += _put_uint(out + o, <uint32_t>port)
+    g.n += o
+    return 0
+
+
+cdef struct HostCache:
+    uint8_t ip[16]
+    int32_t port
+    bint v6
+    int64_t start, length    # the cached text inside the column's GBuf; length -1: none
+
+
+cdef inline int _host_column(GBuf* g, HostCache* c, const uint8_t* ip, int width, int32_t port) noexcept nogil:
+    # Hosts repeat from record to record: the previous row's text is copied when equal.
+    cdef bint v6 = width == 16
+    cdef int64_t start = g.n
+    if c.length >= 0 and c.port == port and c.v6 == v6 and memcmp(c.ip, ip, width) == 0:
+        if _reserve(g, c.length) < 0:
+            return -1
+        memcpy(g.p + g.n, g.p + c.start, c.length)
+        g.n += c.length
+        return 0
+    if _put_host(g, ip, v6, port) < 0:
+        return -1
+    memcpy(c.ip, ip, width)
+    c.port = port
+    c.v6 = v6
+    c.start = start
+    c.length = g.n - start
+    return 0
+
+
+cdef class _Owned:
+    """Owner of a malloc'd buffer handed to numpy without a copy."""
+    cdef void* p
+
+    def __dealloc__(self):
+        free(self.p)
+
+
+cdef object _take(GBuf* g, object dtype, int64_t count):
+    # The buffer as a numpy array of ``count`` items (owning the memory), g emptied.
+    cdef cnp.npy_intp dims[1]
+    cdef _Owned owner
+    cdef cnp.ndarray arr
+    if g.p == NULL or count == 0:
+        free(g.p)
+        g.p = NULL
+        g.n = g.cap = 0
+        return np.zeros(count, dtype=dtype)
+    dims[0] = count
+    arr = cnp.PyArray_SimpleNewFromData(1, dims, cnp.dtype(dtype).num, g.p)
+    owner = _Owned()
+    owner.p = g.p
+    cnp.set_array_base(arr, owner)
+    g.p = NULL
+    g.n = g.cap = 0
+    return arr
+
+
+cdef struct Entry:
+    int64_t kstart, klen, vsrc, vlen
+    uint64_t head     # the key's first 8 bytes (zero-padded): most unequal keys differ here
+
+
+cdef inline uint64_t _head(const uint8_t* s, int64_t n) noexcept nogil:
+    # (a fixed 8-byte copy is one load; a variable-length memcpy is far slower here)
+    cdef uint64_t w = 0
+    cdef int64_t k
+    if n >= 8:
+        memcpy(&w, s, 8)
+        return w
+    for k in range(n):
+        w |= (<uint64_t>s[k]) << (8 * k)
+    return w
+
+
+cdef void _tags_keys(const uint8_t* b, int64_t p, int64_t end, int64_t* tv, int64_t* tl,
+                     int64_t* kv, int64_t* kl) noexcept nogil:
+    # The raw value spans of the TAGS and KEYS entries (the later of repeated ones), or -1:
+    # what _props finds without copying a key (a key that is not plain ASCII cannot
+    # become "TAGS" or "KEYS" by replacement, so the raw bytes decide).
+    cdef int64_t seg, sep
+    cdef const uint8_t* hit
+    tv[0] = -1
+    kv[0] = -1
+    while p < end:
+        seg = p
+        hit = <const uint8_t*>memchr(b + p, PROPERTY_SEP, end - p)
+        p = (hit - b) if hit != NULL else end
+        hit = <const uint8_t*>memchr(b + seg, NAME_VALUE_SEP, p - seg)
+        sep = (hit - b) if hit != NULL else -1
+        if sep > seg and p > sep + 1:
+            if sep - seg == TAGS_LEN and memcmp(b + seg, TAGS_NAME, TAGS_LEN) == 0:
+                tv[0] = sep + 1
+                tl[0] = p - sep - 1
+            elif sep - seg == KEYS_LEN and memcmp(b + seg, KEYS_NAME, KEYS_LEN) == 0:
+                kv[0] = sep + 1
+                kl[0] = p - sep - 1
+        p += 1
+
+
+cdef inline int64_t _next_low(const uint8_t* b, int64_t p, int64_t end) noexcept nogil:
+    # In ASCII text, the first position at or after ``p`` of a byte below SEP_BOUND's byte
+    # (a separator, or a control byte the caller passes over), else ``end``. A borrow can
+    # flag a byte after a hit, never one before it, so the lowest flag is exact.
+    cdef uint64_t w, m
+    while p + 8 <= end:
+        memcpy(&w, b + p, 8)
+        m = (w - SEP_BOUND) & 0x8080808080808080ULL
+        if m:
+            return p + (rmq_ctz64(m) >> 3)
+        p += 8
+    while p < end and b[p] >= <uint8_t>SEP_BOUND:
+        p += 1
+    return p
+
+
+cdef int _props(const uint8_t* b, int64_t p, int64_t end, GBuf* keys, GBuf* koff, GBuf* scratch,
+                int64_t* tags_e, int64_t* keys_e) noexcept nogil:
+    # Split one record's properties text (separators from cq/format.py) into entries,
+    # appending each key (UTF-8 replaced) to ``keys`` and its offset to ``koff``; a
+    # repeated key (equal after replacement, as dict keys are) keeps its first place
+    # and takes the later value. ``scratch`` gets the record's entries.
+    cdef int64_t seg, sep, kstart, klen, m, ne = 0
+    cdef uint64_t head
+    cdef Entry* ents
+    cdef Entry* e
+    cdef const uint8_t* hit
+    cdef bint ascii = _ascii_prefix(b + p, end - p) == end - p
+    scratch.n = 0
+    tags_e[0] = -1
+    keys_e[0] = -1
+    # room for every key of the record, replaced (3 bytes a byte at worst), and for its entries
+    if _reserve(keys, 3 * (end - p)) < 0 or _reserve(koff, 4 * (end - p)) < 0 or \
+            _reserve(scratch, <int64_t>sizeof(Entry) * (end - p)) < 0:
+        return -1
+    while p < end:
+        seg = p
+        if ascii:  # one SWAR pass finds both separators
+            sep = -1
+            while True:
+                p = _next_low(b, p, end)
+                if p == end or b[p] == PROPERTY_SEP:
+                    break
+                if sep < 0 and b[p] == NAME_VALUE_SEP:
+                    sep = p
+                p += 1
+        else:
+            hit = <const uint8_t*>memchr(b + p, PROPERTY_SEP, end - p)
+            p = (hit - b) if hit != NULL else end
+            hit = <const uint8_t*>memchr(b + seg, NAME_VALUE_SEP, p - seg)
+            sep = (hit - b) if hit != NULL else -1
+        if sep > seg and p > sep + 1:
+            kstart = keys.n
+            if ascii:
+                _copy(keys.p + kstart, b + seg, sep - seg)
+                keys.n += sep - seg
+            else:
+                keys.n += _utf8_into(keys.p + kstart, b + seg, sep - seg)  # room reserved above
+            klen = keys.n - kstart
+            head = _head(keys.p + kstart, klen)
+            ents = <Entry*>scratch.p
+            for m in range(ne):
+                if ents[m].head == head and ents[m].klen == klen and (
+                        klen <= 8 or memcmp(keys.p + ents[m].kstart, keys.p + kstart, klen) == 0):
+                    keys.n = kstart  # a repeated key: its first entry takes the value
+                    ents[m].vsrc = sep + 1
+                    ents[m].vlen = p - sep - 1
+                    break
+            else:
+                (<int32_t*>(koff.p + koff.n))[0] = <int32_t>kstart
+                koff.n += 4
+                e = <Entry*>(scratch.p + scratch.n)
+                e.kstart = kstart
+                e.klen = klen
+                e.head = head
+                e.vsrc = sep + 1
+                e.vlen = p - sep - 1
+                scratch.n += sizeof(Entry)
+                if klen == TAGS_LEN and memcmp(keys.p + kstart, TAGS_NAME, TAGS_LEN) == 0:
+                    tags_e[0] = ne
+                elif klen == KEYS_LEN and memcmp(keys.p + kstart, KEYS_NAME, KEYS_LEN) == 0:
+                    keys_e[0] = ne
+                ne += 1
+        p += 1
+    return <int>ne
+
+
+cdef enum:
+    F_STORE_SIZE, F_MAGIC, F_BODY_CRC, F_QUEUE_ID, F_FLAG, F_QUEUE_OFFSET, F_PHYS, F_SYS_FLAG
+    F_BORN_TS, F_BORN_HOST, F_STORE_TS, F_STORE_HOST, F_RECONSUME, F_PREPARED, F_BODY, F_TOPIC
+    F_PROPERTIES, F_TAGS, F_KEYS, N_FIELDS
+
+assert [name for name, _ in fmt.RECORD_FIELDS] == [
+    "store_size", "magic_code", "body_crc", "queue_id", "flag", "queue_offset", "commit_log_offset",
+    "sys_flag", "born_timestamp", "born_host", "store_timestamp", "store_host", "reconsume_times",
+    "prepared_transaction_offset", "body", "topic", "properties", "tags", "keys"], "RECORD_FIELDS moved"
+
+DEF INT32_MAX = 2147483647
+DEF PREFETCH_AHEAD = 8
+DEF PREFETCH_BYTES = 320
+
+
+def decode_columns(const uint8_t[::1] buf, const int64_t[::1] positions, int64_t limit, int64_t mask):
+    """Decode the records at ``positions`` into the Arrow buffers of the fields in ``mask``.
+
+    ``mask`` has bit ``1 << i`` for field ``i`` of ``cq.format.RECORD_FIELDS``.
+    Returns ``(columns, error)``. ``columns`` maps each asked field to: an
+    int32/int64 array (fixed fields); ``(offsets int32 (k + 1), data uint8,
+    valid)`` for ``str``/``bin`` fields (``valid`` a uint8 0/1 array for
+    ``tags``/``keys``, None otherwise; text is UTF-8 with each malformed
+    subpart replaced by U+FFFD, as ``read_message`` decodes it); for
+    ``properties``, ``(map_offsets int32 (k + 1), key_offsets int32 (e + 1),
+    key_data, value_offsets int32 (e + 1), value_data)`` in ``read_message``'s
+    dict order (first-seen key, later value wins). ``error`` is None or
+    ``(index, reason, offset)`` of the first invalid record, as
+    ``decode_records`` gives it (rows from it on are left zero). Raises
+    OverflowError when a column passes 2 GiB (ask for fewer records).
+    """
+    cdef Py_ssize_t i, k = positions.shape[0]
+    cdef int64_t n = buf.shape[0], pos, h, j, pf
+    cdef Rec r
+    cdef int code = 0, fail = 0, ne
+    cdef Py_ssize_t bad = -1
+    cdef int64_t tags_e, keys_e, tv = -1, tl = 0, kv = -1, kl = 0
+    cdef Entry* ents
+    cdef bint want[N_FIELDS]
+    cdef GBuf g[N_FIELDS]
+    cdef GBuf koff, voff, scratch, pkeys, pvals
+    cdef HostCache born_cache, store_cache
+    cdef bint need_props
+    if limit < 0 or limit > n:
+        raise ValueError(f"limit {limit} outside the buffer of {n} bytes")
+    for j in range(N_FIELDS):
+        want[j] = (mask >> j) & 1
+    memset(g, 0, sizeof(g))
+    memset(&koff, 0, sizeof(GBuf))
+    memset(&voff, 0, sizeof(GBuf))
+    memset(&scratch, 0, sizeof(GBuf))
+    memset(&pkeys, 0, sizeof(GBuf))
+    memset(&pvals, 0, sizeof(GBuf))
+    born_cache.length = -1
+    store_cache.length = -1
+    need_props = want[F_PROPERTIES] or want[F_TAGS] or want[F_KEYS]
+    cols = {}
+    ints = {}
+    for j, (name, kind) in enumerate(fmt.RECORD_FIELDS):
+        if want[j] and kind in ("i4", "i8"):
+            ints[j] = cols[name] = np.zeros(k, dtype=kind)
+    var_offsets = {}
+    for j in (F_BORN_HOST, F_STORE_HOST, F_BODY, F_TOPIC, F_TAGS, F_KEYS, F_PROPERTIES):
+        if want[j]:
+            var_offsets[j] = np.zeros(k + 1, dtype=np.int32)
+    valid_tags = np.zeros(k if want[F_TAGS] else 0, dtype=np.uint8)
+    valid_keys = np.zeros(k if want[F_KEYS] else 0, dtype=np.uint8)
+    cdef int32_t[::1] o_born = var_offsets.get(F_BORN_HOST, np.zeros(1, np.int32))
+    cdef int32_t[::1] o_store = var_offsets.get(F_STORE_HOST, np.zeros(1, np.int32))
+    cdef int32_t[::1] o_body = var_offsets.get(F_BODY, np.zeros(1, np.int32))
+    cdef int32_t[::1] o_topic = var_offsets.get(F_TOPIC, np.zeros(1, np.int32))
+    cdef int32_t[::1] o_tags = var_offsets.get(F_TAGS, np.zeros(1, np.int32))
+    cdef int32_t[::1] o_keys = var_offsets.get(F_KEYS, np.zeros(1, np.int32))
+    cdef int32_t[::1] o_map = var_offsets.get(F_PROPERTIES, np.zeros(1, np.int32))
+    cdef uint8_t[::1] v_tags = valid_tags, v_keys = valid_keys
+    cdef int32_t[::1] c_size = ints.get(F_STORE_SIZE, np.zeros(0, np.int32))
+    cdef int32_t[::1] c_magic = ints.get(F_MAGIC, np.zeros(0, np.int32))
+    cdef int32_t[::1] c_crc = ints.get(F_BODY_CRC, np.zeros(0, np.int32))
+    cdef int32_t[::1] c_qid = ints.get(F_QUEUE_ID, np.zeros(0, np.int32))
+    cdef int32_t[::1] c_flag = ints.get(F_FLAG, np.zeros(0, np.int32))
+    cdef int64_t[::1] c_qoff = ints.get(F_QUEUE_OFFSET, np.zeros(0, np.int64))
+    cdef int64_t[::1] c_phys = ints.get(F_PHYS, np.zeros(0, np.int64))
+    cdef int32_t[::1] c_sysf = ints.get(F_SYS_FLAG, np.zeros(0, np.int32))
+    cdef int64_t[::1] c_bts = ints.get(F_BORN_TS, np.zeros(0, np.int64))
+    cdef int64_t[::1] c_sts = ints.get(F_STORE_TS, np.zeros(0, np.int64))
+    cdef int32_t[::1] c_recon = ints.get(F_RECONSUME, np.zeros(0, np.int32))
+    cdef int64_t[::1] c_prep = ints.get(F_PREPARED, np.zeros(0, np.int64))
+    if k and n == 0:
+        return cols, (0, f"record header needs 8 bytes, {limit - positions[0]} left in the file", positions[0])
+    cdef const uint8_t* b = &buf[0] if n else NULL
+    with nogil:
+        for i in range(k):
+            if i + PREFETCH_AHEAD < k:
+                # records are scattered through the file (other topics and queues between them):
+                # ask for the lines of a record a few ahead while this one is decoded
+                pf = positions[i + PREFETCH_AHEAD]
+                if 0 <= pf and pf + PREFETCH_BYTES <= n:
+                    for j in range(0, PREFETCH_BYTES, 64):
+                        rmq_prefetch(b + pf + j)
+            pos = positions[i]
+            code = _parse(b, pos, limit, &r)
+            if code:
+                bad = i
+                break
+            if want[F_STORE_SIZE]:
+                c_size[i] = r.total
+            if want[F_MAGIC]:
+                c_magic[i] = r.magic
+            if want[F_BODY_CRC]:
+                c_crc[i] = <int32_t>rmq_load_be32(b + pos + 8)
+            if want[F_QUEUE_ID]:
+                c_qid[i] = <int32_t>rmq_load_be32(b + pos + 12)
+            if want[F_FLAG]:
+                c_flag[i] = <int32_t>rmq_load_be32(b + pos + 16)
+            if want[F_QUEUE_OFFSET]:
+                c_qoff[i] = <int64_t>rmq_load_be64(b + pos + 20)
+            if want[F_PHYS]:
+                c_phys[i] = <int64_t>rmq_load_be64(b + pos + 28)
+            if want[F_SYS_FLAG]:
+                c_sysf[i] = r.sys_flag
+            if want[F_BORN_TS]:
+                c_bts[i] = <int64_t>rmq_load_be64(b + pos + 40)
+            h = pos + 48
+            if want[F_BORN_HOST]:
+                if _host_column(&g[F_BORN_HOST], &born_cache, b + h, r.bw,
+                                <int32_t>rmq_load_be32(b + h + r.bw)) < 0:
+                    fail = 1
+                    break
+                o_born[i + 1] = <int32_t>g[F_BORN_HOST].n
+            h += r.bw + 4
+            if want[F_STORE_TS]:
+                c_sts[i] = <int64_t>rmq_load_be64(b + h)
+            h += 8
+            if want[F_STORE_HOST]:
+                if _host_column(&g[F_STORE_HOST], &store_cache, b + h, r.sw,
+                                <int32_t>rmq_load_be32(b + h + r.sw)) < 0:
+                    fail = 1
+                    break
+                o_store[i + 1] = <int32_t>g[F_STORE_HOST].n
+            h += r.sw + 4
+            if want[F_RECONSUME]:
+                c_recon[i] = <int32_t>rmq_load_be32(b + h)
+            if want[F_PREPARED]:
+                c_prep[i] = <int64_t>rmq_load_be64(b + h + 4)
+            if want[F_BODY]:
+                if _put(&g[F_BODY], b + r.body, r.blen) < 0:
+                    fail = 1
+                    break
+                o_body[i + 1] = <int32_t>g[F_BODY].n
+            if want[F_TOPIC]:
+                if _put_utf8(&g[F_TOPIC], b + r.topic, r.topic_len) < 0:
+                    fail = 1
+                    break
+                o_topic[i + 1] = <int32_t>g[F_TOPIC].n
+            if want[F_PROPERTIES]:
+                ne = _props(b, r.props, r.props + r.plen, &pkeys, &koff, &scratch, &tags_e, &keys_e)
+                if ne < 0:
+                    fail = 1
+                    break
+                ents = <Entry*>scratch.p
+                if _reserve(&pvals, 3 * r.plen) < 0 or _reserve(&voff, 4 * ne) < 0:
+                    fail = 1
+                    break
+                for j in range(ne):
+                    (<int32_t*>(voff.p + voff.n))[0] = <int32_t>pvals.n
+                    voff.n += 4
+                    pvals.n += _utf8_into(pvals.p + pvals.n, b + ents[j].vsrc, ents[j].vlen)
+                o_map[i + 1] = o_map[i] + ne
+                tv = ents[tags_e].vsrc if tags_e >= 0 else -1
+                tl = ents[tags_e].vlen if tags_e >= 0 else 0
+                kv = ents[keys_e].vsrc if keys_e >= 0 else -1
+                kl = ents[keys_e].vlen if keys_e >= 0 else 0
+            elif need_props:
+                _tags_keys(b, r.props, r.props + r.plen, &tv, &tl, &kv, &kl)
+            if want[F_TAGS]:
+                if tv >= 0:
+                    v_tags[i] = 1
+                    if _put_utf8(&g[F_TAGS], b + tv, tl) < 0:
+                        fail = 1
+                        break
+                o_tags[i + 1] = <int32_t>g[F_TAGS].n
+            if want[F_KEYS]:
+                if kv >= 0:
+                    v_keys[i] = 1
+                    if _put_utf8(&g[F_KEYS], b + kv, kl) < 0:
+                        fail = 1
+                        break
+                o_keys[i + 1] = <int32_t>g[F_KEYS].n
+            for j in range(N_FIELDS):
+                if g[j].n > INT32_MAX:
+                    fail = 2
+            if pkeys.n > INT32_MAX or pvals.n > INT32_MAX:
+                fail = 2
+            if fail:
+                break
+    try:
+        if fail == 1:
+            raise MemoryError()
+        if fail == 2:
+            raise OverflowError(f"a column of {k} records passes 2 GiB: decode fewer records at a time")
+        names = [name for name, _ in fmt.RECORD_FIELDS]
+        for j in (F_BORN_HOST, F_STORE_HOST, F_BODY, F_TOPIC):
+            if want[j]:
+                cols[names[j]] = (var_offsets[j], _take(&g[j], np.uint8, g[j].n), None)
+        if want[F_TAGS]:
+            cols["tags"] = (var_offsets[F_TAGS], _take(&g[F_TAGS], np.uint8, g[F_TAGS].n), valid_tags)
+        if want[F_KEYS]:
+            cols["keys"] = (var_offsets[F_KEYS], _take(&g[F_KEYS], np.uint8, g[F_KEYS].n), valid_keys)
+        if want[F_PROPERTIES]:
+            if _put_i32(&koff, <int32_t>pkeys.n) < 0 or _put_i32(&voff, <int32_t>pvals.n) < 0:
+                raise MemoryError()
+            cols["properties"] = (var_offsets[F_PROPERTIES], _take(&koff, np.int32, koff.n // 4),
+                                  _take(&pkeys, np.uint8, pkeys.n), _take(&voff, np.int32, voff.n // 4),
+                                  _take(&pvals, np.uint8, pvals.n))
+    finally:
+        for j in range(N_FIELDS):
+            free(g[j].p)
+        free(koff.p)
+        free(voff.p)
+        free(scratch.p)
+        free(pkeys.p)
+        free(pvals.p)
+    if bad >= 0:
+        for arr in var_offsets.values():  # offsets stay monotonic: the rows from ``bad`` on are empty
+            arr[bad + 1:] = arr[bad]
+        return cols, (bad, _parse_error(code, &r, positions[bad], limit), r.at)
+    return cols, None
+
+
+def body_crc_mismatch(const uint8_t[::1] buf, int64_t pos, int64_t end):
+    """Position of the first record in ``buf[pos:end]`` whose BODYCRC does not match, or -1.
+
+    ``buf[pos:end]`` holds records that passed the recovery walk's checks
+    (``commit_log_walk``); each is parsed again here, so nothing is read
+    outside a record. BODYCRC is the body's CRC-32 with the sign bit cleared.
+    """
+    cdef Rec r
+    cdef int64_t found = -1
+    cdef uint32_t crc
+    cdef int64_t done, step
+    if pos < 0 or end > buf.shape[0] or pos > end:
+        raise ValueError(f"range [{pos}, {end}) outside the buffer of {buf.shape[0]} bytes")
+    if pos == end:
+        return -1
+    cdef const uint8_t* b = &buf[0]
+    with nogil:
+        while pos < end:
+            if _parse(b, pos, end, &r):
+                found = pos
+                break
+            crc = 0
+            done = 0
+            while done < r.blen:  # crc32 takes an unsigned int length
+                step = r.blen - done if r.blen - done < (1 << 30) else (1 << 30)
+                crc = <uint32_t>crc32(crc, b + r.body + done, <unsigned int>step)
+                done += step
+            if <int32_t>(crc & 0x7FFFFFFF) != <int32_t>rmq_load_be32(b + pos + 8):
+                found = pos
+                break
+            pos += r.total
+    return found
+
+
+def record_positions(const uint8_t[::1] buf, int64_t pos, int64_t limit, int64_t max_records):
+    """Positions of the valid records from ``pos`` (readable end ``limit``), at most ``max_records``.
+
+    Returns ``(positions int64, position, status)``: ``position`` is where the
+    walk stopped; status 0: unwritten space or fewer than 8 bytes left (the end
+    of the data); 1: a blank end-of-file record there; 2: an invalid record
+    there; 3: ``max_records`` found (call again from ``position``). The checks
+    are ``commit_log_walk``'s.
+    """
+    cdef int64_t start = 0, length = 0, count = 0
+    cdef int32_t total, magic
+    cdef int status = 0
+    cdef const char* why = NULL
+    if pos < 0 or max_records < 0:
+        raise ValueError(f"pos and max_records must be >= 0, got {pos}, {max_records}")
+    if limit < 0 or limit > buf.shape[0]:
+        raise ValueError(f"limit {limit} outside the buffer of {buf.shape[0]} bytes")
+    out = np.empty(max_records, dtype=np.int64)
+    cdef int64_t[::1] o = out
+    if limit == 0:
+        return out[:0], pos, 0
+    cdef const uint8_t* base = &buf[0]
+    with nogil:
+        while True:
+            if count == max_records:
+                status = 3
+                break
+            if limit - pos < 8:
+                status = 0
+                break
+            total = <int32_t>rmq_load_be32(base + pos)
+            magic = <int32_t>rmq_load_be32(base + pos + 4)
+            if magic == MAGIC_BLANK:
+                status = 1
+                break
+            if total == 0 and magic == 0:
+                status = 0
+                break
+            if _span(base, pos, limit, &start, &length, &why) < 0:
+                status = 2
+                break
+            o[count] = pos
+            count += 1
+            pos += total
+    return out[:count], pos, status

@@ -13,8 +13,10 @@ from typing import NamedTuple
 
 import numpy as np
 
+from . import columns as _columns
 from . import format as fmt
 from ._mapped import MappedFileQueue
+from .columns import MessageColumns
 from .errors import StoreFormatError
 from .scan import _scan
 
@@ -274,24 +276,24 @@ def _check_crc(mode, buf, pos: int, total: int, body: bytes, crc: int, props: di
 _WALK_WINDOW = 64 << 20
 
 
-def _first_body_crc_mismatch(buf, pos: int, end: int) -> int | None:
-    """Position of the first record in ``buf[pos:end]`` whose BODYCRC does not match, or None.
+def _host_objects(col) -> np.ndarray:
+    """Host strings of a decoded host column, one str object per distinct host."""
+    offsets, data, _ = col
+    n = len(offsets) - 1
+    texts = [data[offsets[i]:offsets[i + 1]].tobytes() for i in range(n)] if n else []
+    uniq: dict[bytes, str] = {}
+    out = np.empty(n, dtype=object)
+    for i, t in enumerate(texts):
+        s = uniq.get(t)
+        if s is None:
+            s = uniq[t] = t.decode()
+        out[i] = s
+    return out
 
-    ``buf[pos:end]`` holds records that already passed the length checks of the
-    recovery walk, so every header read here lies inside the buffer.
-    """
-    unpack = struct.unpack_from
-    while pos < end:
-        total, _magic, crc = unpack(">iii", buf, pos)
-        sys_flag, = unpack(">i", buf, pos + 36)
-        at = pos + 68 + (20 if sys_flag & fmt.BORNHOST_V6_FLAG else 8) + (
-            20 if sys_flag & fmt.STOREHOSTADDRESS_V6_FLAG else 8)
-        body_len, = unpack(">i", buf, at)
-        body = buf[at + 4:at + 4 + max(body_len, 0)]
-        if zlib.crc32(body) & 0x7FFFFFFF != crc:
-            return pos
-        pos += total
-    return None
+
+def _ports(col) -> np.ndarray:
+    """The int32 ports of a decoded host column (the text after the last colon)."""
+    return np.array([int(h.rsplit(":", 1)[1]) for h in _host_objects(col)], dtype=np.int32)
 
 
 def _as_u8(buf) -> np.ndarray:
@@ -392,8 +394,8 @@ class CommitLog(MappedFileQueue):
                 end = n
                 p, status, r = _scan.commit_log_walk(buf, pos)
             if check_crc:
-                bad = _first_body_crc_mismatch(self._map(index), pos, p)
-                if bad is not None:
+                bad = _scan.body_crc_mismatch(buf, pos, p)
+                if bad >= 0:
                     self._drop_resident(index)
                     return bad, 2, records
             records += r
@@ -433,8 +435,63 @@ class CommitLog(MappedFileQueue):
         return decode_message(self._u8(index), physical_offset - start, self.file_size,
                               path=path, file_start=start, verify_crc=verify_crc)
 
+    def decode_columns(self, physical_offsets, fields=None) -> MessageColumns:
+        """Decode the records at ``physical_offsets`` straight into Arrow buffers: the data path's decoder.
+
+        Parameters
+        ----------
+        physical_offsets : array of int
+            Record start offsets, any order (rows follow the input order).
+        fields : iterable of str, optional
+            The record fields to decode (names of ``cq.format.RECORD_FIELDS``:
+            the :class:`Message` fields plus ``tags`` and ``keys``); default
+            all. Only these are decoded.
+
+        Returns
+        -------
+        cq.columns.MessageColumns
+            Row ``i`` holds what ``read_message(physical_offsets[i])`` decodes
+            (text as UTF-8, malformed bytes replaced as ``read_message`` does).
+
+        Raises
+        ------
+        StoreFormatError
+            For the first offset (in input order) where :meth:`read_message`
+            raises, with the same message, path and byte offset.
+        """
+        names = [n for n, _ in fmt.RECORD_FIELDS] if fields is None else list(dict.fromkeys(fields))
+        mask = fmt.record_field_mask(names)
+        offs = np.asarray(physical_offsets, dtype=np.int64).reshape(-1)
+        k = len(offs)
+        if k == 0:
+            return _columns.empty(names)
+        if self._files:
+            idx = np.searchsorted(self._starts, offs, side="right") - 1
+            outside = (idx < 0) | (offs >= self._starts[np.clip(idx, 0, None)] + self.file_size)
+        else:
+            idx = np.full(k, -1, dtype=np.int64)
+            outside = np.ones(k, dtype=bool)
+        idx[outside] = -1
+        # runs of consecutive rows in one file, decoded in input order so the first error is read_message's
+        cuts = np.flatnonzero(np.diff(idx)) + 1
+        parts = []
+        for a, b in itertools.pairwise([0, *cuts.tolist(), k]):
+            index = int(idx[a])
+            if index < 0:
+                self.read_message(int(offs[a]))  # raises the outside-the-log error
+            start, path = self._files[index]
+            pos = np.ascontiguousarray(offs[a:b] - start)
+            cols, err = _scan.decode_columns(self._u8(index), pos, self.file_size, mask)
+            if err is not None:
+                raise StoreFormatError(err[1], path, int(err[2]))
+            parts.append(_columns.MessageColumns(cols, b - a))
+        return _columns.concat(parts, names)
+
     def read_batch(self, physical_offsets) -> RecordColumns:
         """Decode the records at ``physical_offsets`` into columns: the batch form of :meth:`read_message`.
+
+        A view of :meth:`decode_columns` (every field) with int64 offsets and
+        host strings; new code should call :meth:`decode_columns`.
 
         Parameters
         ----------
@@ -451,76 +508,23 @@ class CommitLog(MappedFileQueue):
         StoreFormatError
             For the first offset (in input order) where :meth:`read_message`
             raises, with the same message, path and byte offset.
-
-        Examples
-        --------
-        >>> cols = store.commit_log.read_batch(units["commit_log_offset"])   # doctest: +SKIP
-        >>> cols.ints["store_timestamp"], cols.body.offsets                   # doctest: +SKIP
         """
-        offs = np.asarray(physical_offsets, dtype=np.int64).reshape(-1)
-        k = len(offs)
-        if self._files:
-            idx = np.searchsorted(self._starts, offs, side="right") - 1
-            outside = (idx < 0) | (offs >= self._starts[np.clip(idx, 0, None)] + self.file_size)
-        else:
-            idx = np.full(k, -1, dtype=np.int64)
-            outside = np.ones(k, dtype=bool)
-        idx[outside] = -1
-        # runs of consecutive rows in one file, decoded in input order so the first error is read_message's
-        cuts = np.flatnonzero(np.diff(idx)) + 1 if k else np.zeros(0, dtype=np.int64)
-        bounds = [0, *cuts.tolist(), k]
-        runs = []
-        for a, b in itertools.pairwise(bounds):
-            if a == b:
-                continue
-            index = int(idx[a])
-            if index < 0:
-                self.read_message(int(offs[a]))  # raises the outside-the-log error
-            start, path = self._files[index]
-            buf = self._u8(index)
-            pos = np.ascontiguousarray(offs[a:b] - start)
-            cols, err = _scan.decode_records(buf, pos, self.file_size)
-            if err is not None:
-                raise StoreFormatError(err[1], path, int(err[2]))
-            runs.append((buf, cols))
-        return self._columns(runs, k)
+        c = self.decode_columns(physical_offsets).columns
 
-    @staticmethod
-    def _columns(runs: list, k: int) -> RecordColumns:
-        names = [n for n, _ in _scan.RECORD_INT_COLUMNS]
-        if runs:
-            ints = {n: np.concatenate([c[n] for _, c in runs]) for n in names}
-            born_ip = np.concatenate([c["born_ip"] for _, c in runs])
-            store_ip = np.concatenate([c["store_ip"] for _, c in runs])
-        else:
-            ints = {n: np.zeros(0, dtype=dt) for n, dt in _scan.RECORD_INT_COLUMNS}
-            born_ip = store_ip = np.zeros((0, 16), dtype=np.uint8)
-        parts: dict[str, list] = {n: [] for n in ("topic", "body", "tags", "keys", "pk", "pv", "map")}
-        for buf, c in runs:
-            parts["topic"].append(Spans(*_scan.gather_spans(buf, c["topic_start"], c["topic_len"])))
-            parts["body"].append(Spans(*_scan.gather_spans(buf, c["body_start"], c["body_len"])))
-            mo, ks, kl, vs, vl, te, ke = _scan.split_properties(buf, c["props_start"], c["props_len"])
-            parts["map"].append(mo)
-            parts["pk"].append(Spans(*_scan.gather_spans(buf, ks, kl)))
-            parts["pv"].append(Spans(*_scan.gather_spans(buf, vs, vl)))
-            for name, entry in (("tags", te), ("keys", ke)):
-                has = entry >= 0
-                e = np.where(has, entry, 0)
-                starts = np.where(has, vs[e] if len(vs) else 0, 0)
-                lens = np.where(has, vl[e] if len(vl) else 0, 0)
-                parts[name].append(Spans(*_scan.gather_spans(buf, starts, lens), has))
-        map_offsets = np.zeros(1, dtype=np.int64)
-        for mo in parts["map"]:
-            map_offsets = np.concatenate([map_offsets, mo[1:] + map_offsets[-1]])
-        sys_flag = ints["sys_flag"]
+        def spans(col) -> Spans:
+            offsets, data, valid = col
+            return Spans(offsets.astype(np.int64), data, None if valid is None else valid.astype(bool))
+
+        mo, ko, kd, vo, vd = c["properties"]
+        ints = {n: c[n] for n, _ in _scan.RECORD_INT_COLUMNS if n in c}
+        for n in ("born_port", "store_port"):
+            host = n.replace("port", "host")
+            ints[n] = _ports(c[host])
         return RecordColumns(
-            ints=ints,
-            born_host=_hosts(born_ip, ints["born_port"], (sys_flag & fmt.BORNHOST_V6_FLAG) != 0),
-            store_host=_hosts(store_ip, ints["store_port"], (sys_flag & fmt.STOREHOSTADDRESS_V6_FLAG) != 0),
-            topic=_concat_spans(parts["topic"]), body=_concat_spans(parts["body"]),
-            tags=_concat_spans(parts["tags"]), keys=_concat_spans(parts["keys"]),
-            map_offsets=map_offsets,
-            property_keys=_concat_spans(parts["pk"]), property_values=_concat_spans(parts["pv"]),
+            ints=ints, born_host=_host_objects(c["born_host"]), store_host=_host_objects(c["store_host"]),
+            topic=spans(c["topic"]), body=spans(c["body"]), tags=spans(c["tags"]), keys=spans(c["keys"]),
+            map_offsets=mo.astype(np.int64), property_keys=spans((ko, kd, None)),
+            property_values=spans((vo, vd, None)),
         )
 
     def _walk(self, index: int = 0, *, strict: bool, verify_crc: bool | str = False):
@@ -585,6 +589,80 @@ class CommitLog(MappedFileQueue):
         for msg, _, kind in self._walk(0, strict=strict, verify_crc=verify_crc):
             if kind == "message":
                 yield msg
+
+    def read_messages(self, physical_offsets) -> list[Message]:
+        """:meth:`read_message` for many offsets, decoded in one :meth:`decode_columns` pass.
+
+        Raises :class:`StoreFormatError` as :meth:`decode_columns` does (the
+        first offset where :meth:`read_message` raises, same message and place).
+        """
+        offs = np.asarray(physical_offsets, dtype=np.int64).reshape(-1)
+        cols = self.decode_columns(offs)
+        if len(cols) == 0:
+            return []
+        c = cols.columns
+        ints = {name: c[name].tolist() for name, kind in fmt.RECORD_FIELDS if kind in ("i4", "i8")}
+        hosts: dict[str, str] = {}
+        born = [hosts.setdefault(h, h) for h in cols.texts("born_host")]
+        store = [hosts.setdefault(h, h) for h in cols.texts("store_host")]
+        idx = np.searchsorted(self._starts, offs, side="right") - 1
+        starts = self._starts[idx].tolist()
+        paths = [self._files[i][1] for i in idx.tolist()]
+        return [
+            Message(store_size=a, magic_code=b, body_crc=cr, queue_id=q, flag=fl, queue_offset=qo,
+                    commit_log_offset=ph, sys_flag=sf, born_timestamp=bt, born_host=bh, store_timestamp=st,
+                    store_host=sh, reconsume_times=rc, prepared_transaction_offset=pt, body=bd, topic=tp,
+                    properties=pr, _path=path, _file_offset=ph - fs)
+            for a, b, cr, q, fl, qo, ph, sf, bt, bh, st, sh, rc, pt, bd, tp, pr, path, fs in zip(
+                ints["store_size"], ints["magic_code"], ints["body_crc"], ints["queue_id"], ints["flag"],
+                ints["queue_offset"], ints["commit_log_offset"], ints["sys_flag"], ints["born_timestamp"], born,
+                ints["store_timestamp"], store, ints["reconsume_times"], ints["prepared_transaction_offset"],
+                cols.texts("body", binary=True), cols.texts("topic"), cols.dicts(), paths, starts)
+        ]
+
+    def column_batches(self, fields=None, *, strict: bool = True,
+                       batch_records: int = 65536) -> Iterator[MessageColumns]:
+        """Every record in log order, as :meth:`decode_columns` batches: the columnar :meth:`messages`.
+
+        Parameters
+        ----------
+        fields : iterable of str, optional
+            Record fields to decode (default all); ``commit_log_offset`` gives each row's offset.
+        strict : bool
+            As :meth:`messages`: True raises :class:`StoreFormatError` at a corrupt
+            record (and at unwritten space before the last file); False ends the data
+            where the broker's recovery ends it.
+        batch_records : int
+            Most records per batch; a batch never spans two files.
+        """
+        last = len(self._files) - 1
+        recovered_end = None if strict else self.max_offset
+        for index in range(len(self._files)):
+            start, path = self._files[index]
+            buf = self._u8(index)
+            limit = self.file_size
+            if recovered_end is not None:
+                limit = max(0, min(limit, recovered_end - start))
+            pos = 0
+            while True:
+                positions, pos, status = _scan.record_positions(buf, pos, limit, batch_records)
+                if len(positions):
+                    yield self.decode_columns(positions + start, fields)
+                    self._drop_resident(index)
+                if status == 3:
+                    continue
+                if status == 1:
+                    break  # blank end-of-file record: on to the next file
+                if status == 2 and strict:
+                    decode_message(buf, pos, limit, path=path, file_start=start)  # raises its error
+                if recovered_end is not None and start + pos >= recovered_end:
+                    return
+                if strict and index != last:
+                    if self.file_size - pos < 8:
+                        raise StoreFormatError("fewer than 8 bytes left and no blank record", path, pos)
+                    raise StoreFormatError(
+                        "unwritten space before the last commit-log file (missing blank record)", path, pos)
+                return
 
     def gather_properties(self, physical_offsets) -> list[dict]:
         """Properties of the records at ``physical_offsets``, decoded in batch by the scan kernel.

@@ -84,6 +84,30 @@ class TagFilter:
             return True
         return tags is not None and tags in sub.tags_set
 
+    def is_matched_by_client_columns(self, columns) -> np.ndarray:
+        """The client's exact tag re-check over the ``tags`` column of decoded records (bool ndarray).
+
+        Compares the UTF-8 bytes of each row's tag with the subscribed tags
+        (a missing tag fails), as :meth:`is_matched_by_client` compares strings.
+        """
+        n = len(columns)
+        sub = self.subscription
+        if sub is None or self.class_filter_mode or not sub.tags_set:
+            return np.ones(n, dtype=bool)
+        offsets, data, valid = columns.columns["tags"]
+        lengths = np.diff(offsets)
+        out = np.zeros(n, dtype=bool)
+        for tag in sub.tags_set:
+            want = np.frombuffer(tag.encode("utf-8"), dtype=np.uint8)
+            rows = np.flatnonzero((lengths == len(want)) & (valid != 0) & ~out)
+            if len(want) == 0 or len(rows) == 0:
+                out[rows] = len(want) == 0
+                continue
+            starts = offsets[rows].astype(np.int64)
+            got = data[starts[:, None] + np.arange(len(want))]
+            out[rows[(got == want).all(axis=1)]] = True
+        return out
+
     @property
     def codes(self) -> frozenset:
         """The int32 code set layer 1 compares with."""
@@ -212,9 +236,30 @@ class SqlFilter:
             return np.array([self.is_matched_by_commit_log(r) for r in rows], dtype=bool)
         return np.asarray(matches_many([r if r is not None else {} for r in rows]), dtype=bool)
 
+    def is_matched_by_commit_log_columns(self, columns) -> np.ndarray:
+        """Layer 2 over decoded records (a :class:`cq.columns.MessageColumns` holding ``properties``).
+
+        The selector runs over the Arrow map array (``Selector.matches_arrow``),
+        no dict per record. Raises ImportError without pyarrow, TypeError when
+        the compiled selector has no Arrow evaluator (callers then use
+        :meth:`is_matched_by_commit_log_many`).
+        """
+        if self.class_filter_mode:
+            return np.ones(len(columns), dtype=bool)
+        matches_arrow = getattr(self.compiled, "matches_arrow", None)
+        if matches_arrow is None:
+            raise TypeError(f"{type(self.compiled).__name__} has no matches_arrow")
+        if len(columns) == 0:
+            return np.zeros(0, dtype=bool)
+        return np.asarray(matches_arrow(columns.arrow("properties")).to_numpy(zero_copy_only=False), dtype=bool)
+
     def is_matched_by_client(self, tags: str | None) -> bool:
         """SQL92 subscriptions have an empty tags set: the client keeps everything."""
         return True
+
+    def is_matched_by_client_columns(self, columns) -> np.ndarray:
+        """The client's re-check over decoded records: SQL92 keeps every one."""
+        return np.ones(len(columns), dtype=bool)
 
 
 class RetrySqlFilter(SqlFilter):
@@ -252,6 +297,10 @@ class RetrySqlFilter(SqlFilter):
             if target is None:
                 return True
         return target.evaluate(properties) is True
+
+    def is_matched_by_commit_log_columns(self, columns) -> np.ndarray:
+        """Not over columns: each row may resolve to a different registered filter (TypeError)."""
+        raise TypeError("RetrySqlFilter decides row by row")
 
     def is_matched_by_commit_log_many(self, rows) -> np.ndarray:
         """Layer 2 row by row (each row may resolve to a different registered filter)."""

@@ -141,6 +141,33 @@ RECORD_V1_IPV4_OVERHEAD = 91
 #: Largest properties text, in bytes (the field is an int16).
 MAX_PROPERTIES_LENGTH = 32767
 
+#: The fields of a decoded CommitLog record, in decoder order (``cq/_scan.pyx``
+#: ``decode_columns``; docs/data-path.md): name and kind. ``i4``/``i8``: a fixed
+#: int32/int64 field; ``str``/``bin``: variable-length text (UTF-8, malformed bytes
+#: replaced by U+FFFD) or bytes; ``map``: the properties. Bit ``1 << i`` of a
+#: column mask asks for field ``i``.
+RECORD_FIELDS = (
+    ("store_size", "i4"), ("magic_code", "i4"), ("body_crc", "i4"), ("queue_id", "i4"), ("flag", "i4"),
+    ("queue_offset", "i8"), ("commit_log_offset", "i8"), ("sys_flag", "i4"), ("born_timestamp", "i8"),
+    ("born_host", "str"), ("store_timestamp", "i8"), ("store_host", "str"), ("reconsume_times", "i4"),
+    ("prepared_transaction_offset", "i8"), ("body", "bin"), ("topic", "str"), ("properties", "map"),
+    ("tags", "str"), ("keys", "str"),
+)
+#: Column mask of every record field.
+ALL_RECORD_FIELDS = (1 << len(RECORD_FIELDS)) - 1
+
+
+def record_field_mask(names) -> int:
+    """The column mask asking for the record fields ``names`` (ValueError naming an unknown one)."""
+    index = {name: i for i, (name, _) in enumerate(RECORD_FIELDS)}
+    mask = 0
+    for name in names:
+        if name not in index:
+            raise ValueError(f"unknown record field {name!r}; fields are {', '.join(index)}")
+        mask |= 1 << index[name]
+    return mask
+
+
 # SYSFLAG bits (spec §4.4)
 COMPRESSED_FLAG = 0x1
 MULTI_TAGS_FLAG = 0x2

@@ -558,21 +558,35 @@ class Store:
         if ext is not None and self._exts.get(key) is not ext:
             ext.close()
 
+    @staticmethod
+    def _layer2_keep(flt, log, offs, batch_evaluate) -> np.ndarray:
+        """Layer 2 of a SQL92 filter for the records at ``offs``: over the decoded properties
+        column where the filter can (no dict per record), else over property dicts."""
+        over_columns = getattr(flt, "is_matched_by_commit_log_columns", None)
+        if over_columns is not None:
+            try:
+                return over_columns(log.decode_columns(offs, ["properties"]))
+            except (ImportError, TypeError):
+                pass  # no pyarrow, or a filter that decides row by row
+        props = log.gather_properties(offs)
+        if batch_evaluate is not None:
+            return np.asarray(batch_evaluate(props), dtype=bool)
+        return np.array([flt.is_matched_by_commit_log(p) for p in props], dtype=bool)
+
     def _layer2(self, flt, log, idx, offs, hits, stats, verify_crc, batch_evaluate, custom=None, units=None,
                 ext=None):
         if isinstance(flt, SqlFilter):
-            props = log.gather_properties(offs)
-            if batch_evaluate is not None:
-                keep = np.asarray(batch_evaluate(props), dtype=bool)
-            else:
-                keep = np.array([flt.is_matched_by_commit_log(p) for p in props], dtype=bool)
+            keep = self._layer2_keep(flt, log, offs, batch_evaluate)
             stats.bloom_false_positives += int((hits[idx] & ~keep).sum())
             idx, offs = idx[keep], offs[keep]
         stats.passed_commit_log += len(idx)
         pending: list[Message] = []
         pending_idx: list[int] = []
-        for i, off in zip(idx.tolist(), offs.tolist()):
-            msg = log.read_message(off, verify_crc=verify_crc)
+        if verify_crc:
+            msgs = (log.read_message(off, verify_crc=verify_crc) for off in offs.tolist())
+        else:  # one decoder pass for the slice's messages
+            msgs = log.read_messages(offs)
+        for i, msg in zip(idx.tolist(), msgs):
             if not flt.is_matched_by_client(msg.tags):
                 stats.client_filtered += 1
                 continue

@@ -5,13 +5,16 @@ a Python worker loads it once. Everything the broker decides (ext address
 resolution, the two filter layers, record decoding) is done by :mod:`cq`; this
 module only moves its results into Arrow columns.
 
-The slice is read in batches: ext units by ``ConsumeQueueExt.read_batch`` and
-records by ``CommitLog.read_batch``, whose column arrays become Arrow buffers
-directly, so no Python object is built per row; with a group, layer 1 runs
-in array operations too, and only layer 2 (the selector) and the client's tag
-re-check work on per-record property dicts, of the records layer 1 let through.
-With ``layer2="spark"`` the reader stops after layer 1 and hands the
-properties of the records it would read to Spark, for a native expression.
+The slice is read in batches sized by bytes (:func:`batch_bounds`; docs/data-path.md):
+ext units by ``ConsumeQueueExt.read_batch`` and records by the data path's decoder,
+``CommitLog.decode_columns``, asked only for the schema's CommitLog columns, whose
+Arrow buffers become the batch's columns without a Python object per row. With a
+group, layer 1 runs in array operations, layer 2 over the decoded properties map
+(``SqlFilter.is_matched_by_commit_log_columns``) and the client's tag re-check over
+the decoded tags (``TagFilter.is_matched_by_client_columns``); only a filter that
+decides row by row (``RetrySqlFilter``) works on per-record property dicts. With
+``layer2="spark"`` the reader stops after layer 1 and hands the properties of the
+records it would read to Spark, for a native expression.
 
 Corrupt input (``cq.StoreFormatError``) fails the task with the file and byte
 offset in the message (``on_corrupt="fail"``, the default), or, with
@@ -32,13 +35,13 @@ import numpy as np
 import pyarrow as pa
 
 import cq
-from cq.commitlog import Spans
+from cq.custom_filter import MessageFilter, message_schema
 from cq.errors import StoreFormatError
 from cq.scan import _scan
+from pyspark_udfs.datasource import RECORD_COLUMNS
 
 # Opened stores, per worker process: a worker reads many slices of one store.
 _STORES: dict[str, cq.Store] = {}
-BATCH_ROWS = 8192
 TAGS = "TAGS"  # the property holding a message's tag
 
 
@@ -235,7 +238,7 @@ class _GroupFilter:
                              f"{topic!r} is a {type(self.filter).__name__}, not a plain SQL92 filter")
 
     def decide(self, units, tags_code, known, ext_batch, candidates, skips: Skips | None = None,
-               queue_offsets: np.ndarray | None = None) -> Decisions:
+               queue_offsets: np.ndarray | None = None, part=None) -> Decisions:
         """Layer 1 on every candidate unit; layer 2 only where layer 1 passed, as the broker does.
 
         Layer 2 needs only the records' properties, gathered in one batch call.
@@ -249,11 +252,42 @@ class _GroupFilter:
             tags_code, known, ext_batch, candidates)
         log = self.store.commit_log
         offsets = units["commit_log_offset"]
-        rows = np.flatnonzero(d.consume_queue & _in_commit_log(log, offsets, units["size"]))
+        bounds = _commit_log_range(self.store, part) if part is not None else (log.min_offset, log.max_offset)
+        rows = np.flatnonzero(d.consume_queue & _in_range(bounds, offsets, units["size"]))
         if self.layer2_in_spark:
             # Spark evaluates layer 2 on the properties column; the reader only says which records it reads.
             d.reached_commit_log[rows] = True
             return d
+        fields = self.layer2_fields()
+        if fields is None:  # a filter that decides row by row: property dicts
+            return self._decide_per_record(d, log, offsets, rows, skips, queue_offsets)
+        cols, good, errors = decode_skipping(lambda offs: log.decode_columns(offs, fields), offsets[rows],
+                                             skips is not None and skips.enabled)
+        if errors:
+            skips.add_units(queue_offsets[rows[~good]], errors)
+            d.skipped[rows[~good]] = True
+            rows = rows[good]
+        if type(f) is cq.TagFilter:
+            layer2 = np.ones(len(rows), dtype=np.bool_)
+        else:
+            layer2 = f.is_matched_by_commit_log_columns(cols)
+        d.reached_commit_log[rows] = True
+        d.commit_log[rows] = layer2
+        d.delivered[rows] = layer2 & f.is_matched_by_client_columns(cols)
+        return d
+
+    def layer2_fields(self) -> list[str] | None:
+        """Record fields layer 2 and the client check read, for the filters that work on columns
+        (None: the filter decides row by row on property dicts)."""
+        f = self.filter
+        if type(f) is cq.TagFilter:
+            return ["tags"]
+        if type(f) is cq.SqlFilter and hasattr(f.compiled, "matches_arrow"):
+            return ["properties"]
+        return None
+
+    def _decide_per_record(self, d, log, offsets, rows, skips, queue_offsets) -> Decisions:
+        f = self.filter
         props, good, errors = decode_skipping(log.gather_properties, offsets[rows],
                                               skips is not None and skips.enabled)
         if errors:
@@ -271,7 +305,6 @@ class _GroupFilter:
         d.commit_log[rows] = layer2
         d.delivered[rows] = layer2 & client
         return d
-
 
     def layer1_per_unit(self, tags_code, known, ext_batch, candidates) -> np.ndarray:
         """Layer 1 unit by unit through the filter's ``is_matched_by_consume_queue``."""
@@ -315,10 +348,54 @@ class _GroupFilter:
         return candidates & (~tested | hit)
 
 
-def _batches(columns: dict[str, pa.Array], schema: pa.Schema) -> Iterator[pa.RecordBatch]:
-    batch = pa.RecordBatch.from_arrays([columns[f.name] for f in schema], schema=schema)
-    for start in range(0, batch.num_rows, BATCH_ROWS):
-        yield batch.slice(start, BATCH_ROWS)
+#: A batch holds at most this many bytes of the CommitLog records it decodes (each record
+#: counted at its stored size) ...
+BATCH_BYTES = 32 << 20
+#: ... and at most this many rows (ConsumeQueue-only columns take ~50 bytes a row).
+MAX_FILTER_BATCH_ROWS = 1 << 20
+#: Bytes a row is counted for besides its record (unit and fixed columns, offsets).
+ROW_OVERHEAD = 64
+
+
+def batch_bounds(sizes: np.ndarray | None, n: int, batch_bytes: int = BATCH_BYTES,
+                 max_rows: int = MAX_FILTER_BATCH_ROWS, cuts: np.ndarray | None = None) -> list[tuple[int, int]]:
+    """``(start, stop)`` row ranges of at most ``batch_bytes`` (rows counted at ``ROW_OVERHEAD``
+    plus their record's stored size, when ``sizes`` is given) and ``max_rows`` rows each; a
+    single row larger than ``batch_bytes`` is a batch of its own. A batch also ends before each
+    row index in ``cuts`` (where the records move to the next CommitLog file, so each batch
+    decodes from one file, without joining)."""
+    if n == 0:
+        return []
+    if cuts is not None and len(cuts):
+        out = []
+        for a, b in zip([0, *cuts.tolist()], [*cuts.tolist(), n]):
+            out += [(a + x, a + y) for x, y in batch_bounds(None if sizes is None else sizes[a:b], b - a,
+                                                              batch_bytes, max_rows)]
+        return out
+    cost = np.full(n, ROW_OVERHEAD, dtype=np.int64)
+    if sizes is not None:
+        cost += np.clip(sizes.astype(np.int64), 0, None)
+    ends = np.cumsum(cost)
+    bounds = []
+    start, base = 0, 0
+    while start < n:
+        stop = int(np.searchsorted(ends, base + batch_bytes, side="right"))
+        stop = min(max(stop, start + 1), start + max_rows, n)
+        bounds.append((start, stop))
+        base = int(ends[stop - 1])
+        start = stop
+    return bounds
+
+
+def _commit_log_range(store, part) -> tuple[int, int]:
+    """``[min, end)`` of the CommitLog data: carried by the partition when the driver planned it
+    (so an executor that decodes no record reads no CommitLog byte), else the store's."""
+    lo = getattr(part, "commit_log_min", None)
+    hi = getattr(part, "commit_log_end", None)
+    if lo is not None and hi is not None:
+        return lo, hi
+    log = store.commit_log
+    return log.min_offset, log.max_offset
 
 
 def read_slice(options, spark_schema, part, tags_code_sets: Iterable[frozenset[int]]) -> Iterator[pa.RecordBatch]:
@@ -328,7 +405,8 @@ def read_slice(options, spark_schema, part, tags_code_sets: Iterable[frozenset[i
     ----------
     options : pyspark_udfs.datasource.ReadOptions
     spark_schema : pyspark.sql.types.StructType
-        The schema Spark asked for (names and order of the output columns).
+        The schema Spark asked for (names and order of the output columns):
+        only these columns are decoded.
     part : pyspark_udfs.datasource.ConsumeQueueSlice
     tags_code_sets : iterable of frozenset of int
         Pushed-down tag code sets; a unit is kept only if its tag code is in all.
@@ -352,6 +430,10 @@ def _read_slice(options, schema, part, tags_code_sets, skips: Skips) -> Iterator
     store = _store(options.path)
     topic, queue_id = part.topic, part.queue_id
     messages = options.table == "messages"
+    wanted = set(schema.names)
+    if options.message_filter is not None:
+        # the custom filter sees every column of the messages table (docs/custom-filters.md)
+        wanted |= {f.name for f in message_schema()}
     try:
         units = store.consume_queue(topic, queue_id).read(part.start, part.end - part.start)
         queue_offsets = np.arange(part.start, part.start + len(units), dtype=np.int64)
@@ -371,60 +453,103 @@ def _read_slice(options, schema, part, tags_code_sets, skips: Skips) -> Iterator
     decisions = None
     if options.group is not None:
         decisions = _GroupFilter(store, options, topic).decide(units, tags_code, known, ext_batch, keep,
-                                                               skips, queue_offsets)
+                                                               skips, queue_offsets, part)
         keep &= ~decisions.skipped
         if not options.decisions:
             keep &= decisions.reached_commit_log if options.layer2 == "spark" else decisions.delivered
     if messages and decisions is None:
         # Records no longer in the CommitLog have no message to show (the broker skips them).
-        keep &= _in_commit_log(store.commit_log, units["commit_log_offset"], units["size"])
+        keep &= _in_range(_commit_log_range(store, part), units["commit_log_offset"], units["size"])
     rows = np.flatnonzero(keep)
-    records = None
-    with_properties = options.layer2 == "spark" and not messages
-    if (messages or with_properties) and len(rows):
-        # With decisions=true the broker reads only the records layer 1 let through.
-        read = decisions.reached_commit_log[rows] if decisions is not None else np.ones(len(rows), np.bool_)
-        records, good, errors = decode_skipping(store.commit_log.read_batch,
-                                                units["commit_log_offset"][rows[read]], skips.enabled)
-        if errors:
-            bad = rows[read][~good]
-            skips.add_units(queue_offsets[bad], errors)
-            rows = np.setdiff1d(rows, bad, assume_unique=True)
-    if len(rows) == 0:
-        return
+    record_fields = [name for name in RECORD_COLUMNS if name in wanted]
+    # With decisions=true the broker reads only the records layer 1 let through: NULL elsewhere.
+    reached = decisions.reached_commit_log if decisions is not None else None
+    log = store.commit_log if record_fields else None
 
+    def decode(offsets: np.ndarray):
+        return log.decode_columns(offsets, record_fields)
+
+    cuts = None
+    if record_fields and len(rows):
+        starts = np.array([start for start, _ in log.files], dtype=np.int64)
+        file_of = np.searchsorted(starts, units["commit_log_offset"][rows].astype(np.int64),
+                                  side="right")
+        cuts = np.flatnonzero(np.diff(file_of)) + 1
+    for a, b in batch_bounds(units["size"][rows] if record_fields else None, len(rows), cuts=cuts):
+        batch_rows = rows[a:b]
+        records = None
+        read = None
+        if record_fields:
+            read = reached[batch_rows] if reached is not None else np.ones(len(batch_rows), np.bool_)
+            records, good, errors = decode_skipping(decode,
+                                                    units["commit_log_offset"][batch_rows[read]], skips.enabled)
+            if errors:
+                bad = batch_rows[read][~good]
+                skips.add_units(queue_offsets[bad], errors)
+                keep_rows = ~np.isin(batch_rows, bad)
+                batch_rows, read = batch_rows[keep_rows], read[keep_rows]
+        if len(batch_rows) == 0:
+            continue
+        columns = _unit_columns(wanted, topic, queue_id, queue_offsets, units, tags_code, known, is_ext,
+                                ext_batch, batch_rows)
+        if records is not None:
+            columns.update(_record_columns(records, record_fields, read))
+        d = decisions
+        if d is not None and options.decisions and options.layer2 == "spark":
+            columns["matched_by_consume_queue"] = pa.array(d.consume_queue[batch_rows])
+            columns["reached_commit_log"] = pa.array(d.reached_commit_log[batch_rows])
+        elif d is not None and options.decisions:
+            columns["matched_by_consume_queue"] = pa.array(d.consume_queue[batch_rows])
+            columns["matched_by_commit_log"] = pa.array(d.commit_log[batch_rows],
+                                                        mask=~d.reached_commit_log[batch_rows])
+            columns["delivered"] = pa.array(d.delivered[batch_rows])
+        if options.message_filter is not None:
+            columns = _apply_message_filter(options, store, topic, queue_id, columns)
+        arrays = []
+        for field in schema:
+            arr = columns[field.name]
+            arrays.append(arr if arr.type == field.type else arr.cast(field.type))
+        yield pa.RecordBatch.from_arrays(arrays, schema=schema)
+
+
+def _in_range(bounds: tuple[int, int], offsets: np.ndarray, sizes: np.ndarray) -> np.ndarray:
+    lo, hi = bounds
+    return (offsets >= lo) & (offsets + sizes <= hi)
+
+
+def _unit_columns(wanted, topic, queue_id, queue_offsets, units, tags_code, known, is_ext, ext_batch,
+                  rows) -> dict[str, pa.Array]:
+    """The asked-for columns that come from ConsumeQueue (and ext) units, for ``rows``."""
     n = len(rows)
-    columns: dict[str, pa.Array] = {
-        "topic": pa.repeat(pa.scalar(topic, pa.string()), n),
-        "queue_id": pa.array(np.full(n, queue_id, dtype=np.int32)),
-        "queue_offset": pa.array(queue_offsets[rows]),
-        "commit_log_offset": pa.array(units["commit_log_offset"][rows]),
-        "store_size": pa.array(units["size"][rows].astype(np.int32)),
-        "tags_code": pa.array(tags_code[rows], mask=~known[rows]),
-        **_ext_columns(ext_batch, rows),
+    makers = {
+        "topic": lambda: pa.repeat(pa.scalar(topic, pa.string()), n),
+        "queue_id": lambda: pa.array(np.full(n, queue_id, dtype=np.int32)),
+        "queue_offset": lambda: pa.array(queue_offsets[rows]),
+        "commit_log_offset": lambda: pa.array(units["commit_log_offset"][rows].astype(np.int64)),
+        "store_size": lambda: pa.array(units["size"][rows].astype(np.int32)),
+        "tags_code": lambda: pa.array(tags_code[rows], mask=~known[rows]),
+        "ext_address": lambda: pa.array(units["tags_code"][rows].astype(np.int64), mask=~is_ext[rows]),
     }
-    if messages:
-        read = decisions.reached_commit_log[rows] if decisions is not None else None
-        columns.update(_message_columns(store, units["commit_log_offset"][rows], read, records))
-    else:
-        columns["ext_address"] = pa.array(units["tags_code"][rows], mask=~is_ext[rows])
-        if with_properties:
-            read = decisions.reached_commit_log[rows] if decisions is not None else None
-            columns["properties"] = _properties_column(store, units["commit_log_offset"][rows], read, records)
-    if decisions is not None and options.decisions and options.layer2 == "spark":
-        columns["matched_by_consume_queue"] = pa.array(decisions.consume_queue[rows])
-        columns["reached_commit_log"] = pa.array(decisions.reached_commit_log[rows])
-    elif decisions is not None and options.decisions:
-        reached = decisions.reached_commit_log[rows]
-        columns["matched_by_consume_queue"] = pa.array(decisions.consume_queue[rows])
-        columns["matched_by_commit_log"] = pa.array(decisions.commit_log[rows], mask=~reached)
-        columns["delivered"] = pa.array(decisions.delivered[rows])
-    if options.message_filter is not None:
-        columns = _apply_message_filter(options, store, topic, queue_id, columns)
-    yield from _batches(columns, schema)
+    out = {name: make() for name, make in makers.items() if name in wanted}
+    if "msg_store_time" in wanted or "filter_bitmap" in wanted:
+        out.update({k: v for k, v in _ext_columns(ext_batch, rows).items() if k in wanted})
+    return out
+
+
+def _record_columns(records, names: list[str], read: np.ndarray) -> dict[str, pa.Array]:
+    """Arrow columns of the decoded ``records``; rows where ``read`` is False are NULL."""
+    out = {name: records.arrow(name) for name in names}
+    if not read.all():  # put the NULLs back where no record was read
+        take = pa.array(np.cumsum(read) - 1, mask=~read)
+        out = {name: arr.take(take) for name, arr in out.items()}
+    return out
 
 
 _MESSAGE_FILTERS: dict[tuple[str, str], object] = {}  # per worker: each filter imported once
+
+
+#: Rows handed to a custom filter per call (a per-message filter gets them as cq.Message objects).
+FILTER_BATCH_ROWS = 8192
 
 
 def _apply_message_filter(options, store, topic: str, queue_id: int, columns: dict[str, pa.Array]) -> dict:
@@ -433,8 +558,6 @@ def _apply_message_filter(options, store, topic: str, queue_id: int, columns: di
     Without ``decisions`` the rows it rejects (or fails on, with ``on_filter_error=skip``) are
     dropped; with it, ``delivered`` takes its answer and ``filter_skipped`` marks the failures.
     """
-    from cq.custom_filter import MessageFilter, message_schema
-
     key = (options.message_filter, options.on_filter_error)
     mf = _MESSAGE_FILTERS.get(key)
     if mf is None:
@@ -447,8 +570,8 @@ def _apply_message_filter(options, store, topic: str, queue_id: int, columns: di
     offsets = columns["commit_log_offset"].to_numpy()
     queue_offsets = columns["queue_offset"].to_numpy()
     batch = pa.RecordBatch.from_arrays([columns[f.name] for f in message_schema()], schema=message_schema())
-    for start in range(0, len(candidates), BATCH_ROWS):
-        rows = candidates[start:start + BATCH_ROWS]
+    for start in range(0, len(candidates), FILTER_BATCH_ROWS):
+        rows = candidates[start:start + FILTER_BATCH_ROWS]
         if mf.batch:
             k, s = mf.apply_record_batch(batch.take(pa.array(rows)), (topic, queue_id, int(queue_offsets[rows[0]])),
                                          (topic, queue_id, int(queue_offsets[rows[-1]])))
@@ -474,114 +597,16 @@ def _ext_columns(batch, rows: np.ndarray) -> dict[str, pa.Array]:
     offsets, data = _scan.gather_spans(batch.bitmap_data, starts, lengths)
     return {
         "msg_store_time": pa.array(batch.msg_store_time[rows], mask=~found),
-        "filter_bitmap": _spans_array(Spans(offsets, data, has), pa.binary()),
+        "filter_bitmap": pa.Array.from_buffers(
+            pa.large_binary(), n, [_validity(has), pa.py_buffer(offsets), pa.py_buffer(data)],
+            null_count=n - int(np.count_nonzero(has))).cast(pa.binary()),
     }
 
 
-def _validity(valid: np.ndarray | None) -> pa.Buffer | None:
+def _validity(valid: np.ndarray) -> pa.Buffer | None:
     """Arrow validity bitmap of a bool mask (None when every value is present)."""
-    if valid is None or valid.all():
+    if valid.all():
         return None
-    return pa.array(valid, pa.bool_()).buffers()[1]
+    return pa.py_buffer(np.packbits(valid, bitorder="little"))
 
 
-def _spans_array(spans, arrow_type: pa.DataType) -> pa.Array:
-    """A ``cq.commitlog.Spans`` as an Arrow binary or string array (UTF-8 checked).
-
-    Stored text that is not valid UTF-8 is decoded with replacement characters,
-    as ``read_message`` decodes it.
-    """
-    n = len(spans.offsets) - 1
-    valid = spans.valid
-    arr = pa.Array.from_buffers(
-        pa.large_binary(), n, [_validity(valid), pa.py_buffer(spans.offsets), pa.py_buffer(spans.data)],
-        null_count=0 if valid is None else n - int(valid.sum()))
-    if arrow_type == pa.binary():
-        return arr.cast(pa.binary())
-    try:
-        return arr.cast(arrow_type)
-    except pa.ArrowInvalid:  # malformed UTF-8: Python's replacement, row by row, for this column only
-        return pa.array([None if v is None else v.decode("utf-8", "replace") for v in arr.to_pylist()], arrow_type)
-
-
-_MESSAGE_COLUMNS = {
-    "tags": pa.string(),
-    "keys": pa.string(),
-    "properties": pa.map_(pa.string(), pa.string()),
-    "body": pa.binary(),
-    "born_timestamp": pa.int64(),
-    "born_host": pa.string(),
-    "store_timestamp": pa.int64(),
-    "store_host": pa.string(),
-    "sys_flag": pa.int32(),
-    "reconsume_times": pa.int32(),
-}
-
-
-def _message_columns(store, offsets: np.ndarray, read: np.ndarray | None, cols=None) -> dict[str, pa.Array]:
-    """CommitLog columns of the records at ``offsets``; rows where ``read`` is False stay NULL.
-
-    ``cols``: the ``read_batch`` result of the records read, when already decoded.
-    """
-    log = store.commit_log
-    wanted = offsets if read is None else offsets[read]
-    if cols is None:
-        cols = log.read_batch(wanted)
-    ints = cols.ints
-    props = _properties(cols)
-    if props is None:  # property text that is not valid UTF-8: decode as read_message does
-        props, tags, keys = _properties_per_record(log, wanted)
-    else:
-        tags = _spans_array(cols.tags, pa.string())
-        keys = _spans_array(cols.keys, pa.string())
-    out = {
-        "tags": tags,
-        "keys": keys,
-        "properties": props,
-        "body": _spans_array(cols.body, pa.binary()),
-        "born_timestamp": pa.array(ints["born_timestamp"]),
-        "born_host": pa.array(cols.born_host, pa.string()),
-        "store_timestamp": pa.array(ints["store_timestamp"]),
-        "store_host": pa.array(cols.store_host, pa.string()),
-        "sys_flag": pa.array(ints["sys_flag"]),
-        "reconsume_times": pa.array(ints["reconsume_times"]),
-    }
-    if read is not None and not read.all():  # put the NULLs back where no record was read
-        take = pa.array(np.cumsum(read) - 1, mask=~read)
-        out = {name: arr.take(take) for name, arr in out.items()}
-    return {name: arr.cast(_MESSAGE_COLUMNS[name]) if arr.type != _MESSAGE_COLUMNS[name] else arr
-            for name, arr in out.items()}
-
-
-def _properties_column(store, offsets: np.ndarray, read: np.ndarray | None, cols) -> pa.Array:
-    """The ``properties`` column alone (``layer2=spark`` on the consumequeue table); NULL where not ``read``."""
-    props = _properties(cols)
-    if props is None:
-        props = _properties_per_record(store.commit_log, offsets if read is None else offsets[read])[0]
-    if read is not None and not read.all():
-        props = props.take(pa.array(np.cumsum(read) - 1, mask=~read))
-    return props
-
-
-def _properties(cols) -> pa.Array | None:
-    """The properties as an Arrow map, or None when a key or value is not valid UTF-8."""
-    try:
-        keys = _spans_array_strict(cols.property_keys)
-        values = _spans_array_strict(cols.property_values)
-    except pa.ArrowInvalid:
-        return None
-    return pa.MapArray.from_arrays(pa.array(cols.map_offsets.astype(np.int32)), keys, values)
-
-
-def _spans_array_strict(spans) -> pa.Array:
-    n = len(spans.offsets) - 1
-    arr = pa.Array.from_buffers(pa.large_binary(), n, [None, pa.py_buffer(spans.offsets), pa.py_buffer(spans.data)])
-    return arr.cast(pa.string())
-
-
-def _properties_per_record(log, offsets: np.ndarray):
-    """``(properties, tags, keys)`` columns from per-record dicts (the kernel's UTF-8 replacement)."""
-    dicts = log.gather_properties(offsets)
-    return (pa.array([list(d.items()) for d in dicts], _MESSAGE_COLUMNS["properties"]),
-            pa.array([d.get(TAGS) for d in dicts], pa.string()),
-            pa.array([d.get("KEYS") for d in dicts], pa.string()))

@@ -124,7 +124,6 @@ ON_CORRUPT = ("fail", "skip")
 ON_FILTER_ERROR = ("fail", "skip")
 LAYER2 = ("reader", "spark")
 DEFAULT_PARTITION_UNITS = 100_000
-BATCH_ROWS = 8192
 
 _UNIT_FIELDS = [
     StructField("topic", StringType(), False),
@@ -160,6 +159,9 @@ _MESSAGE_FIELDS = [
     StructField("reconsume_times", IntegerType(), True),
     *_EXT_FIELDS,
 ]
+#: Columns of the messages table decoded from the CommitLog record (the rest come from the units).
+RECORD_COLUMNS = ("tags", "keys", "properties", "body", "born_timestamp", "born_host", "store_timestamp",
+                  "store_host", "sys_flag", "reconsume_times")
 _PROPERTIES_FIELD = StructField("properties", MapType(StringType(), StringType(), True), True)
 _LAYER1_DECISION_FIELDS = [
     StructField("matched_by_consume_queue", BooleanType(), False),
@@ -360,6 +362,10 @@ class ConsumeQueueSlice(InputPartition):
     skip_reason: str | None = None
     skip_path: str | None = None
     skip_offset: int | None = None
+    #: ``[commit_log_min, commit_log_end)``: the CommitLog data as the driver saw it when planning
+    #: (records outside are not in the table); None: the executor reads it from the store
+    commit_log_min: int | None = None
+    commit_log_end: int | None = None
 
 
 class RocketMQDataSource(DataSource):
@@ -380,9 +386,34 @@ class RocketMQDataSource(DataSource):
         # Spark refuses any reader that implements pushFilters while
         # spark.sql.python.filterPushdown.enabled is false; pushdown=false
         # gives one that does not.
+        check_schema(self.read_options, schema)
         if self.read_options.pushdown:
             return RocketMQPushdownReader(self.read_options, schema)
         return RocketMQReader(self.read_options, schema)
+
+
+def check_schema(options: ReadOptions, schema: StructType) -> None:
+    """Check a (user-specified) schema against the table's columns: any subset, any order.
+
+    Raises
+    ------
+    ValueError
+        Naming the first unknown column or the column of the wrong type, and
+        listing the table's columns with their types.
+    """
+    table = {f.name: f.dataType for f in options.schema().fields}
+    listing = ", ".join(f"{name} {t.simpleString()}" for name, t in table.items())
+    seen = set()
+    for f in schema.fields:
+        if f.name not in table:
+            raise ValueError(f"rocketmq: no column {f.name!r} in the {options.table} table; "
+                             f"its columns are: {listing}")
+        if f.dataType != table[f.name]:
+            raise ValueError(f"rocketmq: column {f.name!r} is {table[f.name].simpleString()}, not "
+                             f"{f.dataType.simpleString()}; the {options.table} table's columns are: {listing}")
+        if f.name in seen:
+            raise ValueError(f"rocketmq: column {f.name!r} appears twice in the schema")
+        seen.add(f.name)
 
 
 _QUEUE_ID_TESTS = {
@@ -424,6 +455,13 @@ class RocketMQReader(DataSourceReader):
         if opts.topic is not None and opts.topic not in set(store.topics()):
             raise ValueError(f"rocketmq option 'topic': no topic {opts.topic!r} in store {opts.path!r}")
         slices: list[ConsumeQueueSlice] = []
+        # A messages read without any CommitLog column (and no group, whose layer 2 reads records)
+        # gets the CommitLog range here, once, so its executors read no CommitLog byte; other
+        # reads let each executor take it from its cached store.
+        cl_min = cl_end = None
+        if (opts.table == "messages" and opts.group is None
+                and not any(f.name in RECORD_COLUMNS for f in self.schema.fields)):
+            cl_min, cl_end = store.commit_log.min_offset, store.commit_log.max_offset
         for topic in topics:
             committed = store.committed_offsets(opts.group, topic) if opts.from_committed else None
             for queue_id in store.queue_ids(topic):
@@ -444,7 +482,8 @@ class RocketMQReader(DataSourceReader):
                     first = file_start // 20
                     start, end = max(lo, first), min(hi, first + per_file)
                     for s in range(start, end, opts.partition_units):
-                        slices.append(ConsumeQueueSlice(topic, queue_id, s, min(end, s + opts.partition_units)))
+                        slices.append(ConsumeQueueSlice(topic, queue_id, s, min(end, s + opts.partition_units),
+                                                        commit_log_min=cl_min, commit_log_end=cl_end))
         if not slices:
             # Spark needs at least one partition; an empty slice reads nothing.
             slices.append(ConsumeQueueSlice(opts.topic or "", -1, 0, 0))

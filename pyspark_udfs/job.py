@@ -176,8 +176,11 @@ def registered_group_scans(store: str, topic: str, group: str | None = None) -> 
     return [GroupScan(r.group, sql=r.expression, registered=True) for r in regs]
 
 
-def _reader(spark, store: str, topic: str, group: GroupScan, **options: str):
+def _reader(spark, store: str, topic: str, group: GroupScan, *, columns: str | None = None, **options: str):
+    # columns: a DDL schema, so the reader decodes only those columns (docs/data-path.md)
     r = spark.read.format("rocketmq").option("topic", topic).option("group", group.group)
+    if columns is not None:
+        r = r.schema(columns)
     if not group.registered:  # a registered group is looked up by the data source, bornTime and all
         r = r.option("sql", group.sql) if group.sql is not None else r.option("tags", group.tags)
     for key, value in options.items():
@@ -257,14 +260,18 @@ def scan(spark, store: str, topic: str, group: GroupScan, *, out: str | None = N
         from pyspark_udfs.native import selector_column
 
         decisions = _reader(spark, store, topic, group, decisions="true", table="consumequeue", layer2="spark",
-                            **options)
+                            columns="matched_by_consume_queue boolean, reached_commit_log boolean, "
+                                    "properties map<string,string>", **options)
         # Layer 2 where the broker reads the record; a plain SQL92 group's client check keeps everything.
         matched = F.when(F.col("reached_commit_log"), selector_column(group.sql, "properties"))
         delivered_col = F.coalesce(matched, F.lit(False))
     else:
-        # the custom filter needs decoded messages: the messages table (counting reads them all)
-        decisions = _reader(spark, store, topic, group, decisions="true",
-                            table="messages" if filtered else "consumequeue", **options, **filtered)
+        # the custom filter needs decoded messages (the reader decodes them for it); counting
+        # otherwise asks for the decision columns only
+        columns = ("matched_by_consume_queue boolean, matched_by_commit_log boolean, delivered boolean"
+                   + (", filter_skipped boolean" if filtered else ""))
+        decisions = _reader(spark, store, topic, group, decisions="true", table="consumequeue",
+                            columns=columns, **options, **filtered)
         matched, delivered_col = F.col("matched_by_commit_log"), F.col("delivered")
     skipped_col = F.col("filter_skipped") if filtered else F.lit(False)
     row = decisions.agg(

@@ -1,0 +1,289 @@
+"""The data path (docs/data-path.md): store bytes -> Arrow, beside Parquet and an in-memory Arrow source.
+
+One sample store (``cq.writer.generate_sample_store``, ``RMQFILTER_BENCH_DATAPATH_MESSAGES``
+messages, default 300 000; its main topic holds ~70 %), and, written once from our own
+output, a Parquet (snappy) copy and an Arrow IPC copy of the main topic's ``messages`` rows.
+Each group runs ours and its alternative in the same session:
+
+- in-process, one thread: ``read_slice`` over every partition of the main topic, full
+  ``messages`` schema, vs ``pyarrow.parquet.read_table`` of the copy (``use_threads=False``);
+- ``Store.consume`` with a SQL92 group: layer 2 over the decoded map column vs the previous
+  path (a property dict per record, ``gather_properties`` + ``matches_many``);
+- Spark local[2]: ``count``, ``sum(length(body))``, ``count(properties['region'])`` over the
+  main topic from the ``rocketmq`` source, from a Python data source yielding the same rows
+  from the memory-mapped Arrow copy (the ceiling of any Python source), and from the Parquet copy;
+- Spark: a projection of four ConsumeQueue columns (user schema) vs the full read;
+- Spark: a SQL92 group filtered in the reader vs the Parquet copy filtered by ``selector_column``.
+
+Run: ``.venv/bin/python -m pytest bench/bench_datapath.py`` (about 3 minutes on 2 shared cores;
+``RMQFILTER_BENCH_DATAPATH_MESSAGES=1000000`` for a larger store, where the per-query overhead of
+Spark weighs less).
+"""
+from __future__ import annotations
+
+import os
+import tempfile
+
+import pytest
+
+MESSAGES = int(os.environ.get("RMQFILTER_BENCH_DATAPATH_MESSAGES", "300000"))
+SEED = 11
+TOPIC = "SampleTopic"
+GROUP, SQL = "GID_PRIORITY", "priority >= 4 AND region IN ('cn-hangzhou', 'cn-beijing')"
+ROUNDS = 3
+
+
+@pytest.fixture(scope="module")
+def store_path():
+    import cq
+
+    root = os.path.join(tempfile.gettempdir(), f"rmqfilter-bench-datapath-{MESSAGES}-{SEED}")
+    marker = os.path.join(root, "rmqfilter-bench.done")
+    if not os.path.exists(marker):
+        import shutil
+
+        shutil.rmtree(root, ignore_errors=True)
+        info = cq.generate_sample_store(root, messages=MESSAGES, seed=SEED)
+        assert info.main_topic == TOPIC, info.main_topic
+        open(marker, "w").close()
+    return root
+
+
+def _options(store_path, **kw):
+    from pyspark_udfs.datasource import ReadOptions
+
+    return ReadOptions.parse({"path": store_path, "topic": TOPIC, **kw})
+
+
+def _partitions(opts):
+    from pyspark_udfs.datasource import RocketMQReader
+
+    return RocketMQReader(opts, opts.schema()).partitions()
+
+
+def _read_batches(opts, parts, schema=None):
+    from pyspark_udfs import _reader
+
+    schema = schema if schema is not None else opts.schema()
+    for part in parts:
+        yield from _reader.read_slice(opts, schema, part, [])
+
+
+@pytest.fixture(scope="module")
+def copies(store_path):
+    """Parquet (snappy) and Arrow IPC copies of the main topic's messages rows, and the row count."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    opts = _options(store_path)
+    batches = list(_read_batches(opts, _partitions(opts)))
+    table = pa.Table.from_batches(batches)
+    parquet = os.path.join(store_path, "..", f"rmqfilter-bench-datapath-{MESSAGES}-{SEED}.parquet")
+    ipc = os.path.join(store_path, "..", f"rmqfilter-bench-datapath-{MESSAGES}-{SEED}.arrow")
+    if not os.path.exists(parquet):
+        pq.write_table(table, parquet + ".tmp", compression="snappy")
+        os.replace(parquet + ".tmp", parquet)
+    if not os.path.exists(ipc):
+        # nullable like the memory source's DDL schema (Spark checks the batches' schema exactly)
+        table = table.cast(pa.schema([f.with_nullable(True) for f in table.schema]))
+        with pa.OSFile(ipc + ".tmp", "wb") as f, pa.ipc.new_file(f, table.schema) as w:
+            for b in table.to_batches(max_chunksize=1 << 16):
+                w.write_batch(b)
+        os.replace(ipc + ".tmp", ipc)
+    return {"parquet": os.path.abspath(parquet), "ipc": os.path.abspath(ipc), "rows": table.num_rows}
+
+
+def _run(benchmark, fn, role: str, items: int, rounds: int = ROUNDS):
+    benchmark.extra_info.update(items=items, role=role)
+    return benchmark.pedantic(fn, rounds=rounds, iterations=1, warmup_rounds=1)
+
+
+# ------------------------------------------------------------------ in-process, one thread
+IN_PROCESS = f"store -> Arrow batches, full messages schema, one thread, {MESSAGES:,}-message store"
+
+
+@pytest.mark.benchmark(group=IN_PROCESS)
+def test_read_messages_arrow_ours(benchmark, store_path, copies):
+    opts = _options(store_path)
+    parts = _partitions(opts)
+
+    def read():
+        return sum(b.num_rows for b in _read_batches(opts, parts))
+
+    assert _run(benchmark, read, "ours", copies["rows"]) == copies["rows"]
+
+
+@pytest.mark.benchmark(group=IN_PROCESS)
+def test_read_messages_parquet_pyarrow(benchmark, copies):
+    import pyarrow.parquet as pq
+
+    def read():
+        return pq.read_table(copies["parquet"], use_threads=False).num_rows
+
+    assert _run(benchmark, read, "alternative", copies["rows"]) == copies["rows"]
+
+
+# ------------------------------------------------------------------ Store.consume
+CONSUME = f"Store.consume SQL92 group, {MESSAGES:,}-message store"
+
+
+def _consume(store_path, flt=None) -> int:
+    import cq
+
+    store = cq.Store(store_path)
+    try:
+        return sum(1 for _ in store.consume(TOPIC, GROUP, sql=SQL, filter=flt))
+    finally:
+        store.close()
+
+
+def _units(store_path) -> int:
+    import cq
+
+    store = cq.Store(store_path)
+    n = sum(len(store.consume_queue(TOPIC, q)) for q in store.queue_ids(TOPIC))
+    store.close()
+    return n
+
+
+@pytest.mark.benchmark(group=CONSUME)
+def test_consume_sql_layer2_columns_ours(benchmark, store_path):
+    benchmark.extra_info["expected"] = _consume(store_path)
+    _run(benchmark, lambda: _consume(store_path), "ours", _units(store_path))
+
+
+@pytest.mark.benchmark(group=CONSUME)
+def test_consume_sql_layer2_dicts_previous(benchmark, store_path, monkeypatch):
+    import bloom
+    import cq
+
+    class DictFilter(cq.SqlFilter):
+        """The previous layer 2: a property dict per record (``gather_properties``)."""
+
+        def is_matched_by_commit_log_columns(self, columns):
+            raise TypeError("row by row")
+
+    # ... and the previous delivery: read_message per delivered record
+    monkeypatch.setattr(cq.CommitLog, "read_messages",
+                        lambda self, offsets: [self.read_message(o) for o in offsets.tolist()])
+
+    flt = DictFilter(GROUP, TOPIC, SQL, bloom.BloomFilter())
+    got = _run(benchmark, lambda: _consume(store_path, flt), "alternative", _units(store_path))
+    assert got == _consume(store_path)
+
+
+# ------------------------------------------------------------------ Spark
+def _memory_source(ipc_path: str, schema_ddl: str, partitions: int):
+    """A Python data source yielding the rows of the Arrow IPC copy (memory-mapped): the ceiling of
+    any Python data source with this schema and these rows. Defined here so cloudpickle ships it."""
+    from pyspark.sql.datasource import DataSource, DataSourceReader, InputPartition
+
+    class _Part(InputPartition):
+        def __init__(self, index):
+            self.index = index
+
+    class _Reader(DataSourceReader):
+        def partitions(self):
+            return [_Part(i) for i in range(partitions)]
+
+        def read(self, partition):
+            import pyarrow as pa
+
+            reader = pa.ipc.open_file(pa.memory_map(ipc_path))
+            for i in range(partition.index, reader.num_record_batches, partitions):
+                yield reader.get_batch(i)
+
+    class MemoryArrowSource(DataSource):
+        @classmethod
+        def name(cls):
+            return "rmqfilter_bench_arrow"
+
+        def schema(self):
+            return schema_ddl
+
+        def reader(self, schema):
+            return _Reader()
+
+    return MemoryArrowSource
+
+
+def _full_query(df):
+    from pyspark.sql import functions as F
+
+    return tuple(df.agg(F.count(F.lit(1)), F.sum(F.length("body")), F.count(F.col("properties")["region"])).first())
+
+
+SPARK_FULL = f"spark full messages read, {MESSAGES:,}-message store (main topic)"
+
+
+@pytest.fixture(scope="module")
+def full_answer(spark, store_path, copies):
+    return _full_query(spark.read.parquet(copies["parquet"]))
+
+
+@pytest.mark.benchmark(group=SPARK_FULL)
+def test_spark_full_read_ours(benchmark, spark, store_path, copies, full_answer):
+    df = spark.read.format("rocketmq").option("topic", TOPIC).load(store_path)
+    assert _run(benchmark, lambda: _full_query(df), "ours", copies["rows"]) == full_answer
+
+
+@pytest.mark.benchmark(group=SPARK_FULL)
+def test_spark_full_read_memory_arrow_source(benchmark, spark, copies, full_answer):
+    from pyspark_udfs.datasource import ReadOptions
+
+    ddl = ReadOptions(path="/").schema().simpleString()[len("struct<"):-1].replace(":", " ")
+    spark.dataSource.register(_memory_source(copies["ipc"], ddl, 2))
+    df = spark.read.format("rmqfilter_bench_arrow").load()
+    assert _run(benchmark, lambda: _full_query(df), "alternative", copies["rows"]) == full_answer
+
+
+@pytest.mark.benchmark(group=SPARK_FULL)
+def test_spark_full_read_parquet(benchmark, spark, copies, full_answer):
+    df = spark.read.parquet(copies["parquet"])
+    assert _run(benchmark, lambda: _full_query(df), "alternative", copies["rows"]) == full_answer
+
+
+SPARK_PROJECTION = f"spark projection of 4 ConsumeQueue columns vs full read, {MESSAGES:,}-message store"
+
+
+def _projection_query(df):
+    from pyspark.sql import functions as F
+
+    return tuple(df.agg(F.count(F.lit(1)), F.sum("queue_offset"), F.sum("store_size"),
+                        F.count("tags_code")).first())
+
+
+@pytest.mark.benchmark(group=SPARK_PROJECTION)
+def test_spark_projection_cq_columns_ours(benchmark, spark, store_path, copies):
+    df = (spark.read.format("rocketmq").option("topic", TOPIC)
+          .schema("queue_id int, queue_offset long, store_size int, tags_code long").load(store_path))
+    full = spark.read.format("rocketmq").option("topic", TOPIC).load(store_path)
+    want = _projection_query(full)
+    assert _run(benchmark, lambda: _projection_query(df), "ours", copies["rows"]) == want
+
+
+@pytest.mark.benchmark(group=SPARK_PROJECTION)
+def test_spark_projection_full_read(benchmark, spark, store_path, copies):
+    df = spark.read.format("rocketmq").option("topic", TOPIC).load(store_path)
+    _run(benchmark, lambda: _projection_query(df), "alternative", copies["rows"])
+
+
+SPARK_GROUP = f"spark SQL92 group, layer 2 in the reader vs Parquet + selector_column, {MESSAGES:,}-message store"
+
+
+@pytest.mark.benchmark(group=SPARK_GROUP)
+def test_spark_group_in_reader_ours(benchmark, spark, store_path, copies):
+    from pyspark_udfs import selector_column
+
+    df = (spark.read.format("rocketmq").option("topic", TOPIC).option("group", GROUP).option("sql", SQL)
+          .load(store_path))
+    want = spark.read.parquet(copies["parquet"]).where(selector_column(SQL, "properties")).count()
+    assert _run(benchmark, df.count, "ours", copies["rows"]) == want
+
+
+@pytest.mark.benchmark(group=SPARK_GROUP)
+def test_spark_group_parquet_selector_column(benchmark, spark, copies):
+    from pyspark_udfs import selector_column
+
+    df = spark.read.parquet(copies["parquet"]).where(selector_column(SQL, "properties"))
+    _run(benchmark, df.count, "alternative", copies["rows"])

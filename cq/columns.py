@@ -1,0 +1,208 @@
+"""CommitLog records as columns in Arrow layout: what :meth:`cq.CommitLog.decode_columns` returns.
+
+The decoder (``decode_columns`` in ``cq/_scan.pyx``, twin ``cq/_scan_py.py``)
+writes each field of many records straight into Arrow buffers: numpy arrays
+of offsets, data and validity (docs/data-path.md). This module holds them,
+joins the runs of several CommitLog files, and turns them into pyarrow arrays
+on request. pyarrow is imported only there (``cq`` works without it).
+"""
+from __future__ import annotations
+
+import itertools
+from collections.abc import Iterable
+
+import numpy as np
+
+from . import format as fmt
+
+#: field name -> kind ("i4", "i8", "str", "bin", "map"), from cq.format.RECORD_FIELDS
+FIELD_KINDS = dict(fmt.RECORD_FIELDS)
+#: Fields whose absence is a NULL (the property is missing)
+_NULLABLE = ("tags", "keys")
+
+
+def field_mask(fields: Iterable[str] | None) -> int:
+    """Column mask of ``fields`` (None: every field); ValueError naming an unknown field."""
+    return fmt.ALL_RECORD_FIELDS if fields is None else fmt.record_field_mask(fields)
+
+
+class MessageColumns:
+    """Decoded CommitLog records, one entry per asked field, in Arrow layout.
+
+    Attributes
+    ----------
+    num_rows : int
+    columns : dict
+        Per field name: an int32/int64 array (fixed fields); ``(offsets int32
+        (n + 1), data uint8, valid)`` for text and bytes (``valid`` a uint8 0/1
+        array for ``tags``/``keys``, else None; text is UTF-8 with malformed
+        bytes replaced by U+FFFD, as :meth:`cq.CommitLog.read_message` gives);
+        for ``properties``, ``(map_offsets, key_offsets, key_data,
+        value_offsets, value_data)`` (int32 offsets), entries in
+        :attr:`cq.Message.properties` order.
+
+    Examples
+    --------
+    >>> import cq
+    >>> store = cq.Store("tests/data/golden_store")
+    >>> q = store.consume_queue("GoldenFilterTopic", 0)
+    >>> cols = store.commit_log.decode_columns(q.read(0, 3)["commit_log_offset"], ["tags", "store_timestamp"])
+    >>> [cols.value("tags", i) for i in range(3)] == [store.commit_log.read_message(int(o)).tags
+    ...                                                for o in q.read(0, 3)["commit_log_offset"]]
+    True
+    """
+
+    __slots__ = ("columns", "num_rows")
+
+    def __init__(self, columns: dict, num_rows: int) -> None:
+        self.columns = columns
+        self.num_rows = num_rows
+
+    def __len__(self) -> int:
+        return self.num_rows
+
+    def __repr__(self) -> str:
+        return f"MessageColumns({self.num_rows} rows: {', '.join(self.columns)})"
+
+    def nbytes(self) -> int:
+        """Bytes held by the columns' buffers."""
+        total = 0
+        for col in self.columns.values():
+            for part in (col if isinstance(col, tuple) else (col,)):
+                if part is not None:
+                    total += part.nbytes
+        return total
+
+    def value(self, name: str, i: int):
+        """Row ``i`` of field ``name`` as :class:`cq.Message` holds it (int, str, bytes, dict or None)."""
+        col = self.columns[name]
+        kind = FIELD_KINDS[name]
+        if kind in ("i4", "i8"):
+            return int(col[i])
+        if kind == "map":
+            mo, ko, kd, vo, vd = col
+            return {kd[ko[e]:ko[e + 1]].tobytes().decode(): vd[vo[e]:vo[e + 1]].tobytes().decode()
+                    for e in range(int(mo[i]), int(mo[i + 1]))}
+        offsets, data, valid = col
+        if valid is not None and not valid[i]:
+            return None
+        raw = data[offsets[i]:offsets[i + 1]].tobytes()
+        return raw if kind == "bin" else raw.decode()
+
+    def texts(self, name: str, *, binary: bool = False) -> list:
+        """Field ``name`` (text or bytes) as a list of str (bytes with ``binary``), None where absent."""
+        offsets, data, valid = self.columns[name]
+        raw = data.tobytes()
+        o = offsets.tolist()
+        if binary:
+            out = [raw[a:b] for a, b in itertools.pairwise(o)]
+        elif not len(data) or int(data.max()) < 0x80:  # ASCII: byte offsets are str offsets, decode once
+            text = raw.decode("ascii")
+            out = [text[a:b] for a, b in itertools.pairwise(o)]
+        else:
+            out = [raw[a:b].decode() for a, b in itertools.pairwise(o)]
+        if valid is not None:
+            out = [v if ok else None for v, ok in zip(out, valid.tolist())]
+        return out
+
+    def dicts(self) -> list[dict]:
+        """The ``properties`` field as one dict per row (:attr:`cq.Message.properties`)."""
+        mo, ko, kd, vo, vd = self.columns["properties"]
+        keys = MessageColumns({"k": (ko, kd, None)}, len(ko) - 1).texts("k") if len(ko) > 1 else []
+        values = MessageColumns({"v": (vo, vd, None)}, len(vo) - 1).texts("v") if len(vo) > 1 else []
+        m = mo.tolist()
+        return [dict(zip(keys[a:b], values[a:b])) for a, b in itertools.pairwise(m)]
+
+    # ------------------------------------------------------------------ Arrow
+    def arrow(self, name: str, *, large: bool = False):
+        """Field ``name`` as a pyarrow array, without copying the buffers.
+
+        Types: int32/int64; ``string`` (``tags``, ``keys``, ``topic``, hosts);
+        ``binary`` (``body``); ``map<string, string>`` (``properties``).
+        ``large`` gives ``large_string``/``large_binary`` (int64 offsets).
+        """
+        import pyarrow as pa  # deliberately lazy: cq itself does not need pyarrow
+
+        col = self.columns[name]
+        kind = FIELD_KINDS[name]
+        n = self.num_rows
+        if kind in ("i4", "i8"):
+            return pa.array(col)
+        if kind == "map":
+            mo, ko, kd, vo, vd = col
+            keys = _binary(pa, pa.string(), len(ko) - 1, ko, kd, None)
+            values = _binary(pa, pa.string(), len(vo) - 1, vo, vd, None)
+            return pa.MapArray.from_arrays(pa.array(mo), keys, values)
+        offsets, data, valid = col
+        t = pa.binary() if kind == "bin" else pa.string()
+        arr = _binary(pa, t, n, offsets, data, valid)
+        if large:
+            arr = arr.cast(pa.large_binary() if kind == "bin" else pa.large_string())
+        return arr
+
+    def to_arrow(self, names: Iterable[str] | None = None) -> dict:
+        """``{name: pyarrow array}`` of ``names`` (default: every decoded field)."""
+        return {name: self.arrow(name) for name in (names if names is not None else self.columns)}
+
+
+def _binary(pa, arrow_type, n: int, offsets: np.ndarray, data: np.ndarray, valid):
+    validity = None
+    nulls = 0
+    if valid is not None:
+        nulls = n - int(np.count_nonzero(valid))
+        if nulls:
+            validity = pa.py_buffer(np.packbits(valid.view(np.bool_), bitorder="little"))
+    return pa.Array.from_buffers(arrow_type, n, [validity, pa.py_buffer(offsets), pa.py_buffer(data)],
+                                 null_count=nulls)
+
+
+def _shift(offsets: np.ndarray, by: int) -> np.ndarray:
+    if by + int(offsets[-1]) > 0x7FFFFFFF:
+        raise OverflowError("joined column passes 2 GiB: decode fewer records at a time")
+    return offsets + np.int32(by)
+
+
+def concat(parts: list[MessageColumns], names: list[str]) -> MessageColumns:
+    """Join the columns of consecutive runs (rows in order)."""
+    if len(parts) == 1:
+        return parts[0]
+    n = sum(p.num_rows for p in parts)
+    out = {}
+    for name in names:
+        kind = FIELD_KINDS[name]
+        cols = [p.columns[name] for p in parts]
+        if not cols:
+            continue
+        if kind in ("i4", "i8"):
+            out[name] = np.concatenate(cols)
+        elif kind == "map":
+            mos, kos, vos = [np.zeros(1, np.int32)], [np.zeros(1, np.int32)], [np.zeros(1, np.int32)]
+            for mo, ko, _, vo, _ in cols:
+                mos.append(_shift(mo[1:], int(mos[-1][-1])))
+                kos.append(_shift(ko[1:], int(kos[-1][-1])))
+                vos.append(_shift(vo[1:], int(vos[-1][-1])))
+            out[name] = (np.concatenate(mos), np.concatenate(kos), np.concatenate([c[2] for c in cols]),
+                         np.concatenate(vos), np.concatenate([c[4] for c in cols]))
+        else:
+            offs = [np.zeros(1, np.int32)]
+            for o, _, _ in cols:
+                offs.append(_shift(o[1:], int(offs[-1][-1])))
+            valid = None if cols[0][2] is None else np.concatenate([c[2] for c in cols])
+            out[name] = (np.concatenate(offs), np.concatenate([c[1] for c in cols]), valid)
+    return MessageColumns(out, n)
+
+
+def empty(names: list[str]) -> MessageColumns:
+    """No rows of ``names``."""
+    z = np.zeros(1, np.int32)
+    u = np.zeros(0, np.uint8)
+    out = {}
+    for name in names:
+        kind = FIELD_KINDS[name]
+        if kind in ("i4", "i8"):
+            out[name] = np.zeros(0, dtype=kind)
+        elif kind == "map":
+            out[name] = (z, z, u, z, u)
+        else:
+            out[name] = (z, u, np.zeros(0, np.uint8) if name in _NULLABLE else None)
+    return MessageColumns(out, 0)

@@ -1,0 +1,288 @@
+"""The data path's decoder (``CommitLog.decode_columns``, ``cq/_scan.pyx`` ``decode_columns`` and its twin)
+gives, for every record and under every projection, what ``read_message`` gives; and the same errors."""
+from __future__ import annotations
+
+import itertools
+import os
+import shutil
+
+import numpy as np
+import pytest
+from conftest import DATA
+
+import cq
+from cq import _scan_py
+from cq import format as fmt
+from cq.columns import MessageColumns
+from cq.scan import _scan
+from cq.writer import compress_body
+
+FIELDS = [name for name, _ in fmt.RECORD_FIELDS]
+ENGINES = {"compiled": _scan, "twin": _scan_py}
+
+
+def _expected(m: cq.Message, name: str):
+    return getattr(m, name)
+
+
+def _all_offsets(store: cq.Store) -> np.ndarray:
+    offs = []
+    for topic in store.topics():
+        for q in store.queue_ids(topic):
+            cq_ = store.consume_queue(topic, q)
+            units = cq_.read(cq_.min_offset, len(cq_))
+            offs.append(units["commit_log_offset"].astype(np.int64))
+    return np.concatenate(offs)
+
+
+def _decode(log: cq.CommitLog, offsets, fields, engine: str, monkeypatch) -> MessageColumns:
+    monkeypatch.setattr("cq.commitlog._scan", ENGINES[engine])
+    return log.decode_columns(offsets, fields)
+
+
+def _check(log: cq.CommitLog, offsets: np.ndarray, fields, engine, monkeypatch) -> None:
+    cols = _decode(log, offsets, fields, engine, monkeypatch)
+    assert len(cols) == len(offsets) and set(cols.columns) == set(fields)
+    for i, off in enumerate(offsets.tolist()):
+        m = log.read_message(off)
+        for name in fields:
+            assert cols.value(name, i) == _expected(m, name), (name, off)
+    if "properties" in fields:  # dict order too
+        for i, off in enumerate(offsets.tolist()):
+            assert list(cols.value("properties", i).items()) == list(log.read_message(off).properties.items())
+
+
+def _projections():
+    singles = [[f] for f in FIELDS]
+    pairs = [list(p) for p in itertools.combinations(FIELDS, 2)][::7]
+    return singles + pairs + [FIELDS, FIELDS[::-1]]
+
+
+@pytest.fixture(scope="module")
+def mixed_store(tmp_path_factory):
+    """A sample store plus records the sample lacks: IPv6 hosts, every compression type, bad UTF-8,
+    repeated keys, empty properties, port 0."""
+    root = tmp_path_factory.mktemp("mixed") / "store"
+    cq.generate_sample_store(root, messages=3000, seed=5, commit_log_file_size=1 << 20)
+    with cq.StoreWriter(root, append=True, commit_log_file_size=1 << 20) as w:
+        z, zflag = compress_body(b"zlib body " * 300)
+        w.append("Mixed", z, sys_flag=zflag, tags="TagZ", born_host="[2001:db8::7]:4321",
+                 store_host="[::1]:10911")
+        w.append("Mixed", b"\xff\xfe body", properties=b"TAGS\x01bad\xff\xfetag\x02KEYS\x01k\xc3\x02a\x01\xe2\x82",
+                 born_host="10.1.2.3:65535")
+        w.append("Mixed", b"", properties=b"a\x011\x02a\x012\x02\xff\x01x\x02\xfe\x01y\x02TAGS\x01t1\x02TAGS\x01t2")
+        w.append("Mixed", b"x", properties=b"", born_host="[fe80::1:2]:0", store_host="1.2.3.4:0")
+        w.append("Mixed", b"y", tags="标签", keys=["k1", "k2"])
+    store = cq.Store(root)
+    yield store
+    store.close()
+
+
+@pytest.mark.parametrize("engine", ["compiled", "twin"])
+@pytest.mark.parametrize("fields", _projections(), ids=lambda f: "+".join(f) if len(f) < 3 else f"all{len(f)}")
+def test_golden_store_every_record_every_projection(engine, fields, monkeypatch):
+    store = cq.Store(DATA / "golden_store")
+    offsets = _all_offsets(store)
+    _check(store.commit_log, offsets, fields, engine, monkeypatch)
+    store.close()
+
+
+@pytest.mark.parametrize("engine", ["compiled", "twin"])
+@pytest.mark.parametrize("fields", [[f] for f in FIELDS] + [FIELDS], ids=lambda f: f[0] if len(f) == 1 else "all")
+def test_sample_store_with_ipv6_compressed_and_bad_utf8(mixed_store, engine, fields, monkeypatch):
+    offsets = _all_offsets(mixed_store)
+    rng = np.random.default_rng(3)
+    _check(mixed_store.commit_log, rng.permutation(offsets), fields, engine, monkeypatch)
+
+
+def test_engines_give_the_same_buffers(mixed_store):
+    log = mixed_store.commit_log
+    offsets = np.sort(_all_offsets(mixed_store))
+    index = log.file_index(int(offsets[0]))
+    pos = offsets[offsets < log.files[index][0] + log.file_size] - log.files[index][0]
+    a, ea = _scan.decode_columns(log._u8(index), pos, log.file_size, fmt.ALL_RECORD_FIELDS)
+    b, eb = _scan_py.decode_columns(log._u8(index), pos, log.file_size, fmt.ALL_RECORD_FIELDS)
+    assert ea is None and eb is None and a.keys() == b.keys()
+    for name in a:
+        for x, y in zip(*(v if isinstance(v, tuple) else (v,) for v in (a[name], b[name]))):
+            assert (x is None and y is None) or np.array_equal(x, y), name
+
+
+def test_arrow_arrays_equal_read_message(mixed_store):
+    pa = pytest.importorskip("pyarrow")
+    log = mixed_store.commit_log
+    offsets = _all_offsets(mixed_store)
+    cols = log.decode_columns(offsets)
+    arrays = cols.to_arrow()
+    assert arrays["properties"].type == pa.map_(pa.string(), pa.string())
+    assert arrays["body"].type == pa.binary() and arrays["tags"].type == pa.string()
+    for name, arr in arrays.items():
+        arr.validate(full=True)
+        got = arr.to_pylist()
+        for i, off in enumerate(offsets.tolist()):
+            m = log.read_message(off)
+            want = list(m.properties.items()) if name == "properties" else _expected(m, name)
+            assert got[i] == want, (name, off)
+
+
+@pytest.mark.parametrize("engine", ["compiled", "twin"])
+def test_utf8_replacement_equals_python_on_random_bytes(engine):
+    kernels = ENGINES[engine]
+    rng = np.random.default_rng(7)
+    alphabet = np.frombuffer(bytes([0x41, 0x80, 0xBF, 0xC2, 0xC0, 0xDF, 0xE0, 0xA0, 0xED, 0x9F, 0xA0, 0xEF,
+                                    0xF0, 0x90, 0xF4, 0x8F, 0x90, 0xF5, 0xFF, 0xE2, 0x82, 0xAC, 0x01, 0x02]),
+                             dtype=np.uint8)
+    texts = [alphabet[rng.integers(0, len(alphabet), int(rng.integers(1, 12)))].tobytes() for _ in range(3000)]
+    # one record per text, the text as a value (keys of random bytes too, some colliding after replacement)
+    props = [b"k" + t[:2] + b"\x01" + t + b"\x02" + b"TAGS\x01" + t for t in texts]
+    props = [p for p in props if len(p) < 30000]
+    buf = np.concatenate([_encode_v1(p) for p in props])
+    sizes = np.array([fmt.RECORD_V1_IPV4_OVERHEAD + 1 + len(p) for p in props], dtype=np.int64)
+    positions = np.concatenate([[0], np.cumsum(sizes)[:-1]]).astype(np.int64)
+    cols, err = kernels.decode_columns(buf, positions, len(buf), fmt.record_field_mask(["properties", "tags"]))
+    assert err is None
+    m = MessageColumns(cols, len(props))
+    for i, p in enumerate(props):
+        want = fmt.decode_properties_bytes(p)
+        assert list(m.value("properties", i).items()) == list(want.items())
+        assert m.value("tags", i) == want.get("TAGS")
+
+
+def _encode_v1(props: bytes) -> np.ndarray:
+    """A minimal valid V1 record (IPv4 hosts, empty body, topic "T") with ``props`` as its properties."""
+    import struct
+
+    topic = b"T"
+    total = fmt.RECORD_V1_IPV4_OVERHEAD + len(topic) + len(props)
+    head = struct.pack(">iiiiiqqiq4siq4siiqi", total, fmt.MESSAGE_MAGIC_CODE_V1, 0, 0, 0, 0, 0, 0, 0,
+                       b"\x01\x02\x03\x04", 1, 0, b"\x01\x02\x03\x04", 2, 0, 0, 0)
+    rec = head + bytes([len(topic)]) + topic + struct.pack(">h", len(props)) + props
+    assert len(rec) == total
+    return np.frombuffer(rec, dtype=np.uint8)
+
+
+def test_unknown_field_is_named():
+    store = cq.Store(DATA / "golden_store")
+    with pytest.raises(ValueError, match="unknown record field 'bodyy'.*store_size"):
+        store.commit_log.decode_columns([0], ["bodyy"])
+    store.close()
+
+
+@pytest.mark.parametrize("engine", ["compiled", "twin"])
+def test_corrupt_records_same_error_and_offset_as_read_message(tmp_path, engine, monkeypatch):
+    root = tmp_path / "store"
+    shutil.copytree(DATA / "golden_store", root)
+    store = cq.Store(root)
+    offsets = np.sort(_all_offsets(store))
+    store.close()
+    path = min((root / "commitlog").iterdir())
+    target = int(offsets[3])
+    with open(path, "r+b") as f:  # a bad magic code in the fourth record
+        f.seek(target + 4)
+        f.write(b"\x12\x34\x56\x78")
+    store = cq.Store(root)
+    with pytest.raises(cq.StoreFormatError) as want:
+        store.commit_log.read_message(target)
+    for fields in (["tags"], ["store_timestamp"], FIELDS):
+        with pytest.raises(cq.StoreFormatError) as got:
+            _decode(store.commit_log, offsets, fields, engine, monkeypatch)
+        assert (str(got.value), got.value.path, got.value.offset) == (str(want.value), want.value.path,
+                                                                      want.value.offset)
+    with pytest.raises(cq.StoreFormatError, match="outside the commit log"):
+        _decode(store.commit_log, [1 << 40], ["tags"], engine, monkeypatch)
+    store.close()
+
+
+@pytest.mark.parametrize("engine", ["compiled", "twin"])
+def test_recovery_crc_check_runs_in_the_kernel(tmp_path, engine, monkeypatch):
+    """A body byte flipped: the recovered end stops at that record (the broker's checkCRCOnRecover)."""
+    monkeypatch.setattr("cq.commitlog._scan", ENGINES[engine])
+    root = tmp_path / "store"
+    shutil.copytree(DATA / "golden_store", root)
+    store = cq.Store(root)
+    files = store.commit_log.files
+    last_start, last_path = files[-1]
+    offsets = np.sort(_all_offsets(store))
+    in_last = offsets[offsets >= last_start]
+    end = store.commit_log.max_offset
+    target = int(in_last[len(in_last) // 2])
+    m = store.commit_log.read_message(target)
+    store.close()
+    body_at = target - last_start + m.store_size - len(m.body) - len(m.topic.encode()) - 1 - 2 - len(
+        fmt.encode_properties(m.properties).encode()) - (1 if m.magic_code == fmt.MESSAGE_MAGIC_CODE_V2 else 0)
+    with open(last_path, "r+b") as f:
+        f.seek(body_at)
+        byte = f.read(1)
+        f.seek(body_at)
+        f.write(bytes([byte[0] ^ 0xFF]))
+    assert cq.CommitLog(root / "commitlog").max_offset == target < end
+    assert cq.CommitLog(root / "commitlog", check_crc_on_recover=False).max_offset == end
+
+
+def test_no_pyarrow_needed_to_decode():
+    import subprocess
+    import sys
+
+    code = ("import sys; sys.modules['pyarrow'] = None\n"
+            "import cq\n"
+            f"s = cq.Store({str(DATA / 'golden_store')!r})\n"
+            "c = s.commit_log.decode_columns([0], ['tags', 'properties', 'body'])\n"
+            "print(len(c))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         env={**os.environ, "PYTHONPATH": os.getcwd()}, check=True)
+    assert out.stdout.strip() == "1"
+
+
+@pytest.mark.parametrize("engine", ["compiled", "twin"])
+@pytest.mark.parametrize("strict", [True, False])
+def test_column_batches_equal_messages(engine, strict, monkeypatch):
+    monkeypatch.setattr("cq.commitlog._scan", ENGINES[engine])
+    log = cq.CommitLog(DATA / "golden_store" / "commitlog")
+    want = [(m.commit_log_offset, m.topic, m.tags, m.properties, m.body) for m in log.messages(strict=strict)]
+    got = []
+    for cols in log.column_batches(["commit_log_offset", "topic", "tags", "properties", "body"], strict=strict,
+                                   batch_records=7):
+        assert len(cols) <= 7
+        got += [tuple(cols.value(n, i) for n in ("commit_log_offset", "topic", "tags", "properties", "body"))
+                for i in range(len(cols))]
+    assert got == want and len(want) == 300
+    log.close()
+
+
+@pytest.mark.parametrize("engine", ["compiled", "twin"])
+def test_column_batches_corrupt_store_same_error_as_messages(tmp_path, engine, monkeypatch):
+    monkeypatch.setattr("cq.commitlog._scan", ENGINES[engine])
+    root = tmp_path / "store"
+    shutil.copytree(DATA / "golden_store", root)
+    path = min((root / "commitlog").iterdir())
+    log = cq.CommitLog(root / "commitlog")
+    second = [m.commit_log_offset for m in log.messages()][5]
+    log.close()
+    with open(path, "r+b") as f:
+        f.seek(second + 4)
+        f.write(b"\x12\x34\x56\x78")
+    log = cq.CommitLog(root / "commitlog")
+    with pytest.raises(cq.StoreFormatError) as want:
+        list(log.messages())
+    with pytest.raises(cq.StoreFormatError) as got:
+        list(log.column_batches(["tags"]))
+    assert (str(got.value), got.value.path, got.value.offset) == (str(want.value), want.value.path,
+                                                                  want.value.offset)
+    non_strict = sum(len(c) for c in log.column_batches(["tags"], strict=False))
+    assert non_strict == len(list(log.messages(strict=False))) == 5
+    log.close()
+
+
+@pytest.mark.parametrize("engine", ["compiled", "twin"])
+def test_read_messages_equal_read_message(mixed_store, engine, monkeypatch):
+    monkeypatch.setattr("cq.commitlog._scan", ENGINES[engine])
+    log = mixed_store.commit_log
+    offsets = np.random.default_rng(1).permutation(_all_offsets(mixed_store))
+    got = log.read_messages(offsets)
+    assert len(got) == len(offsets)
+    for m, off in zip(got, offsets.tolist()):
+        want = log.read_message(off)
+        assert m == want and list(m.properties.items()) == list(want.properties.items())
+        assert (m._path, m._file_offset) == (want._path, want._file_offset)
+        if m.is_compressed:
+            assert m.uncompressed_body() == want.uncompressed_body()
