@@ -59,6 +59,8 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 
 import numpy as np
 
+from selector import javalang
+
 from ._filequeue import _COMMIT_LOG_FLUSH, _FileQueue, _holds_store, _lock_store
 from .format import (
     BLANK_MAGIC_CODE,
@@ -272,15 +274,6 @@ def parse_delay_levels(text: str) -> list[int]:
             raise ValueError(f"message_delay_level token {token!r} is not <digits><s|m|h|d>")
         out.append(int(token[:-1]) * units[token[-1]])
     return out
-
-
-def _java_parse_int(text: str) -> int | None:
-    """``Integer.parseInt``: optional sign then BMP Unicode decimal digits, int32 range; else None."""
-    body = text[1:] if text[:1] in ("+", "-") else text
-    if not body or not all(c.isdecimal() and ord(c) < 0x10000 for c in body):
-        return None
-    value = int(text)
-    return value if _INT32[0] <= value <= _INT32[1] else None
 
 
 #: ``compressMsgBodyOverHowmuch``: the producer compresses bodies at least this long.
@@ -874,12 +867,13 @@ class StoreWriter:
         """The tags code the reput service computes from a stored record (spec §2.5, §4.9)."""
         code = tags_code(props.get(PROPERTY_TAGS))
         if topic == SCHEDULE_TOPIC and PROPERTY_DELAY in props:
-            level = _java_parse_int(props[PROPERTY_DELAY])
-            if level is None:
+            try:
+                level = javalang.parse_int(props[PROPERTY_DELAY])
+            except javalang.JavaNumberFormatError:
                 raise ValueError(
                     f"DELAY property {props[PROPERTY_DELAY]!r} of a {SCHEDULE_TOPIC} record is not an int; "
                     "the broker could not dispatch it"
-                )
+                ) from None
             level = min(level, len(self._delays))
             if level > 0:
                 code = store_timestamp + self._delays[level - 1]

@@ -123,7 +123,7 @@ def _lower_one(node: Node, memo: dict, props, F) -> Any:
     if name == "lit":
         value, spark_type = node[1], node[2]
         if isinstance(value, int) and not isinstance(value, bool):
-            value = int(value)  # selector._javalang.Long is an int subclass py4j cannot send
+            value = int(value)  # selector.javalang.Long is an int subclass py4j cannot send
         column = F.lit(value)
         return column.cast(spark_type) if spark_type else column
     if name == "prop":

@@ -1,7 +1,7 @@
 """Cython engine of selector evaluation (the contract is in _eval.pxd).
 
 Semantics are the broker's (spec §8.6, §8.7), spelled out in Python in
-``_eval_py.py`` and ``_javalang.py``; this module implements the same rules in
+``_eval_py.py`` and ``javalang.py``; this module implements the same rules in
 C over UTF-8 string views, so one loop serves Python dicts (``evaluate``,
 ``evaluate_many``) and Arrow string buffers (``evaluate_columns``, which runs
 without the GIL).

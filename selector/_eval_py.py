@@ -14,7 +14,7 @@ from collections.abc import Mapping
 
 import numpy as np
 
-from . import _javalang as java
+from . import javalang as java
 from .compiler import (
     GUARD_FALSE,
     GUARD_NONE,

@@ -10,7 +10,7 @@ from concurrent.futures import ThreadPoolExecutor
 import pytest
 
 import selector
-from selector import _javalang as java
+from selector import javalang as java
 from tests.conftest import load_jsonl
 
 ERR = "ERROR"

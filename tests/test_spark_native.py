@@ -239,7 +239,7 @@ def test_java_parsers_in_spark_equal_javas(spark, ansi):
 
     from pyspark_udfs import _native_ir as ir
     from pyspark_udfs import _native_java as jv
-    from selector import _javalang as java
+    from selector import javalang as java
 
     def java_or_none(parse, s):
         try:
