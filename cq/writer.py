@@ -47,7 +47,6 @@ an existing store for a new set of groups into a new directory) and :mod:`cq.sam
 from __future__ import annotations
 
 import contextlib
-import ipaddress
 import os
 import re
 import struct
@@ -81,6 +80,7 @@ from .format import (
     END_FILE_MIN_BLANK_LENGTH,
     EXT_END_BLANK_DATA_LENGTH,
     EXT_END_MARKER,
+    EXT_UNIT_HEADER_STRUCT,
     MAX_EXT_UNIT_SIZE,
     MAX_PROPERTIES_LENGTH,
     MAX_REAL_OFFSET,
@@ -94,7 +94,11 @@ from .format import (
     PROPERTY_KEYS,
     PROPERTY_SEPARATOR,
     PROPERTY_TAGS,
+    RECORD_BORN_HOST_POSITION,
     RECORD_HEAD_STRUCT,
+    RECORD_OFFSETS_POSITION,
+    RECORD_OFFSETS_STRUCT,
+    RECORD_SYS_FLAG_POSITION,
     SCHEDULE_TOPIC,
     STOREHOSTADDRESS_V6_FLAG,
     TRANSACTION_COMMIT_TYPE,
@@ -102,9 +106,13 @@ from .format import (
     TRANSACTION_TYPE_MASK,
     decode_properties_bytes,
     decorate,
+    encode_topic_field,
     hashmap_order,
+    host_width,
     is_ext_addr,
     list_queue_files,
+    pack_record,
+    parse_host,
     round_consume_queue_file_size,
     undecorate,
 )
@@ -147,13 +155,8 @@ V1_TOPIC_MAX_BYTES = 127
 
 _INT32 = (-(2**31), 2**31 - 1)
 _INT64 = (-(2**63), 2**63 - 1)
-_HEAD = struct.Struct(">iiiiiqqiq")  # TOTALSIZE .. BORNTIMESTAMP (48 bytes)
-_STORE_TS = struct.Struct(">q")
-_TAIL = struct.Struct(">iqi")  # RECONSUMETIMES, PREPARED TRANSACTION OFFSET, BODYLENGTH
-_OFFSETS = struct.Struct(">qq")  # QUEUEOFFSET, PHYSICALOFFSET at byte 20
 _BLANK = RECORD_HEAD_STRUCT
 _CQ_UNIT = CQ_UNIT_STRUCT
-_EXT_HEAD = struct.Struct(">hqqh")
 _I16 = struct.Struct(">h")
 _EXT_MARKER = _I16.pack(EXT_END_MARKER)
 
@@ -230,39 +233,6 @@ def _check_size(name: str, value: Any, minimum: int) -> int:
     if value < minimum:
         raise ValueError(f"{name} must be at least {minimum} bytes, got {value}")
     return value
-
-
-_HOSTS: dict[str, tuple[bytes, bool]] = {}
-
-
-def parse_host(host: str, *, what: str = "host") -> tuple[bytes, bool]:
-    """Stored bytes of ``"ip:port"`` or ``"[ipv6]:port"`` and whether it is IPv6.
-
-    Raises
-    ------
-    ValueError
-        ``host`` is not an IPv4 ``ip:port`` or a bracketed IPv6 ``[ip]:port``
-        with a port in 0..65535.
-    """
-    cached = _HOSTS.get(host)
-    if cached is not None:
-        return cached
-    if not isinstance(host, str):
-        raise TypeError(f"{what} must be a str 'ip:port', got {type(host).__name__}")
-    addr, sep, port_s = host.rpartition(":")
-    if not sep or not port_s.isascii() or not port_s.isdigit() or int(port_s) > 65535:
-        raise ValueError(f"{what} {host!r} is not 'ip:port' with a port in 0..65535")
-    try:
-        if addr.startswith("[") and addr.endswith("]"):
-            ip: ipaddress.IPv4Address | ipaddress.IPv6Address = ipaddress.IPv6Address(addr[1:-1])
-        else:
-            ip = ipaddress.IPv4Address(addr)
-    except ValueError as exc:
-        raise ValueError(f"{what} {host!r}: {exc} (IPv6 hosts are written '[ip]:port')") from exc
-    out = (ip.packed + struct.pack(">i", int(port_s)), ip.version == 6)
-    if len(_HOSTS) < 4096:
-        _HOSTS[host] = out
-    return out
 
 
 def parse_delay_levels(text: str) -> list[int]:
@@ -716,14 +686,14 @@ class StoreWriter:
             raise ValueError(f"topic of {len(topic)} characters is longer than {TOPIC_MAX_LENGTH}")
         encoded = topic.encode("ascii")
         if self.auto_message_version_on_topic_len and len(topic) > V1_TOPIC_MAX_BYTES:
-            info = (MESSAGE_MAGIC_CODE_V2, struct.pack(">h", len(encoded)) + encoded)
+            info = (MESSAGE_MAGIC_CODE_V2, encode_topic_field(encoded, MESSAGE_MAGIC_CODE_V2))
         elif len(encoded) > V1_TOPIC_MAX_BYTES:
             raise ValueError(
                 f"topic of {len(encoded)} bytes does not fit the signed length byte of a V1 record "
                 f"(max {V1_TOPIC_MAX_BYTES}); enable auto_message_version_on_topic_len for V2"
             )
         else:
-            info = (MESSAGE_MAGIC_CODE_V1, bytes([len(encoded)]) + encoded)
+            info = (MESSAGE_MAGIC_CODE_V1, encode_topic_field(encoded, MESSAGE_MAGIC_CODE_V1))
         self._topics[topic] = info
         return info
 
@@ -827,15 +797,10 @@ class StoreWriter:
                     "host but the host given is IPv4"
                 )
             sys_flag |= v6_bits
-        size = (
-            _HEAD.size + len(born) + 8 + len(store) + _TAIL.size + len(body) + len(topic_field) + 2 + len(props_b)
-            + reserved
-        )
         try:
-            head = _HEAD.pack(size, magic, zlib.crc32(body) & 0x7FFFFFFF, queue_id, flag, 0, 0, sys_flag,
-                              born_timestamp)
-            tail = _STORE_TS.pack(store_timestamp), _TAIL.pack(reconsume_times, prepared_transaction_offset,
-                                                               len(body))
+            record = pack_record(magic, zlib.crc32(body) & 0x7FFFFFFF, queue_id, flag, 0, 0, sys_flag, born_timestamp,
+                                 born, store_timestamp, store, reconsume_times, prepared_transaction_offset, body,
+                                 topic_field, props_b, reserved)
         except struct.error:
             _check_int("queue_id", queue_id, 0, _INT32[1])
             _check_int("flag", flag, *_INT32)
@@ -847,17 +812,12 @@ class StoreWriter:
             raise
         if queue_id < 0:
             raise ValueError(f"queue_id must be >= 0, got {queue_id}")
+        size = len(record)
         if size + END_FILE_MIN_BLANK_LENGTH > self.commit_log_file_size:
             raise ValueError(
                 f"a record of {size} bytes cannot fit a commit log file of {self.commit_log_file_size} bytes "
                 f"(the broker needs size + {END_FILE_MIN_BLANK_LENGTH} <= file size)"
             )
-        record = bytearray(
-            b"".join((head, born, tail[0], store, tail[1], body, topic_field, _I16.pack(len(props_b) + reserved),
-                      props_b))
-        )
-        if reserved:
-            record += bytes(reserved)  # filled with __CRC32# once the offsets are known
         transaction = sys_flag & TRANSACTION_TYPE_MASK
         dispatch = transaction == TRANSACTION_NOT_TYPE or transaction == TRANSACTION_COMMIT_TYPE
         code = self._dispatch_tags_code(topic, props, store_timestamp)
@@ -914,7 +874,7 @@ class StoreWriter:
             if p.dispatch:
                 state = self._queue(p.topic, p.queue_id)
                 queue_offset = state.next_offset
-            _OFFSETS.pack_into(p.record, 20, queue_offset or 0, phys)
+            RECORD_OFFSETS_STRUCT.pack_into(p.record, RECORD_OFFSETS_POSITION, queue_offset or 0, phys)
             if self.enabled_append_prop_crc:
                 _fill_property_crc(p.record)
             log.write(p.record)
@@ -944,7 +904,7 @@ class StoreWriter:
                     ext.write(_EXT_MARKER)
                     ext.roll()
                 address = decorate(ext.offset)
-                ext.write(_EXT_HEAD.pack(unit_size, code, store_timestamp, len(bm)) + bm)
+                ext.write(EXT_UNIT_HEADER_STRUCT.pack(unit_size, code, store_timestamp, len(bm)) + bm)
                 slot = address
         cq = state.cq
         if queue_offset is not None:
@@ -1116,7 +1076,7 @@ def _fill_property_crc(record: bytearray) -> None:
 
 def _msg_id(record: bytes | bytearray, phys: int) -> str:
     """Offset message id: store-host address bytes, int32 port, int64 physical offset, in hex."""
-    sys_flag = int.from_bytes(record[36:40], "big", signed=True)
-    at = 56 + (20 if sys_flag & BORNHOST_V6_FLAG else 8)
-    width = 20 if sys_flag & STOREHOSTADDRESS_V6_FLAG else 8
+    sys_flag = int.from_bytes(record[RECORD_SYS_FLAG_POSITION:RECORD_SYS_FLAG_POSITION + 4], "big", signed=True)
+    at = RECORD_BORN_HOST_POSITION + host_width(sys_flag, store=False) + 8  # past BORNHOST and STORETIMESTAMP
+    width = host_width(sys_flag, store=True)
     return (bytes(record[at:at + width]) + struct.pack(">q", phys)).hex().upper()
