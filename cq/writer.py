@@ -122,6 +122,7 @@ from .recovery import (
     _recover_commit_log,
     _recover_consume_queue,
     _recover_ext,
+    _truncate_consume_queue,
     _truncate_ext,
 )
 from .tags import tags_code
@@ -956,9 +957,11 @@ class StoreWriter:
     def _recover(self) -> None:
         """Find the write positions of an existing store, as the broker's recovery does.
 
-        The CommitLog ends at its last valid record (lengths add up, body CRC
-        matches); each ConsumeQueue at its first invalid unit; each ext queue
-        just past the unit its ConsumeQueue's last unit points at (spec §3.5).
+        The CommitLog ends where the readers' recovery ends it
+        (:attr:`cq.CommitLog.max_offset`: from the third-to-last file, lengths and
+        body CRC checked), its torn tail cleared; each ConsumeQueue at its first
+        invalid unit, less the units that point past the CommitLog's end; each ext
+        queue just past the unit its ConsumeQueue's last unit points at (spec §3.5).
         Records past the last dispatched one (a writer killed between writing
         a record and its unit) are dispatched again before anything new is
         written, as the broker's reput service does on restart.
@@ -985,6 +988,8 @@ class StoreWriter:
                     continue
                 state = self._queue(topic, int(qid))
                 start, pos = _recover_consume_queue(files, self.consume_queue_file_size)
+                start, pos = _truncate_consume_queue(files, self.consume_queue_file_size, (start, pos),
+                                                     self._commit_log.offset)
                 state.cq.start, state.cq.pos, state.cq._buf_pos = start, pos, pos
                 state.next_offset = (start + pos) // CQ_STORE_UNIT_SIZE
                 state.started = True
