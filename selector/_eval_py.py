@@ -15,7 +15,9 @@ from collections.abc import Mapping
 import numpy as np
 
 from . import javalang as java
-from .compiler import (
+from .compiler import Program
+from .errors import SelectorEvaluationError
+from .opcodes import (
     GUARD_FALSE,
     GUARD_NONE,
     GUARD_NULL,
@@ -40,9 +42,7 @@ from .compiler import (
     OP_OR,
     OP_PROP,
     OP_STARTSWITH,
-    Program,
 )
-from .errors import SelectorEvaluationError
 
 __all__ = ["ERROR", "FALSE", "TRUE", "UNKNOWN", "Evaluator"]
 
