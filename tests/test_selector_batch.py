@@ -233,3 +233,19 @@ def test_in_lists_small_and_hashed_agree_with_python(items):
     assert got.field("result").to_pylist() == want
     for engine in [e for e in (_cython, _eval_py) if e is not None]:
         assert [engine.Evaluator(s._program).evaluate_value(r) for r in rows] == want
+
+
+@needs_both
+@pytest.mark.parametrize("sql, props", [
+    ("a = 1", {"a": "x"}), ("a > b", {"a": "x", "b": "1"}), ("TRUE = a", {"a": "x"}),
+    ("a >= 3000000000", {"a": "q"}), ("a < 1.5", {"a": "z"}), ("a BETWEEN 1 AND b", {"a": "2", "b": "w"}),
+])
+def test_engines_word_errors_alike_without_the_engine_calling_its_twin(sql, props, monkeypatch):
+    program = selector.compile(sql)._program
+    worded = []
+    for engine in (_eval_py, _cython):
+        with pytest.raises(selector.SelectorEvaluationError) as info:
+            engine.Evaluator(program).evaluate(props)
+        worded.append((str(info.value), info.value.cause))
+        monkeypatch.setattr(_eval_py, "Evaluator", None)  # the compiled engine must not need it
+    assert worded[0] == worded[1]
