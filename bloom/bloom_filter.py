@@ -12,8 +12,8 @@ from typing import Any, Union
 
 import numpy as np
 
-from bloom._engine import load
 from bloom.bits import BitsArray
+from rmqfilter_engine import load
 
 _kernel, ENGINE = load("bloom", "_bloom")
 

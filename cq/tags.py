@@ -6,7 +6,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from bloom._engine import load
+from rmqfilter_engine import load
 
 from .errors import TagSubscriptionError
 

@@ -21,7 +21,7 @@ from collections.abc import Mapping, Sequence
 
 import numpy as np
 
-from bloom._engine import load as _load
+from rmqfilter_engine import load as _load
 
 from . import compiler as _compiler
 from .errors import SelectorEvaluationError, SelectorSyntaxError

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from bloom._engine import load as _load
+from rmqfilter_engine import load as _load
 
 from . import nodes as n
 from .opcodes import (

@@ -37,7 +37,7 @@ from dataclasses import dataclass
 
 from ply import lex, yacc
 
-from bloom._engine import load as _load
+from rmqfilter_engine import load as _load
 
 from . import javalang as java
 from .errors import SelectorSyntaxError
