@@ -58,9 +58,12 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 
 import numpy as np
 
+import bloom
+import selector
 from selector import javalang
 
 from ._filequeue import _COMMIT_LOG_FLUSH, _FileQueue, _holds_store, _lock_store
+from .commitlog import CommitLog
 from .format import (
     BLANK_MAGIC_CODE,
     BORNHOST_V6_FLAG,
@@ -128,7 +131,7 @@ from .recovery import (
 from .tags import tags_code
 
 if TYPE_CHECKING:
-    from typing_extensions import Self
+    from typing_extensions import Self  # typing only: not a run-time dependency
 
 __all__ = [
     "DEFAULT_MESSAGE_DELAY_LEVEL",
@@ -287,11 +290,11 @@ def compress_body(body: bytes, compress_type: str = "zlib", level: int = 5) -> t
     if kind == COMPRESSION_ZLIB:
         out = zlib.compress(data, level)
     elif kind == COMPRESSION_LZ4:
-        import lz4.frame
+        import lz4.frame  # lazy: an optional codec, needed only by those who ask for it
 
         out = lz4.frame.compress(data, compression_level=level)
     else:
-        import zstandard
+        import zstandard  # lazy: an optional codec, needed only by those who ask for it
 
         out = zstandard.ZstdCompressor(level=level).compress(data)
     return out, COMPRESSED_FLAG | (kind << 8)
@@ -390,8 +393,6 @@ class StoreWriter:
         message_delay_level: str = DEFAULT_MESSAGE_DELAY_LEVEL,
         enabled_append_prop_crc: bool = False,
     ) -> None:
-        import bloom
-
         self.root = os.fspath(root)
         self.commit_log_file_size = _check_size("commit_log_file_size", commit_log_file_size, 64)
         self.consume_queue_file_size = round_consume_queue_file_size(
@@ -465,9 +466,6 @@ class StoreWriter:
         ValueError
             ``enable_ext`` is off (bitmaps would not be stored), or the topic or group is invalid.
         """
-        import bloom
-        import selector
-
         self._check_open()
         if not self.enable_ext:
             raise ValueError(
@@ -1017,8 +1015,6 @@ class StoreWriter:
         if start is None:
             return
         self._redispatch_from = None
-        from .commitlog import CommitLog
-
         end = self._commit_log.offset
         with CommitLog(os.path.join(self.root, COMMIT_LOG_DIR), file_size=self.commit_log_file_size) as log:
             batch: list[tuple[_Prepared, int, int]] = []

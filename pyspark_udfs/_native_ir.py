@@ -89,7 +89,7 @@ def lower(root: Node, props) -> Any:
     Iterative (post-order), memoised by node identity so a shared node becomes
     one Column object.
     """
-    from pyspark.sql import functions as F
+    from pyspark.sql import functions as F  # lazy: the IR is planned and cached without pyspark
 
     return _post_order(root, lambda node, memo: _lower_one(node, memo, props, F))
 

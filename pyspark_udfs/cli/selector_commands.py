@@ -4,6 +4,8 @@ from __future__ import annotations
 import argparse
 import sys
 
+import selector
+
 
 def add_parsers(subparsers) -> None:
     """Register the ``check`` and ``eval`` sub-commands."""
@@ -43,8 +45,6 @@ def _report_syntax_error(exc, out) -> int:
 
 def run_check(args) -> int:
     """Print canonical form, properties and lint warnings, or the syntax error (status 2)."""
-    import selector
-
     try:
         s = selector.compile(args.sql)
     except selector.SelectorSyntaxError as exc:
@@ -63,8 +63,6 @@ def run_check(args) -> int:
 
 def run_eval(args) -> int:
     """Print the broker's result for one message."""
-    import selector
-
     try:
         s = selector.compile(args.sql)
     except selector.SelectorSyntaxError as exc:

@@ -3,8 +3,13 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 import time
+
+import cq
+from cq.sample import generate_sample_store
+from selector.errors import SelectorSyntaxError
 
 
 def add_parsers(subparsers) -> None:
@@ -83,8 +88,6 @@ def _add_gen_store_parser(subparsers) -> None:
 
 
 def _run_gen_store(args: argparse.Namespace) -> int:
-    from cq.sample import generate_sample_store
-
     progress = _Progress(args.progress)
     started = time.perf_counter()
     try:
@@ -118,8 +121,6 @@ def _run_gen_store(args: argparse.Namespace) -> int:
 
 # ---------------------------------------------------------------- inspect
 def _inspect(path: str, count_messages: bool) -> dict:
-    import cq
-
     store = cq.Store(path)
     log = store.commit_log
     info = {
@@ -154,8 +155,6 @@ def _inspect(path: str, count_messages: bool) -> dict:
 
 
 def _run_inspect(args: argparse.Namespace) -> int:
-    import cq
-
     try:
         info = _inspect(args.store, args.count_messages)
     except cq.StoreFormatError as exc:
@@ -226,9 +225,6 @@ def _message_json(m) -> dict:
 
 
 def _run_consume(args: argparse.Namespace) -> int:
-    import cq
-    from selector.errors import SelectorSyntaxError
-
     progress = _Progress(args.progress)
     t0 = time.perf_counter()
     delivered = 0
@@ -253,8 +249,6 @@ def _run_consume(args: argparse.Namespace) -> int:
             if args.limit is not None and delivered >= args.limit:
                 break
     except BrokenPipeError:  # `| head`: stop quietly, as Unix tools do
-        import os
-
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return 0
     except (cq.StoreFormatError, cq.TagSubscriptionError, SelectorSyntaxError, KeyError) as exc:
