@@ -7,12 +7,12 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from helpers import load_jsonl
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import selector
 from selector import _eval_py, opcodes
-from tests.conftest import load_jsonl
 
 pa = pytest.importorskip("pyarrow")
 

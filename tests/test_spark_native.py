@@ -12,8 +12,7 @@ import random
 import warnings
 
 import pytest
-
-from tests.conftest import load_jsonl
+from helpers import load_jsonl
 
 pytestmark = pytest.mark.spark
 
