@@ -107,8 +107,10 @@ from .format import (
     TRANSACTION_COMMIT_TYPE,
     TRANSACTION_NOT_TYPE,
     TRANSACTION_TYPE_MASK,
+    body_crc,
     decode_properties_bytes,
     decorate,
+    encode_property_crc,
     encode_topic_field,
     hashmap_order,
     host_width,
@@ -797,7 +799,7 @@ class StoreWriter:
                 )
             sys_flag |= v6_bits
         try:
-            record = pack_record(magic, zlib.crc32(body) & 0x7FFFFFFF, queue_id, flag, 0, 0, sys_flag, born_timestamp,
+            record = pack_record(magic, body_crc(body), queue_id, flag, 0, 0, sys_flag, born_timestamp,
                                  born, store_timestamp, store, reconsume_times, prepared_transaction_offset, body,
                                  topic_field, props_b, reserved)
         except struct.error:
@@ -1071,8 +1073,7 @@ def _strip_property_crc(props_b: bytes, props: dict[str, str]) -> tuple[bytes, d
 def _fill_property_crc(record: bytearray) -> None:
     """Write ``__CRC32#`` + CRC-32 of bytes [0, size - 20), ten digits least significant first."""
     crc = zlib.crc32(memoryview(record)[:-CRC32_RESERVED_LEN]) & 0x7FFFFFFF
-    digits = str(crc)[::-1].ljust(10, "0").encode()
-    record[-CRC32_RESERVED_LEN:] = _CRC_PREFIX + digits + b"\x02"
+    record[-CRC32_RESERVED_LEN:] = _CRC_PREFIX + encode_property_crc(crc).encode() + b"\x02"
 
 
 def _msg_id(record: bytes | bytearray, phys: int) -> str:
