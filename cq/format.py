@@ -346,17 +346,19 @@ def decode_host(raw: bytes) -> str:
 _HOSTS: dict[str, tuple[bytes, bool]] = {}
 
 
-def parse_host(host: str, *, what: str = "host") -> tuple[bytes, bool]:
+def parse_host(host: str, *, what: str = "host", any_port: bool = False) -> tuple[bytes, bool]:
     """Stored bytes of ``"ip:port"`` or ``"[ipv6]:port"`` and whether it is IPv6.
 
-    The address, then the port as int32. Results are cached (a writer parses
-    the same few hosts for every record).
+    The address, then the port as int32. A writer's hosts must have a port in
+    0..65535; ``any_port=True`` accepts any int32 port, as a stored record may
+    hold (:func:`decode_host` output round-trips). Results are cached (a writer
+    parses the same few hosts for every record).
 
     Raises
     ------
     ValueError
         ``host`` is not an IPv4 ``ip:port`` or a bracketed IPv6 ``[ip]:port``
-        with a port in 0..65535; the message names ``what``.
+        with a port in range; the message names ``what``.
     """
     cached = _HOSTS.get(host)
     if cached is not None:
@@ -364,8 +366,11 @@ def parse_host(host: str, *, what: str = "host") -> tuple[bytes, bool]:
     if not isinstance(host, str):
         raise TypeError(f"{what} must be a str 'ip:port', got {type(host).__name__}")
     addr, sep, port_s = host.rpartition(":")
-    if not sep or not port_s.isascii() or not port_s.isdigit() or int(port_s) > 65535:
-        raise ValueError(f"{what} {host!r} is not 'ip:port' with a port in 0..65535")
+    digits = port_s[1:] if any_port and port_s[:1] == "-" else port_s
+    port = int(port_s) if sep and digits.isascii() and digits.isdigit() else None
+    if port is None or not (-(2**31) <= port < 2**31 if any_port else port <= 65535):
+        raise ValueError(f"{what} {host!r} is not 'ip:port' with a port in "
+                         f"{'the int32 range' if any_port else '0..65535'}")
     try:
         if addr.startswith("[") and addr.endswith("]"):
             ip: ipaddress.IPv4Address | ipaddress.IPv6Address = ipaddress.IPv6Address(addr[1:-1])
@@ -373,15 +378,18 @@ def parse_host(host: str, *, what: str = "host") -> tuple[bytes, bool]:
             ip = ipaddress.IPv4Address(addr)
     except ValueError as exc:
         raise ValueError(f"{what} {host!r}: {exc} (IPv6 hosts are written '[ip]:port')") from exc
-    out = (ip.packed + _I32.pack(int(port_s)), ip.version == 6)
-    if len(_HOSTS) < 4096:
+    out = (ip.packed + _I32.pack(port), ip.version == 6)
+    if len(_HOSTS) < 4096 and 0 <= port <= 65535:  # only what every caller accepts is cached
         _HOSTS[host] = out
     return out
 
 
 def encode_host(host: str) -> bytes:
-    """Stored bytes of ``"ip:port"`` / ``"[ipv6]:port"`` (address, then int32 port); see :func:`parse_host`."""
-    return parse_host(host)[0]
+    """Stored bytes of ``"ip:port"`` / ``"[ipv6]:port"`` (address, then int32 port); see :func:`parse_host`.
+
+    Any int32 port is accepted, so a stored host read by :func:`decode_host` encodes back.
+    """
+    return parse_host(host, any_port=True)[0]
 
 
 def body_crc(body: bytes) -> int:
