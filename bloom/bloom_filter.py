@@ -12,8 +12,8 @@ from typing import Any, Union
 
 import numpy as np
 
-from bloom._engine import load
 from bloom.bits import BitsArray
+from rmqfilter_engine import load
 
 _kernel, ENGINE = load("bloom", "_bloom")
 
@@ -237,7 +237,7 @@ def _arrow_string_buffers(keys: Any):
     module = type(keys).__module__
     if not module.startswith("pyarrow"):
         return None
-    import pyarrow as pa
+    import pyarrow as pa  # lazy: pyarrow is optional (the spark extra); only Arrow input needs it
 
     if isinstance(keys, pa.ChunkedArray):
         keys = keys.combine_chunks()

@@ -8,6 +8,8 @@ would receive. See :mod:`cq.format` for the file formats.
 >>> cq.tags_code("TagA")
 2598919
 """
+import importlib
+
 from .commitlog import CommitLog, Message
 from .config import ConfigFormatError, ConfigWarning, RegisteredFilter
 from .consumequeue import ConsumeQueue
@@ -76,7 +78,5 @@ def __getattr__(name: str):
     # The writing side imports lazily: readers never pay for it, and never break with it.
     module = _WRITER_NAMES.get(name)
     if module is not None:
-        import importlib
-
         return getattr(importlib.import_module(f"{__name__}.{module}"), name)
     raise AttributeError(f"module 'cq' has no attribute {name!r}")

@@ -7,6 +7,11 @@ from __future__ import annotations
 import os
 from collections.abc import Callable
 
+try:
+    import fcntl
+except ImportError:  # not POSIX (Windows): the store lock is skipped
+    fcntl = None
+
 from .errors import StoreFormatError
 from .format import (
     COMMIT_LOG_DIR,
@@ -99,9 +104,7 @@ LOCK_FILE = "lock"
 
 def _lock_store(root: str) -> int | None:
     """Take the store's ``lock`` file as the broker does, so two writers never share a store."""
-    try:
-        import fcntl
-    except ImportError:  # not POSIX: no advisory locks
+    if fcntl is None:  # not POSIX: no advisory locks
         return None
     fd = os.open(os.path.join(root, LOCK_FILE), os.O_RDWR | os.O_CREAT, 0o644)
     try:

@@ -3,11 +3,15 @@
 ``tags_code(s)`` is Java ``String.hashCode`` over the UTF-16 code units of
 ``s`` (a character outside the BMP contributes its two surrogates; a lone
 surrogate contributes itself), as a signed int32; None and "" give 0, which
-is ``tagsString2tagsCode``.
+is ``tagsString2tagsCode``. The hash itself is :func:`cq.format.java_string_hash`,
+the one Python definition of ``String.hashCode`` (the compiled engine ``_tags.pyx``
+computes the same fold in C).
 """
 from __future__ import annotations
 
 import numpy as np
+
+from .format import java_string_hash
 
 
 def tags_code(tag):
@@ -16,11 +20,7 @@ def tags_code(tag):
         return 0
     if not isinstance(tag, str):
         raise TypeError(f"tags_code() expects str or None, got {type(tag).__name__}")
-    h = 0
-    data = tag.encode("utf-16-be", "surrogatepass")
-    for i in range(0, len(data), 2):
-        h = (31 * h + ((data[i] << 8) | data[i + 1])) & 0xFFFFFFFF
-    return h - 0x100000000 if h & 0x80000000 else h
+    return java_string_hash(tag)
 
 
 def tags_code_many_str(tags):

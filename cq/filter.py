@@ -12,6 +12,9 @@ from collections.abc import Mapping
 
 import numpy as np
 
+import selector
+from selector.errors import SelectorEvaluationError
+
 from . import format as fmt
 from .ext import CqExtUnit
 from .tags import (
@@ -144,15 +147,11 @@ class SqlFilter:
 
     def __init__(self, group: str, topic: str, sql: str, bloom_filter=None, *, born_time: int = 0,
                  bloom_data=None, class_filter_mode: bool = False, compiled=None) -> None:
-        from selector.errors import SelectorEvaluationError
-
         self.group = group
         self.topic = topic
         self.sql = sql
         self.subscription = build_subscription(topic, sql, EXPRESSION_TYPE_SQL92)
         if compiled is None:
-            import selector
-
             compiled = selector.compile(sql)
         self.compiled = compiled
         self._evaluation_error = SelectorEvaluationError

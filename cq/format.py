@@ -64,6 +64,7 @@ pairs (:func:`decode_properties`, :func:`encode_properties`).
 """
 from __future__ import annotations
 
+import ipaddress
 import mmap
 import os
 import re
@@ -121,7 +122,8 @@ EXT_END_MARKER = -1
 EXT_UNIT_HEADER_DTYPE = np.dtype(
     [("size", ">i2"), ("tags_code", ">i8"), ("msg_store_time", ">i8"), ("bit_map_size", ">i2")]
 )
-_EXT_HEAD = struct.Struct(">hqqh")
+#: The same head as ``struct`` packs it.
+EXT_UNIT_HEADER_STRUCT = struct.Struct(">hqqh")
 
 # ------------------------------------------------------------------ CommitLog
 #: ``MESSAGE_MAGIC_CODE`` (V1, 1-byte topic length) = 0xDAA320A7.
@@ -132,6 +134,18 @@ MESSAGE_MAGIC_CODE_V2 = -626843477
 BLANK_MAGIC_CODE = -875286124
 #: TOTALSIZE and MAGICCODE, the first 8 bytes of every record and of the blank marker.
 RECORD_HEAD_STRUCT = struct.Struct(">ii")
+#: TOTALSIZE .. BORNTIMESTAMP, the fixed 48 bytes that open a record (BORNHOST follows).
+RECORD_PREFIX_STRUCT = struct.Struct(">iiiiiqqiq")
+#: RECONSUMETIMES, PREPAREDTRANSACTIONOFFSET, BODYLENGTH: the fixed 16 bytes after STOREHOST.
+RECORD_BODY_HEAD_STRUCT = struct.Struct(">iqi")
+#: QUEUEOFFSET and PHYSICALOFFSET, at :data:`RECORD_OFFSETS_POSITION`: a writer fills them last.
+RECORD_OFFSETS_STRUCT = struct.Struct(">qq")
+#: Byte position of QUEUEOFFSET in a record.
+RECORD_OFFSETS_POSITION = 20
+#: Byte position of SYSFLAG in a record.
+RECORD_SYS_FLAG_POSITION = 36
+#: Byte position of BORNHOST in a record (STORETIMESTAMP, then STOREHOST, follow it).
+RECORD_BORN_HOST_POSITION = 48
 #: Length of the blank end-of-file marker, and the slack the writer keeps.
 END_FILE_MIN_BLANK_LENGTH = 8
 #: Fixed overhead of a record besides the two hosts, body, topic and properties.
@@ -262,12 +276,12 @@ def encode_ext_unit(tags_code: int, msg_store_time: int, filter_bitmap: bytes | 
     size = MIN_EXT_UNIT_SIZE + len(bitmap)
     if size > MAX_EXT_UNIT_SIZE:
         raise ValueError(f"ext unit of {size} bytes exceeds MAX_EXT_UNIT_SIZE={MAX_EXT_UNIT_SIZE}")
-    return _EXT_HEAD.pack(size, tags_code, msg_store_time, len(bitmap)) + bitmap
+    return EXT_UNIT_HEADER_STRUCT.pack(size, tags_code, msg_store_time, len(bitmap)) + bitmap
 
 
 def decode_ext_head(buf, pos: int) -> tuple[int, int, int, int]:
     """``(size, tags_code, msg_store_time, bit_map_size)`` of the ext unit at ``pos`` of ``buf``."""
-    return _EXT_HEAD.unpack_from(buf, pos)
+    return EXT_UNIT_HEADER_STRUCT.unpack_from(buf, pos)
 
 
 # ------------------------------------------------------- properties text
@@ -350,26 +364,59 @@ def host_width(sys_flag: int, *, store: bool) -> int:
 
 def decode_host(raw: bytes) -> str:
     """``"ip:port"`` (IPv4) or ``"[ipv6]:port"`` from 8 or 20 stored bytes."""
-    import ipaddress
-
     port = _I32.unpack_from(raw, len(raw) - 4)[0]
     if len(raw) == 8:
         return f"{ipaddress.IPv4Address(bytes(raw[:4]))}:{port}"
     return f"[{ipaddress.IPv6Address(bytes(raw[:16]))}]:{port}"
 
 
-def encode_host(host: str) -> bytes:
-    """Stored bytes of ``"ip:port"`` / ``"[ipv6]:port"`` (address, then int32 port)."""
-    import ipaddress
+_HOSTS: dict[str, tuple[bytes, bool]] = {}
 
-    addr, sep, port = host.rpartition(":")
-    if not sep:
-        raise ValueError(f"host {host!r} is not 'ip:port'")
-    if addr.startswith("[") and addr.endswith("]"):
-        ip = ipaddress.IPv6Address(addr[1:-1])
-    else:
-        ip = ipaddress.IPv4Address(addr)
-    return ip.packed + _I32.pack(int(port))
+
+def parse_host(host: str, *, what: str = "host", any_port: bool = False) -> tuple[bytes, bool]:
+    """Stored bytes of ``"ip:port"`` or ``"[ipv6]:port"`` and whether it is IPv6.
+
+    The address, then the port as int32. A writer's hosts must have a port in
+    0..65535; ``any_port=True`` accepts any int32 port, as a stored record may
+    hold (:func:`decode_host` output round-trips). Results are cached (a writer
+    parses the same few hosts for every record).
+
+    Raises
+    ------
+    ValueError
+        ``host`` is not an IPv4 ``ip:port`` or a bracketed IPv6 ``[ip]:port``
+        with a port in range; the message names ``what``.
+    """
+    cached = _HOSTS.get(host)
+    if cached is not None:
+        return cached
+    if not isinstance(host, str):
+        raise TypeError(f"{what} must be a str 'ip:port', got {type(host).__name__}")
+    addr, sep, port_s = host.rpartition(":")
+    digits = port_s[1:] if any_port and port_s[:1] == "-" else port_s
+    port = int(port_s) if sep and digits.isascii() and digits.isdigit() else None
+    if port is None or not (-(2**31) <= port < 2**31 if any_port else port <= 65535):
+        raise ValueError(f"{what} {host!r} is not 'ip:port' with a port in "
+                         f"{'the int32 range' if any_port else '0..65535'}")
+    try:
+        if addr.startswith("[") and addr.endswith("]"):
+            ip: ipaddress.IPv4Address | ipaddress.IPv6Address = ipaddress.IPv6Address(addr[1:-1])
+        else:
+            ip = ipaddress.IPv4Address(addr)
+    except ValueError as exc:
+        raise ValueError(f"{what} {host!r}: {exc} (IPv6 hosts are written '[ip]:port')") from exc
+    out = (ip.packed + _I32.pack(port), ip.version == 6)
+    if len(_HOSTS) < 4096 and 0 <= port <= 65535:  # only what every caller accepts is cached
+        _HOSTS[host] = out
+    return out
+
+
+def encode_host(host: str) -> bytes:
+    """Stored bytes of ``"ip:port"`` / ``"[ipv6]:port"`` (address, then int32 port); see :func:`parse_host`.
+
+    Any int32 port is accepted, so a stored host read by :func:`decode_host` encodes back.
+    """
+    return parse_host(host, any_port=True)[0]
 
 
 def body_crc(body: bytes) -> int:
@@ -392,6 +439,64 @@ def record_size(
         + 2
         + max(properties_length, 0)
     )
+
+
+def encode_topic_field(topic: bytes, magic_code: int) -> bytes:
+    """TOPICLENGTH then TOPIC: a 1-byte length in a V1 record, an int16 in a V2 record."""
+    if magic_code == MESSAGE_MAGIC_CODE_V2:
+        return _I16.pack(len(topic)) + topic
+    return bytes([len(topic)]) + topic
+
+
+def pack_record(
+    magic_code: int,
+    body_crc: int,
+    queue_id: int,
+    flag: int,
+    queue_offset: int,
+    commit_log_offset: int,
+    sys_flag: int,
+    born_timestamp: int,
+    born_host: bytes,
+    store_timestamp: int,
+    store_host: bytes,
+    reconsume_times: int,
+    prepared_transaction_offset: int,
+    body: bytes,
+    topic_field: bytes,
+    properties: bytes,
+    reserved: int = 0,
+) -> bytearray:
+    """Lay out one CommitLog record from its encoded parts (``MessageExtEncoder``, spec §4.2).
+
+    The one place the record layout is written. Fields are positional and
+    unchecked, because :class:`cq.writer.StoreWriter` calls this per message:
+    hosts are :func:`parse_host` bytes, ``topic_field`` is
+    :func:`encode_topic_field`'s, ``properties`` the UTF-8 text. ``reserved``
+    zero bytes end the properties (``__CRC32#`` is filled in there once the
+    record's offsets are known, spec §4.10). An int out of its field's range
+    raises ``struct.error``; :func:`encode_record` is the checked entry point.
+    """
+    properties_length = len(properties) + reserved
+    total = (
+        RECORD_PREFIX_STRUCT.size + len(born_host) + 8 + len(store_host) + RECORD_BODY_HEAD_STRUCT.size
+        + len(body) + len(topic_field) + 2 + properties_length
+    )
+    record = bytearray(b"".join((
+        RECORD_PREFIX_STRUCT.pack(total, magic_code, body_crc, queue_id, flag, queue_offset, commit_log_offset,
+                                  sys_flag, born_timestamp),
+        born_host,
+        _I64.pack(store_timestamp),
+        store_host,
+        RECORD_BODY_HEAD_STRUCT.pack(reconsume_times, prepared_transaction_offset, len(body)),
+        body,
+        topic_field,
+        _I16.pack(properties_length),
+        properties,
+    )))
+    if reserved:
+        record += bytes(reserved)
+    return record
 
 
 def encode_record(
@@ -417,7 +522,7 @@ def encode_record(
     ``properties`` is a mapping (encoded in its order) or the ready-made text.
     ``magic_code`` defaults to V2 for topics longer than 127 UTF-16 units, else V1
     (``autoMessageVersionOnTopicLen``). Host families must agree with
-    ``sys_flag``'s IPv6 bits.
+    ``sys_flag``'s IPv6 bits. The layout is :func:`pack_record`'s.
     """
     if magic_code is None:
         magic_code = MESSAGE_MAGIC_CODE_V2 if len(topic.encode("utf-16-le")) // 2 > 127 else MESSAGE_MAGIC_CODE_V1
@@ -435,40 +540,16 @@ def encode_record(
     if len(born) != host_width(sys_flag, store=False) or len(store) != host_width(sys_flag, store=True):
         raise ValueError("host address family disagrees with the SYSFLAG IPv6 bits")
     body = bytes(body)
-    total = record_size(
-        magic_code=magic_code,
-        sys_flag=sys_flag,
-        body_length=len(body),
-        topic_length=len(topic_b),
+    out = pack_record(
+        magic_code, body_crc(body), queue_id, flag, queue_offset, commit_log_offset, sys_flag, born_timestamp,
+        born, store_timestamp, store, reconsume_times, prepared_transaction_offset, body,
+        encode_topic_field(topic_b, magic_code), props,
+    )
+    assert len(out) == record_size(
+        magic_code=magic_code, sys_flag=sys_flag, body_length=len(body), topic_length=len(topic_b),
         properties_length=len(props),
     )
-    topic_len = struct.pack(">h", len(topic_b)) if magic_code == MESSAGE_MAGIC_CODE_V2 else bytes([len(topic_b)])
-    parts = [
-        struct.pack(
-            ">iiiiiqqiq",
-            total,
-            magic_code,
-            body_crc(body),
-            queue_id,
-            flag,
-            queue_offset,
-            commit_log_offset,
-            sys_flag,
-            born_timestamp,
-        ),
-        born,
-        _I64.pack(store_timestamp),
-        store,
-        struct.pack(">iqi", reconsume_times, prepared_transaction_offset, len(body)),
-        body,
-        topic_len,
-        topic_b,
-        _I16.pack(len(props)),
-        props,
-    ]
-    out = b"".join(parts)
-    assert len(out) == total
-    return out
+    return bytes(out)
 
 
 def encode_property_crc(crc: int) -> str:

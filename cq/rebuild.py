@@ -20,6 +20,7 @@ from .format import (
     TRANSACTION_TYPE_MASK,
     list_queue_files,
 )
+from .store import Store
 from .writer import BATCH_SIZE, DEFAULT_MESSAGE_DELAY_LEVEL, SqlGroup, StoreWriter, _Prepared
 
 __all__ = ["RebuildResult", "rebuild_bitmaps"]
@@ -102,8 +103,6 @@ def rebuild_bitmaps(
     cq.StoreFormatError
         The source CommitLog is corrupt.
     """
-    from .store import Store
-
     source = os.fspath(source)
     dest = os.fspath(dest)
     if os.path.realpath(source) == os.path.realpath(dest):

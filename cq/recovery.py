@@ -5,86 +5,77 @@ so a killed writer leaves a store that both the readers and the next writer reco
 """
 from __future__ import annotations
 
-import struct
-import zlib
+import os
 
 import numpy as np
 
 from ._filequeue import _check_file_sizes
+from .commitlog import CommitLog
 from .format import (
     _I16,
     BLANK_MAGIC_CODE,
-    BORNHOST_V6_FLAG,
     CQ_STORE_UNIT_SIZE,
-    MESSAGE_MAGIC_CODE_V1,
-    MESSAGE_MAGIC_CODE_V2,
     PLACEHOLDER_UNIT,
-    STOREHOSTADDRESS_V6_FLAG,
+    RECORD_HEAD_STRUCT,
     list_queue_files,
 )
 from .format import CQ_UNIT_STRUCT as _CQ_UNIT
-from .format import RECORD_HEAD_STRUCT as _BLANK
 
 
 def _recover_commit_log(directory: str, file_size: int) -> tuple[int, int]:
-    """``(start of last file, write position in it)`` after the last valid record.
+    """``(start of the file to write, write position in it)`` where the CommitLog's data ends.
 
-    Bytes after it in the last file (a torn record) are zeroed.
+    The end is the readers' (:attr:`cq.CommitLog.max_offset`: the broker's recovery, from
+    the third-to-last file, record by record, body CRC checked), so a writer continues
+    exactly where every reader stops. What lies past it is cleared, as the broker's
+    ``truncateDirtyFiles`` does: the torn tail of the file holding the end is zeroed (so no
+    reader, strict or not, finds half a record after what is appended) and later files are
+    deleted. A blank end-of-file record at the end is kept: the next record opens the next
+    file, as it would have had the writer not been interrupted.
     """
     files = list_queue_files(directory)
     if not files:
         return 0, 0
     _check_file_sizes(files, file_size, "commit log", "commit_log_file_size")
-    start, path = files[-1]
-    with open(path, "rb") as f:
-        data = f.read()
-    pos = 0
-    while len(data) - pos > 4:
-        total, magic = struct.unpack_from(">ii", data, pos) if len(data) - pos >= 8 else (0, 0)
-        if magic == BLANK_MAGIC_CODE:
+    with CommitLog(directory, file_size=file_size) as log:
+        end = log.max_offset
+    start = end - end % file_size
+    pos = end - start
+    for file_start, path in files:
+        if file_start > start:
+            os.remove(path)  # wholly past the data: the broker deletes such files
+    path = dict(files)[start]
+    with open(path, "r+b") as f:
+        f.seek(pos)
+        head = f.read(RECORD_HEAD_STRUCT.size)
+        if len(head) == RECORD_HEAD_STRUCT.size and RECORD_HEAD_STRUCT.unpack(head)[1] == BLANK_MAGIC_CODE:
             return start + file_size, 0
-        if magic not in (MESSAGE_MAGIC_CODE_V1, MESSAGE_MAGIC_CODE_V2) or total <= 0 or total > len(data) - pos:
-            break
-        end = _valid_record_end(data, pos, total, magic)
-        if end is None:
-            break
-        pos = end
-    used = len(data.rstrip(b"\0"))
-    if used > pos:
-        # a record torn by an interrupted writer (or its tail): the data ends before it, and the
-        # bytes are cleared so no reader, strict or not, finds half a record after what we append
-        with open(path, "r+b") as f:
-            f.seek(pos)
-            f.write(bytes(used - pos))
+        _zero_tail(f, pos)
     return start, pos
 
 
-def _valid_record_end(data: bytes, pos: int, total: int, magic: int) -> int | None:
-    """End of the record at ``pos`` if its lengths add up to TOTALSIZE and its body CRC matches."""
-    try:
-        crc, = struct.unpack_from(">i", data, pos + 8)
-        sys_flag, = struct.unpack_from(">i", data, pos + 36)
-        bh = 20 if sys_flag & BORNHOST_V6_FLAG else 8
-        sh = 20 if sys_flag & STOREHOSTADDRESS_V6_FLAG else 8
-        at = pos + 68 + bh + sh
-        body_len, = struct.unpack_from(">i", data, at)
-        body_len = max(body_len, 0)
-        body = data[at + 4:at + 4 + body_len]
-        at += 4 + body_len
-        if magic == MESSAGE_MAGIC_CODE_V2:
-            topic_len, = struct.unpack_from(">h", data, at)
-            at += 2
-        else:
-            topic_len, = struct.unpack_from(">b", data, at)
-            at += 1
-        at += topic_len
-        props_len, = struct.unpack_from(">h", data, at)
-        at += 2 + max(props_len, 0)
-    except struct.error:
-        return None
-    if at - pos != total or (zlib.crc32(body) & 0x7FFFFFFF) != crc:
-        return None
-    return at
+#: Bytes read at a time while looking for the end of a torn tail.
+_TAIL_CHUNK = 1 << 20
+
+
+def _zero_tail(f, pos: int) -> None:
+    """Zero the bytes of open file ``f`` from ``pos`` to its last non-zero byte (none: nothing written)."""
+    size = os.fstat(f.fileno()).st_size
+    used = size
+    while used > pos:  # from the end backwards: unwritten space is zero and needs no write
+        lo = max(pos, used - _TAIL_CHUNK)
+        f.seek(lo)
+        chunk = f.read(used - lo).rstrip(b"\0")
+        if chunk:
+            used = lo + len(chunk)
+            break
+        used = lo
+    at = pos
+    while at < used:
+        n = min(_TAIL_CHUNK, used - at)
+        f.seek(at)
+        f.write(bytes(n))
+        at += n
 
 
 def _recover_consume_queue(files: list[tuple[int, str]], file_size: int) -> tuple[int, int]:
@@ -118,6 +109,40 @@ def _last_unit(files: list[tuple[int, str]], end: int, file_size: int) -> tuple[
                 if phys >= 0 and size > 0 and (phys, size, code) != PLACEHOLDER_UNIT:
                     return phys, size, code
     return None
+
+
+def _truncate_consume_queue(
+    files: list[tuple[int, str]], file_size: int, walked: tuple[int, int], commit_log_end: int
+) -> tuple[int, int]:
+    """Drop the units that point at or past ``commit_log_end`` (the broker's ``truncateDirtyLogicFiles``).
+
+    ``walked`` is the ``(file start, position)`` :func:`_recover_consume_queue` found; returns the new
+    one. Units point at ascending CommitLog offsets, so the dirty ones are a suffix: they are zeroed
+    (files wholly past the new end are deleted), so readers stop where the writer continues.
+    """
+    end = walked[0] + walked[1]
+    new_end = end
+    for start, path in reversed(files):
+        if start >= end:
+            continue
+        with open(path, "rb") as f:
+            data = f.read(min(end - start, file_size))
+        units = np.frombuffer(data[: len(data) - len(data) % CQ_STORE_UNIT_SIZE], dtype=">i8,>i4,>i8")
+        clean = np.flatnonzero(units["f0"] < commit_log_end)
+        new_end = start + (int(clean[-1]) + 1) * CQ_STORE_UNIT_SIZE if len(clean) else start
+        if len(clean):
+            break
+    if new_end == end:
+        return walked
+    current = new_end - new_end % file_size
+    for start, path in files:
+        if start > current:
+            os.remove(path)
+        elif start == current:
+            with open(path, "r+b") as f:
+                f.seek(new_end - start)
+                f.write(bytes(min(end - start, file_size) - (new_end - start)))
+    return current, new_end - current
 
 
 def _truncate_ext(files: list[tuple[int, str]], file_size: int, last: int, walked: tuple[int, int]) -> tuple[int, int]:
@@ -158,7 +183,7 @@ def _records_between(log, start: int, end: int):
         if log.file_size - pos < 8:
             off = file_start + log.file_size
             continue
-        _total, magic = _BLANK.unpack_from(buf, pos)
+        _total, magic = RECORD_HEAD_STRUCT.unpack_from(buf, pos)
         if magic == BLANK_MAGIC_CODE:
             off = file_start + log.file_size
             continue

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from bloom._engine import load
+from rmqfilter_engine import load
 
 from . import format as fmt
 
@@ -25,6 +25,25 @@ def _as_u8(buf, name: str) -> np.ndarray:
         return np.frombuffer(buf, dtype=np.uint8)
     except TypeError as exc:
         raise TypeError(f"{name} must be bytes-like, got {type(buf).__name__}") from exc
+
+
+def gather_spans(buf, starts, lengths) -> tuple[np.ndarray, np.ndarray]:
+    """Concatenate byte spans of ``buf`` into the Arrow (large) binary layout.
+
+    Parameters
+    ----------
+    buf : uint8 ndarray
+        The bytes (e.g. a mapped store file).
+    starts, lengths : int64 ndarray
+        Span ``i`` is ``buf[starts[i]:starts[i] + lengths[i]]``; spans outside
+        ``buf`` raise ValueError.
+
+    Returns
+    -------
+    (offsets, data)
+        ``offsets`` int64 (k + 1) and ``data`` uint8: an Arrow binary array's buffers.
+    """
+    return _scan.gather_spans(buf, starts, lengths)
 
 
 def scan_tags(units, codes) -> np.ndarray:

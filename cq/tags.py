@@ -6,7 +6,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from bloom._engine import load
+from rmqfilter_engine import load
 
 from .errors import TagSubscriptionError
 
@@ -45,7 +45,7 @@ def tags_code(tag: str | None) -> int:
 
 
 def _arrow_string_buffers(arr):
-    import pyarrow as pa
+    import pyarrow as pa  # lazy: pyarrow is optional (the spark extra); only Arrow input needs it
 
     if isinstance(arr, pa.ChunkedArray):
         arr = arr.combine_chunks() if arr.num_chunks != 1 else arr.chunk(0)

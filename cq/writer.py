@@ -47,7 +47,6 @@ an existing store for a new set of groups into a new directory) and :mod:`cq.sam
 from __future__ import annotations
 
 import contextlib
-import ipaddress
 import os
 import re
 import struct
@@ -59,7 +58,12 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 
 import numpy as np
 
+import bloom
+import selector
+from selector import javalang
+
 from ._filequeue import _COMMIT_LOG_FLUSH, _FileQueue, _holds_store, _lock_store
+from .commitlog import CommitLog
 from .config import CONFIG_DIR, CONSUMER_FILTER_FILE, RegisteredFilter, read_registered_filters
 from .config_writer import write_consumer_filters
 from .format import (
@@ -81,6 +85,7 @@ from .format import (
     END_FILE_MIN_BLANK_LENGTH,
     EXT_END_BLANK_DATA_LENGTH,
     EXT_END_MARKER,
+    EXT_UNIT_HEADER_STRUCT,
     MAX_EXT_UNIT_SIZE,
     MAX_PROPERTIES_LENGTH,
     MAX_REAL_OFFSET,
@@ -94,17 +99,27 @@ from .format import (
     PROPERTY_KEYS,
     PROPERTY_SEPARATOR,
     PROPERTY_TAGS,
+    RECORD_BORN_HOST_POSITION,
     RECORD_HEAD_STRUCT,
+    RECORD_OFFSETS_POSITION,
+    RECORD_OFFSETS_STRUCT,
+    RECORD_SYS_FLAG_POSITION,
     SCHEDULE_TOPIC,
     STOREHOSTADDRESS_V6_FLAG,
     TRANSACTION_COMMIT_TYPE,
     TRANSACTION_NOT_TYPE,
     TRANSACTION_TYPE_MASK,
+    body_crc,
     decode_properties_bytes,
     decorate,
+    encode_property_crc,
+    encode_topic_field,
     hashmap_order,
+    host_width,
     is_ext_addr,
     list_queue_files,
+    pack_record,
+    parse_host,
     round_consume_queue_file_size,
     undecorate,
 )
@@ -114,12 +129,13 @@ from .recovery import (
     _recover_commit_log,
     _recover_consume_queue,
     _recover_ext,
+    _truncate_consume_queue,
     _truncate_ext,
 )
 from .tags import tags_code
 
 if TYPE_CHECKING:
-    from typing_extensions import Self
+    from typing_extensions import Self  # typing only: not a run-time dependency
 
 __all__ = [
     "DEFAULT_MESSAGE_DELAY_LEVEL",
@@ -147,13 +163,8 @@ V1_TOPIC_MAX_BYTES = 127
 
 _INT32 = (-(2**31), 2**31 - 1)
 _INT64 = (-(2**63), 2**63 - 1)
-_HEAD = struct.Struct(">iiiiiqqiq")  # TOTALSIZE .. BORNTIMESTAMP (48 bytes)
-_STORE_TS = struct.Struct(">q")
-_TAIL = struct.Struct(">iqi")  # RECONSUMETIMES, PREPARED TRANSACTION OFFSET, BODYLENGTH
-_OFFSETS = struct.Struct(">qq")  # QUEUEOFFSET, PHYSICALOFFSET at byte 20
 _BLANK = RECORD_HEAD_STRUCT
 _CQ_UNIT = CQ_UNIT_STRUCT
-_EXT_HEAD = struct.Struct(">hqqh")
 _I16 = struct.Struct(">h")
 _EXT_MARKER = _I16.pack(EXT_END_MARKER)
 
@@ -232,39 +243,6 @@ def _check_size(name: str, value: Any, minimum: int) -> int:
     return value
 
 
-_HOSTS: dict[str, tuple[bytes, bool]] = {}
-
-
-def parse_host(host: str, *, what: str = "host") -> tuple[bytes, bool]:
-    """Stored bytes of ``"ip:port"`` or ``"[ipv6]:port"`` and whether it is IPv6.
-
-    Raises
-    ------
-    ValueError
-        ``host`` is not an IPv4 ``ip:port`` or a bracketed IPv6 ``[ip]:port``
-        with a port in 0..65535.
-    """
-    cached = _HOSTS.get(host)
-    if cached is not None:
-        return cached
-    if not isinstance(host, str):
-        raise TypeError(f"{what} must be a str 'ip:port', got {type(host).__name__}")
-    addr, sep, port_s = host.rpartition(":")
-    if not sep or not port_s.isascii() or not port_s.isdigit() or int(port_s) > 65535:
-        raise ValueError(f"{what} {host!r} is not 'ip:port' with a port in 0..65535")
-    try:
-        if addr.startswith("[") and addr.endswith("]"):
-            ip: ipaddress.IPv4Address | ipaddress.IPv6Address = ipaddress.IPv6Address(addr[1:-1])
-        else:
-            ip = ipaddress.IPv4Address(addr)
-    except ValueError as exc:
-        raise ValueError(f"{what} {host!r}: {exc} (IPv6 hosts are written '[ip]:port')") from exc
-    out = (ip.packed + struct.pack(">i", int(port_s)), ip.version == 6)
-    if len(_HOSTS) < 4096:
-        _HOSTS[host] = out
-    return out
-
-
 def parse_delay_levels(text: str) -> list[int]:
     """Delays in ms of ``messageDelayLevel`` text such as ``"1s 5s 1m 2h"`` (level = index + 1)."""
     units = {"s": 1000, "m": 60_000, "h": 3_600_000, "d": 86_400_000}
@@ -274,15 +252,6 @@ def parse_delay_levels(text: str) -> list[int]:
             raise ValueError(f"message_delay_level token {token!r} is not <digits><s|m|h|d>")
         out.append(int(token[:-1]) * units[token[-1]])
     return out
-
-
-def _java_parse_int(text: str) -> int | None:
-    """``Integer.parseInt``: optional sign then BMP Unicode decimal digits, int32 range; else None."""
-    body = text[1:] if text[:1] in ("+", "-") else text
-    if not body or not all(c.isdecimal() and ord(c) < 0x10000 for c in body):
-        return None
-    value = int(text)
-    return value if _INT32[0] <= value <= _INT32[1] else None
 
 
 #: ``compressMsgBodyOverHowmuch``: the producer compresses bodies at least this long.
@@ -325,11 +294,11 @@ def compress_body(body: bytes, compress_type: str = "zlib", level: int = 5) -> t
     if kind == COMPRESSION_ZLIB:
         out = zlib.compress(data, level)
     elif kind == COMPRESSION_LZ4:
-        import lz4.frame
+        import lz4.frame  # lazy: an optional codec, needed only by those who ask for it
 
         out = lz4.frame.compress(data, compression_level=level)
     else:
-        import zstandard
+        import zstandard  # lazy: an optional codec, needed only by those who ask for it
 
         out = zstandard.ZstdCompressor(level=level).compress(data)
     return out, COMPRESSED_FLAG | (kind << 8)
@@ -429,8 +398,6 @@ class StoreWriter:
         message_delay_level: str = DEFAULT_MESSAGE_DELAY_LEVEL,
         enabled_append_prop_crc: bool = False,
     ) -> None:
-        import bloom
-
         self.root = os.fspath(root)
         self.commit_log_file_size = _check_size("commit_log_file_size", commit_log_file_size, 64)
         self.consume_queue_file_size = round_consume_queue_file_size(
@@ -521,9 +488,6 @@ class StoreWriter:
         ValueError
             ``enable_ext`` is off (bitmaps would not be stored), or the topic or group is invalid.
         """
-        import bloom
-        import selector
-
         self._check_open()
         if not self.enable_ext:
             raise ValueError(
@@ -765,14 +729,14 @@ class StoreWriter:
             raise ValueError(f"topic of {len(topic)} characters is longer than {TOPIC_MAX_LENGTH}")
         encoded = topic.encode("ascii")
         if self.auto_message_version_on_topic_len and len(topic) > V1_TOPIC_MAX_BYTES:
-            info = (MESSAGE_MAGIC_CODE_V2, struct.pack(">h", len(encoded)) + encoded)
+            info = (MESSAGE_MAGIC_CODE_V2, encode_topic_field(encoded, MESSAGE_MAGIC_CODE_V2))
         elif len(encoded) > V1_TOPIC_MAX_BYTES:
             raise ValueError(
                 f"topic of {len(encoded)} bytes does not fit the signed length byte of a V1 record "
                 f"(max {V1_TOPIC_MAX_BYTES}); enable auto_message_version_on_topic_len for V2"
             )
         else:
-            info = (MESSAGE_MAGIC_CODE_V1, bytes([len(encoded)]) + encoded)
+            info = (MESSAGE_MAGIC_CODE_V1, encode_topic_field(encoded, MESSAGE_MAGIC_CODE_V1))
         self._topics[topic] = info
         return info
 
@@ -876,15 +840,10 @@ class StoreWriter:
                     "host but the host given is IPv4"
                 )
             sys_flag |= v6_bits
-        size = (
-            _HEAD.size + len(born) + 8 + len(store) + _TAIL.size + len(body) + len(topic_field) + 2 + len(props_b)
-            + reserved
-        )
         try:
-            head = _HEAD.pack(size, magic, zlib.crc32(body) & 0x7FFFFFFF, queue_id, flag, 0, 0, sys_flag,
-                              born_timestamp)
-            tail = _STORE_TS.pack(store_timestamp), _TAIL.pack(reconsume_times, prepared_transaction_offset,
-                                                               len(body))
+            record = pack_record(magic, body_crc(body), queue_id, flag, 0, 0, sys_flag, born_timestamp,
+                                 born, store_timestamp, store, reconsume_times, prepared_transaction_offset, body,
+                                 topic_field, props_b, reserved)
         except struct.error:
             _check_int("queue_id", queue_id, 0, _INT32[1])
             _check_int("flag", flag, *_INT32)
@@ -896,17 +855,12 @@ class StoreWriter:
             raise
         if queue_id < 0:
             raise ValueError(f"queue_id must be >= 0, got {queue_id}")
+        size = len(record)
         if size + END_FILE_MIN_BLANK_LENGTH > self.commit_log_file_size:
             raise ValueError(
                 f"a record of {size} bytes cannot fit a commit log file of {self.commit_log_file_size} bytes "
                 f"(the broker needs size + {END_FILE_MIN_BLANK_LENGTH} <= file size)"
             )
-        record = bytearray(
-            b"".join((head, born, tail[0], store, tail[1], body, topic_field, _I16.pack(len(props_b) + reserved),
-                      props_b))
-        )
-        if reserved:
-            record += bytes(reserved)  # filled with __CRC32# once the offsets are known
         transaction = sys_flag & TRANSACTION_TYPE_MASK
         dispatch = transaction == TRANSACTION_NOT_TYPE or transaction == TRANSACTION_COMMIT_TYPE
         code = self._dispatch_tags_code(topic, props, store_timestamp)
@@ -916,12 +870,13 @@ class StoreWriter:
         """The tags code the reput service computes from a stored record (spec §2.5, §4.9)."""
         code = tags_code(props.get(PROPERTY_TAGS))
         if topic == SCHEDULE_TOPIC and PROPERTY_DELAY in props:
-            level = _java_parse_int(props[PROPERTY_DELAY])
-            if level is None:
+            try:
+                level = javalang.parse_int(props[PROPERTY_DELAY])
+            except javalang.JavaNumberFormatError:
                 raise ValueError(
                     f"DELAY property {props[PROPERTY_DELAY]!r} of a {SCHEDULE_TOPIC} record is not an int; "
                     "the broker could not dispatch it"
-                )
+                ) from None
             level = min(level, len(self._delays))
             if level > 0:
                 code = store_timestamp + self._delays[level - 1]
@@ -962,7 +917,7 @@ class StoreWriter:
             if p.dispatch:
                 state = self._queue(p.topic, p.queue_id)
                 queue_offset = state.next_offset
-            _OFFSETS.pack_into(p.record, 20, queue_offset or 0, phys)
+            RECORD_OFFSETS_STRUCT.pack_into(p.record, RECORD_OFFSETS_POSITION, queue_offset or 0, phys)
             if self.enabled_append_prop_crc:
                 _fill_property_crc(p.record)
             log.write(p.record)
@@ -992,7 +947,7 @@ class StoreWriter:
                     ext.write(_EXT_MARKER)
                     ext.roll()
                 address = decorate(ext.offset)
-                ext.write(_EXT_HEAD.pack(unit_size, code, store_timestamp, len(bm)) + bm)
+                ext.write(EXT_UNIT_HEADER_STRUCT.pack(unit_size, code, store_timestamp, len(bm)) + bm)
                 slot = address
         cq = state.cq
         if queue_offset is not None:
@@ -1044,9 +999,11 @@ class StoreWriter:
     def _recover(self) -> None:
         """Find the write positions of an existing store, as the broker's recovery does.
 
-        The CommitLog ends at its last valid record (lengths add up, body CRC
-        matches); each ConsumeQueue at its first invalid unit; each ext queue
-        just past the unit its ConsumeQueue's last unit points at (spec §3.5).
+        The CommitLog ends where the readers' recovery ends it
+        (:attr:`cq.CommitLog.max_offset`: from the third-to-last file, lengths and
+        body CRC checked), its torn tail cleared; each ConsumeQueue at its first
+        invalid unit, less the units that point past the CommitLog's end; each ext
+        queue just past the unit its ConsumeQueue's last unit points at (spec §3.5).
         Records past the last dispatched one (a writer killed between writing
         a record and its unit) are dispatched again before anything new is
         written, as the broker's reput service does on restart.
@@ -1073,6 +1030,8 @@ class StoreWriter:
                     continue
                 state = self._queue(topic, int(qid))
                 start, pos = _recover_consume_queue(files, self.consume_queue_file_size)
+                start, pos = _truncate_consume_queue(files, self.consume_queue_file_size, (start, pos),
+                                                     self._commit_log.offset)
                 state.cq.start, state.cq.pos, state.cq._buf_pos = start, pos, pos
                 state.next_offset = (start + pos) // CQ_STORE_UNIT_SIZE
                 state.started = True
@@ -1100,8 +1059,6 @@ class StoreWriter:
         if start is None:
             return
         self._redispatch_from = None
-        from .commitlog import CommitLog
-
         end = self._commit_log.offset
         with CommitLog(os.path.join(self.root, COMMIT_LOG_DIR), file_size=self.commit_log_file_size) as log:
             batch: list[tuple[_Prepared, int, int]] = []
@@ -1158,13 +1115,12 @@ def _strip_property_crc(props_b: bytes, props: dict[str, str]) -> tuple[bytes, d
 def _fill_property_crc(record: bytearray) -> None:
     """Write ``__CRC32#`` + CRC-32 of bytes [0, size - 20), ten digits least significant first."""
     crc = zlib.crc32(memoryview(record)[:-CRC32_RESERVED_LEN]) & 0x7FFFFFFF
-    digits = str(crc)[::-1].ljust(10, "0").encode()
-    record[-CRC32_RESERVED_LEN:] = _CRC_PREFIX + digits + b"\x02"
+    record[-CRC32_RESERVED_LEN:] = _CRC_PREFIX + encode_property_crc(crc).encode() + b"\x02"
 
 
 def _msg_id(record: bytes | bytearray, phys: int) -> str:
     """Offset message id: store-host address bytes, int32 port, int64 physical offset, in hex."""
-    sys_flag = int.from_bytes(record[36:40], "big", signed=True)
-    at = 56 + (20 if sys_flag & BORNHOST_V6_FLAG else 8)
-    width = 20 if sys_flag & STOREHOSTADDRESS_V6_FLAG else 8
+    sys_flag = int.from_bytes(record[RECORD_SYS_FLAG_POSITION:RECORD_SYS_FLAG_POSITION + 4], "big", signed=True)
+    at = RECORD_BORN_HOST_POSITION + host_width(sys_flag, store=False) + 8  # past BORNHOST and STORETIMESTAMP
+    width = host_width(sys_flag, store=True)
     return (bytes(record[at:at + width]) + struct.pack(">q", phys)).hex().upper()

@@ -17,6 +17,10 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+import bloom
+import cq
+import selector
+
 # sql text -> compiled selector; (f, n) -> BloomFilter. Per worker process.
 _SELECTORS: dict[str, Any] = {}
 _BLOOMS: dict[tuple[int, int], Any] = {}
@@ -26,8 +30,6 @@ def compiled_selector(sql: str):
     """Return the compiled selector for ``sql``, compiling it once per process."""
     s = _SELECTORS.get(sql)
     if s is None:
-        import selector
-
         s = _SELECTORS[sql] = selector.compile(sql)
     return s
 
@@ -36,8 +38,6 @@ def bloom_filter(f: int, n: int):
     """Return ``bloom.BloomFilter(f, n)``, built once per process."""
     bf = _BLOOMS.get((f, n))
     if bf is None:
-        import bloom
-
         bf = _BLOOMS[(f, n)] = bloom.BloomFilter(f=f, n=n)
     return bf
 
@@ -110,8 +110,6 @@ def selector_match_map(sql: pa.Array, props: pa.Array) -> pa.Array:
 
 def tags_code(tags: pa.Array) -> pa.Array:
     """``cq.tags_code`` of each tag as an Arrow int32 array (NULL or empty tag -> 0)."""
-    import cq
-
     return pa.array(np.asarray(cq.tags_code_many(_as_array(tags)), dtype=np.int32), type=pa.int32())
 
 

@@ -28,7 +28,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from selector import _javalang as java
+from selector import javalang as java
 from selector import nodes as n
 
 from . import _native_ir as ir
@@ -175,7 +175,7 @@ class S:
 
 
 class N:
-    """A numeric constant, in :mod:`selector._javalang`'s representation (int, Long, float)."""
+    """A numeric constant, in :mod:`selector.javalang`'s representation (int, Long, float)."""
 
     __slots__ = ("value",)
 
@@ -298,7 +298,7 @@ def logic_not(x: B) -> B:
                   null_only=x.null_only)
 
 
-# -- constant folding with the broker's rules (selector._javalang) ----------------------------
+# -- constant folding with the broker's rules (selector.javalang) ----------------------------
 
 def _fold_eq(lv, rv) -> int:
     if lv is None and rv is None:

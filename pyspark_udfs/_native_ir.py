@@ -89,7 +89,7 @@ def lower(root: Node, props) -> Any:
     Iterative (post-order), memoised by node identity so a shared node becomes
     one Column object.
     """
-    from pyspark.sql import functions as F
+    from pyspark.sql import functions as F  # lazy: the IR is planned and cached without pyspark
 
     return _post_order(root, lambda node, memo: _lower_one(node, memo, props, F))
 
@@ -123,7 +123,7 @@ def _lower_one(node: Node, memo: dict, props, F) -> Any:
     if name == "lit":
         value, spark_type = node[1], node[2]
         if isinstance(value, int) and not isinstance(value, bool):
-            value = int(value)  # selector._javalang.Long is an int subclass py4j cannot send
+            value = int(value)  # selector.javalang.Long is an int subclass py4j cannot send
         column = F.lit(value)
         return column.cast(spark_type) if spark_type else column
     if name == "prop":

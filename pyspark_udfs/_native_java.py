@@ -24,7 +24,7 @@ Each parser below returns a node that is NULL where the string is NULL or not
 in Java's grammar (the broker would throw), and Java's value otherwise. A
 cheap fast path handles the usual ASCII forms without a regular expression;
 the rest goes through a Java regex built from the same digit table as
-:mod:`selector._javalang` (Python's Unicode database), so library and Spark
+:mod:`selector.javalang` (Python's Unicode database), so library and Spark
 agree by construction.
 """
 from __future__ import annotations

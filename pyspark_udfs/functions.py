@@ -22,7 +22,10 @@ from pyspark.sql import functions as F
 from pyspark.sql.functions import arrow_udf
 from pyspark.sql.types import ArrayType, BooleanType, IntegerType
 
-from pyspark_udfs import _batch
+import bloom
+import selector
+from pyspark_udfs import _batch, native
+from pyspark_udfs.datasource import RocketMQDataSource
 
 ColumnOrName = Column | str
 
@@ -38,8 +41,6 @@ def _col(c: ColumnOrName) -> Column:
 
 def _check_bloom_params(f: int, n: int) -> None:
     # Raise here, when the Column is built, not later inside an executor.
-    import bloom
-
     bloom.BloomFilter(f=f, n=n)
 
 
@@ -90,8 +91,6 @@ def selector_match(sql: str, props: ColumnOrName, *, engine: str = "auto") -> Co
     >>> df.filter(selector_match("a > 5 AND TAGS IN ('A', 'B')", "properties"))  # doctest: +SKIP
     >>> selector_match("a > 5", "properties", engine="arrow")  # doctest: +SKIP
     """
-    import selector
-
     if not isinstance(sql, str):
         raise TypeError(f"selector_match: sql must be the selector text (str), got {type(sql).__name__}")
     if engine not in ENGINES:
@@ -99,32 +98,13 @@ def selector_match(sql: str, props: ColumnOrName, *, engine: str = "auto") -> Co
                          f"got {engine!r}")
     compiled = selector.compile(sql)
     if engine != "arrow":
-        from pyspark_udfs import native
-
         plan = native.translate(sql)
         if plan.native:
             return plan.match_column(props).alias(f"selector_match({sql})")
         if engine == "native":
             raise ValueError(f"selector_match: selector {sql!r} cannot run as a native Spark "
                              f"expression ({plan.reason}); use engine='auto' or 'arrow'")
-    return _arrow_selector_match(sql, compiled, props)
-
-
-def _arrow_selector_match(sql: str, compiled, props: ColumnOrName) -> Column:
-    """The Arrow UDF form of :func:`selector_match` (Python workers, the library's batch kernel)."""
-    names = tuple(sorted(compiled.properties))
-    props = _col(props)
-    if names:
-        # try_element_at: NULL for an absent key even under ANSI mode.
-        columns = [F.try_element_at(props, F.lit(name)) for name in names]
-    else:
-        columns = [F.lit(None).cast("string")]
-
-    def match(*arrays: pa.Array) -> pa.Array:
-        return _batch.selector_match_columns(sql, names, list(arrays))
-
-    udf = arrow_udf(match, BooleanType())
-    return udf(*columns).alias(f"selector_match({sql})")
+    return native.arrow_match_column(sql, compiled, props)
 
 
 def _selector_match_map(sql: pa.Array, props: pa.Array) -> pa.Array:
@@ -235,8 +215,6 @@ def register(spark: SparkSession) -> None:
     >>> spark.sql("SELECT rmq_tags_code('TagA')").first()[0]  # doctest: +SKIP
     2598919
     """
-    from pyspark_udfs.datasource import RocketMQDataSource
-
     for name, (function, return_type) in SQL_FUNCTIONS.items():
         spark.udf.register(name, arrow_udf(function, return_type))
     spark.dataSource.register(RocketMQDataSource)

@@ -11,6 +11,11 @@ the group's two-layer filter running inside the reader, and reports how many
 ConsumeQueue units it scanned, how many passed the ConsumeQueue layer (tag
 code, or Bloom bitmap for SQL92) and the CommitLog layer (exact tag or the
 selector), the layer-1 false positives, and the throughput.
+
+Every ``rmqfilter`` command imports this module (``scan`` takes its arguments
+from :func:`add_scan_arguments`), so pyspark, and the modules that import it,
+are imported inside the functions that run a job, never at the top: commands
+that do not run Spark never load it. Those imports are marked ``# lazy``.
 """
 from __future__ import annotations
 
@@ -18,7 +23,9 @@ import argparse
 import dataclasses
 import json
 import os
+import shutil
 import sys
+import tempfile
 import time
 from collections.abc import Sequence
 from typing import Any
@@ -37,7 +44,7 @@ LAYER2_CHOICES = ("auto", "native", "python")
 
 def owns_session() -> bool:
     """True when no SparkSession is active yet, so the caller that makes one should stop it."""
-    from pyspark.sql import SparkSession
+    from pyspark.sql import SparkSession  # lazy: pyspark, see the docstring
 
     return SparkSession.getActiveSession() is None
 
@@ -69,9 +76,9 @@ def spark_session(master: str | None = None, app_name: str = "rmqfilter", *, pro
         # A local session talks only to itself: bind to loopback, not the first
         # network interface Spark would otherwise pick.
         os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
-    from pyspark.sql import SparkSession
+    from pyspark.sql import SparkSession  # lazy: pyspark, see the docstring
 
-    from pyspark_udfs.functions import register
+    from pyspark_udfs.functions import register  # lazy: pyspark, see the docstring
 
     builder = SparkSession.builder.appName(app_name)
     if master is not None:
@@ -231,12 +238,9 @@ def scan(spark, store: str, topic: str, group: GroupScan, *, out: str | None = N
     -------
     ScanResult
     """
-    import shutil
-    import tempfile
+    from pyspark.sql import functions as F  # lazy: pyspark, see the docstring
 
-    from pyspark.sql import functions as F
-
-    from pyspark_udfs.datasource import ON_CORRUPT, skipped_ranges
+    from pyspark_udfs.datasource import ON_CORRUPT, skipped_ranges  # lazy: pyspark, see the docstring
 
     if out_format not in ("parquet", "json"):
         raise ValueError(f"out_format must be parquet or json, got {out_format!r}")
@@ -257,7 +261,7 @@ def scan(spark, store: str, topic: str, group: GroupScan, *, out: str | None = N
     # Counting needs no CommitLog fields beyond the properties layer 2 reads itself.
     filtered = {} if message_filter is None else {"filter": message_filter, "on_filter_error": on_filter_error}
     if native:
-        from pyspark_udfs.native import selector_column
+        from pyspark_udfs.native import selector_column  # lazy: pyspark, see the docstring
 
         decisions = _reader(spark, store, topic, group, decisions="true", table="consumequeue", layer2="spark",
                             columns="matched_by_consume_queue boolean, reached_commit_log boolean, "
@@ -327,7 +331,7 @@ def _layer2_plan(group: GroupScan, layer2: str) -> tuple[bool, str]:
         return False, "python (tag subscription: exact tag check in the reader)"
     if layer2 == "python":
         return False, "python (reader, Cython engine)"
-    from pyspark_udfs.native import translate
+    from pyspark_udfs.native import translate  # lazy: pyspark, see the docstring
 
     plan = translate(group.sql)
     if not plan.native:

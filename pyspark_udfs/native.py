@@ -54,12 +54,16 @@ import re
 import warnings
 from dataclasses import dataclass
 
+import pyarrow as pa
 from pyspark.sql import Column
 from pyspark.sql import functions as F
+from pyspark.sql.functions import arrow_udf
+from pyspark.sql.types import BooleanType
 
 import selector
 from selector.parser import parse as _parse
 
+from . import _batch
 from . import _native_compile as nc
 from . import _native_ir as ir
 
@@ -122,9 +126,7 @@ class NativeSelector:
             return F.lit(False).alias(name)
         if not self.native:
             self._warn()
-            from pyspark_udfs.functions import selector_match
-
-            return selector_match(self.sql, props.column, engine="arrow")
+            return arrow_match_column(self.sql, selector.compile(self.sql), props.column)
         return props.lower(self._translation.match).alias(name)
 
     def match_column(self, props: ColumnOrName) -> Column:
@@ -282,11 +284,30 @@ def selector_value_column(sql: str, props: ColumnOrName) -> Column:
     return translate(sql).value_column(props)
 
 
+def arrow_match_column(sql: str, compiled: selector.Selector, props: ColumnOrName) -> Column:
+    """The Arrow UDF form of :func:`pyspark_udfs.functions.selector_match` (Python workers).
+
+    Each worker makes one call into the library's batch kernel per Arrow batch;
+    only the properties ``compiled`` reads leave the JVM. The fallback of
+    :meth:`NativeSelector.column` and ``selector_match(engine="arrow")``.
+    """
+    names = tuple(sorted(compiled.properties))
+    props = F.col(props) if isinstance(props, str) else props
+    if names:
+        # try_element_at: NULL for an absent key even under ANSI mode.
+        columns = [F.try_element_at(props, F.lit(name)) for name in names]
+    else:
+        columns = [F.lit(None).cast("string")]
+
+    def match(*arrays: pa.Array) -> pa.Array:
+        return _batch.selector_match_columns(sql, names, list(arrays))
+
+    udf = arrow_udf(match, BooleanType())
+    return udf(*columns).alias(f"selector_match({sql})")
+
+
 def _value_udf(sql: str):
     """Arrow UDF fallback for :func:`selector_value_column` (same struct)."""
-    import pyarrow as pa
-    from pyspark.sql.functions import arrow_udf
-
     def evaluate(props: pa.Array) -> pa.Array:
         compiled = selector.compile(sql)
         results, errors, causes = [], [], []

@@ -21,7 +21,7 @@ from collections.abc import Mapping, Sequence
 
 import numpy as np
 
-from bloom._engine import load as _load
+from rmqfilter_engine import load as _load
 
 from . import compiler as _compiler
 from .errors import SelectorEvaluationError, SelectorSyntaxError
@@ -144,7 +144,7 @@ class Selector:
             Fields ``result`` (bool; null for SQL NULL and for errors) and
             ``error`` (bool; True where the broker's evaluation throws).
         """
-        import pyarrow as pa
+        import pyarrow as pa  # lazy: pyarrow is optional (the spark extra); only Arrow input needs it
 
         codes = self._evaluate_arrow_codes(props, num_rows)
         result = pa.array(codes == TRUE, mask=codes >= UNKNOWN)
@@ -152,7 +152,7 @@ class Selector:
 
     def matches_arrow(self, props, *, num_rows: int | None = None):
         """The broker's decision over Arrow data (see :meth:`evaluate_arrow`): a pyarrow bool array."""
-        import pyarrow as pa
+        import pyarrow as pa  # lazy: pyarrow is optional (the spark extra); only Arrow input needs it
 
         return pa.array(self._evaluate_arrow_codes(props, num_rows) == TRUE)
 
@@ -179,8 +179,8 @@ def _as_rows(rows):
 
 def _arrow_columns(props, names: tuple) -> tuple[list, int]:
     """One Arrow string array (or None) per property slot, and the row count."""
-    import pyarrow as pa
-    import pyarrow.compute as pc
+    import pyarrow as pa  # lazy: pyarrow is optional (the spark extra); only Arrow input needs it
+    import pyarrow.compute as pc  # lazy: as above
 
     def as_string_array(arr, what):
         if isinstance(arr, pa.ChunkedArray):

@@ -114,8 +114,8 @@ cdef class Evaluator:
     cdef readonly object program    # the selector.compiler.Program it was built from
     cdef list _keep                 # bytes objects the C tables point into
     cdef tuple _names               # interned property name per slot
-    cdef object _twin               # pure-Python evaluator, used only to word error messages
 
     cdef StrView _bytes_view(self, str value) except *
     cdef object _load(self, object props, StrView* slots)
     cdef int _code(self, object props) except -1
+    cdef object _operand(self, int32_t index, const Value* v)

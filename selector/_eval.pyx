@@ -1,7 +1,7 @@
 """Cython engine of selector evaluation (the contract is in _eval.pxd).
 
 Semantics are the broker's (spec §8.6, §8.7), spelled out in Python in
-``_eval_py.py`` and ``_javalang.py``; this module implements the same rules in
+``_eval_py.py`` and ``javalang.py``; this module implements the same rules in
 C over UTF-8 string views, so one loop serves Python dicts (``evaluate``,
 ``evaluate_many``) and Arrow string buffers (``evaluate_columns``, which runs
 without the GIL).
@@ -19,7 +19,9 @@ from libc.stdint cimport INT32_MIN, INT64_MIN, int8_t, int32_t, int64_t, uint8_t
 from libc.stdlib cimport calloc, free, malloc, strtod
 from libc.string cimport memchr, memcmp, memcpy, memset
 
-from .errors import SelectorEvaluationError
+from .errors import comparison_error
+from .javalang import Long
+from .opcodes import COMPARISON_SYMBOLS
 
 cdef extern from "Python.h":
     const char* PyUnicode_AsUTF8AndSize(object s, Py_ssize_t* size) except NULL
@@ -551,6 +553,14 @@ cdef inline bint decides(uint8_t guard, const Value* v) noexcept nogil:
 
 cdef int run(const CProgram* p, const StrView* slots, Conv* conv, Value* vals) noexcept nogil:
     """Evaluate one message; returns R_FALSE, R_TRUE, R_UNKNOWN or R_ERROR."""
+    cdef int32_t failed
+    return run_traced(p, slots, conv, vals, &failed)
+
+
+cdef inline int run_traced(const CProgram* p, const StrView* slots, Conv* conv, Value* vals,
+                           int32_t* failed) noexcept nogil:
+    """:func:`run`, and on R_ERROR the index of the node that threw in ``failed`` (its
+    operands are still in ``vals``, for the error message)."""
     cdef int32_t i = 0, j, n = p.n_nodes
     cdef const Node* node
     cdef Value* v
@@ -564,6 +574,7 @@ cdef int run(const CProgram* p, const StrView* slots, Conv* conv, Value* vals) n
         elif node.op == OP_CONST:
             v[0] = p.consts[node.arg]
         elif step(p, node, v, &vals[node.a], &vals[node.b] if node.b >= 0 else NULL, conv) < 0:
+            failed[0] = i
             return R_ERROR
         # Short circuits: a decided parent takes this value; skip the rest of its subtree.
         j = i
@@ -1085,13 +1096,49 @@ cdef class Evaluator:
         return self._code(props) == R_TRUE
 
     def _raise(self, props):
-        # Errors are rare: let the twin, which keeps the operands at hand, word the message.
-        from ._eval_py import Evaluator as Twin
+        """Raise the error the broker throws for this message (after ``_code`` gave R_ERROR).
 
-        if self._twin is None:
-            self._twin = Twin(self.program)
-        self._twin.run(props)
-        raise SelectorEvaluationError("the broker's evaluation throws for this message")
+        Errors are rare: the message is evaluated again, traced, and the node that threw
+        and its operands are worded by :func:`selector.errors.comparison_error`, the
+        wording the twin uses too.
+        """
+        cdef int32_t k, failed = -1, n_slots = self.prog.n_slots
+        cdef StrView* slots = <StrView*>malloc(max(1, n_slots) * sizeof(StrView))
+        cdef Conv* conv = <Conv*>malloc(max(1, n_slots) * sizeof(Conv))
+        cdef Value* vals = <Value*>malloc(max(1, self.prog.n_nodes) * sizeof(Value))
+        cdef const Node* node
+        try:
+            if slots == NULL or conv == NULL or vals == NULL:
+                raise MemoryError()
+            keep = self._load(props, slots)
+            for k in range(n_slots):
+                conv[k].i32_state = conv[k].i64_state = conv[k].f64_state = 0
+            if run_traced(&self.prog, slots, conv, vals, &failed) != R_ERROR:
+                raise AssertionError("the evaluation threw once and not again")
+            node = &self.prog.nodes[failed]
+            lv = self._operand(node.a, &vals[node.a])
+            rv = self._operand(node.b, &vals[node.b])
+        finally:
+            free(slots)
+            free(conv)
+            free(vals)
+        raise comparison_error(COMPARISON_SYMBOLS[node.op], lv, rv)
+
+    cdef object _operand(self, int32_t index, const Value* v):
+        """A node's value as the twin holds it: the program's own constant or a Python value."""
+        if self.prog.nodes[index].op == OP_CONST:
+            return self.program.args[self.prog.nodes[index].arg]
+        if v.tag == T_NULL:
+            return None
+        if v.tag == T_BOOL:
+            return bool(v.i)
+        if v.tag == T_INT:
+            return int(v.i)
+        if v.tag == T_LONG:
+            return Long(v.i)
+        if v.tag == T_DOUBLE:
+            return v.d
+        return v.s.s[:v.s.n].decode("utf-8", "surrogatepass")
 
     def evaluate_many(self, rows):
         """Result codes (int8) for a sequence of mappings, in one call; errors give R_ERROR."""

@@ -14,8 +14,11 @@ from collections.abc import Mapping
 
 import numpy as np
 
-from . import _javalang as java
-from .compiler import (
+from . import javalang as java
+from .compiler import Program
+from .errors import SelectorEvaluationError, comparison_error
+from .opcodes import (
+    COMPARISON_SYMBOLS,
     GUARD_FALSE,
     GUARD_NONE,
     GUARD_NULL,
@@ -40,9 +43,7 @@ from .compiler import (
     OP_OR,
     OP_PROP,
     OP_STARTSWITH,
-    Program,
 )
-from .errors import SelectorEvaluationError
 
 __all__ = ["ERROR", "FALSE", "TRUE", "UNKNOWN", "Evaluator", "conversions"]
 
@@ -50,33 +51,25 @@ FALSE, TRUE, UNKNOWN, ERROR = 0, 1, 2, 3
 _CODE = {False: FALSE, True: TRUE, None: UNKNOWN}
 _ORDER_TESTS = {OP_GT: lambda c: c > 0, OP_GE: lambda c: c >= 0, OP_LT: lambda c: c < 0,
                 OP_LE: lambda c: c <= 0}
-_SYMBOL = {OP_GT: ">", OP_GE: ">=", OP_LT: "<", OP_LE: "<="}
 
 
 def _order(op: int, lv, rv):
-    if isinstance(lv, str) and isinstance(rv, str):
-        # Two strings are both read as doubles (the broker's string ordering rule).
-        try:
+    try:
+        if isinstance(lv, str) and isinstance(rv, str):
+            # Two strings are both read as doubles (the broker's string ordering rule).
             c = java.double_compare(java.parse_double(lv), java.parse_double(rv))
-        except java.JavaNumberFormatError:
-            raise SelectorEvaluationError(
-                f"It's illegal to compare string by '>=', '>', '<', '<='. lv={lv}, rv={rv}",
-                root_cause="NumberFormatException") from None
-    else:
-        c = _compare(lv, rv, _SYMBOL[op])
+        else:
+            c = java.compare(lv, rv)
+    except (java.JavaNumberFormatError, java.JavaClassCastError):
+        raise comparison_error(COMPARISON_SYMBOLS[op], lv, rv) from None
     return _ORDER_TESTS[op](c)
 
 
 def _compare(lv, rv, symbol: str) -> int:
     try:
         return java.compare(lv, rv)
-    except java.JavaNumberFormatError as exc:
-        raise SelectorEvaluationError(
-            f"cannot compare {lv!r} {symbol} {rv!r}: java.lang.NumberFormatException: {exc}",
-            root_cause="NumberFormatException") from None
-    except java.JavaClassCastError as exc:
-        raise SelectorEvaluationError(f"cannot compare {lv!r} {symbol} {rv!r}: {exc}",
-                                      "ClassCastException") from None
+    except (java.JavaNumberFormatError, java.JavaClassCastError):
+        raise comparison_error(symbol, lv, rv) from None
 
 
 def _equal(lv, rv):

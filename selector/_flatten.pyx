@@ -4,7 +4,7 @@
 # nogil kernel: what it saves is the interpreter's per-statement cost, about a third of an
 # uncached compile's flattening.
 from . import nodes as n
-from .compiler import (
+from .opcodes import (
     GUARD_NONE,
     GUARDS,
     MATCH,

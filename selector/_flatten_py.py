@@ -9,7 +9,7 @@ compiler on every conformance selector.
 from __future__ import annotations
 
 from . import nodes as n
-from .compiler import (
+from .opcodes import (
     GUARD_NONE,
     GUARDS,
     MATCH,

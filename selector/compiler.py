@@ -12,60 +12,43 @@ node whose value can decide its parent early carries a *guard*: the left
 operand of AND (FALSE decides), of OR (TRUE decides) and of an ordering
 comparison (NULL decides, and the right operand is not evaluated). Both engines
 walk the array with one forward loop, jumping past the rest of the parent's
-subtree when a guard fires; no recursion, no stack.
+subtree when a guard fires; no recursion, no stack. The opcodes, guards and node
+layout are the contract of :mod:`selector.opcodes`, which the kernels import too.
 """
 from __future__ import annotations
 
 import numpy as np
 
+from rmqfilter_engine import load as _load
+
 from . import nodes as n
+from .opcodes import (
+    GUARD_NONE,
+    GUARDS,
+    MATCH,
+    MAX_NODES,
+    NODE_DTYPE,
+    OP_AND,
+    OP_BOOLCAST,
+    OP_CONST,
+    OP_EQ,
+    OP_GE,
+    OP_GT,
+    OP_IN,
+    OP_ISNULL,
+    OP_LE,
+    OP_LT,
+    OP_NEG,
+    OP_NOT,
+    OP_NOT_IN,
+    OP_OR,
+    OP_PROP,
+    ORDERING,
+)
 
 __all__ = ["MAX_NODES", "NODE_DTYPE", "Program", "compile_tree"]
 
-# Opcodes (the same numbers are declared in _eval.pxd).
-OP_PROP = 1          # arg: property slot
-OP_CONST = 2         # arg: index into Program.args
-OP_BOOLCAST = 3      # a
-OP_NOT = 4           # a
-OP_NEG = 5           # a
-OP_AND = 6           # a, b
-OP_OR = 7            # a, b
-OP_EQ = 8            # a, b
-OP_ISNULL = 9        # a
-OP_GT = 10           # a, b
-OP_GE = 11
-OP_LT = 12
-OP_LE = 13
-OP_IN = 14           # a; arg: index of a frozenset of str in Program.args
-OP_NOT_IN = 15
-OP_CONTAINS = 16     # a; arg: index of a non-empty str in Program.args
-OP_STARTSWITH = 17
-OP_ENDSWITH = 18
-OP_NOT_CONTAINS = 19
-OP_NOT_STARTSWITH = 20
-OP_NOT_ENDSWITH = 21
-
-GUARD_NONE = 0
-GUARD_FALSE = 1      # value FALSE -> parent is FALSE
-GUARD_TRUE = 2       # value TRUE  -> parent is TRUE
-GUARD_NULL = 3       # value NULL  -> parent is NULL
-
-OPCODE_NAMES = {v: k[3:] for k, v in dict(globals()).items() if k.startswith("OP_")}
-
-NODE_DTYPE = np.dtype([
-    ("op", np.uint8),       # opcode
-    ("guard", np.uint8),    # GUARD_* applied to this node's value
-    ("a", np.int32),        # first child (node index) or -1
-    ("b", np.int32),        # second child (node index) or -1
-    ("parent", np.int32),   # parent node index, -1 for the root
-    ("arg", np.int32),      # property slot or index into args, -1 if unused
-])
-
-# BETWEEN duplicates its operand, so pathological nesting could blow up.
-MAX_NODES = 1 << 22
-
-ORDERING = _ORDERING = {">": OP_GT, ">=": OP_GE, "<": OP_LT, "<=": OP_LE}
-MATCH = _MATCH = {"CONTAINS": OP_CONTAINS, "STARTSWITH": OP_STARTSWITH, "ENDSWITH": OP_ENDSWITH}
+_flatten_kernel, ENGINE = _load("selector", "_flatten")
 
 
 class Program:
@@ -158,7 +141,7 @@ def _desugar(b: _Builder, node: n.Node, kids: list):
             return (OP_EQ, (kids[0], kids[1]), -1)
         if node.op == "<>":
             return (OP_NOT, ((OP_EQ, (kids[0], kids[1]), -1),), -1)
-        return (_ORDERING[node.op], (kids[0], kids[1]), -1)
+        return (ORDERING[node.op], (kids[0], kids[1]), -1)
     if isinstance(node, n.IsNull):
         test = (OP_ISNULL, (kids[0],), -1)
         return (OP_NOT, (test,), -1) if node.negated else test
@@ -172,13 +155,9 @@ def _desugar(b: _Builder, node: n.Node, kids: list):
     if isinstance(node, n.StringMatch):
         if node.pattern == "":
             return (OP_CONST, (), b.arg(False))
-        op = _MATCH[node.op] + (3 if node.negated else 0)
+        op = MATCH[node.op] + (3 if node.negated else 0)
         return (op, (kids[0],), b.arg(node.pattern))
     raise TypeError(f"unknown node {type(node).__name__}")
-
-
-GUARDS = _GUARDS = {OP_AND: GUARD_FALSE, OP_OR: GUARD_TRUE, OP_GT: GUARD_NULL, OP_GE: GUARD_NULL,
-           OP_LT: GUARD_NULL, OP_LE: GUARD_NULL}
 
 
 def _flatten(b: _Builder, root) -> np.ndarray:
@@ -202,8 +181,8 @@ def _flatten(b: _Builder, root) -> np.ndarray:
                      -1, arg])
         for c in child:
             rows[c][4] = index
-        if op in _GUARDS:
-            rows[child[0]][1] = _GUARDS[op]
+        if op in GUARDS:
+            rows[child[0]][1] = GUARDS[op]
         done.append(index)
     return np.array([tuple(row) for row in rows], dtype=NODE_DTYPE)
 
@@ -227,8 +206,3 @@ def compile_tree(tree: n.Node) -> Program:
     columns, args, props = _flatten_kernel.flatten(tree)
     return Program._from_columns(columns, args, props)
 
-
-# Last: the kernels import the opcodes above from this module.
-from bloom._engine import load as _load
-
-_flatten_kernel, ENGINE = _load("selector", "_flatten")

@@ -1,7 +1,14 @@
-"""Exceptions raised by the selector package (shared by both engines)."""
+"""Exceptions raised by the selector package, and their wording (shared by both engines).
+
+Like msgpack's ``exceptions`` module, this is neutral ground: the Cython evaluator
+and its pure-Python twin both raise :class:`SelectorEvaluationError` worded by
+:func:`comparison_error`, so neither engine depends on the other.
+"""
 from __future__ import annotations
 
-__all__ = ["SelectorEvaluationError", "SelectorSyntaxError", "line_column"]
+from . import javalang as java
+
+__all__ = ["SelectorEvaluationError", "SelectorSyntaxError", "comparison_error", "line_column"]
 
 
 def line_column(text: str, position: int) -> tuple[int, int]:
@@ -64,3 +71,28 @@ class SelectorEvaluationError(ValueError):
 
     def __reduce__(self):
         return (type(self), (self.args[0], self.cause, self.root_cause))
+
+
+
+def comparison_error(symbol: str, lv, rv) -> SelectorEvaluationError:
+    """The error the broker's evaluation throws comparing ``lv`` with ``rv`` by ``symbol``.
+
+    Both engines call it once they know the comparison throws. Two strings ordered by
+    ``>``, ``>=``, ``<`` or ``<=`` that are not both numbers are the broker's string-ordering
+    error; otherwise Java's comparison rules (:func:`selector.javalang.compare`) say which
+    exception it is: a failed number conversion (``RuntimeException``) or a Boolean
+    compared with a String (``ClassCastException``).
+    """
+    if symbol != "=" and isinstance(lv, str) and isinstance(rv, str):
+        return SelectorEvaluationError(
+            f"It's illegal to compare string by '>=', '>', '<', '<='. lv={lv}, rv={rv}",
+            root_cause="NumberFormatException")
+    try:
+        java.compare(lv, rv)
+    except java.JavaNumberFormatError as exc:
+        return SelectorEvaluationError(
+            f"cannot compare {lv!r} {symbol} {rv!r}: java.lang.NumberFormatException: {exc}",
+            root_cause="NumberFormatException")
+    except java.JavaClassCastError as exc:
+        return SelectorEvaluationError(f"cannot compare {lv!r} {symbol} {rv!r}: {exc}", "ClassCastException")
+    raise AssertionError(f"comparing {lv!r} {symbol} {rv!r} does not throw")  # a caller's bug, not input's

@@ -11,7 +11,7 @@ The rules are not written again here. The short circuits come from the
 compiler's guard table (:data:`selector.compiler.GUARDS`: the left operand of
 AND stops at FALSE, of OR at TRUE, of an ordering comparison at NULL); the
 broker's Java comparisons, equality, unary minus and CONTAINS-family tests are
-the pure-Python engine's own functions (``_eval_py``, ``_javalang``); the
+the pure-Python engine's own functions (``_eval_py``, ``javalang``); the
 desugaring follows the compiler's (``x BETWEEN a AND b`` is
 ``x >= a AND x <= b``, so ``x`` is evaluated twice; an empty CONTAINS pattern
 is FALSE without reading the operand). The tests check the result against
@@ -26,11 +26,12 @@ import math
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 
-from . import _javalang as java
 from . import compile as compile_selector
+from . import javalang as java
 from . import nodes as n
 from ._eval_py import _equal, _match, _order, conversions
-from .compiler import (
+from .errors import SelectorEvaluationError, line_column
+from .opcodes import (
     GUARD_FALSE,
     GUARD_NULL,
     GUARD_TRUE,
@@ -41,7 +42,6 @@ from .compiler import (
     OP_OR,
     ORDERING,
 )
-from .errors import SelectorEvaluationError, line_column
 from .parser import parse
 
 __all__ = ["ExplainNode", "Explanation", "explain"]

@@ -1,15 +1,18 @@
-"""Shared fixtures: conformance data (copied from ../shared so the suite stands alone)."""
+"""Shared fixtures, defined once here: the data directory, a writable golden store, one SparkSession.
+
+Tests never import this module (pytest loads it); plain helpers they import are in
+``tests/helpers.py``.
+"""
 from __future__ import annotations
 
-import json
 import os
+import shutil
 import sys
 from pathlib import Path
 
 import pytest
+from helpers import DATA
 from hypothesis import settings
-
-DATA = Path(__file__).resolve().parent / "data"
 
 # Spark starts its Python workers with PYSPARK_PYTHON; they must be this interpreter.
 os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
@@ -23,17 +26,18 @@ settings.register_profile("fast", max_examples=150, deadline=None)
 settings.register_profile("long", max_examples=5000, deadline=None)
 settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "fast"))
 
-PUREPYTHON = os.environ.get("RMQFILTER_PUREPYTHON", "") not in ("", "0")
-
-
-def load_jsonl(name: str) -> list[dict]:
-    with open(DATA / name, encoding="utf-8") as f:
-        return [json.loads(line) for line in f]
-
 
 @pytest.fixture(scope="session")
 def data_dir() -> Path:
     return DATA
+
+
+@pytest.fixture
+def golden_copy(tmp_path) -> Path:
+    """A writable copy of the golden store (``tests/data/golden_store``), to corrupt or append to."""
+    root = tmp_path / "store"
+    shutil.copytree(DATA / "golden_store", root)
+    return root
 
 
 @pytest.fixture(scope="session")
@@ -42,8 +46,6 @@ def spark():
 
     Fails (never skips) with a clear message when Java or PySpark is missing.
     """
-    import shutil
-
     if not (os.environ.get("JAVA_HOME") or shutil.which("java")):
         pytest.fail("Spark tests need Java 17: no `java` on PATH and JAVA_HOME is not set", pytrace=False)
     try:

@@ -5,7 +5,7 @@ import pickle
 
 import numpy as np
 import pytest
-from conftest import PUREPYTHON, load_jsonl
+from helpers import PUREPYTHON, load_jsonl
 
 import bloom
 

@@ -7,7 +7,7 @@ import subprocess
 import sys
 
 import pytest
-from conftest import DATA, load_jsonl
+from helpers import DATA, load_jsonl
 
 from pyspark_udfs import cli
 

@@ -7,7 +7,7 @@ import subprocess
 import sys
 
 import pytest
-from conftest import DATA
+from helpers import DATA
 
 import cq
 from cq.config_writer import dumps_fastjson

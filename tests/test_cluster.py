@@ -15,7 +15,7 @@ import time
 from pathlib import Path
 
 import pytest
-from conftest import DATA
+from helpers import DATA
 
 pytestmark = pytest.mark.cluster
 

@@ -14,7 +14,7 @@ from collections import Counter
 
 import numpy as np
 import pytest
-from conftest import DATA
+from helpers import DATA
 
 import bloom
 import cq

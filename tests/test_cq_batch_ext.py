@@ -6,7 +6,7 @@ import struct
 
 import numpy as np
 import pytest
-from conftest import DATA
+from helpers import DATA
 
 import cq
 from cq import format as fmt

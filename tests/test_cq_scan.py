@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from conftest import DATA, load_jsonl
+from helpers import DATA, load_jsonl
 
 import bloom
 import cq

@@ -4,7 +4,7 @@ from __future__ import annotations
 import filters_for_tests as ff
 import numpy as np
 import pytest
-from conftest import DATA
+from helpers import DATA
 
 import cq
 from cq.custom_filter import MESSAGE_COLUMNS, message_schema

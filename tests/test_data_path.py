@@ -8,7 +8,7 @@ import shutil
 
 import numpy as np
 import pytest
-from conftest import DATA
+from helpers import DATA
 
 import cq
 from cq import _scan_py

@@ -8,7 +8,7 @@ from __future__ import annotations
 import numpy as np
 import pyarrow as pa
 import pytest
-from conftest import DATA
+from helpers import DATA
 from pyspark.sql.types import (
     BinaryType,
     BooleanType,

@@ -8,7 +8,7 @@ import shlex
 from pathlib import Path
 
 import pytest
-from conftest import DATA
+from helpers import DATA
 
 from pyspark_udfs.cli import main
 

@@ -5,7 +5,7 @@ import json
 import struct
 
 import pytest
-from conftest import DATA
+from helpers import DATA
 
 import cq
 from cq.indexfile import (

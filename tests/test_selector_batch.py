@@ -7,12 +7,12 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from helpers import load_jsonl
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import selector
-from selector import _eval_py
-from tests.conftest import load_jsonl
+from selector import _eval_py, opcodes
 
 pa = pytest.importorskip("pyarrow")
 
@@ -161,10 +161,8 @@ def test_engines_agree_on_every_case_and_batch():
 
 
 def test_opcodes_match_the_engine_contract():
-    from selector import compiler
-
-    text = (Path(compiler.__file__).parent / "_eval.pxd").read_text(encoding="utf-8")
-    for name, value in vars(compiler).items():
+    text = (Path(opcodes.__file__).parent / "_eval.pxd").read_text(encoding="utf-8")
+    for name, value in vars(opcodes).items():
         if name.startswith(("OP_", "GUARD_")) and isinstance(value, int):
             assert re.search(rf"^\s+{name} = {value}\b", text, re.MULTILINE), name
 
@@ -235,3 +233,19 @@ def test_in_lists_small_and_hashed_agree_with_python(items):
     assert got.field("result").to_pylist() == want
     for engine in [e for e in (_cython, _eval_py) if e is not None]:
         assert [engine.Evaluator(s._program).evaluate_value(r) for r in rows] == want
+
+
+@needs_both
+@pytest.mark.parametrize("sql, props", [
+    ("a = 1", {"a": "x"}), ("a > b", {"a": "x", "b": "1"}), ("TRUE = a", {"a": "x"}),
+    ("a >= 3000000000", {"a": "q"}), ("a < 1.5", {"a": "z"}), ("a BETWEEN 1 AND b", {"a": "2", "b": "w"}),
+])
+def test_engines_word_errors_alike_without_the_engine_calling_its_twin(sql, props, monkeypatch):
+    program = selector.compile(sql)._program
+    worded = []
+    for engine in (_eval_py, _cython):
+        with pytest.raises(selector.SelectorEvaluationError) as info:
+            engine.Evaluator(program).evaluate(props)
+        worded.append((str(info.value), info.value.cause))
+        monkeypatch.setattr(_eval_py, "Evaluator", None)  # the compiled engine must not need it
+    assert worded[0] == worded[1]

@@ -8,9 +8,9 @@ RMQFILTER_PUREPYTHON=1 for the twin).
 from __future__ import annotations
 
 import pytest
+from helpers import load_jsonl
 
 import selector
-from tests.conftest import load_jsonl
 
 CASES = load_jsonl("selector_cases.jsonl")
 

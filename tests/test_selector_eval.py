@@ -8,10 +8,10 @@ from collections.abc import Mapping
 from concurrent.futures import ThreadPoolExecutor
 
 import pytest
+from helpers import load_jsonl
 
 import selector
-from selector import _javalang as java
-from tests.conftest import load_jsonl
+from selector import javalang as java
 
 ERR = "ERROR"
 

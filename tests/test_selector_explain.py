@@ -17,14 +17,14 @@ import shlex
 from pathlib import Path
 
 import pytest
+from helpers import load_jsonl
 from hypothesis import given
 from hypothesis import strategies as st
 
 import selector
 from pyspark_udfs.cli import main
 from selector import _eval_py
-from selector import _javalang as java
-from tests.conftest import load_jsonl
+from selector import javalang as java
 from tests.test_selector_fuzz import FUZZ, name, selectors, value
 
 try:

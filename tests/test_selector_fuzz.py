@@ -17,6 +17,7 @@ import math
 import re
 
 import pytest
+from helpers import load_jsonl
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
@@ -24,7 +25,6 @@ import selector
 from selector import _eval_py, parser
 from selector.nodes import Node, canonical_form
 from selector.parser import parse
-from tests.conftest import load_jsonl
 
 pa = pytest.importorskip("pyarrow")
 

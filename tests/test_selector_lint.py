@@ -2,9 +2,9 @@
 from __future__ import annotations
 
 import pytest
+from helpers import load_jsonl
 
 import selector
-from tests.conftest import load_jsonl
 
 
 def codes(sql):

@@ -6,13 +6,13 @@ import sys
 from pathlib import Path
 
 import pytest
+from helpers import load_jsonl
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import selector
 from selector import _flatten_py, _lalr_py, compiler, lexer, parser
 from selector.parser import parse
-from tests.conftest import load_jsonl
 
 ROOT = Path(__file__).resolve().parent.parent
 

@@ -9,7 +9,7 @@ import json
 import shutil
 
 import pytest
-from conftest import DATA
+from helpers import DATA
 
 import bloom
 import cq

@@ -5,7 +5,7 @@ from __future__ import annotations
 import base64
 
 import pytest
-from conftest import DATA, load_jsonl
+from helpers import DATA, load_jsonl
 
 pytestmark = pytest.mark.spark
 

@@ -3,12 +3,10 @@
 store and on corrupt copies of it. No Spark session: the reader is called as a worker calls it."""
 from __future__ import annotations
 
-import shutil
-
 import numpy as np
 import pyarrow as pa
 import pytest
-from conftest import DATA
+from helpers import DATA
 
 import cq
 from cq import format as fmt
@@ -89,13 +87,6 @@ def test_decisions_rows_not_read_stay_null():
     store.close()
 
 
-@pytest.fixture
-def copy(tmp_path):
-    root = tmp_path / "store"
-    shutil.copytree(DATA / "golden_store", root)
-    return root
-
-
 def _record_with_properties(root):
     store = cq.Store(root)
     for u in store.consume_queue(FILTER_TOPIC, 0).read(0, 1 << 20):
@@ -110,27 +101,27 @@ def _record_with_properties(root):
     raise AssertionError("no record with tags and keys")
 
 
-def test_malformed_utf8_property_decodes_as_read_message(copy):
-    path, pos, raw, m = _record_with_properties(copy)
+def test_malformed_utf8_property_decodes_as_read_message(golden_copy):
+    path, pos, raw, m = _record_with_properties(golden_copy)
     at = raw.rindex(m.tags.encode())  # first byte of the TAGS value
     with open(path, "r+b") as f:
         f.seek(pos + at)
         f.write(b"\xff")
-    got = _read(copy, FILTER_TOPIC, 0)
-    expected = _expected(copy, FILTER_TOPIC, 0)
+    got = _read(golden_copy, FILTER_TOPIC, 0)
+    expected = _expected(golden_copy, FILTER_TOPIC, 0)
     assert got == expected
     assert any("\ufffd" in (r["tags"] or "") for r in got)
 
 
-def test_corrupt_record_raises_read_message_error(copy):
-    path, pos, _, _ = _record_with_properties(copy)
+def test_corrupt_record_raises_read_message_error(golden_copy):
+    path, pos, _, _ = _record_with_properties(golden_copy)
     with open(path, "r+b") as f:
         f.seek(pos + 4)
         f.write(b"\x00\x00\x00\x01")  # bad magic code
     with pytest.raises(cq.StoreFormatError) as per_item:
-        _expected(copy, FILTER_TOPIC, 0)
+        _expected(golden_copy, FILTER_TOPIC, 0)
     with pytest.raises(cq.StoreFormatError) as batch:
-        _read(copy, FILTER_TOPIC, 0)
+        _read(golden_copy, FILTER_TOPIC, 0)
     assert (str(batch.value), batch.value.path, batch.value.offset) == (
         str(per_item.value), per_item.value.path, per_item.value.offset)
     assert batch.value.offset == pos

@@ -5,14 +5,13 @@ from __future__ import annotations
 import json
 import os
 import re
-import shutil
 import struct
 import subprocess
 import sys
 import textwrap
 
 import pytest
-from conftest import DATA, load_jsonl
+from helpers import DATA, load_jsonl, patch_file
 
 from cq import format as fmt
 
@@ -22,19 +21,6 @@ ROWS = load_jsonl("golden_store.jsonl")
 TOPIC = "GoldenFilterTopic"
 SQL_A = "a > 5 AND b = 'abc'"
 KEY = ("topic", "queue_id", "queue_offset")
-
-
-@pytest.fixture
-def store(tmp_path):
-    root = tmp_path / "store"
-    shutil.copytree(DATA / "golden_store", root)
-    return root
-
-
-def _patch(path, offset: int, data: bytes) -> None:
-    with open(path, "r+b") as f:
-        f.seek(offset)
-        f.write(data)
 
 
 def _commit_log_file(root, physical_offset: int) -> str:
@@ -47,7 +33,7 @@ def _break_body_length(root, row: dict) -> tuple[str, int]:
     assert row["sysFlag"] & 0x30 == 0  # IPv4 hosts: BODYLENGTH sits at byte 84 of the record
     path = _commit_log_file(root, row["commitLogOffset"])
     at = row["commitLogOffset"] % 65536
-    _patch(path, at + 84, struct.pack(">i", row["bodyLength"] - 3))
+    patch_file(path, at + 84, struct.pack(">i", row["bodyLength"] - 3))
     return path, at
 
 
@@ -69,48 +55,48 @@ def _golden_key(g: dict) -> tuple:
 # ------------------------------------------------------------------ on_corrupt=fail
 
 
-def test_corrupt_record_fails_the_query_naming_file_and_offset(spark, store):
+def test_corrupt_record_fails_the_query_naming_file_and_offset(spark, golden_copy):
     row = ROWS[3]
-    path = _commit_log_file(store, row["commitLogOffset"])
-    _patch(path, row["commitLogOffset"] + 4, b"\x12\x34\x56\x78")  # bad magic code
+    path = _commit_log_file(golden_copy, row["commitLogOffset"])
+    patch_file(path, row["commitLogOffset"] + 4, b"\x12\x34\x56\x78")  # bad magic code
     with pytest.raises(Exception) as exc:
-        _read(spark, store).count()
+        _read(spark, golden_copy).count()
     text = str(exc.value)
     assert "StoreFormatError" in text
     assert f"{path} at byte offset {row['commitLogOffset']}: bad magic code 0x12345678" in text
 
 
-def test_truncated_consume_queue_fails_while_planning_naming_file_and_offset(spark, store):
-    path = store / "consumequeue" / TOPIC / "0" / fmt.file_name(0)
+def test_truncated_consume_queue_fails_while_planning_naming_file_and_offset(spark, golden_copy):
+    path = golden_copy / "consumequeue" / TOPIC / "0" / fmt.file_name(0)
     os.truncate(path, 990)
     with pytest.raises(Exception) as exc:
-        _read(spark, store, table="consumequeue").count()
+        _read(spark, golden_copy, table="consumequeue").count()
     assert f"{path} at byte offset 990" in str(exc.value)
 
 
-def test_on_corrupt_option_is_checked(spark, store):
+def test_on_corrupt_option_is_checked(spark, golden_copy):
     from pyspark_udfs.datasource import ReadOptions
 
     with pytest.raises(ValueError, match="rocketmq option 'on_corrupt': expected fail or skip, got 'ignore'"):
-        ReadOptions.parse({"path": str(store), "on_corrupt": "ignore"})
+        ReadOptions.parse({"path": str(golden_copy), "on_corrupt": "ignore"})
     with pytest.raises(ValueError, match="'skipped_log' needs on_corrupt=skip"):
-        ReadOptions.parse({"path": str(store), "skipped_log": str(store / "x")})
+        ReadOptions.parse({"path": str(golden_copy), "skipped_log": str(golden_copy / "x")})
     with pytest.raises(Exception, match="on_corrupt"):
-        _read(spark, store, on_corrupt="Maybe").schema  # noqa: B018 - the schema call makes the source
-    assert ReadOptions.parse({"path": str(store), "on_corrupt": " SKIP "}).on_corrupt == "skip"
+        _read(spark, golden_copy, on_corrupt="Maybe").schema  # noqa: B018 - the schema call makes the source
+    assert ReadOptions.parse({"path": str(golden_copy), "on_corrupt": " SKIP "}).on_corrupt == "skip"
 
 
 # ------------------------------------------------------------------ on_corrupt=skip
 
 
-def test_skip_drops_the_unit_of_a_corrupt_record_and_reports_it(spark, store, tmp_path):
+def test_skip_drops_the_unit_of_a_corrupt_record_and_reports_it(spark, golden_copy, tmp_path):
     from pyspark_udfs.datasource import skipped_ranges
 
     row = ROWS[3]
-    path = _commit_log_file(store, row["commitLogOffset"])
-    _patch(path, row["commitLogOffset"] + 4, b"\x12\x34\x56\x78")
+    path = _commit_log_file(golden_copy, row["commitLogOffset"])
+    patch_file(path, row["commitLogOffset"] + 4, b"\x12\x34\x56\x78")
     log = tmp_path / "skipped"
-    rows = _read(spark, store, on_corrupt="skip", skipped_log=str(log)).collect()
+    rows = _read(spark, golden_copy, on_corrupt="skip", skipped_log=str(log)).collect()
     assert _keys(rows) == {_golden_key(g) for g in ROWS} - {_golden_key(row)}
     by_key = {tuple(r[k] for k in KEY): r for r in rows}
     for g in ROWS[:10]:  # the records around it are read as before
@@ -122,13 +108,13 @@ def test_skip_drops_the_unit_of_a_corrupt_record_and_reports_it(spark, store, tm
     }]
 
 
-def test_skip_a_consume_queue_that_cannot_be_opened_drops_that_queue(spark, store, tmp_path):
+def test_skip_a_consume_queue_that_cannot_be_opened_drops_that_queue(spark, golden_copy, tmp_path):
     from pyspark_udfs.datasource import skipped_ranges
 
-    path = store / "consumequeue" / TOPIC / "0" / fmt.file_name(0)
+    path = golden_copy / "consumequeue" / TOPIC / "0" / fmt.file_name(0)
     os.truncate(path, 990)
     log = tmp_path / "skipped"
-    rows = _read(spark, store, table="consumequeue", on_corrupt="skip", skipped_log=str(log)).collect()
+    rows = _read(spark, golden_copy, table="consumequeue", on_corrupt="skip", skipped_log=str(log)).collect()
     assert _keys(rows) == {_golden_key(g) for g in ROWS if (g["topic"], g["queueId"]) != (TOPIC, 0)}
     [skipped] = skipped_ranges(log)
     assert (skipped["topic"], skipped["queue_id"], skipped["end"], skipped["units"]) == (TOPIC, 0, None, None)
@@ -136,32 +122,32 @@ def test_skip_a_consume_queue_that_cannot_be_opened_drops_that_queue(spark, stor
     assert "truncated" in skipped["reason"]
 
 
-def test_skip_an_ext_unit_whose_bitmap_runs_past_the_data(spark, store, tmp_path):
+def test_skip_an_ext_unit_whose_bitmap_runs_past_the_data(spark, golden_copy, tmp_path):
     from pyspark_udfs.datasource import skipped_ranges
 
-    ext_path = store / "consumequeue_ext" / TOPIC / "0" / fmt.file_name(3072)
+    ext_path = golden_copy / "consumequeue_ext" / TOPIC / "0" / fmt.file_name(3072)
     last = max((g for g in ROWS if g["topic"] == TOPIC and g["queueId"] == 0), key=lambda g: g["ext"]["fileOffset"])
-    _patch(ext_path, last["ext"]["fileOffset"] - 3072 + 18, struct.pack(">h", 900))
+    patch_file(ext_path, last["ext"]["fileOffset"] - 3072 + 18, struct.pack(">h", 900))
     with pytest.raises(Exception, match="runs past the readable end"):
-        _read(spark, store, topic=TOPIC, group="GID_SQL_A", sql=SQL_A).count()
+        _read(spark, golden_copy, topic=TOPIC, group="GID_SQL_A", sql=SQL_A).count()
     log = tmp_path / "skipped"
-    df = _read(spark, store, topic=TOPIC, table="consumequeue", on_corrupt="skip", skipped_log=str(log))
+    df = _read(spark, golden_copy, topic=TOPIC, table="consumequeue", on_corrupt="skip", skipped_log=str(log))
     assert _keys(df.collect()) == {_golden_key(g) for g in ROWS if g["topic"] == TOPIC} - {_golden_key(last)}
     [skipped] = skipped_ranges(log)
     assert (skipped["queue_id"], skipped["start"], skipped["units"]) == (0, last["queueOffset"], 1)
     assert (skipped["path"], skipped["offset"]) == (str(ext_path), last["ext"]["fileOffset"] - 3072)
 
 
-def test_skip_an_ext_file_that_cannot_be_opened_drops_the_ranges_that_need_it(spark, store, tmp_path):
+def test_skip_an_ext_file_that_cannot_be_opened_drops_the_ranges_that_need_it(spark, golden_copy, tmp_path):
     from pyspark_udfs.datasource import skipped_ranges
 
-    ext_path = store / "consumequeue_ext" / TOPIC / "1" / fmt.file_name(3072)
+    ext_path = golden_copy / "consumequeue_ext" / TOPIC / "1" / fmt.file_name(3072)
     os.truncate(ext_path, 100)
     with pytest.raises(Exception) as exc:
-        _read(spark, store, topic=TOPIC, table="consumequeue").count()
+        _read(spark, golden_copy, topic=TOPIC, table="consumequeue").count()
     assert f"{ext_path} at byte offset" in str(exc.value)
     log = tmp_path / "skipped"
-    df = _read(spark, store, topic=TOPIC, table="consumequeue", on_corrupt="skip", skipped_log=str(log))
+    df = _read(spark, golden_copy, topic=TOPIC, table="consumequeue", on_corrupt="skip", skipped_log=str(log))
     assert _keys(df.collect()) == {_golden_key(g) for g in ROWS if (g["topic"], g["queueId"]) == (TOPIC, 0)}
     skipped = skipped_ranges(log)
     # queue 1 is two ConsumeQueue files, so two partitions, each skipped whole
@@ -175,7 +161,7 @@ def _sql_a_row_that_matches() -> dict:
 
 
 @pytest.mark.parametrize("layer2", ["python", "native"])
-def test_scan_job_skips_a_corrupt_record_and_counts_it(spark, store, layer2):
+def test_scan_job_skips_a_corrupt_record_and_counts_it(spark, golden_copy, layer2):
     import cq
     from pyspark_udfs import job
 
@@ -183,12 +169,12 @@ def test_scan_job_skips_a_corrupt_record_and_counts_it(spark, store, layer2):
     list(golden)
     stats = golden.stats
     row = _sql_a_row_that_matches()
-    path, at = _break_body_length(store, row)
+    path, at = _break_body_length(golden_copy, row)
     with pytest.raises(Exception) as exc:
-        job.scan(spark, str(store), TOPIC, job.GroupScan("GID_SQL_A", sql=SQL_A), layer2=layer2)
+        job.scan(spark, str(golden_copy), TOPIC, job.GroupScan("GID_SQL_A", sql=SQL_A), layer2=layer2)
     found = re.search(rf"StoreFormatError: {re.escape(str(path))} at byte offset (\d+)", str(exc.value))
     assert found and at <= int(found.group(1)) < at + row["storeSize"], str(exc.value)[-400:]
-    got = job.scan(spark, str(store), TOPIC, job.GroupScan("GID_SQL_A", sql=SQL_A), on_corrupt="skip",
+    got = job.scan(spark, str(golden_copy), TOPIC, job.GroupScan("GID_SQL_A", sql=SQL_A), on_corrupt="skip",
                    layer2=layer2)
     assert got.layer2 == ("native" if layer2 == "native" else "python (reader, Cython engine)")
     # The skipped unit had passed both layers on the intact store.
@@ -203,13 +189,13 @@ def test_scan_job_skips_a_corrupt_record_and_counts_it(spark, store, layer2):
     assert f"{path} at byte offset {skipped['offset']}" in job.format_skipped([got])
 
 
-def test_cli_scan_prints_the_skipped_ranges(spark, store, tmp_path, capsys):
+def test_cli_scan_prints_the_skipped_ranges(spark, golden_copy, tmp_path, capsys):
     from pyspark_udfs import cli
 
     row = _sql_a_row_that_matches()
-    path, at = _break_body_length(store, row)
+    path, at = _break_body_length(golden_copy, row)
     out, summary = tmp_path / "out", tmp_path / "summary.json"
-    code = cli.main(["scan", str(store), "--topic", TOPIC, "--group", "GID_SQL_A", "--sql", SQL_A,
+    code = cli.main(["scan", str(golden_copy), "--topic", TOPIC, "--group", "GID_SQL_A", "--sql", SQL_A,
                      "--on-corrupt", "skip", "--out", str(out), "--format", "json", "--json", str(summary)])
     assert code == 0
     printed = capsys.readouterr().out

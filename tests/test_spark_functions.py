@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 import pytest
-from conftest import load_jsonl
+from helpers import load_jsonl
 
 pytestmark = pytest.mark.spark
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 import json
 
 import pytest
-from conftest import DATA
+from helpers import DATA
 
 pytestmark = pytest.mark.spark
 

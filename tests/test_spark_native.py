@@ -12,8 +12,7 @@ import random
 import warnings
 
 import pytest
-
-from tests.conftest import load_jsonl
+from helpers import load_jsonl
 
 pytestmark = pytest.mark.spark
 
@@ -239,7 +238,7 @@ def test_java_parsers_in_spark_equal_javas(spark, ansi):
 
     from pyspark_udfs import _native_ir as ir
     from pyspark_udfs import _native_java as jv
-    from selector import _javalang as java
+    from selector import javalang as java
 
     def java_or_none(parse, s):
         try:

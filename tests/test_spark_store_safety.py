@@ -7,7 +7,7 @@ import os
 import shutil
 
 import pytest
-from conftest import DATA
+from helpers import DATA
 
 pytestmark = pytest.mark.spark
 

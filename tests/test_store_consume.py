@@ -4,7 +4,7 @@ from __future__ import annotations
 import os
 
 import pytest
-from conftest import DATA, load_jsonl
+from helpers import DATA, load_jsonl
 
 import cq
 

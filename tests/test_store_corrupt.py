@@ -3,12 +3,11 @@ from __future__ import annotations
 
 import os
 import random
-import shutil
 import struct
 
 import numpy as np
 import pytest
-from conftest import DATA, load_jsonl
+from helpers import load_jsonl, patch_file
 
 import cq
 from cq import format as fmt
@@ -17,60 +16,47 @@ ROWS = load_jsonl("golden_store.jsonl")
 TOPIC = "GoldenFilterTopic"
 
 
-@pytest.fixture
-def copy(tmp_path):
-    root = tmp_path / "store"
-    shutil.copytree(DATA / "golden_store", root)
-    return root
-
-
-def _patch(path, offset, data):
-    with open(path, "r+b") as f:
-        f.seek(offset)
-        f.write(data)
-
-
 def _first_cl(root):
     return str(root / "commitlog" / fmt.file_name(0))
 
 
-def test_truncated_consume_queue_file(copy):
-    path = copy / "consumequeue" / TOPIC / "0" / fmt.file_name(0)
+def test_truncated_consume_queue_file(golden_copy):
+    path = golden_copy / "consumequeue" / TOPIC / "0" / fmt.file_name(0)
     os.truncate(path, 990)
     with pytest.raises(cq.StoreFormatError) as exc:
-        cq.Store(copy).consume_queue(TOPIC, 0)
+        cq.Store(golden_copy).consume_queue(TOPIC, 0)
     assert exc.value.path == str(path) and exc.value.offset == 990
     assert str(path) in str(exc.value) and "990" in str(exc.value)
 
 
-def test_truncated_commit_log_file(copy):
-    path = copy / "commitlog" / fmt.file_name(65536)
+def test_truncated_commit_log_file(golden_copy):
+    path = golden_copy / "commitlog" / fmt.file_name(65536)
     os.truncate(path, 1000)
     with pytest.raises(cq.StoreFormatError) as exc:
-        cq.Store(copy).commit_log.messages()
+        cq.Store(golden_copy).commit_log.messages()
     assert exc.value.path == str(path)
 
 
-def test_trailing_empty_file_is_ignored_like_the_broker(copy):
-    open(copy / "commitlog" / fmt.file_name(7 * 65536), "wb").close()
-    assert len(list(cq.Store(copy).commit_log.messages())) == 300
+def test_trailing_empty_file_is_ignored_like_the_broker(golden_copy):
+    open(golden_copy / "commitlog" / fmt.file_name(7 * 65536), "wb").close()
+    assert len(list(cq.Store(golden_copy).commit_log.messages())) == 300
 
 
-def test_truncated_ext_file(copy):
-    path = copy / "consumequeue_ext" / TOPIC / "1" / fmt.file_name(3072)
+def test_truncated_ext_file(golden_copy):
+    path = golden_copy / "consumequeue_ext" / TOPIC / "1" / fmt.file_name(3072)
     os.truncate(path, 100)
     with pytest.raises(cq.StoreFormatError, match="ConsumeQueueExt") as exc:
-        cq.Store(copy).ext(TOPIC, 1)
+        cq.Store(golden_copy).ext(TOPIC, 1)
     assert exc.value.path == str(path)
 
 
-def test_bad_magic_names_file_and_offset(copy):
+def test_bad_magic_names_file_and_offset(golden_copy):
     row = ROWS[3]
-    _patch(_first_cl(copy), row["commitLogOffset"] + 4, b"\x12\x34\x56\x78")
-    store = cq.Store(copy)
+    patch_file(_first_cl(golden_copy), row["commitLogOffset"] + 4, b"\x12\x34\x56\x78")
+    store = cq.Store(golden_copy)
     with pytest.raises(cq.StoreFormatError, match="bad magic code 0x12345678") as exc:
         store.commit_log.read_message(row["commitLogOffset"])
-    assert (exc.value.path, exc.value.offset) == (_first_cl(copy), row["commitLogOffset"])
+    assert (exc.value.path, exc.value.offset) == (_first_cl(golden_copy), row["commitLogOffset"])
     with pytest.raises(cq.StoreFormatError) as exc:
         list(store.commit_log.messages())
     assert exc.value.offset == row["commitLogOffset"]
@@ -79,66 +65,66 @@ def test_bad_magic_names_file_and_offset(copy):
 
 
 @pytest.mark.parametrize("total", [-5, 0x7FFFFFF0, 10])
-def test_bad_total_size(copy, total):
+def test_bad_total_size(golden_copy, total):
     row = ROWS[5]
-    _patch(_first_cl(copy), row["commitLogOffset"], struct.pack(">i", total))
+    patch_file(_first_cl(golden_copy), row["commitLogOffset"], struct.pack(">i", total))
     with pytest.raises(cq.StoreFormatError, match="TOTALSIZE") as exc:
-        cq.Store(copy).commit_log.read_message(row["commitLogOffset"])
+        cq.Store(golden_copy).commit_log.read_message(row["commitLogOffset"])
     assert exc.value.offset == row["commitLogOffset"]
 
 
-def test_field_lengths_that_disagree_with_total_size(copy):
+def test_field_lengths_that_disagree_with_total_size(golden_copy):
     row = ROWS[0]
     body_len_at = row["commitLogOffset"] + 84
-    _patch(_first_cl(copy), body_len_at, struct.pack(">i", row["bodyLength"] - 3))
-    store = cq.Store(copy)
+    patch_file(_first_cl(golden_copy), body_len_at, struct.pack(">i", row["bodyLength"] - 3))
+    store = cq.Store(golden_copy)
     with pytest.raises(cq.StoreFormatError, match="add up"):
         store.commit_log.read_message(row["commitLogOffset"])
     with pytest.raises(cq.StoreFormatError, match="add up") as exc:
         store.commit_log.gather_properties([row["commitLogOffset"]])
-    assert exc.value.path == _first_cl(copy)
-    _patch(_first_cl(copy), body_len_at, struct.pack(">i", 10**9))
+    assert exc.value.path == _first_cl(golden_copy)
+    patch_file(_first_cl(golden_copy), body_len_at, struct.pack(">i", 10**9))
     with pytest.raises(cq.StoreFormatError, match="BODYLENGTH"):
-        cq.Store(copy).commit_log.read_message(row["commitLogOffset"])
+        cq.Store(golden_copy).commit_log.read_message(row["commitLogOffset"])
 
 
-def test_body_crc_checked_on_request(copy):
+def test_body_crc_checked_on_request(golden_copy):
     row = ROWS[0]
-    _patch(_first_cl(copy), row["commitLogOffset"] + 88, b"X")  # first body byte
-    store = cq.Store(copy)
+    patch_file(_first_cl(golden_copy), row["commitLogOffset"] + 88, b"X")  # first body byte
+    store = cq.Store(golden_copy)
     store.commit_log.read_message(row["commitLogOffset"])  # not checked by default, like reput
     with pytest.raises(cq.StoreFormatError, match="CRC"):
         store.commit_log.read_message(row["commitLogOffset"], verify_crc=True)
 
 
-def test_offset_outside_the_log(copy):
+def test_offset_outside_the_log(golden_copy):
     with pytest.raises(cq.StoreFormatError, match="outside the commit log"):
-        cq.Store(copy).commit_log.read_message(10**12)
+        cq.Store(golden_copy).commit_log.read_message(10**12)
     with pytest.raises(cq.StoreFormatError, match="outside the commit log"):
-        cq.Store(copy).commit_log.gather_properties([0, 10**12])
+        cq.Store(golden_copy).commit_log.gather_properties([0, 10**12])
 
 
-def test_unit_pointing_past_the_log_is_a_counted_skip(copy):
-    path = copy / "consumequeue" / TOPIC / "0" / fmt.file_name(0)
-    _patch(path, 20 * 2, struct.pack(">q", 5 * 10**6))   # third unit -> far past the log
-    result = cq.Store(copy).consume(TOPIC, "G", tags="*")
+def test_unit_pointing_past_the_log_is_a_counted_skip(golden_copy):
+    path = golden_copy / "consumequeue" / TOPIC / "0" / fmt.file_name(0)
+    patch_file(path, 20 * 2, struct.pack(">q", 5 * 10**6))   # third unit -> far past the log
+    result = cq.Store(golden_copy).consume(TOPIC, "G", tags="*")
     got = list(result)
     assert len(got) == 199 and result.stats.commit_log_missing == 1
     assert 2 not in [m.queue_offset for m in got if m.queue_id == 0]
 
 
-def test_negative_unit_size_ends_the_queue(copy):
-    path = copy / "consumequeue" / TOPIC / "0" / fmt.file_name(1000)
-    _patch(path, 20 * 10 + 8, struct.pack(">i", -1))
-    cqueue = cq.Store(copy).consume_queue(TOPIC, 0)
+def test_negative_unit_size_ends_the_queue(golden_copy):
+    path = golden_copy / "consumequeue" / TOPIC / "0" / fmt.file_name(1000)
+    patch_file(path, 20 * 10 + 8, struct.pack(">i", -1))
+    cqueue = cq.Store(golden_copy).consume_queue(TOPIC, 0)
     assert cqueue.max_offset == 60  # the broker's validity rule: size <= 0 is the end
 
 
-def test_ext_address_out_of_range(copy):
-    path = copy / "consumequeue" / TOPIC / "0" / fmt.file_name(0)
+def test_ext_address_out_of_range(golden_copy):
+    path = golden_copy / "consumequeue" / TOPIC / "0" / fmt.file_name(0)
     for i, addr in enumerate([cq.decorate(10**9), cq.decorate(4000), cq.MAX_ADDR]):
-        _patch(path, 20 * i + 12, struct.pack(">q", addr))
-    store = cq.Store(copy)
+        patch_file(path, 20 * i + 12, struct.pack(">q", addr))
+    store = cq.Store(golden_copy)
     ext = store.ext(TOPIC, 0)
     assert ext.get(cq.decorate(10**9)) is None
     assert ext.get(cq.decorate(4000)) is None  # past the write position of the last file
@@ -150,20 +136,20 @@ def test_ext_address_out_of_range(copy):
     assert got == [] and result.stats.client_filtered == 3
 
 
-def test_ext_unit_whose_bitmap_runs_past_the_data(copy):
-    path = copy / "consumequeue_ext" / TOPIC / "0" / fmt.file_name(0)
-    _patch(path, 18, struct.pack(">h", 2000))
-    ext = cq.Store(copy).ext(TOPIC, 0)
+def test_ext_unit_whose_bitmap_runs_past_the_data(golden_copy):
+    path = golden_copy / "consumequeue_ext" / TOPIC / "0" / fmt.file_name(0)
+    patch_file(path, 18, struct.pack(">h", 2000))
+    ext = cq.Store(golden_copy).ext(TOPIC, 0)
     with pytest.raises(cq.StoreFormatError, match="bitmap") as exc:
         ext.get(cq.decorate(0))
     assert exc.value.path == str(path) and exc.value.offset == 0
 
 
-def test_ext_unit_size_past_file_end(copy):
-    path = copy / "consumequeue_ext" / TOPIC / "0" / fmt.file_name(3072)
-    _patch(path, 0, struct.pack(">h", 2000))
+def test_ext_unit_size_past_file_end(golden_copy):
+    path = golden_copy / "consumequeue_ext" / TOPIC / "0" / fmt.file_name(3072)
+    patch_file(path, 0, struct.pack(">h", 2000))
     with pytest.raises(cq.StoreFormatError, match="past the end") as exc:
-        _ = cq.Store(copy).ext(TOPIC, 0).max_offset
+        _ = cq.Store(golden_copy).ext(TOPIC, 0).max_offset
     assert exc.value.path == str(path)
 
 
@@ -174,19 +160,19 @@ def test_not_a_store(tmp_path):
         cq.Store(tmp_path / "missing")
 
 
-def test_misnamed_files_are_ignored_and_misaligned_starts_refused(copy):
-    d = copy / "consumequeue" / TOPIC / "0"
+def test_misnamed_files_are_ignored_and_misaligned_starts_refused(golden_copy):
+    d = golden_copy / "consumequeue" / TOPIC / "0"
     (d / "README").write_text("not a queue file")
-    assert cq.Store(copy).consume_queue(TOPIC, 0).max_offset == 100
+    assert cq.Store(golden_copy).consume_queue(TOPIC, 0).max_offset == 100
     os.rename(d / fmt.file_name(1000), d / fmt.file_name(1500))
     with pytest.raises(cq.StoreFormatError, match="multiple"):
-        cq.Store(copy).consume_queue(TOPIC, 0)
+        cq.Store(golden_copy).consume_queue(TOPIC, 0)
 
 
-def test_random_corruption_never_crashes(copy):
+def test_random_corruption_never_crashes(golden_copy):
     """Flip random bytes everywhere; every failure must be a StoreFormatError."""
     rng = random.Random(20250919)
-    files = [os.path.join(d, f) for d, _, fs in os.walk(copy) for f in fs
+    files = [os.path.join(d, f) for d, _, fs in os.walk(golden_copy) for f in fs
              if "index" not in d and f not in ("checkpoint", "abort.bak")]
     originals = {}
     for p in files:
@@ -199,9 +185,9 @@ def test_random_corruption_never_crashes(copy):
         for p in rng.sample(files, 3):
             size = len(originals[p])
             for _ in range(rng.randint(1, 8)):
-                _patch(p, rng.randrange(size), bytes([rng.randrange(256)]))
+                patch_file(p, rng.randrange(size), bytes([rng.randrange(256)]))
         try:
-            store = cq.Store(copy)
+            store = cq.Store(golden_copy)
             list(store.commit_log.messages(strict=False))
             for t in store.topics():
                 for q in store.queue_ids(t):
@@ -217,19 +203,19 @@ def test_random_corruption_never_crashes(copy):
 
 
 @pytest.mark.parametrize("how", [{"sql": "a > 5"}, {"tags": "TagA"}])
-def test_consume_over_an_ext_unit_running_past_the_data(copy, how):
-    path = copy / "consumequeue_ext" / TOPIC / "0" / fmt.file_name(3072)
+def test_consume_over_an_ext_unit_running_past_the_data(golden_copy, how):
+    path = golden_copy / "consumequeue_ext" / TOPIC / "0" / fmt.file_name(3072)
     # the last unit of the last file claims a bitmap far past the write position
     last = max(r["ext"]["fileOffset"] for r in ROWS if r["topic"] == TOPIC and r["queueId"] == 0)
-    _patch(path, last - 3072 + 18, struct.pack(">h", 900))
+    patch_file(path, last - 3072 + 18, struct.pack(">h", 900))
     with pytest.raises(cq.StoreFormatError, match="past the readable end") as exc:
-        list(cq.Store(copy).consume(TOPIC, "GID_SQL_A", queue_ids=[0], **how))
+        list(cq.Store(golden_copy).consume(TOPIC, "GID_SQL_A", queue_ids=[0], **how))
     assert exc.value.path == str(path) and exc.value.offset == last - 3072
 
 
-def test_deleted_commit_log_files_move_the_queue_minimum(copy):
-    os.remove(copy / "commitlog" / fmt.file_name(0))
-    store = cq.Store(copy)
+def test_deleted_commit_log_files_move_the_queue_minimum(golden_copy):
+    os.remove(golden_copy / "commitlog" / fmt.file_name(0))
+    store = cq.Store(golden_copy)
     assert store.commit_log.min_offset == 65536
     for q in (0, 1):
         rows = sorted((r for r in ROWS if r["topic"] == TOPIC and r["queueId"] == q), key=lambda r: r["queueOffset"])

@@ -6,6 +6,7 @@ import zlib
 
 import numpy as np
 import pytest
+from helpers import load_jsonl
 
 import cq
 from cq import format as fmt
@@ -57,8 +58,6 @@ def test_properties_parsing_rules():
 
 
 def test_hashmap_order_reproduces_the_golden_properties_order():
-    from conftest import load_jsonl
-
     for row in load_jsonl("golden_store.jsonl"):
         stored = [seg.split("\x01", 1)[0] for seg in row["propertiesString"].split("\x02") if seg]
         assert fmt.hashmap_order(stored) == stored

@@ -20,13 +20,12 @@ import importlib
 import itertools
 import os
 import random
-import shutil
 import signal
 import tracemalloc
 
 import numpy as np
 import pytest
-from conftest import DATA, load_jsonl
+from helpers import DATA, load_jsonl
 
 import cq
 from cq import format as fmt
@@ -65,13 +64,6 @@ class Budget:
     def __exit__(self, *exc):
         signal.setitimer(signal.ITIMER_REAL, 0)
         signal.signal(signal.SIGALRM, self._old)
-
-
-@pytest.fixture
-def copy(tmp_path):
-    root = tmp_path / "store"
-    shutil.copytree(DATA / "golden_store", root)
-    return root
 
 
 def _read(path) -> bytes:
@@ -166,7 +158,7 @@ def _file_of(offset: int) -> tuple[int, str]:
     return start, fmt.file_name(start)
 
 
-def test_every_header_byte_flip_of_commit_log_records(copy):
+def test_every_header_byte_flip_of_commit_log_records(golden_copy):
     """All header bytes of the first records of two files (two masks), one flip per header byte of a sample."""
     rng = random.Random(7)
     first_records = ROWS_BY_OFFSET[:2]
@@ -185,7 +177,7 @@ def test_every_header_byte_flip_of_commit_log_records(copy):
         for row, at, mask in cases[::STRIDE]:
             off = row["commitLogOffset"]
             start, name = _file_of(off)
-            path = copy / "commitlog" / name
+            path = golden_copy / "commitlog" / name
             original = _read(path)
             mutated = _flipped(original, off - start + at, mask)
             budget.case = case = f"{name} record @{off} byte +{at} ^{mask:#04x}"
@@ -194,7 +186,7 @@ def test_every_header_byte_flip_of_commit_log_records(copy):
                 same_in_both_engines(case, "decode_record", np.frombuffer(mutated, np.uint8), off - start,
                                      CL_FILE_SIZE)
                 same_in_both_engines(case, "commit_log_walk", np.frombuffer(mutated, np.uint8), 0)
-                store = cq.Store(copy)
+                store = cq.Store(golden_copy)
                 offsets = np.array([r["commitLogOffset"] for r in ROWS_BY_OFFSET
                                     if start <= r["commitLogOffset"] < start + CL_FILE_SIZE], dtype=np.int64)
                 same_in_both_engines(case, "decode_records", np.frombuffer(mutated, np.uint8), offsets - start,
@@ -212,17 +204,17 @@ def test_every_header_byte_flip_of_commit_log_records(copy):
     assert outcomes["ok"] and outcomes["error"], outcomes
 
 
-def test_every_truncation_point_of_the_last_record(copy):
+def test_every_truncation_point_of_the_last_record(golden_copy):
     """Cut the last record at every byte, as a killed writer leaves it: zeros after the cut
     (files are pre-allocated) and, separately, a file physically shorter."""
     last = ROWS_BY_OFFSET[-1]
     off = last["commitLogOffset"]
     start, name = _file_of(off)
-    path = copy / "commitlog" / name
+    path = golden_copy / "commitlog" / name
     original = _read(path)
     pos = off - start
     size = last["storeSize"]
-    intact = cq.Store(copy)
+    intact = cq.Store(golden_copy)
     assert intact.commit_log.max_offset == off + size
     props_end = _header_positions(last)[-1] + 1
     with Budget(60) as budget:
@@ -232,7 +224,7 @@ def test_every_truncation_point_of_the_last_record(copy):
             _write(path, zeroed)
             same_in_both_engines(case, "commit_log_walk", np.frombuffer(zeroed, np.uint8), 0)
             same_in_both_engines(case, "decode_record", np.frombuffer(zeroed, np.uint8), pos, CL_FILE_SIZE)
-            store = cq.Store(copy)
+            store = cq.Store(golden_copy)
             log = store.commit_log
             # broker recovery: a record cut before the end of its PROPERTIESLENGTH field no longer
             # adds up (zeros read as lengths), so the data ends where it starts; cut inside the
@@ -257,44 +249,44 @@ def test_every_truncation_point_of_the_last_record(copy):
             _write(path, original[:pos + cut])
             if pos + cut == 0:
                 continue  # a trailing empty file is dropped, like the broker
-            err = attempt(case, cq.Store(copy).__getattribute__, "commit_log")
+            err = attempt(case, cq.Store(golden_copy).__getattribute__, "commit_log")
             assert isinstance(err, cq.StoreFormatError), case
             assert (err.path, err.offset) == (str(path), pos + cut), (case, err)
         _write(path, original)
 
 
-def test_recovery_checks_the_body_crc_like_check_crc_on_recover(copy):
+def test_recovery_checks_the_body_crc_like_check_crc_on_recover(golden_copy):
     """A record whose lengths add up but whose body CRC does not match ends the data (spec §4.6)."""
     last = ROWS_BY_OFFSET[-1]
     off = last["commitLogOffset"]
     start, name = _file_of(off)
-    path = copy / "commitlog" / name
+    path = golden_copy / "commitlog" / name
     original = _read(path)
     _write(path, _flipped(original, off - start + 88 + 3, 0x20))  # a body byte
-    store = cq.Store(copy)
+    store = cq.Store(golden_copy)
     assert store.commit_log.max_offset == off
     assert len(list(store.commit_log.messages(strict=False))) == len(ROWS) - 1
-    lax = cq.CommitLog(copy / "commitlog", check_crc_on_recover=False)
+    lax = cq.CommitLog(golden_copy / "commitlog", check_crc_on_recover=False)
     assert lax.max_offset == off + last["storeSize"]
     result = store.consume(last["topic"], "G", tags="*", queue_ids=[last["queueId"]])
     assert last["queueOffset"] not in [m.queue_offset for m in result]
     assert result.stats.commit_log_missing == 1
 
 
-def test_truncation_points_inside_an_earlier_file_are_errors_with_the_file_and_offset(copy):
+def test_truncation_points_inside_an_earlier_file_are_errors_with_the_file_and_offset(golden_copy):
     """A cut record with zeros after it in an early file: strict reads name file and offset;
     recovery does not look there (it starts at the third-to-last file, spec §2.4/§4.6)."""
     row = next(r for r in ROWS_BY_OFFSET if r["commitLogOffset"] >= 2 * CL_FILE_SIZE)
     off = row["commitLogOffset"]
     start, name = _file_of(off)
-    path = copy / "commitlog" / name
+    path = golden_copy / "commitlog" / name
     original = _read(path)
     pos = off - start
     with Budget(60) as budget:
         for cut in range(0, row["storeSize"], 31):
             budget.case = case = f"{name}: record @{off} cut after {cut} bytes"
             _write(path, original[:pos + cut] + bytes(len(original) - pos - cut))
-            store = cq.Store(copy)
+            store = cq.Store(golden_copy)
             err = attempt(case, drain, store.commit_log.messages)
             assert isinstance(err, cq.StoreFormatError) and err.path == str(path), (case, err)
             # recovery starts at the third-to-last file and takes the ones before it as full
@@ -330,11 +322,11 @@ def _queue_reads(case: str, store: cq.Store, topic: str, queue_id: int) -> None:
             assert stats.delivered == len(got) <= stats.passed_commit_log <= stats.passed_consume_queue, case
 
 
-def test_every_byte_flip_in_sampled_consume_queue_units(copy):
+def test_every_byte_flip_in_sampled_consume_queue_units(golden_copy):
     """Every byte of the first unit (^0xFF) and the last unit (^0x80) of every ConsumeQueue file."""
     cases = []
     for topic in (FILTER_TOPIC, PLAIN_TOPIC):
-        for d in sorted((copy / "consumequeue" / topic).iterdir()):
+        for d in sorted((golden_copy / "consumequeue" / topic).iterdir()):
             for f in sorted(d.iterdir()):
                 n_units = f.stat().st_size // fmt.CQ_STORE_UNIT_SIZE
                 for u, mask in ((0, 0xFF), (n_units - 1, 0x80)):
@@ -343,13 +335,13 @@ def test_every_byte_flip_in_sampled_consume_queue_units(copy):
     with Budget(120) as budget:
         for topic, queue_id, path, at, mask in cases[::STRIDE]:
             original = _read(path)
-            budget.case = case = f"{path.relative_to(copy)} byte {at} ^{mask:#04x}"
+            budget.case = case = f"{path.relative_to(golden_copy)} byte {at} ^{mask:#04x}"
             mutated = _flipped(original, at, mask)
             _write(path, mutated)
             try:
                 same_in_both_engines(case, "scan_tags", np.frombuffer(mutated, np.uint8),
                                      np.array(sorted({cq.tags_code("TagA"), cq.tags_code("TagB")}), np.int32))
-                store = cq.Store(copy)
+                store = cq.Store(golden_copy)
                 _queue_reads(case, store, topic, queue_id)
                 store.close()
             finally:
@@ -368,11 +360,11 @@ def _ext_unit_starts(path) -> list[int]:
     return out
 
 
-def test_every_byte_flip_in_sampled_ext_units(copy):
+def test_every_byte_flip_in_sampled_ext_units(golden_copy):
     """Every byte of the first unit (^0xFF) and the last unit (^0x80) of each ext file."""
     cases = []
     for topic in (FILTER_TOPIC, PLAIN_TOPIC):
-        for d in sorted((copy / "consumequeue_ext" / topic).iterdir()):
+        for d in sorted((golden_copy / "consumequeue_ext" / topic).iterdir()):
             for f in sorted(d.iterdir()):
                 starts = _ext_unit_starts(f)
                 picks = sorted(set(starts[:1] + starts[-1:]))
@@ -387,7 +379,7 @@ def test_every_byte_flip_in_sampled_ext_units(copy):
     with Budget(120) as budget:
         for topic, queue_id, path, at, mask in cases[::STRIDE]:
             original = _read(path)
-            budget.case = case = f"{path.relative_to(copy)} byte {at} ^{mask:#04x}"
+            budget.case = case = f"{path.relative_to(golden_copy)} byte {at} ^{mask:#04x}"
             mutated = _flipped(original, at, mask)
             _write(path, mutated)
             try:
@@ -395,7 +387,7 @@ def test_every_byte_flip_in_sampled_ext_units(copy):
                 same_in_both_engines(case, "ext_walk", buf, 0)
                 positions = np.array(_ext_unit_starts(path) or [0], dtype=np.int64)
                 same_in_both_engines(case, "ext_units_at", buf, positions, len(mutated))
-                store = cq.Store(copy)
+                store = cq.Store(golden_copy)
                 _queue_reads(case, store, topic, queue_id)
                 store.close()
             finally:
@@ -443,34 +435,34 @@ def _garbage(rng: random.Random, size: int, style: str) -> bytes:
 
 
 @pytest.mark.parametrize("style", ["random", "ones", "big-sizes"])
-def test_garbage_files_named_like_store_files(copy, style):
+def test_garbage_files_named_like_store_files(golden_copy, style):
     """Whole files replaced by garbage, or added beside real ones: errors name file and offset,
     and no size read from the garbage makes a reader allocate more than a few MB."""
     rng = random.Random(f"garbage-{style}")
     targets = [
-        ("replace", copy / "commitlog" / fmt.file_name(0), CL_FILE_SIZE),
-        ("replace", copy / "commitlog" / fmt.file_name(6 * CL_FILE_SIZE), CL_FILE_SIZE),
-        ("add", copy / "commitlog" / fmt.file_name(7 * CL_FILE_SIZE), CL_FILE_SIZE),
-        ("add", copy / "commitlog" / fmt.file_name(7 * CL_FILE_SIZE), 1234),
-        ("replace", copy / "consumequeue" / FILTER_TOPIC / "0" / fmt.file_name(0), 1000),
-        ("replace", copy / "consumequeue" / FILTER_TOPIC / "1" / fmt.file_name(1000), 1000),
-        ("add", copy / "consumequeue" / PLAIN_TOPIC / "0" / fmt.file_name(1000), 1000),
-        ("add", copy / "consumequeue" / PLAIN_TOPIC / "7" / fmt.file_name(0), 1000),
-        ("replace", copy / "consumequeue_ext" / FILTER_TOPIC / "0" / fmt.file_name(0), 1024),
-        ("replace", copy / "consumequeue_ext" / FILTER_TOPIC / "0" / fmt.file_name(3072), 1024),
-        ("add", copy / "consumequeue_ext" / PLAIN_TOPIC / "0" / fmt.file_name(1024), 1024),
-        ("add", copy / "consumequeue_ext" / PLAIN_TOPIC / "7" / fmt.file_name(0), 1000),
+        ("replace", golden_copy / "commitlog" / fmt.file_name(0), CL_FILE_SIZE),
+        ("replace", golden_copy / "commitlog" / fmt.file_name(6 * CL_FILE_SIZE), CL_FILE_SIZE),
+        ("add", golden_copy / "commitlog" / fmt.file_name(7 * CL_FILE_SIZE), CL_FILE_SIZE),
+        ("add", golden_copy / "commitlog" / fmt.file_name(7 * CL_FILE_SIZE), 1234),
+        ("replace", golden_copy / "consumequeue" / FILTER_TOPIC / "0" / fmt.file_name(0), 1000),
+        ("replace", golden_copy / "consumequeue" / FILTER_TOPIC / "1" / fmt.file_name(1000), 1000),
+        ("add", golden_copy / "consumequeue" / PLAIN_TOPIC / "0" / fmt.file_name(1000), 1000),
+        ("add", golden_copy / "consumequeue" / PLAIN_TOPIC / "7" / fmt.file_name(0), 1000),
+        ("replace", golden_copy / "consumequeue_ext" / FILTER_TOPIC / "0" / fmt.file_name(0), 1024),
+        ("replace", golden_copy / "consumequeue_ext" / FILTER_TOPIC / "0" / fmt.file_name(3072), 1024),
+        ("add", golden_copy / "consumequeue_ext" / PLAIN_TOPIC / "0" / fmt.file_name(1024), 1024),
+        ("add", golden_copy / "consumequeue_ext" / PLAIN_TOPIC / "7" / fmt.file_name(0), 1000),
     ]
     with Budget(120) as budget:
         for how, path, size in targets[::STRIDE] if STRIDE > 1 and style != "random" else targets:
-            budget.case = case = f"{style} garbage: {how} {path.relative_to(copy)} ({size} bytes)"
+            budget.case = case = f"{style} garbage: {how} {path.relative_to(golden_copy)} ({size} bytes)"
             existed = path.exists()
             original = _read(path) if existed else None
             path.parent.mkdir(parents=True, exist_ok=True)
             _write(path, _garbage(rng, size, style))
             try:
                 with _allocation_cap(case, 16 << 20):
-                    _all_reads(case, copy)
+                    _all_reads(case, golden_copy)
             finally:
                 if existed:
                     _write(path, original)
@@ -480,7 +472,7 @@ def test_garbage_files_named_like_store_files(copy, style):
 
 # ------------------------------------------------ bounded-memory windows and slices
 @pytest.mark.parametrize("window", [64, 700, 4096])
-def test_windowed_walks_find_the_same_end(copy, monkeypatch, window):
+def test_windowed_walks_find_the_same_end(golden_copy, monkeypatch, window):
     """The walks map a CommitLog file window by window (records longer than a window included);
     every cut of the last record must still end the data where the whole-file walk does."""
     from cq import commitlog
@@ -488,17 +480,17 @@ def test_windowed_walks_find_the_same_end(copy, monkeypatch, window):
     last = ROWS_BY_OFFSET[-1]
     off = last["commitLogOffset"]
     start, name = _file_of(off)
-    path = copy / "commitlog" / name
+    path = golden_copy / "commitlog" / name
     original = _read(path)
     expected = {}
     for cut in (0, 9, 100, last["storeSize"] - 1, last["storeSize"]):
         _write(path, original[:off - start + cut] + bytes(len(original) - (off - start) - cut))
-        expected[cut] = (cq.Store(copy).commit_log.max_offset, cq.Store(copy).commit_log.count_records(),
-                         len(list(cq.Store(copy).commit_log.messages(strict=False))))
+        expected[cut] = (cq.Store(golden_copy).commit_log.max_offset, cq.Store(golden_copy).commit_log.count_records(),
+                         len(list(cq.Store(golden_copy).commit_log.messages(strict=False))))
     monkeypatch.setattr(commitlog, "_WALK_WINDOW", window)
     for cut, want in expected.items():
         _write(path, original[:off - start + cut] + bytes(len(original) - (off - start) - cut))
-        store = cq.Store(copy)
+        store = cq.Store(golden_copy)
         got = (store.commit_log.max_offset, store.commit_log.count_records(),
                len(list(store.commit_log.messages(strict=False))))
         assert got == want, (window, cut)

@@ -7,7 +7,7 @@ import os
 
 import numpy as np
 import pytest
-from conftest import DATA, load_jsonl
+from helpers import DATA, load_jsonl
 
 import cq
 from cq import format as fmt

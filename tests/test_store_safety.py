@@ -20,7 +20,7 @@ import sys
 
 import numpy as np
 import pytest
-from conftest import DATA
+from helpers import DATA
 
 import cq
 from pyspark_udfs import cli

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from conftest import PUREPYTHON, load_jsonl
+from helpers import PUREPYTHON, load_jsonl
 
 import cq
 from cq import format as fmt

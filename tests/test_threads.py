@@ -13,7 +13,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 import pytest
-from conftest import DATA, load_jsonl
+from helpers import DATA, load_jsonl
 
 import bloom
 import cq

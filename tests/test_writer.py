@@ -14,12 +14,12 @@ import zlib
 from pathlib import Path
 
 import pytest
+from helpers import DATA, load_jsonl
 
 import cq
 from cq.format import BLANK_MAGIC_CODE, MESSAGE_MAGIC_CODE_V1, MESSAGE_MAGIC_CODE_V2, decorate
 from cq.tags import tags_code
 from cq.writer import AppendResult, SqlGroup, StoreWriter
-from tests.conftest import DATA, load_jsonl
 
 GOLDEN = DATA / "golden_store"
 GOLDEN_ROWS = load_jsonl("golden_store.jsonl")

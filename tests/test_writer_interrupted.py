@@ -230,3 +230,44 @@ def test_append_dispatches_units_lost_from_disk(tmp_path):
     store.close()
     check_readable(root)
     _dispatched_everything(root, queues=2)
+
+
+def test_append_continues_where_the_readers_recovery_ends_before_the_last_file(tmp_path):
+    """The writer's recovery is the readers' one (``cq.CommitLog.max_offset``), across files.
+
+    A record whose body CRC is wrong in the second-to-last CommitLog file ends the data for
+    every reader (the broker's recovery walks from the third-to-last file). A writer that
+    walked only the last file found valid records there and appended after them, where no
+    reader would ever look; now it continues at the readers' end, deletes the file past it
+    and cuts the ConsumeQueue units that pointed past it.
+    """
+    root = tmp_path / "store"
+    sizes = {"commit_log_file_size": 1 << 15, "consume_queue_file_size": 20 * 1000, "enable_ext": True}
+    with cq.StoreWriter(root, **sizes) as w:
+        w.register_group(TOPIC, GROUP, SQL)
+        results = [w.append(TOPIC, b"body-%04d-" % i + b"x" * 200, tags="Tag0", properties={"a": str(i % 10)})
+                   for i in range(500)]
+    files = cq.CommitLog(root / "commitlog").files
+    assert len(files) >= 3 and results[-1].commit_log_offset >= files[-1][0]  # the last file looks valid
+    victim = next(i for i, r in enumerate(results) if r.commit_log_offset >= files[-2][0] + 4096)
+    with open(files[-2][1], "r+b") as f:
+        data = f.read()
+        f.seek(data.index(b"body-%04d-" % victim) + 12)
+        f.write(b"y")  # the body CRC no longer matches
+    with cq.CommitLog(root / "commitlog") as log:
+        reader_end = log.max_offset
+    assert reader_end == results[victim].commit_log_offset
+
+    with cq.StoreWriter(root, **sizes, append=True) as w:
+        w.register_group(TOPIC, GROUP, SQL)
+        assert w.commit_log_max_offset == reader_end
+        r = w.append(TOPIC, b"after", tags="Tag0", properties={"a": "7"})
+    assert (r.commit_log_offset, r.queue_offset) == (reader_end, victim)
+
+    with cq.CommitLog(root / "commitlog") as log:
+        assert log.max_offset == reader_end + r.store_size
+        messages = list(log.messages())
+        assert len(log.files) == len(files) - 1
+    assert [m.body for m in messages[-2:]] == [b"body-%04d-" % (victim - 1) + b"x" * 200, b"after"]
+    assert check_readable(root) == {"records": victim + 1, "units": victim + 1}
+    _dispatched_everything(root, queues=1)

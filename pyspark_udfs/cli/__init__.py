@@ -5,8 +5,8 @@ Each group of sub-commands lives in its own module of this package with an
 ``pyspark_udfs`` because its Spark commands are the main job; the other
 commands only read or write stores and selectors, so their modules import
 ``cq``, ``selector`` and ``bloom`` only, and never pyspark: a user without Java
-can still run them. Modules that start Spark import it inside the command
-function (``spark_commands``), never at the top.
+can still run them. ``spark_commands`` imports :mod:`pyspark_udfs.job`, which
+imports pyspark only inside the functions that run a job (marked ``# lazy``).
 
 To add a command: write ``add_parsers(subparsers)`` in a new module here (or in
 the module of its group), set ``func`` on the sub-parser, and list the module in

@@ -5,6 +5,8 @@ import argparse
 import json
 import sys
 
+import selector
+
 
 def add_parsers(subparsers) -> None:
     """Register the ``check``, ``eval`` and ``explain`` sub-commands."""
@@ -56,8 +58,6 @@ def _report_syntax_error(exc, out) -> int:
 
 def run_check(args) -> int:
     """Print canonical form, properties and lint warnings, or the syntax error (status 2)."""
-    import selector
-
     try:
         s = selector.compile(args.sql)
     except selector.SelectorSyntaxError as exc:
@@ -76,8 +76,6 @@ def run_check(args) -> int:
 
 def run_eval(args) -> int:
     """Print the broker's result for one message."""
-    import selector
-
     try:
         s = selector.compile(args.sql)
     except selector.SelectorSyntaxError as exc:

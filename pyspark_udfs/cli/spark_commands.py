@@ -8,14 +8,24 @@ import sys
 import tempfile
 import time
 
+from cq.sample import generate_sample_store
+from pyspark_udfs.job import (  # job.py imports pyspark only when a job runs
+    GroupScan,
+    add_scan_arguments,
+    format_summary,
+    owns_session,
+    registered_group_scans,
+    run_scan,
+    scan,
+    spark_session,
+)
+
 DEMO_MESSAGES = 1_000_000
 DEMO_MARKER = "rmqfilter-demo.json"
 
 
 def add_parsers(subparsers) -> None:
     """Add the ``scan`` and ``demo`` sub-commands."""
-    from pyspark_udfs.job import add_scan_arguments
-
     scan = subparsers.add_parser(
         "scan",
         help="replay a consumer group's broker filter over a store on Spark",
@@ -43,15 +53,11 @@ def add_parsers(subparsers) -> None:
 
 
 def _run_scan(args: argparse.Namespace) -> int:
-    from pyspark_udfs.job import run_scan
-
     return run_scan(args)
 
 
 def _sample_store(root: str, messages: int, seed: int):
     """Reuse the sample at ``root`` if a previous demo wrote the same one, else write it."""
-    from cq.sample import generate_sample_store
-
     marker = os.path.join(root, DEMO_MARKER)
     if os.path.exists(marker):
         with open(marker, encoding="utf-8") as f:
@@ -109,15 +115,6 @@ def _print_backlog_and_why(root: str, topic: str, groups: list[str]) -> None:
 
 
 def _run_demo(args: argparse.Namespace) -> int:
-    from pyspark_udfs.job import (
-        GroupScan,
-        format_summary,
-        owns_session,
-        registered_group_scans,
-        scan,
-        spark_session,
-    )
-
     if args.messages < 1:
         print("rmqfilter demo: --messages must be >= 1", file=sys.stderr)
         return 2

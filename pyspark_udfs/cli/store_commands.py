@@ -7,6 +7,13 @@ import os
 import sys
 import time
 
+import cq
+from cq import config as cfg
+from cq.sample import generate_sample_store
+from selector.errors import SelectorSyntaxError
+
+from .why_commands import reported_warnings
+
 
 def add_filter_arguments(parser: argparse.ArgumentParser) -> None:
     """``--filter`` and ``--on-filter-error`` (``consume`` and ``scan``; docs/custom-filters.md)."""
@@ -109,8 +116,6 @@ def _add_gen_store_parser(subparsers) -> None:
 
 
 def _run_gen_store(args: argparse.Namespace) -> int:
-    from cq.sample import generate_sample_store
-
     progress = _Progress(args.progress)
     started = time.perf_counter()
     try:
@@ -144,9 +149,6 @@ def _run_gen_store(args: argparse.Namespace) -> int:
 
 # ---------------------------------------------------------------- inspect
 def _inspect(path: str, count_messages: bool) -> dict:
-    import cq
-    from cq import config as cfg
-
     store = cq.Store(path)
     log = store.commit_log
     info = {
@@ -195,10 +197,6 @@ def _inspect(path: str, count_messages: bool) -> dict:
 
 
 def _run_inspect(args: argparse.Namespace) -> int:
-    import cq
-
-    from .why_commands import reported_warnings
-
     try:
         with reported_warnings("rmqfilter inspect"):
             info = _inspect(args.store, args.count_messages)
@@ -283,11 +281,6 @@ def _message_json(m) -> dict:
 
 
 def _run_consume(args: argparse.Namespace) -> int:
-    import cq
-    from selector.errors import SelectorSyntaxError
-
-    from .why_commands import reported_warnings
-
     if args.all_groups and (args.sql is not None or args.tags is not None):
         print("rmqfilter consume: error: --all-groups takes each group's registered subscription; "
               "drop --sql/--tags", file=sys.stderr)
@@ -336,8 +329,6 @@ def _run_consume(args: argparse.Namespace) -> int:
                 _print_stats(result.stats, time.perf_counter() - t0, group if args.all_groups else None,
                              message_filter is not None)
     except BrokenPipeError:  # `| head`: stop quietly, as Unix tools do
-        import os
-
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return 0
     except (cq.StoreFormatError, cq.TagSubscriptionError, cq.UnknownGroupError, SelectorSyntaxError,

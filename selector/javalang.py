@@ -5,6 +5,10 @@ and ``Boolean.parseBoolean``; ``Double.compare``; and the broker's mixed-type
 comparison table (spec §8.7). Used by the parser (BETWEEN bound check) and by
 the pure-Python evaluator; the Cython engine implements the same rules in C.
 
+This is the one Python home of these Java rules, public so other packages use
+it rather than writing their own: the store writer reads a ``DELAY`` property
+with :func:`parse_int`, the Spark translation folds constants with it.
+
 Values are represented as Python objects: ``None`` (SQL NULL), ``bool``
 (Boolean), ``int`` (Integer, 32-bit), :class:`Long` (64-bit), ``float``
 (Double) and ``str`` (String).

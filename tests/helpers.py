@@ -1,0 +1,29 @@
+"""Plain helpers the tests share: where the test data lives and how to read it.
+
+Tests import these (``from helpers import DATA, load_jsonl``); fixtures live in
+``conftest.py``, which pytest loads by itself and no test imports.
+"""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from rmqfilter_engine import PUREPYTHON
+
+__all__ = ["DATA", "PUREPYTHON", "load_jsonl", "patch_file"]
+
+#: The conformance cases and the golden store (copied from ../shared so the suite stands alone).
+DATA = Path(__file__).resolve().parent / "data"
+
+
+def load_jsonl(name: str) -> list[dict]:
+    """The records of ``tests/data/<name>``, one JSON object per line."""
+    with open(DATA / name, encoding="utf-8") as f:
+        return [json.loads(line) for line in f]
+
+
+def patch_file(path, offset: int, data: bytes) -> None:
+    """Overwrite the bytes of ``path`` at ``offset`` with ``data`` (to corrupt a store copy)."""
+    with open(path, "r+b") as f:
+        f.seek(offset)
+        f.write(data)
