@@ -2,7 +2,9 @@
 
 :class:`StoreWriter` appends messages the way a broker's ``DefaultMessageStore``
 does, then dispatches each record the way the broker's reput service does, in
-the broker's dispatcher order (spec §2.3, §3.4, §4.5, §6.4):
+the broker's dispatcher order (docs/formats.md#consumequeue-which-messages,
+docs/formats.md#ext-end-of-file, docs/formats.md#commitlog-blank-record,
+docs/filtering.md#bitmap-dispatch):
 
 1. **CommitLog.** The record is encoded as ``MessageExtEncoder`` lays it out
    (V1, or V2 when the topic is longer than 127 characters; IPv4 or IPv6 hosts
@@ -285,7 +287,7 @@ _COMPRESSION_TYPES = {"zlib": COMPRESSION_ZLIB, "lz4": COMPRESSION_LZ4, "zstd": 
 
 
 def compress_body(body: bytes, compress_type: str = "zlib", level: int = 5) -> tuple[bytes, int]:
-    """Compress a body as the producer does before sending it (spec §4.7).
+    """Compress a body as the producer does before sending it (docs/formats.md#body-compression).
 
     Parameters
     ----------
@@ -498,7 +500,7 @@ class StoreWriter:
         ``messageDelayLevel``, for the tags code of ``SCHEDULE_TOPIC_XXXX`` records.
     enabled_append_prop_crc : bool, default False
         ``enabledAppendPropCRC``: end every record with a ``__CRC32#`` property
-        holding the CRC-32 of the record's other bytes (spec §4.10); an existing
+        holding the CRC-32 of the record's other bytes (docs/formats.md#record-crc-property); an existing
         ``__CRC32#`` property is dropped first.
 
     Examples
@@ -972,7 +974,7 @@ class StoreWriter:
         return _Prepared(topic, queue_id, record, dispatch, code, store_timestamp, props)
 
     def _dispatch_tags_code(self, topic: str, props: Mapping[str, str], store_timestamp: int) -> int:
-        """The tags code the reput service computes from a stored record (spec §2.5, §4.9)."""
+        """The tags code the reput service computes from a stored record (docs/formats.md#tagscode-slot)."""
         code = tags_code(props.get(PROPERTY_TAGS))
         if topic == SCHEDULE_TOPIC and PROPERTY_DELAY in props:
             level = _java_parse_int(props[PROPERTY_DELAY])
@@ -1105,7 +1107,7 @@ class StoreWriter:
 
         The CommitLog ends at its last valid record (lengths add up, body CRC
         matches); each ConsumeQueue at its first invalid unit; each ext queue
-        just past the unit its ConsumeQueue's last unit points at (spec §3.5).
+        just past the unit its ConsumeQueue's last unit points at (docs/formats.md#ext-walk).
         Records past the last dispatched one (a writer killed between writing
         a record and its unit) are dispatched again before anything new is
         written, as the broker's reput service does on restart.
@@ -1205,7 +1207,10 @@ _CRC_PREFIX = (PROPERTY_CRC32 + NAME_VALUE_SEPARATOR).encode()
 
 
 def _strip_property_crc(props_b: bytes, props: dict[str, str]) -> tuple[bytes, dict[str, str]]:
-    """Drop every ``__CRC32#`` pair and end the text with U+0002 (``enabledAppendPropCRC``, spec §4.10)."""
+    """Drop every ``__CRC32#`` pair and end the text with U+0002 (``enabledAppendPropCRC``).
+
+    See docs/formats.md#record-crc-property.
+    """
     if _CRC_PREFIX in props_b:
         props_b = b"\x02".join(seg for seg in props_b.split(b"\x02") if not seg.startswith(_CRC_PREFIX))
         props = {k: v for k, v in props.items() if k != PROPERTY_CRC32}
@@ -1304,7 +1309,7 @@ def _valid_record_end(data: bytes, pos: int, total: int, magic: int) -> int | No
 
 
 def _recover_consume_queue(files: list[tuple[int, str]], file_size: int) -> tuple[int, int]:
-    """``(start, position)`` of the first invalid unit after the valid ones (spec §2.4)."""
+    """``(start, position)`` of the first invalid unit after the valid ones (docs/formats.md#consumequeue-end-of-data)."""
     _check_file_sizes(files, file_size, "consume queue", "consume_queue_file_size")
     start, path = files[-1]
     with open(path, "rb") as f:
@@ -1384,7 +1389,7 @@ def _records_between(log, start: int, end: int):
 
 
 def _recover_ext(files: list[tuple[int, str]], file_size: int) -> tuple[int, int]:
-    """Walk every ext file as the broker's recovery does (spec §3.5)."""
+    """Walk every ext file as the broker's recovery does (docs/formats.md#ext-walk)."""
     _check_file_sizes(files, file_size, "consume queue ext", "ext_file_size")
     start, pos = files[0][0], 0
     for start, path in files:
@@ -1647,7 +1652,7 @@ def _sample_messages(
     priority_w = np.array([0.4, 0.3, 0.15, 0.1, 0.05])
     producers = [f"192.168.{seed % 200}.{10 + i}:{40000 + 97 * i}" for i in range(8)]
     pid = 1000 + seed % 50000
-    # UNIQ_KEY: producer IP, pid, class-loader hash, then per message ms-in-month and counter (spec §4.8)
+    # UNIQ_KEY: producer IP, pid, class-loader hash, then per message ms-in-month and counter (docs/formats.md#properties)
     uniq_prefix = f"C0A8{seed % 200:02X}0A{pid:04X}{seed:08X}"
     priorities = [str(p) for p in range(6)]
     for first in range(0, count, chunk):
