@@ -82,7 +82,7 @@ def parse_page(path: Path) -> Page:
         body = m.group("body")
         indent = m.group("indent")
         if indent:
-            body = "\n".join(line[len(indent):] if line.startswith(indent) else line
+            body = "\n".join(line.removeprefix(indent)
                              for line in body.split("\n"))
         page.blocks.append(Block(m.group("lang"), body, start_line + 1,
                                  marker.group("kind") if marker else None,
@@ -168,6 +168,34 @@ def test_page_examples(path, doc_globs):
 def test_page_spark_examples(path, doc_globs, spark):
     page = parse_page(path)
     run_doctest(page_doctest(page, dict(doc_globs, spark=spark), spark=True))
+
+
+_CITATION = re.compile(r"\bdocs/([\w-]+\.md)(?:#([\w-]+))?")
+_ANCHOR = re.compile(r"\{\s*#([\w-]+)\s*\}")
+SOURCES = sorted(p for package in ("bloom", "selector", "cq", "pyspark_udfs", "tests", "bench", "fuzz")
+                 for ext in ("py", "pyx", "pxd") for p in (ROOT / package).rglob(f"*.{ext}"))
+
+
+def test_code_cites_pages_and_sections_that_exist():
+    """Every ``docs/<page>.md#<anchor>`` cited in the code names a page and an explicit anchor in it,
+    and nothing cites a document outside the repository ("spec §...")."""
+    anchors: dict[str, set[str]] = {}
+    missing = []
+    for source in SOURCES:
+        text = source.read_text(encoding="utf-8")
+        for m in _CITATION.finditer(text):
+            page, anchor = m.groups()
+            if page not in anchors:
+                path = ROOT / "docs" / page
+                anchors[page] = set(_ANCHOR.findall(path.read_text(encoding="utf-8"))) if path.exists() else None
+            if anchors[page] is None or (anchor and anchor not in anchors[page]):
+                line = text.count("\n", 0, m.start()) + 1
+                missing.append(f"{source.relative_to(ROOT)}:{line}: {m.group(0)}")
+        for m in re.finditer(r"spec §", text if source != Path(__file__) else "", re.IGNORECASE):
+            line = text.count("\n", 0, m.start()) + 1
+            missing.append(f"{source.relative_to(ROOT)}:{line}: cites a spec outside the repository")
+    assert not missing, "citations of pages or sections that do not exist:\n" + "\n".join(missing)
+    assert "formats.md" in anchors  # the scan found the citations
 
 
 def console_commands(page: Page):
