@@ -26,6 +26,9 @@ Markers, an HTML comment on the line just before a block (not rendered):
 - ``<!-- doctest: skip REASON -->``: the block does not run, and REASON says why (it needs a
   cluster, a path on the reader's machine...). A python block without ``>>>`` must carry one:
   every Python example either runs or says why it does not.
+
+The code's citations of the docs (``docs/<page>.md#<anchor>``) must name a page and an explicit
+anchor (``{ #anchor }``) that exist, and no source may cite a document outside the repository.
 """
 from __future__ import annotations
 
