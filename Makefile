@@ -7,7 +7,7 @@ STAMP := $(VENV)/.rmqfilter-installed
 export PYSPARK_PYTHON := $(abspath $(PY))
 export PYSPARK_DRIVER_PYTHON := $(abspath $(PY))
 
-.PHONY: setup build test test-cython test-python demo bench fuzz lint clean
+.PHONY: setup build test test-cython test-python demo bench fuzz lint docs clean
 
 setup: $(STAMP) build
 
@@ -47,8 +47,19 @@ fuzz: setup
 	$(PY) -m pip install -q atheris
 	$(PY) fuzz/run.py --seconds $(FUZZ_SECONDS)
 
+# The docs site (MkDocs + Material + mkdocstrings) into site/; --strict makes
+# every warning (a broken link, an unlisted page, a docstring mkdocstrings
+# cannot read) an error. The examples in the pages run in tests/test_docs.py.
+DOCS_STAMP := $(VENV)/.rmqfilter-docs-installed
+$(DOCS_STAMP): $(STAMP)
+	$(PY) -m pip install -q --no-build-isolation -e ".[docs]"
+	touch $@
+
+docs: setup $(DOCS_STAMP)
+	NO_MKDOCS_2_WARNING=1 $(VENV)/bin/mkdocs build --strict --site-dir site
+
 lint: setup
 	$(VENV)/bin/ruff check .
 
 clean:
-	rm -rf build $(VENV) */*.so */*.c */__pycache__ tests/__pycache__ *.egg-info
+	rm -rf build site $(VENV) */*.so */*.c */__pycache__ tests/__pycache__ *.egg-info

@@ -1,4 +1,4 @@
-"""The broker's Bloom filter, BitsArray and MurmurHash3, exact to RocketMQ (spec §7).
+"""The broker's Bloom filter, BitsArray and MurmurHash3, exact to RocketMQ (docs/filtering.md#bloom).
 
 >>> import bloom
 >>> bf = bloom.BloomFilter(f=20, n=32)

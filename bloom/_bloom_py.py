@@ -1,6 +1,6 @@
 """Pure-Python twin of ``bloom/_bloom.pyx``: the same functions, written to be read.
 
-It documents the semantics the Cython engine must reproduce (spec §7.2) and
+It documents the semantics the Cython engine must reproduce (docs/filtering.md#bloom-positions) and
 checks it in the test suite. ``RMQFILTER_PUREPYTHON=1`` selects it.
 
 Keys arrive here already encoded as UTF-8 ``bytes`` (``encode_key`` does that

@@ -1,4 +1,4 @@
-"""``BitsArray``: the broker's bit set, with its byte layout and bounds rules (spec §7.4).
+"""``BitsArray``: the broker's bit set, with its byte layout and bounds rules (docs/filtering.md#bitsarray).
 
 Bit *i* lives in byte ``i // 8`` under mask ``1 << (i % 8)`` (LSB first, byte 0
 first), so ``bytes(bits)`` is exactly what the broker stores in a

@@ -1,4 +1,5 @@
-"""The broker's stateless Bloom filter (``BloomFilter`` / ``BloomFilterData``, spec §7.1–7.3).
+"""The broker's stateless Bloom filter, ``BloomFilter`` / ``BloomFilterData``
+(docs/filtering.md#bloom-parameters, docs/filtering.md#bloom-operations).
 
 The broker builds one filter with f = ``maxErrorRateOfBloomFilter`` (20 %) and
 n = ``expectConsumerNumUseFilter`` (32), giving k = 3 hash functions over

@@ -1,4 +1,7 @@
-"""What CommitLog, ConsumeQueue and ConsumeQueueExt share: a read-only mapped-file queue (spec §1)."""
+"""What CommitLog, ConsumeQueue and ConsumeQueueExt share: a read-only mapped-file queue.
+
+The file mechanics are in docs/formats.md#mapped-file-queues.
+"""
 from __future__ import annotations
 
 import contextlib
@@ -30,7 +33,7 @@ class MappedFileQueue:
     _maps: dict[int, memoryview]
 
     def _open(self, directory, file_size: int | None, kind: str, unit: int | None = None) -> None:
-        """List and check the queue's files (spec §1); nothing is mapped yet."""
+        """List and check the queue's files (docs/formats.md#mapped-file-queues); nothing is mapped yet."""
         import os
 
         import numpy as np

@@ -358,7 +358,8 @@ cdef struct Rec:
 
 
 cdef int _parse(const uint8_t* b, int64_t pos, int64_t limit, Rec* r) noexcept nogil:
-    # The record layout at ``pos`` with the broker's validation (spec §4.2, §4.6).
+    # The record layout at ``pos`` with the broker's validation
+    # (docs/formats.md#commitlog-record, docs/formats.md#commitlog-validation).
     # 0 = valid; otherwise an error code for _parse_error, r.at the offset to name.
     cdef int64_t p, end
     cdef int width

@@ -25,7 +25,7 @@ def scan_tags(units, codes):
     """Indices (int64) of the 20-byte big-endian units whose low 32 tag-code bits are in ``codes``.
 
     ``units`` is a uint8 array whose length is a multiple of 20; ``codes`` int32.
-    The broker compares ``(int) tagsCode`` with its code set (spec §5.3).
+    The broker compares ``(int) tagsCode`` with its code set (docs/filtering.md#tag-match).
     """
     n = len(units) // fmt.CQ_STORE_UNIT_SIZE
     low32 = np.frombuffer(memoryview(units)[: n * 20], dtype=fmt.CQ_UNIT_DTYPE)["tags_code"].astype(np.int64)
@@ -87,7 +87,7 @@ def ext_units_at(buf, positions, limit):
 
 
 def ext_bloom_check(buf, positions, limit, byte_idx, masks, bit_num, born_time):
-    """The ConsumeQueue-layer SQL92 decision for each ext unit (spec §6.5 steps 5-7).
+    """The ConsumeQueue-layer SQL92 decision for each ext unit (rules 3-5 of docs/filtering.md#expression-filter).
 
     ``byte_idx``/``masks`` are the group's k bit positions as (p // 8, 1 << p % 8).
     Returns uint8: PASS (no unit, store time <= born_time, no bitmap, or bitmap
@@ -251,7 +251,9 @@ def _parse(buf, pos, limit):
 
 
 def decode_record(buf, pos, limit):
-    """Decode the CommitLog record at ``pos`` (readable end ``limit``), spec §4.2 and §4.6.
+    """Decode the CommitLog record at ``pos`` (readable end ``limit``).
+
+    Layout and validation: docs/formats.md#commitlog-record, docs/formats.md#commitlog-validation.
 
     Returns ``(total, magic, body_crc, queue_id, flag, queue_offset, physical_offset,
     sys_flag, born_timestamp, born_ip, born_port, store_timestamp, store_ip,

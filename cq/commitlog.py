@@ -1,4 +1,4 @@
-"""CommitLog: the message records themselves (spec §4)."""
+"""CommitLog: the message records themselves (docs/formats.md#commitlog)."""
 from __future__ import annotations
 
 import bisect
@@ -93,7 +93,7 @@ class Message:
         return bool(self.sys_flag & fmt.COMPRESSED_FLAG)
 
     def uncompressed_body(self) -> bytes:
-        """The body, decompressed when ``COMPRESSED_FLAG`` is set (spec §4.7).
+        """The body, decompressed when ``COMPRESSED_FLAG`` is set (docs/formats.md#body-compression).
 
         ZLIB uses the standard library; LZ4 (frame format) needs the ``lz4``
         package and ZSTD the ``zstandard`` package.
@@ -226,14 +226,16 @@ def _hosts(ips: np.ndarray, ports: np.ndarray, v6: np.ndarray) -> np.ndarray:
 
 def decode_message(buf, pos: int, limit: int, *, path: str | None = None, file_start: int = 0,
                    verify_crc: bool | str = False) -> Message:
-    """Decode the record at ``pos`` of a CommitLog file buffer (spec §4.2, §4.6).
+    """Decode the record at ``pos`` of a CommitLog file buffer.
+
+    Layout and validation: docs/formats.md#commitlog-record, docs/formats.md#commitlog-validation.
 
     ``limit`` is the end of the readable bytes of the file. Raises
     :class:`StoreFormatError` naming ``path`` and the byte offset for a bad
     magic code, a size that does not fit, fields that do not add up to
     TOTALSIZE, or a CRC mismatch: ``verify_crc=True`` (or ``"body"``) checks
     BODYCRC as ``checkCRCOnRecover`` does; ``"property"`` checks the
-    ``__CRC32#`` record CRC instead, as ``forceVerifyPropCRC`` does (spec §4.10).
+    ``__CRC32#`` record CRC instead, as ``forceVerifyPropCRC`` does (docs/formats.md#record-crc-property).
     """
 
     try:

@@ -1,4 +1,4 @@
-"""ConsumeQueue: the per-queue index of 20-byte units (spec §2)."""
+"""ConsumeQueue: the per-queue index of 20-byte units (docs/formats.md#consumequeue)."""
 from __future__ import annotations
 
 import os

@@ -1,4 +1,4 @@
-"""ConsumeQueueExt: per-message tags code, store time and filter bitmap (spec §3)."""
+"""ConsumeQueueExt: per-message tags code, store time and filter bitmap (docs/formats.md#consumequeueext)."""
 from __future__ import annotations
 
 import os
@@ -145,7 +145,7 @@ class ConsumeQueueExt(MappedFileQueue):
         return i
 
     def get(self, address: int) -> CqExtUnit | None:
-        """The ext unit at ``address``, or None where the broker's lookup fails (spec §3.6).
+        """The ext unit at ``address``, or None where the broker's lookup fails (docs/formats.md#ext-get).
 
         Raises
         ------

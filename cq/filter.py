@@ -1,4 +1,4 @@
-"""The broker's two-layer message filter (spec §5.3-§5.4, §6.3-§6.7).
+"""The broker's two-layer message filter (docs/filtering.md#tag-match to docs/filtering.md#retry-filter).
 
 Layer 1 (``is_matched_by_consume_queue``) sees only the ConsumeQueue unit: the
 tags code, or for SQL92 the ext unit's Bloom bitmap. Layer 2
@@ -52,7 +52,7 @@ class TagFilter:
         self._codes = frozenset(subscription.code_set) if subscription is not None else frozenset()
 
     def is_matched_by_consume_queue(self, tags_code: int | None, ext_unit: CqExtUnit | None = None) -> bool:
-        """Layer 1: rules 1-5 of spec §5.3. ``tags_code`` None = unresolvable ext address."""
+        """Layer 1: the rules of docs/filtering.md#tag-match. ``tags_code`` None = unresolvable ext address."""
         sub = self.subscription
         if sub is None or self.class_filter_mode or tags_code is None or sub.sub_string == "*":
             return True
@@ -81,7 +81,7 @@ class TagFilter:
         return True
 
     def is_matched_by_client(self, tags: str | None) -> bool:
-        """The client's exact re-check (spec §5.4): only when tags_set is non-empty."""
+        """The client's exact re-check (docs/filtering.md#client-recheck): only when tags_set is non-empty."""
         sub = self.subscription
         if sub is None or self.class_filter_mode or not sub.tags_set:
             return True
@@ -178,7 +178,7 @@ class SqlFilter:
         return not self.class_filter_mode and self.bloom_data is not None and self.bloom_data_valid
 
     def is_matched_by_consume_queue(self, tags_code: int | None, ext_unit: CqExtUnit | None = None) -> bool:
-        """Layer 1 for SQL92: rules 1-7 of spec §6.5 (``tags_code`` is ignored)."""
+        """Layer 1 for SQL92: the rules of docs/filtering.md#expression-filter (``tags_code`` is ignored)."""
         return self.explain_consume_queue(tags_code, ext_unit)[0]
 
     def explain_consume_queue(self, tags_code: int | None, ext_unit: CqExtUnit | None = None) -> tuple[bool, str]:
@@ -221,7 +221,7 @@ class SqlFilter:
             return None
 
     def is_matched_by_commit_log(self, properties: Mapping[str, str] | None) -> bool:
-        """Layer 2 (spec §6.5): True only where the selector evaluates to TRUE."""
+        """Layer 2 (docs/filtering.md#expression-filter): True only where the selector evaluates to TRUE."""
         if self.class_filter_mode:
             return True
         return self.evaluate(properties) is True
@@ -262,7 +262,7 @@ class SqlFilter:
 
 
 class RetrySqlFilter(SqlFilter):
-    """``ExpressionForRetryMessageFilter`` (``filterSupportRetry = true``), spec §6.7.
+    """``ExpressionForRetryMessageFilter`` (``filterSupportRetry = true``), docs/filtering.md#retry-filter.
 
     For a subscription topic ``%RETRY%{group}`` (or ``%RETRY%{group}+{topic}``)
     layer 2 evaluates the filter *registered* for (the message's

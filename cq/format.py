@@ -2,9 +2,9 @@
 
 This module is the specification in code: constants first, then the numpy
 dtypes of the fixed-width records, then small encode/read functions. Every
-integer in every file is **big-endian** and signed (spec §0).
+integer in every file is **big-endian** and signed (docs/formats.md#conventions).
 
-Mapped-file queues (spec §1)
+Mapped-file queues (docs/formats.md#mapped-file-queues)
 ----------------------------
 CommitLog, ConsumeQueue and ConsumeQueueExt are each a directory of files of
 one size that together form one logical byte space. A file is named by the
@@ -20,7 +20,7 @@ Layout of a store root::
     {root}/consumequeue/{topic}/{queueId}/{20-digit offset}       6,000,000 B files
     {root}/consumequeue_ext/{topic}/{queueId}/{20-digit offset}   48 MiB files
 
-ConsumeQueue (spec §2)
+ConsumeQueue (docs/formats.md#consumequeue)
 ----------------------
 A dense array of 20-byte units, no header: ``commit_log_offset`` int64 (the
 record's CommitLog offset), ``size`` int32 (the record's TOTALSIZE) and
@@ -33,7 +33,7 @@ Java ``String.hashCode`` of TAGS sign-extended (0 without tags), a delivery
 time on ``SCHEDULE_TOPIC_XXXX``, or - when ConsumeQueueExt is enabled - an
 *ext address* <= :data:`MAX_ADDR`.
 
-ConsumeQueueExt (spec §3)
+ConsumeQueueExt (docs/formats.md#consumequeueext)
 -------------------------
 Variable-size units, never crossing a file: ``size`` int16 (= 20 +
 bitMapSize), ``tags_code`` int64, ``msg_store_time`` int64, ``bit_map_size``
@@ -43,7 +43,7 @@ it. A writer keeps the last :data:`EXT_END_BLANK_DATA_LENGTH` bytes of a file
 free and, when a unit does not fit, writes int16 -1 (``FF FF``) and moves on.
 A walk reads int16 s: s > 0 is a unit, s <= 0 means "next file".
 
-CommitLog (spec §4)
+CommitLog (docs/formats.md#commitlog)
 -------------------
 Records of TOTALSIZE bytes::
 
@@ -182,7 +182,7 @@ def record_field_mask(names) -> int:
     return mask
 
 
-# SYSFLAG bits (spec §4.4)
+# SYSFLAG bits (docs/formats.md#sysflag)
 COMPRESSED_FLAG = 0x1
 MULTI_TAGS_FLAG = 0x2
 TRANSACTION_TYPE_MASK = 0xC
@@ -199,7 +199,7 @@ COMPRESSION_LZ4 = 1
 COMPRESSION_ZSTD = 2
 COMPRESSION_ZLIB = 3
 
-# Properties text (spec §4.8)
+# Properties text (docs/formats.md#properties)
 NAME_VALUE_SEPARATOR = "\x01"
 PROPERTY_SEPARATOR = "\x02"
 PROPERTY_TAGS = "TAGS"
@@ -319,7 +319,7 @@ def java_string_hash(s: str) -> int:
 def hashmap_order(keys: Iterable[str]) -> list[str]:
     """``keys`` in the iteration order of a Java ``HashMap`` created with capacity 128.
 
-    The broker re-serialises properties from such a map (spec §4.8): buckets in
+    The broker re-serialises properties from such a map (docs/formats.md#properties): buckets in
     index order, ``(h ^ (h >>> 16)) & (table - 1)`` with h = ``String.hashCode``,
     insertion order within a bucket. The table doubles past 0.75 load. Derived
     from JDK behaviour (UNVERIFIED upstream); bucket treeification (8+ collisions
@@ -427,7 +427,7 @@ def body_crc(body: bytes) -> int:
 def record_size(
     *, magic_code: int, sys_flag: int, body_length: int, topic_length: int, properties_length: int
 ) -> int:
-    """TOTALSIZE of a record from its variable parts (spec §4.2)."""
+    """TOTALSIZE of a record from its variable parts (docs/formats.md#commitlog-record)."""
     topic_len_size = 2 if magic_code == MESSAGE_MAGIC_CODE_V2 else 1
     return (
         RECORD_FIXED_SIZE
@@ -467,14 +467,14 @@ def pack_record(
     properties: bytes,
     reserved: int = 0,
 ) -> bytearray:
-    """Lay out one CommitLog record from its encoded parts (``MessageExtEncoder``, spec §4.2).
+    """Lay out one CommitLog record from its encoded parts (``MessageExtEncoder``, docs/formats.md#commitlog-record).
 
     The one place the record layout is written. Fields are positional and
     unchecked, because :class:`cq.writer.StoreWriter` calls this per message:
     hosts are :func:`parse_host` bytes, ``topic_field`` is
     :func:`encode_topic_field`'s, ``properties`` the UTF-8 text. ``reserved``
     zero bytes end the properties (``__CRC32#`` is filled in there once the
-    record's offsets are known, spec §4.10). An int out of its field's range
+    record's offsets are known, docs/formats.md#record-crc-property). An int out of its field's range
     raises ``struct.error``; :func:`encode_record` is the checked entry point.
     """
     properties_length = len(properties) + reserved
@@ -517,7 +517,7 @@ def encode_record(
     prepared_transaction_offset: int = 0,
     magic_code: int | None = None,
 ) -> bytes:
-    """The bytes of one CommitLog record (``MessageExtEncoder`` layout, spec §4.2).
+    """The bytes of one CommitLog record (``MessageExtEncoder`` layout, docs/formats.md#commitlog-record).
 
     ``properties`` is a mapping (encoded in its order) or the ready-made text.
     ``magic_code`` defaults to V2 for topics longer than 127 UTF-16 units, else V1
@@ -553,7 +553,7 @@ def encode_record(
 
 
 def encode_property_crc(crc: int) -> str:
-    """The ``__CRC32#`` value for ``crc``: ten decimal digits, least significant first (spec §4.10)."""
+    """The ``__CRC32#`` value for ``crc``: ten decimal digits, least significant first (docs/formats.md#record-crc-property)."""
     if not 0 <= crc <= 0x7FFFFFFF:
         raise ValueError(f"record CRC must be in [0, 2**31), got {crc}")
     return str(crc)[::-1].ljust(10, "0")

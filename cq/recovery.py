@@ -79,7 +79,7 @@ def _zero_tail(f, pos: int) -> None:
 
 
 def _recover_consume_queue(files: list[tuple[int, str]], file_size: int) -> tuple[int, int]:
-    """``(start, position)`` of the first invalid unit after the valid ones (spec §2.4)."""
+    """``(start, position)`` of the first invalid unit after the valid ones (docs/formats.md#consumequeue-end-of-data)."""
     _check_file_sizes(files, file_size, "consume queue", "consume_queue_file_size")
     start, path = files[-1]
     with open(path, "rb") as f:
@@ -193,7 +193,7 @@ def _records_between(log, start: int, end: int):
 
 
 def _recover_ext(files: list[tuple[int, str]], file_size: int) -> tuple[int, int]:
-    """Walk every ext file as the broker's recovery does (spec §3.5)."""
+    """Walk every ext file as the broker's recovery does (docs/formats.md#ext-walk)."""
     _check_file_sizes(files, file_size, "consume queue ext", "ext_file_size")
     start, pos = files[0][0], 0
     for start, path in files:

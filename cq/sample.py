@@ -121,7 +121,7 @@ def _sample_messages(
     priority_w = np.array([0.4, 0.3, 0.15, 0.1, 0.05])
     producers = [f"192.168.{seed % 200}.{10 + i}:{40000 + 97 * i}" for i in range(8)]
     pid = 1000 + seed % 50000
-    # UNIQ_KEY: producer IP, pid, class-loader hash, then per message ms-in-month and counter (spec §4.8)
+    # UNIQ_KEY: producer IP, pid, class-loader hash, then per message ms-in-month and counter (docs/formats.md#properties)
     uniq_prefix = f"C0A8{seed % 200:02X}0A{pid:04X}{seed:08X}"
     priorities = [str(p) for p in range(6)]
     for first in range(0, count, chunk):

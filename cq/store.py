@@ -219,7 +219,7 @@ class Store:
             cq = ConsumeQueue(d, file_size=self._cq_size, topic=topic, queue_id=int(queue_id))
             if self.commit_log.files and self.commit_log.min_offset > 0:
                 # CommitLog files were deleted: the broker moves minLogicOffset past units
-                # whose records are gone (spec §2.2)
+                # whose records are gone (docs/formats.md#consumequeue-offsets)
                 cq.correct_min_offset(self.commit_log.min_offset)
             self._cqs[key] = cq
         return cq

@@ -1,4 +1,7 @@
-"""Tags: the broker's tag hash code and tag-subscription parsing (spec §5.1, §5.2)."""
+"""Tags: the broker's tag hash code and tag-subscription parsing.
+
+The rules are in docs/filtering.md#tags-code and docs/filtering.md#tag-subscription.
+"""
 from __future__ import annotations
 
 from collections.abc import Iterable
@@ -149,7 +152,7 @@ def is_tag_type(expression_type: str | None) -> bool:
 
 
 def parse_tag_subscription(sub: str | None, topic: str | None = None) -> SubscriptionData:
-    """Parse a tag subscription exactly as the broker's ``FilterAPI`` does (spec §5.2).
+    """Parse a tag subscription exactly as the broker's ``FilterAPI`` does (docs/filtering.md#tag-subscription).
 
     Parameters
     ----------

@@ -2,7 +2,9 @@
 
 :class:`StoreWriter` appends messages the way a broker's ``DefaultMessageStore``
 does, then dispatches each record the way the broker's reput service does, in
-the broker's dispatcher order (spec §2.3, §3.4, §4.5, §6.4):
+the broker's dispatcher order (docs/formats.md#consumequeue-which-messages,
+docs/formats.md#ext-end-of-file, docs/formats.md#commitlog-blank-record,
+docs/filtering.md#bitmap-dispatch):
 
 1. **CommitLog.** The record is encoded as ``MessageExtEncoder`` lays it out
    (V1, or V2 when the topic is longer than 127 characters; IPv4 or IPv6 hosts
@@ -260,7 +262,7 @@ _COMPRESSION_TYPES = {"zlib": COMPRESSION_ZLIB, "lz4": COMPRESSION_LZ4, "zstd": 
 
 
 def compress_body(body: bytes, compress_type: str = "zlib", level: int = 5) -> tuple[bytes, int]:
-    """Compress a body as the producer does before sending it (spec §4.7).
+    """Compress a body as the producer does before sending it (docs/formats.md#body-compression).
 
     Parameters
     ----------
@@ -369,7 +371,7 @@ class StoreWriter:
         ``messageDelayLevel``, for the tags code of ``SCHEDULE_TOPIC_XXXX`` records.
     enabled_append_prop_crc : bool, default False
         ``enabledAppendPropCRC``: end every record with a ``__CRC32#`` property
-        holding the CRC-32 of the record's other bytes (spec §4.10); an existing
+        holding the CRC-32 of the record's other bytes (docs/formats.md#record-crc-property); an existing
         ``__CRC32#`` property is dropped first.
 
     Examples
@@ -867,7 +869,7 @@ class StoreWriter:
         return _Prepared(topic, queue_id, record, dispatch, code, store_timestamp, props)
 
     def _dispatch_tags_code(self, topic: str, props: Mapping[str, str], store_timestamp: int) -> int:
-        """The tags code the reput service computes from a stored record (spec §2.5, §4.9)."""
+        """The tags code the reput service computes from a stored record (docs/formats.md#tagscode-slot)."""
         code = tags_code(props.get(PROPERTY_TAGS))
         if topic == SCHEDULE_TOPIC and PROPERTY_DELAY in props:
             try:
@@ -1003,7 +1005,7 @@ class StoreWriter:
         (:attr:`cq.CommitLog.max_offset`: from the third-to-last file, lengths and
         body CRC checked), its torn tail cleared; each ConsumeQueue at its first
         invalid unit, less the units that point past the CommitLog's end; each ext
-        queue just past the unit its ConsumeQueue's last unit points at (spec §3.5).
+        queue just past the unit its ConsumeQueue's last unit points at (docs/formats.md#ext-walk).
         Records past the last dispatched one (a writer killed between writing
         a record and its unit) are dispatched again before anything new is
         written, as the broker's reput service does on restart.
@@ -1103,7 +1105,10 @@ _CRC_PREFIX = (PROPERTY_CRC32 + NAME_VALUE_SEPARATOR).encode()
 
 
 def _strip_property_crc(props_b: bytes, props: dict[str, str]) -> tuple[bytes, dict[str, str]]:
-    """Drop every ``__CRC32#`` pair and end the text with U+0002 (``enabledAppendPropCRC``, spec §4.10)."""
+    """Drop every ``__CRC32#`` pair and end the text with U+0002 (``enabledAppendPropCRC``).
+
+    See docs/formats.md#record-crc-property.
+    """
     if _CRC_PREFIX in props_b:
         props_b = b"\x02".join(seg for seg in props_b.split(b"\x02") if not seg.startswith(_CRC_PREFIX))
         props = {k: v for k, v in props.items() if k != PROPERTY_CRC32}

@@ -7,7 +7,7 @@ Every sub-expression of a selector has a type the parser already fixes:
   literal, folded here with Java's int32/int64 wrap-around);
 * **B** — a Boolean node (comparison, AND/OR/NOT, IN, CONTAINS..., IS NULL,
   boolean-cast, TRUE/FALSE/NULL) or a negation of one or of a String, whose
-  value is always NULL (spec §8.6).
+  value is always NULL (docs/selector-semantics.md#evaluation).
 
 A B node's result is one of five *codes*: FALSE 0, NULL 1, TRUE 2, and the
 two exceptions the broker's evaluation can throw, RuntimeException 3 and
@@ -401,7 +401,10 @@ def _string_present(s: S) -> ir.Node | int:
 
 
 def equality(x, y) -> B:
-    """``x = y`` (spec §8.6: both sides evaluated, the asymmetric NULL rules, then §8.7)."""
+    """``x = y``: both sides evaluated, the asymmetric NULL rules, then the coercions.
+
+    See docs/selector-semantics.md#evaluation and docs/selector-semantics.md#comparison-and-coercion.
+    """
     if isinstance(x, (S, N)) and isinstance(y, (S, N)):
         xc = x.value if isinstance(x, N) else x.const
         yc = y.value if isinstance(y, N) else y.const

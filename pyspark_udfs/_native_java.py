@@ -2,7 +2,7 @@
 
 Spark's casts from strings accept and reject different strings than Java does,
 so every cast the translation emits sits behind a guard that admits exactly
-Java's grammar (spec §8.7, "Parse functions"). What Spark does, measured on
+Java's grammar (docs/selector-semantics.md#comparison-and-coercion, the parse functions). What Spark does, measured on
 Spark 4 (``try_cast``; the same with ANSI mode on or off):
 
 * to int/bigint: trims leading and trailing ASCII whitespace and control

@@ -320,7 +320,7 @@ class _GroupFilter:
         """Layer 1 over the whole slice in array operations, for the filters ``make_filter`` builds.
 
         The same rules as ``TagFilter`` / ``SqlFilter.is_matched_by_consume_queue``
-        (spec §5.3, §6.5); None for any other filter class (then unit by unit).
+        (docs/filtering.md#tag-match, docs/filtering.md#expression-filter); None for any other filter class (then unit by unit).
         """
         f = self.filter
         if type(f) is cq.TagFilter:

@@ -7,7 +7,7 @@ equals the broker's decision (``selector.compile(sql).matches``) row for row:
 
 * the broker's three-valued logic with its left-to-right short circuit, so an
   exception on the right of ``FALSE AND ...`` never surfaces, and one on the
-  left of ``... OR TRUE`` does (spec §8.6);
+  left of ``... OR TRUE`` does (docs/selector-semantics.md#evaluation);
 * the asymmetric NULL rules of ``=`` and ``<>``; IN / NOT IN; BETWEEN as two
   comparisons; the CONTAINS family (empty pattern or NULL operand: FALSE);
   boolean cast of a bare property (any string is FALSE); negation of a string

@@ -1,6 +1,7 @@
 """Cython engine of selector evaluation (the contract is in _eval.pxd).
 
-Semantics are the broker's (spec §8.6, §8.7), spelled out in Python in
+Semantics are the broker's (docs/selector-semantics.md#evaluation,
+docs/selector-semantics.md#comparison-and-coercion), spelled out in Python in
 ``_eval_py.py`` and ``javalang.py``; this module implements the same rules in
 C over UTF-8 string views, so one loop serves Python dicts (``evaluate``,
 ``evaluate_many``) and Arrow string buffers (``evaluate_columns``, which runs
@@ -291,7 +292,7 @@ cdef inline double number(const Value* v) noexcept nogil:
 
 cdef bint compare(const CProgram* p, const Value* l, const Value* r, Conv* conv,
                   int* out) noexcept nogil:
-    """The broker's compareTo with its coercions (§8.7); False where it throws."""
+    """The broker's compareTo with its coercions (docs/selector-semantics.md#comparison-and-coercion); False where it throws."""
     cdef int64_t x
     cdef double d
     cdef Py_ssize_t m

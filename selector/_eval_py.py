@@ -1,7 +1,7 @@
 """Pure-Python twin of the selector evaluation engine (``_eval.pyx``).
 
 It walks the same flat post-order node array (see :mod:`selector.compiler`)
-with the same loop, and spells out the broker's evaluation rules (spec §8.6)
+with the same loop, and spells out the broker's evaluation rules (docs/selector-semantics.md#evaluation)
 in plain Python. ``RMQFILTER_PUREPYTHON=1`` selects it; the tests check that
 both engines agree on every case.
 

@@ -3,7 +3,7 @@
 :class:`Parser` runs PLY's LALR tables over the tokens of
 :func:`selector.lexer.scan`. The loop is PLY's own (``LRParser.parse``:
 defaulted states, shift, reduce, accept) with the broker's stop rule (spec
-§8.4) in place of PLY's error recovery: at the first token that cannot
+docs/selector-semantics.md#no-end-of-input-check) in place of PLY's error recovery: at the first token that cannot
 continue, parsing goes on as if the input ended there; a second error is the
 syntax error, reported at that first token. ``selector.parser`` builds the
 tables and the reductions and turns the results into trees and errors.
@@ -63,7 +63,7 @@ class Parser:
         i = 0                # next token
         kind = None          # lookahead type; None: not read yet
         value = where = None
-        stop = None          # index of the token where the parse stopped (§8.4)
+        stop = None          # index of the token where the parse stopped (docs/selector-semantics.md#no-end-of-input-check)
         while True:
             row = table[state]
             if row is None:

@@ -1,6 +1,6 @@
 """Compile a selector AST into the broker's evaluation tree, stored flat.
 
-The broker desugars as it builds (spec §8.5): ``x <> y`` is ``NOT (x = y)``,
+The broker desugars as it builds (docs/selector-semantics.md#parse-time-checks): ``x <> y`` is ``NOT (x = y)``,
 ``x IS NOT NULL`` is ``NOT (x IS NULL)``, ``x BETWEEN a AND b`` is
 ``(x >= a) AND (x <= b)``, ``x NOT BETWEEN a AND b`` is ``(x < a) OR (x > b)``.
 A CONTAINS-family test with an empty pattern is FALSE without evaluating its

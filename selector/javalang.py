@@ -2,7 +2,7 @@
 
 Number grammars of ``Integer.parseInt``, ``Long.parseLong``, ``Double.valueOf``
 and ``Boolean.parseBoolean``; ``Double.compare``; and the broker's mixed-type
-comparison table (spec §8.7). Used by the parser (BETWEEN bound check) and by
+comparison table (docs/selector-semantics.md#comparison-and-coercion). Used by the parser (BETWEEN bound check) and by
 the pure-Python evaluator; the Cython engine implements the same rules in C.
 
 This is the one Python home of these Java rules, public so other packages use
@@ -186,7 +186,7 @@ def _natural(a, b, kind: str) -> int:
 
 
 def compare(lv, rv) -> int:
-    """The broker's ``compareTo`` of two non-null values, with its coercions (§8.7).
+    """The broker's ``compareTo`` of two non-null values, with its coercions (docs/selector-semantics.md#comparison-and-coercion).
 
     Raises JavaNumberFormatError where a string does not parse as the other
     side's type, JavaClassCastError for a Boolean left of a String.

@@ -1,6 +1,6 @@
 """Tokens of the broker's SQL92 selector language (PLY lexer).
 
-The rules follow the broker's lexer (spec §8.2):
+The rules follow the broker's lexer (docs/selector-semantics.md#lexical):
 
 * whitespace is exactly space, tab, LF, CR and FF; any other character outside
   a string literal is a lexical error;
@@ -19,7 +19,7 @@ Two implementations produce the same tokens: :class:`SelectorLexer`, the
 PLY lexer (the reference, one regular-expression rule per token), and
 :func:`scan`, which the parser uses: one compiled master expression that also
 skips whitespace, run over the whole text at once. Text after the token that
-ends the expression is never looked at by the parser (spec §8.4); ``scan``
+ends the expression is never looked at by the parser (docs/selector-semantics.md#no-end-of-input-check); ``scan``
 returns a lexical error as a value instead of raising it, so an error there is
 raised only if the parser asks for that token.
 """

@@ -1,7 +1,7 @@
 """Beyond the broker: warnings for its traps, and a fully parenthesised form.
 
 Each warning names a construct the broker accepts but that rarely means what
-its author intended (spec §8.3-§8.8):
+its author intended (docs/selector-semantics.md):
 
 ``ignored-text``
     The broker stops after a complete expression and ignores the rest

@@ -1,6 +1,6 @@
 """The broker's SQL92 selector grammar (PLY, LALR), building :mod:`selector.nodes`.
 
-The grammar is the broker's precedence ladder (spec §8.3), one rule per level::
+The grammar is the broker's precedence ladder (docs/selector-semantics.md#grammar), one rule per level::
 
     selector = or_expr
     or_expr  = or_expr OR and_expr | and_expr
@@ -14,12 +14,12 @@ The grammar is the broker's precedence ladder (spec §8.3), one rule per level::
     unary    = + unary | - unary | NOT unary | primary
     primary  = literal | identifier | ( or_expr )
 
-The broker has no end-of-input check (§8.4): it reads one token past a
+The broker has no end-of-input check (docs/selector-semantics.md#no-end-of-input-check): it reads one token past a
 complete expression and, if that token cannot continue it, stops there and
 ignores the rest. Here the first syntax error is answered by substituting
 end-of-input for the offending token; if the expression is complete the parse
 succeeds (``ParseResult.stop`` says where), otherwise the error is reported at
-the original token. The parse-time checks of §8.5 run as the nodes are built.
+the original token. The parse-time checks of docs/selector-semantics.md#parse-time-checks run as the nodes are built.
 
 Tables are built by ``ply.yacc`` in memory once, at import (no ``parser.out``,
 no table file). :func:`parse` runs them with the engine's driver
@@ -102,7 +102,7 @@ def _describe(kind: str | None, value) -> str:
     return f"{value!r}"
 
 
-# -- parse-time checks (spec §8.5) -------------------------------------------------------------
+# -- parse-time checks (docs/selector-semantics.md#parse-time-checks) ----------------------------------
 
 # Exact classes (no node class is subclassed): a set lookup is cheaper than isinstance chains.
 _BOOLEAN_TYPES = frozenset((BoolCast, Not, Logical, Comparison, IsNull, Between, In, StringMatch))
@@ -495,7 +495,7 @@ def parse(text: str) -> ParseResult:
     """Parse ``text`` as the broker would.
 
     PLY's LALR tables, driven by the engine's ``Parser`` (``_lalr.pyx``, or
-    its twin ``_lalr_py.py``: PLY's loop with the broker's stop rule of §8.4
+    its twin ``_lalr_py.py``: PLY's loop with the broker's stop rule of docs/selector-semantics.md#no-end-of-input-check
     in place of PLY's error recovery), over the fast scanner's tokens.
     :func:`_parse_reference` runs the same grammar through PLY's own lexer
     and driver and gives the same results.

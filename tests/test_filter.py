@@ -1,4 +1,8 @@
-"""The broker's filter rules, one by one (spec §5.3, §5.4, §6.5, §6.7)."""
+"""The broker's filter rules, one by one.
+
+The rules: docs/filtering.md#tag-match, docs/filtering.md#client-recheck,
+docs/filtering.md#expression-filter and docs/filtering.md#retry-filter.
+"""
 from __future__ import annotations
 
 import pytest

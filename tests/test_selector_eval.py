@@ -23,7 +23,7 @@ def result(sql: str, props):
         return ERR
 
 
-# -- spec §8.8, row by row --------------------------------------------------------------------
+# -- docs/selector-semantics.md#examples, row by row ------------------------------------------------
 
 @pytest.mark.parametrize("sql, props, want", [
     ("a = 1", {"a": "1"}, True),

@@ -256,7 +256,7 @@ def test_every_truncation_point_of_the_last_record(golden_copy):
 
 
 def test_recovery_checks_the_body_crc_like_check_crc_on_recover(golden_copy):
-    """A record whose lengths add up but whose body CRC does not match ends the data (spec §4.6)."""
+    """A record whose lengths add up but whose body CRC does not match ends the data (docs/formats.md#commitlog-validation)."""
     last = ROWS_BY_OFFSET[-1]
     off = last["commitLogOffset"]
     start, name = _file_of(off)
@@ -275,7 +275,8 @@ def test_recovery_checks_the_body_crc_like_check_crc_on_recover(golden_copy):
 
 def test_truncation_points_inside_an_earlier_file_are_errors_with_the_file_and_offset(golden_copy):
     """A cut record with zeros after it in an early file: strict reads name file and offset;
-    recovery does not look there (it starts at the third-to-last file, spec §2.4/§4.6)."""
+    recovery does not look there (it starts at the third-to-last file,
+    docs/formats.md#consumequeue-end-of-data, docs/formats.md#commitlog-validation)."""
     row = next(r for r in ROWS_BY_OFFSET if r["commitLogOffset"] >= 2 * CL_FILE_SIZE)
     off = row["commitLogOffset"]
     start, name = _file_of(off)

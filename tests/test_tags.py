@@ -1,4 +1,7 @@
-"""Tag hash codes and tag-subscription parsing agree with the broker (spec §5.1, §5.2)."""
+"""Tag hash codes and tag-subscription parsing agree with the broker.
+
+The rules: docs/filtering.md#tags-code and docs/filtering.md#tag-subscription.
+"""
 from __future__ import annotations
 
 import numpy as np

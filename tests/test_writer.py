@@ -124,7 +124,7 @@ def test_append_mode_continues_a_store(tmp_path):
 
 
 # ------------------------------------------------------------ spec vectors
-# Spec §9.5: the record, byte for byte.
+# The CommitLog record of docs/formats.md#test-vectors, byte for byte.
 SPEC_RECORD_HEX = """
 00 00 00 7b da a3 20 a7 77 d1 89 82 00 00 00 00
 00 00 00 00 00 00 00 00 00 00 00 00 00 00 00 00
@@ -544,7 +544,10 @@ def test_rebuild_fills_placeholders_before_a_queue_that_starts_late(tmp_path):
 
 
 def test_record_crc_property_when_enabled(tmp_path):
-    """enabledAppendPropCRC: 20 reserved bytes end the record with __CRC32# = CRC of the rest (spec §4.10)."""
+    """enabledAppendPropCRC: 20 reserved bytes end the record with __CRC32# = CRC of the rest.
+
+    See docs/formats.md#record-crc-property.
+    """
     with StoreWriter(tmp_path, commit_log_file_size=SMALL_LOG, enabled_append_prop_crc=True) as w:
         plain = spec_message(w)
         stale = spec_message(w, properties="__CRC32#\x010000000001\x02TAGS\x01TagA\x02KEYS\x01k1")

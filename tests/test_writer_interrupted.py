@@ -3,7 +3,7 @@
 What the kill leaves (the writer buffers and flushes each queue with ``pwrite``):
 
 * the CommitLog ends at its last whole record; a record cut short is invalid (lengths or body CRC,
-  spec §4.6) and recovery ends the data before it;
+  docs/formats.md#commitlog-validation) and recovery ends the data before it;
 * ConsumeQueue and ext units are flushed only after the records they point at, so no unit points
   past the data: ``Store.consume`` delivers every unit on disk, none counted missing;
 * records past the last unit of their queue (written, not yet dispatched) are not visible to
