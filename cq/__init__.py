@@ -10,13 +10,13 @@ would receive. See :mod:`cq.format` for the file formats.
 """
 from .commitlog import CommitLog, Message
 from .consumequeue import ConsumeQueue
-from .errors import StoreFormatError, TagSubscriptionError
+from .errors import StoreFileDeleted, StoreFormatError, TagSubscriptionError
 from .ext import ConsumeQueueExt, CqExtUnit
 from .filter import RetrySqlFilter, SqlFilter, TagFilter
 from .format import MAX_ADDR, decorate, is_ext_addr, undecorate
 from .scan import ENGINE as _SCAN_ENGINE
 from .scan import check_bitmaps, scan_tags
-from .store import ConsumeResult, ConsumeStats, Store
+from .store import ConsumeResult, ConsumeStats, Store, StoreCut
 from .tags import ENGINE as _TAGS_ENGINE
 from .tags import SubscriptionData, parse_tag_subscription, tags_code, tags_code_many
 
@@ -36,6 +36,8 @@ __all__ = [
     "RetrySqlFilter",
     "SqlFilter",
     "Store",
+    "StoreCut",
+    "StoreFileDeleted",
     "StoreFormatError",
     "SubscriptionData",
     "TagFilter",
