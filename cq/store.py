@@ -220,6 +220,7 @@ class Store:
         self._commit_log: CommitLog | None = None
         self._cqs: dict[tuple[str, int], ConsumeQueue] = {}
         self._exts: dict[tuple[str, int], ConsumeQueueExt | None] = {}
+        self._frozen: dict[tuple[str, int], tuple[int, int]] = {}  # refresh="never": each queue's first view
         # readers are opened lazily; the lock makes threads sharing a Store open each one once
         self._open_lock = threading.RLock()
 
@@ -379,6 +380,9 @@ class Store:
             for t in topics:
                 qids = list(queue_ids) if queue_ids is not None and topic is not None else self.queue_ids(t)
                 for q in qids:
+                    if not live and (t, int(q)) in self._frozen:
+                        ranges.append((t, int(q), *self._frozen[t, int(q)], None))
+                        continue
                     try:
                         cqueue, ext = self._queue_readers(t, q)
                     except KeyError:
@@ -397,9 +401,12 @@ class Store:
             end = log.refresh() if live else log.max_offset
             queues = []
             for t, q, lo, hi, cqueue in ranges:
-                if not live:
+                if not live and cqueue is not None:
+                    # the first view of a queue in a Store that never refreshes: units whose
+                    # records came after the view's CommitLog end lie outside it, for good
                     hi = _clip_to_log(cqueue, lo, hi, end)
                     self._release(t, q, cqueue, self._exts.get((t, q)))
+                    self._frozen[t, q] = (lo, max(lo, hi))
                 queues.append((t, q, lo, max(lo, hi)))
             return StoreCut(log.min_offset, end, tuple(queues))
 
