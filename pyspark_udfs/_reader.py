@@ -36,17 +36,28 @@ from cq.commitlog import Spans
 from cq.errors import StoreFormatError
 from cq.scan import _scan
 
-# Opened stores, per worker process: a worker reads many slices of one store.
+# Opened stores, per worker process: a worker reads many slices of one store. A slice carries
+# the cut its query planned, and _store() brings the cached readers up to it (docs/live.md).
 _STORES: dict[str, cq.Store] = {}
 BATCH_ROWS = 8192
 TAGS = "TAGS"  # the property holding a message's tag
 
 
-def _store(path: str) -> cq.Store:
+def _store(path: str, part=None) -> cq.Store:
+    """The worker's Store of ``path``, caught up with the cut ``part`` was planned in."""
     store = _STORES.get(path)
     if store is None:
         store = _STORES[path] = cq.Store(path)
+    if part is not None and part.commit_log_end is not None:
+        store.follow(part.topic, part.queue_id, part.end, part.commit_log_end)
     return store
+
+
+def _cut(part) -> cq.StoreCut | None:
+    """The CommitLog range of the slice's cut (None for a slice planned without one)."""
+    if getattr(part, "commit_log_end", None) is None:
+        return None
+    return cq.StoreCut(part.commit_log_min, part.commit_log_end)
 
 
 _LOG = logging.getLogger("rmqfilter.datasource")
@@ -196,13 +207,13 @@ def _resolve_ext(store, topic: str, queue_id: int, slots: np.ndarray, skips: Ski
     return tags_code, known, is_ext, batch, skipped
 
 
-def _in_commit_log(log, offsets: np.ndarray, sizes: np.ndarray) -> np.ndarray:
-    """Units whose record is inside the CommitLog's valid range, as ``cq.Store.consume`` decides.
+def _in_commit_log(store, offsets: np.ndarray, sizes: np.ndarray, part=None) -> np.ndarray:
+    """Units whose record is inside the cut's CommitLog range, as ``cq.Store.consume`` decides.
 
     Records below the first file were deleted and records past the recovered
-    end were never completed; the broker skips their units.
+    end were never completed; the broker skips their units (docs/live.md).
     """
-    return (offsets >= log.min_offset) & (offsets + sizes <= log.max_offset)
+    return store.records_present(offsets, sizes, _cut(part))
 
 
 class Decisions:
@@ -224,8 +235,9 @@ class Decisions:
 class _GroupFilter:
     """The filter ``cq.Store.make_filter`` builds for the group, applied to a slice of units."""
 
-    def __init__(self, store, options, topic: str) -> None:
+    def __init__(self, store, options, topic: str, part=None) -> None:
         self.store = store
+        self.part = part
         self.filter = store.make_filter(topic, options.group, sql=options.sql, tags=options.tags)
         self.layer2_in_spark = options.layer2 == "spark"
         if self.layer2_in_spark and (type(self.filter) is not cq.SqlFilter or self.filter.class_filter_mode):
@@ -248,7 +260,7 @@ class _GroupFilter:
             tags_code, known, ext_batch, candidates)
         log = self.store.commit_log
         offsets = units["commit_log_offset"]
-        rows = np.flatnonzero(d.consume_queue & _in_commit_log(log, offsets, units["size"]))
+        rows = np.flatnonzero(d.consume_queue & _in_commit_log(self.store, offsets, units["size"], self.part))
         if self.layer2_in_spark:
             # Spark evaluates layer 2 on the properties column; the reader only says which records it reads.
             d.reached_commit_log[rows] = True
@@ -348,12 +360,14 @@ def _read_slice(options, schema, part, tags_code_sets, skips: Skips) -> Iterator
         return
     if part.end <= part.start:
         return
-    store = _store(options.path)
     topic, queue_id = part.topic, part.queue_id
     messages = options.table == "messages"
     try:
-        units = store.consume_queue(topic, queue_id).read(part.start, part.end - part.start)
-        queue_offsets = np.arange(part.start, part.start + len(units), dtype=np.int64)
+        store = _store(options.path, part)
+        cqueue = store.consume_queue(topic, queue_id)
+        start = max(part.start, cqueue.min_offset)  # the broker may have expired files since planning
+        units = cqueue.read(start, max(0, part.end - start))
+        queue_offsets = np.arange(start, start + len(units), dtype=np.int64)
         tags_code, known, is_ext, ext_batch, skipped = _resolve_ext(
             store, topic, queue_id, units["tags_code"], skips, queue_offsets)
     except StoreFormatError as exc:
@@ -369,14 +383,14 @@ def _read_slice(options, schema, part, tags_code_sets, skips: Skips) -> Iterator
 
     decisions = None
     if options.group is not None:
-        decisions = _GroupFilter(store, options, topic).decide(units, tags_code, known, ext_batch, keep,
+        decisions = _GroupFilter(store, options, topic, part).decide(units, tags_code, known, ext_batch, keep,
                                                                skips, queue_offsets)
         keep &= ~decisions.skipped
         if not options.decisions:
             keep &= decisions.reached_commit_log if options.layer2 == "spark" else decisions.delivered
     if messages and decisions is None:
         # Records no longer in the CommitLog have no message to show (the broker skips them).
-        keep &= _in_commit_log(store.commit_log, units["commit_log_offset"], units["size"])
+        keep &= _in_commit_log(store, units["commit_log_offset"], units["size"], part)
     rows = np.flatnonzero(keep)
     records = None
     with_properties = options.layer2 == "spark" and not messages

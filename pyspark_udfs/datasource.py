@@ -279,6 +279,11 @@ class ConsumeQueueSlice(InputPartition):
     skip_reason: str | None = None
     skip_path: str | None = None
     skip_offset: int | None = None
+    #: The cut the query planned (docs/live.md): the CommitLog's first byte and recovered end when the
+    #: queue ends were read; every executor reads this cut whatever its Store has cached. None: the
+    #: executor's own view (a slice made by hand).
+    commit_log_min: int | None = None
+    commit_log_end: int | None = None
 
 
 class RocketMQDataSource(DataSource):
@@ -338,6 +343,8 @@ class RocketMQReader(DataSourceReader):
         import cq
 
         opts = self.options
+        # A fresh Store: the cut is the store as it is now. Queue ends are read first, the
+        # CommitLog end last, so every unit planned has its record inside the cut (docs/live.md).
         store = cq.Store(opts.path)
         topics = [opts.topic] if opts.topic is not None else list(store.topics())
         if opts.topic is not None and opts.topic not in set(store.topics()):
@@ -364,7 +371,10 @@ class RocketMQReader(DataSourceReader):
         if not slices:
             # Spark needs at least one partition; an empty slice reads nothing.
             slices.append(ConsumeQueueSlice(opts.topic or "", -1, 0, 0))
-        return slices
+        log = store.commit_log
+        cut = {"commit_log_min": log.min_offset, "commit_log_end": log.max_offset}
+        store.close()
+        return [dataclasses.replace(s, **cut) for s in slices]
 
     # ---------------------------------------------------------------- reading
     def read(self, partition: ConsumeQueueSlice):
