@@ -9,8 +9,9 @@ would receive. See :mod:`cq.format` for the file formats.
 2598919
 """
 from .commitlog import CommitLog, Message
+from .config import ConfigFormatError, ConfigWarning, RegisteredFilter
 from .consumequeue import ConsumeQueue
-from .errors import StoreFileDeleted, StoreFormatError, TagSubscriptionError
+from .errors import StoreFileDeleted, StoreFormatError, TagSubscriptionError, UnknownGroupError
 from .ext import ConsumeQueueExt, CqExtUnit
 from .filter import RetrySqlFilter, SqlFilter, TagFilter
 from .format import MAX_ADDR, decorate, is_ext_addr, undecorate
@@ -27,12 +28,15 @@ __all__ = [
     "ENGINE",
     "MAX_ADDR",
     "CommitLog",
+    "ConfigFormatError",
+    "ConfigWarning",
     "ConsumeQueue",
     "ConsumeQueueExt",
     "ConsumeResult",
     "ConsumeStats",
     "CqExtUnit",
     "Message",
+    "RegisteredFilter",
     "RetrySqlFilter",
     "SqlFilter",
     "Store",
@@ -42,6 +46,7 @@ __all__ = [
     "SubscriptionData",
     "TagFilter",
     "TagSubscriptionError",
+    "UnknownGroupError",
     "check_bitmaps",
     "decorate",
     "is_ext_addr",

@@ -35,3 +35,28 @@ class StoreFileDeleted(StoreFormatError):
 
 class TagSubscriptionError(ValueError):
     """``FilterAPI.buildSubscriptionData`` refused a tag subscription ("subString split error")."""
+
+
+class UnknownGroupError(ValueError):
+    """A consumer group has no SQL92 registration for a topic in ``config/consumerFilter.json``.
+
+    Attributes
+    ----------
+    group, topic : str
+        What was asked for.
+    registered : list of str
+        The groups registered for ``topic``.
+    path : str
+        The consumerFilter.json looked in.
+    """
+
+    def __init__(self, group: str, topic: str, registered: list[str], path: str | os.PathLike) -> None:
+        self.group = group
+        self.topic = topic
+        self.registered = list(registered)
+        self.path = os.fspath(path)
+        listed = ", ".join(self.registered) if self.registered else "none"
+        super().__init__(
+            f"group {group!r} has no SQL92 filter registered for topic {topic!r} in {self.path} "
+            f"(registered groups: {listed}); give its subscription (sql or tags) instead"
+        )

@@ -53,8 +53,25 @@ class TagFilter:
         sub = self.subscription
         if sub is None or self.class_filter_mode or tags_code is None or sub.sub_string == "*":
             return True
-        low = tags_code & 0xFFFFFFFF
-        return (low - (1 << 32) if low & 0x80000000 else low) in self._codes
+        return _low_int32(tags_code) in self._codes
+
+    def explain_consume_queue(self, tags_code: int | None, ext_unit: CqExtUnit | None = None) -> tuple[bool, str]:
+        """:meth:`is_matched_by_consume_queue` and the rule that decided it (a reason code).
+
+        Codes: ``no_subscription``, ``class_filter_mode``, ``tags_code_unknown``, ``sub_all``,
+        ``tags_code_in_set``, ``tags_code_not_in_set``.
+        """
+        sub = self.subscription
+        matched = self.is_matched_by_consume_queue(tags_code, ext_unit)
+        if sub is None:
+            return matched, "no_subscription"
+        if self.class_filter_mode:
+            return matched, "class_filter_mode"
+        if tags_code is None:
+            return matched, "tags_code_unknown"
+        if sub.sub_string == "*":
+            return matched, "sub_all"
+        return matched, "tags_code_in_set" if matched else "tags_code_not_in_set"
 
     def is_matched_by_commit_log(self, properties: Mapping[str, str] | None) -> bool:
         """Layer 2: always True for TAG subscriptions."""
@@ -139,19 +156,39 @@ class SqlFilter:
 
     def is_matched_by_consume_queue(self, tags_code: int | None, ext_unit: CqExtUnit | None = None) -> bool:
         """Layer 1 for SQL92: rules 1-7 of spec §6.5 (``tags_code`` is ignored)."""
-        if self.class_filter_mode or self.bloom_data is None:
-            return True
-        if ext_unit is None or not ext_unit.msg_store_time > self.born_time:
-            return True
+        return self.explain_consume_queue(tags_code, ext_unit)[0]
+
+    def explain_consume_queue(self, tags_code: int | None, ext_unit: CqExtUnit | None = None) -> tuple[bool, str]:
+        """:meth:`is_matched_by_consume_queue` and the rule that decided it (a reason code).
+
+        Codes, in the broker's order: ``class_filter_mode``, ``no_bloom_data``, ``no_ext_unit``,
+        ``not_in_live`` (``msgStoreTime <= bornTime``), ``no_bitmap``, ``bloom_data_invalid``,
+        ``bitmap_length`` (bitmap bits != bitNum), ``position_out_of_range`` (``isHit`` throws:
+        matched), ``bloom_hit``, ``bloom_miss``.
+        """
+        if self.class_filter_mode:
+            return True, "class_filter_mode"
+        if self.bloom_data is None:
+            return True, "no_bloom_data"
+        if ext_unit is None:
+            return True, "no_ext_unit"
+        if not ext_unit.msg_store_time > self.born_time:  # isMsgInLive is strict
+            return True, "not_in_live"
         bitmap = ext_unit.filter_bitmap
-        if bitmap is None or not self.bloom_data_valid or len(bitmap) * 8 != self.bloom_data.bit_num:
-            return True
+        if bitmap is None:
+            return True, "no_bitmap"
+        if not self.bloom_data_valid:
+            return True, "bloom_data_invalid"
+        if len(bitmap) * 8 != self.bloom_data.bit_num:
+            return True, "bitmap_length"
         positions = self.bloom_data.bit_pos
         # isHit reads every position (no early exit), so one out of range throws;
         # the broker logs the exception and matches.
         if any(p < 0 or p >= len(bitmap) * 8 for p in positions):
-            return True
-        return all(bitmap[p >> 3] & (1 << (p & 7)) for p in positions)
+            return True, "position_out_of_range"
+        if all(bitmap[p >> 3] & (1 << (p & 7)) for p in positions):
+            return True, "bloom_hit"
+        return False, "bloom_miss"
 
     def evaluate(self, properties: Mapping[str, str] | None):
         """The selector's raw result (True/False/None), None where evaluation throws."""
@@ -219,6 +256,12 @@ class RetrySqlFilter(SqlFilter):
     def is_matched_by_commit_log_many(self, rows) -> np.ndarray:
         """Layer 2 row by row (each row may resolve to a different registered filter)."""
         return np.array([self.is_matched_by_commit_log(r) for r in rows], dtype=bool)
+
+
+def _low_int32(tags_code: int) -> int:
+    """``(int) tagsCode``: the low 32 bits as a signed int, as the broker compares them."""
+    low = tags_code & 0xFFFFFFFF
+    return low - (1 << 32) if low & 0x80000000 else low
 
 
 def _bloom_valid(bloom_filter, data) -> bool:

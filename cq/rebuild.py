@@ -154,8 +154,11 @@ def rebuild_bitmaps(
         os.makedirs(os.path.join(dest, COMMIT_LOG_DIR), exist_ok=True)
         for _start, path in log_files:
             shutil.copyfile(path, os.path.join(dest, COMMIT_LOG_DIR, os.path.basename(path)))
+        first_store_time = None
         for msg in store.commit_log.messages(strict=True):
             messages += 1
+            if first_store_time is None or msg.store_timestamp < first_store_time:
+                first_store_time = msg.store_timestamp
             transaction = msg.sys_flag & TRANSACTION_TYPE_MASK
             props = msg.properties or {}
             try:
@@ -174,6 +177,11 @@ def rebuild_bitmaps(
                     progress(messages)
         if batch:
             flush_batch()
+        if first_store_time is not None:
+            # every message got the groups' bits: their filter data is older than all of them
+            # (isMsgInLive), which consumerFilter.json's bornTime must say
+            for g in specs:
+                writer.register_group(g.topic, g.group, g.sql, born_time=first_store_time - 1)
     finally:
         store.close()
         if writer is not None:

@@ -9,6 +9,7 @@ from typing import Any
 
 import numpy as np
 
+from .config_writer import write_consumer_offsets, write_subscription_groups, write_topic_configs
 from .format import (
     DEFAULT_CONSUME_QUEUE_FILE_SIZE,
     DEFAULT_EXT_FILE_SIZE,
@@ -40,6 +41,12 @@ SAMPLE_GROUPS = (
 )
 #: Born timestamp of the first sample message (2023-11-14T22:13:20Z).
 SAMPLE_EPOCH_MS = 1_700_000_000_000
+#: bornTime of the sample groups' filter data: registered a minute before the first message,
+#: so every message's bitmap carries their bits (``isMsgInLive``).
+SAMPLE_GROUPS_BORN_MS = SAMPLE_EPOCH_MS - 60_000
+#: How far through each queue of the main topic each sample group has committed its offset
+#: (``consumerOffset.json``), in group order: so ``rmqfilter backlog`` has a backlog to show.
+SAMPLE_COMMITTED_FRACTIONS = (0.5, 0.75, 0.9)
 
 
 @dataclass(frozen=True)
@@ -193,6 +200,10 @@ def generate_sample_store(
     ZLIB-compressed as the producer does (``COMPRESSED_FLAG``). The three
     :data:`SAMPLE_GROUPS` are registered on the main topic, so its
     ConsumeQueueExt units carry their bitmaps (every topic has ext units).
+    ``config/`` holds what a broker serving them would persist: ``consumerFilter.json``
+    (bornTime :data:`SAMPLE_GROUPS_BORN_MS`), ``consumerOffset.json`` (each group committed
+    :data:`SAMPLE_COMMITTED_FRACTIONS` of the way through each queue), ``subscriptionGroup.json``
+    and ``topics.json``.
 
     Parameters
     ----------
@@ -245,8 +256,17 @@ def generate_sample_store(
     ) as writer:
         for t in topics:
             writer._topic_info(t)
-        groups = [writer.register_group(topics[0], group, sql) for group, sql in SAMPLE_GROUPS]
+        groups = [writer.register_group(topics[0], group, sql, born_time=SAMPLE_GROUPS_BORN_MS)
+                  for group, sql in SAMPLE_GROUPS]
         writer.append_many(_sample_messages(messages, seed, topics, queue_counts), progress=progress)
+        # the broker's other config files, as a broker serving these groups would have them
+        write_consumer_offsets(root, {
+            (topics[0], g.group): {q: int(writer.queue_max_offset(topics[0], q) * fraction)
+                                   for q in range(queue_counts[topics[0]])}
+            for g, fraction in zip(groups, SAMPLE_COMMITTED_FRACTIONS)
+        }, timestamp=SAMPLE_EPOCH_MS)
+        write_subscription_groups(root, [g.group for g in groups], timestamp=SAMPLE_EPOCH_MS)
+        write_topic_configs(root, queue_counts, timestamp=SAMPLE_EPOCH_MS)
     return SampleStore(
         root=os.fspath(root),
         messages=messages,

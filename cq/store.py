@@ -3,15 +3,18 @@ from __future__ import annotations
 
 import os
 import threading
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, fields
 
 import numpy as np
 
+from . import backlog as _backlog
+from . import config as cfg
 from . import format as fmt
+from . import why as _why
 from .commitlog import CommitLog, Message
 from .consumequeue import ConsumeQueue
-from .errors import StoreFileDeleted, StoreFormatError
+from .errors import StoreFileDeleted, StoreFormatError, UnknownGroupError
 from .ext import ConsumeQueueExt
 from .filter import SqlFilter, TagFilter
 from .scan import _scan, bloom_masks, scan_tags
@@ -306,6 +309,137 @@ class Store:
         if self._commit_log is not None:
             self._commit_log.close()
 
+    # ------------------------------------------------------------ config files
+    def config_path(self, name: str) -> str:
+        """``{root}/config/{name}``: where the broker keeps its config file ``name``."""
+        return os.path.join(self.root, cfg.CONFIG_DIR, name)
+
+    def config_file(self, name: str) -> cfg.ConfigFile:
+        """Load config file ``name`` with the ``.bak`` fallback; ``.source`` says which file was read."""
+        return cfg.load_config(self.config_path(name))
+
+    def registered_filters(self, topic: str | None = None, *, bloom_filter=None) -> list[cfg.RegisteredFilter]:
+        """The SQL92 registrations of ``config/consumerFilter.json`` (all topics, or ``topic``'s).
+
+        Parameters
+        ----------
+        topic : str, optional
+            Only this topic's registrations.
+        bloom_filter : bloom.BloomFilter, optional
+            The broker's filter the bloom data is checked against (default ``bloom.BloomFilter()``).
+
+        Returns
+        -------
+        list of cq.config.RegisteredFilter
+            In file order; ``[]`` when the file (and its ``.bak``) is missing.
+
+        Warns
+        -----
+        cq.config.ConfigWarning
+            For each group whose bloom data is not what the filter computes, naming it, and
+            when the ``.bak`` file was read instead of a broken one.
+
+        Raises
+        ------
+        cq.config.ConfigFormatError
+            The file (and its ``.bak``) is malformed: names the file, byte offset and line:column.
+        """
+        return cfg.read_registered_filters(self.config_path(cfg.CONSUMER_FILTER_FILE), bloom_filter, topic)
+
+    def registered_filter(self, topic: str, group: str, *, bloom_filter=None) -> cfg.RegisteredFilter:
+        """``group``'s registration for ``topic``; :class:`cq.UnknownGroupError` (listing the
+        registered groups) when there is none."""
+        filters = self.registered_filters(topic, bloom_filter=bloom_filter)
+        for f in filters:
+            if f.group == group:
+                return f
+        raise UnknownGroupError(group, topic, [f.group for f in filters],
+                                self.config_path(cfg.CONSUMER_FILTER_FILE))
+
+    def committed_offsets(self, group: str, topic: str) -> dict[int, int]:
+        """``config/consumerOffset.json``: queue id -> the next offset ``group`` will consume in ``topic``.
+
+        Queues without a committed offset (absent, or -1) are left out; a missing file gives ``{}``.
+        """
+        return cfg.read_committed_offsets(self.config_path(cfg.CONSUMER_OFFSET_FILE), group, topic)
+
+    def subscription_groups(self) -> dict[str, dict]:
+        """``config/subscriptionGroup.json``: group name -> its settings as stored (``{}`` if missing)."""
+        return cfg.read_subscription_groups(self.config_path(cfg.SUBSCRIPTION_GROUP_FILE))
+
+    def topic_configs(self) -> dict[str, dict]:
+        """``config/topics.json``: topic name -> its settings as stored (``{}`` if missing)."""
+        return cfg.read_topic_configs(self.config_path(cfg.TOPICS_FILE))
+
+    # ------------------------------------------------------------ why / backlog
+    def why(self, topic: str, group: str, *, sql: str | None = None, tags: str | None = None,
+            queue_id: int | None = None, queue_offset: int | None = None, msg_id: str | None = None,
+            key: str | None = None, bloom_filter="default") -> _why.Why | list[_why.Why]:
+        """Walk one message through every step of the broker's filter for ``group``.
+
+        Parameters
+        ----------
+        topic, group : str
+        sql, tags : str, optional
+            The group's subscription; neither: its registration in ``config/consumerFilter.json``
+            (:class:`cq.UnknownGroupError` when it has none).
+        queue_id, queue_offset : int, optional
+            The message by its ConsumeQueue unit.
+        msg_id : str, optional
+            The offset message id (store host + CommitLog offset, :attr:`cq.Message.msg_id`) or
+            a ``UNIQ_KEY`` (found through the IndexFiles, else by a scan of the topic).
+        key : str, optional
+            A key of ``KEYS`` (IndexFiles, else a scan).
+        bloom_filter : bloom.BloomFilter, "default" or None
+            The broker's Bloom filter, as for :meth:`consume`.
+
+        Returns
+        -------
+        cq.why.Why or list of cq.why.Why
+            One :class:`~cq.why.Why` for a queue offset; a list (one per matching message,
+            CommitLog order) for ``msg_id`` / ``key``. ``.delivered``, ``.dropped_by``
+            (None, ``"consume_queue"``, ``"commit_log"``, ``"client"``), ``.steps`` with their
+            evidence, ``str()`` for people, ``to_dict()`` for JSON.
+
+        Raises
+        ------
+        cq.why.MessageNotFoundError
+            No such unit or message (a ValueError and a LookupError).
+
+        Examples
+        --------
+        >>> w = Store("tests/data/golden_store").why(  # doctest: +SKIP
+        ...     "GoldenFilterTopic", "GID_SQL_A", sql="a > 5 AND b = 'abc'", queue_id=0, queue_offset=0)
+        >>> w.delivered, w.dropped_by  # doctest: +SKIP
+        (False, 'consume_queue')
+        """
+        return _why.why(self, topic, group, sql=sql, tags=tags, queue_id=queue_id, queue_offset=queue_offset,
+                        msg_id=msg_id, key=key, bloom_filter=bloom_filter)
+
+    def find_messages(self, topic: str, *, msg_id: str | None = None, key: str | None = None):
+        """``(messages, found_by, note)``: messages of ``topic`` by offset message id, UNIQ_KEY
+        (as ``msg_id``) or key, through the IndexFiles and else a scan (see :func:`cq.why.find_messages`)."""
+        return _why.find_messages(self, topic, msg_id=msg_id, key=key)
+
+    def backlog(self, topic: str, group: str, *, sql: str | None = None, tags: str | None = None,
+                queue_ids: Iterable[int] | None = None, bloom_filter="default") -> _backlog.Backlog:
+        """Per queue: the group's committed offset, the max offset, the broker's lag and how many
+        of those units the group will actually receive (its filter replayed over
+        ``[committed, max)``, by :meth:`consume`).
+
+        The committed offsets come from ``config/consumerOffset.json``; a queue without one has
+        ``committed_offset``, ``lag`` and ``will_receive`` None and is left out of the totals.
+        ``sql``/``tags`` as for :meth:`why`.
+
+        Returns
+        -------
+        cq.backlog.Backlog
+            ``.queues`` (:class:`~cq.backlog.QueueBacklog`), ``.lag``, ``.will_receive``,
+            ``to_dict()`` (``{"queues": [...], "total": {"lag", "will_receive"}}``), ``str()``.
+        """
+        return _backlog.backlog(self, topic, group, sql=sql, tags=tags, queue_ids=queue_ids,
+                                bloom_filter=bloom_filter)
+
     # ------------------------------------------------------------ live stores
     def _check_root(self) -> None:
         if not os.path.isdir(self.root):
@@ -452,22 +586,30 @@ class Store:
 
     # ------------------------------------------------------------ consume
     def make_filter(self, topic: str, group: str, *, sql: str | None = None, tags: str | None = None,
-                    bloom_filter="default", born_time: int = 0):
-        """The filter :meth:`consume` uses: a :class:`SqlFilter` for ``sql``, else a :class:`TagFilter`."""
+                    bloom_filter="default", born_time: int = 0, bloom_data=None):
+        """The filter :meth:`consume` uses: a :class:`SqlFilter` for ``sql``, a :class:`TagFilter` for
+        ``tags``; neither: the group's registration in ``config/consumerFilter.json``
+        (:meth:`registered_filter`: its expression, bornTime and bloom data, as the broker pulls
+        with them), :class:`cq.UnknownGroupError` when there is none."""
         if sql is not None and tags is not None:
             raise ValueError("give sql or tags, not both")
-        if sql is not None:
-            if bloom_filter == "default":
-                import bloom
+        if bloom_filter == "default":
+            import bloom
 
-                bloom_filter = bloom.BloomFilter()
-            return SqlFilter(group, topic, sql, bloom_filter, born_time=born_time)
-        return TagFilter(tags if tags is not None else "*")
+            bloom_filter = bloom.BloomFilter()
+        if sql is None and tags is None:
+            return self.registered_filter(topic, group, bloom_filter=bloom_filter).make_filter(bloom_filter)
+        if sql is not None:
+            return SqlFilter(group, topic, sql, bloom_filter, born_time=born_time,
+                             bloom_data=bloom_data if bloom_filter is not None else None)
+        return TagFilter(tags)
 
     def consume(self, topic: str, group: str, *, sql: str | None = None, tags: str | None = None,
                 queue_ids: Iterable[int] | None = None, filter=None, bloom_filter="default",
                 born_time: int = 0, verify_crc: bool | str = False,
-                progress: Callable[[int, int], None] | None = None, cut: StoreCut | None = None) -> ConsumeResult:
+                progress: Callable[[int, int], None] | None = None,
+                ranges: Mapping[int, tuple[int, int | None]] | None = None,
+                cut: StoreCut | None = None) -> ConsumeResult:
         """The messages consumer group ``group`` would receive from ``topic``, in queue order.
 
         Parameters
@@ -477,7 +619,10 @@ class Store:
             A SQL92 selector: the group is taken as registered with the broker's
             default Bloom filter, so layer 1 prunes on ext bitmaps.
         tags : str, optional
-            A tag subscription such as ``"TagA || TagB"``. Neither sql nor tags: ``"*"``.
+            A tag subscription such as ``"TagA || TagB"`` (``"*"``: everything).
+            Neither sql nor tags: the group's SQL92 registration in
+            ``config/consumerFilter.json`` (expression, bornTime, bloom data);
+            :class:`cq.UnknownGroupError` (a ValueError) when it has none.
         queue_ids : iterable of int, optional
             Queues to read (default: all, ascending).
         filter : TagFilter or SqlFilter, optional
@@ -490,9 +635,13 @@ class Store:
             Check the CRC of each delivered message (see :func:`cq.commitlog.decode_message`).
         progress : callable(units_done, units_total), optional
             Called after each batch.
+        ranges : mapping of queue id to (start, end), optional
+            Read only queue offsets ``[start, end)`` of these queues (``end`` None: to the
+            queue's end; clamped to the queue), e.g. from a group's committed offset.
         cut : StoreCut, optional
             Read this cut (from :meth:`cut`); by default one is taken now, when
             ``consume`` is called (refreshing first unless ``refresh="never"``).
+            Queue offsets outside the cut are not read (docs/live.md).
 
         Returns
         -------
@@ -510,11 +659,20 @@ class Store:
             qids = sorted(cut.ends(topic))
 
         def run(stats: ConsumeStats) -> Iterator[Message]:
-            ranges = [(q, cut.queue_range(topic, q)) for q in qids]
-            total = sum(hi - lo for _, r in ranges if r is not None for lo, hi in [r])
-            for q, r in ranges:
-                if r is not None and r[1] > r[0]:
-                    yield from self._consume_queue(topic, q, flt, stats, verify_crc, progress, total, cut, r)
+            bounds = []
+            for q in qids:
+                r = cut.queue_range(topic, q)
+                if r is None:
+                    continue  # not in the cut: nothing of it is read
+                lo, hi = r
+                start, end = (ranges or {}).get(q, (None, None))
+                lo = lo if start is None else max(lo, int(start))
+                hi = hi if end is None else min(hi, int(end))
+                if hi > lo:
+                    bounds.append((q, (lo, hi)))
+            total = sum(hi - lo for _, (lo, hi) in bounds)
+            for q, b in bounds:
+                yield from self._consume_queue(topic, q, flt, stats, verify_crc, progress, total, cut, b)
 
         return ConsumeResult(run)
 

@@ -60,6 +60,8 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 import numpy as np
 
 from ._filequeue import _COMMIT_LOG_FLUSH, _FileQueue, _holds_store, _lock_store
+from .config import CONFIG_DIR, CONSUMER_FILTER_FILE, RegisteredFilter, read_registered_filters
+from .config_writer import write_consumer_filters
 from .format import (
     BLANK_MAGIC_CODE,
     BORNHOST_V6_FLAG,
@@ -387,8 +389,9 @@ class StoreWriter:
         None adds nothing. Pre-serialised properties are never changed.
     append : bool, default False
         Continue an existing store: offsets and write positions are recovered
-        from its files (which must have the configured sizes). Registered
-        groups are not stored in the files; register them again.
+        from its files (which must have the configured sizes). The groups in
+        its ``config/consumerFilter.json`` are kept in that file, but bitmaps are
+        computed only for groups registered with this writer: register them again.
     bloom_filter : bloom.BloomFilter, optional
         The broker's filter (default ``BloomFilter(20, 32)``: k=3, m=112).
     auto_message_version_on_topic_len : bool, default True
@@ -449,6 +452,8 @@ class StoreWriter:
         self._delays = parse_delay_levels(message_delay_level)
         self._topics: dict[str, tuple[int, bytes]] = {}
         self._groups: dict[str, dict[str, _Group]] = {}
+        # consumerFilter.json's entries: those of an existing store are kept when it is rewritten
+        self._filter_data: dict[tuple[str, str], RegisteredFilter] = {}
         self._queues: dict[tuple[str, int], _QueueState] = {}
         self._key_orders: dict[tuple[str, ...], list[str]] = {}
         self._closed = False
@@ -469,19 +474,27 @@ class StoreWriter:
         )
         if existing is not None:
             try:
+                self._filter_data = {
+                    (f.topic, f.group): f
+                    for f in read_registered_filters(os.path.join(self.root, CONFIG_DIR, CONSUMER_FILTER_FILE),
+                                                     self.bloom_filter)
+                }
                 self._recover()
             except BaseException:
                 self._unlock()
                 raise
 
     # ----------------------------------------------------------- groups
-    def register_group(self, topic: str, group: str, sql: str) -> SqlGroup:
+    def register_group(self, topic: str, group: str, sql: str, *, born_time: int | None = None,
+                       client_version: int | None = None) -> SqlGroup:
         """Register a SQL92 consumer group whose bitmap bits are computed for ``topic``.
 
         Like the broker's ``ConsumerFilterManager``, the group's Bloom data is
         ``generate("<group>#<topic>")``; registering the same (topic, group)
         again replaces its expression. Messages appended afterwards carry the
-        group's bits where the selector evaluates to TRUE.
+        group's bits where the selector evaluates to TRUE. The registration is
+        persisted to ``config/consumerFilter.json`` as the broker persists it
+        (fastjson, ``.bak`` kept), so readers can look the group up by name.
 
         Parameters
         ----------
@@ -489,6 +502,13 @@ class StoreWriter:
             The physical topic whose records are evaluated, and the consumer group.
         sql : str
             SQL92 selector text.
+        born_time : int, optional
+            ``bornTime`` (ms) of the filter data: default now. Bitmaps are trusted only for
+            messages stored strictly after it, so a store written with past store
+            timestamps should register its groups with a born time before them.
+            Re-registering the same expression keeps the first born time, as the broker does.
+        client_version : int, optional
+            The subscription's version (default: the born time).
 
         Returns
         -------
@@ -515,13 +535,35 @@ class StoreWriter:
             raise ValueError(f"group must be a non-empty str, got {group!r}")
         if not isinstance(sql, str) or not sql.strip():
             raise ValueError(f"sql of group {group!r} must be a non-empty SQL92 expression")
+        if born_time is not None:
+            born_time = _check_int("born_time", born_time, *_INT64)
+        if client_version is not None:
+            client_version = _check_int("client_version", client_version, *_INT64)
         compiled = selector.compile(sql)
         spec = SqlGroup(topic, group, sql)
         bits = bloom.BitsArray(self.bloom_filter.m)
-        self.bloom_filter.hash_to(self.bloom_filter.generate(spec.bloom_key), bits)
+        bloom_data = self.bloom_filter.generate(spec.bloom_key)
+        self.bloom_filter.hash_to(bloom_data, bits)
         arr = np.frombuffer(bytes(bits), dtype=np.uint8).copy()
         self._groups.setdefault(topic, {})[group] = _Group(spec, compiled, arr)
+        self._register_filter_data(spec, bloom_data, born_time, client_version)
         return spec
+
+    def _register_filter_data(self, spec: SqlGroup, bloom_data: Any, born_time: int | None,
+                              client_version: int | None) -> None:
+        """``ConsumerFilterManager.register`` for one group, then persist ``consumerFilter.json``."""
+        now = time.time_ns() // 1_000_000
+        old = self._filter_data.get((spec.topic, spec.group))
+        if born_time is None:
+            unchanged = (old is not None and old.expression == spec.sql and old.expression_type == "SQL92"
+                         and old.bloom_data == bloom_data)
+            born_time = old.born_time if unchanged else now
+        self._filter_data[(spec.topic, spec.group)] = RegisteredFilter(
+            group=spec.group, topic=spec.topic, expression=spec.sql, expression_type="SQL92",
+            born_time=born_time, dead_time=0, bloom_data=bloom_data,
+            client_version=born_time if client_version is None else client_version, bloom_matches=True,
+        )
+        write_consumer_filters(self.root, self._filter_data.values())
 
     @property
     def groups(self) -> list[SqlGroup]:

@@ -238,7 +238,8 @@ class _GroupFilter:
     def __init__(self, store, options, topic: str, part=None) -> None:
         self.store = store
         self.part = part
-        self.filter = store.make_filter(topic, options.group, sql=options.sql, tags=options.tags)
+        self.filter = store.make_filter(topic, options.group, sql=options.sql, tags=options.tags,
+                                        born_time=options.born_time, bloom_data=options.bloom_data)
         self.layer2_in_spark = options.layer2 == "spark"
         if self.layer2_in_spark and (type(self.filter) is not cq.SqlFilter or self.filter.class_filter_mode):
             # Only a plain SQL92 filter's layer 2 is the selector alone (and its client check keeps all).

@@ -19,6 +19,14 @@ Options (all strings, parsed once when the reader is made):
     reader: only the messages the group would receive come out (both tables
     give the same rows; ``consumequeue`` reads only the properties of the
     records layer 1 let through, for layer 2, and none of their other fields).
+    ``group`` alone (with ``topic``): the group's SQL92 registration in the
+    store's ``config/consumerFilter.json`` (expression, bornTime, bloom data),
+    looked up on the driver (``docs/why.md``).
+``from_committed``
+    ``true`` (needs ``group`` and ``topic``): read each queue from the group's
+    committed offset in ``config/consumerOffset.json`` (partitions are planned
+    from there; queues without a committed offset are not read), so the rows
+    are the group's real backlog (``rmqfilter backlog``).
 ``decisions``
     ``true``: with a group, keep every unit and add the columns
     ``matched_by_consume_queue`` (layer 1), ``matched_by_commit_log`` (layer 2;
@@ -180,6 +188,20 @@ class ReadOptions:
     on_corrupt: str = "fail"
     skipped_log: str | None = None
     layer2: str = "reader"
+    #: a group looked up in config/consumerFilter.json: its bornTime and bloom data
+    born_time: int = 0
+    bloom_bit_pos: tuple[int, ...] | None = None
+    bloom_bit_num: int | None = None
+    from_committed: bool = False
+
+    @property
+    def bloom_data(self):
+        """The registered group's bloom data (None: generated from the broker's filter)."""
+        if self.bloom_bit_pos is None:
+            return None
+        import bloom
+
+        return bloom.BloomFilterData(self.bloom_bit_pos, self.bloom_bit_num)
 
     @classmethod
     def parse(cls, options: dict) -> ReadOptions:
@@ -216,8 +238,14 @@ class ReadOptions:
             raise ValueError("rocketmq options 'sql' and 'tags' exclude each other: a group subscribes one way")
         if group is None and (sql is not None or tags is not None):
             raise ValueError("rocketmq options 'sql'/'tags' need 'group' (the consumer group whose filter it is)")
+        topic = options.get("topic") or None
+        registered = {}
         if group is not None and sql is None and tags is None:
-            raise ValueError(f"rocketmq option 'group' ({group!r}) needs 'sql' or 'tags' (its subscription)")
+            sql, tags, registered = _registered_group(path, topic, group)
+        from_committed = _bool_option(options, "from_committed", False)
+        if from_committed and (group is None or topic is None):
+            raise ValueError("rocketmq option from_committed=true needs 'group' and 'topic' (committed offsets "
+                             "are per group and topic)")
         decisions = _bool_option(options, "decisions", False)
         pushdown = _bool_option(options, "pushdown", True)
         if layer2 == "spark" and sql is None:
@@ -240,7 +268,7 @@ class ReadOptions:
                 raise ValueError(f"rocketmq option 'tags': {exc} in {tags!r}") from exc
         return cls(
             path=os.path.abspath(path),
-            topic=options.get("topic") or None,
+            topic=topic,
             table=table,
             group=group,
             sql=sql,
@@ -251,6 +279,8 @@ class ReadOptions:
             on_corrupt=on_corrupt,
             skipped_log=os.path.abspath(skipped_log) if skipped_log is not None else None,
             layer2=layer2,
+            from_committed=from_committed,
+            **registered,
         )
 
     def schema(self) -> StructType:
@@ -261,6 +291,26 @@ class ReadOptions:
         if self.decisions:
             fields += _LAYER1_DECISION_FIELDS if self.layer2 == "spark" else _DECISION_FIELDS
         return StructType(fields)
+
+
+def _registered_group(path: str, topic: str | None, group: str) -> tuple[str | None, str | None, dict]:
+    """``(sql, tags, fields)`` of ``group``'s registration in the store's consumerFilter.json."""
+    import cq
+
+    if topic is None:
+        raise ValueError(f"rocketmq option 'group' ({group!r}) without 'sql' or 'tags' needs 'topic': the group's "
+                         "registration in config/consumerFilter.json is per topic")
+    try:
+        reg = cq.Store(path).registered_filter(topic, group)
+    except (cq.UnknownGroupError, cq.StoreFormatError) as exc:
+        raise ValueError(f"rocketmq option 'group': {exc}") from exc
+    if not isinstance(reg.make_filter(), cq.SqlFilter):
+        # the broker keeps no compiled expression for it and lets every message through (warned)
+        return None, "*", {}
+    fields = {"born_time": reg.born_time}
+    if reg.bloom_data is not None:
+        fields.update(bloom_bit_pos=tuple(reg.bloom_data.bit_pos), bloom_bit_num=reg.bloom_data.bit_num)
+    return reg.expression, None, fields
 
 
 @dataclasses.dataclass(frozen=True)
@@ -351,12 +401,15 @@ class RocketMQReader(DataSourceReader):
             raise ValueError(f"rocketmq option 'topic': no topic {opts.topic!r} in store {opts.path!r}")
         slices: list[ConsumeQueueSlice] = []
         for topic in topics:
+            committed = store.committed_offsets(opts.group, topic) if opts.from_committed else None
             for queue_id in store.queue_ids(topic):
-                if not self._queue_id_allowed(queue_id):
+                if not self._queue_id_allowed(queue_id) or (committed is not None and queue_id not in committed):
                     continue
                 try:
                     queue = store.consume_queue(topic, queue_id)
                     lo, hi = queue.min_offset, queue.max_offset
+                    if committed is not None:  # the group's backlog: from its committed offset on
+                        lo = min(max(lo, committed[queue_id]), hi)
                 except cq.StoreFormatError as exc:
                     if opts.on_corrupt != "skip":
                         raise

@@ -96,11 +96,17 @@ def spark_session(master: str | None = None, app_name: str = "rmqfilter", *, pro
 
 @dataclasses.dataclass(frozen=True)
 class GroupScan:
-    """A consumer group and its subscription: SQL92 ``sql`` or a tag expression ``tags``."""
+    """A consumer group and its subscription: SQL92 ``sql`` or a tag expression ``tags``.
+
+    ``registered``: the SQL92 subscription is the group's registration in the store's
+    ``config/consumerFilter.json`` (:func:`registered_group_scans`); the data source then
+    looks it up itself, with its bornTime and bloom data.
+    """
 
     group: str
     sql: str | None = None
     tags: str | None = None
+    registered: bool = False
 
     def __post_init__(self) -> None:
         if (self.sql is None) == (self.tags is None):
@@ -150,9 +156,26 @@ class ScanResult:
         return d
 
 
+def registered_group_scans(store: str, topic: str, group: str | None = None) -> list[GroupScan]:
+    """The :class:`GroupScan` of ``group``'s registration (all of the topic's when None).
+
+    Raises ``cq.UnknownGroupError`` (a ValueError naming the registered groups) when ``group``
+    has none, and ValueError when the topic has no registered group at all.
+    """
+    import cq
+
+    st = cq.Store(store)
+    regs = [st.registered_filter(topic, group)] if group is not None else st.registered_filters(topic)
+    if not regs:
+        raise ValueError(f"no SQL92 group is registered for topic {topic!r} in "
+                         f"{st.config_path('consumerFilter.json')}")
+    return [GroupScan(r.group, sql=r.expression, registered=True) for r in regs]
+
+
 def _reader(spark, store: str, topic: str, group: GroupScan, **options: str):
     r = spark.read.format("rocketmq").option("topic", topic).option("group", group.group)
-    r = r.option("sql", group.sql) if group.sql is not None else r.option("tags", group.tags)
+    if not group.registered:  # a registered group is looked up by the data source, bornTime and all
+        r = r.option("sql", group.sql) if group.sql is not None else r.option("tags", group.tags)
     for key, value in options.items():
         r = r.option(key, value)
     return r.load(store)
@@ -335,9 +358,13 @@ def add_scan_arguments(parser: argparse.ArgumentParser) -> None:
     """The arguments of ``rmqfilter scan`` (shared with this module's ``main``)."""
     parser.add_argument("store", help="store root directory (commitlog/, consumequeue/, consumequeue_ext/)")
     parser.add_argument("--topic", required=True, help="topic to scan")
-    parser.add_argument("--group", required=True, help="consumer group")
-    sub = parser.add_mutually_exclusive_group(required=True)
-    sub.add_argument("--sql", help="the group's SQL92 selector")
+    who = parser.add_mutually_exclusive_group(required=True)
+    who.add_argument("--group", help="consumer group")
+    who.add_argument("--all-groups", action="store_true",
+                     help="every SQL92 group registered for the topic in the store's config/consumerFilter.json")
+    sub = parser.add_mutually_exclusive_group()
+    sub.add_argument("--sql", help="the group's SQL92 selector (default: its registration in "
+                                   "config/consumerFilter.json)")
     sub.add_argument("--tags", help='the group\'s tag subscription, e.g. "TagA || TagB"')
     parser.add_argument("--out", help="write the messages the group would receive to this directory")
     parser.add_argument("--format", dest="out_format", choices=("parquet", "json"), default="parquet",
@@ -358,25 +385,40 @@ def run_scan(args: argparse.Namespace) -> int:
     if not os.path.isdir(args.store):
         print(f"rmqfilter scan: store {args.store!r} is not a directory", file=sys.stderr)
         return 2
-    group = GroupScan(args.group, sql=args.sql, tags=args.tags)
-    owned = owns_session()
-    spark = spark_session(args.master, app_name=f"rmqfilter scan {args.group}")
+    if args.all_groups and (args.sql is not None or args.tags is not None):
+        print("rmqfilter scan: --all-groups takes each group's registered subscription; drop --sql/--tags",
+              file=sys.stderr)
+        return 2
+    if args.all_groups and args.out:
+        print("rmqfilter scan: --out writes one group's messages; give --group", file=sys.stderr)
+        return 2
     try:
-        result = scan(spark, os.path.abspath(args.store), args.topic, group, out=args.out,
-                      out_format=args.out_format, on_corrupt=args.on_corrupt, skipped_log=args.skipped_log,
-                      layer2=args.layer2)
+        if args.sql is not None or args.tags is not None:
+            groups = [GroupScan(args.group, sql=args.sql, tags=args.tags)]
+        else:
+            groups = registered_group_scans(args.store, args.topic, None if args.all_groups else args.group)
+    except ValueError as exc:  # unknown group (listing the registered ones), malformed config file
+        print(f"rmqfilter scan: error: {exc}", file=sys.stderr)
+        return 2
+    owned = owns_session()
+    spark = spark_session(args.master, app_name=f"rmqfilter scan {args.group or 'all groups'}")
+    try:
+        results = [scan(spark, os.path.abspath(args.store), args.topic, group, out=args.out,
+                        out_format=args.out_format, on_corrupt=args.on_corrupt, skipped_log=args.skipped_log,
+                        layer2=args.layer2) for group in groups]
     finally:
         if owned:
             spark.stop()
-    print(format_summary([result]))
-    print(f"\nlayer 2: {result.layer2}")
-    if result.skipped:
-        print("\n" + format_skipped([result]))
+    print(format_summary(results))
+    print("\n" + "\n".join(f"{r.group}: layer 2: {r.layer2}" if len(results) > 1 else f"layer 2: {r.layer2}"
+                            for r in results))
+    if any(r.skipped for r in results):
+        print("\n" + format_skipped(results))
     if args.out:
-        print(f"\n{result.delivered:,} messages written to {args.out} ({args.out_format})")
+        print(f"\n{results[0].delivered:,} messages written to {args.out} ({args.out_format})")
     if args.json_path:
         with open(args.json_path, "w", encoding="utf-8") as f:
-            json.dump(result.as_dict(), f, indent=2)
+            json.dump(results[0].as_dict() if len(results) == 1 else [r.as_dict() for r in results], f, indent=2)
     return 0
 
 

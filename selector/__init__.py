@@ -36,12 +36,15 @@ __all__ = [
     "FALSE",
     "TRUE",
     "UNKNOWN",
+    "ExplainNode",
+    "Explanation",
     "LintWarning",
     "Selector",
     "SelectorEvaluationError",
     "SelectorSyntaxError",
     "canonical",
     "compile",
+    "explain",
     "lint",
 ]
 
@@ -279,4 +282,5 @@ def _compile_uncached(sql: str) -> Selector:
     return Selector(sql, program)
 
 
+from .explain import ExplainNode, Explanation, explain
 from .lint import LintWarning, canonical, lint

@@ -44,7 +44,7 @@ from .compiler import (
 )
 from .errors import SelectorEvaluationError
 
-__all__ = ["ERROR", "FALSE", "TRUE", "UNKNOWN", "Evaluator"]
+__all__ = ["ERROR", "FALSE", "TRUE", "UNKNOWN", "Evaluator", "conversions"]
 
 FALSE, TRUE, UNKNOWN, ERROR = 0, 1, 2, 3
 _CODE = {False: FALSE, True: TRUE, None: UNKNOWN}
@@ -60,7 +60,8 @@ def _order(op: int, lv, rv):
             c = java.double_compare(java.parse_double(lv), java.parse_double(rv))
         except java.JavaNumberFormatError:
             raise SelectorEvaluationError(
-                f"It's illegal to compare string by '>=', '>', '<', '<='. lv={lv}, rv={rv}") from None
+                f"It's illegal to compare string by '>=', '>', '<', '<='. lv={lv}, rv={rv}",
+                root_cause="NumberFormatException") from None
     else:
         c = _compare(lv, rv, _SYMBOL[op])
     return _ORDER_TESTS[op](c)
@@ -71,7 +72,8 @@ def _compare(lv, rv, symbol: str) -> int:
         return java.compare(lv, rv)
     except java.JavaNumberFormatError as exc:
         raise SelectorEvaluationError(
-            f"cannot compare {lv!r} {symbol} {rv!r}: java.lang.NumberFormatException: {exc}") from None
+            f"cannot compare {lv!r} {symbol} {rv!r}: java.lang.NumberFormatException: {exc}",
+            root_cause="NumberFormatException") from None
     except java.JavaClassCastError as exc:
         raise SelectorEvaluationError(f"cannot compare {lv!r} {symbol} {rv!r}: {exc}",
                                       "ClassCastException") from None
@@ -85,6 +87,19 @@ def _equal(lv, rv):
     if java.equals(lv, rv):
         return True
     return _compare(lv, rv, "=") == 0
+
+
+def conversions(op: int, lv, rv) -> tuple[str | None, str | None]:
+    """The Java conversion :func:`_order` (``op`` an ordering code) or :func:`_equal` (``OP_EQ``)
+    applies to each of two non-NULL operands: a name in ``java.CONVERTERS``, or None (used as is).
+
+    ``selector.explain`` shows it; it follows the branches of the two functions above.
+    """
+    if op == OP_EQ:
+        return (None, None) if java.equals(lv, rv) else java.conversions(lv, rv)
+    if isinstance(lv, str) and isinstance(rv, str):
+        return "Double.valueOf", "Double.valueOf"
+    return java.conversions(lv, rv)
 
 
 def _match(op: int, v, pattern: str):

@@ -16,6 +16,7 @@ import re
 import unicodedata
 
 __all__ = [
+    "CONVERTERS",
     "INT_MAX",
     "INT_MIN",
     "LONG_MAX",
@@ -24,6 +25,7 @@ __all__ = [
     "JavaNumberFormatError",
     "Long",
     "compare",
+    "conversions",
     "double_compare",
     "equals",
     "java_type",
@@ -212,6 +214,40 @@ def compare(lv, rv) -> int:
     if lt == "D" or rt == "D":
         return double_compare(float(lv), float(rv))
     return _natural(int(lv), int(rv), "L")
+
+
+#: Java conversions by the name :func:`conversions` gives them: text to a Java value, or a widening.
+CONVERTERS = {
+    "Integer.parseInt": parse_int,
+    "Long.parseLong": parse_long,
+    "Double.valueOf": parse_double,
+    "Boolean.parseBoolean": parse_boolean,
+    "longValue": lambda v: Long(v),
+    "doubleValue": float,
+}
+_PARSER = {"I": "Integer.parseInt", "L": "Long.parseLong", "D": "Double.valueOf"}
+
+
+def conversions(lv, rv) -> tuple[str | None, str | None]:
+    """The conversion :func:`compare` applies to each operand: a name in :data:`CONVERTERS`, or None.
+
+    Follows compare's branches: a String beside a number is parsed as that
+    number's type, a String left of a Boolean with ``Boolean.parseBoolean``,
+    two different numeric types widen to long (or to double when either is a
+    Double); equal types, and a Boolean beside a number, compare as they are.
+    """
+    lt, rt = java_type(lv), java_type(rv)
+    if lt == rt or lt == "B":
+        return None, None
+    if rt == "B":
+        return ("Boolean.parseBoolean" if lt == "S" else None), None
+    if lt == "S":
+        return _PARSER[rt], None
+    if rt == "S":
+        return None, _PARSER[lt]
+    wide = "D" if "D" in (lt, rt) else "L"
+    widen = "doubleValue" if wide == "D" else "longValue"
+    return (None if lt == wide else widen), (None if rt == wide else widen)
 
 
 def equals(lv, rv) -> bool:

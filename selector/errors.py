@@ -53,11 +53,14 @@ class SelectorEvaluationError(ValueError):
     ``cause`` is the broker's exception class (``"RuntimeException"`` for a
     failed number conversion or string ordering, ``"ClassCastException"`` for a
     boolean compared with a string). The broker treats these as "no match".
+    ``root_cause`` is the class of the Java exception that one wraps
+    (``"NumberFormatException"`` inside the RuntimeException), or None.
     """
 
-    def __init__(self, message: str, cause: str = "RuntimeException"):
+    def __init__(self, message: str, cause: str = "RuntimeException", root_cause: str | None = None):
         self.cause = cause
+        self.root_cause = root_cause
         super().__init__(message)
 
     def __reduce__(self):
-        return (type(self), (self.args[0], self.cause))
+        return (type(self), (self.args[0], self.cause, self.root_cause))

@@ -87,9 +87,10 @@ def test_consume_errors(capsys, argv, message):
     assert message in capsys.readouterr().err
 
 
-def test_consume_requires_exactly_one_filter():
-    with pytest.raises(SystemExit):
-        cli.main(["consume", GOLDEN, "--topic", "T", "--group", "G"])
+def test_consume_takes_at_most_one_filter(capsys):
+    # the group alone is looked up in config/consumerFilter.json; the golden store has none
+    assert cli.main(["consume", GOLDEN, "--topic", "GoldenFilterTopic", "--group", "G"]) == 2
+    assert "group 'G' has no SQL92 filter registered for topic 'GoldenFilterTopic'" in capsys.readouterr().err
     with pytest.raises(SystemExit):
         cli.main(["consume", GOLDEN, "--topic", "T", "--group", "G", "--tags", "*", "--sql", "a=1"])
 

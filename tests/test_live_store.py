@@ -21,7 +21,7 @@ TOPIC, GROUP, SQL = "LiveTopic", "GID_RED", "color = 'red'"
 
 def _check_cut_read(store, cut, previous: dict) -> dict:
     """Consume the cut three ways (all, SQL92 group, tags) and check what a broker would promise."""
-    result = store.consume(TOPIC, "G_ALL", cut=cut)
+    result = store.consume(TOPIC, "G_ALL", tags="*", cut=cut)
     per_queue: dict[int, list[int]] = {}
     for m in result:
         assert m.topic == TOPIC
@@ -56,11 +56,11 @@ def test_cut_reads_are_consistent_while_a_writer_appends(tmp_path):
             previous = _check_cut_read(kept, cut, previous)
             # a fresh Store reading the same cut gives the same answer (nothing depends on what is cached)
             fresh = cq.Store(root)
-            assert [m.commit_log_offset for m in fresh.consume(TOPIC, "G_ALL", cut=cut)] == \
-                [m.commit_log_offset for m in kept.consume(TOPIC, "G_ALL", cut=cut)]
+            assert [m.commit_log_offset for m in fresh.consume(TOPIC, "G_ALL", tags="*", cut=cut)] == \
+                [m.commit_log_offset for m in kept.consume(TOPIC, "G_ALL", tags="*", cut=cut)]
             fresh.close()
             # a Store that never refreshes keeps its first view, whole and without "missing" units
-            r = frozen.consume(TOPIC, "G_ALL")
+            r = frozen.consume(TOPIC, "G_ALL", tags="*")
             got = sum(1 for _ in r)
             assert r.stats.commit_log_missing == 0
             assert frozen_counts in (None, got)
@@ -71,7 +71,7 @@ def test_cut_reads_are_consistent_while_a_writer_appends(tmp_path):
     final = kept.cut()
     counts = proc.counts
     assert {f"{t}/{q}": hi - lo for t, q, lo, hi in final.queues} == counts
-    assert sum(1 for _ in kept.consume("LiveOther", "G_ALL")) == counts["LiveOther/0"]
+    assert sum(1 for _ in kept.consume("LiveOther", "G_ALL", tags="*")) == counts["LiveOther/0"]
     assert len(kept.commit_log.files) > 3  # the run spanned several CommitLog files
 
 
@@ -134,23 +134,23 @@ def test_expired_front_files_move_the_minimums_without_a_crash(tmp_path):
         for i in range(400):
             w.append(TOPIC, b"z" * 60, queue_id=i % 2, properties={"seq": str(i // 2)})
     store = cq.Store(root)
-    assert sum(1 for _ in store.consume(TOPIC, "G")) == 400  # maps every file
+    assert sum(1 for _ in store.consume(TOPIC, "G", tags="*")) == 400  # maps every file
     cold = cq.Store(root)
     cut = cold.cut(TOPIC)  # taken before the broker expires files; maps only the last few
     keep_from = 3 * 4096
     _expire_front(root, keep_from)
     # the cut still names the deleted records: their files vanish under the read, which
     # counts records as missing and moves queue minimums past deleted ConsumeQueue files
-    result = cold.consume(TOPIC, "G", cut=cut)
+    result = cold.consume(TOPIC, "G", tags="*", cut=cut)
     got = list(result)
     assert got and all(m.commit_log_offset >= keep_from for m in got)
     assert result.stats.commit_log_missing > 0
     # a Store that mapped the CommitLog before it was deleted still reads those records for
     # the old cut (a mapped file stays readable); units in deleted queue files are gone for both
-    old = store.consume(TOPIC, "G", cut=cut)
+    old = store.consume(TOPIC, "G", tags="*", cut=cut)
     assert len(list(old)) > len(got) and old.stats.commit_log_missing == 0
     # a new read follows the broker: the queue minimums moved past the deleted records
-    again = store.consume(TOPIC, "G")
+    again = store.consume(TOPIC, "G", tags="*")
     msgs = list(again)
     assert again.stats.commit_log_missing == 0 and msgs == got
     for q in (0, 1):
@@ -158,7 +158,7 @@ def test_expired_front_files_move_the_minimums_without_a_crash(tmp_path):
         first = cqueue.unit(cqueue.min_offset)[0]
         assert first >= keep_from and cqueue.min_offset > 0
     # a fresh Store agrees (the broker's rule at open)
-    assert [m.commit_log_offset for m in cq.Store(root).consume(TOPIC, "G")] == [m.commit_log_offset for m in msgs]
+    assert [m.commit_log_offset for m in cq.Store(root).consume(TOPIC, "G", tags="*")] == [m.commit_log_offset for m in msgs]
 
 
 def test_torn_tail_is_still_missing_and_a_strict_walk_says_where(tmp_path):
@@ -173,7 +173,7 @@ def test_torn_tail_is_still_missing_and_a_strict_walk_says_where(tmp_path):
         f.seek(f.read().rfind(b"w" * 40))
         f.write(b"\x01")
     store = cq.Store(root)
-    result = store.consume(TOPIC, "G")
+    result = store.consume(TOPIC, "G", tags="*")
     assert len(list(result)) == 9 and result.stats.commit_log_missing == 1
     # zero the tail completely, then write a torn header past the end: a strict walk names it
     with open(path, "r+b") as f:
@@ -188,10 +188,10 @@ def test_deleted_store_directory_is_a_clear_error(tmp_path):
     with StoreWriter(root) as w:
         w.append(TOPIC, b"a")
     store = cq.Store(root)
-    assert sum(1 for _ in store.consume(TOPIC, "G")) == 1
+    assert sum(1 for _ in store.consume(TOPIC, "G", tags="*")) == 1
     shutil.rmtree(root)
     with pytest.raises(cq.StoreFormatError, match="no longer exists") as err:
-        store.consume(TOPIC, "G")
+        store.consume(TOPIC, "G", tags="*")
     assert err.value.path == str(root)
 
 

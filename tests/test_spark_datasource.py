@@ -152,7 +152,8 @@ def test_pushdown_on_queue_id_tags_code_and_tags_gives_spark_filter_results(spar
     [
         ({"table": "index"}, "option 'table'"),
         ({"sql": "a > 1"}, "need 'group'"),
-        ({"group": "G"}, "needs 'sql' or 'tags'"),
+        ({"group": "G"}, "without 'sql' or 'tags' needs 'topic'"),
+        ({"group": "G", "topic": FILTER_TOPIC}, "option 'group': group 'G' has no SQL92 filter registered"),
         ({"group": "G", "sql": "a >", "topic": FILTER_TOPIC}, r"option 'sql': 1:4: .* in selector 'a >'"),
         ({"group": "G", "tags": "||"}, "option 'tags'"),
         ({"group": "G", "sql": "a > 1", "tags": "TagA"}, "exclude each other"),

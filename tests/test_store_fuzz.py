@@ -247,7 +247,7 @@ def test_every_truncation_point_of_the_last_record(copy):
             else:  # all-zero header: never-written space, the end of the data
                 assert len(strict) == len(recovered), case
             # the queue unit that points at the cut record is a counted skip, never an error
-            result = store.consume(last["topic"], "G", queue_ids=[last["queueId"]])
+            result = store.consume(last["topic"], "G", tags="*", queue_ids=[last["queueId"]])
             got = attempt(case, list, result)
             assert not isinstance(got, Exception), (case, got)
             assert result.stats.commit_log_missing == (not valid), case
@@ -276,7 +276,7 @@ def test_recovery_checks_the_body_crc_like_check_crc_on_recover(copy):
     assert len(list(store.commit_log.messages(strict=False))) == len(ROWS) - 1
     lax = cq.CommitLog(copy / "commitlog", check_crc_on_recover=False)
     assert lax.max_offset == off + last["storeSize"]
-    result = store.consume(last["topic"], "G", queue_ids=[last["queueId"]])
+    result = store.consume(last["topic"], "G", tags="*", queue_ids=[last["queueId"]])
     assert last["queueOffset"] not in [m.queue_offset for m in result]
     assert result.stats.commit_log_missing == 1
 

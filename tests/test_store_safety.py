@@ -96,11 +96,27 @@ def _set_modes(root, file_mode: int, dir_mode: int) -> None:
     os.chmod(root, dir_mode)
 
 
+def _write_config(root) -> None:
+    """The config files a broker serving GID_SQL_A would persist; consumerOffset.json is empty, so
+    readers take its .bak (the fallback path is read too)."""
+    import bloom
+    from cq.config_writer import write_consumer_filters, write_consumer_offsets
+
+    bf = bloom.BloomFilter()
+    write_consumer_filters(root, [cq.RegisteredFilter("GID_SQL_A", TOPIC, SQL, "SQL92", 1, 0,
+                                                      bf.generate(f"GID_SQL_A#{TOPIC}"), 1, True)])
+    path = write_consumer_offsets(root, {(TOPIC, "GID_SQL_A"): {0: 10, 1: 20}})
+    os.replace(path, path + ".bak")
+    open(path, "w").close()
+
+
 @pytest.fixture
 def read_only_store(tmp_path):
-    """A copy of the golden store with 0444 files and 0555 directories, under the audit hook."""
+    """A copy of the golden store (with config files) with 0444 files and 0555 directories, under the
+    audit hook."""
     root = tmp_path / "store"
     shutil.copytree(DATA / "golden_store", root)
+    _write_config(root)
     _set_modes(root, 0o444, 0o555)
     before = snapshot(root)
     _WATCH.append(str(root))
@@ -148,9 +164,26 @@ def _every_library_read(root) -> int:
                     ext.read_many(units["tags_code"])
                     [ext.get(a) for a in units["tags_code"][:10].tolist()]
                     _ = ext.max_offset
-                for how in ({"sql": SQL}, {"tags": "TagA || TagB"}, {}):
+                for how in ({"sql": SQL}, {"tags": "TagA || TagB"}, {"tags": "*"}):
                     result = store.consume(topic, "GID_SQL_A", verify_crc=True, **how)
                     seen += len(list(result))
+        # the config files, the IndexFiles, why and backlog
+        assert [f.group for f in store.registered_filters()] == ["GID_SQL_A"]
+        with pytest.warns(cq.ConfigWarning, match=r"consumerOffset.json is empty: read .*\.bak instead"):
+            assert store.committed_offsets("GID_SQL_A", TOPIC) == {0: 10, 1: 20}
+        assert store.subscription_groups() == {} and store.topic_configs() == {}
+        seen += len(list(store.consume(TOPIC, "GID_SQL_A")))
+        for q in store.queue_ids(TOPIC):
+            for off in range(0, 100, 9):
+                store.why(TOPIC, "GID_SQL_A", queue_id=q, queue_offset=off)
+        msg = msgs[0]
+        store.why(TOPIC, "GID_SQL_A", msg_id=msg.msg_id)
+        store.why(TOPIC, "GID_SQL_A", msg_id=msg.properties["UNIQ_KEY"])
+        store.why(TOPIC, "G", tags="*", key=msg.keys.split(" ")[0])
+        with pytest.raises(LookupError):
+            store.find_messages(TOPIC, key="no-such-key")  # the index, then a scan of the topic
+        with pytest.warns(cq.ConfigWarning):
+            assert store.backlog(TOPIC, "GID_SQL_A").lag == 170
     return seen
 
 
@@ -166,6 +199,14 @@ def test_every_library_read_path_leaves_the_store_unchanged(read_only_store):
     ["consume", "{root}", "--topic", TOPIC, "--group", "G", "--tags", "TagA || TagB", "--format", "text"],
     ["consume", "{root}", "--topic", "GoldenPlainTopic", "--group", "G", "--tags", "*", "--no-bloom",
      "--format", "none", "--queue", "1"],
+    ["consume", "{root}", "--topic", TOPIC, "--group", "GID_SQL_A", "--format", "text"],
+    ["consume", "{root}", "--topic", TOPIC, "--all-groups", "--format", "jsonl"],
+    ["why", "{root}", "--topic", TOPIC, "--group", "GID_SQL_A", "--queue", "0", "--offset", "7"],
+    ["why", "{root}", "--topic", TOPIC, "--group", "GID_SQL_A", "--msg-id", "0A00030700002A9F0000000000000000",
+     "--json"],
+    ["why", "{root}", "--topic", TOPIC, "--group", "G", "--tags", "TagA", "--key", "order-115"],
+    ["backlog", "{root}", "--topic", TOPIC, "--group", "GID_SQL_A"],
+    ["backlog", "{root}", "--topic", TOPIC, "--all-groups", "--json"],
 ])
 def test_read_only_cli_commands_leave_the_store_unchanged(read_only_store, argv, capsys):
     code = cli.main([a.format(root=read_only_store) for a in argv])
@@ -203,15 +244,19 @@ def test_spark_data_source_leaves_the_store_unchanged(spark, tmp_path):
     """Executors run in other processes (no audit hook there): the snapshot alone decides."""
     root = tmp_path / "store"
     shutil.copytree(DATA / "golden_store", root)
+    _write_config(root)
     _set_modes(root, 0o444, 0o555)
     before = snapshot(root)
     try:
         rows = spark.read.format("rocketmq").load(str(root)).count()
         filtered = (spark.read.format("rocketmq").option("topic", TOPIC).option("group", "GID_SQL_A")
                     .option("sql", SQL).load(str(root)).count())
+        # the group looked up in config/consumerFilter.json, read from its committed offsets
+        backlog = (spark.read.format("rocketmq").option("topic", TOPIC).option("group", "GID_SQL_A")
+                   .option("from_committed", "true").load(str(root)).count())
     finally:
         after = snapshot(root)
         _set_modes(root, 0o644, 0o755)
-    assert rows == 300 and 0 < filtered < 300
+    assert rows == 300 and 0 < filtered < 300 and backlog <= filtered
     assert before == after
 

@@ -20,8 +20,9 @@ import sys
 
 # Modules that contribute sub-commands, in the order they are listed in --help.
 COMMAND_MODULES = (
-    "pyspark_udfs.cli.selector_commands",  # check, eval
+    "pyspark_udfs.cli.selector_commands",  # check, eval, explain
     "pyspark_udfs.cli.store_commands",  # inspect, gen-store, consume
+    "pyspark_udfs.cli.why_commands",  # why, backlog
     "pyspark_udfs.cli.spark_commands",  # scan, demo
 )
 

@@ -1,12 +1,13 @@
-"""``rmqfilter check`` and ``rmqfilter eval``: a selector as the broker sees it (no Spark)."""
+"""``rmqfilter check``, ``eval`` and ``explain``: a selector as the broker sees it (no Spark)."""
 from __future__ import annotations
 
 import argparse
+import json
 import sys
 
 
 def add_parsers(subparsers) -> None:
-    """Register the ``check`` and ``eval`` sub-commands."""
+    """Register the ``check``, ``eval`` and ``explain`` sub-commands."""
     check = subparsers.add_parser(
         "check", help="parse a SQL92 selector: canonical form, properties read, lint warnings",
         description="Parse SQL as the broker does. Prints the fully parenthesised form, the "
@@ -23,6 +24,18 @@ def add_parsers(subparsers) -> None:
     ev.add_argument("props", metavar="KEY=VALUE", nargs="*", type=_property,
                     help="a message property (repeat for more)")
     ev.set_defaults(func=run_eval)
+
+    ex = subparsers.add_parser(
+        "explain", help="show how the broker evaluates a SQL92 selector for one message",
+        description="Evaluate SQL for one message whose properties are given as KEY=VALUE and print "
+                    "the evaluation tree: each node's value, the properties it read, how a literal "
+                    "typed a comparison, what the short circuit skipped, and (marked *) the path to "
+                    "the node that decided the result. A syntax error exits with status 2.")
+    ex.add_argument("sql", metavar="SQL", help="selector text")
+    ex.add_argument("props", metavar="KEY=VALUE", nargs="*", type=_property,
+                    help="a message property (repeat for more)")
+    ex.add_argument("--json", action="store_true", help="print the explanation as JSON")
+    ex.set_defaults(func=run_explain)
 
 
 def _property(text: str) -> tuple[str, str]:
@@ -77,4 +90,19 @@ def run_eval(args) -> int:
     else:
         print(f"result:  {'NULL' if value is None else str(value).upper()}")
     print(f"matched: {'true' if s.matches(props) else 'false'}")
+    return 0
+
+
+def run_explain(args) -> int:
+    """Print the evaluation tree for one message (text, or JSON with ``--json``)."""
+    import selector
+
+    try:
+        e = selector.explain(args.sql, dict(args.props))
+    except selector.SelectorSyntaxError as exc:
+        return _report_syntax_error(exc, sys.stderr)
+    if args.json:
+        print(json.dumps(e.to_dict(), indent=2, ensure_ascii=False, allow_nan=False))
+    else:
+        print(e)
     return 0

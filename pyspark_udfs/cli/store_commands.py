@@ -31,9 +31,14 @@ def add_parsers(subparsers) -> None:
     )
     consume.add_argument("store", metavar="STORE", help="store root directory")
     consume.add_argument("--topic", required=True, help="topic to consume")
-    consume.add_argument("--group", required=True, help="consumer group (Bloom key <group>#<topic>)")
-    how = consume.add_mutually_exclusive_group(required=True)
-    how.add_argument("--sql", help="SQL92 selector, e.g. \"a > 5 AND b = 'abc'\"")
+    who = consume.add_mutually_exclusive_group(required=True)
+    who.add_argument("--group", help="consumer group (Bloom key <group>#<topic>)")
+    who.add_argument("--all-groups", action="store_true",
+                     help="every SQL92 group registered for the topic in the store's config/consumerFilter.json "
+                          "(lines and JSON objects then name their group)")
+    how = consume.add_mutually_exclusive_group()
+    how.add_argument("--sql", help="SQL92 selector, e.g. \"a > 5 AND b = 'abc'\" (default: the group's "
+                                   "registration in config/consumerFilter.json, with its bornTime)")
     how.add_argument("--tags", help='tag subscription, e.g. "TagA || TagB" or "*"')
     consume.add_argument("--queue", type=int, action="append", dest="queue_ids", metavar="ID",
                          help="queue id to read (repeatable; default: all)")
@@ -119,6 +124,7 @@ def _run_gen_store(args: argparse.Namespace) -> int:
 # ---------------------------------------------------------------- inspect
 def _inspect(path: str, count_messages: bool) -> dict:
     import cq
+    from cq import config as cfg
 
     store = cq.Store(path)
     log = store.commit_log
@@ -149,6 +155,21 @@ def _inspect(path: str, count_messages: bool) -> dict:
                 "ext_file_size": None if ext is None else ext.file_size,
             }
         info["topics"][topic] = queues
+    info["registered_groups"] = [
+        {"group": f.group, "topic": f.topic, "expression": f.expression, "expression_type": f.expression_type,
+         "born_time": f.born_time, "dead_time": f.dead_time, "is_dead": f.is_dead,
+         "client_version": f.client_version, "bloom_matches": f.bloom_matches,
+         "committed_offsets": {str(q): o for q, o in store.committed_offsets(f.group, f.topic).items()}}
+        for f in store.registered_filters()
+    ]
+    offsets = store.config_file("consumerOffset.json")
+    table = cfg.read_offset_table(offsets.path) if offsets.source is not None else {}
+    info["committed_offsets"] = [
+        {"topic": topic, "group": group, "offsets": {str(q): o for q, o in sorted(queues.items())}}
+        for (topic, group), queues in table.items()
+    ]
+    info["config"] = {name: store.config_file(name).source for name in
+                      (cfg.CONSUMER_FILTER_FILE, cfg.CONSUMER_OFFSET_FILE, cfg.SUBSCRIPTION_GROUP_FILE, cfg.TOPICS_FILE)}
     store.close()
     return info
 
@@ -156,8 +177,11 @@ def _inspect(path: str, count_messages: bool) -> dict:
 def _run_inspect(args: argparse.Namespace) -> int:
     import cq
 
+    from .why_commands import reported_warnings
+
     try:
-        info = _inspect(args.store, args.count_messages)
+        with reported_warnings("rmqfilter inspect"):
+            info = _inspect(args.store, args.count_messages)
     except cq.StoreFormatError as exc:
         print(f"rmqfilter inspect: error: {exc}", file=sys.stderr)
         return 2
@@ -181,6 +205,19 @@ def _run_inspect(args: argparse.Namespace) -> int:
                   f"{q['messages']:>12,} {ext:>12}")
             total += q["messages"]
     print(f"{len(info['topics'])} topic(s), {total:,} message(s) in consume queues")
+    used = {name: src for name, src in info["config"].items() if src is not None}
+    if used:
+        print("\nConfig files: " + ", ".join(src if src.endswith(".bak") else name for name, src in used.items()))
+    if info["registered_groups"]:
+        print("\nSQL92 groups registered in config/consumerFilter.json:")
+        for g in info["registered_groups"]:
+            flags = (" [dead]" if g["is_dead"] else "") + ("" if g["bloom_matches"] else " [bloom data mismatch]")
+            print(f"  {g['group']} on {g['topic']}: {g['expression']!r}  bornTime {g['born_time']}{flags}")
+    if info["committed_offsets"]:
+        print("\nCommitted offsets (config/consumerOffset.json, next offset per queue):")
+        for c in info["committed_offsets"]:
+            offsets = ", ".join(f"{q}:{o}" for q, o in c["offsets"].items())
+            print(f"  {c['group']} on {c['topic']}: {offsets}")
     return 0
 
 
@@ -229,42 +266,67 @@ def _run_consume(args: argparse.Namespace) -> int:
     import cq
     from selector.errors import SelectorSyntaxError
 
+    from .why_commands import reported_warnings
+
+    if args.all_groups and (args.sql is not None or args.tags is not None):
+        print("rmqfilter consume: error: --all-groups takes each group's registered subscription; "
+              "drop --sql/--tags", file=sys.stderr)
+        return 2
     progress = _Progress(args.progress)
-    t0 = time.perf_counter()
-    delivered = 0
     try:
-        store = cq.Store(args.store)
-        if args.topic not in store.topics():
-            print(f"rmqfilter consume: error: topic {args.topic!r} has no consume queues in {args.store}",
-                  file=sys.stderr)
-            return 2
-        result = store.consume(
-            args.topic, args.group, sql=args.sql, tags=args.tags, queue_ids=args.queue_ids,
-            bloom_filter=None if args.no_bloom else "default", born_time=args.born_time,
-            verify_crc=args.verify_crc, progress=progress,
-        )
-        out = sys.stdout
-        for m in result:
-            if args.format == "text":
-                out.write(f"{m.queue_id}\t{m.queue_offset}\t{m.msg_id}\t{m.tags or ''}\t{m.keys or ''}\n")
-            elif args.format == "jsonl":
-                out.write(json.dumps(_message_json(m), ensure_ascii=False) + "\n")
-            delivered += 1
-            if args.limit is not None and delivered >= args.limit:
-                break
+        with reported_warnings("rmqfilter consume"):
+            store = cq.Store(args.store)
+            if args.topic not in store.topics():
+                print(f"rmqfilter consume: error: topic {args.topic!r} has no consume queues in {args.store}",
+                      file=sys.stderr)
+                return 2
+            if args.all_groups:
+                groups = [f.group for f in store.registered_filters(args.topic)]
+                if not groups:
+                    print(f"rmqfilter consume: error: no SQL92 group is registered for topic {args.topic!r} in "
+                          f"{store.config_path('consumerFilter.json')}", file=sys.stderr)
+                    return 2
+            else:
+                groups = [args.group]
+            out = sys.stdout
+            for group in groups:
+                t0 = time.perf_counter()
+                prefix = f"{group}\t" if args.all_groups else ""
+                result = store.consume(
+                    args.topic, group, sql=args.sql, tags=args.tags, queue_ids=args.queue_ids,
+                    bloom_filter=None if args.no_bloom else "default", born_time=args.born_time,
+                    verify_crc=args.verify_crc, progress=progress,
+                )
+                for delivered, m in enumerate(result, 1):
+                    if args.format == "text":
+                        out.write(f"{prefix}{m.queue_id}\t{m.queue_offset}\t{m.msg_id}\t{m.tags or ''}\t"
+                                  f"{m.keys or ''}\n")
+                    elif args.format == "jsonl":
+                        doc = _message_json(m)
+                        if args.all_groups:
+                            doc = {"group": group, **doc}
+                        out.write(json.dumps(doc, ensure_ascii=False) + "\n")
+                    if args.limit is not None and delivered >= args.limit:
+                        break
+                progress.finish()
+                _print_stats(result.stats, time.perf_counter() - t0, group if args.all_groups else None)
     except BrokenPipeError:  # `| head`: stop quietly, as Unix tools do
         import os
 
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return 0
-    except (cq.StoreFormatError, cq.TagSubscriptionError, SelectorSyntaxError, KeyError) as exc:
+    except (cq.StoreFormatError, cq.TagSubscriptionError, cq.UnknownGroupError, SelectorSyntaxError,
+            KeyError) as exc:
         progress.finish()
-        print(f"rmqfilter consume: error: {exc}", file=sys.stderr)
+        message = exc.args[0] if isinstance(exc, KeyError) and exc.args else exc
+        print(f"rmqfilter consume: error: {message}", file=sys.stderr)
         return 2
-    progress.finish()
-    st = result.stats
-    seconds = time.perf_counter() - t0
+    return 0
+
+
+def _print_stats(st, seconds: float, group: str | None) -> None:
     print(
+        (f"{group}: " if group else "") +
         f"units scanned {st.units_scanned:,}; passed ConsumeQueue layer {st.passed_consume_queue:,}; "
         f"passed CommitLog layer {st.passed_commit_log:,}; delivered {st.delivered:,}; "
         f"bloom tested {st.bloom_tested:,}, pruned {st.bloom_pruned:,}, "
@@ -273,4 +335,3 @@ def _run_consume(args: argparse.Namespace) -> int:
         f"{seconds:.2f} s",
         file=sys.stderr,
     )
-    return 0

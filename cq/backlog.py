@@ -1,0 +1,118 @@
+"""The backlog a consumer group will really receive (:meth:`cq.Store.backlog`).
+
+The broker's consumer lag of a queue is ``maxOffset - committedOffset``: it counts every unit,
+including all those the group's filter drops. What the group will actually receive from
+there is the two-layer filter replayed over ``[committedOffset, maxOffset)``: this module
+runs :meth:`cq.Store.consume` over exactly that range of each queue (the same code, so the
+same answer). A queue without a committed offset (absent from ``consumerOffset.json``, or
+-1) has no lag the store can tell: where its consumer starts depends on its
+``ConsumeFromWhere`` setting (``docs/config-and-index.md``).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from .why import Subscription, resolve_subscription
+
+if TYPE_CHECKING:
+    from .store import Store
+
+__all__ = ["Backlog", "QueueBacklog", "backlog"]
+
+
+@dataclass(frozen=True)
+class QueueBacklog:
+    """One queue's backlog.
+
+    Attributes
+    ----------
+    queue_id : int
+    committed_offset : int or None
+        The next offset the group will consume (None: nothing committed).
+    min_offset, max_offset : int
+        The queue's first unit and the offset the next unit will get.
+    lag : int or None
+        The broker's lag, ``max_offset - committed_offset``.
+    will_receive : int or None
+        Messages of ``[committed_offset, max_offset)`` the group's filter delivers.
+    """
+
+    queue_id: int
+    committed_offset: int | None
+    min_offset: int
+    max_offset: int
+    lag: int | None
+    will_receive: int | None
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"queue_id": self.queue_id, "committed_offset": self.committed_offset,
+                "max_offset": self.max_offset, "lag": self.lag, "will_receive": self.will_receive,
+                "min_offset": self.min_offset}
+
+
+@dataclass(frozen=True)
+class Backlog:
+    """A group's backlog on a topic, per queue and in total (totals over queues with a committed offset)."""
+
+    topic: str
+    group: str
+    subscription: Subscription
+    queues: list[QueueBacklog]
+
+    @property
+    def lag(self) -> int:
+        """Total broker lag."""
+        return sum(q.lag for q in self.queues if q.lag is not None)
+
+    @property
+    def will_receive(self) -> int:
+        """Total the group will receive."""
+        return sum(q.will_receive for q in self.queues if q.will_receive is not None)
+
+    def to_dict(self) -> dict[str, Any]:
+        """``{"queues": [{"queue_id", "committed_offset", "max_offset", "lag", "will_receive"}, ...],
+        "total": {"lag", "will_receive"}}`` plus topic, group and subscription."""
+        return {"topic": self.topic, "group": self.group, "subscription": self.subscription.to_dict(),
+                "queues": [q.to_dict() for q in self.queues],
+                "total": {"lag": self.lag, "will_receive": self.will_receive}}
+
+    def __str__(self) -> str:
+        sub = self.subscription
+        head = (f"{'queue':>5} {'committed':>12} {'max':>12} {'broker lag':>12} {'will receive':>13} "
+                f"{'filtered out':>13}")
+        lines = [f"group {self.group} on {self.topic}: {sub.type} {sub.expression!r} ({sub.source})", head,
+                 "-" * len(head)]
+        for q in self.queues:
+            if q.committed_offset is None:
+                lines.append(f"{q.queue_id:>5} {'none':>12} {q.max_offset:>12,} {'-':>12} {'-':>13} {'-':>13}")
+            else:
+                lines.append(f"{q.queue_id:>5} {q.committed_offset:>12,} {q.max_offset:>12,} {q.lag:>12,} "
+                             f"{q.will_receive:>13,} {q.lag - q.will_receive:>13,}")
+        lines.append("-" * len(head))
+        lines.append(f"{'total':>5} {'':>12} {'':>12} {self.lag:>12,} {self.will_receive:>13,} "
+                     f"{self.lag - self.will_receive:>13,}")
+        if any(q.committed_offset is None for q in self.queues):
+            lines.append("none: no committed offset; where the consumer starts depends on its ConsumeFromWhere")
+        return "\n".join(lines)
+
+
+def backlog(store: Store, topic: str, group: str, *, sql: str | None = None, tags: str | None = None,
+            queue_ids=None, bloom_filter="default") -> Backlog:
+    """See :meth:`cq.Store.backlog`."""
+    flt, sub = resolve_subscription(store, topic, group, sql=sql, tags=tags, bloom_filter=bloom_filter)
+    committed = store.committed_offsets(group, topic)
+    qids = list(queue_ids) if queue_ids is not None else store.queue_ids(topic)
+    out = []
+    for q in qids:
+        cqueue = store.consume_queue(topic, q)
+        lo, hi = cqueue.min_offset, cqueue.max_offset  # the cut: units past it are not counted
+        c = committed.get(q)
+        if c is None:
+            out.append(QueueBacklog(q, None, lo, hi, None, None))
+            continue
+        result = store.consume(topic, group, filter=flt, queue_ids=[q], ranges={q: (c, hi)})
+        for _ in result:
+            pass
+        out.append(QueueBacklog(q, c, lo, hi, hi - c, result.stats.delivered))
+    return Backlog(topic, group, sub, out)

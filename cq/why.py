@@ -1,0 +1,582 @@
+"""Why did (or didn't) a consumer group receive a message: one message through the broker's filter.
+
+:func:`why` walks one ConsumeQueue unit through every step the broker takes for a group, and
+keeps the evidence of each: the unit; layer 1 (the tags code, or the ext unit with its Bloom
+bitmap, the group's k bits and which are clear; ``isMsgInLive`` against the registered
+``bornTime``); layer 2 (the selector's evaluation tree, :func:`selector.explain`); the
+client's exact tag re-check; and the verdict. Each decision is made by the same filter
+methods :meth:`cq.Store.consume` uses (``is_matched_by_consume_queue`` through
+``explain_consume_queue``, ``is_matched_by_commit_log``, ``is_matched_by_client``), so the
+two never disagree. :func:`find_messages` finds a message by its offset message id, its
+``UNIQ_KEY`` or a key (the store's IndexFiles, then a scan). ``docs/why.md`` shows the output.
+"""
+from __future__ import annotations
+
+import binascii
+import struct
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+import selector
+
+from . import format as fmt
+from .config import CONSUMER_FILTER_FILE, RegisteredFilter
+from .errors import StoreFormatError
+from .filter import SqlFilter, TagFilter
+from .indexfile import IndexFiles
+
+if TYPE_CHECKING:
+    from .commitlog import Message
+    from .store import Store
+
+__all__ = [
+    "MessageNotFoundError",
+    "Subscription",
+    "Why",
+    "WhyStep",
+    "find_messages",
+    "resolve_subscription",
+    "why",
+]
+
+#: Results of a step.
+PASS, DROP, NOT_REACHED, INFO = "pass", "drop", "not_reached", "info"
+#: ``dropped_by`` values.
+DROPPED_BY_CONSUME_QUEUE, DROPPED_BY_COMMIT_LOG, DROPPED_BY_CLIENT = "consume_queue", "commit_log", "client"
+
+_LAYER1_TEXT = {
+    "no_subscription": "no subscription: every unit passes",
+    "class_filter_mode": "class filter mode: every unit passes",
+    "tags_code_unknown": "the slot holds an ext address that cannot be resolved: the tags code is unknown, "
+                         "so the unit passes",
+    "sub_all": "subscription \"*\": every tags code passes",
+    "tags_code_in_set": "the tags code is in the subscription's code set",
+    "tags_code_not_in_set": "the tags code is not in the subscription's code set",
+    "no_bloom_data": "the filter has no bloom data: layer 1 lets every unit through",
+    "no_ext_unit": "no ext unit (the slot is not an ext address, the store has no ext files, or the address "
+                   "cannot be resolved): the unit passes",
+    "not_in_live": "isMsgInLive is false (msgStoreTime <= bornTime): the bitmap was not computed for this "
+                   "version of the filter, so the unit passes",
+    "no_bitmap": "the ext unit has no bitmap: the unit passes",
+    "bloom_data_invalid": "the bloom data is not valid for the broker's Bloom filter: the unit passes",
+    "bitmap_length": "the bitmap's bit length differs from the bloom data's bitNum: the unit passes",
+    "position_out_of_range": "a bit position lies outside the bitmap (isHit throws, the broker logs it and "
+                             "matches): the unit passes",
+    "bloom_hit": "every one of the group's bits is set (a Bloom hit; layer 2 decides)",
+    "bloom_miss": "some of the group's bits are clear: the broker skips the unit without reading the CommitLog",
+}
+
+
+class MessageNotFoundError(LookupError, ValueError):
+    """No message matches a msg id, UNIQ_KEY, key or queue offset (names what was searched)."""
+
+
+@dataclass(frozen=True)
+class Subscription:
+    """The subscription a :class:`Why` replays.
+
+    Attributes
+    ----------
+    type : str
+        ``"SQL92"`` or ``"TAG"``.
+    expression : str
+        The SQL92 text or the tag expression.
+    source : str
+        ``"config/consumerFilter.json"`` (looked up by group) or ``"given"``.
+    registration : RegisteredFilter or None
+        The registration it came from.
+    """
+
+    type: str
+    expression: str
+    source: str
+    registration: RegisteredFilter | None = None
+
+    @property
+    def born_time(self) -> int | None:
+        """The registered bornTime (None when the subscription was given)."""
+        return None if self.registration is None else self.registration.born_time
+
+    def to_dict(self) -> dict[str, Any]:
+        out: dict[str, Any] = {"type": self.type, "expression": self.expression, "source": self.source}
+        r = self.registration
+        if r is not None:
+            out.update({"born_time": r.born_time, "dead_time": r.dead_time, "is_dead": r.is_dead,
+                        "client_version": r.client_version, "bloom_matches": r.bloom_matches})
+        return out
+
+
+def resolve_subscription(store: Store, topic: str, group: str, *, sql: str | None = None,
+                         tags: str | None = None, bloom_filter="default"):
+    """``(filter, Subscription)`` for a group: the given sql/tags, or its registration.
+
+    Raises :class:`cq.UnknownGroupError` when neither is given and the group has no
+    registration for ``topic``.
+    """
+    if sql is not None or tags is not None:
+        flt = store.make_filter(topic, group, sql=sql, tags=tags, bloom_filter=bloom_filter)
+        if sql is not None:
+            return flt, Subscription("SQL92", sql, "given")
+        return flt, Subscription("TAG", tags, "given")
+    reg = store.registered_filter(topic, group)
+    flt = store.make_filter(topic, group, bloom_filter=bloom_filter)
+    return flt, Subscription(reg.expression_type or "SQL92", reg.expression or "",
+                             f"config/{CONSUMER_FILTER_FILE}", reg)
+
+
+@dataclass(frozen=True)
+class WhyStep:
+    """One step of the broker's filter for one message.
+
+    Attributes
+    ----------
+    name : str
+        ``"consume_queue_unit"``, ``"consume_queue"`` (layer 1), ``"is_msg_in_live"``,
+        ``"commit_log_record"``, ``"commit_log"`` (layer 2), ``"client"``.
+    title : str
+        What a person calls it.
+    result : str
+        ``"pass"``, ``"drop"``, ``"not_reached"`` or ``"info"``.
+    reason : str
+        A reason code (layer 1: :meth:`cq.SqlFilter.explain_consume_queue`'s codes).
+    detail : str
+        One or a few lines saying why.
+    evidence : dict
+        The facts read (JSON-ready).
+    """
+
+    name: str
+    title: str
+    result: str
+    reason: str
+    detail: str
+    evidence: dict = field(default_factory=dict)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"step": self.name, "title": self.title, "result": self.result, "reason": self.reason,
+                "detail": self.detail, "evidence": self.evidence}
+
+
+@dataclass(frozen=True)
+class Why:
+    """One message walked through a group's filter (:meth:`cq.Store.why`).
+
+    Attributes
+    ----------
+    topic, group : str
+    subscription : Subscription
+    queue_id, queue_offset : int
+    commit_log_offset : int
+        From the ConsumeQueue unit.
+    size : int
+        The unit's record size.
+    msg_id : str or None
+        The offset message id (None when the record could not be read).
+    found_by : str
+        ``"queue_offset"``, ``"msg_id"``, ``"index"`` or ``"scan"``.
+    delivered : bool
+        Whether the group receives the message.
+    dropped_by : str or None
+        ``None`` (delivered), ``"consume_queue"``, ``"commit_log"`` or ``"client"``.
+    steps : list of WhyStep
+    explanation : selector.Explanation or None
+        Layer 2's evaluation tree (SQL92 only, when layer 2 ran).
+    note : str or None
+        How the message was found (index, or a scan and why).
+    """
+
+    topic: str
+    group: str
+    subscription: Subscription
+    queue_id: int
+    queue_offset: int
+    commit_log_offset: int
+    size: int
+    msg_id: str | None
+    found_by: str
+    delivered: bool
+    dropped_by: str | None
+    steps: list[WhyStep]
+    explanation: Any = None
+    note: str | None = None
+
+    @property
+    def verdict(self) -> str:
+        """One line: delivered, or which step dropped it and why."""
+        if self.delivered:
+            return "DELIVERED: the group receives this message"
+        step = next(s for s in self.steps if s.result == DROP)
+        return f"NOT DELIVERED: dropped by {_DROPPER[self.dropped_by]}: {step.detail.splitlines()[0]}"
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-ready: ``delivered``, ``dropped_by``, ``queue_id``, ``queue_offset``,
+        ``commit_log_offset``, ``steps`` (each with its evidence), and more."""
+        return {
+            "topic": self.topic, "group": self.group, "subscription": self.subscription.to_dict(),
+            "queue_id": self.queue_id, "queue_offset": self.queue_offset,
+            "commit_log_offset": self.commit_log_offset, "size": self.size, "msg_id": self.msg_id,
+            "found_by": self.found_by, "note": self.note,
+            "delivered": self.delivered, "dropped_by": self.dropped_by, "verdict": self.verdict,
+            "steps": [s.to_dict() for s in self.steps],
+        }
+
+    def __str__(self) -> str:
+        sub = self.subscription
+        lines = [
+            (f"message   {self.topic} queue {self.queue_id} offset {self.queue_offset}: CommitLog offset "
+             f"{self.commit_log_offset}, {self.size} bytes, msgId {self.msg_id or '?'}"),
+            f"group     {self.group}: {sub.type} {sub.expression!r} ({_source_text(sub)})",
+        ]
+        if self.note:
+            lines.append(f"found     {self.note}")
+        lines.append("")
+        for i, s in enumerate(self.steps, 1):
+            mark = {PASS: "PASS", DROP: "DROP", NOT_REACHED: "----", INFO: "info"}[s.result]
+            lines.append(f"{i}. [{mark}] {s.title}")
+            lines.extend("     " + line if line.strip() else "" for line in s.detail.splitlines())
+        lines.append("")
+        lines.append(f"verdict   {self.verdict}")
+        return "\n".join(lines)
+
+
+_DROPPER = {DROPPED_BY_CONSUME_QUEUE: "the ConsumeQueue layer (layer 1)",
+            DROPPED_BY_COMMIT_LOG: "the CommitLog layer (layer 2)",
+            DROPPED_BY_CLIENT: "the client's tag re-check"}
+
+
+def _source_text(sub: Subscription) -> str:
+    r = sub.registration
+    if r is None:
+        return "given, not looked up in config/consumerFilter.json"
+    dead = f", dead since {r.dead_time}" if r.is_dead else ""
+    bloom = "" if r.bloom_matches else ", bloom data does NOT match the broker's filter"
+    return f"registered in {sub.source}: bornTime {r.born_time}{dead}{bloom}"
+
+
+def _bits_text(bitmap: bytes | None) -> str:
+    return "none" if bitmap is None else binascii.hexlify(bitmap, " ").decode()
+
+
+def _layer1_sql(flt: SqlFilter, sub: Subscription, ext_unit, matched: bool, reason: str,
+                address: int | None) -> tuple[dict, list[str]]:
+    evidence: dict[str, Any] = {"bloom_key": f"{flt.group}#{flt.topic}", "born_time": flt.born_time}
+    lines = [_LAYER1_TEXT[reason]]
+    if ext_unit is not None:
+        evidence["ext_unit"] = {"address": address, "ext_offset": fmt.undecorate(address),
+                                "size": ext_unit.size, "tags_code": ext_unit.tags_code,
+                                "msg_store_time": ext_unit.msg_store_time, "bit_map_size": ext_unit.bit_map_size,
+                                "bitmap": None if ext_unit.filter_bitmap is None else ext_unit.filter_bitmap.hex()}
+        lines.append(f"ext unit at ext offset {fmt.undecorate(address)}: size {ext_unit.size}, tags code "
+                     f"{ext_unit.tags_code}, msgStoreTime {ext_unit.msg_store_time}, bitmap "
+                     f"({ext_unit.bit_map_size} bytes) {_bits_text(ext_unit.filter_bitmap)}")
+    if flt.bloom_data is not None:
+        positions = list(flt.bloom_data.bit_pos)
+        evidence["bit_positions"] = positions
+        evidence["bit_num"] = flt.bloom_data.bit_num
+        bitmap = ext_unit.filter_bitmap if ext_unit is not None else None
+        if bitmap is not None:
+            n = len(bitmap) * 8
+            is_set = [bool(0 <= p < n and bitmap[p >> 3] & (1 << (p & 7))) for p in positions]
+            missing = [p for p, ok in zip(positions, is_set) if not ok]
+            evidence["bits_set"] = is_set
+            evidence["bits_missing"] = missing
+            lines.append(f"bits of {flt.group}#{flt.topic} (k={len(positions)}, m={flt.bloom_data.bit_num}): "
+                         + ", ".join(f"{p} {'set' if ok else 'CLEAR'}" for p, ok in zip(positions, is_set))
+                         + (f"; missing: {missing}" if missing else ""))
+        else:
+            lines.append(f"bits of {flt.group}#{flt.topic}: {positions} (m={flt.bloom_data.bit_num})")
+    if sub.registration is None and isinstance(flt, SqlFilter):
+        lines.append(f"bornTime {flt.born_time} assumed (subscription given, not looked up)")
+    return evidence, lines
+
+
+def why_unit(store: Store, topic: str, group: str, flt, sub: Subscription, queue_id: int, queue_offset: int, *,
+             found_by: str = "queue_offset", note: str | None = None) -> Why:
+    """Walk the unit at (``queue_id``, ``queue_offset``) of ``topic`` through ``flt``."""
+    try:
+        cqueue = store.consume_queue(topic, queue_id)
+    except KeyError as exc:
+        raise MessageNotFoundError(str(exc.args[0]) if exc.args else str(exc)) from None
+    lo, hi = cqueue.min_offset, cqueue.max_offset
+    if not lo <= queue_offset < hi:
+        raise MessageNotFoundError(
+            f"queue offset {queue_offset} is outside queue {topic}/{queue_id}'s units [{lo}, {hi}) in {store.root}")
+    phys, size, slot = cqueue.unit(queue_offset)
+    path, pos = cqueue.file_position(queue_offset)
+    steps: list[WhyStep] = []
+    is_ext = fmt.is_ext_addr(slot)
+    unit_ev = {"commit_log_offset": phys, "size": size, "tags_code_slot": slot, "is_ext_address": is_ext,
+               "file": path, "file_position": pos}
+    unit_text = f"{path} at byte {pos}: commitLogOffset {phys}, size {size}, tagsCode slot {slot}"
+    if is_ext:
+        unit_text += f" (an ext address: ext offset {fmt.undecorate(slot)})"
+    steps.append(WhyStep("consume_queue_unit", "ConsumeQueue unit", INFO, "read", unit_text, unit_ev))
+
+    # ---- layer 1: the same call consume makes, with the slot resolved as the store resolves it
+    ext = store.ext(topic, queue_id)
+    ext_unit = ext.get(slot) if (is_ext and ext is not None) else None
+    if isinstance(flt, TagFilter):
+        tags_code = slot if not is_ext else (ext_unit.tags_code if ext_unit is not None else None)
+        matched, reason = flt.explain_consume_queue(tags_code, ext_unit)
+        sub_data = flt.subscription
+        ev = {"tags_code": tags_code,
+              "code_set": sorted(sub_data.code_set) if sub_data is not None else None}
+        lines = [_LAYER1_TEXT[reason]]
+        if tags_code is not None:
+            low = tags_code & 0xFFFFFFFF
+            low = low - (1 << 32) if low & 0x80000000 else low
+            ev["tags_code_int32"] = low
+            src = "from the ext unit" if is_ext else "from the unit"
+            lines.append(f"tags code {tags_code} ({src}); compared as int {low}")
+        if sub_data is not None and sub_data.sub_string != "*":
+            lines.append("subscription code set: " + ", ".join(
+                f"{t}={cq_code}" for t, cq_code in sorted((t, _code(t)) for t in sub_data.tags_set)))
+    else:
+        matched, reason = flt.explain_consume_queue(None, ext_unit)
+        ev, lines = _layer1_sql(flt, sub, ext_unit, matched, reason, slot if ext_unit is not None else None)
+    steps.append(WhyStep("consume_queue", "Layer 1: ConsumeQueue (isMatchedByConsumeQueue)",
+                         PASS if matched else DROP, reason, "\n".join(lines), ev))
+    if isinstance(flt, SqlFilter) and sub.registration is not None and ext_unit is not None:
+        live = ext_unit.msg_store_time > flt.born_time
+        steps.append(WhyStep(
+            "is_msg_in_live", "isMsgInLive (the bitmap was computed for this filter version)", INFO,
+            "live" if live else "not_live",
+            f"msgStoreTime {ext_unit.msg_store_time} {'>' if live else '<='} bornTime {flt.born_time}: "
+            + ("the group's bits in this bitmap can be trusted" if live else
+               "stored before the filter was built, so layer 1 does not use the bitmap"),
+            {"msg_store_time": ext_unit.msg_store_time, "born_time": flt.born_time, "in_live": live}))
+
+    delivered, dropped_by, explanation, msg_id = False, None, None, None
+    log = store.commit_log
+    present = log.min_offset <= phys and phys + size <= log.max_offset
+    if present and not matched:
+        # not needed for the decision (the broker never reads it), but a person wants its id
+        try:
+            msg_id = log.read_message(phys).msg_id
+        except StoreFormatError:
+            msg_id = None
+    if not matched:
+        dropped_by = DROPPED_BY_CONSUME_QUEUE
+        _not_reached(steps, "commit_log", "Layer 2: CommitLog (isMatchedByCommitLog)")
+        _not_reached(steps, "client", "Client re-check (PullAPIWrapper)")
+    else:
+        if not present:
+            dropped_by = DROPPED_BY_COMMIT_LOG
+            steps.append(WhyStep(
+                "commit_log", "Layer 2: CommitLog (isMatchedByCommitLog)", DROP, "record_missing",
+                f"the record [{phys}, {phys + size}) is not in the CommitLog [{log.min_offset}, {log.max_offset}) "
+                "(deleted, or past its end): the broker skips the unit",
+                {"commit_log_min_offset": log.min_offset, "commit_log_max_offset": log.max_offset}))
+            _not_reached(steps, "client", "Client re-check (PullAPIWrapper)")
+        else:
+            msg = log.read_message(phys)
+            msg_id = msg.msg_id
+            matched2 = flt.is_matched_by_commit_log(msg.properties)
+            ev2: dict[str, Any] = {"record_topic": msg.topic, "store_timestamp": msg.store_timestamp,
+                                   "tags": msg.tags, "keys": msg.keys}
+            if isinstance(flt, SqlFilter):
+                explanation = selector.explain(flt.sql, msg.properties)
+                ev2["explain"] = explanation.to_dict()
+                ev2["value"] = explanation.value
+                head = (f"selector {explanation.value}: " +
+                        ("matched" if matched2 else "not matched (the broker delivers only TRUE)"))
+                detail = head + "\n" + str(explanation)
+                reason2 = "selector_" + explanation.value.lower()
+            else:
+                detail = "TAG subscriptions: the CommitLog layer always matches"
+                reason2 = "tag_subscription"
+            steps.append(WhyStep("commit_log", "Layer 2: CommitLog (isMatchedByCommitLog)",
+                                 PASS if matched2 else DROP, reason2, detail, ev2))
+            if not matched2:
+                dropped_by = DROPPED_BY_COMMIT_LOG
+                _not_reached(steps, "client", "Client re-check (PullAPIWrapper)")
+            else:
+                ok = flt.is_matched_by_client(msg.tags)
+                tags_set = sorted(flt.subscription.tags_set) if isinstance(flt, TagFilter) and \
+                    flt.subscription is not None else []
+                if not tags_set:
+                    detail3 = "the subscription's tag set is empty (SQL92, \"*\" or none): the client keeps " \
+                              "every message"
+                    reason3 = "no_recheck"
+                elif ok:
+                    detail3 = f"TAGS {msg.tags!r} is in the subscription's tags {tags_set}"
+                    reason3 = "tag_in_set"
+                else:
+                    what = "the message has no TAGS" if msg.tags is None else \
+                        f"TAGS {msg.tags!r} is not in the subscription's tags {tags_set} (a tags-code collision)"
+                    detail3 = what + ": the client drops it"
+                    reason3 = "tag_not_in_set"
+                steps.append(WhyStep("client", "Client re-check (PullAPIWrapper)", PASS if ok else DROP, reason3,
+                                     detail3, {"tags": msg.tags, "tags_set": tags_set}))
+                if ok:
+                    delivered = True
+                else:
+                    dropped_by = DROPPED_BY_CLIENT
+    return Why(topic, group, sub, queue_id, queue_offset, phys, size, msg_id, found_by, delivered, dropped_by,
+               steps, explanation, note)
+
+
+def _code(tag: str) -> int:
+    return fmt.java_string_hash(tag)
+
+
+def _not_reached(steps: list[WhyStep], name: str, title: str) -> None:
+    steps.append(WhyStep(name, title, NOT_REACHED, "not_reached", "not reached", {}))
+
+
+# ------------------------------------------------------------------ finding messages
+def _parse_offset_msg_id(msg_id: str) -> tuple[str, int] | None:
+    """``(store_host, commit_log_offset)`` of an offset message id (IPv4: 32 hex digits, IPv6: 56)."""
+    text = msg_id.strip()
+    if len(text) not in (32, 56):
+        return None
+    try:
+        raw = bytes.fromhex(text)
+    except ValueError:
+        return None
+    host = fmt.decode_host(raw[:-8])
+    return host, struct.unpack(">q", raw[-8:])[0]
+
+
+def _message_at(store: Store, offset: int) -> Message | None:
+    log = store.commit_log
+    if not log.min_offset <= offset < log.max_offset:
+        return None
+    try:
+        return log.read_message(offset)
+    except StoreFormatError:
+        return None
+
+
+def _key_matches(msg_props: dict, key: str | None, uniq_key: str | None) -> bool:
+    if uniq_key is not None and msg_props.get(fmt.PROPERTY_UNIQ_KEY) == uniq_key:
+        return True
+    if key is not None:
+        keys = msg_props.get(fmt.PROPERTY_KEYS)
+        return keys is not None and key in keys.split(fmt.KEY_SEPARATOR)
+    return False
+
+
+def _scan(store: Store, topic: str, key: str | None, uniq_key: str | None) -> list[Message]:
+    """Every message of ``topic`` (through its ConsumeQueues) whose key or UNIQ_KEY is the one asked."""
+    log = store.commit_log
+    lo, hi = log.min_offset, log.max_offset
+    found = []
+    for q in store.queue_ids(topic):
+        cqueue = store.consume_queue(topic, q)
+        for _first, units in cqueue.iter_batches(1 << 16):
+            offs = units["commit_log_offset"].astype(np.int64)
+            ok = (offs >= lo) & (offs + units["size"].astype(np.int64) <= hi)
+            offs = offs[ok]
+            for off, props in zip(offs.tolist(), log.gather_properties(offs)):
+                if props is not None and _key_matches(props, key, uniq_key):
+                    found.append(log.read_message(off))
+    return found
+
+
+def find_messages(store: Store, topic: str, *, msg_id: str | None = None,
+                  key: str | None = None) -> tuple[list[Message], str, str]:
+    """Messages of ``topic`` by offset message id, ``UNIQ_KEY`` (given as ``msg_id``) or key.
+
+    Returns
+    -------
+    (messages, found_by, note)
+        ``found_by`` is ``"msg_id"``, ``"index"`` or ``"scan"``; ``note`` says how (and why a
+        scan was needed). Messages are in CommitLog order.
+
+    Raises
+    ------
+    MessageNotFoundError
+        Nothing matches (the message says what was searched).
+    """
+    if (msg_id is None) == (key is None):
+        raise ValueError("give msg_id or key")
+    if msg_id is not None:
+        parsed = _parse_offset_msg_id(msg_id)
+        if parsed is not None:
+            msg = _message_at(store, parsed[1])
+            if msg is not None and msg.msg_id == msg_id.strip().upper():
+                if msg.topic != topic:
+                    raise MessageNotFoundError(f"message {msg_id} (CommitLog offset {parsed[1]}) is on topic "
+                                               f"{msg.topic!r}, not {topic!r}")
+                return [msg], "msg_id", f"offset message id: store host {parsed[0]}, CommitLog offset {parsed[1]}"
+    uniq_key = msg_id
+    wanted = msg_id if msg_id is not None else key
+    what = f"UNIQ_KEY {wanted!r}" if msg_id is not None else f"key {wanted!r}"
+    why_scan = "the store has no index files"
+    try:
+        index = IndexFiles(store.root)
+    except StoreFormatError as exc:
+        index, why_scan = None, f"its index files cannot be read ({exc})"
+    if index is not None and len(index):
+        try:
+            candidates = index.query(topic, wanted)
+            found = []
+            for off in candidates:
+                msg = _message_at(store, off)
+                if msg is not None and msg.topic == topic and _key_matches(msg.properties, key, uniq_key):
+                    found.append(msg)
+        finally:
+            index.close()
+        if found:
+            found.sort(key=lambda m: m.commit_log_offset)
+            return found, "index", (f"{what} found in the index files ({len(candidates)} hash candidate(s), "
+                                    f"{len(found)} confirmed by the record's own key)")
+        why_scan = f"{what} is not in the index files ({len(candidates)} hash candidate(s), none confirmed)"
+    found = _scan(store, topic, key, uniq_key)
+    if not found:
+        looked = ("it names no record of the topic as an offset message id; "
+                  if msg_id is not None and _parse_offset_msg_id(msg_id) else "")
+        raise MessageNotFoundError(f"no message of topic {topic!r} has {what} in {store.root}: {looked}{why_scan}, "
+                                   "and a scan of the topic found none")
+    found.sort(key=lambda m: m.commit_log_offset)
+    return found, "scan", f"{what} found by scanning topic {topic}: {why_scan}"
+
+
+def why(store: Store, topic: str, group: str, *, sql: str | None = None, tags: str | None = None,
+        queue_id: int | None = None, queue_offset: int | None = None, msg_id: str | None = None,
+        key: str | None = None, bloom_filter="default") -> Why | list[Why]:
+    """See :meth:`cq.Store.why`."""
+    given = [queue_offset is not None or queue_id is not None, msg_id is not None, key is not None]
+    if sum(given) != 1:
+        raise ValueError("give queue_id with queue_offset, or msg_id, or key")
+    if given[0] and (queue_id is None or queue_offset is None):
+        raise ValueError("queue_id and queue_offset go together")
+    if sql is not None and tags is not None:
+        raise ValueError("give sql or tags, not both")
+    flt, sub = resolve_subscription(store, topic, group, sql=sql, tags=tags, bloom_filter=bloom_filter)
+    if given[0]:
+        return why_unit(store, topic, group, flt, sub, int(queue_id), int(queue_offset))
+    messages, found_by, note = find_messages(store, topic, msg_id=msg_id, key=key)
+    out = []
+    for msg in messages:
+        w = _why_message(store, topic, group, flt, sub, msg, found_by, note)
+        out.append(w)
+    return out
+
+
+def _why_message(store: Store, topic: str, group: str, flt, sub: Subscription, msg: Message, found_by: str,
+                 note: str) -> Why:
+    """:func:`why_unit` for a found record, or a Why saying it has no ConsumeQueue unit."""
+    try:
+        cqueue = store.consume_queue(topic, msg.queue_id)
+        lo, hi = cqueue.min_offset, cqueue.max_offset
+        unit = cqueue.unit(msg.queue_offset) if lo <= msg.queue_offset < hi else None
+    except KeyError:
+        unit = None
+    if unit is not None and unit[0] == msg.commit_log_offset:
+        return why_unit(store, topic, group, flt, sub, msg.queue_id, msg.queue_offset, found_by=found_by, note=note)
+    # the record exists but no unit points at it: never dispatched (a prepared or rolled-back
+    # transaction), or its unit is gone
+    detail = (f"no ConsumeQueue unit of queue {topic}/{msg.queue_id} at offset {msg.queue_offset} points at "
+              f"CommitLog offset {msg.commit_log_offset} (transaction type {msg.transaction_type:#x}): the broker "
+              "never serves this record to consumers")
+    steps = [WhyStep("consume_queue_unit", "ConsumeQueue unit", DROP, "no_unit", detail,
+                     {"commit_log_offset": msg.commit_log_offset, "queue_offset": msg.queue_offset})]
+    _not_reached(steps, "consume_queue", "Layer 1: ConsumeQueue (isMatchedByConsumeQueue)")
+    _not_reached(steps, "commit_log", "Layer 2: CommitLog (isMatchedByCommitLog)")
+    _not_reached(steps, "client", "Client re-check (PullAPIWrapper)")
+    return Why(topic, group, sub, msg.queue_id, msg.queue_offset, msg.commit_log_offset, msg.store_size,
+               msg.msg_id, found_by, False, DROPPED_BY_CONSUME_QUEUE, steps, None, note)
