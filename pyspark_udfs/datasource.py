@@ -358,6 +358,15 @@ class RocketMQDataSource(DataSource):
             return RocketMQPushdownReader(self.read_options, schema)
         return RocketMQReader(self.read_options, schema)
 
+    def streamReader(self, schema: StructType):
+        """``spark.readStream.format("rocketmq")``: see :mod:`pyspark_udfs.streaming`."""
+        from pyspark_udfs.streaming import (  # lazy: batch reads never load it
+            RocketMQStreamReader,
+            StreamOptions,
+        )
+
+        return RocketMQStreamReader(StreamOptions.parse(self.options, self.read_options), schema)
+
 
 _QUEUE_ID_TESTS = {
     "EqualTo": lambda q, v: q == v,
