@@ -23,6 +23,7 @@ COMMAND_MODULES = (
     "pyspark_udfs.cli.selector_commands",  # check, eval, explain
     "pyspark_udfs.cli.store_commands",  # inspect, gen-store, consume
     "pyspark_udfs.cli.why_commands",  # why, backlog
+    "pyspark_udfs.cli.live_commands",  # tail
     "pyspark_udfs.cli.spark_commands",  # scan, demo
 )
 
