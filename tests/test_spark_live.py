@@ -70,3 +70,71 @@ def test_queries_while_a_writer_appends_read_whole_cuts(spark, tmp_path):
     assert counts == sorted(counts) and counts[-1] > counts[0]
     # afterwards: everything the writer wrote, in the same session (no stale worker cache)
     assert _count(spark, root) == sum(v for k, v in proc.counts.items() if k.startswith(TOPIC + "/"))
+
+
+def _stream(spark, root, **options):
+    reader = spark.readStream.format("rocketmq").option("topic", TOPIC)
+    for k, v in options.items():
+        reader = reader.option(k, v)
+    return reader.load(str(root))
+
+
+def _snapshot(root) -> dict:
+    import os
+
+    return {os.path.join(d, f): (os.stat(os.path.join(d, f)).st_size, os.stat(os.path.join(d, f)).st_mtime_ns)
+            for d, _, files in os.walk(root) for f in files}
+
+
+def test_stream_is_exactly_once_across_a_restart_while_a_writer_appends(spark, tmp_path):
+    import time
+
+    root, out, ck = tmp_path / "store", str(tmp_path / "out"), str(tmp_path / "ck")
+    options = {"group": GROUP, "sql": SQL, "startingOffsets": "earliest", "maxUnitsPerTrigger": "400"}
+    cols = ["queue_id", "queue_offset", "properties", "body"]
+    with live_writer(root, 6.0, rate=400) as proc:
+        q = (_stream(spark, root, **options).select(*cols).writeStream.format("parquet")
+             .option("checkpointLocation", ck).trigger(processingTime="200 milliseconds").start(out))
+        try:
+            deadline = time.monotonic() + 60
+            while len([p for p in q.recentProgress if p["numInputRows"] > 0]) < 2 and time.monotonic() < deadline:
+                time.sleep(0.2)
+            assert q.exception() is None
+        finally:
+            q.stop()  # stopped mid-run: the writer goes on
+        first = spark.read.parquet(out).count()
+    # restarted from the checkpoint once the writer is done: it goes on where it stopped, to the end
+    q = (_stream(spark, root, **options).select(*cols).writeStream.format("parquet")
+         .option("checkpointLocation", ck).trigger(availableNow=True).start(out))
+    q.awaitTermination(120)
+    assert q.exception() is None
+    rows = spark.read.parquet(out).collect()
+    got = [(r["queue_id"], r["queue_offset"]) for r in rows]
+    assert len(got) == len(set(got)) and 0 < first < len(got)  # no duplicates; both runs wrote
+    batch = {(r["queue_id"], r["queue_offset"]) for r in spark.read.format("rocketmq").option("topic", TOPIC)
+             .option("group", GROUP).option("sql", SQL).load(str(root)).collect()}
+    assert set(got) == batch  # no gaps: the union is the batch read of the same range
+    assert {q for q, _ in got} == {0, 1, 2, 3}  # queues that appeared mid-run were picked up
+    assert all(r["properties"]["color"] == "red" for r in rows)
+    assert sum(1 for _ in cq.Store(root).consume(TOPIC, GROUP, sql=SQL)) == len(got)
+
+
+def test_stream_bad_starting_offsets_fail_naming_the_queue_and_write_nothing(spark, tmp_path):
+    from pyspark.errors import PySparkException
+    from pyspark.errors.exceptions.captured import StreamingQueryException
+
+    root = tmp_path / "store"
+    with StoreWriter(root) as w:
+        _append(w, 10, 2, {})
+    before = _snapshot(root)
+    for offsets, message in [('{"LiveTopic": {"9": 0}}', "queue LiveTopic/9 does not exist"),
+                             ('{"LiveTopic": {"0": 77}}', "offset 77 of queue LiveTopic/0 is outside")]:
+        with pytest.raises((StreamingQueryException, PySparkException, ValueError)) as err:
+            q = (_stream(spark, root, startingOffsets=offsets).writeStream.format("noop")
+                 .option("checkpointLocation", str(tmp_path / f"ck{len(offsets)}")).start())
+            try:
+                q.awaitTermination(60)
+            finally:
+                q.stop()
+        assert message in str(err.value)
+    assert _snapshot(root) == before
