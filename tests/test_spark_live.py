@@ -90,9 +90,9 @@ def test_stream_is_exactly_once_across_a_restart_while_a_writer_appends(spark, t
     import time
 
     root, out, ck = tmp_path / "store", str(tmp_path / "out"), str(tmp_path / "ck")
-    options = {"group": GROUP, "sql": SQL, "startingOffsets": "earliest", "maxUnitsPerTrigger": "400"}
+    options = {"group": GROUP, "sql": SQL, "startingOffsets": "earliest", "maxUnitsPerTrigger": "60"}
     cols = ["queue_id", "queue_offset", "properties", "body"]
-    with live_writer(root, 6.0, rate=400) as proc:
+    with live_writer(root, 4.0, rate=250):
         q = (_stream(spark, root, **options).select(*cols).writeStream.format("parquet")
              .option("checkpointLocation", ck).trigger(processingTime="200 milliseconds").start(out))
         try:
@@ -104,9 +104,14 @@ def test_stream_is_exactly_once_across_a_restart_while_a_writer_appends(spark, t
             q.stop()  # stopped mid-run: the writer goes on
         first = spark.read.parquet(out).count()
     # restarted from the checkpoint once the writer is done: it goes on where it stopped, to the end
+    # (in one batch: the rate limit may change between runs)
+    options["maxUnitsPerTrigger"] = "100000"
     q = (_stream(spark, root, **options).select(*cols).writeStream.format("parquet")
          .option("checkpointLocation", ck).trigger(availableNow=True).start(out))
-    q.awaitTermination(120)
+    try:
+        assert q.awaitTermination(300)
+    finally:
+        q.stop()
     assert q.exception() is None
     rows = spark.read.parquet(out).collect()
     got = [(r["queue_id"], r["queue_offset"]) for r in rows]
