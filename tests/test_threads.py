@@ -42,7 +42,7 @@ def hammer(fn, threads: int = THREADS, rounds: int = 3) -> list:
 def _consume_everything(store: cq.Store) -> list:
     out = []
     for topic in store.topics():
-        for how in ({"sql": SQL}, {"tags": "TagA || TagB"}, {}):
+        for how in ({"sql": SQL}, {"tags": "TagA || TagB"}, {"tags": "*"}):
             result = store.consume(topic, "GID_SQL_A", **how)
             out.append([(m.topic, m.queue_id, m.queue_offset, m.body, tuple(sorted(m.properties.items())))
                         for m in result])
