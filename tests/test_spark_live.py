@@ -143,3 +143,27 @@ def test_stream_bad_starting_offsets_fail_naming_the_queue_and_write_nothing(spa
                 q.stop()
         assert message in str(err.value)
     assert _snapshot(root) == before
+
+
+def test_stream_over_a_store_deleted_mid_stream_fails_naming_it(spark, tmp_path):
+    import shutil
+    import time
+
+    from pyspark.errors.exceptions.captured import StreamingQueryException
+
+    root = tmp_path / "store"
+    with StoreWriter(root) as w:
+        _append(w, 20, 2, {})
+    q = (_stream(spark, root, startingOffsets="earliest").writeStream.format("noop")
+         .option("checkpointLocation", str(tmp_path / "ck")).trigger(processingTime="200 milliseconds").start())
+    try:
+        deadline = time.monotonic() + 60
+        while not [p for p in q.recentProgress if p["numInputRows"] > 0] and time.monotonic() < deadline:
+            time.sleep(0.2)
+        assert sum(p["numInputRows"] for p in q.recentProgress) == 20
+        shutil.rmtree(root)
+        with pytest.raises(StreamingQueryException) as err:
+            q.awaitTermination(60)
+    finally:
+        q.stop()
+    assert "the store directory no longer exists" in str(err.value) and str(root) in str(err.value)
