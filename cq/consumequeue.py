@@ -94,6 +94,8 @@ class ConsumeQueue(MappedFileQueue):
         unit qualifies, min_offset becomes max_offset. Returns the new value.
         """
         lo, hi = self.min_offset, self.max_offset
+        if lo < hi and int(self.read(lo, 1)["commit_log_offset"][0]) >= commit_log_min_offset:
+            return lo  # nothing to move (the common case on each refresh): one unit read, not a file
         for first, units in self.iter_batches(start=lo):
             ok = np.flatnonzero(units["commit_log_offset"] >= commit_log_min_offset)
             if len(ok):
