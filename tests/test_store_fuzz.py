@@ -509,7 +509,7 @@ def test_consume_in_small_slices_gives_the_same_messages(monkeypatch):
     import cq.store as store_module
 
     store = cq.Store(DATA / "golden_store")
-    cases = [{"sql": SQL}, {"tags": "TagA || TagB"}, {}]
+    cases = [{"sql": SQL}, {"tags": "TagA || TagB"}, {"tags": "*"}]
 
     def run():
         out = []
