@@ -14,13 +14,13 @@ from .commitlog import CommitLog, Message
 from .config import ConfigFormatError, ConfigWarning, RegisteredFilter
 from .consumequeue import ConsumeQueue
 from .custom_filter import FilterError, MessageFilter, batch_filter, load_filter
-from .errors import StoreFormatError, TagSubscriptionError, UnknownGroupError
+from .errors import StoreFileDeleted, StoreFormatError, TagSubscriptionError, UnknownGroupError
 from .ext import ConsumeQueueExt, CqExtUnit
 from .filter import RetrySqlFilter, SqlFilter, TagFilter
 from .format import MAX_ADDR, decorate, is_ext_addr, undecorate
 from .scan import ENGINE as _SCAN_ENGINE
 from .scan import check_bitmaps, scan_tags
-from .store import ConsumeResult, ConsumeStats, Store
+from .store import ConsumeResult, ConsumeStats, Store, StoreCut
 from .tags import ENGINE as _TAGS_ENGINE
 from .tags import SubscriptionData, parse_tag_subscription, tags_code, tags_code_many
 from .why import MessageNotFoundError
@@ -47,6 +47,8 @@ __all__ = [
     "RetrySqlFilter",
     "SqlFilter",
     "Store",
+    "StoreCut",
+    "StoreFileDeleted",
     "StoreFormatError",
     "SubscriptionData",
     "TagFilter",

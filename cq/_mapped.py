@@ -9,6 +9,7 @@ import mmap
 import threading
 
 from . import format as fmt
+from .errors import StoreFileDeleted
 
 
 def _reopen(cls, directory: str, kwargs: dict):
@@ -39,14 +40,56 @@ class MappedFileQueue:
         import numpy as np
 
         self.directory = os.fspath(directory)
-        files = fmt.list_queue_files(self.directory)
-        if unit is None:
-            self._files, self.file_size = fmt.check_queue_files(files, file_size, kind=kind)
-        else:
-            self._files, self.file_size = fmt.check_queue_files(files, file_size, kind=kind, unit=unit)
+        self._kind, self._unit = kind, unit or 1
+        self._files, self.file_size = self._list_files(file_size)
         self._starts = np.array([s for s, _ in self._files], dtype=np.int64)
         self._maps = {}
         self._map_lock = threading.Lock()
+
+    def _list_files(self, file_size: int | None) -> tuple[list[tuple[int, str]], int]:
+        # A broker may delete a front file between the listing and the size check: list again.
+        for attempt in range(3):
+            try:
+                return fmt.check_queue_files(fmt.list_queue_files(self.directory), file_size,
+                                             kind=self._kind, unit=self._unit)
+            except FileNotFoundError:
+                if attempt == 2:
+                    raise
+        raise AssertionError("unreachable")  # pragma: no cover
+
+    def refresh_files(self) -> tuple[int, int]:
+        """List the queue's files again (docs/live.md): ``(files gone at the front, files added at the end)``.
+
+        Files the broker expired are dropped from the front (their maps are
+        released), files it created are added at the end; a file that is
+        still mapped stays readable until released. Not to be called while
+        another thread reads through this reader.
+        """
+        import numpy as np
+
+        files, size = self._list_files(self.file_size or None)
+        old = self._files
+        if files == old:
+            return 0, 0
+        if not self.file_size:
+            self.file_size = size
+        new_index = {start: i for i, (start, _) in enumerate(files)}
+        with self._map_lock:
+            keep, gone = {}, {}
+            for i, m in self._maps.items():
+                j = new_index.get(old[i][0]) if i < len(old) else None
+                (keep if j is not None else gone)[j if j is not None else i] = m
+            fmt.release_maps(gone)
+            self._maps = keep
+            self._files = files
+            self._starts = np.array([s for s, _ in files], dtype=np.int64)
+            self._files_moved({i: new_index[old[i][0]] for i in range(len(old)) if old[i][0] in new_index})
+        removed = sum(1 for s, _ in old if s < (files[0][0] if files else float("inf")))
+        added = sum(1 for s, _ in files if not old or s > old[-1][0])
+        return removed, added
+
+    def _files_moved(self, moved: dict[int, int]) -> None:
+        """Hook for subclasses caching per-file state by index: ``moved`` maps old index -> new."""
 
     def _reopen_kwargs(self) -> dict:
         return {"file_size": self.file_size or None}
@@ -65,7 +108,13 @@ class MappedFileQueue:
             with self._map_lock:  # one map per file even when threads race to the first read
                 m = self._maps.get(index)
                 if m is None:
-                    m = fmt.map_file(self._files[index][1])
+                    path = self._files[index][1]
+                    try:
+                        m = fmt.map_file(path)
+                    except FileNotFoundError as exc:
+                        raise StoreFileDeleted(
+                            f"{self._kind} file was deleted after it was listed (expired by the broker)",
+                            path) from exc
                     self._maps[index] = m
         return m
 

@@ -340,7 +340,13 @@ class CommitLog(MappedFileQueue):
         return arr
 
     def file_index(self, physical_offset: int) -> int | None:
-        """Index of the file holding ``physical_offset``, or None."""
+        """Index of the file holding ``physical_offset``, or None.
+
+        An offset past the last file listed lists the files again first: the
+        broker may have started a new file since (docs/live.md).
+        """
+        if self._files and physical_offset >= self._files[-1][0] + self.file_size:
+            self.refresh_files()
         i = bisect.bisect_right(self._start_list, physical_offset) - 1
         if i < 0 or physical_offset >= self._files[i][0] + self.file_size:
             return None
@@ -362,21 +368,53 @@ class CommitLog(MappedFileQueue):
             self._max_offset = self._recover()
         return self._max_offset
 
-    def _recover(self) -> int:
-        # The broker's recovery: from the third-to-last file, record by record
-        # (headers and field lengths checked in the scan kernel), to the first
-        # record that is not valid; a blank record moves on to the next file.
+    def _recover(self, first: int | None = None, pos: int = 0) -> int:
+        # The broker's recovery (a cold open): from the third-to-last file, record by record
+        # (headers and field lengths checked in the scan kernel), to the first record that
+        # is not valid; a blank record moves on to the next file. refresh() continues from
+        # the previous end instead (index, pos): the bytes before it do not change.
 
         if not self._files:
             return 0
-        for index in range(max(0, len(self._files) - 3), len(self._files)):
+        if first is None:
+            first = max(0, len(self._files) - 3)
+        for index in range(first, len(self._files)):
             start = self._files[index][0]
-            pos, status, _ = self._walk_file(index, self.check_crc_on_recover)
+            pos, status, _ = self._walk_file(index, self.check_crc_on_recover, pos)
             if status != 1 or index == len(self._files) - 1:
                 return start + pos
+            pos = 0
         return self._files[-1][0]  # pragma: no cover - the loop always returns
 
-    def _walk_file(self, index: int, check_crc: bool) -> tuple[int, int, int]:
+    def refresh(self) -> int:
+        """Follow the broker: list the files again and move :attr:`max_offset` (docs/live.md).
+
+        Expired files at the front are dropped (``min_offset`` moves), new files
+        at the end are added, and the end of the data is found by continuing the
+        recovery walk from the previous end, not by walking the last three files
+        again (records before the end never change). Returns the new
+        :attr:`max_offset`.
+        """
+        previous = self._max_offset
+        self.refresh_files()
+        if previous is None or not self._files:
+            self._max_offset = None
+            return self.max_offset
+        end = self._files[-1][0] + self.file_size
+        if previous >= end:  # pragma: no cover - the recovered end lies inside the files
+            self._max_offset = end
+            return end
+        i = bisect.bisect_right(self._start_list, previous) - 1
+        if i < 0:  # every file that held the previous end has expired: walk from the first
+            i, previous = 0, self._files[0][0]
+        self._max_offset = self._recover(i, previous - self._files[i][0])
+        return self._max_offset
+
+    def _files_moved(self, moved: dict[int, int]) -> None:
+        self._start_list = [s for s, _ in self._files]
+        self._arrays = {moved[i]: a for i, a in self._arrays.items() if i in moved}
+
+    def _walk_file(self, index: int, check_crc: bool, pos: int = 0) -> tuple[int, int, int]:
         """The scan kernel's ``commit_log_walk`` over file ``index``, in windows of
         :data:`_WALK_WINDOW` bytes whose pages are dropped after each (so a walk keeps one
         window resident, not the file): ``(position, status, records)``.
@@ -386,7 +424,7 @@ class CommitLog(MappedFileQueue):
         """
         buf = np.frombuffer(self._map(index), np.uint8)
         n = len(buf)
-        pos = records = 0
+        records = 0
         while True:
             end = min(n, pos + _WALK_WINDOW)
             p, status, r = _scan.commit_log_walk(buf[:end], pos)
@@ -588,9 +626,18 @@ class CommitLog(MappedFileQueue):
             True: a corrupt record raises :class:`StoreFormatError`. False: stop
             there, as the broker's recovery truncates at the first invalid record.
         """
-        for msg, _, kind in self._walk(0, strict=strict, verify_crc=verify_crc):
-            if kind == "message":
-                yield msg
+        try:
+            for msg, _, kind in self._walk(0, strict=strict, verify_crc=verify_crc):
+                if kind == "message":
+                    yield msg
+        except StoreFormatError as exc:
+            starts = {path: start for start, path in self._files}
+            if exc.path in starts and exc.offset is not None and starts[exc.path] + exc.offset >= self.max_offset:
+                raise StoreFormatError(
+                    f"{exc.reason} (past the recovered end of the data, {self.max_offset}: a writer may still "
+                    "be appending there; strict=False ends the walk at the recovered end)",
+                    exc.path, exc.offset) from exc
+            raise
 
     def read_messages(self, physical_offsets) -> list[Message]:
         """:meth:`read_message` for many offsets, decoded in one :meth:`decode_columns` pass.

@@ -94,6 +94,8 @@ class ConsumeQueue(MappedFileQueue):
         unit qualifies, min_offset becomes max_offset. Returns the new value.
         """
         lo, hi = self.min_offset, self.max_offset
+        if lo < hi and int(self.read(lo, 1)["commit_log_offset"][0]) >= commit_log_min_offset:
+            return lo  # nothing to move (the common case on each refresh): one unit read, not a file
         for first, units in self.iter_batches(start=lo):
             ok = np.flatnonzero(units["commit_log_offset"] >= commit_log_min_offset)
             if len(ok):
@@ -102,17 +104,42 @@ class ConsumeQueue(MappedFileQueue):
         self._min_offset = hi
         return hi
 
-    def _recover(self) -> int:
+    def refresh(self) -> int:
+        """Follow the broker: list the files again and move the ends (docs/live.md).
+
+        Files expired at the front move :attr:`min_offset` to the first file
+        left (the caller corrects it past deleted CommitLog records); the end is
+        found by continuing the recovery from the previous end. Returns the new
+        :attr:`max_offset`.
+        """
+        previous = self._max_offset
+        removed, _ = self.refresh_files()
+        first = self._files[0][0] // fmt.CQ_STORE_UNIT_SIZE if self._files else 0
+        if removed or (self._min_offset is not None and self._min_offset < first):
+            self._min_offset = None
+        if previous is None or not self._files:
+            self._max_offset = None
+            return self.max_offset
+        self._max_offset = self._recover(max(previous, first))
+        return self._max_offset
+
+    def _recover(self, from_offset: int | None = None) -> int:
         if not self._files:
             return 0
         per_file = self.units_per_file
-        index = max(0, len(self._files) - 3)
+        index, skip = max(0, len(self._files) - 3), 0
+        if from_offset is not None:  # refresh: units before the previous end do not change
+            first = self._files[0][0] // fmt.CQ_STORE_UNIT_SIZE
+            index, skip = divmod(from_offset - first, per_file)
+            if index >= len(self._files):
+                return first + len(self._files) * per_file
         while True:
             start = self._files[index][0]
             units = self._units_of_file(index)
             # in growing chunks, so only about the pages up to the end of the data are read (a
             # 6 MB file holding a few units costs a page or two, not 1465 pages)
-            i, chunk = 0, _RECOVER_FIRST_CHUNK
+            i, chunk = skip, _RECOVER_FIRST_CHUNK
+            skip = 0
             while i < len(units):
                 part = units[i:i + chunk]
                 bad = (part["commit_log_offset"] < 0) | (part["size"] <= 0)

@@ -25,6 +25,14 @@ class StoreFormatError(ValueError):
         self.reason = message
 
 
+class StoreFileDeleted(StoreFormatError):
+    """A store file listed when the read began was deleted before it was mapped.
+
+    The broker expires CommitLog and ConsumeQueue files from the front of their
+    queues; a reader that meets one treats what it held as deleted (see docs/live.md).
+    """
+
+
 class TagSubscriptionError(ValueError):
     """``FilterAPI.buildSubscriptionData`` refused a tag subscription ("subString split error")."""
 

@@ -118,6 +118,11 @@ class ConsumeQueueExt(MappedFileQueue):
             )
         return end
 
+    def refresh(self) -> None:
+        """List the files again and forget the last file's write position (docs/live.md)."""
+        self.refresh_files()
+        self._last_limit = None
+
     def limit(self, index: int) -> int:
         """Readable bytes of file ``index``: the whole file, except the last file's write position."""
         if index < len(self._files) - 1:

@@ -15,7 +15,7 @@ from . import why as _why
 from .commitlog import CommitLog, Message
 from .consumequeue import ConsumeQueue
 from .custom_filter import ON_FILTER_ERROR, as_message_filter
-from .errors import StoreFormatError, UnknownGroupError
+from .errors import StoreFileDeleted, StoreFormatError, UnknownGroupError
 from .ext import ConsumeQueueExt
 from .filter import SqlFilter, TagFilter
 from .scan import _scan, bloom_masks, scan_tags
@@ -43,6 +43,27 @@ def _slices(offs: np.ndarray, span: int, count: int) -> Iterator[tuple[int, int]
             yield start, i
             start, base = i, off
     yield start, n
+
+
+def _clip_to_log(cqueue: ConsumeQueue, lo: int, hi: int, commit_log_end: int) -> int:
+    """First queue offset in ``[lo, hi)`` whose record ends past ``commit_log_end`` (``hi`` if none).
+
+    A queue's CommitLog offsets grow with its queue offsets, so this is a bisection.
+    """
+    def past(q: int) -> bool:
+        u = cqueue.read(q, 1)
+        return bool(len(u)) and int(u["commit_log_offset"][0]) + int(u["size"][0]) > commit_log_end
+
+    if hi <= lo or not past(hi - 1):
+        return hi
+    a, b = lo, hi - 1  # the answer is in [a, b]
+    while a < b:
+        mid = (a + b) // 2
+        if past(mid):
+            b = mid
+        else:
+            a = mid + 1
+    return a
 
 
 @dataclass
@@ -115,6 +136,48 @@ class ConsumeResult:
         return next(self._gen)
 
 
+@dataclass(frozen=True)
+class StoreCut:
+    """One consistent cut of a store: what a read sees (docs/live.md).
+
+    Taken by :meth:`Store.cut` when a read starts: each queue's offsets
+    ``[min, end)``, read first, then the CommitLog's recovered end. The broker
+    writes a CommitLog record before the ConsumeQueue unit that points at it,
+    so every unit inside the cut has its record below ``commit_log_end``; a
+    unit that does not (a torn or corrupt tail) or whose record lies below
+    ``commit_log_min`` (expired) is missing. Units written after the cut are
+    outside it: not read, not counted. A cut is small and picklable.
+
+    Attributes
+    ----------
+    commit_log_min, commit_log_end : int
+        Physical offsets: the first byte of the first CommitLog file and the
+        recovered end of the data, when the cut was taken.
+    queues : tuple of (topic, queue_id, min_offset, end_offset)
+        Queue offsets ``[min_offset, end_offset)`` of each queue in the cut.
+    """
+
+    commit_log_min: int
+    commit_log_end: int
+    queues: tuple[tuple[str, int, int, int], ...] = ()
+
+    def queue_range(self, topic: str, queue_id: int) -> tuple[int, int] | None:
+        """``(min_offset, end_offset)`` of a queue in the cut, or None when the cut does not hold it."""
+        ranges = self.__dict__.get("_ranges")
+        if ranges is None:
+            ranges = {(t, q): (lo, hi) for t, q, lo, hi in self.queues}
+            object.__setattr__(self, "_ranges", ranges)
+        return ranges.get((topic, int(queue_id)))
+
+    def ends(self, topic: str) -> dict[int, int]:
+        """``{queue_id: end_offset}`` of ``topic``'s queues in the cut."""
+        return {q: hi for t, q, _, hi in self.queues if t == topic}
+
+
+#: Values of ``Store(refresh=...)``.
+REFRESH = ("always", "never")
+
+
 def _reopen_store(root: str, kwargs: dict) -> Store:
     return Store(root, **kwargs)
 
@@ -128,6 +191,11 @@ class Store:
         The ``storePathRootDir`` (holding ``commitlog/``, ``consumequeue/``, ...).
     commit_log_file_size, consume_queue_file_size, ext_file_size : int, optional
         Override the file sizes; by default each is inferred from the files present.
+    refresh : {"always", "never"}, default "always"
+        ``"always"``: each read (:meth:`consume`, :meth:`cut`) first follows the
+        broker (:meth:`refresh`), so it sees the store as it is when it starts.
+        ``"never"``: the Store keeps the view it took on first use; units written
+        after that lie outside it (docs/live.md).
 
     Notes
     -----
@@ -147,7 +215,11 @@ class Store:
     """
 
     def __init__(self, root: str | os.PathLike, *, commit_log_file_size: int | None = None,
-                 consume_queue_file_size: int | None = None, ext_file_size: int | None = None) -> None:
+                 consume_queue_file_size: int | None = None, ext_file_size: int | None = None,
+                 refresh: str = "always") -> None:
+        if refresh not in REFRESH:
+            raise ValueError(f"refresh must be one of {', '.join(REFRESH)}, got {refresh!r}")
+        self.refresh_mode = refresh
         self.root = os.fspath(root)
         if not os.path.isdir(self.root):
             raise StoreFormatError("not a directory", self.root)
@@ -160,6 +232,7 @@ class Store:
         self._commit_log: CommitLog | None = None
         self._cqs: dict[tuple[str, int], ConsumeQueue] = {}
         self._exts: dict[tuple[str, int], ConsumeQueueExt | None] = {}
+        self._frozen: dict[tuple[str, int], tuple[int, int]] = {}  # refresh="never": each queue's first view
         # readers are opened lazily; the lock makes threads sharing a Store open each one once
         self._open_lock = threading.RLock()
 
@@ -167,7 +240,8 @@ class Store:
         # a Store pickles as its root and options: the copy opens the files again
         return _reopen_store, (self.root, {"commit_log_file_size": self._cl_size,
                                            "consume_queue_file_size": self._cq_size,
-                                           "ext_file_size": self._ext_size})
+                                           "ext_file_size": self._ext_size,
+                                           "refresh": self.refresh_mode})
 
     def __repr__(self) -> str:
         return f"Store({self.root!r})"
@@ -375,6 +449,150 @@ class Store:
         return _backlog.backlog(self, topic, group, sql=sql, tags=tags, queue_ids=queue_ids,
                                 bloom_filter=bloom_filter)
 
+    # ------------------------------------------------------------ live stores
+    def _check_root(self) -> None:
+        if not os.path.isdir(self.root):
+            raise StoreFormatError("the store directory no longer exists (deleted while it was being read)",
+                                   self.root)
+
+    def refresh(self) -> None:
+        """Follow the broker: see new files, queues, topics and moved ends (docs/live.md).
+
+        The CommitLog and every cached queue reader list their files again:
+        files the broker expired at the front are dropped (queue minimums move
+        past deleted records, as the broker moves them), new files are added,
+        and each end is found by continuing the recovery walk from the previous
+        end. New queues and topics are listed by each read. Not to be called
+        while another thread reads through this Store.
+
+        Raises
+        ------
+        StoreFormatError
+            The store directory is gone.
+        """
+        with self._open_lock:
+            self._check_root()
+            if self._commit_log is not None:
+                self._commit_log.refresh()
+            for key, cqueue in list(self._cqs.items()):
+                self._refresh_queue(key, cqueue)
+
+    def _refresh_queue(self, key: tuple[str, int], cqueue: ConsumeQueue) -> None:
+        if not os.path.isdir(cqueue.directory):  # the broker deleted the queue (topic removed)
+            self._cqs.pop(key, None)
+            ext = self._exts.pop(key, None)
+            cqueue.close()
+            if ext is not None:
+                ext.close()
+            return
+        cqueue.refresh()
+        ext = self._exts.get(key)
+        if ext is not None:
+            ext.refresh()
+        elif key in self._exts:
+            del self._exts[key]  # the ext directory may have appeared: look again on next use
+        if self.commit_log.files and self.commit_log.min_offset > 0:
+            cqueue.correct_min_offset(self.commit_log.min_offset)
+
+    def cut(self, topic: str | None = None, queue_ids: Iterable[int] | None = None) -> StoreCut:
+        """The cut a read starting now sees: queue ends first, then the CommitLog end (docs/live.md).
+
+        Parameters
+        ----------
+        topic : str, optional
+            Only this topic's queues (default: every topic).
+        queue_ids : iterable of int, optional
+            Only these queues of ``topic``.
+
+        Returns
+        -------
+        StoreCut
+            With ``refresh="always"`` the store as it is now; with ``"never"``
+            the Store's first view, each queue's end clipped to that view's
+            CommitLog end (units written later lie outside it).
+        """
+        live = self.refresh_mode == "always"
+        with self._open_lock:
+            if live:
+                self._check_root()
+                if self._commit_log is not None:
+                    self._commit_log.refresh_files()
+            log = self.commit_log
+            topics = [topic] if topic is not None else self.topics()
+            ranges = []
+            for t in topics:
+                qids = list(queue_ids) if queue_ids is not None and topic is not None else self.queue_ids(t)
+                for q in qids:
+                    if not live and (t, int(q)) in self._frozen:
+                        ranges.append((t, int(q), *self._frozen[t, int(q)], None))
+                        continue
+                    try:
+                        cqueue, ext = self._queue_readers(t, q)
+                    except KeyError:
+                        if queue_ids is not None:
+                            raise
+                        continue  # deleted since it was listed
+                    try:
+                        if live and self._cqs.get((t, int(q))) is cqueue:
+                            self._refresh_queue((t, int(q)), cqueue)
+                        ranges.append((t, int(q), cqueue.min_offset, cqueue.max_offset, cqueue))
+                    except BaseException:
+                        self._release(t, q, cqueue, ext)
+                        raise
+                    if live:
+                        self._release(t, q, cqueue, ext)
+            end = log.refresh() if live else log.max_offset
+            queues = []
+            for t, q, lo, hi, cqueue in ranges:
+                if not live and cqueue is not None:
+                    # the first view of a queue in a Store that never refreshes: units whose
+                    # records came after the view's CommitLog end lie outside it, for good
+                    hi = _clip_to_log(cqueue, lo, hi, end)
+                    self._release(t, q, cqueue, self._exts.get((t, q)))
+                    self._frozen[t, q] = (lo, max(lo, hi))
+                queues.append((t, q, lo, max(lo, hi)))
+            return StoreCut(log.min_offset, end, tuple(queues))
+
+    def follow(self, topic: str, queue_id: int, queue_end: int, commit_log_end: int) -> ConsumeQueue:
+        """The cached reader of a queue, refreshed if it is behind a cut's ``queue_end`` or ``commit_log_end``.
+
+        For readers that keep a Store across reads (Spark executors): whatever
+        it has cached, it can then read any cut taken up to now.
+        """
+        with self._open_lock:
+            self._check_root()
+            cqueue = self.consume_queue(topic, queue_id)
+            if cqueue.max_offset < queue_end:
+                self._refresh_queue((topic, int(queue_id)), cqueue)
+            log = self.commit_log
+            if not log.files or log.files[-1][0] + log.file_size < commit_log_end:
+                log.refresh_files()
+            return cqueue
+
+    def records_present(self, offsets: np.ndarray, sizes: np.ndarray, cut: StoreCut | None = None) -> np.ndarray:
+        """Bool mask: the records are inside the cut's CommitLog range and still on disk.
+
+        The CommitLog files the records lie in are mapped now: a file the broker
+        expired since the cut was taken moves ``min_offset`` (its records are
+        deleted, as for the broker), and a file mapped stays readable.
+        """
+        log = self.commit_log
+        lo, hi = (cut.commit_log_min, cut.commit_log_end) if cut is not None else (log.min_offset, log.max_offset)
+        offsets = np.asarray(offsets, dtype=np.int64)
+        present = (offsets >= lo) & (offsets + np.asarray(sizes, dtype=np.int64) <= hi)
+        for _ in range(3):
+            try:
+                for off in np.unique(log._starts[np.searchsorted(log._starts, offsets[present], "right") - 1]
+                                     if len(log._starts) and present.any() else []).tolist():
+                    index = log.file_index(off)
+                    if index is not None:
+                        log.buffer(index)
+                return present
+            except StoreFileDeleted:
+                log.refresh_files()
+                present &= offsets >= log.min_offset
+        return present
+
     # ------------------------------------------------------------ consume
     def make_filter(self, topic: str, group: str, *, sql: str | None = None, tags: str | None = None,
                     bloom_filter="default", born_time: int = 0, bloom_data=None):
@@ -400,7 +618,7 @@ class Store:
                 born_time: int = 0, verify_crc: bool | str = False,
                 progress: Callable[[int, int], None] | None = None,
                 ranges: Mapping[int, tuple[int, int | None]] | None = None,
-                message_filter=None, on_filter_error: str = "fail") -> ConsumeResult:
+                message_filter=None, on_filter_error: str = "fail", cut: StoreCut | None = None) -> ConsumeResult:
         """The messages consumer group ``group`` would receive from ``topic``, in queue order.
 
         Parameters
@@ -440,6 +658,10 @@ class Store:
             An exception in the custom filter raises :class:`cq.FilterError` naming the
             message and the filter (``fail``), or drops the message and counts it in
             ``stats.filter_skipped`` (``skip``).
+        cut : StoreCut, optional
+            Read this cut (from :meth:`cut`); by default one is taken now, when
+            ``consume`` is called (refreshing first unless ``refresh="never"``).
+            Queue offsets outside the cut are not read (docs/live.md).
 
         Returns
         -------
@@ -463,18 +685,27 @@ class Store:
                 flt = TagFilter("*")
         else:
             flt = self.make_filter(topic, group, sql=sql, tags=tags, bloom_filter=bloom_filter, born_time=born_time)
-        qids = list(queue_ids) if queue_ids is not None else self.queue_ids(topic)
+        qids = list(queue_ids) if queue_ids is not None else None
+        if cut is None:
+            cut = self.cut(topic, qids)
+        if qids is None:
+            qids = sorted(cut.ends(topic))
 
         def run(stats: ConsumeStats) -> Iterator[Message]:
-            total = 0
-            if progress is not None:
-                for q in qids:
-                    cqueue, ext = self._queue_readers(topic, q)
-                    total += len(cqueue)
-                    self._release(topic, q, cqueue, ext)
+            bounds = []
             for q in qids:
+                r = cut.queue_range(topic, q)
+                if r is None:
+                    continue  # not in the cut: nothing of it is read
+                lo, hi = r
                 start, end = (ranges or {}).get(q, (None, None))
-                yield from self._consume_queue(topic, q, flt, stats, verify_crc, progress, total, start, end,
+                lo = lo if start is None else max(lo, int(start))
+                hi = hi if end is None else min(hi, int(end))
+                if hi > lo:
+                    bounds.append((q, (lo, hi)))
+            total = sum(hi - lo for _, (lo, hi) in bounds)
+            for q, b in bounds:
+                yield from self._consume_queue(topic, q, flt, stats, verify_crc, progress, total, cut, b,
                                                custom)
 
         return ConsumeResult(run)
@@ -541,11 +772,15 @@ class Store:
         d = os.path.join(self.root, fmt.CONSUME_QUEUE_EXT_DIR, topic, str(int(queue_id)))
         return cqueue, ConsumeQueueExt(d, file_size=self._ext_size) if os.path.isdir(d) else None
 
-    def _consume_queue(self, topic, queue_id, flt, stats, verify_crc, progress, total, start=None, end=None,
+    def _consume_queue(self, topic, queue_id, flt, stats, verify_crc, progress, total, cut, bounds,
                        custom=None):
         cqueue, ext = self._queue_readers(topic, queue_id)
         try:
-            yield from self._consume_units(cqueue, ext, flt, stats, verify_crc, progress, total, start, end,
+            if cqueue.max_offset < bounds[1]:  # opened before the cut was taken (refresh="never" never is)
+                cqueue.refresh()
+                if ext is not None:
+                    ext.refresh()
+            yield from self._consume_units(cqueue, ext, flt, stats, verify_crc, progress, total, cut, bounds,
                                            custom)
         finally:
             self._release(topic, queue_id, cqueue, ext)
@@ -607,15 +842,31 @@ class Store:
                     stats.delivered += 1
                     yield msg
 
-    def _consume_units(self, cqueue, ext, flt, stats, verify_crc, progress, total, start=None, end=None,
+    def _raw_chunks(self, cqueue: ConsumeQueue, start: int, end: int) -> Iterator[tuple[int, memoryview]]:
+        """``cqueue.raw_chunks`` over ``[start, end)``; a file the broker expired meanwhile moves the
+        start past it (its units are below the queue's new minimum, as for the broker)."""
+        q = start
+        while q < end:
+            try:
+                for first, raw in cqueue.raw_chunks(q, end - q):
+                    q = first + len(raw) // fmt.CQ_STORE_UNIT_SIZE
+                    yield first, raw
+                return
+            except StoreFileDeleted:
+                cqueue.refresh()
+                if self.commit_log.files and self.commit_log.min_offset > 0:
+                    cqueue.correct_min_offset(self.commit_log.min_offset)
+                if cqueue.min_offset <= q:  # pragma: no cover - the file is gone, so the minimum moved
+                    raise
+                q = cqueue.min_offset
+
+    def _consume_units(self, cqueue, ext, flt, stats, verify_crc, progress, total, cut, bounds,
                        custom=None):
         log = self.commit_log
-        lo, hi = log.min_offset, log.max_offset
+        if not log.files or log.files[-1][0] + log.file_size < cut.commit_log_end:
+            log.refresh_files()
         batch_evaluate = getattr(flt, "is_matched_by_commit_log_many", None)
-        if start is not None:
-            start = max(int(start), cqueue.min_offset)
-        count = None if end is None else max(0, int(end) - (cqueue.min_offset if start is None else start))
-        for first, raw in cqueue.raw_chunks(start, count):
+        for first, raw in self._raw_chunks(cqueue, *bounds):
             for b in range(0, len(raw) // fmt.CQ_STORE_UNIT_SIZE, CONSUME_BATCH):
                 chunk = raw[b * fmt.CQ_STORE_UNIT_SIZE:(b + CONSUME_BATCH) * fmt.CQ_STORE_UNIT_SIZE]
                 units = np.frombuffer(chunk, dtype=fmt.CQ_UNIT_DTYPE)
@@ -624,7 +875,7 @@ class Store:
                 stats.passed_consume_queue += len(idx)
                 offs = units["commit_log_offset"][idx].astype(np.int64)
                 sizes = units["size"][idx].astype(np.int64)
-                present = (offs >= lo) & (offs + sizes <= hi)
+                present = self.records_present(offs, sizes, cut)
                 stats.commit_log_missing += int((~present).sum())
                 idx, offs = idx[present], offs[present]
                 # layer 2 in slices of nearby records, dropping the CommitLog pages read after

@@ -40,16 +40,27 @@ from cq.errors import StoreFormatError
 from cq.scan import _scan
 from pyspark_udfs.datasource import RECORD_COLUMNS
 
-# Opened stores, per worker process: a worker reads many slices of one store.
+# Opened stores, per worker process: a worker reads many slices of one store. A slice carries
+# the cut its query planned, and _store() brings the cached readers up to it (docs/live.md).
 _STORES: dict[str, cq.Store] = {}
 TAGS = "TAGS"  # the property holding a message's tag
 
 
-def _store(path: str) -> cq.Store:
+def _store(path: str, part=None) -> cq.Store:
+    """The worker's Store of ``path``, caught up with the cut ``part`` was planned in."""
     store = _STORES.get(path)
     if store is None:
         store = _STORES[path] = cq.Store(path)
+    if part is not None and part.commit_log_end is not None:
+        store.follow(part.topic, part.queue_id, part.end, part.commit_log_end)
     return store
+
+
+def _cut(part) -> cq.StoreCut | None:
+    """The CommitLog range of the slice's cut (None for a slice planned without one)."""
+    if getattr(part, "commit_log_end", None) is None:
+        return None
+    return cq.StoreCut(part.commit_log_min, part.commit_log_end)
 
 
 _LOG = logging.getLogger("rmqfilter.datasource")
@@ -199,13 +210,13 @@ def _resolve_ext(store, topic: str, queue_id: int, slots: np.ndarray, skips: Ski
     return tags_code, known, is_ext, batch, skipped
 
 
-def _in_commit_log(log, offsets: np.ndarray, sizes: np.ndarray) -> np.ndarray:
-    """Units whose record is inside the CommitLog's valid range, as ``cq.Store.consume`` decides.
+def _in_commit_log(store, offsets: np.ndarray, sizes: np.ndarray, part=None) -> np.ndarray:
+    """Units whose record is inside the cut's CommitLog range, as ``cq.Store.consume`` decides.
 
     Records below the first file were deleted and records past the recovered
-    end were never completed; the broker skips their units.
+    end were never completed; the broker skips their units (docs/live.md).
     """
-    return (offsets >= log.min_offset) & (offsets + sizes <= log.max_offset)
+    return store.records_present(offsets, sizes, _cut(part))
 
 
 class Decisions:
@@ -227,8 +238,9 @@ class Decisions:
 class _GroupFilter:
     """The filter ``cq.Store.make_filter`` builds for the group, applied to a slice of units."""
 
-    def __init__(self, store, options, topic: str) -> None:
+    def __init__(self, store, options, topic: str, part=None) -> None:
         self.store = store
+        self.part = part
         self.filter = store.make_filter(topic, options.group, sql=options.sql, tags=options.tags,
                                         born_time=options.born_time, bloom_data=options.bloom_data)
         self.layer2_in_spark = options.layer2 == "spark"
@@ -238,7 +250,7 @@ class _GroupFilter:
                              f"{topic!r} is a {type(self.filter).__name__}, not a plain SQL92 filter")
 
     def decide(self, units, tags_code, known, ext_batch, candidates, skips: Skips | None = None,
-               queue_offsets: np.ndarray | None = None, part=None) -> Decisions:
+               queue_offsets: np.ndarray | None = None) -> Decisions:
         """Layer 1 on every candidate unit; layer 2 only where layer 1 passed, as the broker does.
 
         Layer 2 needs only the records' properties, gathered in one batch call.
@@ -252,8 +264,7 @@ class _GroupFilter:
             tags_code, known, ext_batch, candidates)
         log = self.store.commit_log
         offsets = units["commit_log_offset"]
-        bounds = _commit_log_range(self.store, part) if part is not None else (log.min_offset, log.max_offset)
-        rows = np.flatnonzero(d.consume_queue & _in_range(bounds, offsets, units["size"]))
+        rows = np.flatnonzero(d.consume_queue & _in_commit_log(self.store, offsets, units["size"], self.part))
         if self.layer2_in_spark:
             # Spark evaluates layer 2 on the properties column; the reader only says which records it reads.
             d.reached_commit_log[rows] = True
@@ -387,17 +398,6 @@ def batch_bounds(sizes: np.ndarray | None, n: int, batch_bytes: int = BATCH_BYTE
     return bounds
 
 
-def _commit_log_range(store, part) -> tuple[int, int]:
-    """``[min, end)`` of the CommitLog data: carried by the partition when the driver planned it
-    (so an executor that decodes no record reads no CommitLog byte), else the store's."""
-    lo = getattr(part, "commit_log_min", None)
-    hi = getattr(part, "commit_log_end", None)
-    if lo is not None and hi is not None:
-        return lo, hi
-    log = store.commit_log
-    return log.min_offset, log.max_offset
-
-
 def read_slice(options, spark_schema, part, tags_code_sets: Iterable[frozenset[int]]) -> Iterator[pa.RecordBatch]:
     """Read ConsumeQueue offsets ``[part.start, part.end)`` of one queue as Arrow batches.
 
@@ -427,7 +427,6 @@ def _read_slice(options, schema, part, tags_code_sets, skips: Skips) -> Iterator
         return
     if part.end <= part.start:
         return
-    store = _store(options.path)
     topic, queue_id = part.topic, part.queue_id
     messages = options.table == "messages"
     wanted = set(schema.names)
@@ -435,8 +434,11 @@ def _read_slice(options, schema, part, tags_code_sets, skips: Skips) -> Iterator
         # the custom filter sees every column of the messages table (docs/custom-filters.md)
         wanted |= {f.name for f in message_schema()}
     try:
-        units = store.consume_queue(topic, queue_id).read(part.start, part.end - part.start)
-        queue_offsets = np.arange(part.start, part.start + len(units), dtype=np.int64)
+        store = _store(options.path, part)
+        cqueue = store.consume_queue(topic, queue_id)
+        start = max(part.start, cqueue.min_offset)  # the broker may have expired files since planning
+        units = cqueue.read(start, max(0, part.end - start))
+        queue_offsets = np.arange(start, start + len(units), dtype=np.int64)
         tags_code, known, is_ext, ext_batch, skipped = _resolve_ext(
             store, topic, queue_id, units["tags_code"], skips, queue_offsets)
     except StoreFormatError as exc:
@@ -452,16 +454,21 @@ def _read_slice(options, schema, part, tags_code_sets, skips: Skips) -> Iterator
 
     decisions = None
     if options.group is not None:
-        decisions = _GroupFilter(store, options, topic).decide(units, tags_code, known, ext_batch, keep,
-                                                               skips, queue_offsets, part)
+        decisions = _GroupFilter(store, options, topic, part).decide(units, tags_code, known, ext_batch, keep,
+                                                               skips, queue_offsets)
         keep &= ~decisions.skipped
         if not options.decisions:
             keep &= decisions.reached_commit_log if options.layer2 == "spark" else decisions.delivered
+    record_fields = [name for name in RECORD_COLUMNS if name in wanted]
     if messages and decisions is None:
         # Records no longer in the CommitLog have no message to show (the broker skips them).
-        keep &= _in_range(_commit_log_range(store, part), units["commit_log_offset"], units["size"])
+        cut = _cut(part)
+        if record_fields or cut is None:
+            keep &= _in_commit_log(store, units["commit_log_offset"], units["size"], part)
+        else:  # no record is decoded: the cut's range decides, and no CommitLog file is opened
+            offsets, sizes = units["commit_log_offset"].astype(np.int64), units["size"].astype(np.int64)
+            keep &= (offsets >= cut.commit_log_min) & (offsets + sizes <= cut.commit_log_end)
     rows = np.flatnonzero(keep)
-    record_fields = [name for name in RECORD_COLUMNS if name in wanted]
     # With decisions=true the broker reads only the records layer 1 let through: NULL elsewhere.
     reached = decisions.reached_commit_log if decisions is not None else None
     log = store.commit_log if record_fields else None
@@ -510,11 +517,6 @@ def _read_slice(options, schema, part, tags_code_sets, skips: Skips) -> Iterator
             arr = columns[field.name]
             arrays.append(arr if arr.type == field.type else arr.cast(field.type))
         yield pa.RecordBatch.from_arrays(arrays, schema=schema)
-
-
-def _in_range(bounds: tuple[int, int], offsets: np.ndarray, sizes: np.ndarray) -> np.ndarray:
-    lo, hi = bounds
-    return (offsets >= lo) & (offsets + sizes <= hi)
 
 
 def _unit_columns(wanted, topic, queue_id, queue_offsets, units, tags_code, known, is_ext, ext_batch,

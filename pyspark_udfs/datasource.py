@@ -362,8 +362,9 @@ class ConsumeQueueSlice(InputPartition):
     skip_reason: str | None = None
     skip_path: str | None = None
     skip_offset: int | None = None
-    #: ``[commit_log_min, commit_log_end)``: the CommitLog data as the driver saw it when planning
-    #: (records outside are not in the table); None: the executor reads it from the store
+    #: The cut the query planned (docs/live.md): the CommitLog's first byte and recovered end when the
+    #: queue ends were read; every executor reads this cut whatever its Store has cached. None: the
+    #: executor's own view (a slice made by hand).
     commit_log_min: int | None = None
     commit_log_end: int | None = None
 
@@ -390,6 +391,15 @@ class RocketMQDataSource(DataSource):
         if self.read_options.pushdown:
             return RocketMQPushdownReader(self.read_options, schema)
         return RocketMQReader(self.read_options, schema)
+
+    def streamReader(self, schema: StructType):
+        """``spark.readStream.format("rocketmq")``: see :mod:`pyspark_udfs.streaming`."""
+        from pyspark_udfs.streaming import (  # lazy: batch reads never load it
+            RocketMQStreamReader,
+            StreamOptions,
+        )
+
+        return RocketMQStreamReader(StreamOptions.parse(self.options, self.read_options), schema)
 
 
 def check_schema(options: ReadOptions, schema: StructType) -> None:
@@ -450,18 +460,13 @@ class RocketMQReader(DataSourceReader):
         import cq
 
         opts = self.options
+        # A fresh Store: the cut is the store as it is now. Queue ends are read first, the
+        # CommitLog end last, so every unit planned has its record inside the cut (docs/live.md).
         store = cq.Store(opts.path)
         topics = [opts.topic] if opts.topic is not None else list(store.topics())
         if opts.topic is not None and opts.topic not in set(store.topics()):
             raise ValueError(f"rocketmq option 'topic': no topic {opts.topic!r} in store {opts.path!r}")
         slices: list[ConsumeQueueSlice] = []
-        # A messages read without any CommitLog column (and no group, whose layer 2 reads records)
-        # gets the CommitLog range here, once, so its executors read no CommitLog byte; other
-        # reads let each executor take it from its cached store.
-        cl_min = cl_end = None
-        if (opts.table == "messages" and opts.group is None
-                and not any(f.name in RECORD_COLUMNS for f in self.schema.fields)):
-            cl_min, cl_end = store.commit_log.min_offset, store.commit_log.max_offset
         for topic in topics:
             committed = store.committed_offsets(opts.group, topic) if opts.from_committed else None
             for queue_id in store.queue_ids(topic):
@@ -482,12 +487,16 @@ class RocketMQReader(DataSourceReader):
                     first = file_start // 20
                     start, end = max(lo, first), min(hi, first + per_file)
                     for s in range(start, end, opts.partition_units):
-                        slices.append(ConsumeQueueSlice(topic, queue_id, s, min(end, s + opts.partition_units),
-                                                        commit_log_min=cl_min, commit_log_end=cl_end))
+                        slices.append(ConsumeQueueSlice(topic, queue_id, s, min(end, s + opts.partition_units)))
         if not slices:
             # Spark needs at least one partition; an empty slice reads nothing.
             slices.append(ConsumeQueueSlice(opts.topic or "", -1, 0, 0))
-        return slices
+        # The cut travels in every slice, so an executor that decodes no record reads no
+        # CommitLog byte, and every executor reads the same cut (docs/live.md).
+        log = store.commit_log
+        cut = {"commit_log_min": log.min_offset, "commit_log_end": log.max_offset}
+        store.close()
+        return [dataclasses.replace(s, **cut) for s in slices]
 
     # ---------------------------------------------------------------- reading
     def read(self, partition: ConsumeQueueSlice):

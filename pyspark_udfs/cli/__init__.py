@@ -24,6 +24,7 @@ COMMAND_MODULES = (
     "pyspark_udfs.cli.store_commands",  # inspect, gen-store, consume
     "pyspark_udfs.cli.cost_commands",  # cost (its --spark branch imports pyspark inside the command)
     "pyspark_udfs.cli.why_commands",  # why, backlog
+    "pyspark_udfs.cli.live_commands",  # tail
     "pyspark_udfs.cli.spark_commands",  # scan, demo
 )
 

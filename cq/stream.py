@@ -1,0 +1,189 @@
+"""Reading a live store as a stream: per-queue offsets, where a stream starts, how far a batch goes.
+
+The ``rocketmq`` streaming source (:mod:`pyspark_udfs.streaming`) and ``rmqfilter tail``
+share these rules; ``docs/live.md`` states them for users.
+
+**Offsets** are the queues' ConsumeQueue offsets (the broker's "queue offsets"): one JSON
+object ``{"<topic>": {"<queue_id>": <next queue offset to read>, ...}, ...}``. A batch
+from offsets ``start`` to ``end`` reads queue offsets ``[start[q], end[q])`` of each queue;
+a queue missing from ``start`` (it appeared since) starts at 0, clamped to its minimum as
+the broker clamps a consumer that asks for an expired offset.
+
+**startingOffsets**: ``earliest`` (each queue's minimum), ``latest`` (each queue's end:
+only what arrives after the start), ``committed`` (the group's committed offsets in
+``config/consumerOffset.json``; queues it has none for start at their minimum), or a JSON
+object as above (queues it does not name start at their minimum).
+"""
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator, Mapping
+
+from .store import Store, StoreCut
+
+#: Values of ``startingOffsets`` besides a JSON object.
+STARTING = ("earliest", "latest", "committed")
+
+Offsets = dict[str, dict[str, int]]
+
+
+def parse_starting_offsets(text: str) -> str | Offsets:
+    """``earliest`` / ``latest`` / ``committed``, or the JSON object of queue offsets, checked for shape.
+
+    Raises
+    ------
+    ValueError
+        Naming ``startingOffsets`` and, for JSON, the line and column of a syntax
+        error or the entry that is not ``{"topic": {"queue_id": offset}}``.
+    """
+    raw = str(text).strip()
+    if raw.lower() in STARTING:
+        return raw.lower()
+    try:
+        value = json.loads(raw)
+    except json.JSONDecodeError as exc:
+        raise ValueError(f"startingOffsets: expected earliest, latest, committed or a JSON object; {raw!r} is not "
+                         f"JSON: {exc.msg} at line {exc.lineno} column {exc.colno}") from exc
+    shape_ok = isinstance(value, dict)  # bad option text is a ValueError, like every option error
+    if not shape_ok:
+        raise ValueError(f"startingOffsets: expected a JSON object {{\"topic\": {{\"queue_id\": offset}}}}, "
+                         f"got {raw!r}")
+    out: Offsets = {}
+    for topic, queues in value.items():
+        shape_ok = isinstance(queues, dict)
+        if not shape_ok:
+            raise ValueError(f"startingOffsets: topic {topic!r} must map queue ids to offsets, got {queues!r}")
+        out[topic] = {}
+        for q, off in queues.items():
+            if not str(q).isdigit():
+                raise ValueError(f"startingOffsets: queue id {q!r} of topic {topic!r} is not a non-negative integer")
+            if isinstance(off, bool) or not isinstance(off, int) or off < 0:
+                raise ValueError(f"startingOffsets: offset {off!r} of queue {topic}/{q} is not a non-negative integer")
+            out[topic][str(int(q))] = off
+    return out
+
+
+def cut_offsets(cut: StoreCut, which: str = "end") -> Offsets:
+    """Each queue's minimum (``which="min"``) or end (``"end"``) in ``cut``, as offsets."""
+    out: Offsets = {}
+    for t, q, lo, hi in cut.queues:
+        out.setdefault(t, {})[str(q)] = lo if which == "min" else hi
+    return out
+
+
+def starting_offsets(store: Store, cut: StoreCut, spec: str | Offsets, *, group: str | None = None) -> Offsets:
+    """The offsets a new stream starts from (see the module docstring).
+
+    Raises
+    ------
+    ValueError
+        ``committed`` without a group, or a JSON object naming a topic or queue
+        the store does not have, or an offset outside the queue's ``[min, end]``.
+    """
+    offsets = cut_offsets(cut, "min")
+    if spec == "earliest":
+        return offsets
+    if spec == "latest":
+        return cut_offsets(cut, "end")
+    if spec == "committed":
+        if group is None:
+            raise ValueError("startingOffsets=committed needs the consumer group (option 'group')")
+        for topic, queues in offsets.items():
+            for q, c in store.committed_offsets(group, topic).items():
+                lo, hi = cut.queue_range(topic, q) or (0, 0)
+                if str(q) in queues:
+                    queues[str(q)] = min(max(c, lo), hi)  # the broker clamps an offset outside the queue
+        return offsets
+    for topic, queues in spec.items():
+        if topic not in offsets:
+            raise ValueError(f"startingOffsets: topic {topic!r} has no queues in this read of {store.root} "
+                             f"(topics: {', '.join(sorted(offsets)) or 'none'})")
+        for q, off in queues.items():
+            r = cut.queue_range(topic, int(q))
+            if r is None:
+                raise ValueError(f"startingOffsets: queue {topic}/{q} does not exist in {store.root} "
+                                 f"(queues: {', '.join(sorted(offsets[topic], key=int))})")
+            if not r[0] <= off <= r[1]:
+                raise ValueError(f"startingOffsets: offset {off} of queue {topic}/{q} is outside the queue's "
+                                 f"[{r[0]}, {r[1]}]")
+            offsets[topic][q] = off
+    return offsets
+
+
+def next_offsets(start: Mapping[str, Mapping[str, int]], cut: StoreCut, *, max_units: int | None = None,
+                 target: Mapping[str, Mapping[str, int]] | None = None) -> Offsets:
+    """The end of the next batch from ``start``: each queue's end in ``cut``, or less.
+
+    ``max_units`` bounds the units the batch reads in all, shared among the queues
+    that have any (each gets an equal share, and what one cannot use goes to the
+    others); ``target`` (Trigger.AvailableNow) caps each queue at the end it had
+    when the query started. Queues in ``start`` but not in the cut (deleted) keep
+    their offset.
+    """
+    begin: dict[tuple[str, str], int] = {}
+    avail: dict[tuple[str, str], int] = {}
+    for t, q, lo, hi in cut.queues:
+        key = (t, str(q))
+        s = start.get(t, {}).get(key[1])
+        s = max(lo, 0 if s is None else int(s))
+        e = hi
+        if target is not None:
+            e = min(e, target.get(t, {}).get(key[1], 0))
+        begin[key] = s
+        avail[key] = max(0, e - s)
+    grant = dict(avail)
+    if max_units is not None:
+        grant = {k: 0 for k in avail}
+        budget, open_ = int(max_units), sorted(k for k, v in avail.items() if v > 0)
+        while budget > 0 and open_:
+            share = max(1, budget // len(open_))
+            for k in list(open_):
+                take = min(share, avail[k] - grant[k], budget)
+                grant[k] += take
+                budget -= take
+                if grant[k] == avail[k]:
+                    open_.remove(k)
+                if budget == 0:
+                    break
+    out: Offsets = {t: dict(qs) for t, qs in start.items()}
+    for (t, q), s in begin.items():
+        out.setdefault(t, {})[q] = s + grant[(t, q)]  # s: past units the broker expired meanwhile
+    return out
+
+
+def ranges(start: Mapping[str, Mapping[str, int]], end: Mapping[str, Mapping[str, int]],
+           topic: str) -> dict[int, tuple[int, int]]:
+    """``{queue_id: (start, end)}`` of ``topic``'s queues that a batch from ``start`` to ``end`` reads."""
+    out = {}
+    for q, e in end.get(topic, {}).items():
+        s = int(start.get(topic, {}).get(q, 0))
+        if int(e) > s:
+            out[int(q)] = (s, int(e))
+    return out
+
+
+def tail(store: Store, topic: str, group: str, *, sql: str | None = None, tags: str | None = None,
+         starting: str | Offsets = "latest", interval: float = 0.5, sleep=None,
+         stop=None) -> Iterator[object]:
+    """What ``group`` would receive from ``topic``, as it arrives: ``rmqfilter tail``.
+
+    Each round takes a cut (:meth:`Store.cut`), consumes each queue's new
+    offsets with both filter layers (:meth:`Store.consume` with ``ranges``),
+    yields the messages and moves on; between rounds with nothing new it
+    sleeps ``interval`` seconds. ``stop()`` (optional) returning True ends it.
+    """
+    import time
+
+    sleep = sleep or time.sleep
+    flt = store.make_filter(topic, group, sql=sql, tags=tags)
+    cut = store.cut(topic)
+    offsets = starting_offsets(store, cut, starting, group=group)
+    while stop is None or not stop():
+        cut = store.cut(topic)
+        end = next_offsets(offsets, cut)
+        todo = ranges(offsets, end, topic)
+        if todo:
+            yield from store.consume(topic, group, filter=flt, queue_ids=sorted(todo), ranges=todo, cut=cut)
+            offsets = end
+        else:
+            sleep(interval)

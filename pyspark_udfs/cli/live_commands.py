@@ -1,0 +1,77 @@
+"""``rmqfilter tail``: what a consumer group would receive from a live store, as it arrives (docs/live.md).
+
+Local and without Spark (imports ``cq`` only): the stream's offset rules of :mod:`cq.stream`,
+read with :meth:`cq.Store.consume`.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+
+from .store_commands import _message_json
+
+
+def add_parsers(subparsers) -> None:
+    """Add the ``tail`` sub-command."""
+    tail = subparsers.add_parser(
+        "tail",
+        help="follow a live store: print the messages a consumer group would receive as they arrive",
+        description="Follow a store a broker is writing and print, as they arrive, the messages the "
+                    "group would receive (the broker's two-layer filter), queue by queue in offset order. "
+                    "Ctrl-C stops it (exit status 130).",
+    )
+    tail.add_argument("store", metavar="STORE", help="store root directory")
+    tail.add_argument("--topic", required=True, help="topic to follow")
+    tail.add_argument("--group", required=True, help="consumer group (Bloom key <group>#<topic>)")
+    how = tail.add_mutually_exclusive_group()
+    how.add_argument("--sql", help="SQL92 selector (default: the group's registration in config/consumerFilter.json)")
+    how.add_argument("--tags", help='tag subscription, e.g. "TagA || TagB" or "*"')
+    tail.add_argument("--from", dest="starting", default="latest", metavar="WHERE",
+                      help="latest (default: only what arrives from now on), earliest, committed (the group's "
+                           "offsets in config/consumerOffset.json) or a JSON object "
+                           '{"topic": {"queue_id": offset}}')
+    tail.add_argument("--format", choices=("text", "jsonl"), default="text",
+                      help="text: one tab-separated line per message; jsonl: one JSON object (default text)")
+    tail.add_argument("--interval", type=float, default=0.5, help="seconds between looks when nothing is new")
+    tail.add_argument("--limit", type=int, default=None, help="stop after this many messages")
+    tail.set_defaults(func=_run_tail)
+
+
+def _run_tail(args: argparse.Namespace) -> int:
+    import cq
+    from cq import stream
+    from selector.errors import SelectorSyntaxError
+
+    if args.interval <= 0:
+        print(f"rmqfilter tail: error: --interval must be > 0, got {args.interval}", file=sys.stderr)
+        return 2
+    out = sys.stdout
+    try:
+        starting = stream.parse_starting_offsets(args.starting)
+        store = cq.Store(args.store)
+        if args.topic not in store.topics():
+            print(f"rmqfilter tail: error: topic {args.topic!r} has no consume queues in {args.store}",
+                  file=sys.stderr)
+            return 2
+        for n, m in enumerate(stream.tail(store, args.topic, args.group, sql=args.sql, tags=args.tags,
+                                          starting=starting, interval=args.interval), 1):
+            if args.format == "text":
+                out.write(f"{m.queue_id}\t{m.queue_offset}\t{m.msg_id}\t{m.tags or ''}\t{m.keys or ''}\n")
+            else:
+                out.write(json.dumps(_message_json(m), ensure_ascii=False) + "\n")
+            out.flush()
+            if args.limit is not None and n >= args.limit:
+                break
+    except KeyboardInterrupt:  # Ctrl-C is how a tail ends: no traceback
+        return 130
+    except BrokenPipeError:  # `| head`: stop quietly, as Unix tools do
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 0
+    except (cq.StoreFormatError, cq.TagSubscriptionError, cq.UnknownGroupError, SelectorSyntaxError,
+            ValueError, KeyError) as exc:
+        message = exc.args[0] if isinstance(exc, KeyError) and exc.args else exc
+        print(f"rmqfilter tail: error: {message}", file=sys.stderr)
+        return 2
+    return 0

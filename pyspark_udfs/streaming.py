@@ -1,0 +1,162 @@
+"""The ``rocketmq`` streaming source: ``spark.readStream.format("rocketmq")`` (docs/live.md).
+
+>>> q = (spark.readStream.format("rocketmq")
+...      .option("topic", "TopicTest").option("group", "GID_RED").option("sql", "color = 'red'")
+...      .option("startingOffsets", "earliest").option("maxUnitsPerTrigger", "10000")
+...      .load("/data/rocketmq/store")
+...      .writeStream.format("parquet").option("checkpointLocation", "/tmp/ck")
+...      .start("/tmp/out"))                                        # doctest: +SKIP
+
+Options: every option of the batch source (``topic``, ``table``, ``group`` with
+``sql``/``tags`` or its registration, ``decisions``, ``layer2``, ``partition_units``,
+``on_corrupt``, ``skipped_log``; not ``from_committed``, which ``startingOffsets``
+replaces), plus:
+
+``startingOffsets``
+    ``latest`` (default), ``earliest``, ``committed`` (the group's offsets in
+    ``config/consumerOffset.json``) or a JSON object of queue offsets
+    ``{"topic": {"queue_id": offset}}`` (see :mod:`cq.stream`). Used only when
+    the query starts without a checkpoint.
+``maxUnitsPerTrigger``
+    At most this many ConsumeQueue units per micro-batch, shared among the
+    queues (default: everything available).
+
+Offsets are the queues' ConsumeQueue offsets, ``{"topic": {"queue_id": next}}``;
+``latestOffset`` is each queue's end in a cut of the store taken then, and each
+micro-batch reads ``[start, end)`` of each queue with the batch reader (both
+filter layers), at the CommitLog end of a cut taken when it is planned. The
+offsets are in Spark's checkpoint, so a restarted query goes on where it left
+off: with a sink that commits by batch id (file sinks, ``foreachBatch`` that
+does) the output is exactly once.
+"""
+from __future__ import annotations
+
+import dataclasses
+import json
+from collections.abc import Sequence
+
+from pyspark.sql.datasource import DataSourceStreamReader
+from pyspark.sql.streaming.datasource import (
+    ReadAllAvailable,
+    ReadLimit,
+    ReadMaxRows,
+    SupportsTriggerAvailableNow,
+)
+from pyspark.sql.types import StructType
+
+import cq
+from cq import stream
+
+from .datasource import ConsumeQueueSlice, ReadOptions
+
+__all__ = ["RocketMQStreamReader", "StreamOptions"]
+
+
+@dataclasses.dataclass(frozen=True)
+class StreamOptions:
+    """The streaming source's options: the batch source's, plus where to start and how much per batch."""
+
+    read: ReadOptions
+    starting_offsets: str | dict = "latest"
+    max_units_per_trigger: int | None = None
+
+    @classmethod
+    def parse(cls, options: dict, read: ReadOptions | None = None) -> StreamOptions:
+        """Parse Spark's string options; ``ValueError`` naming the option on bad input."""
+        lower = {str(k).lower(): v for k, v in dict(options).items()}
+        read = read if read is not None else ReadOptions.parse(options)
+        if read.from_committed:
+            raise ValueError("rocketmq streaming: use startingOffsets=committed instead of from_committed")
+        starting = stream.parse_starting_offsets(lower.get("startingoffsets", "latest"))
+        if starting == "committed" and read.group is None:
+            raise ValueError("rocketmq option startingOffsets=committed needs 'group' (whose committed offsets)")
+        raw = lower.get("maxunitspertrigger")
+        limit = None
+        if raw is not None:
+            try:
+                limit = int(raw)
+            except ValueError:
+                limit = 0
+            if limit <= 0:
+                raise ValueError(f"rocketmq option 'maxUnitsPerTrigger': expected a positive integer, got {raw!r}")
+        return cls(read, starting, limit)
+
+
+class RocketMQStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
+    """Micro-batches of queue-offset ranges, read by the batch source's reader."""
+
+    def __init__(self, options: StreamOptions, schema: StructType) -> None:
+        self.options = options
+        self.schema = schema
+        self._store: cq.Store | None = None  # driver side: refreshed by each cut
+        self._target: stream.Offsets | None = None
+
+    def _cut(self) -> cq.StoreCut:
+        if self._store is None:
+            try:
+                self._store = cq.Store(self.options.read.path)
+            except cq.StoreFormatError as exc:
+                raise ValueError(f"rocketmq streaming: store {self.options.read.path!r}: {exc}") from exc
+        topic = self.options.read.topic
+        try:
+            return self._store.cut(topic)  # a store directory deleted meanwhile fails here, named
+        except cq.StoreFormatError as exc:
+            raise ValueError(f"rocketmq streaming: store {self.options.read.path!r}: {exc}") from exc
+        except KeyError as exc:
+            raise ValueError(f"rocketmq option 'topic': no topic {topic!r} in store {self.options.read.path!r}") \
+                from exc
+
+    def initialOffset(self) -> dict:
+        """Where a query without a checkpoint starts (``startingOffsets``)."""
+        cut = self._cut()
+        return stream.starting_offsets(self._store, cut, self.options.starting_offsets, group=self.options.read.group)
+
+    def getDefaultReadLimit(self) -> ReadLimit:
+        if self.options.max_units_per_trigger is not None:
+            return ReadMaxRows(self.options.max_units_per_trigger)
+        return ReadAllAvailable()
+
+    def latestOffset(self, start: dict, limit: ReadLimit) -> dict:
+        """Each queue's end in a cut taken now, within ``limit`` (units) and the AvailableNow target."""
+        max_units = limit.max_rows if isinstance(limit, ReadMaxRows) else None
+        return stream.next_offsets(start, self._cut(), max_units=max_units, target=self._target)
+
+    def prepareForTriggerAvailableNow(self) -> None:
+        self._target = stream.cut_offsets(self._cut())
+
+    def partitions(self, start: dict, end: dict) -> Sequence[ConsumeQueueSlice]:
+        """``[start, end)`` of each queue, split every ``partition_units`` units, at a cut taken now.
+
+        Every unit below ``end`` was in the cut ``latestOffset`` took, so its record is
+        below that cut's CommitLog end and below this one's: a batch replayed after
+        a restart reads the same records (unless the broker expired them meanwhile).
+        """
+        cut = self._cut()
+        size = self.options.read.partition_units
+        slices = []
+        for topic in sorted(end):
+            for q, (s, e) in sorted(stream.ranges(start, end, topic).items()):
+                for a in range(s, e, size):
+                    slices.append(ConsumeQueueSlice(topic, q, a, min(e, a + size),
+                                                    commit_log_min=cut.commit_log_min,
+                                                    commit_log_end=cut.commit_log_end))
+        return slices
+
+    def read(self, partition: ConsumeQueueSlice):
+        """The slice's rows, read as the batch source reads them (heavy imports happen here)."""
+        from pyspark_udfs import _reader
+
+        yield from _reader.read_slice(self.options.read, self.schema, partition, [])
+
+    def commit(self, end: dict) -> None:
+        """Nothing to do: the offsets live in Spark's checkpoint and the store is never written."""
+
+    def stop(self) -> None:
+        if self._store is not None:
+            self._store.close()
+            self._store = None
+
+
+def offsets_json(offsets: dict) -> str:
+    """Offsets as the JSON text ``startingOffsets`` takes."""
+    return json.dumps(offsets, sort_keys=True)

@@ -1,0 +1,36 @@
+"""Start and stop the stand-in broker of tests/live_writer.py (bounded, always cleaned up)."""
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+@contextlib.contextmanager
+def live_writer(store: Path, seconds: float, rate: float = 0.0):
+    """Run the writer for ``seconds``; yields the process once its first messages are on disk.
+
+    On exit the writer is waited for (it stops by itself) and killed if it overruns.
+    The process gets ``.counts`` (messages written per ``topic/queue``) once it is done.
+    """
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")]))
+    args = [sys.executable, str(ROOT / "tests" / "live_writer.py"), str(store), str(seconds)]
+    if rate:
+        args += ["--rate", str(rate)]
+    proc = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+    try:
+        line = proc.stdout.readline()
+        assert line.strip() == "started", (line, proc.stderr.read() if proc.poll() is not None else "")
+        yield proc
+        out, err = proc.communicate(timeout=seconds + 30)
+        assert proc.returncode == 0, err
+        proc.counts = json.loads(out.strip().splitlines()[-1])
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()

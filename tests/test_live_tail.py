@@ -1,0 +1,159 @@
+"""The stream's offset rules (cq.stream) and ``rmqfilter tail`` against a writer process (docs/live.md)."""
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import pytest
+from live_support import ROOT, live_writer
+
+import cq
+from cq import stream
+from cq.config_writer import write_consumer_offsets
+from cq.writer import StoreWriter
+
+TOPIC, GROUP, SQL = "LiveTopic", "GID_RED", "color = 'red'"
+CLI = [sys.executable, "-c", "import sys; from pyspark_udfs.cli import main; sys.exit(main())"]
+
+
+def _store(tmp_path: Path, per_queue=(5, 3)) -> Path:
+    root = tmp_path / "store"
+    with StoreWriter(root) as w:
+        for q, n in enumerate(per_queue):
+            for i in range(n):
+                w.append(TOPIC, b"m", queue_id=q, properties={"seq": str(i)})
+    return root
+
+
+@pytest.mark.parametrize(("text", "message"), [
+    ("[1, 2]", "expected a JSON object"),
+    ('{"T": [1]}', "topic 'T' must map queue ids to offsets"),
+    ('{"T": {"x": 1}}', "queue id 'x' of topic 'T' is not a non-negative integer"),
+    ('{"T": {"0": -3}}', "offset -3 of queue T/0 is not a non-negative integer"),
+    ('{"T": {"0": 1}', "is not JSON: Expecting ',' delimiter at line 1 column 15"),
+    ("newest", "expected earliest, latest, committed or a JSON object"),
+])
+def test_bad_starting_offsets_name_the_input(text, message):
+    with pytest.raises(ValueError, match="startingOffsets") as err:
+        stream.parse_starting_offsets(text)
+    assert message in str(err.value)
+
+
+def test_starting_offsets_are_checked_against_the_store(tmp_path):
+    root = _store(tmp_path)
+    store = cq.Store(root)
+    cut = store.cut(TOPIC)
+    assert stream.starting_offsets(store, cut, "earliest") == {TOPIC: {"0": 0, "1": 0}}
+    assert stream.starting_offsets(store, cut, "latest") == {TOPIC: {"0": 5, "1": 3}}
+    assert stream.starting_offsets(store, cut, {TOPIC: {"1": 2}}) == {TOPIC: {"0": 0, "1": 2}}
+    with pytest.raises(ValueError, match=r"queue LiveTopic/7 does not exist .*\(queues: 0, 1\)"):
+        stream.starting_offsets(store, cut, {TOPIC: {"7": 0}})
+    with pytest.raises(ValueError, match=r"offset 9 of queue LiveTopic/0 is outside the queue's \[0, 5\]"):
+        stream.starting_offsets(store, cut, {TOPIC: {"0": 9}})
+    with pytest.raises(ValueError, match="topic 'Nope' has no queues"):
+        stream.starting_offsets(store, cut, {"Nope": {"0": 0}})
+    # committed: the group's offsets, clamped into each queue; queues without one start at the minimum
+    write_consumer_offsets(root, {(TOPIC, "GC"): {0: 4, 1: 99}})
+    assert stream.starting_offsets(store, cut, "committed", group="GC") == {TOPIC: {"0": 4, "1": 3}}
+    assert stream.starting_offsets(store, cut, "committed", group="Other") == {TOPIC: {"0": 0, "1": 0}}
+
+
+def test_next_offsets_share_the_unit_budget_and_pick_up_new_queues(tmp_path):
+    root = _store(tmp_path, (10, 2, 6))
+    cut = cq.Store(root).cut(TOPIC)
+    start = {TOPIC: {"0": 0, "1": 0}}  # queue 2 appeared since
+    assert stream.next_offsets(start, cut) == {TOPIC: {"0": 10, "1": 2, "2": 6}}
+    step = stream.next_offsets(start, cut, max_units=9)
+    assert step == {TOPIC: {"0": 4, "1": 2, "2": 3}}  # 3 each; queue 1 could use 2, the spare unit went on
+    assert sum(step[TOPIC].values()) == 9
+    # batches under a budget cover each queue exactly once, in order
+    seen, offsets = [], {TOPIC: {}}
+    while True:
+        end = stream.next_offsets(offsets, cut, max_units=4)
+        todo = stream.ranges(offsets, end, TOPIC)
+        if not todo:
+            break
+        assert sum(e - s for s, e in todo.values()) <= 4
+        seen += [(q, o) for q, (s, e) in todo.items() for o in range(s, e)]
+        offsets = end
+    assert sorted(seen) == [(q, o) for q, n in enumerate((10, 2, 6)) for o in range(n)]
+    # AvailableNow: never past the target
+    assert stream.next_offsets(start, cut, target={TOPIC: {"0": 1}}) == {TOPIC: {"0": 1, "1": 0, "2": 0}}
+
+
+def test_tail_follows_the_writer_and_ctrl_c_exits_cleanly(tmp_path):
+    root = tmp_path / "store"
+    env = dict(os.environ, PYTHONPATH=str(ROOT))
+    with live_writer(root, 3.0, rate=400) as proc:
+        tail = subprocess.Popen(
+            [*CLI, "tail", str(root), "--topic", TOPIC, "--group", GROUP,
+             "--sql", SQL, "--from", "earliest", "--format", "jsonl", "--interval", "0.1"],
+            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+        lines: list[str] = []
+        reader = threading.Thread(target=lambda: lines.extend(iter(tail.stdout.readline, "")), daemon=True)
+        reader.start()
+        try:
+            proc.wait(timeout=30)
+            want = [(m.queue_id, m.queue_offset) for m in cq.Store(root).consume(TOPIC, GROUP, sql=SQL)]
+            deadline = time.monotonic() + 30
+            while len(lines) < len(want) and time.monotonic() < deadline and tail.poll() is None:
+                time.sleep(0.1)  # tail catches up with the last writes
+            tail.send_signal(signal.SIGINT)
+            tail.wait(timeout=30)
+            reader.join(timeout=10)
+            err = tail.stderr.read()
+        finally:
+            if tail.poll() is None:
+                tail.kill()
+                tail.wait()
+    assert tail.returncode == 130 and "Traceback" not in err, err
+    rows = [json.loads(line) for line in lines]
+    # exactly what the group receives from the finished store, each message once, queue order kept
+    got = [(r["queue_id"], r["queue_offset"]) for r in rows]
+    assert sorted(got) == sorted(want) and len(set(got)) == len(got)
+    for q in {q for q, _ in got}:
+        offs = [o for qq, o in got if qq == q]
+        assert offs == sorted(offs)
+    assert {q for q, _ in got} == {0, 1, 2, 3}  # queues that appeared mid-run are followed too
+    assert all(r["properties"]["color"] == "red" for r in rows)
+
+
+def test_tail_errors_name_the_input(tmp_path):
+    root = _store(tmp_path)
+    env = dict(os.environ, PYTHONPATH=str(ROOT))
+
+    def run(*args):
+        return subprocess.run([*CLI, "tail", str(root), "--topic", TOPIC,
+                               "--group", "G", "--tags", "*", *args], check=False, capture_output=True, text=True, env=env,
+                              timeout=60)
+
+    r = run("--from", '{"LiveTopic": {"5": 0}}')
+    assert r.returncode == 2 and "queue LiveTopic/5 does not exist" in r.stderr and "Traceback" not in r.stderr
+    r = run("--from", '{"LiveTopic": {"0": 99}}')
+    assert r.returncode == 2 and "offset 99 of queue LiveTopic/0 is outside" in r.stderr
+    r = run("--from", "earliest", "--limit", "8")
+    assert r.returncode == 0 and len(r.stdout.splitlines()) == 8
+
+
+def test_tail_of_a_store_deleted_mid_stream_is_a_clear_error(tmp_path):
+    root = _store(tmp_path)
+    store = cq.Store(root)
+    rounds = []
+
+    def sleep(_):
+        rounds.append(1)
+        if len(rounds) == 2:
+            shutil.rmtree(root)
+
+    got = []
+    with pytest.raises(cq.StoreFormatError, match="no longer exists") as err:
+        for m in stream.tail(store, TOPIC, "G", tags="*", starting="earliest", sleep=sleep):
+            got.append((m.queue_id, m.queue_offset))
+    assert len(got) == 8 and err.value.path == str(root)
