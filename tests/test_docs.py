@@ -7,16 +7,20 @@ in page order, as in a doctest file):
   (ELLIPSIS and NORMALIZE_WHITESPACE), under whichever engine the run selects, so
   ``make test`` runs them under the Cython engines and again under the pure-Python twins;
 - ``$ rmqfilter ...`` lines of ```` ```console ```` blocks, through
-  ``pyspark_udfs.cli.main`` in-process: stdout must match the lines shown under the command
-  (when any are shown), and the exit status must be 0, or N where the line ends with
-  ``# exit N``.
+  ``pyspark_udfs.cli.main`` in-process: the exit status must be 0, or N where the line ends
+  with ``# exit N``; the lines shown under the command (when any are shown) must be what it
+  printed, ``...`` standing for any text, whitespace exact (columns are part of the output):
+  its stdout, and for a failing command (``# exit N``) its stdout then its stderr, where the
+  error message is.
 
 The namespace every page gets: ``store`` (a ``cq.Store`` over the golden store),
-``golden_store_path`` (its path, str), ``sample_store_path`` (a small store written once by
-``cq.generate_sample_store``, seed 7), ``tmp_path`` (a fresh empty directory, str); the examples
-run from the repository root, so ``tests/data/golden_store`` names the golden store. Console
-commands run in a directory where ``tests/data/golden_store`` is the golden store, so pages can
-show that path as it is in the repository.
+``golden_store_path`` (its path, str), ``sample_store_path`` (the sample store, written once by
+``rmqfilter gen-store sample-store --messages 2000 --seed 1``: messages, ext bitmaps and the
+config files of its three registered SQL92 groups), ``tmp_path`` (a fresh empty directory, str);
+the examples run from the repository root, so ``tests/data/golden_store`` names the golden store.
+Console commands run in a directory where ``tests/data/golden_store`` is the golden store and
+``sample-store`` the sample store, so pages can show those paths as a reader types them. A page
+whose examples use the sample store shows the command that writes it, so a reader can make it.
 
 Markers, an HTML comment on the line just before a block (not rendered):
 
@@ -117,10 +121,17 @@ def run_doctest(test: doctest.DocTest) -> None:
                     pytrace=False)
 
 
+#: What writes the sample store; a page whose examples use it says so with this command.
+SAMPLE_STORE_COMMAND = "rmqfilter gen-store sample-store --messages 2000 --seed 1"
+_USES_SAMPLE_STORE = re.compile(r"\bsample_store_path\b|(?<![\w/-])sample-store\b")
+
+
 @pytest.fixture(scope="session")
 def sample_store_path(tmp_path_factory) -> str:
-    root = tmp_path_factory.mktemp("docs") / "sample"
-    cq.generate_sample_store(root, messages=2000, seed=7, commit_log_file_size=1 << 20)
+    root = tmp_path_factory.mktemp("docs") / "sample-store"
+    argv = [str(root) if word == "sample-store" else word for word in shlex.split(SAMPLE_STORE_COMMAND)[1:]]
+    with contextlib.redirect_stdout(io.StringIO()):
+        assert cli.main([*argv, "--progress", "never"]) == 0
     return str(root)
 
 
@@ -155,6 +166,18 @@ def test_every_python_block_runs_or_says_why(path):
             assert ">>>" in block.body, (
                 f"{page.name}:{block.line}: a python block without >>> examples; make it a doctest "
                 "or mark it <!-- doctest: skip REASON -->")
+
+
+@pytest.mark.parametrize("path", PAGES, ids=_page_id)
+def test_a_page_using_the_sample_store_says_how_to_make_it(path):
+    page = parse_page(path)
+    uses = [block.line for block in page.blocks
+            if block.marker != "skip" and block.lang in ("python", "pycon", "console")
+            and _USES_SAMPLE_STORE.search(block.body.replace("gen-store sample-store", ""))]
+    if uses:
+        assert SAMPLE_STORE_COMMAND in path.read_text(encoding="utf-8"), (
+            f"{page.name}:{uses[0]}: the examples use the sample store; show the command that writes "
+            f"it ({SAMPLE_STORE_COMMAND})")
 
 
 @pytest.mark.parametrize("path", PAGES, ids=_page_id)
@@ -229,11 +252,12 @@ def console_commands(page: Page):
 
 
 @pytest.mark.parametrize("path", [p for p in PAGES if any(console_commands(parse_page(p)))], ids=_page_id)
-def test_page_cli_examples(path, tmp_path, monkeypatch):
+def test_page_cli_examples(path, tmp_path, monkeypatch, sample_store_path):
     page = parse_page(path)
     data = tmp_path / "tests" / "data"
     data.mkdir(parents=True)
     (data / "golden_store").symlink_to(GOLDEN, target_is_directory=True)
+    (tmp_path / "sample-store").symlink_to(sample_store_path, target_is_directory=True)
     monkeypatch.chdir(tmp_path)
     checker = doctest.OutputChecker()
     for line, argv, expected, status in console_commands(page):
@@ -248,6 +272,7 @@ def test_page_cli_examples(path, tmp_path, monkeypatch):
                 got_status = exc.code
         where = f"{page.name}:{line}: rmqfilter {shlex.join(argv)}"
         assert got_status == status, f"{where}: exit status {got_status}, the page says {status}\n{err.getvalue()}"
-        if expected is not None and not checker.check_output(expected, out.getvalue(), _OPTIONS):
-            pytest.fail(f"{where}: the page shows\n{expected}but the command printed\n{out.getvalue()}",
+        printed = out.getvalue() + (err.getvalue() if status else "")
+        if expected is not None and not checker.check_output(expected, printed, doctest.ELLIPSIS):
+            pytest.fail(f"{where}: the page shows\n{expected}but the command printed\n{printed}",
                         pytrace=False)

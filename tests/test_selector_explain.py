@@ -8,13 +8,9 @@ rendered text is what a user reads, so its tests compare it line by line.
 """
 from __future__ import annotations
 
-import doctest
 import importlib
 import json
 import pickle
-import re
-import shlex
-from pathlib import Path
 
 import pytest
 from helpers import load_jsonl
@@ -22,7 +18,6 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 import selector
-from pyspark_udfs.cli import main
 from selector import _eval_py
 from selector import javalang as java
 from tests.test_selector_fuzz import FUZZ, name, selectors, value
@@ -32,7 +27,6 @@ try:
 except ImportError:  # not built: the twin is the only engine
     _cython = None
 
-DOC = Path(__file__).resolve().parent.parent / "docs" / "explain.md"
 CASES = load_jsonl("selector_cases.jsonl")
 ORDER = {">": lambda c: c > 0, ">=": lambda c: c >= 0, "<": lambda c: c < 0, "<=": lambda c: c <= 0,
          "=": lambda c: c == 0, "<>": lambda c: c != 0}
@@ -336,21 +330,3 @@ def test_evaluation_error_keeps_its_root_cause_through_pickle():
     again = pickle.loads(pickle.dumps(info.value))
     assert (again.cause, again.root_cause, str(again)) == (info.value.cause, "NumberFormatException",
                                                            str(info.value))
-
-
-def test_docs_python_examples_run():
-    result = doctest.testfile(str(DOC), module_relative=False, optionflags=doctest.NORMALIZE_WHITESPACE)
-    assert result.attempted > 0 and result.failed == 0
-
-
-def test_docs_command_line_examples_print_what_the_page_shows(capsys):
-    blocks = re.findall(r"```console\n(.*?)```", DOC.read_text(encoding="utf-8"), re.DOTALL)
-    assert len(blocks) == 3
-    for block in blocks:
-        command, *shown = block.splitlines()
-        argv = shlex.split(command.removeprefix("$ "))
-        assert argv[:2] == ["rmqfilter", "explain"]
-        status = main(argv[1:])
-        captured = capsys.readouterr()
-        assert (captured.out + captured.err).splitlines() == shown, command
-        assert status == (2 if captured.err else 0)
