@@ -1,10 +1,21 @@
-"""Shared fixtures: conformance data (copied from ../shared so the suite stands alone)."""
+"""Shared fixtures: conformance data (copied from ../shared so the suite stands alone), the classic
+SparkSession and a Spark Connect session beside it."""
 from __future__ import annotations
 
 import json
+import multiprocessing
 import os
+import re
+import socket
+import subprocess
 import sys
+import time
+import traceback
+import uuid
+from collections.abc import Callable
+from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
+from typing import Any
 
 import pytest
 from hypothesis import settings
@@ -67,5 +78,180 @@ def spark():
     )
     session.sparkContext.setLogLevel("ERROR")
     pyspark_udfs.register(session)
+    yield session
+    session.stop()
+
+
+# --------------------------------------------------------------------------- Spark Connect
+# A Spark Connect client switches PySpark's whole process into Connect mode (pyspark.sql.functions
+# and the UDF factories then build Connect objects), and SparkSession.builder.remote("local[2]")
+# refuses to start while a classic session exists. So the classic `spark` above stays in this
+# process and the Connect side lives apart: a Connect server (its own JVM, loopback, a free port,
+# an auth token) and one Connect client session in a child Python process that runs the functions
+# the tests hand it. See docs/spark-connect.md.
+CONNECT_SERVER_CLASS = "org.apache.spark.sql.connect.service.SparkConnectServer"
+CONNECT_START_SECONDS = 180
+
+
+class ConnectServer:
+    """A local Spark Connect server: ``url`` (``sc://localhost:PORT``) and ``token`` for its clients."""
+
+    def __init__(self, process: subprocess.Popen, port: int, token: str, log: Path) -> None:
+        self.process, self.port, self.token, self.log = process, port, token, log
+        self.url = f"sc://localhost:{port}"
+
+    def client_env(self) -> dict[str, str]:
+        """Environment for a client process: the server's token, and no Connect state inherited."""
+        env = {k: v for k, v in os.environ.items()
+               if k not in ("SPARK_REMOTE", "SPARK_LOCAL_REMOTE", "SPARK_CONNECT_MODE_ENABLED")}
+        env["SPARK_CONNECT_AUTHENTICATE_TOKEN"] = self.token
+        return env
+
+    def stop(self) -> None:
+        if self.process.poll() is None:
+            self.process.terminate()
+            try:
+                self.process.wait(60)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+                self.process.wait()
+
+
+def _die_with_parent() -> None:
+    """In the server's process before exec: Linux sends it SIGTERM when pytest dies, however it dies."""
+    if sys.platform.startswith("linux"):
+        import ctypes
+        import signal
+
+        ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
+
+
+def _free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def start_connect_server(log_dir: Path) -> ConnectServer:
+    """Start ``SparkConnectServer`` with pip pyspark's ``spark-submit``, as ``start-connect-server.sh`` does.
+
+    Binds 127.0.0.1 on a free port (tests of several worktrees may run at once), needs a token,
+    and returns once the server's log says it listens; fails with the log's tail otherwise.
+    """
+    import pyspark
+
+    spark_home = os.environ.get("SPARK_HOME") or os.path.dirname(pyspark.__file__)
+    submit = os.path.join(spark_home, "bin", "spark-submit")
+    token = uuid.uuid4().hex
+    log = log_dir / "connect-server.log"
+    for _attempt in range(3):  # another process may take the free port before the server binds it
+        port = _free_port()
+        server = ConnectServer(None, port, token, log)  # type: ignore[arg-type]
+        with open(log, "wb") as out:
+            server.process = subprocess.Popen(
+                [submit, "--master", "local[2]", "--class", CONNECT_SERVER_CLASS, "--name", "rmqfilter-tests",
+                 "--conf", "spark.connect.grpc.binding.address=127.0.0.1",
+                 "--conf", f"spark.connect.grpc.binding.port={port}",
+                 "--conf", "spark.ui.enabled=false", "--conf", "spark.ui.showConsoleProgress=false",
+                 "--conf", "spark.sql.shuffle.partitions=2", "--conf", "spark.default.parallelism=2",
+                 "--conf", "spark.sql.python.filterPushdown.enabled=true"],
+                env=server.client_env(), cwd=log_dir, stdin=subprocess.DEVNULL, stdout=out,
+                stderr=subprocess.STDOUT, preexec_fn=_die_with_parent)  # noqa: PLW1509  before threads run
+        started = re.compile(rf"Spark Connect server started at: .*:{port}\b".encode())
+        deadline = time.monotonic() + CONNECT_START_SECONDS
+        while time.monotonic() < deadline and server.process.poll() is None:
+            if started.search(log.read_bytes()):
+                return server
+            time.sleep(0.25)
+        server.stop()
+        if b"Address already in use" not in log.read_bytes():
+            break
+    tail = "\n".join(log.read_text(errors="replace").splitlines()[-30:])
+    pytest.fail(f"the Spark Connect server did not start (log {log}):\n{tail}", pytrace=False)
+
+
+@pytest.fixture(scope="session")
+def connect_server(tmp_path_factory):
+    """One local Spark Connect server for the whole test session (stopped at the end)."""
+    try:
+        from pyspark_udfs.job import require_connect
+
+        require_connect()
+    except ImportError as exc:
+        pytest.fail(f"Spark Connect tests need the connect extra (pip install -e '.[connect]'): {exc}",
+                    pytrace=False)
+    server = start_connect_server(tmp_path_factory.mktemp("connect"))
+    yield server
+    server.stop()
+
+
+class ConnectCallError(RuntimeError):
+    """An exception raised under Spark Connect, carried back from the client process as text."""
+
+    def __init__(self, type_name: str, message: str, remote_traceback: str) -> None:
+        super().__init__(f"{type_name}: {message}\n\n(in the Spark Connect client process)\n{remote_traceback}")
+        self.type_name, self.message, self.remote_traceback = type_name, message, remote_traceback
+
+    def __reduce__(self):
+        return type(self), (self.type_name, self.message, self.remote_traceback)
+
+
+class ConnectSession:
+    """One Spark Connect session, living in a child process; :meth:`run` calls functions with it.
+
+    ``run(fn, *args)`` is ``fn(session, *args)`` there: ``fn`` must be importable (a module-level
+    function) and its arguments and result picklable, so tests return plain rows, counts and text.
+    The same ``fn`` run with the classic ``spark`` fixture gives the result to compare with.
+    """
+
+    def __init__(self, server: ConnectServer) -> None:
+        self.server = server
+        self._pool = ProcessPoolExecutor(1, mp_context=multiprocessing.get_context("spawn"),
+                                         initializer=_connect_child_start, initargs=(server.url, server.token))
+
+    def run(self, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
+        return self._pool.submit(_connect_child_call, fn, args, kwargs).result(timeout=600)
+
+    def stop(self) -> None:
+        try:
+            self._pool.submit(_connect_child_stop).result(timeout=120)
+        finally:
+            self._pool.shutdown()
+
+
+_CONNECT_SESSION = None  # the child process's Spark Connect session
+
+
+def _connect_child_start(url: str, token: str) -> None:
+    global _CONNECT_SESSION
+    os.environ["SPARK_CONNECT_AUTHENTICATE_TOKEN"] = token
+    # Imported before the session exists, as a user's script may: nothing in pyspark_udfs may
+    # bind a UDF or Column to the API mode of import time.
+    from pyspark.sql import SparkSession
+
+    import pyspark_udfs
+    import pyspark_udfs.functions
+
+    _CONNECT_SESSION = SparkSession.builder.remote(url).getOrCreate()
+    pyspark_udfs.register(_CONNECT_SESSION)
+
+
+def _connect_child_call(fn: Callable[..., Any], args: tuple, kwargs: dict) -> Any:
+    try:
+        return fn(_CONNECT_SESSION, *args, **kwargs)
+    except Exception as exc:  # noqa: BLE001  PySpark's Connect exceptions do not all pickle: send their text
+        raise ConnectCallError(f"{type(exc).__module__}.{type(exc).__qualname__}", str(exc),
+                               traceback.format_exc()) from None
+
+
+def _connect_child_stop() -> None:
+    if _CONNECT_SESSION is not None:
+        _CONNECT_SESSION.stop()
+
+
+@pytest.fixture(scope="session")
+def connect_spark(connect_server):
+    """One Spark Connect session for the whole test session, in a child process (:class:`ConnectSession`)."""
+    session = ConnectSession(connect_server)
     yield session
     session.stop()
