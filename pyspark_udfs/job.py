@@ -6,6 +6,9 @@ unchanged, locally or on a cluster::
     spark-submit --master spark://host:7077 pyspark_udfs/job.py /data/store \\
         --topic TopicTest --group GID_A --sql "a > 5"
 
+or on a Spark Connect server: ``rmqfilter scan ... --remote sc://host:port``
+(docs/spark-connect.md#scan-remote).
+
 For each group the job reads the store with the ``rocketmq`` data source,
 the group's two-layer filter running inside the reader, and reports how many
 ConsumeQueue units it scanned, how many passed the ConsumeQueue layer (tag
@@ -92,7 +95,7 @@ def spark_session(master: str | None = None, app_name: str = "rmqfilter", *, pro
         Extra Spark settings (under Spark Connect, runtime SQL settings only:
         the server's own settings were fixed when it started).
     remote : str, optional
-        A Spark Connect URL instead of ``master`` (see docs/spark-connect.md):
+        A Spark Connect URL instead of ``master`` (docs/spark-connect.md#session):
         ``sc://host:port`` for a running server, or ``local[2]``-style for a
         Connect server started in this process. Needs the ``connect`` extra.
 
@@ -265,7 +268,8 @@ def scan(spark, store: str, topic: str, group: GroupScan, *, out: str | None = N
     own_log = False
     if on_corrupt == "skip":
         own_log = skipped_log is None
-        log_root = tempfile.mkdtemp(prefix="rmqfilter-skipped-") if own_log else skipped_log
+        # Absolute: the executors' Python may not share this process's working directory (Spark Connect).
+        log_root = tempfile.mkdtemp(prefix="rmqfilter-skipped-") if own_log else os.path.abspath(skipped_log)
         options = {"on_corrupt": "skip", "skipped_log": os.path.join(log_root, "count")}
     t0 = time.perf_counter()
     # Counting needs no CommitLog fields beyond the properties layer 2 reads itself.
@@ -397,7 +401,7 @@ def add_scan_arguments(parser: argparse.ArgumentParser) -> None:
     where.add_argument("--master", help="Spark master URL (default: spark-submit's, or local[*])")
     where.add_argument("--remote", metavar="URL",
                        help="run on Spark Connect: sc://host:port for a running server, or local[2] for one "
-                            "started in this process (needs the connect extra; docs/spark-connect.md)")
+                            "started in this process (needs the connect extra; docs/spark-connect.md#scan-remote)")
     parser.add_argument("--json", dest="json_path", help="also write the summary as JSON to this file")
     parser.add_argument("--layer2", choices=LAYER2_CHOICES, default=LAYER2_DEFAULT,
                         help="where a SQL92 selector runs: native Spark expression, python (in the reader), "

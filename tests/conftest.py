@@ -2,6 +2,7 @@
 SparkSession and a Spark Connect session beside it."""
 from __future__ import annotations
 
+import contextlib
 import json
 import multiprocessing
 import os
@@ -14,6 +15,7 @@ import traceback
 import uuid
 from collections.abc import Callable
 from concurrent.futures import ProcessPoolExecutor
+from concurrent.futures.process import BrokenProcessPool
 from pathlib import Path
 from typing import Any
 
@@ -88,17 +90,40 @@ def spark():
 # refuses to start while a classic session exists. So the classic `spark` above stays in this
 # process and the Connect side lives apart: a Connect server (its own JVM, loopback, a free port,
 # an auth token) and one Connect client session in a child Python process that runs the functions
-# the tests hand it. See docs/spark-connect.md.
+# the tests hand it. Both start in the background as soon as collection has found a `connect`
+# test, so the server's start and first queries overlap the tests before. See
+# docs/spark-connect.md#tests.
 CONNECT_SERVER_CLASS = "org.apache.spark.sql.connect.service.SparkConnectServer"
-CONNECT_START_SECONDS = 180
+CONNECT_START_SECONDS = 240
+_CONNECT_BACKGROUND: dict[str, Any] = {}  # "server", "session": started by pytest_collection_finish
 
 
 class ConnectServer:
     """A local Spark Connect server: ``url`` (``sc://localhost:PORT``) and ``token`` for its clients."""
 
-    def __init__(self, process: subprocess.Popen, port: int, token: str, log: Path) -> None:
-        self.process, self.port, self.token, self.log = process, port, token, log
-        self.url = f"sc://localhost:{port}"
+    def __init__(self, log_dir: Path) -> None:
+        """Launch ``SparkConnectServer`` with pip pyspark's ``spark-submit`` (as ``start-connect-server.sh``).
+
+        Binds 127.0.0.1 on a free port (the tests of several worktrees may run at once) and needs a
+        token. Returns at once; :meth:`wait_ready` waits for the server.
+        """
+        import pyspark
+
+        spark_home = os.environ.get("SPARK_HOME") or os.path.dirname(pyspark.__file__)
+        self.log_dir, self.log = log_dir, log_dir / "connect-server.log"
+        self.port, self.token = _free_port(), uuid.uuid4().hex
+        self.url = f"sc://localhost:{self.port}"
+        with open(self.log, "wb") as out:
+            self.process = subprocess.Popen(
+                [os.path.join(spark_home, "bin", "spark-submit"), "--master", "local[2]",
+                 "--class", CONNECT_SERVER_CLASS, "--name", "rmqfilter-tests",
+                 "--conf", "spark.connect.grpc.binding.address=127.0.0.1",
+                 "--conf", f"spark.connect.grpc.binding.port={self.port}",
+                 "--conf", "spark.ui.enabled=false", "--conf", "spark.ui.showConsoleProgress=false",
+                 "--conf", "spark.sql.shuffle.partitions=2", "--conf", "spark.default.parallelism=2",
+                 "--conf", "spark.sql.python.filterPushdown.enabled=true"],
+                env=self.client_env(), cwd=log_dir, stdin=subprocess.DEVNULL, stdout=out,
+                stderr=subprocess.STDOUT, preexec_fn=_die_with_parent)  # noqa: PLW1509  nothing but prctl
 
     def client_env(self) -> dict[str, str]:
         """Environment for a client process: the server's token, and no Connect state inherited."""
@@ -106,6 +131,13 @@ class ConnectServer:
                if k not in ("SPARK_REMOTE", "SPARK_LOCAL_REMOTE", "SPARK_CONNECT_MODE_ENABLED")}
         env["SPARK_CONNECT_AUTHENTICATE_TOKEN"] = self.token
         return env
+
+    def wait_ready(self) -> bool:
+        """True once the server listens; False if it exited or did not start in time."""
+        return _wait_for_connect_server(self.log, self.port, alive=lambda: self.process.poll() is None)
+
+    def log_tail(self, lines: int = 30) -> str:
+        return "\n".join(self.log.read_text(errors="replace").splitlines()[-lines:])
 
     def stop(self) -> None:
         if self.process.poll() is None:
@@ -115,6 +147,16 @@ class ConnectServer:
             except subprocess.TimeoutExpired:
                 self.process.kill()
                 self.process.wait()
+
+
+def _wait_for_connect_server(log: Path, port: int, alive: Callable[[], bool] = lambda: True) -> bool:
+    started = re.compile(rf"Spark Connect server started at: .*:{port}\b".encode())
+    deadline = time.monotonic() + CONNECT_START_SECONDS
+    while time.monotonic() < deadline and alive():
+        if log.exists() and started.search(log.read_bytes()):
+            return True
+        time.sleep(0.25)
+    return False
 
 
 def _die_with_parent() -> None:
@@ -132,55 +174,60 @@ def _free_port() -> int:
         return sock.getsockname()[1]
 
 
-def start_connect_server(log_dir: Path) -> ConnectServer:
-    """Start ``SparkConnectServer`` with pip pyspark's ``spark-submit``, as ``start-connect-server.sh`` does.
+def _connect_missing() -> str | None:
+    """Why Spark Connect cannot run here (the connect extra is missing), or None."""
+    from pyspark_udfs.job import require_connect
 
-    Binds 127.0.0.1 on a free port (tests of several worktrees may run at once), needs a token,
-    and returns once the server's log says it listens; fails with the log's tail otherwise.
-    """
-    import pyspark
+    try:
+        require_connect()
+    except ImportError as exc:
+        return str(exc)
+    return None
 
-    spark_home = os.environ.get("SPARK_HOME") or os.path.dirname(pyspark.__file__)
-    submit = os.path.join(spark_home, "bin", "spark-submit")
-    token = uuid.uuid4().hex
-    log = log_dir / "connect-server.log"
-    for _attempt in range(3):  # another process may take the free port before the server binds it
-        port = _free_port()
-        server = ConnectServer(None, port, token, log)  # type: ignore[arg-type]
-        with open(log, "wb") as out:
-            server.process = subprocess.Popen(
-                [submit, "--master", "local[2]", "--class", CONNECT_SERVER_CLASS, "--name", "rmqfilter-tests",
-                 "--conf", "spark.connect.grpc.binding.address=127.0.0.1",
-                 "--conf", f"spark.connect.grpc.binding.port={port}",
-                 "--conf", "spark.ui.enabled=false", "--conf", "spark.ui.showConsoleProgress=false",
-                 "--conf", "spark.sql.shuffle.partitions=2", "--conf", "spark.default.parallelism=2",
-                 "--conf", "spark.sql.python.filterPushdown.enabled=true"],
-                env=server.client_env(), cwd=log_dir, stdin=subprocess.DEVNULL, stdout=out,
-                stderr=subprocess.STDOUT, preexec_fn=_die_with_parent)  # noqa: PLW1509  before threads run
-        started = re.compile(rf"Spark Connect server started at: .*:{port}\b".encode())
-        deadline = time.monotonic() + CONNECT_START_SECONDS
-        while time.monotonic() < deadline and server.process.poll() is None:
-            if started.search(log.read_bytes()):
-                return server
-            time.sleep(0.25)
+
+def pytest_collection_finish(session) -> None:
+    """Start the Connect server and client in the background when a `connect` test will run."""
+    if session.config.option.collectonly or not any(i.get_closest_marker("connect") for i in session.items):
+        return
+    if _connect_missing() is not None:
+        return  # the fixture fails with the reason
+    import tempfile
+
+    server = ConnectServer(Path(tempfile.mkdtemp(prefix="rmqfilter-connect-")))
+    _CONNECT_BACKGROUND["server"] = server
+    _CONNECT_BACKGROUND["session"] = ConnectSession(server)
+
+
+def pytest_sessionfinish(session, exitstatus) -> None:
+    """Stop what the background start made if no test took it (deselected by -x, -k...)."""
+    connect_session = _CONNECT_BACKGROUND.pop("session", None)
+    if connect_session is not None:
+        connect_session.stop()
+    server = _CONNECT_BACKGROUND.pop("server", None)
+    if server is not None:
         server.stop()
-        if b"Address already in use" not in log.read_bytes():
-            break
-    tail = "\n".join(log.read_text(errors="replace").splitlines()[-30:])
-    pytest.fail(f"the Spark Connect server did not start (log {log}):\n{tail}", pytrace=False)
 
 
 @pytest.fixture(scope="session")
 def connect_server(tmp_path_factory):
     """One local Spark Connect server for the whole test session (stopped at the end)."""
-    try:
-        from pyspark_udfs.job import require_connect
-
-        require_connect()
-    except ImportError as exc:
-        pytest.fail(f"Spark Connect tests need the connect extra (pip install -e '.[connect]'): {exc}",
+    missing = _connect_missing()
+    if missing is not None:
+        pytest.fail(f"Spark Connect tests need the connect extra (pip install -e '.[connect]'): {missing}",
                     pytrace=False)
-    server = start_connect_server(tmp_path_factory.mktemp("connect"))
+    server = _CONNECT_BACKGROUND.pop("server", None)
+    for _attempt in range(3):  # another process may take the free port before the server binds it
+        if server is None:
+            server = ConnectServer(tmp_path_factory.mktemp("connect"))
+        if server.wait_ready():
+            break
+        server.stop()
+        if b"Address already in use" not in server.log.read_bytes():
+            pytest.fail(f"the Spark Connect server did not start (log {server.log}):\n{server.log_tail()}",
+                        pytrace=False)
+        server = None
+    else:
+        pytest.fail("the Spark Connect server found no free port in three tries", pytrace=False)
     yield server
     server.stop()
 
@@ -202,27 +249,32 @@ class ConnectSession:
     ``run(fn, *args)`` is ``fn(session, *args)`` there: ``fn`` must be importable (a module-level
     function) and its arguments and result picklable, so tests return plain rows, counts and text.
     The same ``fn`` run with the classic ``spark`` fixture gives the result to compare with.
+    The child connects once the server is up and runs a first query at once (:func:`_warm_up`).
     """
 
     def __init__(self, server: ConnectServer) -> None:
         self.server = server
         self._pool = ProcessPoolExecutor(1, mp_context=multiprocessing.get_context("spawn"),
-                                         initializer=_connect_child_start, initargs=(server.url, server.token))
+                                         initializer=_connect_child_start,
+                                         initargs=(server.url, server.token, server.log, server.port))
+        self._warm = self._pool.submit(_connect_child_call, _warm_up, (), {})
 
     def run(self, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
+        self._warm.result(timeout=CONNECT_START_SECONDS + 600)
         return self._pool.submit(_connect_child_call, fn, args, kwargs).result(timeout=600)
 
     def stop(self) -> None:
         try:
-            self._pool.submit(_connect_child_stop).result(timeout=120)
+            with contextlib.suppress(BrokenProcessPool):  # a child that never connected has nothing to stop
+                self._pool.submit(_connect_child_stop).result(timeout=120)
         finally:
-            self._pool.shutdown()
+            self._pool.shutdown(cancel_futures=True)
 
 
 _CONNECT_SESSION = None  # the child process's Spark Connect session
 
 
-def _connect_child_start(url: str, token: str) -> None:
+def _connect_child_start(url: str, token: str, log: Path, port: int) -> None:
     global _CONNECT_SESSION
     os.environ["SPARK_CONNECT_AUTHENTICATE_TOKEN"] = token
     # Imported before the session exists, as a user's script may: nothing in pyspark_udfs may
@@ -232,8 +284,19 @@ def _connect_child_start(url: str, token: str) -> None:
     import pyspark_udfs
     import pyspark_udfs.functions
 
+    if not _wait_for_connect_server(log, port):
+        raise RuntimeError(f"the Spark Connect server did not start (log {log})")
     _CONNECT_SESSION = SparkSession.builder.remote(url).getOrCreate()
     pyspark_udfs.register(_CONNECT_SESSION)
+
+
+def _warm_up(spark) -> None:
+    """A first query (data source, Arrow UDF), so the server's Python workers start in the background."""
+    from pyspark.sql import functions as F
+
+    from pyspark_udfs import tags_code
+
+    spark.read.format("rocketmq").load(str(DATA / "golden_store")).agg(F.sum(tags_code("tags"))).first()
 
 
 def _connect_child_call(fn: Callable[..., Any], args: tuple, kwargs: dict) -> Any:
@@ -252,6 +315,10 @@ def _connect_child_stop() -> None:
 @pytest.fixture(scope="session")
 def connect_spark(connect_server):
     """One Spark Connect session for the whole test session, in a child process (:class:`ConnectSession`)."""
-    session = ConnectSession(connect_server)
+    session = _CONNECT_BACKGROUND.pop("session", None)
+    if session is None or session.server is not connect_server:  # the server was started again
+        if session is not None:
+            session.stop()
+        session = ConnectSession(connect_server)
     yield session
     session.stop()

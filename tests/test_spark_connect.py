@@ -13,6 +13,7 @@ from __future__ import annotations
 import contextlib
 import io
 import json
+import os
 import subprocess
 import sys
 
@@ -65,11 +66,11 @@ def _plain(rows) -> list[tuple]:
     return sorted((tuple(value(v) for v in r) for r in rows), key=repr)
 
 
-def _read(spark, **options):
+def _read(spark, path: str = STORE, **options):
     reader = spark.read.format("rocketmq")
     for name, value in options.items():
         reader = reader.option(name, value)
-    return reader.load(STORE)
+    return reader.load(path)
 
 
 def _physical_plan(df) -> str:
@@ -170,10 +171,12 @@ def bad_read(spark, **options) -> str:
     raise AssertionError(f"reading with {options} did not fail")
 
 
-def scan_job(spark, group: str, sql: str | None, tags: str | None, layer2: str, out: str | None = None) -> dict:
+def scan_job(spark, group: str, sql: str | None, tags: str | None, layer2: str, out: str | None = None,
+             store: str = STORE, on_corrupt: str = "fail") -> dict:
     from pyspark_udfs import job
 
-    result = job.scan(spark, STORE, TOPIC, job.GroupScan(group, sql=sql, tags=tags), layer2=layer2, out=out)
+    result = job.scan(spark, store, TOPIC, job.GroupScan(group, sql=sql, tags=tags), layer2=layer2, out=out,
+                      on_corrupt=on_corrupt)
     d = result.as_dict()
     del d["seconds"], d["rows_per_second"]
     return d
@@ -258,6 +261,8 @@ def test_layer2_in_spark_equals_classic(spark, connect_spark):
 def test_bad_options_name_the_option_under_connect(connect_spark):
     assert "in selector 'a >'" in connect_spark.run(bad_read, topic=TOPIC, group="G", sql="a >")
     assert "option 'table'" in connect_spark.run(bad_read, table="index")
+    # The server's Python runs elsewhere than the client: a relative path says so.
+    assert "give an absolute path" in connect_spark.run(bad_read, path=os.path.relpath(STORE))
     with pytest.raises(ConnectCallError, match="did not fail"):  # the workload itself can fail
         connect_spark.run(bad_read, topic=TOPIC)
 
@@ -277,6 +282,30 @@ def test_scan_job_equals_classic(spark, connect_spark, group, sql, tags, layer2)
     assert (classic["units_scanned"], classic["passed_consume_queue"], classic["delivered"]) == (
         stats.units_scanned, stats.passed_consume_queue, len(delivered))
     assert connect_spark.run(scan_job, group, sql, tags, layer2) == classic
+
+
+def test_scan_job_on_a_corrupt_store_fails_or_skips_as_classic(spark, connect_spark, tmp_path):
+    import shutil
+    import struct
+
+    import cq
+    from cq import format as fmt
+
+    store = tmp_path / "store"
+    shutil.copytree(STORE, store)
+    # Break the body length of the first message GID_SQL_A receives (IPv4 hosts: byte 84 of the record).
+    target = next(iter(cq.Store(STORE).consume(TOPIC, "GID_SQL_A", sql=SQL_GROUPS["GID_SQL_A"])))
+    assert target.sys_flag & 0x30 == 0
+    path = store / "commitlog" / fmt.file_name(target.commit_log_offset - target.commit_log_offset % 65536)
+    with open(path, "r+b") as f:
+        f.seek(target.commit_log_offset % 65536 + 84)
+        f.write(struct.pack(">i", len(target.body) - 3))
+    args = ("GID_SQL_A", SQL_GROUPS["GID_SQL_A"], None, "python")
+    with pytest.raises(ConnectCallError, match=rf"StoreFormatError: {path} at byte offset"):
+        connect_spark.run(scan_job, *args, store=str(store))
+    classic = scan_job(spark, *args, store=str(store), on_corrupt="skip")
+    assert [(r["queue_id"], r["start"]) for r in classic["skipped"]] == [(target.queue_id, target.queue_offset)]
+    assert connect_spark.run(scan_job, *args, store=str(store), on_corrupt="skip") == classic
 
 
 def test_scan_job_output_written_through_connect_is_what_the_group_receives(spark, connect_spark, tmp_path):
