@@ -7,6 +7,7 @@ import json
 import multiprocessing
 import os
 import re
+import shutil
 import socket
 import subprocess
 import sys
@@ -101,14 +102,16 @@ _CONNECT_BACKGROUND: dict[str, Any] = {}  # "server", "session": started by pyte
 class ConnectServer:
     """A local Spark Connect server: ``url`` (``sc://localhost:PORT``) and ``token`` for its clients."""
 
-    def __init__(self, log_dir: Path) -> None:
+    def __init__(self, log_dir: Path, *, own_dir: bool = False) -> None:
         """Launch ``SparkConnectServer`` with pip pyspark's ``spark-submit`` (as ``start-connect-server.sh``).
 
         Binds 127.0.0.1 on a free port (the tests of several worktrees may run at once) and needs a
-        token. Returns at once; :meth:`wait_ready` waits for the server.
+        token. Returns at once; :meth:`wait_ready` waits for the server. ``own_dir``: :meth:`close`
+        removes ``log_dir``.
         """
         import pyspark
 
+        self.own_dir = own_dir
         spark_home = os.environ.get("SPARK_HOME") or os.path.dirname(pyspark.__file__)
         self.log_dir, self.log = log_dir, log_dir / "connect-server.log"
         self.port, self.token = _free_port(), uuid.uuid4().hex
@@ -138,6 +141,12 @@ class ConnectServer:
 
     def log_tail(self, lines: int = 30) -> str:
         return "\n".join(self.log.read_text(errors="replace").splitlines()[-lines:])
+
+    def close(self) -> None:
+        """Stop the server and remove its directory if it made it."""
+        self.stop()
+        if self.own_dir:
+            shutil.rmtree(self.log_dir, ignore_errors=True)
 
     def stop(self) -> None:
         if self.process.poll() is None:
@@ -193,7 +202,7 @@ def pytest_collection_finish(session) -> None:
         return  # the fixture fails with the reason
     import tempfile
 
-    server = ConnectServer(Path(tempfile.mkdtemp(prefix="rmqfilter-connect-")))
+    server = ConnectServer(Path(tempfile.mkdtemp(prefix="rmqfilter-connect-")), own_dir=True)
     _CONNECT_BACKGROUND["server"] = server
     _CONNECT_BACKGROUND["session"] = ConnectSession(server)
 
@@ -205,7 +214,7 @@ def pytest_sessionfinish(session, exitstatus) -> None:
         connect_session.stop()
     server = _CONNECT_BACKGROUND.pop("server", None)
     if server is not None:
-        server.stop()
+        server.close()
 
 
 @pytest.fixture(scope="session")
@@ -225,11 +234,12 @@ def connect_server(tmp_path_factory):
         if b"Address already in use" not in server.log.read_bytes():
             pytest.fail(f"the Spark Connect server did not start (log {server.log}):\n{server.log_tail()}",
                         pytrace=False)
+        server.close()
         server = None
     else:
         pytest.fail("the Spark Connect server found no free port in three tries", pytrace=False)
     yield server
-    server.stop()
+    server.close()
 
 
 class ConnectCallError(RuntimeError):
