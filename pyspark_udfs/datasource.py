@@ -228,7 +228,11 @@ class ReadOptions:
         if not path:
             raise ValueError("rocketmq: no store path; use spark.read.format('rocketmq').load('/path/to/store')")
         if not os.path.isdir(path):
-            raise ValueError(f"rocketmq: store path {path!r} is not a directory")
+            # Under Spark Connect the client's working directory is not the server's (a local
+            # server runs Python in a per-session directory): docs/spark-connect.md#limits.
+            where = "" if os.path.isabs(path) else (f" (a relative path is resolved in {os.getcwd()!r}, where "
+                                                    f"Spark runs this reader; give an absolute path)")
+            raise ValueError(f"rocketmq: store path {path!r} is not a directory{where}")
         table = options.get("table", "messages").strip().lower()
         if table not in TABLES:
             raise ValueError(f"rocketmq option 'table': expected one of {', '.join(TABLES)}, got {table!r}")

@@ -122,7 +122,9 @@ def tags_code(tag: ColumnOrName) -> Column:
     --------
     >>> df.select(tags_code("tags"))  # doctest: +SKIP
     """
-    return _TAGS_CODE_UDF(_col(tag))
+    # Made per call, like every UDF here: a UDF object made at import time keeps the API of that
+    # moment (classic), and fails once the process runs a Spark Connect session.
+    return arrow_udf(_tags_code, IntegerType())(_col(tag))
 
 
 def bloom_positions(key: ColumnOrName, f: int = DEFAULT_F, n: int = DEFAULT_N) -> Column:
@@ -185,8 +187,6 @@ def _bloom_positions_default(keys: pa.Array) -> pa.Array:
 def _bloom_is_hit_default(keys: pa.Array, bitmaps: pa.Array) -> pa.Array:
     return _batch.bloom_is_hit(keys, bitmaps, DEFAULT_F, DEFAULT_N)
 
-
-_TAGS_CODE_UDF = arrow_udf(_tags_code, IntegerType())
 
 # name -> (function, return type) of the SQL functions.
 SQL_FUNCTIONS = {

@@ -6,6 +6,9 @@ unchanged, locally or on a cluster::
     spark-submit --master spark://host:7077 pyspark_udfs/job.py /data/store \\
         --topic TopicTest --group GID_A --sql "a > 5"
 
+or on a Spark Connect server: ``rmqfilter scan ... --remote sc://host:port``
+(docs/spark-connect.md#scan-remote).
+
 For each group the job reads the store with the ``rocketmq`` data source,
 the group's two-layer filter running inside the reader, and reports how many
 ConsumeQueue units it scanned, how many passed the ConsumeQueue layer (tag
@@ -30,8 +33,8 @@ import time
 from collections.abc import Sequence
 from typing import Any
 
-__all__ = ["GroupScan", "ScanResult", "format_skipped", "format_summary", "main", "owns_session", "scan",
-           "spark_session"]
+__all__ = ["GroupScan", "ScanResult", "format_skipped", "format_summary", "is_connect_session", "main",
+           "owns_session", "require_connect", "scan", "spark_session"]
 
 
 #: what ``layer2="auto"`` picks: the native expression where the translation is exact (as fast
@@ -49,9 +52,38 @@ def owns_session() -> bool:
     return SparkSession.getActiveSession() is None
 
 
+#: the Python packages Spark Connect's client needs beyond pyspark (the ``connect`` extra installs them)
+CONNECT_MODULES = ("grpc", "grpc_status", "google.rpc", "zstandard")
+
+
+def require_connect() -> None:
+    """Raise ``ImportError`` naming the missing package when Spark Connect's client cannot run.
+
+    PySpark imports its Connect client's dependencies only when a remote
+    session is built, and fails deep inside the builder; this checks first.
+    """
+    import importlib
+
+    for name in CONNECT_MODULES:
+        try:
+            importlib.import_module(name)
+        except ImportError as exc:
+            raise ImportError(f"Spark Connect needs the Python package providing {name!r}, which is not "
+                              f"installed ({exc}); install the connect extra: pip install 'rmqfilter[connect]'"
+                              ) from exc
+
+
+def is_connect_session(spark) -> bool:
+    """True when ``spark`` is a Spark Connect session (``pyspark.sql.connect``), False when classic.
+
+    Checked by the class's module, so a classic-only install (no grpc) never imports the Connect client.
+    """
+    return type(spark).__module__.startswith("pyspark.sql.connect")
+
+
 def spark_session(master: str | None = None, app_name: str = "rmqfilter", *, progress: bool = True,
-                  conf: dict[str, str] | None = None):
-    """Get or create a SparkSession ready for rmqfilter.
+                  conf: dict[str, str] | None = None, remote: str | None = None):
+    """Get or create a SparkSession ready for rmqfilter: classic, or Spark Connect with ``remote``.
 
     Sets ``PYSPARK_PYTHON`` to this interpreter unless already set (executors
     must run the Python that has rmqfilter installed), enables Python data
@@ -65,13 +97,29 @@ def spark_session(master: str | None = None, app_name: str = "rmqfilter", *, pro
         one spark-submit configured, or ``local[*]``.
     app_name : str
     progress : bool
-        Keep Spark's console progress bar on (for long stages).
+        Keep Spark's console progress bar on (for long stages; classic sessions only).
     conf : dict, optional
-        Extra Spark settings.
+        Extra Spark settings (under Spark Connect, runtime SQL settings only:
+        the server's own settings were fixed when it started).
+    remote : str, optional
+        A Spark Connect URL instead of ``master`` (docs/spark-connect.md#session):
+        ``sc://host:port`` for a running server, or ``local[2]``-style for a
+        Connect server started in this process. Needs the ``connect`` extra.
+
+    Raises
+    ------
+    ValueError
+        If both ``master`` and ``remote`` are given.
+    ImportError
+        If ``remote`` is given and Spark Connect's client packages are missing.
     """
+    if master is not None and remote is not None:
+        raise ValueError(f"give a Spark master ({master!r}) or a Spark Connect URL ({remote!r}), not both")
+    if remote is not None:
+        require_connect()
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
-    local = master is None or master.startswith("local")
+    local = (remote or master or "local").startswith("local")
     if local:
         # A local session talks only to itself: bind to loopback, not the first
         # network interface Spark would otherwise pick.
@@ -81,22 +129,28 @@ def spark_session(master: str | None = None, app_name: str = "rmqfilter", *, pro
     from pyspark_udfs.functions import register  # lazy: pyspark, see the docstring
 
     builder = SparkSession.builder.appName(app_name)
-    if master is not None:
+    if remote is not None:
+        builder = builder.remote(remote)
+    elif master is not None:
         builder = builder.master(master)
     settings = {
         "spark.sql.python.filterPushdown.enabled": "true",
-        "spark.ui.showConsoleProgress": "true" if progress else "false",
         "spark.sql.shuffle.partitions": "8",
         # Bigger Arrow batches for the UDFs: ~20 % faster than the default 10000 here.
         "spark.sql.execution.arrow.maxRecordsPerBatch": "100000",
     }
-    if local:
-        settings["spark.ui.enabled"] = "false"
+    if remote is None:
+        # Settings of the driver itself: a Connect client cannot change a server's.
+        settings["spark.ui.showConsoleProgress"] = "true" if progress else "false"
+        if local:
+            settings["spark.ui.enabled"] = "false"
     settings.update(conf or {})
     for key, value in settings.items():
         builder = builder.config(key, value)
     spark = builder.getOrCreate()
-    spark.sparkContext.setLogLevel("ERROR")
+    if not is_connect_session(spark):
+        # A Connect session has no SparkContext; its server's log level is the server's.
+        spark.sparkContext.setLogLevel("ERROR")
     register(spark)
     return spark
 
@@ -255,7 +309,8 @@ def scan(spark, store: str, topic: str, group: GroupScan, *, out: str | None = N
     own_log = False
     if on_corrupt == "skip":
         own_log = skipped_log is None
-        log_root = tempfile.mkdtemp(prefix="rmqfilter-skipped-") if own_log else skipped_log
+        # Absolute: the executors' Python may not share this process's working directory (Spark Connect).
+        log_root = tempfile.mkdtemp(prefix="rmqfilter-skipped-") if own_log else os.path.abspath(skipped_log)
         options = {"on_corrupt": "skip", "skipped_log": os.path.join(log_root, "count")}
     t0 = time.perf_counter()
     # Counting needs no CommitLog fields beyond the properties layer 2 reads itself.
@@ -398,7 +453,11 @@ def add_scan_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--out", help="write the messages the group would receive to this directory")
     parser.add_argument("--format", dest="out_format", choices=("parquet", "json"), default="parquet",
                         help="output format (default parquet)")
-    parser.add_argument("--master", help="Spark master URL (default: spark-submit's, or local[*])")
+    where = parser.add_mutually_exclusive_group()
+    where.add_argument("--master", help="Spark master URL (default: spark-submit's, or local[*])")
+    where.add_argument("--remote", metavar="URL",
+                       help="run on Spark Connect: sc://host:port for a running server, or local[2] for one "
+                            "started in this process (needs the connect extra; docs/spark-connect.md#scan-remote)")
     parser.add_argument("--json", dest="json_path", help="also write the summary as JSON to this file")
     parser.add_argument("--layer2", choices=LAYER2_CHOICES, default=LAYER2_DEFAULT,
                         help="where a SQL92 selector runs: native Spark expression, python (in the reader), "
@@ -427,6 +486,16 @@ def run_scan(args: argparse.Namespace) -> int:
     if args.all_groups and args.out:
         print("rmqfilter scan: --out writes one group's messages; give --group", file=sys.stderr)
         return 2
+    remote = args.remote
+    if remote is not None:
+        try:
+            require_connect()
+        except ImportError as exc:
+            print(f"rmqfilter scan: --remote {remote}: {exc}", file=sys.stderr)
+            return 2
+        if not remote.startswith(("sc://", "local")):
+            print(f"rmqfilter scan: --remote {remote!r}: expected sc://host:port or local[N]", file=sys.stderr)
+            return 2
     try:
         if args.sql is not None or args.tags is not None:
             groups = [GroupScan(args.group, sql=args.sql, tags=args.tags)]
@@ -444,7 +513,7 @@ def run_scan(args: argparse.Namespace) -> int:
             print(f"rmqfilter scan: error: {exc}", file=sys.stderr)
             return 2
     owned = owns_session()
-    spark = spark_session(args.master, app_name=f"rmqfilter scan {args.group or 'all groups'}")
+    spark = spark_session(args.master, app_name=f"rmqfilter scan {args.group or 'all groups'}", remote=remote)
     try:
         results = [scan(spark, os.path.abspath(args.store), args.topic, group, out=args.out,
                         out_format=args.out_format, on_corrupt=args.on_corrupt, skipped_log=args.skipped_log,

@@ -5,10 +5,22 @@ Tests never import this module (pytest loads it); plain helpers they import are 
 """
 from __future__ import annotations
 
+import contextlib
+import multiprocessing
 import os
+import re
 import shutil
+import socket
+import subprocess
 import sys
+import time
+import traceback
+import uuid
+from collections.abc import Callable
+from concurrent.futures import ProcessPoolExecutor
+from concurrent.futures.process import BrokenProcessPool
 from pathlib import Path
+from typing import Any
 
 import pytest
 from helpers import DATA
@@ -69,5 +81,254 @@ def spark():
     )
     session.sparkContext.setLogLevel("ERROR")
     pyspark_udfs.register(session)
+    yield session
+    session.stop()
+
+
+# --------------------------------------------------------------------------- Spark Connect
+# A Spark Connect client switches PySpark's whole process into Connect mode (pyspark.sql.functions
+# and the UDF factories then build Connect objects), and SparkSession.builder.remote("local[2]")
+# refuses to start while a classic session exists. So the classic `spark` above stays in this
+# process and the Connect side lives apart: a Connect server (its own JVM, loopback, a free port,
+# an auth token) and one Connect client session in a child Python process that runs the functions
+# the tests hand it. Both start in the background as soon as collection has found a `connect`
+# test, so the server's start and first queries overlap the tests before. See
+# docs/spark-connect.md#tests.
+CONNECT_SERVER_CLASS = "org.apache.spark.sql.connect.service.SparkConnectServer"
+CONNECT_START_SECONDS = 240
+_CONNECT_BACKGROUND: dict[str, Any] = {}  # "server", "session": started by pytest_collection_finish
+
+
+class ConnectServer:
+    """A local Spark Connect server: ``url`` (``sc://localhost:PORT``) and ``token`` for its clients."""
+
+    def __init__(self, log_dir: Path, *, own_dir: bool = False) -> None:
+        """Launch ``SparkConnectServer`` with pip pyspark's ``spark-submit`` (as ``start-connect-server.sh``).
+
+        Binds 127.0.0.1 on a free port (the tests of several worktrees may run at once) and needs a
+        token. Returns at once; :meth:`wait_ready` waits for the server. ``own_dir``: :meth:`close`
+        removes ``log_dir``.
+        """
+        import pyspark
+
+        self.own_dir = own_dir
+        spark_home = os.environ.get("SPARK_HOME") or os.path.dirname(pyspark.__file__)
+        self.log_dir, self.log = log_dir, log_dir / "connect-server.log"
+        self.port, self.token = _free_port(), uuid.uuid4().hex
+        self.url = f"sc://localhost:{self.port}"
+        with open(self.log, "wb") as out:
+            self.process = subprocess.Popen(
+                [os.path.join(spark_home, "bin", "spark-submit"), "--master", "local[2]",
+                 "--class", CONNECT_SERVER_CLASS, "--name", "rmqfilter-tests",
+                 "--conf", "spark.connect.grpc.binding.address=127.0.0.1",
+                 "--conf", f"spark.connect.grpc.binding.port={self.port}",
+                 "--conf", "spark.ui.enabled=false", "--conf", "spark.ui.showConsoleProgress=false",
+                 "--conf", "spark.sql.shuffle.partitions=2", "--conf", "spark.default.parallelism=2",
+                 "--conf", "spark.sql.python.filterPushdown.enabled=true"],
+                env=self.client_env(), cwd=log_dir, stdin=subprocess.DEVNULL, stdout=out,
+                stderr=subprocess.STDOUT, preexec_fn=_die_with_parent)  # noqa: PLW1509  nothing but prctl
+
+    def client_env(self) -> dict[str, str]:
+        """Environment for a client process: the server's token, and no Connect state inherited."""
+        env = {k: v for k, v in os.environ.items()
+               if k not in ("SPARK_REMOTE", "SPARK_LOCAL_REMOTE", "SPARK_CONNECT_MODE_ENABLED")}
+        env["SPARK_CONNECT_AUTHENTICATE_TOKEN"] = self.token
+        return env
+
+    def wait_ready(self) -> bool:
+        """True once the server listens; False if it exited or did not start in time."""
+        return _wait_for_connect_server(self.log, self.port, alive=lambda: self.process.poll() is None)
+
+    def log_tail(self, lines: int = 30) -> str:
+        return "\n".join(self.log.read_text(errors="replace").splitlines()[-lines:])
+
+    def close(self) -> None:
+        """Stop the server and remove its directory if it made it."""
+        self.stop()
+        if self.own_dir:
+            shutil.rmtree(self.log_dir, ignore_errors=True)
+
+    def stop(self) -> None:
+        if self.process.poll() is None:
+            self.process.terminate()
+            try:
+                self.process.wait(60)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+                self.process.wait()
+
+
+def _wait_for_connect_server(log: Path, port: int, alive: Callable[[], bool] = lambda: True) -> bool:
+    started = re.compile(rf"Spark Connect server started at: .*:{port}\b".encode())
+    deadline = time.monotonic() + CONNECT_START_SECONDS
+    while time.monotonic() < deadline and alive():
+        if log.exists() and started.search(log.read_bytes()):
+            return True
+        time.sleep(0.25)
+    return False
+
+
+def _die_with_parent() -> None:
+    """In the server's process before exec: Linux sends it SIGTERM when pytest dies, however it dies."""
+    if sys.platform.startswith("linux"):
+        import ctypes
+        import signal
+
+        ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
+
+
+def _free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def _connect_missing() -> str | None:
+    """Why Spark Connect cannot run here (the connect extra is missing), or None."""
+    from pyspark_udfs.job import require_connect
+
+    try:
+        require_connect()
+    except ImportError as exc:
+        return str(exc)
+    return None
+
+
+def pytest_collection_finish(session) -> None:
+    """Start the Connect server and client in the background when a `connect` test will run."""
+    if session.config.option.collectonly or not any(i.get_closest_marker("connect") for i in session.items):
+        return
+    if _connect_missing() is not None:
+        return  # the fixture fails with the reason
+    import tempfile
+
+    server = ConnectServer(Path(tempfile.mkdtemp(prefix="rmqfilter-connect-")), own_dir=True)
+    _CONNECT_BACKGROUND["server"] = server
+    _CONNECT_BACKGROUND["session"] = ConnectSession(server)
+
+
+def pytest_sessionfinish(session, exitstatus) -> None:
+    """Stop what the background start made if no test took it (deselected by -x, -k...)."""
+    connect_session = _CONNECT_BACKGROUND.pop("session", None)
+    if connect_session is not None:
+        connect_session.stop()
+    server = _CONNECT_BACKGROUND.pop("server", None)
+    if server is not None:
+        server.close()
+
+
+@pytest.fixture(scope="session")
+def connect_server(tmp_path_factory):
+    """One local Spark Connect server for the whole test session (stopped at the end)."""
+    missing = _connect_missing()
+    if missing is not None:
+        pytest.fail(f"Spark Connect tests need the connect extra (pip install -e '.[connect]'): {missing}",
+                    pytrace=False)
+    server = _CONNECT_BACKGROUND.pop("server", None)
+    for _attempt in range(3):  # another process may take the free port before the server binds it
+        if server is None:
+            server = ConnectServer(tmp_path_factory.mktemp("connect"))
+        if server.wait_ready():
+            break
+        server.stop()
+        if b"Address already in use" not in server.log.read_bytes():
+            pytest.fail(f"the Spark Connect server did not start (log {server.log}):\n{server.log_tail()}",
+                        pytrace=False)
+        server.close()
+        server = None
+    else:
+        pytest.fail("the Spark Connect server found no free port in three tries", pytrace=False)
+    yield server
+    server.close()
+
+
+class ConnectCallError(RuntimeError):
+    """An exception raised under Spark Connect, carried back from the client process as text."""
+
+    def __init__(self, type_name: str, message: str, remote_traceback: str) -> None:
+        super().__init__(f"{type_name}: {message}\n\n(in the Spark Connect client process)\n{remote_traceback}")
+        self.type_name, self.message, self.remote_traceback = type_name, message, remote_traceback
+
+    def __reduce__(self):
+        return type(self), (self.type_name, self.message, self.remote_traceback)
+
+
+class ConnectSession:
+    """One Spark Connect session, living in a child process; :meth:`run` calls functions with it.
+
+    ``run(fn, *args)`` is ``fn(session, *args)`` there: ``fn`` must be importable (a module-level
+    function) and its arguments and result picklable, so tests return plain rows, counts and text.
+    The same ``fn`` run with the classic ``spark`` fixture gives the result to compare with.
+    The child connects once the server is up and runs a first query at once (:func:`_warm_up`).
+    """
+
+    def __init__(self, server: ConnectServer) -> None:
+        self.server = server
+        self._pool = ProcessPoolExecutor(1, mp_context=multiprocessing.get_context("spawn"),
+                                         initializer=_connect_child_start,
+                                         initargs=(server.url, server.token, server.log, server.port))
+        self._warm = self._pool.submit(_connect_child_call, _warm_up, (), {})
+
+    def run(self, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
+        self._warm.result(timeout=CONNECT_START_SECONDS + 600)
+        return self._pool.submit(_connect_child_call, fn, args, kwargs).result(timeout=600)
+
+    def stop(self) -> None:
+        try:
+            with contextlib.suppress(BrokenProcessPool):  # a child that never connected has nothing to stop
+                self._pool.submit(_connect_child_stop).result(timeout=120)
+        finally:
+            self._pool.shutdown(cancel_futures=True)
+
+
+_CONNECT_SESSION = None  # the child process's Spark Connect session
+
+
+def _connect_child_start(url: str, token: str, log: Path, port: int) -> None:
+    global _CONNECT_SESSION
+    os.environ["SPARK_CONNECT_AUTHENTICATE_TOKEN"] = token
+    # Imported before the session exists, as a user's script may: nothing in pyspark_udfs may
+    # bind a UDF or Column to the API mode of import time.
+    from pyspark.sql import SparkSession
+
+    import pyspark_udfs
+    import pyspark_udfs.functions
+
+    if not _wait_for_connect_server(log, port):
+        raise RuntimeError(f"the Spark Connect server did not start (log {log})")
+    _CONNECT_SESSION = SparkSession.builder.remote(url).getOrCreate()
+    pyspark_udfs.register(_CONNECT_SESSION)
+
+
+def _warm_up(spark) -> None:
+    """A first query (data source, Arrow UDF), so the server's Python workers start in the background."""
+    from pyspark.sql import functions as F
+
+    from pyspark_udfs import tags_code
+
+    spark.read.format("rocketmq").load(str(DATA / "golden_store")).agg(F.sum(tags_code("tags"))).first()
+
+
+def _connect_child_call(fn: Callable[..., Any], args: tuple, kwargs: dict) -> Any:
+    try:
+        return fn(_CONNECT_SESSION, *args, **kwargs)
+    except Exception as exc:  # noqa: BLE001  PySpark's Connect exceptions do not all pickle: send their text
+        raise ConnectCallError(f"{type(exc).__module__}.{type(exc).__qualname__}", str(exc),
+                               traceback.format_exc()) from None
+
+
+def _connect_child_stop() -> None:
+    if _CONNECT_SESSION is not None:
+        _CONNECT_SESSION.stop()
+
+
+@pytest.fixture(scope="session")
+def connect_spark(connect_server):
+    """One Spark Connect session for the whole test session, in a child process (:class:`ConnectSession`)."""
+    session = _CONNECT_BACKGROUND.pop("session", None)
+    if session is None or session.server is not connect_server:  # the server was started again
+        if session is not None:
+            session.stop()
+        session = ConnectSession(connect_server)
     yield session
     session.stop()

@@ -1,0 +1,51 @@
+"""``rmqfilter scan --remote``'s checks that need no Spark: the connect extra, the URL, ``--master``.
+
+Running it against a Spark Connect server: tests/test_spark_connect.py.
+"""
+from __future__ import annotations
+
+import sys
+
+import pytest
+from conftest import DATA
+
+STORE = str(DATA / "golden_store")
+TOPIC = "GoldenFilterTopic"
+
+
+def test_cli_scan_remote_without_the_connect_extra_says_what_to_install(monkeypatch, capsys):
+    from pyspark_udfs import cli
+
+    monkeypatch.setitem(sys.modules, "grpc", None)  # as if grpcio were not installed
+    code = cli.main(["scan", STORE, "--topic", TOPIC, "--group", "G", "--tags", "TagA",
+                     "--remote", "sc://localhost:15002"])
+    assert code == 2
+    err = capsys.readouterr().err
+    assert "--remote sc://localhost:15002" in err and "rmqfilter[connect]" in err and "'grpc'" in err
+
+
+def test_cli_scan_remote_and_master_exclude_each_other(capsys):
+    from pyspark_udfs import cli
+
+    with pytest.raises(SystemExit) as info:
+        cli.main(["scan", STORE, "--topic", TOPIC, "--group", "G", "--tags", "TagA",
+                  "--master", "local[2]", "--remote", "sc://localhost:15002"])
+    assert info.value.code == 2
+    assert "not allowed with argument" in capsys.readouterr().err
+
+
+def test_cli_scan_remote_rejects_a_url_that_is_not_spark_connect(capsys):
+    from pyspark_udfs import cli
+
+    code = cli.main(["scan", STORE, "--topic", TOPIC, "--group", "G", "--tags", "TagA",
+                     "--remote", "spark://host:7077"])
+    assert code == 2
+    assert "expected sc://host:port or local[N]" in capsys.readouterr().err
+
+
+def test_spark_session_refuses_master_and_remote_together():
+    from pyspark_udfs.job import spark_session
+
+    with pytest.raises(ValueError, match="not both"):
+        spark_session("local[2]", remote="sc://localhost:15002")
+
