@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from helpers import DATA
+from helpers import DATA, ConnectCallError
 from hypothesis import settings
 
 # Spark starts its Python workers with PYSPARK_PYTHON; they must be this interpreter.
@@ -240,17 +240,6 @@ def connect_server(tmp_path_factory):
         pytest.fail("the Spark Connect server found no free port in three tries", pytrace=False)
     yield server
     server.close()
-
-
-class ConnectCallError(RuntimeError):
-    """An exception raised under Spark Connect, carried back from the client process as text."""
-
-    def __init__(self, type_name: str, message: str, remote_traceback: str) -> None:
-        super().__init__(f"{type_name}: {message}\n\n(in the Spark Connect client process)\n{remote_traceback}")
-        self.type_name, self.message, self.remote_traceback = type_name, message, remote_traceback
-
-    def __reduce__(self):
-        return type(self), (self.type_name, self.message, self.remote_traceback)
 
 
 class ConnectSession:

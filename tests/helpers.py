@@ -27,3 +27,14 @@ def patch_file(path, offset: int, data: bytes) -> None:
     with open(path, "r+b") as f:
         f.seek(offset)
         f.write(data)
+
+
+class ConnectCallError(RuntimeError):
+    """An exception raised under Spark Connect, carried back from the client process as text."""
+
+    def __init__(self, type_name: str, message: str, remote_traceback: str) -> None:
+        super().__init__(f"{type_name}: {message}\n\n(in the Spark Connect client process)\n{remote_traceback}")
+        self.type_name, self.message, self.remote_traceback = type_name, message, remote_traceback
+
+    def __reduce__(self):
+        return type(self), (self.type_name, self.message, self.remote_traceback)

@@ -18,7 +18,7 @@ import subprocess
 import sys
 
 import pytest
-from conftest import DATA, ConnectCallError, load_jsonl
+from helpers import DATA, ConnectCallError, load_jsonl
 
 pytestmark = [pytest.mark.spark, pytest.mark.connect]
 
