@@ -939,11 +939,13 @@ class StoreWriter:
             pa = None
         if pa is not None:
             props = columns.arrow("properties")
-            if len(rows) < len(columns):
+            # most rows asked for: evaluate every row and pick (cheaper than copying the map with take)
+            pick = rows if 2 * len(rows) >= len(columns) else None
+            if pick is None and len(rows) < len(columns):
                 props = props.take(pa.array(rows))
             for group in groups.values():
-                hit = group.selector.matches_arrow(props).to_numpy(zero_copy_only=False)
-                bitmaps[np.asarray(hit, dtype=bool)] |= group.bits
+                hit = np.asarray(group.selector.matches_arrow(props).to_numpy(zero_copy_only=False), dtype=bool)
+                bitmaps[hit if pick is None else hit[pick]] |= group.bits
             return bitmaps
         dicts = columns.dicts()
         props_rows = [dicts[i] for i in rows.tolist()]

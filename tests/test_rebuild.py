@@ -4,6 +4,7 @@ per-message reader (``cq.rebuild._dispatch_messages``), on records the sample st
 from __future__ import annotations
 
 import shutil
+import sys
 from pathlib import Path
 
 import pytest
@@ -135,3 +136,13 @@ def test_corrupt_source_raises_the_readers_error(stores, tmp_path):
     assert (str(got.value), got.value.path, got.value.offset) == (str(want.value), want.value.path,
                                                                   want.value.offset)
     assert got.value.path == str(path) and got.value.offset == victim
+
+
+def test_rebuild_without_pyarrow_evaluates_over_dicts(stores, tmp_path, monkeypatch):
+    """cq does not need pyarrow: without it the selectors run over property dicts, same store."""
+    plain, expected = stores
+    monkeypatch.setitem(sys.modules, "pyarrow", None)  # import pyarrow raises ImportError
+    with pytest.raises(ImportError):
+        import pyarrow  # noqa: F401
+    rebuild_bitmaps(plain, tmp_path / "out", GROUPS)
+    assert_same_store(tmp_path / "out", expected)
