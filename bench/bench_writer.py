@@ -6,7 +6,11 @@
 - the obvious alternative: a straightforward loop over ``cq.format.encode_record`` /
   ``encode_cq_unit`` / ``encode_ext_unit`` that evaluates every group's selector on every
   message and writes each piece with ``file.write`` (it produces the same bytes: checked);
-- ``generate_sample_store``: the ``rmqfilter gen-store`` path end to end.
+- ``generate_sample_store``: the ``rmqfilter gen-store`` path end to end;
+- ``rebuild_bitmaps`` (the CommitLog read through ``column_batches``, tag codes and bitmaps
+  per batch over the decoded columns) beside its former per-message reader (one ``cq.Message``
+  and one properties dict per record), kept reachable as ``cq.rebuild._dispatch_messages``;
+  both write the same bytes (checked).
 
 Messages are the sample store's: three topics, Zipf-like tags, four properties,
 three SQL92 groups on the main topic, ext units on.
@@ -25,9 +29,9 @@ import pytest
 import bloom
 import selector
 from cq import format as fmt
-from cq import tags_code
+from cq import rebuild, tags_code
 from cq.sample import SAMPLE_GROUPS, SAMPLE_TOPICS, _sample_messages, generate_sample_store
-from cq.writer import StoreWriter
+from cq.writer import DEFAULT_MESSAGE_DELAY_LEVEL, StoreWriter
 
 N_MESSAGES = 50_000
 QUEUES = {t: (4 if i == 0 else 2) for i, t in enumerate(SAMPLE_TOPICS)}
@@ -186,3 +190,51 @@ def test_generate_sample_store(benchmark, scratch):
     benchmark.group = "gen-store end to end"
     benchmark.extra_info.update(items=n, role="ours")
     benchmark.pedantic(lambda: generate_sample_store(scratch(), messages=n, seed=1), rounds=2, iterations=1)
+
+
+# ------------------------------------------------------------ rebuild bitmaps
+REBUILD_MESSAGES = 100_000
+
+
+@pytest.fixture(scope="module")
+def rebuild_source():
+    """A sample store whose bitmaps are rebuilt for its three groups (sources are only read)."""
+    root = Path(tempfile.mkdtemp(prefix="rmq-bench-rebuild-"))
+    generate_sample_store(root / "src", messages=REBUILD_MESSAGES, seed=3)
+    yield root / "src"
+    shutil.rmtree(root, ignore_errors=True)
+
+
+def _rebuild_groups() -> list[tuple[str, str, str]]:
+    return [(SAMPLE_TOPICS[0], group, sql) for group, sql in SAMPLE_GROUPS]
+
+
+def _rebuild_per_message(source: Path, dest: Path) -> None:
+    """The former reader of ``rebuild_bitmaps``: one ``cq.Message`` and one properties dict per record,
+    bitmaps with ``matches_many`` over the dicts."""
+    rebuild._rebuild(str(source), str(dest), rebuild._as_groups(_rebuild_groups()), rebuild._dispatch_messages,
+                     64 << 20, fmt.DEFAULT_CONSUME_QUEUE_FILE_SIZE, fmt.DEFAULT_EXT_FILE_SIZE, None,
+                     DEFAULT_MESSAGE_DELAY_LEVEL, None)
+
+
+def test_rebuild_paths_write_the_same_bytes(rebuild_source, scratch):
+    a, b = scratch(), scratch()
+    rebuild.rebuild_bitmaps(rebuild_source, a, _rebuild_groups())
+    _rebuild_per_message(rebuild_source, b)
+    for sub in ("commitlog", "consumequeue", "consumequeue_ext"):
+        for path in sorted((a / sub).rglob("*")):
+            if path.is_file():
+                assert path.read_bytes() == (b / path.relative_to(a)).read_bytes(), path
+
+
+def test_rebuild_bitmaps_columns(benchmark, rebuild_source, scratch):
+    benchmark.group = f"rebuild_bitmaps, {REBUILD_MESSAGES} sample records, 3 SQL92 groups"
+    benchmark.extra_info.update(items=REBUILD_MESSAGES, role="ours")
+    benchmark.pedantic(lambda: rebuild.rebuild_bitmaps(rebuild_source, scratch(), _rebuild_groups()),
+                       rounds=3, iterations=1)
+
+
+def test_rebuild_bitmaps_per_message_alternative(benchmark, rebuild_source, scratch):
+    benchmark.group = f"rebuild_bitmaps, {REBUILD_MESSAGES} sample records, 3 SQL92 groups"
+    benchmark.extra_info.update(items=REBUILD_MESSAGES, role="alternative")
+    benchmark.pedantic(lambda: _rebuild_per_message(rebuild_source, scratch()), rounds=3, iterations=1)

@@ -8,6 +8,10 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+import numpy as np
+
+from .columns import MessageColumns
+from .commitlog import CommitLog
 from .errors import StoreFormatError
 from .format import (
     COMMIT_LOG_DIR,
@@ -15,12 +19,14 @@ from .format import (
     CONSUME_QUEUE_EXT_DIR,
     DEFAULT_CONSUME_QUEUE_FILE_SIZE,
     DEFAULT_EXT_FILE_SIZE,
+    SCHEDULE_TOPIC,
     TRANSACTION_COMMIT_TYPE,
     TRANSACTION_NOT_TYPE,
     TRANSACTION_TYPE_MASK,
     list_queue_files,
 )
 from .store import Store
+from .tags import tags_code_utf8
 from .writer import BATCH_SIZE, DEFAULT_MESSAGE_DELAY_LEVEL, SqlGroup, StoreWriter, _Prepared
 
 __all__ = ["RebuildResult", "rebuild_bitmaps"]
@@ -122,28 +128,30 @@ def rebuild_bitmaps(
                     return size
         return default
 
+    return _rebuild(source, dest, specs, _dispatch_batches, commit_log_file_size,
+                    consume_queue_file_size or first_size(CONSUME_QUEUE_DIR, DEFAULT_CONSUME_QUEUE_FILE_SIZE),
+                    ext_file_size or first_size(CONSUME_QUEUE_EXT_DIR, DEFAULT_EXT_FILE_SIZE),
+                    bloom_filter, message_delay_level, progress)
+
+
+#: How a rebuild reads and dispatches the source CommitLog: ``(log, writer, progress) ->
+#: (records read, records dispatched, lowest STORETIMESTAMP or None)``.
+_Dispatcher = Callable[[CommitLog, StoreWriter, Callable[[int], None] | None], tuple[int, int, int | None]]
+
+
+def _rebuild(source: str, dest: str, specs: list[SqlGroup], dispatcher: _Dispatcher, commit_log_file_size: int,
+             consume_queue_file_size: int, ext_file_size: int, bloom_filter: Any, message_delay_level: str,
+             progress: Callable[[int], None] | None) -> RebuildResult:
+    """Create the writer, copy the CommitLog files, dispatch every record with ``dispatcher``."""
+    log_files = list_queue_files(os.path.join(source, COMMIT_LOG_DIR))
     store = Store(source)
     writer = None
-    messages = dispatched = 0
-    batch: list[tuple[_Prepared, int, int]] = []
-
-    def flush_batch() -> None:
-        nonlocal dispatched
-        prepared = [p for p, _, _ in batch]
-        for (p, phys, qoff), bitmap in zip(batch, writer._bitmaps(prepared)):
-            if p.dispatch:
-                state = writer._queue(p.topic, p.queue_id)
-                writer._dispatch(state, phys, p.size, p.tags_code, p.store_timestamp, bitmap, queue_offset=qoff)
-                dispatched += 1
-        batch.clear()
-
     try:
         writer = StoreWriter(
             dest,
             commit_log_file_size=max(commit_log_file_size, 64),
-            consume_queue_file_size=consume_queue_file_size
-            or first_size(CONSUME_QUEUE_DIR, DEFAULT_CONSUME_QUEUE_FILE_SIZE),
-            ext_file_size=ext_file_size or first_size(CONSUME_QUEUE_EXT_DIR, DEFAULT_EXT_FILE_SIZE),
+            consume_queue_file_size=consume_queue_file_size,
+            ext_file_size=ext_file_size,
             enable_ext=True,
             bloom_filter=bloom_filter,
             message_delay_level=message_delay_level,
@@ -153,29 +161,7 @@ def rebuild_bitmaps(
         os.makedirs(os.path.join(dest, COMMIT_LOG_DIR), exist_ok=True)
         for _start, path in log_files:
             shutil.copyfile(path, os.path.join(dest, COMMIT_LOG_DIR, os.path.basename(path)))
-        first_store_time = None
-        for msg in store.commit_log.messages(strict=True):
-            messages += 1
-            if first_store_time is None or msg.store_timestamp < first_store_time:
-                first_store_time = msg.store_timestamp
-            transaction = msg.sys_flag & TRANSACTION_TYPE_MASK
-            props = msg.properties or {}
-            try:
-                code = writer._dispatch_tags_code(msg.topic, props, msg.store_timestamp)
-            except ValueError:
-                continue  # the broker's dispatch fails on such a record: it gets no unit
-            p = _Prepared(
-                msg.topic, msg.queue_id, b"", transaction in (TRANSACTION_NOT_TYPE, TRANSACTION_COMMIT_TYPE),
-                code, msg.store_timestamp, props,
-            )
-            p.size = msg.store_size
-            batch.append((p, msg.commit_log_offset, msg.queue_offset))
-            if len(batch) >= BATCH_SIZE:
-                flush_batch()
-                if progress is not None:
-                    progress(messages)
-        if batch:
-            flush_batch()
+        messages, dispatched, first_store_time = dispatcher(store.commit_log, writer, progress)
         if first_store_time is not None:
             # every message got the groups' bits: their filter data is older than all of them
             # (isMsgInLive), which consumerFilter.json's bornTime must say
@@ -188,3 +174,165 @@ def rebuild_bitmaps(
     if progress is not None:
         progress(messages)
     return RebuildResult(messages, dispatched, specs)
+
+
+#: The record fields a re-dispatch reads.
+_DISPATCH_FIELDS = ("store_size", "queue_id", "queue_offset", "commit_log_offset", "sys_flag", "store_timestamp",
+                    "topic", "properties", "tags")
+#: Records decoded per batch.
+_BATCH_RECORDS = 65536
+
+
+def _dispatch_batches(log: CommitLog, writer: StoreWriter,
+                      progress: Callable[[int], None] | None) -> tuple[int, int, int | None]:
+    """Re-dispatch every record of ``log`` from :meth:`CommitLog.column_batches`: the rebuild's reader.
+
+    Per batch, tag codes (``tags_code_utf8``) and bitmaps (the selectors over the
+    Arrow properties map, :meth:`StoreWriter._bitmaps_columns`) are array
+    operations; only ``SCHEDULE_TOPIC_XXXX`` records go through
+    :meth:`StoreWriter._dispatch_tags_code` one by one (their DELAY level). Then
+    each unit is written in log order.
+    """
+    messages = dispatched = 0
+    first_store_time = None
+    for cols in log.column_batches(_DISPATCH_FIELDS, strict=True, batch_records=_BATCH_RECORDS):
+        n = len(cols)
+        c = cols.columns
+        messages += n
+        stamps = c["store_timestamp"]
+        low = int(stamps.min())
+        first_store_time = low if first_store_time is None else min(first_store_time, low)
+        transaction = c["sys_flag"] & TRANSACTION_TYPE_MASK
+        dispatch = (transaction == TRANSACTION_NOT_TYPE) | (transaction == TRANSACTION_COMMIT_TYPE)
+        topic_ids, topics = _factorize(*c["topic"][:2])
+        codes = tags_code_utf8(*c["tags"]).astype(np.int64)
+        if SCHEDULE_TOPIC in topics:  # the DELAY level decides the code: the writer's rule, record by record
+            for i in np.flatnonzero(topic_ids == topics.index(SCHEDULE_TOPIC)).tolist():
+                try:
+                    codes[i] = writer._dispatch_tags_code(SCHEDULE_TOPIC, cols.value("properties", i),
+                                                          int(stamps[i]))
+                except ValueError:
+                    dispatch[i] = False  # the broker's dispatch fails on such a record: it gets no unit
+        rows = np.flatnonzero(dispatch)
+        if len(rows):
+            dispatched += len(rows)
+            _dispatch_rows(writer, cols, rows, topic_ids, topics, codes)
+        if progress is not None:
+            progress(messages)
+    return messages, dispatched, first_store_time
+
+
+def _dispatch_rows(writer: StoreWriter, cols: MessageColumns, rows: np.ndarray, topic_ids: np.ndarray,
+                   topics: list[str], codes: np.ndarray) -> None:
+    """Write the ext and ConsumeQueue units of ``rows`` (in log order)."""
+    c = cols.columns
+    row_topics = topic_ids[rows]
+    # each distinct bitmap becomes bytes once; index 0 is "no bitmap" (no group on the topic)
+    bitmap_table: list[bytes | None] = [None]
+    bitmap_index = np.zeros(len(rows), dtype=np.int64)
+    for t, topic in enumerate(topics):
+        sel = np.flatnonzero(row_topics == t)
+        bitmaps = writer._bitmaps_columns(topic, cols, rows[sel]) if len(sel) else None
+        if bitmaps is None:
+            continue
+        first, inverse = _distinct_rows(bitmaps)
+        bitmap_index[sel] = len(bitmap_table) + inverse
+        bitmap_table.extend(bitmaps[i].tobytes() for i in first.tolist())
+    # queue states, created in the order of their first record as the per-record path does
+    queue_ids = c["queue_id"][rows]
+    keys = (row_topics.astype(np.int64) << 32) | (queue_ids.astype(np.int64) & 0xFFFFFFFF)
+    _keys, first, key_index = np.unique(keys, return_index=True, return_inverse=True)
+    states: list[Any] = [None] * len(first)
+    for k in np.argsort(first, kind="stable").tolist():
+        i = int(first[k])
+        states[k] = writer._queue(topics[int(row_topics[i])], int(queue_ids[i]))
+    dispatch_unit = writer._dispatch
+    for k, phys, size, code, stamp, b, qoff in zip(
+        key_index.tolist(), c["commit_log_offset"][rows].tolist(), c["store_size"][rows].tolist(),
+        codes[rows].tolist(), c["store_timestamp"][rows].tolist(), bitmap_index.tolist(),
+        c["queue_offset"][rows].tolist(),
+    ):
+        dispatch_unit(states[k], phys, size, code, stamp, bitmap_table[b], queue_offset=qoff)
+
+
+def _factorize(offsets: np.ndarray, data: np.ndarray) -> tuple[np.ndarray, list[str]]:
+    """Codes of a text column: ``(code per row, distinct values)``, values decoded once each."""
+    n = len(offsets) - 1
+    lengths = np.diff(offsets).astype(np.int64)
+    width = int(lengths.max()) if n else 0
+    # one row per value: its length (4 bytes) then its bytes, zero padded; equal rows are equal values
+    matrix = np.zeros((n, width + 4), dtype=np.uint8)
+    matrix[:, :4] = lengths.astype(">i4").view(np.uint8).reshape(n, 4)
+    row = np.repeat(np.arange(n), lengths)
+    col = np.arange(int(lengths.sum())) - np.repeat(offsets[:-1].astype(np.int64) - offsets[0], lengths)
+    matrix[row, col + 4] = data[int(offsets[0]):int(offsets[-1])]
+    first, codes = _distinct_rows(matrix)
+    values = [data[offsets[i]:offsets[i + 1]].tobytes().decode() for i in first.tolist()]
+    return codes, values
+
+
+def _distinct_rows(matrix: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Distinct rows of a 2-D uint8 array: ``(row of each distinct value's first occurrence, code per row)``.
+
+    The rows are compared as uint64 words with one ``lexsort`` (``np.unique(axis=0)``
+    sorts a structured view and is an order of magnitude slower).
+    """
+    n, width = matrix.shape
+    if n == 0:
+        return np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.int64)
+    words = np.zeros((n, -(-width // 8) * 8 or 8), dtype=np.uint8)
+    words[:, :width] = matrix
+    words = words.view(np.uint64)
+    order = np.lexsort(words.T[::-1])  # stable: equal rows keep their input order
+    ranked = words[order]
+    new = np.ones(n, dtype=bool)
+    new[1:] = (ranked[1:] != ranked[:-1]).any(axis=1)
+    codes = np.empty(n, dtype=np.int64)
+    codes[order] = np.cumsum(new) - 1
+    return order[new], codes
+
+
+def _dispatch_messages(log: CommitLog, writer: StoreWriter,
+                       progress: Callable[[int], None] | None) -> tuple[int, int, int | None]:
+    """Re-dispatch every record of ``log`` one :class:`cq.Message` at a time (the former reader).
+
+    Kept as the alternative :func:`_dispatch_batches` is measured against
+    (bench/bench_writer.py) and checked against (tests/test_rebuild.py).
+    """
+    messages = dispatched = 0
+    first_store_time = None
+    batch: list[tuple[_Prepared, int, int]] = []
+
+    def flush_batch() -> None:
+        nonlocal dispatched
+        prepared = [p for p, _, _ in batch]
+        for (p, phys, qoff), bitmap in zip(batch, writer._bitmaps(prepared)):
+            if p.dispatch:
+                state = writer._queue(p.topic, p.queue_id)
+                writer._dispatch(state, phys, p.size, p.tags_code, p.store_timestamp, bitmap, queue_offset=qoff)
+                dispatched += 1
+        batch.clear()
+
+    for msg in log.messages(strict=True):
+        messages += 1
+        if first_store_time is None or msg.store_timestamp < first_store_time:
+            first_store_time = msg.store_timestamp
+        transaction = msg.sys_flag & TRANSACTION_TYPE_MASK
+        props = msg.properties or {}
+        try:
+            code = writer._dispatch_tags_code(msg.topic, props, msg.store_timestamp)
+        except ValueError:
+            continue  # the broker's dispatch fails on such a record: it gets no unit
+        p = _Prepared(
+            msg.topic, msg.queue_id, b"", transaction in (TRANSACTION_NOT_TYPE, TRANSACTION_COMMIT_TYPE),
+            code, msg.store_timestamp, props,
+        )
+        p.size = msg.store_size
+        batch.append((p, msg.commit_log_offset, msg.queue_offset))
+        if len(batch) >= BATCH_SIZE:
+            flush_batch()
+            if progress is not None:
+                progress(messages)
+    if batch:
+        flush_batch()
+    return messages, dispatched, first_store_time

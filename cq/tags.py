@@ -85,10 +85,7 @@ def tags_code_many(tags) -> np.ndarray:
     """
     mod = type(tags).__module__ or ""
     if mod.startswith("pyarrow"):
-        offsets, data, valid = _arrow_string_buffers(tags)
-        return _tags.tags_code_many_utf8(
-            np.ascontiguousarray(offsets), np.ascontiguousarray(data), np.ascontiguousarray(valid)
-        )
+        return tags_code_utf8(*_arrow_string_buffers(tags))
     if isinstance(tags, np.ndarray):
         tags = tags.tolist()
     elif not isinstance(tags, (list, tuple)):
@@ -96,6 +93,35 @@ def tags_code_many(tags) -> np.ndarray:
             raise TypeError(f"tags_code_many() expects a sequence of str/None, got {type(tags).__name__}")
         tags = list(tags)  # pandas Series, generators, ...
     return _tags.tags_code_many_str(tags)
+
+
+def tags_code_utf8(offsets: np.ndarray, data: np.ndarray, valid: np.ndarray | None = None) -> np.ndarray:
+    """Tag hash codes of a string column in Arrow layout, without a Python object per row.
+
+    Parameters
+    ----------
+    offsets : numpy.ndarray of int
+        N + 1 offsets into ``data``.
+    data : numpy.ndarray of uint8
+        The UTF-8 bytes (a decoded ``tags`` column of :class:`cq.columns.MessageColumns`).
+    valid : numpy.ndarray of uint8 or bool, optional
+        N flags, 0 where the value is null (code 0); default every row valid.
+
+    Returns
+    -------
+    numpy.ndarray
+        int32 array, element i = ``tags_code`` of row i.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> tags_code_utf8(np.array([0, 4, 4]), np.frombuffer(b"TagA", np.uint8), np.array([1, 0], np.uint8)).tolist()
+    [2598919, 0]
+    """
+    offsets = np.ascontiguousarray(offsets, dtype=np.int64)
+    n = len(offsets) - 1
+    valid = np.ones(n, np.uint8) if valid is None else np.ascontiguousarray(valid, dtype=np.uint8)
+    return _tags.tags_code_many_utf8(offsets, np.ascontiguousarray(data, dtype=np.uint8), valid)
 
 
 @dataclass(frozen=True)

@@ -139,6 +139,8 @@ from .tags import tags_code
 if TYPE_CHECKING:
     from typing_extensions import Self  # typing only: not a run-time dependency
 
+    from .columns import MessageColumns
+
 __all__ = [
     "DEFAULT_MESSAGE_DELAY_LEVEL",
     "DEFAULT_STORE_HOST",
@@ -903,6 +905,53 @@ class StoreWriter:
             for j, i in enumerate(idx):
                 out[i] = bitmaps[j].tobytes()
         return out
+
+    def _bitmaps_columns(self, topic: str, columns: MessageColumns, rows: np.ndarray) -> np.ndarray | None:
+        """:meth:`_bitmaps` over decoded records: the columnar form :func:`cq.rebuild.rebuild_bitmaps` uses.
+
+        Parameters
+        ----------
+        topic : str
+            The physical topic of every row in ``rows``.
+        columns : cq.columns.MessageColumns
+            Decoded records holding ``properties``.
+        rows : numpy.ndarray of int
+            Rows of ``columns`` that get a unit (NOT_TYPE and COMMIT records of ``topic``).
+
+        Returns
+        -------
+        numpy.ndarray or None
+            ``(len(rows), bit_map_size)`` uint8 bitmaps, row j that of ``rows[j]``;
+            None when no group is registered for ``topic`` (the record gets no bitmap).
+            Each selector runs over the Arrow ``map<string, string>`` properties
+            (``Selector.matches_arrow``), no dict per record; without pyarrow over
+            property dicts, as :meth:`_bitmaps` does.
+        """
+        groups = self._groups.get(topic)
+        if not groups:
+            return None
+        bitmaps = np.zeros((len(rows), self.bit_map_size), dtype=np.uint8)
+        if not len(rows):
+            return bitmaps
+        try:
+            import pyarrow as pa  # lazy: pyarrow is optional (the spark extra); without it, dicts below
+        except ImportError:
+            pa = None
+        if pa is not None:
+            props = columns.arrow("properties")
+            # most rows asked for: evaluate every row and pick (cheaper than copying the map with take)
+            pick = rows if 2 * len(rows) >= len(columns) else None
+            if pick is None and len(rows) < len(columns):
+                props = props.take(pa.array(rows))
+            for group in groups.values():
+                hit = np.asarray(group.selector.matches_arrow(props).to_numpy(zero_copy_only=False), dtype=bool)
+                bitmaps[hit if pick is None else hit[pick]] |= group.bits
+            return bitmaps
+        dicts = columns.dicts()
+        props_rows = [dicts[i] for i in rows.tolist()]
+        for group in groups.values():
+            bitmaps[np.asarray(group.selector.matches_many(props_rows), dtype=bool)] |= group.bits
+        return bitmaps
 
     def _write(self, batch: Sequence[_Prepared], *, collect: bool) -> list[AppendResult]:
         self._finish_recovery()

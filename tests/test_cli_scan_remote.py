@@ -7,7 +7,7 @@ from __future__ import annotations
 import sys
 
 import pytest
-from conftest import DATA
+from helpers import DATA
 
 STORE = str(DATA / "golden_store")
 TOPIC = "GoldenFilterTopic"

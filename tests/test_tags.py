@@ -125,3 +125,19 @@ def test_many_accepts_any_iterable_and_pandas():
     assert cq.tags_code_many(np.array(tags, dtype=object)).tolist() == want
     pd = pytest.importorskip("pandas")
     assert cq.tags_code_many(pd.Series(tags)).tolist() == want
+
+
+def test_utf8_buffers_match_single_without_pyarrow():
+    """tags_code_utf8 reads a decoded tags column (Arrow layout in numpy): what rebuild_bitmaps hashes."""
+    from cq.tags import tags_code_utf8
+
+    good = [c for c in CASES if not any(0xD800 <= ord(ch) <= 0xDFFF for ch in c["s"])]
+    tags = [c["s"] for c in good] + [None, ""]
+    raw = [(t or "").encode() for t in tags]
+    offsets = np.concatenate([[0], np.cumsum([len(r) for r in raw])]).astype(np.int32)
+    data = np.frombuffer(b"".join(raw), dtype=np.uint8)
+    valid = np.array([t is not None for t in tags], dtype=np.uint8)
+    want = [c["hashcode"] for c in good] + [0, 0]
+    assert tags_code_utf8(offsets, data, valid).tolist() == want
+    assert tags_code_utf8(offsets, data).tolist() == want
+    assert tags_code_utf8(offsets[3:], data).tolist() == want[3:]  # offsets need not start at 0
