@@ -6,7 +6,10 @@ from __future__ import annotations
 
 import contextlib
 import mmap
+import os
 import threading
+
+import numpy as np
 
 from . import format as fmt
 from .errors import StoreFileDeleted
@@ -35,10 +38,6 @@ class MappedFileQueue:
 
     def _open(self, directory, file_size: int | None, kind: str, unit: int | None = None) -> None:
         """List and check the queue's files (docs/formats.md#mapped-file-queues); nothing is mapped yet."""
-        import os
-
-        import numpy as np
-
         self.directory = os.fspath(directory)
         self._kind, self._unit = kind, unit or 1
         self._files, self.file_size = self._list_files(file_size)
@@ -65,8 +64,6 @@ class MappedFileQueue:
         still mapped stays readable until released. Not to be called while
         another thread reads through this reader.
         """
-        import numpy as np
-
         files, size = self._list_files(self.file_size or None)
         old = self._files
         if files == old:

@@ -114,13 +114,13 @@ class Message:
                 return zlib.decompress(self.body)
             if ctype == fmt.COMPRESSION_LZ4:
                 try:
-                    import lz4.frame
+                    import lz4.frame  # lazy: an optional codec, needed only for LZ4 bodies
                 except ImportError as exc:
                     raise ImportError("body is LZ4-compressed: pip install lz4 to read it") from exc
                 return lz4.frame.decompress(self.body)
             if ctype == fmt.COMPRESSION_ZSTD:
                 try:
-                    import zstandard
+                    import zstandard  # lazy: an optional codec, needed only for ZSTD bodies
                 except ImportError as exc:
                     raise ImportError("body is ZSTD-compressed: pip install zstandard to read it") from exc
                 return zstandard.ZstdDecompressor().decompress(self.body)
@@ -719,8 +719,6 @@ class CommitLog(MappedFileQueue):
         Raises :class:`StoreFormatError` naming the file and offset of the first
         record that is not valid.
         """
-        from .scan import _scan
-
         offs = np.asarray(physical_offsets, dtype=np.int64)
         out: list = [None] * len(offs)
         if not len(offs):

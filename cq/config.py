@@ -29,6 +29,7 @@ from dataclasses import dataclass
 from typing import Any, TypeVar
 
 import bloom
+import selector
 
 from .errors import StoreFormatError
 from .filter import SqlFilter, TagFilter
@@ -530,8 +531,6 @@ class RegisteredFilter:
             expression and lets every message through both layers: a :class:`cq.TagFilter`
             without subscription is returned and a :class:`ConfigWarning` names the group.
         """
-        import selector  # when a filter is built, as cq.filter imports it: `import cq` stays light
-
         if isinstance(bloom_filter, str):
             bloom_filter = bloom.BloomFilter()
         problem = None

@@ -8,6 +8,8 @@ from dataclasses import dataclass, fields
 
 import numpy as np
 
+import bloom
+
 from . import backlog as _backlog
 from . import config as cfg
 from . import format as fmt
@@ -603,8 +605,6 @@ class Store:
         if sql is not None and tags is not None:
             raise ValueError("give sql or tags, not both")
         if bloom_filter == "default":
-            import bloom
-
             bloom_filter = bloom.BloomFilter()
         if sql is None and tags is None:
             return self.registered_filter(topic, group, bloom_filter=bloom_filter).make_filter(bloom_filter)

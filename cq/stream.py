@@ -17,6 +17,7 @@ object as above (queues it does not name start at their minimum).
 from __future__ import annotations
 
 import json
+import time
 from collections.abc import Iterator, Mapping
 
 from .store import Store, StoreCut
@@ -172,8 +173,6 @@ def tail(store: Store, topic: str, group: str, *, sql: str | None = None, tags: 
     yields the messages and moves on; between rounds with nothing new it
     sleeps ``interval`` seconds. ``stop()`` (optional) returning True ends it.
     """
-    import time
-
     sleep = sleep or time.sleep
     flt = store.make_filter(topic, group, sql=sql, tags=tags)
     cut = store.cut(topic)

@@ -19,6 +19,8 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+import selector
+
 from . import format as fmt
 from .config import CONSUMER_FILTER_FILE, RegisteredFilter
 from .errors import StoreFormatError
@@ -26,7 +28,7 @@ from .filter import SqlFilter, TagFilter, _low_int32
 from .indexfile import IndexFiles
 from .tags import tags_code as _tag_hash
 
-if TYPE_CHECKING:
+if TYPE_CHECKING:  # typing only: store.py imports this module, so a run-time import would be a cycle
     from .commitlog import Message
     from .store import Store
 
@@ -375,8 +377,6 @@ def why_unit(store: Store, topic: str, group: str, flt, sub: Subscription, queue
             ev2: dict[str, Any] = {"record_topic": msg.topic, "store_timestamp": msg.store_timestamp,
                                    "tags": msg.tags, "keys": msg.keys}
             if isinstance(flt, SqlFilter):
-                import selector  # imported when needed, as cq.filter does: `import cq` stays light
-
                 explanation = selector.explain(flt.sql, msg.properties)
                 ev2["explain"] = explanation.to_dict()
                 ev2["value"] = explanation.value

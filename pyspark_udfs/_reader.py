@@ -33,11 +33,12 @@ from collections.abc import Callable, Iterable, Iterator
 
 import numpy as np
 import pyarrow as pa
+from pyspark.sql.pandas.types import to_arrow_schema
 
 import cq
 from cq.custom_filter import MessageFilter, message_schema
 from cq.errors import StoreFormatError
-from cq.scan import _scan
+from cq.scan import gather_spans
 from pyspark_udfs.datasource import RECORD_COLUMNS
 
 # Opened stores, per worker process: a worker reads many slices of one store. A slice carries
@@ -411,8 +412,6 @@ def read_slice(options, spark_schema, part, tags_code_sets: Iterable[frozenset[i
     tags_code_sets : iterable of frozenset of int
         Pushed-down tag code sets; a unit is kept only if its tag code is in all.
     """
-    from pyspark.sql.pandas.types import to_arrow_schema
-
     schema = to_arrow_schema(spark_schema)
     skips = Skips(options, part)
     try:
@@ -596,7 +595,7 @@ def _ext_columns(batch, rows: np.ndarray) -> dict[str, pa.Array]:
     has = batch.has_bitmap[rows]
     starts = np.ascontiguousarray(batch.bitmap_offsets[rows])
     lengths = np.ascontiguousarray(batch.bitmap_offsets[rows + 1] - starts)
-    offsets, data = _scan.gather_spans(batch.bitmap_data, starts, lengths)
+    offsets, data = gather_spans(batch.bitmap_data, starts, lengths)
     return {
         "msg_store_time": pa.array(batch.msg_store_time[rows], mask=~found),
         "filter_bitmap": pa.Array.from_buffers(

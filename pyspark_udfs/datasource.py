@@ -116,6 +116,11 @@ from pyspark.sql.types import (
     StructType,
 )
 
+import bloom
+import cq
+import selector
+from cq.custom_filter import load_filter
+
 __all__ = ["LAYER2", "ON_CORRUPT", "ON_FILTER_ERROR", "TABLES", "ConsumeQueueSlice", "ReadOptions", "RocketMQDataSource", "RocketMQPushdownReader",
            "RocketMQReader", "skipped_ranges"]
 
@@ -216,8 +221,6 @@ class ReadOptions:
         """The registered group's bloom data (None: generated from the broker's filter)."""
         if self.bloom_bit_pos is None:
             return None
-        import bloom
-
         return bloom.BloomFilterData(self.bloom_bit_pos, self.bloom_bit_num)
 
     @classmethod
@@ -274,15 +277,11 @@ class ReadOptions:
         if decisions and group is None:
             raise ValueError("rocketmq option 'decisions' needs 'group' with 'sql' or 'tags'")
         if sql is not None:
-            import selector
-
             try:  # fail now, on the driver, with the selector's position
                 selector.compile(sql)
             except selector.SelectorSyntaxError as exc:
                 raise ValueError(f"rocketmq option 'sql': {exc} in selector {sql!r}") from exc
         if tags is not None:
-            import cq
-
             try:
                 cq.parse_tag_subscription(tags)
             except ValueError as exc:
@@ -296,8 +295,6 @@ class ReadOptions:
             if table != "messages" or layer2 != "reader":
                 raise ValueError("rocketmq option 'filter' runs on decoded messages after layer 2: it needs "
                                  "table=messages and layer2=reader")
-            from cq.custom_filter import load_filter
-
             load_filter(message_filter)  # now, on the driver: a clear error at load() (ValueError naming it)
         return cls(
             path=os.path.abspath(path),
@@ -332,8 +329,6 @@ class ReadOptions:
 
 def _registered_group(path: str, topic: str | None, group: str) -> tuple[str | None, str | None, dict]:
     """``(sql, tags, fields)`` of ``group``'s registration in the store's consumerFilter.json."""
-    import cq
-
     if topic is None:
         raise ValueError(f"rocketmq option 'group' ({group!r}) without 'sql' or 'tags' needs 'topic': the group's "
                          "registration in config/consumerFilter.json is per topic")
@@ -461,8 +456,6 @@ class RocketMQReader(DataSourceReader):
     # --------------------------------------------------------------- planning
     def partitions(self) -> Sequence[ConsumeQueueSlice]:
         """One slice per ConsumeQueue file (split every ``partition_units`` units)."""
-        import cq
-
         opts = self.options
         # A fresh Store: the cut is the store as it is now. Queue ends are read first, the
         # CommitLog end last, so every unit planned has its record inside the cut (docs/live.md).
@@ -505,6 +498,7 @@ class RocketMQReader(DataSourceReader):
     # ---------------------------------------------------------------- reading
     def read(self, partition: ConsumeQueueSlice):
         """Yield ``pyarrow.RecordBatch``es of the slice's rows (heavy imports happen here)."""
+        # lazy: the heavy imports (pyarrow, the store readers) run on the executor, as Spark's own sources do
         from pyspark_udfs import _reader
 
         yield from _reader.read_slice(self.options, self.schema, partition, self.tags_code_sets)
@@ -552,8 +546,6 @@ class RocketMQPushdownReader(RocketMQReader):
             if name == "tags" and isinstance(f, (EqualTo, In)):
                 # Tag codes select candidate units (hash collisions included);
                 # Spark still checks the tag string exactly.
-                import cq
-
                 values = f.value if isinstance(f, In) else (f.value,)
                 self.tags_code_sets.append(
                     frozenset(int(cq.tags_code(v)) for v in values if v is not None and v != ""))

@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import importlib
 import json
 import os
 import shutil
@@ -32,6 +33,9 @@ import tempfile
 import time
 from collections.abc import Sequence
 from typing import Any
+
+import cq
+from cq.custom_filter import load_filter
 
 __all__ = ["GroupScan", "ScanResult", "format_skipped", "format_summary", "is_connect_session", "main",
            "owns_session", "require_connect", "scan", "spark_session"]
@@ -62,8 +66,6 @@ def require_connect() -> None:
     PySpark imports its Connect client's dependencies only when a remote
     session is built, and fails deep inside the builder; this checks first.
     """
-    import importlib
-
     for name in CONNECT_MODULES:
         try:
             importlib.import_module(name)
@@ -227,8 +229,6 @@ def registered_group_scans(store: str, topic: str, group: str | None = None) -> 
     Raises ``cq.UnknownGroupError`` (a ValueError naming the registered groups) when ``group``
     has none, and ValueError when the topic has no registered group at all.
     """
-    import cq
-
     st = cq.Store(store)
     regs = [st.registered_filter(topic, group)] if group is not None else st.registered_filters(topic)
     if not regs:
@@ -505,8 +505,6 @@ def run_scan(args: argparse.Namespace) -> int:
         print(f"rmqfilter scan: error: {exc}", file=sys.stderr)
         return 2
     if args.message_filter is not None:
-        from cq.custom_filter import load_filter
-
         try:  # fail before Spark starts, with the import error
             load_filter(args.message_filter)
         except ValueError as exc:

@@ -144,6 +144,7 @@ class RocketMQStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
 
     def read(self, partition: ConsumeQueueSlice):
         """The slice's rows, read as the batch source reads them (heavy imports happen here)."""
+        # lazy: the heavy imports run on the executor, as in the batch source's read()
         from pyspark_udfs import _reader
 
         yield from _reader.read_slice(self.options.read, self.schema, partition, [])

@@ -10,6 +10,14 @@ import json
 import os
 import sys
 
+import bloom
+import cq
+import selector
+from cq.cost import CostGroup, NoExtUnitsError, filter_cost, resolve_groups
+from cq.cost_render import format_table, render_html
+from pyspark_udfs.cost import filter_cost_spark  # imports no pyspark: it runs on the session it is given
+from pyspark_udfs.job import owns_session, spark_session  # job.py imports pyspark only when a job runs
+
 
 def add_parsers(subparsers) -> None:
     """Add the ``cost`` sub-command."""
@@ -68,12 +76,6 @@ def _error(message: str) -> int:
 
 
 def _run_cost(args: argparse.Namespace) -> int:
-    import bloom
-    import cq
-    import selector
-    from cq.cost import CostGroup, NoExtUnitsError, filter_cost
-    from cq.cost_render import format_table, render_html
-
     if len(args.fs) != len(args.ns):
         return _error(f"--f and --n come in pairs: got {len(args.fs)} --f and {len(args.ns)} --n")
     try:
@@ -98,8 +100,6 @@ def _run_cost(args: argparse.Namespace) -> int:
         groups = None if args.all_groups and not explicit else (
             ([g.group for g in _registered(args)] if args.all_groups else list(args.groups or [])) + explicit)
         if args.spark:
-            from cq.cost import resolve_groups
-
             store = cq.Store(args.store)
             try:  # bad input fails before Spark starts
                 if args.topic not in store.topics():
@@ -107,10 +107,6 @@ def _run_cost(args: argparse.Namespace) -> int:
                 resolve_groups(store, args.topic, groups)
             finally:
                 store.close()
-            # deliberate lazy import: only --spark starts Spark
-            from pyspark_udfs.cost import filter_cost_spark
-            from pyspark_udfs.job import owns_session, spark_session
-
             owned = owns_session()
             spark = spark_session(args.master, app_name=f"rmqfilter cost {args.topic}", progress=False)
             try:
@@ -141,8 +137,6 @@ def _run_cost(args: argparse.Namespace) -> int:
 
 
 def _registered(args: argparse.Namespace):
-    import cq
-
     store = cq.Store(args.store)
     try:
         return store.registered_filters(args.topic)

@@ -10,6 +10,10 @@ import json
 import os
 import sys
 
+import cq
+from cq import stream
+from selector.errors import SelectorSyntaxError
+
 from .store_commands import _message_json
 
 
@@ -40,10 +44,6 @@ def add_parsers(subparsers) -> None:
 
 
 def _run_tail(args: argparse.Namespace) -> int:
-    import cq
-    from cq import stream
-    from selector.errors import SelectorSyntaxError
-
     if args.interval <= 0:
         print(f"rmqfilter tail: error: --interval must be > 0, got {args.interval}", file=sys.stderr)
         return 2

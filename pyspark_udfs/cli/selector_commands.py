@@ -93,8 +93,6 @@ def run_eval(args) -> int:
 
 def run_explain(args) -> int:
     """Print the evaluation tree for one message (text, or JSON with ``--json``)."""
-    import selector
-
     try:
         e = selector.explain(args.sql, dict(args.props))
     except selector.SelectorSyntaxError as exc:

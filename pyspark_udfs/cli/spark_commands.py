@@ -8,6 +8,7 @@ import sys
 import tempfile
 import time
 
+import cq
 from cq.sample import generate_sample_store
 from pyspark_udfs.job import (  # job.py imports pyspark only when a job runs
     GroupScan,
@@ -88,15 +89,11 @@ def _sample_store(root: str, messages: int, seed: int):
 
 def _registered(root: str, topic: str) -> list[str]:
     """The SQL92 groups the sample's config/consumerFilter.json registers for ``topic``."""
-    import cq
-
     return [f.group for f in cq.Store(root).registered_filters(topic)]
 
 
 def _print_backlog_and_why(root: str, topic: str, groups: list[str]) -> None:
     """What ``rmqfilter backlog`` and ``rmqfilter why`` say about the sample's groups (in-process)."""
-    import cq
-
     store = cq.Store(root)
     print("\nBacklog from each group's committed offset (config/consumerOffset.json): the broker's lag counts "
           "every unit,\nthe group will receive only what its filter lets through (rmqfilter backlog):")

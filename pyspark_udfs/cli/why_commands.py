@@ -7,9 +7,13 @@ from __future__ import annotations
 import argparse
 import contextlib
 import json
+import os
 import sys
 import warnings
 from collections.abc import Iterator
+
+import cq
+import selector
 
 
 def add_parsers(subparsers) -> None:
@@ -80,16 +84,11 @@ def reported_warnings(prog: str) -> Iterator[None]:
 
 def _errors():
     """The exceptions bad input raises (each names what was wrong): exit status 2."""
-    import cq
-    import selector
-
     return (cq.StoreFormatError, cq.UnknownGroupError, cq.TagSubscriptionError, selector.SelectorSyntaxError,
             LookupError, ValueError)
 
 
 def _run_why(args: argparse.Namespace) -> int:
-    import cq
-
     prog = "rmqfilter why"
     if (args.queue is None) != (args.offset is None):
         print(f"{prog}: error: --queue and --offset go together", file=sys.stderr)
@@ -115,8 +114,6 @@ def _run_why(args: argparse.Namespace) -> int:
 
 
 def _run_backlog(args: argparse.Namespace) -> int:
-    import cq
-
     prog = "rmqfilter backlog"
     if args.all_groups and (args.sql is not None or args.tags is not None):
         print(f"{prog}: error: --all-groups takes each group's registered subscription; drop --sql/--tags",
@@ -151,15 +148,11 @@ def _emit(text: str) -> int:
         print(text)
         sys.stdout.flush()
     except BrokenPipeError:
-        import os
-
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
     return 0
 
 
 def _message(exc: BaseException, args: argparse.Namespace) -> str:
-    import selector
-
     if isinstance(exc, selector.SelectorSyntaxError):
         return f"{exc} in selector {args.sql!r}"
     # KeyError quotes its message; everything else reads as it is
