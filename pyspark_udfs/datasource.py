@@ -38,10 +38,10 @@ Options (all strings, parsed once when the reader is made):
     ``true``: the reader takes pushed-down filters on ``queue_id``,
     ``tags_code`` and ``tags`` (needs ``spark.sql.python.filterPushdown.enabled``,
     which :func:`pyspark_udfs.register` sets). Only for a DataFrame that runs
-    one filtered query: Spark (through 4.3) keeps the read it planned for a
+    one filtered query: Spark (4.3) keeps the read it planned for a
     pushed-down query on the DataFrame's source and reuses it for a later
     query on the same DataFrame that pushes no filter, which then sees only
-    the earlier query's rows (docs/spark.md, "Pushdown").
+    the earlier query's rows (docs/spark.md#pushdown).
 ``partition_units``
     Largest number of ConsumeQueue units per partition (default 100000).
     Partitions follow ConsumeQueue files; a larger file is split.
@@ -390,7 +390,7 @@ class RocketMQDataSource(DataSource):
         # pushdown=false (default) gives a reader without pushFilters, whose planned
         # read holds no query's filters: Spark keeps the read planned with pushed
         # filters on the DataFrame's source and reuses it for a later query that
-        # pushes none (docs/spark.md, "Pushdown"). Spark refuses a reader that
+        # pushes none (docs/spark.md#pushdown). Spark refuses a reader that
         # implements pushFilters while spark.sql.python.filterPushdown.enabled is false.
         check_schema(self.read_options, schema)
         if self.read_options.pushdown:
@@ -531,10 +531,10 @@ class RocketMQPushdownReader(RocketMQReader):
     """:class:`RocketMQReader` that also takes simple filters (option ``pushdown=true``).
 
     Needs ``spark.sql.python.filterPushdown.enabled``. Each planning gets a fresh
-    reader, but Spark (through 4.3) stores the read planned after ``pushFilters``
+    reader, but Spark (4.3) stores the read planned after ``pushFilters``
     on the DataFrame's source and reuses it, pushed filters included, for a later
     query on that DataFrame whose filters it cannot hand to Python (none at all,
-    as in ``df.count()``); see docs/spark.md, "Pushdown".
+    as in ``df.count()``); see docs/spark.md#pushdown.
     """
 
     def pushFilters(self, filters: list[Filter]) -> Iterator[Filter]:

@@ -189,10 +189,10 @@ def test_a_filtered_query_leaves_later_queries_on_the_dataframe_unfiltered(spark
     assert df.select("queue_offset").count() == expected["all"]
 
 
-@pytest.mark.xfail(strict=True, reason="Spark (through 4.3) reuses the read planned with pushed filters "
+@pytest.mark.xfail(strict=True, reason="Spark (4.3) reuses the read planned with pushed filters "
                                        "for a later query on the DataFrame that pushes none")
 def test_pushdown_true_leaks_a_pushed_filter_into_a_later_query_on_the_dataframe(spark):
-    # Documents why pushdown is opt-in (docs/spark.md, "Pushdown"): this starts
+    # Documents why pushdown is opt-in (docs/spark.md#pushdown): this starts
     # passing, and so fails here, once Spark plans each scan's read on its own.
     expected = _store_counts()
     df = _read(spark, topic=FILTER_TOPIC, pushdown="true")
