@@ -488,6 +488,26 @@ def gather_properties(const uint8_t[::1] buf, const int64_t[::1] positions, int6
     return out
 
 
+cdef inline int _walk_stop(const uint8_t* base, int64_t pos, int64_t limit) noexcept nogil:
+    # Where a walk of the records stops (one rule for commit_log_walk and record_positions):
+    # -1 = a valid record starts at pos; 0 = unwritten space or fewer than 8 bytes left (the
+    # end of the data); 1 = a blank end-of-file record; 2 = an invalid record.
+    cdef int64_t start = 0, length = 0
+    cdef const char* why = NULL
+    cdef int32_t total, magic
+    if limit - pos < 8:
+        return 0
+    total = <int32_t>rmq_load_be32(base + pos)
+    magic = <int32_t>rmq_load_be32(base + pos + 4)
+    if magic == MAGIC_BLANK:
+        return 1
+    if total == 0 and magic == 0:
+        return 0
+    if _span(base, pos, limit, &start, &length, &why) < 0:
+        return 2
+    return -1
+
+
 def commit_log_walk(const uint8_t[::1] buf, int64_t pos):
     """Walk CommitLog records from ``pos`` of one file: ``(position, status, records)``.
 
@@ -497,10 +517,8 @@ def commit_log_walk(const uint8_t[::1] buf, int64_t pos):
     does not fit, or fields that do not add up), where the broker's recovery
     truncates. ``records`` counts the valid records passed.
     """
-    cdef int64_t n = buf.shape[0], start = 0, length = 0, records = 0
-    cdef int32_t total, magic
+    cdef int64_t n = buf.shape[0], records = 0
     cdef int status = 0
-    cdef const char* why = NULL
     if pos < 0:
         raise ValueError(f"pos must be >= 0, got {pos}")
     if n == 0:
@@ -508,21 +526,10 @@ def commit_log_walk(const uint8_t[::1] buf, int64_t pos):
     cdef const uint8_t* base = &buf[0]
     with nogil:
         while True:
-            if n - pos < 8:
-                status = 0
+            status = _walk_stop(base, pos, n)
+            if status >= 0:
                 break
-            total = <int32_t>rmq_load_be32(base + pos)
-            magic = <int32_t>rmq_load_be32(base + pos + 4)
-            if magic == MAGIC_BLANK:
-                status = 1
-                break
-            if total == 0 and magic == 0:
-                status = 0
-                break
-            if _span(base, pos, n, &start, &length, &why) < 0:
-                status = 2
-                break
-            pos += total
+            pos += <int32_t>rmq_load_be32(base + pos)
             records += 1
     return pos, status, records
 
@@ -1421,10 +1428,8 @@ def record_positions(const uint8_t[::1] buf, int64_t pos, int64_t limit, int64_t
     there; 3: ``max_records`` found (call again from ``position``). The checks
     are ``commit_log_walk``'s.
     """
-    cdef int64_t start = 0, length = 0, count = 0
-    cdef int32_t total, magic
+    cdef int64_t count = 0
     cdef int status = 0
-    cdef const char* why = NULL
     if pos < 0 or max_records < 0:
         raise ValueError(f"pos and max_records must be >= 0, got {pos}, {max_records}")
     if limit < 0 or limit > buf.shape[0]:
@@ -1439,21 +1444,10 @@ def record_positions(const uint8_t[::1] buf, int64_t pos, int64_t limit, int64_t
             if count == max_records:
                 status = 3
                 break
-            if limit - pos < 8:
-                status = 0
-                break
-            total = <int32_t>rmq_load_be32(base + pos)
-            magic = <int32_t>rmq_load_be32(base + pos + 4)
-            if magic == MAGIC_BLANK:
-                status = 1
-                break
-            if total == 0 and magic == 0:
-                status = 0
-                break
-            if _span(base, pos, limit, &start, &length, &why) < 0:
-                status = 2
+            status = _walk_stop(base, pos, limit)
+            if status >= 0:
                 break
             o[count] = pos
             count += 1
-            pos += total
+            pos += <int32_t>rmq_load_be32(base + pos)
     return out[:count], pos, status

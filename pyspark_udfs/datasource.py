@@ -34,10 +34,14 @@ Options (all strings, parsed once when the reader is made):
     because the broker does not read those records) and ``delivered`` (what the
     consumer gets, after the client's exact tag re-check).
 ``pushdown``
-    ``true`` (default): the reader takes pushed-down filters, which Spark
-    allows only when ``spark.sql.python.filterPushdown.enabled`` is true
-    (:func:`pyspark_udfs.register` sets it); ``false``: a reader without
-    pushdown, for sessions that keep that setting off.
+    ``false`` (default): Spark filters the rows the reader yields.
+    ``true``: the reader takes pushed-down filters on ``queue_id``,
+    ``tags_code`` and ``tags`` (needs ``spark.sql.python.filterPushdown.enabled``,
+    which :func:`pyspark_udfs.register` sets). Only for a DataFrame that runs
+    one filtered query: Spark (4.3) keeps the read it planned for a
+    pushed-down query on the DataFrame's source and reuses it for a later
+    query on the same DataFrame that pushes no filter, which then sees only
+    the earlier query's rows (docs/spark.md#pushdown).
 ``partition_units``
     Largest number of ConsumeQueue units per partition (default 100000).
     Partitions follow ConsumeQueue files; a larger file is split.
@@ -203,7 +207,7 @@ class ReadOptions:
     sql: str | None = None
     tags: str | None = None
     decisions: bool = False
-    pushdown: bool = True
+    pushdown: bool = False
     partition_units: int = DEFAULT_PARTITION_UNITS
     on_corrupt: str = "fail"
     skipped_log: str | None = None
@@ -271,7 +275,7 @@ class ReadOptions:
             raise ValueError("rocketmq option from_committed=true needs 'group' and 'topic' (committed offsets "
                              "are per group and topic)")
         decisions = _bool_option(options, "decisions", False)
-        pushdown = _bool_option(options, "pushdown", True)
+        pushdown = _bool_option(options, "pushdown", False)
         if layer2 == "spark" and sql is None:
             raise ValueError("rocketmq option layer2=spark needs 'group' with 'sql' (a SQL92 layer 2 to leave to Spark)")
         if decisions and group is None:
@@ -383,9 +387,11 @@ class RocketMQDataSource(DataSource):
         return self.read_options.schema()
 
     def reader(self, schema: StructType) -> RocketMQReader:
-        # Spark refuses any reader that implements pushFilters while
-        # spark.sql.python.filterPushdown.enabled is false; pushdown=false
-        # gives one that does not.
+        # pushdown=false (default) gives a reader without pushFilters, whose planned
+        # read holds no query's filters: Spark keeps the read planned with pushed
+        # filters on the DataFrame's source and reuses it for a later query that
+        # pushes none (docs/spark.md#pushdown). Spark refuses a reader that
+        # implements pushFilters while spark.sql.python.filterPushdown.enabled is false.
         check_schema(self.read_options, schema)
         if self.read_options.pushdown:
             return RocketMQPushdownReader(self.read_options, schema)
@@ -529,7 +535,14 @@ def skipped_ranges(skipped_log: str | os.PathLike) -> list[dict]:
 
 
 class RocketMQPushdownReader(RocketMQReader):
-    """:class:`RocketMQReader` that also takes simple filters (needs ``spark.sql.python.filterPushdown.enabled``)."""
+    """:class:`RocketMQReader` that also takes simple filters (option ``pushdown=true``).
+
+    Needs ``spark.sql.python.filterPushdown.enabled``. Each planning gets a fresh
+    reader, but Spark (4.3) stores the read planned after ``pushFilters``
+    on the DataFrame's source and reuses it, pushed filters included, for a later
+    query on that DataFrame whose filters it cannot hand to Python (none at all,
+    as in ``df.count()``); see docs/spark.md#pushdown.
+    """
 
     def pushFilters(self, filters: list[Filter]) -> Iterator[Filter]:
         """Take filters on ``queue_id``, ``tags_code`` and ``tags``; hand the rest back to Spark."""

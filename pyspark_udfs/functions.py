@@ -200,9 +200,9 @@ SQL_FUNCTIONS = {
 def register(spark: SparkSession) -> None:
     """Register the SQL functions and the ``rocketmq`` data source with ``spark``.
 
-    Also sets ``spark.sql.python.filterPushdown.enabled`` to true: the data
-    source's reader takes pushed-down filters, and Spark refuses such a reader
-    while the setting is off.
+    Also sets ``spark.sql.python.filterPushdown.enabled`` to true: a read with
+    the data source option ``pushdown=true`` takes pushed-down filters, and
+    Spark refuses such a reader while the setting is off.
 
     SQL functions: ``rmq_selector_match(sql STRING, props MAP<STRING,STRING>) -> BOOLEAN``,
     ``rmq_tags_code(tag STRING) -> INT``, ``rmq_bloom_positions(key STRING) -> ARRAY<INT>``,
@@ -218,6 +218,6 @@ def register(spark: SparkSession) -> None:
     for name, (function, return_type) in SQL_FUNCTIONS.items():
         spark.udf.register(name, arrow_udf(function, return_type))
     spark.dataSource.register(RocketMQDataSource)
-    # The data source pushes filters into its reader; Spark refuses such a
-    # reader while this is off (or read with .option("pushdown", "false")).
+    # With .option("pushdown", "true") the data source pushes filters into its
+    # reader; Spark refuses such a reader while this is off.
     spark.conf.set("spark.sql.python.filterPushdown.enabled", "true")

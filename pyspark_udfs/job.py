@@ -329,8 +329,9 @@ def scan(spark, store: str, topic: str, group: GroupScan, *, out: str | None = N
         # otherwise asks for the decision columns only
         columns = ("matched_by_consume_queue boolean, matched_by_commit_log boolean, delivered boolean"
                    + (", filter_skipped boolean" if filtered else ""))
-        decisions = _reader(spark, store, topic, group, decisions="true", table="consumequeue",
-                            columns=columns, **options, **filtered)
+        decisions = _reader(spark, store, topic, group, decisions="true",
+                            table="messages" if filtered else "consumequeue", columns=columns,
+                            **options, **filtered)
         matched, delivered_col = F.col("matched_by_commit_log"), F.col("delivered")
     skipped_col = F.col("filter_skipped") if filtered else F.lit(False)
     row = decisions.agg(

@@ -142,11 +142,13 @@ def pushdown(spark) -> dict[str, object]:
     import cq
 
     code_a = cq.tags_code("TagA")
-    df = _read(spark).filter((F.col("queue_id") == 1) & F.col("tags_code").isin(code_a, cq.tags_code("标签")))
+    df = _read(spark, pushdown="true").filter(
+        (F.col("queue_id") == 1) & F.col("tags_code").isin(code_a, cq.tags_code("标签")))
     spark_filters = [line for line in _physical_plan(df).splitlines() if " Filter " in line or "Filter (" in line]
     return {
         "rows": _plain(df.select(*KEY, "tags").collect()),
-        "tags": _plain(_read(spark, topic=TOPIC).filter(F.col("tags") == "Ωmega").select(*KEY).collect()),
+        "tags": _plain(_read(spark, topic=TOPIC, pushdown="true").filter(F.col("tags") == "Ωmega")
+                       .select(*KEY).collect()),
         "pushed": not any("queue_id" in line or str(code_a) in line for line in spark_filters),
     }
 

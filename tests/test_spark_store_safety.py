@@ -59,7 +59,7 @@ def test_every_spark_read_path_leaves_the_store_unchanged(spark, tmp_path, capsy
         df = read(**options)
         counts.append(len(df.collect()))
     # pushed-down filters take their own path through the reader
-    counts.append(read().where(F.col("queue_id") == 1).where(F.col("tags").isin("TagA", "TagB")).count())
+    counts.append(read(pushdown="true").where(F.col("queue_id") == 1).where(F.col("tags").isin("TagA", "TagB")).count())
     assert counts[0] == counts[1] == counts[5] == counts[6] == 300 and all(counts)
 
     result = job.scan(spark, str(root), TOPIC, job.GroupScan("GID_SQL_C", sql="num BETWEEN 10 AND 20"),
