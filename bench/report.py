@@ -187,6 +187,25 @@ def targets(rows: list[dict]) -> list[str]:
             share = (r["items"] / r["median"]) / (alt[0]["items"] / alt[0]["median"])
             sql = r["group"].removeprefix("spark selector_column ").rsplit(",", 1)[0]
             line(f"`selector_column` ≥ 90 % of hand-written (`{sql}`)", f"{share:.0%}", share >= 0.9)
+    # issue 11 (the data path), each as ours / the alternative of the same run
+    rate = {r["name"]: r["items"] / r["median"] for r in rows if r["median"]}
+    for ours, alt, goal, what in (
+        ("test_read_messages_arrow_ours", "test_read_messages_parquet_pyarrow", 2.0,
+         "store → Arrow, full `messages` schema, one thread ≥ 2× pyarrow reading a Parquet copy"),
+        ("test_spark_full_read_ours", "test_spark_full_read_memory_arrow_source", 0.9,
+         "Spark full `messages` read ≥ 90 % of an in-memory Arrow Python data source"),
+        ("test_spark_full_read_ours", "test_spark_full_read_parquet", 0.6,
+         "Spark full `messages` read ≥ 60 % of Spark reading the Parquet copy"),
+        ("test_spark_group_in_reader_ours", "test_spark_group_parquet_selector_column", 1.5,
+         "Spark SQL92 group, layer 2 in the reader ≥ 1.5× the Parquet copy filtered by `selector_column`"),
+        ("test_spark_projection_cq_columns_ours", "test_spark_projection_full_read", 5.0,
+         "Spark projection of 4 ConsumeQueue columns ≥ 5× the full read"),
+        ("test_consume_sql_layer2_columns_ours", "test_consume_sql_layer2_dicts_previous", 3.0,
+         "`Store.consume` SQL92 group ≥ 3× the previous path (measured in the same run)"),
+    ):
+        if ours in rate and alt in rate:
+            ratio = rate[ours] / rate[alt]
+            line(what, f"{ratio:.2f}×", ratio >= goal)
     return out if len(out) > 2 else []
 
 
