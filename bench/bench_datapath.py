@@ -22,31 +22,21 @@ Spark weighs less).
 from __future__ import annotations
 
 import os
-import tempfile
 
 import pytest
 
+from cq.sample import SAMPLE_TOPICS
+
 MESSAGES = int(os.environ.get("RMQFILTER_BENCH_DATAPATH_MESSAGES", "300000"))
 SEED = 11
-TOPIC = "SampleTopic"
+TOPIC = SAMPLE_TOPICS[0]  # the sample store's main topic, which carries the groups
 GROUP, SQL = "GID_PRIORITY", "priority >= 4 AND region IN ('cn-hangzhou', 'cn-beijing')"
 ROUNDS = 3
 
 
 @pytest.fixture(scope="module")
-def store_path():
-    import cq
-
-    root = os.path.join(tempfile.gettempdir(), f"rmqfilter-bench-datapath-{MESSAGES}-{SEED}")
-    marker = os.path.join(root, "rmqfilter-bench.done")
-    if not os.path.exists(marker):
-        import shutil
-
-        shutil.rmtree(root, ignore_errors=True)
-        info = cq.generate_sample_store(root, messages=MESSAGES, seed=SEED)
-        assert info.main_topic == TOPIC, info.main_topic
-        open(marker, "w").close()
-    return root
+def store_path(cached_sample_store):
+    return cached_sample_store(MESSAGES, SEED)
 
 
 def _options(store_path, **kw):

@@ -27,7 +27,6 @@ Run: ``.venv/bin/python -m pytest bench/bench_spark.py`` (about 3-4 minutes on 2
 from __future__ import annotations
 
 import os
-import tempfile
 
 import pytest
 
@@ -104,18 +103,8 @@ def test_plain_python_udf(benchmark, props_df, expected_count):
 
 # ------------------------------------------------------------------ data source
 @pytest.fixture(scope="module")
-def sample_store():
-    from cq.sample import generate_sample_store
-
-    root = os.path.join(tempfile.gettempdir(), f"rmqfilter-bench-store-{STORE_MESSAGES}")
-    marker = os.path.join(root, "rmqfilter-bench.done")
-    if not os.path.exists(marker):
-        import shutil
-
-        shutil.rmtree(root, ignore_errors=True)
-        generate_sample_store(root, messages=STORE_MESSAGES, seed=1)
-        open(marker, "w").close()
-    return root
+def sample_store(cached_sample_store):
+    return cached_sample_store(STORE_MESSAGES, 1)
 
 
 def _scan(spark, store: str, table: str, tags: str | None, pushdown: bool) -> int:

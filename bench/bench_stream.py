@@ -32,18 +32,8 @@ BENCH_GROUP = f"rocketmq stream vs batch, {TOPIC} of a {STORE_MESSAGES:,}-messag
 
 
 @pytest.fixture(scope="module")
-def store():
-    from cq.sample import generate_sample_store
-
-    root = os.path.join(tempfile.gettempdir(), f"rmqfilter-bench-stream-{STORE_MESSAGES}")
-    marker = os.path.join(root, "rmqfilter-bench.done")
-    if not os.path.exists(marker):
-        import shutil
-
-        shutil.rmtree(root, ignore_errors=True)
-        generate_sample_store(root, messages=STORE_MESSAGES, seed=1)
-        open(marker, "w").close()
-    return root
+def store(cached_sample_store):
+    return cached_sample_store(STORE_MESSAGES, 1)
 
 
 @pytest.fixture(scope="module")

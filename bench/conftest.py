@@ -13,12 +13,34 @@ throughput of each and the ratio of ours to the best alternative.
 from __future__ import annotations
 
 import os
+import shutil
 import sys
+import tempfile
 
 import pytest
 
+from cq.sample import generate_sample_store
+
 os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
 os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
+
+
+def _cached_sample_store(messages: int, seed: int) -> str:
+    """A sample store (``generate_sample_store``) under the temp dir, written once and reused
+    by every benchmark that asks for the same size and seed (a marker says it is complete)."""
+    root = os.path.join(tempfile.gettempdir(), f"rmqfilter-bench-sample-{messages}-{seed}")
+    marker = os.path.join(root, "rmqfilter-bench.done")
+    if not os.path.exists(marker):
+        shutil.rmtree(root, ignore_errors=True)
+        generate_sample_store(root, messages=messages, seed=seed)
+        open(marker, "w").close()
+    return root
+
+
+@pytest.fixture(scope="session")
+def cached_sample_store():
+    """``cached_sample_store(messages, seed)``: the path of a sample store shared by the benchmarks."""
+    return _cached_sample_store
 
 
 @pytest.fixture(scope="session")
