@@ -88,19 +88,28 @@ def _errors():
             LookupError, ValueError)
 
 
+@contextlib.contextmanager
+def _topic_store(args: argparse.Namespace) -> Iterator[cq.Store]:
+    """The store of ``args.store``, opened for this command's read and closed after it; LookupError
+    when ``args.topic`` has no consume queues there."""
+    store = cq.Store(args.store)
+    try:
+        if args.topic not in store.topics():
+            raise LookupError(f"topic {args.topic!r} has no consume queues in {args.store}")
+        yield store
+    finally:
+        store.close()
+
+
 def _run_why(args: argparse.Namespace) -> int:
     prog = "rmqfilter why"
     if (args.queue is None) != (args.offset is None):
         print(f"{prog}: error: --queue and --offset go together", file=sys.stderr)
         return 2
     try:
-        with reported_warnings(prog):
-            store = cq.Store(args.store)
-            if args.topic not in store.topics():
-                raise LookupError(f"topic {args.topic!r} has no consume queues in {args.store}")
+        with reported_warnings(prog), _topic_store(args) as store:
             result = store.why(args.topic, args.group, sql=args.sql, tags=args.tags, queue_id=args.queue,
                                queue_offset=args.offset, msg_id=args.msg_id, key=args.key)
-            store.close()
     except _errors() as exc:
         print(f"{prog}: error: {_message(exc, args)}", file=sys.stderr)
         return 2
@@ -120,10 +129,7 @@ def _run_backlog(args: argparse.Namespace) -> int:
               file=sys.stderr)
         return 2
     try:
-        with reported_warnings(prog):
-            store = cq.Store(args.store)
-            if args.topic not in store.topics():
-                raise LookupError(f"topic {args.topic!r} has no consume queues in {args.store}")
+        with reported_warnings(prog), _topic_store(args) as store:
             if args.all_groups:
                 groups = [f.group for f in store.registered_filters(args.topic)]
                 if not groups:
@@ -132,7 +138,6 @@ def _run_backlog(args: argparse.Namespace) -> int:
             else:
                 groups = [args.group]
             results = [store.backlog(args.topic, g, sql=args.sql, tags=args.tags) for g in groups]
-            store.close()
     except _errors() as exc:
         print(f"{prog}: error: {_message(exc, args)}", file=sys.stderr)
         return 2
