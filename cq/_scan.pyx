@@ -802,6 +802,22 @@ cdef inline int _reserve(GBuf* g, int64_t extra) noexcept nogil:
     return 0
 
 
+cdef void _reserve_rows(GBuf* g, int64_t done, int64_t rows) noexcept nogil:
+    # After ``done`` of ``rows`` rows: grow ``g`` once to the bytes the rest will take at
+    # this rate, plus an eighth (a miss only means the usual doubling later).
+    cdef int64_t need, cap
+    cdef uint8_t* q
+    if done <= 0 or g.n == 0:
+        return
+    need = g.n + (g.n // done) * (rows - done) * 9 // 8 + 4096
+    if need <= g.cap:
+        return
+    q = <uint8_t*>realloc(g.p, need)
+    if q != NULL:  # out of memory here is not an error: the row-by-row growth reports it
+        g.p = q
+        g.cap = need
+
+
 cdef inline int _put(GBuf* g, const uint8_t* s, int64_t n) noexcept nogil:
     if _reserve(g, n) < 0:
         return -1
@@ -1085,18 +1101,25 @@ cdef inline int64_t _next_low(const uint8_t* b, int64_t p, int64_t end) noexcept
     return p
 
 
+assert TAGS_LEN <= 8 and KEYS_LEN <= 8, "_props compares these names by their head"
+cdef uint64_t TAGS_HEAD = _head(<const uint8_t*>TAGS_NAME, TAGS_LEN)
+cdef uint64_t KEYS_HEAD = _head(<const uint8_t*>KEYS_NAME, KEYS_LEN)
+
+
 cdef int _props(const uint8_t* b, int64_t p, int64_t end, GBuf* keys, GBuf* koff, GBuf* scratch,
-                int64_t* tags_e, int64_t* keys_e) noexcept nogil:
+                int64_t* tags_e, int64_t* keys_e, bint* all_ascii) noexcept nogil:
     # Split one record's properties text (separators from cq/format.py) into entries,
     # appending each key (UTF-8 replaced) to ``keys`` and its offset to ``koff``; a
     # repeated key (equal after replacement, as dict keys are) keeps its first place
-    # and takes the later value. ``scratch`` gets the record's entries.
+    # and takes the later value. ``scratch`` gets the record's entries; ``all_ascii``
+    # says whether the whole text is ASCII (its values then need no UTF-8 check).
     cdef int64_t seg, sep, kstart, klen, m, ne = 0
-    cdef uint64_t head
+    cdef uint64_t head, bit, seen = 0
     cdef Entry* ents
     cdef Entry* e
     cdef const uint8_t* hit
     cdef bint ascii = _ascii_prefix(b + p, end - p) == end - p
+    all_ascii[0] = ascii
     scratch.n = 0
     tags_e[0] = -1
     keys_e[0] = -1
@@ -1130,14 +1153,19 @@ cdef int _props(const uint8_t* b, int64_t p, int64_t end, GBuf* keys, GBuf* koff
             klen = keys.n - kstart
             head = _head(keys.p + kstart, klen)
             ents = <Entry*>scratch.p
-            for m in range(ne):
+            # one bit per key head seen in this record: a clear bit means no earlier key can be equal
+            bit = (<uint64_t>1) << (((head ^ <uint64_t>klen) * 0x9E3779B97F4A7C15ULL) >> 58)
+            m = ne if (seen & bit) == 0 else 0
+            seen |= bit
+            while m < ne:
                 if ents[m].head == head and ents[m].klen == klen and (
                         klen <= 8 or memcmp(keys.p + ents[m].kstart, keys.p + kstart, klen) == 0):
                     keys.n = kstart  # a repeated key: its first entry takes the value
                     ents[m].vsrc = sep + 1
                     ents[m].vlen = p - sep - 1
                     break
-            else:
+                m += 1
+            if m == ne:
                 (<int32_t*>(koff.p + koff.n))[0] = <int32_t>kstart
                 koff.n += 4
                 e = <Entry*>(scratch.p + scratch.n)
@@ -1147,9 +1175,9 @@ cdef int _props(const uint8_t* b, int64_t p, int64_t end, GBuf* keys, GBuf* koff
                 e.vsrc = sep + 1
                 e.vlen = p - sep - 1
                 scratch.n += sizeof(Entry)
-                if klen == TAGS_LEN and memcmp(keys.p + kstart, TAGS_NAME, TAGS_LEN) == 0:
+                if klen == TAGS_LEN and head == TAGS_HEAD:  # (both names are under 8 bytes)
                     tags_e[0] = ne
-                elif klen == KEYS_LEN and memcmp(keys.p + kstart, KEYS_NAME, KEYS_LEN) == 0:
+                elif klen == KEYS_LEN and head == KEYS_HEAD:
                     keys_e[0] = ne
                 ne += 1
         p += 1
@@ -1169,6 +1197,7 @@ assert [name for name, _ in fmt.RECORD_FIELDS] == [
 DEF INT32_MAX = 2147483647
 DEF PREFETCH_AHEAD = 8
 DEF PREFETCH_BYTES = 320
+DEF SIZING_ROWS = 256
 
 
 def decode_columns(const uint8_t[::1] buf, const int64_t[::1] positions, int64_t limit, int64_t mask):
@@ -1198,7 +1227,7 @@ def decode_columns(const uint8_t[::1] buf, const int64_t[::1] positions, int64_t
     cdef GBuf g[N_FIELDS]
     cdef GBuf koff, voff, scratch, pkeys, pvals
     cdef HostCache born_cache, store_cache
-    cdef bint need_props
+    cdef bint need_props, props_ascii = 0
     if limit < 0 or limit > n:
         raise ValueError(f"limit {limit} outside the buffer of {n} bytes")
     for j in range(N_FIELDS):
@@ -1255,6 +1284,14 @@ def decode_columns(const uint8_t[::1] buf, const int64_t[::1] positions, int64_t
                 if 0 <= pf and pf + PREFETCH_BYTES <= n:
                     for j in range(0, PREFETCH_BYTES, 64):
                         rmq_prefetch(b + pf + j)
+            if i == SIZING_ROWS and k > 2 * SIZING_ROWS:
+                # the first rows tell each buffer's bytes per row: reserve for all rows at once
+                for j in range(N_FIELDS):
+                    _reserve_rows(&g[j], i, k)
+                _reserve_rows(&pkeys, i, k)
+                _reserve_rows(&pvals, i, k)
+                _reserve_rows(&koff, i, k)
+                _reserve_rows(&voff, i, k)
             pos = positions[i]
             code = _parse(b, pos, limit, &r)
             if code:
@@ -1311,7 +1348,8 @@ def decode_columns(const uint8_t[::1] buf, const int64_t[::1] positions, int64_t
                     break
                 o_topic[i + 1] = <int32_t>g[F_TOPIC].n
             if want[F_PROPERTIES]:
-                ne = _props(b, r.props, r.props + r.plen, &pkeys, &koff, &scratch, &tags_e, &keys_e)
+                ne = _props(b, r.props, r.props + r.plen, &pkeys, &koff, &scratch, &tags_e, &keys_e,
+                            &props_ascii)
                 if ne < 0:
                     fail = 1
                     break
@@ -1322,7 +1360,11 @@ def decode_columns(const uint8_t[::1] buf, const int64_t[::1] positions, int64_t
                 for j in range(ne):
                     (<int32_t*>(voff.p + voff.n))[0] = <int32_t>pvals.n
                     voff.n += 4
-                    pvals.n += _utf8_into(pvals.p + pvals.n, b + ents[j].vsrc, ents[j].vlen)
+                    if props_ascii:
+                        _copy(pvals.p + pvals.n, b + ents[j].vsrc, ents[j].vlen)
+                        pvals.n += ents[j].vlen
+                    else:
+                        pvals.n += _utf8_into(pvals.p + pvals.n, b + ents[j].vsrc, ents[j].vlen)
                 o_map[i + 1] = o_map[i] + ne
                 tv = ents[tags_e].vsrc if tags_e >= 0 else -1
                 tl = ents[tags_e].vlen if tags_e >= 0 else 0

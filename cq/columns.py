@@ -96,11 +96,16 @@ class MessageColumns:
         o = offsets.tolist()
         if binary:
             out = [raw[a:b] for a, b in itertools.pairwise(o)]
-        elif not len(data) or int(data.max()) < 0x80:  # ASCII: byte offsets are str offsets, decode once
-            text = raw.decode("ascii")
-            out = [text[a:b] for a, b in itertools.pairwise(o)]
         else:
-            out = [raw[a:b].decode() for a, b in itertools.pairwise(o)]
+            # Decode the whole buffer once and slice it. The decoder writes valid UTF-8 (malformed
+            # bytes already replaced), so a row's str offset is its byte offset less the
+            # continuation bytes (10xxxxxx) before it; in ASCII the two are equal.
+            text = raw.decode()
+            if len(text) != len(raw):
+                before = np.zeros(len(data) + 1, dtype=np.int64)
+                np.cumsum((data & 0xC0) == 0x80, out=before[1:])
+                o = (offsets - before[offsets]).tolist()
+            out = [text[a:b] for a, b in itertools.pairwise(o)]
         if valid is not None:
             out = [v if ok else None for v, ok in zip(out, valid.tolist())]
         return out

@@ -300,7 +300,11 @@ class ConsumeQueueExt(MappedFileQueue):
             n = lengths[rows]
             goff, gdata = _scan.gather_spans(buf, pos + fmt.MIN_EXT_UNIT_SIZE, n)
             if len(gdata):  # each row's bytes to its place in input order
-                data[np.repeat(offsets[rows] - goff[:-1], n) + np.arange(len(gdata))] = gdata
+                shift = offsets[rows] - goff[:-1]
+                if shift[0] == shift[-1] and (shift == shift[0]).all():  # one run (rows ascending): a copy
+                    data[shift[0]:shift[0] + len(gdata)] = gdata
+                else:
+                    data[np.repeat(shift, n) + np.arange(len(gdata))] = gdata
         return ExtBatch(found, size, tags, times, bms, offsets, data)
 
     def _group_by_file(self, addresses: np.ndarray):
