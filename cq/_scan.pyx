@@ -64,7 +64,43 @@ cdef extern from *:
     static inline uint32_t rmq_bswap32(uint32_t v) { return __builtin_bswap32(v); }
     static inline int rmq_ctz64(uint64_t v) { return __builtin_ctzll(v); }
     static inline void rmq_prefetch(const void* p) { __builtin_prefetch(p, 0, 0); }
+
+    /* CRC-32 (zlib's: reflected polynomial 0xEDB88320) eight bytes a step, for the short
+       bodies where a call into zlib costs more than the bytes (the recovery walk checks
+       one per record). Tables are filled once by rmq_crc_init. */
+    static uint32_t rmq_crc_tab[8][256];
+    static void rmq_crc_init(void) {
+        for (uint32_t n = 0; n < 256; n++) {
+            uint32_t c = n;
+            for (int k = 0; k < 8; k++) c = (c & 1) ? 0xEDB88320u ^ (c >> 1) : c >> 1;
+            rmq_crc_tab[0][n] = c;
+        }
+        for (uint32_t n = 0; n < 256; n++) {
+            uint32_t c = rmq_crc_tab[0][n];
+            for (int k = 1; k < 8; k++) { c = rmq_crc_tab[0][c & 0xff] ^ (c >> 8); rmq_crc_tab[k][n] = c; }
+        }
+    }
+    static inline uint32_t rmq_crc32_short(const uint8_t* p, int64_t n) {
+        uint32_t c = 0xFFFFFFFFu;
+    #if __BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__
+        while (n >= 8) {
+            uint64_t w;
+            memcpy(&w, p, 8);
+            w ^= c;
+            c = rmq_crc_tab[7][w & 0xff] ^ rmq_crc_tab[6][(w >> 8) & 0xff]
+              ^ rmq_crc_tab[5][(w >> 16) & 0xff] ^ rmq_crc_tab[4][(w >> 24) & 0xff]
+              ^ rmq_crc_tab[3][(w >> 32) & 0xff] ^ rmq_crc_tab[2][(w >> 40) & 0xff]
+              ^ rmq_crc_tab[1][(w >> 48) & 0xff] ^ rmq_crc_tab[0][w >> 56];
+            p += 8;
+            n -= 8;
+        }
+    #endif
+        while (n-- > 0) c = rmq_crc_tab[0][(c ^ *p++) & 0xff] ^ (c >> 8);
+        return c ^ 0xFFFFFFFFu;
+    }
     """
+    void rmq_crc_init() noexcept nogil
+    uint32_t rmq_crc32_short(const uint8_t* p, int64_t n) noexcept nogil
     int rmq_ctz64(uint64_t v) noexcept nogil
     void rmq_prefetch(const void* p) noexcept nogil
     uint32_t rmq_load_be32(const uint8_t* p) noexcept nogil
@@ -1427,6 +1463,30 @@ def decode_columns(const uint8_t[::1] buf, const int64_t[::1] positions, int64_t
     return cols, None
 
 
+rmq_crc_init()
+DEF SHORT_CRC = 2048  # bodies up to this many bytes are checked inline, longer ones by zlib
+
+
+cdef uint32_t _crc32(const uint8_t* p, int64_t n) noexcept nogil:
+    # zlib's CRC-32 of n bytes: short ones inline, long ones by zlib (whose length is an unsigned int)
+    cdef uint32_t crc = 0
+    cdef int64_t done = 0, step
+    if n <= SHORT_CRC:
+        return rmq_crc32_short(p, n)
+    while done < n:
+        step = n - done if n - done < (1 << 30) else (1 << 30)
+        crc = <uint32_t>crc32(crc, p + done, <unsigned int>step)
+        done += step
+    return crc
+
+
+def crc32_of(const uint8_t[::1] data):
+    """CRC-32 of ``data`` as ``zlib.crc32`` gives it, by the recovery walk's own code (tests compare the two)."""
+    if data.shape[0] == 0:
+        return 0
+    return _crc32(&data[0], data.shape[0])
+
+
 def body_crc_mismatch(const uint8_t[::1] buf, int64_t pos, int64_t end):
     """Position of the first record in ``buf[pos:end]`` whose BODYCRC does not match, or -1.
 
@@ -1437,7 +1497,6 @@ def body_crc_mismatch(const uint8_t[::1] buf, int64_t pos, int64_t end):
     cdef Rec r
     cdef int64_t found = -1
     cdef uint32_t crc
-    cdef int64_t done, step
     if pos < 0 or end > buf.shape[0] or pos > end:
         raise ValueError(f"range [{pos}, {end}) outside the buffer of {buf.shape[0]} bytes")
     if pos == end:
@@ -1448,12 +1507,7 @@ def body_crc_mismatch(const uint8_t[::1] buf, int64_t pos, int64_t end):
             if _parse(b, pos, end, &r):
                 found = pos
                 break
-            crc = 0
-            done = 0
-            while done < r.blen:  # crc32 takes an unsigned int length
-                step = r.blen - done if r.blen - done < (1 << 30) else (1 << 30)
-                crc = <uint32_t>crc32(crc, b + r.body + done, <unsigned int>step)
-                done += step
+            crc = _crc32(b + r.body, r.blen)
             if <int32_t>(crc & 0x7FFFFFFF) != <int32_t>rmq_load_be32(b + pos + 8):
                 found = pos
                 break

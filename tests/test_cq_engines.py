@@ -46,3 +46,13 @@ def test_properties_decoding_engine_equals_twin(data):
     if len(buf):
         assert _scan.decode_properties_at(buf, 0, len(buf)) == _scan_py.decode_properties_at(buf, 0, len(buf))
     assert fmt.decode_properties_bytes(data) == _scan_py.decode_properties_at(buf, 0, len(buf))
+
+
+@settings(max_examples=200, deadline=None)
+@given(data=st.one_of(st.binary(max_size=80), st.binary(min_size=2040, max_size=2060),
+                      st.binary(min_size=4000, max_size=9000)))
+def test_recovery_crc_equals_zlib(data):
+    """The recovery walk's CRC-32 (inline for short bodies, zlib for long ones) is zlib's."""
+    import zlib
+
+    assert _scan.crc32_of(np.frombuffer(data, np.uint8)) == zlib.crc32(data)
