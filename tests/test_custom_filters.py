@@ -181,6 +181,23 @@ def test_consume_with_a_batch_filter_equals_the_per_message_filter(store, sample
         assert a.stats == b.stats and a.stats.filter_rejected > 0
 
 
+def test_verify_crc_checks_every_message_before_either_form_filters(store, golden_copy):
+    assert list(store.consume(TOPIC, "G", tags="*", filter=ff.queue0_batch, verify_crc=True)) == list(
+        store.consume(TOPIC, "G", tags="*", filter=ff.queue0))
+    offset = store.consume_queue(TOPIC, 1).unit(1)[0]
+    patch_file(golden_copy / "commitlog" / cq.format.file_name(0), offset + 88, b"X")  # a body byte, queue 1
+    s = cq.Store(golden_copy)
+    try:
+        with pytest.raises(cq.StoreFormatError, match="CRC"):
+            s.commit_log.read_message(offset, verify_crc=True)
+        for fn in (ff.queue0, ff.queue0_batch):  # the filter would reject the message: the CRC fails first
+            with pytest.raises(cq.StoreFormatError, match="CRC"):
+                list(s.consume(TOPIC, "G", tags="*", filter=fn, verify_crc=True))
+            assert len(list(s.consume(TOPIC, "G", tags="*", filter=fn))) == 100
+    finally:
+        s.close()
+
+
 def test_a_failing_batch_names_its_first_and_last_message(store):
     @cq.batch_filter
     def explode(batch):
