@@ -7,9 +7,11 @@ per row. It runs after layer 1 (tag code / Bloom bitmap), layer 2 (the selector)
 client's tag re-check: a message is delivered only if all of them pass. The broker's class
 filter *replaced* layer 2; here it *narrows* it (docs/custom-filters.md).
 
-The batch is built once here for every reader: from the decoder's Arrow columns
-(:func:`records_record_batch`, what ``Store.consume`` gives it) or from the data source's own
-columns (:func:`filter_record_batch`), never from a Python object per message.
+The batch is built here for every reader, without a Python object per message: from the
+decoder's Arrow columns (:func:`records_record_batch`, what ``Store.consume`` gives it) or from
+the data source's own columns (:func:`filter_record_batch`). :func:`messages_record_batch`
+builds it from :class:`cq.Message` objects, for a caller that holds those
+(:meth:`MessageFilter.apply`).
 
 An exception in the filter (or a result that is not a bool / a boolean array of the right
 length) raises :class:`FilterError` naming the filter and the message (topic, queue id, queue
