@@ -4,7 +4,8 @@ per-message form (one ``cq.Message`` per call), in the same process, on the same
 Two places a custom filter runs (docs/custom-filters.md):
 
 - ``Store.consume(..., filter=...)``: both forms see the messages both broker layers delivered;
-  the batch form's Arrow batch is built from the decoded messages;
+  the batch form's Arrow batch is built from the decoder's columns, and only the messages it
+  keeps are decoded as ``cq.Message``;
 - the data source reader (option ``filter``, in-process, no Spark): the batch form gets the
   reader's own Arrow batch, the per-message form decodes each message with ``read_message``.
 

@@ -7,6 +7,12 @@ per row. It runs after layer 1 (tag code / Bloom bitmap), layer 2 (the selector)
 client's tag re-check: a message is delivered only if all of them pass. The broker's class
 filter *replaced* layer 2; here it *narrows* it (docs/custom-filters.md).
 
+The batch is built here for every reader, without a Python object per message: from the
+decoder's Arrow columns (:func:`records_record_batch`, what ``Store.consume`` gives it) or from
+the data source's own columns (:func:`filter_record_batch`). :func:`messages_record_batch`
+builds it from :class:`cq.Message` objects, for a caller that holds those
+(:meth:`MessageFilter.apply`).
+
 An exception in the filter (or a result that is not a bool / a boolean array of the right
 length) raises :class:`FilterError` naming the filter and the message (topic, queue id, queue
 offset) with ``on_error="fail"``; with ``on_error="skip"`` the message (for the batch form, the
@@ -14,16 +20,21 @@ batch) is not delivered and counted as skipped.
 """
 from __future__ import annotations
 
+import functools
 import importlib
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import numpy as np
 
+from . import format as fmt
+from .columns import MessageColumns
 from .commitlog import Message
+from .scan import gather_spans
 
-__all__ = ["MESSAGE_COLUMNS", "ON_FILTER_ERROR", "FilterError", "MessageFilter", "as_message_filter",
-           "batch_filter", "load_filter", "messages_record_batch"]
+__all__ = ["BATCH_RECORD_FIELDS", "MESSAGE_COLUMNS", "ON_FILTER_ERROR", "UNIT_COLUMNS", "FilterError", "MessageFilter", "as_message_filter",
+           "batch_filter", "ext_columns", "filter_record_batch", "load_filter", "message_schema",
+           "messages_record_batch", "records_record_batch"]
 
 ON_FILTER_ERROR = ("fail", "skip")
 _BATCH_MARK = "__rmqfilter_batch__"
@@ -37,6 +48,11 @@ MESSAGE_COLUMNS: tuple[tuple[str, str], ...] = (
     ("born_host", "string"), ("store_timestamp", "int64"), ("store_host", "string"), ("sys_flag", "int32"),
     ("reconsume_times", "int32"), ("msg_store_time", "int64"), ("filter_bitmap", "binary"),
 )
+#: The columns of :data:`MESSAGE_COLUMNS` that come from the ConsumeQueue unit (and its ext unit);
+#: every other one is a field of the CommitLog record (``cq.format.RECORD_FIELDS``).
+UNIT_COLUMNS = ("tags_code", "msg_store_time", "filter_bitmap")
+#: The record fields a batch filter's batch is decoded from (what :func:`records_record_batch` needs).
+BATCH_RECORD_FIELDS = tuple(name for name, _ in MESSAGE_COLUMNS if name not in UNIT_COLUMNS)
 
 
 class FilterError(ValueError):
@@ -255,6 +271,7 @@ def messages_record_batch(messages: Sequence[Message], units: dict[str, Any] | N
     return pa.RecordBatch.from_arrays([arrays[f.name] for f in schema], schema=schema)
 
 
+@functools.cache
 def message_schema():
     """:data:`MESSAGE_COLUMNS` as a ``pyarrow.Schema``."""
     import pyarrow as pa  # deliberate lazy import: only the batch form needs pyarrow
@@ -262,3 +279,85 @@ def message_schema():
     types = {"string": pa.string(), "int32": pa.int32(), "int64": pa.int64(), "binary": pa.binary(),
              "map<string, string>": pa.map_(pa.string(), pa.string())}
     return pa.schema([pa.field(name, types[t]) for name, t in MESSAGE_COLUMNS])
+
+
+def filter_record_batch(columns: Mapping[str, Any]):
+    """The ``pyarrow.RecordBatch`` a batch filter gets: ``columns`` (pyarrow arrays by name, at least
+    every one of :data:`MESSAGE_COLUMNS`; others are left out) in :func:`message_schema` order and types.
+    """
+    import pyarrow as pa  # deliberate lazy import: only the batch form needs pyarrow
+
+    schema = message_schema()
+    arrays = []
+    for field in schema:
+        arr = columns[field.name]
+        arrays.append(arr if arr.type == field.type else arr.cast(field.type))
+    return pa.RecordBatch.from_arrays(arrays, schema=schema)
+
+
+def ext_columns(ext_batch, rows: np.ndarray) -> dict:
+    """``msg_store_time`` and ``filter_bitmap`` of units ``rows`` of a ``cq.ext.ExtBatch`` as pyarrow
+    arrays: NULL where there is no ext unit (``ext_batch`` None: none at all), the bitmap NULL where
+    the unit has none."""
+    import pyarrow as pa  # deliberate lazy import: only the batch form and the data source need pyarrow
+
+    n = len(rows)
+    if ext_batch is None:
+        return {"msg_store_time": pa.nulls(n, pa.int64()), "filter_bitmap": pa.nulls(n, pa.binary())}
+    found = ext_batch.found[rows]
+    has = ext_batch.has_bitmap[rows]
+    starts = np.ascontiguousarray(ext_batch.bitmap_offsets[rows])
+    lengths = np.ascontiguousarray(ext_batch.bitmap_offsets[rows + 1] - starts)
+    offsets, data = gather_spans(ext_batch.bitmap_data, starts, lengths)
+    validity = None if has.all() else pa.py_buffer(np.packbits(has, bitorder="little"))
+    return {
+        "msg_store_time": pa.array(ext_batch.msg_store_time[rows], mask=~found),
+        "filter_bitmap": pa.Array.from_buffers(
+            pa.large_binary(), n, [validity, pa.py_buffer(offsets), pa.py_buffer(data)],
+            null_count=n - int(np.count_nonzero(has))).cast(pa.binary()),
+    }
+
+
+def records_record_batch(records: MessageColumns, slots: np.ndarray, ext_batch=None):
+    """The batch filter's ``RecordBatch`` for decoded CommitLog records and their ConsumeQueue units.
+
+    Every column but :data:`UNIT_COLUMNS` is the record's own field, as :class:`cq.Message` holds it
+    (the Arrow buffers of :meth:`cq.CommitLog.decode_columns`, no Python object per row);
+    ``tags_code`` is the unit's slot, or the ext unit's tags code where the slot holds an ext address
+    (NULL where that unit cannot be read); ``msg_store_time`` and ``filter_bitmap`` are the ext
+    unit's (:func:`ext_columns`).
+
+    Parameters
+    ----------
+    records : cq.columns.MessageColumns
+        Holding at least the fields :data:`BATCH_RECORD_FIELDS`, e.g.
+        ``CommitLog.decode_columns(offsets, BATCH_RECORD_FIELDS)``.
+    slots : int64 array
+        The units' ``tags_code`` slots (tags code or ext address), one per record.
+    ext_batch : cq.ext.ExtBatch, optional
+        ``ConsumeQueueExt.read_batch(slots)``; None when the queue has no ext file.
+
+    Examples
+    --------
+    >>> import cq
+    >>> store = cq.Store("tests/data/golden_store")
+    >>> units = store.consume_queue("GoldenFilterTopic", 0).read(0, 4)
+    >>> records = store.commit_log.decode_columns(units["commit_log_offset"], BATCH_RECORD_FIELDS)
+    >>> batch = records_record_batch(records, units["tags_code"])
+    >>> batch.schema == message_schema(), batch.column("queue_offset").to_pylist()
+    (True, [0, 1, 2, 3])
+    """
+    import pyarrow as pa  # deliberate lazy import: only the batch form needs pyarrow
+
+    slots = np.asarray(slots, dtype=np.int64)
+    rows = np.arange(len(slots))
+    is_ext = slots <= fmt.MAX_ADDR
+    tags_code = slots.copy()
+    known = ~is_ext
+    if ext_batch is not None:  # non-ext slots come back not found
+        tags_code[ext_batch.found] = ext_batch.tags_code[ext_batch.found]
+        known |= ext_batch.found
+    columns = records.to_arrow(BATCH_RECORD_FIELDS)
+    columns["tags_code"] = pa.array(tags_code, mask=~known)
+    columns.update(ext_columns(ext_batch, rows))
+    return filter_record_batch(columns)

@@ -16,7 +16,7 @@ from . import format as fmt
 from . import why as _why
 from .commitlog import CommitLog, Message
 from .consumequeue import ConsumeQueue
-from .custom_filter import ON_FILTER_ERROR, as_message_filter
+from .custom_filter import BATCH_RECORD_FIELDS, ON_FILTER_ERROR, as_message_filter, records_record_batch
 from .errors import StoreFileDeleted, StoreFormatError, UnknownGroupError
 from .ext import ConsumeQueueExt
 from .filter import SqlFilter, TagFilter
@@ -815,32 +815,72 @@ class Store:
             stats.bloom_false_positives += int((hits[idx] & ~keep).sum())
             idx, offs = idx[keep], offs[keep]
         stats.passed_commit_log += len(idx)
+        if custom is not None and custom.batch:
+            yield from self._deliver_batch_filtered(flt, log, idx, offs, stats, verify_crc, custom, units, ext)
+            return
         pending: list[Message] = []
-        pending_idx: list[int] = []
         if verify_crc:
             msgs = (log.read_message(off, verify_crc=verify_crc) for off in offs.tolist())
         else:  # one decoder pass for the slice's messages
             msgs = log.read_messages(offs)
-        for i, msg in zip(idx.tolist(), msgs):
+        for msg in msgs:
             if not flt.is_matched_by_client(msg.tags):
                 stats.client_filtered += 1
                 continue
             if custom is not None:
                 pending.append(msg)
-                pending_idx.append(i)
                 continue
             stats.delivered += 1
             yield msg
         if pending:
             # the custom filter narrows what both layers delivered (docs/custom-filters.md)
-            cols = _unit_columns(units, ext, np.asarray(pending_idx, dtype=np.int64)) if custom.batch else None
-            keep, skipped = custom.apply(pending, cols)
+            keep, skipped = custom.apply(pending)
             stats.filter_skipped += int(skipped.sum())
             stats.filter_rejected += int((~keep & ~skipped).sum())
             for msg, ok in zip(pending, keep.tolist()):
                 if ok:
                     stats.delivered += 1
                     yield msg
+
+    @staticmethod
+    def _deliver_batch_filtered(flt, log, idx, offs, stats, verify_crc, custom, units, ext):
+        """The client re-check and a batch custom filter over the decoder's columns of the records at
+        ``offs`` (units ``idx``), then the messages it keeps, decoded as :class:`Message` (only those).
+
+        The filter's batch is the one the data source builds (:func:`cq.custom_filter.records_record_batch`),
+        no Python object per row; the batch is the slice, as for the per-message path's messages.
+        """
+        checked = None
+        if verify_crc:  # a bad CRC fails before any filter runs, as on the per-message path
+            checked = [log.read_message(off, verify_crc=verify_crc) for off in offs.tolist()]
+        records = log.decode_columns(offs, BATCH_RECORD_FIELDS)
+        over_columns = getattr(flt, "is_matched_by_client_columns", None)
+        if over_columns is not None:
+            client = np.asarray(over_columns(records), dtype=bool)
+        else:  # a ready-made filter that re-checks one tag at a time
+            client = np.fromiter((flt.is_matched_by_client(t) for t in records.texts("tags")), dtype=bool,
+                                 count=len(records))
+        stats.client_filtered += int((~client).sum())
+        rows = np.flatnonzero(client)
+        if not len(rows):
+            return
+        slots = units["tags_code"][idx].astype(np.int64)
+        has_ext = ext is not None and bool((slots <= fmt.MAX_ADDR).any())
+        batch = records_record_batch(records, slots, ext.read_batch(slots) if has_ext else None)
+        if len(rows) < len(records):
+            batch = batch.take(rows)
+
+        def where(row: int) -> tuple[str, int, int]:
+            return (records.value("topic", row), records.value("queue_id", row), records.value("queue_offset", row))
+
+        # the custom filter narrows what both layers delivered (docs/custom-filters.md)
+        keep, skipped = custom.apply_record_batch(batch, where(int(rows[0])), where(int(rows[-1])))
+        stats.filter_skipped += int(skipped.sum())
+        stats.filter_rejected += int((~keep & ~skipped).sum())
+        kept = rows[keep]
+        msgs = [checked[i] for i in kept.tolist()] if checked is not None else log.read_messages(offs[kept])
+        stats.delivered += len(msgs)
+        yield from msgs
 
     def _raw_chunks(self, cqueue: ConsumeQueue, start: int, end: int) -> Iterator[tuple[int, memoryview]]:
         """``cqueue.raw_chunks`` over ``[start, end)``; a file the broker expired meanwhile moves the
@@ -887,21 +927,3 @@ class Store:
                 if progress is not None:
                     progress(stats.units_scanned, total)
 
-
-def _unit_columns(units: np.ndarray, ext: ConsumeQueueExt | None, idx: np.ndarray) -> dict[str, list]:
-    """``tags_code``, ``msg_store_time`` and ``filter_bitmap`` of units ``idx`` as a batch filter sees
-    them (the ext unit's values where the slot holds an ext address; None where there is none)."""
-    slots = units["tags_code"][idx]
-    tags_code: list = slots.tolist()
-    store_time: list = [None] * len(idx)
-    bitmaps: list = [None] * len(idx)
-    if ext is not None and (slots <= fmt.MAX_ADDR).any():
-        b = ext.read_batch(slots)
-        for j in np.flatnonzero(b.found).tolist():
-            tags_code[j] = int(b.tags_code[j])
-            store_time[j] = int(b.msg_store_time[j])
-            if b.bit_map_size[j] >= 1:
-                bitmaps[j] = b.bitmap_data[b.bitmap_offsets[j]:b.bitmap_offsets[j + 1]].tobytes()
-        for j in np.flatnonzero(~b.found & (slots <= fmt.MAX_ADDR)).tolist():
-            tags_code[j] = None
-    return {"tags_code": tags_code, "msg_store_time": store_time, "filter_bitmap": bitmaps}

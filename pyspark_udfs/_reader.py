@@ -36,9 +36,8 @@ import pyarrow as pa
 from pyspark.sql.pandas.types import to_arrow_schema
 
 import cq
-from cq.custom_filter import MessageFilter, message_schema
+from cq.custom_filter import MessageFilter, ext_columns, filter_record_batch, message_schema
 from cq.errors import StoreFormatError
-from cq.scan import gather_spans
 from pyspark_udfs.datasource import RECORD_COLUMNS
 
 # Opened stores, per worker process: a worker reads many slices of one store. A slice carries
@@ -533,7 +532,7 @@ def _unit_columns(wanted, topic, queue_id, queue_offsets, units, tags_code, know
     }
     out = {name: make() for name, make in makers.items() if name in wanted}
     if "msg_store_time" in wanted or "filter_bitmap" in wanted:
-        out.update({k: v for k, v in _ext_columns(ext_batch, rows).items() if k in wanted})
+        out.update({k: v for k, v in ext_columns(ext_batch, rows).items() if k in wanted})
     return out
 
 
@@ -570,7 +569,7 @@ def _apply_message_filter(options, store, topic: str, queue_id: int, columns: di
     skipped = np.zeros(n, dtype=np.bool_)
     offsets = columns["commit_log_offset"].to_numpy()
     queue_offsets = columns["queue_offset"].to_numpy()
-    batch = pa.RecordBatch.from_arrays([columns[f.name] for f in message_schema()], schema=message_schema())
+    batch = filter_record_batch(columns)
     for start in range(0, len(candidates), FILTER_BATCH_ROWS):
         rows = candidates[start:start + FILTER_BATCH_ROWS]
         if mf.batch:
@@ -583,31 +582,3 @@ def _apply_message_filter(options, store, topic: str, queue_id: int, columns: di
         return {**columns, "delivered": pa.array(keep), "filter_skipped": pa.array(skipped)}
     mask = pa.array(keep)
     return {name: arr.filter(mask) for name, arr in columns.items()}
-
-
-def _ext_columns(batch, rows: np.ndarray) -> dict[str, pa.Array]:
-    """``msg_store_time`` and ``filter_bitmap`` of the units ``rows``: NULL without an ext unit
-    (and the bitmap NULL where the unit has none)."""
-    n = len(rows)
-    if batch is None:
-        return {"msg_store_time": pa.nulls(n, pa.int64()), "filter_bitmap": pa.nulls(n, pa.binary())}
-    found = batch.found[rows]
-    has = batch.has_bitmap[rows]
-    starts = np.ascontiguousarray(batch.bitmap_offsets[rows])
-    lengths = np.ascontiguousarray(batch.bitmap_offsets[rows + 1] - starts)
-    offsets, data = gather_spans(batch.bitmap_data, starts, lengths)
-    return {
-        "msg_store_time": pa.array(batch.msg_store_time[rows], mask=~found),
-        "filter_bitmap": pa.Array.from_buffers(
-            pa.large_binary(), n, [_validity(has), pa.py_buffer(offsets), pa.py_buffer(data)],
-            null_count=n - int(np.count_nonzero(has))).cast(pa.binary()),
-    }
-
-
-def _validity(valid: np.ndarray) -> pa.Buffer | None:
-    """Arrow validity bitmap of a bool mask (None when every value is present)."""
-    if valid.all():
-        return None
-    return pa.py_buffer(np.packbits(valid, bitorder="little"))
-
-

@@ -1,13 +1,15 @@
 """Custom message filters (the class-filter mode): Store.consume, the CLI and the Spark data source."""
 from __future__ import annotations
 
+import struct
+
 import filters_for_tests as ff
 import numpy as np
 import pytest
-from helpers import DATA
+from helpers import DATA, patch_file
 
 import cq
-from cq.custom_filter import MESSAGE_COLUMNS, message_schema
+from cq.custom_filter import BATCH_RECORD_FIELDS, MESSAGE_COLUMNS, message_schema
 from pyspark_udfs import cli
 
 STORE = DATA / "golden_store"
@@ -60,6 +62,155 @@ def test_batch_form_equals_the_per_message_form_and_sees_the_messages_columns(st
             == (m.queue_offset, m.commit_log_offset, m.tags, m.keys, m.body, m.properties)
         assert (r["tags_code"], r["msg_store_time"], r["filter_bitmap"]) == (unit.tags_code, unit.msg_store_time,
                                                                              unit.filter_bitmap)
+
+
+def _spied(store, topic, group, **how):
+    """What a keep-everything filter sees in each form: (batches, messages), and consume's outputs."""
+    batches, messages = [], []
+
+    @cq.batch_filter
+    def spy_batch(batch):
+        batches.append(batch)
+        return np.ones(batch.num_rows, dtype=bool)
+
+    def spy_message(m):
+        messages.append(m)
+        return True
+
+    out_batch = list(store.consume(topic, group, filter=spy_batch, **how))
+    out_message = list(store.consume(topic, group, filter=spy_message, **how))
+    return batches, messages, out_batch, out_message
+
+
+def _expected_units(store, topic, m):
+    """``(tags_code, msg_store_time, filter_bitmap)`` of the message's ConsumeQueue (and ext) unit."""
+    slot = store.consume_queue(topic, m.queue_id).unit(m.queue_offset)[2]
+    if slot > cq.MAX_ADDR:
+        return slot, None, None
+    ext = store.ext(topic, m.queue_id)
+    unit = ext.get(slot) if ext is not None else None
+    return (None, None, None) if unit is None else (unit.tags_code, unit.msg_store_time, unit.filter_bitmap)
+
+
+def check_batch_sees_the_messages(store, topic, group, **how) -> int:
+    """Every candidate row: the batch filter's row holds what the per-message filter's Message holds, in
+    the messages schema; consume delivers the same with either form. Returns the number of candidates."""
+    batches, messages, out_batch, out_message = _spied(store, topic, group, **how)
+    assert out_batch == out_message == messages
+    assert all(b.schema == message_schema() for b in batches)
+    assert [(f.name, str(f.type)) for f in batches[0].schema] == list(MESSAGE_COLUMNS)
+    rows = [r for b in batches for r in b.to_pylist()]
+    assert len(rows) == len(messages) > 0
+    for m, r in zip(messages, rows):
+        for name in BATCH_RECORD_FIELDS:
+            want = list(m.properties.items()) if name == "properties" else getattr(m, name)
+            assert r[name] == want, (name, m.queue_id, m.queue_offset)
+        assert (r["tags_code"], r["msg_store_time"], r["filter_bitmap"]) == _expected_units(store, topic, m)
+    return len(rows)
+
+
+@pytest.mark.parametrize("topic,group,how", [
+    (TOPIC, "G", {"tags": "*"}),
+    ("GoldenPlainTopic", "G", {"tags": "*"}),
+    (TOPIC, GROUP, {"sql": SQL}),
+    (TOPIC, "G", {"tags": "TagA || 标签 || Ωmega"}),
+])
+def test_the_batch_sees_what_the_message_filter_sees_on_the_golden_store(store, topic, group, how):
+    n = check_batch_sees_the_messages(store, topic, group, **how)
+    assert n == len(list(store.consume(topic, group, **how)))
+
+
+def test_the_batch_sees_what_the_message_filter_sees_past_the_client_recheck(golden_copy):
+    # unresolvable ext addresses: layer 1 lets them through (no tag code), the client re-check
+    # drops those whose tag is not subscribed, and the batch shows the rest with a NULL tags_code
+    path = golden_copy / "consumequeue" / TOPIC / "0" / cq.format.file_name(0)
+    for i in range(0, 40, 3):
+        patch_file(path, 20 * i + 12, struct.pack(">q", cq.decorate(10**9 + i)))
+    s = cq.Store(golden_copy)
+    try:
+        result = s.consume(TOPIC, "G", tags="TagA || 标签")
+        plain = list(result)
+        assert result.stats.ext_missing and result.stats.client_filtered
+        assert check_batch_sees_the_messages(s, TOPIC, "G", tags="TagA || 标签") == len(plain)
+    finally:
+        s.close()
+
+
+@pytest.fixture(scope="module")
+def sample_store(tmp_path_factory):
+    root = tmp_path_factory.mktemp("custom_filters") / "store"
+    cq.generate_sample_store(root, messages=3000, seed=11, commit_log_file_size=256 * 1024)
+    s = cq.Store(root)
+    yield s
+    s.close()
+
+
+@pytest.mark.parametrize("topic,group,how", [
+    ("SampleTopic", "G", {"tags": "*"}),
+    ("SampleTopic", "GID_TAGA_OR_EU", {}),  # its registration: SQL92 with Bloom bitmaps in the ext units
+    ("OrderTopic", "G", {"tags": "TagA || TagC"}),
+])
+def test_the_batch_sees_what_the_message_filter_sees_on_a_sample_store(sample_store, topic, group, how):
+    assert len(sample_store.commit_log.files) > 1
+    check_batch_sees_the_messages(sample_store, topic, group, **how)
+
+
+def _by_color_or_long_body(m: cq.Message) -> bool:
+    return m.properties.get("color") in ("red", "grün") or len(m.body) > 100
+
+
+@cq.batch_filter
+def _by_color_or_long_body_batch(batch):
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    color = pc.map_lookup(batch["properties"], pa.scalar("color"), "first")
+    return pc.or_(pc.fill_null(pc.is_in(color, pa.array(["red", "grün"])), False),
+                  pc.greater(pc.binary_length(batch["body"]), 100))
+
+
+@pytest.mark.parametrize("where", ["golden", "sample"])
+def test_consume_with_a_batch_filter_equals_the_per_message_filter(store, sample_store, where):
+    s, topic = (store, TOPIC) if where == "golden" else (sample_store, "SampleTopic")
+    # bloom_filter=None: "G" is not registered, so the ext units carry no bits of it
+    for how in ({"tags": "*"}, {"sql": "color IS NOT NULL OR TAGS = 'TagB'", "bloom_filter": None}):
+        a = s.consume(topic, "G", filter=_by_color_or_long_body, **how)
+        b = s.consume(topic, "G", filter=_by_color_or_long_body_batch, **how)
+        got_a, got_b = list(a), list(b)
+        assert got_a == got_b and 0 < len(got_a) < a.stats.passed_commit_log
+        assert a.stats == b.stats and a.stats.filter_rejected > 0
+
+
+def test_verify_crc_checks_every_message_before_either_form_filters(store, golden_copy):
+    assert list(store.consume(TOPIC, "G", tags="*", filter=ff.queue0_batch, verify_crc=True)) == list(
+        store.consume(TOPIC, "G", tags="*", filter=ff.queue0))
+    offset = store.consume_queue(TOPIC, 1).unit(1)[0]
+    patch_file(golden_copy / "commitlog" / cq.format.file_name(0), offset + 88, b"X")  # a body byte, queue 1
+    s = cq.Store(golden_copy)
+    try:
+        with pytest.raises(cq.StoreFormatError, match="CRC"):
+            s.commit_log.read_message(offset, verify_crc=True)
+        for fn in (ff.queue0, ff.queue0_batch):  # the filter would reject the message: the CRC fails first
+            with pytest.raises(cq.StoreFormatError, match="CRC"):
+                list(s.consume(TOPIC, "G", tags="*", filter=fn, verify_crc=True))
+            assert len(list(s.consume(TOPIC, "G", tags="*", filter=fn))) == 100
+    finally:
+        s.close()
+
+
+def test_a_failing_batch_names_its_first_and_last_message(store):
+    @cq.batch_filter
+    def explode(batch):
+        raise KeyError("no price")
+
+    with pytest.raises(cq.FilterError) as exc:
+        list(store.consume(TOPIC, "G", tags="*", filter=explode))
+    e = exc.value
+    # a batch is what one ConsumeQueue file of the golden store holds: 50 units
+    assert (e.topic, e.queue_id, e.queue_offset, e.last_queue_offset) == (TOPIC, 0, 0, 49)
+    assert "queue 0 offsets 0..49: KeyError" in str(e) and isinstance(e.__cause__, KeyError)
+    result = store.consume(TOPIC, "G", tags="*", filter=explode, on_filter_error="skip")
+    assert list(result) == [] and result.stats.filter_skipped == 200 and result.stats.filter_rejected == 0
 
 
 def test_ready_made_broker_filter_still_works_and_both_keywords_conflict(store):
