@@ -277,3 +277,120 @@ def test_spark_group_parquet_selector_column(benchmark, spark, copies):
 
     df = spark.read.parquet(copies["parquet"]).where(selector_column(SQL, "properties"))
     _run(benchmark, df.count, "alternative", copies["rows"])
+
+
+# ------------------------------------------------------------------ where the time goes
+# Each stage of the paths above on its own, in the same run, so the report shows what a missed
+# target is made of (bench/README.md#the-data-path reads these rows).
+STAGES = f"data path stages, {MESSAGES:,}-message store (main topic unless named)"
+
+
+@pytest.fixture(scope="module")
+def main_offsets(store_path):
+    """CommitLog offsets of the main topic's records, in log order, and the store's record count."""
+    import numpy as np
+
+    import cq
+
+    store = cq.Store(store_path)
+    try:
+        offs = np.sort(np.concatenate([store.consume_queue(TOPIC, q).read(0, 1 << 40)["commit_log_offset"]
+                                       for q in store.queue_ids(TOPIC)]).astype(np.int64))
+        return offs, store.commit_log.count_records()
+    finally:
+        store.close()
+
+
+@pytest.mark.parametrize("fields", [["store_timestamp"], ["properties"], ["tags"], None],
+                         ids=["one_fixed_field", "properties_map", "tags_only", "all_fields"])
+@pytest.mark.benchmark(group=STAGES)
+def test_stage_decode_columns(benchmark, store_path, main_offsets, fields):
+    """The decoder alone: a fixed field is the memory wait per record; the map is the text split."""
+    import cq
+
+    log = cq.CommitLog(os.path.join(store_path, "commitlog"))
+    offs, _ = main_offsets
+    _run(benchmark, lambda: log.decode_columns(offs, fields), "ours", len(offs))
+    log.close()
+
+
+@pytest.mark.benchmark(group=STAGES)
+def test_stage_ext_read_batch(benchmark, store_path):
+    """ConsumeQueueExt units (tag codes, bitmaps) for every ConsumeQueue slot of the main topic."""
+    import cq
+
+    store = cq.Store(store_path)
+    slots = [(store.ext(TOPIC, q), store.consume_queue(TOPIC, q).read(0, 1 << 40)["tags_code"])
+             for q in store.queue_ids(TOPIC)]
+    _run(benchmark, lambda: [ext.read_batch(s) for ext, s in slots], "ours", sum(len(s) for _, s in slots))
+    store.close()
+
+
+@pytest.mark.benchmark(group=STAGES)
+def test_stage_recovery_walk_every_record(benchmark, store_path, main_offsets):
+    """A cold ``CommitLog.max_offset`` (the broker's recovery walk, body CRCs checked), per record of
+    the whole log: what opening a store costs ``Store.consume`` and each Spark query's planning."""
+    import cq
+
+    def walk():
+        log = cq.CommitLog(os.path.join(store_path, "commitlog"))
+        try:
+            return log.max_offset
+        finally:
+            log.close()
+
+    _run(benchmark, walk, "ours", main_offsets[1])
+
+
+@pytest.mark.benchmark(group=STAGES)
+def test_stage_messages_for_delivered(benchmark, store_path):
+    """``CommitLog.read_messages`` for the records ``Store.consume`` delivers to the SQL92 group: one
+    ``cq.Message`` (a dict of properties, str fields) per delivered record, per delivered record."""
+    import numpy as np
+
+    import cq
+
+    store = cq.Store(store_path)
+    offs = np.array([m.commit_log_offset for m in store.consume(TOPIC, GROUP, sql=SQL)], dtype=np.int64)
+    _run(benchmark, lambda: store.commit_log.read_messages(offs), "ours", len(offs))
+    store.close()
+
+
+def _tiny_source():
+    """A Python data source of one row: a Spark query's fixed cost with any Python source."""
+    from pyspark.sql.datasource import DataSource, DataSourceReader
+
+    class _Reader(DataSourceReader):
+        def read(self, partition):
+            yield (1,)
+
+    class TinySource(DataSource):
+        @classmethod
+        def name(cls):
+            return "rmqfilter_bench_tiny"
+
+        def schema(self):
+            return "a int"
+
+        def reader(self, schema):
+            return _Reader()
+
+    return TinySource
+
+
+@pytest.mark.benchmark(group=STAGES)
+def test_stage_spark_query_fixed_cost(benchmark, spark):
+    """One query over a one-row Python data source (per query: planning, a task, Python workers)."""
+    from pyspark.sql import functions as F
+
+    spark.dataSource.register(_tiny_source())
+    df = spark.read.format("rmqfilter_bench_tiny").load()
+    _run(benchmark, lambda: df.agg(F.count(F.lit(1))).first()[0], "ours", 1)
+
+
+@pytest.mark.benchmark(group=STAGES)
+def test_stage_rocketmq_partitions(benchmark, store_path):
+    """The ``rocketmq`` source's planning in-process (a cut of the store: recovery walk, queue
+    bounds), what each Spark query runs on the driver before any task."""
+    opts = _options(store_path)
+    _run(benchmark, lambda: len(_partitions(opts)), "ours", 1)

@@ -1547,3 +1547,59 @@ def record_positions(const uint8_t[::1] buf, int64_t pos, int64_t limit, int64_t
             count += 1
             pos += <int32_t>rmq_load_be32(base + pos)
     return out[:count], pos, status
+
+
+# ------------------------------------------------------------------ columns -> Python objects
+# For the APIs that hand out Python objects (cq.Message): one str or dict per row, built
+# here from the decoder's buffers (valid UTF-8: the decoder replaced malformed bytes).
+
+cdef inline object _utf8_str(const uint8_t[::1] data, int32_t a, int32_t b):
+    if b <= a:
+        return ""
+    return PyUnicode_DecodeUTF8(<const char*>&data[a], b - a, NULL)
+
+
+def texts_list(const int32_t[::1] offsets, const uint8_t[::1] data, bint binary=False):
+    """Row ``i`` of a text (or, with ``binary``, bytes) column as str (bytes): a list of ``len(offsets) - 1``."""
+    cdef Py_ssize_t i, n = offsets.shape[0] - 1
+    cdef int32_t a, b
+    if n < 0:
+        raise ValueError("offsets must hold at least one entry")
+    cdef list out = [None] * n
+    if offsets[n] > data.shape[0] or offsets[0] < 0:
+        raise ValueError(f"offsets run to {offsets[n]}, past the {data.shape[0]} bytes of data")
+    for i in range(n):
+        a = offsets[i]
+        b = offsets[i + 1]
+        if binary:
+            out[i] = PyBytes_FromStringAndSize(<const char*>&data[a], b - a) if b > a else b""
+        else:
+            out[i] = _utf8_str(data, a, b)
+    return out
+
+
+def property_dicts(const int32_t[::1] map_offsets, const int32_t[::1] key_offsets, const uint8_t[::1] key_data,
+                   const int32_t[::1] value_offsets, const uint8_t[::1] value_data):
+    """Row ``i`` of a ``properties`` column as a dict (entries in order): a list of ``len(map_offsets) - 1``.
+
+    Keys repeat from row to row: each distinct key text becomes one str, shared by the rows.
+    """
+    cdef Py_ssize_t i, n = map_offsets.shape[0] - 1
+    cdef int32_t e
+    cdef dict row, known = {}
+    if n < 0:
+        raise ValueError("map offsets must hold at least one entry")
+    cdef list out = [None] * n
+    if map_offsets[n] > key_offsets.shape[0] - 1 or map_offsets[n] > value_offsets.shape[0] - 1:
+        raise ValueError(f"map offsets run to entry {map_offsets[n]}, past the entries given")
+    if map_offsets[n] > 0 and (key_offsets[map_offsets[n]] > key_data.shape[0]
+                               or value_offsets[map_offsets[n]] > value_data.shape[0]):
+        raise ValueError("entry offsets run past their data")
+    for i in range(n):
+        row = {}
+        for e in range(map_offsets[i], map_offsets[i + 1]):
+            key = _utf8_str(key_data, key_offsets[e], key_offsets[e + 1])
+            key = known.setdefault(key, key)
+            row[key] = _utf8_str(value_data, value_offsets[e], value_offsets[e + 1])
+        out[i] = row
+    return out

@@ -7,6 +7,7 @@ the engine computes.
 """
 from __future__ import annotations
 
+import itertools
 import socket
 import struct
 import zlib
@@ -504,3 +505,28 @@ def record_positions(buf, pos, limit, max_records):
             return np.array(out, dtype=np.int64), pos, 2
         out.append(pos)
         pos += total
+
+
+def crc32_of(data):
+    """CRC-32 of ``data`` as ``zlib.crc32`` gives it (the compiled engine computes short ones inline)."""
+    return zlib.crc32(bytes(data))
+
+
+def texts_list(offsets, data, binary=False):
+    """Row ``i`` of a text (or, with ``binary``, bytes) column as str (bytes): a list of ``len(offsets) - 1``."""
+    o = [int(x) for x in offsets]
+    if o[-1] > len(data) or o[0] < 0:
+        raise ValueError(f"offsets run to {o[-1]}, past the {len(data)} bytes of data")
+    raw = bytes(data)
+    rows = [raw[a:b] for a, b in itertools.pairwise(o)]
+    return rows if binary else [r.decode("utf-8") for r in rows]
+
+
+def property_dicts(map_offsets, key_offsets, key_data, value_offsets, value_data):
+    """Row ``i`` of a ``properties`` column as a dict (entries in order): a list of ``len(map_offsets) - 1``."""
+    mo = [int(x) for x in map_offsets]
+    if mo[-1] > len(key_offsets) - 1 or mo[-1] > len(value_offsets) - 1:
+        raise ValueError(f"map offsets run to entry {mo[-1]}, past the entries given")
+    keys = texts_list(key_offsets[:mo[-1] + 1], key_data)
+    values = texts_list(value_offsets[:mo[-1] + 1], value_data)
+    return [dict(zip(keys[a:b], values[a:b])) for a, b in itertools.pairwise(mo)]

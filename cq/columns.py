@@ -8,12 +8,12 @@ on request. pyarrow is imported only there (``cq`` works without it).
 """
 from __future__ import annotations
 
-import itertools
 from collections.abc import Iterable
 
 import numpy as np
 
 from . import format as fmt
+from .scan import _scan
 
 #: field name -> kind ("i4", "i8", "str", "bin", "map"), from cq.format.RECORD_FIELDS
 FIELD_KINDS = dict(fmt.RECORD_FIELDS)
@@ -92,31 +92,14 @@ class MessageColumns:
     def texts(self, name: str, *, binary: bool = False) -> list:
         """Field ``name`` (text or bytes) as a list of str (bytes with ``binary``), None where absent."""
         offsets, data, valid = self.columns[name]
-        raw = data.tobytes()
-        o = offsets.tolist()
-        if binary:
-            out = [raw[a:b] for a, b in itertools.pairwise(o)]
-        else:
-            # Decode the whole buffer once and slice it. The decoder writes valid UTF-8 (malformed
-            # bytes already replaced), so a row's str offset is its byte offset less the
-            # continuation bytes (10xxxxxx) before it; in ASCII the two are equal.
-            text = raw.decode()
-            if len(text) != len(raw):
-                before = np.zeros(len(data) + 1, dtype=np.int64)
-                np.cumsum((data & 0xC0) == 0x80, out=before[1:])
-                o = (offsets - before[offsets]).tolist()
-            out = [text[a:b] for a, b in itertools.pairwise(o)]
+        out = _scan.texts_list(offsets, data, binary)
         if valid is not None:
             out = [v if ok else None for v, ok in zip(out, valid.tolist())]
         return out
 
     def dicts(self) -> list[dict]:
         """The ``properties`` field as one dict per row (:attr:`cq.Message.properties`)."""
-        mo, ko, kd, vo, vd = self.columns["properties"]
-        keys = MessageColumns({"k": (ko, kd, None)}, len(ko) - 1).texts("k") if len(ko) > 1 else []
-        values = MessageColumns({"v": (vo, vd, None)}, len(vo) - 1).texts("v") if len(vo) > 1 else []
-        m = mo.tolist()
-        return [dict(zip(keys[a:b], values[a:b])) for a, b in itertools.pairwise(m)]
+        return _scan.property_dicts(*self.columns["properties"])
 
     # ------------------------------------------------------------------ Arrow
     def arrow(self, name: str, *, large: bool = False):

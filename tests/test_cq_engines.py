@@ -56,3 +56,33 @@ def test_recovery_crc_equals_zlib(data):
     import zlib
 
     assert _scan.crc32_of(np.frombuffer(data, np.uint8)) == zlib.crc32(data)
+
+
+def _column(texts: list[str]) -> tuple[np.ndarray, np.ndarray]:
+    raw = [t.encode() for t in texts]
+    offsets = np.zeros(len(raw) + 1, np.int32)
+    np.cumsum([len(r) for r in raw], out=offsets[1:])
+    return offsets, np.frombuffer(b"".join(raw), np.uint8).copy()
+
+
+TEXT = st.text(alphabet=st.characters(min_codepoint=1, max_codepoint=0x10FFFF, exclude_categories=("Cs",)),
+               max_size=12)
+
+
+@settings(max_examples=200, deadline=None)
+@given(rows=st.lists(st.lists(st.tuples(st.sampled_from(["a", "TAGS", "KEYS", "ключ", "k"]) | TEXT, TEXT),
+                              max_size=6), max_size=20))
+def test_message_objects_from_columns_engine_equals_twin(rows):
+    """The str and dict per row that cq.Message gets, built from a column's buffers, by both engines."""
+    dicts = [dict(r) for r in rows]
+    keys, values = _column([k for d in dicts for k in d]), _column([v for d in dicts for v in d.values()])
+    mo = np.zeros(len(dicts) + 1, np.int32)
+    np.cumsum([len(d) for d in dicts], out=mo[1:])
+    for engine in (_scan, _scan_py):
+        got = engine.property_dicts(mo, keys[0], keys[1], values[0], values[1])
+        assert got == dicts and [list(g) for g in got] == [list(d) for d in dicts]
+        flat = [v for d in dicts for v in d.values()]
+        assert engine.texts_list(*values) == flat
+        assert engine.texts_list(*values, True) == [v.encode() for v in flat]
+        with pytest.raises(ValueError, match="past"):
+            engine.texts_list(values[0] + 1, values[1][:0] if len(values[1]) else values[1])
