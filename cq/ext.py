@@ -316,9 +316,14 @@ class ConsumeQueueExt(MappedFileQueue):
         idx[is_ext & (real == 0)] = 0
         ok = is_ext & (idx >= 0)
         ok &= real < self._starts[np.clip(idx, 0, None)] + self.file_size
-        for index in np.unique(idx[ok]):
-            sel = np.flatnonzero(ok & (idx == index))
-            yield int(index), sel, (real[sel] % self.file_size).astype(np.int64)
+        files = idx[ok]
+        if not len(files):
+            return
+        lo, hi = int(files.min()), int(files.max())
+        for index in range(lo, hi + 1):  # (a batch spans a file or two: no sort of the addresses)
+            sel = np.flatnonzero(ok) if lo == hi else np.flatnonzero(ok & (idx == index))
+            if len(sel):
+                yield index, sel, (real[sel] % self.file_size).astype(np.int64)
 
     def _raise_underflow(self, index: int, pos: np.ndarray, underflow: np.ndarray) -> None:
         bad = np.flatnonzero(underflow)
