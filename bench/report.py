@@ -198,6 +198,8 @@ def targets(rows: list[dict]) -> list[str]:
          "Spark full `messages` read ≥ 60 % of Spark reading the Parquet copy"),
         ("test_spark_group_in_reader_ours", "test_spark_group_parquet_selector_column", 1.5,
          "Spark SQL92 group, layer 2 in the reader ≥ 1.5× the Parquet copy filtered by `selector_column`"),
+        ("test_spark_group_in_reader_projected_ours", "test_spark_group_parquet_selector_column", 1.5,
+         "the same, the `rocketmq` read given a user schema of the two columns the count needs"),
         ("test_spark_projection_cq_columns_ours", "test_spark_projection_full_read", 5.0,
          "Spark projection of 4 ConsumeQueue columns ≥ 5× the full read"),
         ("test_consume_sql_layer2_columns_ours", "test_consume_sql_layer2_dicts_previous", 3.0,
