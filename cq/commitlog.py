@@ -8,7 +8,7 @@ import socket
 import struct
 import zlib
 from collections.abc import Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from typing import NamedTuple
 
 import numpy as np
@@ -222,6 +222,10 @@ def _hosts(ips: np.ndarray, ports: np.ndarray, v6: np.ndarray) -> np.ndarray:
         port = int.from_bytes(raw[16:20], "big", signed=True)
         texts[j] = _host(raw[:16] if raw[20] else raw[:4], port)
     return texts[inverse.reshape(-1)]
+
+
+#: Message's fields in constructor order (read_messages builds Messages positionally)
+_MESSAGE_FIELDS = tuple(f.name for f in fields(Message))
 
 
 def decode_message(buf, pos: int, limit: int, *, path: str | None = None, file_start: int = 0,
@@ -650,24 +654,18 @@ class CommitLog(MappedFileQueue):
         if len(cols) == 0:
             return []
         c = cols.columns
-        ints = {name: c[name].tolist() for name, kind in fmt.RECORD_FIELDS if kind in ("i4", "i8")}
-        hosts: dict[str, str] = {}
-        born = [hosts.setdefault(h, h) for h in cols.texts("born_host")]
-        store = [hosts.setdefault(h, h) for h in cols.texts("store_host")]
+        values = {name: c[name].tolist() for name, kind in fmt.RECORD_FIELDS if kind in ("i4", "i8")}
+        hosts: dict[str, str] = {}  # one str per distinct host
+        values["born_host"] = [hosts.setdefault(h, h) for h in cols.texts("born_host")]
+        values["store_host"] = [hosts.setdefault(h, h) for h in cols.texts("store_host")]
+        values["body"] = cols.texts("body", binary=True)
+        values["topic"] = cols.texts("topic")
+        values["properties"] = cols.dicts()
         idx = np.searchsorted(self._starts, offs, side="right") - 1
-        starts = self._starts[idx].tolist()
-        paths = [self._files[i][1] for i in idx.tolist()]
-        return [
-            Message(store_size=a, magic_code=b, body_crc=cr, queue_id=q, flag=fl, queue_offset=qo,
-                    commit_log_offset=ph, sys_flag=sf, born_timestamp=bt, born_host=bh, store_timestamp=st,
-                    store_host=sh, reconsume_times=rc, prepared_transaction_offset=pt, body=bd, topic=tp,
-                    properties=pr, _path=path, _file_offset=ph - fs)
-            for a, b, cr, q, fl, qo, ph, sf, bt, bh, st, sh, rc, pt, bd, tp, pr, path, fs in zip(
-                ints["store_size"], ints["magic_code"], ints["body_crc"], ints["queue_id"], ints["flag"],
-                ints["queue_offset"], ints["commit_log_offset"], ints["sys_flag"], ints["born_timestamp"], born,
-                ints["store_timestamp"], store, ints["reconsume_times"], ints["prepared_transaction_offset"],
-                cols.texts("body", binary=True), cols.texts("topic"), cols.dicts(), paths, starts)
-        ]
+        values["_path"] = [self._files[i][1] for i in idx.tolist()]
+        values["_file_offset"] = (offs - self._starts[idx]).tolist()
+        # positional, in the dataclass's field order: no keyword dict per message
+        return list(map(Message, *(values[name] for name in _MESSAGE_FIELDS)))
 
     def column_batches(self, fields=None, *, strict: bool = True,
                        batch_records: int = 65536) -> Iterator[MessageColumns]:
