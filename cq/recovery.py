@@ -186,15 +186,17 @@ _REDISPATCH_FIELDS = ("topic", "queue_id", "queue_offset", "sys_flag", "store_ti
 
 
 def _record_batches(log: CommitLog, start: int, end: int, fields: tuple[str, ...],
-                    batch_records: int = _REDISPATCH_BATCH) -> Iterator[MessageColumns]:
+                    batch_records: int | None = None) -> Iterator[MessageColumns]:
     """The records of ``log`` from physical offset ``start`` to ``end``, as :meth:`~cq.CommitLog.decode_columns` batches.
 
     Positions come from the one walk rule (the scan kernel's ``record_positions``, as
     :meth:`cq.CommitLog.column_batches` finds them); a blank end-of-file record, or fewer than
     8 bytes left, moves on to the next file. A record the walk stops at before ``end`` is
     decoded on its own, so a corrupt one raises :meth:`~cq.CommitLog.read_message`'s
-    :class:`~cq.StoreFormatError` (file and byte offset). ``fields`` must hold ``store_size``.
+    :class:`~cq.StoreFormatError` (file and byte offset). ``fields`` must hold ``store_size``;
+    ``batch_records`` (most records per batch) defaults to :data:`_REDISPATCH_BATCH`.
     """
+    batch_records = _REDISPATCH_BATCH if batch_records is None else batch_records
     off = start
     while off < end:
         index = log.file_index(off)
