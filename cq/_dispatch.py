@@ -5,7 +5,7 @@
 as :class:`cq.columns.MessageColumns` batches and turn the records that get a unit into
 :class:`DispatchUnits` (tag codes, ext bitmaps, queue of each unit: array operations over the
 batch), then :func:`write_units` writes them in log order through the writer's per-unit
-dispatch (docs/writing.md#rebuilding-bitmaps, docs/reliability.md#crash-recovery).
+dispatch (docs/writing.md#new-groups-for-an-existing-store, docs/reliability.md#interrupted-writers).
 
 This module never imports the writer: it receives one.
 """

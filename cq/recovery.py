@@ -1,4 +1,5 @@
-"""A writer's crash recovery: where the data of an interrupted store ends, and the torn tail cleared.
+"""A writer's crash recovery: where the data of an interrupted store ends, the torn tail cleared, and
+the records left without units re-dispatched (:func:`_redispatch`, in decoded column batches).
 
 :class:`cq.writer.StoreWriter` calls these with ``append=True`` before it writes again,
 so a killed writer leaves a store that both the readers and the next writer recover alike.
@@ -278,7 +279,6 @@ def _redispatch_batch(writer: Any, cols: MessageColumns, expected: dict[tuple[st
     by_key = np.argsort(key_index.reshape(-1), kind="stable")  # each queue's rows, in log order
     bounds = np.concatenate([[0], np.cumsum(np.bincount(key_index.reshape(-1), minlength=len(first)))])
     take = np.zeros(len(rows), dtype=bool)
-    restart_at = len(cols)
     for k in np.argsort(first, kind="stable").tolist():  # queues in the order of their first record
         i = int(first[k])
         key = (topics[int(topic_ids[rows[i]])], int(queue_ids[i]))
@@ -291,16 +291,14 @@ def _redispatch_batch(writer: Any, cols: MessageColumns, expected: dict[tuple[st
         np.maximum.accumulate(np.where(good, q, _NO_OFFSET)[:-1], out=before[1:])
         taken = good & (q >= threshold) & (q > before)
         if may_restart and not state.started and key not in expected:
-            # the first record not yet dispatched of a queue with no unit, before any is taken here
-            first_new = (q >= threshold) & (np.cumsum(taken) - taken == 0)
-            late = np.flatnonzero(first_new & (q > 0))
-            if len(late):
-                restart_at = min(restart_at, int(rows[sel[late[0]]]))
+            # a queue with no unit yet: its first record not already dispatched (none taken before
+            # it) has QUEUEOFFSET > 0, so its earlier records lie before this pass's start
+            untaken_before = np.cumsum(taken) - taken == 0
+            if ((q >= threshold) & untaken_before & (q > 0)).any():
+                return None
         take[sel] = taken
         if taken.any():
             expected[key] = int(q[taken][-1]) + 1
-    if restart_at < len(cols):
-        return None
     return dispatch_units(writer, cols, rows[take], topic_ids, topics, codes)
 
 

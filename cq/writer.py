@@ -41,7 +41,8 @@ round-trips byte for byte.
 Only writers open store files read-write; :mod:`cq`'s readers map them
 read-only. The writing side is split by job: this module (the writer), :mod:`cq._filequeue`
 (files opened for appending, the store lock), :mod:`cq.recovery` (an interrupted
-writer's torn tail), :mod:`cq.rebuild` (:func:`~cq.rebuild.rebuild_bitmaps` re-dispatches
+writer's torn tail, and the re-dispatch of the records it left without units, in decoded
+batches through :mod:`cq._dispatch`), :mod:`cq.rebuild` (:func:`~cq.rebuild.rebuild_bitmaps` re-dispatches
 an existing store for a new set of groups into a new directory) and :mod:`cq.sample`
 (:func:`~cq.sample.generate_sample_store`, the deterministic sample store of
 ``rmqfilter gen-store``).
