@@ -20,6 +20,7 @@ import pytest
 
 import cq
 from cq import _scan_py, recovery
+from cq._dispatch import factorize
 from cq.format import RECORD_OFFSETS_POSITION, SCHEDULE_TOPIC, list_queue_files
 from cq.scan import _scan
 from cq.writer import StoreWriter
@@ -209,3 +210,40 @@ def test_a_record_repeating_a_dispatched_queue_offset_gets_no_unit(intact, tmp_p
     got = store.consume_queue(topic, 0).read()["commit_log_offset"].tolist()
     store.close()
     assert got == want[:50] + want[51:]
+
+
+DELAYS = ["3", "99", "0", "-1", " 3", "+3", "x", "", "2147483648", "-2147483648", "\u0663", "18", "19", "0003"]
+
+
+def test_batch_tags_codes_equal_the_record_rule(tmp_path, engine):
+    """``StoreWriter._dispatch_tags_codes`` (the columns) gives per record what ``_dispatch_tags_code``
+    (a properties dict) gives, and fails where it raises: DELAY texts Java's ``parseInt`` reads
+    or refuses, a repeated DELAY (the last value counts), no TAGS, DELAY on another topic."""
+    texts = [f"TAGS\x01t{i}\x02DELAY\x01{d}\x02" for i, d in enumerate(DELAYS)]
+    texts += ["DELAY\x01x\x02DELAY\x012\x02", "DELAY\x012\x02DELAY\x01x\x02", "a\x011\x02", "", "TAGS\x01\u6807\x02"]
+    records = [(SCHEDULE_TOPIC, t) for t in texts] + [("Other", t) for t in texts[:3]]
+    buf = bytearray()
+    positions = []
+    for i, (topic, text) in enumerate(records):
+        positions.append(len(buf))
+        buf += cq.format.encode_record(topic=topic, body=b"b", properties=text, store_timestamp=1_700_000_000_000 + i)
+    u8 = np.frombuffer(bytes(buf), np.uint8)
+    mask = cq.format.record_field_mask(["topic", "tags", "store_timestamp", "properties"])
+    columns, error = ENGINES[engine].decode_columns(u8, np.array(positions, np.int64), len(u8), mask)
+    assert error is None
+    cols = cq.columns.MessageColumns(columns, len(records))
+    with StoreWriter(tmp_path / "w") as w:
+        topic_ids, topics = factorize(*cols.columns["topic"][:2])
+        codes, ok = w._dispatch_tags_codes(cols, topic_ids, topics)
+        want_codes, want_ok = [], []
+        for i, pos in enumerate(positions):
+            m = cq.commitlog.decode_message(u8, pos, len(u8))
+            try:
+                want_codes.append(w._dispatch_tags_code(m.topic, m.properties, m.store_timestamp))
+                want_ok.append(True)
+            except ValueError:
+                want_codes.append(int(codes[i]))  # no unit: the code is not used
+                want_ok.append(False)
+    assert ok.tolist() == want_ok
+    assert codes.tolist() == want_codes
+    assert want_ok.count(False) == 4 and len(set(want_codes)) > 10  # " 3", "x", "2147483648", "2" then "x"
