@@ -10,7 +10,12 @@
 - ``rebuild_bitmaps`` (the CommitLog read through ``column_batches``, tag codes and bitmaps
   per batch over the decoded columns) beside its former per-message reader (one ``cq.Message``
   and one properties dict per record), kept reachable as ``cq.rebuild._dispatch_messages``;
-  both write the same bytes (checked).
+  both write the same bytes (checked);
+- the re-dispatch of ``StoreWriter(append=True)`` (the records an interrupted writer left
+  without units, here every record of a store whose ConsumeQueue and ext files were lost), read
+  in decoded column batches and decided per batch (``cq.recovery._redispatch``), beside the
+  former path (one ``cq.Message`` per record from a record-by-record walk, re-implemented below
+  as ``_redispatch_per_message`` and patched in); both write the same bytes (checked).
 
 Messages are the sample store's: three topics, Zipf-like tags, four properties,
 three SQL92 groups on the main topic, ext units on.
@@ -30,8 +35,9 @@ import bloom
 import selector
 from cq import format as fmt
 from cq import rebuild, tags_code
+from cq.commitlog import CommitLog
 from cq.sample import SAMPLE_GROUPS, SAMPLE_TOPICS, _sample_messages, generate_sample_store
-from cq.writer import DEFAULT_MESSAGE_DELAY_LEVEL, StoreWriter
+from cq.writer import DEFAULT_MESSAGE_DELAY_LEVEL, StoreWriter, _Prepared
 
 N_MESSAGES = 50_000
 QUEUES = {t: (4 if i == 0 else 2) for i, t in enumerate(SAMPLE_TOPICS)}
@@ -238,3 +244,108 @@ def test_rebuild_bitmaps_per_message_alternative(benchmark, rebuild_source, scra
     benchmark.group = f"rebuild_bitmaps, {REBUILD_MESSAGES} sample records, 3 SQL92 groups"
     benchmark.extra_info.update(items=REBUILD_MESSAGES, role="alternative")
     benchmark.pedantic(lambda: _rebuild_per_message(rebuild_source, scratch()), rounds=3, iterations=1)
+
+
+# ------------------------------------------------------------ append=True re-dispatch
+def _records_between(log: CommitLog, start: int, end: int):
+    """The former walk of the re-dispatch: one ``cq.Message`` per record, across blank records."""
+    off = start
+    while off < end:
+        index = log.file_index(off)
+        if index is None:
+            return
+        file_start = log.files[index][0]
+        pos = off - file_start
+        if log.file_size - pos < 8:
+            off = file_start + log.file_size
+            continue
+        _total, magic = fmt.RECORD_HEAD_STRUCT.unpack_from(log.buffer(index), pos)
+        if magic == fmt.BLANK_MAGIC_CODE:
+            off = file_start + log.file_size
+            continue
+        msg = log.read_message(off)
+        yield msg
+        off += msg.store_size
+
+
+def _redispatch_per_message(self: StoreWriter) -> None:
+    """The former ``StoreWriter._finish_recovery``: decisions per ``cq.Message``, bitmaps with
+    ``matches_many`` over one properties dict per record."""
+    start = getattr(self, "_redispatch_from", None)
+    if start is None:
+        return
+    self._redispatch_from = None
+    end = self._commit_log.offset
+    with CommitLog(os.path.join(self.root, fmt.COMMIT_LOG_DIR), file_size=self.commit_log_file_size) as log:
+        batch: list = []
+        expected: dict = {}
+        for msg in _records_between(log, start, end):
+            transaction = msg.sys_flag & fmt.TRANSACTION_TYPE_MASK
+            if transaction not in (fmt.TRANSACTION_NOT_TYPE, fmt.TRANSACTION_COMMIT_TYPE):
+                continue
+            key = (msg.topic, msg.queue_id)
+            state = self._queue(*key)
+            if msg.queue_offset < expected.get(key, state.next_offset):
+                continue
+            if not state.started and key not in expected and msg.queue_offset > 0 and start > log.min_offset:
+                self._redispatch_from = log.min_offset
+                _redispatch_per_message(self)
+                return
+            props = msg.properties or {}
+            try:
+                code = self._dispatch_tags_code(msg.topic, props, msg.store_timestamp)
+            except ValueError:
+                continue
+            p = _Prepared(msg.topic, msg.queue_id, b"", True, code, msg.store_timestamp, props)
+            p.size = msg.store_size
+            batch.append((p, msg.commit_log_offset, msg.queue_offset))
+            expected[key] = msg.queue_offset + 1
+        for (p, phys, qoff), bitmap in zip(batch, self._bitmaps([p for p, _, _ in batch])):
+            state = self._queue(p.topic, p.queue_id)
+            state.next_offset = qoff
+            self._dispatch(state, phys, p.size, p.tags_code, p.store_timestamp, bitmap, queue_offset=qoff)
+
+
+def _units_lost(source: Path, dest: Path) -> Path:
+    """A copy of ``source`` whose ConsumeQueue and ext files never reached the disk."""
+    shutil.copytree(source / "commitlog", dest / "commitlog")
+    return dest
+
+
+def _reopen(root: Path) -> None:
+    """``StoreWriter(append=True)`` with the sample store's sizes and groups: the re-dispatch runs at close."""
+    with StoreWriter(root, append=True, commit_log_file_size=64 << 20, enable_ext=True) as w:
+        for group, sql in SAMPLE_GROUPS:
+            w.register_group(SAMPLE_TOPICS[0], group, sql)
+
+
+@pytest.fixture
+def per_message_redispatch(monkeypatch):
+    monkeypatch.setattr(StoreWriter, "_finish_recovery", _redispatch_per_message)
+
+
+def _redispatch_rounds(benchmark, source: Path, scratch, role: str) -> None:
+    benchmark.group = f"append=True re-dispatch, {REBUILD_MESSAGES} sample records without units, 3 SQL92 groups"
+    benchmark.extra_info.update(items=REBUILD_MESSAGES, role=role)
+    benchmark.pedantic(_reopen, setup=lambda: ((_units_lost(source, scratch()),), {}), rounds=3, iterations=1)
+
+
+def test_redispatch_paths_write_the_same_bytes(rebuild_source, scratch, monkeypatch):
+    a, b = _units_lost(rebuild_source, scratch()), _units_lost(rebuild_source, scratch())
+    _reopen(a)
+    with monkeypatch.context() as m:
+        m.setattr(StoreWriter, "_finish_recovery", _redispatch_per_message)
+        _reopen(b)
+    for sub in ("commitlog", "consumequeue", "consumequeue_ext"):
+        for path in sorted((rebuild_source / sub).rglob("*")):  # the store as written in one go
+            if path.is_file():
+                assert (a / path.relative_to(rebuild_source)).read_bytes() == path.read_bytes(), path
+                assert (b / path.relative_to(rebuild_source)).read_bytes() == path.read_bytes(), path
+
+
+def test_redispatch_columns(benchmark, rebuild_source, scratch):
+    _redispatch_rounds(benchmark, rebuild_source, scratch, "ours")
+
+
+def test_redispatch_per_message_alternative(benchmark, rebuild_source, scratch, per_message_redispatch):
+    _redispatch_rounds(benchmark, rebuild_source, scratch, "alternative")

@@ -10,7 +10,7 @@ from typing import Any
 
 import numpy as np
 
-from .columns import MessageColumns
+from ._dispatch import dispatch_units, factorize, write_units
 from .commitlog import CommitLog
 from .errors import StoreFormatError
 from .format import (
@@ -19,14 +19,12 @@ from .format import (
     CONSUME_QUEUE_EXT_DIR,
     DEFAULT_CONSUME_QUEUE_FILE_SIZE,
     DEFAULT_EXT_FILE_SIZE,
-    SCHEDULE_TOPIC,
     TRANSACTION_COMMIT_TYPE,
     TRANSACTION_NOT_TYPE,
     TRANSACTION_TYPE_MASK,
     list_queue_files,
 )
 from .store import Store
-from .tags import tags_code_utf8
 from .writer import BATCH_SIZE, DEFAULT_MESSAGE_DELAY_LEVEL, SqlGroup, StoreWriter, _Prepared
 
 __all__ = ["RebuildResult", "rebuild_bitmaps"]
@@ -187,11 +185,10 @@ def _dispatch_batches(log: CommitLog, writer: StoreWriter,
                       progress: Callable[[int], None] | None) -> tuple[int, int, int | None]:
     """Re-dispatch every record of ``log`` from :meth:`CommitLog.column_batches`: the rebuild's reader.
 
-    Per batch, tag codes (``tags_code_utf8``) and bitmaps (the selectors over the
-    Arrow properties map, :meth:`StoreWriter._bitmaps_columns`) are array
-    operations; only ``SCHEDULE_TOPIC_XXXX`` records go through
-    :meth:`StoreWriter._dispatch_tags_code` one by one (their DELAY level). Then
-    each unit is written in log order.
+    Per batch, tag codes (:meth:`StoreWriter._dispatch_tags_codes`) and bitmaps (the
+    selectors over the Arrow properties map, :meth:`StoreWriter._bitmaps_columns`) are
+    array operations (:func:`cq._dispatch.dispatch_units`). Then each unit is written in
+    log order.
     """
     messages = dispatched = 0
     first_store_time = None
@@ -204,92 +201,15 @@ def _dispatch_batches(log: CommitLog, writer: StoreWriter,
         first_store_time = low if first_store_time is None else min(first_store_time, low)
         transaction = c["sys_flag"] & TRANSACTION_TYPE_MASK
         dispatch = (transaction == TRANSACTION_NOT_TYPE) | (transaction == TRANSACTION_COMMIT_TYPE)
-        topic_ids, topics = _factorize(*c["topic"][:2])
-        codes = tags_code_utf8(*c["tags"]).astype(np.int64)
-        if SCHEDULE_TOPIC in topics:  # the DELAY level decides the code: the writer's rule, record by record
-            for i in np.flatnonzero(topic_ids == topics.index(SCHEDULE_TOPIC)).tolist():
-                try:
-                    codes[i] = writer._dispatch_tags_code(SCHEDULE_TOPIC, cols.value("properties", i),
-                                                          int(stamps[i]))
-                except ValueError:
-                    dispatch[i] = False  # the broker's dispatch fails on such a record: it gets no unit
-        rows = np.flatnonzero(dispatch)
+        topic_ids, topics = factorize(*c["topic"][:2])
+        codes, ok = writer._dispatch_tags_codes(cols, topic_ids, topics)
+        rows = np.flatnonzero(dispatch & ok)  # a record whose dispatch fails gets no unit
         if len(rows):
             dispatched += len(rows)
-            _dispatch_rows(writer, cols, rows, topic_ids, topics, codes)
+            write_units(writer, dispatch_units(writer, cols, rows, topic_ids, topics, codes))
         if progress is not None:
             progress(messages)
     return messages, dispatched, first_store_time
-
-
-def _dispatch_rows(writer: StoreWriter, cols: MessageColumns, rows: np.ndarray, topic_ids: np.ndarray,
-                   topics: list[str], codes: np.ndarray) -> None:
-    """Write the ext and ConsumeQueue units of ``rows`` (in log order)."""
-    c = cols.columns
-    row_topics = topic_ids[rows]
-    # each distinct bitmap becomes bytes once; index 0 is "no bitmap" (no group on the topic)
-    bitmap_table: list[bytes | None] = [None]
-    bitmap_index = np.zeros(len(rows), dtype=np.int64)
-    for t, topic in enumerate(topics):
-        sel = np.flatnonzero(row_topics == t)
-        bitmaps = writer._bitmaps_columns(topic, cols, rows[sel]) if len(sel) else None
-        if bitmaps is None:
-            continue
-        first, inverse = _distinct_rows(bitmaps)
-        bitmap_index[sel] = len(bitmap_table) + inverse
-        bitmap_table.extend(bitmaps[i].tobytes() for i in first.tolist())
-    # queue states, created in the order of their first record as the per-record path does
-    queue_ids = c["queue_id"][rows]
-    keys = (row_topics.astype(np.int64) << 32) | (queue_ids.astype(np.int64) & 0xFFFFFFFF)
-    _keys, first, key_index = np.unique(keys, return_index=True, return_inverse=True)
-    states: list[Any] = [None] * len(first)
-    for k in np.argsort(first, kind="stable").tolist():
-        i = int(first[k])
-        states[k] = writer._queue(topics[int(row_topics[i])], int(queue_ids[i]))
-    dispatch_unit = writer._dispatch
-    for k, phys, size, code, stamp, b, qoff in zip(
-        key_index.tolist(), c["commit_log_offset"][rows].tolist(), c["store_size"][rows].tolist(),
-        codes[rows].tolist(), c["store_timestamp"][rows].tolist(), bitmap_index.tolist(),
-        c["queue_offset"][rows].tolist(),
-    ):
-        dispatch_unit(states[k], phys, size, code, stamp, bitmap_table[b], queue_offset=qoff)
-
-
-def _factorize(offsets: np.ndarray, data: np.ndarray) -> tuple[np.ndarray, list[str]]:
-    """Codes of a text column: ``(code per row, distinct values)``, values decoded once each."""
-    n = len(offsets) - 1
-    lengths = np.diff(offsets).astype(np.int64)
-    width = int(lengths.max()) if n else 0
-    # one row per value: its length (4 bytes) then its bytes, zero padded; equal rows are equal values
-    matrix = np.zeros((n, width + 4), dtype=np.uint8)
-    matrix[:, :4] = lengths.astype(">i4").view(np.uint8).reshape(n, 4)
-    row = np.repeat(np.arange(n), lengths)
-    col = np.arange(int(lengths.sum())) - np.repeat(offsets[:-1].astype(np.int64) - offsets[0], lengths)
-    matrix[row, col + 4] = data[int(offsets[0]):int(offsets[-1])]
-    first, codes = _distinct_rows(matrix)
-    values = [data[offsets[i]:offsets[i + 1]].tobytes().decode() for i in first.tolist()]
-    return codes, values
-
-
-def _distinct_rows(matrix: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """Distinct rows of a 2-D uint8 array: ``(row of each distinct value's first occurrence, code per row)``.
-
-    The rows are compared as uint64 words with one ``lexsort`` (``np.unique(axis=0)``
-    sorts a structured view and is an order of magnitude slower).
-    """
-    n, width = matrix.shape
-    if n == 0:
-        return np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.int64)
-    words = np.zeros((n, -(-width // 8) * 8 or 8), dtype=np.uint8)
-    words[:, :width] = matrix
-    words = words.view(np.uint64)
-    order = np.lexsort(words.T[::-1])  # stable: equal rows keep their input order
-    ranked = words[order]
-    new = np.ones(n, dtype=bool)
-    new[1:] = (ranked[1:] != ranked[:-1]).any(axis=1)
-    codes = np.empty(n, dtype=np.int64)
-    codes[order] = np.cumsum(new) - 1
-    return order[new], codes
 
 
 def _dispatch_messages(log: CommitLog, writer: StoreWriter,

@@ -1,4 +1,5 @@
-"""A writer's crash recovery: where the data of an interrupted store ends, and the torn tail cleared.
+"""A writer's crash recovery: where the data of an interrupted store ends, the torn tail cleared, and
+the records left without units re-dispatched (:func:`_redispatch`, in decoded column batches).
 
 :class:`cq.writer.StoreWriter` calls these with ``append=True`` before it writes again,
 so a killed writer leaves a store that both the readers and the next writer recover alike.
@@ -6,10 +7,14 @@ so a killed writer leaves a store that both the readers and the next writer reco
 from __future__ import annotations
 
 import os
+from collections.abc import Iterator
+from typing import Any
 
 import numpy as np
 
+from ._dispatch import DispatchUnits, dispatch_units, factorize, write_units
 from ._filequeue import _check_file_sizes
+from .columns import MessageColumns
 from .commitlog import CommitLog
 from .format import (
     _I16,
@@ -17,9 +22,13 @@ from .format import (
     CQ_STORE_UNIT_SIZE,
     PLACEHOLDER_UNIT,
     RECORD_HEAD_STRUCT,
+    TRANSACTION_COMMIT_TYPE,
+    TRANSACTION_NOT_TYPE,
+    TRANSACTION_TYPE_MASK,
     list_queue_files,
 )
 from .format import CQ_UNIT_STRUCT as _CQ_UNIT
+from .scan import _scan
 
 
 def _recover_commit_log(directory: str, file_size: int) -> tuple[int, int]:
@@ -170,26 +179,127 @@ def _truncate_ext(files: list[tuple[int, str]], file_size: int, last: int, walke
     return start, new_end - start
 
 
-def _records_between(log, start: int, end: int):
-    """Messages of ``log`` from physical offset ``start`` to ``end``, across blank end-of-file records."""
+#: Records decoded per batch by the re-dispatch.
+_REDISPATCH_BATCH = 65536
+#: The record fields the re-dispatch reads (``properties``: bitmaps and DELAY levels).
+_REDISPATCH_FIELDS = ("topic", "queue_id", "queue_offset", "sys_flag", "store_timestamp", "store_size",
+                      "commit_log_offset", "tags", "properties")
+
+
+def _record_batches(log: CommitLog, start: int, end: int, fields: tuple[str, ...],
+                    batch_records: int | None = None) -> Iterator[MessageColumns]:
+    """The records of ``log`` from physical offset ``start`` to ``end``, as :meth:`~cq.CommitLog.decode_columns` batches.
+
+    Positions come from the one walk rule (the scan kernel's ``record_positions``, as
+    :meth:`cq.CommitLog.column_batches` finds them); a blank end-of-file record, or fewer than
+    8 bytes left, moves on to the next file. A record the walk stops at before ``end`` is
+    decoded on its own, so a corrupt one raises :meth:`~cq.CommitLog.read_message`'s
+    :class:`~cq.StoreFormatError` (file and byte offset). ``fields`` must hold ``store_size``;
+    ``batch_records`` (most records per batch) defaults to :data:`_REDISPATCH_BATCH`.
+    """
+    batch_records = _REDISPATCH_BATCH if batch_records is None else batch_records
     off = start
     while off < end:
         index = log.file_index(off)
         if index is None:
             return
         file_start = log.files[index][0]
-        buf = log.buffer(index)
+        buf = np.frombuffer(log.buffer(index), np.uint8)
         pos = off - file_start
-        if log.file_size - pos < 8:
-            off = file_start + log.file_size
+        positions, pos, status = _scan.record_positions(buf, pos, min(log.file_size, end - file_start),
+                                                        batch_records)
+        if len(positions):
+            yield log.decode_columns(positions + file_start, fields)
+            log._drop_resident(index)  # the batch is decoded: keep about one batch of the file resident
+        off = file_start + pos
+        if status == 3 or off >= end:
             continue
-        _total, magic = RECORD_HEAD_STRUCT.unpack_from(buf, pos)
-        if magic == BLANK_MAGIC_CODE:
-            off = file_start + log.file_size
+        if status == 1 or log.file_size - pos < 8 or RECORD_HEAD_STRUCT.unpack_from(buf, pos)[1] == BLANK_MAGIC_CODE:
+            off = file_start + log.file_size  # the end of this file: on to the next one
             continue
-        msg = log.read_message(off)
-        yield msg
-        off += msg.store_size
+        one = log.decode_columns([off], fields)  # not a record the walk takes: read_message's error
+        yield one
+        off += int(one.columns["store_size"][0])
+
+
+def _redispatch(writer: Any, log: CommitLog, start: int, end: int) -> None:
+    """Dispatch the records of ``log`` in ``[start, end)`` that lack their units: the broker's reput on restart.
+
+    ``writer`` is the :class:`cq.writer.StoreWriter` that recovered the store. A record gets
+    a unit where the reput service gives one (NOT_TYPE and COMMIT records,
+    docs/formats.md#consumequeue-which-messages) and its queue does not already hold it (its
+    QUEUEOFFSET is past the queue's recovered end and past the records dispatched before it).
+    A queue whose files never reached the disk (no unit yet) but whose first record here has
+    QUEUEOFFSET > 0 has its first records further back: the pass starts over from the first
+    CommitLog file. A record whose dispatch fails (:meth:`~cq.writer.StoreWriter._dispatch_tags_codes`)
+    gets no unit. Every decision is made per batch of records over its columns; the units are
+    written in log order (:func:`cq._dispatch.write_units`), each at its record's QUEUEOFFSET.
+    """
+    # may this pass start over? then nothing is written before it ends (exactly as the record by
+    # record pass did); otherwise each batch's units are written as it is decided
+    may_restart = start > log.min_offset
+    expected: dict[tuple[str, int], int] = {}  # next queue offset per queue, this pass
+    pending: list[DispatchUnits] = []
+    for cols in _record_batches(log, start, end, _REDISPATCH_FIELDS):
+        units = _redispatch_batch(writer, cols, expected, may_restart)
+        if units is None:  # a queue whose files never reached the disk: its first records lie further back
+            _redispatch(writer, log, log.min_offset, end)
+            return
+        if may_restart:
+            pending.append(units)
+        else:
+            write_units(writer, units)
+    for units in pending:
+        write_units(writer, units)
+
+
+_NO_OFFSET = np.iinfo(np.int64).min
+
+
+def _redispatch_batch(writer: Any, cols: MessageColumns, expected: dict[tuple[str, int], int],
+                      may_restart: bool) -> DispatchUnits | None:
+    """The units of one batch of :func:`_redispatch`; None when the pass must start over.
+
+    ``expected`` (the next queue offset of each queue met so far this pass) is updated. Per
+    queue, in log order, a record is taken when its dispatch does not fail, its QUEUEOFFSET
+    is at least the queue's expected offset and above every dispatchable record's before it
+    in the batch: the record-by-record rule "take it if QUEUEOFFSET >= expected, then
+    expected = QUEUEOFFSET + 1", as array operations.
+    """
+    c = cols.columns
+    transaction = c["sys_flag"] & TRANSACTION_TYPE_MASK
+    rows = np.flatnonzero((transaction == TRANSACTION_NOT_TYPE) | (transaction == TRANSACTION_COMMIT_TYPE))
+    topic_ids, topics = factorize(*c["topic"][:2])
+    codes, ok = writer._dispatch_tags_codes(cols, topic_ids, topics)
+    queue_ids = c["queue_id"][rows]
+    queue_offsets = c["queue_offset"][rows]
+    row_ok = ok[rows]
+    keys = (topic_ids[rows].astype(np.int64) << 32) | (queue_ids.astype(np.int64) & 0xFFFFFFFF)
+    _keys, first, key_index = np.unique(keys, return_index=True, return_inverse=True)
+    by_key = np.argsort(key_index.reshape(-1), kind="stable")  # each queue's rows, in log order
+    bounds = np.concatenate([[0], np.cumsum(np.bincount(key_index.reshape(-1), minlength=len(first)))])
+    take = np.zeros(len(rows), dtype=bool)
+    for k in np.argsort(first, kind="stable").tolist():  # queues in the order of their first record
+        i = int(first[k])
+        key = (topics[int(topic_ids[rows[i]])], int(queue_ids[i]))
+        state = writer._queue(*key)
+        sel = by_key[bounds[k]:bounds[k + 1]]
+        q, good = queue_offsets[sel], row_ok[sel]
+        threshold = expected.get(key, state.next_offset)
+        before = np.empty(len(q), dtype=np.int64)  # highest dispatchable QUEUEOFFSET before each row
+        before[0] = _NO_OFFSET
+        np.maximum.accumulate(np.where(good, q, _NO_OFFSET)[:-1], out=before[1:])
+        taken = good & (q >= threshold) & (q > before)
+        if may_restart and not state.started and key not in expected:
+            # a queue with no unit yet: its first record not already dispatched (none taken before
+            # it) has QUEUEOFFSET > 0, so its earlier records lie before this pass's start
+            untaken_before = np.cumsum(taken) - taken == 0
+            if ((q >= threshold) & untaken_before & (q > 0)).any():
+                return None
+        take[sel] = taken
+        if taken.any():
+            expected[key] = int(q[taken][-1]) + 1
+    return dispatch_units(writer, cols, rows[take], topic_ids, topics, codes)
 
 
 def _recover_ext(files: list[tuple[int, str]], file_size: int) -> tuple[int, int]:

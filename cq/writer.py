@@ -41,7 +41,8 @@ round-trips byte for byte.
 Only writers open store files read-write; :mod:`cq`'s readers map them
 read-only. The writing side is split by job: this module (the writer), :mod:`cq._filequeue`
 (files opened for appending, the store lock), :mod:`cq.recovery` (an interrupted
-writer's torn tail), :mod:`cq.rebuild` (:func:`~cq.rebuild.rebuild_bitmaps` re-dispatches
+writer's torn tail, and the re-dispatch of the records it left without units, in decoded
+batches through :mod:`cq._dispatch`), :mod:`cq.rebuild` (:func:`~cq.rebuild.rebuild_bitmaps` re-dispatches
 an existing store for a new set of groups into a new directory) and :mod:`cq.sample`
 (:func:`~cq.sample.generate_sample_store`, the deterministic sample store of
 ``rmqfilter gen-store``).
@@ -64,6 +65,7 @@ import bloom
 import selector
 from selector import javalang
 
+from ._dispatch import property_values
 from ._filequeue import _COMMIT_LOG_FLUSH, _FileQueue, _holds_store, _lock_store
 from .commitlog import CommitLog
 from .config import CONFIG_DIR, CONSUMER_FILTER_FILE, RegisteredFilter, read_registered_filters
@@ -127,14 +129,14 @@ from .format import (
 )
 from .recovery import (
     _last_unit,
-    _records_between,
     _recover_commit_log,
     _recover_consume_queue,
     _recover_ext,
+    _redispatch,
     _truncate_consume_queue,
     _truncate_ext,
 )
-from .tags import tags_code
+from .tags import tags_code, tags_code_utf8
 
 if TYPE_CHECKING:
     from typing_extensions import Self  # typing only: not a run-time dependency
@@ -874,17 +876,62 @@ class StoreWriter:
         """The tags code the reput service computes from a stored record (docs/formats.md#tagscode-slot)."""
         code = tags_code(props.get(PROPERTY_TAGS))
         if topic == SCHEDULE_TOPIC and PROPERTY_DELAY in props:
-            try:
-                level = javalang.parse_int(props[PROPERTY_DELAY])
-            except javalang.JavaNumberFormatError:
-                raise ValueError(
-                    f"DELAY property {props[PROPERTY_DELAY]!r} of a {SCHEDULE_TOPIC} record is not an int; "
-                    "the broker could not dispatch it"
-                ) from None
-            level = min(level, len(self._delays))
+            level = self._delay_level(props[PROPERTY_DELAY])
             if level > 0:
                 code = store_timestamp + self._delays[level - 1]
         return code
+
+    def _delay_level(self, text: str) -> int:
+        """The delay level of a ``SCHEDULE_TOPIC_XXXX`` record's DELAY text, capped at the last level.
+
+        Raises ValueError where the broker's dispatch fails (the text is not a Java int).
+        """
+        try:
+            level = javalang.parse_int(text)
+        except javalang.JavaNumberFormatError:
+            raise ValueError(
+                f"DELAY property {text!r} of a {SCHEDULE_TOPIC} record is not an int; the broker could not dispatch it"
+            ) from None
+        return min(level, len(self._delays))
+
+    def _dispatch_tags_codes(self, columns: MessageColumns, topic_ids: np.ndarray,
+                             topics: list[str]) -> tuple[np.ndarray, np.ndarray]:
+        """:meth:`_dispatch_tags_code` over decoded records: ``(tags code int64, dispatchable bool)`` per row.
+
+        Parameters
+        ----------
+        columns : cq.columns.MessageColumns
+            Holds ``tags``, ``store_timestamp`` and, when ``topics`` has
+            ``SCHEDULE_TOPIC_XXXX``, ``properties``.
+        topic_ids, topics : numpy.ndarray, list of str
+            The ``topic`` column factorized (:func:`cq._dispatch.factorize`).
+
+        Returns
+        -------
+        (numpy.ndarray, numpy.ndarray)
+            The codes from the ``tags`` column (:func:`cq.tags.tags_code_utf8`); for
+            ``SCHEDULE_TOPIC_XXXX`` rows with a DELAY level, the delivery time, each
+            distinct DELAY text parsed once. Dispatchable is False where the broker's
+            dispatch fails (a DELAY that is not an int): that record gets no unit.
+        """
+        c = columns.columns
+        codes = tags_code_utf8(*c["tags"]).astype(np.int64)
+        ok = np.ones(len(columns), dtype=bool)
+        if SCHEDULE_TOPIC not in topics:
+            return codes, ok
+        rows, value_index, values = property_values(c["properties"], PROPERTY_DELAY,
+                                                    topic_ids == topics.index(SCHEDULE_TOPIC))
+        stamps = c["store_timestamp"]
+        for v, text in enumerate(values):
+            sel = rows[value_index == v]
+            try:
+                level = self._delay_level(text)
+            except ValueError:
+                ok[sel] = False  # the broker's dispatch fails on such a record: it gets no unit
+                continue
+            if level > 0:
+                codes[sel] = stamps[sel] + self._delays[level - 1]
+        return codes, ok
 
     # ----------------------------------------------------------- writing
     def _bitmaps(self, batch: Sequence[_Prepared]) -> list[bytes | None]:
@@ -1001,8 +1048,9 @@ class StoreWriter:
                 ext.write(EXT_UNIT_HEADER_STRUCT.pack(unit_size, code, store_timestamp, len(bm)) + bm)
                 slot = address
         cq = state.cq
-        if queue_offset is not None:
+        if queue_offset is not None:  # a re-dispatch: the queue continues after this unit's offset
             self._seek_queue(state, queue_offset)
+            state.next_offset = queue_offset
         if cq.remaining < CQ_STORE_UNIT_SIZE:
             cq.roll()
         cq.write(_CQ_UNIT.pack(phys, size, slot))
@@ -1105,41 +1153,15 @@ class StoreWriter:
 
         Deferred to the first write or flush so groups registered after
         opening the store get their bits in the re-dispatched ext bitmaps.
+        The records are read and decided in :class:`cq.columns.MessageColumns`
+        batches (:func:`cq.recovery._redispatch`).
         """
         start = getattr(self, "_redispatch_from", None)
         if start is None:
             return
         self._redispatch_from = None
-        end = self._commit_log.offset
         with CommitLog(os.path.join(self.root, COMMIT_LOG_DIR), file_size=self.commit_log_file_size) as log:
-            batch: list[tuple[_Prepared, int, int]] = []
-            expected: dict[tuple[str, int], int] = {}  # next queue offset per queue, this pass
-            for msg in _records_between(log, start, end):
-                transaction = msg.sys_flag & TRANSACTION_TYPE_MASK
-                if transaction not in (TRANSACTION_NOT_TYPE, TRANSACTION_COMMIT_TYPE):
-                    continue
-                key = (msg.topic, msg.queue_id)
-                state = self._queue(*key)
-                if msg.queue_offset < expected.get(key, state.next_offset):
-                    continue  # already has its unit
-                if not state.started and key not in expected and msg.queue_offset > 0 and start > log.min_offset:
-                    # a queue whose files never reached the disk: its first records lie further back
-                    self._redispatch_from = log.min_offset
-                    self._finish_recovery()
-                    return
-                props = msg.properties or {}
-                try:
-                    code = self._dispatch_tags_code(msg.topic, props, msg.store_timestamp)
-                except ValueError:
-                    continue  # the broker's dispatch fails on such a record: it gets no unit
-                p = _Prepared(msg.topic, msg.queue_id, b"", True, code, msg.store_timestamp, props)
-                p.size = msg.store_size
-                batch.append((p, msg.commit_log_offset, msg.queue_offset))
-                expected[key] = msg.queue_offset + 1
-            for (p, phys, qoff), bitmap in zip(batch, self._bitmaps([p for p, _, _ in batch])):
-                state = self._queue(p.topic, p.queue_id)
-                state.next_offset = qoff
-                self._dispatch(state, phys, p.size, p.tags_code, p.store_timestamp, bitmap, queue_offset=qoff)
+            _redispatch(self, log, start, self._commit_log.offset)
 
 
 _APPEND_FIELDS = frozenset(
