@@ -504,3 +504,60 @@ def record_positions(buf, pos, limit, max_records):
             return np.array(out, dtype=np.int64), pos, 2
         out.append(pos)
         pos += total
+
+
+#: One byte past what int32 offsets address: a body column must stay below it.
+_BODY_LIMIT = 1 << 31
+
+
+def inflate_bodies(offsets, data, sys_flag):
+    """The body column with every ``COMPRESSED_FLAG`` row of a zlib type inflated.
+
+    Returns ``(offsets, data, rest)`` as the engine does: the new column and
+    the int64 indices of the rows left to ``cq.commitlog.decompress_body``
+    (LZ4, ZSTD, unknown types, bodies that do not inflate), empty in the
+    column. No compressed row: the inputs unchanged. OverflowError past 2 GiB.
+    """
+    k = len(sys_flag)
+    if len(offsets) != k + 1:
+        raise ValueError(f"offsets must have len(sys_flag) + 1 = {k + 1} entries, got {len(offsets)}")
+    o = offsets.astype(np.int64)
+    bad = np.flatnonzero((o[:-1] < 0) | (o[1:] < o[:-1]) | (o[1:] > len(data)))
+    if len(bad):
+        raise ValueError(f"offsets out of order or outside the data of {len(data)} bytes at row {bad[0]}")
+    flags = np.asarray(sys_flag, dtype=np.int32)
+    if not (flags & fmt.COMPRESSED_FLAG).any():
+        return offsets, data, np.zeros(0, dtype=np.int64)
+    raw = memoryview(np.ascontiguousarray(data)).cast("B")
+    out: list[bytes] = []
+    rest: list[int] = []
+    size = 0
+    for i, (a, b, flag) in enumerate(zip(o[:-1].tolist(), o[1:].tolist(), flags.tolist())):
+        body = bytes(raw[a:b])
+        if flag & fmt.COMPRESSED_FLAG:
+            body = b""
+            if fmt.compression_type(flag) in (fmt.COMPRESSION_ZLIB_LEGACY, fmt.COMPRESSION_ZLIB):
+                # bounded: never more than the column can still hold, whatever the body claims
+                inflater = zlib.decompressobj()
+                try:
+                    body = inflater.decompress(raw[a:b], _BODY_LIMIT - size)
+                except zlib.error:
+                    body = None
+                if body is not None and not inflater.eof and size + len(body) >= _BODY_LIMIT:
+                    raise OverflowError(f"the body column of {k} records passes 2 GiB once decompressed: "
+                                        "decode fewer records at a time")
+                if body is None or not inflater.eof:
+                    body = None  # cut short: left to decompress_body, which names the error
+            else:
+                body = None
+            if body is None:
+                rest.append(i)
+                body = b""
+        size += len(body)
+        if size >= _BODY_LIMIT:
+            raise OverflowError(f"the body column of {k} records passes 2 GiB once decompressed: "
+                                "decode fewer records at a time")
+        out.append(body)
+    new_offsets = np.zeros(k + 1, dtype=np.int32)
+    np.cumsum([len(b) for b in out], out=new_offsets[1:])
+    return new_offsets, np.frombuffer(b"".join(out), dtype=np.uint8), np.array(rest, dtype=np.int64)

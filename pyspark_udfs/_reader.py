@@ -473,7 +473,7 @@ def _read_slice(options, schema, part, tags_code_sets, skips: Skips) -> Iterator
     log = store.commit_log if record_fields else None
 
     def decode(offsets: np.ndarray):
-        return log.decode_columns(offsets, record_fields)
+        return log.decode_columns(offsets, record_fields, decompress_body=options.body == "uncompressed")
 
     cuts = None
     if record_fields and len(rows):
