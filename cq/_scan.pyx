@@ -1477,23 +1477,22 @@ cdef int32_t CTYPE_MASK = fmt.COMPRESSION_TYPE_MASK
 cdef int CTYPE_SHIFT = fmt.COMPRESSION_TYPE_SHIFT
 cdef int32_t CTYPE_ZLIB = fmt.COMPRESSION_ZLIB
 cdef int32_t CTYPE_ZLIB_LEGACY = fmt.COMPRESSION_ZLIB_LEGACY
-cdef int64_t BODY_LIMIT = (<int64_t>1) << 31  # INT32_MAX + 1: one byte past what int32 offsets address
 DEF INFLATE_FIRST = 65536      # first output room for a body: grown by doubling as output comes
 
 
-cdef inline int _room(GBuf* g, int64_t need) noexcept nogil:
-    # At least ``need`` bytes free (doubling, capped at BODY_LIMIT in total): 0, -1 no memory, -2 too big.
+cdef inline int _room(GBuf* g, int64_t need, int64_t limit) noexcept nogil:
+    # At least ``need`` bytes free (doubling, capped at ``limit`` in total): 0, -1 no memory, -2 too big.
     cdef int64_t cap
     cdef uint8_t* q
     if g.n + need <= g.cap:
         return 0
-    if g.n + need > BODY_LIMIT:
+    if g.n + need > limit:
         return -2
     cap = g.cap * 2 if g.cap else 4096
     if cap < g.n + need:
         cap = g.n + need
-    if cap > BODY_LIMIT:
-        cap = BODY_LIMIT
+    if cap > limit:
+        cap = limit
     q = <uint8_t*>realloc(g.p, cap)
     if q == NULL:
         return -1
@@ -1502,9 +1501,10 @@ cdef inline int _room(GBuf* g, int64_t need) noexcept nogil:
     return 0
 
 
-cdef int _inflate_into(z_stream* zs, GBuf* g, const uint8_t* src, int64_t n) noexcept nogil:
+cdef int _inflate_into(z_stream* zs, GBuf* g, const uint8_t* src, int64_t n, int64_t limit) noexcept nogil:
     # Inflate one zlib stream (RFC 1950) at the end of g: 0 done, 1 it does not inflate (the caller
-    # leaves the row to decompress_body, which names the error), -1 no memory, -2 output passes 2 GiB.
+    # leaves the row to decompress_body, which names the error), -1 no memory, -2 g would reach
+    # ``limit`` bytes.
     # Bytes after the end of the stream are ignored, as zlib.decompress ignores them.
     cdef int ret, got
     cdef int64_t free_room, take
@@ -1515,13 +1515,13 @@ cdef int _inflate_into(z_stream* zs, GBuf* g, const uint8_t* src, int64_t n) noe
     while True:
         free_room = g.cap - g.n
         if free_room == 0:
-            # trust nothing about the final size (a small body may claim gigabytes): room grows
-            # only as output actually comes, and never past what int32 offsets address
-            if g.n >= BODY_LIMIT:
+            # trust nothing about the final size (a small body may inflate to gigabytes): room
+            # grows only as output actually comes, and never to the limit
+            if g.n >= limit:
                 return -2
-            got = _room(g, INFLATE_FIRST if g.cap < INFLATE_FIRST else g.cap)
+            got = _room(g, INFLATE_FIRST if g.cap < INFLATE_FIRST else g.cap, limit)
             if got == -2:
-                got = _room(g, BODY_LIMIT - g.n)
+                got = _room(g, limit - g.n, limit)
             if got < 0:
                 return got
             free_room = g.cap - g.n
@@ -1539,7 +1539,7 @@ cdef int _inflate_into(z_stream* zs, GBuf* g, const uint8_t* src, int64_t n) noe
         return 1
 
 
-def inflate_bodies(offsets, data, sys_flag):
+def inflate_bodies(offsets, data, sys_flag, int64_t max_bytes=INT32_MAX):
     """The body column with every ``COMPRESSED_FLAG`` row of a zlib type inflated (GIL released).
 
     ``offsets`` int32 (k + 1) and ``data`` uint8 are a body column
@@ -1549,7 +1549,8 @@ def inflate_bodies(offsets, data, sys_flag):
     ZSTD rows, unknown types and bodies that do not inflate (so the one rule,
     ``cq.commitlog.decompress_body``, decodes them or names the error). With
     no compressed row the inputs come back unchanged (no copy). Raises
-    OverflowError when the column passes 2 GiB.
+    OverflowError when the new column would pass ``max_bytes`` (at most, and
+    by default, 2 GiB - 1: int32 offsets), before allocating past it.
     """
     cdef const int32_t[::1] off = offsets
     cdef const uint8_t[::1] src = data
@@ -1562,6 +1563,7 @@ def inflate_bodies(offsets, data, sys_flag):
     cdef GBuf g
     cdef z_stream zs
     cdef uint8_t* shrunk
+    cdef int64_t limit = (max_bytes if 0 <= max_bytes < INT32_MAX else INT32_MAX) + 1
     if off.shape[0] != k + 1:
         raise ValueError(f"offsets must have len(sys_flag) + 1 = {k + 1} entries, got {off.shape[0]}")
     with nogil:
@@ -1588,7 +1590,7 @@ def inflate_bodies(offsets, data, sys_flag):
     try:
         with nogil:
             # the uncompressed rows at least are copied: reserve them (and the compressed rows' input) once
-            got = _room(&g, size)
+            got = _room(&g, size if size < limit else limit - 1, limit)
             if got < 0:
                 fail = got
             for i in range(k):
@@ -1597,7 +1599,7 @@ def inflate_bodies(offsets, data, sys_flag):
                 a = off[i]
                 e = off[i + 1]
                 if not sf[i] & COMPRESSED:
-                    got = _room(&g, e - a)
+                    got = _room(&g, e - a, limit)
                     if got < 0:
                         fail = got
                         break
@@ -1609,7 +1611,7 @@ def inflate_bodies(offsets, data, sys_flag):
                     got = 1
                     if ct == CTYPE_ZLIB or ct == CTYPE_ZLIB_LEGACY:
                         a = g.n
-                        got = _inflate_into(&zs, &g, s + off[i], e - off[i])
+                        got = _inflate_into(&zs, &g, s + off[i], e - off[i], limit)
                         if got < 0:
                             fail = got
                             break
@@ -1618,14 +1620,15 @@ def inflate_bodies(offsets, data, sys_flag):
                     if got == 1:
                         r[nrest] = i
                         nrest += 1
-                if g.n > INT32_MAX:
+                if g.n >= limit:
                     fail = -2
                     break
                 o[i + 1] = <int32_t>g.n
         if fail == -1:
             raise MemoryError()
         if fail == -2:
-            raise OverflowError(f"the body column of {k} records passes 2 GiB once decompressed: "
+            raise OverflowError(f"the body column of {k} records passes {limit - 1} bytes once decompressed"
+                                f"{'' if limit - 1 < INT32_MAX else ' (2 GiB, int32 offsets)'}: "
                                 "decode fewer records at a time")
         if g.cap > g.n + 65536:  # give back the room the doubling left over
             shrunk = <uint8_t*>realloc(g.p, g.n)

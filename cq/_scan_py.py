@@ -506,17 +506,18 @@ def record_positions(buf, pos, limit, max_records):
         pos += total
 
 
-#: One byte past what int32 offsets address: a body column must stay below it.
-_BODY_LIMIT = 1 << 31
+#: The most bytes a body column may hold: int32 offsets.
+_INT32_MAX = 0x7FFFFFFF
 
 
-def inflate_bodies(offsets, data, sys_flag):
+def inflate_bodies(offsets, data, sys_flag, max_bytes=_INT32_MAX):
     """The body column with every ``COMPRESSED_FLAG`` row of a zlib type inflated.
 
     Returns ``(offsets, data, rest)`` as the engine does: the new column and
     the int64 indices of the rows left to ``cq.commitlog.decompress_body``
     (LZ4, ZSTD, unknown types, bodies that do not inflate), empty in the
-    column. No compressed row: the inputs unchanged. OverflowError past 2 GiB.
+    column. No compressed row: the inputs unchanged. OverflowError when the
+    column would pass ``max_bytes`` (at most 2 GiB - 1), before inflating past it.
     """
     k = len(sys_flag)
     if len(offsets) != k + 1:
@@ -528,6 +529,10 @@ def inflate_bodies(offsets, data, sys_flag):
     flags = np.asarray(sys_flag, dtype=np.int32)
     if not (flags & fmt.COMPRESSED_FLAG).any():
         return offsets, data, np.zeros(0, dtype=np.int64)
+    cap = max_bytes if 0 <= max_bytes < _INT32_MAX else _INT32_MAX
+    overflow = OverflowError(f"the body column of {k} records passes {cap} bytes once decompressed"
+                             f"{'' if cap < _INT32_MAX else ' (2 GiB, int32 offsets)'}: "
+                             "decode fewer records at a time")
     raw = memoryview(np.ascontiguousarray(data)).cast("B")
     out: list[bytes] = []
     rest: list[int] = []
@@ -535,28 +540,24 @@ def inflate_bodies(offsets, data, sys_flag):
     for i, (a, b, flag) in enumerate(zip(o[:-1].tolist(), o[1:].tolist(), flags.tolist())):
         body = bytes(raw[a:b])
         if flag & fmt.COMPRESSED_FLAG:
-            body = b""
+            body = None  # left to decompress_body unless it inflates here
             if fmt.compression_type(flag) in (fmt.COMPRESSION_ZLIB_LEGACY, fmt.COMPRESSION_ZLIB):
-                # bounded: never more than the column can still hold, whatever the body claims
+                # bounded: never more than the column can still hold, whatever the body inflates to
                 inflater = zlib.decompressobj()
                 try:
-                    body = inflater.decompress(raw[a:b], _BODY_LIMIT - size)
+                    got = inflater.decompress(raw[a:b], cap - size + 1)
                 except zlib.error:
-                    body = None
-                if body is not None and not inflater.eof and size + len(body) >= _BODY_LIMIT:
-                    raise OverflowError(f"the body column of {k} records passes 2 GiB once decompressed: "
-                                        "decode fewer records at a time")
-                if body is None or not inflater.eof:
-                    body = None  # cut short: left to decompress_body, which names the error
-            else:
-                body = None
+                    got = None
+                if got is not None and size + len(got) > cap:
+                    raise overflow
+                if got is not None and inflater.eof:  # bytes after the stream's end are ignored
+                    body = got
             if body is None:
                 rest.append(i)
                 body = b""
         size += len(body)
-        if size >= _BODY_LIMIT:
-            raise OverflowError(f"the body column of {k} records passes 2 GiB once decompressed: "
-                                "decode fewer records at a time")
+        if size > cap:
+            raise overflow
         out.append(body)
     new_offsets = np.zeros(k + 1, dtype=np.int32)
     np.cumsum([len(b) for b in out], out=new_offsets[1:])
