@@ -1630,7 +1630,7 @@ def inflate_bodies(offsets, data, sys_flag, int64_t max_bytes=INT32_MAX):
             raise OverflowError(f"the body column of {k} records passes {limit - 1} bytes once decompressed"
                                 f"{'' if limit - 1 < INT32_MAX else ' (2 GiB, int32 offsets)'}: "
                                 "decode fewer records at a time")
-        if g.cap > g.n + 65536:  # give back the room the doubling left over
+        if g.n and g.cap > g.n + 65536:  # give back the room the doubling left over (realloc to 0 frees)
             shrunk = <uint8_t*>realloc(g.p, g.n)
             if shrunk != NULL:
                 g.p = shrunk
