@@ -42,6 +42,13 @@ Options (all strings, parsed once when the reader is made):
     pushed-down query on the DataFrame's source and reuses it for a later
     query on the same DataFrame that pushes no filter, which then sees only
     the earlier query's rows (docs/spark.md#pushdown).
+``body``
+    ``uncompressed`` (default): the ``body`` column as the consumer reads it,
+    decompressed where SYSFLAG has ``COMPRESSED_FLAG`` (``cq.Message.uncompressed_body()``,
+    batch-decoded by ``CommitLog.decode_columns(decompress_body=True)``);
+    ``stored``: the bytes as stored (``cq.Message.body``). ``sys_flag`` is the
+    stored value either way (docs/data-path.md#bodies). A body that does not
+    decompress is a corrupt record (``on_corrupt``).
 ``partition_units``
     Largest number of ConsumeQueue units per partition (default 100000).
     Partitions follow ConsumeQueue files; a larger file is split.
