@@ -1475,8 +1475,9 @@ cdef extern from "zlib.h" nogil:
 cdef int32_t COMPRESSED = fmt.COMPRESSED_FLAG
 cdef int32_t CTYPE_MASK = fmt.COMPRESSION_TYPE_MASK
 cdef int CTYPE_SHIFT = fmt.COMPRESSION_TYPE_SHIFT
-cdef int32_t CTYPE_ZLIB = fmt.COMPRESSION_ZLIB
-cdef int32_t CTYPE_ZLIB_LEGACY = fmt.COMPRESSION_ZLIB_LEGACY
+assert len(fmt.ZLIB_COMPRESSION_TYPES) == 2, "ZLIB_COMPRESSION_TYPES changed: update inflate_bodies"
+cdef int32_t CTYPE_ZLIB = fmt.ZLIB_COMPRESSION_TYPES[1]
+cdef int32_t CTYPE_ZLIB_LEGACY = fmt.ZLIB_COMPRESSION_TYPES[0]
 DEF INFLATE_FIRST = 65536      # first output room for a body: grown by doubling as output comes
 
 

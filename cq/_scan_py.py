@@ -541,7 +541,7 @@ def inflate_bodies(offsets, data, sys_flag, max_bytes=_INT32_MAX):
         body = bytes(raw[a:b])
         if flag & fmt.COMPRESSED_FLAG:
             body = None  # left to decompress_body unless it inflates here
-            if fmt.compression_type(flag) in (fmt.COMPRESSION_ZLIB_LEGACY, fmt.COMPRESSION_ZLIB):
+            if fmt.compression_type(flag) in fmt.ZLIB_COMPRESSION_TYPES:
                 # bounded: never more than the column can still hold, whatever the body inflates to
                 inflater = zlib.decompressobj()
                 try:

@@ -144,7 +144,7 @@ def decompress_body(body: bytes, sys_flag: int, *, path: str | None = None, offs
         return body
     ctype = fmt.compression_type(sys_flag)
     try:
-        if ctype in (fmt.COMPRESSION_ZLIB_LEGACY, fmt.COMPRESSION_ZLIB):
+        if ctype in fmt.ZLIB_COMPRESSION_TYPES:
             return zlib.decompress(body)
         if ctype == fmt.COMPRESSION_LZ4:
             try:
