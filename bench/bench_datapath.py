@@ -16,7 +16,11 @@ Each group runs ours and its alternative in the same session:
 - Spark: a SQL92 group filtered in the reader (full schema, and a user schema of the two columns
   the count needs) vs the Parquet copy filtered by ``selector_column``;
 - the stages of these paths on their own (decoder by field, ext units, recovery walk, Messages
-  for delivered records, planning, a Spark query's fixed cost): what a missed target is made of.
+  for delivered records, planning, a Spark query's fixed cost): what a missed target is made of;
+- body decompression (``decode_columns(decompress_body=True)``'s kernel ``inflate_bodies``, no
+  store needed) vs a Python loop of ``zlib.decompress`` building the same column: a column of
+  producer-compressed ZLIB bodies, and a column where 1 % of the bodies are compressed (as in the
+  sample store).
 
 Run: ``.venv/bin/python -m pytest bench/bench_datapath.py`` (a few minutes on 2 shared cores).
 The default store is a million messages, as the issue measured at scale: every Spark query pays a
@@ -410,3 +414,100 @@ def test_stage_rocketmq_partitions(benchmark, store_path):
     bounds), what each Spark query runs on the driver before any task."""
     opts = _options(store_path)
     _run(benchmark, lambda: len(_partitions(opts)), "ours", 1)
+
+
+# ------------------------------------------------------------------ body decompression
+N_ZLIB_BODIES = 4000
+N_MIXED_BODIES = 100_000
+
+
+def _body_column(n: int, compressed_share: float, seed: int):
+    """``(offsets int32, data uint8, sys_flag int32, uncompressed bytes)``: a body column as the decoder
+    gives it, text bodies, the compressed ones 4-20 KiB before ZLIB level 5 (the producer's default)."""
+    import numpy as np
+
+    from cq.writer import compress_body
+
+    rng = np.random.default_rng(seed)
+    words = [b"order", b"price", b"region", b"cn-hangzhou", b"7.25", b"customer", b"{", b"}", b"sku-1042"]
+    bodies, flags, raw_bytes = [], [], 0
+    for i in range(n):
+        big = rng.random() < compressed_share
+        size = int(rng.integers(4096, 20_000)) if big else int(rng.integers(50, 600))
+        text = b" ".join(words[j] for j in rng.integers(0, len(words), size // 6))[:size] + b"%d" % i
+        raw_bytes += len(text)
+        if big:
+            text, flag = compress_body(text)
+        else:
+            flag = 0
+        bodies.append(text)
+        flags.append(flag)
+    offsets = np.zeros(n + 1, dtype=np.int32)
+    np.cumsum([len(b) for b in bodies], out=offsets[1:])
+    return offsets, np.frombuffer(b"".join(bodies), np.uint8), np.array(flags, np.int32), raw_bytes
+
+
+def _python_inflate(offsets, data, sys_flag):
+    """The obvious alternative: zlib.decompress per compressed row, then the same Arrow column."""
+    import zlib
+
+    import numpy as np
+
+    raw = data.tobytes()
+    out = [zlib.decompress(raw[a:b]) if f & 1 else raw[a:b]
+           for a, b, f in zip(offsets[:-1].tolist(), offsets[1:].tolist(), sys_flag.tolist())]
+    new_offsets = np.zeros(len(out) + 1, dtype=np.int32)
+    np.cumsum([len(b) for b in out], out=new_offsets[1:])
+    return new_offsets, np.frombuffer(b"".join(out), np.uint8)
+
+
+@pytest.fixture(scope="module")
+def zlib_bodies():
+    return _body_column(N_ZLIB_BODIES, 1.0, 21)
+
+
+@pytest.fixture(scope="module")
+def mixed_bodies():
+    return _body_column(N_MIXED_BODIES, 0.01, 22)
+
+
+def _inflate_ours(benchmark, column):
+    import numpy as np
+
+    from cq.scan import _scan
+
+    offsets, data, flags, raw_bytes = column
+    benchmark.extra_info.update(bytes=raw_bytes)
+    got = _run(benchmark, lambda: _scan.inflate_bodies(offsets, data, flags), "ours", len(flags), rounds=5)
+    want = _python_inflate(offsets, data, flags)
+    assert len(got[2]) == 0 and np.array_equal(got[0], want[0]) and np.array_equal(got[1], want[1])
+
+
+def _inflate_python(benchmark, column):
+    offsets, data, flags, raw_bytes = column
+    benchmark.extra_info.update(bytes=raw_bytes)
+    _run(benchmark, lambda: _python_inflate(offsets, data, flags), "alternative", len(flags), rounds=5)
+
+
+INFLATE_ZLIB = f"body column decompression, {N_ZLIB_BODIES:,} ZLIB bodies of 4-20 KiB"
+INFLATE_MIXED = f"body column decompression, {N_MIXED_BODIES:,} bodies, 1 % ZLIB"
+
+
+@pytest.mark.benchmark(group=INFLATE_ZLIB)
+def test_inflate_bodies_zlib_ours(benchmark, zlib_bodies):
+    _inflate_ours(benchmark, zlib_bodies)
+
+
+@pytest.mark.benchmark(group=INFLATE_ZLIB)
+def test_inflate_bodies_zlib_python_loop(benchmark, zlib_bodies):
+    _inflate_python(benchmark, zlib_bodies)
+
+
+@pytest.mark.benchmark(group=INFLATE_MIXED)
+def test_inflate_bodies_mixed_ours(benchmark, mixed_bodies):
+    _inflate_ours(benchmark, mixed_bodies)
+
+
+@pytest.mark.benchmark(group=INFLATE_MIXED)
+def test_inflate_bodies_mixed_python_loop(benchmark, mixed_bodies):
+    _inflate_python(benchmark, mixed_bodies)

@@ -1603,3 +1603,193 @@ def property_dicts(const int32_t[::1] map_offsets, const int32_t[::1] key_offset
             row[key] = _utf8_str(value_data, value_offsets[e], value_offsets[e + 1])
         out[i] = row
     return out
+
+
+# ------------------------------------------------------------------ body decompression
+# inflate_bodies: the body column as the consumer reads it (docs/data-path.md#bodies).
+
+cdef extern from "zlib.h" nogil:
+    ctypedef struct z_stream:
+        uint8_t* next_in
+        unsigned int avail_in
+        uint8_t* next_out
+        unsigned int avail_out
+        const char* msg
+        void* zalloc
+        void* zfree
+        void* opaque
+    int Z_OK, Z_STREAM_END, Z_BUF_ERROR, Z_NO_FLUSH
+    int inflateInit(z_stream* strm)
+    int inflateReset(z_stream* strm)
+    int inflate(z_stream* strm, int flush)
+    int inflateEnd(z_stream* strm)
+
+cdef int32_t COMPRESSED = fmt.COMPRESSED_FLAG
+cdef int32_t CTYPE_MASK = fmt.COMPRESSION_TYPE_MASK
+cdef int CTYPE_SHIFT = fmt.COMPRESSION_TYPE_SHIFT
+assert len(fmt.ZLIB_COMPRESSION_TYPES) == 2, "ZLIB_COMPRESSION_TYPES changed: update inflate_bodies"
+cdef int32_t CTYPE_ZLIB = fmt.ZLIB_COMPRESSION_TYPES[1]
+cdef int32_t CTYPE_ZLIB_LEGACY = fmt.ZLIB_COMPRESSION_TYPES[0]
+DEF INFLATE_FIRST = 65536      # first output room for a body: grown by doubling as output comes
+
+
+cdef inline int _room(GBuf* g, int64_t need, int64_t limit) noexcept nogil:
+    # At least ``need`` bytes free (doubling, capped at ``limit`` in total): 0, -1 no memory, -2 too big.
+    cdef int64_t cap
+    cdef uint8_t* q
+    if g.n + need <= g.cap:
+        return 0
+    if g.n + need > limit:
+        return -2
+    cap = g.cap * 2 if g.cap else 4096
+    if cap < g.n + need:
+        cap = g.n + need
+    if cap > limit:
+        cap = limit
+    q = <uint8_t*>realloc(g.p, cap)
+    if q == NULL:
+        return -1
+    g.p = q
+    g.cap = cap
+    return 0
+
+
+cdef int _inflate_into(z_stream* zs, GBuf* g, const uint8_t* src, int64_t n, int64_t limit) noexcept nogil:
+    # Inflate one zlib stream (RFC 1950) at the end of g: 0 done, 1 it does not inflate (the caller
+    # leaves the row to decompress_body, which names the error), -1 no memory, -2 g would reach
+    # ``limit`` bytes.
+    # Bytes after the end of the stream are ignored, as zlib.decompress ignores them.
+    cdef int ret, got
+    cdef int64_t free_room, take
+    if n > INT32_MAX or inflateReset(zs) != Z_OK:  # a body column never holds more
+        return 1
+    zs.next_in = <uint8_t*>src  # zlib only reads it (its z_const is empty by default)
+    zs.avail_in = <unsigned int>n
+    while True:
+        free_room = g.cap - g.n
+        if free_room == 0:
+            # trust nothing about the final size (a small body may inflate to gigabytes): room
+            # grows only as output actually comes, and never to the limit
+            if g.n >= limit:
+                return -2
+            got = _room(g, INFLATE_FIRST if g.cap < INFLATE_FIRST else g.cap, limit)
+            if got == -2:
+                got = _room(g, limit - g.n, limit)
+            if got < 0:
+                return got
+            free_room = g.cap - g.n
+        take = free_room if free_room < 0x40000000 else 0x40000000
+        zs.next_out = g.p + g.n
+        zs.avail_out = <unsigned int>take
+        ret = inflate(zs, Z_NO_FLUSH)
+        g.n += take - zs.avail_out
+        if ret == Z_STREAM_END:
+            return 0
+        if ret == Z_OK:
+            continue  # progress: more input to read or more room to fill
+        # no progress although there was room: a data error, a dictionary it was not given, or a
+        # stream cut short (Z_BUF_ERROR: the input ended first)
+        return 1
+
+
+def inflate_bodies(offsets, data, sys_flag, int64_t max_bytes=INT32_MAX):
+    """The body column with every ``COMPRESSED_FLAG`` row of a zlib type inflated (GIL released).
+
+    ``offsets`` int32 (k + 1) and ``data`` uint8 are a body column
+    (``decode_columns``' layout), ``sys_flag`` the rows' int32 SYSFLAG.
+    Returns ``(offsets, data, rest)``: the new column (offsets from 0) and
+    the int64 indices of the rows it leaves to Python, empty there: LZ4 and
+    ZSTD rows, unknown types and bodies that do not inflate (so the one rule,
+    ``cq.commitlog.decompress_body``, decodes them or names the error). With
+    no compressed row the inputs come back unchanged (no copy). Raises
+    OverflowError when the new column would pass ``max_bytes`` (at most, and
+    by default, 2 GiB - 1: int32 offsets), before allocating past it.
+    """
+    cdef const int32_t[::1] off = offsets
+    cdef const uint8_t[::1] src = data
+    cdef const int32_t[::1] sf = sys_flag
+    cdef Py_ssize_t i, k = sf.shape[0]
+    cdef int64_t compressed = 0, a, e, nrest = 0, size = src.shape[0]
+    cdef int32_t ct
+    cdef int fail = 0, got
+    cdef int bad_offsets = 0
+    cdef GBuf g
+    cdef z_stream zs
+    cdef uint8_t* shrunk
+    cdef int64_t limit = (max_bytes if 0 <= max_bytes < INT32_MAX else INT32_MAX) + 1
+    if off.shape[0] != k + 1:
+        raise ValueError(f"offsets must have len(sys_flag) + 1 = {k + 1} entries, got {off.shape[0]}")
+    with nogil:
+        for i in range(k):
+            if off[i] < 0 or off[i + 1] < off[i] or off[i + 1] > size:
+                bad_offsets = 1
+                break
+            if sf[i] & COMPRESSED:
+                compressed += 1
+    if bad_offsets:
+        raise ValueError(f"offsets out of order or outside the data of {size} bytes at row {i}")
+    empty_rest = np.zeros(0, dtype=np.int64)
+    if compressed == 0:
+        return offsets, data, empty_rest
+    new_offsets = np.zeros(k + 1, dtype=np.int32)
+    rest = np.empty(compressed, dtype=np.int64)
+    cdef int32_t[::1] o = new_offsets
+    cdef int64_t[::1] r = rest
+    cdef const uint8_t* s = &src[0] if size else NULL
+    memset(&g, 0, sizeof(GBuf))
+    memset(&zs, 0, sizeof(z_stream))
+    if inflateInit(&zs) != Z_OK:
+        raise MemoryError()
+    try:
+        with nogil:
+            # the uncompressed rows at least are copied: reserve them (and the compressed rows' input) once
+            got = _room(&g, size if size < limit else limit - 1, limit)
+            if got < 0:
+                fail = got
+            for i in range(k):
+                if fail:
+                    break
+                a = off[i]
+                e = off[i + 1]
+                if not sf[i] & COMPRESSED:
+                    got = _room(&g, e - a, limit)
+                    if got < 0:
+                        fail = got
+                        break
+                    if e > a:
+                        memcpy(g.p + g.n, s + a, e - a)
+                    g.n += e - a
+                else:
+                    ct = (sf[i] & CTYPE_MASK) >> CTYPE_SHIFT
+                    got = 1
+                    if ct == CTYPE_ZLIB or ct == CTYPE_ZLIB_LEGACY:
+                        a = g.n
+                        got = _inflate_into(&zs, &g, s + off[i], e - off[i], limit)
+                        if got < 0:
+                            fail = got
+                            break
+                        if got == 1:
+                            g.n = a  # what it inflated before failing is dropped
+                    if got == 1:
+                        r[nrest] = i
+                        nrest += 1
+                if g.n >= limit:
+                    fail = -2
+                    break
+                o[i + 1] = <int32_t>g.n
+        if fail == -1:
+            raise MemoryError()
+        if fail == -2:
+            raise OverflowError(f"the body column of {k} records passes {limit - 1} bytes once decompressed"
+                                f"{'' if limit - 1 < INT32_MAX else ' (2 GiB, int32 offsets)'}: "
+                                "decode fewer records at a time")
+        if g.n and g.cap > g.n + 65536:  # give back the room the doubling left over (realloc to 0 frees)
+            shrunk = <uint8_t*>realloc(g.p, g.n)
+            if shrunk != NULL:
+                g.p = shrunk
+                g.cap = g.n
+        out = _take(&g, np.uint8, g.n)
+    finally:
+        inflateEnd(&zs)
+        free(g.p)
+    return new_offsets, out, rest[:nrest]

@@ -96,7 +96,8 @@ class Message:
         """The body, decompressed when ``COMPRESSED_FLAG`` is set (docs/formats.md#body-compression).
 
         ZLIB uses the standard library; LZ4 (frame format) needs the ``lz4``
-        package and ZSTD the ``zstandard`` package.
+        package and ZSTD the ``zstandard`` package. The rule is
+        :func:`decompress_body`'s, which the data path's batch decoder shares.
 
         Raises
         ------
@@ -105,34 +106,67 @@ class Message:
         ImportError
             The codec's optional package is not installed.
         """
-        if not self.is_compressed:
-            return self.body
-        ctype = (self.sys_flag & fmt.COMPRESSION_TYPE_MASK) >> 8
-        where = (self._path, self._file_offset)
-        try:
-            if ctype in (0, fmt.COMPRESSION_ZLIB):
-                return zlib.decompress(self.body)
-            if ctype == fmt.COMPRESSION_LZ4:
-                try:
-                    import lz4.frame  # lazy: an optional codec, needed only for LZ4 bodies
-                except ImportError as exc:
-                    raise ImportError("body is LZ4-compressed: pip install lz4 to read it") from exc
-                return lz4.frame.decompress(self.body)
-            if ctype == fmt.COMPRESSION_ZSTD:
-                try:
-                    import zstandard  # lazy: an optional codec, needed only for ZSTD bodies
-                except ImportError as exc:
-                    raise ImportError("body is ZSTD-compressed: pip install zstandard to read it") from exc
-                return zstandard.ZstdDecompressor().decompress(self.body)
-        except ImportError:
-            raise
-        except Exception as exc:
-            raise StoreFormatError(
-                f"compressed body (type {ctype}) of the record at commit-log offset "
-                f"{self.commit_log_offset} does not decompress: {exc}",
-                *where,
-            ) from exc
-        raise StoreFormatError(f"Unknown compress type value {ctype} in sys_flag {self.sys_flag:#x}", *where)
+        return decompress_body(self.body, self.sys_flag, path=self._path, offset=self._file_offset,
+                               commit_log_offset=self.commit_log_offset)
+
+
+def decompress_body(body: bytes, sys_flag: int, *, path: str | None = None, offset: int | None = None,
+                    commit_log_offset: int | None = None) -> bytes:
+    """One stored body as the consumer reads it: decompressed when ``sys_flag`` says so.
+
+    The one home of the codec rule (docs/formats.md#body-compression):
+    without ``COMPRESSED_FLAG`` the body is returned as stored; otherwise the
+    type bits pick ZLIB (types 3 and 0, the legacy value), LZ4 (frame format,
+    the ``lz4`` package) or ZSTD (the ``zstandard`` package); types 4-7 are an
+    error. :meth:`Message.uncompressed_body` and :meth:`CommitLog.decode_columns`
+    (``decompress_body=True``, for the rows its kernel leaves to Python) call it.
+
+    Parameters
+    ----------
+    body : bytes
+        The body as stored.
+    sys_flag : int
+        The record's SYSFLAG.
+    path, offset : str and int, optional
+        The CommitLog file and the record's byte offset in it, for the error.
+    commit_log_offset : int, optional
+        The record's COMMITLOGOFFSET field, for the error.
+
+    Raises
+    ------
+    StoreFormatError
+        Unknown compression type or a body that does not decompress (naming
+        ``path`` and ``offset``).
+    ImportError
+        The codec's optional package is not installed.
+    """
+    if not sys_flag & fmt.COMPRESSED_FLAG:
+        return body
+    ctype = fmt.compression_type(sys_flag)
+    try:
+        if ctype in fmt.ZLIB_COMPRESSION_TYPES:
+            return zlib.decompress(body)
+        if ctype == fmt.COMPRESSION_LZ4:
+            try:
+                import lz4.frame  # lazy: an optional codec, needed only for LZ4 bodies
+            except ImportError as exc:
+                raise ImportError("body is LZ4-compressed: pip install lz4 to read it") from exc
+            return lz4.frame.decompress(body)
+        if ctype == fmt.COMPRESSION_ZSTD:
+            try:
+                import zstandard  # lazy: an optional codec, needed only for ZSTD bodies
+            except ImportError as exc:
+                raise ImportError("body is ZSTD-compressed: pip install zstandard to read it") from exc
+            return zstandard.ZstdDecompressor().decompress(body)
+    except ImportError:
+        raise
+    except Exception as exc:
+        raise StoreFormatError(
+            f"compressed body (type {ctype}) of the record at commit-log offset "
+            f"{commit_log_offset} does not decompress: {exc}",
+            path, offset,
+        ) from exc
+    raise StoreFormatError(f"Unknown compress type value {ctype} in sys_flag {sys_flag:#x}", path, offset)
 
 
 class Spans(NamedTuple):
@@ -304,6 +338,45 @@ def _ports(col) -> np.ndarray:
 
 def _as_u8(buf) -> np.ndarray:
     return buf if isinstance(buf, np.ndarray) else np.frombuffer(buf, np.uint8)
+
+
+def _inflate_body_column(cols: dict, positions: np.ndarray, path: str) -> tuple:
+    """``cols["body"]`` decompressed where ``cols["sys_flag"]`` says so (records at ``positions`` of ``path``).
+
+    The kernel inflates the ZLIB rows in one pass; the rows it leaves (LZ4,
+    ZSTD, unknown types, bodies that do not inflate) go through
+    :func:`decompress_body`, which decodes them or raises its error.
+    """
+    offsets, data, valid = cols["body"]
+    sys_flag = cols["sys_flag"]
+    new_offsets, new_data, rest = _scan.inflate_bodies(offsets, data, sys_flag)
+    if not len(rest):
+        return new_offsets, new_data, valid
+    phys = cols["commit_log_offset"]
+    bodies = [decompress_body(data[offsets[i]:offsets[i + 1]].tobytes(), int(sys_flag[i]), path=path,
+                              offset=int(positions[i]), commit_log_offset=int(phys[i]))
+              for i in rest.tolist()]
+    return (*_splice(new_offsets, new_data, rest, bodies), valid)
+
+
+def _splice(offsets: np.ndarray, data: np.ndarray, rows: np.ndarray, bodies: list[bytes]) -> tuple:
+    """The binary column ``(offsets, data)`` with the (empty) values at ``rows`` (ascending) set to ``bodies``."""
+    lengths = np.diff(offsets).astype(np.int64)
+    lengths[rows] = [len(b) for b in bodies]
+    total = int(lengths.sum())
+    if total > 0x7FFFFFFF:
+        raise OverflowError(f"the body column of {len(lengths)} records passes 2 GiB once decompressed: "
+                            "decode fewer records at a time")
+    out_offsets = np.zeros(len(offsets), dtype=np.int32)
+    np.cumsum(lengths, out=out_offsets[1:])
+    out = np.empty(total, dtype=np.uint8)
+    prev = 0
+    for row, body in zip(rows.tolist(), bodies):  # the runs of rows between them move in one copy each
+        out[out_offsets[prev]:out_offsets[row]] = data[offsets[prev]:offsets[row]]
+        out[out_offsets[row]:out_offsets[row + 1]] = np.frombuffer(body, dtype=np.uint8)
+        prev = row + 1
+    out[out_offsets[prev]:] = data[offsets[prev]:offsets[-1]]
+    return out_offsets, out
 
 
 class CommitLog(MappedFileQueue):
@@ -479,7 +552,7 @@ class CommitLog(MappedFileQueue):
         return decode_message(self._u8(index), physical_offset - start, self.file_size,
                               path=path, file_start=start, verify_crc=verify_crc)
 
-    def decode_columns(self, physical_offsets, fields=None) -> MessageColumns:
+    def decode_columns(self, physical_offsets, fields=None, *, decompress_body: bool = False) -> MessageColumns:
         """Decode the records at ``physical_offsets`` straight into Arrow buffers: the data path's decoder.
 
         Parameters
@@ -490,6 +563,12 @@ class CommitLog(MappedFileQueue):
             The record fields to decode (names of ``cq.format.RECORD_FIELDS``:
             the :class:`Message` fields plus ``tags`` and ``keys``); default
             all. Only these are decoded.
+        decompress_body : bool, default False
+            False: ``body`` as stored (:attr:`Message.body`). True: as the
+            consumer reads it, decompressed where SYSFLAG has ``COMPRESSED_FLAG``
+            (:meth:`Message.uncompressed_body`; ZLIB inflated in one batch
+            without the GIL, LZ4/ZSTD through the optional packages).
+            ``sys_flag`` stays the stored value either way.
 
         Returns
         -------
@@ -501,10 +580,19 @@ class CommitLog(MappedFileQueue):
         ------
         StoreFormatError
             For the first offset (in input order) where :meth:`read_message`
-            raises, with the same message, path and byte offset.
+            raises, with the same message, path and byte offset; with
+            ``decompress_body``, then for the first body that
+            :meth:`Message.uncompressed_body` cannot decompress, with its message.
+        ImportError
+            A body is LZ4/ZSTD-compressed and the codec's package is missing.
+        OverflowError
+            A column passes 2 GiB (decompressed bodies included): ask for fewer records.
         """
         names = [n for n, _ in fmt.RECORD_FIELDS] if fields is None else list(dict.fromkeys(fields))
-        mask = fmt.record_field_mask(names)
+        inflate = decompress_body and "body" in names
+        # the kernel needs each row's SYSFLAG, and the error its COMMITLOGOFFSET field
+        extra = [n for n in ("sys_flag", "commit_log_offset") if n not in names] if inflate else []
+        mask = fmt.record_field_mask(names + extra)
         offs = np.asarray(physical_offsets, dtype=np.int64).reshape(-1)
         k = len(offs)
         if k == 0:
@@ -528,6 +616,10 @@ class CommitLog(MappedFileQueue):
             cols, err = _scan.decode_columns(self._u8(index), pos, self.file_size, mask)
             if err is not None:
                 raise StoreFormatError(err[1], path, int(err[2]))
+            if inflate:
+                cols["body"] = _inflate_body_column(cols, pos, path)
+                for name in extra:
+                    del cols[name]
             parts.append(_columns.MessageColumns(cols, b - a))
         return _columns.concat(parts, names)
 
@@ -667,8 +759,8 @@ class CommitLog(MappedFileQueue):
         # positional, in the dataclass's field order: no keyword dict per message
         return list(map(Message, *(values[name] for name in _MESSAGE_FIELDS)))
 
-    def column_batches(self, fields=None, *, strict: bool = True,
-                       batch_records: int = 65536) -> Iterator[MessageColumns]:
+    def column_batches(self, fields=None, *, strict: bool = True, batch_records: int = 65536,
+                       decompress_body: bool = False) -> Iterator[MessageColumns]:
         """Every record in log order, as :meth:`decode_columns` batches: the columnar :meth:`messages`.
 
         Parameters
@@ -681,6 +773,8 @@ class CommitLog(MappedFileQueue):
             where the broker's recovery ends it.
         batch_records : int
             Most records per batch; a batch never spans two files.
+        decompress_body : bool
+            As :meth:`decode_columns`: ``body`` decompressed where SYSFLAG says so.
         """
         last = len(self._files) - 1
         recovered_end = None if strict else self.max_offset
@@ -694,7 +788,7 @@ class CommitLog(MappedFileQueue):
             while True:
                 positions, pos, status = _scan.record_positions(buf, pos, limit, batch_records)
                 if len(positions):
-                    yield self.decode_columns(positions + start, fields)
+                    yield self.decode_columns(positions + start, fields, decompress_body=decompress_body)
                     self._drop_resident(index)
                 if status == 3:
                     continue

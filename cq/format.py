@@ -195,9 +195,20 @@ STOREHOSTADDRESS_V6_FLAG = 0x20
 NEED_UNWRAP_FLAG = 0x40
 INNER_BATCH_FLAG = 0x80
 COMPRESSION_TYPE_MASK = 0x700
+#: The compression type is ``(sys_flag & COMPRESSION_TYPE_MASK) >> COMPRESSION_TYPE_SHIFT``.
+COMPRESSION_TYPE_SHIFT = 8
+#: Type 0: bodies written before the type bits existed, ZLIB (docs/formats.md#body-compression).
+COMPRESSION_ZLIB_LEGACY = 0
 COMPRESSION_LZ4 = 1
 COMPRESSION_ZSTD = 2
 COMPRESSION_ZLIB = 3
+#: The types whose bodies are ZLIB streams (RFC 1950).
+ZLIB_COMPRESSION_TYPES = (COMPRESSION_ZLIB_LEGACY, COMPRESSION_ZLIB)
+
+
+def compression_type(sys_flag: int) -> int:
+    """The compression type bits of ``sys_flag`` (meaningful only with ``COMPRESSED_FLAG``)."""
+    return (sys_flag & COMPRESSION_TYPE_MASK) >> COMPRESSION_TYPE_SHIFT
 
 # Properties text (docs/formats.md#properties)
 NAME_VALUE_SEPARATOR = "\x01"

@@ -8,7 +8,8 @@ module only moves its results into Arrow columns.
 The slice is read in batches sized by bytes (:func:`batch_bounds`; docs/data-path.md):
 ext units by ``ConsumeQueueExt.read_batch`` and records by the data path's decoder,
 ``CommitLog.decode_columns``, asked only for the schema's CommitLog columns, whose
-Arrow buffers become the batch's columns without a Python object per row. With a
+Arrow buffers become the batch's columns without a Python object per row (bodies
+decompressed in the same call unless the option ``body`` is ``stored``). With a
 group, layer 1 runs in array operations, layer 2 over the decoded properties map
 (``SqlFilter.is_matched_by_commit_log_columns``) and the client's tag re-check over
 the decoded tags (``TagFilter.is_matched_by_client_columns``); only a filter that
@@ -472,7 +473,7 @@ def _read_slice(options, schema, part, tags_code_sets, skips: Skips) -> Iterator
     log = store.commit_log if record_fields else None
 
     def decode(offsets: np.ndarray):
-        return log.decode_columns(offsets, record_fields)
+        return log.decode_columns(offsets, record_fields, decompress_body=options.body == "uncompressed")
 
     cuts = None
     if record_fields and len(rows):

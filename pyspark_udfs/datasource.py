@@ -42,6 +42,13 @@ Options (all strings, parsed once when the reader is made):
     pushed-down query on the DataFrame's source and reuses it for a later
     query on the same DataFrame that pushes no filter, which then sees only
     the earlier query's rows (docs/spark.md#pushdown).
+``body``
+    ``uncompressed`` (default): the ``body`` column as the consumer reads it,
+    decompressed where SYSFLAG has ``COMPRESSED_FLAG`` (``cq.Message.uncompressed_body()``,
+    batch-decoded by ``CommitLog.decode_columns(decompress_body=True)``);
+    ``stored``: the bytes as stored (``cq.Message.body``). ``sys_flag`` is the
+    stored value either way (docs/data-path.md#bodies). A body that does not
+    decompress is a corrupt record (``on_corrupt``).
 ``partition_units``
     Largest number of ConsumeQueue units per partition (default 100000).
     Partitions follow ConsumeQueue files; a larger file is split.
@@ -125,13 +132,15 @@ import cq
 import selector
 from cq.custom_filter import load_filter
 
-__all__ = ["LAYER2", "ON_CORRUPT", "ON_FILTER_ERROR", "TABLES", "ConsumeQueueSlice", "ReadOptions", "RocketMQDataSource", "RocketMQPushdownReader",
+__all__ = ["BODY", "LAYER2", "ON_CORRUPT", "ON_FILTER_ERROR", "TABLES", "ConsumeQueueSlice", "ReadOptions", "RocketMQDataSource", "RocketMQPushdownReader",
            "RocketMQReader", "skipped_ranges"]
 
 TABLES = ("messages", "consumequeue")
 ON_CORRUPT = ("fail", "skip")
 ON_FILTER_ERROR = ("fail", "skip")
 LAYER2 = ("reader", "spark")
+#: Option ``body``: decompressed where SYSFLAG says so (``Message.uncompressed_body()``), or as stored.
+BODY = ("uncompressed", "stored")
 DEFAULT_PARTITION_UNITS = 100_000
 
 _UNIT_FIELDS = [
@@ -219,6 +228,8 @@ class ReadOptions:
     bloom_bit_pos: tuple[int, ...] | None = None
     bloom_bit_num: int | None = None
     from_committed: bool = False
+    #: "uncompressed": the body column decompressed where SYSFLAG says so; "stored": as stored
+    body: str = "uncompressed"
 
     @property
     def bloom_data(self):
@@ -259,6 +270,9 @@ class ReadOptions:
         layer2 = str(options.get("layer2", "reader")).strip().lower()
         if layer2 not in LAYER2:
             raise ValueError(f"rocketmq option 'layer2': expected reader or spark, got {options['layer2']!r}")
+        body = str(options.get("body", "uncompressed")).strip().lower()
+        if body not in BODY:
+            raise ValueError(f"rocketmq option 'body': expected one of {', '.join(BODY)}, got {options['body']!r}")
         group = options.get("group") or None
         sql = options.get("sql")
         tags = options.get("tags")
@@ -316,6 +330,7 @@ class ReadOptions:
             message_filter=message_filter,
             on_filter_error=on_filter_error,
             from_committed=from_committed,
+            body=body,
             **registered,
         )
 

@@ -14,7 +14,7 @@ import cq
 from cq import stream
 from selector.errors import SelectorSyntaxError
 
-from .store_commands import _message_json
+from .store_commands import BODY_CHOICES, _message_json
 
 
 def add_parsers(subparsers) -> None:
@@ -38,6 +38,8 @@ def add_parsers(subparsers) -> None:
                            '{"topic": {"queue_id": offset}}')
     tail.add_argument("--format", choices=("text", "jsonl"), default="text",
                       help="text: one tab-separated line per message; jsonl: one JSON object (default text)")
+    tail.add_argument("--body", choices=BODY_CHOICES, default="uncompressed",
+                      help="jsonl: body_length of the body decompressed where SYSFLAG says so (default) or as stored")
     tail.add_argument("--interval", type=float, default=0.5, help="seconds between looks when nothing is new")
     tail.add_argument("--limit", type=int, default=None, help="stop after this many messages")
     tail.set_defaults(func=_run_tail)
@@ -60,7 +62,7 @@ def _run_tail(args: argparse.Namespace) -> int:
             if args.format == "text":
                 out.write(f"{m.queue_id}\t{m.queue_offset}\t{m.msg_id}\t{m.tags or ''}\t{m.keys or ''}\n")
             else:
-                out.write(json.dumps(_message_json(m), ensure_ascii=False) + "\n")
+                out.write(json.dumps(_message_json(m, args.body), ensure_ascii=False) + "\n")
             out.flush()
             if args.limit is not None and n >= args.limit:
                 break
@@ -70,7 +72,7 @@ def _run_tail(args: argparse.Namespace) -> int:
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return 0
     except (cq.StoreFormatError, cq.TagSubscriptionError, cq.UnknownGroupError, SelectorSyntaxError,
-            ValueError, KeyError) as exc:
+            ValueError, KeyError, ImportError) as exc:  # ImportError: an LZ4/ZSTD body's codec is missing
         message = exc.args[0] if isinstance(exc, KeyError) and exc.args else exc
         print(f"rmqfilter tail: error: {message}", file=sys.stderr)
         return 2

@@ -71,6 +71,9 @@ def add_parsers(subparsers) -> None:
     consume.add_argument("--format", choices=("text", "jsonl", "none"), default="text",
                          help="text: one tab-separated line per message; jsonl: one JSON object; "
                               "none: counts only (default text)")
+    consume.add_argument("--body", choices=BODY_CHOICES, default="uncompressed",
+                         help="jsonl: body_length of the body decompressed where SYSFLAG says so (uncompressed, "
+                              "the default, as the rocketmq data source's body) or as stored")
     consume.add_argument("--limit", type=int, default=None, help="stop after this many messages")
     consume.add_argument("--no-bloom", action="store_true",
                          help="SQL92: ignore ext bitmaps (the group's filter has no bloom data)")
@@ -272,11 +275,17 @@ class _Progress:
             sys.stderr.write("\n")
 
 
-def _message_json(m) -> dict:
+#: ``--body``: which body ``body_length`` measures, as the data source's option ``body`` (docs/cli.md)
+BODY_CHOICES = ("uncompressed", "stored")
+
+
+def _message_json(m, body: str = "uncompressed") -> dict:
+    """A message as ``--format jsonl`` prints it; ``body_length`` of the body ``body`` names."""
+    raw = m.uncompressed_body() if body == "uncompressed" else m.body
     return {
         "topic": m.topic, "queue_id": m.queue_id, "queue_offset": m.queue_offset,
         "commit_log_offset": m.commit_log_offset, "msg_id": m.msg_id, "tags": m.tags, "keys": m.keys,
-        "store_timestamp": m.store_timestamp, "body_length": len(m.body), "properties": m.properties,
+        "store_timestamp": m.store_timestamp, "body_length": len(raw), "properties": m.properties,
     }
 
 
@@ -319,7 +328,7 @@ def _run_consume(args: argparse.Namespace) -> int:
                         out.write(f"{prefix}{m.queue_id}\t{m.queue_offset}\t{m.msg_id}\t{m.tags or ''}\t"
                                   f"{m.keys or ''}\n")
                     elif args.format == "jsonl":
-                        doc = _message_json(m)
+                        doc = _message_json(m, args.body)
                         if args.all_groups:
                             doc = {"group": group, **doc}
                         out.write(json.dumps(doc, ensure_ascii=False) + "\n")
@@ -332,7 +341,7 @@ def _run_consume(args: argparse.Namespace) -> int:
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return 0
     except (cq.StoreFormatError, cq.TagSubscriptionError, cq.UnknownGroupError, SelectorSyntaxError,
-            KeyError, cq.FilterError, ValueError) as exc:
+            KeyError, cq.FilterError, ValueError, ImportError) as exc:  # ImportError: an LZ4/ZSTD body's codec
         progress.finish()
         message = exc.args[0] if isinstance(exc, KeyError) and exc.args else exc
         print(f"rmqfilter consume: error: {message}", file=sys.stderr)
