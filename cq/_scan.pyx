@@ -1051,12 +1051,61 @@ cdef inline int _host_column(GBuf* g, HostCache* c, const uint8_t* ip, int width
     return 0
 
 
+# ------------------------------------------------------------------ reused output memory
+# A decoded batch's buffers are fresh memory: the kernel faults in and zeroes each page the
+# first time it is written, which for a large batch cost more than the decode itself. So the
+# buffers of freed arrays are kept (at most POOL_BYTES in all, docs/data-path.md) and handed
+# to the next decode, best fit for the size the same buffer took per row last time. The pool
+# is touched only with the GIL held (no Python code runs in between: the GIL is its lock).
+DEF POOL_BYTES = 128 << 20
+DEF POOL_MIN = 1 << 16       # smaller buffers are cheap to malloc: not kept
+cdef list _pool = []         # [(capacity, address)]
+cdef int64_t _pool_bytes = 0
+
+
+cdef void _pool_put(void* p, int64_t cap):
+    global _pool_bytes
+    if p == NULL:
+        return
+    if cap < POOL_MIN or _pool_bytes + cap > POOL_BYTES:
+        free(p)
+        return
+    _pool.append((cap, <size_t>p))
+    _pool_bytes += cap
+
+
+cdef void _pool_get(GBuf* g, int64_t want):
+    # Give the empty ``g`` the pooled buffer that best fits ``want`` bytes (the smallest that
+    # holds them, else the largest); nothing when the pool is empty or want is small.
+    global _pool_bytes
+    cdef Py_ssize_t i, best = -1, n = len(_pool)
+    cdef int64_t cap, best_cap = 0
+    if n == 0 or want < POOL_MIN:
+        return
+    for i in range(n):
+        cap = (<tuple>_pool[i])[0]
+        if best < 0 or (want <= cap < best_cap if best_cap >= want else cap > best_cap):
+            best = i
+            best_cap = cap
+    entry = _pool.pop(best)
+    _pool_bytes -= best_cap
+    g.p = <uint8_t*><size_t>(<tuple>entry)[1]
+    g.cap = best_cap
+    g.n = 0
+
+
+def pool_bytes():
+    """Bytes of freed decode buffers kept for reuse (at most 128 MiB)."""
+    return _pool_bytes
+
+
 cdef class _Owned:
-    """Owner of a malloc'd buffer handed to numpy without a copy."""
+    """Owner of a malloc'd buffer handed to numpy without a copy; freed into the pool."""
     cdef void* p
+    cdef int64_t cap
 
     def __dealloc__(self):
-        free(self.p)
+        _pool_put(self.p, self.cap)
 
 
 cdef object _take(GBuf* g, object dtype, int64_t count):
@@ -1065,7 +1114,7 @@ cdef object _take(GBuf* g, object dtype, int64_t count):
     cdef _Owned owner
     cdef cnp.ndarray arr
     if g.p == NULL or count == 0:
-        free(g.p)
+        _pool_put(g.p, g.cap)
         g.p = NULL
         g.n = g.cap = 0
         return np.zeros(count, dtype=dtype)
@@ -1073,10 +1122,25 @@ cdef object _take(GBuf* g, object dtype, int64_t count):
     arr = cnp.PyArray_SimpleNewFromData(1, dims, cnp.dtype(dtype).num, g.p)
     owner = _Owned()
     owner.p = g.p
+    owner.cap = g.cap
     cnp.set_array_base(arr, owner)
     g.p = NULL
     g.n = g.cap = 0
     return arr
+
+
+cdef object _pooled_zeros(int64_t count, object dtype):
+    # np.zeros(count, dtype) in a pooled buffer when one fits (hot pages: no faults to zero them)
+    cdef GBuf g
+    cdef int64_t nbytes = count * np.dtype(dtype).itemsize
+    memset(&g, 0, sizeof(GBuf))
+    _pool_get(&g, nbytes)
+    if g.cap < nbytes:
+        _pool_put(g.p, g.cap)
+        return np.zeros(count, dtype=dtype)
+    memset(g.p, 0, nbytes)
+    g.n = nbytes
+    return _take(&g, dtype, count)
 
 
 cdef struct Entry:
@@ -1231,6 +1295,26 @@ assert [name for name, _ in fmt.RECORD_FIELDS] == [
     "prepared_transaction_offset", "body", "topic", "properties", "tags", "keys"], "RECORD_FIELDS moved"
 
 DEF INT32_MAX = 2147483647
+# decode_columns' buffer slots beyond the fields' own: the map's key offsets, value offsets,
+# key bytes and value bytes; _rates holds each slot's bytes per row in the last decode
+cdef enum:
+    SLOT_KOFF = N_FIELDS
+    SLOT_VOFF
+    SLOT_PKEYS
+    SLOT_PVALS
+    N_SLOTS
+cdef double _rates[N_SLOTS]
+memset(_rates, 0, sizeof(_rates))
+
+
+cdef void _pool_take(GBuf* g, int slot, int64_t rows):
+    # a pooled buffer for ``slot``, sized by the bytes per row it took last time
+    _pool_get(g, <int64_t>(_rates[slot] * rows * 1.125))
+
+
+cdef void _rate_note(GBuf* g, int slot, int64_t rows):
+    if rows > 0 and g.n > 0:
+        _rates[slot] = <double>g.n / rows
 DEF PREFETCH_AHEAD = 8
 DEF PREFETCH_BYTES = 320
 DEF SIZING_ROWS = 256
@@ -1277,15 +1361,23 @@ def decode_columns(const uint8_t[::1] buf, const int64_t[::1] positions, int64_t
     born_cache.length = -1
     store_cache.length = -1
     need_props = want[F_PROPERTIES] or want[F_TAGS] or want[F_KEYS]
+    for j in (F_BORN_HOST, F_STORE_HOST, F_BODY, F_TOPIC, F_TAGS, F_KEYS):
+        if want[j]:
+            _pool_take(&g[j], j, k)
+    if want[F_PROPERTIES]:
+        _pool_take(&koff, SLOT_KOFF, k)
+        _pool_take(&voff, SLOT_VOFF, k)
+        _pool_take(&pkeys, SLOT_PKEYS, k)
+        _pool_take(&pvals, SLOT_PVALS, k)
     cols = {}
     ints = {}
     for j, (name, kind) in enumerate(fmt.RECORD_FIELDS):
         if want[j] and kind in ("i4", "i8"):
-            ints[j] = cols[name] = np.zeros(k, dtype=kind)
+            ints[j] = cols[name] = _pooled_zeros(k, kind)
     var_offsets = {}
     for j in (F_BORN_HOST, F_STORE_HOST, F_BODY, F_TOPIC, F_TAGS, F_KEYS, F_PROPERTIES):
         if want[j]:
-            var_offsets[j] = np.zeros(k + 1, dtype=np.int32)
+            var_offsets[j] = _pooled_zeros(k + 1, np.int32)
     valid_tags = np.zeros(k if want[F_TAGS] else 0, dtype=np.uint8)
     valid_keys = np.zeros(k if want[F_KEYS] else 0, dtype=np.uint8)
     cdef int32_t[::1] o_born = var_offsets.get(F_BORN_HOST, np.zeros(1, np.int32))
@@ -1434,6 +1526,13 @@ def decode_columns(const uint8_t[::1] buf, const int64_t[::1] positions, int64_t
             raise MemoryError()
         if fail == 2:
             raise OverflowError(f"a column of {k} records passes 2 GiB: decode fewer records at a time")
+        if bad < 0:
+            for j in (F_BORN_HOST, F_STORE_HOST, F_BODY, F_TOPIC, F_TAGS, F_KEYS):
+                _rate_note(&g[j], j, k)
+            _rate_note(&koff, SLOT_KOFF, k)
+            _rate_note(&voff, SLOT_VOFF, k)
+            _rate_note(&pkeys, SLOT_PKEYS, k)
+            _rate_note(&pvals, SLOT_PVALS, k)
         names = [name for name, _ in fmt.RECORD_FIELDS]
         for j in (F_BORN_HOST, F_STORE_HOST, F_BODY, F_TOPIC):
             if want[j]:
@@ -1450,12 +1549,12 @@ def decode_columns(const uint8_t[::1] buf, const int64_t[::1] positions, int64_t
                                   _take(&pvals, np.uint8, pvals.n))
     finally:
         for j in range(N_FIELDS):
-            free(g[j].p)
-        free(koff.p)
-        free(voff.p)
+            _pool_put(g[j].p, g[j].cap)
+        _pool_put(koff.p, koff.cap)
+        _pool_put(voff.p, voff.cap)
         free(scratch.p)
-        free(pkeys.p)
-        free(pvals.p)
+        _pool_put(pkeys.p, pkeys.cap)
+        _pool_put(pvals.p, pvals.cap)
     if bad >= 0:
         for arr in var_offsets.values():  # offsets stay monotonic: the rows from ``bad`` on are empty
             arr[bad + 1:] = arr[bad]

@@ -588,3 +588,8 @@ def inflate_bodies(offsets, data, sys_flag, max_bytes=_INT32_MAX):
     new_offsets = np.zeros(k + 1, dtype=np.int32)
     np.cumsum([len(b) for b in out], out=new_offsets[1:])
     return new_offsets, np.frombuffer(b"".join(out), dtype=np.uint8), np.array(rest, dtype=np.int64)
+
+
+def pool_bytes():
+    """Bytes of freed decode buffers kept for reuse: the twin keeps none (numpy allocates)."""
+    return 0
