@@ -1681,26 +1681,64 @@ def property_dicts(const int32_t[::1] map_offsets, const int32_t[::1] key_offset
                    const int32_t[::1] value_offsets, const uint8_t[::1] value_data):
     """Row ``i`` of a ``properties`` column as a dict (entries in order): a list of ``len(map_offsets) - 1``.
 
-    Keys repeat from row to row: each distinct key text becomes one str, shared by the rows.
+    Records of a topic tend to carry the same keys in the same order, and many the same values:
+    an entry whose key (value) bytes equal the previous row's at the same place reuses that str,
+    and each distinct key text is one str shared by the rows.
     """
-    cdef Py_ssize_t i, n = map_offsets.shape[0] - 1
-    cdef int32_t e
+    cdef Py_ssize_t i, j, m = 0, n = map_offsets.shape[0] - 1
+    cdef int32_t e, a, b
     cdef dict row, known = {}
+    cdef list prev_k = [], prev_v = []
+    cdef int64_t* prev = NULL   # per place j: the previous row's key start, key end, value start, value end
+    cdef int64_t* grown
     if n < 0:
         raise ValueError("map offsets must hold at least one entry")
-    cdef list out = [None] * n
     if map_offsets[n] > key_offsets.shape[0] - 1 or map_offsets[n] > value_offsets.shape[0] - 1:
         raise ValueError(f"map offsets run to entry {map_offsets[n]}, past the entries given")
     if map_offsets[n] > 0 and (key_offsets[map_offsets[n]] > key_data.shape[0]
                                or value_offsets[map_offsets[n]] > value_data.shape[0]):
         raise ValueError("entry offsets run past their data")
-    for i in range(n):
-        row = {}
-        for e in range(map_offsets[i], map_offsets[i + 1]):
-            key = _utf8_str(key_data, key_offsets[e], key_offsets[e + 1])
-            key = known.setdefault(key, key)
-            row[key] = _utf8_str(value_data, value_offsets[e], value_offsets[e + 1])
-        out[i] = row
+    cdef list out = [None] * n
+    try:
+        for i in range(n):
+            row = {}
+            for e in range(map_offsets[i], map_offsets[i + 1]):
+                j = e - map_offsets[i]
+                if j == m:  # a place no earlier row had: room for it
+                    grown = <int64_t*>realloc(prev, 4 * (m + 8) * sizeof(int64_t))
+                    if grown == NULL:
+                        raise MemoryError()
+                    prev = grown
+                    for a in range(m, m + 8):
+                        prev[4 * a] = prev[4 * a + 1] = prev[4 * a + 2] = prev[4 * a + 3] = 0
+                        prev_k.append("")
+                        prev_v.append("")
+                    m += 8
+                a = key_offsets[e]
+                b = key_offsets[e + 1]
+                if b - a == prev[4 * j + 1] - prev[4 * j] and (
+                        b == a or memcmp(&key_data[a], &key_data[prev[4 * j]], b - a) == 0):
+                    key = prev_k[j]
+                else:
+                    key = _utf8_str(key_data, a, b)
+                    key = known.setdefault(key, key)
+                    prev_k[j] = key
+                prev[4 * j] = a
+                prev[4 * j + 1] = b
+                a = value_offsets[e]
+                b = value_offsets[e + 1]
+                if b - a == prev[4 * j + 3] - prev[4 * j + 2] and (
+                        b == a or memcmp(&value_data[a], &value_data[prev[4 * j + 2]], b - a) == 0):
+                    value = prev_v[j]
+                else:
+                    value = _utf8_str(value_data, a, b)
+                    prev_v[j] = value
+                prev[4 * j + 2] = a
+                prev[4 * j + 3] = b
+                row[key] = value
+            out[i] = row
+    finally:
+        free(prev)
     return out
 
 

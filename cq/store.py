@@ -819,19 +819,24 @@ class Store:
             yield from self._deliver_batch_filtered(flt, log, idx, offs, stats, verify_crc, custom, units, ext)
             return
         pending: list[Message] = []
-        if verify_crc:
-            msgs = (log.read_message(off, verify_crc=verify_crc) for off in offs.tolist())
-        else:  # one decoder pass for the slice's messages
+        if verify_crc:  # record by record: the messages before a bad CRC are delivered before the error
+            for msg in (log.read_message(off, verify_crc=verify_crc) for off in offs.tolist()):
+                if not flt.is_matched_by_client(msg.tags):
+                    stats.client_filtered += 1
+                elif custom is not None:
+                    pending.append(msg)
+                else:
+                    stats.delivered += 1
+                    yield msg
+        else:  # one decoder pass for the slice's messages, handed on as a list (stats count the slice)
             msgs = log.read_messages(offs)
-        for msg in msgs:
-            if not flt.is_matched_by_client(msg.tags):
-                stats.client_filtered += 1
-                continue
+            kept = [m for m in msgs if flt.is_matched_by_client(m.tags)]
+            stats.client_filtered += len(msgs) - len(kept)
             if custom is not None:
-                pending.append(msg)
-                continue
-            stats.delivered += 1
-            yield msg
+                pending = kept
+            else:
+                stats.delivered += len(kept)
+                yield from kept
         if pending:
             # the custom filter narrows what both layers delivered (docs/custom-filters.md)
             keep, skipped = custom.apply(pending)
