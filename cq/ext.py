@@ -258,11 +258,7 @@ class ConsumeQueueExt(MappedFileQueue):
         """
         addresses = np.asarray(addresses, dtype=np.int64).reshape(-1)
         k = len(addresses)
-        found = np.zeros(k, dtype=bool)
-        size = np.zeros(k, dtype=np.int16)
-        tags = np.zeros(k, dtype=np.int64)
-        times = np.zeros(k, dtype=np.int64)
-        bms = np.zeros(k, dtype=np.int16)
+        found = tags = times = bms = None  # allocated when a file holds only some of the addresses
         groups = []
         first_bad = None  # (row, file index, position) of the first underflow in input order
         for index, sel, pos in self._group_by_file(addresses):
@@ -272,6 +268,18 @@ class ConsumeQueueExt(MappedFileQueue):
             if len(bad) and (first_bad is None or sel[bad[0]] < first_bad[0]):
                 first_bad = (int(sel[bad[0]]), index, int(pos[bad[0]]))
             ok = status == _scan.FOUND
+            if len(sel) == k:  # every address in this file (sel is then 0..k-1): the kernel's arrays as they are
+                found = ok
+                if ok.all():
+                    tags, times, bms = t, st, b
+                    groups.append((buf, sel, pos, b))
+                else:
+                    tags, times, bms = np.where(ok, t, 0), np.where(ok, st, 0), np.where(ok, b, 0).astype(np.int16)
+                    groups.append((buf, sel[ok], pos[ok], b[ok]))
+                continue
+            if found is None:
+                found, tags = np.zeros(k, dtype=bool), np.zeros(k, dtype=np.int64)
+                times, bms = np.zeros(k, dtype=np.int64), np.zeros(k, dtype=np.int16)
             found[sel[ok]] = True
             tags[sel[ok]] = t[ok]
             times[sel[ok]] = st[ok]
@@ -289,14 +297,24 @@ class ConsumeQueueExt(MappedFileQueue):
             raise StoreFormatError(
                 f"ConsumeQueueExt bitmap of {b} bytes runs past the readable end {limit}", path, pos
             )
+        if found is None:  # no address in any file
+            found, tags = np.zeros(k, dtype=bool), np.zeros(k, dtype=np.int64)
+            times, bms = np.zeros(k, dtype=np.int64), np.zeros(k, dtype=np.int16)
         lengths = np.where(found & (bms >= 1), bms, 0).astype(np.int64)
         offsets = np.zeros(k + 1, dtype=np.int64)
         np.cumsum(lengths, out=offsets[1:])
         data = np.empty(int(offsets[-1]), dtype=np.uint8)
+        size = None
         for buf, rows, pos, b in groups:
             if not len(rows):
                 continue
-            size[rows] = (buf[pos].astype(np.int16) << 8) | buf[pos + 1].astype(np.int16)
+            head = (buf[pos].astype(np.int16) << 8) | buf[pos + 1].astype(np.int16)
+            if size is None and len(rows) == k:
+                size = head
+            else:
+                if size is None:
+                    size = np.zeros(k, dtype=np.int16)
+                size[rows] = head
             n = lengths[rows]
             goff, gdata = _scan.gather_spans(buf, pos + fmt.MIN_EXT_UNIT_SIZE, n)
             if len(gdata):  # each row's bytes to its place in input order
@@ -305,6 +323,8 @@ class ConsumeQueueExt(MappedFileQueue):
                     data[shift[0]:shift[0] + len(gdata)] = gdata
                 else:
                     data[np.repeat(shift, n) + np.arange(len(gdata))] = gdata
+        if size is None:
+            size = np.zeros(k, dtype=np.int16)
         return ExtBatch(found, size, tags, times, bms, offsets, data)
 
     def _group_by_file(self, addresses: np.ndarray):
