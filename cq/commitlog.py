@@ -6,6 +6,7 @@ import itertools
 import os
 import socket
 import struct
+import time
 import zlib
 from collections.abc import Iterator
 from dataclasses import dataclass, field, fields
@@ -315,6 +316,23 @@ def _check_crc(mode, buf, pos: int, total: int, body: bytes, crc: int, props: di
 #: Bytes of a CommitLog file the header walks map at a time (see ``CommitLog._walk_file``).
 _WALK_WINDOW = 64 << 20
 
+# Files a cold recovery walk found valid up to their blank end-of-file record, per process
+# (docs/live.md#sealed-files): a later cold walk passes over such a file without reading it
+# while its identity is unchanged (device, inode, size, mtime). Only files untouched for
+# _SEALED_AGE_NS when walked are noted, so any later write gives a different mtime (a broker
+# never writes to a file once it has moved past it).
+_SEALED: dict[tuple, bool] = {}
+_SEALED_AGE_NS = 2_000_000_000
+_SEALED_MAX = 4096
+
+
+def _file_identity(path: str, check_crc: bool) -> tuple | None:
+    try:
+        st = os.stat(path)
+    except OSError:
+        return None
+    return (os.path.abspath(path), st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, check_crc)
+
 
 def _host_objects(col) -> np.ndarray:
     """Host strings of a decoded host column, one str object per distinct host."""
@@ -455,10 +473,18 @@ class CommitLog(MappedFileQueue):
             return 0
         if first is None:
             first = max(0, len(self._files) - 3)
+        last = len(self._files) - 1
         for index in range(first, len(self._files)):
-            start = self._files[index][0]
+            start, path = self._files[index]
+            identity = _file_identity(path, self.check_crc_on_recover) if pos == 0 and index < last else None
+            if identity is not None and identity in _SEALED:
+                continue  # walked before, valid to its blank end record, unchanged since
             pos, status, _ = self._walk_file(index, self.check_crc_on_recover, pos)
-            if status != 1 or index == len(self._files) - 1:
+            if status == 1 and identity is not None and time.time_ns() - identity[4] > _SEALED_AGE_NS:
+                if len(_SEALED) >= _SEALED_MAX:
+                    _SEALED.clear()
+                _SEALED[identity] = True
+            if status != 1 or index == last:
                 return start + pos
             pos = 0
         return self._files[-1][0]  # pragma: no cover - the loop always returns

@@ -38,3 +38,13 @@ class ConnectCallError(RuntimeError):
 
     def __reduce__(self):
         return type(self), (self.type_name, self.message, self.remote_traceback)
+
+
+def body_start(message) -> int:
+    """Where ``message``'s body starts, counted from its record's first byte (the body comes
+    before TOPICLENGTH, the topic, PROPERTIESLENGTH and the properties: docs/formats.md)."""
+    from cq import format as fmt
+
+    topic_len_width = 2 if message.magic_code == fmt.MESSAGE_MAGIC_CODE_V2 else 1
+    return (message.store_size - len(message.body) - topic_len_width - len(message.topic.encode()) - 2
+            - len(fmt.encode_properties(message.properties).encode()))

@@ -8,7 +8,7 @@ import shutil
 
 import numpy as np
 import pytest
-from helpers import DATA, PUREPYTHON
+from helpers import DATA, PUREPYTHON, body_start
 
 import cq
 from cq import _scan_py
@@ -208,8 +208,7 @@ def test_recovery_crc_check_runs_in_the_kernel(tmp_path, engine, monkeypatch):
     target = int(in_last[len(in_last) // 2])
     m = store.commit_log.read_message(target)
     store.close()
-    body_at = target - last_start + m.store_size - len(m.body) - len(m.topic.encode()) - 1 - 2 - len(
-        fmt.encode_properties(m.properties).encode()) - (1 if m.magic_code == fmt.MESSAGE_MAGIC_CODE_V2 else 0)
+    body_at = target - last_start + body_start(m)
     with open(last_path, "r+b") as f:
         f.seek(body_at)
         byte = f.read(1)

@@ -7,9 +7,11 @@ from __future__ import annotations
 import os
 import shutil
 import time
+from pathlib import Path
 
 import numpy as np
 import pytest
+from helpers import body_start, patch_file
 from live_support import live_writer
 
 import cq
@@ -198,3 +200,61 @@ def test_deleted_store_directory_is_a_clear_error(tmp_path):
 def test_refresh_option_is_checked(tmp_path):
     with pytest.raises(ValueError, match="refresh must be one of always, never"):
         cq.Store("tests/data/golden_store", refresh="sometimes")
+
+
+def _aged_sample_store(root, seconds: float = 3600):
+    """A sample store over several 256 KiB CommitLog files, every file's mtime ``seconds`` ago."""
+    cq.generate_sample_store(root, messages=4000, seed=3, commit_log_file_size=1 << 18)
+    then = time.time() - seconds
+    for dirpath, _, names in os.walk(root):
+        for name in names:
+            os.utime(os.path.join(dirpath, name), (then, then))
+    return root / "commitlog"
+
+
+def _walked(monkeypatch) -> list:
+    seen = []
+    real = cq.CommitLog._walk_file
+
+    def spy(self, index, check_crc, pos=0):
+        seen.append(self.files[index][0])
+        return real(self, index, check_crc, pos)
+
+    monkeypatch.setattr(cq.CommitLog, "_walk_file", spy)
+    return seen
+
+
+def test_cold_open_passes_over_sealed_files_it_walked_before(tmp_path, monkeypatch):
+    """A second cold open walks only the file holding the end: the files before it were walked
+    valid to their blank record, and nothing has written to them since (docs/live.md#sealed-files)."""
+    log_dir = _aged_sample_store(tmp_path / "store")
+    files = cq.CommitLog(log_dir).files
+    assert len(files) >= 3
+    seen = _walked(monkeypatch)
+    first = cq.CommitLog(log_dir).max_offset
+    assert seen == [start for start, _ in files[-3:]]
+    seen.clear()
+    assert cq.CommitLog(log_dir).max_offset == first
+    assert seen == [files[-1][0]]
+    seen.clear()
+    assert cq.CommitLog(log_dir, check_crc_on_recover=False).max_offset == first
+    assert seen == [start for start, _ in files[-3:]]  # a walk without CRC checks is noted apart
+
+
+def test_a_sealed_file_written_again_is_walked_again(tmp_path, monkeypatch):
+    """Damage written into a file noted as sealed changes its mtime: the next cold open walks it
+    and ends the data at the damaged record, as a first open would."""
+    log_dir = _aged_sample_store(tmp_path / "store")
+    log = cq.CommitLog(log_dir)
+    end = log.max_offset
+    start, path = log.files[-2]
+    buf = Path(path).read_bytes()
+    pos = 0
+    for _ in range(5):  # the sixth record of the file
+        pos += int.from_bytes(buf[pos:pos + 4], "big")
+    victim = start + pos
+    m = log.read_message(victim)
+    patch_file(path, pos + body_start(m), bytes([buf[pos + body_start(m)] ^ 0xFF]))  # its body CRC fails
+    seen = _walked(monkeypatch)
+    assert cq.CommitLog(log_dir).max_offset == victim < end
+    assert start in seen
