@@ -50,8 +50,10 @@ Options (all strings, parsed once when the reader is made):
     stored value either way (docs/data-path.md#bodies). A body that does not
     decompress is a corrupt record (``on_corrupt``).
 ``partition_units``
-    Largest number of ConsumeQueue units per partition (default 100000).
-    Partitions follow ConsumeQueue files; a larger file is split.
+    Largest number of ConsumeQueue units per partition. Partitions follow
+    ConsumeQueue files; a larger file is split. Default: 100000, or a whole
+    file when the read decodes no CommitLog record (a schema of ConsumeQueue
+    and ext columns only, no group, selector or filter).
 ``layer2``
     ``reader`` (default): with ``sql``, the reader evaluates the selector
     (layer 2) itself, in-process with the Cython engine, on the properties of
@@ -217,7 +219,8 @@ class ReadOptions:
     tags: str | None = None
     decisions: bool = False
     pushdown: bool = False
-    partition_units: int = DEFAULT_PARTITION_UNITS
+    #: None: DEFAULT_PARTITION_UNITS, or a whole ConsumeQueue file when the read decodes no record
+    partition_units: int | None = None
     on_corrupt: str = "fail"
     skipped_log: str | None = None
     layer2: str = "reader"
@@ -230,6 +233,18 @@ class ReadOptions:
     from_committed: bool = False
     #: "uncompressed": the body column decompressed where SYSFLAG says so; "stored": as stored
     body: str = "uncompressed"
+
+    def units_per_partition(self, schema: StructType | None = None, units_per_file: int | None = None) -> int:
+        """Units per partition: the ``partition_units`` option, else a whole ConsumeQueue file when
+        a read of ``schema`` decodes no CommitLog record (a unit then costs so little that a task's
+        fixed cost would outweigh it), else :data:`DEFAULT_PARTITION_UNITS`."""
+        if self.partition_units is not None:
+            return self.partition_units
+        reads_records = (schema is None or any(f.name in RECORD_COLUMNS for f in schema.fields)
+                         or any(v is not None for v in (self.group, self.sql, self.tags, self.message_filter)))
+        if reads_records or not units_per_file:
+            return DEFAULT_PARTITION_UNITS
+        return max(units_per_file, DEFAULT_PARTITION_UNITS)
 
     @property
     def bloom_data(self):
@@ -254,12 +269,12 @@ class ReadOptions:
         table = options.get("table", "messages").strip().lower()
         if table not in TABLES:
             raise ValueError(f"rocketmq option 'table': expected one of {', '.join(TABLES)}, got {table!r}")
-        raw_units = options.get("partition_units", str(DEFAULT_PARTITION_UNITS))
+        raw_units = options.get("partition_units")
         try:
-            partition_units = int(raw_units)
+            partition_units = None if raw_units is None else int(raw_units)
         except ValueError:
             partition_units = 0
-        if partition_units <= 0:
+        if partition_units is not None and partition_units <= 0:
             raise ValueError(f"rocketmq option 'partition_units': expected a positive integer, got {raw_units!r}")
         on_corrupt = str(options.get("on_corrupt", "fail")).strip().lower()
         if on_corrupt not in ON_CORRUPT:
@@ -501,11 +516,12 @@ class RocketMQReader(DataSourceReader):
                     slices.append(ConsumeQueueSlice(topic, queue_id, 0, 0, exc.reason, exc.path, exc.offset))
                     continue
                 per_file = queue.units_per_file
+                size = opts.units_per_partition(self.schema, per_file)
                 for file_start, _ in queue.files:
                     first = file_start // 20
                     start, end = max(lo, first), min(hi, first + per_file)
-                    for s in range(start, end, opts.partition_units):
-                        slices.append(ConsumeQueueSlice(topic, queue_id, s, min(end, s + opts.partition_units)))
+                    for s in range(start, end, size):
+                        slices.append(ConsumeQueueSlice(topic, queue_id, s, min(end, s + size)))
         if not slices:
             # Spark needs at least one partition; an empty slice reads nothing.
             slices.append(ConsumeQueueSlice(opts.topic or "", -1, 0, 0))

@@ -132,7 +132,7 @@ class RocketMQStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         a restart reads the same records (unless the broker expired them meanwhile).
         """
         cut = self._cut()
-        size = self.options.read.partition_units
+        size = self.options.read.units_per_partition()
         slices = []
         for topic in sorted(end):
             for q, (s, e) in sorted(stream.ranges(start, end, topic).items()):

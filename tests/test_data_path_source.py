@@ -141,3 +141,32 @@ def test_spark_user_schema(spark):
 def test_spark_bad_user_schema_fails_naming_the_column(spark):
     with pytest.raises(Exception, match="no column 'bodyy'.*its columns are"):
         spark.read.format("rocketmq").schema("queue_id int, bodyy binary").load(GOLDEN).collect()
+
+
+def test_a_read_without_records_plans_a_partition_per_consume_queue_file(tmp_path, monkeypatch):
+    """A unit costs little when no record is decoded: such a read takes whole ConsumeQueue files
+    per partition (a task's fixed cost would outweigh a split); reads that decode records, and
+    an explicit ``partition_units``, split as before."""
+    import pyspark_udfs.datasource as ds
+
+    monkeypatch.setattr(ds, "DEFAULT_PARTITION_UNITS", 50)  # a small store stands for a large one
+    root = tmp_path / "store"
+    cq.generate_sample_store(root, messages=1200, seed=4)
+    topic = "SampleTopic"
+    store = cq.Store(root)
+    files = sum(len(store.consume_queue(topic, q).files) for q in store.queue_ids(topic))
+    units = {q: len(store.consume_queue(topic, q)) for q in store.queue_ids(topic)}
+    store.close()
+
+    def plan(ddl=None, **options):
+        opts = ReadOptions.parse({"path": str(root), "topic": topic, **options})
+        return RocketMQReader(opts, _ddl(ddl) if ddl else opts.schema()).partitions()
+
+    assert len(plan("queue_id int, queue_offset long, tags_code long")) == files
+    assert len(plan("queue_id int, queue_offset long, tags string")) == sum(-(-n // 50) for n in units.values())
+    assert len(plan()) == sum(-(-n // 50) for n in units.values())
+    assert len(plan("queue_id int, queue_offset long", group="G", tags="TagA")) > files
+    assert len(plan("queue_id int, queue_offset long", partition_units="30")) == sum(
+        -(-n // 30) for n in units.values())
+    full = _read_all(ReadOptions.parse({"path": str(root), "topic": topic}), _ddl("queue_id int, queue_offset long"))
+    assert full.num_rows == sum(units.values())
