@@ -48,7 +48,7 @@ def test_properties_decoding_engine_equals_twin(data):
     assert fmt.decode_properties_bytes(data) == _scan_py.decode_properties_at(buf, 0, len(buf))
 
 
-@settings(max_examples=200, deadline=None)
+@settings(max_examples=80, deadline=None)
 @given(data=st.one_of(st.binary(max_size=80), st.binary(min_size=2040, max_size=2060),
                       st.binary(min_size=4000, max_size=9000)))
 def test_recovery_crc_equals_zlib(data):
