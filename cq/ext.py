@@ -93,6 +93,11 @@ class ExtBatch(NamedTuple):
         return CqExtUnit(int(self.size[i]), int(self.tags_code[i]), int(self.msg_store_time[i]), bms, bitmap)
 
 
+def _no_units(k: int) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """``found``, ``tags_code``, ``msg_store_time`` and ``bitmap_size`` columns of ``k`` units not found."""
+    return np.zeros(k, dtype=bool), np.zeros(k, dtype=np.int64), np.zeros(k, dtype=np.int64), np.zeros(k, dtype=np.int16)
+
+
 class ConsumeQueueExt(MappedFileQueue):
     """Read-only view of one ``consumequeue_ext/{topic}/{queueId}/`` directory.
 
@@ -278,8 +283,7 @@ class ConsumeQueueExt(MappedFileQueue):
                     groups.append((buf, sel[ok], pos[ok], b[ok]))
                 continue
             if found is None:
-                found, tags = np.zeros(k, dtype=bool), np.zeros(k, dtype=np.int64)
-                times, bms = np.zeros(k, dtype=np.int64), np.zeros(k, dtype=np.int16)
+                found, tags, times, bms = _no_units(k)
             found[sel[ok]] = True
             tags[sel[ok]] = t[ok]
             times[sel[ok]] = st[ok]
@@ -298,8 +302,7 @@ class ConsumeQueueExt(MappedFileQueue):
                 f"ConsumeQueueExt bitmap of {b} bytes runs past the readable end {limit}", path, pos
             )
         if found is None:  # no address in any file
-            found, tags = np.zeros(k, dtype=bool), np.zeros(k, dtype=np.int64)
-            times, bms = np.zeros(k, dtype=np.int64), np.zeros(k, dtype=np.int16)
+            found, tags, times, bms = _no_units(k)
         lengths = np.where(found & (bms >= 1), bms, 0).astype(np.int64)
         offsets = np.zeros(k + 1, dtype=np.int64)
         np.cumsum(lengths, out=offsets[1:])
@@ -309,11 +312,10 @@ class ConsumeQueueExt(MappedFileQueue):
             if not len(rows):
                 continue
             head = (buf[pos].astype(np.int16) << 8) | buf[pos + 1].astype(np.int16)
-            if size is None and len(rows) == k:
+            if len(rows) == k:  # this file holds every unit: its sizes are the column
                 size = head
             else:
-                if size is None:
-                    size = np.zeros(k, dtype=np.int16)
+                size = np.zeros(k, dtype=np.int16) if size is None else size
                 size[rows] = head
             n = lengths[rows]
             goff, gdata = _scan.gather_spans(buf, pos + fmt.MIN_EXT_UNIT_SIZE, n)
