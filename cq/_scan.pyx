@@ -35,6 +35,7 @@ cdef int32_t MAGIC_BLANK = fmt.BLANK_MAGIC_CODE
 cdef int32_t BORN_V6 = fmt.BORNHOST_V6_FLAG
 cdef int32_t STORE_V6 = fmt.STOREHOSTADDRESS_V6_FLAG
 cdef int32_t MIN_RECORD = fmt.RECORD_V1_IPV4_OVERHEAD
+cdef int64_t C_MAX_ADDR = fmt.MAX_ADDR
 cdef uint8_t NAME_VALUE_SEP = ord(fmt.NAME_VALUE_SEPARATOR)
 cdef uint8_t PROPERTY_SEP = ord(fmt.PROPERTY_SEPARATOR)
 cdef bytes _TAGS_NAME = fmt.PROPERTY_TAGS.encode()
@@ -351,9 +352,15 @@ def ext_units_at(const uint8_t[::1] buf, const int64_t[::1] positions, int64_t l
 
 
 def ext_bloom_check(const uint8_t[::1] buf, const int64_t[::1] positions, int64_t limit,
-                    const int32_t[::1] byte_idx, const uint8_t[::1] masks, int64_t bit_num, int64_t born_time):
-    """The ConsumeQueue-layer SQL92 decision per ext unit: PASS, HIT, PRUNED or UNDERFLOW (uint8)."""
+                    const int32_t[::1] byte_idx, const uint8_t[::1] masks, int64_t bit_num, int64_t born_time,
+                    uint8_t[::1] found=None):
+    """The ConsumeQueue-layer SQL92 decision per ext unit: PASS, HIT, PRUNED or UNDERFLOW (uint8).
+
+    ``found`` (optional, uint8 of ``len(positions)``) gets 1 where a unit is found (as
+    :func:`ext_units_at`'s FOUND), else 0: the missing units, without a second pass.
+    """
     cdef Py_ssize_t i, j, k = positions.shape[0], nb = byte_idx.shape[0]
+    cdef bint want_found = found is not None
     cdef int64_t tags, time, pos
     cdef int16_t bms
     cdef int8_t st
@@ -365,6 +372,10 @@ def ext_bloom_check(const uint8_t[::1] buf, const int64_t[::1] positions, int64_
     for j in range(nb):
         if byte_idx[j] < 0 or byte_idx[j] * 8 >= bit_num:
             raise ValueError(f"bit byte index {byte_idx[j]} outside a {bit_num}-bit bitmap")
+    if want_found:
+        if found.shape[0] != k:
+            raise ValueError(f"found holds {found.shape[0]} entries for {k} positions")
+        found[:] = 0
     out = np.full(k, PASS, dtype=np.uint8)
     cdef uint8_t[::1] o = out
     cdef const uint8_t* base = &buf[0] if buf.shape[0] else NULL
@@ -374,6 +385,8 @@ def ext_bloom_check(const uint8_t[::1] buf, const int64_t[::1] positions, int64_
         for i in range(k):
             pos = positions[i]
             st = _ext_head(base, pos, limit, &tags, &time, &bms)
+            if want_found and st == C_FOUND:
+                found[i] = 1
             if st == C_UNDERFLOW:
                 o[i] = C_UNDERFLOW
                 continue
@@ -385,6 +398,49 @@ def ext_bloom_check(const uint8_t[::1] buf, const int64_t[::1] positions, int64_
                     hit = 0
             o[i] = C_HIT if hit else C_PRUNED
     return out
+
+
+def ext_locate(const int64_t[::1] addresses, const int64_t[::1] starts, int64_t file_size):
+    """Each ext address's file and position: ``(index int64, pos int64)``, index -1 where no file holds it.
+
+    An address is an ext address when ``<= MAX_ADDR``; its offset is the address with
+    the top bit flipped (docs/formats.md#ext-address); the file is the last whose
+    start is at or below the offset, if the offset lies within it (offset 0: the first
+    file); the position is the offset modulo ``file_size``.
+    """
+    cdef Py_ssize_t i, k = addresses.shape[0], nf = starts.shape[0], lo, hi, mid, c = 0
+    cdef int64_t a, real
+    if file_size <= 0:
+        raise ValueError(f"file size {file_size} must be positive")
+    index = np.full(k, -1, dtype=np.int64)
+    positions = np.zeros(k, dtype=np.int64)
+    cdef int64_t[::1] ix = index, ps = positions
+    if nf == 0:
+        return index, positions
+    with nogil:
+        for i in range(k):
+            a = addresses[i]
+            if a > C_MAX_ADDR:
+                continue
+            real = <int64_t>(<uint64_t>a ^ (<uint64_t>1 << 63))
+            if real == 0:
+                c = 0
+            elif not (starts[c] <= real < starts[c] + file_size):
+                lo = 0  # the last start <= real
+                hi = nf
+                while lo < hi:
+                    mid = (lo + hi) >> 1
+                    if starts[mid] <= real:
+                        lo = mid + 1
+                    else:
+                        hi = mid
+                if lo == 0:
+                    continue
+                c = lo - 1
+            if real < starts[c] + file_size:
+                ix[i] = c
+                ps[i] = real % file_size
+    return index, positions
 
 
 cdef struct Rec:
@@ -1658,39 +1714,62 @@ cdef inline object _utf8_str(const uint8_t[::1] data, int32_t a, int32_t b):
     return PyUnicode_DecodeUTF8(<const char*>&data[a], b - a, NULL)
 
 
-def texts_list(const int32_t[::1] offsets, const uint8_t[::1] data, bint binary=False):
-    """Row ``i`` of a text (or, with ``binary``, bytes) column as str (bytes): a list of ``len(offsets) - 1``."""
-    cdef Py_ssize_t i, n = offsets.shape[0] - 1
-    cdef int32_t a, b
+cdef extern from "Python.h":
+    object _PyDict_NewPresized(Py_ssize_t minused)  # CPython: a dict with room for minused entries
+
+
+cdef inline Py_ssize_t _row_at(const int64_t[::1] rows, bint all_rows, Py_ssize_t i, Py_ssize_t n) except -1:
+    cdef Py_ssize_t r = i if all_rows else rows[i]
+    if r < 0 or r >= n:
+        raise IndexError(f"row {r} outside the {n} rows of the column")
+    return r
+
+
+def texts_list(const int32_t[::1] offsets, const uint8_t[::1] data, bint binary=False, const int64_t[::1] rows=None):
+    """Rows of a text (or, with ``binary``, bytes) column as str (bytes): rows ``rows`` (default all), in order.
+
+    A row whose bytes equal the previous row's reuses that object (a topic, a host: one str).
+    """
+    cdef Py_ssize_t i, r, n = offsets.shape[0] - 1, k
+    cdef int32_t a, b, pa = 0, pb = 0
+    cdef bint all_rows = rows is None
     if n < 0:
         raise ValueError("offsets must hold at least one entry")
-    cdef list out = [None] * n
+    k = n if all_rows else rows.shape[0]
+    cdef list out = [None] * k
     if offsets[n] > data.shape[0] or offsets[0] < 0:
         raise ValueError(f"offsets run to {offsets[n]}, past the {data.shape[0]} bytes of data")
-    for i in range(n):
-        a = offsets[i]
-        b = offsets[i + 1]
-        if binary:
-            out[i] = PyBytes_FromStringAndSize(<const char*>&data[a], b - a) if b > a else b""
-        else:
-            out[i] = _utf8_str(data, a, b)
+    prev = b"" if binary else ""
+    for i in range(k):
+        r = _row_at(rows, all_rows, i, n)
+        a = offsets[r]
+        b = offsets[r + 1]
+        if b - a != pb - pa or (b > a and memcmp(&data[a], &data[pa], b - a) != 0):
+            if binary:
+                prev = PyBytes_FromStringAndSize(<const char*>&data[a], b - a) if b > a else b""
+            else:
+                prev = _utf8_str(data, a, b)
+            pa = a
+            pb = b
+        out[i] = prev
     return out
 
 
 def property_dicts(const int32_t[::1] map_offsets, const int32_t[::1] key_offsets, const uint8_t[::1] key_data,
-                   const int32_t[::1] value_offsets, const uint8_t[::1] value_data):
-    """Row ``i`` of a ``properties`` column as a dict (entries in order): a list of ``len(map_offsets) - 1``.
+                   const int32_t[::1] value_offsets, const uint8_t[::1] value_data, const int64_t[::1] rows=None):
+    """Rows of a ``properties`` column as dicts (entries in order): rows ``rows`` (default all), in order.
 
     Records of a topic tend to carry the same keys in the same order, and many the same values:
     an entry whose key (value) bytes equal the previous row's at the same place reuses that str,
     and each distinct key text is one str shared by the rows.
     """
-    cdef Py_ssize_t i, j, m = 0, n = map_offsets.shape[0] - 1
+    cdef Py_ssize_t i, r, j, m = 0, n = map_offsets.shape[0] - 1, k
     cdef int32_t e, a, b
     cdef dict row, known = {}
     cdef list prev_k = [], prev_v = []
     cdef int64_t* prev = NULL   # per place j: the previous row's key start, key end, value start, value end
     cdef int64_t* grown
+    cdef bint all_rows = rows is None
     if n < 0:
         raise ValueError("map offsets must hold at least one entry")
     if map_offsets[n] > key_offsets.shape[0] - 1 or map_offsets[n] > value_offsets.shape[0] - 1:
@@ -1698,12 +1777,14 @@ def property_dicts(const int32_t[::1] map_offsets, const int32_t[::1] key_offset
     if map_offsets[n] > 0 and (key_offsets[map_offsets[n]] > key_data.shape[0]
                                or value_offsets[map_offsets[n]] > value_data.shape[0]):
         raise ValueError("entry offsets run past their data")
-    cdef list out = [None] * n
+    k = n if all_rows else rows.shape[0]
+    cdef list out = [None] * k
     try:
-        for i in range(n):
-            row = {}
-            for e in range(map_offsets[i], map_offsets[i + 1]):
-                j = e - map_offsets[i]
+        for i in range(k):
+            r = _row_at(rows, all_rows, i, n)
+            row = _PyDict_NewPresized(map_offsets[r + 1] - map_offsets[r])
+            for e in range(map_offsets[r], map_offsets[r + 1]):
+                j = e - map_offsets[r]
                 if j == m:  # a place no earlier row had: room for it
                     grown = <int64_t*>realloc(prev, 4 * (m + 8) * sizeof(int64_t))
                     if grown == NULL:

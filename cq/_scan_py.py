@@ -7,7 +7,6 @@ the engine computes.
 """
 from __future__ import annotations
 
-import itertools
 import socket
 import struct
 import zlib
@@ -87,13 +86,41 @@ def ext_units_at(buf, positions, limit):
     return status, tags, times, bms
 
 
-def ext_bloom_check(buf, positions, limit, byte_idx, masks, bit_num, born_time):
+def ext_locate(addresses, starts, file_size):
+    """Each ext address's file and position: ``(index int64, pos int64)``, index -1 where no file holds it.
+
+    An address is an ext address when ``<= MAX_ADDR``; its offset is the address with
+    the top bit flipped (docs/formats.md#ext-address); the file is the last whose
+    start is at or below the offset, if the offset lies within it (offset 0: the first
+    file); the position is the offset modulo ``file_size``.
+    """
+    if file_size <= 0:
+        raise ValueError(f"file size {file_size} must be positive")
+    addresses = np.asarray(addresses, dtype=np.int64)
+    starts = np.asarray(starts, dtype=np.int64)
+    index = np.full(len(addresses), -1, dtype=np.int64)
+    positions = np.zeros(len(addresses), dtype=np.int64)
+    if not len(starts):
+        return index, positions
+    is_ext = addresses <= fmt.MAX_ADDR
+    real = np.where(is_ext, addresses.astype(np.uint64) ^ np.uint64(1 << 63), 0).astype(np.int64)
+    idx = np.searchsorted(starts, real, side="right") - 1
+    idx[is_ext & (real == 0)] = 0
+    ok = is_ext & (idx >= 0)
+    ok &= real < starts[np.clip(idx, 0, None)] + file_size
+    index[ok] = idx[ok]
+    positions[ok] = real[ok] % file_size
+    return index, positions
+
+
+def ext_bloom_check(buf, positions, limit, byte_idx, masks, bit_num, born_time, found=None):
     """The ConsumeQueue-layer SQL92 decision for each ext unit (rules 3-5 of docs/filtering.md#expression-filter).
 
     ``byte_idx``/``masks`` are the group's k bit positions as (p // 8, 1 << p % 8).
     Returns uint8: PASS (no unit, store time <= born_time, no bitmap, or bitmap
     length * 8 != bit_num: the broker lets the message through untested), HIT
     (every bit set), PRUNED (some bit clear), UNDERFLOW (corrupt unit).
+    ``found`` (optional, uint8 of ``len(positions)``) gets 1 where a unit is found, else 0.
     """
     if len(masks) != len(byte_idx):
         raise ValueError("byte_idx and masks differ in length")
@@ -101,6 +128,10 @@ def ext_bloom_check(buf, positions, limit, byte_idx, masks, bit_num, born_time):
         if b < 0 or b * 8 >= bit_num:
             raise ValueError(f"bit byte index {b} outside a {bit_num}-bit bitmap")
     status, _, times, bms = ext_units_at(buf, positions, limit)
+    if found is not None:
+        if len(found) != len(positions):
+            raise ValueError(f"found holds {len(found)} entries for {len(positions)} positions")
+        found[:] = status == FOUND
     out = np.full(len(positions), PASS, dtype=np.uint8)
     for i, pos in enumerate(positions.tolist()):
         if status[i] == UNDERFLOW:
@@ -512,24 +543,32 @@ def crc32_of(data):
     return zlib.crc32(bytes(data))
 
 
-def texts_list(offsets, data, binary=False):
-    """Row ``i`` of a text (or, with ``binary``, bytes) column as str (bytes): a list of ``len(offsets) - 1``."""
+def _rows(rows, n):
+    out = list(range(n)) if rows is None else [int(r) for r in rows]
+    for r in out:
+        if r < 0 or r >= n:
+            raise IndexError(f"row {r} outside the {n} rows of the column")
+    return out
+
+
+def texts_list(offsets, data, binary=False, rows=None):
+    """Rows of a text (or, with ``binary``, bytes) column as str (bytes): rows ``rows`` (default all), in order."""
     o = [int(x) for x in offsets]
     if o[-1] > len(data) or o[0] < 0:
         raise ValueError(f"offsets run to {o[-1]}, past the {len(data)} bytes of data")
     raw = bytes(data)
-    rows = [raw[a:b] for a, b in itertools.pairwise(o)]
-    return rows if binary else [r.decode("utf-8") for r in rows]
+    out = [raw[o[r]:o[r + 1]] for r in _rows(rows, len(o) - 1)]
+    return out if binary else [r.decode("utf-8") for r in out]
 
 
-def property_dicts(map_offsets, key_offsets, key_data, value_offsets, value_data):
-    """Row ``i`` of a ``properties`` column as a dict (entries in order): a list of ``len(map_offsets) - 1``."""
+def property_dicts(map_offsets, key_offsets, key_data, value_offsets, value_data, rows=None):
+    """Rows of a ``properties`` column as dicts (entries in order): rows ``rows`` (default all), in order."""
     mo = [int(x) for x in map_offsets]
     if mo[-1] > len(key_offsets) - 1 or mo[-1] > len(value_offsets) - 1:
         raise ValueError(f"map offsets run to entry {mo[-1]}, past the entries given")
     keys = texts_list(key_offsets[:mo[-1] + 1], key_data)
     values = texts_list(value_offsets[:mo[-1] + 1], value_data)
-    return [dict(zip(keys[a:b], values[a:b])) for a, b in itertools.pairwise(mo)]
+    return [dict(zip(keys[mo[r]:mo[r + 1]], values[mo[r]:mo[r + 1]])) for r in _rows(rows, len(mo) - 1)]
 
 
 #: The most bytes a body column may hold: int32 offsets.

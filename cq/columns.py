@@ -89,17 +89,21 @@ class MessageColumns:
         raw = data[offsets[i]:offsets[i + 1]].tobytes()
         return raw if kind == "bin" else raw.decode()
 
-    def texts(self, name: str, *, binary: bool = False) -> list:
-        """Field ``name`` (text or bytes) as a list of str (bytes with ``binary``), None where absent."""
+    def texts(self, name: str, *, binary: bool = False, rows: np.ndarray | None = None) -> list:
+        """Field ``name`` (text or bytes) as a list of str (bytes with ``binary``), None where absent.
+
+        ``rows`` (int64 row numbers, default all) picks the rows, in that order.
+        """
         offsets, data, valid = self.columns[name]
-        out = _scan.texts_list(offsets, data, binary)
+        out = _scan.texts_list(offsets, data, binary, rows)
         if valid is not None:
-            out = [v if ok else None for v, ok in zip(out, valid.tolist())]
+            ok = valid if rows is None else valid[rows]
+            out = [v if k else None for v, k in zip(out, ok.tolist())]
         return out
 
-    def dicts(self) -> list[dict]:
-        """The ``properties`` field as one dict per row (:attr:`cq.Message.properties`)."""
-        return _scan.property_dicts(*self.columns["properties"])
+    def dicts(self, rows: np.ndarray | None = None) -> list[dict]:
+        """The ``properties`` field as one dict per row (:attr:`cq.Message.properties`); ``rows`` as :meth:`texts`."""
+        return _scan.property_dicts(*self.columns["properties"], rows)
 
     # ------------------------------------------------------------------ Arrow
     def arrow(self, name: str, *, large: bool = False):

@@ -768,17 +768,29 @@ class CommitLog(MappedFileQueue):
         first offset where :meth:`read_message` raises, same message and place).
         """
         offs = np.asarray(physical_offsets, dtype=np.int64).reshape(-1)
-        cols = self.decode_columns(offs)
-        if len(cols) == 0:
+        return self.messages_from_columns(self.decode_columns(offs), offs)
+
+    def messages_from_columns(self, cols: MessageColumns, physical_offsets, rows=None) -> list[Message]:
+        """:class:`Message` objects of rows of :meth:`decode_columns`' result (every field decoded).
+
+        ``physical_offsets`` are the offsets ``cols`` was decoded at; ``rows``
+        (row numbers, default all) picks the rows, in that order. What
+        :meth:`read_messages` returns for those offsets, without decoding again.
+        """
+        offs = np.asarray(physical_offsets, dtype=np.int64).reshape(-1)
+        if rows is not None:
+            rows = np.asarray(rows, dtype=np.int64).reshape(-1)
+            offs = offs[rows]
+        if len(offs) == 0:
             return []
         c = cols.columns
-        values = {name: c[name].tolist() for name, kind in fmt.RECORD_FIELDS if kind in ("i4", "i8")}
-        hosts: dict[str, str] = {}  # one str per distinct host
-        values["born_host"] = [hosts.setdefault(h, h) for h in cols.texts("born_host")]
-        values["store_host"] = [hosts.setdefault(h, h) for h in cols.texts("store_host")]
-        values["body"] = cols.texts("body", binary=True)
-        values["topic"] = cols.texts("topic")
-        values["properties"] = cols.dicts()
+        values = {name: (c[name] if rows is None else c[name][rows]).tolist()
+                  for name, kind in fmt.RECORD_FIELDS if kind in ("i4", "i8")}
+        values["born_host"] = cols.texts("born_host", rows=rows)
+        values["store_host"] = cols.texts("store_host", rows=rows)
+        values["body"] = cols.texts("body", binary=True, rows=rows)
+        values["topic"] = cols.texts("topic", rows=rows)
+        values["properties"] = cols.dicts(rows)
         idx = np.searchsorted(self._starts, offs, side="right") - 1
         values["_path"] = [self._files[i][1] for i in idx.tolist()]
         values["_file_offset"] = (offs - self._starts[idx]).tolist()

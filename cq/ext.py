@@ -330,22 +330,19 @@ class ConsumeQueueExt(MappedFileQueue):
         return ExtBatch(found, size, tags, times, bms, offsets, data)
 
     def _group_by_file(self, addresses: np.ndarray):
-        is_ext = addresses <= fmt.MAX_ADDR
-        real = np.where(is_ext, addresses.astype(np.uint64) ^ np.uint64(1 << 63), 0).astype(np.int64)
+        """``(file index, rows, positions)`` per file holding some of ``addresses`` (rows in input order)."""
         if not self._files:
             return
-        idx = np.searchsorted(self._starts, real, side="right") - 1
-        idx[is_ext & (real == 0)] = 0
-        ok = is_ext & (idx >= 0)
-        ok &= real < self._starts[np.clip(idx, 0, None)] + self.file_size
-        files = idx[ok]
-        if not len(files):
+        idx, pos = _scan.ext_locate(np.ascontiguousarray(addresses, dtype=np.int64), self._starts, self.file_size)
+        held = idx >= 0
+        if not held.any():
             return
+        files = idx[held]
         lo, hi = int(files.min()), int(files.max())
         for index in range(lo, hi + 1):  # (a batch spans a file or two: no sort of the addresses)
-            sel = np.flatnonzero(ok) if lo == hi else np.flatnonzero(ok & (idx == index))
+            sel = np.flatnonzero(held) if lo == hi else np.flatnonzero(idx == index)
             if len(sel):
-                yield index, sel, (real[sel] % self.file_size).astype(np.int64)
+                yield index, sel, pos[sel]
 
     def _raise_underflow(self, index: int, pos: np.ndarray, underflow: np.ndarray) -> None:
         bad = np.flatnonzero(underflow)

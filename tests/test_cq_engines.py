@@ -86,3 +86,20 @@ def test_message_objects_from_columns_engine_equals_twin(rows):
         assert engine.texts_list(*values, True) == [v.encode() for v in flat]
         with pytest.raises(ValueError, match="past"):
             engine.texts_list(values[0] + 1, values[1][:0] if len(values[1]) else values[1])
+
+
+@settings(max_examples=200, deadline=None)
+@given(files=st.lists(st.integers(0, 40), max_size=6, unique=True),
+       offsets=st.lists(st.one_of(st.integers(0, 41 * 4096), st.just(0)), max_size=60),
+       plain=st.lists(st.integers(fmt.MAX_ADDR + 1, 2**63 - 1), max_size=10))
+def test_ext_locate_engine_equals_twin(files, offsets, plain):
+    """An ext address's file and position: gaps between files, offset 0, past the last file, non-addresses."""
+    starts = np.array(sorted(f * 4096 for f in files), dtype=np.int64)
+    addresses = np.array([fmt.decorate(o) for o in offsets] + plain, dtype=np.int64)
+    got = _scan.ext_locate(addresses, starts, 4096)
+    want = _scan_py.ext_locate(addresses, starts, 4096)
+    assert [g.tolist() for g in got] == [w.tolist() for w in want]
+    for i, off in enumerate(offsets):  # a held offset is its file's start plus its position
+        if got[0][i] >= 0 and off:
+            assert starts[got[0][i]] + got[1][i] == off
+    assert (got[0][len(offsets):] == -1).all()
