@@ -133,6 +133,26 @@ class MappedFileQueue:
                 with contextlib.suppress(ValueError, OSError):  # closed meanwhile: nothing to drop
                     obj.madvise(advice)
 
+    def _drop_resident_range(self, lo: int, hi: int) -> None:
+        """:meth:`_drop_resident` for the pages of bytes ``[lo, hi)`` of the queue's logical space only:
+        the cost follows the pages a read touched, not the size of the mapped files."""
+        advice = getattr(mmap, "MADV_DONTNEED", None)
+        if advice is None or hi <= lo or not self._files:
+            return
+        first = max(0, int(np.searchsorted(self._starts, lo, side="right")) - 1)
+        for index in range(first, len(self._files)):
+            start = self._files[index][0]
+            if start >= hi:
+                break
+            obj = getattr(self._maps.get(index), "obj", None)
+            if not isinstance(obj, mmap.mmap):
+                continue
+            a = max(lo - start, 0) // mmap.PAGESIZE * mmap.PAGESIZE
+            with contextlib.suppress(ValueError, OSError):  # closed meanwhile: nothing to drop
+                b = min(hi - start, len(obj))
+                if b > a:
+                    obj.madvise(advice, a, b - a)
+
     def close(self) -> None:
         """Release the mapped files."""
         with self._map_lock:

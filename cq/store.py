@@ -39,6 +39,13 @@ def _slices(offs: np.ndarray, span: int, count: int) -> Iterator[tuple[int, int]
     if n <= count and int(offs.max()) - int(offs.min()) <= span:
         yield 0, n
         return
+    if (offs[1:] >= offs[:-1]).all():  # queue order: offsets ascend, so each run ends at a bisection
+        start = 0
+        while start < n:
+            stop = min(start + count, int(np.searchsorted(offs, offs[start] + span, side="right")))
+            yield start, stop
+            start = stop
+        return
     start, base = 0, int(offs[0])
     for i, off in enumerate(offs.tolist()):
         if i - start >= count or abs(off - base) > span:
@@ -742,13 +749,15 @@ class Store:
         verdict = np.full(n, _scan.PASS, dtype=np.uint8)
         if ((pos >= 0) & (pos < bit_num)).all():  # else isHit throws and the broker matches
             byte_idx, masks = bloom_masks(pos)
+            found = np.zeros(n, dtype=np.uint8)  # units resolved: the rest of the ext addresses are missing
             for index, sel, fpos in ext._group_by_file(slot):
+                got = np.empty(len(sel), dtype=np.uint8)
                 v = _scan.ext_bloom_check(np.frombuffer(ext._map(index), dtype=np.uint8), fpos,
-                                          ext.limit(index), byte_idx, masks, bit_num, flt.born_time)
+                                          ext.limit(index), byte_idx, masks, bit_num, flt.born_time, got)
                 ext._raise_underflow(index, fpos, v == _scan.UNDERFLOW)
                 verdict[sel] = v
-            found, _, _ = ext.read_many(slot) if is_ext.any() else (np.zeros(n, bool), None, None)
-            stats.ext_missing += int((is_ext & ~found).sum())
+                found[sel] = got
+            stats.ext_missing += int((is_ext & (found == 0)).sum())
         hits = verdict == _scan.HIT
         stats.bloom_tested += int((hits | (verdict == _scan.PRUNED)).sum())
         stats.bloom_pruned += int((verdict == _scan.PRUNED).sum())
@@ -794,13 +803,15 @@ class Store:
             ext.close()
 
     @staticmethod
-    def _layer2_keep(flt, log, offs, batch_evaluate) -> np.ndarray:
+    def _layer2_keep(flt, log, offs, batch_evaluate, cols=None) -> np.ndarray:
         """Layer 2 of a SQL92 filter for the records at ``offs``: over the decoded properties
-        column where the filter can (no dict per record), else over property dicts."""
+        column where the filter can (no dict per record; ``cols``, when given, the records
+        decoded already), else over property dicts."""
         over_columns = getattr(flt, "is_matched_by_commit_log_columns", None)
         if over_columns is not None:
             try:
-                return over_columns(log.decode_columns(offs, ["properties"]))
+                return np.asarray(over_columns(cols if cols is not None else log.decode_columns(offs, ["properties"])),
+                                  dtype=bool)
             except (ImportError, TypeError):
                 pass  # no pyarrow, or a filter that decides row by row
         props = log.gather_properties(offs)
@@ -810,12 +821,21 @@ class Store:
 
     def _layer2(self, flt, log, idx, offs, hits, stats, verify_crc, batch_evaluate, custom=None, units=None,
                 ext=None):
+        batch_custom = custom is not None and custom.batch
+        cols, decoded = None, offs  # the records decoded once, and the offsets they were decoded at
+        if not verify_crc and not batch_custom and (not isinstance(flt, SqlFilter) or (
+                getattr(flt, "is_matched_by_commit_log_columns", None) is not None
+                and 2 * int(hits[idx].sum()) >= len(idx))):
+            # one decoder pass serves layer 2, the client's re-check and delivery: the records are
+            # mostly Bloom hits (or no layer 2 runs), so most are delivered (docs/data-path.md#consume)
+            cols = log.decode_columns(offs)
+        keep = None
         if isinstance(flt, SqlFilter):
-            keep = self._layer2_keep(flt, log, offs, batch_evaluate)
+            keep = self._layer2_keep(flt, log, offs, batch_evaluate, cols)
             stats.bloom_false_positives += int((hits[idx] & ~keep).sum())
             idx, offs = idx[keep], offs[keep]
         stats.passed_commit_log += len(idx)
-        if custom is not None and custom.batch:
+        if batch_custom:
             yield from self._deliver_batch_filtered(flt, log, idx, offs, stats, verify_crc, custom, units, ext)
             return
         pending: list[Message] = []
@@ -829,9 +849,15 @@ class Store:
                     stats.delivered += 1
                     yield msg
         else:  # one decoder pass for the slice's messages, handed on as a list (stats count the slice)
-            msgs = log.read_messages(offs)
-            kept = [m for m in msgs if flt.is_matched_by_client(m.tags)]
-            stats.client_filtered += len(msgs) - len(kept)
+            if cols is None:  # layer 2 read the records it kept: decode those
+                msgs = log.read_messages(offs)
+                kept = [m for m in msgs if flt.is_matched_by_client(m.tags)]
+                stats.client_filtered += len(msgs) - len(kept)
+            else:  # decoded before layer 2: messages of the rows both checks keep
+                rows = np.flatnonzero(keep) if keep is not None else np.arange(len(decoded))
+                client = self._client_check(flt, cols, rows)
+                stats.client_filtered += int((~client).sum())
+                kept = log.messages_from_columns(cols, decoded, rows[client])
             if custom is not None:
                 pending = kept
             else:
@@ -846,6 +872,16 @@ class Store:
                 if ok:
                     stats.delivered += 1
                     yield msg
+
+    @staticmethod
+    def _client_check(flt, cols, rows: np.ndarray) -> np.ndarray:
+        """The client's tag re-check of decoded records ``rows`` (bool per row): over the tags
+        column where the filter can, else one tag at a time (a ready-made filter)."""
+        over_columns = getattr(flt, "is_matched_by_client_columns", None)
+        if over_columns is not None:
+            return np.asarray(over_columns(cols), dtype=bool)[rows]
+        return np.fromiter((flt.is_matched_by_client(t) for t in cols.texts("tags", rows=rows)), dtype=bool,
+                           count=len(rows))
 
     @staticmethod
     def _deliver_batch_filtered(flt, log, idx, offs, stats, verify_crc, custom, units, ext):
@@ -925,10 +961,11 @@ class Store:
                 idx, offs = idx[present], offs[present]
                 # layer 2 in slices of nearby records, dropping the CommitLog pages read after
                 # each (they stay in the page cache): RSS follows one slice, not the whole log
+                ends = offs + sizes[present]
                 for a, b in _slices(offs, _SLICE_SPAN, _SLICE_RECORDS):
                     yield from self._layer2(flt, log, idx[a:b], offs[a:b], hits, stats, verify_crc,
                                             batch_evaluate, custom, units, ext)
-                    log._drop_resident()
+                    log._drop_resident_range(int(offs[a:b].min()), int(ends[a:b].max()))
                 if progress is not None:
                     progress(stats.units_scanned, total)
 
