@@ -28,7 +28,6 @@ from .filter import (
     RETRY_CLASS_FILTER_MODE,
     RETRY_NO_RETRY_TOPIC,
     RETRY_NOT_REGISTERED,
-    RETRY_NOT_RETRY_TOPIC,
     RETRY_REGISTERED,
     RetryPropertiesError,
     RetrySqlFilter,
@@ -154,11 +153,13 @@ def resolve_subscription(store: Store, topic: str, group: str, *, sql: str | Non
         sub = Subscription(reg.expression_type or "SQL92", reg.expression or "", f"config/{CONSUMER_FILTER_FILE}",
                            reg)
     if filter_support_retry and retry_group(topic) is not None:
-        sub = replace(sub, retry_filter=True)
-        if isinstance(flt, SqlFilter):  # a TAG subscription matches at layer 2 before the retry lookup
+        if isinstance(flt, SqlFilter):
             checked_with = None if isinstance(bloom_filter, str) else bloom_filter
             registry = FilterRegistry(store.registered_filters(bloom_filter=checked_with))
             flt = RetrySqlFilter.from_filter(flt, registry=registry)
+            sub = replace(sub, retry_filter=True)
+        elif sub.type != "SQL92":  # a TAG subscription matches at layer 2 before the retry lookup
+            sub = replace(sub, retry_filter=True)
     return flt, sub
 
 
@@ -538,7 +539,8 @@ def _layer2_retry(flt: RetrySqlFilter, msg: Message, ev: dict) -> tuple[bool, st
             "for it: it matches"), ev, None
     if look.reason == RETRY_CLASS_FILTER_MODE:
         return matched, "class_filter_mode", "class filter mode: the CommitLog layer matches everything", ev, None
-    assert look.reason == RETRY_NOT_RETRY_TOPIC  # not built for other topics; its own expression then decides
+    # RETRY_NOT_RETRY_TOPIC (resolve_subscription builds the retry filter only for %RETRY% topics): the
+    # filter's own expression decides
     matched, reason, detail, explanation = _layer2_sql(flt, flt.sql, msg, ev, matched)
     return matched, reason, detail, ev, explanation
 

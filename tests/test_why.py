@@ -296,6 +296,24 @@ def test_why_retry_filter_given_sql_and_tags(retry_store):
     assert "a TAG subscription matches at layer 2 before the RETRY_TOPIC lookup" in str(tagged[1])
 
 
+def test_why_retry_filter_registration_without_expression(tmp_path):
+    """A registration for the RETRY_TOPIC whose expression does not compile: the broker has no compiled
+    expression there and delivers; why says so, and warns naming the registration."""
+    root = tmp_path / "store"
+    write_retry_store(root)
+    store = cq.Store(root)
+    broken = cq.RegisteredFilter("GID_ORDERS", "AuditTopic", "price >", "SQL92", 5, 0,
+                                 BF.generate("GID_ORDERS#AuditTopic"), 5, True)
+    write_consumer_filters(root, [*store.registered_filters(), broken])
+    with pytest.warns(cq.config.ConfigWarning, match="'GID_ORDERS' on topic 'AuditTopic'.*does not compile"):
+        w = store.why(RETRY_TOPIC_OF_G, "GID_ORDERS", queue_id=0, queue_offset=2, filter_support_retry=True)
+    layer2 = _layer2(w)
+    assert w.delivered and layer2.reason == "retry_registered_no_expression"
+    assert layer2.evidence["retry"]["registration"]["born_time"] == 5
+    assert "registered for (AuditTopic, GID_ORDERS) decides: it has no compiled expression" in layer2.detail
+    store.close()
+
+
 def test_why_retry_filter_agrees_with_consume_through_the_same_filter(retry_store):
     """Records with properties: why's verdicts are consume's with the retry filter why builds."""
     flt, _ = resolve_subscription(retry_store, RETRY_TOPIC_OF_G, "GID_ORDERS", filter_support_retry=True)
