@@ -24,7 +24,7 @@ import os
 import re
 import time
 import warnings
-from collections.abc import Callable
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
@@ -44,6 +44,7 @@ __all__ = [
     "ConfigFile",
     "ConfigFormatError",
     "ConfigWarning",
+    "FilterRegistry",
     "RegisteredFilter",
     "committed_from_table",
     "load_config",
@@ -613,6 +614,49 @@ def read_registered_filters(path: str | os.PathLike, bloom_filter: Any = None,
                 ConfigWarning, stacklevel=2,
             )
     return filters
+
+
+class FilterRegistry(Mapping):
+    """``consumerFilter.json``'s registrations as the broker looks them up (``ConsumerFilterManager.get``).
+
+    A mapping ``(topic, group) -> filter``: the filter the broker pulls with for that
+    registration (:meth:`RegisteredFilter.make_filter`), built on its first lookup, so a
+    registration whose expression does not compile warns only when it is looked up. Dead
+    registrations are included (the broker's lookups return them too). This is the
+    ``registry`` of :class:`cq.RetrySqlFilter` (docs/filtering.md#retry-filter).
+
+    Parameters
+    ----------
+    registrations : iterable of RegisteredFilter
+        Usually ``Store.registered_filters()``; a later duplicate (topic, group) wins.
+    bloom_filter : bloom.BloomFilter, "default" or None
+        As for :meth:`RegisteredFilter.make_filter`. The retry filter only evaluates the
+        looked-up filters' expressions, so None (no bloom data) is enough there.
+    """
+
+    def __init__(self, registrations: Iterable[RegisteredFilter], bloom_filter: Any = None) -> None:
+        self._registrations = {(r.topic, r.group): r for r in registrations}
+        self._bloom_filter = bloom_filter
+        self._filters: dict[tuple[str, str], Any] = {}
+
+    def registration(self, topic: str, group: str) -> RegisteredFilter | None:
+        """The registration of (``topic``, ``group``), or None."""
+        return self._registrations.get((topic, group))
+
+    def __getitem__(self, key: tuple[str, str]):
+        flt = self._filters.get(key)
+        if flt is None:
+            flt = self._filters[key] = self._registrations[key].make_filter(self._bloom_filter)
+        return flt
+
+    def __contains__(self, key: object) -> bool:
+        return key in self._registrations
+
+    def __iter__(self) -> Iterator[tuple[str, str]]:
+        return iter(self._registrations)
+
+    def __len__(self) -> int:
+        return len(self._registrations)
 
 
 # ------------------------------------------------------------------ consumerOffset.json

@@ -9,6 +9,7 @@ exact TAGS string re-check of ``PullAPIWrapper``.
 from __future__ import annotations
 
 from collections.abc import Mapping
+from dataclasses import dataclass
 
 import numpy as np
 
@@ -261,18 +262,73 @@ class SqlFilter:
         return np.ones(len(columns), dtype=bool)
 
 
+#: :attr:`RetryLookup.reason` codes.
+RETRY_CLASS_FILTER_MODE = "class_filter_mode"
+RETRY_NOT_RETRY_TOPIC = "not_retry_topic"
+RETRY_REGISTERED = "registered"
+RETRY_NOT_REGISTERED = "not_registered"
+RETRY_NO_RETRY_TOPIC = "no_retry_topic"
+
+
+class RetryPropertiesError(ValueError):
+    """A record of a ``%RETRY%`` topic has no properties: the broker's ``RETRY_TOPIC`` lookup fails on it."""
+
+
+@dataclass(frozen=True)
+class RetryLookup:
+    """Which filter decides layer 2 of a :class:`RetrySqlFilter` for one record (:meth:`RetrySqlFilter.lookup`).
+
+    Attributes
+    ----------
+    reason : str
+        ``"class_filter_mode"`` (everything matches), ``"not_retry_topic"`` (the filter's own
+        expression decides), ``"registered"`` (the filter registered for (``retry_topic``,
+        ``group``) decides), ``"not_registered"`` (none is registered: the record matches),
+        ``"no_retry_topic"`` (the record has no ``RETRY_TOPIC`` property: nothing to look up,
+        the record matches).
+    retry_topic : str or None
+        The record's ``RETRY_TOPIC`` property.
+    group : str or None
+        The group taken from the subscription topic (the part before ``+`` of
+        ``%RETRY%{group}+{topic}``); None when it is not a retry topic.
+    filter : SqlFilter, TagFilter or None
+        The filter whose layer 2 decides; None: the record matches without evaluation.
+    """
+
+    reason: str
+    retry_topic: str | None = None
+    group: str | None = None
+    filter: SqlFilter | TagFilter | None = None
+
+    @property
+    def key(self) -> tuple[str, str] | None:
+        """The (topic, group) looked up in the registry, or None when nothing was looked up."""
+        if self.retry_topic is None or self.group is None:
+            return None
+        return self.retry_topic, self.group
+
+
+def retry_group(topic: str) -> str | None:
+    """The consumer group of a retry topic (``%RETRY%{group}`` or ``%RETRY%{group}+{topic}``), else None."""
+    if not topic.startswith(fmt.RETRY_GROUP_TOPIC_PREFIX):
+        return None
+    return topic[len(fmt.RETRY_GROUP_TOPIC_PREFIX):].split("+", 1)[0]
+
+
 class RetrySqlFilter(SqlFilter):
     """``ExpressionForRetryMessageFilter`` (``filterSupportRetry = true``), docs/filtering.md#retry-filter.
 
     For a subscription topic ``%RETRY%{group}`` (or ``%RETRY%{group}+{topic}``)
     layer 2 evaluates the filter *registered* for (the message's
     ``RETRY_TOPIC``, group), looked up in ``registry``; a missing registration
-    matches. Layer 1 is the inherited one.
+    matches. Layer 1 is the inherited one. :meth:`lookup` says which filter decides.
 
     Parameters
     ----------
     registry : mapping of (topic, group) -> SqlFilter
-        The broker's registered SQL92 filters.
+        The broker's registered SQL92 filters (:class:`cq.config.FilterRegistry` builds them
+        from ``config/consumerFilter.json``); a value may be any filter with
+        ``is_matched_by_commit_log``.
     """
 
     def __init__(self, group: str, topic: str, sql: str, bloom_filter=None, *,
@@ -280,22 +336,45 @@ class RetrySqlFilter(SqlFilter):
         super().__init__(group, topic, sql, bloom_filter, **kwargs)
         self.registry = registry
 
+    @classmethod
+    def from_filter(cls, flt: SqlFilter, *, registry: Mapping[tuple[str, str], SqlFilter]) -> RetrySqlFilter:
+        """The retry filter a broker with ``filterSupportRetry`` pulls with where it would use ``flt``
+        (same expression, bornTime, bloom data and class-filter mode)."""
+        return cls(flt.group, flt.topic, flt.sql, flt.bloom_filter, registry=registry, born_time=flt.born_time,
+                   bloom_data=flt.bloom_data, class_filter_mode=flt.class_filter_mode, compiled=flt.compiled)
+
+    def lookup(self, properties: Mapping[str, str] | None) -> RetryLookup:
+        """Which filter decides layer 2 for a record with these ``properties`` (None: it has none).
+
+        Raises
+        ------
+        RetryPropertiesError
+            A record of a retry topic without properties (the broker's lookup throws).
+        """
+        if self.class_filter_mode:
+            return RetryLookup(RETRY_CLASS_FILTER_MODE)
+        group = retry_group(self.topic)
+        if group is None:
+            return RetryLookup(RETRY_NOT_RETRY_TOPIC, filter=self)
+        if properties is None:
+            raise RetryPropertiesError(
+                "retry message without properties: the broker's RETRY_TOPIC lookup fails on it"
+            )
+        real_topic = properties.get(fmt.PROPERTY_RETRY_TOPIC)
+        if real_topic is None:
+            return RetryLookup(RETRY_NO_RETRY_TOPIC, group=group)
+        target = self.registry.get((real_topic, group))
+        return RetryLookup(RETRY_REGISTERED if target is not None else RETRY_NOT_REGISTERED, real_topic, group,
+                           target)
+
     def is_matched_by_commit_log(self, properties: Mapping[str, str] | None) -> bool:
         """Layer 2 with the retry-topic lookup; raises ValueError for a retry message without properties."""
-        if self.class_filter_mode:
+        target = self.lookup(properties).filter
+        if target is None:
             return True
-        target: SqlFilter | None = self
-        if self.topic.startswith(fmt.RETRY_GROUP_TOPIC_PREFIX):
-            if properties is None:
-                raise ValueError(
-                    "retry message without properties: the broker's RETRY_TOPIC lookup fails on it"
-                )
-            real_topic = properties.get(fmt.PROPERTY_RETRY_TOPIC)
-            group = self.topic[len(fmt.RETRY_GROUP_TOPIC_PREFIX):].split("+", 1)[0]
-            target = self.registry.get((real_topic, group)) if real_topic is not None else None
-            if target is None:
-                return True
-        return target.evaluate(properties) is True
+        if target is self:
+            return self.evaluate(properties) is True
+        return target.is_matched_by_commit_log(properties)
 
     def is_matched_by_commit_log_columns(self, columns) -> np.ndarray:
         """Not over columns: each row may resolve to a different registered filter (TypeError)."""

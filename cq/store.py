@@ -392,7 +392,8 @@ class Store:
     # ------------------------------------------------------------ why / backlog
     def why(self, topic: str, group: str, *, sql: str | None = None, tags: str | None = None,
             queue_id: int | None = None, queue_offset: int | None = None, msg_id: str | None = None,
-            key: str | None = None, bloom_filter="default") -> _why.Why | list[_why.Why]:
+            key: str | None = None, bloom_filter="default",
+            filter_support_retry: bool = False) -> _why.Why | list[_why.Why]:
         """Walk one message through every step of the broker's filter for ``group``.
 
         Parameters
@@ -410,6 +411,12 @@ class Store:
             A key of ``KEYS`` (IndexFiles, else a scan).
         bloom_filter : bloom.BloomFilter, "default" or None
             The broker's Bloom filter, as for :meth:`consume`.
+        filter_support_retry : bool
+            The broker's ``filterSupportRetry`` (default off, as on the broker; its config is not
+            in the store). On, for a ``%RETRY%`` topic and a SQL92 subscription, layer 2 is
+            :class:`cq.RetrySqlFilter`'s: the filter registered in ``config/consumerFilter.json``
+            for (the message's ``RETRY_TOPIC``, group) decides, none registered matches
+            (docs/why.md#retry-topics).
 
         Returns
         -------
@@ -432,7 +439,8 @@ class Store:
         (False, 'consume_queue')
         """
         return _why.why(self, topic, group, sql=sql, tags=tags, queue_id=queue_id, queue_offset=queue_offset,
-                        msg_id=msg_id, key=key, bloom_filter=bloom_filter)
+                        msg_id=msg_id, key=key, bloom_filter=bloom_filter,
+                        filter_support_retry=filter_support_retry)
 
     def find_messages(self, topic: str, *, msg_id: str | None = None, key: str | None = None):
         """``(messages, found_by, note)``: messages of ``topic`` by offset message id, UNIQ_KEY

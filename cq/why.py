@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import binascii
 import struct
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -22,9 +22,20 @@ import numpy as np
 import selector
 
 from . import format as fmt
-from .config import CONSUMER_FILTER_FILE, RegisteredFilter
+from .config import CONSUMER_FILTER_FILE, FilterRegistry, RegisteredFilter
 from .errors import StoreFormatError
-from .filter import SqlFilter, TagFilter, _low_int32
+from .filter import (
+    RETRY_CLASS_FILTER_MODE,
+    RETRY_NO_RETRY_TOPIC,
+    RETRY_NOT_REGISTERED,
+    RETRY_REGISTERED,
+    RetryPropertiesError,
+    RetrySqlFilter,
+    SqlFilter,
+    TagFilter,
+    _low_int32,
+    retry_group,
+)
 from .indexfile import IndexFiles
 from .tags import tags_code as _tag_hash
 
@@ -88,12 +99,17 @@ class Subscription:
         ``"config/consumerFilter.json"`` (looked up by group) or ``"given"``.
     registration : RegisteredFilter or None
         The registration it came from.
+    retry_filter : bool
+        Layer 2 goes through the broker's retry filter (``filterSupportRetry`` on, a
+        ``%RETRY%`` topic): the filter registered for (the message's ``RETRY_TOPIC``, group)
+        decides (docs/filtering.md#retry-filter).
     """
 
     type: str
     expression: str
     source: str
     registration: RegisteredFilter | None = None
+    retry_filter: bool = False
 
     @property
     def born_time(self) -> int | None:
@@ -101,17 +117,26 @@ class Subscription:
         return None if self.registration is None else self.registration.born_time
 
     def to_dict(self) -> dict[str, Any]:
-        out: dict[str, Any] = {"type": self.type, "expression": self.expression, "source": self.source}
-        r = self.registration
-        if r is not None:
-            out.update({"born_time": r.born_time, "dead_time": r.dead_time, "is_dead": r.is_dead,
-                        "client_version": r.client_version, "bloom_matches": r.bloom_matches})
+        out: dict[str, Any] = {"type": self.type, "expression": self.expression, "source": self.source,
+                               "retry_filter": self.retry_filter}
+        if self.registration is not None:
+            out.update(_registration_dict(self.registration))
         return out
 
 
+def _registration_dict(r: RegisteredFilter) -> dict[str, Any]:
+    """A registration's facts as ``why``'s JSON shows them."""
+    return {"born_time": r.born_time, "dead_time": r.dead_time, "is_dead": r.is_dead,
+            "client_version": r.client_version, "bloom_matches": r.bloom_matches}
+
+
 def resolve_subscription(store: Store, topic: str, group: str, *, sql: str | None = None,
-                         tags: str | None = None, bloom_filter="default"):
+                         tags: str | None = None, bloom_filter="default", filter_support_retry: bool = False):
     """``(filter, Subscription)`` for a group: the given sql/tags, or its registration.
+
+    With ``filter_support_retry`` (the broker's ``filterSupportRetry``) and a ``%RETRY%``
+    topic, a SQL92 subscription's filter is a :class:`cq.RetrySqlFilter` whose registry is the
+    store's ``config/consumerFilter.json`` (docs/filtering.md#retry-filter).
 
     Raises :class:`cq.UnknownGroupError` when neither is given and the group has no
     registration for ``topic``.
@@ -119,12 +144,23 @@ def resolve_subscription(store: Store, topic: str, group: str, *, sql: str | Non
     if sql is not None or tags is not None:
         flt = store.make_filter(topic, group, sql=sql, tags=tags, bloom_filter=bloom_filter)
         if sql is not None:
-            return flt, Subscription("SQL92", sql, "given")
-        return flt, Subscription("TAG", tags, "given")
-    reg = store.registered_filter(topic, group)
-    flt = reg.make_filter(bloom_filter)  # what Store.make_filter builds for a group named alone
-    return flt, Subscription(reg.expression_type or "SQL92", reg.expression or "",
-                             f"config/{CONSUMER_FILTER_FILE}", reg)
+            sub = Subscription("SQL92", sql, "given")
+        else:
+            sub = Subscription("TAG", tags, "given")
+    else:
+        reg = store.registered_filter(topic, group)
+        flt = reg.make_filter(bloom_filter)  # what Store.make_filter builds for a group named alone
+        sub = Subscription(reg.expression_type or "SQL92", reg.expression or "", f"config/{CONSUMER_FILTER_FILE}",
+                           reg)
+    if filter_support_retry and retry_group(topic) is not None:
+        if isinstance(flt, SqlFilter):
+            checked_with = None if isinstance(bloom_filter, str) else bloom_filter
+            registry = FilterRegistry(store.registered_filters(bloom_filter=checked_with))
+            flt = RetrySqlFilter.from_filter(flt, registry=registry)
+            sub = replace(sub, retry_filter=True)
+        elif sub.type != "SQL92":  # a TAG subscription matches at layer 2 before the retry lookup
+            sub = replace(sub, retry_filter=True)
+    return flt, sub
 
 
 @dataclass(frozen=True)
@@ -230,6 +266,8 @@ class Why:
              f"{self.commit_log_offset}, {self.size} bytes, msgId {self.msg_id or '?'}"),
             f"group     {self.group}: {sub.type} {sub.expression!r} ({_source_text(sub)})",
         ]
+        if sub.retry_filter:
+            lines.append(f"filter    {_retry_filter_text(sub, retry_group(self.topic))}")
         if self.note:
             lines.append(f"found     {self.note}")
         lines.append("")
@@ -254,6 +292,13 @@ def _source_text(sub: Subscription) -> str:
     dead = f", dead since {r.dead_time}" if r.is_dead else ""
     bloom = "" if r.bloom_matches else ", bloom data does NOT match the broker's filter"
     return f"registered in {sub.source}: bornTime {r.born_time}{dead}{bloom}"
+
+
+def _retry_filter_text(sub: Subscription, group: str | None) -> str:
+    head = "ExpressionForRetryMessageFilter (filterSupportRetry): "
+    if sub.type != "SQL92":
+        return head + "a TAG subscription matches at layer 2 before the RETRY_TOPIC lookup"
+    return head + f"layer 2 evaluates the filter registered for (the message's RETRY_TOPIC, {group})"
 
 
 def _bits_text(bitmap: bytes | None) -> str:
@@ -373,20 +418,7 @@ def why_unit(store: Store, topic: str, group: str, flt, sub: Subscription, queue
         else:
             msg = log.read_message(phys)
             msg_id = msg.msg_id
-            matched2 = flt.is_matched_by_commit_log(msg.properties)
-            ev2: dict[str, Any] = {"record_topic": msg.topic, "store_timestamp": msg.store_timestamp,
-                                   "tags": msg.tags, "keys": msg.keys}
-            if isinstance(flt, SqlFilter):
-                explanation = selector.explain(flt.sql, msg.properties)
-                ev2["explain"] = explanation.to_dict()
-                ev2["value"] = explanation.value
-                head = (f"selector {explanation.value}: " +
-                        ("matched" if matched2 else "not matched (the broker delivers only TRUE)"))
-                detail = head + "\n" + str(explanation)
-                reason2 = "selector_" + explanation.value.lower()
-            else:
-                detail = "TAG subscriptions: the CommitLog layer always matches"
-                reason2 = "tag_subscription"
+            matched2, reason2, detail, ev2, explanation = _layer2(flt, sub, msg)
             steps.append(WhyStep("commit_log", "Layer 2: CommitLog (isMatchedByCommitLog)",
                                  PASS if matched2 else DROP, reason2, detail, ev2))
             if not matched2:
@@ -418,6 +450,99 @@ def why_unit(store: Store, topic: str, group: str, flt, sub: Subscription, queue
                     dropped_by = DROPPED_BY_CLIENT
     return Why(topic, group, sub, queue_id, queue_offset, phys, size, msg_id, found_by, delivered, dropped_by,
                steps, explanation, note)
+
+
+def _layer2(flt, sub: Subscription, msg: Message) -> tuple[bool, str, str, dict, Any]:
+    """Layer 2 for a read record: ``(matched, reason, detail, evidence, explanation)``."""
+    ev: dict[str, Any] = {"record_topic": msg.topic, "store_timestamp": msg.store_timestamp,
+                          "tags": msg.tags, "keys": msg.keys}
+    if isinstance(flt, RetrySqlFilter):
+        return _layer2_retry(flt, msg, ev)
+    if isinstance(flt, SqlFilter):
+        matched, reason, detail, explanation = _layer2_sql(flt, flt.sql, msg, ev)
+        if retry_group(flt.topic) is not None:
+            ev["retry"] = {"filter_support_retry": False, "retry_topic": msg.properties.get(fmt.PROPERTY_RETRY_TOPIC)}
+            first, rest = detail.split("\n", 1)
+            detail = (f"{first}\nfilterSupportRetry is off (the broker's default): the group's own expression decides, "
+                      f"not the filter registered for the message's RETRY_TOPIC\n{rest}")
+        return matched, reason, detail, ev, explanation
+    matched = flt.is_matched_by_commit_log(msg.properties)
+    detail = "TAG subscriptions: the CommitLog layer always matches"
+    if sub.retry_filter:
+        detail += " (the retry filter too: a TAG subscription never reaches its RETRY_TOPIC lookup)"
+    return matched, "tag_subscription", detail, ev, None
+
+
+def _layer2_sql(flt, sql: str, msg: Message, ev: dict, matched: bool | None = None) -> tuple[bool, str, str, Any]:
+    """SQL92 layer 2: the decision (``flt``'s, unless ``matched`` is given) and the selector's tree."""
+    if matched is None:
+        matched = flt.is_matched_by_commit_log(msg.properties)
+    explanation = selector.explain(sql, msg.properties)
+    ev["explain"] = explanation.to_dict()
+    ev["value"] = explanation.value
+    head = f"selector {explanation.value}: " + ("matched" if matched else "not matched (the broker delivers only TRUE)")
+    return matched, "selector_" + explanation.value.lower(), head + "\n" + str(explanation), explanation
+
+
+def _stored_properties(msg: Message) -> dict[str, str] | None:
+    """The record's properties, or None when it stores none (PROPERTIES length 0): the broker's
+    decoded properties are then null, which the retry filter's lookup does not survive."""
+    bare = fmt.record_size(magic_code=msg.magic_code, sys_flag=msg.sys_flag, body_length=len(msg.body),
+                           topic_length=len(msg.topic.encode("utf-8")), properties_length=0)
+    return msg.properties if msg.store_size > bare else None
+
+
+def _layer2_retry(flt: RetrySqlFilter, msg: Message, ev: dict) -> tuple[bool, str, str, dict, Any]:
+    """Layer 2 of the retry filter: which registered filter decided (:meth:`cq.RetrySqlFilter.lookup`) and how."""
+    group = retry_group(flt.topic)
+    retry: dict[str, Any] = {"filter_support_retry": True, "retry_topic": None, "group": group, "lookup": None,
+                             "decided_by": None, "registration": None, "expression": None}
+    ev["retry"] = retry
+    props = _stored_properties(msg)
+    try:
+        look = flt.lookup(props)
+    except RetryPropertiesError:
+        retry["decided_by"] = "no_properties"
+        return False, "retry_no_properties", (
+            "retry filter: the record has no properties, so no RETRY_TOPIC: the broker's lookup throws (the filter "
+            "does not catch it) and the pull that reaches this record fails instead of delivering it"), ev, None
+    retry.update(retry_topic=look.retry_topic, decided_by=look.reason,
+                 lookup=list(look.key) if look.key is not None else None)
+    matched = flt.is_matched_by_commit_log(props)
+    if look.reason == RETRY_REGISTERED:
+        topic, _ = look.key
+        registration = getattr(flt.registry, "registration", None)  # a FilterRegistry knows its entries
+        reg = registration(*look.key) if registration is not None else None
+        head = f"retry filter: RETRY_TOPIC {look.retry_topic!r}, so the filter registered for ({topic}, {group}) decides"
+        where = ""
+        if reg is not None:
+            retry["registration"] = _registration_dict(reg)
+            where = f" (config/{CONSUMER_FILTER_FILE}: bornTime {reg.born_time}" + (
+                f", dead since {reg.dead_time})" if reg.is_dead else ")")
+        target = look.filter
+        if not isinstance(target, SqlFilter):
+            return matched, "retry_registered_no_expression", (
+                f"{head}: it has no compiled expression (not SQL92, or it does not compile), so the broker delivers "
+                f"it{where}"), ev, None
+        retry["expression"] = target.sql
+        matched, reason, detail, explanation = _layer2_sql(target, target.sql, msg, ev, matched)
+        first, rest = detail.split("\n", 1)
+        return matched, "retry_" + reason, f"{head}: {first}\nregistered SQL92 {target.sql!r}{where}\n{rest}", ev, \
+            explanation
+    if look.reason == RETRY_NOT_REGISTERED:
+        return matched, "retry_not_registered", (
+            f"retry filter: RETRY_TOPIC {look.retry_topic!r}: no filter registered for ({look.retry_topic}, {group}): "
+            "the broker delivers it"), ev, None
+    if look.reason == RETRY_NO_RETRY_TOPIC:
+        return matched, "retry_no_retry_topic", (
+            "retry filter: the record has no RETRY_TOPIC property, so no (topic, group) registration can be found "
+            "for it: it matches"), ev, None
+    if look.reason == RETRY_CLASS_FILTER_MODE:
+        return matched, "class_filter_mode", "class filter mode: the CommitLog layer matches everything", ev, None
+    # RETRY_NOT_RETRY_TOPIC (resolve_subscription builds the retry filter only for %RETRY% topics): the
+    # filter's own expression decides
+    matched, reason, detail, explanation = _layer2_sql(flt, flt.sql, msg, ev, matched)
+    return matched, reason, detail, ev, explanation
 
 
 def _not_reached(steps: list[WhyStep], name: str, title: str) -> None:
@@ -535,7 +660,7 @@ def find_messages(store: Store, topic: str, *, msg_id: str | None = None,
 
 def why(store: Store, topic: str, group: str, *, sql: str | None = None, tags: str | None = None,
         queue_id: int | None = None, queue_offset: int | None = None, msg_id: str | None = None,
-        key: str | None = None, bloom_filter="default") -> Why | list[Why]:
+        key: str | None = None, bloom_filter="default", filter_support_retry: bool = False) -> Why | list[Why]:
     """See :meth:`cq.Store.why`."""
     given = [queue_offset is not None or queue_id is not None, msg_id is not None, key is not None]
     if sum(given) != 1:
@@ -544,7 +669,8 @@ def why(store: Store, topic: str, group: str, *, sql: str | None = None, tags: s
         raise ValueError("queue_id and queue_offset go together")
     if sql is not None and tags is not None:
         raise ValueError("give sql or tags, not both")
-    flt, sub = resolve_subscription(store, topic, group, sql=sql, tags=tags, bloom_filter=bloom_filter)
+    flt, sub = resolve_subscription(store, topic, group, sql=sql, tags=tags, bloom_filter=bloom_filter,
+                                    filter_support_retry=filter_support_retry)
     if given[0]:
         return why_unit(store, topic, group, flt, sub, int(queue_id), int(queue_offset))
     messages, found_by, note = find_messages(store, topic, msg_id=msg_id, key=key)

@@ -10,7 +10,7 @@ from pathlib import Path
 
 from rmqfilter_engine import PUREPYTHON
 
-__all__ = ["DATA", "PUREPYTHON", "load_jsonl", "patch_file"]
+__all__ = ["DATA", "PUREPYTHON", "RETRY_MESSAGES", "load_jsonl", "patch_file", "write_retry_store"]
 
 #: The conformance cases and the golden store (copied from ../shared so the suite stands alone).
 DATA = Path(__file__).resolve().parent / "data"
@@ -48,3 +48,33 @@ def body_start(message) -> int:
     topic_len_width = 2 if message.magic_code == fmt.MESSAGE_MAGIC_CODE_V2 else 1
     return (message.store_size - len(message.body) - topic_len_width - len(message.topic.encode()) - 2
             - len(fmt.encode_properties(message.properties).encode()))
+
+
+#: The retry store of :func:`write_retry_store`: (properties, what the retry filter decides) per
+#: queue offset of ``%RETRY%GID_ORDERS`` queue 0.
+RETRY_MESSAGES = [
+    ({"RETRY_TOPIC": "OrderTopic", "price": "50"}, "registered: price > 30 is TRUE"),
+    ({"RETRY_TOPIC": "OrderTopic", "price": "10"}, "registered: price > 30 is FALSE"),
+    ({"RETRY_TOPIC": "AuditTopic", "price": "10"}, "nothing registered for (AuditTopic, GID_ORDERS)"),
+    (None, "no properties at all"),
+    ({"price": "10"}, "no RETRY_TOPIC"),
+]
+
+
+def write_retry_store(root) -> None:
+    """A store holding the retries of group GID_ORDERS (docs/why.md#retry-topics).
+
+    ``%RETRY%GID_ORDERS`` queue 0 holds :data:`RETRY_MESSAGES`. The group registered SQL92 ``price > 100`` for ``%RETRY%GID_ORDERS`` after the messages were
+    stored (so layer 1 lets every unit through) and ``price > 30`` for ``OrderTopic``; nothing is
+    registered for ``AuditTopic``. No ``CLUSTER`` property is added, so the message without
+    properties stores none.
+    """
+    import cq  # lazy, as body_start's import: conftest imports this module for its plain helpers alone
+
+    t0 = 1_700_000_000_000
+    with cq.StoreWriter(root, enable_ext=True, cluster=None, commit_log_file_size=1 << 16,
+                        ext_file_size=1 << 12, consume_queue_file_size=200) as w:
+        for i, (props, _) in enumerate(RETRY_MESSAGES):
+            w.append("%RETRY%GID_ORDERS", b"retry", properties=props, born_timestamp=t0 + i, store_timestamp=t0 + i)
+        w.register_group("%RETRY%GID_ORDERS", "GID_ORDERS", "price > 100", born_time=t0 + 60_000)
+        w.register_group("OrderTopic", "GID_ORDERS", "price > 30", born_time=t0 - 60_000)

@@ -7,7 +7,7 @@ import subprocess
 import sys
 
 import pytest
-from helpers import DATA
+from helpers import DATA, write_retry_store
 
 import cq
 from cq.config_writer import dumps_fastjson
@@ -92,6 +92,29 @@ def test_why_looks_the_group_up_and_says_so(sample, capsys):
     code, out, _ = run(capsys, "why", sample.root, "--topic", sample.main_topic, "--group", "GID_PRIORITY",
                        "--msg-id", uniq)
     assert code == 0 and "found by scanning topic SampleTopic: the store has no index files" in out
+
+
+def test_why_filter_support_retry_on_a_retry_topic(tmp_path, capsys):
+    root = tmp_path / "store"
+    write_retry_store(root)
+    base = ["why", root, "--topic", "%RETRY%GID_ORDERS", "--group", "GID_ORDERS", "--queue", 0]
+    code, out, err = run(capsys, *base, "--offset", 2, "--filter-support-retry")
+    assert code == 0 and err == ""
+    assert "filter    ExpressionForRetryMessageFilter (filterSupportRetry)" in out
+    assert "RETRY_TOPIC 'AuditTopic': no filter registered for (AuditTopic, GID_ORDERS): the broker delivers it" in out
+    assert "verdict   DELIVERED" in out
+    code, out, err = run(capsys, *base, "--offset", 1, "--filter-support-retry", "--json")
+    doc = json.loads(out)
+    assert code == 0 and err == "" and (doc["delivered"], doc["dropped_by"]) == (False, "commit_log")
+    layer2 = doc["steps"][-2]
+    assert layer2["reason"] == "retry_selector_false" and layer2["evidence"]["retry"]["lookup"] == [
+        "OrderTopic", "GID_ORDERS"] and layer2["evidence"]["retry"]["expression"] == "price > 30"
+    # a retry record without properties is explained, exit 0
+    code, out, err = run(capsys, *base, "--offset", 3, "--filter-support-retry")
+    assert code == 0 and err == "" and "retry filter: the record has no properties" in out
+    # the flag off (the broker's default): the group's own expression decides, and the output says so
+    code, out, _ = run(capsys, *base, "--offset", 0)
+    assert code == 0 and "filterSupportRetry is off" in out and "NOT DELIVERED" in out
 
 
 @pytest.mark.parametrize("argv, message", [

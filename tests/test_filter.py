@@ -5,10 +5,14 @@ docs/filtering.md#expression-filter and docs/filtering.md#retry-filter.
 """
 from __future__ import annotations
 
+import warnings
+
 import pytest
 
 import bloom
 import cq
+from cq.config import ConfigWarning, FilterRegistry
+from cq.filter import RetryPropertiesError
 from selector.errors import SelectorEvaluationError
 
 A = cq.tags_code("TagA")
@@ -118,3 +122,47 @@ def test_retry_filter_uses_the_registered_filter_of_the_real_topic():
     plain = cq.RetrySqlFilter("G", "T", "y", registry=reg, compiled=own)
     assert not plain.is_matched_by_commit_log({"RETRY_TOPIC": "RealTopic", "r": "f"})
     assert own.seen
+
+
+def test_retry_lookup_names_the_deciding_filter():
+    registered = cq.SqlFilter("G", "RealTopic", "x", compiled=FakeSelector())
+    f = cq.RetrySqlFilter("G", "%RETRY%G", "y", registry={("RealTopic", "G"): registered}, compiled=FakeSelector())
+    hit = f.lookup({"RETRY_TOPIC": "RealTopic", "r": "f"})
+    assert (hit.reason, hit.retry_topic, hit.group, hit.key, hit.filter) == (
+        "registered", "RealTopic", "G", ("RealTopic", "G"), registered)
+    miss = f.lookup({"RETRY_TOPIC": "Other"})
+    assert (miss.reason, miss.key, miss.filter) == ("not_registered", ("Other", "G"), None)
+    assert (f.lookup({}).reason, f.lookup({}).key) == ("no_retry_topic", None)
+    with pytest.raises(RetryPropertiesError, match="without properties"):
+        f.lookup(None)
+    plain = cq.RetrySqlFilter("G", "T", "y", registry={}, compiled=FakeSelector())
+    assert (plain.lookup(None).reason, plain.lookup(None).filter) == ("not_retry_topic", plain)
+    assert cq.RetrySqlFilter("G", "%RETRY%G", "y", registry={}, class_filter_mode=True,
+                             compiled=FakeSelector()).lookup(None).reason == "class_filter_mode"
+
+
+def test_retry_filter_from_a_registered_filter_keeps_its_layer1():
+    own = cq.SqlFilter("G", "%RETRY%G", "a > 1", bloom.BloomFilter(), born_time=7)
+    retry = cq.RetrySqlFilter.from_filter(own, registry={})
+    assert (retry.sql, retry.born_time, retry.bit_positions, retry.compiled) == (
+        own.sql, 7, own.bit_positions, own.compiled)
+    assert retry.is_matched_by_commit_log({"RETRY_TOPIC": "T", "a": "0"})  # nothing registered for (T, G)
+
+
+def test_filter_registry_builds_the_registered_filters_on_lookup():
+    data = bloom.BloomFilter().generate("G#T")
+    good = cq.RegisteredFilter("G", "T", "a > 1", "SQL92", 5, 0, data, 5, True)
+    broken = cq.RegisteredFilter("G", "U", "a >", "SQL92", 5, 0, data, 5, True)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # the broken registration is not compiled until it is looked up
+        registry = FilterRegistry([good, broken])
+        assert len(registry) == 2 and ("T", "G") in registry and ("V", "G") not in registry
+        assert registry.registration("T", "G") is good and registry.registration("V", "G") is None
+        assert registry[("T", "G")] is registry[("T", "G")] and registry[("T", "G")].sql == "a > 1"
+        assert registry.get(("V", "G")) is None
+    with pytest.warns(ConfigWarning, match="'G' on topic 'U'.*does not compile"):
+        uncompiled = registry[("U", "G")]  # warns when looked up, not before
+    # no compiled expression: the broker lets the retry through
+    retry = cq.RetrySqlFilter("G", "%RETRY%G", "a > 1", registry=registry)
+    assert retry.is_matched_by_commit_log({"RETRY_TOPIC": "U", "a": "0"}) and uncompiled.is_matched_by_commit_log({})
+    assert not retry.is_matched_by_commit_log({"RETRY_TOPIC": "T", "a": "0"})

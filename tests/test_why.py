@@ -9,13 +9,13 @@ import json
 import shutil
 
 import pytest
-from helpers import DATA
+from helpers import DATA, RETRY_MESSAGES, write_retry_store
 
 import bloom
 import cq
 from cq.config_writer import write_consumer_filters, write_consumer_offsets
 from cq.sample import SAMPLE_GROUPS, generate_sample_store
-from cq.why import MessageNotFoundError
+from cq.why import MessageNotFoundError, resolve_subscription
 
 GOLDEN = DATA / "golden_store"
 FILTER_TOPIC = "GoldenFilterTopic"
@@ -208,6 +208,120 @@ def test_why_tag_group_client_recheck(tmp_path):
     assert got[1].steps[-1].reason == "tag_not_in_set" and "collision" in got[1].steps[-1].detail
     assert got[2].steps[1].reason == "tags_code_not_in_set"
     check_why_agrees_with_consume(store, "T", "G", tags="Aa")
+
+
+# ------------------------------------------------------------------ retry topics (filterSupportRetry)
+RETRY_TOPIC_OF_G = "%RETRY%GID_ORDERS"
+
+
+@pytest.fixture(scope="module")
+def retry_store(tmp_path_factory):
+    root = tmp_path_factory.mktemp("retry") / "store"
+    write_retry_store(root)
+    store = cq.Store(root)
+    yield store
+    store.close()
+
+
+def _retry_whys(store: cq.Store, **how) -> list:
+    return [store.why(RETRY_TOPIC_OF_G, "GID_ORDERS", queue_id=0, queue_offset=i, filter_support_retry=True, **how)
+            for i in range(len(RETRY_MESSAGES))]
+
+
+def _layer2(w):
+    return next(s for s in w.steps if s.name == "commit_log")
+
+
+def test_why_retry_filter_names_the_registered_filter_that_decided(retry_store):
+    got = _retry_whys(retry_store)
+    assert all(w.subscription.retry_filter and w.steps[1].result == "pass" for w in got)  # layer 1 lets all through
+    assert [(w.delivered, w.dropped_by) for w in got] == [
+        (True, None), (False, "commit_log"), (True, None), (False, "commit_log"), (True, None)]
+    assert [_layer2(w).reason for w in got] == [
+        "retry_selector_true", "retry_selector_false", "retry_not_registered", "retry_no_properties",
+        "retry_no_retry_topic"]
+    # the registered filter of (OrderTopic, GID_ORDERS) decided, not the group's own "price > 100"
+    decided = _layer2(got[1])
+    retry = decided.evidence["retry"]
+    assert retry["retry_topic"] == "OrderTopic" and retry["lookup"] == ["OrderTopic", "GID_ORDERS"]
+    assert retry["decided_by"] == "registered" and retry["expression"] == "price > 30"
+    assert retry["registration"]["born_time"] == retry_store.registered_filter("OrderTopic", "GID_ORDERS").born_time
+    assert decided.evidence["value"] == "FALSE" and got[1].explanation.sql == "price > 30"
+    assert got[0].explanation.value == "TRUE"
+    text = str(got[1])
+    assert "the filter registered for (OrderTopic, GID_ORDERS) decides: selector FALSE" in text
+    assert "registered SQL92 'price > 30'" in text and "price > 100" not in text.split("filter    ")[1]
+    assert "filterSupportRetry" in text.splitlines()[2]
+    assert got[1].verdict.startswith("NOT DELIVERED: dropped by the CommitLog layer (layer 2): retry filter: "
+                                     "RETRY_TOPIC 'OrderTopic'")
+    # nothing registered for (AuditTopic, GID_ORDERS): delivered, and said so
+    audit = _layer2(got[2])
+    assert audit.evidence["retry"]["lookup"] == ["AuditTopic", "GID_ORDERS"]
+    assert audit.evidence["retry"]["registration"] is None and got[2].explanation is None
+    assert "no filter registered for (AuditTopic, GID_ORDERS): the broker delivers it" in str(got[2])
+    # a retry record without properties: an explanation, not a crash
+    bare = _layer2(got[3])
+    assert bare.evidence["retry"]["decided_by"] == "no_properties" and bare.result == "drop"
+    assert "the record has no properties" in got[3].verdict and "lookup throws" in got[3].verdict
+    assert "no RETRY_TOPIC property" in _layer2(got[4]).detail
+    docs = json.loads(json.dumps([w.to_dict() for w in got]))
+    assert [d["subscription"]["retry_filter"] for d in docs] == [True] * len(got)
+    assert [d["steps"][-2]["evidence"]["retry"]["decided_by"] for d in docs] == [
+        "registered", "registered", "not_registered", "no_properties", "no_retry_topic"]
+
+
+def test_why_retry_topic_without_filter_support_retry_uses_the_groups_own_expression(retry_store):
+    w = retry_store.why(RETRY_TOPIC_OF_G, "GID_ORDERS", queue_id=0, queue_offset=0)
+    assert not w.subscription.retry_filter and w.to_dict()["subscription"]["retry_filter"] is False
+    assert (w.delivered, w.dropped_by) == (False, "commit_log")  # price > 100, the broker's default
+    layer2 = _layer2(w)
+    assert layer2.reason == "selector_false" and layer2.evidence["retry"] == {
+        "filter_support_retry": False, "retry_topic": "OrderTopic"}
+    assert "filterSupportRetry is off" in layer2.detail
+    # the record without properties is an ordinary NULL there
+    assert _layer2(retry_store.why(RETRY_TOPIC_OF_G, "GID_ORDERS", queue_id=0, queue_offset=3)).reason == \
+        "selector_null"
+
+
+def test_why_retry_filter_given_sql_and_tags(retry_store):
+    # a given SQL92 subscription goes through the retry filter too; its own expression never decides
+    given = _retry_whys(retry_store, sql="price < 0")
+    assert [w.delivered for w in given] == [True, False, True, False, True]
+    assert given[0].subscription.source == "given" and given[0].subscription.retry_filter
+    assert _layer2(given[0]).evidence["retry"]["expression"] == "price > 30"
+    # a TAG subscription matches at layer 2 before the RETRY_TOPIC lookup (the Java push consumer's "*")
+    tagged = _retry_whys(retry_store, tags="*")
+    assert all(w.delivered and _layer2(w).reason == "tag_subscription" for w in tagged)
+    assert "never reaches its RETRY_TOPIC lookup" in _layer2(tagged[1]).detail
+    assert "a TAG subscription matches at layer 2 before the RETRY_TOPIC lookup" in str(tagged[1])
+
+
+def test_why_retry_filter_registration_without_expression(tmp_path):
+    """A registration for the RETRY_TOPIC whose expression does not compile: the broker has no compiled
+    expression there and delivers; why says so, and warns naming the registration."""
+    root = tmp_path / "store"
+    write_retry_store(root)
+    store = cq.Store(root)
+    broken = cq.RegisteredFilter("GID_ORDERS", "AuditTopic", "price >", "SQL92", 5, 0,
+                                 BF.generate("GID_ORDERS#AuditTopic"), 5, True)
+    write_consumer_filters(root, [*store.registered_filters(), broken])
+    with pytest.warns(cq.config.ConfigWarning, match="'GID_ORDERS' on topic 'AuditTopic'.*does not compile"):
+        w = store.why(RETRY_TOPIC_OF_G, "GID_ORDERS", queue_id=0, queue_offset=2, filter_support_retry=True)
+    layer2 = _layer2(w)
+    assert w.delivered and layer2.reason == "retry_registered_no_expression"
+    assert layer2.evidence["retry"]["registration"]["born_time"] == 5
+    assert "registered for (AuditTopic, GID_ORDERS) decides: it has no compiled expression" in layer2.detail
+    store.close()
+
+
+def test_why_retry_filter_agrees_with_consume_through_the_same_filter(retry_store):
+    """Records with properties: why's verdicts are consume's with the retry filter why builds."""
+    flt, _ = resolve_subscription(retry_store, RETRY_TOPIC_OF_G, "GID_ORDERS", filter_support_retry=True)
+    assert isinstance(flt, cq.RetrySqlFilter)
+    delivered = {m.queue_offset for m in retry_store.consume(RETRY_TOPIC_OF_G, "GID_ORDERS", filter=flt)}
+    for w in _retry_whys(retry_store):
+        if RETRY_MESSAGES[w.queue_offset][0] is not None:
+            assert w.delivered == (w.queue_offset in delivered), str(w)
 
 
 # ------------------------------------------------------------------ finding the message

@@ -40,6 +40,10 @@ def add_parsers(subparsers) -> None:
                        help="the broker's message id (store host + CommitLog offset) or a UNIQ_KEY")
     which.add_argument("--key", metavar="K", help="a message key (KEYS)")
     why.add_argument("--offset", type=int, metavar="O", help="queue offset (with --queue)")
+    why.add_argument("--filter-support-retry", action="store_true",
+                     help="the broker runs with filterSupportRetry=true (its config is not in the store): in a "
+                          "%%RETRY%% topic, layer 2 of a SQL92 group evaluates the filter registered for the "
+                          "message's RETRY_TOPIC")
     why.add_argument("--json", action="store_true",
                      help="print JSON: an object for --queue/--offset, a list for --msg-id/--key")
     why.set_defaults(func=_run_why)
@@ -109,7 +113,8 @@ def _run_why(args: argparse.Namespace) -> int:
     try:
         with reported_warnings(prog), _topic_store(args) as store:
             result = store.why(args.topic, args.group, sql=args.sql, tags=args.tags, queue_id=args.queue,
-                               queue_offset=args.offset, msg_id=args.msg_id, key=args.key)
+                               queue_offset=args.offset, msg_id=args.msg_id, key=args.key,
+                               filter_support_retry=args.filter_support_retry)
     except _errors() as exc:
         print(f"{prog}: error: {_message(exc, args)}", file=sys.stderr)
         return 2
