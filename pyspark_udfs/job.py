@@ -38,13 +38,10 @@ import cq
 from cq.custom_filter import load_filter
 from pyspark_udfs.cli._common import fail  # argparse, cq and selector only: no pyspark
 from pyspark_udfs.cli._options import (
+    add_consumer_args,
     add_filter_args,
-    add_group_args,
     add_json_file_arg,
     add_master_arg,
-    add_store_arg,
-    add_subscription_args,
-    add_topic_arg,
     subscription_conflict,
 )
 
@@ -453,10 +450,7 @@ def format_skipped(results: Sequence[ScanResult]) -> str:
 def add_scan_arguments(parser: argparse.ArgumentParser) -> None:
     """The arguments of ``rmqfilter scan`` (shared with this module's ``main``); the options other
     commands have too come from :mod:`pyspark_udfs.cli._options`."""
-    add_store_arg(parser)
-    add_topic_arg(parser)
-    add_group_args(parser, all_groups=True)
-    add_subscription_args(parser)
+    add_consumer_args(parser, all_groups=True)
     parser.add_argument("--out", metavar="DIR", help="write the messages the group would receive to DIR")
     parser.add_argument("--format", dest="out_format", choices=("parquet", "json"), default="parquet",
                         help="with --out: the format of the files (default parquet)")

@@ -86,6 +86,14 @@ def add_subscription_args(parser: argparse.ArgumentParser) -> None:
     how.add_argument("--tags", help=_TAGS_HELP)
 
 
+def add_consumer_args(parser: argparse.ArgumentParser, *, all_groups: bool = False) -> None:
+    """A consumer to replay: ``STORE --topic T --group G [--sql S | --tags E]`` (and ``--all-groups``)."""
+    add_store_arg(parser)
+    add_topic_arg(parser)
+    add_group_args(parser, all_groups=all_groups)
+    add_subscription_args(parser)
+
+
 def subscription_conflict(args: argparse.Namespace) -> str | None:
     """The error text when ``--all-groups`` comes with ``--sql``/``--tags``, else None."""
     if args.all_groups and (args.sql is not None or args.tags is not None):

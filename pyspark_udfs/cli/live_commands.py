@@ -14,13 +14,7 @@ import cq
 from cq import stream
 from selector.errors import SelectorSyntaxError
 
-from ._options import (
-    add_group_args,
-    add_message_output_args,
-    add_store_arg,
-    add_subscription_args,
-    add_topic_arg,
-)
+from ._options import add_consumer_args, add_message_output_args
 from .store_commands import _message_json
 
 
@@ -33,10 +27,7 @@ def add_parsers(subparsers) -> None:
                     "group would receive (the broker's two-layer filter), queue by queue in offset order. "
                     "Ctrl-C stops it (exit status 130).",
     )
-    add_store_arg(tail)
-    add_topic_arg(tail)
-    add_group_args(tail)
-    add_subscription_args(tail)
+    add_consumer_args(tail)
     tail.add_argument("--from", dest="starting", default="latest", metavar="WHERE",
                       help="latest (default: only what arrives from now on), earliest, committed (the group's "
                            "offsets in config/consumerOffset.json) or a JSON object "

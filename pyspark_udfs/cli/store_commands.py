@@ -14,15 +14,13 @@ from selector.errors import SelectorSyntaxError
 
 from ._common import error_text, fail, reported_warnings, stdout_closed, topic_store
 from ._options import (
+    add_consumer_args,
     add_filter_args,
-    add_group_args,
     add_json_flag,
     add_message_output_args,
     add_progress_arg,
     add_sample_args,
     add_store_arg,
-    add_subscription_args,
-    add_topic_arg,
     subscription_conflict,
 )
 
@@ -55,10 +53,7 @@ def add_parsers(subparsers) -> None:
                     "Bloom bitmaps first, then the exact tag / SQL92 selector. Messages go to "
                     "stdout, per-layer counts and progress to stderr.",
     )
-    add_store_arg(consume)
-    add_topic_arg(consume)
-    add_group_args(consume, all_groups=True)
-    add_subscription_args(consume)
+    add_consumer_args(consume, all_groups=True)
     add_filter_args(consume, where="found on PYTHONPATH or in the current directory; without --sql/--tags "
                                    "the group's registration, else '*', comes first")
     consume.add_argument("--queue", type=int, action="append", dest="queue_ids", metavar="ID",

@@ -12,14 +12,7 @@ import cq
 import selector
 
 from ._common import error_text, fail, reported_warnings, stdout_closed, topic_store
-from ._options import (
-    add_group_args,
-    add_json_flag,
-    add_store_arg,
-    add_subscription_args,
-    add_topic_arg,
-    subscription_conflict,
-)
+from ._options import add_consumer_args, add_json_flag, subscription_conflict
 
 
 def add_parsers(subparsers) -> None:
@@ -34,10 +27,7 @@ def add_parsers(subparsers) -> None:
                     "--sql/--tags the group's SQL92 registration is read from the store's "
                     "config/consumerFilter.json.",
     )
-    add_store_arg(why)
-    add_topic_arg(why)
-    add_group_args(why)
-    add_subscription_args(why)
+    add_consumer_args(why)
     which = why.add_mutually_exclusive_group(required=True)
     which.add_argument("--queue", type=int, metavar="Q", help="queue id (with --offset)")
     which.add_argument("--msg-id", metavar="ID",
@@ -55,10 +45,7 @@ def add_parsers(subparsers) -> None:
                     "unit, also those the group's filter drops) and how many units of [committed, max) "
                     "the group will actually receive (its two-layer filter replayed), with totals.",
     )
-    add_store_arg(backlog)
-    add_topic_arg(backlog)
-    add_group_args(backlog, all_groups=True)
-    add_subscription_args(backlog)
+    add_consumer_args(backlog, all_groups=True)
     add_json_flag(backlog, '{"queues": [...], "total": {"lag", "will_receive"}} (a list with --all-groups)')
     backlog.set_defaults(func=_run_backlog)
 
