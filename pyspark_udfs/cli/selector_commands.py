@@ -7,7 +7,7 @@ import sys
 
 import selector
 
-from ._common import BAD_INPUT
+from ._common import fail
 from ._options import add_json_flag
 
 
@@ -54,13 +54,14 @@ def _property(text: str) -> tuple[str, str]:
     return key, value
 
 
-def _report_syntax_error(exc, out) -> int:
+def _report_syntax_error(command: str, exc: selector.SelectorSyntaxError) -> int:
+    """The error line, then the selector's line with a caret under the position (stderr); status 2."""
     lines = exc.sql.splitlines() or [""]
     line = lines[exc.line - 1] if exc.line - 1 < len(lines) else ""
-    print(f"error: {exc}", file=out)
-    print(f"  {line}", file=out)
-    print("  " + " " * (exc.column - 1) + "^", file=out)
-    return BAD_INPUT
+    status = fail(f"rmqfilter {command}", exc)
+    print(f"  {line}", file=sys.stderr)
+    print("  " + " " * (exc.column - 1) + "^", file=sys.stderr)
+    return status
 
 
 def run_check(args) -> int:
@@ -68,7 +69,7 @@ def run_check(args) -> int:
     try:
         s = selector.compile(args.sql)
     except selector.SelectorSyntaxError as exc:
-        return _report_syntax_error(exc, sys.stderr)
+        return _report_syntax_error("check", exc)
     print(f"canonical:  {selector.canonical(args.sql)}")
     print(f"properties: {', '.join(sorted(s.properties)) or '(none)'}")
     warnings = selector.lint(args.sql)
@@ -86,7 +87,7 @@ def run_eval(args) -> int:
     try:
         s = selector.compile(args.sql)
     except selector.SelectorSyntaxError as exc:
-        return _report_syntax_error(exc, sys.stderr)
+        return _report_syntax_error("eval", exc)
     props = dict(args.props)
     try:
         value = s.evaluate(props)
@@ -103,7 +104,7 @@ def run_explain(args) -> int:
     try:
         e = selector.explain(args.sql, dict(args.props))
     except selector.SelectorSyntaxError as exc:
-        return _report_syntax_error(exc, sys.stderr)
+        return _report_syntax_error("explain", exc)
     if args.json:
         print(json.dumps(e.to_dict(), indent=2, ensure_ascii=False, allow_nan=False))
     else:
