@@ -67,12 +67,12 @@ def add_group_args(parser: argparse.ArgumentParser, *, all_groups: bool = False,
     in ``args.group``. ``required``: one of the two must be given.
     """
     where = parser.add_mutually_exclusive_group(required=required) if all_groups else parser
+    alone = required and not all_groups  # in a group, the group is what is required
     if repeatable:
-        where.add_argument("--group", action="append", dest="groups", metavar="GROUP",
+        where.add_argument("--group", action="append", dest="groups", metavar="GROUP", required=alone,
                            help="a consumer group registered in config/consumerFilter.json (repeatable)")
     else:
-        where.add_argument("--group", required=required and not all_groups,
-                           help="consumer group (its Bloom key is <group>#<topic>)")
+        where.add_argument("--group", required=alone, help="consumer group (its Bloom key is <group>#<topic>)")
     if all_groups:
         where.add_argument("--all-groups", action="store_true",
                            help="every SQL92 group registered for the topic in the store's "
