@@ -36,6 +36,14 @@ from typing import Any
 
 import cq
 from cq.custom_filter import load_filter
+from pyspark_udfs.cli._common import fail  # argparse, cq and selector only: no pyspark
+from pyspark_udfs.cli._options import (
+    add_consumer_args,
+    add_filter_args,
+    add_json_file_arg,
+    add_master_arg,
+    subscription_conflict,
+)
 
 __all__ = ["GroupScan", "ScanResult", "format_skipped", "format_summary", "is_connect_session", "main",
            "owns_session", "require_connect", "scan", "spark_session"]
@@ -440,77 +448,59 @@ def format_skipped(results: Sequence[ScanResult]) -> str:
 
 
 def add_scan_arguments(parser: argparse.ArgumentParser) -> None:
-    """The arguments of ``rmqfilter scan`` (shared with this module's ``main``)."""
-    parser.add_argument("store", help="store root directory (commitlog/, consumequeue/, consumequeue_ext/)")
-    parser.add_argument("--topic", required=True, help="topic to scan")
-    who = parser.add_mutually_exclusive_group(required=True)
-    who.add_argument("--group", help="consumer group")
-    who.add_argument("--all-groups", action="store_true",
-                     help="every SQL92 group registered for the topic in the store's config/consumerFilter.json")
-    sub = parser.add_mutually_exclusive_group()
-    sub.add_argument("--sql", help="the group's SQL92 selector (default: its registration in "
-                                   "config/consumerFilter.json)")
-    sub.add_argument("--tags", help='the group\'s tag subscription, e.g. "TagA || TagB"')
-    parser.add_argument("--out", help="write the messages the group would receive to this directory")
+    """The arguments of ``rmqfilter scan`` (shared with this module's ``main``); the options other
+    commands have too come from :mod:`pyspark_udfs.cli._options`."""
+    add_consumer_args(parser, all_groups=True)
+    parser.add_argument("--out", metavar="DIR", help="write the messages the group would receive to DIR")
     parser.add_argument("--format", dest="out_format", choices=("parquet", "json"), default="parquet",
-                        help="output format (default parquet)")
+                        help="with --out: the format of the files (default parquet)")
     where = parser.add_mutually_exclusive_group()
-    where.add_argument("--master", help="Spark master URL (default: spark-submit's, or local[*])")
+    add_master_arg(where)
     where.add_argument("--remote", metavar="URL",
                        help="run on Spark Connect: sc://host:port for a running server, or local[2] for one "
                             "started in this process (needs the connect extra; docs/spark-connect.md#scan-remote)")
-    parser.add_argument("--json", dest="json_path", help="also write the summary as JSON to this file")
+    add_json_file_arg(parser, "the summary")
     parser.add_argument("--layer2", choices=LAYER2_CHOICES, default=LAYER2_DEFAULT,
                         help="where a SQL92 selector runs: native Spark expression, python (in the reader), "
                              "or auto (the faster measured; default)")
     parser.add_argument("--on-corrupt", choices=("fail", "skip"), default="fail",
                         help="a corrupt store file fails the scan (default), or is skipped and reported")
-    parser.add_argument("--skipped-log", help="with --on-corrupt skip: directory (shared with the executors) "
-                                              "for the skipped ranges (default: a temporary directory)")
-    parser.add_argument("--filter", dest="message_filter", metavar="MODULE:FUNCTION",
-                        help="custom filter run in the reader after both broker layers (docs/custom-filters.md); "
-                             "the module must be importable on the executors")
-    parser.add_argument("--on-filter-error", choices=("fail", "skip"), default="fail",
-                        help="an exception in the custom filter fails the scan (default) or drops the message "
-                             "and counts it")
+    parser.add_argument("--skipped-log", metavar="DIR",
+                        help="with --on-corrupt skip: directory (shared with the executors) for the skipped "
+                             "ranges (default: a temporary directory)")
+    add_filter_args(parser, where="it runs in the reader, so its module must be importable on the executors")
 
 
 def run_scan(args: argparse.Namespace) -> int:
     """Body of ``rmqfilter scan`` and of spark-submit ``job.py``."""
+    prog = "rmqfilter scan"
     if not os.path.isdir(args.store):
-        print(f"rmqfilter scan: store {args.store!r} is not a directory", file=sys.stderr)
-        return 2
-    if args.all_groups and (args.sql is not None or args.tags is not None):
-        print("rmqfilter scan: --all-groups takes each group's registered subscription; drop --sql/--tags",
-              file=sys.stderr)
-        return 2
+        return fail(prog, f"store {args.store!r} is not a directory")
+    conflict = subscription_conflict(args)
+    if conflict:
+        return fail(prog, conflict)
     if args.all_groups and args.out:
-        print("rmqfilter scan: --out writes one group's messages; give --group", file=sys.stderr)
-        return 2
+        return fail(prog, "--out writes one group's messages; give --group")
     remote = args.remote
     if remote is not None:
         try:
             require_connect()
         except ImportError as exc:
-            print(f"rmqfilter scan: --remote {remote}: {exc}", file=sys.stderr)
-            return 2
+            return fail(prog, f"--remote {remote}: {exc}")
         if not remote.startswith(("sc://", "local")):
-            print(f"rmqfilter scan: --remote {remote!r}: expected sc://host:port or local[N]", file=sys.stderr)
-            return 2
+            return fail(prog, f"--remote {remote!r}: expected sc://host:port or local[N]")
     try:
         if args.sql is not None or args.tags is not None:
             groups = [GroupScan(args.group, sql=args.sql, tags=args.tags)]
         else:
             groups = registered_group_scans(args.store, args.topic, None if args.all_groups else args.group)
     except ValueError as exc:  # unknown group (listing the registered ones), malformed config file
-        print(f"rmqfilter scan: error: {exc}", file=sys.stderr)
-        return 2
+        return fail(prog, exc)
     if args.message_filter is not None:
         try:  # fail before Spark starts, with the import error
             load_filter(args.message_filter)
         except ValueError as exc:
-            print(f"rmqfilter scan: error: {exc}", file=sys.stderr)
-            return 2
+            return fail(prog, exc)
     owned = owns_session()
     spark = spark_session(args.master, app_name=f"rmqfilter scan {args.group or 'all groups'}", remote=remote)
     try:
@@ -522,8 +512,7 @@ def run_scan(args: argparse.Namespace) -> int:
         if args.message_filter is not None and "FilterError" in str(exc):
             text = str(exc)
             line = next((ln for ln in text.splitlines() if "FilterError" in ln), text)
-            print(f"rmqfilter scan: error: {line.strip()}", file=sys.stderr)
-            return 2
+            return fail(prog, line.strip())
         raise
     finally:
         if owned:

@@ -106,7 +106,7 @@ def test_explain_syntax_error_exits_2(capsys):
     assert main(["explain", "a = 1 AND\n  b > 'x'", "a=1"]) == 2
     captured = capsys.readouterr()
     assert captured.out == ""
-    assert captured.err.splitlines() == ["error: 2:7: Value ''x'' cannot be compared.", "    b > 'x'",
+    assert captured.err.splitlines() == ["rmqfilter explain: error: 2:7: Value ''x'' cannot be compared.", "    b > 'x'",
                                          "        ^"]
     assert main(["explain", "--json", "a >"]) == 2
     assert "error: 1:4: " in capsys.readouterr().err

@@ -8,7 +8,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import sys
 
 import bloom
 import cq
@@ -17,6 +16,9 @@ from cq.cost import CostGroup, NoExtUnitsError, filter_cost, resolve_groups
 from cq.cost_render import format_table, render_html
 from pyspark_udfs.cost import filter_cost_spark  # imports no pyspark: it runs on the session it is given
 from pyspark_udfs.job import owns_session, spark_session  # job.py imports pyspark only when a job runs
+
+from ._common import error_text, fail, topic_store
+from ._options import add_group_args, add_json_file_arg, add_master_arg, add_store_arg, add_topic_arg
 
 
 def add_parsers(subparsers) -> None:
@@ -34,12 +36,9 @@ def add_parsers(subparsers) -> None:
                     "--tag-group. Exit status 2 on bad input, and when the topic has no ConsumeQueueExt "
                     "units (the report then has layer-2-only costs).",
     )
-    cost.add_argument("store", metavar="STORE", help="store root directory")
-    cost.add_argument("--topic", required=True, help="topic whose groups to report")
-    which = cost.add_mutually_exclusive_group()
-    which.add_argument("--group", action="append", dest="groups", metavar="G",
-                       help="a group registered in config/consumerFilter.json (repeatable)")
-    which.add_argument("--all-groups", action="store_true", help="every group registered on the topic")
+    add_store_arg(cost)
+    add_topic_arg(cost)
+    add_group_args(cost, all_groups=True, repeatable=True, required=False)
     cost.add_argument("--sql-group", nargs=2, action="append", default=[], metavar=("G", "SQL"),
                       help="a SQL92 group given explicitly, counted as registered (repeatable; for stores "
                            "without consumerFilter.json)")
@@ -52,11 +51,11 @@ def add_parsers(subparsers) -> None:
     cost.add_argument("--fp-target", metavar="RATE",
                       help="false-positive rate to stay under, e.g. 1%% or 0.01: names the smallest replayed "
                            "bitmap that does")
-    cost.add_argument("--json", dest="json_path", metavar="FILE", help="write the report as JSON")
+    add_json_file_arg(cost, "the report")
     cost.add_argument("--html", dest="html_path", metavar="FILE", help="write the report as one HTML page")
     cost.add_argument("--no-timing", action="store_true", help="skip the CPU-per-evaluation measurement")
     cost.add_argument("--spark", action="store_true", help="count on Spark (one task per ConsumeQueue file)")
-    cost.add_argument("--master", help="with --spark: Spark master URL (default local[*])")
+    add_master_arg(cost, condition="with --spark: ")
     cost.set_defaults(func=_run_cost)
 
 
@@ -71,8 +70,7 @@ def _rate(text: str | None) -> float | None:
 
 
 def _error(message: str) -> int:
-    print(f"rmqfilter cost: error: {message}", file=sys.stderr)
-    return 2
+    return fail("rmqfilter cost", message)
 
 
 def _run_cost(args: argparse.Namespace) -> int:
@@ -100,13 +98,8 @@ def _run_cost(args: argparse.Namespace) -> int:
         groups = None if args.all_groups and not explicit else (
             ([g.group for g in _registered(args)] if args.all_groups else list(args.groups or [])) + explicit)
         if args.spark:
-            store = cq.Store(args.store)
-            try:  # bad input fails before Spark starts
-                if args.topic not in store.topics():
-                    raise KeyError(f"topic {args.topic!r} has no consume queues in {store.root}")
+            with topic_store(args.store, args.topic) as store:  # bad input fails before Spark starts
                 resolve_groups(store, args.topic, groups)
-            finally:
-                store.close()
             owned = owns_session()
             spark = spark_session(args.master, app_name=f"rmqfilter cost {args.topic}", progress=False)
             try:
@@ -120,10 +113,8 @@ def _run_cost(args: argparse.Namespace) -> int:
                                  timing=not args.no_timing)
     except cq.UnknownGroupError as exc:
         return _error(f"{exc} (here: --sql-group {exc.group} SQL or --tag-group {exc.group} TAGS)")
-    except KeyError as exc:
-        return _error(exc.args[0] if exc.args else str(exc))
-    except (ValueError, OSError) as exc:  # StoreFormatError, SelectorSyntaxError, bad f/n are ValueErrors
-        return _error(str(exc))
+    except (LookupError, ValueError, OSError) as exc:  # StoreFormatError, SelectorSyntaxError, bad f/n: ValueErrors
+        return _error(error_text(exc))
     print(format_table(report))
     if args.json_path:
         with open(args.json_path, "w", encoding="utf-8") as f:

@@ -14,7 +14,8 @@ import cq
 from cq import stream
 from selector.errors import SelectorSyntaxError
 
-from .store_commands import BODY_CHOICES, _message_json
+from ._options import add_consumer_args, add_message_output_args
+from .store_commands import _message_json
 
 
 def add_parsers(subparsers) -> None:
@@ -26,22 +27,13 @@ def add_parsers(subparsers) -> None:
                     "group would receive (the broker's two-layer filter), queue by queue in offset order. "
                     "Ctrl-C stops it (exit status 130).",
     )
-    tail.add_argument("store", metavar="STORE", help="store root directory")
-    tail.add_argument("--topic", required=True, help="topic to follow")
-    tail.add_argument("--group", required=True, help="consumer group (Bloom key <group>#<topic>)")
-    how = tail.add_mutually_exclusive_group()
-    how.add_argument("--sql", help="SQL92 selector (default: the group's registration in config/consumerFilter.json)")
-    how.add_argument("--tags", help='tag subscription, e.g. "TagA || TagB" or "*"')
+    add_consumer_args(tail)
     tail.add_argument("--from", dest="starting", default="latest", metavar="WHERE",
                       help="latest (default: only what arrives from now on), earliest, committed (the group's "
                            "offsets in config/consumerOffset.json) or a JSON object "
                            '{"topic": {"queue_id": offset}}')
-    tail.add_argument("--format", choices=("text", "jsonl"), default="text",
-                      help="text: one tab-separated line per message; jsonl: one JSON object (default text)")
-    tail.add_argument("--body", choices=BODY_CHOICES, default="uncompressed",
-                      help="jsonl: body_length of the body decompressed where SYSFLAG says so (default) or as stored")
+    add_message_output_args(tail, formats=("text", "jsonl"))
     tail.add_argument("--interval", type=float, default=0.5, help="seconds between looks when nothing is new")
-    tail.add_argument("--limit", type=int, default=None, help="stop after this many messages")
     tail.set_defaults(func=_run_tail)
 
 

@@ -7,6 +7,9 @@ import sys
 
 import selector
 
+from ._common import fail
+from ._options import add_json_flag
+
 
 def add_parsers(subparsers) -> None:
     """Register the ``check``, ``eval`` and ``explain`` sub-commands."""
@@ -15,16 +18,14 @@ def add_parsers(subparsers) -> None:
         description="Parse SQL as the broker does. Prints the fully parenthesised form, the "
                     "properties it reads and warnings for the broker's traps; on a syntax error "
                     "prints the error with a caret under its position and exits with status 2.")
-    check.add_argument("sql", metavar="SQL", help="selector text")
+    _add_selector_args(check, properties=False)
     check.set_defaults(func=run_check)
 
     ev = subparsers.add_parser(
         "eval", help="evaluate a SQL92 selector against message properties",
         description="Evaluate SQL for one message whose properties are given as KEY=VALUE; prints "
                     "the broker's raw result (TRUE, FALSE, NULL or ERROR) and its match decision.")
-    ev.add_argument("sql", metavar="SQL", help="selector text")
-    ev.add_argument("props", metavar="KEY=VALUE", nargs="*", type=_property,
-                    help="a message property (repeat for more)")
+    _add_selector_args(ev)
     ev.set_defaults(func=run_eval)
 
     ex = subparsers.add_parser(
@@ -33,11 +34,17 @@ def add_parsers(subparsers) -> None:
                     "the evaluation tree: each node's value, the properties it read, how a literal "
                     "typed a comparison, what the short circuit skipped, and (marked *) the path to "
                     "the node that decided the result. A syntax error exits with status 2.")
-    ex.add_argument("sql", metavar="SQL", help="selector text")
-    ex.add_argument("props", metavar="KEY=VALUE", nargs="*", type=_property,
-                    help="a message property (repeat for more)")
-    ex.add_argument("--json", action="store_true", help="print the explanation as JSON")
+    _add_selector_args(ex)
+    add_json_flag(ex, "the evaluation tree")
     ex.set_defaults(func=run_explain)
+
+
+def _add_selector_args(parser: argparse.ArgumentParser, *, properties: bool = True) -> None:
+    """The positional ``SQL`` and, with ``properties``, the message's ``KEY=VALUE`` properties."""
+    parser.add_argument("sql", metavar="SQL", help="selector text")
+    if properties:
+        parser.add_argument("props", metavar="KEY=VALUE", nargs="*", type=_property,
+                            help="a message property (repeat for more)")
 
 
 def _property(text: str) -> tuple[str, str]:
@@ -47,13 +54,14 @@ def _property(text: str) -> tuple[str, str]:
     return key, value
 
 
-def _report_syntax_error(exc, out) -> int:
+def _report_syntax_error(command: str, exc: selector.SelectorSyntaxError) -> int:
+    """The error line, then the selector's line with a caret under the position (stderr); status 2."""
     lines = exc.sql.splitlines() or [""]
     line = lines[exc.line - 1] if exc.line - 1 < len(lines) else ""
-    print(f"error: {exc}", file=out)
-    print(f"  {line}", file=out)
-    print("  " + " " * (exc.column - 1) + "^", file=out)
-    return 2
+    status = fail(f"rmqfilter {command}", exc)
+    print(f"  {line}", file=sys.stderr)
+    print("  " + " " * (exc.column - 1) + "^", file=sys.stderr)
+    return status
 
 
 def run_check(args) -> int:
@@ -61,7 +69,7 @@ def run_check(args) -> int:
     try:
         s = selector.compile(args.sql)
     except selector.SelectorSyntaxError as exc:
-        return _report_syntax_error(exc, sys.stderr)
+        return _report_syntax_error("check", exc)
     print(f"canonical:  {selector.canonical(args.sql)}")
     print(f"properties: {', '.join(sorted(s.properties)) or '(none)'}")
     warnings = selector.lint(args.sql)
@@ -79,7 +87,7 @@ def run_eval(args) -> int:
     try:
         s = selector.compile(args.sql)
     except selector.SelectorSyntaxError as exc:
-        return _report_syntax_error(exc, sys.stderr)
+        return _report_syntax_error("eval", exc)
     props = dict(args.props)
     try:
         value = s.evaluate(props)
@@ -96,7 +104,7 @@ def run_explain(args) -> int:
     try:
         e = selector.explain(args.sql, dict(args.props))
     except selector.SelectorSyntaxError as exc:
-        return _report_syntax_error(exc, sys.stderr)
+        return _report_syntax_error("explain", exc)
     if args.json:
         print(json.dumps(e.to_dict(), indent=2, ensure_ascii=False, allow_nan=False))
     else:

@@ -4,7 +4,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import sys
 import tempfile
 import time
 
@@ -20,6 +19,9 @@ from pyspark_udfs.job import (  # job.py imports pyspark only when a job runs
     scan,
     spark_session,
 )
+
+from ._common import fail
+from ._options import add_json_file_arg, add_master_arg, add_sample_args
 
 DEMO_MESSAGES = 1_000_000
 DEMO_MARKER = "rmqfilter-demo.json"
@@ -44,12 +46,11 @@ def add_parsers(subparsers) -> None:
                     "skewed tags and properties, ext bitmaps for three SQL92 groups), then run "
                     "`scan` for each group on local Spark and print the results.",
     )
-    demo.add_argument("--messages", type=int, default=DEMO_MESSAGES, help=f"messages (default {DEMO_MESSAGES:,})")
-    demo.add_argument("--seed", type=int, default=0, help="sample seed (default 0)")
+    add_sample_args(demo, messages=DEMO_MESSAGES, minimum=1)
     demo.add_argument("--store", help="store directory (default: a cached directory under the temp dir; "
                                       "reused when it already holds this sample)")
-    demo.add_argument("--master", default="local[2]", help="Spark master (default local[2])")
-    demo.add_argument("--json", dest="json_path", help="also write the results as JSON to this file")
+    add_master_arg(demo, default="local[2]")
+    add_json_file_arg(demo, "the results")
     demo.set_defaults(func=_run_demo)
 
 
@@ -66,7 +67,7 @@ def _sample_store(root: str, messages: int, seed: int):
         if info.get("messages") == messages and info.get("seed") == seed:
             print(f"Reusing the sample store in {root} ({messages:,} messages, seed {seed}).")
             return info
-        raise SystemExit(f"rmqfilter demo: {root} holds another sample ({info.get('messages')} messages, "
+        raise ValueError(f"{root} holds another sample ({info.get('messages')} messages, "
                          f"seed {info.get('seed')}); choose another --store")
     print(f"Writing a sample store of {messages:,} messages to {root} ...", flush=True)
     t0 = time.perf_counter()
@@ -112,11 +113,11 @@ def _print_backlog_and_why(root: str, topic: str, groups: list[str]) -> None:
 
 
 def _run_demo(args: argparse.Namespace) -> int:
-    if args.messages < 1:
-        print("rmqfilter demo: --messages must be >= 1", file=sys.stderr)
-        return 2
     root = args.store or os.path.join(tempfile.gettempdir(), f"rmqfilter-demo-{args.messages}-{args.seed}")
-    info = _sample_store(root, args.messages, args.seed)
+    try:
+        info = _sample_store(root, args.messages, args.seed)
+    except (OSError, ValueError) as exc:  # another sample in --store, a directory that cannot be written
+        return fail("rmqfilter demo", exc)
     topic = info["main_topic"]
     print(f"\nTopics and queues: {', '.join(f'{t} ({q})' for t, q in info['topics'].items())}; "
           f"SQL92 groups on {topic}:")

@@ -12,18 +12,17 @@ from cq import config as cfg
 from cq.sample import generate_sample_store
 from selector.errors import SelectorSyntaxError
 
-from .why_commands import reported_warnings
-
-
-def add_filter_arguments(parser: argparse.ArgumentParser) -> None:
-    """``--filter`` and ``--on-filter-error`` (``consume`` and ``scan``; docs/custom-filters.md)."""
-    parser.add_argument("--filter", dest="message_filter", metavar="MODULE:FUNCTION",
-                        help="custom filter run after both broker layers: package.module:function taking a "
-                             "cq.Message (or, marked with cq.batch_filter, an Arrow record batch) and returning "
-                             "bool; without --sql/--tags the group's registration, else '*', comes first")
-    parser.add_argument("--on-filter-error", choices=("fail", "skip"), default="fail",
-                        help="an exception in the custom filter stops with an error naming the message (fail, "
-                             "default) or drops the message and counts it (skip)")
+from ._common import error_text, fail, reported_warnings, stdout_closed, topic_store
+from ._options import (
+    add_consumer_args,
+    add_filter_args,
+    add_json_flag,
+    add_message_output_args,
+    add_progress_arg,
+    add_sample_args,
+    add_store_arg,
+    subscription_conflict,
+)
 
 
 def _import_from_cwd() -> None:
@@ -41,8 +40,8 @@ def add_parsers(subparsers) -> None:
                     "files and, per topic and queue, the ConsumeQueue offsets, message counts and "
                     "ConsumeQueueExt size.",
     )
-    inspect.add_argument("store", metavar="STORE", help="store root directory (holds commitlog/, consumequeue/)")
-    inspect.add_argument("--json", action="store_true", help="print one JSON document instead of a table")
+    add_store_arg(inspect)
+    add_json_flag(inspect, "one document describing the store")
     inspect.add_argument("--count-messages", action="store_true",
                          help="also walk the whole CommitLog and count its records (slow on big stores)")
     inspect.set_defaults(func=_run_inspect)
@@ -54,34 +53,18 @@ def add_parsers(subparsers) -> None:
                     "Bloom bitmaps first, then the exact tag / SQL92 selector. Messages go to "
                     "stdout, per-layer counts and progress to stderr.",
     )
-    consume.add_argument("store", metavar="STORE", help="store root directory")
-    consume.add_argument("--topic", required=True, help="topic to consume")
-    who = consume.add_mutually_exclusive_group(required=True)
-    who.add_argument("--group", help="consumer group (Bloom key <group>#<topic>)")
-    who.add_argument("--all-groups", action="store_true",
-                     help="every SQL92 group registered for the topic in the store's config/consumerFilter.json "
-                          "(lines and JSON objects then name their group)")
-    how = consume.add_mutually_exclusive_group()
-    how.add_argument("--sql", help="SQL92 selector, e.g. \"a > 5 AND b = 'abc'\" (default: the group's "
-                                   "registration in config/consumerFilter.json, with its bornTime)")
-    how.add_argument("--tags", help='tag subscription, e.g. "TagA || TagB" or "*"')
-    add_filter_arguments(consume)
+    add_consumer_args(consume, all_groups=True)
+    add_filter_args(consume, where="found on PYTHONPATH or in the current directory; without --sql/--tags "
+                                   "the group's registration, else '*', comes first")
     consume.add_argument("--queue", type=int, action="append", dest="queue_ids", metavar="ID",
                          help="queue id to read (repeatable; default: all)")
-    consume.add_argument("--format", choices=("text", "jsonl", "none"), default="text",
-                         help="text: one tab-separated line per message; jsonl: one JSON object; "
-                              "none: counts only (default text)")
-    consume.add_argument("--body", choices=BODY_CHOICES, default="uncompressed",
-                         help="jsonl: body_length of the body decompressed where SYSFLAG says so (uncompressed, "
-                              "the default, as the rocketmq data source's body) or as stored")
-    consume.add_argument("--limit", type=int, default=None, help="stop after this many messages")
+    add_message_output_args(consume)
     consume.add_argument("--no-bloom", action="store_true",
                          help="SQL92: ignore ext bitmaps (the group's filter has no bloom data)")
     consume.add_argument("--born-time", type=int, default=0,
                          help="SQL92: the filter's bornTime in ms; older bitmaps are not trusted (default 0)")
     consume.add_argument("--verify-crc", action="store_true", help="check the body CRC of each delivered message")
-    consume.add_argument("--progress", choices=("auto", "always", "never"), default="auto",
-                         help="progress bar on stderr: auto = when stderr is a terminal and the scan is long")
+    add_progress_arg(consume)
     consume.set_defaults(func=_run_consume)
     _add_gen_store_parser(subparsers)
 
@@ -100,8 +83,7 @@ def _add_gen_store_parser(subparsers) -> None:
                     "groups and their SQL) goes to stdout, progress to stderr.",
     )
     gen.add_argument("root", metavar="DIR", help="store root to create (must not hold a store yet)")
-    gen.add_argument("--messages", type=int, default=100_000, help="number of messages (default 100000)")
-    gen.add_argument("--seed", type=int, default=0, help="generator seed (default 0)")
+    add_sample_args(gen, messages=100_000, minimum=0)
     gen.add_argument("--topics", nargs="+", metavar="TOPIC", default=None,
                      help="topic names; the first gets the SQL92 groups (default SampleTopic OrderTopic "
                           "AuditTopic)")
@@ -112,9 +94,8 @@ def _add_gen_store_parser(subparsers) -> None:
                      help="ConsumeQueue file size (default 6000000, the broker's)")
     gen.add_argument("--ext-file-size", type=int, default=48 * 1024 * 1024, metavar="BYTES",
                      help="ConsumeQueueExt file size (default 48 MiB, the broker's)")
-    gen.add_argument("--json", action="store_true", help="print the description as one JSON document")
-    gen.add_argument("--progress", choices=("auto", "always", "never"), default="auto",
-                     help="progress bar on stderr: auto = when stderr is a terminal (default)")
+    add_json_flag(gen, "one document describing the sample")
+    add_progress_arg(gen)
     gen.set_defaults(func=_run_gen_store)
 
 
@@ -130,8 +111,7 @@ def _run_gen_store(args: argparse.Namespace) -> int:
         )
     except (OSError, ValueError, TypeError) as exc:
         progress.finish()
-        print(f"rmqfilter gen-store: error: {exc}", file=sys.stderr)
-        return 2
+        return fail("rmqfilter gen-store", exc)
     progress.finish()
     elapsed = time.perf_counter() - started
     print(f"rmqfilter gen-store: wrote {info.messages:,} messages to {info.root} in {elapsed:.1f} s "
@@ -204,8 +184,7 @@ def _run_inspect(args: argparse.Namespace) -> int:
         with reported_warnings("rmqfilter inspect"):
             info = _inspect(args.store, args.count_messages)
     except cq.StoreFormatError as exc:
-        print(f"rmqfilter inspect: error: {exc}", file=sys.stderr)
-        return 2
+        return fail("rmqfilter inspect", exc)
     if args.json:
         json.dump(info, sys.stdout, indent=2, ensure_ascii=False)
         print()
@@ -275,10 +254,6 @@ class _Progress:
             sys.stderr.write("\n")
 
 
-#: ``--body``: which body ``body_length`` measures, as the data source's option ``body`` (docs/cli.md)
-BODY_CHOICES = ("uncompressed", "stored")
-
-
 def _message_json(m, body: str = "uncompressed") -> dict:
     """A message as ``--format jsonl`` prints it; ``body_length`` of the body ``body`` names."""
     raw = m.uncompressed_body() if body == "uncompressed" else m.body
@@ -290,28 +265,22 @@ def _message_json(m, body: str = "uncompressed") -> dict:
 
 
 def _run_consume(args: argparse.Namespace) -> int:
-    if args.all_groups and (args.sql is not None or args.tags is not None):
-        print("rmqfilter consume: error: --all-groups takes each group's registered subscription; "
-              "drop --sql/--tags", file=sys.stderr)
-        return 2
+    prog = "rmqfilter consume"
+    conflict = subscription_conflict(args)
+    if conflict:
+        return fail(prog, conflict)
     progress = _Progress(args.progress)
     try:
         message_filter = None
         if args.message_filter is not None:
             _import_from_cwd()
             message_filter = cq.MessageFilter(args.message_filter, on_error=args.on_filter_error)
-        with reported_warnings("rmqfilter consume"):
-            store = cq.Store(args.store)
-            if args.topic not in store.topics():
-                print(f"rmqfilter consume: error: topic {args.topic!r} has no consume queues in {args.store}",
-                      file=sys.stderr)
-                return 2
+        with reported_warnings(prog), topic_store(args.store, args.topic) as store:
             if args.all_groups:
                 groups = [f.group for f in store.registered_filters(args.topic)]
                 if not groups:
-                    print(f"rmqfilter consume: error: no SQL92 group is registered for topic {args.topic!r} in "
-                          f"{store.config_path('consumerFilter.json')}", file=sys.stderr)
-                    return 2
+                    return fail(prog, f"no SQL92 group is registered for topic {args.topic!r} in "
+                                      f"{store.config_path('consumerFilter.json')}")
             else:
                 groups = [args.group]
             out = sys.stdout
@@ -337,15 +306,12 @@ def _run_consume(args: argparse.Namespace) -> int:
                 progress.finish()
                 _print_stats(result.stats, time.perf_counter() - t0, group if args.all_groups else None,
                              message_filter is not None)
-    except BrokenPipeError:  # `| head`: stop quietly, as Unix tools do
-        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
-        return 0
+    except BrokenPipeError:
+        return stdout_closed()
     except (cq.StoreFormatError, cq.TagSubscriptionError, cq.UnknownGroupError, SelectorSyntaxError,
-            KeyError, cq.FilterError, ValueError, ImportError) as exc:  # ImportError: an LZ4/ZSTD body's codec
+            LookupError, cq.FilterError, ValueError, ImportError) as exc:  # ImportError: an LZ4/ZSTD body's codec
         progress.finish()
-        message = exc.args[0] if isinstance(exc, KeyError) and exc.args else exc
-        print(f"rmqfilter consume: error: {message}", file=sys.stderr)
-        return 2
+        return fail(prog, error_text(exc))
     return 0
 
 
