@@ -869,8 +869,9 @@ class Store:
             if custom is not None:
                 pending = kept
             else:
-                stats.delivered += len(kept)
-                yield from kept
+                for msg in kept:  # counted as handed out: a caller may stop early
+                    stats.delivered += 1
+                    yield msg
         if pending:
             # the custom filter narrows what both layers delivered (docs/custom-filters.md)
             keep, skipped = custom.apply(pending)
@@ -928,8 +929,9 @@ class Store:
         stats.filter_rejected += int((~keep & ~skipped).sum())
         kept = rows[keep]
         msgs = [checked[i] for i in kept.tolist()] if checked is not None else log.read_messages(offs[kept])
-        stats.delivered += len(msgs)
-        yield from msgs
+        for msg in msgs:  # counted as handed out: a caller may stop early
+            stats.delivered += 1
+            yield msg
 
     def _raw_chunks(self, cqueue: ConsumeQueue, start: int, end: int) -> Iterator[tuple[int, memoryview]]:
         """``cqueue.raw_chunks`` over ``[start, end)``; a file the broker expired meanwhile moves the
