@@ -81,6 +81,10 @@ def test_message_objects_from_columns_engine_equals_twin(rows):
     for engine in (_scan, _scan_py):
         got = engine.property_dicts(mo, keys[0], keys[1], values[0], values[1])
         assert got == dicts and [list(g) for g in got] == [list(d) for d in dicts]
+        picked = np.arange(len(dicts) - 1, -1, -2, dtype=np.int64)  # some rows, in another order
+        assert engine.property_dicts(mo, keys[0], keys[1], values[0], values[1], picked) == [dicts[r] for r in picked]
+        with pytest.raises(IndexError, match="outside"):
+            engine.property_dicts(mo, keys[0], keys[1], values[0], values[1], np.array([len(dicts)], np.int64))
         flat = [v for d in dicts for v in d.values()]
         assert engine.texts_list(*values) == flat
         assert engine.texts_list(*values, True) == [v.encode() for v in flat]
