@@ -562,8 +562,13 @@ cdef dict _decode_props(const uint8_t* p, int64_t n):
     return props
 
 
-def gather_properties(const uint8_t[::1] buf, const int64_t[::1] positions, int64_t limit):
-    """Properties dicts of the records at ``positions``; ValueError("<index>: <reason>") if corrupt."""
+def gather_properties(const uint8_t[::1] buf, const int64_t[::1] positions, int64_t limit,
+                      bint absent_as_none=False):
+    """Properties dicts of the records at ``positions``; ValueError("<index>: <reason>") if corrupt.
+
+    A record that stores no properties (PROPERTIES length 0) gives ``{}``, or None with
+    ``absent_as_none`` (the broker's decoded properties are then null).
+    """
     cdef Py_ssize_t i, k = positions.shape[0]
     cdef int64_t start, length
     cdef const char* why = NULL
@@ -576,7 +581,7 @@ def gather_properties(const uint8_t[::1] buf, const int64_t[::1] positions, int6
     for i in range(k):
         if _span(base, positions[i], limit, &start, &length, &why) < 0:
             raise ValueError(f"{i}: {why.decode()}")
-        out.append(_decode_props(base + start, length) if length else {})
+        out.append(_decode_props(base + start, length) if length else (None if absent_as_none else {}))
     return out
 
 

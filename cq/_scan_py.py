@@ -178,9 +178,10 @@ def record_properties_span(buf, pos, limit):
     return p, max(props_len, 0)
 
 
-def gather_properties(buf, positions, limit):
+def gather_properties(buf, positions, limit, absent_as_none=False):
     """Properties dicts of the records at ``positions`` of one CommitLog file buffer.
 
+    A record that stores no properties gives ``{}``, or None with ``absent_as_none``.
     Raises ValueError("<index>: <reason>") at the first corrupt record.
     """
     out = []
@@ -189,7 +190,8 @@ def gather_properties(buf, positions, limit):
             start, length = record_properties_span(buf, pos, limit)
         except ValueError as exc:
             raise ValueError(f"{i}: {exc}") from None
-        out.append(fmt.decode_properties_bytes(bytes(buf[start:start + length])) if length else {})
+        out.append(fmt.decode_properties_bytes(bytes(buf[start:start + length])) if length
+                   else (None if absent_as_none else {}))
     return out
 
 

@@ -843,9 +843,12 @@ class CommitLog(MappedFileQueue):
                         "unwritten space before the last commit-log file (missing blank record)", path, pos)
                 return
 
-    def gather_properties(self, physical_offsets) -> list[dict]:
+    def gather_properties(self, physical_offsets, *, absent_as_none: bool = False) -> list[dict | None]:
         """Properties of the records at ``physical_offsets``, decoded in batch by the scan kernel.
 
+        A record that stores no properties (PROPERTIES length 0) gives ``{}``,
+        or None with ``absent_as_none``: what the broker's filters see, whose
+        decoded properties are then null (docs/filtering.md#retry-filter).
         Raises :class:`StoreFormatError` naming the file and offset of the first
         record that is not valid.
         """
@@ -861,7 +864,7 @@ class CommitLog(MappedFileQueue):
             pos = np.ascontiguousarray(offs[sel] - self._files[index][0])
             buf = np.frombuffer(self._map(int(index)), dtype=np.uint8)
             try:
-                props = _scan.gather_properties(buf, pos, self.file_size)
+                props = _scan.gather_properties(buf, pos, self.file_size, absent_as_none)
             except ValueError as exc:
                 k, _, reason = str(exc).partition(": ")
                 raise StoreFormatError(reason, self._files[index][1], int(pos[int(k)])) from None

@@ -19,7 +19,7 @@ from .consumequeue import ConsumeQueue
 from .custom_filter import BATCH_RECORD_FIELDS, ON_FILTER_ERROR, as_message_filter, records_record_batch
 from .errors import StoreFileDeleted, StoreFormatError, UnknownGroupError
 from .ext import ConsumeQueueExt
-from .filter import SqlFilter, TagFilter
+from .filter import RetryPropertiesError, SqlFilter, TagFilter
 from .scan import _scan, bloom_masks, scan_tags
 
 #: Units handled per batch by :meth:`Store.consume`.
@@ -822,10 +822,18 @@ class Store:
                                   dtype=bool)
             except (ImportError, TypeError):
                 pass  # no pyarrow, or a filter that decides row by row
-        props = log.gather_properties(offs)
-        if batch_evaluate is not None:
-            return np.asarray(batch_evaluate(props), dtype=bool)
-        return np.array([flt.is_matched_by_commit_log(p) for p in props], dtype=bool)
+        props = log.gather_properties(offs, absent_as_none=True)  # null where none are stored, as the broker's
+        try:
+            if batch_evaluate is not None:
+                return np.asarray(batch_evaluate(props), dtype=bool)
+            return np.array([flt.is_matched_by_commit_log(p) for p in props], dtype=bool)
+        except RetryPropertiesError as exc:  # the broker's pull fails at this record (docs/filtering.md#retry-filter)
+            bare = [i for i, p in enumerate(props) if p is None]
+            if not bare:
+                raise
+            at = int(offs[bare[0]])
+            start, path = log.files[log.file_index(at)]
+            raise RetryPropertiesError(f"{exc}: {path} at byte {at - start} (CommitLog offset {at})") from None
 
     def _layer2(self, flt, log, idx, offs, hits, stats, verify_crc, batch_evaluate, custom=None, units=None,
                 ext=None):

@@ -315,13 +315,21 @@ def test_why_retry_filter_registration_without_expression(tmp_path):
 
 
 def test_why_retry_filter_agrees_with_consume_through_the_same_filter(retry_store):
-    """Records with properties: why's verdicts are consume's with the retry filter why builds."""
+    """why's verdicts are consume's with the retry filter why builds; at the record without properties
+    consume fails, naming it, as the broker's pull does (why says the pull fails there)."""
     flt, _ = resolve_subscription(retry_store, RETRY_TOPIC_OF_G, "GID_ORDERS", filter_support_retry=True)
     assert isinstance(flt, cq.RetrySqlFilter)
-    delivered = {m.queue_offset for m in retry_store.consume(RETRY_TOPIC_OF_G, "GID_ORDERS", filter=flt)}
+    bare = [i for i, (props, _) in enumerate(RETRY_MESSAGES) if props is None]
+    at = retry_store.consume_queue(RETRY_TOPIC_OF_G, 0).read(bare[0], 1)["commit_log_offset"][0]
+    with pytest.raises(cq.filter.RetryPropertiesError, match=rf"at byte \d+ \(CommitLog offset {at}\)"):
+        list(retry_store.consume(RETRY_TOPIC_OF_G, "GID_ORDERS", filter=flt))
+    delivered = {m.queue_offset for r in ((0, bare[0]), (bare[0] + 1, None))
+                 for m in retry_store.consume(RETRY_TOPIC_OF_G, "GID_ORDERS", filter=flt, ranges={0: r})}
     for w in _retry_whys(retry_store):
-        if RETRY_MESSAGES[w.queue_offset][0] is not None:
+        if w.queue_offset not in bare:
             assert w.delivered == (w.queue_offset in delivered), str(w)
+        else:
+            assert not w.delivered
 
 
 # ------------------------------------------------------------------ finding the message
