@@ -21,6 +21,7 @@ from .format import MAX_ADDR, decorate, is_ext_addr, undecorate
 from .scan import ENGINE as _SCAN_ENGINE
 from .scan import check_bitmaps, scan_tags
 from .store import ConsumeResult, ConsumeStats, Store, StoreCut
+from .storecache import StoreCache
 from .tags import ENGINE as _TAGS_ENGINE
 from .tags import SubscriptionData, parse_tag_subscription, tags_code, tags_code_many
 from .why import MessageNotFoundError
@@ -47,6 +48,7 @@ __all__ = [
     "RetrySqlFilter",
     "SqlFilter",
     "Store",
+    "StoreCache",
     "StoreCut",
     "StoreFileDeleted",
     "StoreFormatError",

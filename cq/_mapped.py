@@ -43,6 +43,7 @@ class MappedFileQueue:
         self._files, self.file_size = self._list_files(file_size)
         self._starts = np.array([s for s, _ in self._files], dtype=np.int64)
         self._maps = {}
+        self._identities: dict[str, tuple[int, int, int]] = {}  # path -> identity when mapped
         self._map_lock = threading.Lock()
 
     def _list_files(self, file_size: int | None) -> tuple[list[tuple[int, str]], int]:
@@ -78,6 +79,8 @@ class MappedFileQueue:
                 (keep if j is not None else gone)[j if j is not None else i] = m
             fmt.release_maps(gone)
             self._maps = keep
+            listed = {path for _, path in files}
+            self._identities = {p: v for p, v in self._identities.items() if p in listed}
             self._files = files
             self._starts = np.array([s for s, _ in files], dtype=np.int64)
             self._files_moved({i: new_index[old[i][0]] for i in range(len(old)) if old[i][0] in new_index})
@@ -107,13 +110,30 @@ class MappedFileQueue:
                 if m is None:
                     path = self._files[index][1]
                     try:
-                        m = fmt.map_file(path)
+                        m, self._identities[path] = fmt.map_file_identity(path)
                     except FileNotFoundError as exc:
                         raise StoreFileDeleted(
                             f"{self._kind} file was deleted after it was listed (expired by the broker)",
                             path) from exc
                     self._maps[index] = m
         return m
+
+    def replaced_file(self) -> str | None:
+        """A file this reader has mapped that its path no longer names (docs/live.md#cached-readers).
+
+        The path of the first file whose device, inode or size differ from the
+        file mapped there (replaced, or the store rewritten), else None. A file
+        that is gone is not replaced: the broker expired it, and
+        :meth:`refresh_files` drops it.
+        """
+        for path, identity in list(self._identities.items()):
+            try:
+                st = os.stat(path)
+            except FileNotFoundError:
+                continue
+            if fmt.file_identity(st) != identity:
+                return path
+        return None
 
     def _drop_resident(self, index: int | None = None) -> None:
         """Let the kernel unmap the resident pages of file ``index`` (all files: None).
@@ -157,6 +177,7 @@ class MappedFileQueue:
         """Release the mapped files."""
         with self._map_lock:
             fmt.release_maps(self._maps)
+            self._identities.clear()
 
     def __enter__(self):
         return self

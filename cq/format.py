@@ -585,11 +585,26 @@ def encode_blank_record(remaining: int) -> bytes:
 # ------------------------------------------------------------ file access
 def map_file(path: str | os.PathLike) -> memoryview:
     """Map a store file read-only (``mmap.ACCESS_READ``); an empty file maps to ``b""``."""
+    return map_file_identity(path)[0]
+
+
+def file_identity(st: os.stat_result) -> tuple[int, int, int]:
+    """``(device, inode, size)``: which file a path named when it was mapped (docs/live.md#cached-readers).
+
+    Store files are created at their full size and only appended into, so a
+    different triple at the same path is a different file (replaced, or the
+    store rewritten), whatever a writer appended meanwhile.
+    """
+    return st.st_dev, st.st_ino, st.st_size
+
+
+def map_file_identity(path: str | os.PathLike) -> tuple[memoryview, tuple[int, int, int]]:
+    """:func:`map_file`, and the :func:`file_identity` of the file mapped (from the open descriptor)."""
     with open(path, "rb") as f:
-        size = os.fstat(f.fileno()).st_size
-        if size == 0:
-            return memoryview(b"")
-        return memoryview(mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ))
+        st = os.fstat(f.fileno())
+        if st.st_size == 0:
+            return memoryview(b""), file_identity(st)
+        return memoryview(mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)), file_identity(st)
 
 
 def release_maps(maps: dict) -> None:

@@ -187,6 +187,12 @@ class StoreCut:
 REFRESH = ("always", "never")
 
 
+def _dir_identity(st: os.stat_result) -> tuple[int, int, int]:
+    # a directory's change time moves when entries are added or removed in it: a store
+    # deleted and written again at the same path differs here even if its inode is reused
+    return st.st_dev, st.st_ino, st.st_ctime_ns
+
+
 def _reopen_store(root: str, kwargs: dict) -> Store:
     return Store(root, **kwargs)
 
@@ -242,6 +248,7 @@ class Store:
         self._cqs: dict[tuple[str, int], ConsumeQueue] = {}
         self._exts: dict[tuple[str, int], ConsumeQueueExt | None] = {}
         self._frozen: dict[tuple[str, int], tuple[int, int]] = {}  # refresh="never": each queue's first view
+        self._root_identity = _dir_identity(os.stat(self.root))  # what replaced() compares
         # readers are opened lazily; the lock makes threads sharing a Store open each one once
         self._open_lock = threading.RLock()
 
@@ -511,7 +518,40 @@ class Store:
         if self.commit_log.files and self.commit_log.min_offset > 0:
             cqueue.correct_min_offset(self.commit_log.min_offset)
 
-    def cut(self, topic: str | None = None, queue_ids: Iterable[int] | None = None) -> StoreCut:
+    def replaced(self) -> str | None:
+        """Why this Store's readers no longer read the store at its root, or None (docs/live.md#cached-readers).
+
+        For a Store kept across reads (a stream's triggers, a Spark worker's
+        tasks): the root directory must be the same directory, with the same
+        entries (device, inode, change time), and every file a reader has
+        mapped must still be the file its path names (device, inode, size).
+        Appended data and files the broker expired are not changes: a
+        refresh follows them. A replaced Store must be closed and opened again.
+
+        Raises
+        ------
+        StoreFormatError
+            The store directory is gone.
+        """
+        with self._open_lock:
+            self._check_root()
+            try:
+                st = os.stat(self.root)
+            except FileNotFoundError:  # deleted just now
+                self._check_root()
+                raise
+            if _dir_identity(st) != self._root_identity:
+                return (f"the store directory {self.root} changed since it was opened (entries added or removed "
+                        f"at its top, or a new directory there)")
+            readers = [self._commit_log, *self._cqs.values(), *self._exts.values()]
+            for reader in readers:
+                path = reader.replaced_file() if reader is not None else None
+                if path is not None:
+                    return f"store file {path} was replaced since it was mapped"
+        return None
+
+    def cut(self, topic: str | None = None, queue_ids: Iterable[int] | None = None, *,
+            keep_readers: bool = False) -> StoreCut:
         """The cut a read starting now sees: queue ends first, then the CommitLog end (docs/live.md).
 
         Parameters
@@ -520,6 +560,13 @@ class Store:
             Only this topic's queues (default: every topic).
         queue_ids : iterable of int, optional
             Only these queues of ``topic``.
+        keep_readers : bool, default False
+            Keep each queue's reader in the Store (its maps released after the
+            cut, so no file stays open), so the next cut continues each queue's
+            recovery from the end this one found instead of opening the queue
+            again (docs/live.md#cached-readers). For a Store that takes a cut
+            per trigger of a stream. By default a queue not already cached is
+            opened for the cut and closed after it.
 
         Returns
         -------
@@ -543,14 +590,17 @@ class Store:
                     if not live and (t, int(q)) in self._frozen:
                         ranges.append((t, int(q), *self._frozen[t, int(q)], None))
                         continue
+                    cached = (t, int(q)) in self._cqs
                     try:
+                        if keep_readers and not cached:
+                            self._open_consume_queue((t, int(q)))
                         cqueue, ext = self._queue_readers(t, q)
                     except KeyError:
                         if queue_ids is not None:
                             raise
                         continue  # deleted since it was listed
                     try:
-                        if live and self._cqs.get((t, int(q))) is cqueue:
+                        if live and cached and self._cqs.get((t, int(q))) is cqueue:
                             self._refresh_queue((t, int(q)), cqueue)
                         ranges.append((t, int(q), cqueue.min_offset, cqueue.max_offset, cqueue))
                     except BaseException:
@@ -558,6 +608,10 @@ class Store:
                         raise
                     if live:
                         self._release(t, q, cqueue, ext)
+                    if keep_readers:
+                        cqueue.close()  # the reader keeps its ends and file list; its maps go
+                        if ext is not None:
+                            ext.close()
             end = log.refresh() if live else log.max_offset
             queues = []
             for t, q, lo, hi, cqueue in ranges:
@@ -574,16 +628,20 @@ class Store:
         """The cached reader of a queue, refreshed if it is behind a cut's ``queue_end`` or ``commit_log_end``.
 
         For readers that keep a Store across reads (Spark executors): whatever
-        it has cached, it can then read any cut taken up to now.
+        it has cached, it can then read any cut taken up to now. The CommitLog's
+        and the queue's files are listed again when the cut needs newer ones or
+        the broker expired the first one (docs/live.md#cached-readers).
         """
         with self._open_lock:
             self._check_root()
-            cqueue = self.consume_queue(topic, queue_id)
-            if cqueue.max_offset < queue_end:
-                self._refresh_queue((topic, int(queue_id)), cqueue)
             log = self.commit_log
-            if not log.files or log.files[-1][0] + log.file_size < commit_log_end:
+            if (not log.files or log.files[-1][0] + log.file_size < commit_log_end
+                    or not os.path.exists(log.files[0][1])):  # new files, or the broker expired the first
                 log.refresh_files()
+            cqueue = self.consume_queue(topic, queue_id)
+            files = cqueue.files
+            if cqueue.max_offset < queue_end or (files and not os.path.exists(files[0][1])):
+                self._refresh_queue((topic, int(queue_id)), cqueue)
             return cqueue
 
     def records_present(self, offsets: np.ndarray, sizes: np.ndarray, cut: StoreCut | None = None) -> np.ndarray:

@@ -41,17 +41,16 @@ from cq.custom_filter import MessageFilter, ext_columns, filter_record_batch, me
 from cq.errors import StoreFormatError
 from pyspark_udfs.datasource import RECORD_COLUMNS
 
-# Opened stores, per worker process: a worker reads many slices of one store. A slice carries
-# the cut its query planned, and _store() brings the cached readers up to it (docs/live.md).
-_STORES: dict[str, cq.Store] = {}
+# Opened stores, per worker process: a worker reads many slices of a few stores. Each use
+# checks the Store still reads the store at its path, and a slice carries the cut its query
+# planned, which _store() brings the cached readers up to (docs/live.md#cached-readers).
+_STORES = cq.StoreCache()
 TAGS = "TAGS"  # the property holding a message's tag
 
 
 def _store(path: str, part=None) -> cq.Store:
-    """The worker's Store of ``path``, caught up with the cut ``part`` was planned in."""
+    """The worker's Store of ``path``, checked current and caught up with the cut ``part`` was planned in."""
     store = _STORES.get(path)
-    if store is None:
-        store = _STORES[path] = cq.Store(path)
     if part is not None and part.commit_log_end is not None:
         store.follow(part.topic, part.queue_id, part.end, part.commit_log_end)
     return store

@@ -28,6 +28,12 @@ filter layers), at the CommitLog end of a cut taken when it is planned. The
 offsets are in Spark's checkpoint, so a restarted query goes on where it left
 off: with a sink that commits by batch id (file sinks, ``foreachBatch`` that
 does) the output is exactly once.
+
+A micro-batch's queue ranges are packed into as few partitions (Spark tasks) as
+``partition_units`` allows (default 100000 units a partition), in equal shares,
+since a task costs more than reading a few thousand units. The driver keeps its
+Store and queue readers from trigger to trigger, and each Python worker its
+Stores from task to task, each checked before use (docs/live.md#cached-readers).
 """
 from __future__ import annotations
 
@@ -35,7 +41,7 @@ import dataclasses
 import json
 from collections.abc import Sequence
 
-from pyspark.sql.datasource import DataSourceStreamReader
+from pyspark.sql.datasource import DataSourceStreamReader, InputPartition
 from pyspark.sql.streaming.datasource import (
     ReadAllAvailable,
     ReadLimit,
@@ -49,7 +55,7 @@ from cq import stream
 
 from .datasource import ConsumeQueueSlice, ReadOptions
 
-__all__ = ["RocketMQStreamReader", "StreamOptions"]
+__all__ = ["RocketMQStreamReader", "StreamOptions", "StreamPartition", "pack_ranges"]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -82,6 +88,40 @@ class StreamOptions:
         return cls(read, starting, limit)
 
 
+@dataclasses.dataclass(frozen=True)
+class StreamPartition(InputPartition):
+    """One task of a micro-batch: queue ranges read one after the other."""
+
+    slices: tuple[ConsumeQueueSlice, ...]
+
+
+def pack_ranges(ranges: Sequence[tuple[str, int, int, int]], size: int) -> list[list[tuple[str, int, int, int]]]:
+    """``(topic, queue_id, start, end)`` ranges cut into the fewest groups of at most ``size`` units,
+    in equal shares (the last may be smaller); a range is split where a share ends.
+
+    >>> pack_ranges([("T", 0, 0, 5), ("T", 1, 0, 5)], 100)
+    [[('T', 0, 0, 5), ('T', 1, 0, 5)]]
+    >>> pack_ranges([("T", 0, 0, 150), ("T", 1, 10, 60)], 100)
+    [[('T', 0, 0, 100)], [('T', 0, 100, 150), ('T', 1, 10, 60)]]
+    """
+    total = sum(e - s for _, _, s, e in ranges)
+    if total <= 0:
+        return []
+    share = -(-total // -(-total // size))  # ceil(total / groups), groups = ceil(total / size)
+    groups: list[list[tuple[str, int, int, int]]] = [[]]
+    room = share
+    for topic, q, s, e in ranges:
+        while s < e:
+            if room == 0:
+                groups.append([])
+                room = share
+            take = min(room, e - s)
+            groups[-1].append((topic, q, s, s + take))
+            s += take
+            room -= take
+    return groups
+
+
 class RocketMQStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     """Micro-batches of queue-offset ranges, read by the batch source's reader."""
 
@@ -92,14 +132,16 @@ class RocketMQStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         self._target: stream.Offsets | None = None
 
     def _cut(self) -> cq.StoreCut:
-        if self._store is None:
-            try:
-                self._store = cq.Store(self.options.read.path)
-            except cq.StoreFormatError as exc:
-                raise ValueError(f"rocketmq streaming: store {self.options.read.path!r}: {exc}") from exc
+        """A cut taken now, by the Store kept from the previous trigger if it still reads this store."""
         topic = self.options.read.topic
         try:
-            return self._store.cut(topic)  # a store directory deleted meanwhile fails here, named
+            if self._store is not None and self._store.replaced() is not None:
+                self._store.close()  # the directory or a mapped file was replaced: open it again
+                self._store = None
+            if self._store is None:
+                self._store = cq.Store(self.options.read.path)
+            # keep_readers: each queue's recovery goes on from the previous trigger's end
+            return self._store.cut(topic, keep_readers=True)  # a store directory deleted meanwhile fails, named
         except cq.StoreFormatError as exc:
             raise ValueError(f"rocketmq streaming: store {self.options.read.path!r}: {exc}") from exc
         except KeyError as exc:
@@ -124,30 +166,29 @@ class RocketMQStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     def prepareForTriggerAvailableNow(self) -> None:
         self._target = stream.cut_offsets(self._cut())
 
-    def partitions(self, start: dict, end: dict) -> Sequence[ConsumeQueueSlice]:
-        """``[start, end)`` of each queue, split every ``partition_units`` units, at a cut taken now.
+    def partitions(self, start: dict, end: dict) -> Sequence[StreamPartition]:
+        """``[start, end)`` of each queue at a cut taken now, packed into partitions of at most
+        ``partition_units`` units (:func:`pack_ranges`).
 
         Every unit below ``end`` was in the cut ``latestOffset`` took, so its record is
         below that cut's CommitLog end and below this one's: a batch replayed after
         a restart reads the same records (unless the broker expired them meanwhile).
         """
         cut = self._cut()
-        size = self.options.read.units_per_partition()
-        slices = []
-        for topic in sorted(end):
-            for q, (s, e) in sorted(stream.ranges(start, end, topic).items()):
-                for a in range(s, e, size):
-                    slices.append(ConsumeQueueSlice(topic, q, a, min(e, a + size),
-                                                    commit_log_min=cut.commit_log_min,
-                                                    commit_log_end=cut.commit_log_end))
-        return slices
+        ranges = [(topic, q, s, e) for topic in sorted(end)
+                  for q, (s, e) in sorted(stream.ranges(start, end, topic).items())]
+        return [StreamPartition(tuple(ConsumeQueueSlice(t, q, s, e, commit_log_min=cut.commit_log_min,
+                                                        commit_log_end=cut.commit_log_end)
+                                      for t, q, s, e in group))
+                for group in pack_ranges(ranges, self.options.read.units_per_partition())]
 
-    def read(self, partition: ConsumeQueueSlice):
-        """The slice's rows, read as the batch source reads them (heavy imports happen here)."""
+    def read(self, partition: StreamPartition):
+        """The partition's rows, each slice read as the batch source reads it (heavy imports happen here)."""
         # lazy: the heavy imports run on the executor, as in the batch source's read()
         from pyspark_udfs import _reader
 
-        yield from _reader.read_slice(self.options.read, self.schema, partition, [])
+        for part in partition.slices:
+            yield from _reader.read_slice(self.options.read, self.schema, part, [])
 
     def commit(self, end: dict) -> None:
         """Nothing to do: the offsets live in Spark's checkpoint and the store is never written."""

@@ -86,7 +86,7 @@ def test_no_commit_log_column_reads_no_commit_log_byte(monkeypatch):
 
     monkeypatch.setattr(cq.CommitLog, "_map", refuse)
     monkeypatch.setattr(cq.CommitLog, "_u8", refuse)
-    monkeypatch.setattr(_reader, "_STORES", {})
+    monkeypatch.setattr(_reader, "_STORES", cq.StoreCache())
     rows = sum(b.num_rows for p in parts for b in _reader.read_slice(options, schema, p, []))
     assert rows == 300
     # a CommitLog column does read it: the spy is live
