@@ -512,6 +512,11 @@ def crc32_of(data):
     return zlib.crc32(bytes(data))
 
 
+def adler32_of(data):
+    """Adler-32 of ``data`` as ``zlib.adler32`` gives it (the compiled engine checks inflated bodies with its own)."""
+    return zlib.adler32(bytes(data))
+
+
 def texts_list(offsets, data, binary=False):
     """Row ``i`` of a text (or, with ``binary``, bytes) column as str (bytes): a list of ``len(offsets) - 1``."""
     o = [int(x) for x in offsets]
