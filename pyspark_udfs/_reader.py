@@ -487,8 +487,8 @@ def _read_slice(options, schema, part, tags_code_sets, skips: Skips) -> Iterator
         read = None
         if record_fields:
             read = reached[batch_rows] if reached is not None else np.ones(len(batch_rows), np.bool_)
-            records, good, errors = decode_skipping(decode,
-                                                    units["commit_log_offset"][batch_rows[read]], skips.enabled)
+            records, good, errors = decode_skipping(
+                decode, units["commit_log_offset"][batch_rows if reached is None else batch_rows[read]], skips.enabled)
             if errors:
                 bad = batch_rows[read][~good]
                 skips.add_units(queue_offsets[bad], errors)
@@ -496,8 +496,11 @@ def _read_slice(options, schema, part, tags_code_sets, skips: Skips) -> Iterator
                 batch_rows, read = batch_rows[keep_rows], read[keep_rows]
         if len(batch_rows) == 0:
             continue
+        # the rows of a batch are often consecutive units (a full read): slices instead of gathers
+        consecutive = int(batch_rows[-1]) - int(batch_rows[0]) == len(batch_rows) - 1
         columns = _unit_columns(wanted, topic, queue_id, queue_offsets, units, tags_code, known, is_ext,
-                                ext_batch, batch_rows)
+                                ext_batch, slice(int(batch_rows[0]), int(batch_rows[-1]) + 1) if consecutive
+                                else batch_rows)
         if records is not None:
             columns.update(_record_columns(records, record_fields, read))
         d = decisions
@@ -520,16 +523,22 @@ def _read_slice(options, schema, part, tags_code_sets, skips: Skips) -> Iterator
 
 def _unit_columns(wanted, topic, queue_id, queue_offsets, units, tags_code, known, is_ext, ext_batch,
                   rows) -> dict[str, pa.Array]:
-    """The asked-for columns that come from ConsumeQueue (and ext) units, for ``rows``."""
-    n = len(rows)
+    """The asked-for columns that come from ConsumeQueue (and ext) units, for ``rows`` (indices, or
+    ``slice(start, stop)`` of consecutive units: the columns are then views or one copy each)."""
+    n = rows.stop - rows.start if isinstance(rows, slice) else len(rows)
+
+    def masked(values: np.ndarray, valid: np.ndarray) -> pa.Array:
+        return pa.array(values) if valid.all() else pa.array(values, mask=~valid)
+
     makers = {
         "topic": lambda: pa.repeat(pa.scalar(topic, pa.string()), n),
         "queue_id": lambda: pa.array(np.full(n, queue_id, dtype=np.int32)),
         "queue_offset": lambda: pa.array(queue_offsets[rows]),
+        # (fields of the structured units: one copy makes them contiguous, in the column's type)
         "commit_log_offset": lambda: pa.array(units["commit_log_offset"][rows].astype(np.int64)),
         "store_size": lambda: pa.array(units["size"][rows].astype(np.int32)),
-        "tags_code": lambda: pa.array(tags_code[rows], mask=~known[rows]),
-        "ext_address": lambda: pa.array(units["tags_code"][rows].astype(np.int64), mask=~is_ext[rows]),
+        "tags_code": lambda: masked(tags_code[rows], known[rows]),
+        "ext_address": lambda: masked(units["tags_code"][rows].astype(np.int64), is_ext[rows]),
     }
     out = {name: make() for name, make in makers.items() if name in wanted}
     if "msg_store_time" in wanted or "filter_bitmap" in wanted:
