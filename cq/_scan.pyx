@@ -1425,7 +1425,7 @@ def decode_columns(const uint8_t[::1] buf, const int64_t[::1] positions, int64_t
     cdef GBuf g[N_FIELDS]
     cdef GBuf koff, voff, scratch, pkeys, pvals
     cdef HostCache born_cache, store_cache
-    cdef bint need_props, props_ascii = 0
+    cdef bint need_props, props_ascii = 0, ascii_values
     if limit < 0 or limit > n:
         raise ValueError(f"limit {limit} outside the buffer of {n} bytes")
     for j in range(N_FIELDS):
@@ -1578,26 +1578,27 @@ def decode_columns(const uint8_t[::1] buf, const int64_t[::1] positions, int64_t
                 kl = ents[keys_e].vlen if keys_e >= 0 else 0
             elif need_props:
                 _tags_keys(b, r.props, r.props + r.plen, &tv, &tl, &kv, &kl)
+            # values inside properties text already found all ASCII need no UTF-8 check: a plain copy
+            ascii_values = want[F_PROPERTIES] and props_ascii
             if want[F_TAGS]:
                 if tv >= 0:
                     v_tags[i] = 1
-                    if _put_utf8(&g[F_TAGS], b + tv, tl) < 0:
+                    if (_put(&g[F_TAGS], b + tv, tl) if ascii_values else _put_utf8(&g[F_TAGS], b + tv, tl)) < 0:
                         fail = 1
                         break
                 o_tags[i + 1] = <int32_t>g[F_TAGS].n
             if want[F_KEYS]:
                 if kv >= 0:
                     v_keys[i] = 1
-                    if _put_utf8(&g[F_KEYS], b + kv, kl) < 0:
+                    if (_put(&g[F_KEYS], b + kv, kl) if ascii_values else _put_utf8(&g[F_KEYS], b + kv, kl)) < 0:
                         fail = 1
                         break
                 o_keys[i + 1] = <int32_t>g[F_KEYS].n
-            for j in range(N_FIELDS):
-                if g[j].n > INT32_MAX:
-                    fail = 2
-            if pkeys.n > INT32_MAX or pvals.n > INT32_MAX:
+            # only the variable-length buffers grow (the fixed fields write numpy arrays)
+            if (g[F_BORN_HOST].n > INT32_MAX or g[F_STORE_HOST].n > INT32_MAX or g[F_BODY].n > INT32_MAX
+                    or g[F_TOPIC].n > INT32_MAX or g[F_TAGS].n > INT32_MAX or g[F_KEYS].n > INT32_MAX
+                    or pkeys.n > INT32_MAX or pvals.n > INT32_MAX):
                 fail = 2
-            if fail:
                 break
     try:
         if fail == 1:
