@@ -317,9 +317,11 @@ class ConsumeQueueExt(MappedFileQueue):
             else:
                 size = np.zeros(k, dtype=np.int16) if size is None else size
                 size[rows] = head
-            n = lengths[rows]
+            n = lengths[rows] if len(rows) < k else lengths
             goff, gdata = _scan.gather_spans(buf, pos + fmt.MIN_EXT_UNIT_SIZE, n)
-            if len(gdata):  # each row's bytes to its place in input order
+            if len(rows) == k:  # every row, in input order: the gathered spans are the column
+                data = gdata
+            elif len(gdata):  # each row's bytes to its place in input order
                 shift = offsets[rows] - goff[:-1]
                 if shift[0] == shift[-1] and (shift == shift[0]).all():  # one run (rows ascending): a copy
                     data[shift[0]:shift[0] + len(gdata)] = gdata
@@ -331,13 +333,14 @@ class ConsumeQueueExt(MappedFileQueue):
 
     def _group_by_file(self, addresses: np.ndarray):
         is_ext = addresses <= fmt.MAX_ADDR
-        real = np.where(is_ext, addresses.astype(np.uint64) ^ np.uint64(1 << 63), 0).astype(np.int64)
+        # the address minus Long.MIN_VALUE: flipping the sign bit of the int64 is that subtraction
+        real = np.where(is_ext, addresses ^ np.int64(np.iinfo(np.int64).min), 0)
         if not self._files:
             return
-        idx = np.searchsorted(self._starts, real, side="right") - 1
+        # files are contiguous, one file size apart (fmt.check_queue_files): the file is a division away
+        idx = (real - self._starts[0]) // self.file_size
         idx[is_ext & (real == 0)] = 0
-        ok = is_ext & (idx >= 0)
-        ok &= real < self._starts[np.clip(idx, 0, None)] + self.file_size
+        ok = is_ext & (idx >= 0) & (idx < len(self._files))
         files = idx[ok]
         if not len(files):
             return

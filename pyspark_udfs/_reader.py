@@ -477,9 +477,9 @@ def _read_slice(options, schema, part, tags_code_sets, skips: Skips) -> Iterator
 
     cuts = None
     if record_fields and len(rows):
-        starts = np.array([start for start, _ in log.files], dtype=np.int64)
-        file_of = np.searchsorted(starts, units["commit_log_offset"][rows].astype(np.int64),
-                                  side="right")
+        # CommitLog files are contiguous, one file size apart (cq.format.check_queue_files): a record's
+        # file is a division away (where it starts, not whether it is there: the decoder checks that)
+        file_of = (units["commit_log_offset"][rows].astype(np.int64) - log.min_offset) // max(log.file_size, 1)
         cuts = np.flatnonzero(np.diff(file_of)) + 1
     for a, b in batch_bounds(units["size"][rows] if record_fields else None, len(rows), cuts=cuts):
         batch_rows = rows[a:b]
