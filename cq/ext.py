@@ -337,8 +337,16 @@ class ConsumeQueueExt(MappedFileQueue):
         real = np.where(is_ext, addresses ^ np.int64(np.iinfo(np.int64).min), 0)
         if not self._files:
             return
-        # files are contiguous, one file size apart (fmt.check_queue_files): the file is a division away
-        idx = (real - self._starts[0]) // self.file_size
+        # files are contiguous, each starting at a multiple of the file size (fmt.check_queue_files):
+        # the file is a division away, the position in it a subtraction
+        first, size = int(self._starts[0]), self.file_size
+        if len(real) and is_ext.all():
+            lo, hi = int(real.min()), int(real.max())
+            index = (lo - first) // size
+            if lo > 0 and 0 <= index < len(self._files) and (hi - first) // size == index:
+                yield index, np.arange(len(real)), real - (first + index * size)  # every address in one file
+                return
+        idx = (real - first) // size
         idx[is_ext & (real == 0)] = 0
         ok = is_ext & (idx >= 0) & (idx < len(self._files))
         files = idx[ok]
