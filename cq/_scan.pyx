@@ -128,6 +128,7 @@ cdef extern from *:
     #endif
     static void rmq_adler_init(void) {
     #ifdef RMQ_ADLER_AVX2
+        __builtin_cpu_init();
         rmq_have_avx2 = __builtin_cpu_supports("avx2");
     #endif
     }
