@@ -386,7 +386,7 @@ def batch_bounds(sizes: np.ndarray | None, n: int, batch_bytes: int = BATCH_BYTE
         return out
     cost = np.full(n, ROW_OVERHEAD, dtype=np.int64)
     if sizes is not None:
-        cost += np.clip(sizes.astype(np.int64), 0, None)
+        cost += np.clip(sizes.astype(np.int64, copy=False), 0, None)
     ends = np.cumsum(cost)
     bounds = []
     start, base = 0, 0
@@ -468,7 +468,7 @@ def _read_slice(options, schema, part, tags_code_sets, skips: Skips) -> Iterator
         if record_fields or cut is None:
             keep &= _in_commit_log(store, fields["commit_log_offset"], fields["size"], part)
         else:  # no record is decoded: the cut's range decides, and no CommitLog file is opened
-            offsets, sizes = fields["commit_log_offset"].astype(np.int64), fields["size"].astype(np.int64)
+            offsets, sizes = fields["commit_log_offset"].astype(np.int64, copy=False), fields["size"].astype(np.int64)
             keep &= (offsets >= cut.commit_log_min) & (offsets + sizes <= cut.commit_log_end)
     rows = np.flatnonzero(keep)
     # With decisions=true the broker reads only the records layer 1 let through: NULL elsewhere.
@@ -482,7 +482,7 @@ def _read_slice(options, schema, part, tags_code_sets, skips: Skips) -> Iterator
     if record_fields and len(rows):
         # CommitLog files are contiguous, one file size apart (cq.format.check_queue_files): a record's
         # file is a division away (where it starts, not whether it is there: the decoder checks that)
-        file_of = (fields["commit_log_offset"][rows].astype(np.int64) - log.min_offset) // max(log.file_size, 1)
+        file_of = (fields["commit_log_offset"][rows] - log.min_offset) // max(log.file_size, 1)
         cuts = np.flatnonzero(np.diff(file_of)) + 1
     for a, b in batch_bounds(fields["size"][rows] if record_fields else None, len(rows), cuts=cuts):
         batch_rows = rows[a:b]
@@ -524,6 +524,18 @@ def _read_slice(options, schema, part, tags_code_sets, skips: Skips) -> Iterator
         yield pa.RecordBatch.from_arrays(arrays, schema=schema)
 
 
+_TOPIC_COLUMNS: dict[str, pa.Array] = {}  # per worker: the longest topic column made, sliced for each batch
+
+
+def _topic_column(topic: str, n: int) -> pa.Array:
+    """``n`` rows of ``topic``: a zero-copy slice of one column per topic (a batch of a slice of a topic
+    would otherwise repeat the name again)."""
+    col = _TOPIC_COLUMNS.get(topic)
+    if col is None or len(col) < n:
+        col = _TOPIC_COLUMNS[topic] = pa.repeat(pa.scalar(topic, pa.string()), max(n, 1 << 16))
+    return col.slice(0, n)
+
+
 def _unit_columns(wanted, topic, queue_id, queue_offsets, units, tags_code, known, is_ext, ext_batch,
                   rows) -> dict[str, pa.Array]:
     """The asked-for columns that come from ConsumeQueue (and ext) units, for ``rows`` (indices, or
@@ -535,7 +547,7 @@ def _unit_columns(wanted, topic, queue_id, queue_offsets, units, tags_code, know
         return pa.array(values) if valid.all() else pa.array(values, mask=~valid)
 
     makers = {
-        "topic": lambda: pa.repeat(pa.scalar(topic, pa.string()), n),
+        "topic": lambda: _topic_column(topic, n),
         "queue_id": lambda: pa.array(np.full(n, queue_id, dtype=np.int32)),
         "queue_offset": lambda: pa.array(queue_offsets[rows]),
         "commit_log_offset": lambda: pa.array(units["commit_log_offset"][rows].astype(np.int64, copy=False)),
