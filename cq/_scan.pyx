@@ -81,6 +81,83 @@ cdef extern from *:
             for (int k = 1; k < 8; k++) { c = rmq_crc_tab[0][c & 0xff] ^ (c >> 8); rmq_crc_tab[k][n] = c; }
         }
     }
+    /* Adler-32 (RFC 1950, zlib's adler32), for the check of a zlib body inflated raw
+       (inflate_bodies). zlib's own loop takes a byte a step; with AVX2 a step takes 32:
+       for chunk c of S in a block, byte j (0..31) weighs 32 * (S - 1 - c) + (32 - j) in
+       s2, so s2 grows by 32 * (the sum of each chunk's preceding byte sums) plus the
+       byte sums weighted 32..1. Blocks of at most 5552 bytes (zlib's NMAX) keep every
+       32-bit lane below overflow before the modulo. */
+    #define RMQ_ADLER_BASE 65521u
+    #define RMQ_ADLER_NMAX 5552
+    #if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+    #include <immintrin.h>
+    #define RMQ_ADLER_AVX2 1
+    static int rmq_have_avx2 = 0;
+    __attribute__((target("avx2")))
+    static uint32_t rmq_adler32_avx2(uint32_t s1, uint32_t s2, const uint8_t* p, int64_t n, int64_t* done) {
+        const __m256i zero = _mm256_setzero_si256();
+        const __m256i ones = _mm256_set1_epi16(1);
+        const __m256i weights = _mm256_setr_epi8(32, 31, 30, 29, 28, 27, 26, 25, 24, 23, 22, 21, 20, 19, 18, 17,
+                                                 16, 15, 14, 13, 12, 11, 10, 9, 8, 7, 6, 5, 4, 3, 2, 1);
+        int64_t start = n;
+        uint32_t lanes[8];
+        while (n >= 32) {
+            int64_t block = (n < RMQ_ADLER_NMAX ? n : RMQ_ADLER_NMAX) & ~(int64_t)31;
+            __m256i v1 = zero, v1_before = zero, v2 = zero;
+            n -= block;
+            uint64_t s2_64 = (uint64_t)s2 + (uint64_t)block * s1;
+            for (int64_t i = 0; i < block; i += 32) {
+                __m256i d = _mm256_loadu_si256((const __m256i*)(p + i));
+                v1_before = _mm256_add_epi32(v1_before, v1);
+                v1 = _mm256_add_epi32(v1, _mm256_sad_epu8(d, zero));
+                v2 = _mm256_add_epi32(v2, _mm256_madd_epi16(_mm256_maddubs_epi16(d, weights), ones));
+            }
+            p += block;
+            uint64_t sum1 = 0, before = 0, sum2 = 0;
+            _mm256_storeu_si256((__m256i*)lanes, v1);
+            for (int k = 0; k < 8; k++) sum1 += lanes[k];
+            _mm256_storeu_si256((__m256i*)lanes, v1_before);
+            for (int k = 0; k < 8; k++) before += lanes[k];
+            _mm256_storeu_si256((__m256i*)lanes, v2);
+            for (int k = 0; k < 8; k++) sum2 += lanes[k];
+            s1 = (uint32_t)((s1 + sum1) % RMQ_ADLER_BASE);
+            s2 = (uint32_t)((s2_64 + 32 * before + sum2) % RMQ_ADLER_BASE);
+        }
+        *done = start - n;
+        return (s2 << 16) | s1;
+    }
+    #endif
+    static void rmq_adler_init(void) {
+    #ifdef RMQ_ADLER_AVX2
+        __builtin_cpu_init();
+        rmq_have_avx2 = __builtin_cpu_supports("avx2");
+    #endif
+    }
+    static uint32_t rmq_adler32(const uint8_t* p, int64_t n) {
+        uint32_t s1 = 1, s2 = 0;
+    #ifdef RMQ_ADLER_AVX2
+        if (rmq_have_avx2 && n >= 32) {
+            int64_t done;
+            uint32_t a = rmq_adler32_avx2(s1, s2, p, n, &done);
+            s1 = a & 0xffff;
+            s2 = a >> 16;
+            p += done;
+            n -= done;
+        }
+    #endif
+        while (n > 0) {  /* zlib's definition, NMAX bytes between reductions */
+            int64_t block = n < RMQ_ADLER_NMAX ? n : RMQ_ADLER_NMAX;
+            n -= block;
+            while (block-- > 0) {
+                s1 += *p++;
+                s2 += s1;
+            }
+            s1 %= RMQ_ADLER_BASE;
+            s2 %= RMQ_ADLER_BASE;
+        }
+        return (s2 << 16) | s1;
+    }
+
     static inline uint32_t rmq_crc32_short(const uint8_t* p, int64_t n) {
         uint32_t c = 0xFFFFFFFFu;
     #if __BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__
@@ -101,6 +178,8 @@ cdef extern from *:
     }
     """
     void rmq_crc_init() noexcept nogil
+    void rmq_adler_init() noexcept nogil
+    uint32_t rmq_adler32(const uint8_t* p, int64_t n) noexcept nogil
     uint32_t rmq_crc32_short(const uint8_t* p, int64_t n) noexcept nogil
     int rmq_ctz64(uint64_t v) noexcept nogil
     void rmq_prefetch(const void* p) noexcept nogil
@@ -1408,7 +1487,7 @@ def decode_columns(const uint8_t[::1] buf, const int64_t[::1] positions, int64_t
     cdef GBuf g[N_FIELDS]
     cdef GBuf koff, voff, scratch, pkeys, pvals
     cdef HostCache born_cache, store_cache
-    cdef bint need_props, props_ascii = 0
+    cdef bint need_props, props_ascii = 0, ascii_values
     if limit < 0 or limit > n:
         raise ValueError(f"limit {limit} outside the buffer of {n} bytes")
     for j in range(N_FIELDS):
@@ -1561,26 +1640,27 @@ def decode_columns(const uint8_t[::1] buf, const int64_t[::1] positions, int64_t
                 kl = ents[keys_e].vlen if keys_e >= 0 else 0
             elif need_props:
                 _tags_keys(b, r.props, r.props + r.plen, &tv, &tl, &kv, &kl)
+            # values inside properties text already found all ASCII need no UTF-8 check: a plain copy
+            ascii_values = want[F_PROPERTIES] and props_ascii
             if want[F_TAGS]:
                 if tv >= 0:
                     v_tags[i] = 1
-                    if _put_utf8(&g[F_TAGS], b + tv, tl) < 0:
+                    if (_put(&g[F_TAGS], b + tv, tl) if ascii_values else _put_utf8(&g[F_TAGS], b + tv, tl)) < 0:
                         fail = 1
                         break
                 o_tags[i + 1] = <int32_t>g[F_TAGS].n
             if want[F_KEYS]:
                 if kv >= 0:
                     v_keys[i] = 1
-                    if _put_utf8(&g[F_KEYS], b + kv, kl) < 0:
+                    if (_put(&g[F_KEYS], b + kv, kl) if ascii_values else _put_utf8(&g[F_KEYS], b + kv, kl)) < 0:
                         fail = 1
                         break
                 o_keys[i + 1] = <int32_t>g[F_KEYS].n
-            for j in range(N_FIELDS):
-                if g[j].n > INT32_MAX:
-                    fail = 2
-            if pkeys.n > INT32_MAX or pvals.n > INT32_MAX:
+            # only the variable-length buffers grow (the fixed fields write numpy arrays)
+            if (g[F_BORN_HOST].n > INT32_MAX or g[F_STORE_HOST].n > INT32_MAX or g[F_BODY].n > INT32_MAX
+                    or g[F_TOPIC].n > INT32_MAX or g[F_TAGS].n > INT32_MAX or g[F_KEYS].n > INT32_MAX
+                    or pkeys.n > INT32_MAX or pvals.n > INT32_MAX):
                 fail = 2
-            if fail:
                 break
     try:
         if fail == 1:
@@ -1645,6 +1725,16 @@ def crc32_of(const uint8_t[::1] data):
     if data.shape[0] == 0:
         return 0
     return _crc32(&data[0], data.shape[0])
+
+
+rmq_adler_init()
+
+
+def adler32_of(const uint8_t[::1] data):
+    """Adler-32 of ``data`` as ``zlib.adler32`` gives it, by ``inflate_bodies``' own code (tests compare the two)."""
+    if data.shape[0] == 0:
+        return 1
+    return rmq_adler32(&data[0], data.shape[0])
 
 
 def body_crc_mismatch(const uint8_t[::1] buf, int64_t pos, int64_t end):
@@ -1843,6 +1933,7 @@ cdef extern from "zlib.h" nogil:
         void* opaque
     int Z_OK, Z_STREAM_END, Z_BUF_ERROR, Z_NO_FLUSH
     int inflateInit(z_stream* strm)
+    int inflateInit2(z_stream* strm, int windowBits)
     int inflateReset(z_stream* strm)
     int inflate(z_stream* strm, int flush)
     int inflateEnd(z_stream* strm)
@@ -1854,6 +1945,7 @@ assert len(fmt.ZLIB_COMPRESSION_TYPES) == 2, "ZLIB_COMPRESSION_TYPES changed: up
 cdef int32_t CTYPE_ZLIB = fmt.ZLIB_COMPRESSION_TYPES[1]
 cdef int32_t CTYPE_ZLIB_LEGACY = fmt.ZLIB_COMPRESSION_TYPES[0]
 DEF INFLATE_FIRST = 65536      # first output room for a body: grown by doubling as output comes
+cdef double _inflate_rate = 0  # bytes per row of the last inflate_bodies output (its pooled buffer's size)
 
 
 cdef inline int _room(GBuf* g, int64_t need, int64_t limit) noexcept nogil:
@@ -1877,11 +1969,30 @@ cdef inline int _room(GBuf* g, int64_t need, int64_t limit) noexcept nogil:
     return 0
 
 
-cdef int _inflate_into(z_stream* zs, GBuf* g, const uint8_t* src, int64_t n, int64_t limit) noexcept nogil:
+cdef int _inflate_into(z_stream* raw, z_stream* wrapped, GBuf* g, const uint8_t* src, int64_t n,
+                       int64_t limit) noexcept nogil:
     # Inflate one zlib stream (RFC 1950) at the end of g: 0 done, 1 it does not inflate (the caller
     # leaves the row to decompress_body, which names the error), -1 no memory, -2 g would reach
-    # ``limit`` bytes.
-    # Bytes after the end of the stream are ignored, as zlib.decompress ignores them.
+    # ``limit`` bytes. Bytes after the end of the stream are ignored, as zlib.decompress ignores them.
+    # The header every producer writes (deflate, 32 KiB window, no preset dictionary, header check
+    # good) is read here and the deflate data inflated raw (``raw``: the same window), the trailer's
+    # Adler-32 checked by rmq_adler32, faster than zlib's; any other header goes through ``wrapped``,
+    # zlib's own header and check. Either way a body inflates iff zlib.decompress inflates it.
+    cdef int got
+    cdef int64_t start = g.n
+    if n >= 2 and src[0] == 0x78 and (src[1] & 0x20) == 0 and ((<int32_t>src[0] << 8) | src[1]) % 31 == 0:
+        got = _inflate_stream(raw, g, src + 2, n - 2, limit)
+        if got != 0:
+            return got
+        if raw.avail_in < 4 or rmq_load_be32(raw.next_in) != rmq_adler32(g.p + start, g.n - start):
+            return 1  # the trailer is cut short or the check fails: zlib would not inflate it either
+        return 0
+    return _inflate_stream(wrapped, g, src, n, limit)
+
+
+cdef int _inflate_stream(z_stream* zs, GBuf* g, const uint8_t* src, int64_t n, int64_t limit) noexcept nogil:
+    # Inflate ``src`` with ``zs`` (raw deflate or a zlib stream, as it was initialised) at the end
+    # of g: _inflate_into's results.
     cdef int ret, got
     cdef int64_t free_room, take
     if n > INT32_MAX or inflateReset(zs) != Z_OK:  # a body column never holds more
@@ -1928,6 +2039,7 @@ def inflate_bodies(offsets, data, sys_flag, int64_t max_bytes=INT32_MAX):
     OverflowError when the new column would pass ``max_bytes`` (at most, and
     by default, 2 GiB - 1: int32 offsets), before allocating past it.
     """
+    global _inflate_rate
     cdef const int32_t[::1] off = offsets
     cdef const uint8_t[::1] src = data
     cdef const int32_t[::1] sf = sys_flag
@@ -1937,7 +2049,7 @@ def inflate_bodies(offsets, data, sys_flag, int64_t max_bytes=INT32_MAX):
     cdef int fail = 0, got
     cdef int bad_offsets = 0
     cdef GBuf g
-    cdef z_stream zs
+    cdef z_stream zs, zw
     cdef uint8_t* shrunk
     cdef int64_t limit = (max_bytes if 0 <= max_bytes < INT32_MAX else INT32_MAX) + 1
     if off.shape[0] != k + 1:
@@ -1961,8 +2073,14 @@ def inflate_bodies(offsets, data, sys_flag, int64_t max_bytes=INT32_MAX):
     cdef const uint8_t* s = &src[0] if size else NULL
     memset(&g, 0, sizeof(GBuf))
     memset(&zs, 0, sizeof(z_stream))
-    if inflateInit(&zs) != Z_OK:
+    memset(&zw, 0, sizeof(z_stream))
+    if inflateInit2(&zs, -15) != Z_OK:  # raw deflate, 32 KiB window
         raise MemoryError()
+    if inflateInit(&zw) != Z_OK:
+        inflateEnd(&zs)
+        raise MemoryError()
+    # output memory from the pool (pages already faulted in), sized by the bytes per row last time
+    _pool_get(&g, <int64_t>(_inflate_rate * k * 1.125))
     try:
         with nogil:
             # the uncompressed rows at least are copied: reserve them (and the compressed rows' input) once
@@ -1987,7 +2105,7 @@ def inflate_bodies(offsets, data, sys_flag, int64_t max_bytes=INT32_MAX):
                     got = 1
                     if ct == CTYPE_ZLIB or ct == CTYPE_ZLIB_LEGACY:
                         a = g.n
-                        got = _inflate_into(&zs, &g, s + off[i], e - off[i], limit)
+                        got = _inflate_into(&zs, &zw, &g, s + off[i], e - off[i], limit)
                         if got < 0:
                             fail = got
                             break
@@ -2006,7 +2124,10 @@ def inflate_bodies(offsets, data, sys_flag, int64_t max_bytes=INT32_MAX):
             raise OverflowError(f"the body column of {k} records passes {limit - 1} bytes once decompressed"
                                 f"{'' if limit - 1 < INT32_MAX else ' (2 GiB, int32 offsets)'}: "
                                 "decode fewer records at a time")
-        if g.n and g.cap > g.n + 65536:  # give back the room the doubling left over (realloc to 0 frees)
+        _inflate_rate = <double>g.n / k
+        if g.n and g.cap > g.n + 65536 and g.cap > g.n + g.n // 4:
+            # give back most of the room the doubling left over (realloc to 0 frees); a pooled
+            # buffer sized by the last rate keeps its slack, for the next batch
             shrunk = <uint8_t*>realloc(g.p, g.n)
             if shrunk != NULL:
                 g.p = shrunk
@@ -2014,5 +2135,6 @@ def inflate_bodies(offsets, data, sys_flag, int64_t max_bytes=INT32_MAX):
         out = _take(&g, np.uint8, g.n)
     finally:
         inflateEnd(&zs)
+        inflateEnd(&zw)
         free(g.p)
     return new_offsets, out, rest[:nrest]

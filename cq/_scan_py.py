@@ -545,6 +545,11 @@ def crc32_of(data):
     return zlib.crc32(bytes(data))
 
 
+def adler32_of(data):
+    """Adler-32 of ``data`` as ``zlib.adler32`` gives it (the compiled engine checks inflated bodies with its own)."""
+    return zlib.adler32(bytes(data))
+
+
 def _rows(rows, n):
     out = list(range(n)) if rows is None else [int(r) for r in rows]
     for r in out:

@@ -623,18 +623,24 @@ class CommitLog(MappedFileQueue):
         k = len(offs)
         if k == 0:
             return _columns.empty(names)
-        if self._files:
-            idx = np.searchsorted(self._starts, offs, side="right") - 1
-            outside = (idx < 0) | (offs >= self._starts[np.clip(idx, 0, None)] + self.file_size)
+        lo, hi = int(offs.min()), int(offs.max())
+        one = int(np.searchsorted(self._starts, lo, side="right")) - 1 if self._files else -1
+        if one >= 0 and hi < int(self._starts[one]) + self.file_size:
+            # every record in one file (the data source's batches are): no per-offset file search
+            runs, idx = [(0, k)], None
         else:
-            idx = np.full(k, -1, dtype=np.int64)
-            outside = np.ones(k, dtype=bool)
-        idx[outside] = -1
-        # runs of consecutive rows in one file, decoded in input order so the first error is read_message's
-        cuts = np.flatnonzero(np.diff(idx)) + 1
+            if self._files:
+                idx = np.searchsorted(self._starts, offs, side="right") - 1
+                outside = (idx < 0) | (offs >= self._starts[np.clip(idx, 0, None)] + self.file_size)
+            else:
+                idx = np.full(k, -1, dtype=np.int64)
+                outside = np.ones(k, dtype=bool)
+            idx[outside] = -1
+            # runs of consecutive rows in one file, decoded in input order so the first error is read_message's
+            runs = itertools.pairwise([0, *(np.flatnonzero(np.diff(idx)) + 1).tolist(), k])
         parts = []
-        for a, b in itertools.pairwise([0, *cuts.tolist(), k]):
-            index = int(idx[a])
+        for a, b in runs:
+            index = one if idx is None else int(idx[a])
             if index < 0:
                 self.read_message(int(offs[a]))  # raises the outside-the-log error
             start, path = self._files[index]

@@ -295,26 +295,38 @@ def filter_record_batch(columns: Mapping[str, Any]):
     return pa.RecordBatch.from_arrays(arrays, schema=schema)
 
 
-def ext_columns(ext_batch, rows: np.ndarray) -> dict:
+def ext_columns(ext_batch, rows: np.ndarray | slice) -> dict:
     """``msg_store_time`` and ``filter_bitmap`` of units ``rows`` of a ``cq.ext.ExtBatch`` as pyarrow
     arrays: NULL where there is no ext unit (``ext_batch`` None: none at all), the bitmap NULL where
-    the unit has none."""
+    the unit has none. ``rows``: indices, or ``slice(start, stop)`` of consecutive units (whose
+    bitmaps are then used in place)."""
     import pyarrow as pa  # deliberate lazy import: only the batch form and the data source need pyarrow
 
-    n = len(rows)
+    n = rows.stop - rows.start if isinstance(rows, slice) else len(rows)
     if ext_batch is None:
         return {"msg_store_time": pa.nulls(n, pa.int64()), "filter_bitmap": pa.nulls(n, pa.binary())}
     found = ext_batch.found[rows]
-    has = ext_batch.has_bitmap[rows]
-    starts = np.ascontiguousarray(ext_batch.bitmap_offsets[rows])
-    lengths = np.ascontiguousarray(ext_batch.bitmap_offsets[rows + 1] - starts)
-    offsets, data = gather_spans(ext_batch.bitmap_data, starts, lengths)
-    validity = None if has.all() else pa.py_buffer(np.packbits(has, bitorder="little"))
+    has = found & (ext_batch.bit_map_size[rows] >= 1)  # ExtBatch.has_bitmap, for these rows only
+    bounds = ext_batch.bitmap_offsets
+    if isinstance(rows, slice) and n and int(bounds[rows.stop] - bounds[rows.start]) <= 0x7FFFFFFF:
+        # consecutive units: their bitmaps are one run of the batch's data, used in place
+        a, b = rows.start, rows.stop
+        offsets = (bounds[a:b + 1] - bounds[a]).astype(np.int32)
+        data = ext_batch.bitmap_data[int(bounds[a]):int(bounds[b])]
+        bitmap_type = pa.binary()
+    else:
+        rows = np.arange(rows.start, rows.stop) if isinstance(rows, slice) else rows
+        starts = np.ascontiguousarray(bounds[rows])
+        offsets, data = gather_spans(ext_batch.bitmap_data, starts, np.ascontiguousarray(bounds[rows + 1] - starts))
+        bitmap_type = pa.large_binary()
+    nulls = n - int(np.count_nonzero(has))
+    validity = None if not nulls else pa.py_buffer(np.packbits(has, bitorder="little"))
+    missing = ~found
+    bitmaps = pa.Array.from_buffers(bitmap_type, n, [validity, pa.py_buffer(offsets), pa.py_buffer(data)],
+                                    null_count=nulls)
     return {
-        "msg_store_time": pa.array(ext_batch.msg_store_time[rows], mask=~found),
-        "filter_bitmap": pa.Array.from_buffers(
-            pa.large_binary(), n, [validity, pa.py_buffer(offsets), pa.py_buffer(data)],
-            null_count=n - int(np.count_nonzero(has))).cast(pa.binary()),
+        "msg_store_time": pa.array(ext_batch.msg_store_time[rows], mask=missing if missing.any() else None),
+        "filter_bitmap": bitmaps if bitmap_type == pa.binary() else bitmaps.cast(pa.binary()),
     }
 
 

@@ -317,9 +317,11 @@ class ConsumeQueueExt(MappedFileQueue):
             else:
                 size = np.zeros(k, dtype=np.int16) if size is None else size
                 size[rows] = head
-            n = lengths[rows]
+            n = lengths[rows] if len(rows) < k else lengths
             goff, gdata = _scan.gather_spans(buf, pos + fmt.MIN_EXT_UNIT_SIZE, n)
-            if len(gdata):  # each row's bytes to its place in input order
+            if len(rows) == k:  # every row, in input order: the gathered spans are the column
+                data = gdata
+            elif len(gdata):  # each row's bytes to its place in input order
                 shift = offsets[rows] - goff[:-1]
                 if shift[0] == shift[-1] and (shift == shift[0]).all():  # one run (rows ascending): a copy
                     data[shift[0]:shift[0] + len(gdata)] = gdata

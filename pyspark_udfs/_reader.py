@@ -385,7 +385,7 @@ def batch_bounds(sizes: np.ndarray | None, n: int, batch_bytes: int = BATCH_BYTE
         return out
     cost = np.full(n, ROW_OVERHEAD, dtype=np.int64)
     if sizes is not None:
-        cost += np.clip(sizes.astype(np.int64), 0, None)
+        cost += np.clip(sizes.astype(np.int64, copy=False), 0, None)
     ends = np.cumsum(cost)
     bounds = []
     start, base = 0, 0
@@ -436,9 +436,12 @@ def _read_slice(options, schema, part, tags_code_sets, skips: Skips) -> Iterator
         cqueue = store.consume_queue(topic, queue_id)
         start = max(part.start, cqueue.min_offset)  # the broker may have expired files since planning
         units = cqueue.read(start, max(0, part.end - start))
+        # the unit fields as contiguous columns: a batch takes slices of them (views), not gathers
+        # from the 20-byte units
+        fields = {name: np.ascontiguousarray(units[name]) for name in units.dtype.names}
         queue_offsets = np.arange(start, start + len(units), dtype=np.int64)
         tags_code, known, is_ext, ext_batch, skipped = _resolve_ext(
-            store, topic, queue_id, units["tags_code"], skips, queue_offsets)
+            store, topic, queue_id, fields["tags_code"], skips, queue_offsets)
     except StoreFormatError as exc:
         # A queue or ext file that cannot be opened: nothing of this range can be read.
         if not skips.enabled:
@@ -462,9 +465,9 @@ def _read_slice(options, schema, part, tags_code_sets, skips: Skips) -> Iterator
         # Records no longer in the CommitLog have no message to show (the broker skips them).
         cut = _cut(part)
         if record_fields or cut is None:
-            keep &= _in_commit_log(store, units["commit_log_offset"], units["size"], part)
+            keep &= _in_commit_log(store, fields["commit_log_offset"], fields["size"], part)
         else:  # no record is decoded: the cut's range decides, and no CommitLog file is opened
-            offsets, sizes = units["commit_log_offset"].astype(np.int64), units["size"].astype(np.int64)
+            offsets, sizes = fields["commit_log_offset"].astype(np.int64, copy=False), fields["size"].astype(np.int64)
             keep &= (offsets >= cut.commit_log_min) & (offsets + sizes <= cut.commit_log_end)
     rows = np.flatnonzero(keep)
     # With decisions=true the broker reads only the records layer 1 let through: NULL elsewhere.
@@ -476,18 +479,18 @@ def _read_slice(options, schema, part, tags_code_sets, skips: Skips) -> Iterator
 
     cuts = None
     if record_fields and len(rows):
-        starts = np.array([start for start, _ in log.files], dtype=np.int64)
-        file_of = np.searchsorted(starts, units["commit_log_offset"][rows].astype(np.int64),
-                                  side="right")
+        # CommitLog files are contiguous, one file size apart (cq.format.check_queue_files): a record's
+        # file is a division away (where it starts, not whether it is there: the decoder checks that)
+        file_of = (fields["commit_log_offset"][rows] - log.min_offset) // max(log.file_size, 1)
         cuts = np.flatnonzero(np.diff(file_of)) + 1
-    for a, b in batch_bounds(units["size"][rows] if record_fields else None, len(rows), cuts=cuts):
+    for a, b in batch_bounds(fields["size"][rows] if record_fields else None, len(rows), cuts=cuts):
         batch_rows = rows[a:b]
         records = None
         read = None
         if record_fields:
             read = reached[batch_rows] if reached is not None else np.ones(len(batch_rows), np.bool_)
-            records, good, errors = decode_skipping(decode,
-                                                    units["commit_log_offset"][batch_rows[read]], skips.enabled)
+            records, good, errors = decode_skipping(
+                decode, fields["commit_log_offset"][batch_rows if reached is None else batch_rows[read]], skips.enabled)
             if errors:
                 bad = batch_rows[read][~good]
                 skips.add_units(queue_offsets[bad], errors)
@@ -495,8 +498,11 @@ def _read_slice(options, schema, part, tags_code_sets, skips: Skips) -> Iterator
                 batch_rows, read = batch_rows[keep_rows], read[keep_rows]
         if len(batch_rows) == 0:
             continue
-        columns = _unit_columns(wanted, topic, queue_id, queue_offsets, units, tags_code, known, is_ext,
-                                ext_batch, batch_rows)
+        # the rows of a batch are often consecutive units (a full read): slices instead of gathers
+        consecutive = int(batch_rows[-1]) - int(batch_rows[0]) == len(batch_rows) - 1
+        columns = _unit_columns(wanted, topic, queue_id, queue_offsets, fields, tags_code, known, is_ext,
+                                ext_batch, slice(int(batch_rows[0]), int(batch_rows[-1]) + 1) if consecutive
+                                else batch_rows)
         if records is not None:
             columns.update(_record_columns(records, record_fields, read))
         d = decisions
@@ -517,18 +523,36 @@ def _read_slice(options, schema, part, tags_code_sets, skips: Skips) -> Iterator
         yield pa.RecordBatch.from_arrays(arrays, schema=schema)
 
 
+_TOPIC_COLUMNS: dict[str, pa.Array] = {}  # per worker: the longest topic column made, sliced for each batch
+
+
+def _topic_column(topic: str, n: int) -> pa.Array:
+    """``n`` rows of ``topic``: a zero-copy slice of one column per topic (a batch of a slice of a topic
+    would otherwise repeat the name again)."""
+    col = _TOPIC_COLUMNS.get(topic)
+    if col is None or len(col) < n:
+        col = _TOPIC_COLUMNS[topic] = pa.repeat(pa.scalar(topic, pa.string()), max(n, 1 << 16))
+    return col.slice(0, n)
+
+
 def _unit_columns(wanted, topic, queue_id, queue_offsets, units, tags_code, known, is_ext, ext_batch,
                   rows) -> dict[str, pa.Array]:
-    """The asked-for columns that come from ConsumeQueue (and ext) units, for ``rows``."""
-    n = len(rows)
+    """The asked-for columns that come from ConsumeQueue (and ext) units, for ``rows`` (indices, or
+    ``slice(start, stop)`` of consecutive units: the columns are then views). ``units`` maps each
+    ConsumeQueue field to its column."""
+    n = rows.stop - rows.start if isinstance(rows, slice) else len(rows)
+
+    def masked(values: np.ndarray, valid: np.ndarray) -> pa.Array:
+        return pa.array(values) if valid.all() else pa.array(values, mask=~valid)
+
     makers = {
-        "topic": lambda: pa.repeat(pa.scalar(topic, pa.string()), n),
+        "topic": lambda: _topic_column(topic, n),
         "queue_id": lambda: pa.array(np.full(n, queue_id, dtype=np.int32)),
         "queue_offset": lambda: pa.array(queue_offsets[rows]),
-        "commit_log_offset": lambda: pa.array(units["commit_log_offset"][rows].astype(np.int64)),
-        "store_size": lambda: pa.array(units["size"][rows].astype(np.int32)),
-        "tags_code": lambda: pa.array(tags_code[rows], mask=~known[rows]),
-        "ext_address": lambda: pa.array(units["tags_code"][rows].astype(np.int64), mask=~is_ext[rows]),
+        "commit_log_offset": lambda: pa.array(units["commit_log_offset"][rows].astype(np.int64, copy=False)),
+        "store_size": lambda: pa.array(units["size"][rows].astype(np.int32, copy=False)),
+        "tags_code": lambda: masked(tags_code[rows], known[rows]),
+        "ext_address": lambda: masked(units["tags_code"][rows].astype(np.int64, copy=False), is_ext[rows]),
     }
     out = {name: make() for name, make in makers.items() if name in wanted}
     if "msg_store_time" in wanted or "filter_bitmap" in wanted:

@@ -111,6 +111,47 @@ def test_kernel_leaves_lz4_zstd_and_unknown_types_to_python(engine):
     assert new_data.tobytes() == b"a" * 70_000 + b"raw"
 
 
+def _small_window(data: bytes) -> bytes:
+    c = zlib.compressobj(5, zlib.DEFLATED, 9)  # a 512-byte window: the header's CINFO is 1, not 7
+    return c.compress(data) + c.flush()
+
+
+def _with_dictionary(data: bytes) -> bytes:
+    c = zlib.compressobj(zdict=b"dictionary")  # FDICT set: zlib.decompress cannot inflate it
+    return c.compress(data) + c.flush()
+
+
+GOOD = zlib.compress(b"check me " * 500)
+
+
+@pytest.mark.parametrize("engine", ["compiled", "twin"])
+@pytest.mark.parametrize(("label", "body", "inflates"), [
+    ("small-window", _small_window(b"window " * 900), True),
+    ("level-1", zlib.compress(b"fast " * 900, 1), True),
+    ("adler32-flipped", GOOD[:-1] + bytes([GOOD[-1] ^ 1]), False),
+    ("trailer-cut", GOOD[:-2], False),
+    ("trailer-missing", GOOD[:-4], False),
+    ("preset-dictionary", _with_dictionary(b"dict " * 900), False),
+    ("header-check-bad", bytes([0x78, 0x9D]) + GOOD[2:], False),
+])
+def test_kernel_inflates_exactly_what_zlib_inflates(engine, label, body, inflates):
+    """The header, the window and the Adler-32 trailer decide as in zlib.decompress (the compiled kernel
+    reads the usual header itself and checks the trailer with its own Adler-32)."""
+    try:
+        want = zlib.decompress(body)
+    except zlib.error:
+        want = None
+    assert (want is not None) == inflates
+    bodies = [b"before", body, b"after"]
+    offsets = np.zeros(4, dtype=np.int32)
+    np.cumsum([len(b) for b in bodies], out=offsets[1:])
+    data = np.frombuffer(b"".join(bodies), dtype=np.uint8)
+    new_offsets, new_data, rest = ENGINES[engine].inflate_bodies(offsets, data, np.array([0, ZLIB, 0], np.int32))
+    assert rest.tolist() == ([] if inflates else [1])
+    assert new_data.tobytes() == b"before" + (want or b"") + b"after"
+    assert new_offsets.tolist() == [0, 6, 6 + len(want or b""), 11 + len(want or b"")]
+
+
 @pytest.mark.parametrize("engine", ["compiled", "twin"])
 def test_a_body_that_fails_after_inflating_much_leaves_nothing_behind(engine):
     cut = zlib.compress(bytes(1 << 20))[:-20]  # inflates most of 1 MiB, then ends too soon

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from hypothesis import given, settings
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from cq import _scan_py, _tags_py
@@ -56,6 +56,19 @@ def test_recovery_crc_equals_zlib(data):
     import zlib
 
     assert _scan.crc32_of(np.frombuffer(data, np.uint8)) == zlib.crc32(data)
+
+
+@settings(max_examples=60, deadline=None)
+@given(data=st.one_of(st.binary(max_size=100), st.binary(min_size=5540, max_size=5600),
+                      st.binary(min_size=11000, max_size=12000)))
+@example(data=b"\xff" * 5552)
+@example(data=b"\xff" * 200_000)
+def test_inflate_adler32_equals_zlib(data):
+    """The Adler-32 inflate_bodies checks bodies with (32 bytes a step where the CPU can, blocks of
+    5552 bytes between reductions as zlib's; all-0xFF bytes give the largest sums) is zlib's."""
+    import zlib
+
+    assert _scan.adler32_of(np.frombuffer(data, np.uint8)) == zlib.adler32(data)
 
 
 def _column(texts: list[str]) -> tuple[np.ndarray, np.ndarray]:

@@ -62,8 +62,9 @@ def test_any_subset_in_any_order_equals_the_full_read(ddl):
         assert part.column(name).to_pylist() == full.column(name).to_pylist(), name
 
 
-def test_full_read_equals_read_message():
-    options = ReadOptions.parse({"path": GOLDEN, "topic": "GoldenFilterTopic"})
+@pytest.mark.parametrize("topic", ["GoldenFilterTopic", "GoldenPlainTopic"])  # ext units with / without bitmaps
+def test_full_read_equals_read_message(topic):
+    options = ReadOptions.parse({"path": GOLDEN, "topic": topic})
     full = _read_all(options, options.schema()).to_pylist()
     store = cq.Store(GOLDEN)
     for row in full:
@@ -73,6 +74,12 @@ def test_full_read_equals_read_message():
             m.tags, m.keys, m.body, m.born_host, m.store_host, m.sys_flag, m.born_timestamp,
             m.store_timestamp, m.reconsume_times)
         assert row["properties"] == list(m.properties.items())
+        # the unit's columns (a full read takes them as slices of the slice's arrays)
+        slot = int(store.consume_queue(topic, row["queue_id"]).read(row["queue_offset"], 1)["tags_code"][0])
+        unit = store.ext(topic, row["queue_id"]).get(slot)
+        assert slot <= cq.format.MAX_ADDR
+        assert (row["tags_code"], row["msg_store_time"], row["filter_bitmap"]) == (
+            unit.tags_code, unit.msg_store_time, unit.filter_bitmap)
     store.close()
 
 
