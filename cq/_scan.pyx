@@ -962,20 +962,30 @@ cdef struct GBuf:
     int64_t cap
 
 
-cdef inline int _reserve(GBuf* g, int64_t extra) noexcept nogil:
-    cdef int64_t need = g.n + extra, cap
+cdef inline int _room(GBuf* g, int64_t need, int64_t limit) noexcept nogil:
+    # At least ``need`` bytes free (doubling, capped at ``limit`` in total): 0, -1 no memory, -2 too big.
+    cdef int64_t cap
     cdef uint8_t* q
-    if need <= g.cap:
+    if g.n + need <= g.cap:
         return 0
+    if g.n + need > limit:
+        return -2
     cap = g.cap * 2 if g.cap else 4096
-    while cap < need:
-        cap *= 2
+    if cap < g.n + need:
+        cap = g.n + need
+    if cap > limit:
+        cap = limit
     q = <uint8_t*>realloc(g.p, cap)
     if q == NULL:
         return -1
     g.p = q
     g.cap = cap
     return 0
+
+
+cdef inline int _reserve(GBuf* g, int64_t extra) noexcept nogil:
+    # At least ``extra`` bytes free: 0, or -1 when out of memory (one growth rule: _room's).
+    return _room(g, extra, 0x7FFFFFFFFFFFFFFF)
 
 
 cdef void _reserve_rows(GBuf* g, int64_t done, int64_t rows) noexcept nogil:
@@ -1946,27 +1956,6 @@ cdef int32_t CTYPE_ZLIB = fmt.ZLIB_COMPRESSION_TYPES[1]
 cdef int32_t CTYPE_ZLIB_LEGACY = fmt.ZLIB_COMPRESSION_TYPES[0]
 DEF INFLATE_FIRST = 65536      # first output room for a body: grown by doubling as output comes
 cdef double _inflate_rate = 0  # bytes per row of the last inflate_bodies output (its pooled buffer's size)
-
-
-cdef inline int _room(GBuf* g, int64_t need, int64_t limit) noexcept nogil:
-    # At least ``need`` bytes free (doubling, capped at ``limit`` in total): 0, -1 no memory, -2 too big.
-    cdef int64_t cap
-    cdef uint8_t* q
-    if g.n + need <= g.cap:
-        return 0
-    if g.n + need > limit:
-        return -2
-    cap = g.cap * 2 if g.cap else 4096
-    if cap < g.n + need:
-        cap = g.n + need
-    if cap > limit:
-        cap = limit
-    q = <uint8_t*>realloc(g.p, cap)
-    if q == NULL:
-        return -1
-    g.p = q
-    g.cap = cap
-    return 0
 
 
 cdef int _inflate_into(z_stream* raw, z_stream* wrapped, GBuf* g, const uint8_t* src, int64_t n,
