@@ -20,6 +20,23 @@ def _reopen(cls, directory: str, kwargs: dict):
     return cls(directory, **kwargs)
 
 
+def _dont_need(m, lo: int = 0, hi: int | None = None) -> None:
+    """Let the kernel unmap the resident pages of map ``m`` within bytes ``[lo, hi)`` (default all):
+    ``madvise(MADV_DONTNEED)``; the pages stay in the page cache. Nothing for a closed or empty map."""
+    advice = getattr(mmap, "MADV_DONTNEED", None)
+    obj = getattr(m, "obj", None)
+    if advice is None or not isinstance(obj, mmap.mmap):
+        return
+    with contextlib.suppress(ValueError, OSError):  # closed meanwhile: nothing to drop
+        if hi is None and lo == 0:
+            obj.madvise(advice)
+            return
+        a = max(lo, 0) // mmap.PAGESIZE * mmap.PAGESIZE
+        b = len(obj) if hi is None else min(hi, len(obj))
+        if b > a:
+            obj.madvise(advice, a, b - a)
+
+
 class MappedFileQueue:
     """Files of one queue, mapped read-only on first use and released by :meth:`close`.
 
@@ -143,35 +160,34 @@ class MappedFileQueue:
         call it after each file, so a scan of a multi-GB CommitLog keeps only the
         file it is in resident instead of everything it has read.
         """
-        advice = getattr(mmap, "MADV_DONTNEED", None)
-        if advice is None:
-            return
         maps = [self._maps.get(index)] if index is not None else list(self._maps.values())
         for m in maps:
-            obj = getattr(m, "obj", None)
-            if isinstance(obj, mmap.mmap):
-                with contextlib.suppress(ValueError, OSError):  # closed meanwhile: nothing to drop
-                    obj.madvise(advice)
+            _dont_need(m)
 
     def _drop_resident_range(self, lo: int, hi: int) -> None:
         """:meth:`_drop_resident` for the pages of bytes ``[lo, hi)`` of the queue's logical space only:
         the cost follows the pages a read touched, not the size of the mapped files."""
-        advice = getattr(mmap, "MADV_DONTNEED", None)
-        if advice is None or hi <= lo or not self._files:
+        if hi <= lo or not self._files:
             return
-        first = max(0, int(np.searchsorted(self._starts, lo, side="right")) - 1)
+        first = max(0, int(self.file_indices(np.array([lo], dtype=np.int64))[0]))
         for index in range(first, len(self._files)):
             start = self._files[index][0]
             if start >= hi:
                 break
-            obj = getattr(self._maps.get(index), "obj", None)
-            if not isinstance(obj, mmap.mmap):
-                continue
-            a = max(lo - start, 0) // mmap.PAGESIZE * mmap.PAGESIZE
-            with contextlib.suppress(ValueError, OSError):  # closed meanwhile: nothing to drop
-                b = min(hi - start, len(obj))
-                if b > a:
-                    obj.madvise(advice, a, b - a)
+            _dont_need(self._maps.get(index), lo - start, hi - start)
+
+    def file_indices(self, offsets: np.ndarray) -> np.ndarray:
+        """Index of the listed file holding each offset of the queue's logical space, -1 where none does.
+
+        Files are contiguous, each one file size after the one before (``fmt.check_queue_files``),
+        so a file is a division away.
+        """
+        offsets = np.asarray(offsets, dtype=np.int64)
+        if not self._files:
+            return np.full(len(offsets), -1, dtype=np.int64)
+        idx = (offsets - self._starts[0]) // self.file_size
+        idx[(idx < 0) | (idx >= len(self._files))] = -1
+        return idx
 
     def close(self) -> None:
         """Release the mapped files."""

@@ -331,7 +331,7 @@ def _file_identity(path: str, check_crc: bool) -> tuple | None:
         st = os.stat(path)
     except OSError:
         return None
-    return (os.path.abspath(path), st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, check_crc)
+    return (os.path.abspath(path), *fmt.file_identity(st), st.st_mtime_ns, check_crc)
 
 
 def _host_objects(col) -> np.ndarray:
@@ -623,19 +623,12 @@ class CommitLog(MappedFileQueue):
         k = len(offs)
         if k == 0:
             return _columns.empty(names)
-        lo, hi = int(offs.min()), int(offs.max())
-        one = int(np.searchsorted(self._starts, lo, side="right")) - 1 if self._files else -1
-        if one >= 0 and hi < int(self._starts[one]) + self.file_size:
-            # every record in one file (the data source's batches are): no per-offset file search
+        one, last = self.file_indices(np.array([offs.min(), offs.max()], dtype=np.int64)).tolist()
+        if one >= 0 and one == last:
+            # every record in one file (the data source's batches are): no per-offset file index
             runs, idx = [(0, k)], None
         else:
-            if self._files:
-                idx = np.searchsorted(self._starts, offs, side="right") - 1
-                outside = (idx < 0) | (offs >= self._starts[np.clip(idx, 0, None)] + self.file_size)
-            else:
-                idx = np.full(k, -1, dtype=np.int64)
-                outside = np.ones(k, dtype=bool)
-            idx[outside] = -1
+            idx = self.file_indices(offs)
             # runs of consecutive rows in one file, decoded in input order so the first error is read_message's
             runs = itertools.pairwise([0, *(np.flatnonzero(np.diff(idx)) + 1).tolist(), k])
         parts = []
@@ -797,7 +790,7 @@ class CommitLog(MappedFileQueue):
         values["body"] = cols.texts("body", binary=True, rows=rows)
         values["topic"] = cols.texts("topic", rows=rows)
         values["properties"] = cols.dicts(rows)
-        idx = np.searchsorted(self._starts, offs, side="right") - 1
+        idx = self.file_indices(offs)  # every offset was decoded: each is in a file
         values["_path"] = [self._files[i][1] for i in idx.tolist()]
         values["_file_offset"] = (offs - self._starts[idx]).tolist()
         # positional, in the dataclass's field order: no keyword dict per message
@@ -862,8 +855,8 @@ class CommitLog(MappedFileQueue):
         out: list = [None] * len(offs)
         if not len(offs):
             return out
-        idx = np.searchsorted(self._starts, offs, side="right") - 1
-        for i in np.flatnonzero((idx < 0) | (offs >= self._starts[np.clip(idx, 0, None)] + self.file_size)):
+        idx = self.file_indices(offs)
+        for i in np.flatnonzero(idx < 0):
             raise StoreFormatError(f"physical offset {offs[i]} is outside the commit log", self.directory, int(offs[i]))
         for index in np.unique(idx):
             sel = np.flatnonzero(idx == index)

@@ -657,13 +657,10 @@ class Store:
         present = (offsets >= lo) & (offsets + np.asarray(sizes, dtype=np.int64) <= hi)
         for _ in range(3):
             try:
-                nfiles = len(log._starts)
-                # the file of each record: files are contiguous, one file size apart (fmt.check_queue_files);
-                # one outside the files counts as the last (the mapping below finds it is not there)
-                files = (offsets[present] - log._starts[0]) // log.file_size if nfiles else np.zeros(0, np.int64)
-                files[(files < 0) | (files >= nfiles)] = nfiles - 1
+                files = log.file_indices(offsets[present])  # -1: past the files listed (read later)
                 # the distinct files, by a count per file (cheaper than np.unique's sort or hash)
-                for off in log._starts[np.flatnonzero(np.bincount(files, minlength=nfiles))].tolist():
+                counts = np.bincount(files[files >= 0], minlength=len(log._starts))
+                for off in log._starts[np.flatnonzero(counts)].tolist():
                     index = log.file_index(off)
                     if index is not None:
                         log.buffer(index)
@@ -927,7 +924,7 @@ class Store:
                 else:
                     stats.delivered += 1
                     yield msg
-        else:  # one decoder pass for the slice's messages, handed on as a list (stats count the slice)
+        else:  # one decoder pass for the slice's messages
             if cols is None:  # layer 2 read the records it kept: decode those
                 msgs = log.read_messages(offs)
                 kept = [m for m in msgs if flt.is_matched_by_client(m.tags)]

@@ -418,7 +418,7 @@ def why_unit(store: Store, topic: str, group: str, flt, sub: Subscription, queue
         else:
             msg = log.read_message(phys)
             msg_id = msg.msg_id
-            matched2, reason2, detail, ev2, explanation = _layer2(flt, sub, msg)
+            matched2, reason2, detail, ev2, explanation = _layer2(flt, sub, msg, log, phys)
             steps.append(WhyStep("commit_log", "Layer 2: CommitLog (isMatchedByCommitLog)",
                                  PASS if matched2 else DROP, reason2, detail, ev2))
             if not matched2:
@@ -452,12 +452,14 @@ def why_unit(store: Store, topic: str, group: str, flt, sub: Subscription, queue
                steps, explanation, note)
 
 
-def _layer2(flt, sub: Subscription, msg: Message) -> tuple[bool, str, str, dict, Any]:
-    """Layer 2 for a read record: ``(matched, reason, detail, evidence, explanation)``."""
+def _layer2(flt, sub: Subscription, msg: Message, log, phys: int) -> tuple[bool, str, str, dict, Any]:
+    """Layer 2 for the record ``msg`` read at ``phys``: ``(matched, reason, detail, evidence, explanation)``."""
     ev: dict[str, Any] = {"record_topic": msg.topic, "store_timestamp": msg.store_timestamp,
                           "tags": msg.tags, "keys": msg.keys}
     if isinstance(flt, RetrySqlFilter):
-        return _layer2_retry(flt, msg, ev)
+        # None when the record stores no properties: the broker's decoded properties are then null
+        props = log.gather_properties([phys], absent_as_none=True)[0]
+        return _layer2_retry(flt, msg, ev, props)
     if isinstance(flt, SqlFilter):
         matched, reason, detail, explanation = _layer2_sql(flt, flt.sql, msg, ev)
         if retry_group(flt.topic) is not None:
@@ -484,21 +486,14 @@ def _layer2_sql(flt, sql: str, msg: Message, ev: dict, matched: bool | None = No
     return matched, "selector_" + explanation.value.lower(), head + "\n" + str(explanation), explanation
 
 
-def _stored_properties(msg: Message) -> dict[str, str] | None:
-    """The record's properties, or None when it stores none (PROPERTIES length 0): the broker's
-    decoded properties are then null, which the retry filter's lookup does not survive."""
-    bare = fmt.record_size(magic_code=msg.magic_code, sys_flag=msg.sys_flag, body_length=len(msg.body),
-                           topic_length=len(msg.topic.encode("utf-8")), properties_length=0)
-    return msg.properties if msg.store_size > bare else None
-
-
-def _layer2_retry(flt: RetrySqlFilter, msg: Message, ev: dict) -> tuple[bool, str, str, dict, Any]:
-    """Layer 2 of the retry filter: which registered filter decided (:meth:`cq.RetrySqlFilter.lookup`) and how."""
+def _layer2_retry(flt: RetrySqlFilter, msg: Message, ev: dict,
+                  props: dict[str, str] | None) -> tuple[bool, str, str, dict, Any]:
+    """Layer 2 of the retry filter: which registered filter decided (:meth:`cq.RetrySqlFilter.lookup`) and how;
+    ``props`` the record's properties, None when it stores none."""
     group = retry_group(flt.topic)
     retry: dict[str, Any] = {"filter_support_retry": True, "retry_topic": None, "group": group, "lookup": None,
                              "decided_by": None, "registration": None, "expression": None}
     ev["retry"] = retry
-    props = _stored_properties(msg)
     try:
         look = flt.lookup(props)
     except RetryPropertiesError:
