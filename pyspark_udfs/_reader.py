@@ -479,9 +479,8 @@ def _read_slice(options, schema, part, tags_code_sets, skips: Skips) -> Iterator
 
     cuts = None
     if record_fields and len(rows):
-        # CommitLog files are contiguous, one file size apart (cq.format.check_queue_files): a record's
-        # file is a division away (where it starts, not whether it is there: the decoder checks that)
-        file_of = (fields["commit_log_offset"][rows] - log.min_offset) // max(log.file_size, 1)
+        # a batch never spans two CommitLog files (where a record starts; the decoder checks the rest)
+        file_of = log.file_indices(fields["commit_log_offset"][rows])
         cuts = np.flatnonzero(np.diff(file_of)) + 1
     for a, b in batch_bounds(fields["size"][rows] if record_fields else None, len(rows), cuts=cuts):
         batch_rows = rows[a:b]
