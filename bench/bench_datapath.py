@@ -65,7 +65,7 @@ def _read_batches(opts, parts, schema=None):
 
     schema = schema if schema is not None else opts.schema()
     for part in parts:
-        yield from _reader.read_slice(opts, schema, part, [])
+        yield from _reader.read_partition(opts, schema, part, [])
 
 
 @pytest.fixture(scope="module")
@@ -237,6 +237,15 @@ def test_spark_full_read_memory_arrow_source(benchmark, spark, copies, full_answ
 
 
 @pytest.mark.benchmark(group=SPARK_FULL)
+def test_spark_full_read_partition_per_file_split(benchmark, spark, store_path, copies, full_answer):
+    """The previous planning's task count: at most 100,000 units a partition (35 tasks here; it was
+    one per 100,000 units of a ConsumeQueue file, 36)."""
+    df = (spark.read.format("rocketmq").option("topic", TOPIC).option("partition_units", "100000")
+          .load(store_path))
+    assert _run(benchmark, lambda: _full_query(df), "alternative", copies["rows"]) == full_answer
+
+
+@pytest.mark.benchmark(group=SPARK_FULL)
 def test_spark_full_read_parquet(benchmark, spark, copies, full_answer):
     df = spark.read.parquet(copies["parquet"])
     assert _run(benchmark, lambda: _full_query(df), "alternative", copies["rows"]) == full_answer
@@ -290,6 +299,14 @@ def test_spark_group_in_reader_projected_ours(benchmark, spark, store_path, copi
           .schema("queue_id int, queue_offset long").load(store_path))
     want = spark.read.parquet(copies["parquet"]).where(selector_column(SQL, "properties")).count()
     assert _run(benchmark, df.count, "ours", copies["rows"]) == want
+
+
+@pytest.mark.benchmark(group=SPARK_GROUP)
+def test_spark_group_in_reader_projected_partition_per_file_split(benchmark, spark, store_path, copies):
+    """The user-schema count with the previous planning's task count (at most 100,000 units a partition)."""
+    df = (spark.read.format("rocketmq").option("topic", TOPIC).option("group", GROUP).option("sql", SQL)
+          .option("partition_units", "100000").schema("queue_id int, queue_offset long").load(store_path))
+    _run(benchmark, df.count, "alternative", copies["rows"])
 
 
 @pytest.mark.benchmark(group=SPARK_GROUP)
@@ -383,10 +400,17 @@ def test_stage_messages_for_delivered(benchmark, store_path):
 
 
 def _tiny_source():
-    """A Python data source of one row: a Spark query's fixed cost with any Python source."""
-    from pyspark.sql.datasource import DataSource, DataSourceReader
+    """A Python data source of one row per partition (option ``partitions``, default 1): a Spark
+    query's fixed cost with any Python source, and what each further task adds."""
+    from pyspark.sql.datasource import DataSource, DataSourceReader, InputPartition
 
     class _Reader(DataSourceReader):
+        def __init__(self, n):
+            self.n = n
+
+        def partitions(self):
+            return [InputPartition(i) for i in range(self.n)]
+
         def read(self, partition):
             yield (1,)
 
@@ -399,7 +423,7 @@ def _tiny_source():
             return "a int"
 
         def reader(self, schema):
-            return _Reader()
+            return _Reader(int(self.options.get("partitions", "1")))
 
     return TinySource
 
@@ -412,6 +436,22 @@ def test_stage_spark_query_fixed_cost(benchmark, spark):
     spark.dataSource.register(_tiny_source())
     df = spark.read.format("rmqfilter_bench_tiny").load()
     _run(benchmark, lambda: df.agg(F.count(F.lit(1))).first()[0], "ours", 1)
+
+
+TASKS = "a Python data source's tasks: one row a partition"
+
+
+@pytest.mark.benchmark(group=TASKS)
+@pytest.mark.parametrize("tasks", [2, 34])
+def test_stage_spark_tasks(benchmark, spark, tasks):
+    """The same one-row-a-task query planned as 2 and as 34 partitions: the 32 more tasks' share is
+    what a task costs with any Python source (why the ``rocketmq`` source packs queue ranges into
+    few partitions, docs/spark.md#partitions)."""
+    from pyspark.sql import functions as F
+
+    spark.dataSource.register(_tiny_source())
+    df = spark.read.format("rmqfilter_bench_tiny").option("partitions", str(tasks)).load()
+    _run(benchmark, lambda: df.agg(F.count(F.lit(1))).first()[0], "ours" if tasks == 2 else "alternative", tasks)
 
 
 @pytest.mark.benchmark(group=STAGES)

@@ -398,6 +398,18 @@ def batch_bounds(sizes: np.ndarray | None, n: int, batch_bytes: int = BATCH_BYTE
     return bounds
 
 
+def read_partition(options, spark_schema, partition, tags_code_sets: Iterable[frozenset[int]]) -> Iterator[pa.RecordBatch]:
+    """Read a partition's queue ranges one after the other (:func:`read_slice` each).
+
+    Parameters
+    ----------
+    partition : pyspark_udfs.datasource.SlicesPartition
+    """
+    tags_code_sets = list(tags_code_sets)
+    for part in partition.slices:
+        yield from read_slice(options, spark_schema, part, tags_code_sets)
+
+
 def read_slice(options, spark_schema, part, tags_code_sets: Iterable[frozenset[int]]) -> Iterator[pa.RecordBatch]:
     """Read ConsumeQueue offsets ``[part.start, part.end)`` of one queue as Arrow batches.
 

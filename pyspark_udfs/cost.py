@@ -1,7 +1,8 @@
 """``rmqfilter cost --spark``: the filtering-cost pass of :mod:`cq.cost` spread over Spark tasks.
 
-The driver plans one task per ConsumeQueue file (split every ``partition_units`` units), each
-task runs :func:`cq.cost.tally_range` over its queue offsets on an executor, and the driver adds
+The driver packs the topic's queue ranges into tasks as the ``rocketmq`` source packs a read's
+(docs/spark.md#partitions): at most ``partition_units`` units a task, one task per core when
+that is fewer. Each task runs :func:`cq.cost.tally_range` over its ranges on an executor, and the driver adds
 the :class:`cq.cost.Tally` objects up and finishes the same report :func:`cq.cost.filter_cost`
 gives (the replay and the timing run on the driver). The store must be visible to every executor
 at the same path (docs/cost.md).
@@ -25,30 +26,24 @@ from cq.cost import (
     tally_range,
 )
 
+from .datasource import MIN_SHARE_UNITS, file_ranges, pack_ranges
+
 __all__ = ["filter_cost_spark"]
 
-DEFAULT_PARTITION_UNITS = 200_000
-
-
-def _slices(store: cq.Store, topic: str, partition_units: int) -> list[tuple[int, int, int]]:
-    out = []
-    for q in store.queue_ids(topic):
-        queue = store.consume_queue(topic, q)
-        lo, hi = queue.min_offset, queue.max_offset
-        per_file = queue.units_per_file
-        for file_start, _ in queue.files:
-            first = file_start // 20
-            start, end = max(lo, first), min(hi, first + per_file)
-            out += [(q, s, min(end, s + partition_units)) for s in range(start, end, partition_units)]
-    return out
+DEFAULT_PARTITION_UNITS = 1_000_000
 
 
 def _tally_task(path: str, topic: str, reported, registered, bloom_filter, part) -> Tally:
     store = cq.Store(path)
     try:
-        queue_id, start, end = part
-        tally = tally_range(store, topic, reported, registered, queue_id=queue_id, start=start, end=end,
-                            bloom_filter=bloom_filter)
+        tally = None
+        for _, queue_id, start, end in part:
+            one = tally_range(store, topic, reported, registered, queue_id=queue_id, start=start, end=end,
+                              bloom_filter=bloom_filter)
+            if tally is None:
+                tally = one
+            else:
+                tally.add(one)
     finally:
         store.close()
     tally.queues = 0  # counted once per queue on the driver
@@ -69,7 +64,8 @@ def filter_cost_spark(spark, store_path: str | os.PathLike, topic: str,
     store_path : str or path
         Store root, the same path on the driver and every executor.
     partition_units : int
-        Largest number of ConsumeQueue units per task.
+        Largest number of ConsumeQueue units per task (fewer, in equal shares, to give every
+        core of ``spark`` a task).
     """
     t0 = time.perf_counter()
     path = os.path.abspath(os.fspath(store_path))
@@ -79,7 +75,10 @@ def filter_cost_spark(spark, store_path: str | os.PathLike, topic: str,
         if topic not in store.topics():
             raise KeyError(f"topic {topic!r} has no consume queues in {path}")
         reported, registered = resolve_groups(store, topic, groups, bloom_filter=bf)
-        parts = _slices(store, topic, partition_units)
+        ranges = [r for q in store.queue_ids(topic) for r in file_ranges(store.consume_queue(topic, q), topic, q)]
+        total = sum(e - s for _, _, s, e in ranges)
+        parallel = spark.sparkContext.defaultParallelism
+        parts = pack_ranges(ranges, max(1, min(partition_units, max(MIN_SHARE_UNITS, -(-total // parallel)))))
         queue_ids = store.queue_ids(topic)
         without_ext = sum(store.ext(topic, q) is None for q in queue_ids)
         ns, timed = measure_ns_per_evaluation(store, topic, [g.expression for g in reported + registered

@@ -50,10 +50,18 @@ Options (all strings, parsed once when the reader is made):
     stored value either way (docs/data-path.md#bodies). A body that does not
     decompress is a corrupt record (``on_corrupt``).
 ``partition_units``
-    Largest number of ConsumeQueue units per partition. Partitions follow
-    ConsumeQueue files; a larger file is split. Default: 100000, or a whole
-    file when the read decodes no CommitLog record (a schema of ConsumeQueue
-    and ext columns only, no group, selector or filter).
+    Largest number of ConsumeQueue units per partition (Spark task). A
+    partition reads one or more queue ranges, one after the other, so small
+    queues share a task: a task's fixed cost is far above a small queue's
+    read (docs/spark.md#partitions). Default: 1000000; 4000000 with a group
+    (its layer 1 decides which records are decoded); 8000000 when the read
+    decodes no CommitLog record (a schema of ConsumeQueue and ext columns
+    only, no group or filter).
+``min_partitions``
+    At least this many partitions, in equal shares of at least 50000 units,
+    when the read has that many: the cores that run the read. Default: the CPU count of the
+    machine that plans the read, which is local mode's parallelism; on a
+    cluster pass ``spark.sparkContext.defaultParallelism``.
 ``layer2``
     ``reader`` (default): with ``sql``, the reader evaluates the selector
     (layer 2) itself, in-process with the Cython engine, on the properties of
@@ -135,7 +143,8 @@ import selector
 from cq.custom_filter import load_filter
 
 __all__ = ["BODY", "LAYER2", "ON_CORRUPT", "ON_FILTER_ERROR", "TABLES", "ConsumeQueueSlice", "ReadOptions", "RocketMQDataSource", "RocketMQPushdownReader",
-           "RocketMQReader", "skipped_ranges"]
+           "RocketMQReader", "SlicesPartition", "default_min_partitions", "file_ranges", "pack_ranges",
+           "skipped_ranges"]
 
 TABLES = ("messages", "consumequeue")
 ON_CORRUPT = ("fail", "skip")
@@ -143,7 +152,16 @@ ON_FILTER_ERROR = ("fail", "skip")
 LAYER2 = ("reader", "spark")
 #: Option ``body``: decompressed where SYSFLAG says so (``Message.uncompressed_body()``), or as stored.
 BODY = ("uncompressed", "stored")
-DEFAULT_PARTITION_UNITS = 100_000
+#: Most units a partition takes (option ``partition_units``) when the read decodes every unit's
+#: CommitLog record, when a group's layer 1 decides which it decodes, and when it decodes none:
+#: enough work that a task's fixed cost is a small share of it (docs/spark.md#partitions).
+DEFAULT_PARTITION_UNITS = 1_000_000
+GROUP_PARTITION_UNITS = 4_000_000
+UNITS_ONLY_PARTITION_UNITS = 8_000_000
+#: Fewest units a share for ``min_partitions`` takes: below it a second task costs more than it saves.
+MIN_SHARE_UNITS = 50_000
+#: Most units one queue range of a partition holds (what the reader holds in memory at once).
+SLICE_UNITS = 300_000
 
 _UNIT_FIELDS = [
     StructField("topic", StringType(), False),
@@ -219,8 +237,10 @@ class ReadOptions:
     tags: str | None = None
     decisions: bool = False
     pushdown: bool = False
-    #: None: DEFAULT_PARTITION_UNITS, or a whole ConsumeQueue file when the read decodes no record
+    #: None: DEFAULT_PARTITION_UNITS, or UNITS_ONLY_PARTITION_UNITS when the read decodes no record
     partition_units: int | None = None
+    #: None: the planning machine's CPU count (:func:`default_min_partitions`)
+    min_partitions: int | None = None
     on_corrupt: str = "fail"
     skipped_log: str | None = None
     layer2: str = "reader"
@@ -234,17 +254,26 @@ class ReadOptions:
     #: "uncompressed": the body column decompressed where SYSFLAG says so; "stored": as stored
     body: str = "uncompressed"
 
-    def units_per_partition(self, schema: StructType | None = None, units_per_file: int | None = None) -> int:
-        """Units per partition: the ``partition_units`` option, else a whole ConsumeQueue file when
-        a read of ``schema`` decodes no CommitLog record (a unit then costs so little that a task's
-        fixed cost would outweigh it), else :data:`DEFAULT_PARTITION_UNITS`."""
-        if self.partition_units is not None:
-            return self.partition_units
-        reads_records = (schema is None or any(f.name in RECORD_COLUMNS for f in schema.fields)
-                         or any(v is not None for v in (self.group, self.sql, self.tags, self.message_filter)))
-        if reads_records or not units_per_file:
-            return DEFAULT_PARTITION_UNITS
-        return max(units_per_file, DEFAULT_PARTITION_UNITS)
+    def partition_size(self, schema: StructType | None, units: int) -> int:
+        """Units per partition for a read of ``units`` units in all (docs/spark.md#partitions).
+
+        At most the ``partition_units`` option, by default :data:`DEFAULT_PARTITION_UNITS`;
+        :data:`GROUP_PARTITION_UNITS` when a group's layer 1 decides which records are decoded
+        (most units then cost a bitmap or tag code check); :data:`UNITS_ONLY_PARTITION_UNITS`
+        when a read of ``schema`` decodes no CommitLog record (a unit then costs a few
+        nanoseconds against a task's fixed cost). And small enough that the read makes
+        ``min_partitions`` partitions, though no share below :data:`MIN_SHARE_UNITS`.
+        """
+        cap = self.partition_units
+        if cap is None:
+            if self.group is not None and self.message_filter is None:
+                cap = GROUP_PARTITION_UNITS
+            elif schema is None or any(f.name in RECORD_COLUMNS for f in schema.fields) or self.message_filter:
+                cap = DEFAULT_PARTITION_UNITS
+            else:
+                cap = UNITS_ONLY_PARTITION_UNITS
+        parallel = self.min_partitions if self.min_partitions is not None else default_min_partitions()
+        return max(1, min(cap, max(MIN_SHARE_UNITS, -(-units // parallel))))
 
     @property
     def bloom_data(self):
@@ -276,6 +305,13 @@ class ReadOptions:
             partition_units = 0
         if partition_units is not None and partition_units <= 0:
             raise ValueError(f"rocketmq option 'partition_units': expected a positive integer, got {raw_units!r}")
+        raw_min = options.get("min_partitions")
+        try:
+            min_partitions = None if raw_min is None else int(raw_min)
+        except ValueError:
+            min_partitions = 0
+        if min_partitions is not None and min_partitions <= 0:
+            raise ValueError(f"rocketmq option 'min_partitions': expected a positive integer, got {raw_min!r}")
         on_corrupt = str(options.get("on_corrupt", "fail")).strip().lower()
         if on_corrupt not in ON_CORRUPT:
             raise ValueError(f"rocketmq option 'on_corrupt': expected fail or skip, got {options['on_corrupt']!r}")
@@ -339,6 +375,7 @@ class ReadOptions:
             decisions=decisions,
             pushdown=pushdown,
             partition_units=partition_units,
+            min_partitions=min_partitions,
             on_corrupt=on_corrupt,
             skipped_log=os.path.abspath(skipped_log) if skipped_log is not None else None,
             layer2=layer2,
@@ -400,6 +437,63 @@ class ConsumeQueueSlice(InputPartition):
     #: executor's own view (a slice made by hand).
     commit_log_min: int | None = None
     commit_log_end: int | None = None
+
+
+@dataclasses.dataclass(frozen=True)
+class SlicesPartition(InputPartition):
+    """One partition (Spark task): queue ranges read one after the other (docs/spark.md#partitions)."""
+
+    slices: tuple[ConsumeQueueSlice, ...]
+
+
+def default_min_partitions() -> int:
+    """The CPUs this process may run on: local mode's parallelism (option ``min_partitions``)."""
+    try:
+        return max(1, len(os.sched_getaffinity(0)))
+    except AttributeError:  # pragma: no cover - not on Linux
+        return max(1, os.cpu_count() or 1)
+
+
+def file_ranges(queue: cq.ConsumeQueue, topic: str, queue_id: int, lo: int | None = None,
+                hi: int | None = None) -> list[tuple[str, int, int, int]]:
+    """Queue offsets ``[lo, hi)`` (default: the queue's) as ``(topic, queue_id, start, end)`` ranges,
+    each inside one ConsumeQueue file and at most :data:`SLICE_UNITS` long."""
+    lo = queue.min_offset if lo is None else lo
+    hi = queue.max_offset if hi is None else hi
+    per_file = queue.units_per_file
+    out = []
+    for file_start, _ in queue.files:
+        first = file_start // cq.format.CQ_STORE_UNIT_SIZE
+        start, end = max(lo, first), min(hi, first + per_file)
+        out += [(topic, queue_id, s, min(end, s + SLICE_UNITS)) for s in range(start, end, SLICE_UNITS)]
+    return out
+
+
+def pack_ranges(ranges: Sequence[tuple[str, int, int, int]], size: int) -> list[list[tuple[str, int, int, int]]]:
+    """``(topic, queue_id, start, end)`` ranges cut into the fewest groups of at most ``size`` units,
+    in equal shares (the last may be smaller); a range is split where a share ends.
+
+    >>> pack_ranges([("T", 0, 0, 5), ("T", 1, 0, 5)], 100)
+    [[('T', 0, 0, 5), ('T', 1, 0, 5)]]
+    >>> pack_ranges([("T", 0, 0, 150), ("T", 1, 10, 60)], 100)
+    [[('T', 0, 0, 100)], [('T', 0, 100, 150), ('T', 1, 10, 60)]]
+    """
+    total = sum(e - s for _, _, s, e in ranges)
+    if total <= 0:
+        return []
+    share = -(-total // -(-total // size))  # ceil(total / groups), groups = ceil(total / size)
+    groups: list[list[tuple[str, int, int, int]]] = [[]]
+    room = share
+    for topic, q, s, e in ranges:
+        while s < e:
+            if room == 0:
+                groups.append([])
+                room = share
+            take = min(room, e - s)
+            groups[-1].append((topic, q, s, s + take))
+            s += take
+            room -= take
+    return groups
 
 
 class RocketMQDataSource(DataSource):
@@ -490,8 +584,12 @@ class RocketMQReader(DataSourceReader):
         return all(_QUEUE_ID_TESTS[op](queue_id, value) for op, value in self.queue_id_filters)
 
     # --------------------------------------------------------------- planning
-    def partitions(self) -> Sequence[ConsumeQueueSlice]:
-        """One slice per ConsumeQueue file (split every ``partition_units`` units)."""
+    def partitions(self) -> Sequence[SlicesPartition]:
+        """The queue ranges to read, packed into partitions of equal shares (docs/spark.md#partitions).
+
+        Each range lies in one ConsumeQueue file and holds at most :data:`SLICE_UNITS`
+        units; :meth:`ReadOptions.partition_size` says how many units a partition takes.
+        """
         opts = self.options
         # A fresh Store: the cut is the store as it is now. Queue ends are read first, the
         # CommitLog end last, so every unit planned has its record inside the cut (docs/live.md).
@@ -499,7 +597,8 @@ class RocketMQReader(DataSourceReader):
         topics = [opts.topic] if opts.topic is not None else list(store.topics())
         if opts.topic is not None and opts.topic not in set(store.topics()):
             raise ValueError(f"rocketmq option 'topic': no topic {opts.topic!r} in store {opts.path!r}")
-        slices: list[ConsumeQueueSlice] = []
+        ranges: list[tuple[str, int, int, int]] = []
+        unreadable: list[ConsumeQueueSlice] = []  # queues that did not open (on_corrupt=skip)
         for topic in topics:
             committed = store.committed_offsets(opts.group, topic) if opts.from_committed else None
             for queue_id in store.queue_ids(topic):
@@ -513,32 +612,28 @@ class RocketMQReader(DataSourceReader):
                 except cq.StoreFormatError as exc:
                     if opts.on_corrupt != "skip":
                         raise
-                    slices.append(ConsumeQueueSlice(topic, queue_id, 0, 0, exc.reason, exc.path, exc.offset))
+                    unreadable.append(ConsumeQueueSlice(topic, queue_id, 0, 0, exc.reason, exc.path, exc.offset))
                     continue
-                per_file = queue.units_per_file
-                size = opts.units_per_partition(self.schema, per_file)
-                for file_start, _ in queue.files:
-                    first = file_start // 20
-                    start, end = max(lo, first), min(hi, first + per_file)
-                    for s in range(start, end, size):
-                        slices.append(ConsumeQueueSlice(topic, queue_id, s, min(end, s + size)))
-        if not slices:
-            # Spark needs at least one partition; an empty slice reads nothing.
-            slices.append(ConsumeQueueSlice(opts.topic or "", -1, 0, 0))
+                ranges += file_ranges(queue, topic, queue_id, lo, hi)
         # The cut travels in every slice, so an executor that decodes no record reads no
         # CommitLog byte, and every executor reads the same cut (docs/live.md).
         log = store.commit_log
         cut = {"commit_log_min": log.min_offset, "commit_log_end": log.max_offset}
         store.close()
-        return [dataclasses.replace(s, **cut) for s in slices]
+        size = opts.partition_size(self.schema, sum(e - s for _, _, s, e in ranges))
+        parts = [[ConsumeQueueSlice(*r, **cut) for r in group] for group in pack_ranges(ranges, size)]
+        if unreadable:  # read first, by the first task: each reports its queue skipped
+            parts[:1] = [[*(dataclasses.replace(s, **cut) for s in unreadable), *(parts[0] if parts else [])]]
+        # Spark needs at least one partition; an empty one reads nothing.
+        return [SlicesPartition(tuple(p)) for p in parts] or [SlicesPartition(())]
 
     # ---------------------------------------------------------------- reading
-    def read(self, partition: ConsumeQueueSlice):
-        """Yield ``pyarrow.RecordBatch``es of the slice's rows (heavy imports happen here)."""
+    def read(self, partition: SlicesPartition):
+        """Yield ``pyarrow.RecordBatch``es of the partition's rows, range by range (heavy imports happen here)."""
         # lazy: the heavy imports (pyarrow, the store readers) run on the executor, as Spark's own sources do
         from pyspark_udfs import _reader
 
-        yield from _reader.read_slice(self.options, self.schema, partition, self.tags_code_sets)
+        yield from _reader.read_partition(self.options, self.schema, partition, self.tags_code_sets)
 
 
 def skipped_ranges(skipped_log: str | os.PathLike) -> list[dict]:

@@ -45,7 +45,7 @@ from pyspark_udfs.cli._options import (
     subscription_conflict,
 )
 
-__all__ = ["GroupScan", "ScanResult", "format_skipped", "format_summary", "is_connect_session", "main",
+__all__ = ["GroupScan", "ScanResult", "default_parallelism", "format_skipped", "format_summary", "is_connect_session", "main",
            "owns_session", "require_connect", "scan", "spark_session"]
 
 
@@ -245,9 +245,22 @@ def registered_group_scans(store: str, topic: str, group: str | None = None) -> 
     return [GroupScan(r.group, sql=r.expression, registered=True) for r in regs]
 
 
+def default_parallelism(spark) -> int | None:
+    """The session's default parallelism, the ``rocketmq`` option ``min_partitions`` to pass
+    (docs/spark.md#partitions); None under Spark Connect, which has no SparkContext (the server's
+    reader then uses its own CPU count)."""
+    try:
+        return spark.sparkContext.defaultParallelism
+    except AttributeError:  # Spark Connect: PySparkAttributeError
+        return None
+
+
 def _reader(spark, store: str, topic: str, group: GroupScan, *, columns: str | None = None, **options: str):
     # columns: a DDL schema, so the reader decodes only those columns (docs/data-path.md)
     r = spark.read.format("rocketmq").option("topic", topic).option("group", group.group)
+    parallelism = default_parallelism(spark)
+    if parallelism is not None:
+        r = r.option("min_partitions", str(parallelism))
     if columns is not None:
         r = r.schema(columns)
     if not group.registered:  # a registered group is looked up by the data source, bornTime and all

@@ -9,7 +9,7 @@
 
 Options: every option of the batch source (``topic``, ``table``, ``group`` with
 ``sql``/``tags`` or its registration, ``decisions``, ``layer2``, ``partition_units``,
-``on_corrupt``, ``skipped_log``; not ``from_committed``, which ``startingOffsets``
+``min_partitions``, ``on_corrupt``, ``skipped_log``; not ``from_committed``, which ``startingOffsets``
 replaces), plus:
 
 ``startingOffsets``
@@ -29,8 +29,8 @@ offsets are in Spark's checkpoint, so a restarted query goes on where it left
 off: with a sink that commits by batch id (file sinks, ``foreachBatch`` that
 does) the output is exactly once.
 
-A micro-batch's queue ranges are packed into as few partitions (Spark tasks) as
-``partition_units`` allows (default 100000 units a partition), in equal shares,
+A micro-batch's queue ranges are packed into partitions (Spark tasks) as the batch
+source packs a read's (``partition_units``, ``min_partitions``; docs/spark.md#partitions),
 since a task costs more than reading a few thousand units. The driver keeps its
 Store and queue readers from trigger to trigger, and each Python worker its
 Stores from task to task, each checked before use (docs/live.md#cached-readers).
@@ -41,7 +41,7 @@ import dataclasses
 import json
 from collections.abc import Sequence
 
-from pyspark.sql.datasource import DataSourceStreamReader, InputPartition
+from pyspark.sql.datasource import DataSourceStreamReader
 from pyspark.sql.streaming.datasource import (
     ReadAllAvailable,
     ReadLimit,
@@ -53,7 +53,7 @@ from pyspark.sql.types import StructType
 import cq
 from cq import stream
 
-from .datasource import ConsumeQueueSlice, ReadOptions
+from .datasource import ConsumeQueueSlice, ReadOptions, SlicesPartition, pack_ranges
 
 __all__ = ["RocketMQStreamReader", "StreamOptions", "StreamPartition", "pack_ranges"]
 
@@ -88,38 +88,8 @@ class StreamOptions:
         return cls(read, starting, limit)
 
 
-@dataclasses.dataclass(frozen=True)
-class StreamPartition(InputPartition):
-    """One task of a micro-batch: queue ranges read one after the other."""
-
-    slices: tuple[ConsumeQueueSlice, ...]
-
-
-def pack_ranges(ranges: Sequence[tuple[str, int, int, int]], size: int) -> list[list[tuple[str, int, int, int]]]:
-    """``(topic, queue_id, start, end)`` ranges cut into the fewest groups of at most ``size`` units,
-    in equal shares (the last may be smaller); a range is split where a share ends.
-
-    >>> pack_ranges([("T", 0, 0, 5), ("T", 1, 0, 5)], 100)
-    [[('T', 0, 0, 5), ('T', 1, 0, 5)]]
-    >>> pack_ranges([("T", 0, 0, 150), ("T", 1, 10, 60)], 100)
-    [[('T', 0, 0, 100)], [('T', 0, 100, 150), ('T', 1, 10, 60)]]
-    """
-    total = sum(e - s for _, _, s, e in ranges)
-    if total <= 0:
-        return []
-    share = -(-total // -(-total // size))  # ceil(total / groups), groups = ceil(total / size)
-    groups: list[list[tuple[str, int, int, int]]] = [[]]
-    room = share
-    for topic, q, s, e in ranges:
-        while s < e:
-            if room == 0:
-                groups.append([])
-                room = share
-            take = min(room, e - s)
-            groups[-1].append((topic, q, s, s + take))
-            s += take
-            room -= take
-    return groups
+#: A micro-batch's task: the batch source's partition, queue ranges read one after the other.
+StreamPartition = SlicesPartition
 
 
 class RocketMQStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
@@ -167,8 +137,8 @@ class RocketMQStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         self._target = stream.cut_offsets(self._cut())
 
     def partitions(self, start: dict, end: dict) -> Sequence[StreamPartition]:
-        """``[start, end)`` of each queue at a cut taken now, packed into partitions of at most
-        ``partition_units`` units (:func:`pack_ranges`).
+        """``[start, end)`` of each queue at a cut taken now, packed into partitions as the batch
+        source packs its ranges (:func:`~pyspark_udfs.datasource.pack_ranges`).
 
         Every unit below ``end`` was in the cut ``latestOffset`` took, so its record is
         below that cut's CommitLog end and below this one's: a batch replayed after
@@ -180,15 +150,15 @@ class RocketMQStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         return [StreamPartition(tuple(ConsumeQueueSlice(t, q, s, e, commit_log_min=cut.commit_log_min,
                                                         commit_log_end=cut.commit_log_end)
                                       for t, q, s, e in group))
-                for group in pack_ranges(ranges, self.options.read.units_per_partition())]
+                for group in pack_ranges(ranges, self.options.read.partition_size(
+                    self.schema, sum(e - s for _, _, s, e in ranges)))]
 
     def read(self, partition: StreamPartition):
         """The partition's rows, each slice read as the batch source reads it (heavy imports happen here)."""
         # lazy: the heavy imports run on the executor, as in the batch source's read()
         from pyspark_udfs import _reader
 
-        for part in partition.slices:
-            yield from _reader.read_slice(self.options.read, self.schema, part, [])
+        yield from _reader.read_partition(self.options.read, self.schema, partition, [])
 
     def commit(self, end: dict) -> None:
         """Nothing to do: the offsets live in Spark's checkpoint and the store is never written."""

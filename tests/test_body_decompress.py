@@ -282,7 +282,7 @@ def _source_rows(store: cq.Store, **options) -> dict:
     opts = ReadOptions.parse({"path": store.root, "topic": TOPIC, **options})
     schema = opts.schema()
     table = pa.Table.from_batches([b for p in RocketMQReader(opts, schema).partitions()
-                                   for b in _reader.read_slice(opts, schema, p, [])])
+                                   for b in _reader.read_partition(opts, schema, p, [])])
     return {(q, o): (b, f) for q, o, b, f in zip(*(table[c].to_pylist()
                                                   for c in ("queue_id", "queue_offset", "body", "sys_flag")))}
 

@@ -29,7 +29,7 @@ GOLDEN = str(DATA / "golden_store")
 
 def _read_all(options: ReadOptions, schema: StructType) -> pa.Table:
     parts = RocketMQReader(options, schema).partitions()
-    batches = [b for p in parts for b in _reader.read_slice(options, schema, p, [])]
+    batches = [b for p in parts for b in _reader.read_partition(options, schema, p, [])]
     return pa.Table.from_batches(batches, schema=batches[0].schema) if batches else None
 
 
@@ -94,12 +94,12 @@ def test_no_commit_log_column_reads_no_commit_log_byte(monkeypatch):
     monkeypatch.setattr(cq.CommitLog, "_map", refuse)
     monkeypatch.setattr(cq.CommitLog, "_u8", refuse)
     monkeypatch.setattr(_reader, "_STORES", cq.StoreCache())
-    rows = sum(b.num_rows for p in parts for b in _reader.read_slice(options, schema, p, []))
+    rows = sum(b.num_rows for p in parts for b in _reader.read_partition(options, schema, p, []))
     assert rows == 300
     # a CommitLog column does read it: the spy is live
     with pytest.raises(AssertionError, match="CommitLog byte"):
         for p in parts:
-            list(_reader.read_slice(options, _ddl("tags string"), p, []))
+            list(_reader.read_partition(options, _ddl("tags string"), p, []))
 
 
 @pytest.mark.parametrize("ddl, message", [
@@ -150,30 +150,51 @@ def test_spark_bad_user_schema_fails_naming_the_column(spark):
         spark.read.format("rocketmq").schema("queue_id int, bodyy binary").load(GOLDEN).collect()
 
 
-def test_a_read_without_records_plans_a_partition_per_consume_queue_file(tmp_path, monkeypatch):
-    """A unit costs little when no record is decoded: such a read takes whole ConsumeQueue files
-    per partition (a task's fixed cost would outweigh a split); reads that decode records, and
-    an explicit ``partition_units``, split as before."""
+def test_partitions_pack_queue_ranges_in_equal_shares_by_what_the_read_decodes(tmp_path, monkeypatch):
+    """A task costs far more than a small queue's read (docs/spark.md#partitions): ranges of several
+    queues share a partition, up to ``partition_units`` (a larger default when no record is
+    decoded), in at least ``min_partitions`` equal shares; each range lies in one ConsumeQueue file."""
     import pyspark_udfs.datasource as ds
 
-    monkeypatch.setattr(ds, "DEFAULT_PARTITION_UNITS", 50)  # a small store stands for a large one
+    # a small store stands for a large one
+    monkeypatch.setattr(ds, "DEFAULT_PARTITION_UNITS", 50)
+    monkeypatch.setattr(ds, "UNITS_ONLY_PARTITION_UNITS", 400)
+    monkeypatch.setattr(ds, "GROUP_PARTITION_UNITS", 200)
+    monkeypatch.setattr(ds, "MIN_SHARE_UNITS", 10)
     root = tmp_path / "store"
-    cq.generate_sample_store(root, messages=1200, seed=4)
+    cq.generate_sample_store(root, messages=1200, seed=4, consume_queue_file_size=64 * 20)  # 64-unit files
     topic = "SampleTopic"
     store = cq.Store(root)
-    files = sum(len(store.consume_queue(topic, q).files) for q in store.queue_ids(topic))
-    units = {q: len(store.consume_queue(topic, q)) for q in store.queue_ids(topic)}
+    queues = {q: store.consume_queue(topic, q) for q in store.queue_ids(topic)}
+    units = {q: (c.min_offset, c.max_offset) for q, c in queues.items()}
+    per_file = {q: c.units_per_file for q, c in queues.items()}
     store.close()
+    total = sum(hi - lo for lo, hi in units.values())
+    assert total > 400 and max(per_file.values()) < max(hi for _, hi in units.values())  # several files a queue
 
     def plan(ddl=None, **options):
-        opts = ReadOptions.parse({"path": str(root), "topic": topic, **options})
-        return RocketMQReader(opts, _ddl(ddl) if ddl else opts.schema()).partitions()
+        opts = ReadOptions.parse({"path": str(root), "topic": topic, "min_partitions": "1", **options})
+        parts = RocketMQReader(opts, _ddl(ddl) if ddl else opts.schema()).partitions()
+        covered = [(s.queue_id, o) for p in parts for s in p.slices for o in range(s.start, s.end)]
+        assert covered == [(q, o) for q, (lo, hi) in sorted(units.items()) for o in range(lo, hi)]
+        assert all(s.start // per_file[s.queue_id] == (s.end - 1) // per_file[s.queue_id]
+                   for p in parts for s in p.slices)
+        sizes = [sum(s.end - s.start for s in p.slices) for p in parts]
+        assert max(sizes) - min(sizes) <= 1 or min(sizes) == sizes[-1]  # equal shares, the last maybe less
+        return len(parts)
 
-    assert len(plan("queue_id int, queue_offset long, tags_code long")) == files
-    assert len(plan("queue_id int, queue_offset long, tags string")) == sum(-(-n // 50) for n in units.values())
-    assert len(plan()) == sum(-(-n // 50) for n in units.values())
-    assert len(plan("queue_id int, queue_offset long", group="G", tags="TagA")) > files
-    assert len(plan("queue_id int, queue_offset long", partition_units="30")) == sum(
-        -(-n // 30) for n in units.values())
+    assert plan("queue_id int, queue_offset long, tags_code long") == -(-total // 400)  # no record decoded
+    assert plan("queue_id int, queue_offset long, tags string") == -(-total // 50)
+    assert plan() == -(-total // 50)
+    assert plan("queue_id int, queue_offset long", group="G", tags="TagA") == -(-total // 200)  # layer 1 first
+    assert plan(group="G", sql="a > 1", decisions="true") == -(-total // 200)
+    assert plan("queue_id int, queue_offset long", partition_units="30") == -(-total // 30)
+    assert plan("queue_id int, queue_offset long", min_partitions="7") == 7  # 7 shares under the cap
+    assert plan(min_partitions="7") == -(-total // 50)  # the cap still holds
+    monkeypatch.setattr(ds, "MIN_SHARE_UNITS", 300)
+    assert plan("queue_id int, queue_offset long", min_partitions="7") == -(-total // 300)  # no share too small
+    monkeypatch.setattr(ds, "default_min_partitions", lambda: 3)
+    opts = ReadOptions.parse({"path": str(root), "topic": topic})
+    assert len(RocketMQReader(opts, _ddl("queue_id int")).partitions()) == 3  # the planner's CPUs by default
     full = _read_all(ReadOptions.parse({"path": str(root), "topic": topic}), _ddl("queue_id int, queue_offset long"))
-    assert full.num_rows == sum(units.values())
+    assert full.num_rows == total

@@ -55,13 +55,13 @@ def test_messages_table_equals_golden_store_lines(spark):
         assert (bytes(r["filter_bitmap"]) if r["filter_bitmap"] is not None else None) == expected_bitmap, where
 
 
-def test_consumequeue_table_equals_golden_units_and_one_partition_per_file(spark):
+def test_consumequeue_table_equals_golden_units_and_packs_queues_into_partitions(spark):
     df = _read(spark, table="consumequeue")
     assert "body" not in df.columns and "ext_address" in df.columns
-    # Golden queues hold 100, 100, 47 and 53 units in files of 50: 2 + 2 + 1 + 2 files.
-    assert df.rdd.getNumPartitions() == 7
-    # Split every 20 units: a full file gives 3 slices (20 + 20 + 10); 47 units 3; 3 units 1.
-    assert _read(spark, table="consumequeue", partition_units="20").rdd.getNumPartitions() == 19
+    # Golden queues hold 100, 100, 47 and 53 units: far less than a task's worth, so one task reads all.
+    assert df.rdd.getNumPartitions() == 1
+    # At most 20 units a partition: 300 units in 15 tasks.
+    assert _read(spark, table="consumequeue", partition_units="20").rdd.getNumPartitions() == 15
     rows = _by_key(df.collect())
     assert len(rows) == 300
     for g in GOLDEN:
@@ -130,11 +130,12 @@ def test_pushdown_on_queue_id_tags_code_and_tags_gives_spark_filter_results(spar
     all_rows = _read(spark).select(*KEY, "tags", "tags_code").collect()
     code_a = cq.tags_code("TagA")
 
-    df = _read(spark, pushdown="true").filter(
+    df = _read(spark, pushdown="true", partition_units="50").filter(
         (F.col("queue_id") == 1) & F.col("tags_code").isin(code_a, cq.tags_code("标签")))
     expected = sorted(tuple(r)[:3] for r in all_rows if r["queue_id"] == 1 and r["tags"] in ("TagA", "标签"))
     assert sorted(tuple(r)[:3] for r in df.select(*KEY).collect()) == expected and expected
-    # queue_id prunes whole partitions: GoldenFilterTopic/1 and GoldenPlainTopic/1 (2 files each).
+    # queue_id prunes queues before packing: the 100 + 53 units of GoldenFilterTopic/1 and
+    # GoldenPlainTopic/1, at most 50 a task, make 4 tasks (all 300 units make 6).
     assert df.rdd.getNumPartitions() == 4
     # Both conditions went into the reader: Spark's own Filter no longer tests them.
     spark_filters = [line for line in _pushed(df).splitlines() if " Filter (" in line]
@@ -241,9 +242,9 @@ def test_reads_with_pushdown_off_when_asked(spark):
     try:
         with pytest.raises(Exception, match="filterPushdown.enabled"):
             _read(spark, pushdown="true").count()  # Spark refuses a reader that could push filters
-        df = _read(spark).filter(F.col("queue_id") == 1)  # the default reader pushes nothing
+        df = _read(spark, partition_units="50").filter(F.col("queue_id") == 1)  # the default reader pushes nothing
         assert df.count() == sum(1 for g in GOLDEN if g["queueId"] == 1)
-        assert df.rdd.getNumPartitions() == 7  # nothing was pruned
+        assert df.rdd.getNumPartitions() == 6  # nothing was pruned: 300 units, at most 50 a task
     finally:
         spark.conf.set("spark.sql.python.filterPushdown.enabled", "true")
 

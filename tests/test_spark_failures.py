@@ -254,7 +254,7 @@ _RETRY_SCRIPT = textwrap.dedent('''
         spark.dataSource.register(FlakySource)
         df = (spark.read.format("rocketmq_flaky").option("topic", "GoldenFilterTopic")
               .option("group", "GID_SQL_A").option("sql", "a > 5 AND b = 'abc'").option("decisions", "true")
-              .option("table", "consumequeue").load(store))
+              .option("table", "consumequeue").option("partition_units", "50").load(store))
         rows = [[r.queue_id, r.queue_offset, r.matched_by_consume_queue, r.matched_by_commit_log, r.delivered]
                 for r in df.collect()]
         print(json.dumps({"partitions": df.rdd.getNumPartitions(), "rows": sorted(rows)}))
