@@ -550,6 +550,12 @@ class Store:
                     return f"store file {path} was replaced since it was mapped"
         return None
 
+    def reopen(self) -> Store:
+        """A new Store of the same root and options, with no reader open yet: what replaces this
+        one when :meth:`replaced` says its readers no longer read the store."""
+        opener, args = self.__reduce__()
+        return opener(*args)
+
     def cut(self, topic: str | None = None, queue_ids: Iterable[int] | None = None, *,
             keep_readers: bool = False) -> StoreCut:
         """The cut a read starting now sees: queue ends first, then the CommitLog end (docs/live.md).

@@ -172,17 +172,32 @@ def tail(store: Store, topic: str, group: str, *, sql: str | None = None, tags: 
     offsets with both filter layers (:meth:`Store.consume` with ``ranges``),
     yields the messages and moves on; between rounds with nothing new it
     sleeps ``interval`` seconds. ``stop()`` (optional) returning True ends it.
+
+    The queue readers are kept from round to round (``keep_readers``), so a
+    round goes on from the end the previous one found instead of opening and
+    recovering each queue again; each round first checks that they still read
+    the store (:meth:`Store.replaced`) and reads with a reopened Store if not
+    (docs/live.md#cached-readers).
     """
     sleep = sleep or time.sleep
     flt = store.make_filter(topic, group, sql=sql, tags=tags)
-    cut = store.cut(topic)
+    cut = store.cut(topic, keep_readers=True)
     offsets = starting_offsets(store, cut, starting, group=group)
-    while stop is None or not stop():
-        cut = store.cut(topic)
-        end = next_offsets(offsets, cut)
-        todo = ranges(offsets, end, topic)
-        if todo:
-            yield from store.consume(topic, group, filter=flt, queue_ids=sorted(todo), ranges=todo, cut=cut)
-            offsets = end
-        else:
-            sleep(interval)
+    current = store  # the Store the rounds read: ``store`` until a file it maps is replaced
+    try:
+        while stop is None or not stop():
+            if current.replaced() is not None:
+                if current is not store:
+                    current.close()
+                current = store.reopen()
+            cut = current.cut(topic, keep_readers=True)
+            end = next_offsets(offsets, cut)
+            todo = ranges(offsets, end, topic)
+            if todo:
+                yield from current.consume(topic, group, filter=flt, queue_ids=sorted(todo), ranges=todo, cut=cut)
+                offsets = end
+            else:
+                sleep(interval)
+    finally:
+        if current is not store:
+            current.close()

@@ -157,3 +157,47 @@ def test_tail_of_a_store_deleted_mid_stream_is_a_clear_error(tmp_path):
         for m in stream.tail(store, TOPIC, "G", tags="*", starting="earliest", sleep=sleep):
             got.append((m.queue_id, m.queue_offset))
     assert len(got) == 8 and err.value.path == str(root)
+
+
+def test_tail_keeps_its_queue_readers_from_round_to_round_and_reopens_a_replaced_store(tmp_path, monkeypatch):
+    """A round goes on from the previous round's ends (each queue opened once while the broker
+    appends); a store directory replaced between rounds is read through a reopened Store."""
+    root = _store(tmp_path)
+    store = cq.Store(root)
+    stores = [store]  # the tail's Stores: the one given, then any it reopens
+    opened = []  # (which of the tail's Stores, queue id) of every queue reader they open
+    real_open, real_reopen = cq.Store._open_consume_queue, cq.Store.reopen
+
+    def counting_open(self, key):
+        if key not in self._cqs and any(self is s for s in stores):
+            opened.append((next(i for i, s in enumerate(stores) if s is self), key[1]))
+        return real_open(self, key)
+
+    def recording_reopen(self):
+        stores.append(real_reopen(self))
+        return stores[-1]
+
+    monkeypatch.setattr(cq.Store, "_open_consume_queue", counting_open)
+    monkeypatch.setattr(cq.Store, "reopen", recording_reopen)
+    rounds = []
+
+    def sleep(_):
+        rounds.append(1)
+        if len(rounds) <= 3:  # the broker appends to both queues between rounds
+            with StoreWriter(root, append=True) as w:
+                for q in (0, 1):
+                    w.append(TOPIC, b"m", queue_id=q, properties={"seq": f"late{len(rounds)}"})
+        elif len(rounds) == 4:  # the store is restored from a copy: a new directory, new files
+            shutil.copytree(root, tmp_path / "copy")
+            shutil.rmtree(root)
+            os.rename(tmp_path / "copy", root)
+            with StoreWriter(root, append=True) as w:
+                w.append(TOPIC, b"m", queue_id=0, properties={"seq": "after-restore"})
+
+    got = [(m.queue_id, m.queue_offset, m.properties["seq"])
+           for m in stream.tail(store, TOPIC, "G", tags="*", starting="earliest", sleep=sleep,
+                                stop=lambda: len(rounds) >= 6)]
+    want = [(m.queue_id, m.queue_offset, m.properties["seq"]) for m in cq.Store(root).consume(TOPIC, "G", tags="*")]
+    assert sorted(got) == sorted(want) and len(set(got)) == len(got) and len(got) == 5 + 3 + 6 + 1
+    # each queue opened once in 4 rounds of appends, and once more by the one Store reopened after the restore
+    assert sorted(opened) == [(0, 0), (0, 1), (1, 0), (1, 1)] and len(stores) == 2
