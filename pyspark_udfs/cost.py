@@ -26,7 +26,7 @@ from cq.cost import (
     tally_range,
 )
 
-from .datasource import MIN_SHARE_UNITS, file_ranges, pack_ranges
+from ._plan import file_ranges, pack_ranges, share_size
 
 __all__ = ["filter_cost_spark"]
 
@@ -78,7 +78,7 @@ def filter_cost_spark(spark, store_path: str | os.PathLike, topic: str,
         ranges = [r for q in store.queue_ids(topic) for r in file_ranges(store.consume_queue(topic, q), topic, q)]
         total = sum(e - s for _, _, s, e in ranges)
         parallel = spark.sparkContext.defaultParallelism
-        parts = pack_ranges(ranges, max(1, min(partition_units, max(MIN_SHARE_UNITS, -(-total // parallel)))))
+        parts = pack_ranges(ranges, share_size(total, partition_units, parallel))
         queue_ids = store.queue_ids(topic)
         without_ext = sum(store.ext(topic, q) is None for q in queue_ids)
         ns, timed = measure_ns_per_evaluation(store, topic, [g.expression for g in reported + registered

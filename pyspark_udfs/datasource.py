@@ -142,9 +142,19 @@ import cq
 import selector
 from cq.custom_filter import load_filter
 
+from ._plan import (
+    DEFAULT_PARTITION_UNITS,
+    GROUP_PARTITION_UNITS,
+    MIN_SHARE_UNITS,
+    UNITS_ONLY_PARTITION_UNITS,
+    default_min_partitions,
+    file_ranges,
+    pack_ranges,
+    share_size,
+)
+
 __all__ = ["BODY", "LAYER2", "ON_CORRUPT", "ON_FILTER_ERROR", "TABLES", "ConsumeQueueSlice", "ReadOptions", "RocketMQDataSource", "RocketMQPushdownReader",
-           "RocketMQReader", "SlicesPartition", "default_min_partitions", "file_ranges", "pack_ranges",
-           "skipped_ranges"]
+           "RocketMQReader", "SlicesPartition", "skipped_ranges"]
 
 TABLES = ("messages", "consumequeue")
 ON_CORRUPT = ("fail", "skip")
@@ -152,17 +162,6 @@ ON_FILTER_ERROR = ("fail", "skip")
 LAYER2 = ("reader", "spark")
 #: Option ``body``: decompressed where SYSFLAG says so (``Message.uncompressed_body()``), or as stored.
 BODY = ("uncompressed", "stored")
-#: Most units a partition takes (option ``partition_units``) when the read decodes every unit's
-#: CommitLog record, when a group's layer 1 decides which it decodes, and when it decodes none:
-#: enough work that a task's fixed cost is a small share of it (docs/spark.md#partitions).
-DEFAULT_PARTITION_UNITS = 1_000_000
-GROUP_PARTITION_UNITS = 4_000_000
-UNITS_ONLY_PARTITION_UNITS = 8_000_000
-#: Fewest units a share for ``min_partitions`` takes: below it a second task costs more than it saves.
-MIN_SHARE_UNITS = 50_000
-#: Most units one queue range of a partition holds (what the reader holds in memory at once).
-SLICE_UNITS = 300_000
-
 _UNIT_FIELDS = [
     StructField("topic", StringType(), False),
     StructField("queue_id", IntegerType(), False),
@@ -273,7 +272,7 @@ class ReadOptions:
             else:
                 cap = UNITS_ONLY_PARTITION_UNITS
         parallel = self.min_partitions if self.min_partitions is not None else default_min_partitions()
-        return max(1, min(cap, max(MIN_SHARE_UNITS, -(-units // parallel))))
+        return share_size(units, cap, parallel, MIN_SHARE_UNITS)
 
     @property
     def bloom_data(self):
@@ -446,56 +445,6 @@ class SlicesPartition(InputPartition):
     slices: tuple[ConsumeQueueSlice, ...]
 
 
-def default_min_partitions() -> int:
-    """The CPUs this process may run on: local mode's parallelism (option ``min_partitions``)."""
-    try:
-        return max(1, len(os.sched_getaffinity(0)))
-    except AttributeError:  # pragma: no cover - not on Linux
-        return max(1, os.cpu_count() or 1)
-
-
-def file_ranges(queue: cq.ConsumeQueue, topic: str, queue_id: int, lo: int | None = None,
-                hi: int | None = None) -> list[tuple[str, int, int, int]]:
-    """Queue offsets ``[lo, hi)`` (default: the queue's) as ``(topic, queue_id, start, end)`` ranges,
-    each inside one ConsumeQueue file and at most :data:`SLICE_UNITS` long."""
-    lo = queue.min_offset if lo is None else lo
-    hi = queue.max_offset if hi is None else hi
-    per_file = queue.units_per_file
-    out = []
-    for file_start, _ in queue.files:
-        first = file_start // cq.format.CQ_STORE_UNIT_SIZE
-        start, end = max(lo, first), min(hi, first + per_file)
-        out += [(topic, queue_id, s, min(end, s + SLICE_UNITS)) for s in range(start, end, SLICE_UNITS)]
-    return out
-
-
-def pack_ranges(ranges: Sequence[tuple[str, int, int, int]], size: int) -> list[list[tuple[str, int, int, int]]]:
-    """``(topic, queue_id, start, end)`` ranges cut into the fewest groups of at most ``size`` units,
-    in equal shares (the last may be smaller); a range is split where a share ends.
-
-    >>> pack_ranges([("T", 0, 0, 5), ("T", 1, 0, 5)], 100)
-    [[('T', 0, 0, 5), ('T', 1, 0, 5)]]
-    >>> pack_ranges([("T", 0, 0, 150), ("T", 1, 10, 60)], 100)
-    [[('T', 0, 0, 100)], [('T', 0, 100, 150), ('T', 1, 10, 60)]]
-    """
-    total = sum(e - s for _, _, s, e in ranges)
-    if total <= 0:
-        return []
-    share = -(-total // -(-total // size))  # ceil(total / groups), groups = ceil(total / size)
-    groups: list[list[tuple[str, int, int, int]]] = [[]]
-    room = share
-    for topic, q, s, e in ranges:
-        while s < e:
-            if room == 0:
-                groups.append([])
-                room = share
-            take = min(room, e - s)
-            groups[-1].append((topic, q, s, s + take))
-            s += take
-            room -= take
-    return groups
-
-
 class RocketMQDataSource(DataSource):
     """``spark.read.format("rocketmq").load(store_root)``: a RocketMQ broker store as a DataFrame."""
 
@@ -587,7 +536,7 @@ class RocketMQReader(DataSourceReader):
     def partitions(self) -> Sequence[SlicesPartition]:
         """The queue ranges to read, packed into partitions of equal shares (docs/spark.md#partitions).
 
-        Each range lies in one ConsumeQueue file and holds at most :data:`SLICE_UNITS`
+        Each range lies in one ConsumeQueue file and holds at most :data:`pyspark_udfs._plan.SLICE_UNITS`
         units; :meth:`ReadOptions.partition_size` says how many units a partition takes.
         """
         opts = self.options

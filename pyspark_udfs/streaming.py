@@ -53,7 +53,8 @@ from pyspark.sql.types import StructType
 import cq
 from cq import stream
 
-from .datasource import ConsumeQueueSlice, ReadOptions, SlicesPartition, pack_ranges
+from ._plan import pack_ranges
+from .datasource import ConsumeQueueSlice, ReadOptions, SlicesPartition
 
 __all__ = ["RocketMQStreamReader", "StreamOptions", "StreamPartition", "pack_ranges"]
 
@@ -138,7 +139,7 @@ class RocketMQStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
 
     def partitions(self, start: dict, end: dict) -> Sequence[StreamPartition]:
         """``[start, end)`` of each queue at a cut taken now, packed into partitions as the batch
-        source packs its ranges (:func:`~pyspark_udfs.datasource.pack_ranges`).
+        source packs its ranges (:func:`~pyspark_udfs._plan.pack_ranges`).
 
         Every unit below ``end`` was in the cut ``latestOffset`` took, so its record is
         below that cut's CommitLog end and below this one's: a batch replayed after

@@ -1,0 +1,85 @@
+"""How a read of a store is cut into Spark tasks (docs/spark.md#partitions): no pyspark here.
+
+The ``rocketmq`` data source, its streaming reader and ``rmqfilter cost --spark`` plan with
+these rules, and the non-Spark CLI commands import ``pyspark_udfs.cost`` without Spark.
+"""
+from __future__ import annotations
+
+import os
+from collections.abc import Sequence
+
+import cq
+
+__all__ = ["DEFAULT_PARTITION_UNITS", "GROUP_PARTITION_UNITS", "MIN_SHARE_UNITS", "SLICE_UNITS",
+           "UNITS_ONLY_PARTITION_UNITS", "default_min_partitions", "file_ranges", "pack_ranges", "share_size"]
+
+#: Most units a partition takes (option ``partition_units``) when the read decodes every unit's
+#: CommitLog record, when a group's layer 1 decides which it decodes, and when it decodes none:
+#: enough work that a task's fixed cost is a small share of it (docs/spark.md#partitions).
+DEFAULT_PARTITION_UNITS = 1_000_000
+GROUP_PARTITION_UNITS = 4_000_000
+UNITS_ONLY_PARTITION_UNITS = 8_000_000
+#: Fewest units a share for ``min_partitions`` takes: below it a second task costs more than it saves.
+MIN_SHARE_UNITS = 50_000
+#: Most units one queue range of a partition holds (what the reader holds in memory at once).
+SLICE_UNITS = 300_000
+
+
+def default_min_partitions() -> int:
+    """The CPUs this process may run on: local mode's parallelism (option ``min_partitions``)."""
+    try:
+        return max(1, len(os.sched_getaffinity(0)))
+    except AttributeError:  # pragma: no cover - not on Linux
+        return max(1, os.cpu_count() or 1)
+
+
+def share_size(units: int, cap: int, parallel: int, min_share: int = MIN_SHARE_UNITS) -> int:
+    """Units per partition for a read of ``units`` units: at most ``cap``, and small enough to
+    make ``parallel`` partitions, though no share below ``min_share`` (``cap`` still wins).
+
+    >>> share_size(3_500_000, 1_000_000, 2), share_size(3_500_000, 4_000_000, 2), share_size(300, 70, 2)
+    (1000000, 1750000, 70)
+    """
+    return max(1, min(cap, max(min_share, -(-units // max(1, parallel)))))
+
+
+def file_ranges(queue: cq.ConsumeQueue, topic: str, queue_id: int, lo: int | None = None,
+                hi: int | None = None) -> list[tuple[str, int, int, int]]:
+    """Queue offsets ``[lo, hi)`` (default: the queue's) as ``(topic, queue_id, start, end)`` ranges,
+    each inside one ConsumeQueue file and at most :data:`SLICE_UNITS` long."""
+    lo = queue.min_offset if lo is None else lo
+    hi = queue.max_offset if hi is None else hi
+    per_file = queue.units_per_file
+    out = []
+    for file_start, _ in queue.files:
+        first = file_start // cq.format.CQ_STORE_UNIT_SIZE
+        start, end = max(lo, first), min(hi, first + per_file)
+        out += [(topic, queue_id, s, min(end, s + SLICE_UNITS)) for s in range(start, end, SLICE_UNITS)]
+    return out
+
+
+def pack_ranges(ranges: Sequence[tuple[str, int, int, int]], size: int) -> list[list[tuple[str, int, int, int]]]:
+    """``(topic, queue_id, start, end)`` ranges cut into the fewest groups of at most ``size`` units,
+    in equal shares (the last may be smaller); a range is split where a share ends.
+
+    >>> pack_ranges([("T", 0, 0, 5), ("T", 1, 0, 5)], 100)
+    [[('T', 0, 0, 5), ('T', 1, 0, 5)]]
+    >>> pack_ranges([("T", 0, 0, 150), ("T", 1, 10, 60)], 100)
+    [[('T', 0, 0, 100)], [('T', 0, 100, 150), ('T', 1, 10, 60)]]
+    """
+    total = sum(e - s for _, _, s, e in ranges)
+    if total <= 0:
+        return []
+    share = -(-total // -(-total // size))  # ceil(total / groups), groups = ceil(total / size)
+    groups: list[list[tuple[str, int, int, int]]] = [[]]
+    room = share
+    for topic, q, s, e in ranges:
+        while s < e:
+            if room == 0:
+                groups.append([])
+                room = share
+            take = min(room, e - s)
+            groups[-1].append((topic, q, s, s + take))
+            s += take
+            room -= take
+    return groups
