@@ -353,9 +353,13 @@ class _GroupFilter:
         tested = (b.found & (b.msg_store_time > f.born_time) & (b.bit_map_size >= 1)
                   & (b.bit_map_size.astype(np.int64) * 8 == bit_num))
         hit = np.ones(len(candidates), dtype=np.bool_)
-        if tested.any():  # tested rows hold bit_num // 8 bitmap bytes, so every position is inside
+        rows = np.flatnonzero(tested)
+        if len(rows):  # tested rows hold bit_num // 8 bitmap bytes, so every position is inside
+            first = b.bitmap_offsets[rows]  # each tested row's first bitmap byte in bitmap_data
+            row_hit = np.ones(len(rows), dtype=np.bool_)
             for p in positions.tolist():
-                hit &= (b.bitmaps[:, p >> 3] & (1 << (p & 7))) != 0
+                row_hit &= (b.bitmap_data[first + (p >> 3)] & (1 << (p & 7))) != 0
+            hit[rows] = row_hit
         return candidates & (~tested | hit)
 
 
