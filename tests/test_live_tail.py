@@ -161,8 +161,15 @@ def test_tail_of_a_store_deleted_mid_stream_is_a_clear_error(tmp_path):
 
 def test_tail_keeps_its_queue_readers_from_round_to_round_and_reopens_a_replaced_store(tmp_path, monkeypatch):
     """A round goes on from the previous round's ends (each queue opened once while the broker
-    appends); a store directory replaced between rounds is read through a reopened Store."""
-    root = _store(tmp_path)
+    appends, new files included); a store directory replaced between rounds is read through a
+    reopened Store."""
+    root = tmp_path / "store"
+    sizes = {"commit_log_file_size": 4096, "consume_queue_file_size": 4 * 20}  # files roll between rounds
+    writer = [StoreWriter(root, **sizes)]
+    for q, n in enumerate((5, 3)):
+        for i in range(n):
+            writer[0].append(TOPIC, b"m", queue_id=q, properties={"seq": str(i)})
+    writer[0].flush()
     store = cq.Store(root)
     stores = [store]  # the tail's Stores: the one given, then any it reopens
     opened = []  # (which of the tail's Stores, queue id) of every queue reader they open
@@ -184,19 +191,24 @@ def test_tail_keeps_its_queue_readers_from_round_to_round_and_reopens_a_replaced
     def sleep(_):
         rounds.append(1)
         if len(rounds) <= 3:  # the broker appends to both queues between rounds
-            with StoreWriter(root, append=True) as w:
-                for q in (0, 1):
-                    w.append(TOPIC, b"m", queue_id=q, properties={"seq": f"late{len(rounds)}"})
+            for q in (0, 1):
+                writer[0].append(TOPIC, b"m", queue_id=q, properties={"seq": f"late{len(rounds)}"})
+            writer[0].flush()
         elif len(rounds) == 4:  # the store is restored from a copy: a new directory, new files
+            writer[0].close()
             shutil.copytree(root, tmp_path / "copy")
             shutil.rmtree(root)
             os.rename(tmp_path / "copy", root)
-            with StoreWriter(root, append=True) as w:
-                w.append(TOPIC, b"m", queue_id=0, properties={"seq": "after-restore"})
+            writer[0] = StoreWriter(root, append=True, **sizes)
+            writer[0].append(TOPIC, b"m", queue_id=0, properties={"seq": "after-restore"})
+            writer[0].flush()
 
-    got = [(m.queue_id, m.queue_offset, m.properties["seq"])
-           for m in stream.tail(store, TOPIC, "G", tags="*", starting="earliest", sleep=sleep,
-                                stop=lambda: len(rounds) >= 6)]
+    try:
+        got = [(m.queue_id, m.queue_offset, m.properties["seq"])
+               for m in stream.tail(store, TOPIC, "G", tags="*", starting="earliest", sleep=sleep,
+                                    stop=lambda: len(rounds) >= 6)]
+    finally:
+        writer[0].close()
     want = [(m.queue_id, m.queue_offset, m.properties["seq"]) for m in cq.Store(root).consume(TOPIC, "G", tags="*")]
     assert sorted(got) == sorted(want) and len(set(got)) == len(got) and len(got) == 5 + 3 + 6 + 1
     # each queue opened once in 4 rounds of appends, and once more by the one Store reopened after the restore
