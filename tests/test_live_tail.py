@@ -173,18 +173,28 @@ def test_tail_keeps_its_queue_readers_from_round_to_round_and_reopens_a_replaced
     store = cq.Store(root)
     stores = [store]  # the tail's Stores: the one given, then any it reopens
     opened = []  # (which of the tail's Stores, queue id) of every queue reader they open
-    real_open, real_reopen = cq.Store._open_consume_queue, cq.Store.reopen
+    real_open, real_readers, real_reopen = cq.Store._open_consume_queue, cq.Store._queue_readers, cq.Store.reopen
 
-    def counting_open(self, key):
-        if key not in self._cqs and any(self is s for s in stores):
-            opened.append((next(i for i, s in enumerate(stores) if s is self), key[1]))
+    def note(store_, queue_id):
+        if any(store_ is s for s in stores):
+            opened.append((next(i for i, s in enumerate(stores) if s is store_), int(queue_id)))
+
+    def counting_open(self, key):  # a queue reader the Store keeps
+        if key not in self._cqs:
+            note(self, key[1])
         return real_open(self, key)
+
+    def counting_readers(self, topic, queue_id):  # a queue reader for one pass
+        if (topic, int(queue_id)) not in self._cqs:
+            note(self, queue_id)
+        return real_readers(self, topic, queue_id)
 
     def recording_reopen(self):
         stores.append(real_reopen(self))
         return stores[-1]
 
     monkeypatch.setattr(cq.Store, "_open_consume_queue", counting_open)
+    monkeypatch.setattr(cq.Store, "_queue_readers", counting_readers)
     monkeypatch.setattr(cq.Store, "reopen", recording_reopen)
     rounds = []
 
