@@ -224,6 +224,21 @@ def _bool_option(options: dict, name: str, default: bool) -> bool:
     raise ValueError(f"rocketmq option {name!r}: expected true or false, got {raw!r}")
 
 
+def positive_int_option(options: dict, name: str) -> int | None:
+    """The option ``name`` (keys lower-cased) as a positive integer, or None when absent;
+    ``ValueError`` naming the option otherwise."""
+    raw = options.get(name.lower())
+    if raw is None:
+        return None
+    try:
+        value = int(raw)
+    except ValueError:
+        value = 0
+    if value <= 0:
+        raise ValueError(f"rocketmq option {name!r}: expected a positive integer, got {raw!r}")
+    return value
+
+
 @dataclasses.dataclass(frozen=True)
 class ReadOptions:
     """The data source's options, parsed and checked once on the driver."""
@@ -297,20 +312,8 @@ class ReadOptions:
         table = options.get("table", "messages").strip().lower()
         if table not in TABLES:
             raise ValueError(f"rocketmq option 'table': expected one of {', '.join(TABLES)}, got {table!r}")
-        raw_units = options.get("partition_units")
-        try:
-            partition_units = None if raw_units is None else int(raw_units)
-        except ValueError:
-            partition_units = 0
-        if partition_units is not None and partition_units <= 0:
-            raise ValueError(f"rocketmq option 'partition_units': expected a positive integer, got {raw_units!r}")
-        raw_min = options.get("min_partitions")
-        try:
-            min_partitions = None if raw_min is None else int(raw_min)
-        except ValueError:
-            min_partitions = 0
-        if min_partitions is not None and min_partitions <= 0:
-            raise ValueError(f"rocketmq option 'min_partitions': expected a positive integer, got {raw_min!r}")
+        partition_units = positive_int_option(options, "partition_units")
+        min_partitions = positive_int_option(options, "min_partitions")
         on_corrupt = str(options.get("on_corrupt", "fail")).strip().lower()
         if on_corrupt not in ON_CORRUPT:
             raise ValueError(f"rocketmq option 'on_corrupt': expected fail or skip, got {options['on_corrupt']!r}")

@@ -54,7 +54,7 @@ import cq
 from cq import stream
 
 from ._plan import pack_ranges
-from .datasource import ConsumeQueueSlice, ReadOptions, SlicesPartition
+from .datasource import ConsumeQueueSlice, ReadOptions, SlicesPartition, positive_int_option
 
 __all__ = ["RocketMQStreamReader", "StreamOptions", "StreamPartition", "pack_ranges"]
 
@@ -77,15 +77,7 @@ class StreamOptions:
         starting = stream.parse_starting_offsets(lower.get("startingoffsets", "latest"))
         if starting == "committed" and read.group is None:
             raise ValueError("rocketmq option startingOffsets=committed needs 'group' (whose committed offsets)")
-        raw = lower.get("maxunitspertrigger")
-        limit = None
-        if raw is not None:
-            try:
-                limit = int(raw)
-            except ValueError:
-                limit = 0
-            if limit <= 0:
-                raise ValueError(f"rocketmq option 'maxUnitsPerTrigger': expected a positive integer, got {raw!r}")
+        limit = positive_int_option(lower, "maxUnitsPerTrigger")
         return cls(read, starting, limit)
 
 

@@ -213,6 +213,8 @@ def test_pushdown_true_leaks_a_pushed_filter_into_a_later_query_on_the_dataframe
         ({"group": "G", "sql": "a > 1", "tags": "TagA"}, "exclude each other"),
         ({"partition_units": "0"}, "partition_units"),
         ({"partition_units": "many"}, "partition_units"),
+        ({"min_partitions": "0"}, "option 'min_partitions': expected a positive integer, got '0'"),
+        ({"MIN_PARTITIONS": "2.5"}, "option 'min_partitions': expected a positive integer, got '2.5'"),
         ({"decisions": "maybe", "group": "G", "tags": "A"}, "decisions"),
         ({"decisions": "true"}, "needs 'group'"),
         ({"layer2": "jvm", "group": "G", "sql": "a > 1"}, "option 'layer2': expected reader or spark"),
