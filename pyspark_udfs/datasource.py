@@ -523,7 +523,7 @@ def _attribute(f: Filter) -> str | None:
 
 
 class RocketMQReader(DataSourceReader):
-    """Plans one partition per ConsumeQueue file and reads them as Arrow record batches."""
+    """Plans queue ranges packed into partitions (docs/spark.md#partitions) and reads them as Arrow record batches."""
 
     def __init__(self, options: ReadOptions, schema: StructType) -> None:
         self.options = options
