@@ -271,3 +271,32 @@ def test_append_continues_where_the_readers_recovery_ends_before_the_last_file(t
     assert [m.body for m in messages[-2:]] == [b"body-%04d-" % (victim - 1) + b"x" * 200, b"after"]
     assert check_readable(root) == {"records": victim + 1, "units": victim + 1}
     _dispatched_everything(root, queues=1)
+
+
+@pytest.mark.parametrize("sparse", [True, False])
+def test_a_torn_tail_is_zeroed_to_its_last_written_byte_in_holes_and_in_written_space(tmp_path, sparse):
+    """The writer's recovery zeroes a torn tail from the recovered end to the last non-zero byte,
+    whether the file's unwritten space is a hole (a preallocated store file) or written zeros;
+    bytes before the end are left alone."""
+    from cq.recovery import _TAIL_CHUNK, _zero_tail
+
+    size = 3 * _TAIL_CHUNK + 4096
+    path = tmp_path / "00000000000000000000"
+    with open(path, "wb") as f:
+        if sparse:
+            f.truncate(size)
+        else:
+            f.write(bytes(size))
+        f.seek(0)
+        f.write(b"\x01" * 100)  # the recovered records
+        f.seek(_TAIL_CHUNK - 3)  # a torn record spanning a chunk boundary ...
+        f.write(b"\x07" * 10)
+        f.seek(2 * _TAIL_CHUNK + 17)  # ... and garbage further on, after a hole
+        f.write(b"\x09")
+    with open(path, "r+b") as f:
+        _zero_tail(f, 100)
+    data = path.read_bytes()
+    assert len(data) == size and data[:100] == b"\x01" * 100 and data.count(0) == size - 100
+    with open(path, "r+b") as f:  # nothing left to zero: nothing written
+        _zero_tail(f, 100)
+    assert path.read_bytes() == data
