@@ -57,6 +57,13 @@ class ConsumeQueue(MappedFileQueue):
         """Units held by one file."""
         return self.file_size // fmt.CQ_STORE_UNIT_SIZE
 
+    @property
+    def file_units(self) -> list[tuple[int, int]]:
+        """``(first, end)`` queue offsets each listed file holds room for, ascending."""
+        per_file = self.units_per_file
+        return [(start // fmt.CQ_STORE_UNIT_SIZE, start // fmt.CQ_STORE_UNIT_SIZE + per_file)
+                for start, _ in self._files]
+
     def _units_of_file(self, index: int) -> np.ndarray:
         return np.frombuffer(self._map(index), dtype=fmt.CQ_UNIT_DTYPE)
 

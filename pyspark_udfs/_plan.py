@@ -49,11 +49,9 @@ def file_ranges(queue: cq.ConsumeQueue, topic: str, queue_id: int, lo: int | Non
     each inside one ConsumeQueue file and at most :data:`SLICE_UNITS` long."""
     lo = queue.min_offset if lo is None else lo
     hi = queue.max_offset if hi is None else hi
-    per_file = queue.units_per_file
     out = []
-    for file_start, _ in queue.files:
-        first = file_start // cq.format.CQ_STORE_UNIT_SIZE
-        start, end = max(lo, first), min(hi, first + per_file)
+    for first, last in queue.file_units:
+        start, end = max(lo, first), min(hi, last)
         out += [(topic, queue_id, s, min(end, s + SLICE_UNITS)) for s in range(start, end, SLICE_UNITS)]
     return out
 

@@ -268,6 +268,11 @@ class ReadOptions:
     #: "uncompressed": the body column decompressed where SYSFLAG says so; "stored": as stored
     body: str = "uncompressed"
 
+    def pack(self, schema: StructType | None, ranges: list[tuple[str, int, int, int]]) -> list[list[tuple]]:
+        """``(topic, queue_id, start, end)`` ranges of a read of ``schema`` packed into partitions
+        (:func:`~pyspark_udfs._plan.pack_ranges`) of :meth:`partition_size` units each."""
+        return pack_ranges(ranges, self.partition_size(schema, sum(e - s for _, _, s, e in ranges)))
+
     def partition_size(self, schema: StructType | None, units: int) -> int:
         """Units per partition for a read of ``units`` units in all (docs/spark.md#partitions).
 
@@ -572,8 +577,7 @@ class RocketMQReader(DataSourceReader):
         log = store.commit_log
         cut = {"commit_log_min": log.min_offset, "commit_log_end": log.max_offset}
         store.close()
-        size = opts.partition_size(self.schema, sum(e - s for _, _, s, e in ranges))
-        parts = [[ConsumeQueueSlice(*r, **cut) for r in group] for group in pack_ranges(ranges, size)]
+        parts = [[ConsumeQueueSlice(*r, **cut) for r in group] for group in opts.pack(self.schema, ranges)]
         if unreadable:  # read first, by the first task: each reports its queue skipped
             parts[:1] = [[*(dataclasses.replace(s, **cut) for s in unreadable), *(parts[0] if parts else [])]]
         # Spark needs at least one partition; an empty one reads nothing.

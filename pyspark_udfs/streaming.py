@@ -143,8 +143,7 @@ class RocketMQStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         return [StreamPartition(tuple(ConsumeQueueSlice(t, q, s, e, commit_log_min=cut.commit_log_min,
                                                         commit_log_end=cut.commit_log_end)
                                       for t, q, s, e in group))
-                for group in pack_ranges(ranges, self.options.read.partition_size(
-                    self.schema, sum(e - s for _, _, s, e in ranges)))]
+                for group in self.options.read.pack(self.schema, ranges)]
 
     def read(self, partition: StreamPartition):
         """The partition's rows, each slice read as the batch source reads it (heavy imports happen here)."""
