@@ -9,10 +9,13 @@ import numpy as np
 
 cimport numpy as cnp
 from libc.stdint cimport int8_t, int16_t, int32_t, int64_t, uint8_t, uint16_t, uint32_t, uint64_t
-from libc.stdlib cimport free, malloc, realloc
+from libc.stdlib cimport calloc, free, malloc, realloc
 from cpython.bytes cimport PyBytes_FromStringAndSize
 from cpython.unicode cimport PyUnicode_DecodeUTF8
+from cpython.object cimport PyObject
+from cpython.ref cimport Py_INCREF, Py_XDECREF
 from libc.string cimport memchr, memcmp, memcpy, memset
+from posix.unistd cimport pread
 
 from . import format as fmt
 
@@ -1713,6 +1716,61 @@ def decode_columns(const uint8_t[::1] buf, const int64_t[::1] positions, int64_t
     return cols, None
 
 
+def copy_records(int fd, const int64_t[::1] positions, const int64_t[::1] sizes, int64_t file_size):
+    """Copy the records at ``positions`` of an open CommitLog file, ``sizes`` bytes each, back to back.
+
+    What ``decode_columns`` needs to decode them out of the copy instead of
+    the mapped file (docs/data-path.md#consume): ``(data, starts)``, a uint8
+    array of the records and each one's start in it. None when a record does
+    not lie inside ``file_size``, a read comes short, or a copied record's
+    TOTALSIZE is not its size: the caller then reads the mapped file, where
+    the decoder names what is wrong. Contiguous records are read in one call.
+    """
+    cdef Py_ssize_t i, j, k = positions.shape[0]
+    cdef int64_t total = 0, got, want
+    cdef int ok = 1
+    cdef GBuf g
+    if sizes.shape[0] != k:
+        raise ValueError(f"{k} positions need {k} sizes, got {sizes.shape[0]}")
+    for i in range(k):
+        if positions[i] < 0 or sizes[i] < 8 or sizes[i] > file_size - positions[i]:
+            return None
+        total += sizes[i]
+    starts = np.empty(k, dtype=np.int64)
+    cdef int64_t[::1] st = starts
+    memset(&g, 0, sizeof(GBuf))
+    _pool_get(&g, total)
+    if g.cap < total:
+        _pool_put(g.p, g.cap)
+        g.p = <uint8_t*>malloc(total if total else 1)
+        if g.p == NULL:
+            raise MemoryError()
+        g.cap = total
+    with nogil:
+        i = 0
+        while i < k and ok:
+            j = i + 1  # a run of records that follow each other in the file: one read
+            want = sizes[i]
+            while j < k and positions[j] == positions[j - 1] + sizes[j - 1]:
+                want += sizes[j]
+                j += 1
+            got = pread(fd, g.p + g.n, want, positions[i])
+            if got != want:
+                ok = 0
+                break
+            while i < j:
+                st[i] = g.n
+                if <int64_t>rmq_load_be32(g.p + g.n) != sizes[i]:
+                    ok = 0
+                    break
+                g.n += sizes[i]
+                i += 1
+    if not ok:
+        _pool_put(g.p, g.cap)
+        return None
+    return _take(&g, np.uint8, g.n), starts
+
+
 rmq_crc_init()
 DEF SHORT_CRC = 2048  # bodies up to this many bytes are checked inline, longer ones by zlib
 
@@ -1860,72 +1918,316 @@ def texts_list(const int32_t[::1] offsets, const uint8_t[::1] data, bint binary=
     return out
 
 
+# One str per distinct key text, and a few recent strs per key for its values: records of a
+# topic carry the same keys, and many the same few values (a region, a tag, "true").
+DEF KEY_SLOTS = 512       # hash table slots (a power of two)
+DEF KEYS_CACHED = 256     # distinct keys remembered; later ones get a str each time
+DEF VALUE_WAYS = 4        # values remembered per key
+
+
+cdef inline bint _bytes_eq(const uint8_t* d, int32_t a, int32_t b, int32_t c, int32_t e) noexcept:
+    return b - a == e - c and (b == a or memcmp(d + a, d + c, b - a) == 0)
+
+
+cdef inline object _str_at(const uint8_t* d, int32_t a, int32_t b):
+    if b <= a:
+        return ""
+    return PyUnicode_DecodeUTF8(<const char*>(d + a), b - a, NULL)
+
+
+cdef struct KeySlot:
+    int32_t ka, kb                    # the key's bytes in key_data
+    PyObject* key                     # owned: the key's str
+    int32_t va[VALUE_WAYS]
+    int32_t vb[VALUE_WAYS]
+    PyObject* value[VALUE_WAYS]       # owned or NULL: recent values' strs, their bytes at va:vb
+    int next_way
+
+
+cdef class _DictBuilder:
+    """Property dicts of a decoded ``properties`` column, row by row, sharing strs between rows."""
+    cdef const int32_t[::1] mo, ko, vo    # held: the pointers below point into them
+    cdef const uint8_t[::1] kd, vd
+    cdef const uint8_t* kp
+    cdef const uint8_t* vp
+    cdef KeySlot* slots
+    cdef int32_t* by_place    # per entry place: the slot the previous row's key there used, or -1
+    cdef Py_ssize_t places, cached, rows
+
+    def __cinit__(self, const int32_t[::1] map_offsets, const int32_t[::1] key_offsets,
+                  const uint8_t[::1] key_data, const int32_t[::1] value_offsets,
+                  const uint8_t[::1] value_data):
+        cdef Py_ssize_t n = map_offsets.shape[0] - 1
+        if n < 0:
+            raise ValueError("map offsets must hold at least one entry")
+        if map_offsets[0] < 0 or map_offsets[n] > key_offsets.shape[0] - 1 or map_offsets[n] > value_offsets.shape[0] - 1:
+            raise ValueError(f"map offsets run to entry {map_offsets[n]}, past the entries given")
+        if map_offsets[n] > 0 and (key_offsets[map_offsets[n]] > key_data.shape[0]
+                                   or value_offsets[map_offsets[n]] > value_data.shape[0]):
+            raise ValueError("entry offsets run past their data")
+        self.mo = map_offsets
+        self.ko = key_offsets
+        self.kd = key_data
+        self.vo = value_offsets
+        self.vd = value_data
+        self.rows = n
+        self.kp = &key_data[0] if key_data.shape[0] else NULL
+        self.vp = &value_data[0] if value_data.shape[0] else NULL
+        self.slots = <KeySlot*>calloc(KEY_SLOTS, sizeof(KeySlot))
+        if self.slots == NULL:
+            raise MemoryError()
+
+    def __dealloc__(self):
+        cdef Py_ssize_t i, w
+        if self.slots != NULL:
+            for i in range(KEY_SLOTS):
+                Py_XDECREF(self.slots[i].key)
+                for w in range(VALUE_WAYS):
+                    Py_XDECREF(self.slots[i].value[w])
+            free(self.slots)
+        free(self.by_place)
+
+
+    cdef int32_t _slot(self, int32_t a, int32_t b) except -2:
+        # the slot holding key bytes kd[a:b], added if there is room; -1 when the table is full
+        cdef uint64_t h = _head(self.kp + a, b - a) if b > a else 0
+        cdef uint32_t i = <uint32_t>(((h ^ <uint64_t>(b - a)) * 0x9E3779B97F4A7C15ULL) >> 55) & (KEY_SLOTS - 1)
+        cdef KeySlot* s
+        while True:
+            s = &self.slots[i]
+            if s.key == NULL:
+                if self.cached >= KEYS_CACHED:
+                    return -1
+                key = _str_at(self.kp, a, b)
+                Py_INCREF(key)
+                s.key = <PyObject*>key
+                s.ka = a
+                s.kb = b
+                self.cached += 1
+                return i
+            if _bytes_eq(self.kp, s.ka, s.kb, a, b):
+                return i
+            i = (i + 1) & (KEY_SLOTS - 1)
+
+    cdef object _value(self, KeySlot* s, int32_t a, int32_t b):
+        cdef int w
+        for w in range(VALUE_WAYS):
+            if s.value[w] != NULL and _bytes_eq(self.vp, s.va[w], s.vb[w], a, b):
+                return <object>s.value[w]
+        value = _str_at(self.vp, a, b)
+        w = s.next_way
+        s.next_way = (w + 1) % VALUE_WAYS
+        Py_XDECREF(s.value[w])
+        Py_INCREF(value)
+        s.value[w] = <PyObject*>value
+        s.va[w] = a
+        s.vb[w] = b
+        return value
+
+    cdef dict row(self, Py_ssize_t r):
+        cdef int32_t e0 = self.mo[r], e1 = self.mo[r + 1], e, a, b, si
+        cdef Py_ssize_t j
+        cdef int32_t* grown
+        cdef KeySlot* s
+        cdef dict out = _PyDict_NewPresized(e1 - e0)
+        if e1 - e0 > self.places:
+            grown = <int32_t*>realloc(self.by_place, (e1 - e0) * sizeof(int32_t))
+            if grown == NULL:
+                raise MemoryError()
+            self.by_place = grown
+            for j in range(self.places, e1 - e0):
+                grown[j] = -1
+            self.places = e1 - e0
+        for e in range(e0, e1):
+            j = e - e0
+            a = self.ko[e]
+            b = self.ko[e + 1]
+            si = self.by_place[j]
+            if si < 0 or not _bytes_eq(self.kp, self.slots[si].ka, self.slots[si].kb, a, b):
+                si = self._slot(a, b)
+                self.by_place[j] = si
+            if si < 0:  # more distinct keys than the table holds
+                out[_str_at(self.kp, a, b)] = _str_at(self.vp, self.vo[e], self.vo[e + 1])
+            else:
+                s = &self.slots[si]
+                out[<object>s.key] = self._value(s, self.vo[e], self.vo[e + 1])
+        return out
+
+
 def property_dicts(const int32_t[::1] map_offsets, const int32_t[::1] key_offsets, const uint8_t[::1] key_data,
                    const int32_t[::1] value_offsets, const uint8_t[::1] value_data, const int64_t[::1] rows=None):
     """Rows of a ``properties`` column as dicts (entries in order): rows ``rows`` (default all), in order.
 
-    Records of a topic tend to carry the same keys in the same order, and many the same values:
-    an entry whose key (value) bytes equal the previous row's at the same place reuses that str,
-    and each distinct key text is one str shared by the rows.
+    Records of a topic tend to carry the same keys, and many the same few values: each
+    distinct key text is one str shared by the rows, and a value equal to one of the last
+    few of its key reuses that str.
     """
-    cdef Py_ssize_t i, r, j, m = 0, n = map_offsets.shape[0] - 1, k
-    cdef int32_t e, a, b
-    cdef dict row, known = {}
-    cdef list prev_k = [], prev_v = []
-    cdef int64_t* prev = NULL   # per place j: the previous row's key start, key end, value start, value end
-    cdef int64_t* grown
+    cdef _DictBuilder dicts = _DictBuilder(map_offsets, key_offsets, key_data, value_offsets, value_data)
+    cdef Py_ssize_t i, n = dicts.rows
     cdef bint all_rows = rows is None
-    if n < 0:
-        raise ValueError("map offsets must hold at least one entry")
-    if map_offsets[n] > key_offsets.shape[0] - 1 or map_offsets[n] > value_offsets.shape[0] - 1:
-        raise ValueError(f"map offsets run to entry {map_offsets[n]}, past the entries given")
-    if map_offsets[n] > 0 and (key_offsets[map_offsets[n]] > key_data.shape[0]
-                               or value_offsets[map_offsets[n]] > value_data.shape[0]):
-        raise ValueError("entry offsets run past their data")
-    k = n if all_rows else rows.shape[0]
+    cdef Py_ssize_t k = n if all_rows else rows.shape[0]
     cdef list out = [None] * k
-    try:
-        for i in range(k):
-            r = _row_at(rows, all_rows, i, n)
-            row = _PyDict_NewPresized(map_offsets[r + 1] - map_offsets[r])
-            for e in range(map_offsets[r], map_offsets[r + 1]):
-                j = e - map_offsets[r]
-                if j == m:  # a place no earlier row had: room for it
-                    grown = <int64_t*>realloc(prev, 4 * (m + 8) * sizeof(int64_t))
-                    if grown == NULL:
-                        raise MemoryError()
-                    prev = grown
-                    for a in range(m, m + 8):
-                        prev[4 * a] = prev[4 * a + 1] = prev[4 * a + 2] = prev[4 * a + 3] = 0
-                        prev_k.append("")
-                        prev_v.append("")
-                    m += 8
-                a = key_offsets[e]
-                b = key_offsets[e + 1]
-                if b - a == prev[4 * j + 1] - prev[4 * j] and (
-                        b == a or memcmp(&key_data[a], &key_data[prev[4 * j]], b - a) == 0):
-                    key = prev_k[j]
-                else:
-                    key = _utf8_str(key_data, a, b)
-                    key = known.setdefault(key, key)
-                    prev_k[j] = key
-                prev[4 * j] = a
-                prev[4 * j + 1] = b
-                a = value_offsets[e]
-                b = value_offsets[e + 1]
-                if b - a == prev[4 * j + 3] - prev[4 * j + 2] and (
-                        b == a or memcmp(&value_data[a], &value_data[prev[4 * j + 2]], b - a) == 0):
-                    value = prev_v[j]
-                else:
-                    value = _utf8_str(value_data, a, b)
-                    prev_v[j] = value
-                prev[4 * j + 2] = a
-                prev[4 * j + 3] = b
-                row[key] = value
-            out[i] = row
-    finally:
-        free(prev)
+    for i in range(k):
+        out[i] = dicts.row(_row_at(rows, all_rows, i, n))
     return out
+
+
+cdef inline object _text_reusing(const int32_t[::1] offsets, const uint8_t* d, Py_ssize_t r, bint binary,
+                                 int32_t* pa, int32_t* pb, object prev):
+    # row r of a text column: ``prev`` (the last row built) when its bytes are equal
+    cdef int32_t a = offsets[r], b = offsets[r + 1]
+    if _bytes_eq(d, a, b, pa[0], pb[0]) and prev is not None:
+        return prev
+    pa[0] = a
+    pb[0] = b
+    if binary:
+        return PyBytes_FromStringAndSize(<const char*>(d + a), b - a) if b > a else b""
+    return _str_at(d, a, b)
+
+
+cdef inline const uint8_t* _data_ptr(const uint8_t[::1] d):
+    return &d[0] if d.shape[0] else NULL
+
+
+cdef class _MessageBuilder:
+    """``cls(*fields)`` of rows of a decoded column set (every record field), one at a time."""
+    cdef object cls
+    cdef _DictBuilder dicts
+    cdef const int32_t[::1] c_size, c_magic, c_crc, c_qid, c_flag, c_sysf, c_recon
+    cdef const int64_t[::1] c_qoff, c_phys, c_bts, c_sts, c_prep
+    cdef const int32_t[::1] o_born, o_store, o_body, o_topic
+    cdef const uint8_t[::1] d_born, d_store, d_body, d_topic   # held: the pointers point into them
+    cdef const uint8_t* p_born
+    cdef const uint8_t* p_store
+    cdef const uint8_t* p_body
+    cdef const uint8_t* p_topic
+    cdef const int64_t[::1] rows, file_index, file_offsets
+    cdef list paths
+    cdef Py_ssize_t n, k
+    cdef int32_t born_a, born_b, store_a, store_b, body_a, body_b, topic_a, topic_b
+    cdef object born, store, body, topic
+
+    def __cinit__(self, cls, dict columns, const int64_t[::1] rows, const int64_t[::1] file_index, list paths,
+                  const int64_t[::1] file_offsets):
+        self.dicts = _DictBuilder(*columns["properties"])
+        n = self.n = self.dicts.rows
+        self.k = rows.shape[0]
+        if file_index.shape[0] != self.k or file_offsets.shape[0] != self.k:
+            raise ValueError(f"{self.k} rows need {self.k} file indices and offsets")
+        for name, kind in fmt.RECORD_FIELDS[:F_PROPERTIES]:
+            if kind in ("i4", "i8") and len(columns[name]) != n:
+                raise ValueError(f"column {name} holds {len(columns[name])} rows beside {n} rows of properties")
+            if kind in ("str", "bin"):
+                o, d = columns[name][0], columns[name][1]
+                if len(o) != n + 1 or o[0] < 0 or o[n] > len(d):
+                    raise ValueError(f"column {name}'s offsets do not fit {n} rows and its {len(d)} bytes")
+        self.cls = cls
+        self.c_size = columns["store_size"]
+        self.c_magic = columns["magic_code"]
+        self.c_crc = columns["body_crc"]
+        self.c_qid = columns["queue_id"]
+        self.c_flag = columns["flag"]
+        self.c_sysf = columns["sys_flag"]
+        self.c_recon = columns["reconsume_times"]
+        self.c_qoff = columns["queue_offset"]
+        self.c_phys = columns["commit_log_offset"]
+        self.c_bts = columns["born_timestamp"]
+        self.c_sts = columns["store_timestamp"]
+        self.c_prep = columns["prepared_transaction_offset"]
+        self.o_born, self.d_born = columns["born_host"][0], columns["born_host"][1]
+        self.o_store, self.d_store = columns["store_host"][0], columns["store_host"][1]
+        self.o_body, self.d_body = columns["body"][0], columns["body"][1]
+        self.o_topic, self.d_topic = columns["topic"][0], columns["topic"][1]
+        self.p_born = _data_ptr(self.d_born)
+        self.p_store = _data_ptr(self.d_store)
+        self.p_body = _data_ptr(self.d_body)
+        self.p_topic = _data_ptr(self.d_topic)
+        self.rows = rows
+        self.file_index = file_index
+        self.file_offsets = file_offsets
+        self.paths = paths
+
+    cdef object build(self, Py_ssize_t i):
+        cdef Py_ssize_t r = self.rows[i]
+        cdef int64_t f = self.file_index[i]
+        if r < 0 or r >= self.n:
+            raise IndexError(f"row {r} outside the {self.n} rows of the columns")
+        if f < 0 or f >= len(self.paths):
+            raise IndexError(f"file index {f} outside the {len(self.paths)} paths")
+        self.born = _text_reusing(self.o_born, self.p_born, r, False, &self.born_a, &self.born_b, self.born)
+        self.store = _text_reusing(self.o_store, self.p_store, r, False, &self.store_a, &self.store_b, self.store)
+        self.body = _text_reusing(self.o_body, self.p_body, r, True, &self.body_a, &self.body_b, self.body)
+        self.topic = _text_reusing(self.o_topic, self.p_topic, r, False, &self.topic_a, &self.topic_b, self.topic)
+        fields = (self.c_size[r], self.c_magic[r], self.c_crc[r], self.c_qid[r], self.c_flag[r], self.c_qoff[r],
+                  self.c_phys[r], self.c_sysf[r], self.c_bts[r], self.born, self.c_sts[r], self.store,
+                  self.c_recon[r], self.c_prep[r], self.body, self.topic, self.dicts.row(r), self.paths[f],
+                  self.file_offsets[i])
+        return self.cls(*fields)
+
+
+def message_objects(cls, dict columns, const int64_t[::1] rows, const int64_t[::1] file_index, list paths,
+                    const int64_t[::1] file_offsets):
+    """``cls(*fields)`` for rows ``rows`` of a decoded column set (every record field), in order.
+
+    The positional fields are ``cq.format.RECORD_FIELDS`` up to ``properties``
+    (``tags`` and ``keys`` are not passed), then ``paths[file_index[i]]`` and
+    ``file_offsets[i]``: ``cq.Message``'s order. Strs are shared as
+    :func:`texts_list` and :func:`property_dicts` share them.
+    """
+    cdef _MessageBuilder b = _MessageBuilder(cls, columns, rows, file_index, paths, file_offsets)
+    cdef Py_ssize_t i
+    cdef list out = [None] * b.k
+    for i in range(b.k):
+        out[i] = b.build(i)
+    return out
+
+
+cdef class Delivered:
+    """An iterator handing out messages and counting each in ``stats.delivered`` as it goes.
+
+    ``Delivered(items, stats)`` hands out ``items`` (a list, or any iterable);
+    ``Delivered.built(...)`` (:func:`message_objects`' arguments, then ``stats``) builds
+    each message only when it is handed out, so a consumer that lets each go holds one
+    at a time.
+    """
+    cdef list items
+    cdef object it
+    cdef _MessageBuilder builder
+    cdef Py_ssize_t i, k
+    cdef object stats
+
+    def __init__(self, items, stats):
+        if type(items) is list:
+            self.items = items
+            self.k = len(items)
+        else:
+            self.it = iter(items)
+        self.stats = stats
+
+    @staticmethod
+    def built(cls, dict columns, const int64_t[::1] rows, const int64_t[::1] file_index, list paths,
+              const int64_t[::1] file_offsets, stats):
+        cdef Delivered d = Delivered([], stats)
+        d.builder = _MessageBuilder(cls, columns, rows, file_index, paths, file_offsets)
+        d.k = d.builder.k
+        return d
+
+    def __iter__(self):
+        return self
+
+    def __next__(self):
+        if self.it is not None:
+            msg = next(self.it)
+        elif self.i >= self.k:
+            raise StopIteration
+        elif self.builder is not None:
+            msg = self.builder.build(self.i)
+            self.i += 1
+        else:
+            msg = self.items[self.i]
+            self.i += 1
+        self.stats.delivered += 1
+        return msg
 
 
 # ------------------------------------------------------------------ body decompression

@@ -7,6 +7,7 @@ the engine computes.
 """
 from __future__ import annotations
 
+import os
 import socket
 import struct
 import zlib
@@ -495,6 +496,22 @@ def decode_columns(buf, positions, limit, mask):
     return cols, error
 
 
+def copy_records(fd, positions, sizes, file_size):
+    """Copy the records at ``positions`` of an open CommitLog file, back to back: ``(data, starts)`` or None."""
+    if len(sizes) != len(positions):
+        raise ValueError(f"{len(positions)} positions need {len(positions)} sizes, got {len(sizes)}")
+    out, starts = bytearray(), []
+    for pos, size in zip((int(p) for p in positions), (int(s) for s in sizes)):
+        if pos < 0 or size < 8 or size > file_size - pos:
+            return None
+        raw = os.pread(fd, size, pos)
+        if len(raw) != size or int.from_bytes(raw[:4], "big", signed=True) != size:
+            return None
+        starts.append(len(out))
+        out += raw
+    return np.frombuffer(bytes(out), dtype=np.uint8), np.array(starts, dtype=np.int64)
+
+
 def body_crc_mismatch(buf, pos, end):
     """Position of the first record in ``buf[pos:end]`` whose BODYCRC does not match, or -1."""
     if pos < 0 or end > len(buf) or pos > end:
@@ -576,6 +593,56 @@ def property_dicts(map_offsets, key_offsets, key_data, value_offsets, value_data
     keys = texts_list(key_offsets[:mo[-1] + 1], key_data)
     values = texts_list(value_offsets[:mo[-1] + 1], value_data)
     return [dict(zip(keys[mo[r]:mo[r + 1]], values[mo[r]:mo[r + 1]])) for r in _rows(rows, len(mo) - 1)]
+
+
+def message_objects(cls, columns, rows, file_index, paths, file_offsets):
+    """``cls(*fields)`` for rows ``rows`` of a decoded column set (every record field), in order."""
+    names = [name for name, _ in fmt.RECORD_FIELDS]
+    names = names[:names.index("properties") + 1]
+    n = len(columns["properties"][0]) - 1
+    rows = [int(r) for r in rows]
+    if len(file_index) != len(rows) or len(file_offsets) != len(rows):
+        raise ValueError(f"{len(rows)} rows need {len(rows)} file indices and offsets")
+    for r in rows:
+        if r < 0 or r >= n:
+            raise IndexError(f"row {r} outside the {n} rows of the columns")
+    values = []
+    for name, kind in fmt.RECORD_FIELDS:
+        if name not in names:
+            continue
+        col = columns[name]
+        if kind in ("i4", "i8"):
+            values.append([int(col[r]) for r in rows])
+        elif kind == "map":
+            values.append(property_dicts(*col, rows))
+        else:
+            values.append(texts_list(col[0], col[1], kind == "bin", rows))
+    for f in file_index:
+        if f < 0 or f >= len(paths):
+            raise IndexError(f"file index {f} outside the {len(paths)} paths")
+    values.append([paths[int(f)] for f in file_index])
+    values.append([int(o) for o in file_offsets])
+    return list(map(cls, *values))
+
+
+class Delivered:
+    """An iterator handing out messages and counting each in ``stats.delivered`` as it goes."""
+
+    def __init__(self, items, stats):
+        self._items = iter(items)
+        self._stats = stats
+
+    @staticmethod
+    def built(cls, columns, rows, file_index, paths, file_offsets, stats):
+        return Delivered(message_objects(cls, columns, rows, file_index, paths, file_offsets), stats)
+
+    def __iter__(self):
+        return self
+
+    def __next__(self):
+        msg = next(self._items)
+        self._stats.delivered += 1
+        return msg
 
 
 #: The most bytes a body column may hold: int32 offsets.

@@ -259,8 +259,10 @@ def _hosts(ips: np.ndarray, ports: np.ndarray, v6: np.ndarray) -> np.ndarray:
     return texts[inverse.reshape(-1)]
 
 
-#: Message's fields in constructor order (read_messages builds Messages positionally)
-_MESSAGE_FIELDS = tuple(f.name for f in fields(Message))
+# _scan.message_objects builds Messages positionally: the record fields up to properties, then the place
+assert tuple(f.name for f in fields(Message)) == (
+    *(name for name, _ in fmt.RECORD_FIELDS[:[n for n, _ in fmt.RECORD_FIELDS].index("properties") + 1]),
+    "_path", "_file_offset"), "Message's fields moved: update message_objects"
 
 
 def decode_message(buf, pos: int, limit: int, *, path: str | None = None, file_start: int = 0,
@@ -648,6 +650,47 @@ class CommitLog(MappedFileQueue):
             parts.append(_columns.MessageColumns(cols, b - a))
         return _columns.concat(parts, names)
 
+    def _decode_copied(self, physical_offsets, sizes) -> MessageColumns:
+        """:meth:`decode_columns` (every field) of records read with ``pread`` instead of through the map.
+
+        For records scattered through the log (a queue's, docs/data-path.md#consume): a read
+        per record costs less than faulting its pages into the map and letting them go again.
+        ``sizes`` are the records' sizes from their ConsumeQueue units. Where a copy cannot
+        stand for the mapped file (a file replaced since it was mapped, a record outside its
+        file or not of its size, any invalid record) this is :meth:`decode_columns`, which
+        raises its errors.
+        """
+        offs = np.asarray(physical_offsets, dtype=np.int64).reshape(-1)
+        sizes = np.asarray(sizes, dtype=np.int64).reshape(-1)
+        if len(offs) == 0 or len(sizes) != len(offs):
+            return self.decode_columns(offs)
+        idx = self.file_indices(offs)
+        if int(idx.min()) < 0:
+            return self.decode_columns(offs)  # raises the outside-the-log error
+        mask = fmt.ALL_RECORD_FIELDS
+        parts = []
+        for a, b in itertools.pairwise([0, *(np.flatnonzero(np.diff(idx)) + 1).tolist(), len(offs)]):
+            start, path = self._files[int(idx[a])]
+            try:
+                fd = os.open(path, os.O_RDONLY | getattr(os, "O_CLOEXEC", 0))
+            except OSError:
+                return self.decode_columns(offs)
+            try:
+                known = self._identities.get(path)
+                if known is not None and fmt.file_identity(os.fstat(fd)) != known:
+                    return self.decode_columns(offs)  # the map still reads the file it mapped
+                copied = _scan.copy_records(fd, offs[a:b] - start, sizes[a:b], self.file_size)
+            finally:
+                os.close(fd)
+            if copied is None:
+                return self.decode_columns(offs)
+            data, pos = copied
+            cols, err = _scan.decode_columns(data, pos, len(data), mask)
+            if err is not None:
+                return self.decode_columns(offs)
+            parts.append(_columns.MessageColumns(cols, b - a))
+        return _columns.concat(parts, [n for n, _ in fmt.RECORD_FIELDS])
+
     def read_batch(self, physical_offsets) -> RecordColumns:
         """Decode the records at ``physical_offsets`` into columns: the batch form of :meth:`read_message`.
 
@@ -776,25 +819,19 @@ class CommitLog(MappedFileQueue):
         (row numbers, default all) picks the rows, in that order. What
         :meth:`read_messages` returns for those offsets, without decoding again.
         """
+        args = self._message_args(physical_offsets, rows)
+        return _scan.message_objects(Message, cols.columns, *args) if len(args[0]) else []
+
+    def _message_args(self, physical_offsets, rows=None) -> tuple:
+        """``_scan.message_objects``' arguments after the columns: rows, file indices, paths, file offsets."""
         offs = np.asarray(physical_offsets, dtype=np.int64).reshape(-1)
         if rows is not None:
             rows = np.asarray(rows, dtype=np.int64).reshape(-1)
             offs = offs[rows]
-        if len(offs) == 0:
-            return []
-        c = cols.columns
-        values = {name: (c[name] if rows is None else c[name][rows]).tolist()
-                  for name, kind in fmt.RECORD_FIELDS if kind in ("i4", "i8")}
-        values["born_host"] = cols.texts("born_host", rows=rows)
-        values["store_host"] = cols.texts("store_host", rows=rows)
-        values["body"] = cols.texts("body", binary=True, rows=rows)
-        values["topic"] = cols.texts("topic", rows=rows)
-        values["properties"] = cols.dicts(rows)
+        else:
+            rows = np.arange(len(offs), dtype=np.int64)
         idx = self.file_indices(offs)  # every offset was decoded: each is in a file
-        values["_path"] = [self._files[i][1] for i in idx.tolist()]
-        values["_file_offset"] = (offs - self._starts[idx]).tolist()
-        # positional, in the dataclass's field order: no keyword dict per message
-        return list(map(Message, *(values[name] for name in _MESSAGE_FIELDS)))
+        return rows, idx, [path for _, path in self._files], offs - self._starts[idx]
 
     def column_batches(self, fields=None, *, strict: bool = True, batch_records: int = 65536,
                        decompress_body: bool = False) -> Iterator[MessageColumns]:

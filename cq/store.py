@@ -1,6 +1,7 @@
 """A broker store directory, and what a consumer group would receive from it."""
 from __future__ import annotations
 
+import itertools
 import os
 import threading
 from collections.abc import Callable, Iterable, Iterator, Mapping
@@ -134,15 +135,17 @@ class ConsumeResult:
     Iterating drives the scan; ``stats`` is complete once the iterator is exhausted.
     """
 
-    def __init__(self, gen_factory: Callable[[ConsumeStats], Iterator[Message]]) -> None:
+    def __init__(self, gen_factory: Callable[[ConsumeStats], Iterator[Iterator[Message]]]) -> None:
         self.stats = ConsumeStats()
-        self._gen = gen_factory(self.stats)
+        # the factory yields chunks (iterators counting what they hand out): one C-level chain
+        # hands the messages out, instead of a resumed generator per message
+        self._messages = itertools.chain.from_iterable(gen_factory(self.stats))
 
-    def __iter__(self) -> ConsumeResult:
-        return self
+    def __iter__(self) -> Iterator[Message]:
+        return self._messages
 
     def __next__(self) -> Message:
-        return next(self._gen)
+        return next(self._messages)
 
 
 @dataclass(frozen=True)
@@ -772,7 +775,7 @@ class Store:
         if qids is None:
             qids = sorted(cut.ends(topic))
 
-        def run(stats: ConsumeStats) -> Iterator[Message]:
+        def run(stats: ConsumeStats) -> Iterator[Iterator[Message]]:
             bounds = []
             for q in qids:
                 r = cut.queue_range(topic, q)
@@ -902,15 +905,16 @@ class Store:
             raise RetryPropertiesError(f"{exc}: {path} at byte {at - start} (CommitLog offset {at})") from None
 
     def _layer2(self, flt, log, idx, offs, hits, stats, verify_crc, batch_evaluate, custom=None, units=None,
-                ext=None):
+                ext=None, sizes=None):
         batch_custom = custom is not None and custom.batch
         cols, decoded = None, offs  # the records decoded once, and the offsets they were decoded at
         if not verify_crc and not batch_custom and (not isinstance(flt, SqlFilter) or (
                 getattr(flt, "is_matched_by_commit_log_columns", None) is not None
                 and 2 * int(hits[idx].sum()) >= len(idx))):
             # one decoder pass serves layer 2, the client's re-check and delivery: the records are
-            # mostly Bloom hits (or no layer 2 runs), so most are delivered (docs/data-path.md#consume)
-            cols = log.decode_columns(offs)
+            # mostly Bloom hits (or no layer 2 runs), so most are delivered (docs/data-path.md#consume);
+            # copied with a read each, not faulted into the map (a queue's records lie far apart)
+            cols = log.decode_columns(offs) if sizes is None else log._decode_copied(offs, sizes)
         keep = None
         if isinstance(flt, SqlFilter):
             keep = self._layer2_keep(flt, log, offs, batch_evaluate, cols)
@@ -920,41 +924,45 @@ class Store:
         if batch_custom:
             yield from self._deliver_batch_filtered(flt, log, idx, offs, stats, verify_crc, custom, units, ext)
             return
+        # what is delivered goes out in chunks, each an iterator counting its messages as it hands
+        # them out (a caller may stop early); ConsumeResult chains the chunks
         pending: list[Message] = []
         if verify_crc:  # record by record: the messages before a bad CRC are delivered before the error
-            for msg in (log.read_message(off, verify_crc=verify_crc) for off in offs.tolist()):
-                if not flt.is_matched_by_client(msg.tags):
-                    stats.client_filtered += 1
-                elif custom is not None:
-                    pending.append(msg)
-                else:
-                    stats.delivered += 1
-                    yield msg
-        else:  # one decoder pass for the slice's messages
-            if cols is None:  # layer 2 read the records it kept: decode those
-                msgs = log.read_messages(offs)
-                kept = [m for m in msgs if flt.is_matched_by_client(m.tags)]
-                stats.client_filtered += len(msgs) - len(kept)
-            else:  # decoded before layer 2: messages of the rows both checks keep
-                rows = np.flatnonzero(keep) if keep is not None else np.arange(len(decoded))
-                client = self._client_check(flt, cols, rows)
-                stats.client_filtered += int((~client).sum())
-                kept = log.messages_from_columns(cols, decoded, rows[client])
-            if custom is not None:
-                pending = kept
+            checked = self._client_checked(flt, (log.read_message(off, verify_crc=verify_crc) for off in offs.tolist()),
+                                           stats)
+            if custom is None:
+                yield _scan.Delivered(checked, stats)
             else:
-                for msg in kept:  # counted as handed out: a caller may stop early
-                    stats.delivered += 1
-                    yield msg
+                pending = list(checked)
+        elif cols is None:  # layer 2 read the records it kept: decode those
+            kept = list(self._client_checked(flt, log.read_messages(offs), stats))
+            if custom is None:
+                yield _scan.Delivered(kept, stats)
+            else:
+                pending = kept
+        else:  # decoded before layer 2: messages of the rows both checks keep
+            rows = np.flatnonzero(keep) if keep is not None else np.arange(len(decoded))
+            client = self._client_check(flt, cols, rows)
+            stats.client_filtered += int((~client).sum())
+            if custom is None:  # each message built as it is handed out: one alive at a time
+                yield _scan.Delivered.built(Message, cols.columns, *log._message_args(decoded, rows[client]), stats)
+            else:
+                pending = log.messages_from_columns(cols, decoded, rows[client])
         if pending:
             # the custom filter narrows what both layers delivered (docs/custom-filters.md)
             keep, skipped = custom.apply(pending)
             stats.filter_skipped += int(skipped.sum())
             stats.filter_rejected += int((~keep & ~skipped).sum())
-            for msg, ok in zip(pending, keep.tolist()):
-                if ok:
-                    stats.delivered += 1
-                    yield msg
+            yield _scan.Delivered([msg for msg, ok in zip(pending, keep.tolist()) if ok], stats)
+
+    @staticmethod
+    def _client_checked(flt, msgs: Iterable[Message], stats: ConsumeStats) -> Iterator[Message]:
+        """The messages of ``msgs`` the client's tag re-check keeps, counting the others."""
+        for msg in msgs:
+            if flt.is_matched_by_client(msg.tags):
+                yield msg
+            else:
+                stats.client_filtered += 1
 
     @staticmethod
     def _client_check(flt, cols, rows: np.ndarray) -> np.ndarray:
@@ -1003,9 +1011,7 @@ class Store:
         stats.filter_rejected += int((~keep & ~skipped).sum())
         kept = rows[keep]
         msgs = [checked[i] for i in kept.tolist()] if checked is not None else log.read_messages(offs[kept])
-        for msg in msgs:  # counted as handed out: a caller may stop early
-            stats.delivered += 1
-            yield msg
+        yield _scan.Delivered(msgs, stats)
 
     def _raw_chunks(self, cqueue: ConsumeQueue, start: int, end: int) -> Iterator[tuple[int, memoryview]]:
         """``cqueue.raw_chunks`` over ``[start, end)``; a file the broker expired meanwhile moves the
@@ -1046,9 +1052,10 @@ class Store:
                 # layer 2 in slices of nearby records, dropping the CommitLog pages read after
                 # each (they stay in the page cache): RSS follows one slice, not the whole log
                 ends = offs + sizes[present]
+                kept_sizes = sizes[present]
                 for a, b in _slices(offs, _SLICE_SPAN, _SLICE_RECORDS):
                     yield from self._layer2(flt, log, idx[a:b], offs[a:b], hits, stats, verify_crc,
-                                            batch_evaluate, custom, units, ext)
+                                            batch_evaluate, custom, units, ext, kept_sizes[a:b])
                     log._drop_resident_range(int(offs[a:b].min()), int(ends[a:b].max()))
                 if progress is not None:
                     progress(stats.units_scanned, total)

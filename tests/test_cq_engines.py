@@ -120,3 +120,25 @@ def test_ext_locate_engine_equals_twin(files, offsets, plain):
         if got[0][i] >= 0 and off:
             assert starts[got[0][i]] + got[1][i] == off
     assert (got[0][len(offsets):] == -1).all()
+
+
+def test_property_dicts_past_the_shared_key_table_and_value_ways():
+    """Keys and values are shared between rows through a table of 256 keys and the last 4 values of
+    each: a column of 700 distinct keys, values cycling through 9 per key, keys moving place from
+    row to row, gives the twin's dicts (same entries, same order) from both engines, and each key
+    text the table holds is one str."""
+    rng = np.random.default_rng(7)
+    dicts = []
+    for r in range(400):
+        names = [f"key{int(k)}" for k in rng.choice(700, size=int(rng.integers(0, 12)), replace=False)]
+        names += ["TAGS", "region"][: r % 3]
+        dicts.append({k: f"v{(r + len(k)) % 9}" for k in names})
+    keys, values = _column([k for d in dicts for k in d]), _column([v for d in dicts for v in d.values()])
+    mo = np.zeros(len(dicts) + 1, np.int32)
+    np.cumsum([len(d) for d in dicts], out=mo[1:])
+    for engine in (_scan, _scan_py):
+        got = engine.property_dicts(mo, keys[0], keys[1], values[0], values[1])
+        assert got == dicts and [list(g.items()) for g in got] == [list(d.items()) for d in dicts]
+    got = _scan.property_dicts(mo, keys[0], keys[1], values[0], values[1])
+    tags = [next(k for k in g if k == "TAGS") for g in got if "TAGS" in g]
+    assert len(tags) > 100 and all(t is tags[0] for t in tags)

@@ -306,3 +306,100 @@ def test_reused_buffers_never_change_a_column_still_held(mixed_store):
             assert (part is None and saved is None) or np.array_equal(part, saved), name
     assert [held.value("properties", i) for i in range(len(held))] == [
         log.read_message(int(o)).properties for o in offsets]
+
+
+def _sizes(log: cq.CommitLog, offsets: np.ndarray) -> np.ndarray:
+    return np.array([log.read_message(o).store_size for o in offsets.tolist()], dtype=np.int64)
+
+
+def _same_columns(got: MessageColumns, want: MessageColumns) -> None:
+    assert len(got) == len(want) and set(got.columns) == set(want.columns)
+    for name, col in want.columns.items():
+        parts = col if isinstance(col, tuple) else (col,)
+        got_parts = got.columns[name] if isinstance(col, tuple) else (got.columns[name],)
+        for a, b in zip(got_parts, parts):
+            assert (a is None and b is None) or np.array_equal(a, b), name
+
+
+@pytest.mark.parametrize("engine", ["compiled", "twin"])
+@pytest.mark.parametrize("store_kind", ["mixed", "several_files"])
+def test_records_copied_with_reads_decode_as_through_the_map(mixed_store, tmp_path, store_kind, engine,
+                                                             monkeypatch):
+    """Store.consume reads a slice's records with one pread each (docs/data-path.md#consume): the
+    columns are decode_columns' over the mapped files, in log order or any other, across files."""
+    monkeypatch.setattr("cq.commitlog._scan", ENGINES[engine])
+    store = mixed_store
+    if store_kind == "several_files":
+        cq.generate_sample_store(tmp_path / "s", messages=2000, seed=2, commit_log_file_size=1 << 17)
+        store = cq.Store(tmp_path / "s")
+    log = store.commit_log
+    offsets = _all_offsets(store)
+    assert (len(set(log.file_indices(offsets).tolist())) > 1) == (store_kind == "several_files")
+    sizes = _sizes(log, offsets)
+    for order in (np.argsort(offsets), np.random.default_rng(3).permutation(len(offsets))):
+        want = log.decode_columns(offsets[order])
+        with monkeypatch.context() as m:  # the copies decode by themselves: no fallback to the map
+            m.setattr(cq.CommitLog, "decode_columns", lambda *a, **k: pytest.fail("read through the map"))
+            got = log._decode_copied(offsets[order], sizes[order])
+        _same_columns(got, want)
+
+
+@pytest.mark.parametrize("engine", ["compiled", "twin"])
+def test_copy_records_refuses_what_the_map_must_decide(mixed_store, engine):
+    """``copy_records`` copies exactly the records' bytes, and gives None (the caller reads the map)
+    for a record outside the file or whose TOTALSIZE is not the size its unit gives."""
+    kernel = ENGINES[engine]
+    log = mixed_store.commit_log
+    offsets = np.sort(_all_offsets(mixed_store))
+    start, path = log.files[0]
+    pos = offsets[log.file_indices(offsets) == 0][:50] - start
+    sizes = _sizes(log, pos + start)
+    raw = open(path, "rb").read()
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        data, starts = kernel.copy_records(fd, pos, sizes, log.file_size)
+        assert bytes(data) == b"".join(raw[p:p + s] for p, s in zip(pos.tolist(), sizes.tolist()))
+        assert starts.tolist() == np.concatenate([[0], np.cumsum(sizes)[:-1]]).tolist()
+        wrong = sizes.copy()
+        wrong[7] += 1
+        assert kernel.copy_records(fd, pos, wrong, log.file_size) is None
+        assert kernel.copy_records(fd, pos, sizes, int(pos[-1] + sizes[-1] - 1)) is None  # past the file
+        assert kernel.copy_records(fd, np.array([-1], np.int64), sizes[:1], log.file_size) is None
+        with pytest.raises(ValueError, match="sizes"):
+            kernel.copy_records(fd, pos, sizes[:-1], log.file_size)
+    finally:
+        os.close(fd)
+
+
+@pytest.mark.parametrize("engine", ["compiled", "twin"])
+def test_copied_records_keep_the_maps_errors_and_its_file(tmp_path, engine, monkeypatch):
+    """A corrupt record raises what read_message raises; a file replaced since it was mapped is read
+    from the map, as decode_columns reads it (one consistent cut, docs/live.md)."""
+    monkeypatch.setattr("cq.commitlog._scan", ENGINES[engine])
+    root = tmp_path / "store"
+    shutil.copytree(DATA / "golden_store", root)
+    store = cq.Store(root)
+    offsets = np.sort(_all_offsets(store))
+    sizes = _sizes(store.commit_log, offsets)
+    mapped = store.commit_log.decode_columns(offsets)  # maps the file
+    path = min((root / "commitlog").iterdir())
+    changed = bytearray(path.read_bytes())
+    m = store.commit_log.read_message(int(offsets[2]))
+    assert m._path == str(path) and m.body
+    changed[m._file_offset + body_start(m)] ^= 0xFF
+    (tmp_path / "new").write_bytes(changed)
+    os.replace(tmp_path / "new", path)  # a new file at the path; the map still reads the old one
+    _same_columns(store.commit_log._decode_copied(offsets, sizes), mapped)
+    store.close()
+
+    target = int(offsets[3])
+    with open(path, "r+b") as f:  # a bad magic code in the fourth record
+        f.seek(target + 4)
+        f.write(b"\x12\x34\x56\x78")
+    store = cq.Store(root)
+    with pytest.raises(cq.StoreFormatError) as want:
+        store.commit_log.read_message(target)
+    with pytest.raises(cq.StoreFormatError) as got:
+        store.commit_log._decode_copied(offsets, sizes)
+    assert (str(got.value), got.value.path, got.value.offset) == (str(want.value), want.value.path, want.value.offset)
+    store.close()
