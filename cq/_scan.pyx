@@ -12,7 +12,7 @@ from libc.stdint cimport int8_t, int16_t, int32_t, int64_t, uint8_t, uint16_t, u
 from libc.stdlib cimport calloc, free, malloc, realloc
 from cpython.bytes cimport PyBytes_FromStringAndSize
 from cpython.unicode cimport PyUnicode_DecodeUTF8
-from cpython.object cimport PyObject
+from cpython.object cimport PyObject, PyTypeObject
 from cpython.ref cimport Py_INCREF, Py_XDECREF
 from libc.string cimport memchr, memcmp, memcpy, memset
 from posix.unistd cimport pread
@@ -1716,22 +1716,25 @@ def decode_columns(const uint8_t[::1] buf, const int64_t[::1] positions, int64_t
     return cols, None
 
 
-def copy_records(int fd, const int64_t[::1] positions, const int64_t[::1] sizes, int64_t file_size):
-    """Copy the records at ``positions`` of an open CommitLog file, ``sizes`` bytes each, back to back.
+def copy_records(const int32_t[::1] fds, const int64_t[::1] positions, const int64_t[::1] sizes,
+                 int64_t file_size):
+    """Copy record ``i`` from open CommitLog file ``fds[i]`` at ``positions[i]``, ``sizes[i]`` bytes, back to back.
 
-    What ``decode_columns`` needs to decode them out of the copy instead of
-    the mapped file (docs/data-path.md#consume): ``(data, starts)``, a uint8
-    array of the records and each one's start in it. None when a record does
-    not lie inside ``file_size``, a read comes short, or a copied record's
-    TOTALSIZE is not its size: the caller then reads the mapped file, where
-    the decoder names what is wrong. Contiguous records are read in one call.
+    What ``decode_columns`` needs to decode the records out of the copy
+    instead of the mapped files (docs/data-path.md#consume): ``(data,
+    starts)``, a uint8 array of the records and each one's start in it. None
+    when a record does not lie inside ``file_size``, a read comes short, or a
+    copied record's TOTALSIZE is not its size: the caller then reads the
+    mapped files, where the decoder names what is wrong. Records that follow
+    each other in one file are read in one call.
     """
     cdef Py_ssize_t i, j, k = positions.shape[0]
     cdef int64_t total = 0, got, want
     cdef int ok = 1
     cdef GBuf g
-    if sizes.shape[0] != k:
-        raise ValueError(f"{k} positions need {k} sizes, got {sizes.shape[0]}")
+    if sizes.shape[0] != k or fds.shape[0] != k:
+        raise ValueError(f"{k} positions need {k} sizes and file descriptors, got {sizes.shape[0]} "
+                         f"and {fds.shape[0]}")
     for i in range(k):
         if positions[i] < 0 or sizes[i] < 8 or sizes[i] > file_size - positions[i]:
             return None
@@ -1749,12 +1752,12 @@ def copy_records(int fd, const int64_t[::1] positions, const int64_t[::1] sizes,
     with nogil:
         i = 0
         while i < k and ok:
-            j = i + 1  # a run of records that follow each other in the file: one read
+            j = i + 1  # a run of records that follow each other in one file: one read
             want = sizes[i]
-            while j < k and positions[j] == positions[j - 1] + sizes[j - 1]:
+            while j < k and fds[j] == fds[i] and positions[j] == positions[j - 1] + sizes[j - 1]:
                 want += sizes[j]
                 j += 1
-            got = pread(fd, g.p + g.n, want, positions[i])
+            got = pread(fds[i], g.p + g.n, want, positions[i])
             if got != want:
                 ok = 0
                 break
@@ -1942,6 +1945,7 @@ cdef struct KeySlot:
     int32_t vb[VALUE_WAYS]
     PyObject* value[VALUE_WAYS]       # owned or NULL: recent values' strs, their bytes at va:vb
     int next_way
+    int32_t hits, misses              # a key whose values never repeat (an id) stops looking
 
 
 cdef class _DictBuilder:
@@ -2011,9 +2015,13 @@ cdef class _DictBuilder:
 
     cdef object _value(self, KeySlot* s, int32_t a, int32_t b):
         cdef int w
+        if s.misses >= 32 and 8 * s.hits < s.misses:
+            return _str_at(self.vp, a, b)
         for w in range(VALUE_WAYS):
             if s.value[w] != NULL and _bytes_eq(self.vp, s.va[w], s.vb[w], a, b):
+                s.hits += 1
                 return <object>s.value[w]
+        s.misses += 1
         value = _str_at(self.vp, a, b)
         w = s.next_way
         s.next_way = (w + 1) % VALUE_WAYS
@@ -2072,7 +2080,7 @@ def property_dicts(const int32_t[::1] map_offsets, const int32_t[::1] key_offset
     return out
 
 
-cdef inline object _text_reusing(const int32_t[::1] offsets, const uint8_t* d, Py_ssize_t r, bint binary,
+cdef inline object _text_reusing(const int32_t[::1] offsets, const uint8_t* d, Py_ssize_t r,
                                  int32_t* pa, int32_t* pb, object prev):
     # row r of a text column: ``prev`` (the last row built) when its bytes are equal
     cdef int32_t a = offsets[r], b = offsets[r + 1]
@@ -2080,8 +2088,6 @@ cdef inline object _text_reusing(const int32_t[::1] offsets, const uint8_t* d, P
         return prev
     pa[0] = a
     pb[0] = b
-    if binary:
-        return PyBytes_FromStringAndSize(<const char*>(d + a), b - a) if b > a else b""
     return _str_at(d, a, b)
 
 
@@ -2089,9 +2095,18 @@ cdef inline const uint8_t* _data_ptr(const uint8_t[::1] d):
     return &d[0] if d.shape[0] else NULL
 
 
+cdef extern from "Python.h":
+    object PyObject_Vectorcall(object callable, PyObject** args, size_t nargsf, PyObject* kwnames)
+    PyObject* PyTuple_GET_ITEM(object t, Py_ssize_t i)
+
+
+cdef tuple _NO_ARGS = ()
+
+
 cdef class _MessageBuilder:
     """``cls(*fields)`` of rows of a decoded column set (every record field), one at a time."""
     cdef object cls
+    cdef object init        # cls.__init__ when cls is made by object.__new__: called without type()'s detour
     cdef _DictBuilder dicts
     cdef const int32_t[::1] c_size, c_magic, c_crc, c_qid, c_flag, c_sysf, c_recon
     cdef const int64_t[::1] c_qoff, c_phys, c_bts, c_sts, c_prep
@@ -2104,7 +2119,7 @@ cdef class _MessageBuilder:
     cdef const int64_t[::1] rows, file_index, file_offsets
     cdef list paths
     cdef Py_ssize_t n, k
-    cdef int32_t born_a, born_b, store_a, store_b, body_a, body_b, topic_a, topic_b
+    cdef int32_t born_a, born_b, store_a, store_b, topic_a, topic_b
     cdef object born, store, body, topic
 
     def __cinit__(self, cls, dict columns, const int64_t[::1] rows, const int64_t[::1] file_index, list paths,
@@ -2122,6 +2137,8 @@ cdef class _MessageBuilder:
                 if len(o) != n + 1 or o[0] < 0 or o[n] > len(d):
                     raise ValueError(f"column {name}'s offsets do not fit {n} rows and its {len(d)} bytes")
         self.cls = cls
+        if isinstance(cls, type) and cls.__new__ is object.__new__:
+            self.init = cls.__init__
         self.c_size = columns["store_size"]
         self.c_magic = columns["magic_code"]
         self.c_crc = columns["body_crc"]
@@ -2154,15 +2171,28 @@ cdef class _MessageBuilder:
             raise IndexError(f"row {r} outside the {self.n} rows of the columns")
         if f < 0 or f >= len(self.paths):
             raise IndexError(f"file index {f} outside the {len(self.paths)} paths")
-        self.born = _text_reusing(self.o_born, self.p_born, r, False, &self.born_a, &self.born_b, self.born)
-        self.store = _text_reusing(self.o_store, self.p_store, r, False, &self.store_a, &self.store_b, self.store)
-        self.body = _text_reusing(self.o_body, self.p_body, r, True, &self.body_a, &self.body_b, self.body)
-        self.topic = _text_reusing(self.o_topic, self.p_topic, r, False, &self.topic_a, &self.topic_b, self.topic)
+        self.born = _text_reusing(self.o_born, self.p_born, r, &self.born_a, &self.born_b, self.born)
+        self.store = _text_reusing(self.o_store, self.p_store, r, &self.store_a, &self.store_b, self.store)
+        # (bodies differ from message to message: each its own bytes, no comparison)
+        self.body = PyBytes_FromStringAndSize(<const char*>(self.p_body + self.o_body[r]),
+                                              self.o_body[r + 1] - self.o_body[r])
+        self.topic = _text_reusing(self.o_topic, self.p_topic, r, &self.topic_a, &self.topic_b, self.topic)
         fields = (self.c_size[r], self.c_magic[r], self.c_crc[r], self.c_qid[r], self.c_flag[r], self.c_qoff[r],
                   self.c_phys[r], self.c_sysf[r], self.c_bts[r], self.born, self.c_sts[r], self.store,
                   self.c_recon[r], self.c_prep[r], self.body, self.topic, self.dicts.row(r), self.paths[f],
                   self.file_offsets[i])
-        return self.cls(*fields)
+        if self.init is None:
+            return self.cls(*fields)
+        # what cls(*fields) does for a class that object.__new__ makes: allocate, then __init__
+        # with the fields in place (no argument tuple rebuilt, no lookup of __init__ per call)
+        cdef PyObject* args[32]
+        cdef Py_ssize_t j, m = len(fields)
+        obj = (<PyTypeObject*>self.cls).tp_new(self.cls, <PyObject*>_NO_ARGS, NULL)
+        args[0] = <PyObject*>obj
+        for j in range(m):
+            args[j + 1] = PyTuple_GET_ITEM(fields, j)
+        PyObject_Vectorcall(self.init, args, m + 1, NULL)
+        return obj
 
 
 def message_objects(cls, dict columns, const int64_t[::1] rows, const int64_t[::1] file_index, list paths,

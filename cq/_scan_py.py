@@ -496,12 +496,13 @@ def decode_columns(buf, positions, limit, mask):
     return cols, error
 
 
-def copy_records(fd, positions, sizes, file_size):
-    """Copy the records at ``positions`` of an open CommitLog file, back to back: ``(data, starts)`` or None."""
-    if len(sizes) != len(positions):
-        raise ValueError(f"{len(positions)} positions need {len(positions)} sizes, got {len(sizes)}")
+def copy_records(fds, positions, sizes, file_size):
+    """Copy record ``i`` from open file ``fds[i]`` at ``positions[i]``, back to back: ``(data, starts)`` or None."""
+    if len(sizes) != len(positions) or len(fds) != len(positions):
+        raise ValueError(f"{len(positions)} positions need {len(positions)} sizes and file descriptors, got "
+                         f"{len(sizes)} and {len(fds)}")
     out, starts = bytearray(), []
-    for pos, size in zip((int(p) for p in positions), (int(s) for s in sizes)):
+    for fd, pos, size in zip((int(f) for f in fds), (int(p) for p in positions), (int(s) for s in sizes)):
         if pos < 0 or size < 8 or size > file_size - pos:
             return None
         raw = os.pread(fd, size, pos)

@@ -667,29 +667,29 @@ class CommitLog(MappedFileQueue):
         idx = self.file_indices(offs)
         if int(idx.min()) < 0:
             return self.decode_columns(offs)  # raises the outside-the-log error
-        mask = fmt.ALL_RECORD_FIELDS
-        parts = []
-        for a, b in itertools.pairwise([0, *(np.flatnonzero(np.diff(idx)) + 1).tolist(), len(offs)]):
-            start, path = self._files[int(idx[a])]
-            try:
-                fd = os.open(path, os.O_RDONLY | getattr(os, "O_CLOEXEC", 0))
-            except OSError:
-                return self.decode_columns(offs)
-            try:
+        files = np.unique(idx).tolist()
+        fds: dict[int, int] = {}
+        try:
+            for index in files:
+                path = self._files[index][1]
+                fd = fds[index] = os.open(path, os.O_RDONLY | getattr(os, "O_CLOEXEC", 0))
                 known = self._identities.get(path)
                 if known is not None and fmt.file_identity(os.fstat(fd)) != known:
                     return self.decode_columns(offs)  # the map still reads the file it mapped
-                copied = _scan.copy_records(fd, offs[a:b] - start, sizes[a:b], self.file_size)
-            finally:
+            per_record = np.array([fds[i] for i in files], dtype=np.int32)[np.searchsorted(files, idx)]
+            copied = _scan.copy_records(per_record, offs - self._starts[idx], sizes, self.file_size)
+        except OSError:  # a file gone since it was listed: the map says what that means
+            return self.decode_columns(offs)
+        finally:
+            for fd in fds.values():
                 os.close(fd)
-            if copied is None:
-                return self.decode_columns(offs)
-            data, pos = copied
-            cols, err = _scan.decode_columns(data, pos, len(data), mask)
-            if err is not None:
-                return self.decode_columns(offs)
-            parts.append(_columns.MessageColumns(cols, b - a))
-        return _columns.concat(parts, [n for n, _ in fmt.RECORD_FIELDS])
+        if copied is None:
+            return self.decode_columns(offs)
+        data, pos = copied
+        cols, err = _scan.decode_columns(data, pos, len(data), fmt.ALL_RECORD_FIELDS)
+        if err is not None:
+            return self.decode_columns(offs)
+        return _columns.MessageColumns(cols, len(offs))
 
     def read_batch(self, physical_offsets) -> RecordColumns:
         """Decode the records at ``physical_offsets`` into columns: the batch form of :meth:`read_message`.

@@ -357,16 +357,19 @@ def test_copy_records_refuses_what_the_map_must_decide(mixed_store, engine):
     raw = open(path, "rb").read()
     fd = os.open(path, os.O_RDONLY)
     try:
-        data, starts = kernel.copy_records(fd, pos, sizes, log.file_size)
+        fds = np.full(len(pos), fd, dtype=np.int32)
+        data, starts = kernel.copy_records(fds, pos, sizes, log.file_size)
         assert bytes(data) == b"".join(raw[p:p + s] for p, s in zip(pos.tolist(), sizes.tolist()))
         assert starts.tolist() == np.concatenate([[0], np.cumsum(sizes)[:-1]]).tolist()
         wrong = sizes.copy()
         wrong[7] += 1
-        assert kernel.copy_records(fd, pos, wrong, log.file_size) is None
-        assert kernel.copy_records(fd, pos, sizes, int(pos[-1] + sizes[-1] - 1)) is None  # past the file
-        assert kernel.copy_records(fd, np.array([-1], np.int64), sizes[:1], log.file_size) is None
+        assert kernel.copy_records(fds, pos, wrong, log.file_size) is None
+        assert kernel.copy_records(fds, pos, sizes, int(pos[-1] + sizes[-1] - 1)) is None  # past the file
+        assert kernel.copy_records(fds[:1], np.array([-1], np.int64), sizes[:1], log.file_size) is None
         with pytest.raises(ValueError, match="sizes"):
-            kernel.copy_records(fd, pos, sizes[:-1], log.file_size)
+            kernel.copy_records(fds, pos, sizes[:-1], log.file_size)
+        with pytest.raises(ValueError, match="file descriptors"):
+            kernel.copy_records(fds[:-1], pos, sizes, log.file_size)
     finally:
         os.close(fd)
 
