@@ -168,6 +168,18 @@ def test_unknown_field_is_named():
     store.close()
 
 
+def _bad_magic(root, path, target: int):
+    """Write a bad magic code into the record at ``target`` of CommitLog file ``path``; a Store of
+    ``root`` opened after, and the error ``read_message`` raises there."""
+    with open(path, "r+b") as f:
+        f.seek(target + 4)
+        f.write(b"\x12\x34\x56\x78")
+    store = cq.Store(root)
+    with pytest.raises(cq.StoreFormatError) as want:
+        store.commit_log.read_message(target)
+    return store, want.value
+
+
 @pytest.mark.parametrize("engine", ["compiled", "twin"])
 def test_corrupt_records_same_error_and_offset_as_read_message(tmp_path, engine, monkeypatch):
     root = tmp_path / "store"
@@ -176,18 +188,12 @@ def test_corrupt_records_same_error_and_offset_as_read_message(tmp_path, engine,
     offsets = np.sort(_all_offsets(store))
     store.close()
     path = min((root / "commitlog").iterdir())
-    target = int(offsets[3])
-    with open(path, "r+b") as f:  # a bad magic code in the fourth record
-        f.seek(target + 4)
-        f.write(b"\x12\x34\x56\x78")
-    store = cq.Store(root)
-    with pytest.raises(cq.StoreFormatError) as want:
-        store.commit_log.read_message(target)
+    store, want = _bad_magic(root, path, int(offsets[3]))
     for fields in (["tags"], ["store_timestamp"], FIELDS):
         with pytest.raises(cq.StoreFormatError) as got:
             _decode(store.commit_log, offsets, fields, engine, monkeypatch)
-        assert (str(got.value), got.value.path, got.value.offset) == (str(want.value), want.value.path,
-                                                                      want.value.offset)
+        assert (str(got.value), got.value.path, got.value.offset) == (str(want), want.path,
+                                                                      want.offset)
     with pytest.raises(cq.StoreFormatError, match="outside the commit log"):
         _decode(store.commit_log, [1 << 40], ["tags"], engine, monkeypatch)
     store.close()
@@ -395,14 +401,8 @@ def test_copied_records_keep_the_maps_errors_and_its_file(tmp_path, engine, monk
     _same_columns(store.commit_log._decode_copied(offsets, sizes), mapped)
     store.close()
 
-    target = int(offsets[3])
-    with open(path, "r+b") as f:  # a bad magic code in the fourth record
-        f.seek(target + 4)
-        f.write(b"\x12\x34\x56\x78")
-    store = cq.Store(root)
-    with pytest.raises(cq.StoreFormatError) as want:
-        store.commit_log.read_message(target)
+    store, want = _bad_magic(root, path, int(offsets[3]))
     with pytest.raises(cq.StoreFormatError) as got:
         store.commit_log._decode_copied(offsets, sizes)
-    assert (str(got.value), got.value.path, got.value.offset) == (str(want.value), want.value.path, want.value.offset)
+    assert (str(got.value), got.value.path, got.value.offset) == (str(want), want.path, want.offset)
     store.close()
