@@ -1874,10 +1874,18 @@ def record_positions(const uint8_t[::1] buf, int64_t pos, int64_t limit, int64_t
 # For the APIs that hand out Python objects (cq.Message): one str or dict per row, built
 # here from the decoder's buffers (valid UTF-8: the decoder replaced malformed bytes).
 
-cdef inline object _utf8_str(const uint8_t[::1] data, int32_t a, int32_t b):
+cdef inline bint _bytes_eq(const uint8_t* d, int32_t a, int32_t b, int32_t c, int32_t e) noexcept:
+    return b - a == e - c and (b == a or memcmp(d + a, d + c, b - a) == 0)
+
+
+cdef inline object _str_at(const uint8_t* d, int32_t a, int32_t b):
     if b <= a:
         return ""
-    return PyUnicode_DecodeUTF8(<const char*>&data[a], b - a, NULL)
+    return PyUnicode_DecodeUTF8(<const char*>(d + a), b - a, NULL)
+
+
+cdef inline const uint8_t* _data_ptr(const uint8_t[::1] d):
+    return &d[0] if d.shape[0] else NULL
 
 
 cdef extern from "Python.h":
@@ -1905,16 +1913,17 @@ def texts_list(const int32_t[::1] offsets, const uint8_t[::1] data, bint binary=
     cdef list out = [None] * k
     if offsets[n] > data.shape[0] or offsets[0] < 0:
         raise ValueError(f"offsets run to {offsets[n]}, past the {data.shape[0]} bytes of data")
+    cdef const uint8_t* d = _data_ptr(data)
     prev = b"" if binary else ""
     for i in range(k):
         r = _row_at(rows, all_rows, i, n)
         a = offsets[r]
         b = offsets[r + 1]
-        if b - a != pb - pa or (b > a and memcmp(&data[a], &data[pa], b - a) != 0):
+        if not _bytes_eq(d, a, b, pa, pb):
             if binary:
-                prev = PyBytes_FromStringAndSize(<const char*>&data[a], b - a) if b > a else b""
+                prev = PyBytes_FromStringAndSize(<const char*>(d + a), b - a) if b > a else b""
             else:
-                prev = _utf8_str(data, a, b)
+                prev = _str_at(d, a, b)
             pa = a
             pb = b
         out[i] = prev
@@ -1926,16 +1935,6 @@ def texts_list(const int32_t[::1] offsets, const uint8_t[::1] data, bint binary=
 DEF KEY_SLOTS = 512       # hash table slots (a power of two)
 DEF KEYS_CACHED = 256     # distinct keys remembered; later ones get a str each time
 DEF VALUE_WAYS = 4        # values remembered per key
-
-
-cdef inline bint _bytes_eq(const uint8_t* d, int32_t a, int32_t b, int32_t c, int32_t e) noexcept:
-    return b - a == e - c and (b == a or memcmp(d + a, d + c, b - a) == 0)
-
-
-cdef inline object _str_at(const uint8_t* d, int32_t a, int32_t b):
-    if b <= a:
-        return ""
-    return PyUnicode_DecodeUTF8(<const char*>(d + a), b - a, NULL)
 
 
 cdef struct KeySlot:
@@ -1990,7 +1989,6 @@ cdef class _DictBuilder:
                     Py_XDECREF(self.slots[i].value[w])
             free(self.slots)
         free(self.by_place)
-
 
     cdef int32_t _slot(self, int32_t a, int32_t b) except -2:
         # the slot holding key bytes kd[a:b], added if there is room; -1 when the table is full
@@ -2089,10 +2087,6 @@ cdef inline object _text_reusing(const int32_t[::1] offsets, const uint8_t* d, P
     pa[0] = a
     pb[0] = b
     return _str_at(d, a, b)
-
-
-cdef inline const uint8_t* _data_ptr(const uint8_t[::1] d):
-    return &d[0] if d.shape[0] else NULL
 
 
 cdef extern from "Python.h":
@@ -2220,26 +2214,21 @@ cdef class Delivered:
     each message only when it is handed out, so a consumer that lets each go holds one
     at a time.
     """
-    cdef list items
-    cdef object it
+    cdef object it          # the items' iterator, or None when the builder builds them
     cdef _MessageBuilder builder
-    cdef Py_ssize_t i, k
+    cdef Py_ssize_t i
     cdef object stats
 
     def __init__(self, items, stats):
-        if type(items) is list:
-            self.items = items
-            self.k = len(items)
-        else:
-            self.it = iter(items)
+        self.it = iter(items)
         self.stats = stats
 
     @staticmethod
     def built(cls, dict columns, const int64_t[::1] rows, const int64_t[::1] file_index, list paths,
               const int64_t[::1] file_offsets, stats):
-        cdef Delivered d = Delivered([], stats)
+        cdef Delivered d = Delivered((), stats)
+        d.it = None
         d.builder = _MessageBuilder(cls, columns, rows, file_index, paths, file_offsets)
-        d.k = d.builder.k
         return d
 
     def __iter__(self):
@@ -2248,13 +2237,10 @@ cdef class Delivered:
     def __next__(self):
         if self.it is not None:
             msg = next(self.it)
-        elif self.i >= self.k:
+        elif self.i >= self.builder.k:
             raise StopIteration
-        elif self.builder is not None:
-            msg = self.builder.build(self.i)
-            self.i += 1
         else:
-            msg = self.items[self.i]
+            msg = self.builder.build(self.i)
             self.i += 1
         self.stats.delivered += 1
         return msg

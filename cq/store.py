@@ -1051,8 +1051,8 @@ class Store:
                 idx, offs = idx[present], offs[present]
                 # layer 2 in slices of nearby records, dropping the CommitLog pages read after
                 # each (they stay in the page cache): RSS follows one slice, not the whole log
-                ends = offs + sizes[present]
                 kept_sizes = sizes[present]
+                ends = offs + kept_sizes
                 for a, b in _slices(offs, _SLICE_SPAN, _SLICE_RECORDS):
                     yield from self._layer2(flt, log, idx[a:b], offs[a:b], hits, stats, verify_crc,
                                             batch_evaluate, custom, units, ext, kept_sizes[a:b])
