@@ -39,6 +39,7 @@ cdef int32_t BORN_V6 = fmt.BORNHOST_V6_FLAG
 cdef int32_t STORE_V6 = fmt.STOREHOSTADDRESS_V6_FLAG
 cdef int32_t MIN_RECORD = fmt.RECORD_V1_IPV4_OVERHEAD
 cdef int64_t C_MAX_ADDR = fmt.MAX_ADDR
+cdef int64_t EXT_HEAD = fmt.MIN_EXT_UNIT_SIZE  # an ext unit's bytes before its bitmap
 cdef uint8_t NAME_VALUE_SEP = ord(fmt.NAME_VALUE_SEPARATOR)
 cdef uint8_t PROPERTY_SEP = ord(fmt.PROPERTY_SEPARATOR)
 cdef bytes _TAGS_NAME = fmt.PROPERTY_TAGS.encode()
@@ -395,12 +396,12 @@ cdef inline int8_t _ext_head(const uint8_t* base, int64_t pos, int64_t limit,
         return C_NOT_FOUND
     if <int16_t>rmq_load_be16(base + pos) < 1:
         return C_NOT_FOUND
-    if limit - pos < 20:
+    if limit - pos < EXT_HEAD:
         return C_UNDERFLOW
     tags[0] = <int64_t>rmq_load_be64(base + pos + 2)
     time[0] = <int64_t>rmq_load_be64(base + pos + 10)
     bms[0] = <int16_t>rmq_load_be16(base + pos + 18)
-    if bms[0] >= 1 and pos + 20 + bms[0] > limit:
+    if bms[0] >= 1 and pos + EXT_HEAD + bms[0] > limit:
         return C_UNDERFLOW
     return C_FOUND
 
@@ -431,6 +432,51 @@ def ext_units_at(const uint8_t[::1] buf, const int64_t[::1] positions, int64_t l
                 st[i] = one_time
                 b[i] = one_bms
     return status, tags, times, bms
+
+
+def ext_units_read(const uint8_t[::1] buf, const int64_t[::1] positions, int64_t limit):
+    """:func:`ext_units_at` with each unit's size field and bitmap bytes, in one pass.
+
+    Returns ``(status int8, size int16, tags_code int64, msg_store_time int64,
+    bit_map_size int16, bitmap_offsets int64 (k + 1), bitmap_data uint8)``: a row
+    not FOUND is zero everywhere and has no bitmap bytes; a FOUND unit with
+    ``bit_map_size >= 1`` has its ``bit_map_size`` bitmap bytes (the Arrow binary layout).
+    """
+    cdef Py_ssize_t i, k = positions.shape[0]
+    if limit < 0 or limit > buf.shape[0]:
+        raise ValueError(f"limit {limit} outside the buffer of {buf.shape[0]} bytes")
+    status = np.full(k, NOT_FOUND, dtype=np.int8)
+    sizes = np.zeros(k, dtype=np.int16)
+    tags = np.zeros(k, dtype=np.int64)
+    times = np.zeros(k, dtype=np.int64)
+    bms = np.zeros(k, dtype=np.int16)
+    offsets = np.zeros(k + 1, dtype=np.int64)
+    cdef int8_t[::1] s = status
+    cdef int16_t[::1] z = sizes, b = bms
+    cdef int64_t[::1] t = tags, st = times, o = offsets
+    cdef int64_t one_tags, one_time, total = 0
+    cdef int16_t one_bms
+    cdef const uint8_t* base = &buf[0] if buf.shape[0] else NULL
+    if base == NULL:
+        return status, sizes, tags, times, bms, offsets, np.empty(0, dtype=np.uint8)
+    with nogil:
+        for i in range(k):
+            s[i] = _ext_head(base, positions[i], limit, &one_tags, &one_time, &one_bms)
+            if s[i] == C_FOUND:
+                z[i] = <int16_t>rmq_load_be16(base + positions[i])
+                t[i] = one_tags
+                st[i] = one_time
+                b[i] = one_bms
+                if one_bms >= 1:
+                    total += one_bms
+            o[i + 1] = total
+    data = np.empty(total, dtype=np.uint8)
+    cdef uint8_t[::1] d = data
+    with nogil:
+        for i in range(k):
+            if o[i + 1] > o[i]:  # FOUND and inside ``limit`` (_ext_head checked the bitmap's end)
+                memcpy(&d[o[i]], base + positions[i] + EXT_HEAD, o[i + 1] - o[i])
+    return status, sizes, tags, times, bms, offsets, data
 
 
 def ext_bloom_check(const uint8_t[::1] buf, const int64_t[::1] positions, int64_t limit,
@@ -476,7 +522,7 @@ def ext_bloom_check(const uint8_t[::1] buf, const int64_t[::1] positions, int64_
                 continue
             hit = 1
             for j in range(nb):
-                if not (base[pos + 20 + byte_idx[j]] & masks[j]):
+                if not (base[pos + EXT_HEAD + byte_idx[j]] & masks[j]):
                     hit = 0
             o[i] = C_HIT if hit else C_PRUNED
     return out

@@ -87,6 +87,25 @@ def ext_units_at(buf, positions, limit):
     return status, tags, times, bms
 
 
+def ext_units_read(buf, positions, limit):
+    """:func:`ext_units_at` with each unit's size field and bitmap bytes.
+
+    Returns ``(status int8, size int16, tags_code int64, msg_store_time int64,
+    bit_map_size int16, bitmap_offsets int64 (k + 1), bitmap_data uint8)``: a row
+    not FOUND is zero everywhere and has no bitmap bytes; a FOUND unit with
+    ``bit_map_size >= 1`` has its ``bit_map_size`` bitmap bytes (the Arrow binary layout).
+    """
+    status, tags, times, bms = ext_units_at(buf, positions, limit)
+    found = status == FOUND
+    sizes = np.zeros(len(positions), dtype=np.int16)
+    for i in np.flatnonzero(found).tolist():
+        sizes[i] = _head(buf, int(positions[i]))[0]
+    lengths = np.where(found & (bms >= 1), bms, 0).astype(np.int64)
+    starts = np.where(lengths > 0, np.asarray(positions, dtype=np.int64) + fmt.MIN_EXT_UNIT_SIZE, 0)
+    offsets, data = gather_spans(buf, starts, lengths)
+    return status, sizes, tags, times, bms, offsets, data
+
+
 def ext_locate(addresses, starts, file_size):
     """Each ext address's file and position: ``(index int64, pos int64)``, index -1 where no file holds it.
 

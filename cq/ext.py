@@ -263,72 +263,44 @@ class ConsumeQueueExt(MappedFileQueue):
         """
         addresses = np.asarray(addresses, dtype=np.int64).reshape(-1)
         k = len(addresses)
-        found = tags = times = bms = None  # allocated when a file holds only some of the addresses
-        groups = []
+        parts = []  # (rows, the kernel's columns) per file holding some of the addresses
         first_bad = None  # (row, file index, position) of the first underflow in input order
         for index, sel, pos in self._group_by_file(addresses):
-            buf = np.frombuffer(self._map(index), dtype=np.uint8)
-            status, t, st, b = _scan.ext_units_at(buf, pos, self.limit(index))
-            bad = np.flatnonzero(status == _scan.UNDERFLOW)
+            cols = _scan.ext_units_read(np.frombuffer(self._map(index), dtype=np.uint8), pos, self.limit(index))
+            bad = np.flatnonzero(cols[0] == _scan.UNDERFLOW)
             if len(bad) and (first_bad is None or sel[bad[0]] < first_bad[0]):
                 first_bad = (int(sel[bad[0]]), index, int(pos[bad[0]]))
-            ok = status == _scan.FOUND
-            if len(sel) == k:  # every address in this file (sel is then 0..k-1): the kernel's arrays as they are
-                found = ok
-                if ok.all():
-                    tags, times, bms = t, st, b
-                    groups.append((buf, sel, pos, b))
-                else:
-                    tags, times, bms = np.where(ok, t, 0), np.where(ok, st, 0), np.where(ok, b, 0).astype(np.int16)
-                    groups.append((buf, sel[ok], pos[ok], b[ok]))
-                continue
-            if found is None:
-                found, tags, times, bms = _no_units(k)
-            found[sel[ok]] = True
-            tags[sel[ok]] = t[ok]
-            times[sel[ok]] = st[ok]
-            bms[sel[ok]] = b[ok]
-            groups.append((buf, sel[ok], pos[ok], b[ok]))
+            parts.append((sel, cols))
         if first_bad is not None:
             _, index, pos = first_bad
             limit = self.limit(index)
             path = self._files[index][1]
-            b = fmt.decode_ext_head(self._map(index), pos)[3] if limit - pos >= fmt.MIN_EXT_UNIT_SIZE else 0
             if limit - pos < fmt.MIN_EXT_UNIT_SIZE:
                 raise StoreFormatError(
                     f"ConsumeQueueExt unit head needs {fmt.MIN_EXT_UNIT_SIZE} bytes, {limit - pos} readable", path, pos
                 )
+            b = fmt.decode_ext_head(self._map(index), pos)[3]
             raise StoreFormatError(
                 f"ConsumeQueueExt bitmap of {b} bytes runs past the readable end {limit}", path, pos
             )
-        if found is None:  # no address in any file
-            found, tags, times, bms = _no_units(k)
-        lengths = np.where(found & (bms >= 1), bms, 0).astype(np.int64)
+        if len(parts) == 1 and len(parts[0][0]) == k:  # one file holds every address: its columns as they are
+            status, size, tags, times, bms, offsets, data = parts[0][1]
+            return ExtBatch(status == _scan.FOUND, size, tags, times, bms, offsets, data)
+        found, tags, times, bms = _no_units(k)
+        size = np.zeros(k, dtype=np.int16)
+        lengths = np.zeros(k, dtype=np.int64)
+        for sel, (status, sz, t, st, b, offs, _) in parts:
+            found[sel] = status == _scan.FOUND
+            size[sel], tags[sel], times[sel], bms[sel] = sz, t, st, b
+            lengths[sel] = np.diff(offs)
         offsets = np.zeros(k + 1, dtype=np.int64)
         np.cumsum(lengths, out=offsets[1:])
         data = np.empty(int(offsets[-1]), dtype=np.uint8)
-        size = None
-        for buf, rows, pos, b in groups:
-            if not len(rows):
-                continue
-            head = (buf[pos].astype(np.int16) << 8) | buf[pos + 1].astype(np.int16)
-            if len(rows) == k:  # this file holds every unit: its sizes are the column
-                size = head
-            else:
-                size = np.zeros(k, dtype=np.int16) if size is None else size
-                size[rows] = head
-            n = lengths[rows] if len(rows) < k else lengths
-            goff, gdata = _scan.gather_spans(buf, pos + fmt.MIN_EXT_UNIT_SIZE, n)
-            if len(rows) == k:  # every row, in input order: the gathered spans are the column
-                data = gdata
-            elif len(gdata):  # each row's bytes to its place in input order
-                shift = offsets[rows] - goff[:-1]
-                if shift[0] == shift[-1] and (shift == shift[0]).all():  # one run (rows ascending): a copy
-                    data[shift[0]:shift[0] + len(gdata)] = gdata
-                else:
-                    data[np.repeat(shift, n) + np.arange(len(gdata))] = gdata
-        if size is None:
-            size = np.zeros(k, dtype=np.int16)
+        for sel, cols in parts:  # each file's bitmap bytes to their rows' places in input order
+            offs, gdata = cols[5], cols[6]
+            if len(gdata):
+                shift = offsets[sel] - offs[:-1]
+                data[np.repeat(shift, np.diff(offs)) + np.arange(len(gdata))] = gdata
         return ExtBatch(found, size, tags, times, bms, offsets, data)
 
     def _group_by_file(self, addresses: np.ndarray):
@@ -338,6 +310,9 @@ class ConsumeQueueExt(MappedFileQueue):
         idx, pos = _scan.ext_locate(np.ascontiguousarray(addresses, dtype=np.int64), self._starts, self.file_size)
         held = idx >= 0
         if not held.any():
+            return
+        if held.all() and idx[0] == idx[-1] and (idx == idx[0]).all():  # (the common case: one file)
+            yield int(idx[0]), np.arange(len(addresses)), pos
             return
         files = idx[held]
         lo, hi = int(files.min()), int(files.max())

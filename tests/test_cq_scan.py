@@ -138,6 +138,12 @@ def test_ext_kernels_twin_equals_engine_on_hostile_buffers():
         found = a[0] == _scan.FOUND
         for x, y in zip(a[1:], b[1:]):
             assert x[found].tolist() == y[found].tolist()
+        # the one-pass read: the same heads, and each found unit's size field and bitmap bytes
+        a, b = _scan.ext_units_read(buf, pos, limit), _scan_py.ext_units_read(buf, pos, limit)
+        assert [x.tolist() for x in a] == [y.tolist() for y in b]
+        assert a[0].tolist() == _scan.ext_units_at(buf, pos, limit)[0].tolist()
+        for i in np.flatnonzero((a[0] == _scan.FOUND) & (a[4] >= 1)).tolist():
+            assert a[6][a[5][i]:a[5][i + 1]].tobytes() == buf[pos[i] + 20:pos[i] + 20 + a[4][i]].tobytes()
         start = int(rng.integers(0, 10))
         assert _scan.ext_walk(buf, start) == _scan_py.ext_walk(buf, start)
         byte_idx, masks = bloom_masks([1, 9, 13])
@@ -149,6 +155,8 @@ def test_kernel_boundary_checks():
     buf = np.zeros(40, np.uint8)
     with pytest.raises(ValueError):
         _scan.ext_units_at(buf, np.zeros(1, np.int64), 41)
+    with pytest.raises(ValueError):
+        _scan.ext_units_read(buf, np.zeros(1, np.int64), 41)
     with pytest.raises(ValueError):
         _scan.ext_bloom_check(buf, np.zeros(1, np.int64), 40, np.array([20], np.int32),
                               np.array([1], np.uint8), 112, 0)

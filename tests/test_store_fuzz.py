@@ -388,6 +388,7 @@ def test_every_byte_flip_in_sampled_ext_units(golden_copy):
                 same_in_both_engines(case, "ext_walk", buf, 0)
                 positions = np.array(_ext_unit_starts(path) or [0], dtype=np.int64)
                 same_in_both_engines(case, "ext_units_at", buf, positions, len(mutated))
+                same_in_both_engines(case, "ext_units_read", buf, positions, len(mutated))
                 store = cq.Store(golden_copy)
                 _queue_reads(case, store, topic, queue_id)
                 store.close()
