@@ -250,25 +250,33 @@ class _GroupFilter:
                              f"{topic!r} is a {type(self.filter).__name__}, not a plain SQL92 filter")
 
     def decide(self, units, tags_code, known, ext_batch, candidates, skips: Skips | None = None,
-               queue_offsets: np.ndarray | None = None) -> Decisions:
+               queue_offsets: np.ndarray | None = None, *, layer2: bool = True) -> Decisions:
         """Layer 1 on every candidate unit; layer 2 only where layer 1 passed, as the broker does.
 
         Layer 2 needs only the records' properties, gathered in one batch call.
         A record that cannot be decoded raises, or with ``skips`` enabled marks
-        its unit ``skipped`` and records it there.
+        its unit ``skipped`` and records it there. With ``layer2=False`` only
+        layer 1 runs: ``reached_commit_log`` marks the records layer 2 is to
+        read (the caller decides them with :meth:`delivered`).
         """
-        f = self.filter
         d = Decisions(len(units))
         layer1 = self.layer1(tags_code, known, ext_batch, candidates)
         d.consume_queue[:] = layer1 if layer1 is not None else self.layer1_per_unit(
             tags_code, known, ext_batch, candidates)
-        log = self.store.commit_log
         offsets = units["commit_log_offset"]
         rows = np.flatnonzero(d.consume_queue & _in_commit_log(self.store, offsets, units["size"], self.part))
-        if self.layer2_in_spark:
-            # Spark evaluates layer 2 on the properties column; the reader only says which records it reads.
+        if self.layer2_in_spark or not layer2:
+            # Layer 2 comes later (Spark's, on the properties column, or the caller's, batch by batch):
+            # the reader only says which records it reads.
             d.reached_commit_log[rows] = True
             return d
+        return self.layer2_rows(d, offsets, rows, skips, queue_offsets)
+
+    def layer2_rows(self, d: Decisions, offsets, rows: np.ndarray, skips: Skips | None,
+                    queue_offsets: np.ndarray | None) -> Decisions:
+        """Layer 2 and the client check on the records of units ``rows`` (``offsets``: every unit's
+        CommitLog offset), filling ``d``; each record's properties are decoded, nothing else."""
+        log = self.store.commit_log
         fields = self.layer2_fields()
         if fields is None:  # a filter that decides row by row: property dicts
             return self._decide_per_record(d, log, offsets, rows, skips, queue_offsets)
@@ -278,14 +286,40 @@ class _GroupFilter:
             skips.add_units(queue_offsets[rows[~good]], errors)
             d.skipped[rows[~good]] = True
             rows = rows[good]
-        if type(f) is cq.TagFilter:
-            layer2 = np.ones(len(rows), dtype=np.bool_)
-        else:
-            layer2 = f.is_matched_by_commit_log_columns(cols)
+        layer2 = self._layer2(cols)
         d.reached_commit_log[rows] = True
         d.commit_log[rows] = layer2
-        d.delivered[rows] = layer2 & f.is_matched_by_client_columns(cols)
+        d.delivered[rows] = layer2 & self.filter.is_matched_by_client_columns(cols)
         return d
+
+    def _layer2(self, cols) -> np.ndarray:
+        f = self.filter
+        return np.ones(len(cols), dtype=np.bool_) if type(f) is cq.TagFilter else f.is_matched_by_commit_log_columns(cols)
+
+    def delivered(self, cols) -> np.ndarray:
+        """Layer 2 and the client's re-check over decoded records (``cols`` holds :meth:`layer2_fields`)."""
+        return self._layer2(cols) & self.filter.is_matched_by_client_columns(cols)
+
+    def fuses_layer2(self, options, record_fields: list[str]) -> bool:
+        """Whether layer 2 should run on the output batches' own decode instead of a decode of its own.
+
+        Each record layer 1 lets through is then decoded once, with every field the
+        output needs, and the rows layer 2 rejects are dropped from the batch. That
+        pays where layer 1 already knew the answer, so layer 2 keeps nearly every
+        record: a tag code match, or a Bloom bitmap written for this group's
+        expression (docs/filtering.md#expression-filter). Without a bitmap layer 1 passes
+        everything, and decoding only the properties of records layer 2 then rejects
+        costs less. Not with ``decisions`` (every unit is a row) or ``layer2=spark``.
+        A batch with a record that does not decode whole goes the unfused way
+        (:meth:`layer2_rows` first), so a record the group does not receive never
+        fails the read, nor is it skipped, for its body.
+        """
+        fields = self.layer2_fields()
+        if (options.decisions or self.layer2_in_spark or fields is None
+                or not set(fields) <= set(record_fields)):
+            return False
+        f = self.filter
+        return type(f) is cq.TagFilter or f.uses_bitmap()
 
     def layer2_fields(self) -> list[str] | None:
         """Record fields layer 2 and the client check read, for the filters that work on columns
@@ -469,14 +503,16 @@ def _read_slice(options, schema, part, tags_code_sets, skips: Skips) -> Iterator
     for codes in tags_code_sets:
         keep &= known & np.isin(tags_code, np.fromiter(codes, dtype=np.int64, count=len(codes)))
 
-    decisions = None
+    record_fields = [name for name in RECORD_COLUMNS if name in wanted]
+    decisions = fused = None
     if options.group is not None:
-        decisions = _GroupFilter(store, options, topic, part).decide(units, tags_code, known, ext_batch, keep,
-                                                               skips, queue_offsets)
+        group = _GroupFilter(store, options, topic, part)
+        fused = group if group.fuses_layer2(options, record_fields) else None
+        decisions = group.decide(units, tags_code, known, ext_batch, keep, skips, queue_offsets,
+                                 layer2=fused is None)
         keep &= ~decisions.skipped
         if not options.decisions:
-            keep &= decisions.reached_commit_log if options.layer2 == "spark" else decisions.delivered
-    record_fields = [name for name in RECORD_COLUMNS if name in wanted]
+            keep &= decisions.delivered if fused is None and options.layer2 != "spark" else decisions.reached_commit_log
     if messages and decisions is None:
         # Records no longer in the CommitLog have no message to show (the broker skips them).
         cut = _cut(part)
@@ -502,8 +538,24 @@ def _read_slice(options, schema, part, tags_code_sets, skips: Skips) -> Iterator
         batch_rows = rows[a:b]
         records = None
         read = None
+        delivered = None
         if record_fields:
             read = reached[batch_rows] if reached is not None else np.ones(len(batch_rows), np.bool_)
+            if fused is not None:  # (every row of the batch is read: ``read`` is all true)
+                try:
+                    records = decode(fields["commit_log_offset"][batch_rows])
+                except (StoreFormatError, ImportError):
+                    # a record that does not decode whole: layer 2 first, on properties alone, so
+                    # that only the records the group receives are decoded whole (and fail or skip)
+                    fused.layer2_rows(decisions, fields["commit_log_offset"], batch_rows, skips, queue_offsets)
+                    batch_rows = batch_rows[decisions.delivered[batch_rows]]
+                    read = read[:len(batch_rows)]
+                else:  # layer 2 on this decode: keep what the group receives
+                    ok = fused.delivered(records)
+                    if not ok.all():
+                        delivered = pa.array(ok)
+                        batch_rows, read = batch_rows[ok], read[ok]
+        if record_fields and records is None:
             records, good, errors = decode_skipping(
                 decode, fields["commit_log_offset"][batch_rows if reached is None else batch_rows[read]], skips.enabled)
             if errors:
@@ -519,7 +571,10 @@ def _read_slice(options, schema, part, tags_code_sets, skips: Skips) -> Iterator
                                 ext_batch, slice(int(batch_rows[0]), int(batch_rows[-1]) + 1) if consecutive
                                 else batch_rows)
         if records is not None:
-            columns.update(_record_columns(records, record_fields, read))
+            record_columns = _record_columns(records, record_fields, read)
+            if delivered is not None:
+                record_columns = {name: arr.filter(delivered) for name, arr in record_columns.items()}
+            columns.update(record_columns)
         d = decisions
         if d is not None and options.decisions and options.layer2 == "spark":
             columns["matched_by_consume_queue"] = pa.array(d.consume_queue[batch_rows])

@@ -329,3 +329,59 @@ def test_data_source_skips_a_body_that_does_not_decompress_with_on_corrupt_skip(
     assert sorted(int(units["commit_log_offset"][o]) for _, o in kept) == sorted(
         offsets[k] for k in ("good", "padding", "good-2"))
     assert len(_source_rows(store, body="stored")) == len(offsets)
+
+
+GROUP_T0 = 1_700_000_000_000
+
+
+@pytest.fixture(scope="module")
+def group_store(tmp_path_factory):
+    """SQL92 groups with Bloom bitmaps over records, some of whose bodies no codec reads.
+
+    Group ``GN`` (``n > 3``) was born after the first 40 messages: layer 1 passes those
+    untested (read with its registration), so layer 2 rejects some of the records it reads. Every body that does not
+    decompress is in a record ``GN`` does not receive; ``GALL`` (``n >= 0``) receives them all.
+    """
+    root = tmp_path_factory.mktemp("group-bodies") / "store"
+    t0 = GROUP_T0
+    good = compress_body(_text(3000, 5))
+    bad = (b"\x78\x9c this is not deflate", ZLIB)
+    with cq.StoreWriter(root, enable_ext=True, cluster=None) as w:
+        w.register_group(TOPIC, "GALL", "n >= 0", born_time=t0 - 1)
+        for i in range(120):
+            if i == 40:
+                w.register_group(TOPIC, "GN", "n > 3", born_time=t0 + 100)
+            n = i % 7
+            body, flag = bad if n == 2 and i % 3 == 0 else good if i % 2 else (_text(50, i), 0)
+            w.append(TOPIC, body, sys_flag=flag, queue_id=i % 2, properties={"n": str(n)},
+                     store_timestamp=t0 + (i if i < 40 else 200 + i))
+    s = cq.Store(root)
+    yield s
+    s.close()
+
+
+def test_group_read_decodes_each_record_once_and_never_fails_a_record_the_group_does_not_receive(
+        group_store, monkeypatch):
+    """A group whose layer 1 prunes on bitmaps takes layer 2 from the output batches' own decode
+    (``fuses_layer2``): the same rows as the unfused read and as ``Store.consume``, and a body
+    that does not decompress fails (or is skipped) only in a record the group receives."""
+    from pyspark_udfs import _reader
+
+    fused = []
+    real = _reader._GroupFilter.fuses_layer2
+    monkeypatch.setattr(_reader._GroupFilter, "fuses_layer2", lambda self, *a: fused.append(real(self, *a)) or fused[-1])
+    rows = _source_rows(group_store, group="GN")  # the registered filter data: bornTime included
+    assert fused and all(fused)
+    result = group_store.consume(TOPIC, "GN", sql="n > 3", born_time=GROUP_T0 + 100)
+    want = {(m.queue_id, m.queue_offset): (m.uncompressed_body(), m.sys_flag) for m in result}
+    assert rows == want and len(want) == sum(1 for i in range(120) if i % 7 > 3)
+    assert result.stats.passed_consume_queue > len(want)  # layer 2 rejected records the read decoded
+    assert _source_rows(group_store, group="GN", on_corrupt="skip") == want
+    monkeypatch.setattr(_reader._GroupFilter, "fuses_layer2", lambda self, *a: False)
+    assert _source_rows(group_store, group="GN") == want
+    monkeypatch.setattr(_reader._GroupFilter, "fuses_layer2", real)
+    # GALL receives the bad bodies: the read fails on the first, or skips exactly those
+    with pytest.raises(cq.StoreFormatError, match="does not decompress"):
+        _source_rows(group_store, group="GALL")
+    kept = _source_rows(group_store, group="GALL", on_corrupt="skip")
+    assert len(kept) == 120 - sum(1 for i in range(120) if i % 7 == 2 and i % 3 == 0)
