@@ -19,7 +19,7 @@ from .ext import ConsumeQueueExt, CqExtUnit
 from .filter import RetrySqlFilter, SqlFilter, TagFilter
 from .format import MAX_ADDR, decorate, is_ext_addr, undecorate
 from .scan import ENGINE as _SCAN_ENGINE
-from .scan import check_bitmaps, scan_tags
+from .scan import check_bitmaps, check_ext_batch, scan_tags
 from .store import ConsumeResult, ConsumeStats, Store, StoreCut
 from .storecache import StoreCache
 from .tags import ENGINE as _TAGS_ENGINE
@@ -58,6 +58,7 @@ __all__ = [
     "UnknownGroupError",
     "batch_filter",
     "check_bitmaps",
+    "check_ext_batch",
     "decorate",
     "is_ext_addr",
     "load_filter",

@@ -479,6 +479,65 @@ def ext_units_read(const uint8_t[::1] buf, const int64_t[::1] positions, int64_t
     return status, sizes, tags, times, bms, offsets, data
 
 
+cdef inline uint8_t _bloom_verdict(const uint8_t* bitmap, int64_t time, int16_t bms, const int32_t* byte_idx,
+                                   const uint8_t* masks, Py_ssize_t nb, int64_t bit_num,
+                                   int64_t born_time) noexcept nogil:
+    # Rules 3-5 of docs/filtering.md#expression-filter for a found ext unit (``bitmap``: its
+    # bitmap bytes, ``bms`` of them): let through untested, or HIT / PRUNED on the k bits.
+    cdef Py_ssize_t j
+    if time <= born_time or bms < 1 or <int64_t>bms * 8 != bit_num:
+        return C_PASS
+    for j in range(nb):
+        if not (bitmap[byte_idx[j]] & masks[j]):
+            return C_PRUNED
+    return C_HIT
+
+
+cdef _check_bit_bytes(const int32_t[::1] byte_idx, const uint8_t[::1] masks, int64_t bit_num):
+    cdef Py_ssize_t j
+    if masks.shape[0] != byte_idx.shape[0]:
+        raise ValueError("byte_idx and masks differ in length")
+    for j in range(byte_idx.shape[0]):
+        if byte_idx[j] < 0 or byte_idx[j] * 8 >= bit_num:
+            raise ValueError(f"bit byte index {byte_idx[j]} outside a {bit_num}-bit bitmap")
+
+
+def bloom_check_units(const uint8_t[::1] found, const int64_t[::1] msg_store_time, const int16_t[::1] bit_map_size,
+                      const int64_t[::1] bitmap_offsets, const uint8_t[::1] bitmap_data,
+                      const int32_t[::1] byte_idx, const uint8_t[::1] masks, int64_t bit_num, int64_t born_time):
+    """:func:`ext_bloom_check`'s decision over ext units already read (``cq.ext.ExtBatch``'s columns).
+
+    Returns uint8 per unit: PASS (not found, or let through untested), HIT or PRUNED.
+    A tested row's bitmap is ``bitmap_data[bitmap_offsets[i]:bitmap_offsets[i + 1]]``,
+    which must hold its ``bit_map_size`` bytes (ValueError otherwise).
+    """
+    cdef Py_ssize_t i, k = found.shape[0], nb = byte_idx.shape[0]
+    cdef int64_t n = bitmap_data.shape[0]
+    _check_bit_bytes(byte_idx, masks, bit_num)
+    if msg_store_time.shape[0] != k or bit_map_size.shape[0] != k or bitmap_offsets.shape[0] != k + 1:
+        raise ValueError(f"ext unit columns of different lengths ({k} found rows)")
+    out = np.full(k, PASS, dtype=np.uint8)
+    cdef uint8_t[::1] o = out
+    cdef const uint8_t* data = &bitmap_data[0] if n else NULL
+    cdef const int32_t* bi = &byte_idx[0] if nb else NULL
+    cdef const uint8_t* bm = &masks[0] if nb else NULL
+    cdef Py_ssize_t bad = -1
+    with nogil:
+        for i in range(k):
+            if not found[i] or bit_map_size[i] < 1 or <int64_t>bit_map_size[i] * 8 != bit_num:
+                continue  # (untested: no bitmap bytes are read)
+            if (bitmap_offsets[i] < 0 or bitmap_offsets[i + 1] > n
+                    or bitmap_offsets[i + 1] - bitmap_offsets[i] != bit_map_size[i]):
+                bad = i
+                break
+            o[i] = _bloom_verdict(data + bitmap_offsets[i], msg_store_time[i], bit_map_size[i], bi, bm, nb,
+                                  bit_num, born_time)
+    if bad >= 0:
+        raise ValueError(f"row {bad}: bitmap bytes [{bitmap_offsets[bad]}, {bitmap_offsets[bad + 1]}) do not hold "
+                         f"its {bit_map_size[bad]}-byte bitmap within {n} bytes")
+    return out
+
+
 def ext_bloom_check(const uint8_t[::1] buf, const int64_t[::1] positions, int64_t limit,
                     const int32_t[::1] byte_idx, const uint8_t[::1] masks, int64_t bit_num, int64_t born_time,
                     uint8_t[::1] found=None):
@@ -487,19 +546,16 @@ def ext_bloom_check(const uint8_t[::1] buf, const int64_t[::1] positions, int64_
     ``found`` (optional, uint8 of ``len(positions)``) gets 1 where a unit is found (as
     :func:`ext_units_at`'s FOUND), else 0: the missing units, without a second pass.
     """
-    cdef Py_ssize_t i, j, k = positions.shape[0], nb = byte_idx.shape[0]
+    cdef Py_ssize_t i, k = positions.shape[0], nb = byte_idx.shape[0]
     cdef bint want_found = found is not None
     cdef int64_t tags, time, pos
     cdef int16_t bms
     cdef int8_t st
-    cdef bint hit
+    cdef const int32_t* bi = &byte_idx[0] if nb else NULL
+    cdef const uint8_t* bm = &masks[0] if nb else NULL
     if limit < 0 or limit > buf.shape[0]:
         raise ValueError(f"limit {limit} outside the buffer of {buf.shape[0]} bytes")
-    if masks.shape[0] != nb:
-        raise ValueError("byte_idx and masks differ in length")
-    for j in range(nb):
-        if byte_idx[j] < 0 or byte_idx[j] * 8 >= bit_num:
-            raise ValueError(f"bit byte index {byte_idx[j]} outside a {bit_num}-bit bitmap")
+    _check_bit_bytes(byte_idx, masks, bit_num)
     if want_found:
         if found.shape[0] != k:
             raise ValueError(f"found holds {found.shape[0]} entries for {k} positions")
@@ -518,13 +574,8 @@ def ext_bloom_check(const uint8_t[::1] buf, const int64_t[::1] positions, int64_
             if st == C_UNDERFLOW:
                 o[i] = C_UNDERFLOW
                 continue
-            if st != C_FOUND or time <= born_time or bms < 1 or <int64_t>bms * 8 != bit_num:
-                continue
-            hit = 1
-            for j in range(nb):
-                if not (base[pos + EXT_HEAD + byte_idx[j]] & masks[j]):
-                    hit = 0
-            o[i] = C_HIT if hit else C_PRUNED
+            if st == C_FOUND:  # (_ext_head checked that a bitmap lies inside ``limit``)
+                o[i] = _bloom_verdict(base + pos + EXT_HEAD, time, bms, bi, bm, nb, bit_num, born_time)
     return out
 
 

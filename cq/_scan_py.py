@@ -133,6 +133,47 @@ def ext_locate(addresses, starts, file_size):
     return index, positions
 
 
+def _check_bit_bytes(byte_idx, masks, bit_num):
+    if len(masks) != len(byte_idx):
+        raise ValueError("byte_idx and masks differ in length")
+    for b in np.asarray(byte_idx).tolist():
+        if b < 0 or b * 8 >= bit_num:
+            raise ValueError(f"bit byte index {b} outside a {bit_num}-bit bitmap")
+
+
+def bloom_check_units(found, msg_store_time, bit_map_size, bitmap_offsets, bitmap_data, byte_idx, masks,
+                      bit_num, born_time):
+    """:func:`ext_bloom_check`'s decision over ext units already read (``cq.ext.ExtBatch``'s columns).
+
+    Rules 3-5 of docs/filtering.md#expression-filter. Returns uint8 per unit: PASS (not
+    found, or let through untested: store time <= born_time, no bitmap, or bitmap length
+    * 8 != bit_num), HIT (every bit set) or PRUNED (some bit clear). A tested row's bitmap
+    is ``bitmap_data[bitmap_offsets[i]:bitmap_offsets[i + 1]]``, which must hold its
+    ``bit_map_size`` bytes (ValueError otherwise).
+    """
+    _check_bit_bytes(byte_idx, masks, bit_num)
+    k = len(found)
+    if len(msg_store_time) != k or len(bit_map_size) != k or len(bitmap_offsets) != k + 1:
+        raise ValueError(f"ext unit columns of different lengths ({k} found rows)")
+    found = np.asarray(found).astype(bool)
+    bms = np.asarray(bit_map_size).astype(np.int64)
+    offsets = np.asarray(bitmap_offsets, dtype=np.int64)
+    with_bitmap = found & (bms >= 1) & (bms * 8 == bit_num)
+    lengths = offsets[1:] - offsets[:-1]
+    bad = np.flatnonzero(with_bitmap & ((offsets[:-1] < 0) | (offsets[1:] > len(bitmap_data)) | (lengths != bms)))
+    if len(bad):
+        i = int(bad[0])
+        raise ValueError(f"row {i}: bitmap bytes [{offsets[i]}, {offsets[i + 1]}) do not hold its {bms[i]}-byte "
+                         f"bitmap within {len(bitmap_data)} bytes")
+    out = np.full(k, PASS, dtype=np.uint8)
+    rows = np.flatnonzero(with_bitmap & (np.asarray(msg_store_time) > born_time))
+    hit = np.ones(len(rows), dtype=bool)
+    for b, m in zip(np.asarray(byte_idx).tolist(), np.asarray(masks).tolist()):
+        hit &= (np.asarray(bitmap_data)[offsets[rows] + b] & m) != 0
+    out[rows] = np.where(hit, HIT, PRUNED)
+    return out
+
+
 def ext_bloom_check(buf, positions, limit, byte_idx, masks, bit_num, born_time, found=None):
     """The ConsumeQueue-layer SQL92 decision for each ext unit (rules 3-5 of docs/filtering.md#expression-filter).
 
@@ -142,26 +183,14 @@ def ext_bloom_check(buf, positions, limit, byte_idx, masks, bit_num, born_time, 
     (every bit set), PRUNED (some bit clear), UNDERFLOW (corrupt unit).
     ``found`` (optional, uint8 of ``len(positions)``) gets 1 where a unit is found, else 0.
     """
-    if len(masks) != len(byte_idx):
-        raise ValueError("byte_idx and masks differ in length")
-    for b in byte_idx.tolist():
-        if b < 0 or b * 8 >= bit_num:
-            raise ValueError(f"bit byte index {b} outside a {bit_num}-bit bitmap")
-    status, _, times, bms = ext_units_at(buf, positions, limit)
+    _check_bit_bytes(byte_idx, masks, bit_num)
+    status, _, _, times, bms, offsets, data = ext_units_read(buf, positions, limit)
     if found is not None:
         if len(found) != len(positions):
             raise ValueError(f"found holds {len(found)} entries for {len(positions)} positions")
         found[:] = status == FOUND
-    out = np.full(len(positions), PASS, dtype=np.uint8)
-    for i, pos in enumerate(positions.tolist()):
-        if status[i] == UNDERFLOW:
-            out[i] = UNDERFLOW
-            continue
-        if status[i] != FOUND or times[i] <= born_time or bms[i] < 1 or int(bms[i]) * 8 != bit_num:
-            continue
-        start = pos + fmt.MIN_EXT_UNIT_SIZE
-        hit = all(buf[start + int(b)] & int(m) for b, m in zip(byte_idx.tolist(), masks.tolist()))
-        out[i] = HIT if hit else PRUNED
+    out = bloom_check_units(status == FOUND, times, bms, offsets, data, byte_idx, masks, bit_num, born_time)
+    out[status == UNDERFLOW] = UNDERFLOW
     return out
 
 

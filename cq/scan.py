@@ -120,12 +120,35 @@ def check_bitmaps(ext_bytes, positions, bit_pos, *, bit_num: int = 112, born_tim
     """
     buf = _as_u8(ext_bytes, "ext_bytes")
     pos = np.ascontiguousarray(positions, dtype=np.int64)
-    bp = np.asarray(list(bit_pos), dtype=np.int64)
     lim = len(buf) if limit is None else int(limit)
-    if not ((bp >= 0) & (bp < bit_num)).all():  # isHit would throw; the broker matches
+    bits = bloom_bit_bytes(bit_pos, bit_num)
+    if bits is None:
         return np.full(len(pos), PASS, dtype=np.uint8)
-    byte_idx, masks = bloom_masks(bp)
-    return _scan.ext_bloom_check(buf, pos, lim, byte_idx, masks, int(bit_num), int(born_time))
+    return _scan.ext_bloom_check(buf, pos, lim, *bits, int(bit_num), int(born_time))
+
+
+def check_ext_batch(batch, bit_pos, *, bit_num: int = 112, born_time: int = 0) -> np.ndarray:
+    """:func:`check_bitmaps` over ext units already read (a :class:`cq.ext.ExtBatch`).
+
+    Returns uint8 per row: ``PASS`` (no unit, or let through untested), ``HIT`` or ``PRUNED``.
+    """
+    n = len(batch.found)
+    bits = bloom_bit_bytes(bit_pos, bit_num)
+    if bits is None:
+        return np.full(n, PASS, dtype=np.uint8)
+    c = np.ascontiguousarray
+    return _scan.bloom_check_units(c(batch.found, dtype=np.bool_).view(np.uint8), c(batch.msg_store_time, dtype=np.int64),
+                                   c(batch.bit_map_size, dtype=np.int16), c(batch.bitmap_offsets, dtype=np.int64),
+                                   c(batch.bitmap_data, dtype=np.uint8), *bits, int(bit_num), int(born_time))
+
+
+def bloom_bit_bytes(bit_pos, bit_num: int) -> tuple[np.ndarray, np.ndarray] | None:
+    """:func:`bloom_masks` of a group's bit positions, or None when one lies outside ``[0, bit_num)``:
+    ``isHit`` then throws and the broker matches every unit (docs/filtering.md#expression-filter, rule 5)."""
+    bp = np.asarray(list(bit_pos), dtype=np.int64)
+    if not ((bp >= 0) & (bp < bit_num)).all():
+        return None
+    return bloom_masks(bp)
 
 
 PRUNED, PASS, HIT, UNDERFLOW = _scan.PRUNED, _scan.PASS, _scan.HIT, _scan.UNDERFLOW

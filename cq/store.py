@@ -21,7 +21,7 @@ from .custom_filter import BATCH_RECORD_FIELDS, ON_FILTER_ERROR, as_message_filt
 from .errors import StoreFileDeleted, StoreFormatError, UnknownGroupError
 from .ext import ConsumeQueueExt
 from .filter import RetryPropertiesError, SqlFilter, TagFilter
-from .scan import _scan, bloom_masks, scan_tags
+from .scan import _scan, bloom_bit_bytes, scan_tags
 
 #: Units handled per batch by :meth:`Store.consume`.
 CONSUME_BATCH = 1 << 16
@@ -822,10 +822,10 @@ class Store:
         if not flt.uses_bitmap() or ext is None:
             return np.arange(n, dtype=np.int64), hits
         bit_num = flt.bloom_data.bit_num
-        pos = np.asarray(flt.bloom_data.bit_pos, dtype=np.int64)
+        bits = bloom_bit_bytes(flt.bloom_data.bit_pos, bit_num)
         verdict = np.full(n, _scan.PASS, dtype=np.uint8)
-        if ((pos >= 0) & (pos < bit_num)).all():  # else isHit throws and the broker matches
-            byte_idx, masks = bloom_masks(pos)
+        if bits is not None:  # (None: isHit throws and the broker matches)
+            byte_idx, masks = bits
             found = np.zeros(n, dtype=np.uint8)  # units resolved: the rest of the ext addresses are missing
             for index, sel, fpos in ext._group_by_file(slot):
                 got = np.empty(len(sel), dtype=np.uint8)

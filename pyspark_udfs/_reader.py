@@ -39,6 +39,7 @@ from pyspark.sql.pandas.types import to_arrow_schema
 import cq
 from cq.custom_filter import MessageFilter, ext_columns, filter_record_batch, message_schema
 from cq.errors import StoreFormatError
+from cq.scan import PRUNED, check_ext_batch
 from pyspark_udfs.datasource import RECORD_COLUMNS
 
 # Opened stores, per worker process: a worker reads many slices of a few stores. Each use
@@ -379,22 +380,9 @@ class _GroupFilter:
             return None
         if f.class_filter_mode or f.bloom_data is None or ext_batch is None or not f.bloom_data_valid:
             return candidates.copy()
-        bit_num = int(f.bloom_data.bit_num)
-        positions = np.asarray(list(f.bloom_data.bit_pos), dtype=np.int64)
-        if not ((positions >= 0) & (positions < bit_num)).all():  # isHit throws; the broker matches
-            return candidates.copy()
-        b = ext_batch
-        tested = (b.found & (b.msg_store_time > f.born_time) & (b.bit_map_size >= 1)
-                  & (b.bit_map_size.astype(np.int64) * 8 == bit_num))
-        hit = np.ones(len(candidates), dtype=np.bool_)
-        rows = np.flatnonzero(tested)
-        if len(rows):  # tested rows hold bit_num // 8 bitmap bytes, so every position is inside
-            first = b.bitmap_offsets[rows]  # each tested row's first bitmap byte in bitmap_data
-            row_hit = np.ones(len(rows), dtype=np.bool_)
-            for p in positions.tolist():
-                row_hit &= (b.bitmap_data[first + (p >> 3)] & (1 << (p & 7))) != 0
-            hit[rows] = row_hit
-        return candidates & (~tested | hit)
+        verdict = check_ext_batch(ext_batch, f.bloom_data.bit_pos, bit_num=int(f.bloom_data.bit_num),
+                                  born_time=f.born_time)
+        return candidates & (verdict != PRUNED)
 
 
 #: A batch holds at most this many bytes of the CommitLog records it decodes (each record

@@ -147,8 +147,13 @@ def test_ext_kernels_twin_equals_engine_on_hostile_buffers():
         start = int(rng.integers(0, 10))
         assert _scan.ext_walk(buf, start) == _scan_py.ext_walk(buf, start)
         byte_idx, masks = bloom_masks([1, 9, 13])
-        assert (_scan.ext_bloom_check(buf, pos, limit, byte_idx, masks, 16, 0).tolist()
-                == _scan_py.ext_bloom_check(buf, pos, limit, byte_idx, masks, 16, 0).tolist())
+        verdict = _scan.ext_bloom_check(buf, pos, limit, byte_idx, masks, 16, 0)
+        assert verdict.tolist() == _scan_py.ext_bloom_check(buf, pos, limit, byte_idx, masks, 16, 0).tolist()
+        # the same decision over the units once read (the data source's layer 1)
+        found = (a[0] == _scan.FOUND).view(np.uint8)
+        for engine in (_scan, _scan_py):
+            batch = engine.bloom_check_units(found, a[3], a[4], a[5], a[6], byte_idx, masks, 16, 0)
+            assert batch.tolist() == np.where(verdict == _scan.UNDERFLOW, _scan.PASS, verdict).tolist()
 
 
 def test_kernel_boundary_checks():
@@ -162,6 +167,23 @@ def test_kernel_boundary_checks():
                               np.array([1], np.uint8), 112, 0)
     with pytest.raises(ValueError):
         _scan.ext_walk(buf, -1)
+
+
+@pytest.mark.parametrize("engine", [_scan, _scan_py], ids=["engine", "twin"])
+def test_bloom_check_units_refuses_bitmap_bytes_that_do_not_hold_the_bitmap(engine):
+    byte_idx, masks = bloom_masks([1, 9, 13])
+    one = (np.ones(1, np.uint8), np.array([5], np.int64), np.array([2], np.int16))
+    assert engine.bloom_check_units(*one, np.array([0, 2], np.int64), np.array([0x02, 0x22], np.uint8),
+                                    byte_idx, masks, 16, 0).tolist() == [_scan.HIT]
+    assert engine.bloom_check_units(*one, np.array([0, 2], np.int64), np.array([0x02, 0x02], np.uint8),
+                                    byte_idx, masks, 16, 0).tolist() == [_scan.PRUNED]
+    assert engine.bloom_check_units(*one, np.array([0, 2], np.int64), np.array([0x02, 0x22], np.uint8),
+                                    byte_idx, masks, 16, 5).tolist() == [_scan.PASS]  # stored at bornTime
+    for offsets in ([0, 1], [0, 3], [1, 3]):
+        with pytest.raises(ValueError, match="row 0: bitmap bytes"):
+            engine.bloom_check_units(*one, np.array(offsets, np.int64), np.zeros(2, np.uint8), byte_idx, masks, 16, 0)
+    with pytest.raises(ValueError, match="different lengths"):
+        engine.bloom_check_units(*one, np.array([0], np.int64), np.zeros(2, np.uint8), byte_idx, masks, 16, 0)
 
 
 @pytest.mark.parametrize("engine", [_scan, _scan_py], ids=["engine", "twin"])
