@@ -485,12 +485,12 @@ cdef inline uint8_t _bloom_verdict(const uint8_t* bitmap, int64_t time, int16_t 
     # Rules 3-5 of docs/filtering.md#expression-filter for a found ext unit (``bitmap``: its
     # bitmap bytes, ``bms`` of them): let through untested, or HIT / PRUNED on the k bits.
     cdef Py_ssize_t j
+    cdef bint hit = 1
     if time <= born_time or bms < 1 or <int64_t>bms * 8 != bit_num:
         return C_PASS
-    for j in range(nb):
-        if not (bitmap[byte_idx[j]] & masks[j]):
-            return C_PRUNED
-    return C_HIT
+    for j in range(nb):  # every bit, no early exit: a branch on random bitmap bits mispredicts
+        hit &= (bitmap[byte_idx[j]] & masks[j]) != 0
+    return C_HIT if hit else C_PRUNED
 
 
 cdef _check_bit_bytes(const int32_t[::1] byte_idx, const uint8_t[::1] masks, int64_t bit_num):
