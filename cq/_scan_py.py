@@ -167,9 +167,10 @@ def bloom_check_units(found, msg_store_time, bit_map_size, bitmap_offsets, bitma
                          f"bitmap within {len(bitmap_data)} bytes")
     out = np.full(k, PASS, dtype=np.uint8)
     rows = np.flatnonzero(with_bitmap & (np.asarray(msg_store_time) > born_time))
+    data, first = np.asarray(bitmap_data), offsets[rows]
     hit = np.ones(len(rows), dtype=bool)
     for b, m in zip(np.asarray(byte_idx).tolist(), np.asarray(masks).tolist()):
-        hit &= (np.asarray(bitmap_data)[offsets[rows] + b] & m) != 0
+        hit &= (data[first + b] & m) != 0
     out[rows] = np.where(hit, HIT, PRUNED)
     return out
 

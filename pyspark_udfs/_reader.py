@@ -378,7 +378,7 @@ class _GroupFilter:
             return candidates & (~known | np.isin(low, codes))
         if type(f) is not cq.SqlFilter:
             return None
-        if f.class_filter_mode or f.bloom_data is None or ext_batch is None or not f.bloom_data_valid:
+        if not f.uses_bitmap() or ext_batch is None:  # (Store.consume's condition)
             return candidates.copy()
         verdict = check_ext_batch(ext_batch, f.bloom_data.bit_pos, bit_num=int(f.bloom_data.bit_num),
                                   born_time=f.born_time)
