@@ -63,12 +63,20 @@ cdef extern from *:
     static inline uint64_t rmq_load_be64(const uint8_t* p) {
         uint64_t v; memcpy(&v, p, 8); return __builtin_bswap64(v);
     }
+    /* the 8 bytes at p with the first in the low byte, whatever the machine's order */
+    static inline uint64_t rmq_load_le64(const uint8_t* p) {
+        uint64_t v; memcpy(&v, p, 8);
+    #if __BYTE_ORDER__ == __ORDER_BIG_ENDIAN__
+        v = __builtin_bswap64(v);
+    #endif
+        return v;
+    }
     static inline uint32_t rmq_load_raw32(const uint8_t* p) {
         uint32_t v; memcpy(&v, p, 4); return v;
     }
     static inline uint32_t rmq_bswap32(uint32_t v) { return __builtin_bswap32(v); }
     static inline int rmq_ctz64(uint64_t v) { return __builtin_ctzll(v); }
-    static inline void rmq_prefetch(const void* p) { __builtin_prefetch(p, 0, 0); }
+    static inline void rmq_prefetch(const void* p) { __builtin_prefetch(p, 0, 3); }
 
     /* CRC-32 (zlib's: reflected polynomial 0xEDB88320) eight bytes a step, for the short
        bodies where a call into zlib costs more than the bytes (the recovery walk checks
@@ -190,6 +198,7 @@ cdef extern from *:
     uint32_t rmq_load_be32(const uint8_t* p) noexcept nogil
     uint16_t rmq_load_be16(const uint8_t* p) noexcept nogil
     uint64_t rmq_load_be64(const uint8_t* p) noexcept nogil
+    uint64_t rmq_load_le64(const uint8_t* p) noexcept nogil
     uint32_t rmq_load_raw32(const uint8_t* p) noexcept nogil
     uint32_t rmq_bswap32(uint32_t v) noexcept nogil
 
@@ -1281,10 +1290,18 @@ cdef struct HostCache:
     int64_t start, length    # the cached text inside the column's GBuf; length -1: none
 
 
-cdef inline int _host_column(GBuf* g, HostCache* c, const uint8_t* ip, int width, int32_t port) noexcept nogil:
-    # Hosts repeat from record to record: the previous row's text is copied when equal.
+DEF HOST_SLOTS = 16  # a power of two: hosts cached per column (each producer is one born host)
+
+
+cdef inline int _host_column(GBuf* g, HostCache* cache, const uint8_t* ip, int width, int32_t port) noexcept nogil:
+    # Hosts repeat from record to record (a few producers, one broker): ``cache`` holds
+    # HOST_SLOTS texts already written to the column, one slot per host by a hash of its last
+    # address bytes and port; a host found there is copied, another written and cached.
     cdef bint v6 = width == 16
     cdef int64_t start = g.n
+    cdef uint32_t x = (<uint32_t>port * 0x9E3779B1U) ^ (<uint32_t>ip[width - 1] * 0x85EBCA77U) \
+        ^ (<uint32_t>ip[width - 2] * 0xC2B2AE3DU)
+    cdef HostCache* c = &cache[(x >> 16) & (HOST_SLOTS - 1)]
     if c.length >= 0 and c.port == port and c.v6 == v6 and memcmp(c.ip, ip, width) == 0:
         if _reserve(g, c.length) < 0:
             return -1
@@ -1403,11 +1420,16 @@ cdef inline uint64_t _head(const uint8_t* s, int64_t n) noexcept nogil:
     cdef uint64_t w = 0
     cdef int64_t k
     if n >= 8:
-        memcpy(&w, s, 8)
-        return w
+        return rmq_load_le64(s)
     for k in range(n):
         w |= (<uint64_t>s[k]) << (8 * k)
     return w
+
+
+cdef inline uint64_t _head_in_room(const uint8_t* s, int64_t n) noexcept nogil:
+    # _head of ``n`` bytes at ``s`` where 8 bytes can be read (a key in a buffer with room after it)
+    cdef uint64_t w = rmq_load_le64(s)
+    return w if n >= 8 else w & ((<uint64_t>1 << (8 * n)) - 1)
 
 
 cdef void _tags_keys(const uint8_t* b, int64_t p, int64_t end, int64_t* tv, int64_t* tl,
@@ -1436,12 +1458,14 @@ cdef void _tags_keys(const uint8_t* b, int64_t p, int64_t end, int64_t* tv, int6
 
 
 cdef inline int64_t _next_low(const uint8_t* b, int64_t p, int64_t end) noexcept nogil:
-    # In ASCII text, the first position at or after ``p`` of a byte below SEP_BOUND's byte
-    # (a separator, or a control byte the caller passes over), else ``end``. A borrow can
-    # flag a byte after a hit, never one before it, so the lowest flag is exact.
+    # A position at or after ``p`` where the caller must look, else ``end``: the first byte
+    # below SEP_BOUND's byte (a separator, or a control byte the caller passes over) is never
+    # passed. In non-ASCII text it may stop earlier, at a byte >= 0x80 the caller passes over
+    # too. A borrow can flag a byte after a hit, never one before it, so the lowest flag is a
+    # low byte or a high one.
     cdef uint64_t w, m
     while p + 8 <= end:
-        memcpy(&w, b + p, 8)
+        w = rmq_load_le64(b + p)  # (the lowest flag is then the first byte)
         m = (w - SEP_BOUND) & 0x8080808080808080ULL
         if m:
             return p + (rmq_ctz64(m) >> 3)
@@ -1474,25 +1498,19 @@ cdef int _props(const uint8_t* b, int64_t p, int64_t end, GBuf* keys, GBuf* koff
     tags_e[0] = -1
     keys_e[0] = -1
     # room for every key of the record, replaced (3 bytes a byte at worst), and for its entries
-    if _reserve(keys, 3 * (end - p)) < 0 or _reserve(koff, 4 * (end - p)) < 0 or \
+    if _reserve(keys, 3 * (end - p) + 8) < 0 or _reserve(koff, 4 * (end - p)) < 0 or \
             _reserve(scratch, <int64_t>sizeof(Entry) * (end - p)) < 0:
         return -1
     while p < end:
         seg = p
-        if ascii:  # one SWAR pass finds both separators
-            sep = -1
-            while True:
-                p = _next_low(b, p, end)
-                if p == end or b[p] == PROPERTY_SEP:
-                    break
-                if sep < 0 and b[p] == NAME_VALUE_SEP:
-                    sep = p
-                p += 1
-        else:
-            hit = <const uint8_t*>memchr(b + p, PROPERTY_SEP, end - p)
-            p = (hit - b) if hit != NULL else end
-            hit = <const uint8_t*>memchr(b + seg, NAME_VALUE_SEP, p - seg)
-            sep = (hit - b) if hit != NULL else -1
+        sep = -1
+        while True:  # one SWAR pass finds both separators
+            p = _next_low(b, p, end)
+            if p == end or b[p] == PROPERTY_SEP:
+                break
+            if sep < 0 and b[p] == NAME_VALUE_SEP:
+                sep = p
+            p += 1
         if sep > seg and p > sep + 1:
             kstart = keys.n
             if ascii:
@@ -1501,7 +1519,7 @@ cdef int _props(const uint8_t* b, int64_t p, int64_t end, GBuf* keys, GBuf* koff
             else:
                 keys.n += _utf8_into(keys.p + kstart, b + seg, sep - seg)  # room reserved above
             klen = keys.n - kstart
-            head = _head(keys.p + kstart, klen)
+            head = _head_in_room(keys.p + kstart, klen)
             ents = <Entry*>scratch.p
             # one bit per key head seen in this record: a clear bit means no earlier key can be equal
             bit = (<uint64_t>1) << (((head ^ <uint64_t>klen) * 0x9E3779B97F4A7C15ULL) >> 58)
@@ -1566,7 +1584,7 @@ cdef void _rate_note(GBuf* g, int slot, int64_t rows):
     if rows > 0 and g.n > 0:
         _rates[slot] = <double>g.n / rows
 DEF PREFETCH_AHEAD = 8
-DEF PREFETCH_BYTES = 320
+DEF PREFETCH_BYTES = 512
 DEF SIZING_ROWS = 256
 
 
@@ -1596,7 +1614,8 @@ def decode_columns(const uint8_t[::1] buf, const int64_t[::1] positions, int64_t
     cdef bint want[N_FIELDS]
     cdef GBuf g[N_FIELDS]
     cdef GBuf koff, voff, scratch, pkeys, pvals
-    cdef HostCache born_cache, store_cache
+    cdef HostCache born_cache[HOST_SLOTS]
+    cdef HostCache store_cache[HOST_SLOTS]
     cdef bint need_props, props_ascii = 0, ascii_values
     if limit < 0 or limit > n:
         raise ValueError(f"limit {limit} outside the buffer of {n} bytes")
@@ -1608,8 +1627,9 @@ def decode_columns(const uint8_t[::1] buf, const int64_t[::1] positions, int64_t
     memset(&scratch, 0, sizeof(GBuf))
     memset(&pkeys, 0, sizeof(GBuf))
     memset(&pvals, 0, sizeof(GBuf))
-    born_cache.length = -1
-    store_cache.length = -1
+    for j in range(HOST_SLOTS):
+        born_cache[j].length = -1
+        store_cache[j].length = -1
     need_props = want[F_PROPERTIES] or want[F_TAGS] or want[F_KEYS]
     for j in (F_BORN_HOST, F_STORE_HOST, F_BODY, F_TOPIC, F_TAGS, F_KEYS):
         if want[j]:
@@ -1655,13 +1675,24 @@ def decode_columns(const uint8_t[::1] buf, const int64_t[::1] positions, int64_t
     cdef const uint8_t* b = &buf[0] if n else NULL
     with nogil:
         for i in range(k):
+            # records are scattered through the file (other topics and queues between them): ask
+            # for the first line of a record well ahead, and a few records ahead, its size read
+            # from that line, for every line of it (its properties text, read last, ends it)
+            if i + 2 * PREFETCH_AHEAD < k:
+                pf = positions[i + 2 * PREFETCH_AHEAD]
+                if 0 <= pf < n:
+                    rmq_prefetch(b + pf)
             if i + PREFETCH_AHEAD < k:
-                # records are scattered through the file (other topics and queues between them):
-                # ask for the lines of a record a few ahead while this one is decoded
                 pf = positions[i + PREFETCH_AHEAD]
-                if 0 <= pf and pf + PREFETCH_BYTES <= n:
-                    for j in range(0, PREFETCH_BYTES, 64):
-                        rmq_prefetch(b + pf + j)
+                if 0 <= pf and pf + 4 <= n:
+                    h = <int32_t>rmq_load_be32(b + pf)
+                    if h > PREFETCH_BYTES:  # (a long record's head is what is read first)
+                        h = PREFETCH_BYTES
+                    if h > 64 and pf + h <= n:
+                        j = (pf & ~(<int64_t>63)) + 64
+                        while j < pf + h:
+                            rmq_prefetch(b + j)
+                            j += 64
             if i == SIZING_ROWS and k > 2 * SIZING_ROWS:
                 # the first rows tell each buffer's bytes per row: reserve for all rows at once
                 for j in range(N_FIELDS):
@@ -1695,7 +1726,7 @@ def decode_columns(const uint8_t[::1] buf, const int64_t[::1] positions, int64_t
                 c_bts[i] = <int64_t>rmq_load_be64(b + pos + 40)
             h = pos + 48
             if want[F_BORN_HOST]:
-                if _host_column(&g[F_BORN_HOST], &born_cache, b + h, r.bw,
+                if _host_column(&g[F_BORN_HOST], born_cache, b + h, r.bw,
                                 <int32_t>rmq_load_be32(b + h + r.bw)) < 0:
                     fail = 1
                     break
@@ -1705,7 +1736,7 @@ def decode_columns(const uint8_t[::1] buf, const int64_t[::1] positions, int64_t
                 c_sts[i] = <int64_t>rmq_load_be64(b + h)
             h += 8
             if want[F_STORE_HOST]:
-                if _host_column(&g[F_STORE_HOST], &store_cache, b + h, r.sw,
+                if _host_column(&g[F_STORE_HOST], store_cache, b + h, r.sw,
                                 <int32_t>rmq_load_be32(b + h + r.sw)) < 0:
                     fail = 1
                     break

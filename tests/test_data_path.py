@@ -95,6 +95,21 @@ def test_sample_store_with_ipv6_compressed_and_bad_utf8(mixed_store, engine, fie
     _check(mixed_store.commit_log, rng.permutation(offsets), fields, engine, monkeypatch)
 
 
+@pytest.mark.parametrize("engine", ["compiled", "twin"])
+def test_many_hosts_in_one_batch(tmp_path, engine, monkeypatch):
+    # More hosts than the decoder caches (several sharing an address or a port, IPv4 and IPv6),
+    # in random order: each row still reads its own record's text.
+    rng = np.random.default_rng(11)
+    hosts = [f"10.0.{i % 7}.{i % 5}:{1000 + i % 13}" for i in range(60)]
+    hosts += [f"[2001:db8::{i % 9:x}]:{i % 4}" for i in range(30)] + ["0.0.0.0:0", "255.255.255.255:65535"]
+    with cq.StoreWriter(tmp_path / "store") as w:
+        for i in rng.integers(0, len(hosts), 2000).tolist():
+            w.append("Hosts", b"x", born_host=hosts[i], store_host=hosts[(i * 7) % len(hosts)])
+    store = cq.Store(tmp_path / "store")
+    _check(store.commit_log, _all_offsets(store), ["born_host", "store_host"], engine, monkeypatch)
+    store.close()
+
+
 def test_engines_give_the_same_buffers(mixed_store):
     log = mixed_store.commit_log
     offsets = np.sort(_all_offsets(mixed_store))
