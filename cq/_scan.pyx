@@ -1427,7 +1427,7 @@ cdef inline uint64_t _head(const uint8_t* s, int64_t n) noexcept nogil:
 
 
 cdef inline uint64_t _head_in_room(const uint8_t* s, int64_t n) noexcept nogil:
-    # _head of ``n`` bytes at ``s`` where 8 bytes can be read (a key in a buffer with room after it)
+    # _head of ``n`` bytes at ``s`` where 8 bytes can be read
     cdef uint64_t w = rmq_load_le64(s)
     return w if n >= 8 else w & ((<uint64_t>1 << (8 * n)) - 1)
 
@@ -1498,7 +1498,7 @@ cdef int _props(const uint8_t* b, int64_t p, int64_t end, GBuf* keys, GBuf* koff
     tags_e[0] = -1
     keys_e[0] = -1
     # room for every key of the record, replaced (3 bytes a byte at worst), and for its entries
-    if _reserve(keys, 3 * (end - p) + 8) < 0 or _reserve(koff, 4 * (end - p)) < 0 or \
+    if _reserve(keys, 3 * (end - p)) < 0 or _reserve(koff, 4 * (end - p)) < 0 or \
             _reserve(scratch, <int64_t>sizeof(Entry) * (end - p)) < 0:
         return -1
     while p < end:
@@ -1519,7 +1519,9 @@ cdef int _props(const uint8_t* b, int64_t p, int64_t end, GBuf* keys, GBuf* koff
             else:
                 keys.n += _utf8_into(keys.p + kstart, b + seg, sep - seg)  # room reserved above
             klen = keys.n - kstart
-            head = _head_in_room(keys.p + kstart, klen)
+            # (from the text when the key is its bytes: a load from the bytes just copied
+            # would wait for the copy's stores)
+            head = _head_in_room(b + seg, klen) if ascii and seg + 8 <= end else _head(keys.p + kstart, klen)
             ents = <Entry*>scratch.p
             # one bit per key head seen in this record: a clear bit means no earlier key can be equal
             bit = (<uint64_t>1) << (((head ^ <uint64_t>klen) * 0x9E3779B97F4A7C15ULL) >> 58)
@@ -1549,6 +1551,91 @@ cdef int _props(const uint8_t* b, int64_t p, int64_t end, GBuf* keys, GBuf* koff
                     keys_e[0] = ne
                 ne += 1
         p += 1
+    return <int>ne
+
+
+cdef int _props_direct(const uint8_t* b, int64_t p, int64_t end, GBuf* keys, GBuf* koff, GBuf* vals,
+                       GBuf* voff, int64_t* tv, int64_t* tl, int64_t* kv, int64_t* kl,
+                       bint* all_ascii) noexcept nogil:
+    # _props and the copy of its values in one pass, for the common record whose keys are all
+    # distinct: each entry's key and value go straight to the map's buffers (UTF-8 replaced
+    # unless the whole text is ASCII), and the raw spans of the TAGS and KEYS values to tv/tl,
+    # kv/kl (-1: none). Returns the entries, -1 out of memory, or -2 at a repeated key: the
+    # caller then drops what this wrote for the record and takes _props' way. ``all_ascii``
+    # as _props gives it. (The buffers' ends are kept in locals: a byte store may alias any
+    # GBuf field, which would make the compiler reload each after every copy.)
+    cdef int64_t seg, sep, klen, vlen, m, ne = 0
+    cdef uint64_t head, bit, seen = 0
+    cdef bint ascii = _ascii_prefix(b + p, end - p) == end - p
+    cdef uint8_t* kp
+    cdef uint8_t* vp
+    cdef int32_t* ko
+    cdef int32_t* vo
+    cdef int64_t kn, vn
+    all_ascii[0] = ascii
+    tv[0] = -1
+    kv[0] = -1
+    # room for every key and value of the record, replaced (3 bytes a byte at worst), and offsets
+    if _reserve(keys, 3 * (end - p)) < 0 or _reserve(koff, 4 * (end - p)) < 0 or \
+            _reserve(vals, 3 * (end - p)) < 0 or _reserve(voff, 4 * (end - p)) < 0:
+        return -1
+    kp = keys.p
+    kn = keys.n
+    vp = vals.p
+    vn = vals.n
+    ko = <int32_t*>(koff.p + koff.n)
+    vo = <int32_t*>(voff.p + voff.n)
+    while p < end:
+        seg = p
+        sep = -1
+        while True:  # one SWAR pass finds both separators
+            p = _next_low(b, p, end)
+            if p == end or b[p] == PROPERTY_SEP:
+                break
+            if sep < 0 and b[p] == NAME_VALUE_SEP:
+                sep = p
+            p += 1
+        if sep > seg and p > sep + 1:
+            vlen = p - sep - 1
+            if ascii:
+                klen = sep - seg
+                _copy(kp + kn, b + seg, klen)
+                # (from the text: a load from the bytes just copied would wait for the stores)
+                head = _head_in_room(b + seg, klen) if seg + 8 <= end else _head(b + seg, klen)
+            else:
+                klen = _utf8_into(kp + kn, b + seg, sep - seg)
+                head = _head(kp + kn, klen)
+            # one bit per key head seen in this record: a clear bit means no earlier key can be equal
+            bit = (<uint64_t>1) << (((head ^ <uint64_t>klen) * 0x9E3779B97F4A7C15ULL) >> 58)
+            if seen & bit:
+                for m in range(ne):  # the earlier keys' spans, from their offsets
+                    seg = ko[m - ne]
+                    sep = ko[m + 1 - ne] if m + 1 < ne else kn
+                    if sep - seg == klen and memcmp(kp + seg, kp + kn, klen) == 0:
+                        return -2
+            seen |= bit
+            ko[0] = <int32_t>kn
+            ko += 1
+            kn += klen
+            vo[0] = <int32_t>vn
+            vo += 1
+            if ascii:
+                _copy(vp + vn, b + p - vlen, vlen)
+                vn += vlen
+            else:
+                vn += _utf8_into(vp + vn, b + p - vlen, vlen)
+            if klen == TAGS_LEN and head == TAGS_HEAD:  # (both names are under 8 bytes)
+                tv[0] = p - vlen
+                tl[0] = vlen
+            elif klen == KEYS_LEN and head == KEYS_HEAD:
+                kv[0] = p - vlen
+                kl[0] = vlen
+            ne += 1
+        p += 1
+    keys.n = kn
+    vals.n = vn
+    koff.n = <uint8_t*>ko - koff.p
+    voff.n = <uint8_t*>vo - voff.p
     return <int>ne
 
 
@@ -1609,7 +1696,7 @@ def decode_columns(const uint8_t[::1] buf, const int64_t[::1] positions, int64_t
     cdef Rec r
     cdef int code = 0, fail = 0, ne
     cdef Py_ssize_t bad = -1
-    cdef int64_t tags_e, keys_e, tv = -1, tl = 0, kv = -1, kl = 0
+    cdef int64_t tags_e, keys_e, tv = -1, tl = 0, kv = -1, kl = 0, k0, ko0, v0, vo0
     cdef Entry* ents
     cdef bint want[N_FIELDS]
     cdef GBuf g[N_FIELDS]
@@ -1757,28 +1844,36 @@ def decode_columns(const uint8_t[::1] buf, const int64_t[::1] positions, int64_t
                     break
                 o_topic[i + 1] = <int32_t>g[F_TOPIC].n
             if want[F_PROPERTIES]:
-                ne = _props(b, r.props, r.props + r.plen, &pkeys, &koff, &scratch, &tags_e, &keys_e,
-                            &props_ascii)
-                if ne < 0:
+                k0, ko0, v0, vo0 = pkeys.n, koff.n, pvals.n, voff.n
+                ne = _props_direct(b, r.props, r.props + r.plen, &pkeys, &koff, &pvals, &voff,
+                                   &tv, &tl, &kv, &kl, &props_ascii)
+                if ne == -1:
                     fail = 1
                     break
-                ents = <Entry*>scratch.p
-                if _reserve(&pvals, 3 * r.plen) < 0 or _reserve(&voff, 4 * ne) < 0:
-                    fail = 1
-                    break
-                for j in range(ne):
-                    (<int32_t*>(voff.p + voff.n))[0] = <int32_t>pvals.n
-                    voff.n += 4
-                    if props_ascii:
-                        _copy(pvals.p + pvals.n, b + ents[j].vsrc, ents[j].vlen)
-                        pvals.n += ents[j].vlen
-                    else:
-                        pvals.n += _utf8_into(pvals.p + pvals.n, b + ents[j].vsrc, ents[j].vlen)
+                if ne == -2:  # a repeated key: its first place, its later value
+                    pkeys.n, koff.n, pvals.n, voff.n = k0, ko0, v0, vo0
+                    ne = _props(b, r.props, r.props + r.plen, &pkeys, &koff, &scratch, &tags_e, &keys_e,
+                                &props_ascii)
+                    if ne < 0:
+                        fail = 1
+                        break
+                    ents = <Entry*>scratch.p
+                    if _reserve(&pvals, 3 * r.plen) < 0 or _reserve(&voff, 4 * ne) < 0:
+                        fail = 1
+                        break
+                    for j in range(ne):
+                        (<int32_t*>(voff.p + voff.n))[0] = <int32_t>pvals.n
+                        voff.n += 4
+                        if props_ascii:
+                            _copy(pvals.p + pvals.n, b + ents[j].vsrc, ents[j].vlen)
+                            pvals.n += ents[j].vlen
+                        else:
+                            pvals.n += _utf8_into(pvals.p + pvals.n, b + ents[j].vsrc, ents[j].vlen)
+                    tv = ents[tags_e].vsrc if tags_e >= 0 else -1
+                    tl = ents[tags_e].vlen if tags_e >= 0 else 0
+                    kv = ents[keys_e].vsrc if keys_e >= 0 else -1
+                    kl = ents[keys_e].vlen if keys_e >= 0 else 0
                 o_map[i + 1] = o_map[i] + ne
-                tv = ents[tags_e].vsrc if tags_e >= 0 else -1
-                tl = ents[tags_e].vlen if tags_e >= 0 else 0
-                kv = ents[keys_e].vsrc if keys_e >= 0 else -1
-                kl = ents[keys_e].vlen if keys_e >= 0 else 0
             elif need_props:
                 _tags_keys(b, r.props, r.props + r.plen, &tv, &tl, &kv, &kl)
             # values inside properties text already found all ASCII need no UTF-8 check: a plain copy

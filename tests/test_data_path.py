@@ -110,6 +110,32 @@ def test_many_hosts_in_one_batch(tmp_path, engine, monkeypatch):
     store.close()
 
 
+@pytest.mark.parametrize("engine", ["compiled", "twin"])
+def test_many_keys_and_late_repeats(tmp_path, engine, monkeypatch):
+    # More keys than the decoder's 64 seen-bits (so bits collide between distinct keys), keys
+    # of 1 to 20 bytes, and a key repeated after many others (its first place, its later
+    # value), TAGS and KEYS among the repeated ones, in ASCII and non-ASCII text.
+    rng = np.random.default_rng(5)
+    names = [f"k{i}" * (1 + i % 7) for i in range(90)] + ["TAGS", "KEYS", "é", "x"]
+    texts = []
+    for _ in range(300):
+        picked = [names[i] for i in rng.permutation(len(names))[: int(rng.integers(1, len(names)))]]
+        picked += [picked[int(j)] for j in rng.integers(0, len(picked), int(rng.integers(0, 3)))]
+        texts.append(b"\x02".join(f"{k}\x01v{j}".encode() for j, k in enumerate(picked)))
+    with cq.StoreWriter(tmp_path / "store") as w:
+        for t in texts:
+            w.append("Keys", b"x", properties=t)
+    store = cq.Store(tmp_path / "store")
+    log, offsets = store.commit_log, _all_offsets(store)
+    _check(log, offsets, ["properties", "tags", "keys"], engine, monkeypatch)
+    # the map's entries themselves (a dict made of them would hide a key written twice)
+    pytest.importorskip("pyarrow")
+    entries = _decode(log, offsets, ["properties"], engine, monkeypatch).arrow("properties").to_pylist()
+    for got, off in zip(entries, offsets.tolist()):
+        assert got == list(log.read_message(off).properties.items()), off
+    store.close()
+
+
 def test_engines_give_the_same_buffers(mixed_store):
     log = mixed_store.commit_log
     offsets = np.sort(_all_offsets(mixed_store))
