@@ -2482,7 +2482,7 @@ cdef extern from "zlib.h" nogil:
         void* zalloc
         void* zfree
         void* opaque
-    int Z_OK, Z_STREAM_END, Z_BUF_ERROR, Z_NO_FLUSH
+    int Z_OK, Z_STREAM_END, Z_BUF_ERROR, Z_FINISH
     int inflateInit(z_stream* strm)
     int inflateInit2(z_stream* strm, int windowBits)
     int inflateReset(z_stream* strm)
@@ -2496,7 +2496,7 @@ assert len(fmt.ZLIB_COMPRESSION_TYPES) == 2, "ZLIB_COMPRESSION_TYPES changed: up
 cdef int32_t CTYPE_ZLIB = fmt.ZLIB_COMPRESSION_TYPES[1]
 cdef int32_t CTYPE_ZLIB_LEGACY = fmt.ZLIB_COMPRESSION_TYPES[0]
 DEF INFLATE_FIRST = 65536      # first output room for a body: grown by doubling as output comes
-cdef double _inflate_rate = 0  # bytes per row of the last inflate_bodies output (its pooled buffer's size)
+cdef double _inflate_ratio = 0  # inflated bytes per compressed byte in the last inflate_bodies call
 
 
 cdef int _inflate_into(z_stream* raw, z_stream* wrapped, GBuf* g, const uint8_t* src, int64_t n,
@@ -2545,14 +2545,16 @@ cdef int _inflate_stream(z_stream* zs, GBuf* g, const uint8_t* src, int64_t n, i
         take = free_room if free_room < 0x40000000 else 0x40000000
         zs.next_out = g.p + g.n
         zs.avail_out = <unsigned int>take
-        ret = inflate(zs, Z_NO_FLUSH)
+        # Z_FINISH: all the input is there, so zlib keeps no copy of the output as its window
+        # when the stream ends in this call (with Z_NO_FLUSH it copied up to 32 KiB a body)
+        ret = inflate(zs, Z_FINISH)
         g.n += take - zs.avail_out
         if ret == Z_STREAM_END:
             return 0
-        if ret == Z_OK:
-            continue  # progress: more input to read or more room to fill
-        # no progress although there was room: a data error, a dictionary it was not given, or a
-        # stream cut short (Z_BUF_ERROR: the input ended first)
+        if ret == Z_BUF_ERROR and zs.avail_out == 0:
+            continue  # the room is full: more room, and the stream goes on from its window
+        # a data error, a dictionary it was not given, or a stream cut short (the input ended
+        # with room left)
         return 1
 
 
@@ -2569,12 +2571,12 @@ def inflate_bodies(offsets, data, sys_flag, int64_t max_bytes=INT32_MAX):
     OverflowError when the new column would pass ``max_bytes`` (at most, and
     by default, 2 GiB - 1: int32 offsets), before allocating past it.
     """
-    global _inflate_rate
+    global _inflate_ratio
     cdef const int32_t[::1] off = offsets
     cdef const uint8_t[::1] src = data
     cdef const int32_t[::1] sf = sys_flag
     cdef Py_ssize_t i, k = sf.shape[0]
-    cdef int64_t compressed = 0, a, e, nrest = 0, size = src.shape[0]
+    cdef int64_t compressed = 0, a, e, nrest = 0, size = src.shape[0], zbytes = 0, want
     cdef int32_t ct
     cdef int fail = 0, got
     cdef int bad_offsets = 0
@@ -2591,6 +2593,7 @@ def inflate_bodies(offsets, data, sys_flag, int64_t max_bytes=INT32_MAX):
                 break
             if sf[i] & COMPRESSED:
                 compressed += 1
+                zbytes += off[i + 1] - off[i]
     if bad_offsets:
         raise ValueError(f"offsets out of order or outside the data of {size} bytes at row {i}")
     empty_rest = np.zeros(0, dtype=np.int64)
@@ -2609,12 +2612,16 @@ def inflate_bodies(offsets, data, sys_flag, int64_t max_bytes=INT32_MAX):
     if inflateInit(&zw) != Z_OK:
         inflateEnd(&zs)
         raise MemoryError()
-    # output memory from the pool (pages already faulted in), sized by the bytes per row last time
-    _pool_get(&g, <int64_t>(_inflate_rate * k * 1.125))
+    # output memory from the pool (pages already faulted in), sized for the uncompressed rows and
+    # the compressed ones inflated as much as last time (room that doubles as output comes copies
+    # what it holds)
+    want = <int64_t>((size - zbytes) + zbytes * _inflate_ratio * 1.125)
+    want = want if want > size else size
+    want = want if want < limit else limit - 1
+    _pool_get(&g, want)
     try:
         with nogil:
-            # the uncompressed rows at least are copied: reserve them (and the compressed rows' input) once
-            got = _room(&g, size if size < limit else limit - 1, limit)
+            got = _room(&g, want, limit)
             if got < 0:
                 fail = got
             for i in range(k):
@@ -2654,7 +2661,7 @@ def inflate_bodies(offsets, data, sys_flag, int64_t max_bytes=INT32_MAX):
             raise OverflowError(f"the body column of {k} records passes {limit - 1} bytes once decompressed"
                                 f"{'' if limit - 1 < INT32_MAX else ' (2 GiB, int32 offsets)'}: "
                                 "decode fewer records at a time")
-        _inflate_rate = <double>g.n / k
+        _inflate_ratio = <double>(g.n - (size - zbytes)) / zbytes if zbytes else 0
         if g.n and g.cap > g.n + 65536 and g.cap > g.n + g.n // 4:
             # give back most of the room the doubling left over (realloc to 0 frees); a pooled
             # buffer sized by the last rate keeps its slack, for the next batch
