@@ -1475,6 +1475,24 @@ cdef inline int64_t _next_low(const uint8_t* b, int64_t p, int64_t end) noexcept
     return p
 
 
+cdef inline int64_t _entry_end(const uint8_t* b, int64_t p, int64_t end, int64_t* sep) noexcept nogil:
+    # The end of the properties entry at ``p`` (its PROPERTY_SEP, or ``end``), and in ``sep``
+    # its first NAME_VALUE_SEP (-1: none): one SWAR pass finds both.
+    sep[0] = -1
+    while True:
+        p = _next_low(b, p, end)
+        if p == end or b[p] == PROPERTY_SEP:
+            return p
+        if sep[0] < 0 and b[p] == NAME_VALUE_SEP:
+            sep[0] = p
+        p += 1
+
+
+cdef inline uint64_t _key_bit(uint64_t head, int64_t klen) noexcept nogil:
+    # a key's bit of the 64 _props marks for the keys of a record (equal keys, equal bits)
+    return (<uint64_t>1) << (((head ^ <uint64_t>klen) * 0x9E3779B97F4A7C15ULL) >> 58)
+
+
 assert TAGS_LEN <= 8 and KEYS_LEN <= 8, "_props compares these names by their head"
 cdef uint64_t TAGS_HEAD = _head(<const uint8_t*>TAGS_NAME, TAGS_LEN)
 cdef uint64_t KEYS_HEAD = _head(<const uint8_t*>KEYS_NAME, KEYS_LEN)
@@ -1491,7 +1509,6 @@ cdef int _props(const uint8_t* b, int64_t p, int64_t end, GBuf* keys, GBuf* koff
     cdef uint64_t head, bit, seen = 0
     cdef Entry* ents
     cdef Entry* e
-    cdef const uint8_t* hit
     cdef bint ascii = _ascii_prefix(b + p, end - p) == end - p
     all_ascii[0] = ascii
     scratch.n = 0
@@ -1503,14 +1520,7 @@ cdef int _props(const uint8_t* b, int64_t p, int64_t end, GBuf* keys, GBuf* koff
         return -1
     while p < end:
         seg = p
-        sep = -1
-        while True:  # one SWAR pass finds both separators
-            p = _next_low(b, p, end)
-            if p == end or b[p] == PROPERTY_SEP:
-                break
-            if sep < 0 and b[p] == NAME_VALUE_SEP:
-                sep = p
-            p += 1
+        p = _entry_end(b, p, end, &sep)
         if sep > seg and p > sep + 1:
             kstart = keys.n
             if ascii:
@@ -1524,7 +1534,7 @@ cdef int _props(const uint8_t* b, int64_t p, int64_t end, GBuf* keys, GBuf* koff
             head = _head_in_room(b + seg, klen) if ascii and seg + 8 <= end else _head(keys.p + kstart, klen)
             ents = <Entry*>scratch.p
             # one bit per key head seen in this record: a clear bit means no earlier key can be equal
-            bit = (<uint64_t>1) << (((head ^ <uint64_t>klen) * 0x9E3779B97F4A7C15ULL) >> 58)
+            bit = _key_bit(head, klen)
             m = ne if (seen & bit) == 0 else 0
             seen |= bit
             while m < ne:
@@ -1587,14 +1597,7 @@ cdef int _props_direct(const uint8_t* b, int64_t p, int64_t end, GBuf* keys, GBu
     vo = <int32_t*>(voff.p + voff.n)
     while p < end:
         seg = p
-        sep = -1
-        while True:  # one SWAR pass finds both separators
-            p = _next_low(b, p, end)
-            if p == end or b[p] == PROPERTY_SEP:
-                break
-            if sep < 0 and b[p] == NAME_VALUE_SEP:
-                sep = p
-            p += 1
+        p = _entry_end(b, p, end, &sep)
         if sep > seg and p > sep + 1:
             vlen = p - sep - 1
             if ascii:
@@ -1606,7 +1609,7 @@ cdef int _props_direct(const uint8_t* b, int64_t p, int64_t end, GBuf* keys, GBu
                 klen = _utf8_into(kp + kn, b + seg, sep - seg)
                 head = _head(kp + kn, klen)
             # one bit per key head seen in this record: a clear bit means no earlier key can be equal
-            bit = (<uint64_t>1) << (((head ^ <uint64_t>klen) * 0x9E3779B97F4A7C15ULL) >> 58)
+            bit = _key_bit(head, klen)
             if seen & bit:
                 for m in range(ne):  # the earlier keys' spans, from their offsets
                     seg = ko[m - ne]
