@@ -307,7 +307,9 @@ class ConsumeQueueExt(MappedFileQueue):
         """``(file index, rows, positions)`` per file holding some of ``addresses`` (rows in input order)."""
         if not self._files:
             return
-        idx, pos = _scan.ext_locate(np.ascontiguousarray(addresses, dtype=np.int64), self._starts, self.file_size)
+        # aligned too: one unit's tags_code field is a contiguous view 4 bytes off an 8-byte
+        # boundary, which ascontiguousarray passes as it is (UBSan: a misaligned int64 load)
+        idx, pos = _scan.ext_locate(np.require(addresses, np.int64, ["C", "A"]), self._starts, self.file_size)
         held = idx >= 0
         if not held.any():
             return
