@@ -2625,6 +2625,8 @@ def inflate_bodies(offsets, data, sys_flag, int64_t max_bytes=INT32_MAX):
     try:
         with nogil:
             got = _room(&g, want, limit)
+            if got == -1 and want > size:  # the guess is only a guess: no room for it, no failure
+                got = _room(&g, size, limit)
             if got < 0:
                 fail = got
             for i in range(k):
