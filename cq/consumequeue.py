@@ -217,6 +217,30 @@ class ConsumeQueue(MappedFileQueue):
             return np.zeros(0, dtype=fmt.CQ_UNIT_NATIVE_DTYPE)
         return np.concatenate(parts).astype(fmt.CQ_UNIT_NATIVE_DTYPE)
 
+    def read_columns(self, start: int = 0, count: int | None = None) -> dict[str, np.ndarray]:
+        """The units :meth:`read` gives, as one contiguous native-order column per field.
+
+        Each field is copied once, straight from the mapped files into its own
+        (aligned) array, instead of the units being joined, converted and then
+        split: a reader that works on columns (the ``rocketmq`` source) takes
+        slices of these, never gathers from the 20-byte units.
+
+        Returns
+        -------
+        dict of str to numpy.ndarray
+            ``commit_log_offset`` int64, ``size`` int32, ``tags_code`` int64
+            (:data:`cq.format.CQ_UNIT_NATIVE_DTYPE`'s fields), equal in length.
+        """
+        chunks = [np.frombuffer(raw, dtype=fmt.CQ_UNIT_DTYPE) for _, raw in self.raw_chunks(start, count)]
+        n = sum(len(c) for c in chunks)
+        out = {name: np.empty(n, dtype=fmt.CQ_UNIT_NATIVE_DTYPE[name]) for name in fmt.CQ_UNIT_NATIVE_DTYPE.names}
+        i = 0
+        for units in chunks:
+            for name, column in out.items():
+                column[i:i + len(units)] = units[name]  # one byte-swapping strided copy a field
+            i += len(units)
+        return out
+
     def unit(self, queue_offset: int) -> tuple[int, int, int]:
         """``(commit_log_offset, size, tags_code)`` at ``queue_offset``; IndexError outside the queue."""
         if not self.min_offset <= queue_offset < self.max_offset:

@@ -254,13 +254,16 @@ class _GroupFilter:
                queue_offsets: np.ndarray | None = None, *, layer2: bool = True) -> Decisions:
         """Layer 1 on every candidate unit; layer 2 only where layer 1 passed, as the broker does.
 
+        ``units`` maps the ConsumeQueue fields to the slice's columns
+        (:meth:`cq.ConsumeQueue.read_columns`).
+
         Layer 2 needs only the records' properties, gathered in one batch call.
         A record that cannot be decoded raises, or with ``skips`` enabled marks
         its unit ``skipped`` and records it there. With ``layer2=False`` only
         layer 1 runs: ``reached_commit_log`` marks the records layer 2 is to
         read (the caller decides them with :meth:`delivered`).
         """
-        d = Decisions(len(units))
+        d = Decisions(len(tags_code))
         layer1 = self.layer1(tags_code, known, ext_batch, candidates)
         d.consume_queue[:] = layer1 if layer1 is not None else self.layer1_per_unit(
             tags_code, known, ext_batch, candidates)
@@ -473,11 +476,10 @@ def _read_slice(options, schema, part, tags_code_sets, skips: Skips) -> Iterator
         store = _store(options.path, part)
         cqueue = store.consume_queue(topic, queue_id)
         start = max(part.start, cqueue.min_offset)  # the broker may have expired files since planning
-        units = cqueue.read(start, max(0, part.end - start))
         # the unit fields as contiguous columns: a batch takes slices of them (views), not gathers
         # from the 20-byte units
-        fields = {name: np.ascontiguousarray(units[name]) for name in units.dtype.names}
-        queue_offsets = np.arange(start, start + len(units), dtype=np.int64)
+        fields = cqueue.read_columns(start, max(0, part.end - start))
+        queue_offsets = np.arange(start, start + len(fields["size"]), dtype=np.int64)
         tags_code, known, is_ext, ext_batch, skipped = _resolve_ext(
             store, topic, queue_id, fields["tags_code"], skips, queue_offsets)
     except StoreFormatError as exc:
@@ -496,7 +498,7 @@ def _read_slice(options, schema, part, tags_code_sets, skips: Skips) -> Iterator
     if options.group is not None:
         group = _GroupFilter(store, options, topic, part)
         fused = group if group.fuses_layer2(options, record_fields) else None
-        decisions = group.decide(units, tags_code, known, ext_batch, keep, skips, queue_offsets,
+        decisions = group.decide(fields, tags_code, known, ext_batch, keep, skips, queue_offsets,
                                  layer2=fused is None)
         keep &= ~decisions.skipped
         if not options.decisions:

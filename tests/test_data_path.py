@@ -447,3 +447,21 @@ def test_copied_records_keep_the_maps_errors_and_its_file(tmp_path, engine, monk
         store.commit_log._decode_copied(offsets, sizes)
     assert (str(got.value), got.value.path, got.value.offset) == (str(want), want.path, want.offset)
     store.close()
+
+
+def test_consume_queue_columns_across_files(tmp_path):
+    """``read_columns`` joins the queue's files (three units each here) as ``read`` does, from any
+    start, clamped to the queue: the columns the data source slices its batches from."""
+    with cq.StoreWriter(tmp_path / "store", consume_queue_file_size=3 * fmt.CQ_STORE_UNIT_SIZE) as w:
+        for i in range(20):
+            w.append(topic="T", queue_id=0, body=b"x" * i, tags=f"tag{i % 3}")
+    cqueue = cq.Store(tmp_path / "store").consume_queue("T", 0)
+    assert len(cqueue.files) == 7
+    units = cqueue.read()
+    for start, count in [(0, None), (2, 5), (3, 3), (4, 100), (19, 1), (20, 5)]:
+        want = cqueue.read(start, count)
+        got = cqueue.read_columns(start, count)
+        assert {k: v.tolist() for k, v in got.items()} == {k: want[k].tolist() for k in units.dtype.names}
+    assert cqueue.read_columns()["size"].tolist() == [int(u["size"]) for u in units]
+    with pytest.raises(ValueError, match="start must be >= 0"):
+        cqueue.read_columns(-3, 4)

@@ -94,6 +94,13 @@ def test_every_consume_queue_unit(store):
         assert all(cq.is_ext_addr(t) == r["cq"]["isExtAddr"] for (_, _, t), r in zip(got, rows))
         # slices and batches agree with the whole
         assert cqueue.read(45, 10).tolist() == units[45:55].tolist()
+        columns = cqueue.read_columns()
+        assert list(columns) == list(units.dtype.names)
+        for name, column in columns.items():
+            assert column.dtype == units.dtype[name] and column.flags.c_contiguous and column.flags.aligned
+            assert column.tolist() == units[name].tolist()
+        assert {k: v.tolist() for k, v in cqueue.read_columns(45, 10).items()} == \
+            {k: units[k][45:55].tolist() for k in columns}
         batches = list(cqueue.iter_batches(batch_size=7))
         assert batches[0][0] == 0 and np.concatenate([b for _, b in batches]).tolist() == units.tolist()
 
