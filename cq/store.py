@@ -666,13 +666,17 @@ class Store:
         present = (offsets >= lo) & (offsets + np.asarray(sizes, dtype=np.int64) <= hi)
         for _ in range(3):
             try:
-                files = log.file_indices(offsets[present])  # -1: past the files listed (read later)
-                # the distinct files, by a count per file (cheaper than np.unique's sort or hash)
-                counts = np.bincount(files[files >= 0], minlength=len(log._starts))
-                for off in log._starts[np.flatnonzero(counts)].tolist():
-                    index = log.file_index(off)
-                    if index is not None:
-                        log.buffer(index)
+                held = offsets[present]
+                if len(held):
+                    # every listed file from the first record's to the last's (files are contiguous):
+                    # one that holds none of them costs a map and no read, and the broker expires
+                    # files oldest first, so one gone means every record before it is gone too
+                    starts = log._starts
+                    first = max(0, int(np.searchsorted(starts, held.min(), side="right")) - 1)
+                    for off in starts[first:int(np.searchsorted(starts, held.max(), side="right"))].tolist():
+                        index = log.file_index(off)
+                        if index is not None:
+                            log.buffer(index)
                 return present
             except StoreFileDeleted:
                 log.refresh_files()
