@@ -119,12 +119,12 @@ class MessageColumns:
         kind = FIELD_KINDS[name]
         n = self.num_rows
         if kind in ("i4", "i8"):
-            return pa.array(col)
+            return _fixed(pa, col)
         if kind == "map":
             mo, ko, kd, vo, vd = col
             keys = _binary(pa, pa.string(), len(ko) - 1, ko, kd, None)
             values = _binary(pa, pa.string(), len(vo) - 1, vo, vd, None)
-            return pa.MapArray.from_arrays(pa.array(mo), keys, values)
+            return pa.MapArray.from_arrays(_fixed(pa, mo), keys, values)
         offsets, data, valid = col
         t = pa.binary() if kind == "bin" else pa.string()
         arr = _binary(pa, t, n, offsets, data, valid)
@@ -135,6 +135,13 @@ class MessageColumns:
     def to_arrow(self, names: Iterable[str] | None = None) -> dict:
         """``{name: pyarrow array}`` of ``names`` (default: every decoded field)."""
         return {name: self.arrow(name) for name in (names if names is not None else self.columns)}
+
+
+def _fixed(pa, values: np.ndarray):
+    """A numpy int column as an Arrow array over the same buffer. (``pa.array`` would check for a
+    pandas object first, which imports pandas, some 0.4 s, on a process's first call.)"""
+    values = np.ascontiguousarray(values)
+    return pa.Array.from_buffers(pa.from_numpy_dtype(values.dtype), len(values), [None, pa.py_buffer(values)])
 
 
 def _binary(pa, arrow_type, n: int, offsets: np.ndarray, data: np.ndarray, valid):

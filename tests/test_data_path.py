@@ -279,6 +279,22 @@ def test_no_pyarrow_needed_to_decode():
     assert out.stdout.strip() == "1"
 
 
+def test_sql92_consume_does_not_import_pandas():
+    """A process's first SQL92 ``Store.consume`` (what ``rmqfilter consume`` runs) builds its Arrow
+    arrays from buffers: ``pa.array``, ``pa.scalar`` and ``to_numpy`` import pandas (~0.4 s) first."""
+    import subprocess
+    import sys
+
+    code = ("import sys, cq\n"
+            f"s = cq.Store({str(DATA / 'golden_store')!r})\n"
+            "n = sum(1 for _ in s.consume('GoldenFilterTopic', 'GID_SQL_A', sql='a > 1 AND b IS NOT NULL'))\n"
+            "print(n, 'pandas' in sys.modules)")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         env={**os.environ, "PYTHONPATH": os.getcwd()}, check=True)
+    n, pandas = out.stdout.split()
+    assert int(n) > 0 and pandas == "False"
+
+
 @pytest.mark.parametrize("engine", ["compiled", "twin"])
 @pytest.mark.parametrize("strict", [True, False])
 def test_column_batches_equal_messages(engine, strict, monkeypatch):
