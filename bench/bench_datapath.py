@@ -319,6 +319,139 @@ def test_spark_group_parquet_selector_column(benchmark, spark, copies):
     _run(benchmark, df.count, "alternative", copies["rows"])
 
 
+# ------------------------------------------------------------------ interleaved rounds
+# The machine's noise comes in bursts of seconds to minutes, and the groups above run each side's
+# rounds together, minutes apart: a burst can fall on one side only. Here each round runs ours,
+# then its alternative, so a burst falls on both sides of a round; the report gives the median of
+# the per-round ratios beside the ratio of the medians above (bench/report.py, Targets).
+INTERLEAVED = f"interleaved rounds: ours then the alternative in each round, {MESSAGES:,}-message store"
+
+
+def _interleaved(benchmark, sides: dict, items: int, rounds: int = ROUNDS) -> dict:
+    """Run ``sides`` (name -> function of no argument returning ``(result, parts)``; ``parts``
+    maps a part's name to its seconds in that call) one after the other in each round, after one
+    warm-up round. Records ``extra_info["interleaved"]``: per side, each round's seconds and parts.
+    Returns the last round's results by side. The benchmark's own timing is of whole rounds."""
+    import time
+
+    log = {name: {"seconds": [], "parts": {}} for name in sides}
+    results = {}
+    state = {"warm": True}
+
+    def one_round():
+        for name, fn in sides.items():
+            t = time.perf_counter()
+            results[name], parts = fn()
+            took = time.perf_counter() - t
+            if not state["warm"]:
+                log[name]["seconds"].append(took)
+                for part, secs in parts.items():
+                    log[name]["parts"].setdefault(part, []).append(secs)
+        state["warm"] = False
+
+    benchmark.extra_info.update(items=items, role="interleaved", interleaved=log)
+    benchmark.pedantic(one_round, rounds=rounds + 1, iterations=1, warmup_rounds=0)
+    # (the first round ran as the warm-up: drop it from the log; the benchmark's row keeps it)
+    return results
+
+
+def _timed_decoder(monkeypatch):
+    """Timers around the data path's two kernels (``decode_columns``, ``inflate_bodies``), as the
+    reader calls them; returns the dict they add their seconds to."""
+    import time
+
+    from cq import commitlog
+
+    spent = {"decode": 0.0, "inflate": 0.0}
+    decode, inflate = commitlog._scan.decode_columns, commitlog._scan.inflate_bodies
+
+    def timed(fn, key):
+        def call(*args):
+            t = time.perf_counter()
+            try:
+                return fn(*args)
+            finally:
+                spent[key] += time.perf_counter() - t
+        return call
+
+    monkeypatch.setattr(commitlog._scan, "decode_columns", timed(decode, "decode"))
+    monkeypatch.setattr(commitlog._scan, "inflate_bodies", timed(inflate, "inflate"))
+    return spent
+
+
+@pytest.mark.benchmark(group=INTERLEAVED)
+def test_interleaved_read_messages_profile(benchmark, store_path, copies, monkeypatch):
+    """store -> Arrow against pyarrow's Parquet read, interleaved, with ours split into its parts:
+    the decoder kernel, body inflation, and the rest (ConsumeQueue and ext columns, batch
+    bookkeeping, Arrow arrays). The report draws the split (bench/charts)."""
+    import time
+
+    import pyarrow.parquet as pq
+
+    from cq import commitlog
+
+    if commitlog._scan.__name__.endswith("_scan_py"):
+        pytest.skip("the profile times the compiled kernels")
+    spent = _timed_decoder(monkeypatch)
+    opts = _options(store_path)
+    parts = _partitions(opts)
+
+    def ours():
+        spent.update(decode=0.0, inflate=0.0)
+        t = time.perf_counter()
+        n = sum(b.num_rows for b in _read_batches(opts, parts))
+        total = time.perf_counter() - t
+        rest = total - spent["decode"] - spent["inflate"]
+        return n, {"decoder kernel": spent["decode"], "body inflation": spent["inflate"],
+                   "ConsumeQueue, ext, batches": rest}
+
+    def parquet():
+        return pq.read_table(copies["parquet"], use_threads=False).num_rows, {}
+
+    got = _interleaved(benchmark, {"ours": ours, "pyarrow Parquet read": parquet}, copies["rows"])
+    assert got == {"ours": copies["rows"], "pyarrow Parquet read": copies["rows"]}
+
+
+@pytest.mark.benchmark(group=INTERLEAVED)
+def test_interleaved_consume(benchmark, store_path):
+    """``Store.consume`` with the SQL92 group against the previous layer 2 (property dicts and a
+    ``read_message`` per delivered record, as ``test_consume_sql_layer2_dicts_previous``), interleaved."""
+    import bloom
+    import cq
+
+    class DictFilter(cq.SqlFilter):
+        is_matched_by_commit_log_columns = None
+
+    flt = DictFilter(GROUP, TOPIC, SQL, bloom.BloomFilter())
+    columns_read = cq.CommitLog.read_messages
+
+    def previous():
+        cq.CommitLog.read_messages = lambda self, offsets: [self.read_message(o) for o in offsets.tolist()]
+        try:
+            return _consume(store_path, flt), {}
+        finally:
+            cq.CommitLog.read_messages = columns_read
+
+    got = _interleaved(benchmark, {"ours": lambda: (_consume(store_path), {}), "previous": previous},
+                       _units(store_path))
+    assert got["ours"] == got["previous"] > 0
+
+
+@pytest.mark.benchmark(group=INTERLEAVED)
+def test_interleaved_spark_full_read(benchmark, spark, store_path, copies, full_answer):
+    """The Spark full read against the in-memory Arrow source, interleaved."""
+    from pyspark_udfs.datasource import ReadOptions
+
+    ddl = ReadOptions(path="/").schema().simpleString()[len("struct<"):-1].replace(":", " ")
+    spark.dataSource.register(_memory_source(copies["ipc"], ddl, 2))
+    ours = spark.read.format("rocketmq").option("topic", TOPIC).load(store_path)
+    memory = spark.read.format("rmqfilter_bench_arrow").load()
+    got = _interleaved(benchmark, {"ours": lambda: (_full_query(ours), {}),
+                                   "in-memory Arrow source": lambda: (_full_query(memory), {})},
+                       copies["rows"])
+    assert got == {"ours": full_answer, "in-memory Arrow source": full_answer}
+
+
 # ------------------------------------------------------------------ where the time goes
 # Each stage of the paths above on its own, in the same run, so the report shows what a missed
 # target is made of (bench/README.md#the-data-path reads these rows).

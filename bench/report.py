@@ -104,8 +104,26 @@ def summarise(run: dict) -> list[dict]:
             "q1": stats.get("q1", stats["min"]),
             "q3": stats.get("q3", stats["max"]),
             "rounds": stats["rounds"],
+            "interleaved": info.get("interleaved"),
         })
     return rows
+
+
+def _median(values: list[float]) -> float:
+    v = sorted(values)
+    return (v[(len(v) - 1) // 2] + v[len(v) // 2]) / 2
+
+
+def interleaved_ratio(rows: list[dict], name: str) -> tuple[float, int] | None:
+    """``(median of the per-round rate ratios, rounds)`` of the interleaved benchmark ``name``:
+    its first side (ours) over its second (the alternative), round by round."""
+    for r in rows:
+        if r["name"] == name and r["interleaved"]:
+            (_, ours), (_, alt) = list(r["interleaved"].items())[:2]
+            pairs = list(zip(ours["seconds"], alt["seconds"]))
+            if pairs:
+                return _median([a / o for o, a in pairs]), len(pairs)
+    return None
 
 
 def table(rows: list[dict]) -> list[str]:
@@ -120,6 +138,8 @@ def table(rows: list[dict]) -> list[str]:
 
     for group in sorted(groups, key=order):
         members = groups[group]
+        if all(r["interleaved"] for r in members):
+            continue  # (whole rounds of two sides: the Targets table and the profile chart read them)
         ours = [r for r in members if r["role"] == "ours"]
         alts = [r for r in members if r["role"] != "ours"]
         best_alt = max(alts, key=lambda r: r["items"] / r["median"], default=None)
@@ -189,6 +209,15 @@ def targets(rows: list[dict]) -> list[str]:
             line(f"`selector_column` ≥ 90 % of hand-written (`{sql}`)", f"{share:.0%}", share >= 0.9)
     # issue 11 (the data path), each as ours / the alternative of the same run
     rate = {r["name"]: r["items"] / r["median"] for r in rows if r["median"]}
+    # With an interleaved benchmark (each round: ours, then the alternative) the verdict is its
+    # median per-round ratio: a burst of the machine's noise then falls on both sides of a round,
+    # where the ratio of two tests' medians, run minutes apart, moves with each burst.
+    paired = {
+        ("test_read_messages_arrow_ours", "test_read_messages_parquet_pyarrow"):
+            "test_interleaved_read_messages_profile",
+        ("test_spark_full_read_ours", "test_spark_full_read_memory_arrow_source"): "test_interleaved_spark_full_read",
+        ("test_consume_sql_layer2_columns_ours", "test_consume_sql_layer2_dicts_previous"): "test_interleaved_consume",
+    }
     for ours, alt, goal, what in (
         ("test_read_messages_arrow_ours", "test_read_messages_parquet_pyarrow", 2.0,
          "store → Arrow, full `messages` schema, one thread ≥ 2× pyarrow reading a Parquet copy"),
@@ -207,8 +236,59 @@ def targets(rows: list[dict]) -> list[str]:
     ):
         if ours in rate and alt in rate:
             ratio = rate[ours] / rate[alt]
-            line(what, f"{ratio:.2f}×", ratio >= goal)
+            pair = interleaved_ratio(rows, paired.get((ours, alt), ""))
+            if pair is None:
+                line(what, f"{ratio:.2f}×", ratio >= goal)
+            else:
+                line(what, f"{pair[0]:.2f}× interleaved ({pair[1]} rounds); {ratio:.2f}× by the medians",
+                     pair[0] >= goal)
     return out if len(out) > 2 else []
+
+
+def profile_chart(rows: list[dict], out_dir: Path) -> list[str]:
+    """A stacked bar per side of the interleaved store -> Arrow benchmark: ns per row by part
+    (medians over its rounds), ours split into the parts it timed."""
+    row = next((r for r in rows if r["name"] == "test_interleaved_read_messages_profile" and r["interleaved"]), None)
+    if row is None:
+        return []
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        return ["(profile chart skipped: install the `[bench]` extra for matplotlib)"]
+    per_row = 1e9 / row["items"]
+    sides = list(row["interleaved"].items())
+    fig, ax = plt.subplots(figsize=(9.5, 3))
+    colours = ["#4c72b0", "#dd8452", "#55a868", "#8172b3"]
+    table = ["| side | part | ns per row (median of the rounds) |", "|---|---|---|"]
+    for y, (side, log) in enumerate(reversed(sides)):
+        whole = _median(log["seconds"]) * per_row
+        left = 0.0
+        for i, (part, secs) in enumerate(log["parts"].items()):
+            ns = _median(secs) * per_row
+            ax.barh(y, ns, left=left, color=colours[i % len(colours)], edgecolor="white", label=part)
+            ax.text(left + ns / 2, y, f"{ns:.0f}", ha="center", va="center", fontsize=8, color="white")
+            left += ns
+            table.append(f"| {side} | {part} | {ns:.0f} |")
+        if not log["parts"]:
+            ax.barh(y, whole, color="#999999", edgecolor="white")
+            ax.text(whole * 0.75, y, f"{whole:.0f}", ha="center", va="center", fontsize=8, color="white")
+        table.append(f"| {side} | **whole read** | **{whole:.0f}** |")
+        if y == 0 and len(sides) == 2:  # the alternative: ours must take at most half its time
+            ax.axvline(whole / 2, color="black", linestyle="--", linewidth=1, label="target (2×): half its time")
+    ax.set_yticks(range(len(sides)), [side for side, _ in reversed(sides)])
+    ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1))
+    ax.set_xlabel("ns per row (medians of the interleaved rounds)")
+    ax.set_title(f"store → Arrow, full messages schema, one thread: where a row's time goes ({row['items']:,} rows)",
+                 fontsize=9)
+    fig.tight_layout()
+    out_dir.mkdir(exist_ok=True)
+    path = out_dir / "store_to_arrow_profile.png"
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return [*table, "", f"![store → Arrow profile](charts/{path.name})"]
 
 
 def charts(rows: list[dict], out_dir: Path) -> list[str]:
@@ -286,7 +366,15 @@ def write_report(run: dict, out: Path) -> None:
     if goals:
         lines += ["## Targets", "",
                   "Wall-clock medians of this run against the issues' targets; where one does not hold,",
-                  "`bench/README.md` gives the reason and the CPU-time figures.", "", *goals, ""]
+                  "`bench/README.md` gives the reason and the CPU-time figures. Where a target has an",
+                  "interleaved benchmark (each round runs ours, then the alternative), its median per-round",
+                  "ratio decides, the ratio of the two separate tests' medians shown beside it.", "", *goals, ""]
+    profile = profile_chart(rows, out.parent / "charts")
+    if profile:
+        lines += ["## Where a store → Arrow read's time goes", "",
+                  "`test_interleaved_read_messages_profile`: ours with timers around the decoder kernel and",
+                  "body inflation (the rest: ConsumeQueue and ext columns, batch bookkeeping, Arrow arrays),",
+                  "interleaved round by round with pyarrow's Parquet read of the copy.", "", *profile, ""]
     lines += [
         "## Reference: the broker's own figures (quoted, not measured by this report)",
         "",
