@@ -13,7 +13,7 @@ from collections.abc import Iterable
 import numpy as np
 
 from . import format as fmt
-from .scan import _scan
+from .scan import _scan, kernel_array
 
 #: field name -> kind ("i4", "i8", "str", "bin", "map"), from cq.format.RECORD_FIELDS
 FIELD_KINDS = dict(fmt.RECORD_FIELDS)
@@ -95,6 +95,7 @@ class MessageColumns:
         ``rows`` (int64 row numbers, default all) picks the rows, in that order.
         """
         offsets, data, valid = self.columns[name]
+        rows = None if rows is None else kernel_array(rows, np.int64)
         out = _scan.texts_list(offsets, data, binary, rows)
         if valid is not None:
             ok = valid if rows is None else valid[rows]
@@ -103,7 +104,7 @@ class MessageColumns:
 
     def dicts(self, rows: np.ndarray | None = None) -> list[dict]:
         """The ``properties`` field as one dict per row (:attr:`cq.Message.properties`); ``rows`` as :meth:`texts`."""
-        return _scan.property_dicts(*self.columns["properties"], rows)
+        return _scan.property_dicts(*self.columns["properties"], None if rows is None else kernel_array(rows, np.int64))
 
     # ------------------------------------------------------------------ Arrow
     def arrow(self, name: str, *, large: bool = False):

@@ -10,7 +10,7 @@ import numpy as np
 from . import format as fmt
 from ._mapped import MappedFileQueue
 from .errors import StoreFormatError
-from .scan import _scan
+from .scan import _scan, kernel_array
 
 
 class CqExtUnit(NamedTuple):
@@ -307,9 +307,7 @@ class ConsumeQueueExt(MappedFileQueue):
         """``(file index, rows, positions)`` per file holding some of ``addresses`` (rows in input order)."""
         if not self._files:
             return
-        # aligned too: one unit's tags_code field is a contiguous view 4 bytes off an 8-byte
-        # boundary, which ascontiguousarray passes as it is (UBSan: a misaligned int64 load)
-        idx, pos = _scan.ext_locate(np.require(addresses, np.int64, ["C", "A"]), self._starts, self.file_size)
+        idx, pos = _scan.ext_locate(kernel_array(addresses, np.int64), self._starts, self.file_size)
         held = idx >= 0
         if not held.any():
             return

@@ -14,6 +14,16 @@ from . import format as fmt
 _scan, ENGINE = load("cq", "_scan")
 
 
+def kernel_array(values, dtype) -> np.ndarray:
+    """``values`` as the kernels take an array argument: ``dtype``, C-contiguous and aligned.
+
+    ``np.ascontiguousarray`` alone passes an aligned-less view as it is: one ConsumeQueue unit's
+    ``tags_code`` field is contiguous but 4 bytes off an 8-byte boundary, and a kernel's load of
+    it is undefined behaviour (UBSan reports it; some machines fault). Aligned input is not copied.
+    """
+    return np.require(np.asarray(values, dtype=dtype), dtype, ["C", "A"])
+
+
 def _as_u8(buf, name: str) -> np.ndarray:
     if isinstance(buf, np.ndarray):
         if buf.dtype != np.uint8:
@@ -43,7 +53,7 @@ def gather_spans(buf, starts, lengths) -> tuple[np.ndarray, np.ndarray]:
     (offsets, data)
         ``offsets`` int64 (k + 1) and ``data`` uint8: an Arrow binary array's buffers.
     """
-    return _scan.gather_spans(buf, starts, lengths)
+    return _scan.gather_spans(buf, kernel_array(starts, np.int64), kernel_array(lengths, np.int64))
 
 
 def scan_tags(units, codes) -> np.ndarray:
@@ -119,7 +129,7 @@ def check_bitmaps(ext_bytes, positions, bit_pos, *, bit_num: int = 112, born_tim
         ``UNDERFLOW`` (3, the unit runs past ``limit``).
     """
     buf = _as_u8(ext_bytes, "ext_bytes")
-    pos = np.ascontiguousarray(positions, dtype=np.int64)
+    pos = kernel_array(positions, np.int64)
     lim = len(buf) if limit is None else int(limit)
     bits = bloom_bit_bytes(bit_pos, bit_num)
     if bits is None:
@@ -136,10 +146,10 @@ def check_ext_batch(batch, bit_pos, *, bit_num: int = 112, born_time: int = 0) -
     bits = bloom_bit_bytes(bit_pos, bit_num)
     if bits is None:
         return np.full(n, PASS, dtype=np.uint8)
-    c = np.ascontiguousarray
-    return _scan.bloom_check_units(c(batch.found, dtype=np.bool_).view(np.uint8), c(batch.msg_store_time, dtype=np.int64),
-                                   c(batch.bit_map_size, dtype=np.int16), c(batch.bitmap_offsets, dtype=np.int64),
-                                   c(batch.bitmap_data, dtype=np.uint8), *bits, int(bit_num), int(born_time))
+    c = kernel_array
+    return _scan.bloom_check_units(c(batch.found, np.bool_).view(np.uint8), c(batch.msg_store_time, np.int64),
+                                   c(batch.bit_map_size, np.int16), c(batch.bitmap_offsets, np.int64),
+                                   c(batch.bitmap_data, np.uint8), *bits, int(bit_num), int(born_time))
 
 
 def bloom_bit_bytes(bit_pos, bit_num: int) -> tuple[np.ndarray, np.ndarray] | None:

@@ -233,6 +233,54 @@ def test_check_bitmaps_public_api_on_golden_ext():
     assert set(cq.check_bitmaps(ext._map(0), pos, [1, 500, 2], limit=ext.limit(0)).tolist()) == {cq.scan.PASS}
 
 
+def _misaligned(values) -> np.ndarray:
+    """``values`` as an int64 array 4 bytes off an 8-byte boundary (as one ConsumeQueue unit's
+    ``tags_code`` field is)."""
+    values = np.asarray(values, dtype=np.int64)
+    raw = np.zeros(values.nbytes + 4, dtype=np.uint8)
+    out = raw[4:].view(np.int64)
+    out[:] = values
+    assert out.flags.c_contiguous and not out.flags.aligned
+    return out
+
+
+def test_kernels_get_aligned_arrays_from_misaligned_input(monkeypatch):
+    """The public calls hand the kernels aligned int64 arrays, whatever the caller passed: a
+    kernel's load from a misaligned one is undefined behaviour (and faults on some machines)."""
+    from cq import scan
+
+    seen = []
+
+    def checking(fn):
+        def call(*args):
+            seen.extend(a.flags.aligned for a in args if isinstance(a, np.ndarray))
+            return fn(*args)
+        return call
+
+    for name in ("ext_bloom_check", "gather_spans", "ext_locate", "texts_list", "property_dicts"):
+        monkeypatch.setattr(scan._scan, name, checking(getattr(scan._scan, name)))
+    store = cq.Store(DATA / "golden_store")
+    ext = store.ext("GoldenFilterTopic", 0)
+    units = store.consume_queue("GoldenFilterTopic", 0).read()
+    pos = np.array([r["ext"]["fileOffset"] for r in ROWS if r["topic"] == "GoldenFilterTopic"
+                    and r["queueId"] == 0 and r["ext"]["fileOffset"] < 1024], dtype=np.int64)
+    bit_pos = bloom.BloomFilter().calc_bit_positions("GID_SQL_A#GoldenFilterTopic")
+    want = cq.check_bitmaps(ext._map(0), pos, bit_pos, limit=ext.limit(0))
+    assert cq.check_bitmaps(ext._map(0), _misaligned(pos), bit_pos, limit=ext.limit(0)).tolist() == want.tolist()
+    buf = np.arange(64, dtype=np.uint8)
+    assert [a.tolist() for a in cq.scan.gather_spans(buf, _misaligned([3, 10]), _misaligned([4, 2]))] == \
+        [[0, 4, 6], [3, 4, 5, 6, 10, 11]]
+    one = units[:1]["tags_code"]  # one unit's field: contiguous, misaligned
+    assert not one.flags.aligned
+    assert ext.read_batch(one).tags_code.tolist() == ext.read_batch(one.copy()).tags_code.tolist()
+    cols = store.commit_log.decode_columns(units["commit_log_offset"][:3], ["tags", "properties"])
+    rows = _misaligned([2, 0])
+    assert cols.texts("tags", rows=rows) == cols.texts("tags", rows=np.array([2, 0]))
+    assert cols.dicts(rows) == cols.dicts(np.array([2, 0]))
+    assert seen and all(seen)
+    store.close()
+
+
 @pytest.mark.parametrize("engine", [_scan, _scan_py], ids=["engine", "twin"])
 def test_commit_log_walk(engine):
     log = cq.Store(DATA / "golden_store").commit_log
