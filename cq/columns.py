@@ -141,7 +141,7 @@ class MessageColumns:
 def _fixed(pa, values: np.ndarray):
     """A numpy int column as an Arrow array over the same buffer. (``pa.array`` would check for a
     pandas object first, which imports pandas, some 0.4 s, on a process's first call.)"""
-    values = np.ascontiguousarray(values)
+    values = kernel_array(values, values.dtype)  # (Arrow's buffers are aligned too)
     return pa.Array.from_buffers(pa.from_numpy_dtype(values.dtype), len(values), [None, pa.py_buffer(values)])
 
 

@@ -17,7 +17,7 @@ _scan, ENGINE = load("cq", "_scan")
 def kernel_array(values, dtype) -> np.ndarray:
     """``values`` as the kernels take an array argument: ``dtype``, C-contiguous and aligned.
 
-    ``np.ascontiguousarray`` alone passes an aligned-less view as it is: one ConsumeQueue unit's
+    ``np.ascontiguousarray`` alone passes a misaligned view as it is: one ConsumeQueue unit's
     ``tags_code`` field is contiguous but 4 bytes off an 8-byte boundary, and a kernel's load of
     it is undefined behaviour (UBSan reports it; some machines fault). Aligned input is not copied.
     """
