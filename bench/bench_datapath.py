@@ -153,23 +153,27 @@ def test_consume_sql_layer2_columns_ours(benchmark, store_path):
     _run(benchmark, lambda: _consume(store_path), "ours", _units(store_path))
 
 
-@pytest.mark.benchmark(group=CONSUME)
-def test_consume_sql_layer2_dicts_previous(benchmark, store_path, monkeypatch):
+def _consume_previous(store_path) -> int:
+    """``_consume`` by the previous path: layer 2 on a property dict per record
+    (``gather_properties``, no decoder columns to share with delivery), and a ``read_message``
+    per delivered record."""
     import bloom
     import cq
 
     class DictFilter(cq.SqlFilter):
-        """The previous layer 2: a property dict per record (``gather_properties``), and no
-        decoder columns to share with delivery."""
-
         is_matched_by_commit_log_columns = None
 
-    # ... and the previous delivery: read_message per delivered record
-    monkeypatch.setattr(cq.CommitLog, "read_messages",
-                        lambda self, offsets: [self.read_message(o) for o in offsets.tolist()])
+    columns_read = cq.CommitLog.read_messages
+    cq.CommitLog.read_messages = lambda self, offsets: [self.read_message(o) for o in offsets.tolist()]
+    try:
+        return _consume(store_path, DictFilter(GROUP, TOPIC, SQL, bloom.BloomFilter()))
+    finally:
+        cq.CommitLog.read_messages = columns_read
 
-    flt = DictFilter(GROUP, TOPIC, SQL, bloom.BloomFilter())
-    got = _run(benchmark, lambda: _consume(store_path, flt), "alternative", _units(store_path))
+
+@pytest.mark.benchmark(group=CONSUME)
+def test_consume_sql_layer2_dicts_previous(benchmark, store_path):
+    got = _run(benchmark, lambda: _consume_previous(store_path), "alternative", _units(store_path))
     assert got == _consume(store_path)
 
 
@@ -228,13 +232,18 @@ def test_spark_full_read_ours(benchmark, spark, store_path, copies, full_answer)
     assert _run(benchmark, lambda: _full_query(df), "ours", copies["rows"]) == full_answer
 
 
-@pytest.mark.benchmark(group=SPARK_FULL)
-def test_spark_full_read_memory_arrow_source(benchmark, spark, copies, full_answer):
+def _memory_frame(spark, copies):
+    """The in-memory Arrow source over the IPC copy, with the ``messages`` schema, registered and loaded."""
     from pyspark_udfs.datasource import ReadOptions
 
     ddl = ReadOptions(path="/").schema().simpleString()[len("struct<"):-1].replace(":", " ")
     spark.dataSource.register(_memory_source(copies["ipc"], ddl, 2))
-    df = spark.read.format("rmqfilter_bench_arrow").load()
+    return spark.read.format("rmqfilter_bench_arrow").load()
+
+
+@pytest.mark.benchmark(group=SPARK_FULL)
+def test_spark_full_read_memory_arrow_source(benchmark, spark, copies, full_answer):
+    df = _memory_frame(spark, copies)
     assert _run(benchmark, lambda: _full_query(df), "alternative", copies["rows"]) == full_answer
 
 
@@ -416,23 +425,8 @@ def test_interleaved_read_messages_profile(benchmark, store_path, copies, monkey
 def test_interleaved_consume(benchmark, store_path):
     """``Store.consume`` with the SQL92 group against the previous layer 2 (property dicts and a
     ``read_message`` per delivered record, as ``test_consume_sql_layer2_dicts_previous``), interleaved."""
-    import bloom
-    import cq
-
-    class DictFilter(cq.SqlFilter):
-        is_matched_by_commit_log_columns = None
-
-    flt = DictFilter(GROUP, TOPIC, SQL, bloom.BloomFilter())
-    columns_read = cq.CommitLog.read_messages
-
-    def previous():
-        cq.CommitLog.read_messages = lambda self, offsets: [self.read_message(o) for o in offsets.tolist()]
-        try:
-            return _consume(store_path, flt), {}
-        finally:
-            cq.CommitLog.read_messages = columns_read
-
-    got = _interleaved(benchmark, {"ours": lambda: (_consume(store_path), {}), "previous": previous},
+    got = _interleaved(benchmark, {"ours": lambda: (_consume(store_path), {}),
+                                   "previous": lambda: (_consume_previous(store_path), {})},
                        _units(store_path))
     assert got["ours"] == got["previous"] > 0
 
@@ -440,12 +434,8 @@ def test_interleaved_consume(benchmark, store_path):
 @pytest.mark.benchmark(group=INTERLEAVED)
 def test_interleaved_spark_full_read(benchmark, spark, store_path, copies, full_answer):
     """The Spark full read against the in-memory Arrow source, interleaved."""
-    from pyspark_udfs.datasource import ReadOptions
-
-    ddl = ReadOptions(path="/").schema().simpleString()[len("struct<"):-1].replace(":", " ")
-    spark.dataSource.register(_memory_source(copies["ipc"], ddl, 2))
     ours = spark.read.format("rocketmq").option("topic", TOPIC).load(store_path)
-    memory = spark.read.format("rmqfilter_bench_arrow").load()
+    memory = _memory_frame(spark, copies)
     got = _interleaved(benchmark, {"ours": lambda: (_full_query(ours), {}),
                                    "in-memory Arrow source": lambda: (_full_query(memory), {})},
                        copies["rows"])

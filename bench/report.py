@@ -22,6 +22,7 @@ import json
 import os
 import platform
 import re
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -109,11 +110,6 @@ def summarise(run: dict) -> list[dict]:
     return rows
 
 
-def _median(values: list[float]) -> float:
-    v = sorted(values)
-    return (v[(len(v) - 1) // 2] + v[len(v) // 2]) / 2
-
-
 def interleaved_ratio(rows: list[dict], name: str) -> tuple[float, int] | None:
     """``(median of the per-round rate ratios, rounds)`` of the interleaved benchmark ``name``:
     its first side (ours) over its second (the alternative), round by round."""
@@ -122,7 +118,7 @@ def interleaved_ratio(rows: list[dict], name: str) -> tuple[float, int] | None:
             (_, ours), (_, alt) = list(r["interleaved"].items())[:2]
             pairs = list(zip(ours["seconds"], alt["seconds"]))
             if pairs:
-                return _median([a / o for o, a in pairs]), len(pairs)
+                return statistics.median([a / o for o, a in pairs]), len(pairs)
     return None
 
 
@@ -264,10 +260,10 @@ def profile_chart(rows: list[dict], out_dir: Path) -> list[str]:
     colours = ["#4c72b0", "#dd8452", "#55a868", "#8172b3"]
     table = ["| side | part | ns per row (median of the rounds) |", "|---|---|---|"]
     for y, (side, log) in enumerate(reversed(sides)):
-        whole = _median(log["seconds"]) * per_row
+        whole = statistics.median(log["seconds"]) * per_row
         left = 0.0
         for i, (part, secs) in enumerate(log["parts"].items()):
-            ns = _median(secs) * per_row
+            ns = statistics.median(secs) * per_row
             ax.barh(y, ns, left=left, color=colours[i % len(colours)], edgecolor="white", label=part)
             ax.text(left + ns / 2, y, f"{ns:.0f}", ha="center", va="center", fontsize=8, color="white")
             left += ns
