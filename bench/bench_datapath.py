@@ -369,7 +369,7 @@ def _timed_decoder(monkeypatch):
     reader calls them; returns the dict they add their seconds to."""
     import time
 
-    from cq import commitlog
+    from cq.readers import commitlog
 
     spent = {"decode": 0.0, "inflate": 0.0}
     decode, inflate = commitlog._scan.decode_columns, commitlog._scan.inflate_bodies
@@ -397,7 +397,7 @@ def test_interleaved_read_messages_profile(benchmark, store_path, copies, monkey
 
     import pyarrow.parquet as pq
 
-    from cq import commitlog
+    from cq.readers import commitlog
 
     if commitlog._scan.__name__.endswith("_scan_py"):
         pytest.skip("the profile times the compiled kernels")

@@ -35,7 +35,7 @@ import bloom
 import selector
 from cq import format as fmt
 from cq import rebuild, tags_code
-from cq.commitlog import CommitLog
+from cq.readers.commitlog import CommitLog
 from cq.sample import SAMPLE_GROUPS, SAMPLE_TOPICS, _sample_messages, generate_sample_store
 from cq.writer import DEFAULT_MESSAGE_DELAY_LEVEL, StoreWriter, _Prepared
 

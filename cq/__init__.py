@@ -10,14 +10,14 @@ would receive. See :mod:`cq.format` for the file formats.
 """
 import importlib
 
-from .commitlog import CommitLog, Message
-from .config import ConfigFormatError, ConfigWarning, RegisteredFilter
-from .consumequeue import ConsumeQueue
 from .custom_filter import FilterError, MessageFilter, batch_filter, load_filter
 from .errors import StoreFileDeleted, StoreFormatError, TagSubscriptionError, UnknownGroupError
-from .ext import ConsumeQueueExt, CqExtUnit
 from .filter import RetrySqlFilter, SqlFilter, TagFilter
 from .format import MAX_ADDR, decorate, is_ext_addr, undecorate
+from .readers.commitlog import CommitLog, Message
+from .readers.config import ConfigFormatError, ConfigWarning, RegisteredFilter
+from .readers.consumequeue import ConsumeQueue
+from .readers.ext import ConsumeQueueExt, CqExtUnit
 from .scan import ENGINE as _SCAN_ENGINE
 from .scan import check_bitmaps, check_ext_batch, scan_tags
 from .store import ConsumeResult, ConsumeStats, Store, StoreCut

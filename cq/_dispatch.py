@@ -2,7 +2,7 @@
 
 :func:`cq.rebuild.rebuild_bitmaps` and the writer's re-dispatch after an interrupted run
 (:meth:`cq.writer.StoreWriter._finish_recovery`, :mod:`cq.recovery`) both read the CommitLog
-as :class:`cq.columns.MessageColumns` batches and turn the records that get a unit into
+as :class:`cq.readers.columns.MessageColumns` batches and turn the records that get a unit into
 :class:`DispatchUnits` (tag codes, ext bitmaps, queue of each unit: array operations over the
 batch), then :func:`write_units` writes them in log order through the writer's per-unit
 dispatch (docs/writing.md#new-groups-for-an-existing-store, docs/reliability.md#interrupted-writers).
@@ -16,7 +16,7 @@ from typing import Any
 
 import numpy as np
 
-from .columns import MessageColumns
+from .readers.columns import MessageColumns
 from .scan import gather_spans
 
 __all__ = ["DispatchUnits", "dispatch_units", "distinct_rows", "factorize", "property_values", "write_units"]
@@ -62,7 +62,7 @@ def dispatch_units(writer: Any, cols: MessageColumns, rows: np.ndarray, topic_id
     ----------
     writer : cq.writer.StoreWriter
         Gives the bitmaps (:meth:`~cq.writer.StoreWriter._bitmaps_columns`, its registered groups).
-    cols : cq.columns.MessageColumns
+    cols : cq.readers.columns.MessageColumns
         Holds ``queue_id``, ``queue_offset``, ``commit_log_offset``, ``store_size``,
         ``store_timestamp`` and (for topics with groups) ``properties``.
     rows : numpy.ndarray of int

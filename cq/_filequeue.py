@@ -1,6 +1,6 @@
 """Files a writer appends to: a mapped-file queue opened for writing, and the store's lock file.
 
-Only writers use this module; readers map store files read-only (:mod:`cq._mapped`).
+Only writers use this module; readers map store files read-only (:mod:`cq.readers._mapped`).
 """
 from __future__ import annotations
 

@@ -1,7 +1,7 @@
 """Write the broker's config files (``{store}/config/*.json``) as a broker persists them.
 
 Writers only (:class:`cq.StoreWriter`, :func:`cq.generate_sample_store`, tests); readers use
-:mod:`cq.config`. The text is fastjson's dialect: standard JSON, except that a map whose keys
+:mod:`cq.readers.config`. The text is fastjson's dialect: standard JSON, except that a map whose keys
 are integers is written with bare keys (``{0:5280,1:5312}``); fields of a bean in
 alphabetical order, as fastjson sorts them; compact, or pretty-printed with tabs. A file is
 replaced the way ``MixAll.string2File`` does it: the new text goes to ``{file}.tmp``, the old
@@ -16,7 +16,7 @@ import time
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from .config import (
+from .readers.config import (
     BAK_SUFFIX,
     CONFIG_DIR,
     CONSUMER_FILTER_FILE,

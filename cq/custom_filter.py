@@ -28,8 +28,8 @@ from typing import Any
 import numpy as np
 
 from . import format as fmt
-from .columns import MessageColumns
-from .commitlog import Message
+from .readers.columns import MessageColumns
+from .readers.commitlog import Message
 from .scan import gather_spans
 
 __all__ = ["BATCH_RECORD_FIELDS", "MESSAGE_COLUMNS", "ON_FILTER_ERROR", "UNIT_COLUMNS", "FilterError", "MessageFilter", "as_message_filter",
@@ -296,7 +296,7 @@ def filter_record_batch(columns: Mapping[str, Any]):
 
 
 def ext_columns(ext_batch, rows: np.ndarray | slice) -> dict:
-    """``msg_store_time`` and ``filter_bitmap`` of units ``rows`` of a ``cq.ext.ExtBatch`` as pyarrow
+    """``msg_store_time`` and ``filter_bitmap`` of units ``rows`` of a ``cq.readers.ext.ExtBatch`` as pyarrow
     arrays: NULL where there is no ext unit (``ext_batch`` None: none at all), the bitmap NULL where
     the unit has none. ``rows``: indices, or ``slice(start, stop)`` of consecutive units (whose
     bitmaps are then used in place)."""
@@ -341,12 +341,12 @@ def records_record_batch(records: MessageColumns, slots: np.ndarray, ext_batch=N
 
     Parameters
     ----------
-    records : cq.columns.MessageColumns
+    records : cq.readers.columns.MessageColumns
         Holding at least the fields :data:`BATCH_RECORD_FIELDS`, e.g.
         ``CommitLog.decode_columns(offsets, BATCH_RECORD_FIELDS)``.
     slots : int64 array
         The units' ``tags_code`` slots (tags code or ext address), one per record.
-    ext_batch : cq.ext.ExtBatch, optional
+    ext_batch : cq.readers.ext.ExtBatch, optional
         ``ConsumeQueueExt.read_batch(slots)``; None when the queue has no ext file.
 
     Examples

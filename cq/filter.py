@@ -17,7 +17,7 @@ import selector
 from selector.errors import SelectorEvaluationError
 
 from . import format as fmt
-from .ext import CqExtUnit
+from .readers.ext import CqExtUnit
 from .tags import (
     EXPRESSION_TYPE_SQL92,
     SubscriptionData,
@@ -237,7 +237,7 @@ class SqlFilter:
         return np.asarray(matches_many([r if r is not None else {} for r in rows]), dtype=bool)
 
     def is_matched_by_commit_log_columns(self, columns) -> np.ndarray:
-        """Layer 2 over decoded records (a :class:`cq.columns.MessageColumns` holding ``properties``).
+        """Layer 2 over decoded records (a :class:`cq.readers.columns.MessageColumns` holding ``properties``).
 
         The selector runs over the Arrow map array (``Selector.matches_arrow``),
         no dict per record. Raises ImportError without pyarrow, TypeError when
@@ -326,7 +326,7 @@ class RetrySqlFilter(SqlFilter):
     Parameters
     ----------
     registry : mapping of (topic, group) -> SqlFilter
-        The broker's registered SQL92 filters (:class:`cq.config.FilterRegistry` builds them
+        The broker's registered SQL92 filters (:class:`cq.readers.config.FilterRegistry` builds them
         from ``config/consumerFilter.json``); a value may be any filter with
         ``is_matched_by_commit_log``.
     """

@@ -11,7 +11,6 @@ from typing import Any
 import numpy as np
 
 from ._dispatch import dispatch_units, factorize, write_units
-from .commitlog import CommitLog
 from .errors import StoreFormatError
 from .format import (
     COMMIT_LOG_DIR,
@@ -24,6 +23,7 @@ from .format import (
     TRANSACTION_TYPE_MASK,
     list_queue_files,
 )
+from .readers.commitlog import CommitLog
 from .store import Store
 from .writer import BATCH_SIZE, DEFAULT_MESSAGE_DELAY_LEVEL, SqlGroup, StoreWriter, _Prepared
 

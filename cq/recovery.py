@@ -14,8 +14,6 @@ import numpy as np
 
 from ._dispatch import DispatchUnits, dispatch_units, factorize, write_units
 from ._filequeue import _check_file_sizes
-from .columns import MessageColumns
-from .commitlog import CommitLog
 from .format import (
     _I16,
     BLANK_MAGIC_CODE,
@@ -28,6 +26,8 @@ from .format import (
     list_queue_files,
 )
 from .format import CQ_UNIT_STRUCT as _CQ_UNIT
+from .readers.columns import MessageColumns
+from .readers.commitlog import CommitLog
 from .scan import _scan
 
 

@@ -12,15 +12,15 @@ import numpy as np
 import bloom
 
 from . import backlog as _backlog
-from . import config as cfg
 from . import format as fmt
 from . import why as _why
-from .commitlog import CommitLog, Message
-from .consumequeue import ConsumeQueue
 from .custom_filter import BATCH_RECORD_FIELDS, ON_FILTER_ERROR, as_message_filter, records_record_batch
 from .errors import StoreFileDeleted, StoreFormatError, UnknownGroupError
-from .ext import ConsumeQueueExt
 from .filter import RetryPropertiesError, SqlFilter, TagFilter
+from .readers import config as cfg
+from .readers.commitlog import CommitLog, Message
+from .readers.consumequeue import ConsumeQueue
+from .readers.ext import ConsumeQueueExt
 from .scan import _scan, bloom_bit_bytes, scan_tags
 
 #: Units handled per batch by :meth:`Store.consume`.
@@ -358,18 +358,18 @@ class Store:
 
         Returns
         -------
-        list of cq.config.RegisteredFilter
+        list of cq.readers.config.RegisteredFilter
             In file order; ``[]`` when the file (and its ``.bak``) is missing.
 
         Warns
         -----
-        cq.config.ConfigWarning
+        cq.readers.config.ConfigWarning
             For each group whose bloom data is not what the filter computes, naming it, and
             when the ``.bak`` file was read instead of a broken one.
 
         Raises
         ------
-        cq.config.ConfigFormatError
+        cq.readers.config.ConfigFormatError
             The file (and its ``.bak``) is malformed: names the file, byte offset and line:column.
         """
         return cfg.read_registered_filters(self.config_path(cfg.CONSUMER_FILTER_FILE), bloom_filter, topic)
@@ -730,7 +730,7 @@ class Store:
         born_time : int
             For sql: the filter's bornTime (ms).
         verify_crc : bool or {"body", "property"}
-            Check the CRC of each delivered message (see :func:`cq.commitlog.decode_message`).
+            Check the CRC of each delivered message (see :func:`cq.readers.commitlog.decode_message`).
         progress : callable(units_done, units_total), optional
             Called after each batch.
         ranges : mapping of queue id to (start, end), optional

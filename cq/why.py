@@ -22,7 +22,6 @@ import numpy as np
 import selector
 
 from . import format as fmt
-from .config import CONSUMER_FILTER_FILE, FilterRegistry, RegisteredFilter
 from .errors import StoreFormatError
 from .filter import (
     RETRY_CLASS_FILTER_MODE,
@@ -36,11 +35,12 @@ from .filter import (
     _low_int32,
     retry_group,
 )
-from .indexfile import IndexFiles
+from .readers.config import CONSUMER_FILTER_FILE, FilterRegistry, RegisteredFilter
+from .readers.indexfile import IndexFiles
 from .tags import tags_code as _tag_hash
 
 if TYPE_CHECKING:  # typing only: store.py imports this module, so a run-time import would be a cycle
-    from .commitlog import Message
+    from .readers.commitlog import Message
     from .store import Store
 
 __all__ = [

@@ -67,8 +67,6 @@ from selector import javalang
 
 from ._dispatch import property_values
 from ._filequeue import _COMMIT_LOG_FLUSH, _FileQueue, _holds_store, _lock_store
-from .commitlog import CommitLog
-from .config import CONFIG_DIR, CONSUMER_FILTER_FILE, RegisteredFilter, read_registered_filters
 from .config_writer import write_consumer_filters
 from .format import (
     BLANK_MAGIC_CODE,
@@ -127,6 +125,8 @@ from .format import (
     round_consume_queue_file_size,
     undecorate,
 )
+from .readers.commitlog import CommitLog
+from .readers.config import CONFIG_DIR, CONSUMER_FILTER_FILE, RegisteredFilter, read_registered_filters
 from .recovery import (
     _last_unit,
     _recover_commit_log,
@@ -141,7 +141,7 @@ from .tags import tags_code, tags_code_utf8
 if TYPE_CHECKING:
     from typing_extensions import Self  # typing only: not a run-time dependency
 
-    from .columns import MessageColumns
+    from .readers.columns import MessageColumns
 
 __all__ = [
     "DEFAULT_MESSAGE_DELAY_LEVEL",
@@ -900,7 +900,7 @@ class StoreWriter:
 
         Parameters
         ----------
-        columns : cq.columns.MessageColumns
+        columns : cq.readers.columns.MessageColumns
             Holds ``tags``, ``store_timestamp`` and, when ``topics`` has
             ``SCHEDULE_TOPIC_XXXX``, ``properties``.
         topic_ids, topics : numpy.ndarray, list of str
@@ -960,7 +960,7 @@ class StoreWriter:
         ----------
         topic : str
             The physical topic of every row in ``rows``.
-        columns : cq.columns.MessageColumns
+        columns : cq.readers.columns.MessageColumns
             Decoded records holding ``properties``.
         rows : numpy.ndarray of int
             Rows of ``columns`` that get a unit (NOT_TYPE and COMMIT records of ``topic``).
@@ -1153,7 +1153,7 @@ class StoreWriter:
 
         Deferred to the first write or flush so groups registered after
         opening the store get their bits in the re-dispatched ext bitmaps.
-        The records are read and decided in :class:`cq.columns.MessageColumns`
+        The records are read and decided in :class:`cq.readers.columns.MessageColumns`
         batches (:func:`cq.recovery._redispatch`).
         """
         start = getattr(self, "_redispatch_from", None)

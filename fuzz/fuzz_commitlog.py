@@ -10,7 +10,7 @@ import atheris
 
 with atheris.instrument_imports():
     import cq
-    from cq.commitlog import decode_message
+    from cq.readers.commitlog import decode_message
 
 
 def test_one_input(data: bytes) -> None:

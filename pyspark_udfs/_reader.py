@@ -184,7 +184,7 @@ def _resolve_ext(store, topic: str, queue_id: int, slots: np.ndarray, skips: Ski
     Returns ``(tags_code, tags_known, is_ext, ext_batch, skipped)``:
     ``tags_known`` is False where the slot is an ext address whose unit cannot
     be read (the broker then has no tag code); ``ext_batch`` is the
-    ``cq.ext.ExtBatch`` of ``slots`` (None when the queue has no ext unit to
+    ``cq.readers.ext.ExtBatch`` of ``slots`` (None when the queue has no ext unit to
     read); ``skipped`` marks the units whose ext unit is corrupt, recorded in
     ``skips`` (``on_corrupt="skip"``; otherwise the error propagates).
     """

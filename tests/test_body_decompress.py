@@ -67,7 +67,7 @@ def _offsets(store: cq.Store) -> np.ndarray:
 @pytest.mark.parametrize("engine", ["compiled", "twin"])
 @pytest.mark.parametrize("fields", [["body"], ["tags", "body"], None])
 def test_decompressed_column_is_uncompressed_body_stored_column_is_body(store, engine, fields, monkeypatch):
-    monkeypatch.setattr("cq.commitlog._scan", ENGINES[engine])
+    monkeypatch.setattr("cq.readers.commitlog._scan", ENGINES[engine])
     log = store.commit_log
     offsets = np.random.default_rng(1).permutation(_offsets(store))
     messages = log.read_messages(offsets)
@@ -90,7 +90,7 @@ def test_decompressed_column_is_uncompressed_body_stored_column_is_body(store, e
 def test_lz4_and_zstd_rows(store, engine, codec, monkeypatch):
     if codec not in CODECS:
         pytest.skip(f"the {codec} package is not installed")
-    monkeypatch.setattr("cq.commitlog._scan", ENGINES[engine])
+    monkeypatch.setattr("cq.readers.commitlog._scan", ENGINES[engine])
     messages = [m for m in store.commit_log.messages() if m.tags in (codec, f"zlib-after-{codec}")]
     assert len(messages) == 6
     cols = store.commit_log.decode_columns([m.commit_log_offset for m in messages], ["body"], decompress_body=True)
@@ -231,7 +231,7 @@ def bad_store(tmp_path_factory):
 def test_a_body_that_does_not_decompress_is_uncompressed_bodys_error(bad_store, engine, bad, monkeypatch):
     if bad == "zstd-garbage" and "zstd" not in CODECS:
         pytest.skip("the zstandard package is not installed")
-    monkeypatch.setattr("cq.commitlog._scan", ENGINES[engine])
+    monkeypatch.setattr("cq.readers.commitlog._scan", ENGINES[engine])
     store, offsets = bad_store
     log = store.commit_log
     with pytest.raises(cq.StoreFormatError) as want:
@@ -289,7 +289,7 @@ def _source_rows(store: cq.Store, **options) -> dict:
 
 @pytest.mark.parametrize("engine", ["compiled", "twin"])
 def test_data_source_reader_body_option(store, engine, monkeypatch):
-    monkeypatch.setattr("cq.commitlog._scan", ENGINES[engine])
+    monkeypatch.setattr("cq.readers.commitlog._scan", ENGINES[engine])
     messages = list(store.consume(TOPIC, "G", tags="*"))
     default = _source_rows(store)
     stored = _source_rows(store, body="Stored")

@@ -150,7 +150,7 @@ def test_bloom_data_mismatch_warns_naming_the_group(tmp_path, capsys):
     root = tmp_path / "s"
     generate_sample_store(root, messages=200, seed=1, **SMALL)
     path = root / "config" / "consumerFilter.json"
-    from cq.config import parse_fastjson
+    from cq.readers.config import parse_fastjson
 
     doc = parse_fastjson(path.read_bytes())
     doc["filterDataByTopic"]["SampleTopic"]["groupFilterData"]["GID_RED_CHEAP"]["bloomFilterData"]["bitPos"] = [

@@ -10,13 +10,6 @@ import pytest
 
 import bloom
 import cq
-from cq.config import (
-    ConfigFormatError,
-    ConfigWarning,
-    load_config,
-    parse_fastjson,
-    read_registered_filters,
-)
 from cq.config_writer import (
     dumps_fastjson,
     write_config_file,
@@ -24,6 +17,13 @@ from cq.config_writer import (
     write_consumer_offsets,
     write_subscription_groups,
     write_topic_configs,
+)
+from cq.readers.config import (
+    ConfigFormatError,
+    ConfigWarning,
+    load_config,
+    parse_fastjson,
+    read_registered_filters,
 )
 from cq.writer import StoreWriter
 
@@ -328,7 +328,7 @@ def test_consumer_filters_round_trip(store_root, pretty):
     '{"a":[{},[],{"b":{10:{11:12}}}],"f":1.5e-3,"t":true,"z":null}',
 ])
 def test_fast_path_gives_what_the_exact_reader_gives(text):
-    from cq.config import _NOT_PARSED, _parse_fast, _Parser
+    from cq.readers.config import _NOT_PARSED, _parse_fast, _Parser
 
     fast = _parse_fast(text)
     assert (fast is _NOT_PARSED) == ("\\u0000" in text)   # only texts with that escape need the exact reader

@@ -10,7 +10,7 @@ from helpers import DATA
 
 import cq
 from cq import format as fmt
-from cq.commitlog import CommitLog
+from cq.readers.commitlog import CommitLog
 
 FILE_SIZE = 1 << 16
 

@@ -13,7 +13,7 @@ from helpers import DATA, PUREPYTHON, body_start
 import cq
 from cq import _scan_py
 from cq import format as fmt
-from cq.columns import MessageColumns
+from cq.readers.columns import MessageColumns
 from cq.scan import _scan
 from cq.writer import compress_body
 
@@ -36,7 +36,7 @@ def _all_offsets(store: cq.Store) -> np.ndarray:
 
 
 def _decode(log: cq.CommitLog, offsets, fields, engine: str, monkeypatch) -> MessageColumns:
-    monkeypatch.setattr("cq.commitlog._scan", ENGINES[engine])
+    monkeypatch.setattr("cq.readers.commitlog._scan", ENGINES[engine])
     return log.decode_columns(offsets, fields)
 
 
@@ -243,7 +243,7 @@ def test_corrupt_records_same_error_and_offset_as_read_message(tmp_path, engine,
 @pytest.mark.parametrize("engine", ["compiled", "twin"])
 def test_recovery_crc_check_runs_in_the_kernel(tmp_path, engine, monkeypatch):
     """A body byte flipped: the recovered end stops at that record (the broker's checkCRCOnRecover)."""
-    monkeypatch.setattr("cq.commitlog._scan", ENGINES[engine])
+    monkeypatch.setattr("cq.readers.commitlog._scan", ENGINES[engine])
     root = tmp_path / "store"
     shutil.copytree(DATA / "golden_store", root)
     store = cq.Store(root)
@@ -298,7 +298,7 @@ def test_sql92_consume_does_not_import_pandas():
 @pytest.mark.parametrize("engine", ["compiled", "twin"])
 @pytest.mark.parametrize("strict", [True, False])
 def test_column_batches_equal_messages(engine, strict, monkeypatch):
-    monkeypatch.setattr("cq.commitlog._scan", ENGINES[engine])
+    monkeypatch.setattr("cq.readers.commitlog._scan", ENGINES[engine])
     log = cq.CommitLog(DATA / "golden_store" / "commitlog")
     want = [(m.commit_log_offset, m.topic, m.tags, m.properties, m.body) for m in log.messages(strict=strict)]
     got = []
@@ -313,7 +313,7 @@ def test_column_batches_equal_messages(engine, strict, monkeypatch):
 
 @pytest.mark.parametrize("engine", ["compiled", "twin"])
 def test_column_batches_corrupt_store_same_error_as_messages(tmp_path, engine, monkeypatch):
-    monkeypatch.setattr("cq.commitlog._scan", ENGINES[engine])
+    monkeypatch.setattr("cq.readers.commitlog._scan", ENGINES[engine])
     root = tmp_path / "store"
     shutil.copytree(DATA / "golden_store", root)
     path = min((root / "commitlog").iterdir())
@@ -337,7 +337,7 @@ def test_column_batches_corrupt_store_same_error_as_messages(tmp_path, engine, m
 
 @pytest.mark.parametrize("engine", ["compiled", "twin"])
 def test_read_messages_equal_read_message(mixed_store, engine, monkeypatch):
-    monkeypatch.setattr("cq.commitlog._scan", ENGINES[engine])
+    monkeypatch.setattr("cq.readers.commitlog._scan", ENGINES[engine])
     log = mixed_store.commit_log
     offsets = np.random.default_rng(1).permutation(_all_offsets(mixed_store))
     got = log.read_messages(offsets)
@@ -390,7 +390,7 @@ def test_records_copied_with_reads_decode_as_through_the_map(mixed_store, tmp_pa
                                                              monkeypatch):
     """Store.consume reads a slice's records with one pread each (docs/data-path.md#consume): the
     columns are decode_columns' over the mapped files, in log order or any other, across files."""
-    monkeypatch.setattr("cq.commitlog._scan", ENGINES[engine])
+    monkeypatch.setattr("cq.readers.commitlog._scan", ENGINES[engine])
     store = mixed_store
     if store_kind == "several_files":
         cq.generate_sample_store(tmp_path / "s", messages=2000, seed=2, commit_log_file_size=1 << 17)
@@ -441,7 +441,7 @@ def test_copy_records_refuses_what_the_map_must_decide(mixed_store, engine):
 def test_copied_records_keep_the_maps_errors_and_its_file(tmp_path, engine, monkeypatch):
     """A corrupt record raises what read_message raises; a file replaced since it was mapped is read
     from the map, as decode_columns reads it (one consistent cut, docs/live.md)."""
-    monkeypatch.setattr("cq.commitlog._scan", ENGINES[engine])
+    monkeypatch.setattr("cq.readers.commitlog._scan", ENGINES[engine])
     root = tmp_path / "store"
     shutil.copytree(DATA / "golden_store", root)
     store = cq.Store(root)

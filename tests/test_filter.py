@@ -11,8 +11,8 @@ import pytest
 
 import bloom
 import cq
-from cq.config import ConfigWarning, FilterRegistry
 from cq.filter import RetryPropertiesError
+from cq.readers.config import ConfigWarning, FilterRegistry
 from selector.errors import SelectorEvaluationError
 
 A = cq.tags_code("TagA")

@@ -8,7 +8,7 @@ import pytest
 from helpers import DATA
 
 import cq
-from cq.indexfile import (
+from cq.readers.indexfile import (
     INDEX_ENTRY_SIZE,
     INDEX_HEADER_SIZE,
     IndexFile,

@@ -44,7 +44,7 @@ def test_spec_vector_commit_log_record():
     assert len(raw) == 123
     assert raw[:16].hex() == "0000007bdaa320a777d1898200000000"
     assert raw[0x30:0x40].hex() == "7f000001 0000d431 0000018bcfe5687b".replace(" ", "")
-    m = cq.commitlog.decode_message(raw, 0, len(raw), verify_crc=True)
+    m = cq.readers.commitlog.decode_message(raw, 0, len(raw), verify_crc=True)
     assert (m.topic, m.tags, m.keys, m.body) == ("TopicTest", "TagA", "k1", b"Hello")
     assert m.msg_id == "C0A8000100002A9F0000000000000000"
     assert fmt.encode_blank_record(8).hex() == "00000008cbd43194"
@@ -190,7 +190,7 @@ def test_record_crc_property(tmp_path):
     raw[-11:-1] = fmt.encode_property_crc(crc).encode()
     assert fmt.decode_property_crc(fmt.encode_property_crc(123)) == 123
     assert fmt.encode_property_crc(123) == "3210000000"
-    decode = cq.commitlog.decode_message
+    decode = cq.readers.commitlog.decode_message
     m = decode(bytes(raw), 0, len(raw), verify_crc="property")
     assert m.properties["__CRC32#"] == fmt.encode_property_crc(crc) and m.tags == "TagA"
     bad = bytearray(raw)

@@ -481,7 +481,7 @@ def test_garbage_files_named_like_store_files(golden_copy, style):
 def test_windowed_walks_find_the_same_end(golden_copy, monkeypatch, window):
     """The walks map a CommitLog file window by window (records longer than a window included);
     every cut of the last record must still end the data where the whole-file walk does."""
-    from cq import commitlog
+    from cq.readers import commitlog
 
     last = ROWS_BY_OFFSET[-1]
     off = last["commitLogOffset"]

@@ -305,7 +305,7 @@ def test_why_retry_filter_registration_without_expression(tmp_path):
     broken = cq.RegisteredFilter("GID_ORDERS", "AuditTopic", "price >", "SQL92", 5, 0,
                                  BF.generate("GID_ORDERS#AuditTopic"), 5, True)
     write_consumer_filters(root, [*store.registered_filters(), broken])
-    with pytest.warns(cq.config.ConfigWarning, match="'GID_ORDERS' on topic 'AuditTopic'.*does not compile"):
+    with pytest.warns(cq.readers.config.ConfigWarning, match="'GID_ORDERS' on topic 'AuditTopic'.*does not compile"):
         w = store.why(RETRY_TOPIC_OF_G, "GID_ORDERS", queue_id=0, queue_offset=2, filter_support_retry=True)
     layer2 = _layer2(w)
     assert w.delivered and layer2.reason == "retry_registered_no_expression"

@@ -34,7 +34,7 @@ ENGINES = {"compiled": _scan, "twin": _scan_py}
 @pytest.fixture(params=["twin"] if PUREPYTHON else list(ENGINES))  # the pure-Python pass: the twin only
 def engine(request, monkeypatch):
     """The scan kernel the walk and the decoder use: the compiled engine or its pure-Python twin."""
-    monkeypatch.setattr("cq.commitlog._scan", ENGINES[request.param])
+    monkeypatch.setattr("cq.readers.commitlog._scan", ENGINES[request.param])
     monkeypatch.setattr("cq.recovery._scan", ENGINES[request.param])
     return request.param
 
@@ -233,13 +233,13 @@ def test_batch_tags_codes_equal_the_record_rule(tmp_path, engine):
     mask = cq.format.record_field_mask(["topic", "tags", "store_timestamp", "properties"])
     columns, error = ENGINES[engine].decode_columns(u8, np.array(positions, np.int64), len(u8), mask)
     assert error is None
-    cols = cq.columns.MessageColumns(columns, len(records))
+    cols = cq.readers.columns.MessageColumns(columns, len(records))
     with StoreWriter(tmp_path / "w") as w:
         topic_ids, topics = factorize(*cols.columns["topic"][:2])
         codes, ok = w._dispatch_tags_codes(cols, topic_ids, topics)
         want_codes, want_ok = [], []
         for i, pos in enumerate(positions):
-            m = cq.commitlog.decode_message(u8, pos, len(u8))
+            m = cq.readers.commitlog.decode_message(u8, pos, len(u8))
             try:
                 want_codes.append(w._dispatch_tags_code(m.topic, m.properties, m.store_timestamp))
                 want_ok.append(True)

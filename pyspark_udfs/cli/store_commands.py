@@ -8,7 +8,7 @@ import sys
 import time
 
 import cq
-from cq import config as cfg
+from cq.readers import config as cfg
 from cq.sample import generate_sample_store
 from selector.errors import SelectorSyntaxError
 

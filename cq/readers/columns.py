@@ -12,8 +12,8 @@ from collections.abc import Iterable
 
 import numpy as np
 
-from . import format as fmt
-from .scan import _scan, kernel_array
+from .. import format as fmt
+from ..scan import _scan, kernel_array
 
 #: field name -> kind ("i4", "i8", "str", "bin", "map"), from cq.format.RECORD_FIELDS
 FIELD_KINDS = dict(fmt.RECORD_FIELDS)

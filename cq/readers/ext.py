@@ -7,10 +7,10 @@ from typing import NamedTuple
 
 import numpy as np
 
-from . import format as fmt
+from .. import format as fmt
+from ..errors import StoreFormatError
+from ..scan import _scan, kernel_array
 from ._mapped import MappedFileQueue
-from .errors import StoreFormatError
-from .scan import _scan, kernel_array
 
 
 class CqExtUnit(NamedTuple):

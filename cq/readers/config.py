@@ -31,9 +31,9 @@ from typing import Any, TypeVar
 import bloom
 import selector
 
-from .errors import StoreFormatError
-from .filter import SqlFilter, TagFilter
-from .tags import EXPRESSION_TYPE_SQL92
+from ..errors import StoreFormatError
+from ..filter import SqlFilter, TagFilter
+from ..tags import EXPRESSION_TYPE_SQL92
 
 __all__ = [
     "CONFIG_DIR",

@@ -11,8 +11,8 @@ import threading
 
 import numpy as np
 
-from . import format as fmt
-from .errors import StoreFileDeleted
+from .. import format as fmt
+from ..errors import StoreFileDeleted
 
 
 def _reopen(cls, directory: str, kwargs: dict):

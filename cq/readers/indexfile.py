@@ -33,8 +33,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from . import format as fmt
-from .errors import StoreFormatError
+from .. import format as fmt
+from ..errors import StoreFormatError
 
 __all__ = [
     "DEFAULT_INDEX_NUM",

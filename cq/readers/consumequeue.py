@@ -6,7 +6,7 @@ from collections.abc import Iterator
 
 import numpy as np
 
-from . import format as fmt
+from .. import format as fmt
 from ._mapped import MappedFileQueue
 
 #: Units the recovery scan tests first (204 units = 4080 bytes, one page), doubling up to

@@ -14,12 +14,12 @@ from typing import NamedTuple
 
 import numpy as np
 
+from .. import format as fmt
+from ..errors import StoreFormatError
+from ..scan import _scan
 from . import columns as _columns
-from . import format as fmt
 from ._mapped import MappedFileQueue
 from .columns import MessageColumns
-from .errors import StoreFormatError
-from .scan import _scan
 
 _HOSTS: dict[tuple[bytes, int], str] = {}
 
@@ -600,7 +600,7 @@ class CommitLog(MappedFileQueue):
 
         Returns
         -------
-        cq.columns.MessageColumns
+        cq.readers.columns.MessageColumns
             Row ``i`` holds what ``read_message(physical_offsets[i])`` decodes
             (text as UTF-8, malformed bytes replaced as ``read_message`` does).
 
