@@ -10,9 +10,9 @@ would receive. See :mod:`cq.format` for the file formats.
 """
 import importlib
 
-from .custom_filter import FilterError, MessageFilter, batch_filter, load_filter
 from .errors import StoreFileDeleted, StoreFormatError, TagSubscriptionError, UnknownGroupError
-from .filter import RetrySqlFilter, SqlFilter, TagFilter
+from .filter.custom import FilterError, MessageFilter, batch_filter, load_filter
+from .filter.layers import RetrySqlFilter, SqlFilter, TagFilter
 from .format import MAX_ADDR, decorate, is_ext_addr, undecorate
 from .readers.commitlog import CommitLog, Message
 from .readers.config import ConfigFormatError, ConfigWarning, RegisteredFilter

@@ -14,9 +14,9 @@ import bloom
 from . import backlog as _backlog
 from . import format as fmt
 from . import why as _why
-from .custom_filter import BATCH_RECORD_FIELDS, ON_FILTER_ERROR, as_message_filter, records_record_batch
 from .errors import StoreFileDeleted, StoreFormatError, UnknownGroupError
-from .filter import RetryPropertiesError, SqlFilter, TagFilter
+from .filter.custom import BATCH_RECORD_FIELDS, ON_FILTER_ERROR, as_message_filter, records_record_batch
+from .filter.layers import RetryPropertiesError, SqlFilter, TagFilter
 from .readers import config as cfg
 from .readers.commitlog import CommitLog, Message
 from .readers.consumequeue import ConsumeQueue
@@ -736,7 +736,7 @@ class Store:
         ranges : mapping of queue id to (start, end), optional
             Read only queue offsets ``[start, end)`` of these queues (``end`` None: to the
             queue's end; clamped to the queue), e.g. from a group's committed offset.
-        message_filter : callable, str or cq.custom_filter.MessageFilter, optional
+        message_filter : callable, str or cq.filter.custom.MessageFilter, optional
             A custom filter run after both broker layers and the client re-check:
             ``fn(cq.Message) -> bool``, a :func:`cq.batch_filter` ``fn(pyarrow.RecordBatch) ->
             bool array``, or ``"package.module:function"`` (docs/custom-filters.md). With
@@ -983,7 +983,7 @@ class Store:
         """The client re-check and a batch custom filter over the decoder's columns of the records at
         ``offs`` (units ``idx``), then the messages it keeps, decoded as :class:`Message` (only those).
 
-        The filter's batch is the one the data source builds (:func:`cq.custom_filter.records_record_batch`),
+        The filter's batch is the one the data source builds (:func:`cq.filter.custom.records_record_batch`),
         no Python object per row; the batch is the slice, as for the per-message path's messages.
         """
         checked = None

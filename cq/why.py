@@ -23,7 +23,7 @@ import selector
 
 from . import format as fmt
 from .errors import StoreFormatError
-from .filter import (
+from .filter.layers import (
     RETRY_CLASS_FILTER_MODE,
     RETRY_NO_RETRY_TOPIC,
     RETRY_NOT_REGISTERED,

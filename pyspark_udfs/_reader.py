@@ -37,8 +37,8 @@ import pyarrow as pa
 from pyspark.sql.pandas.types import to_arrow_schema
 
 import cq
-from cq.custom_filter import MessageFilter, ext_columns, filter_record_batch, message_schema
 from cq.errors import StoreFormatError
+from cq.filter.custom import MessageFilter, ext_columns, filter_record_batch, message_schema
 from cq.scan import PRUNED, check_ext_batch
 from pyspark_udfs.datasource import RECORD_COLUMNS
 

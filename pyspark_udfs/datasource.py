@@ -140,7 +140,7 @@ from pyspark.sql.types import (
 import bloom
 import cq
 import selector
-from cq.custom_filter import load_filter
+from cq.filter.custom import load_filter
 
 from ._plan import (
     DEFAULT_PARTITION_UNITS,

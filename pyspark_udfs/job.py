@@ -35,7 +35,7 @@ from collections.abc import Sequence
 from typing import Any
 
 import cq
-from cq.custom_filter import load_filter
+from cq.filter.custom import load_filter
 from pyspark_udfs.cli._common import fail  # argparse, cq and selector only: no pyspark
 from pyspark_udfs.cli._options import (
     add_consumer_args,

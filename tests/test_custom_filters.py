@@ -9,7 +9,7 @@ import pytest
 from helpers import DATA, patch_file
 
 import cq
-from cq.custom_filter import BATCH_RECORD_FIELDS, MESSAGE_COLUMNS, message_schema
+from cq.filter.custom import BATCH_RECORD_FIELDS, MESSAGE_COLUMNS, message_schema
 from pyspark_udfs import cli
 
 STORE = DATA / "golden_store"

@@ -11,7 +11,7 @@ import pytest
 
 import bloom
 import cq
-from cq.filter import RetryPropertiesError
+from cq.filter.layers import RetryPropertiesError
 from cq.readers.config import ConfigWarning, FilterRegistry
 from selector.errors import SelectorEvaluationError
 

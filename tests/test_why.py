@@ -321,7 +321,7 @@ def test_why_retry_filter_agrees_with_consume_through_the_same_filter(retry_stor
     assert isinstance(flt, cq.RetrySqlFilter)
     bare = [i for i, (props, _) in enumerate(RETRY_MESSAGES) if props is None]
     at = retry_store.consume_queue(RETRY_TOPIC_OF_G, 0).read(bare[0], 1)["commit_log_offset"][0]
-    with pytest.raises(cq.filter.RetryPropertiesError, match=rf"at byte \d+ \(CommitLog offset {at}\)"):
+    with pytest.raises(cq.filter.layers.RetryPropertiesError, match=rf"at byte \d+ \(CommitLog offset {at}\)"):
         list(retry_store.consume(RETRY_TOPIC_OF_G, "GID_ORDERS", filter=flt))
     delivered = {m.queue_offset for r in ((0, bare[0]), (bare[0] + 1, None))
                  for m in retry_store.consume(RETRY_TOPIC_OF_G, "GID_ORDERS", filter=flt, ranges={0: r})}

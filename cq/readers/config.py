@@ -32,7 +32,7 @@ import bloom
 import selector
 
 from ..errors import StoreFormatError
-from ..filter import SqlFilter, TagFilter
+from ..filter.layers import SqlFilter, TagFilter
 from ..tags import EXPRESSION_TYPE_SQL92
 
 __all__ = [

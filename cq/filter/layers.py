@@ -16,9 +16,9 @@ import numpy as np
 import selector
 from selector.errors import SelectorEvaluationError
 
-from . import format as fmt
-from .readers.ext import CqExtUnit
-from .tags import (
+from .. import format as fmt
+from ..readers.ext import CqExtUnit
+from ..tags import (
     EXPRESSION_TYPE_SQL92,
     SubscriptionData,
     build_subscription,
