@@ -20,8 +20,8 @@ from .readers.consumequeue import ConsumeQueue
 from .readers.ext import ConsumeQueueExt, CqExtUnit
 from .scan import ENGINE as _SCAN_ENGINE
 from .scan import check_bitmaps, check_ext_batch, scan_tags
-from .store import ConsumeResult, ConsumeStats, Store, StoreCut
-from .storecache import StoreCache
+from .store.cache import StoreCache
+from .store.store import ConsumeResult, ConsumeStats, Store, StoreCut
 from .tags import ENGINE as _TAGS_ENGINE
 from .tags import SubscriptionData, parse_tag_subscription, tags_code, tags_code_many
 from .why import MessageNotFoundError

@@ -36,7 +36,7 @@ from selector.quoted import BROKER_EVALUATE_NS
 from . import format as fmt
 from .errors import UnknownGroupError
 from .filter.layers import SqlFilter, TagFilter
-from .store import CONSUME_BATCH, ConsumeStats, Store
+from .store.store import CONSUME_BATCH, ConsumeStats, Store
 from .tags import EXPRESSION_TYPE_SQL92
 
 __all__ = [

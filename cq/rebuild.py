@@ -24,7 +24,7 @@ from .format import (
     list_queue_files,
 )
 from .readers.commitlog import CommitLog
-from .store import Store
+from .store.store import Store
 from .writer import BATCH_SIZE, DEFAULT_MESSAGE_DELAY_LEVEL, SqlGroup, StoreWriter, _Prepared
 
 __all__ = ["RebuildResult", "rebuild_bitmaps"]

@@ -41,7 +41,7 @@ from .tags import tags_code as _tag_hash
 
 if TYPE_CHECKING:  # typing only: store.py imports this module, so a run-time import would be a cycle
     from .readers.commitlog import Message
-    from .store import Store
+    from .store.store import Store
 
 __all__ = [
     "MessageNotFoundError",

@@ -15,7 +15,7 @@ replaces), plus:
 ``startingOffsets``
     ``latest`` (default), ``earliest``, ``committed`` (the group's offsets in
     ``config/consumerOffset.json``) or a JSON object of queue offsets
-    ``{"topic": {"queue_id": offset}}`` (see :mod:`cq.stream`). Used only when
+    ``{"topic": {"queue_id": offset}}`` (see :mod:`cq.store.stream`). Used only when
     the query starts without a checkpoint.
 ``maxUnitsPerTrigger``
     At most this many ConsumeQueue units per micro-batch, shared among the
@@ -51,7 +51,7 @@ from pyspark.sql.streaming.datasource import (
 from pyspark.sql.types import StructType
 
 import cq
-from cq import stream
+from cq.store import stream
 
 from ._plan import pack_ranges
 from .datasource import ConsumeQueueSlice, ReadOptions, SlicesPartition, positive_int_option

@@ -1,4 +1,4 @@
-"""The stream's offset rules (cq.stream) and ``rmqfilter tail`` against a writer process (docs/live.md)."""
+"""The stream's offset rules (cq.store.stream) and ``rmqfilter tail`` against a writer process (docs/live.md)."""
 from __future__ import annotations
 
 import json
@@ -15,8 +15,8 @@ import pytest
 from live_support import ROOT, live_writer
 
 import cq
-from cq import stream
 from cq.config_writer import write_consumer_offsets
+from cq.store import stream
 from cq.writer import StoreWriter
 
 TOPIC, GROUP, SQL = "LiveTopic", "GID_RED", "color = 'red'"

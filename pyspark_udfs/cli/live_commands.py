@@ -1,6 +1,6 @@
 """``rmqfilter tail``: what a consumer group would receive from a live store, as it arrives (docs/live.md).
 
-Local and without Spark (imports ``cq`` only): the stream's offset rules of :mod:`cq.stream`,
+Local and without Spark (imports ``cq`` only): the stream's offset rules of :mod:`cq.store.stream`,
 read with :meth:`cq.Store.consume`.
 """
 from __future__ import annotations
@@ -11,7 +11,7 @@ import os
 import sys
 
 import cq
-from cq import stream
+from cq.store import stream
 from selector.errors import SelectorSyntaxError
 
 from ._options import add_consumer_args, add_message_output_args

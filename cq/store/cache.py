@@ -1,9 +1,9 @@
 """Stores kept open across reads in one process, checked before each use (docs/live.md#cached-readers).
 
 A Spark Python worker reads many slices of one store, query after query and trigger after
-trigger; opening a :class:`~cq.store.Store` costs a CommitLog recovery walk and a
+trigger; opening a :class:`~cq.store.store.Store` costs a CommitLog recovery walk and a
 ConsumeQueue recovery per queue. :class:`StoreCache` keeps the few stores a process reads
-and hands one out only after :meth:`Store.replaced <cq.store.Store.replaced>` says it still
+and hands one out only after :meth:`Store.replaced <cq.store.store.Store.replaced>` says it still
 reads the store at its root; the reader then follows the broker (new data, expired files)
 through the Store's own refresh. The cache is bounded: past ``max_stores`` roots the least
 recently used Store is closed (its maps and file descriptors released).
@@ -15,7 +15,7 @@ import os
 import threading
 from collections import OrderedDict
 
-from .errors import StoreFormatError
+from ..errors import StoreFormatError
 from .store import Store
 
 __all__ = ["DEFAULT_MAX_STORES", "StoreCache"]
@@ -27,7 +27,7 @@ _LOG = logging.getLogger("rmqfilter.storecache")
 
 
 class StoreCache:
-    """At most ``max_stores`` open :class:`~cq.store.Store` objects by root, least recently used closed first.
+    """At most ``max_stores`` open :class:`~cq.store.store.Store` objects by root, least recently used closed first.
 
     Parameters
     ----------

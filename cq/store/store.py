@@ -11,17 +11,17 @@ import numpy as np
 
 import bloom
 
-from . import backlog as _backlog
-from . import format as fmt
-from . import why as _why
-from .errors import StoreFileDeleted, StoreFormatError, UnknownGroupError
-from .filter.custom import BATCH_RECORD_FIELDS, ON_FILTER_ERROR, as_message_filter, records_record_batch
-from .filter.layers import RetryPropertiesError, SqlFilter, TagFilter
-from .readers import config as cfg
-from .readers.commitlog import CommitLog, Message
-from .readers.consumequeue import ConsumeQueue
-from .readers.ext import ConsumeQueueExt
-from .scan import _scan, bloom_bit_bytes, scan_tags
+from .. import backlog as _backlog
+from .. import format as fmt
+from .. import why as _why
+from ..errors import StoreFileDeleted, StoreFormatError, UnknownGroupError
+from ..filter.custom import BATCH_RECORD_FIELDS, ON_FILTER_ERROR, as_message_filter, records_record_batch
+from ..filter.layers import RetryPropertiesError, SqlFilter, TagFilter
+from ..readers import config as cfg
+from ..readers.commitlog import CommitLog, Message
+from ..readers.consumequeue import ConsumeQueue
+from ..readers.ext import ConsumeQueueExt
+from ..scan import _scan, bloom_bit_bytes, scan_tags
 
 #: Units handled per batch by :meth:`Store.consume`.
 CONSUME_BATCH = 1 << 16

@@ -1,0 +1,7 @@
+"""A broker store directory (:mod:`cq.store.store`: :class:`Store`, its consistent cuts and what a
+group would consume), a cache of open stores (:mod:`cq.store.cache`) and a stream over its
+cuts (:mod:`cq.store.stream`)."""
+from .cache import StoreCache
+from .store import ConsumeResult, ConsumeStats, Store, StoreCut
+
+__all__ = ["ConsumeResult", "ConsumeStats", "Store", "StoreCache", "StoreCut"]
