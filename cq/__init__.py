@@ -10,6 +10,7 @@ would receive. See :mod:`cq.format` for the file formats.
 """
 import importlib
 
+from .analyses.why import MessageNotFoundError
 from .errors import StoreFileDeleted, StoreFormatError, TagSubscriptionError, UnknownGroupError
 from .filter.custom import FilterError, MessageFilter, batch_filter, load_filter
 from .filter.layers import RetrySqlFilter, SqlFilter, TagFilter
@@ -24,7 +25,6 @@ from .store.cache import StoreCache
 from .store.store import ConsumeResult, ConsumeStats, Store, StoreCut
 from .tags import ENGINE as _TAGS_ENGINE
 from .tags import SubscriptionData, parse_tag_subscription, tags_code, tags_code_many
-from .why import MessageNotFoundError
 
 #: "cython" when the compiled engines are in use, "python" for the pure-Python twins.
 ENGINE = "cython" if _SCAN_ENGINE == _TAGS_ENGINE == "cython" else "python"

@@ -1,9 +1,9 @@
-"""``rmqfilter cost --spark``: the filtering-cost pass of :mod:`cq.cost` spread over Spark tasks.
+"""``rmqfilter cost --spark``: the filtering-cost pass of :mod:`cq.analyses.cost` spread over Spark tasks.
 
 The driver packs the topic's queue ranges into tasks as the ``rocketmq`` source packs a read's
 (docs/spark.md#partitions): at most ``partition_units`` units a task, one task per core when
-that is fewer. Each task runs :func:`cq.cost.tally_range` over its ranges on an executor, and the driver adds
-the :class:`cq.cost.Tally` objects up and finishes the same report :func:`cq.cost.filter_cost`
+that is fewer. Each task runs :func:`cq.analyses.cost.tally_range` over its ranges on an executor, and the driver adds
+the :class:`cq.analyses.cost.Tally` objects up and finishes the same report :func:`cq.analyses.cost.filter_cost`
 gives (the replay and the timing run on the driver). The store must be visible to every executor
 at the same path (docs/cost.md).
 """
@@ -16,7 +16,7 @@ from typing import Any
 
 import bloom
 import cq
-from cq.cost import (
+from cq.analyses.cost import (
     CostGroup,
     CostReport,
     Tally,
@@ -56,7 +56,7 @@ def filter_cost_spark(spark, store_path: str | os.PathLike, topic: str,
                       alternatives: Iterable[tuple[int, int]] | None = None, fp_target: float | None = None,
                       bloom_filter: Any = None, timing: bool = True,
                       partition_units: int = DEFAULT_PARTITION_UNITS) -> CostReport:
-    """:func:`cq.cost.filter_cost` with the pass over the units on Spark (same arguments, same report).
+    """:func:`cq.analyses.cost.filter_cost` with the pass over the units on Spark (same arguments, same report).
 
     Parameters
     ----------

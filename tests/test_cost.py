@@ -1,4 +1,4 @@
-"""rmqfilter cost / cq.cost: every number checked against an independent plain-Python count.
+"""rmqfilter cost / cq.analyses.cost: every number checked against an independent plain-Python count.
 
 The store here has many SQL92 groups registered on one topic, so its 112-bit bitmaps are crowded
 and Bloom false positives really occur; the count walks every unit with ``read_message``,
@@ -19,8 +19,8 @@ from helpers import DATA
 import bloom
 import cq
 import selector
-from cq.cost import CostGroup, filter_cost, predicted_fp_rate
-from cq.cost_render import FRAME, render_html
+from cq.analyses.cost import CostGroup, filter_cost, predicted_fp_rate
+from cq.analyses.cost_render import FRAME, render_html
 from pyspark_udfs import cli
 
 TOPIC = "CostTopic"
@@ -292,7 +292,7 @@ def test_topic_without_ext_units_reports_layer_2_costs_and_exits_2(tmp_path, cap
     assert (g["passed_consume_queue"], g["delivered"], g["evaluations_without_bitmap"],
             g["evaluations_with_bitmap"]) == (50, 40, 50, None)
     assert "layer-2-only" in out or "Layer-2-only" in out
-    with pytest.raises(cq.cost.NoExtUnitsError) as exc:
+    with pytest.raises(cq.analyses.cost.NoExtUnitsError) as exc:
         filter_cost(root, "T", [CostGroup("G", "a > 9")], raise_without_ext=True, timing=False)
     assert exc.value.report.group("G").delivered == 40
 

@@ -82,7 +82,7 @@ def test_keys_are_per_topic_and_confirmed_against_the_record():
     assert index.query("GoldenFilterTopic", "no-such-key-anywhere") == []
     index.close()
     store = cq.Store(GOLDEN)
-    with pytest.raises(cq.why.MessageNotFoundError, match="no message of topic 'GoldenPlainTopic' has key"):
+    with pytest.raises(cq.analyses.why.MessageNotFoundError, match="no message of topic 'GoldenPlainTopic' has key"):
         store.find_messages("GoldenPlainTopic", key=only_filter)
     store.close()
 

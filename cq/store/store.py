@@ -11,9 +11,9 @@ import numpy as np
 
 import bloom
 
-from .. import backlog as _backlog
 from .. import format as fmt
-from .. import why as _why
+from ..analyses import backlog as _backlog
+from ..analyses import why as _why
 from ..errors import StoreFileDeleted, StoreFormatError, UnknownGroupError
 from ..filter.custom import BATCH_RECORD_FIELDS, ON_FILTER_ERROR, as_message_filter, records_record_batch
 from ..filter.layers import RetryPropertiesError, SqlFilter, TagFilter
@@ -430,15 +430,15 @@ class Store:
 
         Returns
         -------
-        cq.why.Why or list of cq.why.Why
-            One :class:`~cq.why.Why` for a queue offset; a list (one per matching message,
+        cq.analyses.why.Why or list of cq.analyses.why.Why
+            One :class:`~cq.analyses.why.Why` for a queue offset; a list (one per matching message,
             CommitLog order) for ``msg_id`` / ``key``. ``.delivered``, ``.dropped_by``
             (None, ``"consume_queue"``, ``"commit_log"``, ``"client"``), ``.steps`` with their
             evidence, ``str()`` for people, ``to_dict()`` for JSON.
 
         Raises
         ------
-        cq.why.MessageNotFoundError
+        cq.analyses.why.MessageNotFoundError
             No such unit or message (a ValueError and a LookupError).
 
         Examples
@@ -454,7 +454,7 @@ class Store:
 
     def find_messages(self, topic: str, *, msg_id: str | None = None, key: str | None = None):
         """``(messages, found_by, note)``: messages of ``topic`` by offset message id, UNIQ_KEY
-        (as ``msg_id``) or key, through the IndexFiles and else a scan (see :func:`cq.why.find_messages`)."""
+        (as ``msg_id``) or key, through the IndexFiles and else a scan (see :func:`cq.analyses.why.find_messages`)."""
         return _why.find_messages(self, topic, msg_id=msg_id, key=key)
 
     def backlog(self, topic: str, group: str, *, sql: str | None = None, tags: str | None = None,
@@ -469,8 +469,8 @@ class Store:
 
         Returns
         -------
-        cq.backlog.Backlog
-            ``.queues`` (:class:`~cq.backlog.QueueBacklog`), ``.lag``, ``.will_receive``,
+        cq.analyses.backlog.Backlog
+            ``.queues`` (:class:`~cq.analyses.backlog.QueueBacklog`), ``.lag``, ``.will_receive``,
             ``to_dict()`` (``{"queues": [...], "total": {"lag", "will_receive"}}``), ``str()``.
         """
         return _backlog.backlog(self, topic, group, sql=sql, tags=tags, queue_ids=queue_ids,

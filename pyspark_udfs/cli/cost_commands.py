@@ -1,6 +1,6 @@
 """``rmqfilter cost``: what broker-side filtering costs per consumer group, and whether the bitmap pays.
 
-Runs in this process (``cq.cost``) unless ``--spark`` is given; only that branch imports pyspark,
+Runs in this process (``cq.analyses.cost``) unless ``--spark`` is given; only that branch imports pyspark,
 inside the command function (docs/cost.md).
 """
 from __future__ import annotations
@@ -12,8 +12,8 @@ import os
 import bloom
 import cq
 import selector
-from cq.cost import CostGroup, NoExtUnitsError, filter_cost, resolve_groups
-from cq.cost_render import format_table, render_html
+from cq.analyses.cost import CostGroup, NoExtUnitsError, filter_cost, resolve_groups
+from cq.analyses.cost_render import format_table, render_html
 from pyspark_udfs.cost import filter_cost_spark  # imports no pyspark: it runs on the session it is given
 from pyspark_udfs.job import owns_session, spark_session  # job.py imports pyspark only when a job runs
 

@@ -21,9 +21,9 @@ import numpy as np
 
 import selector
 
-from . import format as fmt
-from .errors import StoreFormatError
-from .filter.layers import (
+from .. import format as fmt
+from ..errors import StoreFormatError
+from ..filter.layers import (
     RETRY_CLASS_FILTER_MODE,
     RETRY_NO_RETRY_TOPIC,
     RETRY_NOT_REGISTERED,
@@ -35,13 +35,13 @@ from .filter.layers import (
     _low_int32,
     retry_group,
 )
-from .readers.config import CONSUMER_FILTER_FILE, FilterRegistry, RegisteredFilter
-from .readers.indexfile import IndexFiles
-from .tags import tags_code as _tag_hash
+from ..readers.config import CONSUMER_FILTER_FILE, FilterRegistry, RegisteredFilter
+from ..readers.indexfile import IndexFiles
+from ..tags import tags_code as _tag_hash
 
 if TYPE_CHECKING:  # typing only: store.py imports this module, so a run-time import would be a cycle
-    from .readers.commitlog import Message
-    from .store.store import Store
+    from ..readers.commitlog import Message
+    from ..store.store import Store
 
 __all__ = [
     "MessageNotFoundError",

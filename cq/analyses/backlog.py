@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any
 from .why import Subscription, resolve_subscription
 
 if TYPE_CHECKING:  # typing only: store.py imports this module, so a run-time import would be a cycle
-    from .store.store import Store
+    from ..store.store import Store
 
 __all__ = ["Backlog", "QueueBacklog", "backlog"]
 

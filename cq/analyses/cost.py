@@ -33,11 +33,11 @@ import bloom
 import selector
 from selector.quoted import BROKER_EVALUATE_NS
 
-from . import format as fmt
-from .errors import UnknownGroupError
-from .filter.layers import SqlFilter, TagFilter
-from .store.store import CONSUME_BATCH, ConsumeStats, Store
-from .tags import EXPRESSION_TYPE_SQL92
+from .. import format as fmt
+from ..errors import UnknownGroupError
+from ..filter.layers import SqlFilter, TagFilter
+from ..store.store import CONSUME_BATCH, ConsumeStats, Store
+from ..tags import EXPRESSION_TYPE_SQL92
 
 __all__ = [
     "DEFAULT_ALTERNATIVES",
