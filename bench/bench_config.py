@@ -7,8 +7,8 @@ from __future__ import annotations
 
 import pytest
 
-from cq.config_writer import dumps_fastjson
 from cq.readers.config import _Parser, parse_fastjson
+from cq.writer.config_writer import dumps_fastjson
 
 GROUPS = 10_000
 QUEUES = 16

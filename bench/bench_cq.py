@@ -225,7 +225,7 @@ SAMPLE_MESSAGES = 300_000
 
 @pytest.fixture(scope="module")
 def sample_store(tmp_path_factory):
-    from cq.sample import generate_sample_store
+    from cq.writer.sample import generate_sample_store
 
     root = tmp_path_factory.mktemp("sample") / "store"
     sample = generate_sample_store(root, messages=SAMPLE_MESSAGES, seed=1)

@@ -1,6 +1,6 @@
 """The data path (docs/data-path.md): store bytes -> Arrow, beside Parquet and an in-memory Arrow source.
 
-One sample store (``cq.writer.generate_sample_store``, ``RMQFILTER_BENCH_DATAPATH_MESSAGES``
+One sample store (``cq.writer.writer.generate_sample_store``, ``RMQFILTER_BENCH_DATAPATH_MESSAGES``
 messages, default 5 000 000 as in the issue; its main topic holds ~70 %), and, written once from our own
 output, a Parquet (snappy) copy and an Arrow IPC copy of the main topic's ``messages`` rows.
 Each group runs ours and its alternative in the same session:
@@ -34,7 +34,7 @@ import os
 
 import pytest
 
-from cq.sample import SAMPLE_TOPICS
+from cq.writer.sample import SAMPLE_TOPICS
 
 MESSAGES = int(os.environ.get("RMQFILTER_BENCH_DATAPATH_MESSAGES", "5000000"))
 SEED = 11
@@ -597,7 +597,7 @@ def _body_column(n: int, compressed_share: float, seed: int):
     gives it, text bodies, the compressed ones 4-20 KiB before ZLIB level 5 (the producer's default)."""
     import numpy as np
 
-    from cq.writer import compress_body
+    from cq.writer.writer import compress_body
 
     rng = np.random.default_rng(seed)
     words = [b"order", b"price", b"region", b"cn-hangzhou", b"7.25", b"customer", b"{", b"}", b"sku-1042"]

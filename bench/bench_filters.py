@@ -40,7 +40,7 @@ def batch(records) -> object:
 
 @pytest.fixture(scope="module")
 def sample_store(tmp_path_factory):
-    from cq.sample import generate_sample_store
+    from cq.writer.sample import generate_sample_store
 
     root = tmp_path_factory.mktemp("filters") / "store"
     generate_sample_store(root, messages=STORE_MESSAGES, seed=5)

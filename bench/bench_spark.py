@@ -13,7 +13,7 @@ All in one SparkSession (local[2]), same run, same data:
   ``props['TAGS']``, an Arrow UDF runs the batch kernel), (5) the SQL form
   ``rmq_selector_match(sql, props)`` that ships the whole map; all give the
   same count (checked);
-- the data source over a sample store (``cq.sample.generate_sample_store``):
+- the data source over a sample store (``cq.writer.sample.generate_sample_store``):
   ``messages`` and ``consumequeue`` tables, all rows, and a TagB query
   (``tags = 'TagB'`` / ``tags_code = <hash of TagB>``) with pushdown on and
   off (``spark.sql.python.filterPushdown.enabled``);

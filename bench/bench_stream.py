@@ -1,6 +1,6 @@
 """The ``rocketmq`` streaming source beside the batch read of the same units.
 
-One SparkSession (local[2]), one sample store (``cq.sample.generate_sample_store``,
+One SparkSession (local[2]), one sample store (``cq.writer.sample.generate_sample_store``,
 ``STORE_MESSAGES`` messages, topic ``SampleTopic``), the broker's filter for
 ``GID_PRIORITY`` in the reader, all rows to a ``noop`` sink:
 

@@ -9,11 +9,11 @@
 - ``generate_sample_store``: the ``rmqfilter gen-store`` path end to end;
 - ``rebuild_bitmaps`` (the CommitLog read through ``column_batches``, tag codes and bitmaps
   per batch over the decoded columns) beside its former per-message reader (one ``cq.Message``
-  and one properties dict per record), kept reachable as ``cq.rebuild._dispatch_messages``;
+  and one properties dict per record), kept reachable as ``cq.writer.rebuild._dispatch_messages``;
   both write the same bytes (checked);
 - the re-dispatch of ``StoreWriter(append=True)`` (the records an interrupted writer left
   without units, here every record of a store whose ConsumeQueue and ext files were lost), read
-  in decoded column batches and decided per batch (``cq.recovery._redispatch``), beside the
+  in decoded column batches and decided per batch (``cq.writer.recovery._redispatch``), beside the
   former path (one ``cq.Message`` per record from a record-by-record walk, re-implemented below
   as ``_redispatch_per_message`` and patched in); both write the same bytes (checked).
 
@@ -34,10 +34,11 @@ import pytest
 import bloom
 import selector
 from cq import format as fmt
-from cq import rebuild, tags_code
+from cq import tags_code
 from cq.readers.commitlog import CommitLog
-from cq.sample import SAMPLE_GROUPS, SAMPLE_TOPICS, _sample_messages, generate_sample_store
-from cq.writer import DEFAULT_MESSAGE_DELAY_LEVEL, StoreWriter, _Prepared
+from cq.writer import rebuild
+from cq.writer.sample import SAMPLE_GROUPS, SAMPLE_TOPICS, _sample_messages, generate_sample_store
+from cq.writer.writer import DEFAULT_MESSAGE_DELAY_LEVEL, StoreWriter, _Prepared
 
 N_MESSAGES = 50_000
 QUEUES = {t: (4 if i == 0 else 2) for i, t in enumerate(SAMPLE_TOPICS)}

@@ -19,7 +19,7 @@ import tempfile
 
 import pytest
 
-from cq.sample import generate_sample_store
+from cq.writer.sample import generate_sample_store
 
 os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
 os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)

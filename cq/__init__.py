@@ -71,11 +71,11 @@ __all__ = [
 
 #: Names of the writing side, each with the module that defines it.
 _WRITER_NAMES = {
-    "StoreWriter": "writer",
-    "SqlGroup": "writer",
-    "AppendResult": "writer",
-    "rebuild_bitmaps": "rebuild",
-    "generate_sample_store": "sample",
+    "StoreWriter": "writer.writer",
+    "SqlGroup": "writer.writer",
+    "AppendResult": "writer.writer",
+    "rebuild_bitmaps": "writer.rebuild",
+    "generate_sample_store": "writer.sample",
 }
 
 

@@ -481,7 +481,7 @@ def pack_record(
     """Lay out one CommitLog record from its encoded parts (``MessageExtEncoder``, docs/formats.md#commitlog-record).
 
     The one place the record layout is written. Fields are positional and
-    unchecked, because :class:`cq.writer.StoreWriter` calls this per message:
+    unchecked, because :class:`cq.writer.writer.StoreWriter` calls this per message:
     hosts are :func:`parse_host` bytes, ``topic_field`` is
     :func:`encode_topic_field`'s, ``properties`` the UTF-8 text. ``reserved``
     zero bytes end the properties (``__CRC32#`` is filled in there once the

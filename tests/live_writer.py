@@ -17,7 +17,7 @@ import json
 import sys
 import time
 
-from cq.writer import StoreWriter
+from cq.writer.writer import StoreWriter
 
 TOPIC = "LiveTopic"
 OTHER = "LiveOther"

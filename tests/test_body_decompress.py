@@ -14,7 +14,7 @@ import cq
 from cq import _scan_py
 from cq import format as fmt
 from cq.scan import _scan
-from cq.writer import compress_body
+from cq.writer.writer import compress_body
 from pyspark_udfs import cli
 
 ENGINES = {"compiled": _scan, "twin": _scan_py}

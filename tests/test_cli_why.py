@@ -10,8 +10,8 @@ import pytest
 from helpers import DATA, write_retry_store
 
 import cq
-from cq.config_writer import dumps_fastjson
-from cq.sample import SAMPLE_GROUPS, generate_sample_store
+from cq.writer.config_writer import dumps_fastjson
+from cq.writer.sample import SAMPLE_GROUPS, generate_sample_store
 from pyspark_udfs import cli
 
 GOLDEN = str(DATA / "golden_store")

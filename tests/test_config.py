@@ -10,14 +10,6 @@ import pytest
 
 import bloom
 import cq
-from cq.config_writer import (
-    dumps_fastjson,
-    write_config_file,
-    write_consumer_filters,
-    write_consumer_offsets,
-    write_subscription_groups,
-    write_topic_configs,
-)
 from cq.readers.config import (
     ConfigFormatError,
     ConfigWarning,
@@ -25,7 +17,15 @@ from cq.readers.config import (
     parse_fastjson,
     read_registered_filters,
 )
-from cq.writer import StoreWriter
+from cq.writer.config_writer import (
+    dumps_fastjson,
+    write_config_file,
+    write_consumer_filters,
+    write_consumer_offsets,
+    write_subscription_groups,
+    write_topic_configs,
+)
+from cq.writer.writer import StoreWriter
 
 BF = bloom.BloomFilter()
 

@@ -357,7 +357,7 @@ def test_spark_variant_gives_the_same_report(spark, many_groups_store, report):
 
 
 def test_sample_store_registered_groups_equal_consume(tmp_path):
-    from cq.sample import SAMPLE_GROUPS, generate_sample_store
+    from cq.writer.sample import SAMPLE_GROUPS, generate_sample_store
 
     info = generate_sample_store(tmp_path / "sample", messages=3000, seed=3)
     r = filter_cost(info.root, info.main_topic, timing=False)  # the groups of config/consumerFilter.json

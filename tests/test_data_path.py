@@ -15,7 +15,7 @@ from cq import _scan_py
 from cq import format as fmt
 from cq.readers.columns import MessageColumns
 from cq.scan import _scan
-from cq.writer import compress_body
+from cq.writer.writer import compress_body
 
 FIELDS = [name for name, _ in fmt.RECORD_FIELDS]
 ENGINES = {"compiled": _scan, "twin": _scan_py}

@@ -10,7 +10,7 @@ pytestmark = pytest.mark.spark
 
 def test_demo_writes_a_sample_and_reports_store_consume_counts(spark, tmp_path, capsys):
     import cq
-    import cq.sample
+    import cq.writer.sample
     from pyspark_udfs import cli
 
     root, report = tmp_path / "demo", tmp_path / "demo.json"
@@ -20,9 +20,9 @@ def test_demo_writes_a_sample_and_reports_store_consume_counts(spark, tmp_path, 
     assert "Wrote 3,000 messages" in printed and "passed CQ" in printed
     results = {r["group"]: r for r in json.loads(report.read_text())["results"]}
     store = cq.Store(str(root))
-    topic = cq.sample.SAMPLE_TOPICS[0]
-    assert set(results) == {g for g, _ in cq.sample.SAMPLE_GROUPS} | {"GID_TAGS_BC"}
-    for group, sql in cq.sample.SAMPLE_GROUPS:
+    topic = cq.writer.sample.SAMPLE_TOPICS[0]
+    assert set(results) == {g for g, _ in cq.writer.sample.SAMPLE_GROUPS} | {"GID_TAGS_BC"}
+    for group, sql in cq.writer.sample.SAMPLE_GROUPS:
         result = store.consume(topic, group, sql=sql)
         list(result)
         s, got = result.stats, results[group]
@@ -32,7 +32,7 @@ def test_demo_writes_a_sample_and_reports_store_consume_counts(spark, tmp_path, 
         assert 0 < s.delivered <= s.passed_consume_queue < s.units_scanned
     # the backlog the demo prints is Store.backlog's, from the sample's committed offsets
     assert "(rmqfilter backlog)" in printed and "rmqfilter why" in printed
-    for group, _sql in cq.sample.SAMPLE_GROUPS:
+    for group, _sql in cq.writer.sample.SAMPLE_GROUPS:
         b = store.backlog(topic, group)
         assert 0 < b.will_receive < b.lag
         assert any(line.split() == [group, f"{b.lag:,}", f"{b.will_receive:,}"] for line in printed.splitlines())

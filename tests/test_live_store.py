@@ -16,7 +16,7 @@ from live_support import live_writer
 
 import cq
 from cq import format as fmt
-from cq.writer import StoreWriter
+from cq.writer.writer import StoreWriter
 
 TOPIC, GROUP, SQL = "LiveTopic", "GID_RED", "color = 'red'"
 

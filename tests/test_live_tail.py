@@ -15,9 +15,9 @@ import pytest
 from live_support import ROOT, live_writer
 
 import cq
-from cq.config_writer import write_consumer_offsets
 from cq.store import stream
-from cq.writer import StoreWriter
+from cq.writer.config_writer import write_consumer_offsets
+from cq.writer.writer import StoreWriter
 
 TOPIC, GROUP, SQL = "LiveTopic", "GID_RED", "color = 'red'"
 CLI = [sys.executable, "-c", "import sys; from pyspark_udfs.cli import main; sys.exit(main())"]

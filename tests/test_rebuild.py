@@ -1,6 +1,6 @@
 """``rebuild_bitmaps`` reads the source CommitLog through the columnar decoder (``column_batches``) and
 writes the same store as appending the messages with the groups registered, and as the former
-per-message reader (``cq.rebuild._dispatch_messages``), on records the sample store lacks."""
+per-message reader (``cq.writer.rebuild._dispatch_messages``), on records the sample store lacks."""
 from __future__ import annotations
 
 import shutil
@@ -10,11 +10,11 @@ from pathlib import Path
 import pytest
 
 import cq
-from cq import rebuild
 from cq.format import SCHEDULE_TOPIC
-from cq.rebuild import rebuild_bitmaps
-from cq.sample import SAMPLE_GROUPS, SAMPLE_TOPICS, _sample_messages
-from cq.writer import DEFAULT_MESSAGE_DELAY_LEVEL, StoreWriter, compress_body
+from cq.writer import rebuild
+from cq.writer.rebuild import rebuild_bitmaps
+from cq.writer.sample import SAMPLE_GROUPS, SAMPLE_TOPICS, _sample_messages
+from cq.writer.writer import DEFAULT_MESSAGE_DELAY_LEVEL, StoreWriter, compress_body
 from tests.test_writer import STORE_DIRS, assert_same_store, store_files
 
 CONFIG = {"commit_log_file_size": 1 << 16, "consume_queue_file_size": 2000, "ext_file_size": 4096}

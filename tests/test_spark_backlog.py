@@ -13,8 +13,8 @@ from helpers import DATA
 
 import bloom
 import cq
-from cq.config_writer import write_consumer_filters, write_consumer_offsets
-from cq.sample import SAMPLE_GROUPS, generate_sample_store
+from cq.writer.config_writer import write_consumer_filters, write_consumer_offsets
+from cq.writer.sample import SAMPLE_GROUPS, generate_sample_store
 
 pytestmark = pytest.mark.spark
 

@@ -8,7 +8,7 @@ import pytest
 from live_support import live_writer
 
 import cq
-from cq.writer import StoreWriter
+from cq.writer.writer import StoreWriter
 
 pytestmark = pytest.mark.spark
 

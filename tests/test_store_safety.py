@@ -100,7 +100,7 @@ def _write_config(root) -> None:
     """The config files a broker serving GID_SQL_A would persist; consumerOffset.json is empty, so
     readers take its .bak (the fallback path is read too)."""
     import bloom
-    from cq.config_writer import write_consumer_filters, write_consumer_offsets
+    from cq.writer.config_writer import write_consumer_filters, write_consumer_offsets
 
     bf = bloom.BloomFilter()
     write_consumer_filters(root, [cq.RegisteredFilter("GID_SQL_A", TOPIC, SQL, "SQL92", 1, 0,

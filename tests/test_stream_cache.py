@@ -11,7 +11,7 @@ import pytest
 
 import cq
 from cq import format as fmt
-from cq.writer import StoreWriter
+from cq.writer.writer import StoreWriter
 from pyspark_udfs import _reader
 from pyspark_udfs.datasource import ConsumeQueueSlice, ReadOptions
 from pyspark_udfs.streaming import RocketMQStreamReader, StreamOptions, pack_ranges

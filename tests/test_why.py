@@ -14,8 +14,8 @@ from helpers import DATA, RETRY_MESSAGES, write_retry_store
 import bloom
 import cq
 from cq.analyses.why import MessageNotFoundError, resolve_subscription
-from cq.config_writer import write_consumer_filters, write_consumer_offsets
-from cq.sample import SAMPLE_GROUPS, generate_sample_store
+from cq.writer.config_writer import write_consumer_filters, write_consumer_offsets
+from cq.writer.sample import SAMPLE_GROUPS, generate_sample_store
 
 GOLDEN = DATA / "golden_store"
 FILTER_TOPIC = "GoldenFilterTopic"

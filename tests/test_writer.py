@@ -19,7 +19,7 @@ from helpers import DATA, load_jsonl
 import cq
 from cq.format import BLANK_MAGIC_CODE, MESSAGE_MAGIC_CODE_V1, MESSAGE_MAGIC_CODE_V2, decorate
 from cq.tags import tags_code
-from cq.writer import AppendResult, SqlGroup, StoreWriter
+from cq.writer.writer import AppendResult, SqlGroup, StoreWriter
 
 GOLDEN = DATA / "golden_store"
 GOLDEN_ROWS = load_jsonl("golden_store.jsonl")
@@ -457,7 +457,7 @@ def digest_tree(root: Path) -> str:
 
 
 def test_rebuild_bitmaps_reproduces_the_golden_ext_files(tmp_path):
-    from cq.rebuild import rebuild_bitmaps
+    from cq.writer.rebuild import rebuild_bitmaps
 
     plain = tmp_path / "plain"
     write_golden(plain, groups=False)  # same records, ext units without bitmaps
@@ -471,7 +471,7 @@ def test_rebuild_bitmaps_reproduces_the_golden_ext_files(tmp_path):
 
 
 def test_rebuild_of_a_store_without_ext_equals_writing_with_groups(tmp_path):
-    from cq.rebuild import rebuild_bitmaps
+    from cq.writer.rebuild import rebuild_bitmaps
 
     config = {**GOLDEN_CONFIG, "enable_ext": False}
     with StoreWriter(tmp_path / "noext", **config) as w:
@@ -484,7 +484,7 @@ def test_rebuild_of_a_store_without_ext_equals_writing_with_groups(tmp_path):
 
 
 def test_rebuild_bitmaps_refuses_bad_targets(tmp_path):
-    from cq.rebuild import rebuild_bitmaps
+    from cq.writer.rebuild import rebuild_bitmaps
 
     write_golden(tmp_path / "src", rows=GOLDEN_ROWS[:5])
     with pytest.raises(ValueError, match="dest must differ"):
@@ -518,7 +518,7 @@ def test_append_mode_continues_the_broker_written_golden_store(tmp_path):
 def test_rebuild_fills_placeholders_before_a_queue_that_starts_late(tmp_path):
     """A queue whose first record has queue offset 57 starts in the file of offset 57, after placeholders."""
     from cq.format import encode_record
-    from cq.rebuild import rebuild_bitmaps
+    from cq.writer.rebuild import rebuild_bitmaps
 
     records = b"".join(
         encode_record(topic="T", body=b"x", properties="TAGS\x01TagA\x02", queue_offset=57 + i,
@@ -586,7 +586,7 @@ def test_one_writer_per_store(tmp_path):
 
 
 def test_compress_body_sets_the_producer_flags(tmp_path):
-    from cq.writer import compress_body
+    from cq.writer.writer import compress_body
 
     stored, bits = compress_body(b"payload " * 1000)
     assert bits == 0x1 | 0x300 and zlib.decompress(stored) == b"payload " * 1000

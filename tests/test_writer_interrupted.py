@@ -278,7 +278,7 @@ def test_a_torn_tail_is_zeroed_to_its_last_written_byte_in_holes_and_in_written_
     """The writer's recovery zeroes a torn tail from the recovered end to the last non-zero byte,
     whether the file's unwritten space is a hole (a preallocated store file) or written zeros;
     bytes before the end are left alone."""
-    from cq.recovery import _TAIL_CHUNK, _zero_tail
+    from cq.writer.recovery import _TAIL_CHUNK, _zero_tail
 
     size = 3 * _TAIL_CHUNK + 4096
     path = tmp_path / "00000000000000000000"

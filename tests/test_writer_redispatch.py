@@ -1,5 +1,5 @@
 """``append=True`` re-dispatches the records an interrupted writer left without units, reading the
-CommitLog in decoded column batches (``cq.recovery._record_batches``, ``cq.recovery._redispatch``),
+CommitLog in decoded column batches (``cq.writer.recovery._record_batches``, ``cq.writer.recovery._redispatch``),
 and the ConsumeQueue and ext files come out byte for byte as a writer that was never interrupted
 wrote them.
 
@@ -20,11 +20,12 @@ import pytest
 from helpers import PUREPYTHON
 
 import cq
-from cq import _scan_py, recovery
-from cq._dispatch import factorize
+from cq import _scan_py
 from cq.format import RECORD_OFFSETS_POSITION, SCHEDULE_TOPIC, list_queue_files
 from cq.scan import _scan
-from cq.writer import StoreWriter
+from cq.writer import recovery
+from cq.writer._dispatch import factorize
+from cq.writer.writer import StoreWriter
 from tests.test_rebuild import CONFIG, GROUPS, _messages, _rebuild_per_message, _write
 from tests.test_writer import STORE_DIRS, assert_same_store
 
@@ -35,7 +36,7 @@ ENGINES = {"compiled": _scan, "twin": _scan_py}
 def engine(request, monkeypatch):
     """The scan kernel the walk and the decoder use: the compiled engine or its pure-Python twin."""
     monkeypatch.setattr("cq.readers.commitlog._scan", ENGINES[request.param])
-    monkeypatch.setattr("cq.recovery._scan", ENGINES[request.param])
+    monkeypatch.setattr("cq.writer.recovery._scan", ENGINES[request.param])
     return request.param
 
 

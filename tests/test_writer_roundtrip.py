@@ -15,7 +15,7 @@ from hypothesis import strategies as st
 
 import cq
 from cq.format import is_ext_addr, undecorate
-from cq.writer import StoreWriter
+from cq.writer.writer import StoreWriter
 from tests.test_writer import store_files
 
 TOPICS = st.sampled_from(["TopicA", "TopicB", "%RETRY%GID_x", "T" * 130])
@@ -141,7 +141,7 @@ SQL_PROPS = st.dictionaries(st.sampled_from(["a", "b", "color"]),
        st.lists(st.tuples(st.sampled_from(["TopicA", "TopicB"]), GROUP_SQL), min_size=1, max_size=4))
 def test_rebuild_equals_dispatching_with_the_groups_in_place(messages, props, groups):
     """rebuild_bitmaps over a plain store gives the files the writer gives with the groups registered."""
-    from cq.rebuild import rebuild_bitmaps
+    from cq.writer.rebuild import rebuild_bitmaps
 
     groups = [(topic, f"GID_{i}", sql) for i, (topic, sql) in enumerate(groups)]
     messages = [{**m, "properties": {**m["properties"], **p}} for m, p in zip(messages, props)]

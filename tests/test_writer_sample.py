@@ -10,8 +10,8 @@ import pytest
 import bloom
 import cq
 import selector
-from cq.sample import SAMPLE_GROUPS, SAMPLE_TAGS, SampleStore, generate_sample_store
-from cq.writer import SqlGroup
+from cq.writer.sample import SAMPLE_GROUPS, SAMPLE_TAGS, SampleStore, generate_sample_store
+from cq.writer.writer import SqlGroup
 from pyspark_udfs.cli import main
 from tests.test_writer import store_files
 

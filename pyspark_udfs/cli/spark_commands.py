@@ -8,7 +8,7 @@ import tempfile
 import time
 
 import cq
-from cq.sample import generate_sample_store
+from cq.writer.sample import generate_sample_store
 from pyspark_udfs.job import (  # job.py imports pyspark only when a job runs
     GroupScan,
     add_scan_arguments,
@@ -42,7 +42,7 @@ def add_parsers(subparsers) -> None:
     demo = subparsers.add_parser(
         "demo",
         help="write a sample store (~1 M messages) and scan it for its SQL92 groups on local Spark",
-        description="Write a deterministic sample broker store with cq.sample (three topics, "
+        description="Write a deterministic sample broker store with cq.writer.sample (three topics, "
                     "skewed tags and properties, ext bitmaps for three SQL92 groups), then run "
                     "`scan` for each group on local Spark and print the results.",
     )

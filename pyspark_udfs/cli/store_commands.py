@@ -9,7 +9,7 @@ import time
 
 import cq
 from cq.readers import config as cfg
-from cq.sample import generate_sample_store
+from cq.writer.sample import generate_sample_store
 from selector.errors import SelectorSyntaxError
 
 from ._common import error_text, fail, reported_warnings, stdout_closed, topic_store
@@ -74,7 +74,7 @@ def _add_gen_store_parser(subparsers) -> None:
     gen = subparsers.add_parser(
         "gen-store",
         help="write a deterministic sample broker store (CommitLog, ConsumeQueue, ext bitmaps)",
-        description="Write a sample RocketMQ store with cq.sample: a few topics and queues, Zipf-like "
+        description="Write a sample RocketMQ store with cq.writer.sample: a few topics and queues, Zipf-like "
                     "tag popularity, properties region/price/color/priority, and ConsumeQueueExt "
                     "bitmaps for three SQL92 groups registered on the main topic, and the config files a "
                     "broker serving them keeps (config/consumerFilter.json, consumerOffset.json with offsets "

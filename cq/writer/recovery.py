@@ -1,7 +1,7 @@
 """A writer's crash recovery: where the data of an interrupted store ends, the torn tail cleared, and
 the records left without units re-dispatched (:func:`_redispatch`, in decoded column batches).
 
-:class:`cq.writer.StoreWriter` calls these with ``append=True`` before it writes again,
+:class:`cq.writer.writer.StoreWriter` calls these with ``append=True`` before it writes again,
 so a killed writer leaves a store that both the readers and the next writer recover alike.
 """
 from __future__ import annotations
@@ -12,9 +12,7 @@ from typing import Any
 
 import numpy as np
 
-from ._dispatch import DispatchUnits, dispatch_units, factorize, write_units
-from ._filequeue import _check_file_sizes
-from .format import (
+from ..format import (
     _I16,
     BLANK_MAGIC_CODE,
     CQ_STORE_UNIT_SIZE,
@@ -25,10 +23,12 @@ from .format import (
     TRANSACTION_TYPE_MASK,
     list_queue_files,
 )
-from .format import CQ_UNIT_STRUCT as _CQ_UNIT
-from .readers.columns import MessageColumns
-from .readers.commitlog import CommitLog
-from .scan import _scan
+from ..format import CQ_UNIT_STRUCT as _CQ_UNIT
+from ..readers.columns import MessageColumns
+from ..readers.commitlog import CommitLog
+from ..scan import _scan
+from ._dispatch import DispatchUnits, dispatch_units, factorize, write_units
+from ._filequeue import _check_file_sizes
 
 
 def _recover_commit_log(directory: str, file_size: int) -> tuple[int, int]:
@@ -228,15 +228,15 @@ def _record_batches(log: CommitLog, start: int, end: int, fields: tuple[str, ...
 def _redispatch(writer: Any, log: CommitLog, start: int, end: int) -> None:
     """Dispatch the records of ``log`` in ``[start, end)`` that lack their units: the broker's reput on restart.
 
-    ``writer`` is the :class:`cq.writer.StoreWriter` that recovered the store. A record gets
+    ``writer`` is the :class:`cq.writer.writer.StoreWriter` that recovered the store. A record gets
     a unit where the reput service gives one (NOT_TYPE and COMMIT records,
     docs/formats.md#consumequeue-which-messages) and its queue does not already hold it (its
     QUEUEOFFSET is past the queue's recovered end and past the records dispatched before it).
     A queue whose files never reached the disk (no unit yet) but whose first record here has
     QUEUEOFFSET > 0 has its first records further back: the pass starts over from the first
-    CommitLog file. A record whose dispatch fails (:meth:`~cq.writer.StoreWriter._dispatch_tags_codes`)
+    CommitLog file. A record whose dispatch fails (:meth:`~cq.writer.writer.StoreWriter._dispatch_tags_codes`)
     gets no unit. Every decision is made per batch of records over its columns; the units are
-    written in log order (:func:`cq._dispatch.write_units`), each at its record's QUEUEOFFSET.
+    written in log order (:func:`cq.writer._dispatch.write_units`), each at its record's QUEUEOFFSET.
     """
     # may this pass start over? then nothing is written before it ends (exactly as the record by
     # record pass did); otherwise each batch's units are written as it is decided

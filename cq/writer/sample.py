@@ -9,11 +9,11 @@ from typing import Any
 
 import numpy as np
 
-from .config_writer import write_consumer_offsets, write_subscription_groups, write_topic_configs
-from .format import (
+from ..format import (
     DEFAULT_CONSUME_QUEUE_FILE_SIZE,
     DEFAULT_EXT_FILE_SIZE,
 )
+from .config_writer import write_consumer_offsets, write_subscription_groups, write_topic_configs
 from .writer import (
     BATCH_SIZE,
     COMPRESS_MSG_BODY_OVER_HOWMUCH,

@@ -16,7 +16,7 @@ import time
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from .readers.config import (
+from ..readers.config import (
     BAK_SUFFIX,
     CONFIG_DIR,
     CONSUMER_FILTER_FILE,

@@ -12,8 +12,8 @@ try:
 except ImportError:  # not POSIX (Windows): the store lock is skipped
     fcntl = None
 
-from .errors import StoreFormatError
-from .format import (
+from ..errors import StoreFormatError
+from ..format import (
     COMMIT_LOG_DIR,
     CONSUME_QUEUE_DIR,
     CONSUME_QUEUE_EXT_DIR,

@@ -10,9 +10,8 @@ from typing import Any
 
 import numpy as np
 
-from ._dispatch import dispatch_units, factorize, write_units
-from .errors import StoreFormatError
-from .format import (
+from ..errors import StoreFormatError
+from ..format import (
     COMMIT_LOG_DIR,
     CONSUME_QUEUE_DIR,
     CONSUME_QUEUE_EXT_DIR,
@@ -23,8 +22,9 @@ from .format import (
     TRANSACTION_TYPE_MASK,
     list_queue_files,
 )
-from .readers.commitlog import CommitLog
-from .store.store import Store
+from ..readers.commitlog import CommitLog
+from ..store.store import Store
+from ._dispatch import dispatch_units, factorize, write_units
 from .writer import BATCH_SIZE, DEFAULT_MESSAGE_DELAY_LEVEL, SqlGroup, StoreWriter, _Prepared
 
 __all__ = ["RebuildResult", "rebuild_bitmaps"]
@@ -187,7 +187,7 @@ def _dispatch_batches(log: CommitLog, writer: StoreWriter,
 
     Per batch, tag codes (:meth:`StoreWriter._dispatch_tags_codes`) and bitmaps (the
     selectors over the Arrow properties map, :meth:`StoreWriter._bitmaps_columns`) are
-    array operations (:func:`cq._dispatch.dispatch_units`). Then each unit is written in
+    array operations (:func:`cq.writer._dispatch.dispatch_units`). Then each unit is written in
     log order.
     """
     messages = dispatched = 0

@@ -39,12 +39,12 @@ Properties given as ``str``/``bytes`` are stored verbatim, so a golden store
 round-trips byte for byte.
 
 Only writers open store files read-write; :mod:`cq`'s readers map them
-read-only. The writing side is split by job: this module (the writer), :mod:`cq._filequeue`
-(files opened for appending, the store lock), :mod:`cq.recovery` (an interrupted
+read-only. The writing side is split by job: this module (the writer), :mod:`cq.writer._filequeue`
+(files opened for appending, the store lock), :mod:`cq.writer.recovery` (an interrupted
 writer's torn tail, and the re-dispatch of the records it left without units, in decoded
-batches through :mod:`cq._dispatch`), :mod:`cq.rebuild` (:func:`~cq.rebuild.rebuild_bitmaps` re-dispatches
-an existing store for a new set of groups into a new directory) and :mod:`cq.sample`
-(:func:`~cq.sample.generate_sample_store`, the deterministic sample store of
+batches through :mod:`cq.writer._dispatch`), :mod:`cq.writer.rebuild` (:func:`~cq.writer.rebuild.rebuild_bitmaps` re-dispatches
+an existing store for a new set of groups into a new directory) and :mod:`cq.writer.sample`
+(:func:`~cq.writer.sample.generate_sample_store`, the deterministic sample store of
 ``rmqfilter gen-store``).
 """
 from __future__ import annotations
@@ -65,10 +65,7 @@ import bloom
 import selector
 from selector import javalang
 
-from ._dispatch import property_values
-from ._filequeue import _COMMIT_LOG_FLUSH, _FileQueue, _holds_store, _lock_store
-from .config_writer import write_consumer_filters
-from .format import (
+from ..format import (
     BLANK_MAGIC_CODE,
     BORNHOST_V6_FLAG,
     COMMIT_LOG_DIR,
@@ -125,8 +122,12 @@ from .format import (
     round_consume_queue_file_size,
     undecorate,
 )
-from .readers.commitlog import CommitLog
-from .readers.config import CONFIG_DIR, CONSUMER_FILTER_FILE, RegisteredFilter, read_registered_filters
+from ..readers.commitlog import CommitLog
+from ..readers.config import CONFIG_DIR, CONSUMER_FILTER_FILE, RegisteredFilter, read_registered_filters
+from ..tags import tags_code, tags_code_utf8
+from ._dispatch import property_values
+from ._filequeue import _COMMIT_LOG_FLUSH, _FileQueue, _holds_store, _lock_store
+from .config_writer import write_consumer_filters
 from .recovery import (
     _last_unit,
     _recover_commit_log,
@@ -136,12 +137,11 @@ from .recovery import (
     _truncate_consume_queue,
     _truncate_ext,
 )
-from .tags import tags_code, tags_code_utf8
 
 if TYPE_CHECKING:
     from typing_extensions import Self  # typing only: not a run-time dependency
 
-    from .readers.columns import MessageColumns
+    from ..readers.columns import MessageColumns
 
 __all__ = [
     "DEFAULT_MESSAGE_DELAY_LEVEL",
@@ -904,7 +904,7 @@ class StoreWriter:
             Holds ``tags``, ``store_timestamp`` and, when ``topics`` has
             ``SCHEDULE_TOPIC_XXXX``, ``properties``.
         topic_ids, topics : numpy.ndarray, list of str
-            The ``topic`` column factorized (:func:`cq._dispatch.factorize`).
+            The ``topic`` column factorized (:func:`cq.writer._dispatch.factorize`).
 
         Returns
         -------
@@ -954,7 +954,7 @@ class StoreWriter:
         return out
 
     def _bitmaps_columns(self, topic: str, columns: MessageColumns, rows: np.ndarray) -> np.ndarray | None:
-        """:meth:`_bitmaps` over decoded records: the columnar form :func:`cq.rebuild.rebuild_bitmaps` uses.
+        """:meth:`_bitmaps` over decoded records: the columnar form :func:`cq.writer.rebuild.rebuild_bitmaps` uses.
 
         Parameters
         ----------
@@ -1154,7 +1154,7 @@ class StoreWriter:
         Deferred to the first write or flush so groups registered after
         opening the store get their bits in the re-dispatched ext bitmaps.
         The records are read and decided in :class:`cq.readers.columns.MessageColumns`
-        batches (:func:`cq.recovery._redispatch`).
+        batches (:func:`cq.writer.recovery._redispatch`).
         """
         start = getattr(self, "_redispatch_from", None)
         if start is None:

@@ -1,7 +1,7 @@
 """The reput service's dispatch over decoded CommitLog batches: units and bitmaps of many records at once.
 
-:func:`cq.rebuild.rebuild_bitmaps` and the writer's re-dispatch after an interrupted run
-(:meth:`cq.writer.StoreWriter._finish_recovery`, :mod:`cq.recovery`) both read the CommitLog
+:func:`cq.writer.rebuild.rebuild_bitmaps` and the writer's re-dispatch after an interrupted run
+(:meth:`cq.writer.writer.StoreWriter._finish_recovery`, :mod:`cq.writer.recovery`) both read the CommitLog
 as :class:`cq.readers.columns.MessageColumns` batches and turn the records that get a unit into
 :class:`DispatchUnits` (tag codes, ext bitmaps, queue of each unit: array operations over the
 batch), then :func:`write_units` writes them in log order through the writer's per-unit
@@ -16,8 +16,8 @@ from typing import Any
 
 import numpy as np
 
-from .readers.columns import MessageColumns
-from .scan import gather_spans
+from ..readers.columns import MessageColumns
+from ..scan import gather_spans
 
 __all__ = ["DispatchUnits", "dispatch_units", "distinct_rows", "factorize", "property_values", "write_units"]
 
@@ -60,8 +60,8 @@ def dispatch_units(writer: Any, cols: MessageColumns, rows: np.ndarray, topic_id
 
     Parameters
     ----------
-    writer : cq.writer.StoreWriter
-        Gives the bitmaps (:meth:`~cq.writer.StoreWriter._bitmaps_columns`, its registered groups).
+    writer : cq.writer.writer.StoreWriter
+        Gives the bitmaps (:meth:`~cq.writer.writer.StoreWriter._bitmaps_columns`, its registered groups).
     cols : cq.readers.columns.MessageColumns
         Holds ``queue_id``, ``queue_offset``, ``commit_log_offset``, ``store_size``,
         ``store_timestamp`` and (for topics with groups) ``properties``.
