@@ -10,7 +10,8 @@ would receive. See :mod:`cq.format` for the file formats.
 """
 import importlib
 
-from .analyses.why import MessageNotFoundError
+from .analyses.backlog import backlog
+from .analyses.why import MessageNotFoundError, find_messages, why
 from .errors import StoreFileDeleted, StoreFormatError, TagSubscriptionError, UnknownGroupError
 from .filter.custom import FilterError, MessageFilter, batch_filter, load_filter
 from .filter.layers import RetrySqlFilter, SqlFilter, TagFilter
@@ -56,10 +57,12 @@ __all__ = [
     "TagFilter",
     "TagSubscriptionError",
     "UnknownGroupError",
+    "backlog",
     "batch_filter",
     "check_bitmaps",
     "check_ext_batch",
     "decorate",
+    "find_messages",
     "is_ext_addr",
     "load_filter",
     "parse_tag_subscription",
@@ -67,6 +70,7 @@ __all__ = [
     "tags_code",
     "tags_code_many",
     "undecorate",
+    "why",
 ]
 
 #: Names of the writing side, each with the module that defines it.

@@ -58,7 +58,7 @@ def test_why_json_object_agrees_with_the_python_api(capsys):
                            row["queueOffset"], "--json")
         doc = json.loads(out)
         assert code == 0 and isinstance(doc, dict)
-        want = store.why(row["topic"], "GID_SQL_B", sql="TAGS = 'TagA' OR color IN ('red', 'grün')",
+        want = cq.why(store, row["topic"], "GID_SQL_B", sql="TAGS = 'TagA' OR color IN ('red', 'grün')",
                          queue_id=row["queueId"], queue_offset=row["queueOffset"])
         assert (doc["delivered"], doc["dropped_by"]) == (want.delivered, want.dropped_by)
         assert (doc["queue_id"], doc["queue_offset"], doc["commit_log_offset"]) == (
@@ -87,7 +87,7 @@ def test_why_looks_the_group_up_and_says_so(sample, capsys):
     assert code == 0 and "registered in config/consumerFilter.json: bornTime" in out
     assert "isMsgInLive" in out
     # no index files in a sample store: a UNIQ_KEY is found by a scan, and the output says so
-    msg = cq.Store(sample.root).why(sample.main_topic, "GID_PRIORITY", queue_id=0, queue_offset=5)
+    msg = cq.why(cq.Store(sample.root), sample.main_topic, "GID_PRIORITY", queue_id=0, queue_offset=5)
     uniq = cq.Store(sample.root).commit_log.read_message(msg.commit_log_offset).properties["UNIQ_KEY"]
     code, out, _ = run(capsys, "why", sample.root, "--topic", sample.main_topic, "--group", "GID_PRIORITY",
                        "--msg-id", uniq)
@@ -169,7 +169,7 @@ def test_backlog_json_is_the_issues_shape_and_equals_the_api(sample, capsys):
     for group, _ in SAMPLE_GROUPS:
         code, out, _ = run(capsys, "backlog", sample.root, "--topic", sample.main_topic, "--group", group, "--json")
         doc = json.loads(out)
-        want = store.backlog(sample.main_topic, group)
+        want = cq.backlog(store, sample.main_topic, group)
         assert code == 0
         assert [{k: q[k] for k in ("queue_id", "committed_offset", "max_offset", "lag", "will_receive")}
                 for q in doc["queues"]] == [

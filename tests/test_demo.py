@@ -33,7 +33,7 @@ def test_demo_writes_a_sample_and_reports_store_consume_counts(spark, tmp_path, 
     # the backlog the demo prints is Store.backlog's, from the sample's committed offsets
     assert "(rmqfilter backlog)" in printed and "rmqfilter why" in printed
     for group, _sql in cq.writer.sample.SAMPLE_GROUPS:
-        b = store.backlog(topic, group)
+        b = cq.backlog(store, topic, group)
         assert 0 < b.will_receive < b.lag
         assert any(line.split() == [group, f"{b.lag:,}", f"{b.will_receive:,}"] for line in printed.splitlines())
     # A second run reuses the store instead of writing it again.

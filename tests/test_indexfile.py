@@ -60,7 +60,7 @@ def test_store_finds_each_message_by_key_and_uniq_key_confirming_the_real_key():
     store = cq.Store(GOLDEN)
     for row in golden_rows()[::7]:
         for kind, key in expected_keys(row):
-            found, how, note = store.find_messages(row["topic"], **({"msg_id": key} if kind == "uniq" else
+            found, how, note = cq.find_messages(store, row["topic"], **({"msg_id": key} if kind == "uniq" else
                                                                      {"key": key}))
             assert how == "index" and "index files" in note
             assert row["commitLogOffset"] in [m.commit_log_offset for m in found]
@@ -83,7 +83,7 @@ def test_keys_are_per_topic_and_confirmed_against_the_record():
     index.close()
     store = cq.Store(GOLDEN)
     with pytest.raises(cq.analyses.why.MessageNotFoundError, match="no message of topic 'GoldenPlainTopic' has key"):
-        store.find_messages("GoldenPlainTopic", key=only_filter)
+        cq.find_messages(store, "GoldenPlainTopic", key=only_filter)
     store.close()
 
 

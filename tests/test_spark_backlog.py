@@ -47,7 +47,7 @@ def test_from_committed_counts_equal_store_backlog(spark, sample):
 
     store = cq.Store(sample.root)
     for group, _sql in SAMPLE_GROUPS:
-        want = store.backlog(sample.main_topic, group)
+        want = cq.backlog(store, sample.main_topic, group)
         df = (spark.read.format("rocketmq").option("topic", sample.main_topic).option("group", group)
               .option("from_committed", "true").load(sample.root))
         per_queue = {r["queue_id"]: r["n"] for r in df.groupBy("queue_id").agg(F.count("*").alias("n")).collect()}
@@ -74,7 +74,7 @@ def test_group_alone_carries_born_time_and_equals_consume(spark, golden_b):
     assert scan.passed_consume_queue == looked_up.stats.passed_consume_queue > given.stats.passed_consume_queue
     assert scan.delivered == len(delivered) == given.stats.delivered
     # from the committed offset: queue 0 from 30, queue 1 (nothing committed) not read
-    backlog = store.backlog(TOPIC, "GID_SQL_B")
+    backlog = cq.backlog(store, TOPIC, "GID_SQL_B")
     n = (spark.read.format("rocketmq").option("topic", TOPIC).option("group", "GID_SQL_B")
          .option("from_committed", "true").load(str(golden_b)).count())
     assert n == backlog.will_receive == backlog.queues[0].will_receive

@@ -175,15 +175,15 @@ def _every_library_read(root) -> int:
         seen += len(list(store.consume(TOPIC, "GID_SQL_A")))
         for q in store.queue_ids(TOPIC):
             for off in range(0, 100, 9):
-                store.why(TOPIC, "GID_SQL_A", queue_id=q, queue_offset=off)
+                cq.why(store, TOPIC, "GID_SQL_A", queue_id=q, queue_offset=off)
         msg = msgs[0]
-        store.why(TOPIC, "GID_SQL_A", msg_id=msg.msg_id)
-        store.why(TOPIC, "GID_SQL_A", msg_id=msg.properties["UNIQ_KEY"])
-        store.why(TOPIC, "G", tags="*", key=msg.keys.split(" ")[0])
+        cq.why(store, TOPIC, "GID_SQL_A", msg_id=msg.msg_id)
+        cq.why(store, TOPIC, "GID_SQL_A", msg_id=msg.properties["UNIQ_KEY"])
+        cq.why(store, TOPIC, "G", tags="*", key=msg.keys.split(" ")[0])
         with pytest.raises(LookupError):
-            store.find_messages(TOPIC, key="no-such-key")  # the index, then a scan of the topic
+            cq.find_messages(store, TOPIC, key="no-such-key")  # the index, then a scan of the topic
         with pytest.warns(cq.ConfigWarning):
-            assert store.backlog(TOPIC, "GID_SQL_A").lag == 170
+            assert cq.backlog(store, TOPIC, "GID_SQL_A").lag == 170
     return seen
 
 

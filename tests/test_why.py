@@ -69,7 +69,7 @@ def check_why_agrees_with_consume(store: cq.Store, topic: str, group: str, **how
     for q in store.queue_ids(topic):
         cqueue = store.consume_queue(topic, q)
         for off in range(cqueue.min_offset, cqueue.max_offset):
-            w = store.why(topic, group, queue_id=q, queue_offset=off, **how)
+            w = cq.why(store, topic, group, queue_id=q, queue_offset=off, **how)
             counts["units"] += 1
             assert w.delivered == (w.commit_log_offset in delivered), (group, q, off, str(w))
             assert (w.dropped_by is None) == w.delivered
@@ -138,7 +138,7 @@ def test_is_msg_in_live_uses_the_registered_born_time(golden_registered):
     for r in golden_rows():
         if r["topic"] != FILTER_TOPIC:
             continue
-        w = store.why(FILTER_TOPIC, "GID_SQL_B", queue_id=r["queueId"], queue_offset=r["queueOffset"])
+        w = cq.why(store, FILTER_TOPIC, "GID_SQL_B", queue_id=r["queueId"], queue_offset=r["queueOffset"])
         live = next(s for s in w.steps if s.name == "is_msg_in_live")
         assert live.evidence["in_live"] == (r["storeTimestamp"] > born)
         if not live.evidence["in_live"]:
@@ -152,7 +152,7 @@ def test_why_shows_every_step_with_its_evidence(golden_registered):
     rows = [r for r in golden_rows() if r["topic"] == FILTER_TOPIC]
     row = next(r for r in rows if any(g["group"] == "GID_SQL_A" and not g["bloomHit"] for g in r["groups"])
                and r["storeTimestamp"] > 0)
-    w = store.why(FILTER_TOPIC, "GID_SQL_A", queue_id=row["queueId"], queue_offset=row["queueOffset"])
+    w = cq.why(store, FILTER_TOPIC, "GID_SQL_A", queue_id=row["queueId"], queue_offset=row["queueOffset"])
     assert (w.delivered, w.dropped_by) == (False, "consume_queue")
     assert (w.commit_log_offset, w.msg_id) == (row["commitLogOffset"], row["msgId"])
     names = [s.name for s in w.steps]
@@ -179,7 +179,7 @@ def test_why_layer2_carries_the_explain_tree(golden_registered):
     # a message that passes layer 1 and that the selector rejects: a Bloom false positive, or not in live
     seen = {"delivered": False, "commit_log": False}
     for r in rows:
-        w = store.why(FILTER_TOPIC, "GID_SQL_B", queue_id=r["queueId"], queue_offset=r["queueOffset"])
+        w = cq.why(store, FILTER_TOPIC, "GID_SQL_B", queue_id=r["queueId"], queue_offset=r["queueOffset"])
         g = next(g for g in r["groups"] if g["group"] == "GID_SQL_B")
         if w.steps[1].result == "pass":
             layer2 = next(s for s in w.steps if s.name == "commit_log")
@@ -203,7 +203,7 @@ def test_why_tag_group_client_recheck(tmp_path):
         w.append("T", b"2", tags="BB", queue_id=0)
         w.append("T", b"3", queue_id=0)
     store = cq.Store(root)
-    got = [store.why("T", "G", tags="Aa", queue_id=0, queue_offset=i) for i in range(3)]
+    got = [cq.why(store, "T", "G", tags="Aa", queue_id=0, queue_offset=i) for i in range(3)]
     assert [(x.delivered, x.dropped_by) for x in got] == [(True, None), (False, "client"), (False, "consume_queue")]
     assert got[1].steps[-1].reason == "tag_not_in_set" and "collision" in got[1].steps[-1].detail
     assert got[2].steps[1].reason == "tags_code_not_in_set"
@@ -224,7 +224,7 @@ def retry_store(tmp_path_factory):
 
 
 def _retry_whys(store: cq.Store, **how) -> list:
-    return [store.why(RETRY_TOPIC_OF_G, "GID_ORDERS", queue_id=0, queue_offset=i, filter_support_retry=True, **how)
+    return [cq.why(store, RETRY_TOPIC_OF_G, "GID_ORDERS", queue_id=0, queue_offset=i, filter_support_retry=True, **how)
             for i in range(len(RETRY_MESSAGES))]
 
 
@@ -271,7 +271,7 @@ def test_why_retry_filter_names_the_registered_filter_that_decided(retry_store):
 
 
 def test_why_retry_topic_without_filter_support_retry_uses_the_groups_own_expression(retry_store):
-    w = retry_store.why(RETRY_TOPIC_OF_G, "GID_ORDERS", queue_id=0, queue_offset=0)
+    w = cq.why(retry_store, RETRY_TOPIC_OF_G, "GID_ORDERS", queue_id=0, queue_offset=0)
     assert not w.subscription.retry_filter and w.to_dict()["subscription"]["retry_filter"] is False
     assert (w.delivered, w.dropped_by) == (False, "commit_log")  # price > 100, the broker's default
     layer2 = _layer2(w)
@@ -279,7 +279,7 @@ def test_why_retry_topic_without_filter_support_retry_uses_the_groups_own_expres
         "filter_support_retry": False, "retry_topic": "OrderTopic"}
     assert "filterSupportRetry is off" in layer2.detail
     # the record without properties is an ordinary NULL there
-    assert _layer2(retry_store.why(RETRY_TOPIC_OF_G, "GID_ORDERS", queue_id=0, queue_offset=3)).reason == \
+    assert _layer2(cq.why(retry_store, RETRY_TOPIC_OF_G, "GID_ORDERS", queue_id=0, queue_offset=3)).reason == \
         "selector_null"
 
 
@@ -306,7 +306,7 @@ def test_why_retry_filter_registration_without_expression(tmp_path):
                                  BF.generate("GID_ORDERS#AuditTopic"), 5, True)
     write_consumer_filters(root, [*store.registered_filters(), broken])
     with pytest.warns(cq.readers.config.ConfigWarning, match="'GID_ORDERS' on topic 'AuditTopic'.*does not compile"):
-        w = store.why(RETRY_TOPIC_OF_G, "GID_ORDERS", queue_id=0, queue_offset=2, filter_support_retry=True)
+        w = cq.why(store, RETRY_TOPIC_OF_G, "GID_ORDERS", queue_id=0, queue_offset=2, filter_support_retry=True)
     layer2 = _layer2(w)
     assert w.delivered and layer2.reason == "retry_registered_no_expression"
     assert layer2.evidence["retry"]["registration"]["born_time"] == 5
@@ -336,46 +336,46 @@ def test_why_retry_filter_agrees_with_consume_through_the_same_filter(retry_stor
 def test_why_by_offset_msg_id_uniq_key_and_key(golden_registered):
     store = cq.Store(golden_registered)
     row = [r for r in golden_rows() if r["topic"] == FILTER_TOPIC][17]
-    by_id = store.why(FILTER_TOPIC, "GID_SQL_C", msg_id=row["msgId"])
+    by_id = cq.why(store, FILTER_TOPIC, "GID_SQL_C", msg_id=row["msgId"])
     assert [w.commit_log_offset for w in by_id] == [row["commitLogOffset"]] and by_id[0].found_by == "msg_id"
-    by_uniq = store.why(FILTER_TOPIC, "GID_SQL_C", msg_id=row["uniqKey"])
+    by_uniq = cq.why(store, FILTER_TOPIC, "GID_SQL_C", msg_id=row["uniqKey"])
     assert [w.commit_log_offset for w in by_uniq] == [row["commitLogOffset"]] and by_uniq[0].found_by == "index"
     assert by_uniq[0].delivered == by_id[0].delivered
     key = row["keys"].split(" ")[0]
-    by_key = store.why(FILTER_TOPIC, "GID_SQL_C", key=key)
+    by_key = cq.why(store, FILTER_TOPIC, "GID_SQL_C", key=key)
     assert row["commitLogOffset"] in [w.commit_log_offset for w in by_key] and by_key[0].found_by == "index"
     # a key several messages carry gives one Why per message, in CommitLog order
     shared = [r for r in golden_rows() if r["topic"] == FILTER_TOPIC and "order-115" in (r["keys"] or "").split(" ")]
-    many = store.why(FILTER_TOPIC, "GID_SQL_C", key="order-115")
+    many = cq.why(store, FILTER_TOPIC, "GID_SQL_C", key="order-115")
     assert [w.commit_log_offset for w in many] == sorted(r["commitLogOffset"] for r in shared)
 
 
 def test_why_falls_back_to_a_scan_without_index_files(sample):
     store = cq.Store(sample.root)
     msg = next(iter(store.consume(sample.main_topic, "G", tags="*")))
-    ws = store.why(sample.main_topic, "GID_RED_CHEAP", msg_id=msg.properties["UNIQ_KEY"])
+    ws = cq.why(store, sample.main_topic, "GID_RED_CHEAP", msg_id=msg.properties["UNIQ_KEY"])
     assert [w.commit_log_offset for w in ws] == [msg.commit_log_offset]
     assert ws[0].found_by == "scan" and "the store has no index files" in ws[0].note
-    ws = store.why(sample.main_topic, "GID_RED_CHEAP", key=msg.keys)
+    ws = cq.why(store, sample.main_topic, "GID_RED_CHEAP", key=msg.keys)
     assert ws[0].found_by == "scan" and ws[0].queue_offset == msg.queue_offset
-    assert store.why(sample.main_topic, "GID_RED_CHEAP", msg_id=msg.msg_id)[0].found_by == "msg_id"
+    assert cq.why(store, sample.main_topic, "GID_RED_CHEAP", msg_id=msg.msg_id)[0].found_by == "msg_id"
 
 
 def test_unknown_group_and_missing_message_are_clear_errors(golden_registered):
     store = cq.Store(golden_registered)
     with pytest.raises(cq.UnknownGroupError, match="GID_NOPE.*registered groups: GID_SQL_A, GID_SQL_B, GID_SQL_C"):
-        store.why(FILTER_TOPIC, "GID_NOPE", queue_id=0, queue_offset=0)
+        cq.why(store, FILTER_TOPIC, "GID_NOPE", queue_id=0, queue_offset=0)
     with pytest.raises(MessageNotFoundError, match=r"queue offset 100 is outside queue GoldenFilterTopic/0's units"):
-        store.why(FILTER_TOPIC, "GID_SQL_A", queue_id=0, queue_offset=100)
+        cq.why(store, FILTER_TOPIC, "GID_SQL_A", queue_id=0, queue_offset=100)
     with pytest.raises(MessageNotFoundError, match="no message of topic 'GoldenFilterTopic' has key 'nope'"):
-        store.why(FILTER_TOPIC, "GID_SQL_A", key="nope")
+        cq.why(store, FILTER_TOPIC, "GID_SQL_A", key="nope")
     with pytest.raises(MessageNotFoundError, match="UNIQ_KEY '0A00030700002A9F00000000DEADBEEF'"):
-        store.why(FILTER_TOPIC, "GID_SQL_A", msg_id="0A00030700002A9F00000000DEADBEEF")
+        cq.why(store, FILTER_TOPIC, "GID_SQL_A", msg_id="0A00030700002A9F00000000DEADBEEF")
     plain = next(r for r in golden_rows() if r["topic"] == "GoldenPlainTopic")
     with pytest.raises(MessageNotFoundError, match="is on topic 'GoldenPlainTopic'"):
-        store.why(FILTER_TOPIC, "GID_SQL_A", msg_id=plain["msgId"])
+        cq.why(store, FILTER_TOPIC, "GID_SQL_A", msg_id=plain["msgId"])
     with pytest.raises(ValueError, match="give queue_id with queue_offset, or msg_id, or key"):
-        store.why(FILTER_TOPIC, "GID_SQL_A", key="x", msg_id="y")
+        cq.why(store, FILTER_TOPIC, "GID_SQL_A", key="x", msg_id="y")
 
 
 # ------------------------------------------------------------------ backlog
@@ -383,7 +383,7 @@ def test_backlog_replays_the_filter_from_the_committed_offsets(sample):
     store = cq.Store(sample.root)
     for group, _sql in SAMPLE_GROUPS:
         committed = store.committed_offsets(group, sample.main_topic)
-        b = store.backlog(sample.main_topic, group)
+        b = cq.backlog(store, sample.main_topic, group)
         assert [q.queue_id for q in b.queues] == store.queue_ids(sample.main_topic)
         everything = list(store.consume(sample.main_topic, group))
         for q in b.queues:
@@ -402,12 +402,12 @@ def test_backlog_replays_the_filter_from_the_committed_offsets(sample):
 
 def test_backlog_of_a_queue_without_committed_offset(golden_registered):
     store = cq.Store(golden_registered)
-    b = store.backlog(FILTER_TOPIC, "GID_SQL_B")
+    b = cq.backlog(store, FILTER_TOPIC, "GID_SQL_B")
     q0, q1 = b.queues
     assert (q0.committed_offset, q0.lag) == (99, 1) and q0.will_receive in (0, 1)
     assert (q1.committed_offset, q1.lag, q1.will_receive) == (None, None, None)   # -1: nothing committed
     assert b.lag == 1 and "none: no committed offset" in str(b)
-    a = store.backlog(FILTER_TOPIC, "GID_SQL_A", sql=GOLDEN_GROUPS["GID_SQL_A"])
+    a = cq.backlog(store, FILTER_TOPIC, "GID_SQL_A", sql=GOLDEN_GROUPS["GID_SQL_A"])
     assert [q.lag for q in a.queues] == [60, 100]
     assert a.will_receive == sum(1 for m in store.consume(FILTER_TOPIC, "GID_SQL_A")
                                  if m.queue_id == 1 or m.queue_offset >= 40)
@@ -452,13 +452,13 @@ def test_why_agrees_with_consume_on_a_damaged_store(tmp_path, damage):
         for q in store.queue_ids(FILTER_TOPIC):
             cqueue = store.consume_queue(FILTER_TOPIC, q)
             for off in range(cqueue.min_offset, cqueue.max_offset, 5):
-                w = store.why(FILTER_TOPIC, "G", queue_id=q, queue_offset=off, **how)
+                w = cq.why(store, FILTER_TOPIC, "G", queue_id=q, queue_offset=off, **how)
                 reasons.add(w.steps[1].reason)
     if damage in ("no_ext_dir", "ext_zeroed_tail"):
         assert {"no_ext_unit", "tags_code_unknown"} <= reasons
     if damage == "commit_log_tail_lost":
         missing = [w for q in store.queue_ids(FILTER_TOPIC)
-                   for w in (store.why(FILTER_TOPIC, "G", tags="*", queue_id=q, queue_offset=o)
+                   for w in (cq.why(store, FILTER_TOPIC, "G", tags="*", queue_id=q, queue_offset=o)
                              for o in range(store.consume_queue(FILTER_TOPIC, q).max_offset))
                    if w.steps[2].reason == "record_missing"]
         assert missing and all(w.dropped_by == "commit_log" for w in missing)

@@ -1,4 +1,4 @@
-"""The backlog a consumer group will really receive (:meth:`cq.Store.backlog`).
+"""The backlog a consumer group will really receive (:func:`cq.backlog`).
 
 The broker's consumer lag of a queue is ``maxOffset - committedOffset``: it counts every unit,
 including all those the group's filter drops. What the group will actually receive from
@@ -11,12 +11,10 @@ same answer). A queue without a committed offset (absent from ``consumerOffset.j
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
+from ..store.store import Store
 from .why import Subscription, resolve_subscription
-
-if TYPE_CHECKING:  # typing only: store.py imports this module, so a run-time import would be a cycle
-    from ..store.store import Store
 
 __all__ = ["Backlog", "QueueBacklog", "backlog"]
 
@@ -99,7 +97,20 @@ class Backlog:
 
 def backlog(store: Store, topic: str, group: str, *, sql: str | None = None, tags: str | None = None,
             queue_ids=None, bloom_filter="default") -> Backlog:
-    """See :meth:`cq.Store.backlog`."""
+    """Per queue: the group's committed offset, the max offset, the broker's lag and how many
+    of those units the group will actually receive (its filter replayed over
+    ``[committed, max)``, by :func:`cq.Store.consume`).
+
+    The committed offsets come from ``config/consumerOffset.json``; a queue without one has
+    ``committed_offset``, ``lag`` and ``will_receive`` None and is left out of the totals.
+    ``store`` a :class:`cq.Store`; ``sql``/``tags`` as for :func:`cq.why`.
+
+    Returns
+    -------
+    cq.analyses.backlog.Backlog
+        ``.queues`` (:class:`~cq.analyses.backlog.QueueBacklog`), ``.lag``, ``.will_receive``,
+        ``to_dict()`` (``{"queues": [...], "total": {"lag", "will_receive"}}``), ``str()``.
+    """
     flt, sub = resolve_subscription(store, topic, group, sql=sql, tags=tags, bloom_filter=bloom_filter)
     committed = store.committed_offsets(group, topic)
     qids = list(queue_ids) if queue_ids is not None else store.queue_ids(topic)

@@ -15,7 +15,7 @@ from __future__ import annotations
 import binascii
 import struct
 from dataclasses import dataclass, field, replace
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import numpy as np
 
@@ -35,13 +35,11 @@ from ..filter.layers import (
     _low_int32,
     retry_group,
 )
+from ..readers.commitlog import Message
 from ..readers.config import CONSUMER_FILTER_FILE, FilterRegistry, RegisteredFilter
 from ..readers.indexfile import IndexFiles
+from ..store.store import Store
 from ..tags import tags_code as _tag_hash
-
-if TYPE_CHECKING:  # typing only: store.py imports this module, so a run-time import would be a cycle
-    from ..readers.commitlog import Message
-    from ..store.store import Store
 
 __all__ = [
     "MessageNotFoundError",
@@ -198,7 +196,7 @@ class WhyStep:
 
 @dataclass(frozen=True)
 class Why:
-    """One message walked through a group's filter (:meth:`cq.Store.why`).
+    """One message walked through a group's filter (:func:`cq.why`).
 
     Attributes
     ----------
@@ -656,7 +654,51 @@ def find_messages(store: Store, topic: str, *, msg_id: str | None = None,
 def why(store: Store, topic: str, group: str, *, sql: str | None = None, tags: str | None = None,
         queue_id: int | None = None, queue_offset: int | None = None, msg_id: str | None = None,
         key: str | None = None, bloom_filter="default", filter_support_retry: bool = False) -> Why | list[Why]:
-    """See :meth:`cq.Store.why`."""
+    """Walk one message through every step of the broker's filter for ``group``.
+
+    Parameters
+    ----------
+    store : cq.Store
+    topic, group : str
+    sql, tags : str, optional
+        The group's subscription; neither: its registration in ``config/consumerFilter.json``
+        (:class:`cq.UnknownGroupError` when it has none).
+    queue_id, queue_offset : int, optional
+        The message by its ConsumeQueue unit.
+    msg_id : str, optional
+        The offset message id (store host + CommitLog offset, :attr:`cq.Message.msg_id`) or
+        a ``UNIQ_KEY`` (found through the IndexFiles, else by a scan of the topic).
+    key : str, optional
+        A key of ``KEYS`` (IndexFiles, else a scan).
+    bloom_filter : bloom.BloomFilter, "default" or None
+        The broker's Bloom filter, as for :meth:`cq.Store.consume`.
+    filter_support_retry : bool
+        The broker's ``filterSupportRetry`` (default off, as on the broker; its config is not
+        in the store). On, for a ``%RETRY%`` topic and a SQL92 subscription, layer 2 is
+        :class:`cq.RetrySqlFilter`'s: the filter registered in ``config/consumerFilter.json``
+        for (the message's ``RETRY_TOPIC``, group) decides, none registered matches
+        (docs/why.md#retry-topics).
+
+    Returns
+    -------
+    cq.analyses.why.Why or list of cq.analyses.why.Why
+        One :class:`~cq.analyses.why.Why` for a queue offset; a list (one per matching message,
+        CommitLog order) for ``msg_id`` / ``key``. ``.delivered``, ``.dropped_by``
+        (None, ``"consume_queue"``, ``"commit_log"``, ``"client"``), ``.steps`` with their
+        evidence, ``str()`` for people, ``to_dict()`` for JSON.
+
+    Raises
+    ------
+    cq.analyses.why.MessageNotFoundError
+        No such unit or message (a ValueError and a LookupError).
+
+    Examples
+    --------
+    >>> w = why(Store("tests/data/golden_store").why(  # doctest: +SKIP
+    ...     "GoldenFilterTopic", "GID_SQL_A", sql="a > 5 AND b = 'abc'", queue_id=0, queue_offset=0))
+    >>> w.delivered, w.dropped_by  # doctest: +SKIP
+    (False, 'consume_queue')
+    """
     given = [queue_offset is not None or queue_id is not None, msg_id is not None, key is not None]
     if sum(given) != 1:
         raise ValueError("give queue_id with queue_offset, or msg_id, or key")

@@ -12,8 +12,6 @@ import numpy as np
 import bloom
 
 from .. import format as fmt
-from ..analyses import backlog as _backlog
-from ..analyses import why as _why
 from ..errors import StoreFileDeleted, StoreFormatError, UnknownGroupError
 from ..filter.custom import BATCH_RECORD_FIELDS, ON_FILTER_ERROR, as_message_filter, records_record_batch
 from ..filter.layers import RetryPropertiesError, SqlFilter, TagFilter
@@ -398,83 +396,6 @@ class Store:
     def topic_configs(self) -> dict[str, dict]:
         """``config/topics.json``: topic name -> its settings as stored (``{}`` if missing)."""
         return cfg.read_topic_configs(self.config_path(cfg.TOPICS_FILE))
-
-    # ------------------------------------------------------------ why / backlog
-    def why(self, topic: str, group: str, *, sql: str | None = None, tags: str | None = None,
-            queue_id: int | None = None, queue_offset: int | None = None, msg_id: str | None = None,
-            key: str | None = None, bloom_filter="default",
-            filter_support_retry: bool = False) -> _why.Why | list[_why.Why]:
-        """Walk one message through every step of the broker's filter for ``group``.
-
-        Parameters
-        ----------
-        topic, group : str
-        sql, tags : str, optional
-            The group's subscription; neither: its registration in ``config/consumerFilter.json``
-            (:class:`cq.UnknownGroupError` when it has none).
-        queue_id, queue_offset : int, optional
-            The message by its ConsumeQueue unit.
-        msg_id : str, optional
-            The offset message id (store host + CommitLog offset, :attr:`cq.Message.msg_id`) or
-            a ``UNIQ_KEY`` (found through the IndexFiles, else by a scan of the topic).
-        key : str, optional
-            A key of ``KEYS`` (IndexFiles, else a scan).
-        bloom_filter : bloom.BloomFilter, "default" or None
-            The broker's Bloom filter, as for :meth:`consume`.
-        filter_support_retry : bool
-            The broker's ``filterSupportRetry`` (default off, as on the broker; its config is not
-            in the store). On, for a ``%RETRY%`` topic and a SQL92 subscription, layer 2 is
-            :class:`cq.RetrySqlFilter`'s: the filter registered in ``config/consumerFilter.json``
-            for (the message's ``RETRY_TOPIC``, group) decides, none registered matches
-            (docs/why.md#retry-topics).
-
-        Returns
-        -------
-        cq.analyses.why.Why or list of cq.analyses.why.Why
-            One :class:`~cq.analyses.why.Why` for a queue offset; a list (one per matching message,
-            CommitLog order) for ``msg_id`` / ``key``. ``.delivered``, ``.dropped_by``
-            (None, ``"consume_queue"``, ``"commit_log"``, ``"client"``), ``.steps`` with their
-            evidence, ``str()`` for people, ``to_dict()`` for JSON.
-
-        Raises
-        ------
-        cq.analyses.why.MessageNotFoundError
-            No such unit or message (a ValueError and a LookupError).
-
-        Examples
-        --------
-        >>> w = Store("tests/data/golden_store").why(  # doctest: +SKIP
-        ...     "GoldenFilterTopic", "GID_SQL_A", sql="a > 5 AND b = 'abc'", queue_id=0, queue_offset=0)
-        >>> w.delivered, w.dropped_by  # doctest: +SKIP
-        (False, 'consume_queue')
-        """
-        return _why.why(self, topic, group, sql=sql, tags=tags, queue_id=queue_id, queue_offset=queue_offset,
-                        msg_id=msg_id, key=key, bloom_filter=bloom_filter,
-                        filter_support_retry=filter_support_retry)
-
-    def find_messages(self, topic: str, *, msg_id: str | None = None, key: str | None = None):
-        """``(messages, found_by, note)``: messages of ``topic`` by offset message id, UNIQ_KEY
-        (as ``msg_id``) or key, through the IndexFiles and else a scan (see :func:`cq.analyses.why.find_messages`)."""
-        return _why.find_messages(self, topic, msg_id=msg_id, key=key)
-
-    def backlog(self, topic: str, group: str, *, sql: str | None = None, tags: str | None = None,
-                queue_ids: Iterable[int] | None = None, bloom_filter="default") -> _backlog.Backlog:
-        """Per queue: the group's committed offset, the max offset, the broker's lag and how many
-        of those units the group will actually receive (its filter replayed over
-        ``[committed, max)``, by :meth:`consume`).
-
-        The committed offsets come from ``config/consumerOffset.json``; a queue without one has
-        ``committed_offset``, ``lag`` and ``will_receive`` None and is left out of the totals.
-        ``sql``/``tags`` as for :meth:`why`.
-
-        Returns
-        -------
-        cq.analyses.backlog.Backlog
-            ``.queues`` (:class:`~cq.analyses.backlog.QueueBacklog`), ``.lag``, ``.will_receive``,
-            ``to_dict()`` (``{"queues": [...], "total": {"lag", "will_receive"}}``), ``str()``.
-        """
-        return _backlog.backlog(self, topic, group, sql=sql, tags=tags, queue_ids=queue_ids,
-                                bloom_filter=bloom_filter)
 
     # ------------------------------------------------------------ live stores
     def _check_root(self) -> None:

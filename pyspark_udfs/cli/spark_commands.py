@@ -100,13 +100,13 @@ def _print_backlog_and_why(root: str, topic: str, groups: list[str]) -> None:
           "every unit,\nthe group will receive only what its filter lets through (rmqfilter backlog):")
     print(f"  {'group':<16} {'broker lag':>12} {'will receive':>13}")
     for group in groups:
-        b = store.backlog(topic, group)
+        b = cq.backlog(store, topic, group)
         print(f"  {group:<16} {b.lag:>12,} {b.will_receive:>13,}")
     group = groups[0]
     committed = store.committed_offsets(group, topic)
     q = min(committed) if committed else 0
     offset = committed.get(q, 0)
-    w = store.why(topic, group, queue_id=q, queue_offset=offset)
+    w = cq.why(store, topic, group, queue_id=q, queue_offset=offset)
     print(f"\nThe next message of queue {q} for {group} (rmqfilter why {root} --topic {topic} --group {group} "
           f"--queue {q} --offset {offset}):\n  {w.verdict}")
     store.close()

@@ -66,7 +66,7 @@ def _run_why(args: argparse.Namespace) -> int:
         return fail(prog, "--queue and --offset go together")
     try:
         with reported_warnings(prog), topic_store(args.store, args.topic) as store:
-            result = store.why(args.topic, args.group, sql=args.sql, tags=args.tags, queue_id=args.queue,
+            result = cq.why(store, args.topic, args.group, sql=args.sql, tags=args.tags, queue_id=args.queue,
                                queue_offset=args.offset, msg_id=args.msg_id, key=args.key,
                                filter_support_retry=args.filter_support_retry)
     except _errors() as exc:
@@ -94,7 +94,7 @@ def _run_backlog(args: argparse.Namespace) -> int:
                                       f"{store.config_path('consumerFilter.json')}")
             else:
                 groups = [args.group]
-            results = [store.backlog(args.topic, g, sql=args.sql, tags=args.tags) for g in groups]
+            results = [cq.backlog(store, args.topic, g, sql=args.sql, tags=args.tags) for g in groups]
     except _errors() as exc:
         return fail(prog, error_text(exc))
     if args.json:
