@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import os
 
+import numpy as np
 import pytest
 
 # Rows of the selector group; RMQFILTER_BENCH_SPARK_ROWS makes a shorter run (the plain @udf is slow).
@@ -205,18 +206,27 @@ def test_reader_in_process_per_item(benchmark, sample_store):
     assert count == STORE_MESSAGES
 
 
+def _layer1_per_unit(self, codes, *, known, ext_batch, **_):
+    """Layer 1 through the filter's ``is_matched_by_consume_queue``, one unit at a time."""
+    f, values = self.filter, codes.tolist()
+    passed = np.fromiter((f.is_matched_by_consume_queue(values[i] if known[i] else None,
+                                                        ext_batch.unit(i) if ext_batch is not None else None)
+                          for i in range(len(values))), dtype=bool, count=len(values))
+    return passed, np.zeros(len(values), dtype=bool)
+
+
 @pytest.mark.parametrize("layer1", ["arrays", "per-unit"])
 def test_reader_group_decisions_layer1(benchmark, sample_store, layer1):
-    from pyspark_udfs import _reader
+    from cq.filter.layers import Layers
 
     benchmark.group = f"data source reader in-process, SQL group decisions, {STORE_MESSAGES:,} messages"
     options = {"table": "consumequeue", "group": "GID_bench", "sql": "a > 5", "decisions": True}
-    original = _reader._GroupFilter.layer1
+    original = Layers.layer1
     if layer1 == "per-unit":
-        _reader._GroupFilter.layer1 = lambda self, *a: None  # the unit-by-unit fallback
+        Layers.layer1 = _layer1_per_unit  # the filter asked unit by unit
     try:
         count = _run(benchmark, lambda: _read_all(sample_store, **options),
                      "ours" if layer1 == "arrays" else "alternative", STORE_MESSAGES)
     finally:
-        _reader._GroupFilter.layer1 = original
+        Layers.layer1 = original
     assert count == STORE_MESSAGES

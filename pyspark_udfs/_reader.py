@@ -39,7 +39,7 @@ from pyspark.sql.pandas.types import to_arrow_schema
 import cq
 from cq.errors import StoreFormatError
 from cq.filter.custom import MessageFilter, ext_columns, filter_record_batch, message_schema
-from cq.scan import PRUNED, check_ext_batch
+from cq.filter.layers import Layers
 from pyspark_udfs.datasource import RECORD_COLUMNS
 
 # Opened stores, per worker process: a worker reads many slices of a few stores. Each use
@@ -244,8 +244,9 @@ class _GroupFilter:
         self.part = part
         self.filter = store.make_filter(topic, options.group, sql=options.sql, tags=options.tags,
                                         born_time=options.born_time, bloom_data=options.bloom_data)
+        self.layers = Layers(self.filter)
         self.layer2_in_spark = options.layer2 == "spark"
-        if self.layer2_in_spark and (type(self.filter) is not cq.SqlFilter or self.filter.class_filter_mode):
+        if self.layer2_in_spark and not self.layers.plain_sql:
             # Only a plain SQL92 filter's layer 2 is the selector alone (and its client check keeps all).
             raise ValueError(f"rocketmq option layer2=spark: the filter of group {options.group!r} on topic "
                              f"{topic!r} is a {type(self.filter).__name__}, not a plain SQL92 filter")
@@ -264,9 +265,7 @@ class _GroupFilter:
         read (the caller decides them with :meth:`delivered`).
         """
         d = Decisions(len(tags_code))
-        layer1 = self.layer1(tags_code, known, ext_batch, candidates)
-        d.consume_queue[:] = layer1 if layer1 is not None else self.layer1_per_unit(
-            tags_code, known, ext_batch, candidates)
+        d.consume_queue[:] = candidates & self.layers.layer1(tags_code, known=known, ext_batch=ext_batch)[0]
         offsets = units["commit_log_offset"]
         rows = np.flatnonzero(d.consume_queue & _in_commit_log(self.store, offsets, units["size"], self.part))
         if self.layer2_in_spark or not layer2:
@@ -290,19 +289,15 @@ class _GroupFilter:
             skips.add_units(queue_offsets[rows[~good]], errors)
             d.skipped[rows[~good]] = True
             rows = rows[good]
-        layer2 = self._layer2(cols)
+        layer2 = self.layers.layer2_columns(cols)
         d.reached_commit_log[rows] = True
         d.commit_log[rows] = layer2
-        d.delivered[rows] = layer2 & self.filter.is_matched_by_client_columns(cols)
+        d.delivered[rows] = layer2 & self.layers.client_columns(cols)
         return d
-
-    def _layer2(self, cols) -> np.ndarray:
-        f = self.filter
-        return np.ones(len(cols), dtype=np.bool_) if type(f) is cq.TagFilter else f.is_matched_by_commit_log_columns(cols)
 
     def delivered(self, cols) -> np.ndarray:
         """Layer 2 and the client's re-check over decoded records (``cols`` holds :meth:`layer2_fields`)."""
-        return self._layer2(cols) & self.filter.is_matched_by_client_columns(cols)
+        return self.layers.layer2_columns(cols) & self.layers.client_columns(cols)
 
     def fuses_layer2(self, options, record_fields: list[str]) -> bool:
         """Whether layer 2 should run on the output batches' own decode instead of a decode of its own.
@@ -322,70 +317,25 @@ class _GroupFilter:
         if (options.decisions or self.layer2_in_spark or fields is None
                 or not set(fields) <= set(record_fields)):
             return False
-        f = self.filter
-        return type(f) is cq.TagFilter or f.uses_bitmap()
+        return self.layers.layer1_decides
 
     def layer2_fields(self) -> list[str] | None:
-        """Record fields layer 2 and the client check read, for the filters that work on columns
-        (None: the filter decides row by row on property dicts)."""
-        f = self.filter
-        if type(f) is cq.TagFilter:
-            return ["tags"]
-        if type(f) is cq.SqlFilter and hasattr(f.compiled, "matches_arrow"):
-            return ["properties"]
-        return None
+        """Record fields layer 2 and the client check read (:meth:`cq.filter.layers.Layers.layer2_fields`)."""
+        return self.layers.layer2_fields()
 
     def _decide_per_record(self, d, log, offsets, rows, skips, queue_offsets) -> Decisions:
-        f = self.filter
         props, good, errors = decode_skipping(log.gather_properties, offsets[rows],
                                               skips is not None and skips.enabled)
         if errors:
             skips.add_units(queue_offsets[rows[~good]], errors)
             d.skipped[rows[~good]] = True
             rows = rows[good]
-        many = getattr(f, "is_matched_by_commit_log_many", None)
-        if many is not None:
-            layer2 = np.asarray(many(props), dtype=np.bool_)
-        else:
-            layer2 = np.fromiter((f.is_matched_by_commit_log(p) for p in props), dtype=np.bool_, count=len(rows))
-        client = np.fromiter((f.is_matched_by_client(p.get(TAGS) if p is not None else None) for p in props),
-                             dtype=np.bool_, count=len(rows))
+        layer2 = self.layers.layer2_properties(props)
+        client = self.layers.client_tags([p.get(TAGS) if p is not None else None for p in props])
         d.reached_commit_log[rows] = True
         d.commit_log[rows] = layer2
         d.delivered[rows] = layer2 & client
         return d
-
-    def layer1_per_unit(self, tags_code, known, ext_batch, candidates) -> np.ndarray:
-        """Layer 1 unit by unit through the filter's ``is_matched_by_consume_queue``."""
-        f = self.filter
-        out = np.zeros(len(candidates), dtype=np.bool_)
-        codes = tags_code.tolist()
-        for i in np.flatnonzero(candidates).tolist():
-            unit = ext_batch.unit(i) if ext_batch is not None else None
-            out[i] = f.is_matched_by_consume_queue(codes[i] if known[i] else None, unit)
-        return out
-
-    def layer1(self, tags_code, known, ext_batch, candidates) -> np.ndarray | None:
-        """Layer 1 over the whole slice in array operations, for the filters ``make_filter`` builds.
-
-        The same rules as ``TagFilter`` / ``SqlFilter.is_matched_by_consume_queue``
-        (docs/filtering.md#tag-match, docs/filtering.md#expression-filter); None for any other filter class (then unit by unit).
-        """
-        f = self.filter
-        if type(f) is cq.TagFilter:
-            sub = f.subscription
-            if sub is None or f.class_filter_mode or sub.sub_string == "*":
-                return candidates.copy()
-            low = tags_code.astype(np.uint32).astype(np.int32).astype(np.int64)  # the broker's (int) tagsCode
-            codes = np.fromiter(f.codes, dtype=np.int64, count=len(f.codes))
-            return candidates & (~known | np.isin(low, codes))
-        if type(f) is not cq.SqlFilter:
-            return None
-        if not f.uses_bitmap() or ext_batch is None:  # (Store.consume's condition)
-            return candidates.copy()
-        verdict = check_ext_batch(ext_batch, f.bloom_data.bit_pos, bit_num=int(f.bloom_data.bit_num),
-                                  born_time=f.born_time)
-        return candidates & (verdict != PRUNED)
 
 
 #: A batch holds at most this many bytes of the CommitLog records it decodes (each record

@@ -141,6 +141,7 @@ import bloom
 import cq
 import selector
 from cq.filter.custom import load_filter
+from cq.filter.layers import Layers
 
 from ._plan import (
     DEFAULT_PARTITION_UNITS,
@@ -414,7 +415,7 @@ def _registered_group(path: str, topic: str | None, group: str) -> tuple[str | N
         reg = cq.Store(path).registered_filter(topic, group)
     except (cq.UnknownGroupError, cq.StoreFormatError) as exc:
         raise ValueError(f"rocketmq option 'group': {exc}") from exc
-    if not isinstance(reg.make_filter(), cq.SqlFilter):
+    if not Layers(reg.make_filter()).has_layer2:  # not a SQL92 registration
         # the broker keeps no compiled expression for it and lets every message through (warned)
         return None, "*", {}
     fields = {"born_time": reg.born_time}

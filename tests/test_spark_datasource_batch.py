@@ -165,9 +165,11 @@ def test_vectorised_layer1_equals_the_filter_unit_by_unit(kind, expr):
             for born_time in (0, 1 << 62):
                 if kind == "sql":
                     gf.filter.born_time = born_time
-                fast = gf.layer1(tags_code, known, ext_batch, candidates)
-                assert fast is not None
-                slow = gf.layer1_per_unit(tags_code, known, ext_batch, candidates)
+                fast = candidates & gf.layers.layer1(tags_code, known=known, ext_batch=ext_batch)[0]
+                slow = np.zeros(len(candidates), dtype=bool)
+                for i in np.flatnonzero(candidates).tolist():
+                    slow[i] = gf.filter.is_matched_by_consume_queue(int(tags_code[i]) if known[i] else None,
+                                                                    ext_batch.unit(i) if ext_batch is not None else None)
                 assert fast.tolist() == slow.tolist(), (topic, q, group, born_time)
                 checked += int(candidates.sum())
     assert checked > 0

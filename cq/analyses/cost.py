@@ -35,7 +35,7 @@ from selector.quoted import BROKER_EVALUATE_NS
 
 from .. import format as fmt
 from ..errors import UnknownGroupError
-from ..filter.layers import SqlFilter, TagFilter
+from ..filter.layers import Layers, SqlFilter, TagFilter
 from ..store.store import CONSUME_BATCH, ConsumeStats, Store
 from ..tags import EXPRESSION_TYPE_SQL92
 
@@ -281,7 +281,7 @@ def tally_range(store: Store, topic: str, reported: Sequence[CostGroup], registe
                 queue_id: int, start: int | None = None, end: int | None = None, bloom_filter: Any = None) -> Tally:
     """Count queue offsets ``[start, end)`` of one queue for every group (the unit of work of a pass).
 
-    Layer 1 runs through ``Store._layer1`` with the store's ext bitmaps; each distinct selector
+    Layer 1 runs through :class:`cq.filter.layers.Layers` with the store's ext bitmaps; each distinct selector
     is evaluated once per batch on every message present in the CommitLog.
     """
     bf = bloom_filter if bloom_filter is not None else bloom.BloomFilter()
@@ -293,8 +293,7 @@ def tally_range(store: Store, topic: str, reported: Sequence[CostGroup], registe
     reg_index = [names.index(n) for n in reg_names]
     log = store.commit_log
     lo, hi = log.min_offset, log.max_offset
-    cqueue, ext = store._queue_readers(topic, queue_id)
-    try:
+    with store.queue_readers(topic, queue_id) as (cqueue, ext):
         if ext is None:
             tally.queues_without_ext = 1
         count = None if end is None else max(0, int(end) - (cqueue.min_offset if start is None else int(start)))
@@ -305,8 +304,6 @@ def tally_range(store: Store, topic: str, reported: Sequence[CostGroup], registe
                 chunk = raw[b * fmt.CQ_STORE_UNIT_SIZE:(b + CONSUME_BATCH) * fmt.CQ_STORE_UNIT_SIZE]
                 _tally_batch(store, tally, chunk, filters, reg_index, ext, lo, hi)
                 log._drop_resident()
-    finally:
-        store._release(topic, queue_id, cqueue, ext)
     return tally
 
 
@@ -334,28 +331,22 @@ def _tally_batch(store, tally: Tally, chunk, filters, reg_index, ext, lo: int, h
     matched = np.zeros((len(filters), n), dtype=bool)
     for j, flt in enumerate(filters):
         stats = ConsumeStats()
-        idx, hits = store._layer1(flt, chunk, units, ext, stats)
-        passed = np.zeros(n, dtype=bool)
-        passed[idx] = True
+        layers = Layers(flt)
+        passed, hits = layers.layer1(slot, ext=ext, raw=chunk, stats=stats)
         tested = (hits | ~passed) & present if stats.bloom_tested else np.zeros(n, dtype=bool)
         passed &= present
-        if isinstance(flt, SqlFilter):
+        if layers.has_layer2:
             got = answers.get(flt.sql)
             if got is None:
-                got = answers[flt.sql] = flt.is_matched_by_commit_log_many(props)
+                got = answers[flt.sql] = layers.layer2_properties(props)
             matched[j, present] = got
             tally.bloom_tested[j] += int(tested.sum())
             tally.bloom_false_positives[j] += int((hits & present & ~matched[j]).sum())
             tally.delivered[j] += int((passed & matched[j]).sum())
         else:
             if tags is None:
-                # "" for no TAGS: a tag subscription's set never holds "" (its tags are trimmed, non-empty)
-                tags = np.array([(p.get("TAGS") if p is not None else None) or "" for p in props], dtype=str)
-            sub = flt.subscription
-            if sub is None or flt.class_filter_mode or not sub.tags_set:
-                client = np.ones(len(props), dtype=bool)
-            else:
-                client = np.isin(tags, np.array(sorted(sub.tags_set), dtype=str))
+                tags = [p.get("TAGS") if p is not None else None for p in props]
+            client = layers.client_tags(tags)
             matched[j, present] = client
             tally.client_filtered[j] += int((passed & ~matched[j] & present).sum())
             tally.delivered[j] += int((passed & matched[j]).sum())

@@ -18,6 +18,7 @@ from selector.errors import SelectorEvaluationError
 
 from .. import format as fmt
 from ..readers.ext import CqExtUnit
+from ..scan import HIT, PASS, PRUNED, bloom_bit_bytes, check_ext_batch, scan_tags
 from ..tags import (
     EXPRESSION_TYPE_SQL92,
     SubscriptionData,
@@ -408,3 +409,201 @@ def _bools(arr) -> np.ndarray:
         arr = pc.and_kleene(arr, pc.is_valid(arr))  # NULL AND false is false
     bits = np.frombuffer(arr.buffers()[1], dtype=np.uint8)
     return np.unpackbits(bits, count=arr.offset + len(arr), bitorder="little")[arr.offset:].view(np.bool_)
+
+
+# ------------------------------------------------------------------ over arrays
+#: :attr:`Layers.kind` of each filter class; any other filter (one with the per-unit methods only) is ``"units"``.
+_KINDS = ((RetrySqlFilter, "retry"), (SqlFilter, "sql92"), (TagFilter, "tags"))
+
+
+class Layers:
+    """The broker's two layers and the client's re-check of one filter, over arrays of units and records.
+
+    The one home of the filter's array rules: :meth:`cq.Store.consume`, the ``rocketmq`` data
+    source, :func:`cq.analyses.cost.tally_range`, :func:`cq.why` and :func:`cq.backlog` ask it,
+    never the filter's class. The rules are those of the filter's per-unit methods
+    (docs/filtering.md#tag-match, docs/filtering.md#expression-filter, docs/filtering.md#retry-filter);
+    a filter of another class (with only ``is_matched_by_consume_queue``,
+    ``is_matched_by_commit_log`` and ``is_matched_by_client``) is asked unit by unit.
+
+    Parameters
+    ----------
+    flt : TagFilter, SqlFilter, RetrySqlFilter or a filter with the per-unit methods
+    """
+
+    def __init__(self, flt) -> None:
+        self.filter = flt
+        #: ``"tags"``, ``"sql92"``, ``"retry"`` (a :class:`RetrySqlFilter`) or ``"units"`` (another class).
+        self.kind = next((k for cls, k in _KINDS if isinstance(flt, cls)), "units")
+        if self.kind == "tags":
+            self._codes = np.fromiter(flt.codes, dtype=np.int32, count=len(flt.codes))
+
+    @property
+    def passes_all(self) -> bool:
+        """Layer 1 passes every unit (no tags to compare, ``"*"``, class-filter mode, no valid bloom data)."""
+        f = self.filter
+        if self.kind == "tags":
+            sub = f.subscription
+            return sub is None or f.class_filter_mode or sub.sub_string == "*"
+        if self.kind in ("sql92", "retry"):
+            return not f.uses_bitmap()
+        return False
+
+    @property
+    def layer1_decides(self) -> bool:
+        """Layer 1 nearly decides alone: a tag code match, or a Bloom bitmap of the group's expression,
+        so the records it lets through are mostly delivered (docs/data-path.md#consume)."""
+        return self.kind == "tags" or (self.kind in ("sql92", "retry") and self.filter.uses_bitmap())
+
+    @property
+    def has_layer2(self) -> bool:
+        """Layer 2 can drop a record (a SQL92 selector); a tag filter's layer 2 is always true."""
+        return self.kind != "tags"
+
+    @property
+    def plain_sql(self) -> bool:
+        """Layer 2 is the selector alone, and the client keeps everything: a SQL92 filter, not a retry one,
+        not in class-filter mode (what Spark may evaluate instead of the broker's layer 2)."""
+        return self.kind == "sql92" and not self.filter.class_filter_mode
+
+    def layer2_fields(self) -> list[str] | None:
+        """Record fields layer 2 and the client re-check read over columns (None: they decide
+        record by record, on property dicts)."""
+        if self.kind == "tags":
+            return ["tags"]
+        if self.kind == "sql92" and hasattr(self.filter.compiled, "matches_arrow"):
+            return ["properties"]
+        return None
+
+    def layer1(self, slots: np.ndarray, *, ext=None, raw=None, known: np.ndarray | None = None,
+               ext_batch=None, stats=None) -> tuple[np.ndarray, np.ndarray]:
+        """Layer 1 over units: ``(passed, hits)`` bool masks (``hits``: the units whose ext bitmap
+        held every bit of the group).
+
+        Parameters
+        ----------
+        slots : ndarray
+            The units' ``tags_code`` slots as stored (an ext address where the unit has one), resolved
+            through ``ext`` (:class:`cq.ConsumeQueueExt` or None); ``raw``, the units' bytes, lets a tag
+            filter scan them in the kernel when no slot is an ext address. Or, with ``known`` given,
+            the tags codes already resolved (``known`` False where an ext address did not resolve)
+            and ``ext_batch`` the units' ext units (:meth:`cq.ConsumeQueueExt.read_batch`, or None).
+        stats : cq.ConsumeStats, optional
+            Counts ``ext_missing``, ``bloom_tested`` and ``bloom_pruned``.
+        """
+        n = len(slots)
+        hits = np.zeros(n, dtype=bool)
+        if self.passes_all:
+            return np.ones(n, dtype=bool), hits
+        f = self.filter
+        if known is None:
+            is_ext = slots <= fmt.MAX_ADDR
+            if self.kind == "tags" and raw is not None and not is_ext.any():
+                passed = np.zeros(n, dtype=bool)
+                passed[scan_tags(raw, f.codes)] = True
+                return passed, hits
+        if self.kind == "tags":
+            if known is None:
+                codes, known = slots.copy(), ~is_ext
+                if ext is not None:
+                    found, tags, _ = ext.read_many(slots)
+                    codes = np.where(found, tags, codes)
+                    known |= found
+                if stats is not None:
+                    stats.ext_missing += int((is_ext & ~known).sum())
+            else:
+                codes = slots
+            return ~known | np.isin(_low_int32_array(codes), self._codes), hits
+        if self.kind in ("sql92", "retry"):
+            data = f.bloom_data
+            if ext_batch is not None:
+                verdict = check_ext_batch(ext_batch, data.bit_pos, bit_num=int(data.bit_num), born_time=f.born_time)
+            elif known is not None or ext is None:
+                return np.ones(n, dtype=bool), hits
+            else:
+                verdict = np.full(n, PASS, dtype=np.uint8)
+                bits = bloom_bit_bytes(data.bit_pos, data.bit_num)
+                if bits is not None:  # (None: isHit throws and the broker matches)
+                    verdict, found = ext.bloom_verdicts(slots, *bits, data.bit_num, f.born_time)
+                    if stats is not None:
+                        stats.ext_missing += int((is_ext & (found == 0)).sum())
+            hits = verdict == HIT
+            if stats is not None:
+                stats.bloom_tested += int((hits | (verdict == PRUNED)).sum())
+                stats.bloom_pruned += int((verdict == PRUNED).sum())
+            return verdict != PRUNED, hits
+        # a filter of another class: unit by unit
+        if known is None:
+            ext_batch = ext.read_batch(slots) if ext is not None else None
+            known = ~is_ext | (ext_batch.found if ext_batch is not None else False)
+            codes = np.where(known & is_ext, ext_batch.tags_code, slots) if ext_batch is not None else slots
+        else:
+            codes = slots
+        codes = codes.tolist()
+        passed = np.fromiter(
+            (f.is_matched_by_consume_queue(codes[i] if known[i] else None,
+                                           ext_batch.unit(i) if ext_batch is not None else None) for i in range(n)),
+            dtype=bool, count=n)
+        return passed, hits
+
+    def layer2_columns(self, cols) -> np.ndarray:
+        """Layer 2 over decoded records holding :meth:`layer2_fields` (bool per record)."""
+        if self.kind == "tags":
+            return np.ones(len(cols), dtype=bool)
+        return np.asarray(self.filter.is_matched_by_commit_log_columns(cols), dtype=bool)
+
+    def layer2_properties(self, props) -> np.ndarray:
+        """Layer 2 over property dicts (None: a record without properties), bool per record."""
+        f = self.filter
+        many = getattr(f, "is_matched_by_commit_log_many", None)
+        if many is not None:
+            return np.asarray(many(props), dtype=bool)
+        return np.fromiter((f.is_matched_by_commit_log(p) for p in props), dtype=bool, count=len(props))
+
+    def layer2_records(self, log, offs: np.ndarray, cols=None) -> np.ndarray:
+        """Layer 2 for the CommitLog records at ``offs`` of ``log``: over the decoded properties
+        column where the filter can (``cols``, when given, the records decoded already), else over
+        property dicts. A retry record without properties raises :class:`RetryPropertiesError`
+        naming the CommitLog file and byte (docs/filtering.md#retry-filter)."""
+        if self.kind in ("tags", "sql92"):
+            try:
+                return self.layer2_columns(cols if cols is not None else log.decode_columns(offs, ["properties"]))
+            except (ImportError, TypeError):
+                pass  # no pyarrow, or a selector without an Arrow evaluator
+        props = log.gather_properties(offs, absent_as_none=True)  # null where none are stored, as the broker's
+        try:
+            return self.layer2_properties(props)
+        except RetryPropertiesError as exc:  # the broker's pull fails at this record
+            bare = [i for i, p in enumerate(props) if p is None]
+            if not bare:
+                raise
+            at = int(offs[bare[0]])
+            start, path = log.files[log.file_index(at)]
+            raise RetryPropertiesError(f"{exc}: {path} at byte {at - start} (CommitLog offset {at})") from None
+
+    def client_columns(self, cols, rows: np.ndarray | None = None) -> np.ndarray:
+        """The client's tag re-check of decoded records (``rows`` of them, default all), bool per row:
+        over the tags column where the filter can, else one tag at a time."""
+        f = self.filter
+        over_columns = getattr(f, "is_matched_by_client_columns", None)
+        if over_columns is not None:
+            keep = np.asarray(over_columns(cols), dtype=bool)
+            return keep if rows is None else keep[rows]
+        n = len(cols) if rows is None else len(rows)
+        return np.fromiter((f.is_matched_by_client(t) for t in cols.texts("tags", rows=rows)), dtype=bool, count=n)
+
+    def client_tags(self, tags) -> np.ndarray:
+        """The client's tag re-check of records by their ``TAGS`` values (None: no TAGS), bool per record."""
+        f = self.filter
+        if self.kind == "tags":
+            sub = f.subscription
+            if sub is None or f.class_filter_mode or not sub.tags_set:
+                return np.ones(len(tags), dtype=bool)
+            # "" for no TAGS: a tag subscription's set never holds "" (its tags are trimmed, non-empty)
+            return np.isin(np.array([t or "" for t in tags], dtype=str), np.array(sorted(sub.tags_set), dtype=str))
+        return np.fromiter((f.is_matched_by_client(t) for t in tags), dtype=bool, count=len(tags))
+
+
+def _low_int32_array(codes: np.ndarray) -> np.ndarray:
+    """``(int) tagsCode`` of each code: the low 32 bits as a signed int, as the broker compares them."""
+    return np.asarray(codes).astype(np.int64).astype(np.uint32).astype(np.int32)

@@ -303,6 +303,27 @@ class ConsumeQueueExt(MappedFileQueue):
                 data[np.repeat(shift, np.diff(offs)) + np.arange(len(gdata))] = gdata
         return ExtBatch(found, size, tags, times, bms, offsets, data)
 
+    def bloom_verdicts(self, addresses: np.ndarray, byte_idx: np.ndarray, masks: np.ndarray, bit_num: int,
+                       born_time: int) -> tuple[np.ndarray, np.ndarray]:
+        """The Bloom check of layer 1 on the ext units at ``addresses``, in the mapped files
+        (docs/filtering.md#expression-filter): ``(verdict, found)`` uint8 arrays, ``verdict`` one of
+        :data:`cq.scan.PASS` / ``HIT`` / ``PRUNED`` per address, ``found`` 1 where the address
+        resolved (an address that does not passes). ``byte_idx``/``masks`` from
+        :func:`cq.scan.bloom_bit_bytes`. A unit running past a file's readable end raises
+        :class:`StoreFormatError` naming the file and offset.
+        """
+        n = len(addresses)
+        verdict = np.full(n, _scan.PASS, dtype=np.uint8)
+        found = np.zeros(n, dtype=np.uint8)
+        for index, sel, fpos in self._group_by_file(addresses):
+            got = np.empty(len(sel), dtype=np.uint8)
+            v = _scan.ext_bloom_check(np.frombuffer(self._map(index), dtype=np.uint8), fpos, self.limit(index),
+                                      byte_idx, masks, bit_num, born_time, got)
+            self._raise_underflow(index, fpos, v == _scan.UNDERFLOW)
+            verdict[sel] = v
+            found[sel] = got
+        return verdict, found
+
     def _group_by_file(self, addresses: np.ndarray):
         """``(file index, rows, positions)`` per file holding some of ``addresses`` (rows in input order)."""
         if not self._files:

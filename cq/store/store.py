@@ -1,6 +1,7 @@
 """A broker store directory, and what a consumer group would receive from it."""
 from __future__ import annotations
 
+import contextlib
 import itertools
 import os
 import threading
@@ -14,12 +15,12 @@ import bloom
 from .. import format as fmt
 from ..errors import StoreFileDeleted, StoreFormatError, UnknownGroupError
 from ..filter.custom import BATCH_RECORD_FIELDS, ON_FILTER_ERROR, as_message_filter, records_record_batch
-from ..filter.layers import RetryPropertiesError, SqlFilter, TagFilter
+from ..filter.layers import Layers, SqlFilter, TagFilter
 from ..readers import config as cfg
 from ..readers.commitlog import CommitLog, Message
 from ..readers.consumequeue import ConsumeQueue
 from ..readers.ext import ConsumeQueueExt
-from ..scan import _scan, bloom_bit_bytes, scan_tags
+from ..scan import _scan
 
 #: Units handled per batch by :meth:`Store.consume`.
 CONSUME_BATCH = 1 << 16
@@ -719,52 +720,6 @@ class Store:
 
         return ConsumeResult(run)
 
-    def _layer1(self, flt, raw: memoryview, units: np.ndarray, ext: ConsumeQueueExt | None,
-                stats: ConsumeStats) -> tuple[np.ndarray, np.ndarray]:
-        """Indices passing layer 1, and a bool mask of those that were Bloom hits."""
-        n = len(units)
-        slot = units["tags_code"]
-        is_ext = slot <= fmt.MAX_ADDR
-        hits = np.zeros(n, dtype=bool)
-        if isinstance(flt, TagFilter):
-            sub = flt.subscription
-            if sub is None or flt.class_filter_mode or sub.sub_string == "*":
-                return np.arange(n, dtype=np.int64), hits
-            if not is_ext.any():
-                return scan_tags(raw, flt.codes), hits
-            resolved = slot.copy()
-            known = ~is_ext
-            if ext is not None:
-                found, tags, _ = ext.read_many(slot)
-                resolved = np.where(found, tags, resolved)
-                known |= found
-            stats.ext_missing += int((is_ext & ~known).sum())
-            low = resolved.astype(np.int64).astype(np.uint32).astype(np.int32)
-            codes = np.fromiter(flt.codes, dtype=np.int32, count=len(flt.codes))
-            ok = ~known | np.isin(low, codes)
-            return np.flatnonzero(ok).astype(np.int64), hits
-        # SQL92
-        if not flt.uses_bitmap() or ext is None:
-            return np.arange(n, dtype=np.int64), hits
-        bit_num = flt.bloom_data.bit_num
-        bits = bloom_bit_bytes(flt.bloom_data.bit_pos, bit_num)
-        verdict = np.full(n, _scan.PASS, dtype=np.uint8)
-        if bits is not None:  # (None: isHit throws and the broker matches)
-            byte_idx, masks = bits
-            found = np.zeros(n, dtype=np.uint8)  # units resolved: the rest of the ext addresses are missing
-            for index, sel, fpos in ext._group_by_file(slot):
-                got = np.empty(len(sel), dtype=np.uint8)
-                v = _scan.ext_bloom_check(np.frombuffer(ext._map(index), dtype=np.uint8), fpos,
-                                          ext.limit(index), byte_idx, masks, bit_num, flt.born_time, got)
-                ext._raise_underflow(index, fpos, v == _scan.UNDERFLOW)
-                verdict[sel] = v
-                found[sel] = got
-            stats.ext_missing += int((is_ext & (found == 0)).sum())
-        hits = verdict == _scan.HIT
-        stats.bloom_tested += int((hits | (verdict == _scan.PRUNED)).sum())
-        stats.bloom_pruned += int((verdict == _scan.PRUNED).sum())
-        return np.flatnonzero(verdict != _scan.PRUNED).astype(np.int64), hits
-
     def _queue_readers(self, topic: str, queue_id: int) -> tuple[ConsumeQueue, ConsumeQueueExt | None]:
         """Readers of one queue for one pass, not cached: :meth:`consume` closes them when the
         queue is done, so a topic of thousands of queues holds one queue's maps (and file
@@ -782,6 +737,17 @@ class Store:
             return cqueue, self._exts[key]
         d = os.path.join(self.root, fmt.CONSUME_QUEUE_EXT_DIR, topic, str(int(queue_id)))
         return cqueue, ConsumeQueueExt(d, file_size=self._ext_size) if os.path.isdir(d) else None
+
+    @contextlib.contextmanager
+    def queue_readers(self, topic: str, queue_id: int) -> Iterator[tuple[ConsumeQueue, ConsumeQueueExt | None]]:
+        """``with store.queue_readers(topic, queue_id) as (cqueue, ext):`` the queue's ConsumeQueue and
+        ext readers (ext None without an ext file) for one pass, closed after it unless they are the
+        Store's cached ones: one queue's maps (and file descriptors) open at a time."""
+        cqueue, ext = self._queue_readers(topic, queue_id)
+        try:
+            yield cqueue, ext
+        finally:
+            self._release(topic, queue_id, cqueue, ext)
 
     def _consume_queue(self, topic, queue_id, flt, stats, verify_crc, progress, total, cut, bounds,
                        custom=None):
@@ -804,70 +770,43 @@ class Store:
         if ext is not None and self._exts.get(key) is not ext:
             ext.close()
 
-    @staticmethod
-    def _layer2_keep(flt, log, offs, batch_evaluate, cols=None) -> np.ndarray:
-        """Layer 2 of a SQL92 filter for the records at ``offs``: over the decoded properties
-        column where the filter can (no dict per record; ``cols``, when given, the records
-        decoded already), else over property dicts."""
-        over_columns = getattr(flt, "is_matched_by_commit_log_columns", None)
-        if over_columns is not None:
-            try:
-                return np.asarray(over_columns(cols if cols is not None else log.decode_columns(offs, ["properties"])),
-                                  dtype=bool)
-            except (ImportError, TypeError):
-                pass  # no pyarrow, or a filter that decides row by row
-        props = log.gather_properties(offs, absent_as_none=True)  # null where none are stored, as the broker's
-        try:
-            if batch_evaluate is not None:
-                return np.asarray(batch_evaluate(props), dtype=bool)
-            return np.array([flt.is_matched_by_commit_log(p) for p in props], dtype=bool)
-        except RetryPropertiesError as exc:  # the broker's pull fails at this record (docs/filtering.md#retry-filter)
-            bare = [i for i, p in enumerate(props) if p is None]
-            if not bare:
-                raise
-            at = int(offs[bare[0]])
-            start, path = log.files[log.file_index(at)]
-            raise RetryPropertiesError(f"{exc}: {path} at byte {at - start} (CommitLog offset {at})") from None
-
-    def _layer2(self, flt, log, idx, offs, hits, stats, verify_crc, batch_evaluate, custom=None, units=None,
+    def _layer2(self, layers: Layers, log, idx, offs, hits, stats, verify_crc, custom=None, units=None,
                 ext=None, sizes=None):
         batch_custom = custom is not None and custom.batch
         cols, decoded = None, offs  # the records decoded once, and the offsets they were decoded at
-        if not verify_crc and not batch_custom and (not isinstance(flt, SqlFilter) or (
-                getattr(flt, "is_matched_by_commit_log_columns", None) is not None
-                and 2 * int(hits[idx].sum()) >= len(idx))):
+        if not verify_crc and not batch_custom and (not layers.has_layer2 or 2 * int(hits[idx].sum()) >= len(idx)):
             # one decoder pass serves layer 2, the client's re-check and delivery: the records are
             # mostly Bloom hits (or no layer 2 runs), so most are delivered (docs/data-path.md#consume);
             # copied with a read each, not faulted into the map (a queue's records lie far apart)
             cols = log.decode_columns(offs) if sizes is None else log._decode_copied(offs, sizes)
         keep = None
-        if isinstance(flt, SqlFilter):
-            keep = self._layer2_keep(flt, log, offs, batch_evaluate, cols)
+        if layers.has_layer2:
+            keep = layers.layer2_records(log, offs, cols)
             stats.bloom_false_positives += int((hits[idx] & ~keep).sum())
             idx, offs = idx[keep], offs[keep]
         stats.passed_commit_log += len(idx)
         if batch_custom:
-            yield from self._deliver_batch_filtered(flt, log, idx, offs, stats, verify_crc, custom, units, ext)
+            yield from self._deliver_batch_filtered(layers, log, idx, offs, stats, verify_crc, custom, units, ext)
             return
         # what is delivered goes out in chunks, each an iterator counting its messages as it hands
         # them out (a caller may stop early); ConsumeResult chains the chunks
         pending: list[Message] = []
         if verify_crc:  # record by record: the messages before a bad CRC are delivered before the error
-            checked = self._client_checked(flt, (log.read_message(off, verify_crc=verify_crc) for off in offs.tolist()),
+            checked = self._client_checked(layers, (log.read_message(off, verify_crc=verify_crc) for off in offs.tolist()),
                                            stats)
             if custom is None:
                 yield _scan.Delivered(checked, stats)
             else:
                 pending = list(checked)
         elif cols is None:  # layer 2 read the records it kept: decode those
-            kept = list(self._client_checked(flt, log.read_messages(offs), stats))
+            kept = list(self._client_checked(layers, log.read_messages(offs), stats))
             if custom is None:
                 yield _scan.Delivered(kept, stats)
             else:
                 pending = kept
         else:  # decoded before layer 2: messages of the rows both checks keep
             rows = np.flatnonzero(keep) if keep is not None else np.arange(len(decoded))
-            client = self._client_check(flt, cols, rows)
+            client = layers.client_columns(cols, rows)
             stats.client_filtered += int((~client).sum())
             if custom is None:  # each message built as it is handed out: one alive at a time
                 yield _scan.Delivered.built(Message, cols.columns, *log._message_args(decoded, rows[client]), stats)
@@ -881,26 +820,16 @@ class Store:
             yield _scan.Delivered([msg for msg, ok in zip(pending, keep.tolist()) if ok], stats)
 
     @staticmethod
-    def _client_checked(flt, msgs: Iterable[Message], stats: ConsumeStats) -> Iterator[Message]:
+    def _client_checked(layers: Layers, msgs: Iterable[Message], stats: ConsumeStats) -> Iterator[Message]:
         """The messages of ``msgs`` the client's tag re-check keeps, counting the others."""
         for msg in msgs:
-            if flt.is_matched_by_client(msg.tags):
+            if layers.filter.is_matched_by_client(msg.tags):
                 yield msg
             else:
                 stats.client_filtered += 1
 
     @staticmethod
-    def _client_check(flt, cols, rows: np.ndarray) -> np.ndarray:
-        """The client's tag re-check of decoded records ``rows`` (bool per row): over the tags
-        column where the filter can, else one tag at a time (a ready-made filter)."""
-        over_columns = getattr(flt, "is_matched_by_client_columns", None)
-        if over_columns is not None:
-            return np.asarray(over_columns(cols), dtype=bool)[rows]
-        return np.fromiter((flt.is_matched_by_client(t) for t in cols.texts("tags", rows=rows)), dtype=bool,
-                           count=len(rows))
-
-    @staticmethod
-    def _deliver_batch_filtered(flt, log, idx, offs, stats, verify_crc, custom, units, ext):
+    def _deliver_batch_filtered(layers: Layers, log, idx, offs, stats, verify_crc, custom, units, ext):
         """The client re-check and a batch custom filter over the decoder's columns of the records at
         ``offs`` (units ``idx``), then the messages it keeps, decoded as :class:`Message` (only those).
 
@@ -911,12 +840,7 @@ class Store:
         if verify_crc:  # a bad CRC fails before any filter runs, as on the per-message path
             checked = [log.read_message(off, verify_crc=verify_crc) for off in offs.tolist()]
         records = log.decode_columns(offs, BATCH_RECORD_FIELDS)
-        over_columns = getattr(flt, "is_matched_by_client_columns", None)
-        if over_columns is not None:
-            client = np.asarray(over_columns(records), dtype=bool)
-        else:  # a ready-made filter that re-checks one tag at a time
-            client = np.fromiter((flt.is_matched_by_client(t) for t in records.texts("tags")), dtype=bool,
-                                 count=len(records))
+        client = layers.client_columns(records)
         stats.client_filtered += int((~client).sum())
         rows = np.flatnonzero(client)
         if not len(rows):
@@ -961,13 +885,14 @@ class Store:
         log = self.commit_log
         if not log.files or log.files[-1][0] + log.file_size < cut.commit_log_end:
             log.refresh_files()
-        batch_evaluate = getattr(flt, "is_matched_by_commit_log_many", None)
+        layers = Layers(flt)
         for first, raw in self._raw_chunks(cqueue, *bounds):
             for b in range(0, len(raw) // fmt.CQ_STORE_UNIT_SIZE, CONSUME_BATCH):
                 chunk = raw[b * fmt.CQ_STORE_UNIT_SIZE:(b + CONSUME_BATCH) * fmt.CQ_STORE_UNIT_SIZE]
                 units = np.frombuffer(chunk, dtype=fmt.CQ_UNIT_DTYPE)
                 stats.units_scanned += len(units)
-                idx, hits = self._layer1(flt, chunk, units, ext, stats)
+                passed, hits = layers.layer1(units["tags_code"], ext=ext, raw=chunk, stats=stats)
+                idx = np.flatnonzero(passed).astype(np.int64)
                 stats.passed_consume_queue += len(idx)
                 offs = units["commit_log_offset"][idx].astype(np.int64)
                 sizes = units["size"][idx].astype(np.int64)
@@ -979,8 +904,8 @@ class Store:
                 kept_sizes = sizes[present]
                 ends = offs + kept_sizes
                 for a, b in _slices(offs, _SLICE_SPAN, _SLICE_RECORDS):
-                    yield from self._layer2(flt, log, idx[a:b], offs[a:b], hits, stats, verify_crc,
-                                            batch_evaluate, custom, units, ext, kept_sizes[a:b])
+                    yield from self._layer2(layers, log, idx[a:b], offs[a:b], hits, stats, verify_crc,
+                                            custom, units, ext, kept_sizes[a:b])
                     log._drop_resident_range(int(offs[a:b].min()), int(ends[a:b].max()))
                 if progress is not None:
                     progress(stats.units_scanned, total)
