@@ -40,7 +40,7 @@ import cq
 from cq.errors import StoreFormatError
 from cq.filter.custom import MessageFilter, ext_columns, filter_record_batch, message_schema
 from cq.filter.layers import Layers
-from pyspark_udfs.datasource import RECORD_COLUMNS
+from pyspark_udfs._source import RECORD_COLUMNS
 
 # Opened stores, per worker process: a worker reads many slices of a few stores. Each use
 # checks the Store still reads the store at its path, and a slice carries the cut its query

@@ -54,7 +54,7 @@ import cq
 from cq.store import stream
 
 from ._plan import pack_ranges
-from .datasource import ConsumeQueueSlice, ReadOptions, SlicesPartition, positive_int_option
+from ._source import ConsumeQueueSlice, ReadOptions, SlicesPartition, positive_int_option
 
 __all__ = ["RocketMQStreamReader", "StreamOptions", "StreamPartition", "pack_ranges"]
 

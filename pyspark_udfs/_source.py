@@ -1,0 +1,333 @@
+"""The ``rocketmq`` data source's options, columns and partitions: what the source
+(:mod:`pyspark_udfs.datasource`), its batch reader (``_reader``) and its stream reader
+(:mod:`pyspark_udfs.streaming`) share, so none of them imports another (docs/spark.md)."""
+from __future__ import annotations
+
+import dataclasses
+import os
+
+from pyspark.sql.datasource import (
+    InputPartition,
+)
+from pyspark.sql.types import (
+    BinaryType,
+    BooleanType,
+    IntegerType,
+    LongType,
+    MapType,
+    StringType,
+    StructField,
+    StructType,
+)
+
+import bloom
+import cq
+import selector
+from cq.filter.custom import load_filter
+from cq.filter.layers import Layers
+
+from ._plan import (
+    DEFAULT_PARTITION_UNITS,
+    GROUP_PARTITION_UNITS,
+    MIN_SHARE_UNITS,
+    UNITS_ONLY_PARTITION_UNITS,
+    default_min_partitions,
+    pack_ranges,
+    share_size,
+)
+
+TABLES = ("messages", "consumequeue")
+ON_CORRUPT = ("fail", "skip")
+ON_FILTER_ERROR = ("fail", "skip")
+LAYER2 = ("reader", "spark")
+#: Option ``body``: decompressed where SYSFLAG says so (``Message.uncompressed_body()``), or as stored.
+BODY = ("uncompressed", "stored")
+_UNIT_FIELDS = [
+    StructField("topic", StringType(), False),
+    StructField("queue_id", IntegerType(), False),
+    StructField("queue_offset", LongType(), False),
+    StructField("commit_log_offset", LongType(), False),
+    StructField("store_size", IntegerType(), False),
+    # The tag code as the broker uses it: the ConsumeQueue slot, or the ext
+    # unit's tags code when the slot is an ext address; NULL if that ext unit
+    # cannot be read (the broker then passes the message through).
+    StructField("tags_code", LongType(), True),
+]
+_EXT_FIELDS = [
+    StructField("msg_store_time", LongType(), True),
+    StructField("filter_bitmap", BinaryType(), True),
+]
+_CONSUMEQUEUE_FIELDS = [
+    *_UNIT_FIELDS,
+    StructField("ext_address", LongType(), True),
+    *_EXT_FIELDS,
+]
+_MESSAGE_FIELDS = [
+    *_UNIT_FIELDS,
+    StructField("tags", StringType(), True),
+    StructField("keys", StringType(), True),
+    StructField("properties", MapType(StringType(), StringType(), True), True),
+    StructField("body", BinaryType(), True),
+    StructField("born_timestamp", LongType(), True),
+    StructField("born_host", StringType(), True),
+    StructField("store_timestamp", LongType(), True),
+    StructField("store_host", StringType(), True),
+    StructField("sys_flag", IntegerType(), True),
+    StructField("reconsume_times", IntegerType(), True),
+    *_EXT_FIELDS,
+]
+#: Columns of the messages table decoded from the CommitLog record (the rest come from the units).
+RECORD_COLUMNS = ("tags", "keys", "properties", "body", "born_timestamp", "born_host", "store_timestamp",
+                  "store_host", "sys_flag", "reconsume_times")
+_PROPERTIES_FIELD = StructField("properties", MapType(StringType(), StringType(), True), True)
+_LAYER1_DECISION_FIELDS = [
+    StructField("matched_by_consume_queue", BooleanType(), False),
+    StructField("reached_commit_log", BooleanType(), False),
+]
+_FILTER_DECISION_FIELDS = [StructField("filter_skipped", BooleanType(), False)]
+_DECISION_FIELDS = [
+    StructField("matched_by_consume_queue", BooleanType(), False),
+    StructField("matched_by_commit_log", BooleanType(), True),
+    StructField("delivered", BooleanType(), False),
+]
+
+
+def _bool_option(options: dict, name: str, default: bool) -> bool:
+    raw = options.get(name)
+    if raw is None:
+        return default
+    value = str(raw).strip().lower()
+    if value in ("true", "1", "yes"):
+        return True
+    if value in ("false", "0", "no"):
+        return False
+    raise ValueError(f"rocketmq option {name!r}: expected true or false, got {raw!r}")
+
+
+def positive_int_option(options: dict, name: str) -> int | None:
+    """The option ``name`` (keys lower-cased) as a positive integer, or None when absent;
+    ``ValueError`` naming the option otherwise."""
+    raw = options.get(name.lower())
+    if raw is None:
+        return None
+    try:
+        value = int(raw)
+    except ValueError:
+        value = 0
+    if value <= 0:
+        raise ValueError(f"rocketmq option {name!r}: expected a positive integer, got {raw!r}")
+    return value
+
+
+@dataclasses.dataclass(frozen=True)
+class ReadOptions:
+    """The data source's options, parsed and checked once on the driver."""
+
+    path: str
+    topic: str | None = None
+    table: str = "messages"
+    group: str | None = None
+    sql: str | None = None
+    tags: str | None = None
+    decisions: bool = False
+    pushdown: bool = False
+    #: None: DEFAULT_PARTITION_UNITS, or UNITS_ONLY_PARTITION_UNITS when the read decodes no record
+    partition_units: int | None = None
+    #: None: the planning machine's CPU count (:func:`default_min_partitions`)
+    min_partitions: int | None = None
+    on_corrupt: str = "fail"
+    skipped_log: str | None = None
+    layer2: str = "reader"
+    message_filter: str | None = None
+    on_filter_error: str = "fail"
+    #: a group looked up in config/consumerFilter.json: its bornTime and bloom data
+    born_time: int = 0
+    bloom_bit_pos: tuple[int, ...] | None = None
+    bloom_bit_num: int | None = None
+    from_committed: bool = False
+    #: "uncompressed": the body column decompressed where SYSFLAG says so; "stored": as stored
+    body: str = "uncompressed"
+
+    def pack(self, schema: StructType | None, ranges: list[tuple[str, int, int, int]]) -> list[list[tuple]]:
+        """``(topic, queue_id, start, end)`` ranges of a read of ``schema`` packed into partitions
+        (:func:`~pyspark_udfs._plan.pack_ranges`) of :meth:`partition_size` units each."""
+        return pack_ranges(ranges, self.partition_size(schema, sum(e - s for _, _, s, e in ranges)))
+
+    def partition_size(self, schema: StructType | None, units: int) -> int:
+        """Units per partition for a read of ``units`` units in all (docs/spark.md#partitions).
+
+        At most the ``partition_units`` option, by default :data:`DEFAULT_PARTITION_UNITS`;
+        :data:`GROUP_PARTITION_UNITS` when a group's layer 1 decides which records are decoded
+        (most units then cost a bitmap or tag code check); :data:`UNITS_ONLY_PARTITION_UNITS`
+        when a read of ``schema`` decodes no CommitLog record (a unit then costs a few
+        nanoseconds against a task's fixed cost). And small enough that the read makes
+        ``min_partitions`` partitions, though no share below :data:`MIN_SHARE_UNITS`.
+        """
+        cap = self.partition_units
+        if cap is None:
+            if self.group is not None and self.message_filter is None:
+                cap = GROUP_PARTITION_UNITS
+            elif schema is None or any(f.name in RECORD_COLUMNS for f in schema.fields) or self.message_filter:
+                cap = DEFAULT_PARTITION_UNITS
+            else:
+                cap = UNITS_ONLY_PARTITION_UNITS
+        parallel = self.min_partitions if self.min_partitions is not None else default_min_partitions()
+        return share_size(units, cap, parallel, MIN_SHARE_UNITS)
+
+    @property
+    def bloom_data(self):
+        """The registered group's bloom data (None: generated from the broker's filter)."""
+        if self.bloom_bit_pos is None:
+            return None
+        return bloom.BloomFilterData(self.bloom_bit_pos, self.bloom_bit_num)
+
+    @classmethod
+    def parse(cls, options: dict) -> ReadOptions:
+        """Parse Spark's string options; ``ValueError`` naming the option on bad input."""
+        options = {str(k).lower(): v for k, v in dict(options).items()}
+        path = options.get("path")
+        if not path:
+            raise ValueError("rocketmq: no store path; use spark.read.format('rocketmq').load('/path/to/store')")
+        if not os.path.isdir(path):
+            # Under Spark Connect the client's working directory is not the server's (a local
+            # server runs Python in a per-session directory): docs/spark-connect.md#limits.
+            where = "" if os.path.isabs(path) else (f" (a relative path is resolved in {os.getcwd()!r}, where "
+                                                    f"Spark runs this reader; give an absolute path)")
+            raise ValueError(f"rocketmq: store path {path!r} is not a directory{where}")
+        table = options.get("table", "messages").strip().lower()
+        if table not in TABLES:
+            raise ValueError(f"rocketmq option 'table': expected one of {', '.join(TABLES)}, got {table!r}")
+        partition_units = positive_int_option(options, "partition_units")
+        min_partitions = positive_int_option(options, "min_partitions")
+        on_corrupt = str(options.get("on_corrupt", "fail")).strip().lower()
+        if on_corrupt not in ON_CORRUPT:
+            raise ValueError(f"rocketmq option 'on_corrupt': expected fail or skip, got {options['on_corrupt']!r}")
+        skipped_log = options.get("skipped_log") or None
+        if skipped_log is not None and on_corrupt != "skip":
+            raise ValueError("rocketmq option 'skipped_log' needs on_corrupt=skip (nothing is skipped otherwise)")
+        layer2 = str(options.get("layer2", "reader")).strip().lower()
+        if layer2 not in LAYER2:
+            raise ValueError(f"rocketmq option 'layer2': expected reader or spark, got {options['layer2']!r}")
+        body = str(options.get("body", "uncompressed")).strip().lower()
+        if body not in BODY:
+            raise ValueError(f"rocketmq option 'body': expected one of {', '.join(BODY)}, got {options['body']!r}")
+        group = options.get("group") or None
+        sql = options.get("sql")
+        tags = options.get("tags")
+        if sql is not None and tags is not None:
+            raise ValueError("rocketmq options 'sql' and 'tags' exclude each other: a group subscribes one way")
+        if group is None and (sql is not None or tags is not None):
+            raise ValueError("rocketmq options 'sql'/'tags' need 'group' (the consumer group whose filter it is)")
+        topic = options.get("topic") or None
+        registered = {}
+        if group is not None and sql is None and tags is None:
+            sql, tags, registered = _registered_group(path, topic, group)
+        from_committed = _bool_option(options, "from_committed", False)
+        if from_committed and (group is None or topic is None):
+            raise ValueError("rocketmq option from_committed=true needs 'group' and 'topic' (committed offsets "
+                             "are per group and topic)")
+        decisions = _bool_option(options, "decisions", False)
+        pushdown = _bool_option(options, "pushdown", False)
+        if layer2 == "spark" and sql is None:
+            raise ValueError("rocketmq option layer2=spark needs 'group' with 'sql' (a SQL92 layer 2 to leave to Spark)")
+        if decisions and group is None:
+            raise ValueError("rocketmq option 'decisions' needs 'group' with 'sql' or 'tags'")
+        if sql is not None:
+            try:  # fail now, on the driver, with the selector's position
+                selector.compile(sql)
+            except selector.SelectorSyntaxError as exc:
+                raise ValueError(f"rocketmq option 'sql': {exc} in selector {sql!r}") from exc
+        if tags is not None:
+            try:
+                cq.parse_tag_subscription(tags)
+            except ValueError as exc:
+                raise ValueError(f"rocketmq option 'tags': {exc} in {tags!r}") from exc
+        message_filter = options.get("filter") or None
+        on_filter_error = str(options.get("on_filter_error", "fail")).strip().lower()
+        if on_filter_error not in ON_FILTER_ERROR:
+            raise ValueError(f"rocketmq option 'on_filter_error': expected fail or skip, got "
+                             f"{options['on_filter_error']!r}")
+        if message_filter is not None:
+            if table != "messages" or layer2 != "reader":
+                raise ValueError("rocketmq option 'filter' runs on decoded messages after layer 2: it needs "
+                                 "table=messages and layer2=reader")
+            load_filter(message_filter)  # now, on the driver: a clear error at load() (ValueError naming it)
+        return cls(
+            path=os.path.abspath(path),
+            topic=topic,
+            table=table,
+            group=group,
+            sql=sql,
+            tags=tags,
+            decisions=decisions,
+            pushdown=pushdown,
+            partition_units=partition_units,
+            min_partitions=min_partitions,
+            on_corrupt=on_corrupt,
+            skipped_log=os.path.abspath(skipped_log) if skipped_log is not None else None,
+            layer2=layer2,
+            message_filter=message_filter,
+            on_filter_error=on_filter_error,
+            from_committed=from_committed,
+            body=body,
+            **registered,
+        )
+
+    def schema(self) -> StructType:
+        """The Spark schema these options produce."""
+        fields = list(_MESSAGE_FIELDS if self.table == "messages" else _CONSUMEQUEUE_FIELDS)
+        if self.layer2 == "spark" and self.table != "messages":
+            fields.append(_PROPERTIES_FIELD)
+        if self.decisions:
+            fields += _LAYER1_DECISION_FIELDS if self.layer2 == "spark" else _DECISION_FIELDS
+            if self.message_filter is not None:
+                fields += _FILTER_DECISION_FIELDS
+        return StructType(fields)
+
+
+def _registered_group(path: str, topic: str | None, group: str) -> tuple[str | None, str | None, dict]:
+    """``(sql, tags, fields)`` of ``group``'s registration in the store's consumerFilter.json."""
+    if topic is None:
+        raise ValueError(f"rocketmq option 'group' ({group!r}) without 'sql' or 'tags' needs 'topic': the group's "
+                         "registration in config/consumerFilter.json is per topic")
+    try:
+        reg = cq.Store(path).registered_filter(topic, group)
+    except (cq.UnknownGroupError, cq.StoreFormatError) as exc:
+        raise ValueError(f"rocketmq option 'group': {exc}") from exc
+    if not Layers(reg.make_filter()).has_layer2:  # not a SQL92 registration
+        # the broker keeps no compiled expression for it and lets every message through (warned)
+        return None, "*", {}
+    fields = {"born_time": reg.born_time}
+    if reg.bloom_data is not None:
+        fields.update(bloom_bit_pos=tuple(reg.bloom_data.bit_pos), bloom_bit_num=reg.bloom_data.bit_num)
+    return reg.expression, None, fields
+
+
+@dataclasses.dataclass(frozen=True)
+class ConsumeQueueSlice(InputPartition):
+    """One partition: queue offsets ``[start, end)`` of one ConsumeQueue (a file, or part of one).
+
+    With ``on_corrupt=skip``, a queue that could not be opened while planning
+    is one slice carrying the error (``skip_reason``, ``skip_path``,
+    ``skip_offset``); reading it reads nothing and reports the queue skipped.
+    """
+
+    topic: str
+    queue_id: int
+    start: int
+    end: int
+    skip_reason: str | None = None
+    skip_path: str | None = None
+    skip_offset: int | None = None
+    #: The cut the query planned (docs/live.md): the CommitLog's first byte and recovered end when the
+    #: queue ends were read; every executor reads this cut whatever its Store has cached. None: the
+    #: executor's own view (a slice made by hand).
+    commit_log_min: int | None = None
+    commit_log_end: int | None = None
+
+
+@dataclasses.dataclass(frozen=True)
+class SlicesPartition(InputPartition):
+    """One partition (Spark task): queue ranges read one after the other (docs/spark.md#partitions)."""
+
+    slices: tuple[ConsumeQueueSlice, ...]
