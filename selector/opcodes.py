@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import numpy as np
 
-# Opcodes (the same numbers are declared in _eval.pxd; tests/test_selector_batch.py checks).
+# Opcodes (the same numbers are declared in _eval.pxd; tests/selector/test_selector_batch.py checks).
 OP_PROP = 1          # arg: property slot
 OP_CONST = 2         # arg: index into Program.args
 OP_BOOLCAST = 3      # a

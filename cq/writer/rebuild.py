@@ -217,7 +217,7 @@ def _dispatch_messages(log: CommitLog, writer: StoreWriter,
     """Re-dispatch every record of ``log`` one :class:`cq.Message` at a time (the former reader).
 
     Kept as the alternative :func:`_dispatch_batches` is measured against
-    (bench/bench_writer.py) and checked against (tests/test_rebuild.py).
+    (bench/bench_writer.py) and checked against (tests/cq/writer/test_rebuild.py).
     """
     messages = dispatched = 0
     first_store_time = None

@@ -70,7 +70,7 @@ _TAIL_CHUNK = 1 << 20
 def _zero_tail(f, pos: int) -> None:
     """Zero the bytes of open file ``f`` from ``pos`` to its last non-zero byte (none: nothing written)."""
     # (not SEEK_DATA/SEEK_HOLE to pass over holes: tried, and after a writer killed mid-write
-    # (tests/test_writer_interrupted.py) it left part of a torn record unzeroed on ext4)
+    # (tests/cq/writer/test_writer_interrupted.py) it left part of a torn record unzeroed on ext4)
     used, end = pos, os.fstat(f.fileno()).st_size
     buf = bytearray(_TAIL_CHUNK)
     while end > pos:  # from the end backwards: unwritten space is zero and needs no write

@@ -15,7 +15,7 @@ from cq.writer import rebuild
 from cq.writer.rebuild import rebuild_bitmaps
 from cq.writer.sample import SAMPLE_GROUPS, SAMPLE_TOPICS, _sample_messages
 from cq.writer.writer import DEFAULT_MESSAGE_DELAY_LEVEL, StoreWriter, compress_body
-from tests.test_writer import STORE_DIRS, assert_same_store, store_files
+from tests.cq.writer.test_writer import STORE_DIRS, assert_same_store, store_files
 
 CONFIG = {"commit_log_file_size": 1 << 16, "consume_queue_file_size": 2000, "ext_file_size": 4096}
 GROUPS = [(SAMPLE_TOPICS[0], g, sql) for g, sql in SAMPLE_GROUPS] + [

@@ -322,7 +322,7 @@ def test_cli_consume_filter_alone_needs_no_registration(capsys):
 def test_spark_data_source_filter(spark, store):
     import os
 
-    spark.sparkContext.addPyFile(os.path.join(os.path.dirname(__file__), "filters_for_tests.py"))
+    spark.sparkContext.addPyFile(str(DATA.parent / "filters_for_tests.py"))
     expected = _keys(store.consume(TOPIC, GROUP, sql=SQL, filter=ff.queue0))
 
     def read(**options):
@@ -350,7 +350,7 @@ def test_spark_scan_with_a_filter(spark, store):
 
     from pyspark_udfs.job import GroupScan, scan
 
-    spark.sparkContext.addPyFile(os.path.join(os.path.dirname(__file__), "filters_for_tests.py"))
+    spark.sparkContext.addPyFile(str(DATA.parent / "filters_for_tests.py"))
     group = GroupScan(GROUP, sql=SQL)
     plain = _keys(store.consume(TOPIC, GROUP, sql=SQL))
     result = scan(spark, str(STORE), TOPIC, group, message_filter="filters_for_tests:queue0_batch")

@@ -14,7 +14,7 @@ import selector
 from selector import _flatten_py, _lalr_py, compiler, lexer, parser
 from selector.parser import parse
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def accepts(sql: str) -> bool:

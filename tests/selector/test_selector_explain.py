@@ -20,7 +20,7 @@ from hypothesis import strategies as st
 import selector
 from selector import _eval_py
 from selector import javalang as java
-from tests.test_selector_fuzz import FUZZ, name, selectors, value
+from tests.selector.test_selector_fuzz import FUZZ, name, selectors, value
 
 try:
     _cython = importlib.import_module("selector._eval")

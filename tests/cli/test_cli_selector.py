@@ -10,7 +10,7 @@ import pytest
 
 from pyspark_udfs.cli import main
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def test_check_prints_canonical_form_properties_and_warnings(capsys):

@@ -6,7 +6,7 @@ wrote them.
 The store: about 2,600 records over a multi-file CommitLog (blank end-of-file records), several
 topics and queues, SQL92 groups (ext bitmaps), PREPARED / COMMIT / ROLLBACK records,
 ``SCHEDULE_TOPIC_XXXX`` records with DELAY levels, malformed UTF-8 (the records of
-``tests/test_rebuild.py``). Its ConsumeQueues are cut as a kill leaves them (units and files
+``tests/cq/writer/test_rebuild.py``). Its ConsumeQueues are cut as a kill leaves them (units and files
 past a point lost, ext units past the last referenced one still on disk), or lost entirely.
 """
 from __future__ import annotations
@@ -26,8 +26,8 @@ from cq.scan import _scan
 from cq.writer import recovery
 from cq.writer._dispatch import factorize
 from cq.writer.writer import StoreWriter
-from tests.test_rebuild import CONFIG, GROUPS, _messages, _rebuild_per_message, _write
-from tests.test_writer import STORE_DIRS, assert_same_store
+from tests.cq.writer.test_rebuild import CONFIG, GROUPS, _messages, _rebuild_per_message, _write
+from tests.cq.writer.test_writer import STORE_DIRS, assert_same_store
 
 ENGINES = {"compiled": _scan, "twin": _scan_py}
 

@@ -16,7 +16,7 @@ from hypothesis import strategies as st
 import cq
 from cq.format import is_ext_addr, undecorate
 from cq.writer.writer import StoreWriter
-from tests.test_writer import store_files
+from tests.cq.writer.test_writer import store_files
 
 TOPICS = st.sampled_from(["TopicA", "TopicB", "%RETRY%GID_x", "T" * 130])
 PROP_NAME = st.text(st.characters(blacklist_characters="\x01\x02", blacklist_categories=("Cs",)), min_size=1,

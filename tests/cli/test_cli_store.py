@@ -13,7 +13,7 @@ from pyspark_udfs import cli
 
 GOLDEN = str(DATA / "golden_store")
 ROWS = load_jsonl("golden_store.jsonl")
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 
 def _has_selector():

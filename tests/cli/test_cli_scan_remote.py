@@ -1,6 +1,6 @@
 """``rmqfilter scan --remote``'s checks that need no Spark: the connect extra, the URL, ``--master``.
 
-Running it against a Spark Connect server: tests/test_spark_connect.py.
+Running it against a Spark Connect server: tests/spark/test_spark_connect.py.
 """
 from __future__ import annotations
 
