@@ -320,7 +320,6 @@ def test_cli_consume_filter_alone_needs_no_registration(capsys):
 # ------------------------------------------------------------------ Spark
 @pytest.mark.spark
 def test_spark_data_source_filter(spark, store):
-    import os
 
     spark.sparkContext.addPyFile(str(DATA.parent / "filters_for_tests.py"))
     expected = _keys(store.consume(TOPIC, GROUP, sql=SQL, filter=ff.queue0))
@@ -346,7 +345,6 @@ def test_spark_data_source_filter(spark, store):
 
 @pytest.mark.spark
 def test_spark_scan_with_a_filter(spark, store):
-    import os
 
     from pyspark_udfs.job import GroupScan, scan
 
