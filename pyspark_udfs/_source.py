@@ -23,7 +23,7 @@ from pyspark.sql.types import (
 import bloom
 import cq
 import selector
-from cq.filter.custom import load_filter
+from cq.filter.custom import ON_FILTER_ERROR, load_filter
 from cq.filter.layers import Layers
 
 from ._plan import (
@@ -38,7 +38,6 @@ from ._plan import (
 
 TABLES = ("messages", "consumequeue")
 ON_CORRUPT = ("fail", "skip")
-ON_FILTER_ERROR = ("fail", "skip")
 LAYER2 = ("reader", "spark")
 #: Option ``body``: decompressed where SYSFLAG says so (``Message.uncompressed_body()``), or as stored.
 BODY = ("uncompressed", "stored")

@@ -1,11 +1,11 @@
 # The Cython selector engine's contract: a compiled selector is a flat array of
 # typed nodes in post-order (children before parents, children by index), walked
-# by one forward loop without recursion (see selector/compiler.py for the layout
+# by one forward loop without recursion (see selector/opcodes.py for the layout
 # and _eval_py.py for the same loop in plain Python).
 from libc.stdint cimport int32_t, int64_t, uint8_t, uint64_t
 
 cdef enum:
-    # Opcodes; the numbers are those of selector/compiler.py.
+    # Opcodes; the numbers are those of selector/opcodes.py.
     OP_PROP = 1
     OP_CONST = 2
     OP_BOOLCAST = 3

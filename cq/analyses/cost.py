@@ -35,7 +35,7 @@ from selector.quoted import BROKER_EVALUATE_NS
 
 from .. import format as fmt
 from ..errors import UnknownGroupError
-from ..filter.layers import Layers, SqlFilter, TagFilter
+from ..filter.layers import Layers, SqlFilter, TagFilter, bloom_key
 from ..store.store import CONSUME_BATCH, ConsumeStats, Store
 from ..tags import EXPRESSION_TYPE_SQL92
 
@@ -53,7 +53,6 @@ __all__ = [
     "tally_range",
 ]
 
-EXPRESSION_TYPE_TAG = "TAG"
 #: ``(f, n)`` pairs replayed besides the store's own when the caller names none: from a 1-byte
 #: to a 78-byte bitmap, so a target false-positive rate finds the smallest bitmap that holds it.
 DEFAULT_ALTERNATIVES: tuple[tuple[int, int], ...] = (
@@ -394,7 +393,7 @@ def _replay(patterns: dict[bytes, int], registered: Sequence[CostGroup], topic: 
     nbytes = (bf.m + 7) // 8
     bitmaps = np.zeros((len(keys), nbytes), dtype=np.uint8)
     datas = [g.bloom_data if (g.bloom_data is not None and bf.is_valid(g.bloom_data))
-             else bf.generate(f"{g.group}#{topic}") for g in registered]
+             else bf.generate(bloom_key(g.group, topic)) for g in registered]
     out = []
     want = set(steps)
     for j, data in enumerate(datas):

@@ -9,6 +9,7 @@ import html
 import math
 from collections.abc import Sequence
 
+from ..tags import EXPRESSION_TYPE_SQL92
 from .cost import CostReport
 
 __all__ = ["format_table", "render_html"]
@@ -246,7 +247,7 @@ def render_html(report: CostReport) -> str:
                  + f". ConsumeQueueExt: {r.ext['units']:,} units, {r.ext['unit_bytes']:,} bytes, of which "
                  f"bitmaps {r.ext['bitmap_bytes']:,} bytes.</p>")
     names = [g.group for g in r.groups]
-    sql_groups = [g for g in r.groups if g.expression_type == "SQL92"]
+    sql_groups = [g for g in r.groups if g.expression_type == EXPRESSION_TYPE_SQL92]
     charts: list[tuple[str, str]] = []
     if sql_groups:
         series = {"without bitmap (pull)": [g.evaluations_without_bitmap for g in sql_groups]}

@@ -33,12 +33,14 @@ from ..filter.layers import (
     SqlFilter,
     TagFilter,
     _low_int32,
+    bloom_key,
     retry_group,
 )
 from ..readers.commitlog import Message
 from ..readers.config import CONSUMER_FILTER_FILE, FilterRegistry, RegisteredFilter
 from ..readers.indexfile import IndexFiles
 from ..store.store import Store
+from ..tags import EXPRESSION_TYPE_SQL92, EXPRESSION_TYPE_TAG
 from ..tags import tags_code as _tag_hash
 
 __all__ = [
@@ -142,13 +144,13 @@ def resolve_subscription(store: Store, topic: str, group: str, *, sql: str | Non
     if sql is not None or tags is not None:
         flt = store.make_filter(topic, group, sql=sql, tags=tags, bloom_filter=bloom_filter)
         if sql is not None:
-            sub = Subscription("SQL92", sql, "given")
+            sub = Subscription(EXPRESSION_TYPE_SQL92, sql, "given")
         else:
-            sub = Subscription("TAG", tags, "given")
+            sub = Subscription(EXPRESSION_TYPE_TAG, tags, "given")
     else:
         reg = store.registered_filter(topic, group)
         flt = reg.make_filter(bloom_filter)  # what Store.make_filter builds for a group named alone
-        sub = Subscription(reg.expression_type or "SQL92", reg.expression or "", f"config/{CONSUMER_FILTER_FILE}",
+        sub = Subscription(reg.expression_type or EXPRESSION_TYPE_SQL92, reg.expression or "", f"config/{CONSUMER_FILTER_FILE}",
                            reg)
     if filter_support_retry and retry_group(topic) is not None:
         if isinstance(flt, SqlFilter):
@@ -156,7 +158,7 @@ def resolve_subscription(store: Store, topic: str, group: str, *, sql: str | Non
             registry = FilterRegistry(store.registered_filters(bloom_filter=checked_with))
             flt = RetrySqlFilter.from_filter(flt, registry=registry)
             sub = replace(sub, retry_filter=True)
-        elif sub.type != "SQL92":  # a TAG subscription matches at layer 2 before the retry lookup
+        elif sub.type != EXPRESSION_TYPE_SQL92:  # a TAG subscription matches at layer 2 before the retry lookup
             sub = replace(sub, retry_filter=True)
     return flt, sub
 
@@ -294,7 +296,7 @@ def _source_text(sub: Subscription) -> str:
 
 def _retry_filter_text(sub: Subscription, group: str | None) -> str:
     head = "ExpressionForRetryMessageFilter (filterSupportRetry): "
-    if sub.type != "SQL92":
+    if sub.type != EXPRESSION_TYPE_SQL92:
         return head + "a TAG subscription matches at layer 2 before the RETRY_TOPIC lookup"
     return head + f"layer 2 evaluates the filter registered for (the message's RETRY_TOPIC, {group})"
 
@@ -305,7 +307,7 @@ def _bits_text(bitmap: bytes | None) -> str:
 
 def _layer1_sql(flt: SqlFilter, sub: Subscription, ext_unit, reason: str,
                 address: int | None) -> tuple[dict, list[str]]:
-    evidence: dict[str, Any] = {"bloom_key": f"{flt.group}#{flt.topic}", "born_time": flt.born_time}
+    evidence: dict[str, Any] = {"bloom_key": bloom_key(flt.group, flt.topic), "born_time": flt.born_time}
     lines = [_LAYER1_TEXT[reason]]
     if ext_unit is not None:
         evidence["ext_unit"] = {"address": address, "ext_offset": fmt.undecorate(address),
@@ -326,11 +328,11 @@ def _layer1_sql(flt: SqlFilter, sub: Subscription, ext_unit, reason: str,
             missing = [p for p, ok in zip(positions, is_set) if not ok]
             evidence["bits_set"] = is_set
             evidence["bits_missing"] = missing
-            lines.append(f"bits of {flt.group}#{flt.topic} (k={len(positions)}, m={flt.bloom_data.bit_num}): "
+            lines.append(f"bits of {bloom_key(flt.group, flt.topic)} (k={len(positions)}, m={flt.bloom_data.bit_num}): "
                          + ", ".join(f"{p} {'set' if ok else 'CLEAR'}" for p, ok in zip(positions, is_set))
                          + (f"; missing: {missing}" if missing else ""))
         else:
-            lines.append(f"bits of {flt.group}#{flt.topic}: {positions} (m={flt.bloom_data.bit_num})")
+            lines.append(f"bits of {bloom_key(flt.group, flt.topic)}: {positions} (m={flt.bloom_data.bit_num})")
     if sub.registration is None and isinstance(flt, SqlFilter):
         lines.append(f"bornTime {flt.born_time} assumed (subscription given, not looked up)")
     return evidence, lines

@@ -27,6 +27,12 @@ from ..tags import (
 )
 
 
+def bloom_key(group: str, topic: str) -> str:
+    """The key the broker hashes into a group's Bloom bits: ``"{group}#{topic}"``
+    (``ConsumerFilterData``, docs/filtering.md#expression-filter)."""
+    return f"{group}#{topic}"
+
+
 class TagFilter:
     """A TAG subscription's filter (``ExpressionMessageFilter`` with a tag expression).
 
@@ -161,7 +167,7 @@ class SqlFilter:
         self.born_time = born_time
         self.class_filter_mode = class_filter_mode
         if bloom_data is None and bloom_filter is not None:
-            bloom_data = bloom_filter.generate(f"{group}#{topic}")
+            bloom_data = bloom_filter.generate(bloom_key(group, topic))
         self.bloom_data = bloom_data
         self.bloom_data_valid = bool(
             bloom_data is not None and bloom_filter is not None and _bloom_valid(bloom_filter, bloom_data)

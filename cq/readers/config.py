@@ -32,7 +32,7 @@ import bloom
 import selector
 
 from ..errors import StoreFormatError
-from ..filter.layers import SqlFilter, TagFilter
+from ..filter.layers import SqlFilter, TagFilter, bloom_key
 from ..tags import EXPRESSION_TYPE_SQL92
 
 __all__ = [
@@ -66,8 +66,6 @@ TOPICS_FILE = "topics.json"
 BAK_SUFFIX = ".bak"
 #: ``consumerOffset.json`` keys are ``"{topic}@{group}"``.
 TOPIC_GROUP_SEPARATOR = "@"
-#: The bloom key of a registered group: ``"{group}#{topic}"``.
-BLOOM_KEY_SEPARATOR = "#"
 #: On load the broker treats an entry with deadTime 0 as dead this long before "now".
 DEAD_ON_LOAD_MS = 30_000
 
@@ -495,7 +493,7 @@ class RegisteredFilter:
     @property
     def bloom_key(self) -> str:
         """``"{group}#{topic}"``."""
-        return f"{self.group}{BLOOM_KEY_SEPARATOR}{self.topic}"
+        return bloom_key(self.group, self.topic)
 
     @property
     def is_dead(self) -> bool:
@@ -579,7 +577,7 @@ def _registered_filters(parsed: Any, src: str, bloom_filter: Any) -> list[Regist
                 if not all(isinstance(p, int) and not isinstance(p, bool) for p in bit_pos):
                     raise ConfigFormatError("expected an array of integers", src, field=f"{bwhere}.bitPos")
                 bloom_data = bloom.BloomFilterData(bit_pos, _field(raw_bloom, "bitNum", int, bwhere, src, 0))
-            expected = bloom_filter.generate(f"{group}{BLOOM_KEY_SEPARATOR}{topic}")
+            expected = bloom_filter.generate(bloom_key(group, topic))
             out.append(RegisteredFilter(
                 group=group,
                 topic=topic,

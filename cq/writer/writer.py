@@ -65,6 +65,7 @@ import bloom
 import selector
 from selector import javalang
 
+from ..filter.layers import bloom_key
 from ..format import (
     BLANK_MAGIC_CODE,
     BORNHOST_V6_FLAG,
@@ -218,7 +219,7 @@ class SqlGroup:
     @property
     def bloom_key(self) -> str:
         """The broker's Bloom key ``"<group>#<topic>"``."""
-        return f"{self.group}#{self.topic}"
+        return bloom_key(self.group, self.topic)
 
 
 class _Group:

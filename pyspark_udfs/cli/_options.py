@@ -14,6 +14,8 @@ from __future__ import annotations
 import argparse
 from collections.abc import Callable
 
+from cq.filter.custom import ON_FILTER_ERROR
+
 #: ``--progress``: when to draw a progress bar on stderr
 PROGRESS_CHOICES = ("auto", "always", "never")
 #: ``--body``: which body a JSON line's ``body_length`` measures, as the data source's option ``body``
@@ -111,7 +113,7 @@ def add_filter_args(parser: argparse.ArgumentParser, *, where: str) -> None:
                         help="custom filter run after both broker layers (docs/custom-filters.md): "
                              "package.module:function taking a cq.Message (or, marked with cq.batch_filter, "
                              f"an Arrow record batch) and returning bool; {where}")
-    parser.add_argument("--on-filter-error", choices=("fail", "skip"), default="fail",
+    parser.add_argument("--on-filter-error", choices=ON_FILTER_ERROR, default="fail",
                         help="an exception in the custom filter stops with an error naming the message "
                              "(fail, default) or drops the message and counts it (skip)")
 
