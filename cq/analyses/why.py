@@ -28,12 +28,12 @@ from ..filter.layers import (
     RETRY_NO_RETRY_TOPIC,
     RETRY_NOT_REGISTERED,
     RETRY_REGISTERED,
+    Layers,
     RetryPropertiesError,
     RetrySqlFilter,
     SqlFilter,
-    TagFilter,
-    _low_int32,
     bloom_key,
+    low_int32,
     retry_group,
 )
 from ..readers.commitlog import Message
@@ -153,7 +153,7 @@ def resolve_subscription(store: Store, topic: str, group: str, *, sql: str | Non
         sub = Subscription(reg.expression_type or EXPRESSION_TYPE_SQL92, reg.expression or "", f"config/{CONSUMER_FILTER_FILE}",
                            reg)
     if filter_support_retry and retry_group(topic) is not None:
-        if isinstance(flt, SqlFilter):
+        if Layers(flt).sql92:
             checked_with = None if isinstance(bloom_filter, str) else bloom_filter
             registry = FilterRegistry(store.registered_filters(bloom_filter=checked_with))
             flt = RetrySqlFilter.from_filter(flt, registry=registry)
@@ -333,7 +333,7 @@ def _layer1_sql(flt: SqlFilter, sub: Subscription, ext_unit, reason: str,
                          + (f"; missing: {missing}" if missing else ""))
         else:
             lines.append(f"bits of {bloom_key(flt.group, flt.topic)}: {positions} (m={flt.bloom_data.bit_num})")
-    if sub.registration is None and isinstance(flt, SqlFilter):
+    if sub.registration is None and Layers(flt).sql92:
         lines.append(f"bornTime {flt.born_time} assumed (subscription given, not looked up)")
     return evidence, lines
 
@@ -363,7 +363,7 @@ def why_unit(store: Store, topic: str, group: str, flt, sub: Subscription, queue
     # ---- layer 1: the same call consume makes, with the slot resolved as the store resolves it
     ext = store.ext(topic, queue_id)
     ext_unit = ext.get(slot) if (is_ext and ext is not None) else None
-    if isinstance(flt, TagFilter):
+    if Layers(flt).kind == "tags":
         tags_code = slot if not is_ext else (ext_unit.tags_code if ext_unit is not None else None)
         matched, reason = flt.explain_consume_queue(tags_code, ext_unit)
         sub_data = flt.subscription
@@ -371,7 +371,7 @@ def why_unit(store: Store, topic: str, group: str, flt, sub: Subscription, queue
               "code_set": sorted(sub_data.code_set) if sub_data is not None else None}
         lines = [_LAYER1_TEXT[reason]]
         if tags_code is not None:
-            low = _low_int32(tags_code)
+            low = low_int32(tags_code)
             ev["tags_code_int32"] = low
             src = "from the ext unit" if is_ext else "from the unit"
             lines.append(f"tags code {tags_code} ({src}); compared as int {low}")
@@ -383,7 +383,7 @@ def why_unit(store: Store, topic: str, group: str, flt, sub: Subscription, queue
         ev, lines = _layer1_sql(flt, sub, ext_unit, reason, slot if ext_unit is not None else None)
     steps.append(WhyStep("consume_queue", "Layer 1: ConsumeQueue (isMatchedByConsumeQueue)",
                          PASS if matched else DROP, reason, "\n".join(lines), ev))
-    if isinstance(flt, SqlFilter) and sub.registration is not None and ext_unit is not None:
+    if Layers(flt).sql92 and sub.registration is not None and ext_unit is not None:
         live = ext_unit.msg_store_time > flt.born_time
         steps.append(WhyStep(
             "is_msg_in_live", "isMsgInLive (the bitmap was computed for this filter version)", INFO,
@@ -426,7 +426,7 @@ def why_unit(store: Store, topic: str, group: str, flt, sub: Subscription, queue
                 _not_reached(steps, "client", "Client re-check (PullAPIWrapper)")
             else:
                 ok = flt.is_matched_by_client(msg.tags)
-                tags_set = sorted(flt.subscription.tags_set) if isinstance(flt, TagFilter) and \
+                tags_set = sorted(flt.subscription.tags_set) if Layers(flt).kind == "tags" and \
                     flt.subscription is not None else []
                 if not tags_set:
                     detail3 = "the subscription's tag set is empty (SQL92, \"*\" or none): the client keeps " \
@@ -456,11 +456,11 @@ def _layer2(flt, sub: Subscription, msg: Message, log, phys: int) -> tuple[bool,
     """Layer 2 for the record ``msg`` read at ``phys``: ``(matched, reason, detail, evidence, explanation)``."""
     ev: dict[str, Any] = {"record_topic": msg.topic, "store_timestamp": msg.store_timestamp,
                           "tags": msg.tags, "keys": msg.keys}
-    if isinstance(flt, RetrySqlFilter):
+    if Layers(flt).kind == "retry":
         # None when the record stores no properties: the broker's decoded properties are then null
         props = log.gather_properties([phys], absent_as_none=True)[0]
         return _layer2_retry(flt, msg, ev, props)
-    if isinstance(flt, SqlFilter):
+    if Layers(flt).sql92:
         matched, reason, detail, explanation = _layer2_sql(flt, flt.sql, msg, ev)
         if retry_group(flt.topic) is not None:
             ev["retry"] = {"filter_support_retry": False, "retry_topic": msg.properties.get(fmt.PROPERTY_RETRY_TOPIC)}
@@ -515,7 +515,7 @@ def _layer2_retry(flt: RetrySqlFilter, msg: Message, ev: dict,
             where = f" (config/{CONSUMER_FILTER_FILE}: bornTime {reg.born_time}" + (
                 f", dead since {reg.dead_time})" if reg.is_dead else ")")
         target = look.filter
-        if not isinstance(target, SqlFilter):
+        if not Layers(target).sql92:
             return matched, "retry_registered_no_expression", (
                 f"{head}: it has no compiled expression (not SQL92, or it does not compile), so the broker delivers "
                 f"it{where}"), ev, None

@@ -64,7 +64,7 @@ class TagFilter:
         sub = self.subscription
         if sub is None or self.class_filter_mode or tags_code is None or sub.sub_string == "*":
             return True
-        return _low_int32(tags_code) in self._codes
+        return low_int32(tags_code) in self._codes
 
     def explain_consume_queue(self, tags_code: int | None, ext_unit: CqExtUnit | None = None) -> tuple[bool, str]:
         """:meth:`is_matched_by_consume_queue` and the rule that decided it (a reason code).
@@ -392,7 +392,7 @@ class RetrySqlFilter(SqlFilter):
         return np.array([self.is_matched_by_commit_log(r) for r in rows], dtype=bool)
 
 
-def _low_int32(tags_code: int) -> int:
+def low_int32(tags_code: int) -> int:
     """``(int) tagsCode``: the low 32 bits as a signed int, as the broker compares them."""
     low = tags_code & 0xFFFFFFFF
     return low - (1 << 32) if low & 0x80000000 else low
@@ -443,6 +443,11 @@ class Layers:
         self.kind = next((k for cls, k in _KINDS if isinstance(flt, cls)), "units")
         if self.kind == "tags":
             self._codes = np.fromiter(flt.codes, dtype=np.int32, count=len(flt.codes))
+
+    @property
+    def sql92(self) -> bool:
+        """A SQL92 filter (a retry filter too): layer 1 on Bloom bitmaps, layer 2 a selector."""
+        return self.kind in ("sql92", "retry")
 
     @property
     def passes_all(self) -> bool:
