@@ -696,8 +696,8 @@ def why(store: Store, topic: str, group: str, *, sql: str | None = None, tags: s
 
     Examples
     --------
-    >>> w = why(Store("tests/data/golden_store").why(  # doctest: +SKIP
-    ...     "GoldenFilterTopic", "GID_SQL_A", sql="a > 5 AND b = 'abc'", queue_id=0, queue_offset=0))
+    >>> w = why(Store("tests/data/golden_store"),  # doctest: +SKIP
+    ...         "GoldenFilterTopic", "GID_SQL_A", sql="a > 5 AND b = 'abc'", queue_id=0, queue_offset=0)
     >>> w.delivered, w.dropped_by  # doctest: +SKIP
     (False, 'consume_queue')
     """
