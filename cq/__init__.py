@@ -18,8 +18,8 @@ from .errors import StoreFileDeleted, StoreFormatError, TagSubscriptionError, Un
 from .ext import ConsumeQueueExt, CqExtUnit
 from .filter import RetrySqlFilter, SqlFilter, TagFilter
 from .format import MAX_ADDR, decorate, is_ext_addr, undecorate
-from .scan import ENGINE as _SCAN_ENGINE
-from .scan import check_bitmaps, check_ext_batch, scan_tags
+from .kernels import ENGINE as _SCAN_ENGINE
+from .kernels import check_bitmaps, check_ext_batch, scan_tags
 from .store import ConsumeResult, ConsumeStats, Store, StoreCut
 from .storecache import StoreCache
 from .tags import ENGINE as _TAGS_ENGINE

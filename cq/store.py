@@ -21,7 +21,7 @@ from .custom_filter import BATCH_RECORD_FIELDS, ON_FILTER_ERROR, as_message_filt
 from .errors import StoreFileDeleted, StoreFormatError, UnknownGroupError
 from .ext import ConsumeQueueExt
 from .filter import RetryPropertiesError, SqlFilter, TagFilter
-from .scan import _scan, bloom_bit_bytes, scan_tags
+from .kernels import _ext, _objects, bloom_bit_bytes, scan_tags
 
 #: Units handled per batch by :meth:`Store.consume`.
 CONSUME_BATCH = 1 << 16
@@ -827,22 +827,22 @@ class Store:
             return np.arange(n, dtype=np.int64), hits
         bit_num = flt.bloom_data.bit_num
         bits = bloom_bit_bytes(flt.bloom_data.bit_pos, bit_num)
-        verdict = np.full(n, _scan.PASS, dtype=np.uint8)
+        verdict = np.full(n, _ext.PASS, dtype=np.uint8)
         if bits is not None:  # (None: isHit throws and the broker matches)
             byte_idx, masks = bits
             found = np.zeros(n, dtype=np.uint8)  # units resolved: the rest of the ext addresses are missing
             for index, sel, fpos in ext._group_by_file(slot):
                 got = np.empty(len(sel), dtype=np.uint8)
-                v = _scan.ext_bloom_check(np.frombuffer(ext._map(index), dtype=np.uint8), fpos,
+                v = _ext.ext_bloom_check(np.frombuffer(ext._map(index), dtype=np.uint8), fpos,
                                           ext.limit(index), byte_idx, masks, bit_num, flt.born_time, got)
-                ext._raise_underflow(index, fpos, v == _scan.UNDERFLOW)
+                ext._raise_underflow(index, fpos, v == _ext.UNDERFLOW)
                 verdict[sel] = v
                 found[sel] = got
             stats.ext_missing += int((is_ext & (found == 0)).sum())
-        hits = verdict == _scan.HIT
-        stats.bloom_tested += int((hits | (verdict == _scan.PRUNED)).sum())
-        stats.bloom_pruned += int((verdict == _scan.PRUNED).sum())
-        return np.flatnonzero(verdict != _scan.PRUNED).astype(np.int64), hits
+        hits = verdict == _ext.HIT
+        stats.bloom_tested += int((hits | (verdict == _ext.PRUNED)).sum())
+        stats.bloom_pruned += int((verdict == _ext.PRUNED).sum())
+        return np.flatnonzero(verdict != _ext.PRUNED).astype(np.int64), hits
 
     def _queue_readers(self, topic: str, queue_id: int) -> tuple[ConsumeQueue, ConsumeQueueExt | None]:
         """Readers of one queue for one pass, not cached: :meth:`consume` closes them when the
@@ -935,13 +935,13 @@ class Store:
             checked = self._client_checked(flt, (log.read_message(off, verify_crc=verify_crc) for off in offs.tolist()),
                                            stats)
             if custom is None:
-                yield _scan.Delivered(checked, stats)
+                yield _objects.Delivered(checked, stats)
             else:
                 pending = list(checked)
         elif cols is None:  # layer 2 read the records it kept: decode those
             kept = list(self._client_checked(flt, log.read_messages(offs), stats))
             if custom is None:
-                yield _scan.Delivered(kept, stats)
+                yield _objects.Delivered(kept, stats)
             else:
                 pending = kept
         else:  # decoded before layer 2: messages of the rows both checks keep
@@ -949,7 +949,7 @@ class Store:
             client = self._client_check(flt, cols, rows)
             stats.client_filtered += int((~client).sum())
             if custom is None:  # each message built as it is handed out: one alive at a time
-                yield _scan.Delivered.built(Message, cols.columns, *log._message_args(decoded, rows[client]), stats)
+                yield _objects.Delivered.built(Message, cols.columns, *log._message_args(decoded, rows[client]), stats)
             else:
                 pending = log.messages_from_columns(cols, decoded, rows[client])
         if pending:
@@ -957,7 +957,7 @@ class Store:
             keep, skipped = custom.apply(pending)
             stats.filter_skipped += int(skipped.sum())
             stats.filter_rejected += int((~keep & ~skipped).sum())
-            yield _scan.Delivered([msg for msg, ok in zip(pending, keep.tolist()) if ok], stats)
+            yield _objects.Delivered([msg for msg, ok in zip(pending, keep.tolist()) if ok], stats)
 
     @staticmethod
     def _client_checked(flt, msgs: Iterable[Message], stats: ConsumeStats) -> Iterator[Message]:
@@ -1015,7 +1015,7 @@ class Store:
         stats.filter_rejected += int((~keep & ~skipped).sum())
         kept = rows[keep]
         msgs = [checked[i] for i in kept.tolist()] if checked is not None else log.read_messages(offs[kept])
-        yield _scan.Delivered(msgs, stats)
+        yield _objects.Delivered(msgs, stats)
 
     def _raw_chunks(self, cqueue: ConsumeQueue, start: int, end: int) -> Iterator[tuple[int, memoryview]]:
         """``cqueue.raw_chunks`` over ``[start, end)``; a file the broker expired meanwhile moves the

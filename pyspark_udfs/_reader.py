@@ -39,7 +39,7 @@ from pyspark.sql.pandas.types import to_arrow_schema
 import cq
 from cq.custom_filter import MessageFilter, ext_columns, filter_record_batch, message_schema
 from cq.errors import StoreFormatError
-from cq.scan import PRUNED, check_ext_batch
+from cq.kernels import PRUNED, check_ext_batch
 from pyspark_udfs.datasource import RECORD_COLUMNS
 
 # Opened stores, per worker process: a worker reads many slices of a few stores. Each use
