@@ -53,7 +53,7 @@ def _field(name, bip, bport, sip, sport, body, topic, props):
 def decode_columns(buf, positions, limit, mask):
     """Decode the records at ``positions`` into the Arrow buffers of the fields in ``mask``.
 
-    The statement of ``cq/_scan.pyx``'s ``decode_columns``: each record is
+    The statement of ``_decode.pyx``'s ``decode_columns``: each record is
     decoded as :func:`decode_record` decodes it (text with ``"replace"``,
     properties as ``fmt.decode_properties_bytes`` parses them), then laid out
     in Arrow buffers. Returns ``(columns, error)`` as the engine does.
