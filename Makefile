@@ -62,4 +62,4 @@ lint: setup
 	$(VENV)/bin/ruff check .
 
 clean:
-	rm -rf build site $(VENV) */*.so */*.c */__pycache__ tests/__pycache__ *.egg-info
+	rm -rf build site $(VENV) */*.so */*.c */*/*.so */*/*.c cq/kernels/_layout.h */__pycache__ */*/__pycache__ tests/__pycache__ *.egg-info

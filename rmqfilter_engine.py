@@ -32,9 +32,9 @@ def load(package: str, name: str) -> tuple[ModuleType, str]:
     Parameters
     ----------
     package : str
-        The package holding the kernel, e.g. ``"cq"``.
+        The package holding the kernel, e.g. ``"cq.kernels"``.
     name : str
-        The kernel's module name, e.g. ``"_scan"``; its twin is ``name + "_py"``.
+        The kernel's module name, e.g. ``"_ext"``; its twin is ``name + "_py"``.
 
     Returns
     -------

@@ -1,11 +1,17 @@
 """Build the Cython engines of rmqfilter.
 
-Every ``_*.pyx`` file in the four packages is one extension module. Compiler
-directives are set here, once, for all of them (see STYLE: not per function).
+Every ``_*.pyx`` file in the four packages and their sub-packages (``cq/kernels``) is
+one extension module. Compiler directives are set here, once, for all of them (see
+STYLE: not per function).
+
+Before the store kernels compile, ``cq/kernels/_layout.h`` is written from
+``cq/format.py`` (through ``cq/kernels/layout.py``, loaded by path: the package is not
+built yet): the kernels' byte offsets have one home, the format module.
 
 Developer switch: ``RMQFILTER_BUILD=bloom,cq`` builds only those packages'
 extensions (handy while another package's engine is being edited).
 """
+import importlib.util
 import os
 from glob import glob
 
@@ -23,6 +29,26 @@ DIRECTIVES = {
     "nonecheck": False,
     "embedsignature": True,
 }
+#: Extension modules that link zlib: the record walk's body CRCs, the inflater's bodies.
+ZLIB_MODULES = {"cq.kernels._record", "cq.kernels._inflate"}
+HERE = os.path.dirname(os.path.abspath(__file__))
+
+
+def write_layout_header():
+    """Write ``cq/kernels/_layout.h`` from ``cq/format.py`` (only when its text changes: no needless rebuild)."""
+    kernels = os.path.join(HERE, "cq", "kernels")
+    spec = importlib.util.spec_from_file_location("_rmqfilter_layout", os.path.join(kernels, "layout.py"))
+    layout = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(layout)
+    text = layout.header(layout.layout(layout.load_format(os.path.join(HERE, "cq"))))
+    path = os.path.join(kernels, "_layout.h")
+    old = None
+    if os.path.exists(path):
+        with open(path) as f:
+            old = f.read()
+    if old != text:
+        with open(path, "w") as f:
+            f.write(text)
 
 
 def extensions():
@@ -31,20 +57,21 @@ def extensions():
     for package in PACKAGES:
         if only and package not in only:
             continue
-        for pyx in sorted(glob(os.path.join(package, "_*.pyx"))):
+        for pyx in sorted(glob(os.path.join(package, "_*.pyx")) + glob(os.path.join(package, "*", "_*.pyx"))):
             name = pyx[:-4].replace(os.sep, ".")
             exts.append(
                 Extension(
                     name,
                     [pyx],
-                    include_dirs=[numpy.get_include()],
+                    # the module's own folder: its .h files (cq/kernels/_bytes.h, _layout.h, ...)
+                    include_dirs=[numpy.get_include(), os.path.dirname(pyx)],
                     define_macros=[("NPY_NO_DEPRECATED_API", "NPY_1_7_API_VERSION")],
                     extra_compile_args=["-O3"],
-                    # the CommitLog decoder checks body CRCs with zlib's crc32
-                    libraries=["z"] if name == "cq._scan" else [],
+                    libraries=["z"] if name in ZLIB_MODULES else [],
                 )
             )
     return exts
 
 
+write_layout_header()
 setup(ext_modules=cythonize(extensions(), compiler_directives=DIRECTIVES, quiet=True))

@@ -8,7 +8,7 @@
   numpy's vectorised byte-and-mask test over the same units;
 - properties gathering (``CommitLog.gather_properties``'s kernel) vs the
   pure-Python decoder (the twin) and vs a plain ``struct`` + ``str.split`` decoder;
-- the data source's batch reads: ``CommitLog.read_batch`` (records to columns) vs
+- the data source's batch reads: ``CommitLog.decode_columns`` (records to columns) vs
   ``read_message`` per record and the twin; ``ConsumeQueueExt.read_batch`` vs ``get``
   per address;
 - peak RSS and file descriptors of reading a store with 2000 queues and a 1.5 GiB
@@ -29,9 +29,8 @@ import pytest
 
 import bloom
 import cq
-from cq import _scan_py
 from cq import format as fmt
-from cq.scan import _scan
+from cq.kernels import _decode_py, _record, _record_py
 
 N_UNITS = 10_000_000
 N_TAGS = 1000
@@ -139,7 +138,7 @@ def test_check_bitmaps_ours(benchmark, ext_file):
     benchmark.group = "Bloom check, 10M ext units of 34 bytes"
     benchmark.extra_info.update(items=N_UNITS, bytes=N_UNITS * 34, role="ours")
     got = benchmark(cq.check_bitmaps, ext_file, positions, GROUP_POS)
-    assert ((got == cq.scan.HIT) == _numpy_bitmaps(ext_file, positions)).all()
+    assert ((got == cq.kernels.HIT) == _numpy_bitmaps(ext_file, positions)).all()
 
 
 def test_check_bitmaps_numpy(benchmark, ext_file):
@@ -185,7 +184,7 @@ def test_gather_properties_ours(benchmark, log_buffer):
     buf, positions = log_buffer
     benchmark.group = "properties gathering, 100k records"
     benchmark.extra_info.update(items=len(positions), role="ours")
-    got = benchmark(_scan.gather_properties, buf, positions, len(buf))
+    got = benchmark(_record.gather_properties, buf, positions, len(buf))
     assert got[:100] == _plain_python_properties(buf, positions[:100])
 
 
@@ -193,7 +192,7 @@ def test_gather_properties_python_twin(benchmark, log_buffer):
     buf, positions = log_buffer
     benchmark.group = "properties gathering, 100k records"
     benchmark.extra_info.update(items=len(positions), role="alternative")
-    benchmark.pedantic(_scan_py.gather_properties, (buf, positions, len(buf)), rounds=3)
+    benchmark.pedantic(_record_py.gather_properties, (buf, positions, len(buf)), rounds=3)
 
 
 def test_gather_properties_plain_python(benchmark, log_buffer):
@@ -208,7 +207,7 @@ def test_decode_records_ours(benchmark, log_buffer):
     benchmark.group = "record decode, 100k records"
     benchmark.extra_info.update(items=len(positions), role="ours")
     pos = positions.tolist()
-    benchmark(lambda: [_scan.decode_record(buf, p, len(buf)) for p in pos])
+    benchmark(lambda: [_record.decode_record(buf, p, len(buf)) for p in pos])
 
 
 def test_decode_records_python_twin(benchmark, log_buffer):
@@ -216,7 +215,7 @@ def test_decode_records_python_twin(benchmark, log_buffer):
     benchmark.group = "record decode, 100k records"
     benchmark.extra_info.update(items=len(positions), role="alternative")
     pos = positions.tolist()
-    benchmark.pedantic(lambda: [_scan_py.decode_record(buf, p, len(buf)) for p in pos], rounds=3)
+    benchmark.pedantic(lambda: [_record_py.decode_record(buf, p, len(buf)) for p in pos], rounds=3)
 
 
 # ---------------------------------------------------------- end to end
@@ -288,27 +287,22 @@ def commit_log_dir(tmp_path_factory, log_buffer):
     log.close()
 
 
-def test_read_batch_records_ours(benchmark, commit_log_dir):
+def test_decode_columns_records_ours(benchmark, commit_log_dir):
     log, positions = commit_log_dir
     benchmark.group = "CommitLog records to columns, 100k records"
     benchmark.extra_info.update(items=len(positions), role="ours")
-    cols = benchmark(log.read_batch, positions)
-    m = log.read_message(int(positions[-1]))
-    assert cols.body.value(len(positions) - 1) == m.body and cols.properties(len(positions) - 1) == m.properties
+    cols = benchmark(log.decode_columns, positions)
+    m, last = log.read_message(int(positions[-1])), len(positions) - 1
+    assert cols.value("body", last) == m.body and cols.value("properties", last) == m.properties
 
 
-def test_read_batch_records_python_twin(benchmark, commit_log_dir):
+def test_decode_columns_records_python_twin(benchmark, commit_log_dir):
     log, positions = commit_log_dir
     buf = np.frombuffer(log.buffer(0), np.uint8)
     benchmark.group = "CommitLog records to columns, 100k records"
     benchmark.extra_info.update(items=len(positions), role="alternative")
-    benchmark.extra_info["series"] = "twin decode_records + split_properties"
-
-    def twin():
-        cols, _ = _scan_py.decode_records(buf, positions, len(buf))
-        return _scan_py.split_properties(buf, cols["props_start"], cols["props_len"])
-
-    benchmark.pedantic(twin, rounds=2)
+    benchmark.extra_info["series"] = "twin decode_columns"
+    benchmark.pedantic(_decode_py.decode_columns, (buf, positions, len(buf), fmt.ALL_RECORD_FIELDS), rounds=2)
 
 
 def test_read_message_per_record(benchmark, commit_log_dir):

@@ -372,7 +372,7 @@ def _timed_decoder(monkeypatch):
     from cq.readers import commitlog
 
     spent = {"decode": 0.0, "inflate": 0.0}
-    decode, inflate = commitlog._scan.decode_columns, commitlog._scan.inflate_bodies
+    decode, inflate = commitlog._decode.decode_columns, commitlog._inflate.inflate_bodies
 
     def timed(fn, key):
         def call(*args):
@@ -383,8 +383,8 @@ def _timed_decoder(monkeypatch):
                 spent[key] += time.perf_counter() - t
         return call
 
-    monkeypatch.setattr(commitlog._scan, "decode_columns", timed(decode, "decode"))
-    monkeypatch.setattr(commitlog._scan, "inflate_bodies", timed(inflate, "inflate"))
+    monkeypatch.setattr(commitlog._decode, "decode_columns", timed(decode, "decode"))
+    monkeypatch.setattr(commitlog._inflate, "inflate_bodies", timed(inflate, "inflate"))
     return spent
 
 
@@ -399,7 +399,7 @@ def test_interleaved_read_messages_profile(benchmark, store_path, copies, monkey
 
     from cq.readers import commitlog
 
-    if commitlog._scan.__name__.endswith("_scan_py"):
+    if commitlog._decode.__name__.endswith("_py"):
         pytest.skip("the profile times the compiled kernels")
     spent = _timed_decoder(monkeypatch)
     opts = _options(store_path)
@@ -645,11 +645,11 @@ def mixed_bodies():
 def _inflate_ours(benchmark, column):
     import numpy as np
 
-    from cq.scan import _scan
+    from cq.kernels import _inflate
 
     offsets, data, flags, raw_bytes = column
     benchmark.extra_info.update(bytes=raw_bytes)
-    got = _run(benchmark, lambda: _scan.inflate_bodies(offsets, data, flags), "ours", len(flags))
+    got = _run(benchmark, lambda: _inflate.inflate_bodies(offsets, data, flags), "ours", len(flags))
     want = _python_inflate(offsets, data, flags)
     assert len(got[2]) == 0 and np.array_equal(got[0], want[0]) and np.array_equal(got[1], want[1])
 

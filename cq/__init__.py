@@ -20,8 +20,8 @@ from .readers.commitlog import CommitLog, Message
 from .readers.config import ConfigFormatError, ConfigWarning, RegisteredFilter
 from .readers.consumequeue import ConsumeQueue
 from .readers.ext import ConsumeQueueExt, CqExtUnit
-from .scan import ENGINE as _SCAN_ENGINE
-from .scan import check_bitmaps, check_ext_batch, scan_tags
+from .kernels import ENGINE as _SCAN_ENGINE
+from .kernels import check_bitmaps, check_ext_batch, scan_tags
 from .store.cache import StoreCache
 from .store.store import ConsumeResult, ConsumeStats, Store, StoreCut
 from .tags import ENGINE as _TAGS_ENGINE

@@ -155,7 +155,7 @@ RECORD_V1_IPV4_OVERHEAD = 91
 #: Largest properties text, in bytes (the field is an int16).
 MAX_PROPERTIES_LENGTH = 32767
 
-#: The fields of a decoded CommitLog record, in decoder order (``cq/_scan.pyx``
+#: The fields of a decoded CommitLog record, in decoder order (``cq/kernels/_decode.pyx``
 #: ``decode_columns``; docs/data-path.md): name and kind. ``i4``/``i8``: a fixed
 #: int32/int64 field; ``str``/``bin``: variable-length text (UTF-8, malformed bytes
 #: replaced by U+FFFD) or bytes; ``map``: the properties. Bit ``1 << i`` of a

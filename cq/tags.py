@@ -13,7 +13,7 @@ from rmqfilter_engine import load
 
 from .errors import TagSubscriptionError
 
-_tags, ENGINE = load("cq", "_tags")
+_tags, ENGINE = load("cq.kernels", "_tags")
 
 #: ``SubscriptionData.SUB_ALL``.
 SUB_ALL = "*"

@@ -10,7 +10,8 @@ from pathlib import Path
 
 from rmqfilter_engine import PUREPYTHON
 
-__all__ = ["DATA", "PUREPYTHON", "RETRY_MESSAGES", "load_jsonl", "patch_file", "write_retry_store"]
+__all__ = ["DATA", "PUREPYTHON", "RETRY_MESSAGES", "kernels", "load_jsonl", "patch_file", "use_kernels",
+           "write_retry_store"]
 
 #: The conformance cases and the golden store (copied from ../shared so the suite stands alone).
 DATA = Path(__file__).resolve().parent / "data"
@@ -78,3 +79,32 @@ def write_retry_store(root) -> None:
             w.append("%RETRY%GID_ORDERS", b"retry", properties=props, born_timestamp=t0 + i, store_timestamp=t0 + i)
         w.register_group("%RETRY%GID_ORDERS", "GID_ORDERS", "price > 100", born_time=t0 + 60_000)
         w.register_group("OrderTopic", "GID_ORDERS", "price > 30", born_time=t0 - 60_000)
+
+
+def kernels(engine: str):
+    """The store kernels of ``engine`` as one namespace (``kernels("twin").decode_columns``).
+
+    ``"compiled"``: the modules ``cq.kernels`` uses (the twins under ``RMQFILTER_PUREPYTHON``);
+    ``"twin"``: the pure-Python twins. Every kernel module's public names, merged (they are unique).
+    """
+    from types import SimpleNamespace
+
+    from cq import kernels as k
+
+    modules = {n: getattr(k, n) for n in k.MODULES} if engine == "compiled" else k.engine_modules("python")
+    return SimpleNamespace(**{name: value for m in modules.values() for name, value in vars(m).items()
+                              if not name.startswith("__")})
+
+
+def use_kernels(monkeypatch, engine: str, *modules: str) -> None:
+    """Make ``modules`` (e.g. ``"cq.commitlog"``) call the store kernels of ``engine`` (see :func:`kernels`)."""
+    import importlib
+
+    from cq import kernels as k
+
+    chosen = {n: getattr(k, n) for n in k.MODULES} if engine == "compiled" else k.engine_modules("python")
+    for path in modules:
+        module = importlib.import_module(path)
+        for name, kernel in chosen.items():
+            if hasattr(module, name):
+                monkeypatch.setattr(module, name, kernel)

@@ -18,7 +18,7 @@ from selector.errors import SelectorEvaluationError
 
 from .. import format as fmt
 from ..readers.ext import CqExtUnit
-from ..scan import HIT, PASS, PRUNED, bloom_bit_bytes, check_ext_batch, scan_tags
+from ..kernels import HIT, PASS, PRUNED, bloom_bit_bytes, check_ext_batch, scan_tags
 from ..tags import (
     EXPRESSION_TYPE_SQL92,
     SubscriptionData,

@@ -1,6 +1,6 @@
 """CommitLog records as columns in Arrow layout: what :meth:`cq.CommitLog.decode_columns` returns.
 
-The decoder (``decode_columns`` in ``cq/_scan.pyx``, twin ``cq/_scan_py.py``)
+The decoder (``decode_columns`` in ``cq/kernels/_decode.pyx``, twin ``_decode_py.py``)
 writes each field of many records straight into Arrow buffers: numpy arrays
 of offsets, data and validity (docs/data-path.md). This module holds them,
 joins the runs of several CommitLog files, and turns them into pyarrow arrays
@@ -13,7 +13,7 @@ from collections.abc import Iterable
 import numpy as np
 
 from .. import format as fmt
-from ..scan import _scan, kernel_array
+from ..kernels import _objects, kernel_array
 
 #: field name -> kind ("i4", "i8", "str", "bin", "map"), from cq.format.RECORD_FIELDS
 FIELD_KINDS = dict(fmt.RECORD_FIELDS)
@@ -96,7 +96,7 @@ class MessageColumns:
         """
         offsets, data, valid = self.columns[name]
         rows = None if rows is None else kernel_array(rows, np.int64)
-        out = _scan.texts_list(offsets, data, binary, rows)
+        out = _objects.texts_list(offsets, data, binary, rows)
         if valid is not None:
             ok = valid if rows is None else valid[rows]
             out = [v if k else None for v, k in zip(out, ok.tolist())]
@@ -104,7 +104,7 @@ class MessageColumns:
 
     def dicts(self, rows: np.ndarray | None = None) -> list[dict]:
         """The ``properties`` field as one dict per row (:attr:`cq.Message.properties`); ``rows`` as :meth:`texts`."""
-        return _scan.property_dicts(*self.columns["properties"], None if rows is None else kernel_array(rows, np.int64))
+        return _objects.property_dicts(*self.columns["properties"], None if rows is None else kernel_array(rows, np.int64))
 
     # ------------------------------------------------------------------ Arrow
     def arrow(self, name: str, *, large: bool = False):

@@ -10,13 +10,12 @@ import time
 import zlib
 from collections.abc import Iterator
 from dataclasses import dataclass, field, fields
-from typing import NamedTuple
 
 import numpy as np
 
 from .. import format as fmt
 from ..errors import StoreFormatError
-from ..scan import _scan
+from ..kernels import _decode, _inflate, _objects, _record
 from . import columns as _columns
 from ._mapped import MappedFileQueue
 from .columns import MessageColumns
@@ -170,96 +169,7 @@ def decompress_body(body: bytes, sys_flag: int, *, path: str | None = None, offs
     raise StoreFormatError(f"Unknown compress type value {ctype} in sys_flag {sys_flag:#x}", path, offset)
 
 
-class Spans(NamedTuple):
-    """Variable-length values in the Arrow binary layout: value ``i`` is
-    ``data[offsets[i]:offsets[i + 1]]`` (int64 offsets, ``len(offsets) == n + 1``);
-    ``valid`` is None when every value is present, else a bool mask (absent = False)."""
-
-    offsets: np.ndarray
-    data: np.ndarray
-    valid: np.ndarray | None = None
-
-    def value(self, i: int) -> bytes | None:
-        """Value ``i`` as bytes, None where absent."""
-        if self.valid is not None and not self.valid[i]:
-            return None
-        return self.data[self.offsets[i]:self.offsets[i + 1]].tobytes()
-
-
-class RecordColumns(NamedTuple):
-    """Many CommitLog records as columns, as :meth:`CommitLog.read_batch` returns them.
-
-    Attributes
-    ----------
-    ints : dict of str to numpy.ndarray
-        ``store_size``, ``magic_code``, ``body_crc``, ``queue_id``, ``flag``,
-        ``sys_flag``, ``born_port``, ``store_port``, ``reconsume_times`` (int32);
-        ``queue_offset``, ``commit_log_offset``, ``born_timestamp``,
-        ``store_timestamp``, ``prepared_transaction_offset`` (int64): the
-        :class:`Message` fields of the same names.
-    born_host, store_host : numpy.ndarray of str (object)
-        ``"ip:port"`` / ``"[ipv6]:port"``; equal hosts share one string object.
-    topic, body : Spans
-        UTF-8 bytes of the topic (as stored) and the body as stored.
-    tags, keys : Spans
-        The ``TAGS`` / ``KEYS`` property values as stored (``valid`` False where absent).
-    map_offsets : numpy.ndarray of int64
-        Record ``i``'s properties are entries ``map_offsets[i]:map_offsets[i + 1]``
-        of ``property_keys`` / ``property_values``, in :attr:`Message.properties` order.
-    property_keys, property_values : Spans
-        The property entries' UTF-8 bytes.
-    """
-
-    ints: dict
-    born_host: np.ndarray
-    store_host: np.ndarray
-    topic: Spans
-    body: Spans
-    tags: Spans
-    keys: Spans
-    map_offsets: np.ndarray
-    property_keys: Spans
-    property_values: Spans
-
-    def __len__(self) -> int:
-        return len(self.map_offsets) - 1
-
-    def properties(self, i: int) -> dict[str, str]:
-        """Record ``i``'s properties as :attr:`Message.properties` holds them."""
-        return {
-            self.property_keys.value(e).decode("utf-8", "replace"): self.property_values.value(e).decode(
-                "utf-8", "replace")
-            for e in range(int(self.map_offsets[i]), int(self.map_offsets[i + 1]))
-        }
-
-
-def _concat_spans(parts: list[Spans]) -> Spans:
-    if not parts:
-        return Spans(np.zeros(1, dtype=np.int64), np.zeros(0, dtype=np.uint8))
-    shift = np.cumsum([0] + [int(p.offsets[-1]) for p in parts[:-1]])
-    offsets = np.concatenate([parts[0].offsets[:1]] + [p.offsets[1:] + d for p, d in zip(parts, shift)])
-    valid = None
-    if any(p.valid is not None for p in parts):
-        valid = np.concatenate([p.valid if p.valid is not None else np.ones(len(p.offsets) - 1, dtype=bool)
-                                for p in parts])
-    return Spans(offsets, np.concatenate([p.data for p in parts]), valid)
-
-
-def _hosts(ips: np.ndarray, ports: np.ndarray, v6: np.ndarray) -> np.ndarray:
-    """Host strings for rows of (16-byte ip, port, IPv6 flag), one string per distinct host."""
-    key = np.concatenate([ips, ports.astype(">i4").view(np.uint8).reshape(-1, 4), v6.astype(np.uint8)[:, None]],
-                         axis=1)
-    uniq, inverse = np.unique(np.ascontiguousarray(key).view(np.dtype((np.void, 21))).reshape(-1),
-                              return_inverse=True)
-    texts = np.empty(len(uniq), dtype=object)
-    for j, u in enumerate(uniq):
-        raw = u.tobytes()
-        port = int.from_bytes(raw[16:20], "big", signed=True)
-        texts[j] = _host(raw[:16] if raw[20] else raw[:4], port)
-    return texts[inverse.reshape(-1)]
-
-
-# _scan.message_objects builds Messages positionally: the record fields up to properties, then the place
+# _objects.message_objects builds Messages positionally: the record fields up to properties, then the place
 assert tuple(f.name for f in fields(Message)) == (
     *(name for name, _ in fmt.RECORD_FIELDS[:[n for n, _ in fmt.RECORD_FIELDS].index("properties") + 1]),
     "_path", "_file_offset"), "Message's fields moved: update message_objects"
@@ -281,7 +191,7 @@ def decode_message(buf, pos: int, limit: int, *, path: str | None = None, file_s
 
     try:
         (total, magic, crc, queue_id, flag, queue_offset, phys, sys_flag, born_ts, born_ip, born_port,
-         store_ts, store_ip, store_port, reconsume, prepared, body, topic, props) = _scan.decode_record(
+         store_ts, store_ip, store_port, reconsume, prepared, body, topic, props) = _record.decode_record(
             _as_u8(buf), pos, limit)
     except ValueError as exc:
         reason, at = exc.args if len(exc.args) == 2 else (str(exc), pos)
@@ -336,26 +246,6 @@ def _file_identity(path: str, check_crc: bool) -> tuple | None:
     return (os.path.abspath(path), *fmt.file_identity(st), st.st_mtime_ns, check_crc)
 
 
-def _host_objects(col) -> np.ndarray:
-    """Host strings of a decoded host column, one str object per distinct host."""
-    offsets, data, _ = col
-    n = len(offsets) - 1
-    texts = [data[offsets[i]:offsets[i + 1]].tobytes() for i in range(n)] if n else []
-    uniq: dict[bytes, str] = {}
-    out = np.empty(n, dtype=object)
-    for i, t in enumerate(texts):
-        s = uniq.get(t)
-        if s is None:
-            s = uniq[t] = t.decode()
-        out[i] = s
-    return out
-
-
-def _ports(col) -> np.ndarray:
-    """The int32 ports of a decoded host column (the text after the last colon)."""
-    return np.array([int(h.rsplit(":", 1)[1]) for h in _host_objects(col)], dtype=np.int32)
-
-
 def _as_u8(buf) -> np.ndarray:
     return buf if isinstance(buf, np.ndarray) else np.frombuffer(buf, np.uint8)
 
@@ -369,7 +259,7 @@ def _inflate_body_column(cols: dict, positions: np.ndarray, path: str) -> tuple:
     """
     offsets, data, valid = cols["body"]
     sys_flag = cols["sys_flag"]
-    new_offsets, new_data, rest = _scan.inflate_bodies(offsets, data, sys_flag)
+    new_offsets, new_data, rest = _inflate.inflate_bodies(offsets, data, sys_flag)
     if not len(rest):
         return new_offsets, new_data, valid
     phys = cols["commit_log_offset"]
@@ -532,14 +422,14 @@ class CommitLog(MappedFileQueue):
         records = 0
         while True:
             end = min(n, pos + _WALK_WINDOW)
-            p, status, r = _scan.commit_log_walk(buf[:end], pos)
+            p, status, r = _record.commit_log_walk(buf[:end], pos)
             if end < n and status != 1 and p == pos:
                 # no whole record fits from pos: one longer than the window, or the end of
                 # the data; the rest of the file decides
                 end = n
-                p, status, r = _scan.commit_log_walk(buf, pos)
+                p, status, r = _record.commit_log_walk(buf, pos)
             if check_crc:
-                bad = _scan.body_crc_mismatch(buf, pos, p)
+                bad = _record.body_crc_mismatch(buf, pos, p)
                 if bad >= 0:
                     self._drop_resident(index)
                     return bad, 2, records
@@ -640,7 +530,7 @@ class CommitLog(MappedFileQueue):
                 self.read_message(int(offs[a]))  # raises the outside-the-log error
             start, path = self._files[index]
             pos = np.ascontiguousarray(offs[a:b] - start)
-            cols, err = _scan.decode_columns(self._u8(index), pos, self.file_size, mask)
+            cols, err = _decode.decode_columns(self._u8(index), pos, self.file_size, mask)
             if err is not None:
                 raise StoreFormatError(err[1], path, int(err[2]))
             if inflate:
@@ -677,7 +567,7 @@ class CommitLog(MappedFileQueue):
                 if known is not None and fmt.file_identity(os.fstat(fd)) != known:
                     return self.decode_columns(offs)  # the map still reads the file it mapped
             per_record = np.array([fds[i] for i in files], dtype=np.int32)[np.searchsorted(files, idx)]
-            copied = _scan.copy_records(per_record, offs - self._starts[idx], sizes, self.file_size)
+            copied = _decode.copy_records(per_record, offs - self._starts[idx], sizes, self.file_size)
         except OSError:  # a file gone since it was listed: the map says what that means
             return self.decode_columns(offs)
         finally:
@@ -686,50 +576,10 @@ class CommitLog(MappedFileQueue):
         if copied is None:
             return self.decode_columns(offs)
         data, pos = copied
-        cols, err = _scan.decode_columns(data, pos, len(data), fmt.ALL_RECORD_FIELDS)
+        cols, err = _decode.decode_columns(data, pos, len(data), fmt.ALL_RECORD_FIELDS)
         if err is not None:
             return self.decode_columns(offs)
         return _columns.MessageColumns(cols, len(offs))
-
-    def read_batch(self, physical_offsets) -> RecordColumns:
-        """Decode the records at ``physical_offsets`` into columns: the batch form of :meth:`read_message`.
-
-        A view of :meth:`decode_columns` (every field) with int64 offsets and
-        host strings; new code should call :meth:`decode_columns`.
-
-        Parameters
-        ----------
-        physical_offsets : array of int
-            Record start offsets, any order (rows follow the input order).
-
-        Returns
-        -------
-        RecordColumns
-            Row ``i`` holds what ``read_message(physical_offsets[i])`` decodes.
-
-        Raises
-        ------
-        StoreFormatError
-            For the first offset (in input order) where :meth:`read_message`
-            raises, with the same message, path and byte offset.
-        """
-        c = self.decode_columns(physical_offsets).columns
-
-        def spans(col) -> Spans:
-            offsets, data, valid = col
-            return Spans(offsets.astype(np.int64), data, None if valid is None else valid.astype(bool))
-
-        mo, ko, kd, vo, vd = c["properties"]
-        ints = {n: c[n] for n, _ in _scan.RECORD_INT_COLUMNS if n in c}
-        for n in ("born_port", "store_port"):
-            host = n.replace("port", "host")
-            ints[n] = _ports(c[host])
-        return RecordColumns(
-            ints=ints, born_host=_host_objects(c["born_host"]), store_host=_host_objects(c["store_host"]),
-            topic=spans(c["topic"]), body=spans(c["body"]), tags=spans(c["tags"]), keys=spans(c["keys"]),
-            map_offsets=mo.astype(np.int64), property_keys=spans((ko, kd, None)),
-            property_values=spans((vo, vd, None)),
-        )
 
     def _walk(self, index: int = 0, *, strict: bool, verify_crc: bool | str = False):
         # yields (message|None, physical offset after it, kind) with kind in
@@ -820,10 +670,10 @@ class CommitLog(MappedFileQueue):
         :meth:`read_messages` returns for those offsets, without decoding again.
         """
         args = self._message_args(physical_offsets, rows)
-        return _scan.message_objects(Message, cols.columns, *args) if len(args[0]) else []
+        return _objects.message_objects(Message, cols.columns, *args) if len(args[0]) else []
 
     def _message_args(self, physical_offsets, rows=None) -> tuple:
-        """``_scan.message_objects``' arguments after the columns: rows, file indices, paths, file offsets."""
+        """``_objects.message_objects``' arguments after the columns: rows, file indices, paths, file offsets."""
         offs = np.asarray(physical_offsets, dtype=np.int64).reshape(-1)
         if rows is not None:
             rows = np.asarray(rows, dtype=np.int64).reshape(-1)
@@ -860,7 +710,7 @@ class CommitLog(MappedFileQueue):
                 limit = max(0, min(limit, recovered_end - start))
             pos = 0
             while True:
-                positions, pos, status = _scan.record_positions(buf, pos, limit, batch_records)
+                positions, pos, status = _record.record_positions(buf, pos, limit, batch_records)
                 if len(positions):
                     yield self.decode_columns(positions + start, fields, decompress_body=decompress_body)
                     self._drop_resident(index)
@@ -900,7 +750,7 @@ class CommitLog(MappedFileQueue):
             pos = np.ascontiguousarray(offs[sel] - self._files[index][0])
             buf = np.frombuffer(self._map(int(index)), dtype=np.uint8)
             try:
-                props = _scan.gather_properties(buf, pos, self.file_size, absent_as_none)
+                props = _record.gather_properties(buf, pos, self.file_size, absent_as_none)
             except ValueError as exc:
                 k, _, reason = str(exc).partition(": ")
                 raise StoreFormatError(reason, self._files[index][1], int(pos[int(k)])) from None

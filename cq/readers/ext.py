@@ -9,7 +9,7 @@ import numpy as np
 
 from .. import format as fmt
 from ..errors import StoreFormatError
-from ..scan import _scan, kernel_array
+from ..kernels import _ext, kernel_array
 from ._mapped import MappedFileQueue
 
 
@@ -116,7 +116,7 @@ class ConsumeQueueExt(MappedFileQueue):
         return f"ConsumeQueueExt({self.directory!r}, files={len(self._files)}, file_size={self.file_size})"
 
     def _walk_file(self, index: int, pos: int = 0) -> int:
-        end, status = _scan.ext_walk(np.frombuffer(self._map(index), dtype=np.uint8), pos)
+        end, status = _ext.ext_walk(np.frombuffer(self._map(index), dtype=np.uint8), pos)
         if status == 2:
             raise StoreFormatError(
                 "ConsumeQueueExt unit runs past the end of the file", self._files[index][1], end
@@ -226,10 +226,10 @@ class ConsumeQueueExt(MappedFileQueue):
         tags = addresses.copy()
         times = np.zeros(len(addresses), dtype=np.int64)
         for index, sel, pos in self._group_by_file(addresses):
-            status, t, st, _ = _scan.ext_units_at(
+            status, t, st, _ = _ext.ext_units_at(
                 np.frombuffer(self._map(index), dtype=np.uint8), pos, self.limit(index)
             )
-            self._raise_underflow(index, pos, status == _scan.UNDERFLOW)
+            self._raise_underflow(index, pos, status == _ext.UNDERFLOW)
             ok = status == 0
             found[sel[ok]] = True
             tags[sel[ok]] = t[ok]
@@ -266,8 +266,8 @@ class ConsumeQueueExt(MappedFileQueue):
         parts = []  # (rows, the kernel's columns) per file holding some of the addresses
         first_bad = None  # (row, file index, position) of the first underflow in input order
         for index, sel, pos in self._group_by_file(addresses):
-            cols = _scan.ext_units_read(np.frombuffer(self._map(index), dtype=np.uint8), pos, self.limit(index))
-            bad = np.flatnonzero(cols[0] == _scan.UNDERFLOW)
+            cols = _ext.ext_units_read(np.frombuffer(self._map(index), dtype=np.uint8), pos, self.limit(index))
+            bad = np.flatnonzero(cols[0] == _ext.UNDERFLOW)
             if len(bad) and (first_bad is None or sel[bad[0]] < first_bad[0]):
                 first_bad = (int(sel[bad[0]]), index, int(pos[bad[0]]))
             parts.append((sel, cols))
@@ -285,12 +285,12 @@ class ConsumeQueueExt(MappedFileQueue):
             )
         if len(parts) == 1 and len(parts[0][0]) == k:  # one file holds every address: its columns as they are
             status, size, tags, times, bms, offsets, data = parts[0][1]
-            return ExtBatch(status == _scan.FOUND, size, tags, times, bms, offsets, data)
+            return ExtBatch(status == _ext.FOUND, size, tags, times, bms, offsets, data)
         found, tags, times, bms = _no_units(k)
         size = np.zeros(k, dtype=np.int16)
         lengths = np.zeros(k, dtype=np.int64)
         for sel, (status, sz, t, st, b, offs, _) in parts:
-            found[sel] = status == _scan.FOUND
+            found[sel] = status == _ext.FOUND
             size[sel], tags[sel], times[sel], bms[sel] = sz, t, st, b
             lengths[sel] = np.diff(offs)
         offsets = np.zeros(k + 1, dtype=np.int64)
@@ -307,19 +307,19 @@ class ConsumeQueueExt(MappedFileQueue):
                        born_time: int) -> tuple[np.ndarray, np.ndarray]:
         """The Bloom check of layer 1 on the ext units at ``addresses``, in the mapped files
         (docs/filtering.md#expression-filter): ``(verdict, found)`` uint8 arrays, ``verdict`` one of
-        :data:`cq.scan.PASS` / ``HIT`` / ``PRUNED`` per address, ``found`` 1 where the address
+        :data:`cq.kernels.PASS` / ``HIT`` / ``PRUNED`` per address, ``found`` 1 where the address
         resolved (an address that does not passes). ``byte_idx``/``masks`` from
-        :func:`cq.scan.bloom_bit_bytes`. A unit running past a file's readable end raises
+        :func:`cq.kernels.bloom_bit_bytes`. A unit running past a file's readable end raises
         :class:`StoreFormatError` naming the file and offset.
         """
         n = len(addresses)
-        verdict = np.full(n, _scan.PASS, dtype=np.uint8)
+        verdict = np.full(n, _ext.PASS, dtype=np.uint8)
         found = np.zeros(n, dtype=np.uint8)
         for index, sel, fpos in self._group_by_file(addresses):
             got = np.empty(len(sel), dtype=np.uint8)
-            v = _scan.ext_bloom_check(np.frombuffer(self._map(index), dtype=np.uint8), fpos, self.limit(index),
+            v = _ext.ext_bloom_check(np.frombuffer(self._map(index), dtype=np.uint8), fpos, self.limit(index),
                                       byte_idx, masks, bit_num, born_time, got)
-            self._raise_underflow(index, fpos, v == _scan.UNDERFLOW)
+            self._raise_underflow(index, fpos, v == _ext.UNDERFLOW)
             verdict[sel] = v
             found[sel] = got
         return verdict, found
@@ -328,7 +328,7 @@ class ConsumeQueueExt(MappedFileQueue):
         """``(file index, rows, positions)`` per file holding some of ``addresses`` (rows in input order)."""
         if not self._files:
             return
-        idx, pos = _scan.ext_locate(kernel_array(addresses, np.int64), self._starts, self.file_size)
+        idx, pos = _ext.ext_locate(kernel_array(addresses, np.int64), self._starts, self.file_size)
         held = idx >= 0
         if not held.any():
             return

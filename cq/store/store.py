@@ -20,7 +20,7 @@ from ..readers import config as cfg
 from ..readers.commitlog import CommitLog, Message
 from ..readers.consumequeue import ConsumeQueue
 from ..readers.ext import ConsumeQueueExt
-from ..scan import _scan
+from ..kernels import _objects
 
 #: Units handled per batch by :meth:`Store.consume`.
 CONSUME_BATCH = 1 << 16
@@ -795,13 +795,13 @@ class Store:
             checked = self._client_checked(layers, (log.read_message(off, verify_crc=verify_crc) for off in offs.tolist()),
                                            stats)
             if custom is None:
-                yield _scan.Delivered(checked, stats)
+                yield _objects.Delivered(checked, stats)
             else:
                 pending = list(checked)
         elif cols is None:  # layer 2 read the records it kept: decode those
             kept = list(self._client_checked(layers, log.read_messages(offs), stats))
             if custom is None:
-                yield _scan.Delivered(kept, stats)
+                yield _objects.Delivered(kept, stats)
             else:
                 pending = kept
         else:  # decoded before layer 2: messages of the rows both checks keep
@@ -809,7 +809,7 @@ class Store:
             client = layers.client_columns(cols, rows)
             stats.client_filtered += int((~client).sum())
             if custom is None:  # each message built as it is handed out: one alive at a time
-                yield _scan.Delivered.built(Message, cols.columns, *log._message_args(decoded, rows[client]), stats)
+                yield _objects.Delivered.built(Message, cols.columns, *log._message_args(decoded, rows[client]), stats)
             else:
                 pending = log.messages_from_columns(cols, decoded, rows[client])
         if pending:
@@ -817,7 +817,7 @@ class Store:
             keep, skipped = custom.apply(pending)
             stats.filter_skipped += int(skipped.sum())
             stats.filter_rejected += int((~keep & ~skipped).sum())
-            yield _scan.Delivered([msg for msg, ok in zip(pending, keep.tolist()) if ok], stats)
+            yield _objects.Delivered([msg for msg, ok in zip(pending, keep.tolist()) if ok], stats)
 
     @staticmethod
     def _client_checked(layers: Layers, msgs: Iterable[Message], stats: ConsumeStats) -> Iterator[Message]:
@@ -860,7 +860,7 @@ class Store:
         stats.filter_rejected += int((~keep & ~skipped).sum())
         kept = rows[keep]
         msgs = [checked[i] for i in kept.tolist()] if checked is not None else log.read_messages(offs[kept])
-        yield _scan.Delivered(msgs, stats)
+        yield _objects.Delivered(msgs, stats)
 
     def _raw_chunks(self, cqueue: ConsumeQueue, start: int, end: int) -> Iterator[tuple[int, memoryview]]:
         """``cqueue.raw_chunks`` over ``[start, end)``; a file the broker expired meanwhile moves the

@@ -17,7 +17,7 @@ from typing import Any
 import numpy as np
 
 from ..readers.columns import MessageColumns
-from ..scan import gather_spans
+from ..kernels import gather_spans
 
 __all__ = ["DispatchUnits", "dispatch_units", "distinct_rows", "factorize", "property_values", "write_units"]
 

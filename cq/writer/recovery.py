@@ -26,7 +26,7 @@ from ..format import (
 from ..format import CQ_UNIT_STRUCT as _CQ_UNIT
 from ..readers.columns import MessageColumns
 from ..readers.commitlog import CommitLog
-from ..scan import _scan
+from ..kernels import _record
 from ._dispatch import DispatchUnits, dispatch_units, factorize, write_units
 from ._filequeue import _check_file_sizes
 
@@ -209,7 +209,7 @@ def _record_batches(log: CommitLog, start: int, end: int, fields: tuple[str, ...
         file_start = log.files[index][0]
         buf = np.frombuffer(log.buffer(index), np.uint8)
         pos = off - file_start
-        positions, pos, status = _scan.record_positions(buf, pos, min(log.file_size, end - file_start),
+        positions, pos, status = _record.record_positions(buf, pos, min(log.file_size, end - file_start),
                                                         batch_records)
         if len(positions):
             yield log.decode_columns(positions + file_start, fields)

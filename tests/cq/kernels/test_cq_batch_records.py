@@ -1,4 +1,5 @@
-"""``CommitLog.read_batch`` equals ``read_message`` per offset: golden store, hand-made records, corrupt bytes."""
+"""``CommitLog.decode_columns`` (every field) equals ``read_message`` per offset: golden store, hand-made records,
+corrupt bytes."""
 from __future__ import annotations
 
 import shutil
@@ -6,7 +7,7 @@ import struct
 
 import numpy as np
 import pytest
-from helpers import DATA
+from helpers import DATA, kernels
 
 import cq
 from cq import format as fmt
@@ -16,14 +17,9 @@ FILE_SIZE = 1 << 16
 
 
 def _row(cols, i) -> dict:
-    def text(spans):
-        v = spans.value(i)
-        return None if v is None else v.decode("utf-8", "replace")
-
-    out = {name: int(col[i]) for name, col in cols.ints.items()}
-    out.update(born_host=cols.born_host[i], store_host=cols.store_host[i], topic=text(cols.topic),
-               body=cols.body.value(i), tags=text(cols.tags), keys=text(cols.keys),
-               properties=list(cols.properties(i).items()))
+    out = {name: cols.value(name, i) for name, _ in fmt.RECORD_FIELDS}
+    out.update(born_port=int(out["born_host"].rsplit(":", 1)[1]), store_port=int(out["store_host"].rsplit(":", 1)[1]),
+               properties=list(out["properties"].items()))
     return out
 
 
@@ -41,14 +37,14 @@ def _message_row(m) -> dict:
 
 
 def _outcome(log, offsets):
-    """(rows, error) of read_message per offset and of read_batch; errors as (message, path, offset)."""
+    """(rows, error) of read_message per offset and of decode_columns; errors as (message, path, offset)."""
     try:
         per_item = [_message_row(log.read_message(int(o))) for o in offsets]
         err = None
     except cq.StoreFormatError as exc:
         per_item, err = None, (str(exc), exc.path, exc.offset)
     try:
-        cols = log.read_batch(np.asarray(offsets, dtype=np.int64))
+        cols = log.decode_columns(np.asarray(offsets, dtype=np.int64))
         batch, berr = [_row(cols, i) for i in range(len(cols))], None
     except cq.StoreFormatError as exc:
         batch, berr = None, (str(exc), exc.path, exc.offset)
@@ -78,8 +74,8 @@ def test_golden_store_every_record_in_queue_and_shuffled_order():
     assert any(r["tags"] is None for r in rows) or any(r["keys"] for r in rows)
     order = np.random.default_rng(3).permutation(len(offs))
     _assert_same(store.commit_log, [offs[i] for i in order])
-    cols = store.commit_log.read_batch(np.zeros(0, dtype=np.int64))
-    assert len(cols) == 0 and cols.body.offsets.tolist() == [0]
+    cols = store.commit_log.decode_columns(np.zeros(0, dtype=np.int64))
+    assert len(cols) == 0 and cols.columns["body"][0].tolist() == [0]
 
 
 def _handmade(tmp_path):
@@ -171,55 +167,52 @@ def test_misaligned_offsets_and_store_copy(tmp_path):
 
 @pytest.mark.parametrize("engine", ["compiled", "twin"])
 def test_span_kernels_reject_spans_outside_the_buffer(engine):
-    from cq import _scan_py
-    from cq.scan import _scan
-
-    kernels = _scan if engine == "compiled" else _scan_py
+    engine_kernels = kernels(engine)
     buf = np.zeros(100, dtype=np.uint8)
     big = np.array([1 << 62], dtype=np.int64)
     for starts, lengths in ((big, big), (np.array([90]), np.array([11])), (np.array([-1]), np.array([1])),
                             (np.array([0]), np.array([-1])), (np.array([0, 1]), np.array([1]))):
         starts, lengths = starts.astype(np.int64), lengths.astype(np.int64)
-        for kernel in (kernels.gather_spans, kernels.split_properties):
-            with pytest.raises(ValueError):
-                kernel(buf, starts, lengths)
-    offsets, data = kernels.gather_spans(buf, np.array([90], dtype=np.int64), np.array([10], dtype=np.int64))
+        with pytest.raises(ValueError):
+            engine_kernels.gather_spans(buf, starts, lengths)
+    offsets, data = engine_kernels.gather_spans(buf, np.array([90], dtype=np.int64), np.array([10], dtype=np.int64))
     assert offsets.tolist() == [0, 10] and len(data) == 10
 
 
 @pytest.mark.parametrize("engine", ["compiled", "twin"])
-def test_decode_records_rejects_positions_anywhere(engine):
-    from cq import _scan_py
-    from cq.scan import _scan
-
-    kernels = _scan if engine == "compiled" else _scan_py
+def test_decode_columns_rejects_positions_anywhere(engine):
+    engine_kernels = kernels(engine)
     buf = np.zeros(200, dtype=np.uint8)
     for pos in (-1, 195, 1 << 62, -(1 << 62)):
-        _, err = kernels.decode_records(buf, np.array([pos], dtype=np.int64), len(buf))
+        _, err = engine_kernels.decode_columns(buf, np.array([pos], dtype=np.int64), len(buf), fmt.ALL_RECORD_FIELDS)
         assert err is not None and err[0] == 0
     with pytest.raises(ValueError):
-        kernels.decode_records(buf, np.array([0], dtype=np.int64), 201)
+        engine_kernels.decode_columns(buf, np.array([0], dtype=np.int64), 201, fmt.ALL_RECORD_FIELDS)
 
 
 @pytest.mark.parametrize("engine", ["compiled", "twin"])
-def test_split_properties_equals_the_dict_parse_on_random_text(engine):
-    from cq import _scan_py
-    from cq.scan import _scan
-
-    kernels = _scan if engine == "compiled" else _scan_py
+def test_decoded_properties_equal_the_dict_parse_on_random_text(engine):
+    """Records whose properties text is random separators and key bytes: the decoder's map (order,
+    repeated keys) and its ``tags``/``keys`` columns are what the broker's dict parse gives."""
+    engine_kernels = kernels(engine)
     rng = np.random.default_rng(11)
     alphabet = np.frombuffer(b"\x01\x02\x01\x02abTAGSKEY", dtype=np.uint8)
     texts = [alphabet[rng.integers(0, len(alphabet), int(rng.integers(0, 40)))].tobytes() for _ in range(2000)]
     texts += [b"TAGS\x01a\x02KEYS\x01b\x02TAGS\x01c", b"\x02\x02", b"\x01\x01\x01", b"k\x01\x01v\x02"]
-    buf = np.frombuffer(b"".join(texts), dtype=np.uint8)
-    lengths = np.array([len(t) for t in texts], dtype=np.int64)
-    starts = np.concatenate([[0], np.cumsum(lengths)[:-1]]).astype(np.int64)
-    mo, ks, kl, vs, vl, te, ke = kernels.split_properties(buf, starts, lengths)
-    raw = buf.tobytes()
+    host = fmt.parse_host("127.0.0.1:1")[0]
+    topic = fmt.encode_topic_field(b"T", fmt.MESSAGE_MAGIC_CODE_V2)
+    records = [bytes(fmt.pack_record(fmt.MESSAGE_MAGIC_CODE_V2, 0, 0, 0, 0, 0, 0, 0, host, 0, host, 0, 0, b"",
+                                     topic, t)) for t in texts]
+    buf = np.frombuffer(b"".join(records), dtype=np.uint8)
+    positions = np.concatenate([[0], np.cumsum([len(r) for r in records])[:-1]]).astype(np.int64)
+    cols, err = engine_kernels.decode_columns(buf, positions, len(buf),
+                                              fmt.record_field_mask(["properties", "tags", "keys"]))
+    assert err is None
+    dicts = engine_kernels.property_dicts(*cols["properties"])
+    tags = engine_kernels.texts_list(*cols["tags"][:2])
+    keys = engine_kernels.texts_list(*cols["keys"][:2])
     for i, t in enumerate(texts):
-        entries = range(int(mo[i]), int(mo[i + 1]))
-        got = [(raw[ks[e]:ks[e] + kl[e]].decode(), raw[vs[e]:vs[e] + vl[e]].decode()) for e in entries]
         expected = fmt.decode_properties_bytes(t)
-        assert got == list(expected.items()), t
-        assert (raw[vs[te[i]]:vs[te[i]] + vl[te[i]]].decode() if te[i] >= 0 else None) == expected.get("TAGS")
-        assert (raw[vs[ke[i]]:vs[ke[i]] + vl[ke[i]]].decode() if ke[i] >= 0 else None) == expected.get("KEYS")
+        assert list(dicts[i].items()) == list(expected.items()), t
+        assert (tags[i] if cols["tags"][2][i] else None) == expected.get("TAGS")
+        assert (keys[i] if cols["keys"][2][i] else None) == expected.get("KEYS")

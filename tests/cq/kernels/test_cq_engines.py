@@ -6,11 +6,16 @@ import pytest
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
-from cq import _scan_py, _tags_py
 from cq import format as fmt
+from cq.kernels import _decode_py, _ext_py, _objects_py, _record_py, _tags_py, _tagscan_py
 
-_scan = pytest.importorskip("cq._scan")
-_tags = pytest.importorskip("cq._tags")
+_tagscan = pytest.importorskip("cq.kernels._tagscan")
+_ext = pytest.importorskip("cq.kernels._ext")
+_record = pytest.importorskip("cq.kernels._record")
+_decode = pytest.importorskip("cq.kernels._decode")
+_inflate = pytest.importorskip("cq.kernels._inflate")
+_objects = pytest.importorskip("cq.kernels._objects")
+_tags = pytest.importorskip("cq.kernels._tags")
 
 INT64 = st.integers(-(2**63), 2**63 - 1)
 CODES = st.one_of(st.integers(-(2**31), 2**31 - 1), INT64)
@@ -26,8 +31,8 @@ def test_scan_tags_engine_equals_twin_and_numpy(tags, codes, reuse):
     raw = np.frombuffer(units.tobytes(), np.uint8)
     code_arr = np.unique(np.array(codes, dtype=np.int64).astype(np.uint32).astype(np.int32))
     want = np.flatnonzero(np.isin(np.array(tags, dtype=np.int64).astype(np.uint32).astype(np.int32), code_arr))
-    assert _scan.scan_tags(raw, code_arr).tolist() == want.tolist()
-    assert _scan_py.scan_tags(raw, code_arr).tolist() == want.tolist()
+    assert _tagscan.scan_tags(raw, code_arr).tolist() == want.tolist()
+    assert _tagscan_py.scan_tags(raw, code_arr).tolist() == want.tolist()
 
 
 @settings(max_examples=300, deadline=None)
@@ -42,10 +47,18 @@ def test_tags_code_engine_equals_twin(tags):
 @settings(max_examples=200, deadline=None)
 @given(st.binary(max_size=200))
 def test_properties_decoding_engine_equals_twin(data):
-    buf = np.frombuffer(data, np.uint8) if data else np.zeros(0, np.uint8)
-    if len(buf):
-        assert _scan.decode_properties_at(buf, 0, len(buf)) == _scan_py.decode_properties_at(buf, 0, len(buf))
-    assert fmt.decode_properties_bytes(data) == _scan_py.decode_properties_at(buf, 0, len(buf))
+    """Any properties bytes, in a record: both engines' property readers (the recovery walk's
+    ``gather_properties`` and the decoder's map, as dicts) give what the broker's parse gives."""
+    host = fmt.parse_host("127.0.0.1:1")[0]
+    record = fmt.pack_record(fmt.MESSAGE_MAGIC_CODE_V2, 0, 0, 0, 0, 0, 0, 0, host, 0, host, 0, 0, b"",
+                             fmt.encode_topic_field(b"T", fmt.MESSAGE_MAGIC_CODE_V2), data)
+    buf, at = np.frombuffer(bytes(record), np.uint8), np.zeros(1, np.int64)
+    want = fmt.decode_properties_bytes(data)
+    mask = fmt.record_field_mask(["properties"])
+    for record_kernels, decoder, objects in ((_record, _decode, _objects), (_record_py, _decode_py, _objects_py)):
+        assert record_kernels.gather_properties(buf, at, len(buf)) == [want]
+        columns, error = decoder.decode_columns(buf, at, len(buf), mask)
+        assert error is None and objects.property_dicts(*columns["properties"]) == [want]
 
 
 @settings(max_examples=80, deadline=None)
@@ -55,7 +68,7 @@ def test_recovery_crc_equals_zlib(data):
     """The recovery walk's CRC-32 (inline for short bodies, zlib for long ones) is zlib's."""
     import zlib
 
-    assert _scan.crc32_of(np.frombuffer(data, np.uint8)) == zlib.crc32(data)
+    assert _record.crc32_of(np.frombuffer(data, np.uint8)) == zlib.crc32(data)
 
 
 @settings(max_examples=60, deadline=None)
@@ -68,7 +81,7 @@ def test_inflate_adler32_equals_zlib(data):
     5552 bytes between reductions as zlib's; all-0xFF bytes give the largest sums) is zlib's."""
     import zlib
 
-    assert _scan.adler32_of(np.frombuffer(data, np.uint8)) == zlib.adler32(data)
+    assert _inflate.adler32_of(np.frombuffer(data, np.uint8)) == zlib.adler32(data)
 
 
 def _column(texts: list[str]) -> tuple[np.ndarray, np.ndarray]:
@@ -91,7 +104,7 @@ def test_message_objects_from_columns_engine_equals_twin(rows):
     keys, values = _column([k for d in dicts for k in d]), _column([v for d in dicts for v in d.values()])
     mo = np.zeros(len(dicts) + 1, np.int32)
     np.cumsum([len(d) for d in dicts], out=mo[1:])
-    for engine in (_scan, _scan_py):
+    for engine in (_objects, _objects_py):
         got = engine.property_dicts(mo, keys[0], keys[1], values[0], values[1])
         assert got == dicts and [list(g) for g in got] == [list(d) for d in dicts]
         picked = np.arange(len(dicts) - 1, -1, -2, dtype=np.int64)  # some rows, in another order
@@ -113,8 +126,8 @@ def test_ext_locate_engine_equals_twin(files, offsets, plain):
     """An ext address's file and position: gaps between files, offset 0, past the last file, non-addresses."""
     starts = np.array(sorted(f * 4096 for f in files), dtype=np.int64)
     addresses = np.array([fmt.decorate(o) for o in offsets] + plain, dtype=np.int64)
-    got = _scan.ext_locate(addresses, starts, 4096)
-    want = _scan_py.ext_locate(addresses, starts, 4096)
+    got = _ext.ext_locate(addresses, starts, 4096)
+    want = _ext_py.ext_locate(addresses, starts, 4096)
     assert [g.tolist() for g in got] == [w.tolist() for w in want]
     for i, off in enumerate(offsets):  # a held offset is its file's start plus its position
         if got[0][i] >= 0 and off:
@@ -136,9 +149,32 @@ def test_property_dicts_past_the_shared_key_table_and_value_ways():
     keys, values = _column([k for d in dicts for k in d]), _column([v for d in dicts for v in d.values()])
     mo = np.zeros(len(dicts) + 1, np.int32)
     np.cumsum([len(d) for d in dicts], out=mo[1:])
-    for engine in (_scan, _scan_py):
+    for engine in (_objects, _objects_py):
         got = engine.property_dicts(mo, keys[0], keys[1], values[0], values[1])
         assert got == dicts and [list(g.items()) for g in got] == [list(d.items()) for d in dicts]
-    got = _scan.property_dicts(mo, keys[0], keys[1], values[0], values[1])
+    got = _objects.property_dicts(mo, keys[0], keys[1], values[0], values[1])
     tags = [next(k for k in g if k == "TAGS") for g in got if "TAGS" in g]
     assert len(tags) > 100 and all(t is tags[0] for t in tags)
+
+
+def test_kernels_take_every_offset_from_the_format_module():
+    """The compiled kernels were built with the layout cq/format.py gives today (``_layout.h`` is
+    written from it at build time), and the twins read the same table: one home for each offset."""
+    from cq.kernels import _layout_py, layout
+
+    _layout = pytest.importorskip("cq.kernels._layout")
+    want = layout.layout(fmt)
+    assert _layout.LAYOUT == want == _layout_py.LAYOUT
+    # the named positions of cq/format.py, as the kernels read them
+    assert want["REC_SYS_FLAG"] == fmt.RECORD_SYS_FLAG_POSITION
+    assert want["REC_QUEUE_OFFSET"] == fmt.RECORD_OFFSETS_POSITION
+    assert want["REC_BORN_HOST"] == fmt.RECORD_BORN_HOST_POSITION == fmt.RECORD_PREFIX_STRUCT.size
+    assert want["CQ_TAG_LOW"] == fmt.MSG_TAG_OFFSET_INDEX + 4 and want["CQ_UNIT_SIZE"] == fmt.CQ_STORE_UNIT_SIZE
+    assert want["EXT_HEAD"] == fmt.MIN_EXT_UNIT_SIZE == fmt.EXT_UNIT_HEADER_STRUCT.size
+    assert (want["MAGIC_V1"], want["MAGIC_V2"], want["MAGIC_BLANK"]) == (
+        fmt.MESSAGE_MAGIC_CODE_V1, fmt.MESSAGE_MAGIC_CODE_V2, fmt.BLANK_MAGIC_CODE)
+    # the fixed fields the kernels step over add up to format's fixed size, and with two IPv4 hosts,
+    # a 1-byte topic length and the 2-byte properties length to the smallest record
+    assert want["REC_BORN_HOST"] + want["STORE_TS_WIDTH"] + want["REC_TAIL"] == fmt.RECORD_FIXED_SIZE
+    hosts = 2 * (want["IPV4_WIDTH"] + want["PORT_WIDTH"])
+    assert fmt.RECORD_FIXED_SIZE + hosts + 1 + 2 == want["REC_MIN_SIZE"]

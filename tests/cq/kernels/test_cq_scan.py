@@ -7,9 +7,8 @@ from helpers import DATA, load_jsonl
 
 import bloom
 import cq
-from cq import _scan_py
 from cq import format as fmt
-from cq.scan import _scan, bloom_masks
+from cq.kernels import _ext, _ext_py, _record, _record_py, _tagscan_py, bloom_masks
 
 ROWS = load_jsonl("golden_store.jsonl")
 
@@ -40,7 +39,7 @@ def test_scan_tags_equals_numpy_reference(ncodes):
     assert len(want) > 0
     got = cq.scan_tags(units.tobytes(), codes.tolist())
     assert got.dtype == np.int64 and got.tolist() == want.tolist()
-    assert _scan_py.scan_tags(np.frombuffer(units.tobytes(), np.uint8),
+    assert _tagscan_py.scan_tags(np.frombuffer(units.tobytes(), np.uint8),
                               np.unique(codes).astype(np.int32)).tolist() == want.tolist()
 
 
@@ -100,7 +99,7 @@ def _golden_group_cases():
         yield store, group, positions, rows
 
 
-@pytest.mark.parametrize("engine", [_scan, _scan_py], ids=["engine", "twin"])
+@pytest.mark.parametrize("engine", [_ext, _ext_py], ids=["engine", "twin"])
 def test_ext_bloom_check_agrees_with_golden_bloom_hit(engine):
     for store, group, positions, rows in _golden_group_cases():
         byte_idx, masks = bloom_masks(positions)
@@ -112,16 +111,16 @@ def test_ext_bloom_check_agrees_with_golden_bloom_hit(engine):
             for index, sel, pos in ext._group_by_file(addrs):
                 verdict[sel] = engine.ext_bloom_check(np.frombuffer(ext._map(index), np.uint8), pos,
                                                       ext.limit(index), byte_idx, masks, 112, 0)
-            want = [_scan.HIT if next(g for g in r["groups"] if g["group"] == group)["bloomHit"]
-                    else _scan.PRUNED for r in mine]
+            want = [_ext.HIT if next(g for g in r["groups"] if g["group"] == group)["bloomHit"]
+                    else _ext.PRUNED for r in mine]
             assert verdict.tolist() == want
             # a filter born after the messages were stored does not trust their bitmaps
             late = engine.ext_bloom_check(np.frombuffer(ext._map(0), np.uint8), np.array([0], np.int64),
                                           ext.limit(0), byte_idx, masks, 112, 2**62)
-            assert late.tolist() == [_scan.PASS]
+            assert late.tolist() == [_ext.PASS]
             # other bit count than the bitmap: untested pass
             assert engine.ext_bloom_check(np.frombuffer(ext._map(0), np.uint8), np.array([0], np.int64),
-                                          ext.limit(0), byte_idx, masks, 216, 0).tolist() == [_scan.PASS]
+                                          ext.limit(0), byte_idx, masks, 216, 0).tolist() == [_ext.PASS]
 
 
 def test_ext_kernels_twin_equals_engine_on_hostile_buffers():
@@ -132,53 +131,53 @@ def test_ext_kernels_twin_equals_engine_on_hostile_buffers():
             buf[0:2] = [0, rng.integers(1, 40)]
         pos = rng.integers(-3, 90, size=6).astype(np.int64)
         limit = int(rng.integers(0, len(buf) + 1))
-        a = _scan.ext_units_at(buf, pos, limit)
-        b = _scan_py.ext_units_at(buf, pos, limit)
+        a = _ext.ext_units_at(buf, pos, limit)
+        b = _ext_py.ext_units_at(buf, pos, limit)
         assert a[0].tolist() == b[0].tolist()
-        found = a[0] == _scan.FOUND
+        found = a[0] == _ext.FOUND
         for x, y in zip(a[1:], b[1:]):
             assert x[found].tolist() == y[found].tolist()
         # the one-pass read: the same heads, and each found unit's size field and bitmap bytes
-        a, b = _scan.ext_units_read(buf, pos, limit), _scan_py.ext_units_read(buf, pos, limit)
+        a, b = _ext.ext_units_read(buf, pos, limit), _ext_py.ext_units_read(buf, pos, limit)
         assert [x.tolist() for x in a] == [y.tolist() for y in b]
-        assert a[0].tolist() == _scan.ext_units_at(buf, pos, limit)[0].tolist()
-        for i in np.flatnonzero((a[0] == _scan.FOUND) & (a[4] >= 1)).tolist():
+        assert a[0].tolist() == _ext.ext_units_at(buf, pos, limit)[0].tolist()
+        for i in np.flatnonzero((a[0] == _ext.FOUND) & (a[4] >= 1)).tolist():
             assert a[6][a[5][i]:a[5][i + 1]].tobytes() == buf[pos[i] + 20:pos[i] + 20 + a[4][i]].tobytes()
         start = int(rng.integers(0, 10))
-        assert _scan.ext_walk(buf, start) == _scan_py.ext_walk(buf, start)
+        assert _ext.ext_walk(buf, start) == _ext_py.ext_walk(buf, start)
         byte_idx, masks = bloom_masks([1, 9, 13])
-        verdict = _scan.ext_bloom_check(buf, pos, limit, byte_idx, masks, 16, 0)
-        assert verdict.tolist() == _scan_py.ext_bloom_check(buf, pos, limit, byte_idx, masks, 16, 0).tolist()
+        verdict = _ext.ext_bloom_check(buf, pos, limit, byte_idx, masks, 16, 0)
+        assert verdict.tolist() == _ext_py.ext_bloom_check(buf, pos, limit, byte_idx, masks, 16, 0).tolist()
         # the same decision over the units once read (the data source's layer 1)
-        found = (a[0] == _scan.FOUND).view(np.uint8)
-        for engine in (_scan, _scan_py):
+        found = (a[0] == _ext.FOUND).view(np.uint8)
+        for engine in (_ext, _ext_py):
             batch = engine.bloom_check_units(found, a[3], a[4], a[5], a[6], byte_idx, masks, 16, 0)
-            assert batch.tolist() == np.where(verdict == _scan.UNDERFLOW, _scan.PASS, verdict).tolist()
+            assert batch.tolist() == np.where(verdict == _ext.UNDERFLOW, _ext.PASS, verdict).tolist()
 
 
 def test_kernel_boundary_checks():
     buf = np.zeros(40, np.uint8)
     with pytest.raises(ValueError):
-        _scan.ext_units_at(buf, np.zeros(1, np.int64), 41)
+        _ext.ext_units_at(buf, np.zeros(1, np.int64), 41)
     with pytest.raises(ValueError):
-        _scan.ext_units_read(buf, np.zeros(1, np.int64), 41)
+        _ext.ext_units_read(buf, np.zeros(1, np.int64), 41)
     with pytest.raises(ValueError):
-        _scan.ext_bloom_check(buf, np.zeros(1, np.int64), 40, np.array([20], np.int32),
+        _ext.ext_bloom_check(buf, np.zeros(1, np.int64), 40, np.array([20], np.int32),
                               np.array([1], np.uint8), 112, 0)
     with pytest.raises(ValueError):
-        _scan.ext_walk(buf, -1)
+        _ext.ext_walk(buf, -1)
 
 
-@pytest.mark.parametrize("engine", [_scan, _scan_py], ids=["engine", "twin"])
+@pytest.mark.parametrize("engine", [_ext, _ext_py], ids=["engine", "twin"])
 def test_bloom_check_units_refuses_bitmap_bytes_that_do_not_hold_the_bitmap(engine):
     byte_idx, masks = bloom_masks([1, 9, 13])
     one = (np.ones(1, np.uint8), np.array([5], np.int64), np.array([2], np.int16))
     assert engine.bloom_check_units(*one, np.array([0, 2], np.int64), np.array([0x02, 0x22], np.uint8),
-                                    byte_idx, masks, 16, 0).tolist() == [_scan.HIT]
+                                    byte_idx, masks, 16, 0).tolist() == [_ext.HIT]
     assert engine.bloom_check_units(*one, np.array([0, 2], np.int64), np.array([0x02, 0x02], np.uint8),
-                                    byte_idx, masks, 16, 0).tolist() == [_scan.PRUNED]
+                                    byte_idx, masks, 16, 0).tolist() == [_ext.PRUNED]
     assert engine.bloom_check_units(*one, np.array([0, 2], np.int64), np.array([0x02, 0x22], np.uint8),
-                                    byte_idx, masks, 16, 5).tolist() == [_scan.PASS]  # stored at bornTime
+                                    byte_idx, masks, 16, 5).tolist() == [_ext.PASS]  # stored at bornTime
     for offsets in ([0, 1], [0, 3], [1, 3]):
         with pytest.raises(ValueError, match="row 0: bitmap bytes"):
             engine.bloom_check_units(*one, np.array(offsets, np.int64), np.zeros(2, np.uint8), byte_idx, masks, 16, 0)
@@ -186,7 +185,7 @@ def test_bloom_check_units_refuses_bitmap_bytes_that_do_not_hold_the_bitmap(engi
         engine.bloom_check_units(*one, np.array([0], np.int64), np.zeros(2, np.uint8), byte_idx, masks, 16, 0)
 
 
-@pytest.mark.parametrize("engine", [_scan, _scan_py], ids=["engine", "twin"])
+@pytest.mark.parametrize("engine", [_record, _record_py], ids=["engine", "twin"])
 def test_gather_properties_agrees_with_the_decoder(engine):
     store = cq.Store(DATA / "golden_store")
     log = store.commit_log
@@ -197,7 +196,7 @@ def test_gather_properties_agrees_with_the_decoder(engine):
         assert got == [r["properties"] for r in rows]
 
 
-@pytest.mark.parametrize("engine", [_scan, _scan_py], ids=["engine", "twin"])
+@pytest.mark.parametrize("engine", [_record, _record_py], ids=["engine", "twin"])
 def test_gather_properties_malformed_utf8_and_bad_records(engine):
     props = b"k\x01v\x02" + b"bad\xff\xfekey\x01val\xe2\x82\x02x\x01y\x02"
     rec = fmt.encode_record(topic="t", body=b"", properties=props.decode("latin-1"))
@@ -226,11 +225,11 @@ def test_check_bitmaps_public_api_on_golden_ext():
     for group in ("GID_SQL_A", "GID_SQL_B", "GID_SQL_C"):
         bit_pos = bf.calc_bit_positions(f"{group}#GoldenFilterTopic")
         got = cq.check_bitmaps(ext._map(0), pos, bit_pos, limit=ext.limit(0))
-        want = [cq.scan.HIT if next(g for g in r["groups"] if g["group"] == group)["bloomHit"] else cq.scan.PRUNED
+        want = [cq.kernels.HIT if next(g for g in r["groups"] if g["group"] == group)["bloomHit"] else cq.kernels.PRUNED
                 for r in first]
         assert got.tolist() == want
     # a position outside the bitmap makes the broker's isHit throw: every unit passes
-    assert set(cq.check_bitmaps(ext._map(0), pos, [1, 500, 2], limit=ext.limit(0)).tolist()) == {cq.scan.PASS}
+    assert set(cq.check_bitmaps(ext._map(0), pos, [1, 500, 2], limit=ext.limit(0)).tolist()) == {cq.kernels.PASS}
 
 
 def _misaligned(values) -> np.ndarray:
@@ -247,7 +246,7 @@ def _misaligned(values) -> np.ndarray:
 def test_kernels_get_aligned_arrays_from_misaligned_input(monkeypatch):
     """The public calls hand the kernels aligned int64 arrays, whatever the caller passed: a
     kernel's load from a misaligned one is undefined behaviour (and faults on some machines)."""
-    from cq import scan
+    from cq import kernels
 
     seen = []
 
@@ -257,8 +256,10 @@ def test_kernels_get_aligned_arrays_from_misaligned_input(monkeypatch):
             return fn(*args)
         return call
 
-    for name in ("ext_bloom_check", "gather_spans", "ext_locate", "texts_list", "property_dicts"):
-        monkeypatch.setattr(scan._scan, name, checking(getattr(scan._scan, name)))
+    for module, name in ((kernels._ext, "ext_bloom_check"), (kernels._record, "gather_spans"),
+                         (kernels._ext, "ext_locate"), (kernels._objects, "texts_list"),
+                         (kernels._objects, "property_dicts")):
+        monkeypatch.setattr(module, name, checking(getattr(module, name)))
     store = cq.Store(DATA / "golden_store")
     ext = store.ext("GoldenFilterTopic", 0)
     units = store.consume_queue("GoldenFilterTopic", 0).read()
@@ -268,7 +269,7 @@ def test_kernels_get_aligned_arrays_from_misaligned_input(monkeypatch):
     want = cq.check_bitmaps(ext._map(0), pos, bit_pos, limit=ext.limit(0))
     assert cq.check_bitmaps(ext._map(0), _misaligned(pos), bit_pos, limit=ext.limit(0)).tolist() == want.tolist()
     buf = np.arange(64, dtype=np.uint8)
-    assert [a.tolist() for a in cq.scan.gather_spans(buf, _misaligned([3, 10]), _misaligned([4, 2]))] == \
+    assert [a.tolist() for a in cq.kernels.gather_spans(buf, _misaligned([3, 10]), _misaligned([4, 2]))] == \
         [[0, 4, 6], [3, 4, 5, 6, 10, 11]]
     one = units[:1]["tags_code"]  # one unit's field: contiguous, misaligned
     assert not one.flags.aligned
@@ -281,7 +282,7 @@ def test_kernels_get_aligned_arrays_from_misaligned_input(monkeypatch):
     store.close()
 
 
-@pytest.mark.parametrize("engine", [_scan, _scan_py], ids=["engine", "twin"])
+@pytest.mark.parametrize("engine", [_record, _record_py], ids=["engine", "twin"])
 def test_commit_log_walk(engine):
     log = cq.Store(DATA / "golden_store").commit_log
     results = [engine.commit_log_walk(np.frombuffer(log.buffer(i), np.uint8), 0) for i in range(len(log.files))]
@@ -309,7 +310,7 @@ def test_decode_record_twin_equals_engine_on_mutated_records():
             buf[pos + int(rng.integers(0, 120))] = rng.integers(0, 256)
         limit = int(rng.integers(pos, len(buf) + 1))
         results = []
-        for engine in (_scan, _scan_py):
+        for engine in (_record, _record_py):
             try:
                 results.append(("ok", engine.decode_record(buf, pos, limit)))
             except ValueError as exc:

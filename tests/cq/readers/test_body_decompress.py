@@ -1,5 +1,5 @@
 """Bodies on the data path as the consumer reads them: ``CommitLog.decode_columns(decompress_body=True)``
-(kernel ``inflate_bodies`` in ``cq/_scan.pyx`` and its twin), the data source's option ``body`` and
+(kernel ``inflate_bodies`` in ``cq/kernels/_inflate.pyx`` and its twin), the data source's option ``body`` and
 ``rmqfilter consume --body``, each equal to ``Message.uncompressed_body()`` / ``Message.body``."""
 from __future__ import annotations
 
@@ -9,15 +9,14 @@ import zlib
 
 import numpy as np
 import pytest
+from helpers import kernels, use_kernels
 
 import cq
-from cq import _scan_py
 from cq import format as fmt
-from cq.scan import _scan
 from cq.writer.writer import compress_body
 from pyspark_udfs import cli
 
-ENGINES = {"compiled": _scan, "twin": _scan_py}
+ENGINES = {"compiled": kernels("compiled"), "twin": kernels("twin")}
 TOPIC = "Bodies"
 ZLIB = fmt.COMPRESSED_FLAG | (fmt.COMPRESSION_ZLIB << fmt.COMPRESSION_TYPE_SHIFT)
 CODECS = [name for name, module in (("lz4", "lz4"), ("zstd", "zstandard")) if importlib.util.find_spec(module)]
@@ -67,7 +66,7 @@ def _offsets(store: cq.Store) -> np.ndarray:
 @pytest.mark.parametrize("engine", ["compiled", "twin"])
 @pytest.mark.parametrize("fields", [["body"], ["tags", "body"], None])
 def test_decompressed_column_is_uncompressed_body_stored_column_is_body(store, engine, fields, monkeypatch):
-    monkeypatch.setattr("cq.readers.commitlog._scan", ENGINES[engine])
+    use_kernels(monkeypatch, engine, "cq.readers.commitlog")
     log = store.commit_log
     offsets = np.random.default_rng(1).permutation(_offsets(store))
     messages = log.read_messages(offsets)
@@ -90,7 +89,7 @@ def test_decompressed_column_is_uncompressed_body_stored_column_is_body(store, e
 def test_lz4_and_zstd_rows(store, engine, codec, monkeypatch):
     if codec not in CODECS:
         pytest.skip(f"the {codec} package is not installed")
-    monkeypatch.setattr("cq.readers.commitlog._scan", ENGINES[engine])
+    use_kernels(monkeypatch, engine, "cq.readers.commitlog")
     messages = [m for m in store.commit_log.messages() if m.tags in (codec, f"zlib-after-{codec}")]
     assert len(messages) == 6
     cols = store.commit_log.decode_columns([m.commit_log_offset for m in messages], ["body"], decompress_body=True)
@@ -179,7 +178,7 @@ def test_engines_give_the_same_column(store, engine):
     cols = store.commit_log.decode_columns(_offsets(store), ["body", "sys_flag"]).columns
     offsets, data, _ = cols["body"]
     got = ENGINES[engine].inflate_bodies(offsets, data, cols["sys_flag"])
-    want = _scan_py.inflate_bodies(offsets, data, cols["sys_flag"])
+    want = ENGINES["twin"].inflate_bodies(offsets, data, cols["sys_flag"])
     for a, b in zip(got, want):
         assert a.dtype == b.dtype and np.array_equal(a, b)
 
@@ -231,7 +230,7 @@ def bad_store(tmp_path_factory):
 def test_a_body_that_does_not_decompress_is_uncompressed_bodys_error(bad_store, engine, bad, monkeypatch):
     if bad == "zstd-garbage" and "zstd" not in CODECS:
         pytest.skip("the zstandard package is not installed")
-    monkeypatch.setattr("cq.readers.commitlog._scan", ENGINES[engine])
+    use_kernels(monkeypatch, engine, "cq.readers.commitlog")
     store, offsets = bad_store
     log = store.commit_log
     with pytest.raises(cq.StoreFormatError) as want:
@@ -289,7 +288,7 @@ def _source_rows(store: cq.Store, **options) -> dict:
 
 @pytest.mark.parametrize("engine", ["compiled", "twin"])
 def test_data_source_reader_body_option(store, engine, monkeypatch):
-    monkeypatch.setattr("cq.readers.commitlog._scan", ENGINES[engine])
+    use_kernels(monkeypatch, engine, "cq.readers.commitlog")
     messages = list(store.consume(TOPIC, "G", tags="*"))
     default = _source_rows(store)
     stored = _source_rows(store, body="Stored")

@@ -1,4 +1,4 @@
-"""The data path's decoder (``CommitLog.decode_columns``, ``cq/_scan.pyx`` ``decode_columns`` and its twin)
+"""The data path's decoder (``CommitLog.decode_columns``, ``cq/kernels/_decode.pyx`` ``decode_columns`` and its twin)
 gives, for every record and under every projection, what ``read_message`` gives; and the same errors."""
 from __future__ import annotations
 
@@ -8,17 +8,15 @@ import shutil
 
 import numpy as np
 import pytest
-from helpers import DATA, PUREPYTHON, body_start
+from helpers import DATA, PUREPYTHON, body_start, kernels, use_kernels
 
 import cq
-from cq import _scan_py
 from cq import format as fmt
 from cq.readers.columns import MessageColumns
-from cq.scan import _scan
 from cq.writer.writer import compress_body
 
 FIELDS = [name for name, _ in fmt.RECORD_FIELDS]
-ENGINES = {"compiled": _scan, "twin": _scan_py}
+ENGINES = {"compiled": kernels("compiled"), "twin": kernels("twin")}
 
 
 def _expected(m: cq.Message, name: str):
@@ -36,7 +34,7 @@ def _all_offsets(store: cq.Store) -> np.ndarray:
 
 
 def _decode(log: cq.CommitLog, offsets, fields, engine: str, monkeypatch) -> MessageColumns:
-    monkeypatch.setattr("cq.readers.commitlog._scan", ENGINES[engine])
+    use_kernels(monkeypatch, engine, "cq.readers.commitlog")
     return log.decode_columns(offsets, fields)
 
 
@@ -141,8 +139,8 @@ def test_engines_give_the_same_buffers(mixed_store):
     offsets = np.sort(_all_offsets(mixed_store))
     index = log.file_index(int(offsets[0]))
     pos = offsets[offsets < log.files[index][0] + log.file_size] - log.files[index][0]
-    a, ea = _scan.decode_columns(log._u8(index), pos, log.file_size, fmt.ALL_RECORD_FIELDS)
-    b, eb = _scan_py.decode_columns(log._u8(index), pos, log.file_size, fmt.ALL_RECORD_FIELDS)
+    a, ea = ENGINES["compiled"].decode_columns(log._u8(index), pos, log.file_size, fmt.ALL_RECORD_FIELDS)
+    b, eb = ENGINES["twin"].decode_columns(log._u8(index), pos, log.file_size, fmt.ALL_RECORD_FIELDS)
     assert ea is None and eb is None and a.keys() == b.keys()
     for name in a:
         for x, y in zip(*(v if isinstance(v, tuple) else (v,) for v in (a[name], b[name]))):
@@ -243,7 +241,7 @@ def test_corrupt_records_same_error_and_offset_as_read_message(tmp_path, engine,
 @pytest.mark.parametrize("engine", ["compiled", "twin"])
 def test_recovery_crc_check_runs_in_the_kernel(tmp_path, engine, monkeypatch):
     """A body byte flipped: the recovered end stops at that record (the broker's checkCRCOnRecover)."""
-    monkeypatch.setattr("cq.readers.commitlog._scan", ENGINES[engine])
+    use_kernels(monkeypatch, engine, "cq.readers.commitlog")
     root = tmp_path / "store"
     shutil.copytree(DATA / "golden_store", root)
     store = cq.Store(root)
@@ -298,7 +296,7 @@ def test_sql92_consume_does_not_import_pandas():
 @pytest.mark.parametrize("engine", ["compiled", "twin"])
 @pytest.mark.parametrize("strict", [True, False])
 def test_column_batches_equal_messages(engine, strict, monkeypatch):
-    monkeypatch.setattr("cq.readers.commitlog._scan", ENGINES[engine])
+    use_kernels(monkeypatch, engine, "cq.readers.commitlog")
     log = cq.CommitLog(DATA / "golden_store" / "commitlog")
     want = [(m.commit_log_offset, m.topic, m.tags, m.properties, m.body) for m in log.messages(strict=strict)]
     got = []
@@ -313,7 +311,7 @@ def test_column_batches_equal_messages(engine, strict, monkeypatch):
 
 @pytest.mark.parametrize("engine", ["compiled", "twin"])
 def test_column_batches_corrupt_store_same_error_as_messages(tmp_path, engine, monkeypatch):
-    monkeypatch.setattr("cq.readers.commitlog._scan", ENGINES[engine])
+    use_kernels(monkeypatch, engine, "cq.readers.commitlog")
     root = tmp_path / "store"
     shutil.copytree(DATA / "golden_store", root)
     path = min((root / "commitlog").iterdir())
@@ -337,7 +335,7 @@ def test_column_batches_corrupt_store_same_error_as_messages(tmp_path, engine, m
 
 @pytest.mark.parametrize("engine", ["compiled", "twin"])
 def test_read_messages_equal_read_message(mixed_store, engine, monkeypatch):
-    monkeypatch.setattr("cq.readers.commitlog._scan", ENGINES[engine])
+    use_kernels(monkeypatch, engine, "cq.readers.commitlog")
     log = mixed_store.commit_log
     offsets = np.random.default_rng(1).permutation(_all_offsets(mixed_store))
     got = log.read_messages(offsets)
@@ -363,7 +361,7 @@ def test_reused_buffers_never_change_a_column_still_held(mixed_store):
     for _ in range(20):
         other = log.decode_columns(offsets[::-1])  # every buffer freed and reused, in another order
         del other
-        assert 0 < _scan.pool_bytes() <= 128 << 20
+        assert 0 < ENGINES["compiled"].pool_bytes() <= 128 << 20
     for name, col in held.columns.items():
         for part, saved in zip(col if isinstance(col, tuple) else (col,), snapshot[name]):
             assert (part is None and saved is None) or np.array_equal(part, saved), name
@@ -390,7 +388,7 @@ def test_records_copied_with_reads_decode_as_through_the_map(mixed_store, tmp_pa
                                                              monkeypatch):
     """Store.consume reads a slice's records with one pread each (docs/data-path.md#consume): the
     columns are decode_columns' over the mapped files, in log order or any other, across files."""
-    monkeypatch.setattr("cq.readers.commitlog._scan", ENGINES[engine])
+    use_kernels(monkeypatch, engine, "cq.readers.commitlog")
     store = mixed_store
     if store_kind == "several_files":
         cq.generate_sample_store(tmp_path / "s", messages=2000, seed=2, commit_log_file_size=1 << 17)
@@ -417,7 +415,8 @@ def test_copy_records_refuses_what_the_map_must_decide(mixed_store, engine):
     start, path = log.files[0]
     pos = offsets[log.file_indices(offsets) == 0][:50] - start
     sizes = _sizes(log, pos + start)
-    raw = open(path, "rb").read()
+    with open(path, "rb") as f:
+        raw = f.read()
     fd = os.open(path, os.O_RDONLY)
     try:
         fds = np.full(len(pos), fd, dtype=np.int32)
@@ -441,7 +440,7 @@ def test_copy_records_refuses_what_the_map_must_decide(mixed_store, engine):
 def test_copied_records_keep_the_maps_errors_and_its_file(tmp_path, engine, monkeypatch):
     """A corrupt record raises what read_message raises; a file replaced since it was mapped is read
     from the map, as decode_columns reads it (one consistent cut, docs/live.md)."""
-    monkeypatch.setattr("cq.readers.commitlog._scan", ENGINES[engine])
+    use_kernels(monkeypatch, engine, "cq.readers.commitlog")
     root = tmp_path / "store"
     shutil.copytree(DATA / "golden_store", root)
     store = cq.Store(root)

@@ -16,7 +16,6 @@ verdicts are also compared with the pure-Python twin on every mutated buffer.
 from __future__ import annotations
 
 import contextlib
-import importlib
 import itertools
 import os
 import random
@@ -25,11 +24,11 @@ import tracemalloc
 
 import numpy as np
 import pytest
-from helpers import DATA, load_jsonl
+from helpers import DATA, kernels, load_jsonl
 
 import cq
 from cq import format as fmt
-from cq.scan import ENGINE
+from cq.kernels import ENGINE
 
 ROWS = load_jsonl("golden_store.jsonl")
 FILTER_TOPIC = "GoldenFilterTopic"
@@ -39,8 +38,8 @@ SQL = "a > 5 AND b = 'abc'"
 ROWS_BY_OFFSET = sorted(ROWS, key=lambda r: r["commitLogOffset"])
 
 # the twin is always importable; the compiled kernel only where it was built
-_PY = importlib.import_module("cq._scan_py")
-_CY = importlib.import_module("cq._scan") if ENGINE == "cython" else None
+_PY = kernels("twin")
+_CY = kernels("compiled") if ENGINE == "cython" else None
 # The compiled run sweeps every case and checks each kernel against the twin on the same
 # bytes; the pure-Python run (10-50x slower) takes every third case of each sweep.
 STRIDE = 1 if ENGINE == "cython" else 3
@@ -142,7 +141,7 @@ def _commit_log_reads(case: str, store: cq.Store, offsets: np.ndarray, off: int,
     attempt(case, log.read_message, off)
     attempt(case, log.read_message, off, verify_crc=True)
     attempt(case, log.read_message, off, verify_crc="property")
-    attempt(case, log.read_batch, offsets)
+    attempt(case, log.decode_columns, offsets)
     attempt(case, log.gather_properties, offsets)
     # the log walks, up to just past the mutated record (the rest of the log is intact)
     attempt(case, drain, log.messages, limit=walk)
@@ -189,8 +188,8 @@ def test_every_header_byte_flip_of_commit_log_records(golden_copy):
                 store = cq.Store(golden_copy)
                 offsets = np.array([r["commitLogOffset"] for r in ROWS_BY_OFFSET
                                     if start <= r["commitLogOffset"] < start + CL_FILE_SIZE], dtype=np.int64)
-                same_in_both_engines(case, "decode_records", np.frombuffer(mutated, np.uint8), offsets - start,
-                                     CL_FILE_SIZE)
+                same_in_both_engines(case, "decode_columns", np.frombuffer(mutated, np.uint8), offsets - start,
+                                     CL_FILE_SIZE, fmt.ALL_RECORD_FIELDS)
                 result = attempt(case, store.commit_log.read_message, off)
                 outcomes["error" if isinstance(result, Exception) else "ok"] += 1
                 if isinstance(result, cq.StoreFormatError):
@@ -406,7 +405,7 @@ def _all_reads(case: str, root) -> None:
         attempt(case, drain, log.messages)
         list(log.messages(strict=False))
         offsets = np.array([r["commitLogOffset"] for r in ROWS_BY_OFFSET], dtype=np.int64)
-        attempt(case, log.read_batch, offsets)
+        attempt(case, log.decode_columns, offsets)
         attempt(case, log.gather_properties, offsets)
     for topic in store.topics():
         for q in store.queue_ids(topic):

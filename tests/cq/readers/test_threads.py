@@ -55,9 +55,9 @@ def _batch_reads(store: cq.Store) -> list:
     for q in store.queue_ids(TOPIC):
         units = store.consume_queue(TOPIC, q).read()
         ext = store.ext(TOPIC, q).read_batch(units["tags_code"])
-        cols = store.commit_log.read_batch(units["commit_log_offset"])
+        cols = store.commit_log.decode_columns(units["commit_log_offset"])
         out.append((units.tobytes(), ext.bitmap_data.tobytes(), ext.tags_code.tolist(),
-                    cols.ints["store_timestamp"].tolist(), cols.body.data.tobytes(),
+                    cols.columns["store_timestamp"].tolist(), cols.columns["body"][1].tobytes(),
                     store.commit_log.gather_properties(units["commit_log_offset"])))
     return out
 

@@ -144,7 +144,7 @@ def _every_library_read(root) -> int:
         assert len(list(log.messages(strict=False))) == len(msgs)
         assert log.count_records() == len(msgs)
         offsets = np.array([m.commit_log_offset for m in msgs], dtype=np.int64)
-        assert len(log.read_batch(offsets)) == len(msgs)
+        assert len(log.decode_columns(offsets)) == len(msgs)
         assert len(log.gather_properties(offsets)) == len(msgs)
         for off in offsets[:20].tolist():
             log.read_message(off, verify_crc=True).uncompressed_body()

@@ -17,26 +17,23 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from helpers import PUREPYTHON
+from helpers import PUREPYTHON, kernels, use_kernels
 
 import cq
-from cq import _scan_py
 from cq.format import RECORD_OFFSETS_POSITION, SCHEDULE_TOPIC, list_queue_files
-from cq.scan import _scan
 from cq.writer import recovery
 from cq.writer._dispatch import factorize
 from cq.writer.writer import StoreWriter
 from tests.cq.writer.test_rebuild import CONFIG, GROUPS, _messages, _rebuild_per_message, _write
 from tests.cq.writer.test_writer import STORE_DIRS, assert_same_store
 
-ENGINES = {"compiled": _scan, "twin": _scan_py}
+ENGINES = {"compiled": kernels("compiled"), "twin": kernels("twin")}
 
 
 @pytest.fixture(params=["twin"] if PUREPYTHON else list(ENGINES))  # the pure-Python pass: the twin only
 def engine(request, monkeypatch):
     """The scan kernel the walk and the decoder use: the compiled engine or its pure-Python twin."""
-    monkeypatch.setattr("cq.readers.commitlog._scan", ENGINES[request.param])
-    monkeypatch.setattr("cq.writer.recovery._scan", ENGINES[request.param])
+    use_kernels(monkeypatch, request.param, "cq.readers.commitlog", "cq.writer.recovery")
     return request.param
 
 

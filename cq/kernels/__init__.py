@@ -1,17 +1,60 @@
-"""Batch kernels over store bytes: tag-code scans, ext resolution, Bloom checks, properties.
+"""The store kernels: batch loops over store bytes, compiled (Cython) with a pure-Python twin each.
 
-The work is done by ``cq/_scan.pyx`` (or its twin ``cq/_scan_py.py`` under
-``RMQFILTER_PUREPYTHON=1``); this module validates inputs at the boundary.
+One module per concern, each ``_x.pyx`` beside its twin ``_x_py.py`` (``RMQFILTER_PUREPYTHON=1``
+selects the twins; ``rmqfilter_engine.load`` chooses):
+
+========== ====================================================================================
+module     concern
+========== ====================================================================================
+_tagscan   the ConsumeQueue tag scan (:func:`scan_tags`)
+_ext       ConsumeQueueExt unit heads, Bloom bitmap checks, ext addresses
+_record    the CommitLog record walk: validation, recovery walk, one-record decode, body CRCs
+_decode    the data path's decoder: records straight into Arrow buffers (``decode_columns``)
+_pool      the decoder's output memory, kept for reuse (``pool_bytes``)
+_inflate   zlib bodies of a decoded body column (``inflate_bodies``)
+_objects   strs, property dicts and Messages built from decoded columns
+_tags      Java ``String.hashCode`` of tags (facade: :mod:`cq.tags`)
+_layout    the store layout the compiled kernels were built with (``LAYOUT``)
+========== ====================================================================================
+
+What the compiled modules share is declared in ``.pxd`` files (``_record.pxd``: one record's
+layout and parse; ``_pool.pxd``: growable buffers; ``_bytes.pxd``, ``_layout.pxd``: C from the
+``.h`` files). Every byte offset comes from :mod:`cq.format` through :mod:`cq.kernels.layout`
+(``_layout.h`` is written from it at build time). This module validates inputs at the boundary.
 """
 from __future__ import annotations
+
+import importlib
+from types import ModuleType
 
 import numpy as np
 
 from rmqfilter_engine import load
 
-from . import format as fmt
+from .. import format as fmt
 
-_scan, ENGINE = load("cq", "_scan")
+_tagscan, _e1 = load("cq.kernels", "_tagscan")
+_ext, _e2 = load("cq.kernels", "_ext")
+_record, _e3 = load("cq.kernels", "_record")
+_decode, _e4 = load("cq.kernels", "_decode")
+_pool, _e5 = load("cq.kernels", "_pool")
+_inflate, _e6 = load("cq.kernels", "_inflate")
+_objects, _e7 = load("cq.kernels", "_objects")
+_layout, _e8 = load("cq.kernels", "_layout")
+#: "cython" when every store kernel is compiled, else "python" (the twins).
+ENGINE = "cython" if {_e1, _e2, _e3, _e4, _e5, _e6, _e7, _e8} == {"cython"} else "python"
+#: The names of the kernel modules above (``_tags`` has its own facade, :mod:`cq.tags`).
+MODULES = ("_tagscan", "_ext", "_record", "_decode", "_pool", "_inflate", "_objects", "_layout")
+
+
+def engine_modules(engine: str) -> dict[str, ModuleType]:
+    """Each of :data:`MODULES` in one engine, by name: ``"cython"`` (ImportError when not built) or ``"python"``.
+
+    For code that runs both engines side by side (the differential tests, the benchmarks'
+    twin rounds); the library itself uses the modules loaded above.
+    """
+    suffix = {"cython": "", "python": "_py"}[engine]
+    return {name: importlib.import_module(f"{__name__}.{name}{suffix}") for name in MODULES}
 
 
 def kernel_array(values, dtype) -> np.ndarray:
@@ -53,7 +96,7 @@ def gather_spans(buf, starts, lengths) -> tuple[np.ndarray, np.ndarray]:
     (offsets, data)
         ``offsets`` int64 (k + 1) and ``data`` uint8: an Arrow binary array's buffers.
     """
-    return _scan.gather_spans(buf, kernel_array(starts, np.int64), kernel_array(lengths, np.int64))
+    return _record.gather_spans(buf, kernel_array(starts, np.int64), kernel_array(lengths, np.int64))
 
 
 def scan_tags(units, codes) -> np.ndarray:
@@ -93,7 +136,7 @@ def scan_tags(units, codes) -> np.ndarray:
     if code_arr.size and code_arr.dtype.kind not in "iu":
         raise TypeError(f"codes must be integers, got dtype {code_arr.dtype}")
     code_arr = np.unique(code_arr.astype(np.int64).astype(np.uint32).astype(np.int32))
-    return _scan.scan_tags(u8, np.ascontiguousarray(code_arr, dtype=np.int32))
+    return _tagscan.scan_tags(u8, np.ascontiguousarray(code_arr, dtype=np.int32))
 
 
 def bloom_masks(bit_pos) -> tuple[np.ndarray, np.ndarray]:
@@ -134,7 +177,7 @@ def check_bitmaps(ext_bytes, positions, bit_pos, *, bit_num: int = 112, born_tim
     bits = bloom_bit_bytes(bit_pos, bit_num)
     if bits is None:
         return np.full(len(pos), PASS, dtype=np.uint8)
-    return _scan.ext_bloom_check(buf, pos, lim, *bits, int(bit_num), int(born_time))
+    return _ext.ext_bloom_check(buf, pos, lim, *bits, int(bit_num), int(born_time))
 
 
 def check_ext_batch(batch, bit_pos, *, bit_num: int = 112, born_time: int = 0) -> np.ndarray:
@@ -147,7 +190,7 @@ def check_ext_batch(batch, bit_pos, *, bit_num: int = 112, born_time: int = 0) -
     if bits is None:
         return np.full(n, PASS, dtype=np.uint8)
     c = kernel_array
-    return _scan.bloom_check_units(c(batch.found, np.bool_).view(np.uint8), c(batch.msg_store_time, np.int64),
+    return _ext.bloom_check_units(c(batch.found, np.bool_).view(np.uint8), c(batch.msg_store_time, np.int64),
                                    c(batch.bit_map_size, np.int16), c(batch.bitmap_offsets, np.int64),
                                    c(batch.bitmap_data, np.uint8), *bits, int(bit_num), int(born_time))
 
@@ -161,4 +204,5 @@ def bloom_bit_bytes(bit_pos, bit_num: int) -> tuple[np.ndarray, np.ndarray] | No
     return bloom_masks(bp)
 
 
-PRUNED, PASS, HIT, UNDERFLOW = _scan.PRUNED, _scan.PASS, _scan.HIT, _scan.UNDERFLOW
+PRUNED, PASS, HIT, UNDERFLOW = _ext.PRUNED, _ext.PASS, _ext.HIT, _ext.UNDERFLOW
+FOUND, NOT_FOUND = _ext.FOUND, _ext.NOT_FOUND

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from .format import java_string_hash
+from ..format import java_string_hash
 
 
 def tags_code(tag):
