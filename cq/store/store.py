@@ -16,11 +16,11 @@ from .. import format as fmt
 from ..errors import StoreFileDeleted, StoreFormatError, UnknownGroupError
 from ..filter.custom import BATCH_RECORD_FIELDS, ON_FILTER_ERROR, as_message_filter, records_record_batch
 from ..filter.layers import Layers, SqlFilter, TagFilter
+from ..kernels import _objects
 from ..readers import config as cfg
 from ..readers.commitlog import CommitLog, Message
 from ..readers.consumequeue import ConsumeQueue
 from ..readers.ext import ConsumeQueueExt
-from ..kernels import _objects
 
 #: Units handled per batch by :meth:`Store.consume`.
 CONSUME_BATCH = 1 << 16
