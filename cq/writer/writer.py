@@ -94,16 +94,13 @@ from ..format import (
     MIN_EXT_UNIT_SIZE,
     NAME_VALUE_SEPARATOR,
     PLACEHOLDER_UNIT,
-    PROPERTY_CRC32,
     PROPERTY_DELAY,
     PROPERTY_KEYS,
     PROPERTY_SEPARATOR,
     PROPERTY_TAGS,
-    RECORD_BORN_HOST_POSITION,
     RECORD_HEAD_STRUCT,
     RECORD_OFFSETS_POSITION,
     RECORD_OFFSETS_STRUCT,
-    RECORD_SYS_FLAG_POSITION,
     SCHEDULE_TOPIC,
     STOREHOSTADDRESS_V6_FLAG,
     TRANSACTION_COMMIT_TYPE,
@@ -112,10 +109,8 @@ from ..format import (
     body_crc,
     decode_properties_bytes,
     decorate,
-    encode_property_crc,
     encode_topic_field,
     hashmap_order,
-    host_width,
     is_ext_addr,
     list_queue_files,
     pack_record,
@@ -129,6 +124,7 @@ from ..tags import tags_code, tags_code_utf8
 from ._dispatch import property_values
 from ._filequeue import _COMMIT_LOG_FLUSH, _FileQueue, _holds_store, _lock_store
 from .config_writer import write_consumer_filters
+from .record_bytes import fill_property_crc, offset_msg_id, strip_property_crc
 from .recovery import (
     _last_unit,
     _recover_commit_log,
@@ -819,7 +815,7 @@ class StoreWriter:
             props_b, props = self._serialise(properties, tags, keys)
         reserved = 0
         if self.enabled_append_prop_crc:
-            props_b, props = _strip_property_crc(props_b, props)
+            props_b, props = strip_property_crc(props_b, props)
             reserved = CRC32_RESERVED_LEN
         if len(props_b) + reserved > MAX_PROPERTIES_LENGTH:
             raise ValueError(
@@ -1018,7 +1014,7 @@ class StoreWriter:
                 queue_offset = state.next_offset
             RECORD_OFFSETS_STRUCT.pack_into(p.record, RECORD_OFFSETS_POSITION, queue_offset or 0, phys)
             if self.enabled_append_prop_crc:
-                _fill_property_crc(p.record)
+                fill_property_crc(p.record)
             log.write(p.record)
             address = None
             if state is not None:
@@ -1026,7 +1022,7 @@ class StoreWriter:
             self.messages_written += 1
             if collect:
                 results.append(
-                    AppendResult(phys, p.size, queue_offset, p.tags_code, address, _msg_id(p.record, phys))
+                    AppendResult(phys, p.size, queue_offset, p.tags_code, address, offset_msg_id(p.record, phys))
                 )
         return results
 
@@ -1171,33 +1167,3 @@ _APPEND_FIELDS = frozenset(
         "store_timestamp", "born_host", "store_host", "reconsume_times", "prepared_transaction_offset",
     ]
 )
-
-
-_CRC_PREFIX = (PROPERTY_CRC32 + NAME_VALUE_SEPARATOR).encode()
-
-
-def _strip_property_crc(props_b: bytes, props: dict[str, str]) -> tuple[bytes, dict[str, str]]:
-    """Drop every ``__CRC32#`` pair and end the text with U+0002 (``enabledAppendPropCRC``).
-
-    See docs/formats.md#record-crc-property.
-    """
-    if _CRC_PREFIX in props_b:
-        props_b = b"\x02".join(seg for seg in props_b.split(b"\x02") if not seg.startswith(_CRC_PREFIX))
-        props = {k: v for k, v in props.items() if k != PROPERTY_CRC32}
-    if props_b and not props_b.endswith(b"\x02"):
-        props_b += b"\x02"
-    return props_b, props
-
-
-def _fill_property_crc(record: bytearray) -> None:
-    """Write ``__CRC32#`` + CRC-32 of bytes [0, size - 20), ten digits least significant first."""
-    crc = zlib.crc32(memoryview(record)[:-CRC32_RESERVED_LEN]) & 0x7FFFFFFF
-    record[-CRC32_RESERVED_LEN:] = _CRC_PREFIX + encode_property_crc(crc).encode() + b"\x02"
-
-
-def _msg_id(record: bytes | bytearray, phys: int) -> str:
-    """Offset message id: store-host address bytes, int32 port, int64 physical offset, in hex."""
-    sys_flag = int.from_bytes(record[RECORD_SYS_FLAG_POSITION:RECORD_SYS_FLAG_POSITION + 4], "big", signed=True)
-    at = RECORD_BORN_HOST_POSITION + host_width(sys_flag, store=False) + 8  # past BORNHOST and STORETIMESTAMP
-    width = host_width(sys_flag, store=True)
-    return (bytes(record[at:at + width]) + struct.pack(">q", phys)).hex().upper()
