@@ -265,7 +265,9 @@ class IndexFiles:
 
     def __init__(self, root: str | os.PathLike, *, hash_slot_num: int | None = None,
                  index_num: int | None = None) -> None:
-        self.directory = os.path.join(os.fspath(root), INDEX_DIR)
+        self.root = os.fspath(root)
+        self._options = {"hash_slot_num": hash_slot_num, "index_num": index_num}
+        self.directory = os.path.join(self.root, INDEX_DIR)
         names = sorted(n for n in os.listdir(self.directory) if n.isdigit()) \
             if os.path.isdir(self.directory) else []
         self.files: list[IndexFile] = [
@@ -275,6 +277,17 @@ class IndexFiles:
 
     def __len__(self) -> int:
         return len(self.files)
+
+    def __repr__(self) -> str:
+        return f"IndexFiles({self.root!r}, files={len(self.files)})"
+
+    def __getstate__(self) -> tuple[str, dict]:
+        """Pickle as the store root and options (maps are per process), like the other readers."""
+        return self.root, self._options
+
+    def __setstate__(self, state: tuple[str, dict]) -> None:
+        root, options = state
+        self.__init__(root, **options)
 
     def close(self) -> None:
         """Release every map."""
