@@ -11,6 +11,7 @@ from helpers import load_jsonl, patch_file
 
 import cq
 from cq import format as fmt
+from cq.readers.registry import READERS
 
 ROWS = load_jsonl("golden_store.jsonl")
 TOPIC = "GoldenFilterTopic"
@@ -200,6 +201,34 @@ def test_random_corruption_never_crashes(golden_copy):
                     store.commit_log.gather_properties(np.unique(offs))
         except cq.StoreFormatError as exc:
             assert exc.path is not None
+
+
+@pytest.mark.parametrize("entry", READERS, ids=repr)
+def test_random_corruption_of_each_registered_reader_never_crashes(golden_copy, entry):
+    """Random bytes over the files a registered reader reads (cq/readers/registry.py): it reads
+    them whole or raises StoreFormatError naming a file of the store and a byte offset."""
+    rng = random.Random(f"corrupt-{entry.name}")
+    files = entry.files(str(golden_copy))
+    assert files, f"the golden store has no file for {entry.name}"
+    originals = {}
+    for p in files:
+        with open(p, "rb") as f:
+            originals[p] = f.read()
+    for _ in range(30):
+        for p, data in originals.items():
+            with open(p, "wb") as f:
+                f.write(data)
+        for p in rng.sample(files, rng.randint(1, len(files))):
+            for _ in range(rng.randint(1, 8)):
+                patch_file(p, rng.randrange(len(originals[p])), bytes([rng.randrange(256)]))
+        try:
+            reader = entry.open(str(golden_copy))
+            try:
+                entry.read_all(reader)
+            finally:
+                reader.close()
+        except cq.StoreFormatError as exc:
+            assert exc.path is not None and exc.path.startswith(str(golden_copy)) and exc.offset is not None
 
 
 @pytest.mark.parametrize("how", [{"sql": "a > 5"}, {"tags": "TagA"}])

@@ -29,6 +29,7 @@ from helpers import DATA, kernels, load_jsonl
 import cq
 from cq import format as fmt
 from cq.kernels import ENGINE
+from cq.readers.registry import READERS
 
 ROWS = load_jsonl("golden_store.jsonl")
 FILTER_TOPIC = "GoldenFilterTopic"
@@ -473,6 +474,57 @@ def test_garbage_files_named_like_store_files(golden_copy, style):
                     _write(path, original)
                 else:
                     os.remove(path)
+
+
+# ------------------------------------------------ every registered reader (cq/readers/registry.py)
+def _read_whole(case: str, entry, root) -> None:
+    """Open ``entry``'s reader over ``root`` and read it whole; a StoreFormatError names a file of root."""
+    def run():
+        reader = entry.open(str(root))
+        try:
+            return entry.read_all(reader)
+        finally:
+            reader.close()
+    run.__name__ = f"{entry.name} read whole"
+    out = attempt(case, run)
+    if isinstance(out, cq.StoreFormatError):
+        assert out.path.startswith(str(root)), f"{case}: the error names {out.path}, outside the store"
+
+
+def _sample_points(size: int, count: int) -> list[int]:
+    """``count`` points spread over [0, size), the first and last byte included."""
+    return sorted({0, size - 1, *(size * i // count for i in range(count))}) if size else []
+
+
+@pytest.mark.parametrize("entry", READERS, ids=repr)
+def test_byte_flips_in_every_file_of_each_registered_reader(golden_copy, entry):
+    """Sampled single-byte flips (all bits, then the high bit) in every file the reader reads."""
+    with Budget(120) as budget:
+        for path in entry.files(str(golden_copy)):
+            original = _read(path)
+            try:
+                for at in _sample_points(len(original), 48 // STRIDE):
+                    for mask in (0xFF, 0x80):
+                        budget.case = case = f"{entry.name}: {os.path.basename(path)} byte {at} ^ {mask:#x}"
+                        _write(path, _flipped(original, at, mask))
+                        _read_whole(case, entry, golden_copy)
+            finally:
+                _write(path, original)
+
+
+@pytest.mark.parametrize("entry", READERS, ids=repr)
+def test_cut_points_of_every_file_of_each_registered_reader(golden_copy, entry):
+    """Every file the reader reads cut at sampled points (and emptied): an answer or a named error."""
+    with Budget(120) as budget:
+        for path in entry.files(str(golden_copy)):
+            original = _read(path)
+            try:
+                for cut in _sample_points(len(original), 24 // STRIDE):
+                    budget.case = case = f"{entry.name}: {os.path.basename(path)} cut at {cut}"
+                    _write(path, original[:cut])
+                    _read_whole(case, entry, golden_copy)
+            finally:
+                _write(path, original)
 
 
 # ------------------------------------------------ bounded-memory windows and slices

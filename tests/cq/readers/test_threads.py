@@ -18,6 +18,7 @@ from helpers import DATA, load_jsonl
 import bloom
 import cq
 import selector
+from cq.readers.registry import READERS, ReaderEntry
 
 STORE = DATA / "golden_store"
 ROWS = load_jsonl("golden_store.jsonl")
@@ -152,37 +153,30 @@ def test_bloom_objects_pickle():
     assert bytes(bits_copy) == bytes(bits) and copy.is_hit(_roundtrip(data), bits_copy)
 
 
-@pytest.mark.parametrize("make", [
-    lambda: cq.CommitLog(STORE / "commitlog"),
-    lambda: cq.ConsumeQueue(STORE / "consumequeue" / TOPIC / "1", topic=TOPIC, queue_id=1),
-    lambda: cq.ConsumeQueueExt(STORE / "consumequeue_ext" / TOPIC / "1"),
-    lambda: cq.Store(STORE),
-], ids=["CommitLog", "ConsumeQueue", "ConsumeQueueExt", "Store"])
-def test_readers_pickle_as_paths_and_reopen(make):
-    reader = make()
-    if isinstance(reader, cq.Store):
-        before = _consume_everything(reader)  # maps open: they must not travel
-    elif isinstance(reader, cq.CommitLog):
-        before = [m.commit_log_offset for m in reader.messages()]
-    elif isinstance(reader, cq.ConsumeQueue):
-        before = reader.read().tolist()
-    else:
-        before = [(a, u) for a, u in reader.units()]
+# Every registered reader (cq/readers/registry.py), and the Store over them all.
+_PICKLED = (*READERS, ReaderEntry("Store", cq.Store, lambda root: [], _consume_everything))
+
+
+@pytest.mark.parametrize("entry", _PICKLED, ids=repr)
+def test_readers_pickle_as_paths_and_reopen(entry):
+    reader = entry.open(str(STORE))
+    before = entry.read_all(reader)  # maps open: they must not travel
+    assert before, f"{entry.name} read nothing from the golden store"
     blob = pickle.dumps(reader)
     assert len(blob) < 1024, "a pickled reader carries no file data"
     copy = pickle.loads(blob)
     assert type(copy) is type(reader) and repr(copy) == repr(reader)
-    if isinstance(reader, cq.Store):
-        assert _consume_everything(copy) == before
-    elif isinstance(reader, cq.CommitLog):
-        assert [m.commit_log_offset for m in copy.messages()] == before
-        assert copy.check_crc_on_recover
-    elif isinstance(reader, cq.ConsumeQueue):
-        assert copy.read().tolist() == before and (copy.topic, copy.queue_id) == (TOPIC, 1)
-    else:
-        assert [(a, u) for a, u in copy.units()] == before
+    assert entry.read_all(copy) == before
     reader.close()
     copy.close()
+
+
+@pytest.mark.parametrize("entry", READERS, ids=repr)
+def test_registered_readers_shared_by_threads(entry):
+    reader = entry.open(str(STORE))
+    want = entry.read_all(entry.open(str(STORE)))
+    assert all(r == want for r in hammer(lambda: entry.read_all(reader)))
+    reader.close()
 
 
 def test_store_options_survive_pickle():
@@ -190,7 +184,9 @@ def test_store_options_survive_pickle():
     copy = _roundtrip(store)
     assert copy.commit_log.file_size == 65536 and copy.ext(TOPIC, 0).file_size == 1024
     log = _roundtrip(cq.CommitLog(STORE / "commitlog", check_crc_on_recover=False))
-    assert log.check_crc_on_recover is False
+    assert log.check_crc_on_recover is False and _roundtrip(cq.CommitLog(STORE / "commitlog")).check_crc_on_recover
+    queue = _roundtrip(cq.ConsumeQueue(STORE / "consumequeue" / TOPIC / "1", topic=TOPIC, queue_id=1))
+    assert (queue.topic, queue.queue_id) == (TOPIC, 1)
 
 
 def test_filters_pickle():

@@ -23,6 +23,7 @@ import pytest
 from helpers import DATA
 
 import cq
+from cq.readers.registry import READERS
 from pyspark_udfs import cli
 
 TOPIC = "GoldenFilterTopic"
@@ -184,6 +185,9 @@ def _every_library_read(root) -> int:
             cq.find_messages(store, TOPIC, key="no-such-key")  # the index, then a scan of the topic
         with pytest.warns(cq.ConfigWarning):
             assert cq.backlog(store, TOPIC, "GID_SQL_A").lag == 170
+    for entry in READERS:  # every registered reader read whole, beside the store (cq/readers/registry.py)
+        with contextlib.closing(entry.open(str(root))) as reader:
+            assert entry.read_all(reader), f"{entry.name} read nothing"
     return seen
 
 
