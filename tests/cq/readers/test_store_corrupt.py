@@ -170,23 +170,32 @@ def test_misnamed_files_are_ignored_and_misaligned_starts_refused(golden_copy):
         cq.Store(golden_copy).consume_queue(TOPIC, 0)
 
 
+def _contents(files) -> dict:
+    out = {}
+    for p in files:
+        with open(p, "rb") as f:
+            out[p] = f.read()
+    return out
+
+
+def _corrupt(rng, originals: dict, how_many: int) -> None:
+    """Write every file back, then patch 1..8 random bytes in ``how_many`` of them."""
+    for p, data in originals.items():
+        with open(p, "wb") as f:
+            f.write(data)
+    for p in rng.sample(list(originals), how_many):
+        for _ in range(rng.randint(1, 8)):
+            patch_file(p, rng.randrange(len(originals[p])), bytes([rng.randrange(256)]))
+
+
 def test_random_corruption_never_crashes(golden_copy):
     """Flip random bytes everywhere; every failure must be a StoreFormatError."""
     rng = random.Random(20250919)
     files = [os.path.join(d, f) for d, _, fs in os.walk(golden_copy) for f in fs
              if "index" not in d and f not in ("checkpoint", "abort.bak")]
-    originals = {}
-    for p in files:
-        with open(p, "rb") as f:
-            originals[p] = f.read()
+    originals = _contents(files)
     for _ in range(60):
-        for p, data in originals.items():
-            with open(p, "wb") as f:
-                f.write(data)
-        for p in rng.sample(files, 3):
-            size = len(originals[p])
-            for _ in range(rng.randint(1, 8)):
-                patch_file(p, rng.randrange(size), bytes([rng.randrange(256)]))
+        _corrupt(rng, originals, 3)
         try:
             store = cq.Store(golden_copy)
             list(store.commit_log.messages(strict=False))
@@ -210,17 +219,9 @@ def test_random_corruption_of_each_registered_reader_never_crashes(golden_copy, 
     rng = random.Random(f"corrupt-{entry.name}")
     files = entry.files(str(golden_copy))
     assert files, f"the golden store has no file for {entry.name}"
-    originals = {}
-    for p in files:
-        with open(p, "rb") as f:
-            originals[p] = f.read()
+    originals = _contents(files)
     for _ in range(30):
-        for p, data in originals.items():
-            with open(p, "wb") as f:
-                f.write(data)
-        for p in rng.sample(files, rng.randint(1, len(files))):
-            for _ in range(rng.randint(1, 8)):
-                patch_file(p, rng.randrange(len(originals[p])), bytes([rng.randrange(256)]))
+        _corrupt(rng, originals, rng.randint(1, len(files)))
         try:
             reader = entry.open(str(golden_copy))
             try:

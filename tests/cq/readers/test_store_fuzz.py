@@ -496,35 +496,33 @@ def _sample_points(size: int, count: int) -> list[int]:
     return sorted({0, size - 1, *(size * i // count for i in range(count))}) if size else []
 
 
-@pytest.mark.parametrize("entry", READERS, ids=repr)
-def test_byte_flips_in_every_file_of_each_registered_reader(golden_copy, entry):
-    """Sampled single-byte flips (all bits, then the high bit) in every file the reader reads."""
+def _sweep(golden_copy, entry, mutations) -> None:
+    """Write each ``(label, bytes)`` of ``mutations(original)`` over every file ``entry`` reads, then read it whole."""
     with Budget(120) as budget:
         for path in entry.files(str(golden_copy)):
             original = _read(path)
             try:
-                for at in _sample_points(len(original), 48 // STRIDE):
-                    for mask in (0xFF, 0x80):
-                        budget.case = case = f"{entry.name}: {os.path.basename(path)} byte {at} ^ {mask:#x}"
-                        _write(path, _flipped(original, at, mask))
-                        _read_whole(case, entry, golden_copy)
+                for label, data in mutations(original):
+                    budget.case = case = f"{entry.name}: {os.path.basename(path)} {label}"
+                    _write(path, data)
+                    _read_whole(case, entry, golden_copy)
             finally:
                 _write(path, original)
+
+
+@pytest.mark.parametrize("entry", READERS, ids=repr)
+def test_byte_flips_in_every_file_of_each_registered_reader(golden_copy, entry):
+    """Sampled single-byte flips (all bits, then the high bit) in every file the reader reads."""
+    _sweep(golden_copy, entry, lambda original: (
+        (f"byte {at} ^ {mask:#x}", _flipped(original, at, mask))
+        for at in _sample_points(len(original), 48 // STRIDE) for mask in (0xFF, 0x80)))
 
 
 @pytest.mark.parametrize("entry", READERS, ids=repr)
 def test_cut_points_of_every_file_of_each_registered_reader(golden_copy, entry):
     """Every file the reader reads cut at sampled points (and emptied): an answer or a named error."""
-    with Budget(120) as budget:
-        for path in entry.files(str(golden_copy)):
-            original = _read(path)
-            try:
-                for cut in _sample_points(len(original), 24 // STRIDE):
-                    budget.case = case = f"{entry.name}: {os.path.basename(path)} cut at {cut}"
-                    _write(path, original[:cut])
-                    _read_whole(case, entry, golden_copy)
-            finally:
-                _write(path, original)
+    _sweep(golden_copy, entry, lambda original: (
+        (f"cut at {cut}", original[:cut]) for cut in _sample_points(len(original), 24 // STRIDE)))
 
 
 # ------------------------------------------------ bounded-memory windows and slices
