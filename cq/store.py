@@ -1,6 +1,7 @@
 """A broker store directory, and what a consumer group would receive from it."""
 from __future__ import annotations
 
+import contextlib
 import itertools
 import os
 import threading
@@ -251,6 +252,8 @@ class Store:
         self._cqs: dict[tuple[str, int], ConsumeQueue] = {}
         self._exts: dict[tuple[str, int], ConsumeQueueExt | None] = {}
         self._frozen: dict[tuple[str, int], tuple[int, int]] = {}  # refresh="never": each queue's first view
+        # queues whose readers cut(keep_readers=True) keeps: their maps are released after each pass
+        self._kept: set[tuple[str, int]] = set()
         self._root_identity = _dir_identity(os.stat(self.root))  # what replaced() compares
         # readers are opened lazily; the lock makes threads sharing a Store open each one once
         self._open_lock = threading.RLock()
@@ -465,13 +468,15 @@ class Store:
 
         The committed offsets come from ``config/consumerOffset.json``; a queue without one has
         ``committed_offset``, ``lag`` and ``will_receive`` None and is left out of the totals.
-        ``sql``/``tags`` as for :meth:`why`.
+        Units of ``[committed, max)`` the broker expired before the group read them (a committed
+        offset below the queue's minimum) are ``expired``: lost, not received (docs/live.md).
+        ``sql``/``tags`` as for :meth:`why`. One cut for all queues, each opened for it in turn.
 
         Returns
         -------
         cq.backlog.Backlog
-            ``.queues`` (:class:`~cq.backlog.QueueBacklog`), ``.lag``, ``.will_receive``,
-            ``to_dict()`` (``{"queues": [...], "total": {"lag", "will_receive"}}``), ``str()``.
+            ``.queues`` (:class:`~cq.backlog.QueueBacklog`), ``.lag``, ``.will_receive``, ``.expired``,
+            ``to_dict()`` (``{"queues": [...], "total": {"lag", "will_receive"}, "expired": n}``), ``str()``.
         """
         return _backlog.backlog(self, topic, group, sql=sql, tags=tags, queue_ids=queue_ids,
                                 bloom_filter=bloom_filter)
@@ -603,6 +608,7 @@ class Store:
                     try:
                         if keep_readers and not cached:
                             self._open_consume_queue((t, int(q)))
+                            self._kept.add((t, int(q)))
                         cqueue, ext = self._queue_readers(t, q)
                     except KeyError:
                         if queue_ids is not None:
@@ -663,7 +669,9 @@ class Store:
         log = self.commit_log
         lo, hi = (cut.commit_log_min, cut.commit_log_end) if cut is not None else (log.min_offset, log.max_offset)
         offsets = np.asarray(offsets, dtype=np.int64)
-        present = (offsets >= lo) & (offsets + np.asarray(sizes, dtype=np.int64) <= hi)
+        # a record below the first file listed now is gone, whatever the cut says: the broker expired
+        # its file since the cut was taken, and the listing that dropped the file released its map
+        present = (offsets >= max(lo, log.min_offset)) & (offsets + np.asarray(sizes, dtype=np.int64) <= hi)
         for _ in range(3):
             try:
                 held = offsets[present]
@@ -862,6 +870,20 @@ class Store:
         d = os.path.join(self.root, fmt.CONSUME_QUEUE_EXT_DIR, topic, str(int(queue_id)))
         return cqueue, ConsumeQueueExt(d, file_size=self._ext_size) if os.path.isdir(d) else None
 
+    @contextlib.contextmanager
+    def queue_readers(self, topic: str, queue_id: int) -> Iterator[tuple[ConsumeQueue, ConsumeQueueExt | None]]:
+        """``(ConsumeQueue, ConsumeQueueExt or None)`` of one queue for one pass, closed after it.
+
+        What reads every queue of a topic in turn uses, so thousands of queues hold one queue's
+        files (and descriptors) at a time (docs/limits.md); readers already cached by
+        :meth:`consume_queue` / :meth:`ext` are used and stay open.
+        """
+        cqueue, ext = self._queue_readers(topic, queue_id)
+        try:
+            yield cqueue, ext
+        finally:
+            self._release(topic, queue_id, cqueue, ext)
+
     def _consume_queue(self, topic, queue_id, flt, stats, verify_crc, progress, total, cut, bounds,
                        custom=None):
         cqueue, ext = self._queue_readers(topic, queue_id)
@@ -876,12 +898,29 @@ class Store:
             self._release(topic, queue_id, cqueue, ext)
 
     def _release(self, topic: str, queue_id: int, cqueue: ConsumeQueue, ext: ConsumeQueueExt | None) -> None:
-        """Close readers from :meth:`_queue_readers` unless they are the cached ones."""
+        """Close readers from :meth:`_queue_readers` unless they are the cached ones; the maps of
+        readers kept across reads (``keep_readers``) are released too, the readers kept."""
         key = (topic, int(queue_id))
-        if self._cqs.get(key) is not cqueue:
+        kept = key in self._kept
+        if kept or self._cqs.get(key) is not cqueue:
             cqueue.close()
-        if ext is not None and self._exts.get(key) is not ext:
+        if ext is not None and (kept or self._exts.get(key) is not ext):
             ext.close()
+
+    def release_queue(self, topic: str, queue_id: int) -> None:
+        """Release the maps (and file descriptors) of a cached queue's readers after a read of it.
+
+        The readers stay cached with their ends and file lists and map their files again on their
+        next read: a long-lived Store reading thousands of queues in turn (a Spark worker's) so
+        holds one queue's files at a time (docs/limits.md).
+        """
+        key = (topic, int(queue_id))
+        with self._open_lock:
+            cqueue, ext = self._cqs.get(key), self._exts.get(key)
+            if cqueue is not None:
+                cqueue.close()
+            if ext is not None:
+                ext.close()
 
     @staticmethod
     def _layer2_keep(flt, log, offs, batch_evaluate, cols=None) -> np.ndarray:
@@ -1041,7 +1080,12 @@ class Store:
         if not log.files or log.files[-1][0] + log.file_size < cut.commit_log_end:
             log.refresh_files()
         batch_evaluate = getattr(flt, "is_matched_by_commit_log_many", None)
+        expected = bounds[0]  # the next queue offset of the cut: one the chunks pass over went away
         for first, raw in self._raw_chunks(cqueue, *bounds):
+            if first > expected:  # below the queue's minimum now: the broker expired them (docs/live.md)
+                stats.units_scanned += first - expected
+                stats.commit_log_missing += first - expected
+            expected = first + len(raw) // fmt.CQ_STORE_UNIT_SIZE
             for b in range(0, len(raw) // fmt.CQ_STORE_UNIT_SIZE, CONSUME_BATCH):
                 chunk = raw[b * fmt.CQ_STORE_UNIT_SIZE:(b + CONSUME_BATCH) * fmt.CQ_STORE_UNIT_SIZE]
                 units = np.frombuffer(chunk, dtype=fmt.CQ_UNIT_DTYPE)
@@ -1063,4 +1107,7 @@ class Store:
                     log._drop_resident_range(int(offs[a:b].min()), int(ends[a:b].max()))
                 if progress is not None:
                     progress(stats.units_scanned, total)
+        if expected < bounds[1]:  # the queue's minimum moved past the rest of the cut's range
+            stats.units_scanned += bounds[1] - expected
+            stats.commit_log_missing += bounds[1] - expected
 

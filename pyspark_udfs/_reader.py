@@ -217,7 +217,13 @@ def _in_commit_log(store, offsets: np.ndarray, sizes: np.ndarray, part=None) -> 
     Records below the first file were deleted and records past the recovered
     end were never completed; the broker skips their units (docs/live.md).
     """
-    return store.records_present(offsets, sizes, _cut(part))
+    present = store.records_present(offsets, sizes, _cut(part))
+    missing = len(present) - int(np.count_nonzero(present))
+    if missing and part is not None:  # counted, as Store.consume counts them (stats.commit_log_missing)
+        _LOG.warning("rocketmq: %d unit(s) of %s queue %s in offsets [%s, %s) skipped: their CommitLog records are "
+                     "gone (expired by the broker since the read was planned) or past the end of the data "
+                     "(commit_log_missing)", missing, part.topic, part.queue_id, part.start, part.end)
+    return present
 
 
 class Decisions:
@@ -458,6 +464,9 @@ def read_slice(options, spark_schema, part, tags_code_sets: Iterable[frozenset[i
         yield from _read_slice(options, schema, part, tags_code_sets, skips)
     finally:
         skips.report()
+        store = _STORES.peek(options.path)
+        if store is not None:  # the worker keeps the queue's readers, not its files (docs/limits.md)
+            store.release_queue(part.topic, part.queue_id)
 
 
 def _read_slice(options, schema, part, tags_code_sets, skips: Skips) -> Iterator[pa.RecordBatch]:
@@ -476,6 +485,10 @@ def _read_slice(options, schema, part, tags_code_sets, skips: Skips) -> Iterator
         store = _store(options.path, part)
         cqueue = store.consume_queue(topic, queue_id)
         start = max(part.start, cqueue.min_offset)  # the broker may have expired files since planning
+        if start > part.start:  # lost, as for the broker's consumer: said, not silent (docs/live.md)
+            _LOG.warning("rocketmq: %d unit(s) of %s queue %s in offsets [%s, %s) expired by the broker since the read "
+                         "was planned (the queue's minimum is now %s): not read", min(start, part.end) - part.start,
+                         topic, queue_id, part.start, part.end, start)
         # the unit fields as contiguous columns: a batch takes slices of them (views), not gathers
         # from the 20-byte units
         fields = cqueue.read_columns(start, max(0, part.end - start))

@@ -562,20 +562,22 @@ class RocketMQReader(DataSourceReader):
                 if not self._queue_id_allowed(queue_id) or (committed is not None and queue_id not in committed):
                     continue
                 try:
-                    queue = store.consume_queue(topic, queue_id)
-                    lo, hi = queue.min_offset, queue.max_offset
-                    if committed is not None:  # the group's backlog: from its committed offset on
-                        lo = min(max(lo, committed[queue_id]), hi)
+                    # one queue's files open at a time: thousands of queues fit a common descriptor limit
+                    with store.queue_readers(topic, queue_id) as (queue, _ext):
+                        lo, hi = queue.min_offset, queue.max_offset
+                        if committed is not None:  # the group's backlog: from its committed offset on
+                            lo = min(max(lo, committed[queue_id]), hi)
+                        ranges += file_ranges(queue, topic, queue_id, lo, hi)
                 except cq.StoreFormatError as exc:
                     if opts.on_corrupt != "skip":
                         raise
                     unreadable.append(ConsumeQueueSlice(topic, queue_id, 0, 0, exc.reason, exc.path, exc.offset))
                     continue
-                ranges += file_ranges(queue, topic, queue_id, lo, hi)
         # The cut travels in every slice, so an executor that decodes no record reads no
         # CommitLog byte, and every executor reads the same cut (docs/live.md).
         log = store.commit_log
-        cut = {"commit_log_min": log.min_offset, "commit_log_end": log.max_offset}
+        end = log.refresh()  # the CommitLog end read after every queue's end (it opened with the first queue)
+        cut = {"commit_log_min": log.min_offset, "commit_log_end": end}
         store.close()
         parts = [[ConsumeQueueSlice(*r, **cut) for r in group] for group in opts.pack(self.schema, ranges)]
         if unreadable:  # read first, by the first task: each reports its queue skipped
