@@ -5,6 +5,7 @@ import contextlib
 import itertools
 import os
 import threading
+import time
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, fields
 
@@ -16,7 +17,7 @@ from . import backlog as _backlog
 from . import config as cfg
 from . import format as fmt
 from . import why as _why
-from .commitlog import CommitLog, Message
+from .commitlog import _SEALED_AGE_NS, CommitLog, Message
 from .consumequeue import ConsumeQueue
 from .custom_filter import BATCH_RECORD_FIELDS, ON_FILTER_ERROR, as_message_filter, records_record_batch
 from .errors import StoreFileDeleted, StoreFormatError, UnknownGroupError
@@ -254,6 +255,8 @@ class Store:
         self._frozen: dict[tuple[str, int], tuple[int, int]] = {}  # refresh="never": each queue's first view
         # queues whose readers cut(keep_readers=True) keeps: their maps are released after each pass
         self._kept: set[tuple[str, int]] = set()
+        # kept queues found quiet at their last refresh: what their refresh depended on (_queue_state)
+        self._quiet: dict[tuple[str, int], tuple] = {}
         self._root_identity = _dir_identity(os.stat(self.root))  # what replaced() compares
         # readers are opened lazily; the lock makes threads sharing a Store open each one once
         self._open_lock = threading.RLock()
@@ -509,6 +512,36 @@ class Store:
             for key, cqueue in list(self._cqs.items()):
                 self._refresh_queue(key, cqueue)
 
+    def _queue_state(self, cqueue: ConsumeQueue) -> tuple | None:
+        """What a queue's refresh depends on, by ``stat`` alone (no file opened): its directory's and
+        its last file's identity and modification time, and the CommitLog's first offset."""
+        files = cqueue.files
+        if not files:
+            return None
+        try:
+            d, f = os.stat(cqueue.directory), os.stat(files[-1][1])
+        except FileNotFoundError:
+            return None
+        return d.st_ino, d.st_mtime_ns, f.st_ino, f.st_size, f.st_mtime_ns, self.commit_log.min_offset
+
+    def _refresh_kept(self, key: tuple[str, int], cqueue: ConsumeQueue) -> None:
+        """Refresh a cached queue, unless it is kept across reads and nothing it depends on changed
+        since a refresh that found it quiet (docs/live.md#cached-readers): a stream over thousands of
+        queues opens only those written since, not every queue at every trigger.
+
+        Quiet: nobody had written to the queue's directory or last file for two seconds (the
+        sealed-file rule), so any later write gives them a new modification time.
+        """
+        state = self._queue_state(cqueue) if key in self._kept else None
+        if state is not None and self._quiet.get(key) == state:
+            return
+        self._refresh_queue(key, cqueue)
+        now = time.time_ns()
+        if state is not None and now - state[1] > _SEALED_AGE_NS and now - state[4] > _SEALED_AGE_NS:
+            self._quiet[key] = state
+        else:
+            self._quiet.pop(key, None)
+
     def _refresh_queue(self, key: tuple[str, int], cqueue: ConsumeQueue) -> None:
         if not os.path.isdir(cqueue.directory):  # the broker deleted the queue (topic removed)
             self._cqs.pop(key, None)
@@ -616,7 +649,7 @@ class Store:
                         continue  # deleted since it was listed
                     try:
                         if live and cached and self._cqs.get((t, int(q))) is cqueue:
-                            self._refresh_queue((t, int(q)), cqueue)
+                            self._refresh_kept((t, int(q)), cqueue)
                         ranges.append((t, int(q), cqueue.min_offset, cqueue.max_offset, cqueue))
                     except BaseException:
                         self._release(t, q, cqueue, ext)
