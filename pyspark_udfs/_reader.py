@@ -26,9 +26,11 @@ cannot be opened drops the slice's whole range.
 """
 from __future__ import annotations
 
+import datetime
 import json
 import logging
 import os
+import time
 import urllib.parse
 from collections.abc import Callable, Iterable, Iterator
 
@@ -65,6 +67,31 @@ def _cut(part) -> cq.StoreCut | None:
 
 
 _LOG = logging.getLogger("rmqfilter.datasource")
+_STALE_SAID: set[tuple[str, float]] = set()  # the old cuts this worker has warned about
+
+
+def _warn_if_stale(options, part) -> None:
+    """Log a WARNING, once per plan in this worker, when the slice reads a cut planned more than
+    ``stale_after`` seconds ago of a store that has moved on since: Spark plans a DataFrame's read
+    once and every later action on it reads that cut (docs/spark.md#reused-dataframes)."""
+    planned = getattr(part, "planned_at", None)
+    if planned is None or part.commit_log_end is None:
+        return
+    age = time.time() - planned
+    key = (options.path, planned)
+    if age < options.stale_after or key in _STALE_SAID:
+        return
+    log = _store(options.path).commit_log
+    end = log.refresh()
+    if end <= part.commit_log_end and log.min_offset <= part.commit_log_min:
+        return  # the store has not moved: the old cut is the store as it is now
+    _STALE_SAID.add(key)
+    when = datetime.datetime.fromtimestamp(planned, datetime.timezone.utc).isoformat(timespec="seconds")
+    _LOG.warning("rocketmq: reading the cut of %s planned %.0f s ago (at %s; CommitLog [%d, %d)); the store has "
+                 "moved on since (CommitLog now [%d, %d)). Spark planned this DataFrame's read once and every "
+                 "action on it, or on a DataFrame or view made from it, reads that cut: for the store as it is "
+                 "now, load it again (spark.read.format(\"rocketmq\")...load(path)) (docs/spark.md#reused-dataframes)",
+                 options.path, age, when, part.commit_log_min, part.commit_log_end, log.min_offset, end)
 
 
 class Skips:
@@ -460,6 +487,7 @@ def read_slice(options, spark_schema, part, tags_code_sets: Iterable[frozenset[i
     """
     schema = to_arrow_schema(spark_schema)
     skips = Skips(options, part)
+    _warn_if_stale(options, part)
     try:
         yield from _read_slice(options, schema, part, tags_code_sets, skips)
     finally:

@@ -98,6 +98,11 @@ Options (all strings, parsed once when the reader is made):
     A directory (visible to the executors) where ``on_corrupt=skip`` writes
     the skipped ranges, one JSON-lines file per partition (a retried task
     replaces its own file, so nothing is counted twice).
+``stale_after``
+    Seconds (default 60; 0: always): a task reading a cut planned longer ago than this,
+    of a store that has moved on since, logs a WARNING (logger ``rmqfilter.datasource``,
+    once per plan and worker) naming the cut and its age. Spark plans a DataFrame's read
+    once: every later action on it reads that first cut (docs/spark.md#reused-dataframes).
 
 Filters on ``queue_id``, ``tags_code`` and ``tags`` (``=``, ``IN``, and for
 ``queue_id`` comparisons) are pushed into the reader when
@@ -111,6 +116,7 @@ import dataclasses
 import glob
 import json
 import os
+import time
 from collections.abc import Iterator, Sequence
 from typing import Any
 
@@ -162,6 +168,8 @@ ON_FILTER_ERROR = ("fail", "skip")
 LAYER2 = ("reader", "spark")
 #: Option ``body``: decompressed where SYSFLAG says so (``Message.uncompressed_body()``), or as stored.
 BODY = ("uncompressed", "stored")
+#: ``stale_after``'s default: a task reading a cut planned a minute ago, of a store that moved on, says so
+DEFAULT_STALE_AFTER = 60.0
 _UNIT_FIELDS = [
     StructField("topic", StringType(), False),
     StructField("queue_id", IntegerType(), False),
@@ -224,6 +232,20 @@ def _bool_option(options: dict, name: str, default: bool) -> bool:
     raise ValueError(f"rocketmq option {name!r}: expected true or false, got {raw!r}")
 
 
+def _seconds_option(options: dict, name: str, default: float) -> float:
+    """The option ``name`` (keys lower-cased) as seconds >= 0; ``ValueError`` naming it otherwise."""
+    raw = options.get(name.lower())
+    if raw is None:
+        return default
+    try:
+        value = float(raw)
+    except ValueError:
+        value = -1.0
+    if not value >= 0:  # NaN too
+        raise ValueError(f"rocketmq option {name!r}: expected seconds (a number >= 0), got {raw!r}")
+    return value
+
+
 def positive_int_option(options: dict, name: str) -> int | None:
     """The option ``name`` (keys lower-cased) as a positive integer, or None when absent;
     ``ValueError`` naming the option otherwise."""
@@ -267,6 +289,8 @@ class ReadOptions:
     from_committed: bool = False
     #: "uncompressed": the body column decompressed where SYSFLAG says so; "stored": as stored
     body: str = "uncompressed"
+    #: seconds after which a task reading an old cut of a store that moved on says so
+    stale_after: float = DEFAULT_STALE_AFTER
 
     def pack(self, schema: StructType | None, ranges: list[tuple[str, int, int, int]]) -> list[list[tuple]]:
         """``(topic, queue_id, start, end)`` ranges of a read of ``schema`` packed into partitions
@@ -319,6 +343,7 @@ class ReadOptions:
             raise ValueError(f"rocketmq option 'table': expected one of {', '.join(TABLES)}, got {table!r}")
         partition_units = positive_int_option(options, "partition_units")
         min_partitions = positive_int_option(options, "min_partitions")
+        stale_after = _seconds_option(options, "stale_after", DEFAULT_STALE_AFTER)
         on_corrupt = str(options.get("on_corrupt", "fail")).strip().lower()
         if on_corrupt not in ON_CORRUPT:
             raise ValueError(f"rocketmq option 'on_corrupt': expected fail or skip, got {options['on_corrupt']!r}")
@@ -390,6 +415,7 @@ class ReadOptions:
             on_filter_error=on_filter_error,
             from_committed=from_committed,
             body=body,
+            stale_after=stale_after,
             **registered,
         )
 
@@ -444,6 +470,9 @@ class ConsumeQueueSlice(InputPartition):
     #: executor's own view (a slice made by hand).
     commit_log_min: int | None = None
     commit_log_end: int | None = None
+    #: When the cut was taken (seconds since the epoch), for the warning a task reading an old
+    #: cut logs (docs/spark.md#reused-dataframes); None for a stream's slices (re-planned per batch).
+    planned_at: float | None = None
 
 
 @dataclasses.dataclass(frozen=True)
@@ -548,6 +577,7 @@ class RocketMQReader(DataSourceReader):
         units; :meth:`ReadOptions.partition_size` says how many units a partition takes.
         """
         opts = self.options
+        planned_at = time.time()
         # A fresh Store: the cut is the store as it is now. Queue ends are read first, the
         # CommitLog end last, so every unit planned has its record inside the cut (docs/live.md).
         store = cq.Store(opts.path)
@@ -577,7 +607,7 @@ class RocketMQReader(DataSourceReader):
         # CommitLog byte, and every executor reads the same cut (docs/live.md).
         log = store.commit_log
         end = log.refresh()  # the CommitLog end read after every queue's end (it opened with the first queue)
-        cut = {"commit_log_min": log.min_offset, "commit_log_end": end}
+        cut = {"commit_log_min": log.min_offset, "commit_log_end": end, "planned_at": planned_at}
         store.close()
         parts = [[ConsumeQueueSlice(*r, **cut) for r in group] for group in opts.pack(self.schema, ranges)]
         if unreadable:  # read first, by the first task: each reports its queue skipped
