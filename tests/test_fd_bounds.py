@@ -33,8 +33,8 @@ def wide_store(tmp_path_factory):
     with StoreWriter(root, commit_log_file_size=1 << 20, consume_queue_file_size=20 * 4, ext_file_size=4096,
                      enable_ext=True) as w:
         w.register_group(TOPIC, GROUP, SQL)
-        w.append_many(dict(topic=TOPIC, body=b"m", queue_id=q, tags="TagA", keys=[f"k{q}-{i}"],
-                           properties={"color": "red" if i == 0 else "blue"})
+        w.append_many({"topic": TOPIC, "body": b"m", "queue_id": q, "tags": "TagA", "keys": [f"k{q}-{i}"],
+                       "properties": {"color": "red" if i == 0 else "blue"}}
                       for q in range(QUEUES) for i in range(2))
     write_consumer_offsets(root, {f"{TOPIC}@{GROUP}": {q: 1 for q in range(QUEUES)}})
     return root

@@ -14,10 +14,9 @@ import pytest
 pytest.importorskip("pyarrow")
 pytest.importorskip("pyspark")
 
-from pyspark_udfs import _reader  # noqa: E402 - after the skips
-from pyspark_udfs.datasource import RocketMQDataSource  # noqa: E402
-
-from cq.writer import StoreWriter  # noqa: E402
+from cq.writer import StoreWriter
+from pyspark_udfs import _reader
+from pyspark_udfs.datasource import RocketMQDataSource
 
 TOPIC = "T"
 
