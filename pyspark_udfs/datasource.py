@@ -232,33 +232,30 @@ def _bool_option(options: dict, name: str, default: bool) -> bool:
     raise ValueError(f"rocketmq option {name!r}: expected true or false, got {raw!r}")
 
 
-def _seconds_option(options: dict, name: str, default: float) -> float:
-    """The option ``name`` (keys lower-cased) as seconds >= 0; ``ValueError`` naming it otherwise."""
+def _number_option(options: dict, name: str, parse, ok, expected: str, default):
+    """The option ``name`` (keys lower-cased) as ``parse`` reads it, ``default`` when absent;
+    ``ValueError`` naming the option and saying what was ``expected`` when it is not ``ok``."""
     raw = options.get(name.lower())
     if raw is None:
         return default
     try:
-        value = float(raw)
+        value = parse(raw)
     except ValueError:
-        value = -1.0
-    if not value >= 0:  # NaN too
-        raise ValueError(f"rocketmq option {name!r}: expected seconds (a number >= 0), got {raw!r}")
+        value = None
+    if value is None or not ok(value):
+        raise ValueError(f"rocketmq option {name!r}: expected {expected}, got {raw!r}")
     return value
+
+
+def _seconds_option(options: dict, name: str, default: float) -> float:
+    """The option ``name`` as seconds >= 0 (NaN refused)."""
+    return _number_option(options, name, float, lambda v: v >= 0, "seconds (a number >= 0)", default)
 
 
 def positive_int_option(options: dict, name: str) -> int | None:
     """The option ``name`` (keys lower-cased) as a positive integer, or None when absent;
     ``ValueError`` naming the option otherwise."""
-    raw = options.get(name.lower())
-    if raw is None:
-        return None
-    try:
-        value = int(raw)
-    except ValueError:
-        value = 0
-    if value <= 0:
-        raise ValueError(f"rocketmq option {name!r}: expected a positive integer, got {raw!r}")
-    return value
+    return _number_option(options, name, int, lambda v: v > 0, "a positive integer", None)
 
 
 @dataclasses.dataclass(frozen=True)
