@@ -145,8 +145,9 @@ class RocketMQStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             _LOG.warning("rocketmq streaming: %s", stream.lost_text(
                 t, q, min(lo, int(end.get(t, {}).get(str(q), lo))) - s,
                 f"offsets [{s}, {lo}) expired by the broker before this micro-batch read them"))
+        begin = stream.next_offsets(start, cut, max_units=0)  # from each queue's minimum: the rest is lost, said
         ranges = [(topic, q, s, e) for topic in sorted(end)
-                  for q, (s, e) in sorted(stream.ranges(start, end, topic).items())]
+                  for q, (s, e) in sorted(stream.ranges(begin, end, topic).items())]
         return [StreamPartition(tuple(ConsumeQueueSlice(t, q, s, e, commit_log_min=cut.commit_log_min,
                                                         commit_log_end=cut.commit_log_end)
                                       for t, q, s, e in group))
