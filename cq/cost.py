@@ -481,7 +481,7 @@ def measure_ns_per_evaluation(store: Store, topic: str, sqls: Iterable[str], *, 
     got = 0
     log = store.commit_log
     for q in store.queue_ids(topic):
-        with store.queue_readers(topic, q) as (cqueue, _ext):  # one queue's files open at a time
+        with store.queue_readers(topic, q, ext=False) as (cqueue, _ext):  # one queue's files open at a time
             units = cqueue.read(count=sample - got)
         offs = units["commit_log_offset"].astype(np.int64)
         offs = offs[store.records_present(offs, units["size"].astype(np.int64))]

@@ -885,37 +885,40 @@ class Store:
         stats.bloom_pruned += int((verdict == _scan.PRUNED).sum())
         return np.flatnonzero(verdict != _scan.PRUNED).astype(np.int64), hits
 
-    def _queue_readers(self, topic: str, queue_id: int) -> tuple[ConsumeQueue, ConsumeQueueExt | None]:
+    def _queue_readers(self, topic: str, queue_id: int, with_ext: bool = True) -> tuple[ConsumeQueue,
+                                                                                       ConsumeQueueExt | None]:
         """Readers of one queue for one pass, not cached: :meth:`consume` closes them when the
         queue is done, so a topic of thousands of queues holds one queue's maps (and file
         descriptors) at a time. Already-open cached readers are reused."""
         key = (topic, int(queue_id))
         if key in self._cqs:
-            return self._cqs[key], self.ext(topic, queue_id)
+            return self._cqs[key], self.ext(topic, queue_id) if with_ext else None
         d = os.path.join(self.root, fmt.CONSUME_QUEUE_DIR, topic, str(int(queue_id)))
         if not os.path.isdir(d):
             raise KeyError(f"no consume queue {topic}/{queue_id} in {self.root}")
         cqueue = ConsumeQueue(d, file_size=self._cq_size, topic=topic, queue_id=int(queue_id))
         if self.commit_log.files and self.commit_log.min_offset > 0:
             cqueue.correct_min_offset(self.commit_log.min_offset)
-        if key in self._exts:
-            return cqueue, self._exts[key]
+        if not with_ext or key in self._exts:
+            return cqueue, self._exts[key] if with_ext else None
         d = os.path.join(self.root, fmt.CONSUME_QUEUE_EXT_DIR, topic, str(int(queue_id)))
         return cqueue, ConsumeQueueExt(d, file_size=self._ext_size) if os.path.isdir(d) else None
 
     @contextlib.contextmanager
-    def queue_readers(self, topic: str, queue_id: int) -> Iterator[tuple[ConsumeQueue, ConsumeQueueExt | None]]:
-        """``(ConsumeQueue, ConsumeQueueExt or None)`` of one queue for one pass, closed after it.
+    def queue_readers(self, topic: str, queue_id: int, *,
+                      ext: bool = True) -> Iterator[tuple[ConsumeQueue, ConsumeQueueExt | None]]:
+        """``(ConsumeQueue, ConsumeQueueExt or None)`` of one queue for one pass, closed after it
+        (``ext=False``: the ConsumeQueue alone, its ext files not opened).
 
         What reads every queue of a topic in turn uses, so thousands of queues hold one queue's
         files (and descriptors) at a time (docs/limits.md); readers already cached by
         :meth:`consume_queue` / :meth:`ext` are used and stay open.
         """
-        cqueue, ext = self._queue_readers(topic, queue_id)
+        cqueue, ext_reader = self._queue_readers(topic, queue_id, ext)
         try:
-            yield cqueue, ext
+            yield cqueue, ext_reader
         finally:
-            self._release(topic, queue_id, cqueue, ext)
+            self._release(topic, queue_id, cqueue, ext_reader)
 
     def _consume_queue(self, topic, queue_id, flt, stats, verify_crc, progress, total, cut, bounds,
                        custom=None):

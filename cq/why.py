@@ -616,7 +616,7 @@ def _scan(store: Store, topic: str, key: str | None, uniq_key: str | None) -> li
     lo, hi = log.min_offset, log.max_offset
     found = []
     for q in store.queue_ids(topic):
-        with store.queue_readers(topic, q) as (cqueue, _ext):  # one queue's files open at a time
+        with store.queue_readers(topic, q, ext=False) as (cqueue, _ext):  # one queue's files open at a time
             for _first, units in cqueue.iter_batches(1 << 16):
                 offs = units["commit_log_offset"].astype(np.int64)
                 ok = (offs >= lo) & (offs + units["size"].astype(np.int64) <= hi)

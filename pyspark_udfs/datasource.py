@@ -590,7 +590,7 @@ class RocketMQReader(DataSourceReader):
                     continue
                 try:
                     # one queue's files open at a time: thousands of queues fit a common descriptor limit
-                    with store.queue_readers(topic, queue_id) as (queue, _ext):
+                    with store.queue_readers(topic, queue_id, ext=False) as (queue, _ext):
                         lo, hi = queue.min_offset, queue.max_offset
                         if committed is not None:  # the group's backlog: from its committed offset on
                             lo = min(max(lo, committed[queue_id]), hi)
