@@ -16,12 +16,12 @@ from .errors import StoreFileDeleted, StoreFormatError, TagSubscriptionError, Un
 from .filter.custom import FilterError, MessageFilter, batch_filter, load_filter
 from .filter.layers import RetrySqlFilter, SqlFilter, TagFilter
 from .format import MAX_ADDR, decorate, is_ext_addr, undecorate
+from .kernels import ENGINE as _SCAN_ENGINE
+from .kernels import check_bitmaps, check_ext_batch, scan_tags
 from .readers.commitlog import CommitLog, Message
 from .readers.config import ConfigFormatError, ConfigWarning, RegisteredFilter
 from .readers.consumequeue import ConsumeQueue
 from .readers.ext import ConsumeQueueExt, CqExtUnit
-from .kernels import ENGINE as _SCAN_ENGINE
-from .kernels import check_bitmaps, check_ext_batch, scan_tags
 from .store.cache import StoreCache
 from .store.store import ConsumeResult, ConsumeStats, Store, StoreCut
 from .tags import ENGINE as _TAGS_ENGINE

@@ -28,9 +28,9 @@ from typing import Any
 import numpy as np
 
 from .. import format as fmt
+from ..kernels import gather_spans
 from ..readers.columns import MessageColumns
 from ..readers.commitlog import Message
-from ..kernels import gather_spans
 
 __all__ = ["BATCH_RECORD_FIELDS", "MESSAGE_COLUMNS", "ON_FILTER_ERROR", "UNIT_COLUMNS", "FilterError", "MessageFilter", "as_message_filter",
            "batch_filter", "ext_columns", "filter_record_batch", "load_filter", "message_schema",

@@ -17,8 +17,8 @@ import selector
 from selector.errors import SelectorEvaluationError
 
 from .. import format as fmt
-from ..readers.ext import CqExtUnit
 from ..kernels import HIT, PASS, PRUNED, bloom_bit_bytes, check_ext_batch, scan_tags
+from ..readers.ext import CqExtUnit
 from ..tags import (
     EXPRESSION_TYPE_SQL92,
     SubscriptionData,

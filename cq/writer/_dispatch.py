@@ -16,8 +16,8 @@ from typing import Any
 
 import numpy as np
 
-from ..readers.columns import MessageColumns
 from ..kernels import gather_spans
+from ..readers.columns import MessageColumns
 
 __all__ = ["DispatchUnits", "dispatch_units", "distinct_rows", "factorize", "property_values", "write_units"]
 

@@ -24,9 +24,9 @@ from ..format import (
     list_queue_files,
 )
 from ..format import CQ_UNIT_STRUCT as _CQ_UNIT
+from ..kernels import _record
 from ..readers.columns import MessageColumns
 from ..readers.commitlog import CommitLog
-from ..kernels import _record
 from ._dispatch import DispatchUnits, dispatch_units, factorize, write_units
 from ._filequeue import _check_file_sizes
 
