@@ -21,7 +21,7 @@ import time
 import warnings
 from collections.abc import Callable, Iterator, Mapping
 
-from .errors import UnitsLostWarning
+from ..errors import UnitsLostWarning
 from .store import Store, StoreCut
 
 #: Values of ``startingOffsets`` besides a JSON object.
