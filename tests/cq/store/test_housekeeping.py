@@ -184,7 +184,7 @@ def test_why_of_a_unit_whose_record_expired_says_expired(store_root):
 
 
 def test_cost_counts_records_gone_during_the_report(tmp_path, monkeypatch):
-    from cq import cost
+    from cq.analyses import cost
     root = tmp_path / "store"
     _write(root, blocks=True)
     units = _units(root)
