@@ -25,6 +25,7 @@ import org.apache.rocketmq.client.consumer.MessageSelector;
 import org.apache.rocketmq.client.consumer.listener.ConsumeConcurrentlyStatus;
 import org.apache.rocketmq.client.consumer.listener.MessageListenerConcurrently;
 import org.apache.rocketmq.client.consumer.store.ReadOffsetType;
+import org.apache.rocketmq.client.exception.MQClientException;
 import org.apache.rocketmq.client.impl.consumer.ProcessQueue;
 import org.apache.rocketmq.client.producer.DefaultMQProducer;
 import org.apache.rocketmq.client.producer.SendResult;
@@ -37,6 +38,7 @@ import org.apache.rocketmq.common.message.MessageExt;
 import org.apache.rocketmq.common.message.MessageQueue;
 import org.apache.rocketmq.remoting.protocol.admin.ConsumeStats;
 import org.apache.rocketmq.remoting.protocol.admin.OffsetWrapper;
+import org.apache.rocketmq.remoting.protocol.admin.TopicOffset;
 import org.apache.rocketmq.tools.admin.DefaultMQAdminExt;
 
 /**
@@ -122,6 +124,7 @@ public final class Client {
                 answer.put("sent", n);
             }
             case "send_loop_start" -> startLoop(cmd);
+            case "bulk_send" -> answer.put("sent", bulkSend(cmd));
             case "send_loop_stop" -> {
                 loopRunning.set(false);
                 loop.join();
@@ -141,6 +144,7 @@ public final class Client {
             case "received" -> answer.put("count", receivedCount.getOrDefault(cmd.getString("group"),
                 new AtomicLong()).get());
             case "progress" -> answer.put("progress", progress(cmd.getString("group")));
+            case "topic_stats" -> answer.put("queues", topicStats(cmd.getString("topic")));
             case "quit" -> shutdown();
             default -> throw new IllegalArgumentException("unknown command " + cmd.getString("cmd"));
         }
@@ -275,6 +279,33 @@ public final class Client {
         loop.start();
     }
 
+    /**
+     * {@code count} messages to one topic as fast as batches go (not recorded line by line):
+     * properties {@code a} (0..999) and {@code region} (eu, us, cn), tags TagA/TagB, key bulk-i.
+     */
+    private long bulkSend(JSONObject cmd) throws Exception {
+        String topic = cmd.getString("topic");
+        long count = cmd.getLongValue("count");
+        int batch = 128;
+        String[] regions = {"eu", "us", "cn"};
+        java.util.Random rng = new java.util.Random(25);
+        long sent = 0;
+        while (sent < count) {
+            List<Message> msgs = new ArrayList<>();
+            for (int i = 0; i < batch && sent + i < count; i++) {
+                long n = sent + i;
+                Message m = new Message(topic, n % 2 == 0 ? "TagA" : "TagB", "bulk-" + n,
+                    ("throughput message " + n).getBytes(StandardCharsets.UTF_8));
+                m.putUserProperty("a", Integer.toString(rng.nextInt(1000)));
+                m.putUserProperty("region", regions[rng.nextInt(regions.length)]);
+                msgs.add(m);
+            }
+            producer.send(msgs);
+            sent += msgs.size();
+        }
+        return sent;
+    }
+
     private void startConsumer(JSONObject cmd) throws Exception {
         String group = cmd.getString("group");
         String topic = cmd.getString("topic");
@@ -349,7 +380,12 @@ public final class Client {
     }
 
     private boolean drained(DefaultMQPushConsumer c, String group, String topic) throws Exception {
-        Collection<MessageQueue> mqs = c.fetchSubscribeMessageQueues(topic);
+        Collection<MessageQueue> mqs;
+        try {
+            mqs = c.fetchSubscribeMessageQueues(topic);
+        } catch (MQClientException e) {
+            return false;       // a restarted broker has not registered the topic yet
+        }
         Map<MessageQueue, ProcessQueue> assigned = c.getDefaultMQPushConsumerImpl().getRebalanceImpl()
             .getProcessQueueTable();
         ConsumeStats stats = admin.examineConsumeStats(group);
@@ -379,6 +415,19 @@ public final class Client {
             row.put("queue_id", e.getKey().getQueueId());
             row.put("broker_offset", e.getValue().getBrokerOffset());
             row.put("consumer_offset", e.getValue().getConsumerOffset());
+            rows.add(row);
+        }
+        return rows;
+    }
+
+    private List<Map<String, Object>> topicStats(String topic) throws Exception {
+        List<Map<String, Object>> rows = new ArrayList<>();
+        for (Map.Entry<MessageQueue, TopicOffset> e : admin.examineTopicStats(topic).getOffsetTable().entrySet()) {
+            Map<String, Object> row = new LinkedHashMap<>();
+            row.put("broker", e.getKey().getBrokerName());
+            row.put("queue_id", e.getKey().getQueueId());
+            row.put("min_offset", e.getValue().getMinOffset());
+            row.put("max_offset", e.getValue().getMaxOffset());
             rows.add(row);
         }
         return rows;
