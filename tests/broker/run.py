@@ -176,6 +176,8 @@ class Harness:
         self.logs = self.out / "logs"
         for d in (self.out / "stores", self.work, self.logs):
             d.mkdir(parents=True, exist_ok=True)
+        for f in ("sent.jsonl", "received.jsonl"):      # both exist, even when nothing is received
+            (self.out / f).touch()
         self.procs: list[subprocess.Popen] = []
         self.brokers: dict[str, dict] = {}
         self.broker_procs: dict[str, subprocess.Popen] = {}
