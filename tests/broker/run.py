@@ -350,7 +350,7 @@ class Harness:
                  for r in rows if r["topic"] == g["topic"]),
                 key=lambda r: (r["broker"], r["queue_id"]))
 
-    def snapshot(self, names: list[str] | None = None) -> None:
+    def snapshot(self, names: list[str] | None = None, restart: bool = True) -> None:
         """Admin progress of every group, clean shutdown, copy, restart from the original store."""
         names = names or list(self.brokers)
         self.record_progress()
@@ -361,7 +361,7 @@ class Harness:
         for name in names:
             self.stop_broker(name)
             self.copy_store(name)
-        for name in names:
+        for name in names if restart else ():
             self.start_broker(name)
 
     def write_broker_json(self) -> None:
@@ -482,7 +482,7 @@ def scenario_crash(h: Harness) -> None:
     h.start_client()
     h.create_topic(CRASH_TOPIC, 2)
     h.client("send_loop_start", out=h.sent_path, topic=CRASH_TOPIC, prefix="crash", tags=["TagA", "TagB"],
-             pause_ms=1)
+             pause_ms=0, threads=4)     # several sends in flight when the broker dies
     deadline = time.time() + 120
     while h.client("send_loop_count")["sent"] < 3000:
         if time.time() > deadline:
@@ -498,7 +498,7 @@ def scenario_crash(h: Harness) -> None:
         h.subscribe(g, CRASH_TOPIC, "TAG", e, "drain")
     h.drain(list(CRASH_GROUPS))
     h.unsubscribe(list(CRASH_GROUPS))
-    h.snapshot()
+    h.snapshot(restart=False)
     h.brokers["broker-a"]["extra"] = {"killed_store": "stores/broker-a-killed", "killed_ms": killed_at}
     h.extra["crash"] = {"topic": CRASH_TOPIC, "sent": counts["sent"], "failed": counts["failed"]}
 
@@ -506,7 +506,7 @@ def scenario_crash(h: Harness) -> None:
 LIVE_TOPIC = "LiveTopic"
 
 
-def scenario_live(h: Harness, during=None, seconds: float = 20.0) -> None:
+def scenario_live(h: Harness, during=None, seconds: float = 12.0) -> None:
     """The broker writes while ``during(store_root, deadline)`` (the test) reads its store in place."""
     h.start_namesrv()
     h.add_broker("broker-a", enableConsumeQueueExt="true", flushIntervalCommitLog=50)
@@ -521,7 +521,7 @@ def scenario_live(h: Harness, during=None, seconds: float = 20.0) -> None:
     while time.time() < deadline:
         time.sleep(0.2)
     counts = h.client("send_loop_stop")
-    h.snapshot()
+    h.snapshot(restart=False)
     h.extra["live"] = {"topic": LIVE_TOPIC, "sent": counts["sent"], "failed": counts["failed"],
                        "work_store": str(h.store_root("broker-a"))}
 

@@ -55,7 +55,7 @@ public final class Client {
     private final Map<String, DefaultMQPushConsumer> consumers = new ConcurrentHashMap<>();
     private final Map<String, Writer> files = new HashMap<>();
     private final Map<String, AtomicLong> receivedCount = new ConcurrentHashMap<>();
-    private Thread loop;
+    private final List<Thread> loops = new ArrayList<>();
     private final AtomicBoolean loopRunning = new AtomicBoolean();
     private final AtomicLong loopSent = new AtomicLong();
     private final AtomicLong loopFailed = new AtomicLong();
@@ -127,7 +127,9 @@ public final class Client {
             case "bulk_send" -> answer.put("sent", bulkSend(cmd));
             case "send_loop_stop" -> {
                 loopRunning.set(false);
-                loop.join();
+                for (Thread loop : loops) {
+                    loop.join();
+                }
                 answer.put("sent", loopSent.get());
                 answer.put("failed", loopFailed.get());
             }
@@ -236,47 +238,55 @@ public final class Client {
         return line;
     }
 
-    /** Sends numbered messages to one topic until told to stop; a failed send is recorded, not fatal. */
+    /**
+     * Sends numbered messages to one topic from {@code threads} threads until told to stop; a
+     * failed send is recorded (outcome {@code failed}), not fatal.
+     */
     private void startLoop(JSONObject cmd) throws Exception {
         Writer w = file(cmd.getString("out"));
         String topic = cmd.getString("topic");
         String prefix = cmd.getString("prefix");
         JSONArray tagCycle = cmd.getJSONArray("tags");
         int pauseMs = cmd.getIntValue("pause_ms");
+        int threads = Math.max(1, cmd.getIntValue("threads"));
+        AtomicLong next = new AtomicLong();
         loopRunning.set(true);
-        loop = new Thread(() -> {
-            long i = 0;
-            while (loopRunning.get()) {
-                JSONObject m = new JSONObject(true);
-                m.put("topic", topic);
-                m.put("tags", tagCycle.getString((int) (i % tagCycle.size())));
-                JSONArray keys = new JSONArray();
-                keys.add(prefix + "-" + i);
-                m.put("keys", keys);
-                JSONObject props = new JSONObject(true);
-                props.put("seq", i);
-                props.put("mod", i % 7);
-                m.put("properties", props);
-                m.put("body", "loop message " + i);
-                Message msg = message(m);
-                try {
-                    SendResult r = producer.send(msg);
-                    write(w, sentLine(m, msg, r, "sent"));
-                    loopSent.incrementAndGet();
-                } catch (Exception e) {
-                    Map<String, Object> line = sentLine(m, msg, null, "failed");
-                    line.put("error", e.getClass().getSimpleName());
-                    write(w, line);
-                    loopFailed.incrementAndGet();
-                    sleep(100);
+        loops.clear();
+        for (int t = 0; t < threads; t++) {
+            Thread loop = new Thread(() -> {
+                while (loopRunning.get()) {
+                    long i = next.getAndIncrement();
+                    JSONObject m = new JSONObject(true);
+                    m.put("topic", topic);
+                    m.put("tags", tagCycle.getString((int) (i % tagCycle.size())));
+                    JSONArray keys = new JSONArray();
+                    keys.add(prefix + "-" + i);
+                    m.put("keys", keys);
+                    JSONObject props = new JSONObject(true);
+                    props.put("seq", i);
+                    props.put("mod", i % 7);
+                    m.put("properties", props);
+                    m.put("body", "loop message " + i);
+                    Message msg = message(m);
+                    try {
+                        SendResult r = producer.send(msg);
+                        write(w, sentLine(m, msg, r, "sent"));
+                        loopSent.incrementAndGet();
+                    } catch (Exception e) {
+                        Map<String, Object> line = sentLine(m, msg, null, "failed");
+                        line.put("error", e.getClass().getSimpleName());
+                        write(w, line);
+                        loopFailed.incrementAndGet();
+                        sleep(100);
+                    }
+                    if (pauseMs > 0) {
+                        sleep(pauseMs);
+                    }
                 }
-                i++;
-                if (pauseMs > 0) {
-                    sleep(pauseMs);
-                }
-            }
-        }, "send-loop");
-        loop.start();
+            }, "send-loop-" + t);
+            loops.add(loop);
+            loop.start();
+        }
     }
 
     /**
