@@ -39,6 +39,7 @@ import org.apache.rocketmq.common.message.MessageQueue;
 import org.apache.rocketmq.remoting.protocol.admin.ConsumeStats;
 import org.apache.rocketmq.remoting.protocol.admin.OffsetWrapper;
 import org.apache.rocketmq.remoting.protocol.admin.TopicOffset;
+import org.apache.rocketmq.remoting.protocol.ResponseCode;
 import org.apache.rocketmq.tools.admin.DefaultMQAdminExt;
 
 /**
@@ -416,8 +417,16 @@ public final class Client {
     }
 
     private List<Map<String, Object>> progress(String group) throws Exception {
-        ConsumeStats stats = admin.examineConsumeStats(group);
         List<Map<String, Object>> rows = new ArrayList<>();
+        ConsumeStats stats;
+        try {
+            stats = admin.examineConsumeStats(group);
+        } catch (MQClientException e) {
+            if (e.getResponseCode() == ResponseCode.CONSUMER_NOT_ONLINE) {
+                return rows;        // the group has committed nothing yet: no progress to report
+            }
+            throw e;
+        }
         for (Map.Entry<MessageQueue, OffsetWrapper> e : stats.getOffsetTable().entrySet()) {
             Map<String, Object> row = new LinkedHashMap<>();
             row.put("broker", e.getKey().getBrokerName());
