@@ -7,7 +7,7 @@ STAMP := $(VENV)/.rmqfilter-installed
 export PYSPARK_PYTHON := $(abspath $(PY))
 export PYSPARK_DRIVER_PYTHON := $(abspath $(PY))
 
-.PHONY: setup build test test-cython test-python demo bench fuzz lint docs clean
+.PHONY: setup build harness test test-cython test-python demo bench fuzz lint docs clean
 
 setup: $(STAMP) build
 
@@ -24,8 +24,15 @@ build: $(STAMP)
 	$(PY) setup.py -q build_ext --inplace
 
 # The whole suite under the Cython engines, then the kernel tests again under
-# the pure-Python twins (RMQFILTER_PUREPYTHON=1), as msgpack does.
-test: setup test-cython test-python
+# the pure-Python twins (RMQFILTER_PUREPYTHON=1), as msgpack does. The tests marked
+# `broker` hold rmqfilter against a real RocketMQ broker (tests/broker, docs/testing.md):
+# harness builds it (Java 17 + Maven; quick when nothing changed), and each scenario runs
+# once, into build/broker-runs/, which the second pass reuses.
+test: setup harness test-cython test-python
+
+# Without Java or Maven only CI stops here; elsewhere the broker tests then skip, loudly.
+harness: $(STAMP)
+	$(PY) tests/broker/run.py build || test -z "$$CI"
 
 test-cython:
 	$(PY) -m pytest -q tests

@@ -106,6 +106,7 @@ def summarise(run: dict) -> list[dict]:
             "q3": stats.get("q3", stats["max"]),
             "rounds": stats["rounds"],
             "interleaved": info.get("interleaved"),
+            "peer": info.get("peer"),
         })
     return rows
 
@@ -238,7 +239,35 @@ def targets(rows: list[dict]) -> list[str]:
             else:
                 line(what, f"{pair[0]:.2f}× interleaved ({pair[1]} rounds); {ratio:.2f}× by the medians",
                      pair[0] >= goal)
+    # issue 25: the real broker's consumer of the group, timed by the harness (docs/testing.md)
+    for r in _find(rows, "broker peer:", "test_broker_peer_store_consume"):
+        ratio = (r["items"] / r["median"]) / peer_rate(r["peer"])
+        line("`Store.consume` ≥ 5× a real consumer of the group receiving from the broker", f"{ratio:.1f}×", ratio >= 5)
     return out if len(out) > 2 else []
+
+
+def peer_rate(peer: dict) -> float:
+    """Messages of the topic per second a real consumer of the group got through."""
+    return peer["messages"] / peer["seconds"]
+
+
+def peer_section(rows: list[dict]) -> list[str]:
+    """The real consumer's figure beside ours on the same store (scenario ``throughput``)."""
+    mine = [r for r in rows if r["peer"]]
+    if not mine:
+        return []
+    peer = mine[0]["peer"]
+    out = ["## The real broker's consumer as the peer", "",
+           (f"RocketMQ's push consumer of `{peer['group']}` (`{peer['expression']}`) received the "
+           f"{peer['received']:,} matching messages of {peer['messages']:,} from a real broker in "
+           f"{peer['seconds']:.1f} s; rmqfilter read the store that broker wrote, for the same group "
+           "(each side delivers exactly what the consumer received)."), "",
+           "| reader | messages of the topic / s | against the real consumer |", "|---|---|---|",
+           f"| real consumer (broker + client, `tests/broker`) | {_rate(peer_rate(peer))} | 1.0× |"]
+    for r in sorted(mine, key=lambda r: r["median"]):
+        rate = r["items"] / r["median"]
+        out.append(f"| `{r['name']}` | {_rate(rate)} | {rate / peer_rate(peer):.1f}× |")
+    return out + [""]
 
 
 def profile_chart(rows: list[dict], out_dir: Path) -> list[str]:
@@ -365,6 +394,7 @@ def write_report(run: dict, out: Path) -> None:
                   "`bench/README.md` gives the reason and the CPU-time figures. Where a target has an",
                   "interleaved benchmark (each round runs ours, then the alternative), its median per-round",
                   "ratio decides, the ratio of the two separate tests' medians shown beside it.", "", *goals, ""]
+    lines += peer_section(rows)
     profile = profile_chart(rows, out.parent / "charts")
     if profile:
         lines += ["## Where a store → Arrow read's time goes", "",

@@ -33,6 +33,10 @@ class StoreFileDeleted(StoreFormatError):
     """
 
 
+class UnitsLostWarning(UserWarning):
+    """A stream fell behind the broker's expiry: units it had not read yet were deleted (docs/live.md)."""
+
+
 class TagSubscriptionError(ValueError):
     """``FilterAPI.buildSubscriptionData`` refused a tag subscription ("subString split error")."""
 

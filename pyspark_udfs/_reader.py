@@ -26,9 +26,11 @@ cannot be opened drops the slice's whole range.
 """
 from __future__ import annotations
 
+import datetime
 import json
 import logging
 import os
+import time
 import urllib.parse
 from collections.abc import Callable, Iterable, Iterator
 
@@ -65,6 +67,31 @@ def _cut(part) -> cq.StoreCut | None:
 
 
 _LOG = logging.getLogger("rmqfilter.datasource")
+_STALE_SAID: set[tuple[str, float]] = set()  # the old cuts this worker has warned about
+
+
+def _warn_if_stale(options, part) -> None:
+    """Log a WARNING, once per plan in this worker, when the slice reads a cut planned more than
+    ``stale_after`` seconds ago of a store that has moved on since: Spark plans a DataFrame's read
+    once and every later action on it reads that cut (docs/spark.md#reused-dataframes)."""
+    planned = getattr(part, "planned_at", None)
+    if planned is None or part.commit_log_end is None:
+        return
+    age = time.time() - planned
+    key = (options.path, planned)
+    if age < options.stale_after or key in _STALE_SAID:
+        return
+    log = _store(options.path).commit_log
+    end = log.refresh()
+    if end <= part.commit_log_end and log.min_offset <= part.commit_log_min:
+        return  # the store has not moved: the old cut is the store as it is now
+    _STALE_SAID.add(key)
+    when = datetime.datetime.fromtimestamp(planned, datetime.timezone.utc).isoformat(timespec="seconds")
+    _LOG.warning("rocketmq: reading the cut of %s planned %.0f s ago (at %s; CommitLog [%d, %d)); the store has "
+                 "moved on since (CommitLog now [%d, %d)). Spark planned this DataFrame's read once and every "
+                 "action on it, or on a DataFrame or view made from it, reads that cut: for the store as it is "
+                 "now, load it again (spark.read.format(\"rocketmq\")...load(path)) (docs/spark.md#reused-dataframes)",
+                 options.path, age, when, part.commit_log_min, part.commit_log_end, log.min_offset, end)
 
 
 class Skips:
@@ -217,7 +244,13 @@ def _in_commit_log(store, offsets: np.ndarray, sizes: np.ndarray, part=None) -> 
     Records below the first file were deleted and records past the recovered
     end were never completed; the broker skips their units (docs/live.md).
     """
-    return store.records_present(offsets, sizes, _cut(part))
+    present = store.records_present(offsets, sizes, _cut(part))
+    missing = len(present) - int(np.count_nonzero(present))
+    if missing and part is not None:  # counted, as Store.consume counts them (stats.commit_log_missing)
+        _LOG.warning("rocketmq: %d unit(s) of %s queue %s in offsets [%s, %s) skipped: their CommitLog records are "
+                     "gone (expired by the broker since the read was planned) or past the end of the data "
+                     "(commit_log_missing)", missing, part.topic, part.queue_id, part.start, part.end)
+    return present
 
 
 class Decisions:
@@ -404,10 +437,14 @@ def read_slice(options, spark_schema, part, tags_code_sets: Iterable[frozenset[i
     """
     schema = to_arrow_schema(spark_schema)
     skips = Skips(options, part)
+    _warn_if_stale(options, part)
     try:
         yield from _read_slice(options, schema, part, tags_code_sets, skips)
     finally:
         skips.report()
+        store = _STORES.peek(options.path)
+        if store is not None:  # the worker keeps the queue's readers, not its files (docs/limits.md)
+            store.release_queue(part.topic, part.queue_id)
 
 
 def _read_slice(options, schema, part, tags_code_sets, skips: Skips) -> Iterator[pa.RecordBatch]:
@@ -426,6 +463,10 @@ def _read_slice(options, schema, part, tags_code_sets, skips: Skips) -> Iterator
         store = _store(options.path, part)
         cqueue = store.consume_queue(topic, queue_id)
         start = max(part.start, cqueue.min_offset)  # the broker may have expired files since planning
+        if start > part.start:  # lost, as for the broker's consumer: said, not silent (docs/live.md)
+            _LOG.warning("rocketmq: %d unit(s) of %s queue %s in offsets [%s, %s) expired by the broker since the read "
+                         "was planned (the queue's minimum is now %s): not read", min(start, part.end) - part.start,
+                         topic, queue_id, part.start, part.end, start)
         # the unit fields as contiguous columns: a batch takes slices of them (views), not gathers
         # from the 20-byte units
         fields = cqueue.read_columns(start, max(0, part.end - start))

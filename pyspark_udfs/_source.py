@@ -41,6 +41,8 @@ ON_CORRUPT = ("fail", "skip")
 LAYER2 = ("reader", "spark")
 #: Option ``body``: decompressed where SYSFLAG says so (``Message.uncompressed_body()``), or as stored.
 BODY = ("uncompressed", "stored")
+#: ``stale_after``'s default: a task reading a cut planned a minute ago, of a store that moved on, says so
+DEFAULT_STALE_AFTER = 60.0
 _UNIT_FIELDS = [
     StructField("topic", StringType(), False),
     StructField("queue_id", IntegerType(), False),
@@ -103,19 +105,30 @@ def _bool_option(options: dict, name: str, default: bool) -> bool:
     raise ValueError(f"rocketmq option {name!r}: expected true or false, got {raw!r}")
 
 
+def _number_option(options: dict, name: str, parse, ok, expected: str, default):
+    """The option ``name`` (keys lower-cased) as ``parse`` reads it, ``default`` when absent;
+    ``ValueError`` naming the option and saying what was ``expected`` when it is not ``ok``."""
+    raw = options.get(name.lower())
+    if raw is None:
+        return default
+    try:
+        value = parse(raw)
+    except ValueError:
+        value = None
+    if value is None or not ok(value):
+        raise ValueError(f"rocketmq option {name!r}: expected {expected}, got {raw!r}")
+    return value
+
+
+def _seconds_option(options: dict, name: str, default: float) -> float:
+    """The option ``name`` as seconds >= 0 (NaN refused)."""
+    return _number_option(options, name, float, lambda v: v >= 0, "seconds (a number >= 0)", default)
+
+
 def positive_int_option(options: dict, name: str) -> int | None:
     """The option ``name`` (keys lower-cased) as a positive integer, or None when absent;
     ``ValueError`` naming the option otherwise."""
-    raw = options.get(name.lower())
-    if raw is None:
-        return None
-    try:
-        value = int(raw)
-    except ValueError:
-        value = 0
-    if value <= 0:
-        raise ValueError(f"rocketmq option {name!r}: expected a positive integer, got {raw!r}")
-    return value
+    return _number_option(options, name, int, lambda v: v > 0, "a positive integer", None)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -146,6 +159,8 @@ class ReadOptions:
     from_committed: bool = False
     #: "uncompressed": the body column decompressed where SYSFLAG says so; "stored": as stored
     body: str = "uncompressed"
+    #: seconds after which a task reading an old cut of a store that moved on says so
+    stale_after: float = DEFAULT_STALE_AFTER
 
     def pack(self, schema: StructType | None, ranges: list[tuple[str, int, int, int]]) -> list[list[tuple]]:
         """``(topic, queue_id, start, end)`` ranges of a read of ``schema`` packed into partitions
@@ -198,6 +213,7 @@ class ReadOptions:
             raise ValueError(f"rocketmq option 'table': expected one of {', '.join(TABLES)}, got {table!r}")
         partition_units = positive_int_option(options, "partition_units")
         min_partitions = positive_int_option(options, "min_partitions")
+        stale_after = _seconds_option(options, "stale_after", DEFAULT_STALE_AFTER)
         on_corrupt = str(options.get("on_corrupt", "fail")).strip().lower()
         if on_corrupt not in ON_CORRUPT:
             raise ValueError(f"rocketmq option 'on_corrupt': expected fail or skip, got {options['on_corrupt']!r}")
@@ -269,6 +285,7 @@ class ReadOptions:
             on_filter_error=on_filter_error,
             from_committed=from_committed,
             body=body,
+            stale_after=stale_after,
             **registered,
         )
 
@@ -323,6 +340,9 @@ class ConsumeQueueSlice(InputPartition):
     #: executor's own view (a slice made by hand).
     commit_log_min: int | None = None
     commit_log_end: int | None = None
+    #: When the cut was taken (seconds since the epoch), for the warning a task reading an old
+    #: cut logs (docs/spark.md#reused-dataframes); None for a stream's slices (re-planned per batch).
+    planned_at: float | None = None
 
 
 @dataclasses.dataclass(frozen=True)

@@ -98,6 +98,11 @@ Options (all strings, parsed once when the reader is made):
     A directory (visible to the executors) where ``on_corrupt=skip`` writes
     the skipped ranges, one JSON-lines file per partition (a retried task
     replaces its own file, so nothing is counted twice).
+``stale_after``
+    Seconds (default 60; 0: always): a task reading a cut planned longer ago than this,
+    of a store that has moved on since, logs a WARNING (logger ``rmqfilter.datasource``,
+    once per plan and worker) naming the cut and its age. Spark plans a DataFrame's read
+    once: every later action on it reads that first cut (docs/spark.md#reused-dataframes).
 
 Filters on ``queue_id``, ``tags_code`` and ``tags`` (``=``, ``IN``, and for
 ``queue_id`` comparisons) are pushed into the reader when
@@ -111,6 +116,7 @@ import dataclasses
 import glob
 import json
 import os
+import time
 from collections.abc import Iterator, Sequence
 from typing import Any
 
@@ -243,6 +249,7 @@ class RocketMQReader(DataSourceReader):
         units; :meth:`ReadOptions.partition_size` says how many units a partition takes.
         """
         opts = self.options
+        planned_at = time.time()
         # A fresh Store: the cut is the store as it is now. Queue ends are read first, the
         # CommitLog end last, so every unit planned has its record inside the cut (docs/live.md).
         store = cq.Store(opts.path)
@@ -257,20 +264,22 @@ class RocketMQReader(DataSourceReader):
                 if not self._queue_id_allowed(queue_id) or (committed is not None and queue_id not in committed):
                     continue
                 try:
-                    queue = store.consume_queue(topic, queue_id)
-                    lo, hi = queue.min_offset, queue.max_offset
-                    if committed is not None:  # the group's backlog: from its committed offset on
-                        lo = min(max(lo, committed[queue_id]), hi)
+                    # one queue's files open at a time: thousands of queues fit a common descriptor limit
+                    with store.queue_readers(topic, queue_id, ext=False) as (queue, _ext):
+                        lo, hi = queue.min_offset, queue.max_offset
+                        if committed is not None:  # the group's backlog: from its committed offset on
+                            lo = min(max(lo, committed[queue_id]), hi)
+                        ranges += file_ranges(queue, topic, queue_id, lo, hi)
                 except cq.StoreFormatError as exc:
                     if opts.on_corrupt != "skip":
                         raise
                     unreadable.append(ConsumeQueueSlice(topic, queue_id, 0, 0, exc.reason, exc.path, exc.offset))
                     continue
-                ranges += file_ranges(queue, topic, queue_id, lo, hi)
         # The cut travels in every slice, so an executor that decodes no record reads no
         # CommitLog byte, and every executor reads the same cut (docs/live.md).
         log = store.commit_log
-        cut = {"commit_log_min": log.min_offset, "commit_log_end": log.max_offset}
+        end = log.refresh()  # the CommitLog end read after every queue's end (it opened with the first queue)
+        cut = {"commit_log_min": log.min_offset, "commit_log_end": end, "planned_at": planned_at}
         store.close()
         parts = [[ConsumeQueueSlice(*r, **cut) for r in group] for group in opts.pack(self.schema, ranges)]
         if unreadable:  # read first, by the first task: each reports its queue skipped

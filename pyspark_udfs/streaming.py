@@ -39,6 +39,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import logging
 from collections.abc import Sequence
 
 from pyspark.sql.datasource import DataSourceStreamReader
@@ -57,6 +58,8 @@ from ._plan import pack_ranges
 from ._source import ConsumeQueueSlice, ReadOptions, SlicesPartition, positive_int_option
 
 __all__ = ["RocketMQStreamReader", "StreamOptions", "StreamPartition", "pack_ranges"]
+
+_LOG = logging.getLogger("rmqfilter.streaming")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -138,8 +141,13 @@ class RocketMQStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         a restart reads the same records (unless the broker expired them meanwhile).
         """
         cut = self._cut()
+        for t, q, s, lo in stream.expired(start, cut):  # the stream fell behind the broker's expiry: said
+            _LOG.warning("rocketmq streaming: %s", stream.lost_text(
+                t, q, min(lo, int(end.get(t, {}).get(str(q), lo))) - s,
+                f"offsets [{s}, {lo}) expired by the broker before this micro-batch read them"))
+        begin = stream.next_offsets(start, cut, max_units=0)  # from each queue's minimum: the rest is lost, said
         ranges = [(topic, q, s, e) for topic in sorted(end)
-                  for q, (s, e) in sorted(stream.ranges(start, end, topic).items())]
+                  for q, (s, e) in sorted(stream.ranges(begin, end, topic).items())]
         return [StreamPartition(tuple(ConsumeQueueSlice(t, q, s, e, commit_log_min=cut.commit_log_min,
                                                         commit_log_end=cut.commit_log_end)
                                       for t, q, s, e in group))

@@ -6,7 +6,10 @@ there is the two-layer filter replayed over ``[committedOffset, maxOffset)``: th
 runs :meth:`cq.Store.consume` over exactly that range of each queue (the same code, so the
 same answer). A queue without a committed offset (absent from ``consumerOffset.json``, or
 -1) has no lag the store can tell: where its consumer starts depends on its
-``ConsumeFromWhere`` setting (``docs/config-and-index.md``).
+``ConsumeFromWhere`` setting (``docs/config-and-index.md``). A committed offset below the queue's
+minimum (the broker expired those units since the group committed) is lost, not backlog: the
+broker moves such a consumer to the minimum; those units are counted as ``expired``
+(``docs/live.md``).
 """
 from __future__ import annotations
 
@@ -34,6 +37,10 @@ class QueueBacklog:
         The broker's lag, ``max_offset - committed_offset``.
     will_receive : int or None
         Messages of ``[committed_offset, max_offset)`` the group's filter delivers.
+    expired : int or None
+        Units of ``[committed_offset, max_offset)`` the group will never receive because the
+        broker expired them: those below the queue's minimum, and those whose CommitLog record
+        is gone (``commit_log_missing``).
     """
 
     queue_id: int
@@ -42,11 +49,12 @@ class QueueBacklog:
     max_offset: int
     lag: int | None
     will_receive: int | None
+    expired: int | None = None
 
     def to_dict(self) -> dict[str, Any]:
         return {"queue_id": self.queue_id, "committed_offset": self.committed_offset,
                 "max_offset": self.max_offset, "lag": self.lag, "will_receive": self.will_receive,
-                "min_offset": self.min_offset}
+                "min_offset": self.min_offset, "expired": self.expired}
 
 
 @dataclass(frozen=True)
@@ -68,12 +76,18 @@ class Backlog:
         """Total the group will receive."""
         return sum(q.will_receive for q in self.queues if q.will_receive is not None)
 
+    @property
+    def expired(self) -> int:
+        """Total units lost to the broker's expiry since the group committed."""
+        return sum(q.expired for q in self.queues if q.expired is not None)
+
     def to_dict(self) -> dict[str, Any]:
-        """``{"queues": [{"queue_id", "committed_offset", "max_offset", "lag", "will_receive"}, ...],
-        "total": {"lag", "will_receive"}}`` plus topic, group and subscription."""
+        """``{"queues": [{"queue_id", "committed_offset", "max_offset", "lag", "will_receive", "expired"},
+        ...], "total": {"lag", "will_receive"}, "expired": n}`` plus topic, group and subscription
+        (``total`` keeps its shape; ``expired`` is the units lost to the broker's expiry in all)."""
         return {"topic": self.topic, "group": self.group, "subscription": self.subscription.to_dict(),
                 "queues": [q.to_dict() for q in self.queues],
-                "total": {"lag": self.lag, "will_receive": self.will_receive}}
+                "total": {"lag": self.lag, "will_receive": self.will_receive}, "expired": self.expired}
 
     def __str__(self) -> str:
         sub = self.subscription
@@ -92,6 +106,10 @@ class Backlog:
                      f"{self.lag - self.will_receive:>13,}")
         if any(q.committed_offset is None for q in self.queues):
             lines.append("none: no committed offset; where the consumer starts depends on its ConsumeFromWhere")
+        if self.expired:
+            lost = ", ".join(f"{q.queue_id}: {q.expired:,}" for q in self.queues if q.expired)
+            lines.append(f"expired: {self.expired:,} unit(s) of the broker lag the broker deleted before the group "
+                         f"read them (queue {lost}); lost, never received")
         return "\n".join(lines)
 
 
@@ -103,27 +121,31 @@ def backlog(store: Store, topic: str, group: str, *, sql: str | None = None, tag
 
     The committed offsets come from ``config/consumerOffset.json``; a queue without one has
     ``committed_offset``, ``lag`` and ``will_receive`` None and is left out of the totals.
-    ``store`` a :class:`cq.Store`; ``sql``/``tags`` as for :func:`cq.why`.
+    Units of ``[committed, max)`` the broker expired before the group read them (a committed
+    offset below the queue's minimum) are ``expired``: lost, not received (docs/live.md).
+    ``store`` a :class:`cq.Store`; ``sql``/``tags`` as for :func:`cq.why`. One cut for all
+    queues, each opened for it in turn.
 
     Returns
     -------
     cq.analyses.backlog.Backlog
-        ``.queues`` (:class:`~cq.analyses.backlog.QueueBacklog`), ``.lag``, ``.will_receive``,
-        ``to_dict()`` (``{"queues": [...], "total": {"lag", "will_receive"}}``), ``str()``.
+        ``.queues`` (:class:`~cq.analyses.backlog.QueueBacklog`), ``.lag``, ``.will_receive``, ``.expired``,
+        ``to_dict()`` (``{"queues": [...], "total": {"lag", "will_receive"}, "expired": n}``), ``str()``.
     """
     flt, sub = resolve_subscription(store, topic, group, sql=sql, tags=tags, bloom_filter=bloom_filter)
     committed = store.committed_offsets(group, topic)
-    qids = list(queue_ids) if queue_ids is not None else store.queue_ids(topic)
+    # one cut for every queue (each queue opened for it and closed after, so thousands of queues
+    # hold one queue's files at a time): units past it are not counted
+    cut = store.cut(topic, list(queue_ids) if queue_ids is not None else None)
     out = []
-    for q in qids:
-        cqueue = store.consume_queue(topic, q)
-        lo, hi = cqueue.min_offset, cqueue.max_offset  # the cut: units past it are not counted
+    for _, q, lo, hi in cut.queues:
         c = committed.get(q)
         if c is None:
             out.append(QueueBacklog(q, None, lo, hi, None, None))
             continue
-        result = store.consume(topic, group, filter=flt, queue_ids=[q], ranges={q: (c, hi)})
+        result = store.consume(topic, group, filter=flt, queue_ids=[q], ranges={q: (c, hi)}, cut=cut)
         for _ in result:
             pass
-        out.append(QueueBacklog(q, c, lo, hi, hi - c, result.stats.delivered))
+        expired = max(0, min(lo, hi) - c) + result.stats.commit_log_missing
+        out.append(QueueBacklog(q, c, lo, hi, hi - c, result.stats.delivered, expired))
     return Backlog(topic, group, sub, out)

@@ -36,7 +36,7 @@ from selector.quoted import BROKER_EVALUATE_NS
 from .. import format as fmt
 from ..errors import UnknownGroupError
 from ..filter.layers import Layers, SqlFilter, TagFilter, bloom_key
-from ..store.store import CONSUME_BATCH, ConsumeStats, Store
+from ..store.store import CONSUME_BATCH, ConsumeStats, Store, StoreCut
 from ..tags import EXPRESSION_TYPE_SQL92
 
 __all__ = [
@@ -291,27 +291,32 @@ def tally_range(store: Store, topic: str, reported: Sequence[CostGroup], registe
     filters = [_make_filter(g, topic, bf) for g in all_groups]
     reg_index = [names.index(n) for n in reg_names]
     log = store.commit_log
-    lo, hi = log.min_offset, log.max_offset
+    cut = StoreCut(log.min_offset, log.max_offset)  # the CommitLog range read; files expiring meanwhile leave it
     with store.queue_readers(topic, queue_id) as (cqueue, ext):
         if ext is None:
             tally.queues_without_ext = 1
         count = None if end is None else max(0, int(end) - (cqueue.min_offset if start is None else int(start)))
         if start is not None:
+            # units of the range now below the queue's minimum went away (the broker expired them)
+            gone = max(0, min(cqueue.min_offset, int(start) + (count if count is not None else 0)) - int(start))
+            tally.units += gone
+            tally.commit_log_missing += gone
             start = max(int(start), cqueue.min_offset)
+            count = None if count is None else max(0, count - gone)
         for _first, raw in cqueue.raw_chunks(start, count):
             for b in range(0, len(raw) // fmt.CQ_STORE_UNIT_SIZE, CONSUME_BATCH):
                 chunk = raw[b * fmt.CQ_STORE_UNIT_SIZE:(b + CONSUME_BATCH) * fmt.CQ_STORE_UNIT_SIZE]
-                _tally_batch(store, tally, chunk, filters, reg_index, ext, lo, hi)
+                _tally_batch(store, tally, chunk, filters, reg_index, ext, cut)
                 log._drop_resident()
     return tally
 
 
-def _tally_batch(store, tally: Tally, chunk, filters, reg_index, ext, lo: int, hi: int) -> None:
+def _tally_batch(store, tally: Tally, chunk, filters, reg_index, ext, cut: StoreCut) -> None:
     units = np.frombuffer(chunk, dtype=fmt.CQ_UNIT_DTYPE)
     n = len(units)
     offs = units["commit_log_offset"].astype(np.int64)
     sizes = units["size"].astype(np.int64)
-    present = (offs >= lo) & (offs + sizes <= hi)
+    present = store.records_present(offs, sizes, cut)  # as Store.consume decides: expired ones are missing
     tally.units += n
     tally.commit_log_missing += int(n - present.sum())
     tally.records += int(present.sum())
@@ -466,10 +471,10 @@ def measure_ns_per_evaluation(store: Store, topic: str, sqls: Iterable[str], *, 
     got = 0
     log = store.commit_log
     for q in store.queue_ids(topic):
-        units = store.consume_queue(topic, q).read(count=sample - got)
+        with store.queue_readers(topic, q, ext=False) as (cqueue, _ext):  # one queue's files open at a time
+            units = cqueue.read(count=sample - got)
         offs = units["commit_log_offset"].astype(np.int64)
-        sizes = units["size"].astype(np.int64)
-        offs = offs[(offs >= log.min_offset) & (offs + sizes <= log.max_offset)]
+        offs = offs[store.records_present(offs, units["size"].astype(np.int64))]
         offsets.append(offs)
         got += len(offs)
         if got >= sample:
@@ -539,8 +544,8 @@ def filter_cost(store: Store | str | os.PathLike, topic: str, groups: Iterable[s
                              f"{store.config_path('consumerFilter.json')}; name groups explicitly (CostGroup, "
                              "--sql-group, --tag-group)")
         tally = None
-        for q in store.queue_ids(topic):
-            part = tally_range(store, topic, reported, registered, queue_id=q, bloom_filter=bf)
+        for _, q, lo, hi in store.cut(topic).queues:  # one cut: what the broker expires meanwhile is counted
+            part = tally_range(store, topic, reported, registered, queue_id=q, start=lo, end=hi, bloom_filter=bf)
             tally = part if tally is None else tally.add(part)
         if tally is None:
             tally = Tally([g.group for g in reported] + [g.group for g in registered if g not in reported],

@@ -57,6 +57,8 @@ __all__ = [
 PASS, DROP, NOT_REACHED, INFO = "pass", "drop", "not_reached", "info"
 #: ``dropped_by`` values.
 DROPPED_BY_CONSUME_QUEUE, DROPPED_BY_COMMIT_LOG, DROPPED_BY_CLIENT = "consume_queue", "commit_log", "client"
+#: ``dropped_by`` of a unit the broker expired (below its queue's minimum, or its record deleted).
+DROPPED_BY_EXPIRY = "expired"
 
 _LAYER1_TEXT = {
     "no_subscription": "no subscription: every unit passes",
@@ -216,7 +218,8 @@ class Why:
     delivered : bool
         Whether the group receives the message.
     dropped_by : str or None
-        ``None`` (delivered), ``"consume_queue"``, ``"commit_log"`` or ``"client"``.
+        ``None`` (delivered), ``"consume_queue"``, ``"commit_log"``, ``"client"``, or ``"expired"``
+        (the broker deleted it: the unit is below its queue's minimum, or its record is gone).
     steps : list of WhyStep
     explanation : selector.Explanation or None
         Layer 2's evaluation tree (SQL92 only, when layer 2 ran).
@@ -282,7 +285,8 @@ class Why:
 
 _DROPPER = {DROPPED_BY_CONSUME_QUEUE: "the ConsumeQueue layer (layer 1)",
             DROPPED_BY_COMMIT_LOG: "the CommitLog layer (layer 2)",
-            DROPPED_BY_CLIENT: "the client's tag re-check"}
+            DROPPED_BY_CLIENT: "the client's tag re-check",
+            DROPPED_BY_EXPIRY: "the broker's expiry of old files"}
 
 
 def _source_text(sub: Subscription) -> str:
@@ -342,10 +346,13 @@ def why_unit(store: Store, topic: str, group: str, flt, sub: Subscription, queue
              found_by: str = "queue_offset", note: str | None = None) -> Why:
     """Walk the unit at (``queue_id``, ``queue_offset``) of ``topic`` through ``flt``."""
     try:
+        # a read: it follows the broker first (a cut), so a minimum the broker moved is seen
+        lo, hi = store.cut(topic, [queue_id]).queue_range(topic, queue_id)
         cqueue = store.consume_queue(topic, queue_id)
     except KeyError as exc:
         raise MessageNotFoundError(str(exc.args[0]) if exc.args else str(exc)) from None
-    lo, hi = cqueue.min_offset, cqueue.max_offset
+    if 0 <= queue_offset < lo:
+        return _expired_unit(store, topic, group, flt, sub, cqueue, queue_id, queue_offset, lo, found_by, note)
     if not lo <= queue_offset < hi:
         raise MessageNotFoundError(
             f"queue offset {queue_offset} is outside queue {topic}/{queue_id}'s units [{lo}, {hi}) in {store.root}")
@@ -396,6 +403,7 @@ def why_unit(store: Store, topic: str, group: str, flt, sub: Subscription, queue
     delivered, dropped_by, explanation, msg_id = False, None, None, None
     log = store.commit_log
     present = log.min_offset <= phys and phys + size <= log.max_offset
+    expired = phys < log.min_offset
     if present and not matched:
         # not needed for the decision (the broker never reads it), but a person wants its id
         try:
@@ -408,11 +416,12 @@ def why_unit(store: Store, topic: str, group: str, flt, sub: Subscription, queue
         _not_reached(steps, "client", "Client re-check (PullAPIWrapper)")
     else:
         if not present:
-            dropped_by = DROPPED_BY_COMMIT_LOG
+            dropped_by = DROPPED_BY_EXPIRY if expired else DROPPED_BY_COMMIT_LOG
             steps.append(WhyStep(
-                "commit_log", "Layer 2: CommitLog (isMatchedByCommitLog)", DROP, "record_missing",
+                "commit_log", "Layer 2: CommitLog (isMatchedByCommitLog)", DROP,
+                "expired" if expired else "record_missing",
                 f"the record [{phys}, {phys + size}) is not in the CommitLog [{log.min_offset}, {log.max_offset}) "
-                "(deleted, or past its end): the broker skips the unit",
+                f"({'the broker expired it' if expired else 'past its end'}): the broker skips the unit",
                 {"commit_log_min_offset": log.min_offset, "commit_log_max_offset": log.max_offset}))
             _not_reached(steps, "client", "Client re-check (PullAPIWrapper)")
         else:
@@ -450,6 +459,30 @@ def why_unit(store: Store, topic: str, group: str, flt, sub: Subscription, queue
                     dropped_by = DROPPED_BY_CLIENT
     return Why(topic, group, sub, queue_id, queue_offset, phys, size, msg_id, found_by, delivered, dropped_by,
                steps, explanation, note)
+
+
+def _expired_unit(store: Store, topic: str, group: str, flt, sub: Subscription, cqueue, queue_id: int,
+                  queue_offset: int, lo: int, found_by: str, note: str | None) -> Why:
+    """The Why of a unit below its queue's minimum: the broker expired it (its record, and maybe its
+    ConsumeQueue file, deleted); a consumer at that offset is moved to the minimum and never gets it."""
+    phys = size = -1
+    try:  # the unit itself, while its ConsumeQueue file is still there
+        if cqueue.files and queue_offset >= cqueue.files[0][0] // fmt.CQ_STORE_UNIT_SIZE:
+            phys, size, _ = cqueue.unit(queue_offset)
+    except (StoreFormatError, IndexError, ValueError):
+        pass
+    where = f" (it pointed at CommitLog offset {phys}, now below the CommitLog's first byte " \
+            f"{store.commit_log.min_offset})" if phys >= 0 else " (its ConsumeQueue file is deleted too)"
+    steps = [WhyStep("consume_queue_unit", "ConsumeQueue unit", DROP, DROPPED_BY_EXPIRY,
+                     f"queue offset {queue_offset} is below queue {topic}/{queue_id}'s minimum {lo}: the broker "
+                     f"expired it{where}; a consumer asking for it is moved to offset {lo}, so the group never "
+                     "receives it", {"min_offset": lo, "commit_log_offset": phys, "size": size,
+                                     "commit_log_min_offset": store.commit_log.min_offset})]
+    _not_reached(steps, "consume_queue", "Layer 1: ConsumeQueue (isMatchedByConsumeQueue)")
+    _not_reached(steps, "commit_log", "Layer 2: CommitLog (isMatchedByCommitLog)")
+    _not_reached(steps, "client", "Client re-check (PullAPIWrapper)")
+    return Why(topic, group, sub, queue_id, queue_offset, phys, size, None, found_by, False, DROPPED_BY_EXPIRY,
+               steps, None, note)
 
 
 def _layer2(flt, sub: Subscription, msg: Message, log, phys: int) -> tuple[bool, str, str, dict, Any]:
@@ -583,14 +616,14 @@ def _scan(store: Store, topic: str, key: str | None, uniq_key: str | None) -> li
     lo, hi = log.min_offset, log.max_offset
     found = []
     for q in store.queue_ids(topic):
-        cqueue = store.consume_queue(topic, q)
-        for _first, units in cqueue.iter_batches(1 << 16):
-            offs = units["commit_log_offset"].astype(np.int64)
-            ok = (offs >= lo) & (offs + units["size"].astype(np.int64) <= hi)
-            offs = offs[ok]
-            for off, props in zip(offs.tolist(), log.gather_properties(offs)):
-                if props is not None and _key_matches(props, key, uniq_key):
-                    found.append(log.read_message(off))
+        with store.queue_readers(topic, q, ext=False) as (cqueue, _ext):  # one queue's files open at a time
+            for _first, units in cqueue.iter_batches(1 << 16):
+                offs = units["commit_log_offset"].astype(np.int64)
+                ok = (offs >= lo) & (offs + units["size"].astype(np.int64) <= hi)
+                offs = offs[ok]
+                for off, props in zip(offs.tolist(), log.gather_properties(offs)):
+                    if props is not None and _key_matches(props, key, uniq_key):
+                        found.append(log.read_message(off))
     return found
 
 

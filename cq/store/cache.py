@@ -88,6 +88,10 @@ class StoreCache:
                 old.close()
             return store
 
+    def peek(self, root: str | os.PathLike) -> Store | None:
+        """The cached Store of ``root`` as it is (not checked, not opened), or None."""
+        return self._stores.get(os.path.abspath(os.fspath(root)))
+
     def clear(self) -> None:
         """Close and forget every cached Store."""
         with self._lock:

@@ -5,6 +5,7 @@ import contextlib
 import itertools
 import os
 import threading
+import time
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, fields
 
@@ -18,7 +19,7 @@ from ..filter.custom import BATCH_RECORD_FIELDS, ON_FILTER_ERROR, as_message_fil
 from ..filter.layers import Layers, SqlFilter, TagFilter
 from ..kernels import _objects
 from ..readers import config as cfg
-from ..readers.commitlog import CommitLog, Message
+from ..readers.commitlog import _SEALED_AGE_NS, CommitLog, Message
 from ..readers.consumequeue import ConsumeQueue
 from ..readers.ext import ConsumeQueueExt
 
@@ -250,6 +251,10 @@ class Store:
         self._cqs: dict[tuple[str, int], ConsumeQueue] = {}
         self._exts: dict[tuple[str, int], ConsumeQueueExt | None] = {}
         self._frozen: dict[tuple[str, int], tuple[int, int]] = {}  # refresh="never": each queue's first view
+        # queues whose readers cut(keep_readers=True) keeps: their maps are released after each pass
+        self._kept: set[tuple[str, int]] = set()
+        # kept queues found quiet at their last refresh: what their refresh depended on (_queue_state)
+        self._quiet: dict[tuple[str, int], tuple] = {}
         self._root_identity = _dir_identity(os.stat(self.root))  # what replaced() compares
         # readers are opened lazily; the lock makes threads sharing a Store open each one once
         self._open_lock = threading.RLock()
@@ -426,6 +431,36 @@ class Store:
             for key, cqueue in list(self._cqs.items()):
                 self._refresh_queue(key, cqueue)
 
+    def _queue_state(self, cqueue: ConsumeQueue) -> tuple | None:
+        """What a queue's refresh depends on, by ``stat`` alone (no file opened): its directory's and
+        its last file's identity and modification time, and the CommitLog's first offset."""
+        files = cqueue.files
+        if not files:
+            return None
+        try:
+            d, f = os.stat(cqueue.directory), os.stat(files[-1][1])
+        except FileNotFoundError:
+            return None
+        return d.st_ino, d.st_mtime_ns, f.st_ino, f.st_size, f.st_mtime_ns, self.commit_log.min_offset
+
+    def _refresh_kept(self, key: tuple[str, int], cqueue: ConsumeQueue) -> None:
+        """Refresh a cached queue, unless it is kept across reads and nothing it depends on changed
+        since a refresh that found it quiet (docs/live.md#cached-readers): a stream over thousands of
+        queues opens only those written since, not every queue at every trigger.
+
+        Quiet: nobody had written to the queue's directory or last file for two seconds (the
+        sealed-file rule), so any later write gives them a new modification time.
+        """
+        state = self._queue_state(cqueue) if key in self._kept else None
+        if state is not None and self._quiet.get(key) == state:
+            return
+        self._refresh_queue(key, cqueue)
+        now = time.time_ns()
+        if state is not None and now - state[1] > _SEALED_AGE_NS and now - state[4] > _SEALED_AGE_NS:
+            self._quiet[key] = state
+        else:
+            self._quiet.pop(key, None)
+
     def _refresh_queue(self, key: tuple[str, int], cqueue: ConsumeQueue) -> None:
         if not os.path.isdir(cqueue.directory):  # the broker deleted the queue (topic removed)
             self._cqs.pop(key, None)
@@ -525,6 +560,7 @@ class Store:
                     try:
                         if keep_readers and not cached:
                             self._open_consume_queue((t, int(q)))
+                            self._kept.add((t, int(q)))
                         cqueue, ext = self._queue_readers(t, q)
                     except KeyError:
                         if queue_ids is not None:
@@ -532,7 +568,7 @@ class Store:
                         continue  # deleted since it was listed
                     try:
                         if live and cached and self._cqs.get((t, int(q))) is cqueue:
-                            self._refresh_queue((t, int(q)), cqueue)
+                            self._refresh_kept((t, int(q)), cqueue)
                         ranges.append((t, int(q), cqueue.min_offset, cqueue.max_offset, cqueue))
                     except BaseException:
                         self._release(t, q, cqueue, ext)
@@ -585,7 +621,9 @@ class Store:
         log = self.commit_log
         lo, hi = (cut.commit_log_min, cut.commit_log_end) if cut is not None else (log.min_offset, log.max_offset)
         offsets = np.asarray(offsets, dtype=np.int64)
-        present = (offsets >= lo) & (offsets + np.asarray(sizes, dtype=np.int64) <= hi)
+        # a record below the first file listed now is gone, whatever the cut says: the broker expired
+        # its file since the cut was taken, and the listing that dropped the file released its map
+        present = (offsets >= max(lo, log.min_offset)) & (offsets + np.asarray(sizes, dtype=np.int64) <= hi)
         for _ in range(3):
             try:
                 held = offsets[present]
@@ -720,34 +758,40 @@ class Store:
 
         return ConsumeResult(run)
 
-    def _queue_readers(self, topic: str, queue_id: int) -> tuple[ConsumeQueue, ConsumeQueueExt | None]:
+    def _queue_readers(self, topic: str, queue_id: int, with_ext: bool = True) -> tuple[ConsumeQueue,
+                                                                                       ConsumeQueueExt | None]:
         """Readers of one queue for one pass, not cached: :meth:`consume` closes them when the
         queue is done, so a topic of thousands of queues holds one queue's maps (and file
         descriptors) at a time. Already-open cached readers are reused."""
         key = (topic, int(queue_id))
         if key in self._cqs:
-            return self._cqs[key], self.ext(topic, queue_id)
+            return self._cqs[key], self.ext(topic, queue_id) if with_ext else None
         d = os.path.join(self.root, fmt.CONSUME_QUEUE_DIR, topic, str(int(queue_id)))
         if not os.path.isdir(d):
             raise KeyError(f"no consume queue {topic}/{queue_id} in {self.root}")
         cqueue = ConsumeQueue(d, file_size=self._cq_size, topic=topic, queue_id=int(queue_id))
         if self.commit_log.files and self.commit_log.min_offset > 0:
             cqueue.correct_min_offset(self.commit_log.min_offset)
-        if key in self._exts:
-            return cqueue, self._exts[key]
+        if not with_ext or key in self._exts:
+            return cqueue, self._exts[key] if with_ext else None
         d = os.path.join(self.root, fmt.CONSUME_QUEUE_EXT_DIR, topic, str(int(queue_id)))
         return cqueue, ConsumeQueueExt(d, file_size=self._ext_size) if os.path.isdir(d) else None
 
     @contextlib.contextmanager
-    def queue_readers(self, topic: str, queue_id: int) -> Iterator[tuple[ConsumeQueue, ConsumeQueueExt | None]]:
-        """``with store.queue_readers(topic, queue_id) as (cqueue, ext):`` the queue's ConsumeQueue and
-        ext readers (ext None without an ext file) for one pass, closed after it unless they are the
-        Store's cached ones: one queue's maps (and file descriptors) open at a time."""
-        cqueue, ext = self._queue_readers(topic, queue_id)
+    def queue_readers(self, topic: str, queue_id: int, *,
+                      ext: bool = True) -> Iterator[tuple[ConsumeQueue, ConsumeQueueExt | None]]:
+        """``(ConsumeQueue, ConsumeQueueExt or None)`` of one queue for one pass, closed after it
+        (``ext=False``: the ConsumeQueue alone, its ext files not opened).
+
+        What reads every queue of a topic in turn uses, so thousands of queues hold one queue's
+        files (and descriptors) at a time (docs/limits.md); readers already cached by
+        :meth:`consume_queue` / :meth:`ext` are used and stay open.
+        """
+        cqueue, ext_reader = self._queue_readers(topic, queue_id, ext)
         try:
-            yield cqueue, ext
+            yield cqueue, ext_reader
         finally:
-            self._release(topic, queue_id, cqueue, ext)
+            self._release(topic, queue_id, cqueue, ext_reader)
 
     def _consume_queue(self, topic, queue_id, flt, stats, verify_crc, progress, total, cut, bounds,
                        custom=None):
@@ -763,12 +807,29 @@ class Store:
             self._release(topic, queue_id, cqueue, ext)
 
     def _release(self, topic: str, queue_id: int, cqueue: ConsumeQueue, ext: ConsumeQueueExt | None) -> None:
-        """Close readers from :meth:`_queue_readers` unless they are the cached ones."""
+        """Close readers from :meth:`_queue_readers` unless they are the cached ones; the maps of
+        readers kept across reads (``keep_readers``) are released too, the readers kept."""
         key = (topic, int(queue_id))
-        if self._cqs.get(key) is not cqueue:
+        kept = key in self._kept
+        if kept or self._cqs.get(key) is not cqueue:
             cqueue.close()
-        if ext is not None and self._exts.get(key) is not ext:
+        if ext is not None and (kept or self._exts.get(key) is not ext):
             ext.close()
+
+    def release_queue(self, topic: str, queue_id: int) -> None:
+        """Release the maps (and file descriptors) of a cached queue's readers after a read of it.
+
+        The readers stay cached with their ends and file lists and map their files again on their
+        next read: a long-lived Store reading thousands of queues in turn (a Spark worker's) so
+        holds one queue's files at a time (docs/limits.md).
+        """
+        key = (topic, int(queue_id))
+        with self._open_lock:
+            cqueue, ext = self._cqs.get(key), self._exts.get(key)
+            if cqueue is not None:
+                cqueue.close()
+            if ext is not None:
+                ext.close()
 
     def _layer2(self, layers: Layers, log, idx, offs, hits, stats, verify_crc, custom=None, units=None,
                 ext=None, sizes=None):
@@ -886,7 +947,12 @@ class Store:
         if not log.files or log.files[-1][0] + log.file_size < cut.commit_log_end:
             log.refresh_files()
         layers = Layers(flt)
+        expected = bounds[0]  # the next queue offset of the cut: one the chunks pass over went away
         for first, raw in self._raw_chunks(cqueue, *bounds):
+            if first > expected:  # below the queue's minimum now: the broker expired them (docs/live.md)
+                stats.units_scanned += first - expected
+                stats.commit_log_missing += first - expected
+            expected = first + len(raw) // fmt.CQ_STORE_UNIT_SIZE
             for b in range(0, len(raw) // fmt.CQ_STORE_UNIT_SIZE, CONSUME_BATCH):
                 chunk = raw[b * fmt.CQ_STORE_UNIT_SIZE:(b + CONSUME_BATCH) * fmt.CQ_STORE_UNIT_SIZE]
                 units = np.frombuffer(chunk, dtype=fmt.CQ_UNIT_DTYPE)
@@ -909,4 +975,7 @@ class Store:
                     log._drop_resident_range(int(offs[a:b].min()), int(ends[a:b].max()))
                 if progress is not None:
                     progress(stats.units_scanned, total)
+        if expected < bounds[1]:  # the queue's minimum moved past the rest of the cut's range
+            stats.units_scanned += bounds[1] - expected
+            stats.commit_log_missing += bounds[1] - expected
 

@@ -18,8 +18,10 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import Iterator, Mapping
+import warnings
+from collections.abc import Callable, Iterator, Mapping
 
+from ..errors import UnitsLostWarning
 from .store import Store, StoreCut
 
 #: Values of ``startingOffsets`` besides a JSON object.
@@ -152,6 +154,27 @@ def next_offsets(start: Mapping[str, Mapping[str, int]], cut: StoreCut, *, max_u
     return out
 
 
+def expired(start: Mapping[str, Mapping[str, int]], cut: StoreCut) -> list[tuple[str, int, int, int]]:
+    """``(topic, queue_id, next, min)`` of each queue whose next offset in ``start`` is below its
+    minimum in ``cut``: the broker expired units ``[next, min)`` before the stream read them. They
+    are lost (a batch goes on from the minimum, as the broker moves its consumer); a stream says so."""
+    out = []
+    for t, q, lo, _hi in cut.queues:
+        s = start.get(t, {}).get(str(q))
+        if s is not None and int(s) < lo:
+            out.append((t, q, int(s), lo))
+    return out
+
+
+def lost_text(topic: str, queue_id: int, units: int, detail: str) -> str:
+    """How a stream says it lost units to the broker's expiry (one line)."""
+    return f"{units:,} unit(s) of queue {topic}/{queue_id} lost: {detail}"
+
+
+def _warn_lost(topic: str, queue_id: int, units: int, detail: str) -> None:
+    warnings.warn(lost_text(topic, queue_id, units, detail), UnitsLostWarning, stacklevel=3)
+
+
 def ranges(start: Mapping[str, Mapping[str, int]], end: Mapping[str, Mapping[str, int]],
            topic: str) -> dict[int, tuple[int, int]]:
     """``{queue_id: (start, end)}`` of ``topic``'s queues that a batch from ``start`` to ``end`` reads."""
@@ -165,7 +188,7 @@ def ranges(start: Mapping[str, Mapping[str, int]], end: Mapping[str, Mapping[str
 
 def tail(store: Store, topic: str, group: str, *, sql: str | None = None, tags: str | None = None,
          starting: str | Offsets = "latest", interval: float = 0.5, sleep=None,
-         stop=None) -> Iterator[object]:
+         stop=None, on_lost: Callable[[str, int, int, str], None] | None = None) -> Iterator[object]:
     """What ``group`` would receive from ``topic``, as it arrives: ``rmqfilter tail``.
 
     Each round takes a cut (:meth:`Store.cut`), consumes each queue's new
@@ -178,11 +201,22 @@ def tail(store: Store, topic: str, group: str, *, sql: str | None = None, tags: 
     recovering each queue again; each round first checks that they still read
     the store (:meth:`Store.replaced`) and reads with a reopened Store if not
     (docs/live.md#cached-readers).
+
+    A tail that falls behind the broker's expiry goes on from each queue's new minimum and
+    says what it lost: ``on_lost(topic, queue_id, units, detail)`` for offsets below the
+    minimum and for units whose CommitLog record went away (default: a
+    :class:`cq.errors.UnitsLostWarning`).
     """
     sleep = sleep or time.sleep
+    on_lost = on_lost or _warn_lost
     flt = store.make_filter(topic, group, sql=sql, tags=tags)
     cut = store.cut(topic, keep_readers=True)
     offsets = starting_offsets(store, cut, starting, group=group)
+    if starting == "committed":  # the group committed units the broker expired since: lost, said
+        committed = {topic: {str(q): c for q, c in store.committed_offsets(group, topic).items()}}
+        for t, q, c, lo in expired(committed, cut):
+            on_lost(t, q, lo - c, f"the group's committed offset {c} is below the queue's minimum {lo} "
+                                  "(expired by the broker before the group read them)")
     current = store  # the Store the rounds read: ``store`` until a file it maps is replaced
     try:
         while stop is None or not stop():
@@ -191,10 +225,18 @@ def tail(store: Store, topic: str, group: str, *, sql: str | None = None, tags: 
                     current.close()
                 current = store.reopen()
             cut = current.cut(topic, keep_readers=True)
+            for t, q, s, lo in expired(offsets, cut):
+                on_lost(t, q, lo - s, f"offsets [{s}, {lo}) expired by the broker before they were read")
             end = next_offsets(offsets, cut)
-            todo = ranges(offsets, end, topic)
+            todo = ranges(next_offsets(offsets, cut, max_units=0), end, topic)
             if todo:
-                yield from current.consume(topic, group, filter=flt, queue_ids=sorted(todo), ranges=todo, cut=cut)
+                for q in sorted(todo):  # queue by queue, in offset order, as one consume reads them
+                    result = current.consume(topic, group, filter=flt, queue_ids=[q], ranges={q: todo[q]}, cut=cut)
+                    yield from result
+                    if result.stats.commit_log_missing:
+                        on_lost(topic, q, result.stats.commit_log_missing,
+                                f"their CommitLog records in offsets [{todo[q][0]}, {todo[q][1]}) went away "
+                                "before they were read (expired by the broker)")
                 offsets = end
             else:
                 sleep(interval)

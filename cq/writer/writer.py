@@ -49,11 +49,14 @@ an existing store for a new set of groups into a new directory) and :mod:`cq.wri
 """
 from __future__ import annotations
 
+import atexit
 import contextlib
 import os
 import re
 import struct
+import sys
 import time
+import weakref
 import zlib
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
@@ -336,6 +339,18 @@ class _Prepared:
 
 
 # --------------------------------------------------------------- the writer
+#: Writers not closed yet. An atexit hook closes them (flushing, releasing the lock) while the
+#: interpreter is whole: a finalizer run during its teardown could not (builtins are gone by then).
+_OPEN_WRITERS: weakref.WeakSet = weakref.WeakSet()
+
+
+@atexit.register
+def _close_open_writers() -> None:
+    for writer in list(_OPEN_WRITERS):
+        with contextlib.suppress(OSError):
+            writer.close()
+
+
 class StoreWriter:
     """Append messages to a RocketMQ store directory exactly as a broker writes them.
 
@@ -439,6 +454,7 @@ class StoreWriter:
             )
         os.makedirs(self.root, exist_ok=True)
         self._lock_fd = _lock_store(self.root)
+        _OPEN_WRITERS.add(self)
         self._commit_log = _FileQueue(
             os.path.join(self.root, COMMIT_LOG_DIR), self.commit_log_file_size, flush_at=_COMMIT_LOG_FLUSH
         )
@@ -680,10 +696,13 @@ class StoreWriter:
             finally:
                 self._closed = True
                 self._unlock()
+                _OPEN_WRITERS.discard(self)
 
     def __del__(self) -> None:
-        # Like a file object: an abandoned writer still flushes and releases the lock.
-        if hasattr(self, "_commit_log"):
+        # Like a file object: an abandoned writer still flushes and releases the lock. At
+        # interpreter exit the atexit hook has closed it already, while builtins still exist;
+        # a finalizer run later (module teardown) has nothing left to do and prints nothing.
+        if hasattr(self, "_commit_log") and not self._closed and not sys.is_finalizing():
             with contextlib.suppress(OSError):
                 self.close()
 

@@ -49,8 +49,12 @@ def _run_tail(args: argparse.Namespace) -> int:
             print(f"rmqfilter tail: error: topic {args.topic!r} has no consume queues in {args.store}",
                   file=sys.stderr)
             return 2
+        def lost(topic: str, queue_id: int, units: int, detail: str) -> None:  # said at once, and it goes on
+            print(f"rmqfilter tail: warning: {stream.lost_text(topic, queue_id, units, detail)}", file=sys.stderr,
+                  flush=True)
+
         for n, m in enumerate(stream.tail(store, args.topic, args.group, sql=args.sql, tags=args.tags,
-                                          starting=starting, interval=args.interval), 1):
+                                          starting=starting, interval=args.interval, on_lost=lost), 1):
             if args.format == "text":
                 out.write(f"{m.queue_id}\t{m.queue_offset}\t{m.msg_id}\t{m.tags or ''}\t{m.keys or ''}\n")
             else:

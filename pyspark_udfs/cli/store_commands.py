@@ -149,17 +149,16 @@ def _inspect(path: str, count_messages: bool) -> dict:
     for topic in store.topics():
         queues = {}
         for qid in store.queue_ids(topic):
-            cqueue = store.consume_queue(topic, qid)
-            ext = store.ext(topic, qid)
-            queues[str(qid)] = {
-                "min_offset": cqueue.min_offset,
-                "max_offset": cqueue.max_offset,
-                "messages": len(cqueue),
-                "files": len(cqueue.files),
-                "file_size": cqueue.file_size,
-                "ext_bytes": None if ext is None else ext.max_offset - (ext.files[0][0] if ext.files else 0),
-                "ext_file_size": None if ext is None else ext.file_size,
-            }
+            with store.queue_readers(topic, qid) as (cqueue, ext):  # one queue's files open at a time
+                queues[str(qid)] = {
+                    "min_offset": cqueue.min_offset,
+                    "max_offset": cqueue.max_offset,
+                    "messages": len(cqueue),
+                    "files": len(cqueue.files),
+                    "file_size": cqueue.file_size,
+                    "ext_bytes": None if ext is None else ext.max_offset - (ext.files[0][0] if ext.files else 0),
+                    "ext_file_size": None if ext is None else ext.file_size,
+                }
         info["topics"][topic] = queues
     table = cfg.read_offset_table(store.config_path(cfg.CONSUMER_OFFSET_FILE))  # read once
     info["registered_groups"] = [

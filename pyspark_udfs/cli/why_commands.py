@@ -50,7 +50,7 @@ def add_parsers(subparsers) -> None:
                     "the group will actually receive (its two-layer filter replayed), with totals.",
     )
     add_consumer_args(backlog, all_groups=True)
-    add_json_flag(backlog, '{"queues": [...], "total": {"lag", "will_receive"}} (a list with --all-groups)')
+    add_json_flag(backlog, '{"queues": [...], "total": {"lag", "will_receive"}, "expired": n} (a list with --all-groups)')
     backlog.set_defaults(func=_run_backlog)
 
 

@@ -154,7 +154,7 @@ def test_partitions_pack_queue_ranges_in_equal_shares_by_what_the_read_decodes(t
     """A task costs far more than a small queue's read (docs/spark.md#partitions): ranges of several
     queues share a partition, up to ``partition_units`` (a larger default when no record is
     decoded), in at least ``min_partitions`` equal shares; each range lies in one ConsumeQueue file."""
-    import pyspark_udfs.datasource as ds
+    import pyspark_udfs._source as ds  # ReadOptions.partition_size reads these where it lives
 
     # a small store stands for a large one
     monkeypatch.setattr(ds, "DEFAULT_PARTITION_UNITS", 50)

@@ -1,7 +1,7 @@
 """The data source looks groups up in consumerFilter.json and reads from their committed offsets.
 
 Counts from Spark equal the in-process ones: ``Store.consume`` for a looked-up group (bornTime
-and bloom data included) and ``Store.backlog`` for ``from_committed=true``.
+and bloom data included) and ``cq.backlog`` for ``from_committed=true``.
 """
 from __future__ import annotations
 

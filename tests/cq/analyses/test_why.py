@@ -1,4 +1,4 @@
-"""``Store.why`` and ``Store.backlog``: one message through the broker's filter, and the real backlog.
+"""``cq.why`` and ``cq.backlog``: one message through the broker's filter, and the real backlog.
 
 The central property: why's verdict for every unit equals membership in ``Store.consume``'s
 output, for every group, on the golden store (written by RocketMQ) and on a sample store.

@@ -1,0 +1,134 @@
+"""The broker harness's runs, for the tests marked ``broker`` (docs/testing.md).
+
+Each scenario runs once per source version of the harness: its outputs are kept in
+``build/broker-runs/<scenario>-<hash>/`` (``hash`` covers tests/broker's pom, Java sources and
+run.py), so the second ``make test`` pass (the pure-Python engines) and later runs read the same
+stores. Without Java or Maven the tests fail under CI (``CI`` set) and are skipped, loudly,
+elsewhere.
+"""
+from __future__ import annotations
+
+import collections
+import json
+import os
+import shutil
+import sys
+import threading
+import warnings
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pytest
+
+HARNESS = Path(__file__).resolve().parent
+ROOT = HARNESS.parent.parent
+RUNS = ROOT / "build" / "broker-runs"
+
+sys.path.insert(0, str(HARNESS))
+import run as harness
+
+sys.path.remove(str(HARNESS))
+
+
+def require_tools() -> None:
+    """Fails under CI, skips with a loud reason elsewhere, when Java or Maven is missing."""
+    missing = harness.missing_tools()
+    if not missing:
+        return
+    reason = (f"the broker harness needs Java 17 and Maven (missing: {', '.join(missing)}); "
+              "the tests that hold rmqfilter against a real RocketMQ broker did NOT run")
+    if os.environ.get("CI"):
+        pytest.fail(reason, pytrace=False)
+    warnings.warn(reason, stacklevel=2)
+    pytest.skip(reason)
+
+
+@dataclass
+class Run:
+    """One scenario's outputs: the store copies, what was sent and received, broker.json."""
+
+    dir: Path
+    broker: dict
+    sent: list[dict]
+    received: list[dict]
+    first: dict[str, dict[tuple[int, int], dict]] = field(default_factory=dict)
+
+    def store_path(self, name: str = "broker-a") -> Path:
+        return self.dir / "stores" / name
+
+    def group(self, name: str) -> dict:
+        return next(g for g in self.broker["groups"] if g["group"] == name)
+
+    def subscription(self, group: dict) -> dict:
+        """Store.consume's arguments for a group: SQL92 groups by their registration alone."""
+        return {} if group["type"] == "SQL92" else {"tags": group["expression"]}
+
+
+def load(out: Path) -> Run:
+    def lines(name):
+        with open(out / name, encoding="utf-8") as f:
+            return [json.loads(line) for line in f if line.strip()]
+
+    run = Run(out, json.loads((out / "broker.json").read_text()), lines("sent.jsonl"), lines("received.jsonl"))
+    first: dict[str, dict] = collections.defaultdict(dict)
+    for r in run.received:     # first deliveries: a redelivered unit keeps its first line
+        first[r["group"]].setdefault((r["queue_id"], r["queue_offset"]), r)
+    run.first = dict(first)
+    return run
+
+
+_CACHE: dict[str, Run] = {}
+_RUNNING: dict[str, threading.Thread] = {}
+_FAILED: dict[str, str] = {}
+# The scenarios whose outputs the tests read afterwards (live is read while it runs).
+CACHED_SCENARIOS = ("crash", "filters")
+
+
+def _out(name: str) -> Path:
+    return RUNS / f"{name}-{harness.source_hash()}"
+
+
+def _run_into_cache(name: str) -> None:
+    out = _out(name)
+    partial = out.with_name(out.name + ".partial")
+    try:
+        harness.run(name, partial)
+        partial.rename(out)
+    except Exception as e:  # noqa: BLE001  (reported by scenario(), in the test that needs it)
+        _FAILED[name] = f"{type(e).__name__}: {e}"
+
+
+def start(names=CACHED_SCENARIOS) -> None:
+    """Starts, in the background, each named scenario that has no run for these sources yet.
+
+    The scenarios mostly wait (JVM start-ups, consumers draining), so the first broker test
+    starts them all at once and the later ones find them done.
+    """
+    require_tools()
+    todo = [n for n in names if n not in _RUNNING and not (_out(n) / "broker.json").exists()]
+    if not todo:
+        return
+    try:
+        harness.build()                     # once, before the threads: one Maven build at a time
+    except harness.HarnessError as e:
+        pytest.fail(f"broker harness: {e}", pytrace=False)
+    for name in todo:
+        for old in RUNS.glob(f"{name}-*"):
+            shutil.rmtree(old, ignore_errors=True)
+        thread = threading.Thread(target=_run_into_cache, args=(name,), name=f"broker-{name}", daemon=True)
+        _RUNNING[name] = thread
+        thread.start()
+
+
+def scenario(name: str) -> Run:
+    """The scenario's run for the harness's current sources (run now if there is none yet)."""
+    if name in _CACHE:
+        return _CACHE[name]
+    start()
+    start((name,))
+    if name in _RUNNING:
+        _RUNNING[name].join()
+    if name in _FAILED:
+        pytest.fail(f"broker harness, scenario {name}: {_FAILED[name]}", pytrace=False)
+    _CACHE[name] = load(_out(name))
+    return _CACHE[name]

@@ -1,0 +1,598 @@
+#!/usr/bin/env python3
+"""Run a scenario against a real RocketMQ broker: ``python tests/broker/run.py SCENARIO --out DIR``.
+
+The Maven project beside this file (``pom.xml``, ``src/``) pins one released RocketMQ and holds
+three small mains: ``Namesrv`` and ``Broker`` (each in its own JVM, so a broker can be killed
+while the clients go on) and ``Client`` (RocketMQ's producer, push consumers and admin API,
+driven by JSON commands on stdin). This driver builds it when its sources changed, picks free
+loopback ports, writes each broker's properties file, runs the scenario and leaves in DIR:
+
+- ``stores/<name>/``: each broker's store root, copied after a clean shutdown (``crash`` also
+  leaves ``stores/<name>-killed/``, copied as the SIGKILL left it);
+- ``sent.jsonl``, ``received.jsonl``: one line per send, one per message a consumer received
+  (``phase`` ``live`` or ``drain``);
+- ``broker.json``: the RocketMQ version, when the stores were copied, the brokers, and each
+  group with its subscription and the admin API's progress per queue at the copy.
+
+Every process it starts is stopped (SIGTERM to its process group, SIGKILL after a grace time),
+also on errors and at interpreter exit. docs/testing.md describes the scenarios and how to add one.
+"""
+from __future__ import annotations
+
+import argparse
+import atexit
+import hashlib
+import json
+import os
+import random
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+TARGET = HERE / "target"
+STAMP = TARGET / ".harness-stamp"
+LOOPBACK = "127.0.0.1"
+JVM_HEAP = ["-Xms64m", "-Xmx384m", "-XX:MaxDirectMemorySize=256m", "-XX:+UseSerialGC"]
+QUICK_START = ["-XX:TieredStopAtLevel=1"]  # C1 only: starts faster; not for the throughput scenario
+SCENARIOS = ("filters", "crash", "live", "throughput")
+
+
+class HarnessError(RuntimeError):
+    """The harness could not run (no Java/Maven, a build or start-up failure, a timeout)."""
+
+
+def rocketmq_version() -> str:
+    """The pinned version: the pom's ``rocketmq.version`` property."""
+    text = (HERE / "pom.xml").read_text()
+    return text.split("<rocketmq.version>", 1)[1].split("</rocketmq.version>", 1)[0].strip()
+
+
+def source_hash() -> str:
+    """Hash of everything that decides a run: the pom, the Java sources and this driver."""
+    h = hashlib.sha256()
+    files = [HERE / "pom.xml", Path(__file__).resolve(), *sorted((HERE / "src").rglob("*.java"))]
+    for f in files:
+        h.update(str(f.relative_to(HERE)).encode())
+        h.update(f.read_bytes())
+    return h.hexdigest()[:16]
+
+
+def missing_tools() -> list[str]:
+    return [tool for tool in ("java", "mvn") if shutil.which(tool) is None]
+
+
+def build() -> None:
+    """``mvn package`` when the pom or a Java source changed since the last build (hash stamp)."""
+    missing = missing_tools()
+    if missing:
+        raise HarnessError(f"the broker harness needs Java 17 and Maven on PATH; missing: {', '.join(missing)}")
+    h = hashlib.sha256()
+    for f in [HERE / "pom.xml", *sorted((HERE / "src").rglob("*.java"))]:
+        h.update(f.read_bytes())
+    want = h.hexdigest()
+    if STAMP.exists() and STAMP.read_text() == want and (TARGET / "lib").is_dir():
+        return
+    proc = subprocess.run(["mvn", "-q", "-B", "package"], cwd=HERE, capture_output=True, text=True, check=False)
+    if proc.returncode != 0:
+        raise HarnessError(f"mvn package failed in {HERE}:\n{proc.stdout[-4000:]}\n{proc.stderr[-4000:]}")
+    STAMP.write_text(want)
+
+
+def classpath() -> str:
+    return f"{TARGET / 'classes'}{os.pathsep}{TARGET / 'lib' / '*'}"
+
+
+def _port_free(port: int) -> bool:
+    with socket.socket() as s:
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            s.bind((LOOPBACK, port))
+        except OSError:
+            return False
+    return True
+
+
+def free_port(span: tuple[int, ...] = (0,)) -> int:
+    """A port P with P+d free on loopback for every d in span (a broker uses P-2, P and P+1)."""
+    rng = random.Random()
+    for _ in range(500):
+        port = rng.randrange(20000, 60000)
+        if all(_port_free(port + d) for d in span):
+            return port
+    raise HarnessError("no free loopback port found")
+
+
+# Every process any Harness started, so that interpreter exit stops the ones still running.
+_LIVE: set[subprocess.Popen] = set()
+
+
+def _stop(proc: subprocess.Popen, grace: float = 60.0) -> None:
+    if proc.poll() is None:
+        try:
+            os.killpg(proc.pid, signal.SIGTERM)
+        except ProcessLookupError:
+            pass
+        try:
+            proc.wait(grace)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+    _LIVE.discard(proc)
+
+
+@atexit.register
+def _stop_all() -> None:
+    for proc in list(_LIVE):
+        if proc.poll() is None:
+            try:
+                os.killpg(proc.pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+            proc.wait()
+        _LIVE.discard(proc)
+
+
+class Client:
+    """The Java client JVM: one JSON command per line in, one JSON answer per line out."""
+
+    def __init__(self, harness: Harness):
+        self.proc = harness.spawn("client", ["rmqfilter.harness.Client"], stdin=subprocess.PIPE)
+
+    def __call__(self, cmd: str, timeout: float = 600.0, **args) -> dict:
+        started = time.time()
+        self.proc.stdin.write(json.dumps({"cmd": cmd, **args}) + "\n")
+        self.proc.stdin.flush()
+        answer = [None]
+
+        def read():
+            answer[0] = self.proc.stdout.readline()
+
+        reader = threading.Thread(target=read, daemon=True)
+        reader.start()
+        reader.join(timeout)
+        if reader.is_alive() or not answer[0]:
+            raise HarnessError(f"client command {cmd!r}: no answer (timeout {timeout:.0f} s or client died)")
+        reply = json.loads(answer[0])
+        if os.environ.get("HARNESS_VERBOSE"):
+            print(f"[{time.strftime('%H:%M:%S')}] {cmd} {time.time() - started:.1f} s", file=sys.stderr)
+        if not reply.pop("ok"):
+            raise HarnessError(f"client command {cmd!r} failed: {reply['error']}")
+        return reply
+
+
+class Harness:
+    """One run: a work directory, a NameServer, brokers and a client JVM, all stopped on exit."""
+
+    def __init__(self, out: Path, quick_start: bool = True):
+        self.out = Path(out)
+        self.jvm = JVM_HEAP + (QUICK_START if quick_start else [])
+        self.work = self.out / "work"
+        self.logs = self.out / "logs"
+        for d in (self.out / "stores", self.work, self.logs):
+            d.mkdir(parents=True, exist_ok=True)
+        for f in ("sent.jsonl", "received.jsonl"):      # both exist, even when nothing is received
+            (self.out / f).touch()
+        self.procs: list[subprocess.Popen] = []
+        self.brokers: dict[str, dict] = {}
+        self.broker_procs: dict[str, subprocess.Popen] = {}
+        self.groups: list[dict] = []
+        self.topics: dict[str, list[dict]] = {}
+        self.namesrv = None
+        self.client: Client | None = None
+        self.snapshot_ms = None
+        self.extra: dict = {}
+
+    # -- processes ---------------------------------------------------------------------------
+    def spawn(self, name: str, main: list[str], stdin=None) -> subprocess.Popen:
+        home = self.work / "home"
+        home.mkdir(exist_ok=True)
+        cmd = ["java", *self.jvm, f"-Duser.home={home}", f"-Drocketmq.home.dir={home}",
+               "-cp", classpath(), *main]
+        with open(self.logs / f"{name}.log", "ab") as err:    # the child keeps its own descriptor
+            proc = subprocess.Popen(cmd, stdin=stdin, stdout=subprocess.PIPE, stderr=err, text=True,
+                                    start_new_session=True, cwd=self.work)
+        _LIVE.add(proc)
+        self.procs.append(proc)
+        return proc
+
+    def _await_ready(self, proc: subprocess.Popen, name: str, timeout: float = 120.0) -> None:
+        line = [None]
+
+        def read():
+            line[0] = proc.stdout.readline()
+
+        t = threading.Thread(target=read, daemon=True)
+        t.start()
+        t.join(timeout)
+        if not line[0] or not line[0].startswith("READY"):
+            log = (self.logs / f"{name}.log").read_text(errors="replace")[-3000:]
+            raise HarnessError(f"{name} did not start (see {self.logs / (name + '.log')}):\n{log}")
+
+    def start_namesrv(self) -> None:
+        port = free_port()
+        home = self.work / "namesrv"
+        home.mkdir(exist_ok=True)
+        proc = self.spawn("namesrv", ["rmqfilter.harness.Namesrv", str(port), str(home)])
+        self._await_ready(proc, "namesrv")
+        self.namesrv = f"{LOOPBACK}:{port}"
+
+    def add_broker(self, name: str, **settings) -> None:
+        """Writes the broker's properties file (its store root under work/<name>/store)."""
+        port = free_port((-2, 0, 1))
+        root = self.work / name / "store"
+        root.mkdir(parents=True, exist_ok=True)
+        config = {
+            "brokerClusterName": "HarnessCluster",
+            "brokerName": name,
+            "brokerId": 0,
+            "brokerIP1": LOOPBACK,
+            "namesrvAddr": self.namesrv,
+            "listenPort": port,
+            "haListenPort": port + 1,
+            "storePathRootDir": str(root),
+            "storePathCommitLog": str(root / "commitlog"),
+            "autoCreateTopicEnable": "false",
+            "flushDiskType": "ASYNC_FLUSH",
+            "brokerRole": "ASYNC_MASTER",
+            # Small files keep the stores small and make the readers cross file ends.
+            "mappedFileSizeCommitLog": 1024 * 1024,
+            "mappedFileSizeConsumeQueue": 20 * 500,
+            "mappedFileSizeConsumeQueueExt": 16 * 1024,
+            "maxIndexNum": 4000,
+            "maxHashSlotNum": 1000,
+            "timerWheelEnable": "false",
+            # Delay levels and retry intervals in seconds, so scenarios take minutes.
+            "messageDelayLevel": "1s 2s 3s 4s 5s 6s 7s 8s 9s 10s 11s 12s 13s 14s 15s 16s 17s 18s",
+            **settings,
+        }
+        props = self.work / name / "broker.properties"
+        props.write_text("".join(f"{k}={v}\n" for k, v in config.items()))
+        self.brokers[name] = {"name": name, "store": f"stores/{name}", "config": config,
+                              "properties": str(props), "addr": f"{LOOPBACK}:{port}"}
+
+    def start_broker(self, name: str) -> None:
+        proc = self.spawn(f"broker-{name}", ["rmqfilter.harness.Broker", self.brokers[name]["properties"]])
+        started = time.time()
+        self._await_ready(proc, f"broker-{name}")
+        if os.environ.get("HARNESS_VERBOSE"):
+            print(f"[{time.strftime('%H:%M:%S')}] broker {name} up in {time.time() - started:.1f} s", file=sys.stderr)
+        self.broker_procs[name] = proc
+
+    def stop_broker(self, name: str) -> None:
+        """Clean shutdown: the broker flushes its files and removes its abort file."""
+        proc = self.broker_procs.pop(name)
+        _stop(proc, grace=120.0)
+        if proc.returncode not in (0, 143, -signal.SIGTERM):
+            raise HarnessError(f"broker {name} exited with {proc.returncode} on SIGTERM")
+
+    def kill_broker(self, name: str) -> None:
+        """SIGKILL: the store stays as the crash left it (abort file included)."""
+        proc = self.broker_procs.pop(name)
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait()
+        _LIVE.discard(proc)
+
+    def store_root(self, name: str) -> Path:
+        return Path(self.brokers[name]["config"]["storePathRootDir"])
+
+    def copy_store(self, name: str, dest: str | None = None) -> Path:
+        target = self.out / "stores" / (dest or name)
+        if target.exists():
+            shutil.rmtree(target)
+        shutil.copytree(self.store_root(name), target)
+        return target
+
+    def start_client(self) -> Client:
+        self.client = Client(self)
+        self.client("init", namesrv=self.namesrv)
+        return self.client
+
+    def close(self) -> None:
+        if self.client is not None and self.client.proc.poll() is None:
+            try:
+                self.client("quit", timeout=60)
+            except (HarnessError, OSError):
+                pass
+        for proc in reversed(self.procs):
+            _stop(proc)
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    # -- scenario steps ------------------------------------------------------------------------
+    @property
+    def sent_path(self) -> str:
+        return str(self.out / "sent.jsonl")
+
+    @property
+    def received_path(self) -> str:
+        return str(self.out / "received.jsonl")
+
+    def create_topic(self, topic: str, queues: int) -> None:
+        self.client("wait_brokers", names=list(self.brokers))
+        self.topics[topic] = []
+        self.client("create_topic", topic=topic, queues=queues,
+                    brokers=[b["addr"] for b in self.brokers.values()])
+
+    def send(self, messages: list[dict]) -> None:
+        for i in range(0, len(messages), 500):
+            self.client("send", out=self.sent_path, messages=messages[i:i + 500])
+
+    def subscribe(self, group: str, topic: str, type_: str, expression: str, phase: str, **tuning) -> None:
+        if not any(g["group"] == group for g in self.groups):
+            self.groups.append({"group": group, "topic": topic, "type": type_, "expression": expression,
+                                "consumer": "push"})
+        self.client("consumer_start", group=group, topic=topic, type=type_, expression=expression,
+                    phase=phase, out=self.received_path, **tuning)
+
+    def drain(self, groups: list[str], timeout_s: float = 300) -> None:
+        self.client("consumer_wait_drained", groups=groups, timeout_ms=int(timeout_s * 1000),
+                    timeout=timeout_s + 60)
+
+    def unsubscribe(self, groups: list[str]) -> None:
+        for g in groups:
+            self.client("consumer_stop", group=g)
+
+    def record_progress(self) -> None:
+        for g in self.groups:
+            rows = self.client("progress", group=g["group"])["progress"]
+            g["progress"] = sorted(
+                ({k: r[k] for k in ("broker", "queue_id", "broker_offset", "consumer_offset")}
+                 for r in rows if r["topic"] == g["topic"]),
+                key=lambda r: (r["broker"], r["queue_id"]))
+
+    def snapshot(self, names: list[str] | None = None, restart: bool = True) -> None:
+        """Admin progress of every group, clean shutdown, copy, restart from the original store."""
+        names = names or list(self.brokers)
+        self.record_progress()
+        for topic in self.topics:
+            rows = self.client("topic_stats", topic=topic)["queues"]
+            self.topics[topic] = sorted(rows, key=lambda r: (r["broker"], r["queue_id"]))
+        self.snapshot_ms = int(time.time() * 1000)
+        for name in names:
+            self.stop_broker(name)
+            self.copy_store(name)
+        for name in names if restart else ():
+            self.start_broker(name)
+
+    def write_broker_json(self) -> None:
+        doc = {
+            "rocketmq_version": rocketmq_version(),
+            "harness_hash": source_hash(),
+            "snapshot_ms": self.snapshot_ms,
+            "namesrv": self.namesrv,
+            "brokers": [{"name": b["name"], "store": b["store"], "config": b["config"], **b.get("extra", {})}
+                        for b in self.brokers.values()],
+            "groups": self.groups,
+            "topics": [{"topic": t, "queues": q} for t, q in self.topics.items()],
+            **self.extra,
+        }
+        (self.out / "broker.json").write_text(json.dumps(doc, indent=2) + "\n")
+
+
+# -- scenarios ---------------------------------------------------------------------------------
+
+FILTER_TOPIC = "FilterTopic"
+OTHER_TOPIC = "OtherTopic"
+
+# SQL92 groups over FilterTopic: numbers (int, long, float), strings, booleans, NULL/absent,
+# IS [NOT] NULL, BETWEEN, IN, NOT, the CONTAINS family and TAGS as a property.
+FILTER_SQL_GROUPS = {
+    "GID_SQL_INT": "a > 5 AND a <= 40",
+    "GID_SQL_LONG_FLOAT": "l >= 3000000000 OR f < 1.5",
+    "GID_SQL_STR_IN": "region IN ('eu', 'us') AND color <> 'red'",
+    "GID_SQL_BOOL": "flag = TRUE",
+    "GID_SQL_BETWEEN": "price BETWEEN 10 AND 20.5",
+    "GID_SQL_IS_NULL": "color IS NULL",
+    "GID_SQL_NOT": "region IS NOT NULL AND NOT (a BETWEEN 10 AND 30)",
+    "GID_SQL_CONTAINS": "name STARTSWITH 'ord' OR name CONTAINS 'x' OR name ENDSWITH '-9'",
+    "GID_SQL_TAGS": "TAGS IN ('TagA', 'Aa') OR a = 7",
+}
+# A group that subscribes only after the first batch: those messages were stored before its
+# filter was born, so their bitmaps do not hold its bits (isMsgInLive).
+LATE_SQL_GROUP = ("GID_SQL_LATE", "price > 50 OR region = 'cn'")
+FILTER_TAG_GROUPS = {
+    "GID_TAG_OR": "TagA || TagB",
+    "GID_TAG_AA": "Aa",           # "BB" has the same String.hashCode: the client drops those
+    "GID_TAG_STAR": "*",          # messages without a tag too
+    "GID_TAG_C": "TagC || BB",
+}
+OTHER_TAG_GROUPS = {"GID_OTHER": "TagX || Aa"}
+
+
+def filter_messages(rng: random.Random, topic: str, start: int, n: int) -> list[dict]:
+    """Messages with properties of every kind the selector reads, some absent, some malformed."""
+    tags = ["TagA", "TagB", "TagC", "Aa", "BB", None, "TagX"]
+    out = []
+    for i in range(start, start + n):
+        props: dict[str, str] = {}
+        if rng.random() < 0.85:
+            props["a"] = str(rng.randrange(-5, 60)) if rng.random() < 0.95 else rng.choice(["x", "4.5", " 7"])
+        if rng.random() < 0.7:
+            props["l"] = str(rng.choice([rng.randrange(0, 10**6), rng.randrange(2**31, 2**33)]))
+        if rng.random() < 0.7:
+            props["f"] = rng.choice(["0.5", "1.5", "1.49", "2e0", "-3.25", "1e-2", "NaN", "abc"])
+        if rng.random() < 0.8:
+            props["region"] = rng.choice(["eu", "us", "cn", "EU", "us "])
+        if rng.random() < 0.6:
+            props["color"] = rng.choice(["red", "blue", "green", "Red"])
+        if rng.random() < 0.7:
+            props["flag"] = rng.choice(["true", "false", "TRUE", "True", "1", "yes"])
+        if rng.random() < 0.8:
+            props["price"] = rng.choice([str(rng.randrange(0, 100)), f"{rng.uniform(0, 100):.2f}", "20.5", "10"])
+        if rng.random() < 0.6:
+            props["name"] = rng.choice(["order-", "ord", "box-", "Xray", "taxi-", "item-"]) + str(i % 13)
+        keys = [f"k-{topic}-{i}"] + ([f"shared-{i % 50}"] if i % 3 == 0 else [])
+        out.append({"topic": topic, "tags": rng.choice(tags), "keys": keys, "properties": props,
+                    "body": f"{topic} message {i}"})
+    return out
+
+
+def scenario_filters(h: Harness) -> None:
+    h.start_namesrv()
+    h.add_broker("broker-a", enablePropertyFilter="true", enableCalcFilterBitMap="true",
+                 enableConsumeQueueExt="true")
+    h.start_broker("broker-a")
+    h.start_client()
+    h.create_topic(FILTER_TOPIC, 4)
+    h.create_topic(OTHER_TOPIC, 2)
+    rng = random.Random(25)
+    early = [(g, FILTER_TOPIC, "SQL92", e) for g, e in FILTER_SQL_GROUPS.items()]
+    early += [(g, FILTER_TOPIC, "TAG", e) for g, e in FILTER_TAG_GROUPS.items()]
+    early += [(g, OTHER_TOPIC, "TAG", e) for g, e in OTHER_TAG_GROUPS.items()]
+    for g, t, ty, e in early:
+        h.subscribe(g, t, ty, e, "live")
+    # The SQL filters must be registered (and their bits computed) before the first batch.
+    time.sleep(3)
+    h.send(filter_messages(rng, FILTER_TOPIC, 0, 1500) + filter_messages(rng, OTHER_TOPIC, 0, 300))
+    late_group, late_sql = LATE_SQL_GROUP
+    h.subscribe(late_group, FILTER_TOPIC, "SQL92", late_sql, "live")
+    time.sleep(3)
+    h.send(filter_messages(rng, FILTER_TOPIC, 1500, 1500) + filter_messages(rng, OTHER_TOPIC, 300, 300))
+    names = [g["group"] for g in h.groups]
+    h.drain(names)
+    h.unsubscribe(names)
+    # The consumers are gone: these stay in the backlog until the drain phase.
+    h.send(filter_messages(rng, FILTER_TOPIC, 3000, 1200) + filter_messages(rng, OTHER_TOPIC, 600, 200))
+    time.sleep(2)
+    h.snapshot()
+    for g in h.groups:
+        h.subscribe(g["group"], g["topic"], g["type"], g["expression"], "drain")
+    h.drain(names)
+    h.unsubscribe(names)
+
+
+CRASH_TOPIC = "CrashTopic"
+CRASH_GROUPS = {"GID_CRASH_ALL": "*", "GID_CRASH_A": "TagA"}
+
+
+def scenario_crash(h: Harness) -> None:
+    h.start_namesrv()
+    h.add_broker("broker-a", enableConsumeQueueExt="true")
+    h.start_broker("broker-a")
+    h.start_client()
+    h.create_topic(CRASH_TOPIC, 2)
+    h.client("send_loop_start", out=h.sent_path, topic=CRASH_TOPIC, prefix="crash", tags=["TagA", "TagB"],
+             pause_ms=0, threads=4)     # several sends in flight when the broker dies
+    deadline = time.time() + 120
+    while h.client("send_loop_count")["sent"] < 3000:
+        if time.time() > deadline:
+            raise HarnessError("crash: the producer did not get 3000 messages through in 120 s")
+        time.sleep(0.2)
+    h.kill_broker("broker-a")
+    killed_at = int(time.time() * 1000)
+    h.copy_store("broker-a", "broker-a-killed")
+    time.sleep(1)                       # the producer keeps trying while the broker is down
+    counts = h.client("send_loop_stop")
+    h.start_broker("broker-a")
+    for g, e in CRASH_GROUPS.items():
+        h.subscribe(g, CRASH_TOPIC, "TAG", e, "drain")
+    h.drain(list(CRASH_GROUPS))
+    h.unsubscribe(list(CRASH_GROUPS))
+    h.snapshot(restart=False)
+    h.brokers["broker-a"]["extra"] = {"killed_store": "stores/broker-a-killed", "killed_ms": killed_at}
+    h.extra["crash"] = {"topic": CRASH_TOPIC, "sent": counts["sent"], "failed": counts["failed"]}
+
+
+LIVE_TOPIC = "LiveTopic"
+
+
+def scenario_live(h: Harness, during=None, seconds: float = 12.0) -> None:
+    """The broker writes while ``during(store_root, deadline)`` (the test) reads its store in place."""
+    h.start_namesrv()
+    h.add_broker("broker-a", enableConsumeQueueExt="true", flushIntervalCommitLog=50)
+    h.start_broker("broker-a")
+    h.start_client()
+    h.create_topic(LIVE_TOPIC, 3)
+    h.client("send_loop_start", out=h.sent_path, topic=LIVE_TOPIC, prefix="live", tags=["TagA", "TagB", "TagC"],
+             pause_ms=0)
+    deadline = time.time() + seconds
+    if during is not None:
+        during(h.store_root("broker-a"), deadline)
+    while time.time() < deadline:
+        time.sleep(0.2)
+    counts = h.client("send_loop_stop")
+    h.snapshot(restart=False)
+    h.extra["live"] = {"topic": LIVE_TOPIC, "sent": counts["sent"], "failed": counts["failed"],
+                       "work_store": str(h.store_root("broker-a"))}
+
+
+THROUGHPUT_TOPIC = "ThroughputTopic"
+THROUGHPUT_GROUP = ("GID_THROUGHPUT", "a > 900 AND region = 'eu'")
+
+
+def scenario_throughput(h: Harness, messages: int = 1_000_000) -> None:
+    h.start_namesrv()
+    h.add_broker("broker-a", enablePropertyFilter="true", enableCalcFilterBitMap="true",
+                 enableConsumeQueueExt="true", mappedFileSizeCommitLog=64 * 1024 * 1024,
+                 mappedFileSizeConsumeQueue=20 * 300000, mappedFileSizeConsumeQueueExt=16 * 1024 * 1024,
+                 maxIndexNum=2_000_000, maxHashSlotNum=500_000, sendMessageThreadPoolNums=2)
+    h.start_broker("broker-a")
+    client = h.start_client()
+    h.create_topic(THROUGHPUT_TOPIC, 4)
+    group, sql = THROUGHPUT_GROUP
+    # Register the group's filter first (so every message carries its bits), then stop it.
+    h.subscribe(group, THROUGHPUT_TOPIC, "SQL92", sql, "live", count_only=True)
+    time.sleep(3)
+    h.unsubscribe([group])
+    client("bulk_send", topic=THROUGHPUT_TOPIC, count=messages, timeout=3600)
+    time.sleep(2)
+    h.snapshot()
+    started = time.time()
+    h.subscribe(group, THROUGHPUT_TOPIC, "SQL92", sql, "drain", count_only=True, pull_batch_size=32,
+                consume_batch_size=32, consume_threads=4, pull_threshold=4000)
+    h.drain([group], timeout_s=3600)
+    seconds = time.time() - started
+    received = client("received", group=group)["count"]
+    h.unsubscribe([group])
+    h.extra["throughput"] = {"group": group, "topic": THROUGHPUT_TOPIC, "type": "SQL92", "expression": sql,
+                             "messages": messages, "received": received, "seconds": round(seconds, 3)}
+
+
+def run(scenario: str, out: Path, **kwargs) -> Path:
+    """Builds the harness if needed and runs one scenario into ``out`` (emptied first)."""
+    if scenario not in SCENARIOS:
+        raise HarnessError(f"unknown scenario {scenario!r} (known: {', '.join(SCENARIOS)})")
+    build()
+    out = Path(out)
+    if out.exists():
+        shutil.rmtree(out)
+    out.mkdir(parents=True)
+    with Harness(out, quick_start=scenario != "throughput") as h:
+        globals()[f"scenario_{scenario}"](h, **kwargs)
+        h.write_broker_json()
+    if scenario != "live":
+        shutil.rmtree(h.work / "broker-a" / "store", ignore_errors=True)
+    return out
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("scenario", choices=(*SCENARIOS, "build"), help="a scenario, or build: only build")
+    parser.add_argument("--out", type=Path)
+    args = parser.parse_args(argv)
+    if args.scenario != "build" and args.out is None:
+        parser.error("--out DIR is required to run a scenario")
+    try:
+        if args.scenario == "build":
+            build()
+            return 0
+        run(args.scenario, args.out)
+    except HarnessError as e:
+        print(f"run.py {args.scenario}: {e}", file=sys.stderr)
+        return 1
+    print(args.out)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,504 @@
+package rmqfilter.harness;
+
+import com.alibaba.fastjson.JSON;
+import com.alibaba.fastjson.JSONArray;
+import com.alibaba.fastjson.JSONObject;
+import com.alibaba.fastjson.serializer.SerializerFeature;
+import java.io.BufferedReader;
+import java.io.FileOutputStream;
+import java.io.InputStreamReader;
+import java.io.OutputStreamWriter;
+import java.io.PrintStream;
+import java.io.Writer;
+import java.nio.charset.StandardCharsets;
+import java.util.ArrayList;
+import java.util.Collection;
+import java.util.HashMap;
+import java.util.LinkedHashMap;
+import java.util.List;
+import java.util.Map;
+import java.util.concurrent.ConcurrentHashMap;
+import java.util.concurrent.atomic.AtomicBoolean;
+import java.util.concurrent.atomic.AtomicLong;
+import org.apache.rocketmq.client.consumer.DefaultMQPushConsumer;
+import org.apache.rocketmq.client.consumer.MessageSelector;
+import org.apache.rocketmq.client.consumer.listener.ConsumeConcurrentlyStatus;
+import org.apache.rocketmq.client.consumer.listener.MessageListenerConcurrently;
+import org.apache.rocketmq.client.consumer.store.ReadOffsetType;
+import org.apache.rocketmq.client.exception.MQClientException;
+import org.apache.rocketmq.client.impl.consumer.ProcessQueue;
+import org.apache.rocketmq.client.producer.DefaultMQProducer;
+import org.apache.rocketmq.client.producer.SendResult;
+import org.apache.rocketmq.common.TopicConfig;
+import org.apache.rocketmq.common.consumer.ConsumeFromWhere;
+import org.apache.rocketmq.common.message.Message;
+import org.apache.rocketmq.common.message.MessageClientExt;
+import org.apache.rocketmq.common.message.MessageClientIDSetter;
+import org.apache.rocketmq.common.message.MessageExt;
+import org.apache.rocketmq.common.message.MessageQueue;
+import org.apache.rocketmq.remoting.protocol.admin.ConsumeStats;
+import org.apache.rocketmq.remoting.protocol.admin.OffsetWrapper;
+import org.apache.rocketmq.remoting.protocol.admin.TopicOffset;
+import org.apache.rocketmq.remoting.protocol.ResponseCode;
+import org.apache.rocketmq.tools.admin.DefaultMQAdminExt;
+
+/**
+ * The scenario's clients in one JVM, driven by run.py: one JSON command per line on stdin, one
+ * JSON answer per line on stdout ({@code {"ok": true, ...}} or {@code {"ok": false, "error": ...}}).
+ * Producers, push consumers and the admin API are RocketMQ's own client classes; what they sent
+ * and received is appended to the JSON-lines files the commands name.
+ */
+public final class Client {
+    private final PrintStream out;
+    private String namesrv;
+    private DefaultMQProducer producer;
+    private DefaultMQAdminExt admin;
+    private final Map<String, DefaultMQPushConsumer> consumers = new ConcurrentHashMap<>();
+    private final Map<String, Writer> files = new HashMap<>();
+    private final Map<String, AtomicLong> receivedCount = new ConcurrentHashMap<>();
+    private final List<Thread> loops = new ArrayList<>();
+    private final AtomicBoolean loopRunning = new AtomicBoolean();
+    private final AtomicLong loopSent = new AtomicLong();
+    private final AtomicLong loopFailed = new AtomicLong();
+
+    private Client(PrintStream out) {
+        this.out = out;
+    }
+
+    public static void main(String[] args) throws Exception {
+        // Answers go to the real stdout; the clients' own chatter goes to stderr.
+        PrintStream answers = Stdout.claim();
+        Client client = new Client(answers);
+        BufferedReader in = new BufferedReader(new InputStreamReader(System.in, StandardCharsets.UTF_8));
+        String line;
+        while ((line = in.readLine()) != null) {
+            if (line.isBlank()) {
+                continue;
+            }
+            JSONObject cmd = JSON.parseObject(line);
+            JSONObject answer;
+            try {
+                answer = client.run(cmd);
+                answer.put("ok", true);
+            } catch (Throwable e) {
+                e.printStackTrace();
+                answer = new JSONObject();
+                answer.put("ok", false);
+                answer.put("error", e.toString());
+            }
+            answers.println(answer.toJSONString());
+            if ("quit".equals(cmd.getString("cmd"))) {
+                break;
+            }
+        }
+        System.exit(0);
+    }
+
+    private JSONObject run(JSONObject cmd) throws Exception {
+        JSONObject answer = new JSONObject();
+        switch (cmd.getString("cmd")) {
+            case "init" -> {
+                namesrv = cmd.getString("namesrv");
+                admin = new DefaultMQAdminExt();
+                admin.setNamesrvAddr(namesrv);
+                admin.setInstanceName("harness-admin");
+                admin.start();
+                producer = new DefaultMQProducer("harness_producer");
+                producer.setNamesrvAddr(namesrv);
+                producer.setInstanceName("harness-producer");
+                producer.setPollNameServerInterval(1000);
+                producer.setSendMsgTimeout(5000);
+                producer.start();
+            }
+            case "wait_brokers" -> waitBrokers(cmd.getJSONArray("names"));
+            case "create_topic" -> createTopic(cmd);
+            case "send" -> {
+                Writer w = file(cmd.getString("out"));
+                int n = 0;
+                for (Object o : cmd.getJSONArray("messages")) {
+                    JSONObject m = (JSONObject) o;
+                    Message msg = message(m);
+                    SendResult r = producer.send(msg);
+                    write(w, sentLine(m, msg, r, "sent"));
+                    n++;
+                }
+                answer.put("sent", n);
+            }
+            case "send_loop_start" -> startLoop(cmd);
+            case "bulk_send" -> answer.put("sent", bulkSend(cmd));
+            case "send_loop_stop" -> {
+                loopRunning.set(false);
+                for (Thread loop : loops) {
+                    loop.join();
+                }
+                answer.put("sent", loopSent.get());
+                answer.put("failed", loopFailed.get());
+            }
+            case "send_loop_count" -> {
+                answer.put("sent", loopSent.get());
+                answer.put("failed", loopFailed.get());
+            }
+            case "consumer_start" -> startConsumer(cmd);
+            case "consumer_wait_drained" -> answer.put("waited_ms", waitDrained(cmd));
+            case "consumer_stop" -> {
+                DefaultMQPushConsumer c = consumers.remove(cmd.getString("group"));
+                c.shutdown();
+            }
+            case "received" -> answer.put("count", receivedCount.getOrDefault(cmd.getString("group"),
+                new AtomicLong()).get());
+            case "progress" -> answer.put("progress", progress(cmd.getString("group")));
+            case "topic_stats" -> answer.put("queues", topicStats(cmd.getString("topic")));
+            case "quit" -> shutdown();
+            default -> throw new IllegalArgumentException("unknown command " + cmd.getString("cmd"));
+        }
+        return answer;
+    }
+
+    /** Until the NameServer lists every named broker (a topic created before that has no route). */
+    private void waitBrokers(JSONArray names) throws Exception {
+        long deadline = System.currentTimeMillis() + 60000;
+        while (!admin.examineBrokerClusterInfo().getBrokerAddrTable().keySet().containsAll(names.toJavaList(String.class))) {
+            if (System.currentTimeMillis() > deadline) {
+                throw new IllegalStateException("brokers " + names + " never registered with the NameServer");
+            }
+            Thread.sleep(200);
+        }
+    }
+
+    /** Creates the topic on every broker, again until the NameServer has its route. */
+    private void createTopic(JSONObject cmd) throws Exception {
+        String topic = cmd.getString("topic");
+        int queues = cmd.getIntValue("queues");
+        long deadline = System.currentTimeMillis() + 60000;
+        while (true) {
+            for (Object addr : cmd.getJSONArray("brokers")) {
+                admin.createAndUpdateTopicConfig((String) addr, new TopicConfig(topic, queues, queues));
+            }
+            for (int i = 0; i < 15; i++) {
+                try {
+                    if (!admin.examineTopicRouteInfo(topic).getQueueDatas().isEmpty()) {
+                        return;
+                    }
+                } catch (Exception e) {
+                    if (System.currentTimeMillis() > deadline) {
+                        throw e;
+                    }
+                }
+                Thread.sleep(200);
+            }
+        }
+    }
+
+    private static Message message(JSONObject m) {
+        Message msg = new Message();
+        msg.setTopic(m.getString("topic"));
+        String tags = m.getString("tags");
+        if (tags != null) {
+            msg.setTags(tags);
+        }
+        JSONArray keys = m.getJSONArray("keys");
+        if (keys != null && !keys.isEmpty()) {
+            List<String> ks = new ArrayList<>();
+            for (Object k : keys) {
+                ks.add((String) k);
+            }
+            msg.setKeys(ks);
+        }
+        JSONObject props = m.getJSONObject("properties");
+        if (props != null) {
+            for (Map.Entry<String, Object> e : props.entrySet()) {
+                msg.putUserProperty(e.getKey(), String.valueOf(e.getValue()));
+            }
+        }
+        if (m.containsKey("delay_level")) {
+            msg.setDelayTimeLevel(m.getIntValue("delay_level"));
+        }
+        String body = m.getString("body");
+        msg.setBody((body == null ? "" : body).getBytes(StandardCharsets.UTF_8));
+        return msg;
+    }
+
+    private static Map<String, Object> sentLine(JSONObject m, Message msg, SendResult r, String outcome) {
+        Map<String, Object> line = new LinkedHashMap<>();
+        line.put("uniq_key", r != null ? r.getMsgId() : MessageClientIDSetter.getUniqID(msg));
+        line.put("topic", msg.getTopic());
+        line.put("tags", msg.getTags());
+        line.put("keys", m.getJSONArray("keys"));
+        line.put("properties", m.getJSONObject("properties"));
+        if (m.containsKey("delay_level")) {
+            line.put("delay_level", m.getIntValue("delay_level"));
+        }
+        line.put("outcome", outcome);
+        if (r != null) {
+            line.put("send_status", r.getSendStatus().name());
+            line.put("broker", r.getMessageQueue().getBrokerName());
+            line.put("queue_id", r.getMessageQueue().getQueueId());
+            line.put("queue_offset", r.getQueueOffset());
+            line.put("msg_id", r.getOffsetMsgId());
+        }
+        return line;
+    }
+
+    /**
+     * Sends numbered messages to one topic from {@code threads} threads until told to stop; a
+     * failed send is recorded (outcome {@code failed}), not fatal.
+     */
+    private void startLoop(JSONObject cmd) throws Exception {
+        Writer w = file(cmd.getString("out"));
+        String topic = cmd.getString("topic");
+        String prefix = cmd.getString("prefix");
+        JSONArray tagCycle = cmd.getJSONArray("tags");
+        int pauseMs = cmd.getIntValue("pause_ms");
+        int threads = Math.max(1, cmd.getIntValue("threads"));
+        AtomicLong next = new AtomicLong();
+        loopRunning.set(true);
+        loops.clear();
+        for (int t = 0; t < threads; t++) {
+            Thread loop = new Thread(() -> {
+                while (loopRunning.get()) {
+                    long i = next.getAndIncrement();
+                    JSONObject m = new JSONObject(true);
+                    m.put("topic", topic);
+                    m.put("tags", tagCycle.getString((int) (i % tagCycle.size())));
+                    JSONArray keys = new JSONArray();
+                    keys.add(prefix + "-" + i);
+                    m.put("keys", keys);
+                    JSONObject props = new JSONObject(true);
+                    props.put("seq", i);
+                    props.put("mod", i % 7);
+                    m.put("properties", props);
+                    m.put("body", "loop message " + i);
+                    Message msg = message(m);
+                    try {
+                        SendResult r = producer.send(msg);
+                        write(w, sentLine(m, msg, r, "sent"));
+                        loopSent.incrementAndGet();
+                    } catch (Exception e) {
+                        Map<String, Object> line = sentLine(m, msg, null, "failed");
+                        line.put("error", e.getClass().getSimpleName());
+                        write(w, line);
+                        loopFailed.incrementAndGet();
+                        sleep(100);
+                    }
+                    if (pauseMs > 0) {
+                        sleep(pauseMs);
+                    }
+                }
+            }, "send-loop-" + t);
+            loops.add(loop);
+            loop.start();
+        }
+    }
+
+    /**
+     * {@code count} messages to one topic as fast as batches go (not recorded line by line):
+     * properties {@code a} (0..999) and {@code region} (eu, us, cn), tags TagA/TagB, key bulk-i.
+     */
+    private long bulkSend(JSONObject cmd) throws Exception {
+        String topic = cmd.getString("topic");
+        long count = cmd.getLongValue("count");
+        int batch = 128;
+        String[] regions = {"eu", "us", "cn"};
+        java.util.Random rng = new java.util.Random(25);
+        long sent = 0;
+        while (sent < count) {
+            List<Message> msgs = new ArrayList<>();
+            for (int i = 0; i < batch && sent + i < count; i++) {
+                long n = sent + i;
+                Message m = new Message(topic, n % 2 == 0 ? "TagA" : "TagB", "bulk-" + n,
+                    ("throughput message " + n).getBytes(StandardCharsets.UTF_8));
+                m.putUserProperty("a", Integer.toString(rng.nextInt(1000)));
+                m.putUserProperty("region", regions[rng.nextInt(regions.length)]);
+                msgs.add(m);
+            }
+            producer.send(msgs);
+            sent += msgs.size();
+        }
+        return sent;
+    }
+
+    private void startConsumer(JSONObject cmd) throws Exception {
+        String group = cmd.getString("group");
+        String topic = cmd.getString("topic");
+        String type = cmd.getString("type");
+        String expression = cmd.getString("expression");
+        String phase = cmd.getString("phase");
+        Writer w = file(cmd.getString("out"));
+        AtomicLong count = receivedCount.computeIfAbsent(group, g -> new AtomicLong());
+        DefaultMQPushConsumer c = new DefaultMQPushConsumer(group);
+        c.setNamesrvAddr(namesrv);
+        c.setInstanceName(group + "-" + phase);
+        c.setConsumeFromWhere(ConsumeFromWhere.CONSUME_FROM_FIRST_OFFSET);
+        c.setPersistConsumerOffsetInterval(1000);
+        c.setPollNameServerInterval(1000);
+        c.setHeartbeatBrokerInterval(1000);
+        if (cmd.containsKey("pull_batch_size")) {
+            c.setPullBatchSize(cmd.getIntValue("pull_batch_size"));
+            c.setConsumeMessageBatchMaxSize(cmd.getIntValue("consume_batch_size"));
+            c.setConsumeThreadMin(cmd.getIntValue("consume_threads"));
+            c.setConsumeThreadMax(cmd.getIntValue("consume_threads"));
+            c.setPullThresholdForQueue(cmd.getIntValue("pull_threshold"));
+        }
+        c.subscribe(topic, "SQL92".equals(type) ? MessageSelector.bySql(expression) : MessageSelector.byTag(expression));
+        boolean record = !cmd.getBooleanValue("count_only");
+        c.registerMessageListener((MessageListenerConcurrently) (msgs, context) -> {
+            if (record) {
+                for (MessageExt msg : msgs) {
+                    Map<String, Object> line = new LinkedHashMap<>();
+                    line.put("group", group);
+                    line.put("topic", msg.getTopic());
+                    line.put("queue_id", msg.getQueueId());
+                    line.put("queue_offset", msg.getQueueOffset());
+                    line.put("uniq_key", MessageClientIDSetter.getUniqID(msg));
+                    line.put("msg_id", msg instanceof MessageClientExt ? ((MessageClientExt) msg).getOffsetMsgId()
+                        : msg.getMsgId());
+                    line.put("reconsume_times", msg.getReconsumeTimes());
+                    line.put("broker", msg.getBrokerName());
+                    line.put("phase", phase);
+                    line.put("tags", msg.getTags());
+                    line.put("keys", msg.getKeys());
+                    write(w, line);
+                }
+            }
+            count.addAndGet(msgs.size());
+            return ConsumeConcurrentlyStatus.CONSUME_SUCCESS;
+        });
+        c.start();
+        consumers.put(group, c);
+    }
+
+    /**
+     * Waits until each named consumer has every queue of its topic assigned, nothing in flight,
+     * and its offset at the queue's max offset (the broker's filter moves the offset past the
+     * units it skips), then until those offsets are committed to the broker.
+     */
+    private long waitDrained(JSONObject cmd) throws Exception {
+        long start = System.currentTimeMillis();
+        long deadline = start + cmd.getLongValue("timeout_ms");
+        for (Object o : cmd.getJSONArray("groups")) {
+            String group = (String) o;
+            DefaultMQPushConsumer c = consumers.get(group);
+            String topic = c.getDefaultMQPushConsumerImpl().getSubscriptionInner().keySet().stream()
+                .filter(t -> !t.startsWith("%RETRY%")).findFirst().orElseThrow();
+            while (!drained(c, group, topic)) {
+                if (System.currentTimeMillis() > deadline) {
+                    throw new IllegalStateException("group " + group + " not drained in time");
+                }
+                Thread.sleep(200);
+            }
+        }
+        return System.currentTimeMillis() - start;
+    }
+
+    private boolean drained(DefaultMQPushConsumer c, String group, String topic) throws Exception {
+        Collection<MessageQueue> mqs;
+        try {
+            mqs = c.fetchSubscribeMessageQueues(topic);
+        } catch (MQClientException e) {
+            return false;       // a restarted broker has not registered the topic yet
+        }
+        Map<MessageQueue, ProcessQueue> assigned = c.getDefaultMQPushConsumerImpl().getRebalanceImpl()
+            .getProcessQueueTable();
+        ConsumeStats stats = admin.examineConsumeStats(group);
+        for (MessageQueue mq : mqs) {
+            ProcessQueue pq = assigned.get(mq);
+            if (pq == null || pq.getMsgCount().get() != 0) {
+                return false;
+            }
+            long max = c.getDefaultMQPushConsumerImpl().maxOffset(mq);
+            long mine = c.getDefaultMQPushConsumerImpl().getOffsetStore().readOffset(mq,
+                ReadOffsetType.READ_FROM_MEMORY);
+            OffsetWrapper ow = stats.getOffsetTable().get(mq);
+            if (mine != max || ow == null || ow.getConsumerOffset() != max) {
+                return false;
+            }
+        }
+        return true;
+    }
+
+    private List<Map<String, Object>> progress(String group) throws Exception {
+        List<Map<String, Object>> rows = new ArrayList<>();
+        ConsumeStats stats;
+        try {
+            stats = admin.examineConsumeStats(group);
+        } catch (MQClientException e) {
+            if (e.getResponseCode() == ResponseCode.CONSUMER_NOT_ONLINE) {
+                return rows;        // the group has committed nothing yet: no progress to report
+            }
+            throw e;
+        }
+        for (Map.Entry<MessageQueue, OffsetWrapper> e : stats.getOffsetTable().entrySet()) {
+            Map<String, Object> row = new LinkedHashMap<>();
+            row.put("broker", e.getKey().getBrokerName());
+            row.put("topic", e.getKey().getTopic());
+            row.put("queue_id", e.getKey().getQueueId());
+            row.put("broker_offset", e.getValue().getBrokerOffset());
+            row.put("consumer_offset", e.getValue().getConsumerOffset());
+            rows.add(row);
+        }
+        return rows;
+    }
+
+    private List<Map<String, Object>> topicStats(String topic) throws Exception {
+        List<Map<String, Object>> rows = new ArrayList<>();
+        for (Map.Entry<MessageQueue, TopicOffset> e : admin.examineTopicStats(topic).getOffsetTable().entrySet()) {
+            Map<String, Object> row = new LinkedHashMap<>();
+            row.put("broker", e.getKey().getBrokerName());
+            row.put("queue_id", e.getKey().getQueueId());
+            row.put("min_offset", e.getValue().getMinOffset());
+            row.put("max_offset", e.getValue().getMaxOffset());
+            rows.add(row);
+        }
+        return rows;
+    }
+
+    private Writer file(String path) throws Exception {
+        synchronized (files) {
+            Writer w = files.get(path);
+            if (w == null) {
+                w = new OutputStreamWriter(new FileOutputStream(path, true), StandardCharsets.UTF_8);
+                files.put(path, w);
+            }
+            return w;
+        }
+    }
+
+    private static void write(Writer w, Map<String, Object> line) {
+        String text = JSON.toJSONString(line, SerializerFeature.WriteMapNullValue) + "\n";
+        synchronized (w) {
+            try {
+                w.write(text);
+                w.flush();
+            } catch (java.io.IOException e) {
+                throw new java.io.UncheckedIOException(e);
+            }
+        }
+    }
+
+    private static void sleep(long ms) {
+        try {
+            Thread.sleep(ms);
+        } catch (InterruptedException e) {
+            Thread.currentThread().interrupt();
+        }
+    }
+
+    private void shutdown() throws Exception {
+        loopRunning.set(false);
+        for (DefaultMQPushConsumer c : consumers.values()) {
+            c.shutdown();
+        }
+        consumers.clear();
+        if (producer != null) {
+            producer.shutdown();
+        }
+        if (admin != null) {
+            admin.shutdown();
+        }
+        synchronized (files) {
+            for (Writer w : files.values()) {
+                w.close();
+            }
+        }
+    }
+}
