@@ -40,7 +40,7 @@ STAMP = TARGET / ".harness-stamp"
 LOOPBACK = "127.0.0.1"
 JVM_HEAP = ["-Xms64m", "-Xmx384m", "-XX:MaxDirectMemorySize=256m", "-XX:+UseSerialGC"]
 QUICK_START = ["-XX:TieredStopAtLevel=1"]  # C1 only: starts faster; not for the throughput scenario
-SCENARIOS = ("filters", "crash", "live", "throughput")
+SCENARIOS = ("filters", "crash", "live", "housekeeping", "throughput")
 
 
 class HarnessError(RuntimeError):
@@ -524,6 +524,75 @@ def scenario_live(h: Harness, during=None, seconds: float = 12.0) -> None:
     h.snapshot(restart=False)
     h.extra["live"] = {"topic": LIVE_TOPIC, "sent": counts["sent"], "failed": counts["failed"],
                        "work_store": str(h.store_root("broker-a"))}
+
+
+HOUSEKEEPING_TOPIC = "HousekeepingTopic"
+HOUSEKEEPING_GROUP = ("GID_HOUSEKEEPING", "TagA || TagB")
+
+
+def housekeeping_messages(start: int, n: int) -> list[dict]:
+    tags = ["TagA", "TagB", "TagC"]
+    return [{"topic": HOUSEKEEPING_TOPIC, "tags": tags[i % 3], "keys": [f"hk-{i}"], "properties": {},
+             "body": f"housekeeping message {i} " + "x" * 200} for i in range(start, start + n)]
+
+
+def scenario_housekeeping(h: Harness, during=None) -> None:
+    """The broker deletes expired files while ``during(store_root, expire)`` (the test) reads.
+
+    64 KiB CommitLog files and 100-unit ConsumeQueue files; a tag group receives the first
+    batch and commits; a second batch fills several more files. ``expire()`` has the broker
+    delete its expired files through the admin API (``fileReservedTime`` 0: every CommitLog
+    file but the one being written is expired; ``deleteWhen`` is an hour away from now, so
+    only the command starts the deletion; its clean-up service then deletes the ConsumeQueue
+    files below the new CommitLog minimum) and returns once the CommitLog's first file and
+    every queue's minimum have moved. Without ``during``, ``expire()`` runs at once.
+    """
+    h.start_namesrv()
+    h.add_broker("broker-a", mappedFileSizeCommitLog=64 * 1024, mappedFileSizeConsumeQueue=20 * 100,
+                 fileReservedTime=0, deleteWhen=f"{(time.localtime().tm_hour + 12) % 24:02d}",
+                 cleanResourceInterval=500, deleteCommitLogFilesInterval=10, deleteConsumeQueueFilesInterval=10,
+                 flushConsumerOffsetInterval=500)
+    h.start_broker("broker-a")
+    h.start_client()
+    h.create_topic(HOUSEKEEPING_TOPIC, 3)
+    group, expression = HOUSEKEEPING_GROUP
+    h.subscribe(group, HOUSEKEEPING_TOPIC, "TAG", expression, "live")
+    h.send(housekeeping_messages(0, 300))
+    h.drain([group])
+    h.unsubscribe([group])                   # its offsets committed at shutdown
+    h.send(housekeeping_messages(300, 1500))
+    time.sleep(1.5)                          # the broker persists consumerOffset.json
+    h.record_progress()
+    before = {r["queue_id"]: r["min_offset"] for r in h.client("topic_stats", topic=HOUSEKEEPING_TOPIC)["queues"]}
+    commitlog = h.store_root("broker-a") / "commitlog"
+    first_file = min(commitlog.iterdir()).name
+    addr = h.brokers["broker-a"]["addr"]
+
+    def expire() -> dict[int, int]:
+        """Deletes; returns the admin API's queue minimums once they stayed put for 1.5 s."""
+        h.client("delete_expired_commitlog", addr=addr)
+        deadline = time.time() + 60
+        last, since = None, time.time()
+        while True:
+            mins = {r["queue_id"]: r["min_offset"] for r in h.client("topic_stats", topic=HOUSEKEEPING_TOPIC)["queues"]}
+            state = (sorted(f.name for f in commitlog.iterdir()), mins)
+            if state != last:
+                last, since = state, time.time()
+            moved = state[0][0] != first_file and all(mins[q] > before[q] for q in before)
+            if moved and time.time() - since >= 1.5:
+                h.extra["housekeeping"]["min_offsets_after"] = mins
+                return mins
+            if time.time() > deadline:
+                raise HarnessError(f"housekeeping: the broker did not expire its files in 60 s (minimums {mins})")
+            time.sleep(0.2)
+
+    h.extra["housekeeping"] = {"topic": HOUSEKEEPING_TOPIC, "min_offsets_before": before,
+                               "first_commitlog_file_before": first_file}
+    if during is None:
+        expire()
+    else:
+        during(h.store_root("broker-a"), expire)
+    h.snapshot(restart=False)
 
 
 THROUGHPUT_TOPIC = "ThroughputTopic"

@@ -148,6 +148,11 @@ public final class Client {
                 new AtomicLong()).get());
             case "progress" -> answer.put("progress", progress(cmd.getString("group")));
             case "topic_stats" -> answer.put("queues", topicStats(cmd.getString("topic")));
+            // The broker's own housekeeping on demand: delete the CommitLog files older than its
+            // fileReservedTime, as at its deleteWhen hour (its clean-up service then deletes the
+            // ConsumeQueue files that point only below the new CommitLog minimum).
+            case "delete_expired_commitlog" -> answer.put("deleted",
+                admin.deleteExpiredCommitLogByAddr(cmd.getString("addr")));
             case "quit" -> shutdown();
             default -> throw new IllegalArgumentException("unknown command " + cmd.getString("cmd"));
         }
