@@ -112,7 +112,7 @@ def test_data_source_with_group_gives_the_same_rows(spark, run, group):
 def test_backlog_is_what_the_drain_received_and_lag_is_the_admin_api(run, store, group):
     g = run.group(group)
     progress = {p["queue_id"]: p for p in g["progress"]}
-    b = store.backlog(g["topic"], group, **run.subscription(g))
+    b = cq.backlog(store, g["topic"], group, **run.subscription(g))
     assert sorted(q.queue_id for q in b.queues) == sorted(progress)
     drained: dict[int, int] = {}
     for (queue_id, _), r in run.first[group].items():
@@ -136,7 +136,7 @@ def test_why_says_delivered_for_received_messages(run, store, group):
     sub = run.subscription(g)
     for r in spread(sorted(run.first[group].values(), key=lambda r: (r["queue_id"], r["queue_offset"])), 12):
         for msg_id in (r["uniq_key"], r["msg_id"]):
-            found = store.why(g["topic"], group, msg_id=msg_id, **sub)
+            found = cq.why(store, g["topic"], group, msg_id=msg_id, **sub)
             assert [(w.queue_id, w.queue_offset, w.delivered, w.dropped_by) for w in found] == [
                 (r["queue_id"], r["queue_offset"], True, None)], (group, msg_id)
 
@@ -155,7 +155,7 @@ def test_why_names_the_layer_that_dropped_what_was_never_received(run, store, gr
     assert never
     codes = {cq.tags_code(t.strip()) for t in g["expression"].split("||")}
     for queue_id, offset in spread(never, 25):
-        w = store.why(g["topic"], group, queue_id=queue_id, queue_offset=offset, **sub)
+        w = cq.why(store, g["topic"], group, queue_id=queue_id, queue_offset=offset, **sub)
         assert not w.delivered and w.dropped_by is not None, (queue_id, offset)
         if g["type"] == "TAG":
             tag = store.commit_log.read_message(w.commit_log_offset).tags
@@ -212,9 +212,9 @@ def test_every_key_and_uniq_key_is_found_through_the_broker_index(run, store):
     # Each lookup opens the IndexFiles again (about 7 ms here), so a spread sample: every 6th
     # message (every 30th in the pure-Python pass), each file and both key kinds included.
     for s in run.sent[::30 if PURE_PYTHON else 6]:
-        msgs, found_by, _ = store.find_messages(s["topic"], msg_id=s["uniq_key"])
+        msgs, found_by, _ = cq.find_messages(store, s["topic"], msg_id=s["uniq_key"])
         assert found_by == "index" and [(m.queue_id, m.queue_offset, m.properties["UNIQ_KEY"]) for m in msgs] == [
             (s["queue_id"], s["queue_offset"], s["uniq_key"])], s
         for key in s["keys"]:
-            msgs, found_by, _ = store.find_messages(s["topic"], key=key)
+            msgs, found_by, _ = cq.find_messages(store, s["topic"], key=key)
             assert found_by == "index" and s["uniq_key"] in {m.properties["UNIQ_KEY"] for m in msgs}, (key, s)
