@@ -103,7 +103,7 @@ def tags_code_utf8(offsets: np.ndarray, data: np.ndarray, valid: np.ndarray | No
     offsets : numpy.ndarray of int
         N + 1 offsets into ``data``.
     data : numpy.ndarray of uint8
-        The UTF-8 bytes (a decoded ``tags`` column of :class:`cq.columns.MessageColumns`).
+        The UTF-8 bytes (a decoded ``tags`` column of :class:`cq.readers.columns.MessageColumns`).
     valid : numpy.ndarray of uint8 or bool, optional
         N flags, 0 where the value is null (code 0); default every row valid.
 

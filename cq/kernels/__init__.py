@@ -181,7 +181,7 @@ def check_bitmaps(ext_bytes, positions, bit_pos, *, bit_num: int = 112, born_tim
 
 
 def check_ext_batch(batch, bit_pos, *, bit_num: int = 112, born_time: int = 0) -> np.ndarray:
-    """:func:`check_bitmaps` over ext units already read (a :class:`cq.ext.ExtBatch`).
+    """:func:`check_bitmaps` over ext units already read (a :class:`cq.readers.ext.ExtBatch`).
 
     Returns uint8 per row: ``PASS`` (no unit, or let through untested), ``HIT`` or ``PRUNED``.
     """

@@ -161,7 +161,7 @@ cdef _check_bit_bytes(const int32_t[::1] byte_idx, const uint8_t[::1] masks, int
 def bloom_check_units(const uint8_t[::1] found, const int64_t[::1] msg_store_time, const int16_t[::1] bit_map_size,
                       const int64_t[::1] bitmap_offsets, const uint8_t[::1] bitmap_data,
                       const int32_t[::1] byte_idx, const uint8_t[::1] masks, int64_t bit_num, int64_t born_time):
-    """:func:`ext_bloom_check`'s decision over ext units already read (``cq.ext.ExtBatch``'s columns).
+    """:func:`ext_bloom_check`'s decision over ext units already read (``cq.readers.ext.ExtBatch``'s columns).
 
     Returns uint8 per unit: PASS (not found, or let through untested), HIT or PRUNED.
     A tested row's bitmap is ``bitmap_data[bitmap_offsets[i]:bitmap_offsets[i + 1]]``,

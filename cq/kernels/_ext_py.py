@@ -126,7 +126,7 @@ def _check_bit_bytes(byte_idx, masks, bit_num):
 
 def bloom_check_units(found, msg_store_time, bit_map_size, bitmap_offsets, bitmap_data, byte_idx, masks,
                       bit_num, born_time):
-    """:func:`ext_bloom_check`'s decision over ext units already read (``cq.ext.ExtBatch``'s columns).
+    """:func:`ext_bloom_check`'s decision over ext units already read (``cq.readers.ext.ExtBatch``'s columns).
 
     Rules 3-5 of docs/filtering.md#expression-filter. Returns uint8 per unit: PASS (not
     found, or let through untested: store time <= born_time, no bitmap, or bitmap length

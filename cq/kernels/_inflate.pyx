@@ -2,7 +2,7 @@
 
 ``inflate_bodies`` inflates each zlib-compressed body of a decoded column (``_decode.pyx``'s
 layout) without the GIL, into pooled memory (``_pool.pxd``); the other codecs are left to
-``cq.commitlog.decompress_body`` (docs/data-path.md#bodies).
+``cq.readers.commitlog.decompress_body`` (docs/data-path.md#bodies).
 """
 import numpy as np
 
@@ -124,7 +124,7 @@ def inflate_bodies(offsets, data, sys_flag, int64_t max_bytes=INT32_MAX):
     Returns ``(offsets, data, rest)``: the new column (offsets from 0) and
     the int64 indices of the rows it leaves to Python, empty there: LZ4 and
     ZSTD rows, unknown types and bodies that do not inflate (so the one rule,
-    ``cq.commitlog.decompress_body``, decodes them or names the error). With
+    ``cq.readers.commitlog.decompress_body``, decodes them or names the error). With
     no compressed row the inputs come back unchanged (no copy). Raises
     OverflowError when the new column would pass ``max_bytes`` (at most, and
     by default, 2 GiB - 1: int32 offsets), before allocating past it.

@@ -23,7 +23,7 @@ def inflate_bodies(offsets, data, sys_flag, max_bytes=_INT32_MAX):
     """The body column with every ``COMPRESSED_FLAG`` row of a zlib type inflated.
 
     Returns ``(offsets, data, rest)`` as the engine does: the new column and
-    the int64 indices of the rows left to ``cq.commitlog.decompress_body``
+    the int64 indices of the rows left to ``cq.readers.commitlog.decompress_body``
     (LZ4, ZSTD, unknown types, bodies that do not inflate), empty in the
     column. No compressed row: the inputs unchanged. OverflowError when the
     column would pass ``max_bytes`` (at most 2 GiB - 1), before inflating past it.
