@@ -43,8 +43,9 @@ class ConsumeQueue(MappedFileQueue):
         if file_size is not None:
             file_size = fmt.round_consume_queue_file_size(file_size)
         self._open(directory, file_size, "ConsumeQueue", unit=fmt.CQ_STORE_UNIT_SIZE)
-        self._max_offset: int | None = None
+        self._max_offset: int | None = None  # the end the files hold
         self._min_offset: int | None = None
+        self._undispatched = b""  # units past the files' end (set_undispatched)
 
     def _reopen_kwargs(self) -> dict:
         return {"file_size": self.file_size or None, "topic": self.topic, "queue_id": self.queue_id}
@@ -71,10 +72,22 @@ class ConsumeQueue(MappedFileQueue):
     # -------------------------------------------------------------- offsets
     @property
     def max_offset(self) -> int:
-        """The next queue offset to be written (one past the last valid unit)."""
+        """The next queue offset to be written (one past the last valid unit, undispatched ones included)."""
+        return self._files_end() + len(self._undispatched) // fmt.CQ_STORE_UNIT_SIZE
+
+    def _files_end(self) -> int:
         if self._max_offset is None:
             self._max_offset = self._recover()
         return self._max_offset
+
+    def set_undispatched(self, units: bytes) -> None:
+        """Units that follow the files' last one: the records a stopped broker wrote but never
+        dispatched, as its recovery would dispatch them (:mod:`cq.store.undispatched`), 20-byte
+        big-endian units. Read as the queue's own; dropped when a refresh finds the files grew."""
+        if len(units) % fmt.CQ_STORE_UNIT_SIZE:
+            raise ValueError(f"undispatched units: {len(units)} bytes is not a whole number of "
+                             f"{fmt.CQ_STORE_UNIT_SIZE}-byte units")
+        self._undispatched = bytes(units)
 
     @property
     def min_offset(self) -> int:
@@ -85,7 +98,7 @@ class ConsumeQueue(MappedFileQueue):
             else:
                 first = self._files[0][0] // fmt.CQ_STORE_UNIT_SIZE
                 units = self._units_of_file(0)
-                limit = min(len(units), self.max_offset - first)
+                limit = min(len(units), self._files_end() - first)
                 filler = (
                     (units["commit_log_offset"][:limit] == 0)
                     & (units["size"][:limit] == fmt.PLACEHOLDER_SIZE)
@@ -127,9 +140,12 @@ class ConsumeQueue(MappedFileQueue):
             self._min_offset = None
         if previous is None or not self._files:
             self._max_offset = None
+            self._undispatched = b""
             return self.max_offset
         self._max_offset = self._recover(max(previous, first))
-        return self._max_offset
+        if self._max_offset != previous:
+            self._undispatched = b""  # a broker dispatches again: its units are in the files now
+        return self.max_offset
 
     def _recover(self, from_offset: int | None = None) -> int:
         if not self._files:
@@ -185,7 +201,14 @@ class ConsumeQueue(MappedFileQueue):
         unit = fmt.CQ_STORE_UNIT_SIZE
         per_file = self.units_per_file
         first_file_q = self._files[0][0] // unit if self._files else 0
+        files_end = self._files_end()
         q = start
+        if end > files_end:
+            yield from self.raw_chunks(start, max(0, files_end - start)) if start < files_end else ()
+            tail = memoryview(self._undispatched)
+            q = max(start, files_end)
+            yield q, tail[(q - files_end) * unit:(end - files_end) * unit]
+            return
         while q < end:
             index = (q - first_file_q) // per_file
             file_q = self._files[index][0] // unit

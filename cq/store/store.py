@@ -22,6 +22,7 @@ from ..readers import config as cfg
 from ..readers.commitlog import _SEALED_AGE_NS, CommitLog, Message
 from ..readers.consumequeue import ConsumeQueue
 from ..readers.ext import ConsumeQueueExt
+from . import undispatched
 
 #: Units handled per batch by :meth:`Store.consume`.
 CONSUME_BATCH = 1 << 16
@@ -256,6 +257,8 @@ class Store:
         # kept queues found quiet at their last refresh: what their refresh depended on (_queue_state)
         self._quiet: dict[tuple[str, int], tuple] = {}
         self._root_identity = _dir_identity(os.stat(self.root))  # what replaced() compares
+        # a crashed store: the units its broker's recovery would add, found on first use
+        self._undispatched: dict[tuple[str, int], tuple[int, bytes]] | None = None
         # readers are opened lazily; the lock makes threads sharing a Store open each one once
         self._open_lock = threading.RLock()
 
@@ -310,16 +313,35 @@ class Store:
         topic, queue_id = key
         cq = self._cqs.get(key)
         if cq is None:
-            d = os.path.join(self.root, fmt.CONSUME_QUEUE_DIR, topic, str(int(queue_id)))
-            if not os.path.isdir(d):
-                raise KeyError(f"no consume queue {topic}/{queue_id} in {self.root}")
-            cq = ConsumeQueue(d, file_size=self._cq_size, topic=topic, queue_id=int(queue_id))
-            if self.commit_log.files and self.commit_log.min_offset > 0:
-                # CommitLog files were deleted: the broker moves minLogicOffset past units
-                # whose records are gone (docs/formats.md#consumequeue-offsets)
-                cq.correct_min_offset(self.commit_log.min_offset)
+            cq = self._new_consume_queue(topic, queue_id)
             self._cqs[key] = cq
         return cq
+
+    def _new_consume_queue(self, topic: str, queue_id: int) -> ConsumeQueue:
+        """A new reader of one queue, as the broker sees the queue (every reader comes from here)."""
+        d = os.path.join(self.root, fmt.CONSUME_QUEUE_DIR, topic, str(int(queue_id)))
+        if not os.path.isdir(d):
+            raise KeyError(f"no consume queue {topic}/{queue_id} in {self.root}")
+        cq = ConsumeQueue(d, file_size=self._cq_size, topic=topic, queue_id=int(queue_id))
+        end, units = self._undispatched_units().get((topic, int(queue_id)), (None, b""))
+        if units and cq.max_offset == end:
+            cq.set_undispatched(units)  # what the broker's recovery dispatches (docs/reliability.md#undispatched)
+        if self.commit_log.files and self.commit_log.min_offset > 0:
+            # CommitLog files were deleted: the broker moves minLogicOffset past units
+            # whose records are gone (docs/formats.md#consumequeue-offsets)
+            cq.correct_min_offset(self.commit_log.min_offset)
+        return cq
+
+    def _undispatched_units(self) -> dict[tuple[str, int], tuple[int, bytes]]:
+        """For a crashed store no process holds: each queue's end and the units its broker's recovery
+        would add after it (:mod:`cq.store.undispatched`); otherwise nothing. Found once per Store."""
+        if self._undispatched is None:
+            self._undispatched = {}
+            if undispatched.crashed(self.root) and self.commit_log.files:
+                log = self.commit_log
+                self._undispatched = undispatched.undispatched_units(self.root, log, log.max_offset,
+                                                                     cq_file_size=self._cq_size)
+        return self._undispatched
 
     def ext(self, topic: str, queue_id: int) -> ConsumeQueueExt | None:
         """The :class:`ConsumeQueueExt` of (topic, queue_id), or None if the store has none."""
@@ -766,12 +788,7 @@ class Store:
         key = (topic, int(queue_id))
         if key in self._cqs:
             return self._cqs[key], self.ext(topic, queue_id) if with_ext else None
-        d = os.path.join(self.root, fmt.CONSUME_QUEUE_DIR, topic, str(int(queue_id)))
-        if not os.path.isdir(d):
-            raise KeyError(f"no consume queue {topic}/{queue_id} in {self.root}")
-        cqueue = ConsumeQueue(d, file_size=self._cq_size, topic=topic, queue_id=int(queue_id))
-        if self.commit_log.files and self.commit_log.min_offset > 0:
-            cqueue.correct_min_offset(self.commit_log.min_offset)
+        cqueue = self._new_consume_queue(topic, queue_id)
         if not with_ext or key in self._exts:
             return cqueue, self._exts[key] if with_ext else None
         d = os.path.join(self.root, fmt.CONSUME_QUEUE_EXT_DIR, topic, str(int(queue_id)))
