@@ -205,13 +205,16 @@ def pytest_collection_finish(session) -> None:
     when a `connect` test will run."""
     if session.config.option.collectonly:
         return
-    if any(i.get_closest_marker("broker") for i in session.items):
+    modules = {i.module.__name__ for i in session.items if i.get_closest_marker("broker")}
+    if modules:
         sys.path.insert(0, str(Path(__file__).parent / "broker"))
         try:
             import broker_support
         finally:
             sys.path.pop(0)
-        broker_support.start_in_background()
+        # the scenarios of the selected modules (test_broker_<scenario>.py)
+        broker_support.start_in_background([n for n in broker_support.CACHED_SCENARIOS
+                                            if any(m.endswith(f"test_broker_{n}") for m in modules)])
     _start_connect(session)
 
 

@@ -111,8 +111,8 @@ def _run_into_cache(name: str) -> None:
 def start(names=CACHED_SCENARIOS) -> None:
     """Starts, in the background, each named scenario that has no run for these sources yet.
 
-    The scenarios mostly wait (JVM start-ups, consumers draining), so the first broker test
-    starts them all at once and the later ones find them done.
+    The scenarios mostly wait (JVM start-ups, consumers draining), so the session starts those
+    of its selected tests at once, once they are collected (:func:`start_in_background`).
     """
     require_tools()
     todo = [n for n in names if n not in _RUNNING and not (_out(n) / "broker.json").exists()]
@@ -131,19 +131,19 @@ def start(names=CACHED_SCENARIOS) -> None:
 _BOOT: list[threading.Thread] = []
 
 
-def start_in_background() -> None:
+def start_in_background(names=CACHED_SCENARIOS) -> None:
     """:func:`start` without waiting for the harness build either: the session calls it once its
     tests are collected (tests/conftest.py), so the cached scenarios run while the suite's other
     tests do, and the broker tests (ordered last) find them done. A failure is reported by
     :func:`scenario`, in the test that needs the run; without Java or Maven nothing starts."""
-    if harness.missing_tools() or _BOOT:
+    if harness.missing_tools() or _BOOT or not names:
         return
 
     def boot() -> None:
         try:
-            start()
+            start(names)
         except BaseException as e:  # noqa: BLE001  (pytest.fail from the build: reported by scenario())
-            for name in CACHED_SCENARIOS:
+            for name in names:
                 _FAILED.setdefault(name, f"{type(e).__name__}: {e}")
 
     _BOOT.append(threading.Thread(target=boot, name="broker-boot", daemon=True))
@@ -158,7 +158,6 @@ def scenario(name: str) -> Run:
         boot.join()
     if name in _FAILED:
         pytest.fail(f"broker harness, scenario {name}: {_FAILED[name]}", pytrace=False)
-    start()
     start((name,))
     if name in _RUNNING:
         _RUNNING[name].join()
