@@ -12,7 +12,7 @@ ROOT = Path(__file__).resolve().parent.parent
 
 
 @contextlib.contextmanager
-def live_writer(store: Path, seconds: float, rate: float = 0.0):
+def live_writer(store: Path, seconds: float, rate: float = 0.0, min_files: int = 0, until: Path | None = None):
     """Run the writer for ``seconds``; yields the process once its first messages are on disk.
 
     On exit the writer is waited for (it stops by itself) and killed if it overruns.
@@ -22,12 +22,16 @@ def live_writer(store: Path, seconds: float, rate: float = 0.0):
     args = [sys.executable, str(ROOT / "tests" / "live_writer.py"), str(store), str(seconds)]
     if rate:
         args += ["--rate", str(rate)]
+    if min_files:
+        args += ["--min-files", str(min_files)]
+    if until is not None:
+        args += ["--until", str(until)]
     proc = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
     try:
         line = proc.stdout.readline()
         assert line.strip() == "started", (line, proc.stderr.read() if proc.poll() is not None else "")
         yield proc
-        out, err = proc.communicate(timeout=seconds + 30)
+        out, err = proc.communicate(timeout=seconds + 120)
         assert proc.returncode == 0, err
         proc.counts = json.loads(out.strip().splitlines()[-1])
     finally:

@@ -1,6 +1,8 @@
 """A stand-in broker for the live-store tests: appends to a store for a bounded time.
 
-Run as ``python tests/live_writer.py ROOT SECONDS [--rate N]``. Messages go to
+Run as ``python tests/live_writer.py ROOT SECONDS [--rate N] [--min-files N] [--until PATH]``:
+after SECONDS it goes on until the CommitLog has ``--min-files`` files and ``PATH`` exists (the
+test's reader says it has read enough), however slow the machine. Messages go to
 topic ``LiveTopic`` (queues 0-1 from the start, queues 2-3 appearing after a
 third of the run) and ``LiveOther`` (appearing after half of it); each has a
 ``seq`` property (its number in its queue, from 0), ``color`` red/blue
@@ -14,6 +16,7 @@ queue as JSON when done.
 from __future__ import annotations
 
 import json
+import os
 import sys
 import time
 
@@ -28,13 +31,20 @@ SIZES = {"commit_log_file_size": 64 << 10, "consume_queue_file_size": 20 * 200, 
 def main(argv: list[str]) -> int:
     root, seconds = argv[0], float(argv[1])
     rate = float(argv[argv.index("--rate") + 1]) if "--rate" in argv else 0.0
+    min_files = int(argv[argv.index("--min-files") + 1]) if "--min-files" in argv else 0
+    until = argv[argv.index("--until") + 1] if "--until" in argv else None
+    commit_log = os.path.join(root, "commitlog")
+
+    def more() -> bool:  # after SECONDS: until the CommitLog has min_files files and the until file exists
+        return len(os.listdir(commit_log)) < min_files or (until is not None and not os.path.exists(until))
+
     counts: dict[str, int] = {}
     with StoreWriter(root, enable_ext=True, **SIZES) as w:
         w.register_group(TOPIC, GROUP, SQL)
         w.register_group(OTHER, GROUP, SQL)
         t0 = time.monotonic()
         n = 0
-        while (elapsed := time.monotonic() - t0) < seconds:
+        while (elapsed := time.monotonic() - t0) < seconds or more():
             queues = [(TOPIC, 0), (TOPIC, 1)]
             if elapsed > seconds / 3:
                 queues += [(TOPIC, 2), (TOPIC, 3)]

@@ -48,7 +48,8 @@ def _check_cut_read(store, cut, previous: dict) -> dict:
 def test_cut_reads_are_consistent_while_a_writer_appends(tmp_path):
     root = tmp_path / "store"
     passes = 0
-    with live_writer(root, 3.0) as proc:
+    enough = tmp_path / "enough"  # the writer goes on until three passes read while it wrote
+    with live_writer(root, 3.0, min_files=4, until=enough) as proc:
         kept = cq.Store(root)  # one Store for the whole run: refresh="always" follows the broker
         frozen = cq.Store(root, refresh="never")
         frozen_counts = None
@@ -68,6 +69,8 @@ def test_cut_reads_are_consistent_while_a_writer_appends(tmp_path):
             assert frozen_counts in (None, got)
             frozen_counts = got
             passes += 1
+            if passes == 3:
+                enough.touch()
     assert passes >= 3
     # once the writer is done, a read sees everything it wrote, new queues and topics included
     final = kept.cut()
