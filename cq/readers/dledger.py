@@ -1,0 +1,270 @@
+"""DLedger CommitLog: CommitLog records inside DLedger entries (docs/formats.md#dledger-commitlog).
+
+A broker with ``enableDLegerCommitLog=true`` keeps its log in ``{root}/dledger-{selfId}/data/``:
+a mapped-file queue like ``commitlog/`` whose files hold DLedger entries, each a 48-byte header
+then one ordinary CommitLog record as its body (docs/formats.md#dledger-entry). The record's
+PHYSICALOFFSET, and every ConsumeQueue unit pointing at it, is the offset of the body, so a
+record is read at its offset exactly as in a classic log: :class:`DLedgerCommitLog` is a
+:class:`~cq.readers.commitlog.CommitLog` whose random reads (``read_message``,
+``decode_columns``, ``gather_properties``) are the classic ones, through the same decoder
+and kernels; only walking the log (recovery, ``messages``, ``column_batches``) steps over
+entry headers.
+
+A store migrated to DLedger keeps its old ``commitlog/`` below ``dividedCommitlogOffset``,
+the start of the first DLedger file (docs/formats.md#dledger-migrated): files below it are
+read as classic files, the rest as DLedger files, one logical byte space.
+"""
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+
+import numpy as np
+
+from .. import format as fmt
+from ..errors import StoreFormatError
+from ..kernels import _record
+from .columns import MessageColumns
+from .commitlog import CommitLog, decode_message
+
+__all__ = ["DLedgerCommitLog"]
+
+_HEADER = fmt.DLEDGER_ENTRY_HEADER_STRUCT
+_BODY = fmt.DLEDGER_BODY_OFFSET
+_BLANK_HEAD = fmt.RECORD_HEAD_STRUCT  # magic i32 then size i32: two ints, as the classic blank
+
+# walk statuses, as the classic kernel's (cq/kernels/_record_py.py:record_positions)
+_END, _BLANK, _INVALID, _FULL = 0, 1, 2, 3
+
+
+def scan_entries(buf: np.ndarray, file_start: int, pos: int, limit: int, *, check_crc: bool = False,
+                 max_records: int = -1, last_index: int | None = None):
+    """Walk the DLedger entries of one file from ``pos`` (docs/formats.md#dledger-entry).
+
+    Returns ``(record_positions, position, status, reason, last_index)``: the file positions
+    of the records inside the valid entries passed (entry position + 48; NOOP entries hold
+    none), where the walk stopped, and why: 0 end of data (unwritten space, or fewer than 8
+    bytes before ``limit``), 1 a blank filling the rest of the file, 2 an invalid entry at
+    ``position`` (``reason`` says what), 3 ``max_records`` found. ``last_index`` is the
+    DLedger index of the last entry passed (entries count up by one).
+    """
+    out: list[int] = []
+    while True:
+        if len(out) == max_records:
+            return out, pos, _FULL, None, last_index
+        if limit - pos < fmt.DLEDGER_MIN_BLANK_LEN:
+            return out, pos, _END, None, last_index
+        magic, size = _BLANK_HEAD.unpack_from(buf, pos)
+        if magic == fmt.DLEDGER_BLANK_MAGIC_CODE:
+            if size >= fmt.DLEDGER_MIN_BLANK_LEN and pos + size == len(buf):
+                return out, pos, _BLANK, None, last_index
+            if size >= fmt.DLEDGER_MIN_BLANK_LEN and pos + size <= limit:
+                pos += size  # a blank inside a file: DLedger's recovery steps over it
+                continue
+            return out, pos, _INVALID, f"DLedger blank of size {size} does not end inside the file", last_index
+        if size == 0 and magic == 0:
+            return out, pos, _END, None, last_index
+        reason = _entry_problem(buf, file_start, pos, limit, magic, size, last_index)
+        if reason is not None:
+            return out, pos, _INVALID, reason, last_index
+        index = _HEADER.unpack_from(buf, pos)[2]
+        end = pos + size
+        if magic == fmt.DLEDGER_MAGIC_NORMAL:  # NOOP and CONFIG_CHANGE entries hold no record
+            walked, _, records = _record.commit_log_walk(buf[:end], pos + _BODY)
+            if records != 1 or walked != end:
+                return out, pos, _INVALID, "the DLedger entry's body is not one CommitLog record", last_index
+            if check_crc and _record.body_crc_mismatch(buf, pos + _BODY, end) >= 0:
+                return out, pos, _INVALID, "the record in the DLedger entry fails its body CRC", last_index
+            out.append(pos + _BODY)
+        last_index = index
+        pos = end
+
+
+def _entry_problem(buf, file_start: int, pos: int, limit: int, magic: int, size: int,
+                   last_index: int | None) -> str | None:
+    """Why the entry header at ``pos`` is not valid (DLedgerMmapFileStore's recovery checks), or None."""
+    if magic not in fmt.DLEDGER_ENTRY_MAGICS:
+        return f"unknown DLedger entry magic {magic}"
+    if size < _BODY or pos + size > limit:
+        return f"DLedger entry size {size} does not fit (header {_BODY} B, {limit - pos} B left in the file)"
+    _, _, index, _, entry_pos, _, _, _, body_len = _HEADER.unpack_from(buf, pos)
+    if body_len + _BODY != size:
+        return f"DLedger entry size {size} != bodyLen {body_len} + {_BODY}"
+    if entry_pos != file_start + pos:
+        return f"DLedger entry pos field {entry_pos} is not its offset {file_start + pos}"
+    if last_index is not None and index != last_index + 1:
+        return f"DLedger entry index {index} does not follow {last_index}"
+    if magic == fmt.DLEDGER_MAGIC_NORMAL and body_len == 0:
+        return "DLedger NORMAL entry without a body"
+    return None
+
+
+class DLedgerCommitLog(CommitLog):
+    """Read-only view of a DLedger CommitLog (``dledger-{selfId}/data/``), with the classic
+    ``commitlog/`` of a migrated store below it.
+
+    Parameters
+    ----------
+    directory : str or os.PathLike
+        The DLedger data directory.
+    classic_directory : str or os.PathLike, optional
+        The store's ``commitlog/``: its files below the first DLedger file are the log before
+        the migration (``dividedCommitlogOffset``).
+    file_size, check_crc_on_recover
+        As :class:`~cq.readers.commitlog.CommitLog`.
+    """
+
+    def __init__(self, directory: str | os.PathLike, *, classic_directory: str | os.PathLike | None = None,
+                 file_size: int | None = None, check_crc_on_recover: bool = True) -> None:
+        self.classic_directory = None if classic_directory is None else os.fspath(classic_directory)
+        super().__init__(directory, file_size=file_size, check_crc_on_recover=check_crc_on_recover)
+
+    def __repr__(self) -> str:
+        return (f"DLedgerCommitLog({self.directory!r}, files={len(self._files)}, file_size={self.file_size}, "
+                f"divided_offset={self.divided_offset})")
+
+    def _reopen_kwargs(self) -> dict:
+        return {**super()._reopen_kwargs(), "classic_directory": self.classic_directory}
+
+    def _list_files(self, file_size: int | None) -> tuple[list[tuple[int, str]], int]:
+        for attempt in range(3):
+            try:
+                entries = fmt.list_queue_files(self.directory)
+                divided = entries[0][0] if entries else None
+                classic = []
+                if self.classic_directory is not None:
+                    classic = [(s, p) for s, p in fmt.list_queue_files(self.classic_directory)
+                               if divided is None or s < divided]
+                self._divided = divided if divided is not None else (
+                    classic[-1][0] + os.path.getsize(classic[-1][1]) if classic else 0)
+                return fmt.check_queue_files(classic + entries, file_size, kind="CommitLog")
+            except FileNotFoundError:
+                if attempt == 2:
+                    raise
+        raise AssertionError("unreachable")  # pragma: no cover
+
+    @property
+    def divided_offset(self) -> int:
+        """``dividedCommitlogOffset``: where the DLedger entries start (classic records below it)."""
+        return self._divided
+
+    def _is_dledger(self, index: int) -> bool:
+        return self._files[index][0] >= self._divided
+
+    def _scan(self, index: int, pos: int, limit: int, *, check_crc: bool = False, max_records: int = -1,
+              last_index: int | None = None):
+        return scan_entries(self._u8(index), self._files[index][0], pos, limit, check_crc=check_crc,
+                            max_records=max_records, last_index=last_index)
+
+    def _walk_file(self, index: int, check_crc: bool, pos: int = 0) -> tuple[int, int, int]:
+        if not self._is_dledger(index):
+            return super()._walk_file(index, check_crc, pos)
+        records, pos, status, _, _ = self._scan(index, pos, self.file_size, check_crc=check_crc)
+        self._drop_resident(index)
+        return pos, status, len(records)
+
+    def _strict_error(self, index: int, pos: int, status: int, reason: str | None) -> StoreFormatError | None:
+        """The error a strict walk raises where the entries of file ``index`` stopped, or None."""
+        path = self._files[index][1]
+        if status == _INVALID:
+            body = pos + _BODY
+            if reason and reason.startswith("the DLedger entry's body") and body < self.file_size:
+                try:  # the record's own error names what is wrong in it, at its offset
+                    size = _BLANK_HEAD.unpack_from(self._u8(index), pos)[1]
+                    decode_message(self._u8(index), body, pos + size, path=path)
+                except StoreFormatError as exc:
+                    return exc
+            return StoreFormatError(reason or "invalid DLedger entry", path, pos)
+        if index != len(self._files) - 1:
+            if self.file_size - pos < fmt.DLEDGER_MIN_BLANK_LEN:
+                return StoreFormatError("fewer than 8 bytes left and no DLedger blank", path, pos)
+            return StoreFormatError("unwritten space before the last commit-log file (missing DLedger blank)",
+                                    path, pos)
+        return None
+
+    def _walk(self, index: int = 0, *, strict: bool, verify_crc: bool | str = False):
+        recovered_end = None if strict else self.max_offset
+        last_index = None
+        while index < len(self._files):
+            if not self._is_dledger(index):
+                for item in super()._walk(index, strict=strict, verify_crc=verify_crc):
+                    if item[2] == "blank" or item[2] == "end":
+                        if item[2] == "end":
+                            yield item
+                            return
+                        break
+                    yield item
+                index += 1
+                continue
+            start, path = self._files[index]
+            limit = self.file_size if recovered_end is None else max(0, min(self.file_size, recovered_end - start))
+            records, pos, status, reason, last_index = self._scan(index, 0, limit, last_index=last_index)
+            buf = self._u8(index)
+            for at in records:
+                msg = decode_message(buf, at, self.file_size, path=path, file_start=start, verify_crc=verify_crc)
+                yield msg, start + at + msg.store_size, "message"
+            self._drop_resident(index)
+            if status == _BLANK:
+                yield None, start + self.file_size, "blank"
+                index += 1
+                continue
+            if strict:
+                error = self._strict_error(index, pos, status, reason)
+                if error is not None:
+                    raise error
+            yield None, start + pos, "end"
+            return
+
+    def column_batches(self, fields=None, *, strict: bool = True, batch_records: int = 65536,
+                       decompress_body: bool = False) -> Iterator[MessageColumns]:
+        """Every record in log order, as :meth:`decode_columns` batches (entries' records, classic
+        files below :attr:`divided_offset` as :class:`~cq.readers.commitlog.CommitLog` reads them)."""
+        recovered_end = None if strict else self.max_offset
+        last_index = None
+        for index in range(len(self._files)):
+            start = self._files[index][0]
+            limit = self.file_size if recovered_end is None else max(0, min(self.file_size, recovered_end - start))
+            if not self._is_dledger(index):
+                status = yield from self._classic_file_batches(index, fields, strict, batch_records,
+                                                               decompress_body, limit)
+                if status != _BLANK:
+                    return
+                continue
+            pos = 0
+            while True:
+                records, pos, status, reason, last_index = self._scan(
+                    index, pos, limit, max_records=batch_records, last_index=last_index)
+                if records:
+                    yield self.decode_columns(np.asarray(records, dtype=np.int64) + start, fields,
+                                              decompress_body=decompress_body)
+                    self._drop_resident(index)
+                if status == _FULL:
+                    continue
+                break
+            if status == _BLANK:
+                continue
+            if strict:
+                error = self._strict_error(index, pos, status, reason)
+                if error is not None:
+                    raise error
+            return
+
+    def _classic_file_batches(self, index, fields, strict, batch_records, decompress_body, limit):
+        """The classic records of file ``index`` (below :attr:`divided_offset`) in batches; returns
+        the walk's status there (1: its blank record, the log goes on)."""
+        start, path = self._files[index]
+        buf = self._u8(index)
+        pos = 0
+        while True:
+            positions, pos, status = _record.record_positions(buf, pos, limit, batch_records)
+            if len(positions):
+                yield self.decode_columns(positions + start, fields, decompress_body=decompress_body)
+                self._drop_resident(index)
+            if status == _FULL:
+                continue
+            if status == _INVALID and strict:
+                decode_message(buf, pos, limit, path=path, file_start=start)  # raises its error
+            if status != _BLANK and strict:
+                raise StoreFormatError("classic commit-log file below dividedCommitlogOffset does not end "
+                                       "with a blank record", path, pos)
+            return status
