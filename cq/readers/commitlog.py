@@ -19,6 +19,7 @@ from ..kernels import _decode, _inflate, _objects, _record
 from . import columns as _columns
 from ._mapped import MappedFileQueue
 from .columns import MessageColumns
+from .entry import ReaderEntry
 
 _HOSTS: dict[tuple[bytes, int], str] = {}
 
@@ -762,3 +763,14 @@ class CommitLog(MappedFileQueue):
         """Release the mapped files."""
         self._arrays.clear()
         super().close()
+
+
+# This reader's registry entry (docs/contributing.md#add-a-reader).
+READERS = (
+    ReaderEntry(
+        "CommitLog",
+        lambda root: CommitLog(os.path.join(root, fmt.COMMIT_LOG_DIR)),
+        lambda root: [path for _, path in fmt.list_queue_files(os.path.join(root, fmt.COMMIT_LOG_DIR))],
+        lambda log: [m.commit_log_offset for m in log.messages()],
+    ),
+)

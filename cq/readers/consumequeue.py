@@ -8,6 +8,7 @@ import numpy as np
 
 from .. import format as fmt
 from ._mapped import MappedFileQueue
+from .entry import ReaderEntry, last_queue, queue_files
 
 #: Units the recovery scan tests first (204 units = 4080 bytes, one page), doubling up to
 #: :data:`_RECOVER_CHUNK` (16384 units = 320 KB).
@@ -258,3 +259,18 @@ class ConsumeQueue(MappedFileQueue):
                 return path, queue_offset * unit - start
         return self.directory, queue_offset * unit
 
+
+def _open_last_queue(root: str) -> ConsumeQueue:
+    topic, q = last_queue(root, fmt.CONSUME_QUEUE_DIR)
+    return ConsumeQueue(os.path.join(root, fmt.CONSUME_QUEUE_DIR, topic, str(q)), topic=topic, queue_id=q)
+
+
+# This reader's registry entry (docs/contributing.md#add-a-reader).
+READERS = (
+    ReaderEntry(
+        "ConsumeQueue",
+        _open_last_queue,
+        queue_files(fmt.CONSUME_QUEUE_DIR),
+        lambda queue: queue.read().tolist(),
+    ),
+)

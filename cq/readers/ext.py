@@ -11,6 +11,7 @@ from .. import format as fmt
 from ..errors import StoreFormatError
 from ..kernels import _ext, kernel_array
 from ._mapped import MappedFileQueue
+from .entry import ReaderEntry, last_queue, queue_files
 
 
 class CqExtUnit(NamedTuple):
@@ -351,3 +352,18 @@ class ConsumeQueueExt(MappedFileQueue):
                 int(pos[bad[0]]),
             )
 
+
+def _open_last_queue(root: str) -> ConsumeQueueExt:
+    topic, q = last_queue(root, fmt.CONSUME_QUEUE_EXT_DIR)
+    return ConsumeQueueExt(os.path.join(root, fmt.CONSUME_QUEUE_EXT_DIR, topic, str(q)))
+
+
+# This reader's registry entry (docs/contributing.md#add-a-reader).
+READERS = (
+    ReaderEntry(
+        "ConsumeQueueExt",
+        _open_last_queue,
+        queue_files(fmt.CONSUME_QUEUE_EXT_DIR),
+        lambda ext: [(address, unit) for address, unit in ext.units()],
+    ),
+)

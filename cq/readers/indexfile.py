@@ -35,6 +35,7 @@ import numpy as np
 
 from .. import format as fmt
 from ..errors import StoreFormatError
+from .entry import ReaderEntry
 
 __all__ = [
     "DEFAULT_INDEX_NUM",
@@ -312,3 +313,19 @@ class IndexFiles:
             if f.header.begin_timestamp < begin:
                 break
         return out
+
+
+def _index_files(root: str) -> list[str]:
+    directory = os.path.join(root, INDEX_DIR)
+    return [os.path.join(directory, n) for n in sorted(os.listdir(directory)) if n.isdigit()]
+
+
+# This reader's registry entry (docs/contributing.md#add-a-reader).
+READERS = (
+    ReaderEntry(
+        "IndexFiles",
+        IndexFiles,
+        _index_files,
+        lambda index: [list(f.entries()) for f in index.files],
+    ),
+)

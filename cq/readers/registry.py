@@ -1,93 +1,40 @@
-"""Every store-file reader, declared once (docs/contributing.md#add-a-reader).
+"""Every store-file reader, collected from the reader modules (docs/contributing.md#add-a-reader).
 
-Each :class:`ReaderEntry` says how to open its reader over a store directory, which files that
-reader reads there, and how to read it whole. The generic tests (pickling and threads, the
-read-only proof, corrupt files, the fuzz sweeps) run over :data:`READERS`, so a new reader is
-covered by adding its entry here.
+Each reader module of ``cq.readers`` declares its own ``READERS = (ReaderEntry(...),)``
+(:class:`cq.readers.entry.ReaderEntry`: how to open the reader over a store directory, which
+files it reads there, and how to read it whole). :data:`READERS` here is all of them, in the
+order of their module names; modules whose name starts with ``_`` are skipped. The generic tests
+(pickling and threads, the read-only proof, corrupt files, the fuzz sweeps) run over
+:data:`READERS`, so a new reader is covered by the entry in its own module.
 """
 from __future__ import annotations
 
-import os
-from collections.abc import Callable
-from dataclasses import dataclass
-from typing import Any
+import importlib
+import pkgutil
 
-from ..format import COMMIT_LOG_DIR, CONSUME_QUEUE_DIR, CONSUME_QUEUE_EXT_DIR, list_queue_files
-from .commitlog import CommitLog
-from .consumequeue import ConsumeQueue
-from .ext import ConsumeQueueExt
-from .indexfile import INDEX_DIR, IndexFiles
+from .entry import ReaderEntry
 
 __all__ = ["READERS", "ReaderEntry"]
 
-
-@dataclass(frozen=True)
-class ReaderEntry:
-    """One reader: ``open(root)`` over a store directory, the ``files(root)`` it reads there,
-    and ``read_all(reader)``, everything it reads as plain values (equal for equal files)."""
-
-    name: str
-    open: Callable[[str], Any]
-    files: Callable[[str], list[str]]
-    read_all: Callable[[Any], Any]
-
-    def __repr__(self) -> str:
-        return self.name
+_PACKAGE = __name__.rpartition(".")[0]
 
 
-def _last_queue(root: str, kind: str) -> tuple[str, int]:
-    """The first topic's highest queue of ``root/kind`` (the golden store's GoldenFilterTopic/1)."""
-    top = os.path.join(root, kind)
-    topic = min(os.listdir(top))
-    queue_id = max(int(q) for q in os.listdir(os.path.join(top, topic)) if q.isdigit())
-    return topic, queue_id
+def _collect() -> tuple[ReaderEntry, ...]:
+    """The ``READERS`` of every public module of the package, sorted by module name."""
+    package = importlib.import_module(_PACKAGE)
+    names = sorted(info.name for info in pkgutil.iter_modules(package.__path__))
+    entries: list[ReaderEntry] = []
+    for name in names:
+        if name.startswith("_") or f"{_PACKAGE}.{name}" == __name__:
+            continue
+        declared = getattr(importlib.import_module(f"{_PACKAGE}.{name}"), "READERS", ())
+        for entry in declared:
+            if not isinstance(entry, ReaderEntry):
+                raise TypeError(f"{_PACKAGE}.{name}.READERS holds {entry!r}, not a ReaderEntry")
+            if any(entry.name == seen.name for seen in entries):
+                raise ValueError(f"{_PACKAGE}.{name}.READERS declares {entry.name!r} a second time")
+            entries.append(entry)
+    return tuple(entries)
 
 
-def _open_consume_queue(root: str) -> ConsumeQueue:
-    topic, q = _last_queue(root, CONSUME_QUEUE_DIR)
-    return ConsumeQueue(os.path.join(root, CONSUME_QUEUE_DIR, topic, str(q)), topic=topic, queue_id=q)
-
-
-def _open_ext(root: str) -> ConsumeQueueExt:
-    topic, q = _last_queue(root, CONSUME_QUEUE_EXT_DIR)
-    return ConsumeQueueExt(os.path.join(root, CONSUME_QUEUE_EXT_DIR, topic, str(q)))
-
-
-def _queue_files(kind: str) -> Callable[[str], list[str]]:
-    def files(root: str) -> list[str]:
-        topic, q = _last_queue(root, kind)
-        return [path for _, path in list_queue_files(os.path.join(root, kind, topic, str(q)))]
-    return files
-
-
-def _index_files(root: str) -> list[str]:
-    directory = os.path.join(root, INDEX_DIR)
-    return [os.path.join(directory, n) for n in sorted(os.listdir(directory)) if n.isdigit()]
-
-
-READERS: tuple[ReaderEntry, ...] = (
-    ReaderEntry(
-        "CommitLog",
-        lambda root: CommitLog(os.path.join(root, COMMIT_LOG_DIR)),
-        lambda root: [path for _, path in list_queue_files(os.path.join(root, COMMIT_LOG_DIR))],
-        lambda log: [m.commit_log_offset for m in log.messages()],
-    ),
-    ReaderEntry(
-        "ConsumeQueue",
-        _open_consume_queue,
-        _queue_files(CONSUME_QUEUE_DIR),
-        lambda queue: queue.read().tolist(),
-    ),
-    ReaderEntry(
-        "ConsumeQueueExt",
-        _open_ext,
-        _queue_files(CONSUME_QUEUE_EXT_DIR),
-        lambda ext: [(address, unit) for address, unit in ext.units()],
-    ),
-    ReaderEntry(
-        "IndexFiles",
-        IndexFiles,
-        _index_files,
-        lambda index: [list(f.entries()) for f in index.files],
-    ),
-)
+READERS: tuple[ReaderEntry, ...] = _collect()
