@@ -26,6 +26,7 @@ from ..errors import StoreFormatError
 from ..kernels import _record
 from .columns import MessageColumns
 from .commitlog import CommitLog, decode_message
+from .entry import ReaderEntry
 
 __all__ = ["DLedgerCommitLog"]
 
@@ -268,3 +269,23 @@ class DLedgerCommitLog(CommitLog):
                 raise StoreFormatError("classic commit-log file below dividedCommitlogOffset does not end "
                                        "with a blank record", path, pos)
             return status
+
+
+def _open_entry(root: str) -> DLedgerCommitLog:
+    """The DLedger log of store ``root`` (its one ``dledger-*/data``), the classic files below it."""
+    names = sorted(n for n in os.listdir(root) if n.startswith(fmt.DLEDGER_DIR_PREFIX))
+    return DLedgerCommitLog(os.path.join(root, names[0], fmt.DLEDGER_DATA_DIR),
+                            classic_directory=os.path.join(root, fmt.COMMIT_LOG_DIR))
+
+
+def _entry_files(root: str) -> list[str]:
+    with _open_entry(root) as log:
+        return [path for _, path in log.files]
+
+
+# This reader's registry entry (docs/contributing.md#add-a-reader): swept over the migrated
+# store, so its classic files below dividedCommitlogOffset are read too.
+READERS = (
+    ReaderEntry("DLedgerCommitLog", _open_entry, _entry_files,
+                lambda log: [m.commit_log_offset for m in log.messages()], store="dledger_migrated_store"),
+)
