@@ -190,3 +190,15 @@ def test_a_noop_entry_holds_no_record(tmp_path):
     with closing(cq.Store(src)) as store:
         assert len(list(store.commit_log.messages())) == 300
         assert store.commit_log.max_offset == start + end + fmt.DLEDGER_BODY_OFFSET
+
+
+def test_the_writers_refuse_a_dledger_store(tmp_path):
+    """StoreWriter and rebuild_bitmaps write classic CommitLogs: beside a DLedger log, readers
+    would not find those records, so they refuse it instead."""
+    root = tmp_path / "store"
+    shutil.copytree(DLEDGER, root)
+    with pytest.raises(cq.UnsupportedLayoutError, match="DLedger CommitLog"):
+        cq.StoreWriter(root, append=True)
+    with pytest.raises(cq.UnsupportedLayoutError, match="DLedger CommitLog"):
+        cq.rebuild_bitmaps(root, tmp_path / "rebuilt", [])
+    assert not (root / fmt.COMMIT_LOG_DIR).exists()
