@@ -189,12 +189,11 @@ class DLedgerCommitLog(CommitLog):
         while index < len(self._files):
             if not self._is_dledger(index):
                 for item in super()._walk(index, strict=strict, verify_crc=verify_crc):
-                    if item[2] == "blank" or item[2] == "end":
-                        if item[2] == "end":
-                            yield item
-                            return
-                        break
                     yield item
+                    if item[2] == "end":
+                        return
+                    if item[2] == "blank":  # on to the next file, which may be the first DLedger one
+                        break
                 index += 1
                 continue
             start, path = self._files[index]
