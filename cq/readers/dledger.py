@@ -19,11 +19,9 @@ from __future__ import annotations
 import os
 from collections.abc import Iterator
 
-import numpy as np
-
 from .. import format as fmt
 from ..errors import StoreFormatError
-from ..kernels import _record
+from ..kernels import _dledger, _record
 from .columns import MessageColumns
 from .commitlog import CommitLog, decode_message
 from .entry import ReaderEntry
@@ -36,68 +34,6 @@ _BLANK_HEAD = fmt.RECORD_HEAD_STRUCT  # magic i32 then size i32: two ints, as th
 
 # walk statuses, as the classic kernel's (cq/kernels/_record_py.py:record_positions)
 _END, _BLANK, _INVALID, _FULL = 0, 1, 2, 3
-
-
-def scan_entries(buf: np.ndarray, file_start: int, pos: int, limit: int, *, check_crc: bool = False,
-                 max_records: int = -1, last_index: int | None = None):
-    """Walk the DLedger entries of one file from ``pos`` (docs/formats.md#dledger-entry).
-
-    Returns ``(record_positions, position, status, reason, last_index)``: the file positions
-    of the records inside the valid entries passed (entry position + 48; NOOP entries hold
-    none), where the walk stopped, and why: 0 end of data (unwritten space, or fewer than 8
-    bytes before ``limit``), 1 a blank filling the rest of the file, 2 an invalid entry at
-    ``position`` (``reason`` says what), 3 ``max_records`` found. ``last_index`` is the
-    DLedger index of the last entry passed (entries count up by one).
-    """
-    out: list[int] = []
-    while True:
-        if len(out) == max_records:
-            return out, pos, _FULL, None, last_index
-        if limit - pos < fmt.DLEDGER_MIN_BLANK_LEN:
-            return out, pos, _END, None, last_index
-        magic, size = _BLANK_HEAD.unpack_from(buf, pos)
-        if magic == fmt.DLEDGER_BLANK_MAGIC_CODE:
-            if size >= fmt.DLEDGER_MIN_BLANK_LEN and pos + size == len(buf):
-                return out, pos, _BLANK, None, last_index
-            if size >= fmt.DLEDGER_MIN_BLANK_LEN and pos + size <= limit:
-                pos += size  # a blank inside a file: DLedger's recovery steps over it
-                continue
-            return out, pos, _INVALID, f"DLedger blank of size {size} does not end inside the file", last_index
-        if size == 0 and magic == 0:
-            return out, pos, _END, None, last_index
-        reason = _entry_problem(buf, file_start, pos, limit, magic, size, last_index)
-        if reason is not None:
-            return out, pos, _INVALID, reason, last_index
-        index = _HEADER.unpack_from(buf, pos)[2]
-        end = pos + size
-        if magic == fmt.DLEDGER_MAGIC_NORMAL:  # NOOP and CONFIG_CHANGE entries hold no record
-            walked, _, records = _record.commit_log_walk(buf[:end], pos + _BODY)
-            if records != 1 or walked != end:
-                return out, pos, _INVALID, "the DLedger entry's body is not one CommitLog record", last_index
-            if check_crc and _record.body_crc_mismatch(buf, pos + _BODY, end) >= 0:
-                return out, pos, _INVALID, "the record in the DLedger entry fails its body CRC", last_index
-            out.append(pos + _BODY)
-        last_index = index
-        pos = end
-
-
-def _entry_problem(buf, file_start: int, pos: int, limit: int, magic: int, size: int,
-                   last_index: int | None) -> str | None:
-    """Why the entry header at ``pos`` is not valid (DLedgerMmapFileStore's recovery checks), or None."""
-    if magic not in fmt.DLEDGER_ENTRY_MAGICS:
-        return f"unknown DLedger entry magic {magic}"
-    if size < _BODY or pos + size > limit:
-        return f"DLedger entry size {size} does not fit (header {_BODY} B, {limit - pos} B left in the file)"
-    _, _, index, _, entry_pos, _, _, _, body_len = _HEADER.unpack_from(buf, pos)
-    if body_len + _BODY != size:
-        return f"DLedger entry size {size} != bodyLen {body_len} + {_BODY}"
-    if entry_pos != file_start + pos:
-        return f"DLedger entry pos field {entry_pos} is not its offset {file_start + pos}"
-    if last_index is not None and index != last_index + 1:
-        return f"DLedger entry index {index} does not follow {last_index}"
-    if magic == fmt.DLEDGER_MAGIC_NORMAL and body_len == 0:
-        return "DLedger NORMAL entry without a body"
-    return None
 
 
 class DLedgerCommitLog(CommitLog):
@@ -153,9 +89,10 @@ class DLedgerCommitLog(CommitLog):
         return self._files[index][0] >= self._divided
 
     def _scan(self, index: int, pos: int, limit: int, *, check_crc: bool = False, max_records: int = -1,
-              last_index: int | None = None):
-        return scan_entries(self._u8(index), self._files[index][0], pos, limit, check_crc=check_crc,
-                            max_records=max_records, last_index=last_index)
+              last_index: int = -1):
+        """The entry walk kernel over file ``index`` (cq/kernels/_dledger_py.py:dledger_scan)."""
+        return _dledger.dledger_scan(self._u8(index), self._files[index][0], pos, limit, check_crc, max_records,
+                                     last_index)
 
     def _walk_file(self, index: int, check_crc: bool, pos: int = 0) -> tuple[int, int, int]:
         if not self._is_dledger(index):
@@ -185,7 +122,7 @@ class DLedgerCommitLog(CommitLog):
 
     def _walk(self, index: int = 0, *, strict: bool, verify_crc: bool | str = False):
         recovered_end = None if strict else self.max_offset
-        last_index = None
+        last_index = -1
         while index < len(self._files):
             if not self._is_dledger(index):
                 for item in super()._walk(index, strict=strict, verify_crc=verify_crc):
@@ -200,7 +137,7 @@ class DLedgerCommitLog(CommitLog):
             limit = self.file_size if recovered_end is None else max(0, min(self.file_size, recovered_end - start))
             records, pos, status, reason, last_index = self._scan(index, 0, limit, last_index=last_index)
             buf = self._u8(index)
-            for at in records:
+            for at in records.tolist():
                 msg = decode_message(buf, at, self.file_size, path=path, file_start=start, verify_crc=verify_crc)
                 yield msg, start + at + msg.store_size, "message"
             self._drop_resident(index)
@@ -220,7 +157,7 @@ class DLedgerCommitLog(CommitLog):
         """Every record in log order, as :meth:`decode_columns` batches (entries' records, classic
         files below :attr:`divided_offset` as :class:`~cq.readers.commitlog.CommitLog` reads them)."""
         recovered_end = None if strict else self.max_offset
-        last_index = None
+        last_index = -1
         for index in range(len(self._files)):
             start = self._files[index][0]
             limit = self.file_size if recovered_end is None else max(0, min(self.file_size, recovered_end - start))
@@ -234,8 +171,8 @@ class DLedgerCommitLog(CommitLog):
             while True:
                 records, pos, status, reason, last_index = self._scan(
                     index, pos, limit, max_records=batch_records, last_index=last_index)
-                if records:
-                    yield self.decode_columns(np.asarray(records, dtype=np.int64) + start, fields,
+                if len(records):
+                    yield self.decode_columns(records + start, fields,
                                               decompress_body=decompress_body)
                     self._drop_resident(index)
                 if status == _FULL:
