@@ -152,3 +152,13 @@ def test_inspect_prints_the_mode(capsys):
     assert "2 topic(s), 300 message(s) in consume queues" in out
     assert cli.main(["inspect", "--json", str(DATA / "dledger_store")]) == 0
     assert json.loads(capsys.readouterr().out)["layout"]["commit_log"] == "dledger"
+
+
+def test_a_broken_topics_json_does_not_stop_the_store_from_opening(copy):
+    """Mode detection reads topics.json for BatchCQ topics; a broken one is for topic_configs to report."""
+    os.makedirs(copy / "config", exist_ok=True)
+    (copy / "config" / "topics.json").write_text('{"topicConfigTable": {"T": ')
+    with closing(cq.Store(copy)) as store:
+        assert store.topics() == ["GoldenFilterTopic", "GoldenPlainTopic"]
+        with pytest.raises(cq.ConfigFormatError):
+            store.topic_configs()
