@@ -23,12 +23,23 @@ $(STAMP): $(PY) pyproject.toml setup.py
 build: $(STAMP)
 	$(PY) setup.py -q build_ext --inplace
 
-# The whole suite under the Cython engines, then the kernel tests again under
-# the pure-Python twins (RMQFILTER_PUREPYTHON=1), as msgpack does. The tests marked
+# The whole suite under the Cython engines, then the tests of the packages that have
+# kernels (bloom, selector, cq, and the real-broker checks) again under the pure-Python
+# twins (RMQFILTER_PUREPYTHON=1), as msgpack does; the engine-against-twin tests
+# (*_engines.py) need both engines, so they run in the first pass only. The tests marked
 # `broker` hold rmqfilter against a real RocketMQ broker (tests/broker, docs/testing.md):
 # harness builds it (Java 17 + Maven; quick when nothing changed), and each scenario runs
-# once, into build/broker-runs/, which the second pass reuses.
-test: setup harness test-cython test-python
+# once, into build/broker-runs/, while the other tests run; the second pass reuses them.
+# The two passes run at once (the first often waits on JVMs and brokers; two cores are enough):
+# the pure-Python pass writes build/test-python.log, shown once both have finished.
+test: setup harness
+	@mkdir -p build; \
+	$(MAKE) --no-print-directory test-python > build/test-python.log 2>&1 & pure=$$!; \
+	$(MAKE) --no-print-directory test-cython; cython=$$?; \
+	wait $$pure; python=$$?; \
+	echo "---- the pure-Python pass (build/test-python.log):"; \
+	if [ $$python -eq 0 ]; then tail -n 1 build/test-python.log; else cat build/test-python.log; fi; \
+	[ $$cython -eq 0 ] && [ $$python -eq 0 ]
 
 # Without Java or Maven only CI stops here; elsewhere the broker tests then skip, loudly.
 harness: $(STAMP)
@@ -38,7 +49,8 @@ test-cython:
 	$(PY) -m pytest -q tests
 
 test-python:
-	RMQFILTER_PUREPYTHON=1 $(PY) -m pytest -q -m "not spark and not cluster" tests
+	RMQFILTER_PUREPYTHON=1 $(PY) -m pytest -q -m "not spark and not cluster" --ignore-glob="*_engines.py" \
+		tests/bloom tests/selector tests/cq tests/broker
 
 demo: setup
 	$(VENV)/bin/rmqfilter demo

@@ -111,6 +111,14 @@ class RocketMQStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         except cq.StoreFormatError as exc:
             raise ValueError(f"rocketmq streaming: store {self.options.read.path!r}: {exc}") from exc
         except KeyError as exc:
+            if self._store is not None:  # it was read at an earlier trigger
+                try:
+                    self._store.replaced()
+                except cq.StoreFormatError as gone:
+                    raise ValueError(f"rocketmq streaming: store {self.options.read.path!r}: {gone}") from exc
+                raise ValueError(f"rocketmq streaming: store {self.options.read.path!r}: topic {topic!r} has no "
+                                 f"consume queues any more (the topic was deleted, or the store directory is being "
+                                 f"deleted)") from exc
             raise ValueError(f"rocketmq option 'topic': no topic {topic!r} in store {self.options.read.path!r}") \
                 from exc
 

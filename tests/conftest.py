@@ -194,9 +194,29 @@ def _connect_missing() -> str | None:
     return None
 
 
+def pytest_collection_modifyitems(session, config, items) -> None:
+    """The real-broker checks run last: their scenarios run meanwhile (``pytest_collection_finish``)."""
+    items.sort(key=lambda item: item.get_closest_marker("broker") is not None)  # stable: order kept within
+
+
 def pytest_collection_finish(session) -> None:
-    """Start the Connect server and client in the background when a `connect` test will run."""
-    if session.config.option.collectonly or not any(i.get_closest_marker("connect") for i in session.items):
+    """Start in the background what slow tests need: the broker scenarios whose outputs the
+    `broker` tests read (tests/broker/broker_support.py), and the Connect server and client
+    when a `connect` test will run."""
+    if session.config.option.collectonly:
+        return
+    if any(i.get_closest_marker("broker") for i in session.items):
+        sys.path.insert(0, str(Path(__file__).parent / "broker"))
+        try:
+            import broker_support
+        finally:
+            sys.path.pop(0)
+        broker_support.start_in_background()
+    _start_connect(session)
+
+
+def _start_connect(session) -> None:
+    if not any(i.get_closest_marker("connect") for i in session.items):
         return
     if _connect_missing() is not None:
         return  # the fixture fails with the reason

@@ -684,6 +684,40 @@ class CommitLog(MappedFileQueue):
         idx = self.file_indices(offs)  # every offset was decoded: each is in a file
         return rows, idx, [path for _, path in self._files], offs - self._starts[idx]
 
+    def record_batches(self, start: int, end: int, fields, batch_records: int = 65536) -> Iterator[MessageColumns]:
+        """The records from physical offset ``start`` (a record's start) to ``end``, as :meth:`decode_columns` batches.
+
+        Positions come from the one walk rule (the scan kernel's ``record_positions``, as
+        :meth:`column_batches` finds them); a blank end-of-file record, or fewer than 8 bytes
+        left, moves on to the next file. A record the walk stops at before ``end`` is decoded
+        on its own, so a corrupt one raises :meth:`read_message`'s :class:`~cq.StoreFormatError`
+        (file and byte offset). ``fields`` must hold ``store_size``; a batch holds at most
+        ``batch_records`` records and never spans two files.
+        """
+        off = start
+        while off < end:
+            index = self.file_index(off)
+            if index is None:
+                return
+            file_start = self._files[index][0]
+            buf = self._u8(index)
+            pos = off - file_start
+            positions, pos, status = _record.record_positions(buf, pos, min(self.file_size, end - file_start),
+                                                            batch_records)
+            if len(positions):
+                yield self.decode_columns(positions + file_start, fields)
+                self._drop_resident(index)  # the batch is decoded: keep about one batch of the file resident
+            off = file_start + pos
+            if status == 3 or off >= end:
+                continue
+            if (status == 1 or self.file_size - pos < 8
+                    or fmt.RECORD_HEAD_STRUCT.unpack_from(buf, pos)[1] == fmt.BLANK_MAGIC_CODE):
+                off = file_start + self.file_size  # the end of this file: on to the next one
+                continue
+            one = self.decode_columns([off], fields)  # not a record the walk takes: read_message's error
+            yield one
+            off += int(one.columns["store_size"][0])
+
     def column_batches(self, fields=None, *, strict: bool = True, batch_records: int = 65536,
                        decompress_body: bool = False) -> Iterator[MessageColumns]:
         """Every record in log order, as :meth:`decode_columns` batches: the columnar :meth:`messages`.

@@ -7,7 +7,6 @@ so a killed writer leaves a store that both the readers and the next writer reco
 from __future__ import annotations
 
 import os
-from collections.abc import Iterator
 from typing import Any
 
 import numpy as np
@@ -24,7 +23,6 @@ from ..format import (
     list_queue_files,
 )
 from ..format import CQ_UNIT_STRUCT as _CQ_UNIT
-from ..kernels import _record
 from ..readers.columns import MessageColumns
 from ..readers.commitlog import CommitLog
 from ._dispatch import DispatchUnits, dispatch_units, factorize, write_units
@@ -189,42 +187,6 @@ _REDISPATCH_FIELDS = ("topic", "queue_id", "queue_offset", "sys_flag", "store_ti
                       "commit_log_offset", "tags", "properties")
 
 
-def _record_batches(log: CommitLog, start: int, end: int, fields: tuple[str, ...],
-                    batch_records: int | None = None) -> Iterator[MessageColumns]:
-    """The records of ``log`` from physical offset ``start`` to ``end``, as :meth:`~cq.CommitLog.decode_columns` batches.
-
-    Positions come from the one walk rule (the scan kernel's ``record_positions``, as
-    :meth:`cq.CommitLog.column_batches` finds them); a blank end-of-file record, or fewer than
-    8 bytes left, moves on to the next file. A record the walk stops at before ``end`` is
-    decoded on its own, so a corrupt one raises :meth:`~cq.CommitLog.read_message`'s
-    :class:`~cq.StoreFormatError` (file and byte offset). ``fields`` must hold ``store_size``;
-    ``batch_records`` (most records per batch) defaults to :data:`_REDISPATCH_BATCH`.
-    """
-    batch_records = _REDISPATCH_BATCH if batch_records is None else batch_records
-    off = start
-    while off < end:
-        index = log.file_index(off)
-        if index is None:
-            return
-        file_start = log.files[index][0]
-        buf = np.frombuffer(log.buffer(index), np.uint8)
-        pos = off - file_start
-        positions, pos, status = _record.record_positions(buf, pos, min(log.file_size, end - file_start),
-                                                        batch_records)
-        if len(positions):
-            yield log.decode_columns(positions + file_start, fields)
-            log._drop_resident(index)  # the batch is decoded: keep about one batch of the file resident
-        off = file_start + pos
-        if status == 3 or off >= end:
-            continue
-        if status == 1 or log.file_size - pos < 8 or RECORD_HEAD_STRUCT.unpack_from(buf, pos)[1] == BLANK_MAGIC_CODE:
-            off = file_start + log.file_size  # the end of this file: on to the next one
-            continue
-        one = log.decode_columns([off], fields)  # not a record the walk takes: read_message's error
-        yield one
-        off += int(one.columns["store_size"][0])
-
-
 def _redispatch(writer: Any, log: CommitLog, start: int, end: int) -> None:
     """Dispatch the records of ``log`` in ``[start, end)`` that lack their units: the broker's reput on restart.
 
@@ -243,7 +205,7 @@ def _redispatch(writer: Any, log: CommitLog, start: int, end: int) -> None:
     may_restart = start > log.min_offset
     expected: dict[tuple[str, int], int] = {}  # next queue offset per queue, this pass
     pending: list[DispatchUnits] = []
-    for cols in _record_batches(log, start, end, _REDISPATCH_FIELDS):
+    for cols in log.record_batches(start, end, _REDISPATCH_FIELDS, _REDISPATCH_BATCH):
         units = _redispatch_batch(writer, cols, expected, may_restart)
         if units is None:  # a queue whose files never reached the disk: its first records lie further back
             _redispatch(writer, log, log.min_offset, end)

@@ -9,6 +9,7 @@ elsewhere.
 from __future__ import annotations
 
 import collections
+import fcntl
 import json
 import os
 import shutil
@@ -89,11 +90,20 @@ def _out(name: str) -> Path:
 
 
 def _run_into_cache(name: str) -> None:
+    """Runs the scenario into its cache directory, unless another test session (``make test``
+    runs its two passes at once) has run it meanwhile: the sessions take turns by a lock."""
     out = _out(name)
     partial = out.with_name(out.name + ".partial")
+    RUNS.mkdir(parents=True, exist_ok=True)
     try:
-        harness.run(name, partial)
-        partial.rename(out)
+        with open(RUNS / f"{name}.lock", "w") as lock:
+            fcntl.flock(lock, fcntl.LOCK_EX)
+            if (out / "broker.json").exists():
+                return
+            for old in RUNS.glob(f"{name}-*"):  # runs of older sources, or one a killed session left
+                shutil.rmtree(old, ignore_errors=True)
+            harness.run(name, partial)
+            partial.rename(out)
     except Exception as e:  # noqa: BLE001  (reported by scenario(), in the test that needs it)
         _FAILED[name] = f"{type(e).__name__}: {e}"
 
@@ -113,17 +123,41 @@ def start(names=CACHED_SCENARIOS) -> None:
     except harness.HarnessError as e:
         pytest.fail(f"broker harness: {e}", pytrace=False)
     for name in todo:
-        for old in RUNS.glob(f"{name}-*"):
-            shutil.rmtree(old, ignore_errors=True)
         thread = threading.Thread(target=_run_into_cache, args=(name,), name=f"broker-{name}", daemon=True)
         _RUNNING[name] = thread
         thread.start()
+
+
+_BOOT: list[threading.Thread] = []
+
+
+def start_in_background() -> None:
+    """:func:`start` without waiting for the harness build either: the session calls it once its
+    tests are collected (tests/conftest.py), so the cached scenarios run while the suite's other
+    tests do, and the broker tests (ordered last) find them done. A failure is reported by
+    :func:`scenario`, in the test that needs the run; without Java or Maven nothing starts."""
+    if harness.missing_tools() or _BOOT:
+        return
+
+    def boot() -> None:
+        try:
+            start()
+        except BaseException as e:  # noqa: BLE001  (pytest.fail from the build: reported by scenario())
+            for name in CACHED_SCENARIOS:
+                _FAILED.setdefault(name, f"{type(e).__name__}: {e}")
+
+    _BOOT.append(threading.Thread(target=boot, name="broker-boot", daemon=True))
+    _BOOT[0].start()
 
 
 def scenario(name: str) -> Run:
     """The scenario's run for the harness's current sources (run now if there is none yet)."""
     if name in _CACHE:
         return _CACHE[name]
+    for boot in _BOOT:
+        boot.join()
+    if name in _FAILED:
+        pytest.fail(f"broker harness, scenario {name}: {_FAILED[name]}", pytrace=False)
     start()
     start((name,))
     if name in _RUNNING:

@@ -3,14 +3,17 @@
 The broker deletes its expired CommitLog files (its admin command, ``fileReservedTime`` 0) and
 then the ConsumeQueue files pointing into them, while rmqfilter reads its store in place
 (docs/live.md#expiry): a consume with a cut taken before the deletion, one interrupted by it,
-and ``rmqfilter tail`` running across it finish without an exception, deliver only messages a
+``rmqfilter tail`` running across it, and a Spark stream stopped before the deletion and
+restarted from its checkpoint after it, finish without an exception, deliver only messages a
 real consumer could have received (the queue, offset and ``UNIQ_KEY`` the send result gave),
 and count every other unit of their cut as lost; ``cq.backlog`` reports the group's committed
-offsets below the new minimums as ``expired``.
+offsets below the new minimums as ``expired``. The scenario starts a broker and reads while it
+deletes: it runs once per ``make test``, in the pass under the compiled engines.
 """
 from __future__ import annotations
 
 import json
+import os
 import signal
 import subprocess
 import sys
@@ -23,7 +26,12 @@ from broker_support import RUNS, harness, load, require_tools
 
 import cq
 
-pytestmark = pytest.mark.broker
+pytestmark = [
+    pytest.mark.broker,
+    pytest.mark.skipif(bool(os.environ.get("RMQFILTER_PUREPYTHON")),
+                       reason="the housekeeping scenario starts a broker: it runs once per make test, "
+                              "in the pass under the compiled engines"),
+]
 
 TOPIC = harness.HOUSEKEEPING_TOPIC
 GROUP, TAGS = harness.HOUSEKEEPING_GROUP
@@ -46,14 +54,46 @@ def tail_until_accounted(proc, lines: list[str], total: int, lost_of, timeout: f
     proc.wait(30)
 
 
+def stream_once(spark, root: Path, work: Path, trigger: dict) -> dict[int, int]:
+    """A stream of every unit of the topic into parquet under ``work`` (its checkpoint there
+    too), from the earliest offsets, 100 units a micro-batch; ``trigger`` as ``DataStreamWriter``
+    takes it. With ``processingTime`` it is stopped after its first batch with rows. Returns
+    the end offsets it committed."""
+    q = (spark.readStream.format("rocketmq").option("topic", TOPIC).option("startingOffsets", "earliest")
+         .option("maxUnitsPerTrigger", "100").load(str(root))
+         .selectExpr("queue_id", "queue_offset", "properties['UNIQ_KEY'] AS uniq")
+         .writeStream.format("parquet").option("path", str(work / "out"))
+         .option("checkpointLocation", str(work / "ck")).trigger(**trigger).start())
+    try:
+        if "availableNow" in trigger:
+            q.awaitTermination(120)
+        else:
+            deadline = time.time() + 60
+            while not any(p["numInputRows"] for p in q.recentProgress) and time.time() < deadline:
+                time.sleep(0.2)
+        assert q.exception() is None, q.exception()
+    finally:
+        q.stop()
+    return committed_end(work / "ck")
+
+
+def committed_end(checkpoint: Path) -> dict[int, int]:
+    """The end offsets of the last micro-batch the stream committed (Spark's checkpoint:
+    ``commits/<id>`` marks batch ``id`` done; ``offsets/<id>``'s last line holds its end)."""
+    last = max(int(p.name) for p in (checkpoint / "commits").iterdir() if p.name.isdigit())
+    end = json.loads((checkpoint / "offsets" / str(last)).read_text().splitlines()[-1])
+    return {int(q): int(o) for q, o in end[TOPIC].items()}
+
+
 @pytest.fixture(scope="module")
-def hk(tmp_path_factory):
+def hk(tmp_path_factory, spark):
     """Runs the scenario once per module: the reads below happen while the broker expires."""
     require_tools()
     harness.build()
     out = RUNS / "housekeeping"
     seen: dict = {}
     errlog = tmp_path_factory.mktemp("tail") / "stderr.txt"
+    streamed = tmp_path_factory.mktemp("stream")
 
     def lost_of() -> int:
         return sum(int(line.split(" unit(s) of queue ", 1)[0].split()[-1].replace(",", ""))
@@ -71,12 +111,17 @@ def hk(tmp_path_factory):
         try:
             seen["cut"] = before.cut(TOPIC)
             seen["cut_interrupted"] = interrupted.cut(TOPIC)
+            first = stream_once(spark, root, streamed, {"processingTime": "200 milliseconds"})
             result = interrupted.consume(TOPIC, READER, tags="*", cut=seen["cut_interrupted"])
             messages = iter(result)
-            first = [next(messages) for _ in range(10)]
+            ten = [next(messages) for _ in range(10)]
             time.sleep(3)                                  # the tail fills its pipe
             seen["min_after"] = {int(q): m for q, m in expire().items()}
-            seen["interrupted"] = (first + list(messages), result.stats)
+            seen["interrupted"] = (ten + list(messages), result.stats)
+            # the stream restarted from its checkpoint, which is now below the queues' minimums
+            rest = stream_once(spark, root, streamed, {"availableNow": True})
+            rows = spark.read.parquet(str(streamed / "out")).collect()
+            seen["stream"] = (first, rest, [(r.queue_id, r.queue_offset, r.uniq) for r in rows])
             for name, group, tags in (("before", READER, "*"), ("before_group", GROUP, TAGS)):
                 result = before.consume(TOPIC, group, tags=tags, cut=seen["cut"])
                 seen[name] = (list(result), result.stats)
@@ -174,3 +219,25 @@ def test_tail_across_the_expiry_exits_cleanly_and_reports_lost_units(hk):
         assert sent[(r["queue_id"], r["queue_offset"])]["uniq_key"] == r["properties"]["UNIQ_KEY"], r
     assert lost > 0, stderr[-2000:]
     assert len(printed) + lost == units_in(hk["cut"])
+
+
+@pytest.mark.spark
+def test_stream_restarted_past_the_expiry_reads_the_rest_exactly_once(hk):
+    """Stopped after its first batch, restarted from its checkpoint once the broker expired the
+    units it had not read: it goes on from the new minimums, without an exception, and gives
+    each unit it could still read once, as a consumer that fell behind the expiry gets them."""
+    first_end, final_end, rows = hk["stream"]
+    sent = sent_units(hk["run"])
+    keys = [(q, o) for q, o, _ in rows]
+    assert len(set(keys)) == len(keys)
+    for q, o, uniq in rows:
+        assert sent[(q, o)]["uniq_key"] == uniq, (q, o)
+    want, lost = set(), 0
+    for t, q, lo, hi in hk["cut"].queues:
+        assert final_end[q] == hi
+        minimum = hk["min_after"][q]
+        want |= {(q, o) for o in range(lo, first_end[q])}
+        want |= {(q, o) for o in range(max(first_end[q], minimum), hi)}
+        lost += max(0, minimum - first_end[q])
+    assert set(keys) == want
+    assert lost > 0 and len(rows) + lost == units_in(hk["cut"])

@@ -214,74 +214,84 @@ def test_cli_scan_prints_the_skipped_ranges(spark, golden_copy, tmp_path, capsys
 
 # A separate short-lived session: the shared test session is local[2], which
 # never retries a task; local[2,4] allows 4 attempts. The flaky sources are
-# defined in the script (test-only), wrapping the real one.
+# defined in the script (test-only), wrapping the real one; one session runs
+# each way a task can fail, one after the other.
 _RETRY_SCRIPT = textwrap.dedent('''
     import json, os, sys
     from pyspark import TaskContext
     from pyspark_udfs import job
     from pyspark_udfs.datasource import RocketMQDataSource, RocketMQPushdownReader
 
-    store, markers, mode = sys.argv[1], sys.argv[2], sys.argv[3]
+    store, markers_root, modes = sys.argv[1], sys.argv[2], sys.argv[3:]
 
-    class FlakyReader(RocketMQPushdownReader):
-        def read(self, partition):
-            ctx = TaskContext.get()
-            if ctx.partitionId() == 1:
-                # The first attempt to get here fails; the marker is created atomically.
-                try:
-                    fd = os.open(os.path.join(markers, "failed"), os.O_CREAT | os.O_EXCL | os.O_WRONLY)
-                except FileExistsError:
-                    with open(os.path.join(markers, f"retried-{ctx.attemptNumber()}"), "w"):
-                        pass
-                else:
-                    os.write(fd, str(ctx.attemptNumber()).encode())
-                    os.close(fd)
-                    if mode == "die":
-                        os._exit(17)
-                    raise RuntimeError("injected failure")
-            yield from super().read(partition)
+    def flaky_source(mode, markers):
+        """A rocketmq source whose task for partition 1 fails once: raises, or its worker dies."""
+        class FlakyReader(RocketMQPushdownReader):
+            def read(self, partition):
+                ctx = TaskContext.get()
+                if ctx.partitionId() == 1:
+                    # The first attempt to get here fails; the marker is created atomically.
+                    try:
+                        fd = os.open(os.path.join(markers, "failed"), os.O_CREAT | os.O_EXCL | os.O_WRONLY)
+                    except FileExistsError:
+                        with open(os.path.join(markers, f"retried-{ctx.attemptNumber()}"), "w"):
+                            pass
+                    else:
+                        os.write(fd, str(ctx.attemptNumber()).encode())
+                        os.close(fd)
+                        if mode == "die":
+                            os._exit(17)
+                        raise RuntimeError("injected failure")
+                yield from super().read(partition)
 
-    class FlakySource(RocketMQDataSource):
-        @classmethod
-        def name(cls):
-            return "rocketmq_flaky"
+        class FlakySource(RocketMQDataSource):
+            @classmethod
+            def name(cls):
+                return f"rocketmq_flaky_{mode}"
 
-        def reader(self, schema):
-            return FlakyReader(self.read_options, schema)
+            def reader(self, schema):
+                return FlakyReader(self.read_options, schema)
+
+        return FlakySource
 
     spark = job.spark_session("local[2,4]", progress=False, conf={"spark.sql.shuffle.partitions": "2"})
     try:
-        spark.dataSource.register(FlakySource)
-        df = (spark.read.format("rocketmq_flaky").option("topic", "GoldenFilterTopic")
-              .option("group", "GID_SQL_A").option("sql", "a > 5 AND b = 'abc'").option("decisions", "true")
-              .option("table", "consumequeue").option("partition_units", "50").load(store))
-        rows = [[r.queue_id, r.queue_offset, r.matched_by_consume_queue, r.matched_by_commit_log, r.delivered]
-                for r in df.collect()]
-        print(json.dumps({"partitions": df.rdd.getNumPartitions(), "rows": sorted(rows)}))
+        for mode in modes:
+            markers = os.path.join(markers_root, mode)
+            os.mkdir(markers)
+            spark.dataSource.register(flaky_source(mode, markers))
+            df = (spark.read.format(f"rocketmq_flaky_{mode}").option("topic", "GoldenFilterTopic")
+                  .option("group", "GID_SQL_A").option("sql", "a > 5 AND b = 'abc'").option("decisions", "true")
+                  .option("table", "consumequeue").option("partition_units", "50").load(store))
+            rows = [[r.queue_id, r.queue_offset, r.matched_by_consume_queue, r.matched_by_commit_log, r.delivered]
+                    for r in df.collect()]
+            print(json.dumps({"mode": mode, "partitions": df.rdd.getNumPartitions(), "rows": sorted(rows)}))
     finally:
         spark.stop()
 ''')
 
 
-@pytest.mark.parametrize("mode", ["die", "raise"])
-def test_a_task_that_fails_once_gives_the_same_rows_after_retry(spark, tmp_path, mode):
+def test_a_task_that_fails_once_gives_the_same_rows_after_retry(spark, tmp_path):
+    """A task that raises, and one whose Python worker dies, run again and give the same rows."""
     expected = sorted(
         [r.queue_id, r.queue_offset, r.matched_by_consume_queue, r.matched_by_commit_log, r.delivered]
         for r in _read(spark, DATA / "golden_store", topic=TOPIC, group="GID_SQL_A", sql=SQL_A,
                        decisions="true", table="consumequeue").collect())
     script = tmp_path / "flaky.py"
     script.write_text(_RETRY_SCRIPT)
-    markers = tmp_path / "markers"
-    markers.mkdir()
-    proc = subprocess.run([sys.executable, str(script), str(DATA / "golden_store"), str(markers), mode],
+    modes = ["raise", "die"]
+    proc = subprocess.run([sys.executable, str(script), str(DATA / "golden_store"), str(tmp_path), *modes],
                           check=False, capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stderr[-3000:]
-    got = json.loads(proc.stdout.strip().splitlines()[-1])
-    # The failure was injected on a first attempt and the task ran again.
-    assert (markers / "failed").read_text() == "0"
-    assert any(name.startswith("retried-") and name != "retried-0" for name in os.listdir(markers))
-    assert got["partitions"] > 1
-    assert got["rows"] == expected and len(expected) == 200
+    results = [json.loads(line) for line in proc.stdout.splitlines() if line.startswith('{"mode"')]
+    assert [r["mode"] for r in results] == modes
+    for got in results:
+        markers = tmp_path / got["mode"]
+        # The failure was injected on a first attempt and the task ran again.
+        assert (markers / "failed").read_text() == "0", got["mode"]
+        assert any(name.startswith("retried-") and name != "retried-0" for name in os.listdir(markers)), got["mode"]
+        assert got["partitions"] > 1
+        assert got["rows"] == expected and len(expected) == 200, got["mode"]
 
 
 @pytest.mark.parametrize("bad_every", [1, 2, 97, None])

@@ -145,7 +145,12 @@ def test_stream_bad_starting_offsets_fail_naming_the_queue_and_write_nothing(spa
     assert _snapshot(root) == before
 
 
-def test_stream_over_a_store_deleted_mid_stream_fails_naming_it(spark, tmp_path):
+@pytest.mark.parametrize("deleted, message", [
+    ("store", "the store directory no longer exists"),
+    ("topic", "topic 'LiveTopic' has no consume queues any more"),
+])
+def test_stream_over_a_store_deleted_mid_stream_fails_naming_it(spark, tmp_path, deleted, message):
+    import os
     import shutil
     import time
 
@@ -161,9 +166,12 @@ def test_stream_over_a_store_deleted_mid_stream_fails_naming_it(spark, tmp_path)
         while not [p for p in q.recentProgress if p["numInputRows"] > 0] and time.monotonic() < deadline:
             time.sleep(0.2)
         assert sum(p["numInputRows"] for p in q.recentProgress) == 20
-        shutil.rmtree(root)
+        target = root if deleted == "store" else root / "consumequeue" / "LiveTopic"
+        gone = tmp_path / "gone"
+        os.rename(target, gone)  # at once: shutil.rmtree alone removes the topic's queues before the directory
+        shutil.rmtree(gone)
         with pytest.raises(StreamingQueryException) as err:
             q.awaitTermination(60)
     finally:
         q.stop()
-    assert "the store directory no longer exists" in str(err.value) and str(root) in str(err.value)
+    assert message in str(err.value) and str(root) in str(err.value)

@@ -137,7 +137,7 @@ def test_a_record_whose_dispatch_fails_gets_no_unit(intact, tmp_path, engine):
 
 
 def _offsets_between(log: cq.CommitLog, start: int, end: int) -> list[int]:
-    batches = list(recovery._record_batches(log, start, end, ("commit_log_offset", "store_size"), 7))
+    batches = list(log.record_batches(start, end, ("commit_log_offset", "store_size"), 7))
     assert all(0 < len(b) <= 7 for b in batches)
     return np.concatenate([b.columns["commit_log_offset"] for b in batches]).tolist() if batches else []
 

@@ -404,7 +404,12 @@ public final class Client {
         }
         Map<MessageQueue, ProcessQueue> assigned = c.getDefaultMQPushConsumerImpl().getRebalanceImpl()
             .getProcessQueueTable();
-        ConsumeStats stats = admin.examineConsumeStats(group);
+        ConsumeStats stats;
+        try {
+            stats = admin.examineConsumeStats(group);
+        } catch (MQClientException e) {
+            return false;       // a restarted broker has not registered the group's retry topic yet
+        }
         for (MessageQueue mq : mqs) {
             ProcessQueue pq = assigned.get(mq);
             if (pq == null || pq.getMsgCount().get() != 0) {
