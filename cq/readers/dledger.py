@@ -186,6 +186,34 @@ class DLedgerCommitLog(CommitLog):
                     raise error
             return
 
+    def record_batches(self, start: int, end: int, fields, batch_records: int = 65536) -> Iterator[MessageColumns]:
+        """The records from physical offset ``start`` (a record's start) to ``end`` in batches
+        (see :meth:`CommitLog.record_batches`): classic files below :attr:`divided_offset` as the
+        classic log reads them, then the records of the entries. An entry the walk stops at before
+        ``end`` raises :class:`~cq.StoreFormatError` naming its file and offset."""
+        if start < self._divided:
+            yield from super().record_batches(start, min(end, self._divided), fields, batch_records)
+            start = self._divided + _BODY
+        off = start - _BODY  # the entry that holds the record
+        while off < end:
+            index = self.file_index(off)
+            if index is None:
+                return
+            file_start = self._files[index][0]
+            records, pos, status, reason, _ = self._scan(index, off - file_start, min(self.file_size, end - file_start),
+                                                         max_records=batch_records)
+            if len(records):
+                yield self.decode_columns(records + file_start, fields)
+                self._drop_resident(index)
+            off = file_start + pos
+            if status == _FULL or off >= end:
+                continue
+            if status == _BLANK or (status == _END and index != len(self._files) - 1):
+                off = file_start + self.file_size
+                continue
+            raise self._strict_error(index, pos, status, reason) or StoreFormatError(
+                "the DLedger log ends before the requested records", self._files[index][1], pos)
+
     def _classic_file_batches(self, index, fields, strict, batch_records, decompress_body, limit):
         """The classic records of file ``index`` (below :attr:`divided_offset`) in batches; returns
         the walk's status there (1: its blank record, the log goes on)."""

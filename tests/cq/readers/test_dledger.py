@@ -202,3 +202,14 @@ def test_the_writers_refuse_a_dledger_store(tmp_path):
     with pytest.raises(cq.UnsupportedLayoutError, match="DLedger CommitLog"):
         cq.rebuild_bitmaps(root, tmp_path / "rebuilt", [])
     assert not (root / fmt.COMMIT_LOG_DIR).exists()
+
+
+def test_record_batches_between_two_offsets(dstore):
+    """CommitLog.record_batches (the writer's redispatch walk) across entries, blanks and the division."""
+    log = dstore.commit_log
+    msgs = list(log.messages())
+    for a, b in ((0, len(msgs)), (17, 200), (150, 151), (299, 300)):
+        start, end = msgs[a].commit_log_offset, msgs[b - 1].commit_log_offset + msgs[b - 1].store_size
+        got = [int(o) for c in log.record_batches(start, end, ("commit_log_offset", "store_size"), 11)
+               for o in c.columns["commit_log_offset"]]
+        assert got == [m.commit_log_offset for m in msgs[a:b]], (a, b)
