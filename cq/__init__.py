@@ -12,7 +12,13 @@ import importlib
 
 from .analyses.backlog import backlog
 from .analyses.why import MessageNotFoundError, find_messages, why
-from .errors import StoreFileDeleted, StoreFormatError, TagSubscriptionError, UnknownGroupError
+from .errors import (
+    StoreFileDeleted,
+    StoreFormatError,
+    TagSubscriptionError,
+    UnknownGroupError,
+    UnsupportedLayoutError,
+)
 from .filter.custom import FilterError, MessageFilter, batch_filter, load_filter
 from .filter.layers import RetrySqlFilter, SqlFilter, TagFilter
 from .format import MAX_ADDR, decorate, is_ext_addr, undecorate
@@ -21,9 +27,11 @@ from .kernels import check_bitmaps, check_ext_batch, scan_tags
 from .readers.commitlog import CommitLog, Message
 from .readers.config import ConfigFormatError, ConfigWarning, RegisteredFilter
 from .readers.consumequeue import ConsumeQueue
+from .readers.dledger import DLedgerCommitLog
 from .readers.ext import ConsumeQueueExt, CqExtUnit
 from .readers.indexfile import IndexFile, IndexFiles
 from .store.cache import StoreCache
+from .store.modes import StoreLayout, detect_layout
 from .store.store import ConsumeResult, ConsumeStats, Store, StoreCut
 from .tags import ENGINE as _TAGS_ENGINE
 from .tags import SubscriptionData, parse_tag_subscription, tags_code, tags_code_many
@@ -42,6 +50,7 @@ __all__ = [
     "ConsumeResult",
     "ConsumeStats",
     "CqExtUnit",
+    "DLedgerCommitLog",
     "FilterError",
     "IndexFile",
     "IndexFiles",
@@ -56,15 +65,18 @@ __all__ = [
     "StoreCut",
     "StoreFileDeleted",
     "StoreFormatError",
+    "StoreLayout",
     "SubscriptionData",
     "TagFilter",
     "TagSubscriptionError",
     "UnknownGroupError",
+    "UnsupportedLayoutError",
     "backlog",
     "batch_filter",
     "check_bitmaps",
     "check_ext_batch",
     "decorate",
+    "detect_layout",
     "find_messages",
     "is_ext_addr",
     "load_filter",
@@ -83,6 +95,7 @@ _WRITER_NAMES = {
     "AppendResult": "writer.writer",
     "rebuild_bitmaps": "writer.rebuild",
     "generate_sample_store": "writer.sample",
+    "write_dledger_store": "writer.dledger",
 }
 
 

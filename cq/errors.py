@@ -64,3 +64,26 @@ class UnknownGroupError(ValueError):
             f"group {group!r} has no SQL92 filter registered for topic {topic!r} in {self.path} "
             f"(registered groups: {listed}); give its subscription (sql or tags) instead"
         )
+
+
+class UnsupportedLayoutError(StoreFormatError):
+    """A store holds a layout rmqfilter cannot read (docs/reading.md#store-modes).
+
+    Raised instead of an empty answer: a store whose consume queues live in RocksDB would
+    otherwise list no topics, and a store whose CommitLog is not found would count every
+    unit as missing.
+
+    Attributes
+    ----------
+    layout : str
+        The layout found (``"RocksDB consume queue"``, ``"RocksDB metadata"``, ``"BatchCQ"``, ...).
+    path : str
+        Where it was found.
+    advice : str
+        What to do about it.
+    """
+
+    def __init__(self, layout: str, path: str | os.PathLike, advice: str) -> None:
+        self.layout = layout
+        self.advice = advice
+        super().__init__(f"{layout}: not supported by this rmqfilter; {advice}", path)

@@ -125,6 +125,38 @@ EXT_UNIT_HEADER_DTYPE = np.dtype(
 #: The same head as ``struct`` packs it.
 EXT_UNIT_HEADER_STRUCT = struct.Struct(">hqqh")
 
+# ---------------------------------------------------------- store modes
+# Which CommitLog, consume queues and metadata a store root holds (docs/reading.md#store-modes).
+#: A DLedger CommitLog lives in ``{root}/dledger-{dLegerSelfId}/data/`` (docs/formats.md#dledger-commitlog).
+DLEDGER_DIR_PREFIX = "dledger-"
+DLEDGER_DATA_DIR = "data"
+#: ``batchconsumequeue/{topic}/{queueId}/``: the BatchCQ of topics whose ``queue.type`` is ``BatchCQ``.
+BATCH_CONSUME_QUEUE_DIR = "batchconsumequeue"
+#: The topic attribute naming a topic's consume-queue type (``TopicAttributes.QUEUE_TYPE_ATTRIBUTE``).
+QUEUE_TYPE_ATTRIBUTE = "queue.type"
+QUEUE_TYPE_BATCH = "BatchCQ"
+#: A RocksDB database directory holds this file (``consumequeue/CURRENT`` in ``storeType=defaultRocksDB``).
+ROCKSDB_CURRENT_FILE = "CURRENT"
+#: The RocksDB databases of the broker's metadata, under ``config/`` (v1: one per table; v2: ``rdb``).
+ROCKSDB_METADATA_DIRS = ("consumerOffsets", "subscriptionGroups", "topics", "rdb")
+
+# -------------------------------------------------------- DLedger CommitLog
+#: A DLedger entry's header (``DLedgerEntry``; docs/formats.md#dledger-entry): magic, size (the
+#: whole entry), index, term, pos, channel, chainCrc, bodyCrc, bodyLen; the body (one CommitLog
+#: record) follows.
+DLEDGER_ENTRY_HEADER_STRUCT = struct.Struct(">iiqqqiiii")
+#: ``DLedgerEntry.BODY_OFFSET``: where the record starts inside an entry (48).
+DLEDGER_BODY_OFFSET = DLEDGER_ENTRY_HEADER_STRUCT.size
+#: ``DLedgerEntryType`` magics: NORMAL (a record), NOOP (no body), CONFIG_CHANGE.
+DLEDGER_MAGIC_NORMAL = 1
+DLEDGER_MAGIC_NOOP = 2
+DLEDGER_MAGIC_CONFIG_CHANGE = 3
+DLEDGER_ENTRY_MAGICS = (DLEDGER_MAGIC_NORMAL, DLEDGER_MAGIC_NOOP, DLEDGER_MAGIC_CONFIG_CHANGE)
+#: ``MmapFileList.BLANK_MAGIC_CODE``: magic -1 then the blank's size (the rest of the file).
+DLEDGER_BLANK_MAGIC_CODE = -1
+#: ``MmapFileList.MIN_BLANK_LEN``: an entry always leaves room for a blank (magic + size).
+DLEDGER_MIN_BLANK_LEN = 8
+
 # ------------------------------------------------------------------ CommitLog
 #: ``MESSAGE_MAGIC_CODE`` (V1, 1-byte topic length) = 0xDAA320A7.
 MESSAGE_MAGIC_CODE_V1 = -626843481

@@ -3,6 +3,7 @@
 - selector: every expression of ``tests/data/selector_cases.jsonl``;
 - commitlog: every record of the golden store, one file each;
 - store: small stores written by ``cq.StoreWriter`` at the fuzz target's sizes;
+- dledger: DLedger data files of such stores rewritten by ``cq.write_dledger_store``;
 - bloom: a few parameter/key blobs.
 
 Run: ``.venv/bin/python fuzz/seeds.py`` (``fuzz/run.py`` does it when a seed folder is missing).
@@ -71,6 +72,25 @@ def store_seeds() -> None:
             _put("store", b"".join(parts))
 
 
+def dledger_seeds() -> None:
+    import cq
+
+    sys.path.insert(0, str(ROOT / "fuzz"))
+    from fuzz_dledger import FILE_SIZE
+
+    for n in (2, 9, 30):
+        with tempfile.TemporaryDirectory() as tmp:
+            writer = cq.StoreWriter(Path(tmp) / "classic", commit_log_file_size=FILE_SIZE)
+            for i in range(n):
+                writer.append("FuzzTopic", f"body {i}".encode() * (1 + i % 5), tags="AB"[i % 2],
+                              properties={"a": str(i)}, born_timestamp=1_700_000_000_000 + i,
+                              store_timestamp=1_700_000_000_100 + i)
+            writer.close()
+            cq.write_dledger_store(Path(tmp) / "classic", Path(tmp) / "dledger")
+            for path in sorted((Path(tmp) / "dledger" / "dledger-n0" / "data").iterdir())[:2]:
+                _put("dledger", path.read_bytes())
+
+
 def bloom_seeds() -> None:
     for blob in (b"\x14\x00\x20\x00" + b"GID_A#TopicTest" * 3, bytes(range(64)), b"\x01\x01" + b"\xff" * 40):
         _put("bloom", blob)
@@ -80,6 +100,7 @@ def main() -> None:
     selector_seeds()
     commitlog_seeds()
     store_seeds()
+    dledger_seeds()
     bloom_seeds()
     for folder in sorted(SEEDS.iterdir()):
         print(f"{folder.name}: {sum(1 for _ in folder.iterdir())} seeds")

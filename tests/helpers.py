@@ -6,11 +6,12 @@ Tests import these (``from helpers import DATA, load_jsonl``); fixtures live in
 from __future__ import annotations
 
 import json
+import shutil
 from pathlib import Path
 
 from rmqfilter_engine import PUREPYTHON
 
-__all__ = ["DATA", "PUREPYTHON", "RETRY_MESSAGES", "kernels", "load_jsonl", "patch_file", "use_kernels",
+__all__ = ["DATA", "PUREPYTHON", "RETRY_MESSAGES", "entry_root", "kernels", "load_jsonl", "patch_file", "use_kernels",
            "write_retry_store"]
 
 #: The conformance cases and the golden store (copied from ../shared so the suite stands alone).
@@ -21,6 +22,17 @@ def load_jsonl(name: str) -> list[dict]:
     """The records of ``tests/data/<name>``, one JSON object per line."""
     with open(DATA / name, encoding="utf-8") as f:
         return [json.loads(line) for line in f]
+
+
+def entry_root(entry, golden_copy: Path) -> Path:
+    """Where the generic tests read registered reader ``entry``: ``golden_copy``, or a writable copy
+    of the entry's own store (``ReaderEntry.store``) beside it."""
+    if entry.store == "golden_store":
+        return golden_copy
+    root = golden_copy.parent / entry.store
+    if not root.exists():
+        shutil.copytree(DATA / entry.store, root)
+    return root
 
 
 def patch_file(path, offset: int, data: bytes) -> None:

@@ -9,6 +9,7 @@ module     concern
 _tagscan   the ConsumeQueue tag scan (:func:`scan_tags`)
 _ext       ConsumeQueueExt unit heads, Bloom bitmap checks, ext addresses
 _record    the CommitLog record walk: validation, recovery walk, one-record decode, body CRCs
+_dledger   the DLedger CommitLog walk: entry headers stepped over, each entry's record validated
 _decode    the data path's decoder: records straight into Arrow buffers (``decode_columns``)
 _pool      the decoder's output memory, kept for reuse (``pool_bytes``)
 _inflate   zlib bodies of a decoded body column (``inflate_bodies``)
@@ -41,10 +42,11 @@ _pool, _e5 = load("cq.kernels", "_pool")
 _inflate, _e6 = load("cq.kernels", "_inflate")
 _objects, _e7 = load("cq.kernels", "_objects")
 _layout, _e8 = load("cq.kernels", "_layout")
+_dledger, _e9 = load("cq.kernels", "_dledger")
 #: "cython" when every store kernel is compiled, else "python" (the twins).
-ENGINE = "cython" if {_e1, _e2, _e3, _e4, _e5, _e6, _e7, _e8} == {"cython"} else "python"
+ENGINE = "cython" if {_e1, _e2, _e3, _e4, _e5, _e6, _e7, _e8, _e9} == {"cython"} else "python"
 #: The names of the kernel modules above (``_tags`` has its own facade, :mod:`cq.tags`).
-MODULES = ("_tagscan", "_ext", "_record", "_decode", "_pool", "_inflate", "_objects", "_layout")
+MODULES = ("_tagscan", "_ext", "_record", "_decode", "_pool", "_inflate", "_objects", "_layout", "_dledger")
 
 
 def engine_modules(engine: str) -> dict[str, ModuleType]:

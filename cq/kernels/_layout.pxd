@@ -50,3 +50,15 @@ cdef extern from "_layout.h":
     enum: RMQ_COMPRESSION_TYPE_SHIFT
     enum: RMQ_COMPRESSION_ZLIB_LEGACY
     enum: RMQ_COMPRESSION_ZLIB
+    # DLedger entry header: each field's offset from the entry's start, then the body (a record)
+    enum: RMQ_DLEDGER_MAGIC
+    enum: RMQ_DLEDGER_SIZE          # int32: the whole entry
+    enum: RMQ_DLEDGER_INDEX         # int64: the entry's index (one more than the entry before)
+    enum: RMQ_DLEDGER_POS           # int64: the entry's own offset in the log
+    enum: RMQ_DLEDGER_BODY_LEN      # int32
+    enum: RMQ_DLEDGER_BODY          # bytes of the header: where the record starts
+    enum: RMQ_DLEDGER_MAGIC_NORMAL  # an entry holding a record
+    enum: RMQ_DLEDGER_MAGIC_NOOP
+    enum: RMQ_DLEDGER_MAGIC_CONFIG_CHANGE
+    enum: RMQ_DLEDGER_BLANK         # magic of the blank that fills a file's end
+    enum: RMQ_DLEDGER_MIN_BLANK     # bytes an entry leaves for a blank

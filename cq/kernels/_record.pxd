@@ -1,7 +1,7 @@
 # The CommitLog record walk's shared part (_record.pyx): one record's layout, parsed and
 # validated as the broker validates it. _parse is inline: the decoder (_decode.pyx) parses
 # each record with its own copy, on its hot path; the offsets come from _layout.h.
-from libc.stdint cimport int8_t, int16_t, int32_t, int64_t, uint8_t
+from libc.stdint cimport int8_t, int16_t, int32_t, int64_t, uint8_t, uint32_t
 
 from ._bytes cimport rmq_load_be16, rmq_load_be32
 from ._layout cimport (RMQ_BORN_V6_FLAG, RMQ_IPV4_WIDTH, RMQ_IPV6_WIDTH, RMQ_MAGIC_BLANK, RMQ_MAGIC_V1,
@@ -83,3 +83,6 @@ cdef inline int _parse(const uint8_t* b, int64_t pos, int64_t limit, Rec* r) noe
 
 # The reason of a _parse error code, as decode_record raises it (GIL held).
 cdef str _parse_error(int code, const Rec* r, int64_t pos, int64_t limit)
+
+# zlib's CRC-32 of n bytes (short ones inline): the body CRC the recovery walks check.
+cdef uint32_t _crc32(const uint8_t* p, int64_t n) noexcept nogil

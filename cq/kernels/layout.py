@@ -40,6 +40,8 @@ def layout(fmt) -> dict[str, int | str]:
     assert rec[5] == fmt.RECORD_OFFSETS_POSITION and rec[7] == fmt.RECORD_SYS_FLAG_POSITION
     assert fmt.RECORD_PREFIX_STRUCT.size == fmt.RECORD_BORN_HOST_POSITION
     tail = _offsets(fmt.RECORD_BODY_HEAD_STRUCT)  # RECONSUMETIMES, PREPAREDTRANSACTIONOFFSET, BODYLENGTH
+    entry = _offsets(fmt.DLEDGER_ENTRY_HEADER_STRUCT)  # magic, size, index, term, pos, channel, 2 CRCs, bodyLen
+    assert fmt.DLEDGER_ENTRY_HEADER_STRUCT.size == fmt.DLEDGER_BODY_OFFSET
     port = struct.calcsize(">i")  # a host's port, after its address
     return {
         # ConsumeQueue unit: 20 bytes, the tag code an int64 whose low 32 bits (big-endian) come last
@@ -91,6 +93,18 @@ def layout(fmt) -> dict[str, int | str]:
         "COMPRESSION_TYPE_SHIFT": fmt.COMPRESSION_TYPE_SHIFT,
         "COMPRESSION_ZLIB_LEGACY": fmt.ZLIB_COMPRESSION_TYPES[0],
         "COMPRESSION_ZLIB": fmt.ZLIB_COMPRESSION_TYPES[1],
+        # DLedger entry header (docs/formats.md#dledger-entry), then its body: one record
+        "DLEDGER_MAGIC": entry[0],
+        "DLEDGER_SIZE": entry[1],
+        "DLEDGER_INDEX": entry[2],
+        "DLEDGER_POS": entry[4],
+        "DLEDGER_BODY_LEN": entry[8],
+        "DLEDGER_BODY": fmt.DLEDGER_BODY_OFFSET,
+        "DLEDGER_MAGIC_NORMAL": fmt.DLEDGER_MAGIC_NORMAL,
+        "DLEDGER_MAGIC_NOOP": fmt.DLEDGER_MAGIC_NOOP,
+        "DLEDGER_MAGIC_CONFIG_CHANGE": fmt.DLEDGER_MAGIC_CONFIG_CHANGE,
+        "DLEDGER_BLANK": fmt.DLEDGER_BLANK_MAGIC_CODE,
+        "DLEDGER_MIN_BLANK": fmt.DLEDGER_MIN_BLANK_LEN,
     }
 
 

@@ -19,12 +19,15 @@ __all__ = ["ReaderEntry", "last_queue", "queue_files"]
 @dataclass(frozen=True)
 class ReaderEntry:
     """One reader: ``open(root)`` over a store directory, the ``files(root)`` it reads there,
-    and ``read_all(reader)``, everything it reads as plain values (equal for equal files)."""
+    and ``read_all(reader)``, everything it reads as plain values (equal for equal files).
+    ``store`` names the store of ``tests/data`` the generic tests read it over (a reader of a
+    layout the golden store does not hold, such as a DLedger CommitLog, names its own)."""
 
     name: str
     open: Callable[[str], Any]
     files: Callable[[str], list[str]]
     read_all: Callable[[Any], Any]
+    store: str = "golden_store"
 
     def __repr__(self) -> str:
         return self.name

@@ -21,8 +21,10 @@ from ..kernels import _objects
 from ..readers import config as cfg
 from ..readers.commitlog import _SEALED_AGE_NS, CommitLog, Message
 from ..readers.consumequeue import ConsumeQueue
+from ..readers.dledger import DLedgerCommitLog
 from ..readers.ext import ConsumeQueueExt
 from . import undispatched
+from .modes import detect_layout
 
 #: Units handled per batch by :meth:`Store.consume`.
 CONSUME_BATCH = 1 << 16
@@ -240,11 +242,10 @@ class Store:
             raise ValueError(f"refresh must be one of {', '.join(REFRESH)}, got {refresh!r}")
         self.refresh_mode = refresh
         self.root = os.fspath(root)
-        if not os.path.isdir(self.root):
-            raise StoreFormatError("not a directory", self.root)
-        if not any(os.path.isdir(os.path.join(self.root, d))
-                   for d in (fmt.COMMIT_LOG_DIR, fmt.CONSUME_QUEUE_DIR)):
-            raise StoreFormatError("not a RocketMQ store: no commitlog/ or consumequeue/ directory", self.root)
+        # which CommitLog, consume queues and metadata the root holds (docs/reading.md#store-modes):
+        # a layout rmqfilter cannot read is an error here, never an empty answer later
+        self.layout = detect_layout(self.root)
+        self.layout.check_consume_queues()
         self._cl_size = commit_log_file_size
         self._cq_size = consume_queue_file_size
         self._ext_size = ext_file_size
@@ -278,19 +279,28 @@ class Store:
         if self._commit_log is None:
             with self._open_lock:
                 if self._commit_log is None:
-                    self._commit_log = CommitLog(os.path.join(self.root, fmt.COMMIT_LOG_DIR),
-                                                 file_size=self._cl_size)
+                    self._commit_log = self._open_commit_log()
         return self._commit_log
 
+    def _open_commit_log(self) -> CommitLog:
+        layout = self.layout
+        layout.check_commit_log()
+        if layout.dledger_dir is not None:
+            return DLedgerCommitLog(layout.dledger_dir, classic_directory=layout.commit_log_dir,
+                                    file_size=self._cl_size)
+        return CommitLog(layout.commit_log_dir, file_size=self._cl_size)
+
     def topics(self) -> list[str]:
-        """Topics that have a ConsumeQueue directory, sorted."""
+        """Topics that have a ConsumeQueue directory, and BatchCQ topics (which raise when read), sorted."""
         d = os.path.join(self.root, fmt.CONSUME_QUEUE_DIR)
-        if not os.path.isdir(d):
-            return []
-        return sorted(t for t in os.listdir(d) if os.path.isdir(os.path.join(d, t)))
+        listed = set(self.layout.batch_cq_topics)
+        if os.path.isdir(d):
+            listed.update(t for t in os.listdir(d) if os.path.isdir(os.path.join(d, t)))
+        return sorted(listed)
 
     def queue_ids(self, topic: str) -> list[int]:
         """Queue ids of ``topic``, ascending."""
+        self.layout.check_topic(topic)
         d = os.path.join(self.root, fmt.CONSUME_QUEUE_DIR, topic)
         if not os.path.isdir(d):
             raise KeyError(f"topic {topic!r} has no consume queues in {self.root}")
@@ -311,6 +321,7 @@ class Store:
 
     def _open_consume_queue(self, key: tuple[str, int]) -> ConsumeQueue:
         topic, queue_id = key
+        self.layout.check_topic(topic)
         cq = self._cqs.get(key)
         if cq is None:
             cq = self._new_consume_queue(topic, queue_id)
@@ -365,7 +376,12 @@ class Store:
 
     # ------------------------------------------------------------ config files
     def config_path(self, name: str) -> str:
-        """``{root}/config/{name}``: where the broker keeps its config file ``name``."""
+        """``{root}/config/{name}``: where the broker keeps its config file ``name``.
+
+        Raises :class:`cq.errors.UnsupportedLayoutError` when the broker keeps that table in
+        RocksDB instead (the JSON file is then stale, docs/reading.md#store-modes).
+        """
+        self.layout.check_config(name)
         return os.path.join(self.root, cfg.CONFIG_DIR, name)
 
     def config_file(self, name: str) -> cfg.ConfigFile:
@@ -786,6 +802,7 @@ class Store:
         queue is done, so a topic of thousands of queues holds one queue's maps (and file
         descriptors) at a time. Already-open cached readers are reused."""
         key = (topic, int(queue_id))
+        self.layout.check_topic(topic)
         if key in self._cqs:
             return self._cqs[key], self.ext(topic, queue_id) if with_ext else None
         cqueue = self._new_consume_queue(topic, queue_id)

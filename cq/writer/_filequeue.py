@@ -12,11 +12,12 @@ try:
 except ImportError:  # not POSIX (Windows): the store lock is skipped
     fcntl = None
 
-from ..errors import StoreFormatError
+from ..errors import StoreFormatError, UnsupportedLayoutError
 from ..format import (
     COMMIT_LOG_DIR,
     CONSUME_QUEUE_DIR,
     CONSUME_QUEUE_EXT_DIR,
+    DLEDGER_DIR_PREFIX,
     file_name,
 )
 
@@ -125,6 +126,14 @@ def _holds_store(root: str) -> str | None:
             for name in files:
                 return os.path.join(dirpath, name)
     return None
+
+
+def _check_classic(root: str) -> None:
+    """Refuse a store whose CommitLog is DLedger's (docs/formats.md#dledger-commitlog): the writer
+    appends classic records to ``commitlog/``, which readers would not find beside a DLedger log."""
+    if os.path.isdir(root) and any(n.startswith(DLEDGER_DIR_PREFIX) for n in os.listdir(root)):
+        raise UnsupportedLayoutError("DLedger CommitLog", root, "the writer appends classic CommitLog records "
+                                     "only; write a classic store and convert it with cq.write_dledger_store")
 
 
 def _check_file_sizes(files: list[tuple[int, str]], file_size: int, kind: str, option: str) -> None:

@@ -25,6 +25,7 @@ from ..format import (
 from ..readers.commitlog import CommitLog
 from ..store.store import Store
 from ._dispatch import dispatch_units, factorize, write_units
+from ._filequeue import _check_classic
 from .writer import BATCH_SIZE, DEFAULT_MESSAGE_DELAY_LEVEL, SqlGroup, StoreWriter, _Prepared
 
 __all__ = ["RebuildResult", "rebuild_bitmaps"]
@@ -112,6 +113,7 @@ def rebuild_bitmaps(
     if os.path.realpath(source) == os.path.realpath(dest):
         raise ValueError("rebuild_bitmaps writes into a new directory; dest must differ from source")
     specs = _as_groups(groups)
+    _check_classic(source)
     src_log = os.path.join(source, COMMIT_LOG_DIR)
     log_files = list_queue_files(src_log)
     if not log_files:

@@ -125,7 +125,7 @@ from ..readers.commitlog import CommitLog
 from ..readers.config import CONFIG_DIR, CONSUMER_FILTER_FILE, RegisteredFilter, read_registered_filters
 from ..tags import tags_code, tags_code_utf8
 from ._dispatch import property_values
-from ._filequeue import _COMMIT_LOG_FLUSH, _FileQueue, _holds_store, _lock_store
+from ._filequeue import _COMMIT_LOG_FLUSH, _check_classic, _FileQueue, _holds_store, _lock_store
 from .config_writer import write_consumer_filters
 from .record_bytes import fill_property_crc, offset_msg_id, strip_property_crc
 from .recovery import (
@@ -447,6 +447,7 @@ class StoreWriter:
 
         if os.path.exists(self.root) and not os.path.isdir(self.root):
             raise ValueError(f"store root {self.root!r} exists and is not a directory")
+        _check_classic(self.root)
         existing = _holds_store(self.root)
         if existing is not None and not append:
             raise FileExistsError(

@@ -136,6 +136,7 @@ def _inspect(path: str, count_messages: bool) -> dict:
     log = store.commit_log
     info = {
         "store": store.root,
+        "layout": store.layout.as_dict(),
         "commit_log": {
             "files": len(log.files),
             "file_size": log.file_size,
@@ -181,6 +182,10 @@ def _inspect(path: str, count_messages: bool) -> dict:
 def _run_inspect(args: argparse.Namespace) -> int:
     try:
         with reported_warnings("rmqfilter inspect"):
+            layout = cq.detect_layout(args.store)
+            if not args.json:  # the mode first: it explains an error the rest of the store gives
+                print(f"Store {layout.root}")
+                print(f"Mode: {layout.describe()}")
             info = _inspect(args.store, args.count_messages)
     except cq.StoreFormatError as exc:
         return fail("rmqfilter inspect", exc)
@@ -189,7 +194,6 @@ def _run_inspect(args: argparse.Namespace) -> int:
         print()
         return 0
     cl = info["commit_log"]
-    print(f"Store {info['store']}")
     extra = f", {cl['messages']:,} messages" if "messages" in cl else ""
     print(f"CommitLog: {cl['files']} file(s) of {cl['file_size']:,} B, offsets "
           f"[{cl['min_offset']:,}, {cl['max_offset']:,}){extra}")

@@ -41,7 +41,7 @@ STAMP = TARGET / ".harness-stamp"
 LOOPBACK = "127.0.0.1"
 JVM_HEAP = ["-Xms64m", "-Xmx384m", "-XX:MaxDirectMemorySize=256m", "-XX:+UseSerialGC"]
 QUICK_START = ["-XX:TieredStopAtLevel=1"]  # C1 only: starts faster; not for the throughput scenario
-SCENARIOS = ("filters", "crash", "live", "housekeeping", "throughput")
+SCENARIOS = ("filters", "crash", "live", "housekeeping", "throughput", "modes")
 
 
 class HarnessError(RuntimeError):
@@ -631,6 +631,43 @@ def scenario_throughput(h: Harness, messages: int = 1_000_000) -> None:
     h.unsubscribe([group])
     h.extra["throughput"] = {"group": group, "topic": THROUGHPUT_TOPIC, "type": "SQL92", "expression": sql,
                              "messages": messages, "received": received, "seconds": round(seconds, 3)}
+
+
+MODES_TOPIC = "ModesTopic"
+MODES_GROUPS = {
+    "GID_MODES_SQL": ("SQL92", "a > 5 AND a <= 40"),
+    "GID_MODES_SQL_TAGS": ("SQL92", "TAGS IN ('TagA', 'Aa') OR a = 7"),
+    "GID_MODES_TAG": ("TAG", "TagA || TagB"),
+    "GID_MODES_AA": ("TAG", "Aa"),            # "BB" shares its hash: the client drops those
+    "GID_MODES_STAR": ("TAG", "*"),
+}
+
+
+def scenario_modes(h: Harness) -> None:
+    """One broker in DLedger mode (a one-node group): tag and SQL92 groups, both phases as in filters."""
+    h.start_namesrv()
+    h.add_broker("broker-a", enablePropertyFilter="true", enableCalcFilterBitMap="true",
+                 enableConsumeQueueExt="true", enableDLegerCommitLog="true", dLegerGroup="broker-a",
+                 dLegerPeers=f"n0-{LOOPBACK}:{free_port()}", dLegerSelfId="n0",
+                 mappedFileSizeCommitLog=128 * 1024)     # entries cross DLedger file ends (blanks)
+    h.start_broker("broker-a")
+    h.start_client()
+    h.create_topic(MODES_TOPIC, 3)
+    rng = random.Random(27)
+    groups = list(MODES_GROUPS)
+    for g, (type_, expression) in MODES_GROUPS.items():
+        h.subscribe(g, MODES_TOPIC, type_, expression, "live")
+    time.sleep(3)      # the SQL filters registered before the first message
+    h.send(filter_messages(rng, MODES_TOPIC, 0, 1200))
+    h.drain(groups)
+    h.unsubscribe(groups)
+    h.send(filter_messages(rng, MODES_TOPIC, 1200, 600))
+    time.sleep(2)
+    h.snapshot()
+    for g, (type_, expression) in MODES_GROUPS.items():
+        h.subscribe(g, MODES_TOPIC, type_, expression, "drain")
+    h.drain(groups)
+    h.unsubscribe(groups)
 
 
 def run(scenario: str, out: Path, **kwargs) -> Path:

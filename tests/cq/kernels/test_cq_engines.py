@@ -3,11 +3,12 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from helpers import DATA
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from cq import format as fmt
-from cq.kernels import _decode_py, _ext_py, _objects_py, _record_py, _tags_py, _tagscan_py
+from cq.kernels import _decode_py, _dledger_py, _ext_py, _objects_py, _record_py, _tags_py, _tagscan_py
 
 _tagscan = pytest.importorskip("cq.kernels._tagscan")
 _ext = pytest.importorskip("cq.kernels._ext")
@@ -178,3 +179,25 @@ def test_kernels_take_every_offset_from_the_format_module():
     assert want["REC_BORN_HOST"] + want["STORE_TS_WIDTH"] + want["REC_TAIL"] == fmt.RECORD_FIXED_SIZE
     hosts = 2 * (want["IPV4_WIDTH"] + want["PORT_WIDTH"])
     assert fmt.RECORD_FIXED_SIZE + hosts + 1 + 2 == want["REC_MIN_SIZE"]
+
+
+_DLEDGER_FILES = sorted((DATA / "dledger_store" / "dledger-n0" / "data").iterdir())
+
+
+@settings(max_examples=300, deadline=None)
+@given(file=st.sampled_from(_DLEDGER_FILES), flips=st.lists(st.tuples(st.integers(0, 65535), st.integers(0, 255)),
+                                                            max_size=6),
+       cut=st.integers(0, 65536), pos=st.sampled_from([0, 8, 300]), check_crc=st.booleans(),
+       max_records=st.sampled_from([-1, 0, 1, 7]), last_index=st.sampled_from([-1, 0, 41]))
+def test_dledger_scan_engine_equals_twin(file, flips, cut, pos, check_crc, max_records, last_index):
+    """The DLedger entry walk on damaged files of the DLedger fixture: same records, stop, reason."""
+    _dledger = pytest.importorskip("cq.kernels._dledger")
+    data = bytearray(file.read_bytes())
+    for at, value in flips:
+        data[at] = value
+    buf = np.frombuffer(bytes(data), np.uint8)
+    start = int(file.name)
+    limit = max(cut, pos)
+    got = _dledger.dledger_scan(buf, start, pos, limit, check_crc, max_records, last_index)
+    want = _dledger_py.dledger_scan(buf, start, pos, limit, check_crc, max_records, last_index)
+    assert (got[0].tolist(), *got[1:]) == (want[0].tolist(), *want[1:])

@@ -7,7 +7,7 @@ import struct
 
 import numpy as np
 import pytest
-from helpers import load_jsonl, patch_file
+from helpers import entry_root, load_jsonl, patch_file
 
 import cq
 from cq import format as fmt
@@ -217,19 +217,20 @@ def test_random_corruption_of_each_registered_reader_never_crashes(golden_copy, 
     """Random bytes over the files a registered reader reads (cq/readers/registry.py): it reads
     them whole or raises StoreFormatError naming a file of the store and a byte offset."""
     rng = random.Random(f"corrupt-{entry.name}")
-    files = entry.files(str(golden_copy))
-    assert files, f"the golden store has no file for {entry.name}"
+    root = entry_root(entry, golden_copy)
+    files = entry.files(str(root))
+    assert files, f"{entry.store} has no file for {entry.name}"
     originals = _contents(files)
     for _ in range(30):
         _corrupt(rng, originals, rng.randint(1, len(files)))
         try:
-            reader = entry.open(str(golden_copy))
+            reader = entry.open(str(root))
             try:
                 entry.read_all(reader)
             finally:
                 reader.close()
         except cq.StoreFormatError as exc:
-            assert exc.path is not None and exc.path.startswith(str(golden_copy)) and exc.offset is not None
+            assert exc.path is not None and exc.path.startswith(str(root)) and exc.offset is not None
 
 
 @pytest.mark.parametrize("how", [{"sql": "a > 5"}, {"tags": "TagA"}])

@@ -24,7 +24,7 @@ import tracemalloc
 
 import numpy as np
 import pytest
-from helpers import DATA, kernels, load_jsonl
+from helpers import DATA, entry_root, kernels, load_jsonl
 
 import cq
 from cq import format as fmt
@@ -498,14 +498,15 @@ def _sample_points(size: int, count: int) -> list[int]:
 
 def _sweep(golden_copy, entry, mutations) -> None:
     """Write each ``(label, bytes)`` of ``mutations(original)`` over every file ``entry`` reads, then read it whole."""
+    root = entry_root(entry, golden_copy)
     with Budget(120) as budget:
-        for path in entry.files(str(golden_copy)):
+        for path in entry.files(str(root)):
             original = _read(path)
             try:
                 for label, data in mutations(original):
                     budget.case = case = f"{entry.name}: {os.path.basename(path)} {label}"
                     _write(path, data)
-                    _read_whole(case, entry, golden_copy)
+                    _read_whole(case, entry, root)
             finally:
                 _write(path, original)
 

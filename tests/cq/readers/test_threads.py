@@ -159,7 +159,7 @@ _PICKLED = (*READERS, ReaderEntry("Store", cq.Store, lambda root: [], _consume_e
 
 @pytest.mark.parametrize("entry", _PICKLED, ids=repr)
 def test_readers_pickle_as_paths_and_reopen(entry):
-    reader = entry.open(str(STORE))
+    reader = entry.open(str(DATA / entry.store))
     before = entry.read_all(reader)  # maps open: they must not travel
     assert before, f"{entry.name} read nothing from the golden store"
     blob = pickle.dumps(reader)
@@ -173,8 +173,8 @@ def test_readers_pickle_as_paths_and_reopen(entry):
 
 @pytest.mark.parametrize("entry", READERS, ids=repr)
 def test_registered_readers_shared_by_threads(entry):
-    reader = entry.open(str(STORE))
-    want = entry.read_all(entry.open(str(STORE)))
+    reader = entry.open(str(DATA / entry.store))
+    want = entry.read_all(entry.open(str(DATA / entry.store)))
     assert all(r == want for r in hammer(lambda: entry.read_all(reader)))
     reader.close()
 

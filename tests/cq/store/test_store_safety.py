@@ -112,11 +112,11 @@ def _write_config(root) -> None:
 
 
 @pytest.fixture
-def read_only_store(tmp_path):
-    """A copy of the golden store (with config files) with 0444 files and 0555 directories, under the
-    audit hook."""
+def read_only_store(tmp_path, request):
+    """A copy of the golden store (another store of tests/data when parametrized with its name; with
+    config files) with 0444 files and 0555 directories, under the audit hook."""
     root = tmp_path / "store"
-    shutil.copytree(DATA / "golden_store", root)
+    shutil.copytree(DATA / getattr(request, "param", "golden_store"), root)
     _write_config(root)
     _set_modes(root, 0o444, 0o555)
     before = snapshot(root)
@@ -185,14 +185,29 @@ def _every_library_read(root) -> int:
             cq.find_messages(store, TOPIC, key="no-such-key")  # the index, then a scan of the topic
         with pytest.warns(cq.ConfigWarning):
             assert cq.backlog(store, TOPIC, "GID_SQL_A").lag == 170
-    for entry in READERS:  # every registered reader read whole, beside the store (cq/readers/registry.py)
-        with contextlib.closing(entry.open(str(root))) as reader:
-            assert entry.read_all(reader), f"{entry.name} read nothing"
+    _read_registered(root, "golden_store")
     return seen
+
+
+def _read_registered(root, store: str) -> None:
+    """Every registered reader of ``store`` (cq/readers/registry.py) read whole over ``root``."""
+    for entry in READERS:
+        if entry.store == store:
+            with contextlib.closing(entry.open(str(root))) as reader:
+                assert entry.read_all(reader), f"{entry.name} read nothing"
 
 
 def test_every_library_read_path_leaves_the_store_unchanged(read_only_store):
     assert _every_library_read(read_only_store) > 300
+
+
+@pytest.mark.parametrize("read_only_store", sorted({e.store for e in READERS} - {"golden_store"}), indirect=True)
+def test_readers_of_other_stores_leave_them_unchanged(read_only_store, request):
+    """The registered readers whose generic tests read another store (a DLedger one) read it read-only."""
+    _read_registered(read_only_store, request.node.callspec.params["read_only_store"])
+    with contextlib.closing(cq.Store(read_only_store)) as store:
+        for topic in store.topics():
+            assert list(store.consume(topic, "G", tags="*", verify_crc=True))
 
 
 @pytest.mark.parametrize("argv", [

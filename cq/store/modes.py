@@ -1,0 +1,216 @@
+"""Which layout a store root holds: its CommitLog, consume queues and metadata (docs/reading.md#store-modes).
+
+The one home of mode detection. :func:`detect_layout` looks at a store root without reading
+any record and says what it holds; :class:`StoreLayout`'s ``check_*`` methods raise
+:class:`cq.errors.UnsupportedLayoutError` for what rmqfilter cannot read, so a reader never
+answers "no topics" for a RocksDB consume queue or "missing in the CommitLog" for a log it did
+not find. Facts: docs/formats.md#dledger-commitlog and docs/reading.md#store-modes.
+"""
+from __future__ import annotations
+
+import os
+import warnings
+from dataclasses import dataclass, field
+
+from .. import format as fmt
+from ..errors import StoreFormatError, UnsupportedLayoutError
+from ..readers import config as cfg
+
+__all__ = ["StoreLayout", "detect_layout"]
+
+#: The JSON file each RocksDB metadata table replaces (``config/{table}/`` in RocksDB mode, v1).
+_ROCKSDB_TABLE_FILES = {
+    "consumerOffsets": cfg.CONSUMER_OFFSET_FILE,
+    "subscriptionGroups": cfg.SUBSCRIPTION_GROUP_FILE,
+    "topics": cfg.TOPICS_FILE,
+}
+#: Config v2 keeps every table in one database, ``config/rdb``.
+_ROCKSDB_V2 = "rdb"
+
+
+def _is_rocksdb(directory: str) -> bool:
+    return os.path.isfile(os.path.join(directory, fmt.ROCKSDB_CURRENT_FILE))
+
+
+def _has_store_files(directory: str) -> bool:
+    return bool(fmt.list_queue_files(directory))
+
+
+@dataclass(frozen=True)
+class StoreLayout:
+    """What a store root holds (:func:`detect_layout`).
+
+    Attributes
+    ----------
+    root : str
+    commit_log : {"classic", "dledger", "dledger+classic", "none"}
+        ``commitlog/``; a DLedger log (``dledger-{selfId}/data/``); a DLedger log with the
+        classic files of a store migrated to DLedger below it; or no CommitLog at all.
+    commit_log_dir, dledger_dir : str or None
+        The classic ``commitlog/`` and the DLedger data directory, where found.
+    consume_queues : {"files", "rocksdb", "files+rocksdb", "none"}
+        ``consumequeue/{topic}/{queueId}/`` files, a RocksDB database in ``consumequeue/``, both.
+    batch_cq_topics : tuple of str
+        Topics whose consume queue is a BatchCQ (``queue.type=BatchCQ`` in ``topics.json``, or
+        a ``batchconsumequeue/{topic}`` directory).
+    metadata : {"json", "rocksdb", "json+rocksdb", "none"}
+        ``config/*.json``; RocksDB databases under ``config/``; both (the JSON files are then no
+        longer refreshed by the broker for the tables in RocksDB).
+    rocksdb_tables : tuple of str
+        The metadata tables kept in RocksDB (``consumerOffsets``, ``subscriptionGroups``,
+        ``topics``; all three for config v2's ``rdb``).
+    """
+
+    root: str
+    commit_log: str
+    commit_log_dir: str | None
+    dledger_dir: str | None
+    consume_queues: str
+    batch_cq_topics: tuple[str, ...] = ()
+    metadata: str = "none"
+    rocksdb_tables: tuple[str, ...] = field(default=())
+
+    def describe(self) -> str:
+        """One line naming the modes, as ``rmqfilter inspect`` prints it."""
+        if self.dledger_dir is not None:
+            log = f"DLedger ({os.path.relpath(self.dledger_dir, self.root)}/)" + (
+                " above a classic commitlog/ (migrated)" if self.commit_log == "dledger+classic" else "")
+        else:
+            log = "classic (commitlog/)" if self.commit_log == "classic" else "none found"
+        queues = {"files": "files", "rocksdb": "RocksDB (not supported)", "none": "none",
+                  "files+rocksdb": "files and RocksDB (not supported)"}[self.consume_queues]
+        if self.batch_cq_topics:
+            queues += f"; BatchCQ topics (not supported): {', '.join(self.batch_cq_topics)}"
+        meta = {"json": "JSON files", "none": "none", "rocksdb": "RocksDB (not supported)",
+                "json+rocksdb": "RocksDB (not supported) beside stale JSON files"}[self.metadata]
+        return f"CommitLog {log}; consume queues {queues}; metadata {meta}"
+
+    def as_dict(self) -> dict:
+        """The layout as plain values (``rmqfilter inspect --json``)."""
+        return {"commit_log": self.commit_log, "commit_log_dir": self.commit_log_dir,
+                "dledger_dir": self.dledger_dir, "consume_queues": self.consume_queues,
+                "batch_cq_topics": list(self.batch_cq_topics), "metadata": self.metadata,
+                "rocksdb_tables": list(self.rocksdb_tables)}
+
+    # ------------------------------------------------------------ checks
+    def check_commit_log(self) -> None:
+        """Raise unless the store holds a CommitLog rmqfilter reads."""
+        if self.commit_log == "none":
+            raise UnsupportedLayoutError(
+                "no CommitLog", self.root,
+                f"found neither {fmt.COMMIT_LOG_DIR}/ nor {fmt.DLEDGER_DIR_PREFIX}<selfId>/{fmt.DLEDGER_DATA_DIR}/ "
+                "with files: give the storePathRootDir itself (a broker's storePathCommitLog or "
+                "storePathDLedgerCommitLog set elsewhere must be copied into the root)")
+
+    def check_consume_queues(self) -> None:
+        """Raise when the consume queues are in RocksDB (alone or beside files)."""
+        path = os.path.join(self.root, fmt.CONSUME_QUEUE_DIR)
+        if self.consume_queues == "rocksdb":
+            raise UnsupportedLayoutError(
+                "RocksDB consume queue (storeType=defaultRocksDB)", path,
+                "unsupported mode: rmqfilter reads file consume queues only (a RocksDB reader is a planned "
+                "extra, rmqfilter[rocksdb]); a broker with storeType=default writes readable files")
+        if self.consume_queues == "files+rocksdb":
+            raise UnsupportedLayoutError(
+                "consume queues both as files and in RocksDB (combined consume queue store)", path,
+                "unsupported mode: the broker may serve either; rmqfilter cannot tell which files are current")
+
+    def check_topic(self, topic: str) -> None:
+        """Raise when ``topic``'s consume queue is a BatchCQ."""
+        if topic in self.batch_cq_topics:
+            raise UnsupportedLayoutError(
+                f"BatchCQ topic {topic!r} ({fmt.QUEUE_TYPE_ATTRIBUTE}={fmt.QUEUE_TYPE_BATCH})",
+                os.path.join(self.root, fmt.BATCH_CONSUME_QUEUE_DIR, topic),
+                "unsupported mode: rmqfilter has no BatchConsumeQueue reader yet")
+
+    def check_config(self, name: str) -> None:
+        """Raise when config file ``name`` (``consumerOffset.json``, ...) is kept in RocksDB instead."""
+        for table in self.rocksdb_tables:
+            if _ROCKSDB_TABLE_FILES.get(table) == name:
+                directory = _ROCKSDB_V2 if os.path.isdir(os.path.join(self.root, cfg.CONFIG_DIR, _ROCKSDB_V2)) \
+                    else table
+                raise UnsupportedLayoutError(
+                    f"RocksDB metadata ({table})", os.path.join(self.root, cfg.CONFIG_DIR, directory),
+                    f"unsupported mode: the broker keeps {name} in RocksDB and no longer refreshes the JSON "
+                    "file; give the subscription or offsets explicitly")
+
+
+def _dledger_dir(root: str) -> str | None:
+    """The DLedger data directory of ``root`` (``dledger-{selfId}/data``), None when there is none."""
+    try:
+        names = sorted(n for n in os.listdir(root) if n.startswith(fmt.DLEDGER_DIR_PREFIX))
+    except FileNotFoundError:
+        return None
+    found = [os.path.join(root, n, fmt.DLEDGER_DATA_DIR) for n in names
+             if os.path.isdir(os.path.join(root, n, fmt.DLEDGER_DATA_DIR))]
+    if len(found) > 1:
+        with_files = [d for d in found if _has_store_files(d)]
+        if len(with_files) > 1:
+            raise StoreFormatError(
+                f"several DLedger CommitLogs ({', '.join(os.path.relpath(d, root) for d in with_files)}): "
+                "a store root holds one broker's log; open a copy holding only its own dledger-<selfId>", root)
+        found = with_files or found[:1]
+    return found[0] if found else None
+
+
+def _batch_cq_topics(root: str) -> tuple[str, ...]:
+    topics = set()
+    batch_dir = os.path.join(root, fmt.BATCH_CONSUME_QUEUE_DIR)
+    if os.path.isdir(batch_dir):
+        topics.update(t for t in os.listdir(batch_dir) if os.path.isdir(os.path.join(batch_dir, t)))
+    try:
+        with warnings.catch_warnings():  # a .bak read instead: Store.topic_configs warns when it is asked
+            warnings.simplefilter("ignore")
+            table = cfg.read_topic_configs(os.path.join(root, cfg.CONFIG_DIR, cfg.TOPICS_FILE))
+    except ValueError:  # a broken topics.json: the readers that need it say so; the directories still count
+        table = {}
+    for name, conf in table.items():
+        attributes = conf.get("attributes") if isinstance(conf, dict) else None
+        if isinstance(attributes, dict):
+            values = {str(k).lstrip("+"): v for k, v in attributes.items()}
+            if values.get(fmt.QUEUE_TYPE_ATTRIBUTE) == fmt.QUEUE_TYPE_BATCH:
+                topics.add(name)
+    return tuple(sorted(topics))
+
+
+def detect_layout(root: str | os.PathLike) -> StoreLayout:
+    """Look at store root ``root`` and say which CommitLog, consume queues and metadata it holds.
+
+    Reads directory listings and ``config/topics.json`` only. Raises :class:`StoreFormatError`
+    when ``root`` is not a directory or holds none of ``commitlog/``, ``dledger-*/``,
+    ``consumequeue/``; the ``check_*`` methods of the result raise for what cannot be read.
+    """
+    root = os.fspath(root)
+    if not os.path.isdir(root):
+        raise StoreFormatError("not a directory", root)
+    classic = os.path.join(root, fmt.COMMIT_LOG_DIR)
+    classic = classic if os.path.isdir(classic) else None
+    dledger = _dledger_dir(root)
+    cq_dir = os.path.join(root, fmt.CONSUME_QUEUE_DIR)
+    if classic is None and dledger is None and not os.path.isdir(cq_dir):
+        raise StoreFormatError(
+            f"not a RocketMQ store: no {fmt.COMMIT_LOG_DIR}/, {fmt.DLEDGER_DIR_PREFIX}<selfId>/ or "
+            f"{fmt.CONSUME_QUEUE_DIR}/ directory", root)
+    if dledger is not None:
+        log = "dledger+classic" if classic is not None and _has_store_files(classic) else "dledger"
+    else:
+        log = "classic" if classic is not None else "none"
+
+    queues = "none"
+    if os.path.isdir(cq_dir):
+        rocks = _is_rocksdb(cq_dir)
+        files = any(os.path.isdir(os.path.join(cq_dir, t)) for t in os.listdir(cq_dir))
+        queues = {(True, True): "files+rocksdb", (True, False): "rocksdb", (False, True): "files",
+                  (False, False): "files"}[(rocks, files)]
+
+    config_dir = os.path.join(root, cfg.CONFIG_DIR)
+    tables: tuple[str, ...] = ()
+    if _is_rocksdb(os.path.join(config_dir, _ROCKSDB_V2)):
+        tables = tuple(_ROCKSDB_TABLE_FILES)
+    else:
+        tables = tuple(t for t in _ROCKSDB_TABLE_FILES if _is_rocksdb(os.path.join(config_dir, t)))
+    has_json = os.path.isdir(config_dir) and any(n.endswith(".json") for n in os.listdir(config_dir))
+    metadata = ("json+rocksdb" if has_json else "rocksdb") if tables else ("json" if has_json else "none")
+    return StoreLayout(root=root, commit_log=log, commit_log_dir=classic, dledger_dir=dledger,
+                       consume_queues=queues, batch_cq_topics=_batch_cq_topics(root), metadata=metadata,
+                       rocksdb_tables=tables)

@@ -1,0 +1,114 @@
+"""rmqfilter against a real RocketMQ broker in DLedger mode: the ``modes`` scenario (docs/testing.md).
+
+RocketMQ's own broker, with ``enableDLegerCommitLog=true`` in a one-node DLedger group, kept its
+CommitLog in ``dledger-n0/data/`` (entries crossing file ends) and served SQL92 groups (bitmaps,
+ConsumeQueueExt, property filtering) and tag groups to real push consumers, which received, committed
+and stopped; more was sent; the store was copied after a clean shutdown and the consumers drained
+the rest. What rmqfilter reads from that store must be what they received
+(docs/formats.md#dledger-commitlog).
+"""
+from __future__ import annotations
+
+import json
+
+import pytest
+from broker_support import harness, scenario
+from test_broker_filters import assert_same_units, delivered
+
+import cq
+from pyspark_udfs import cli
+
+pytestmark = pytest.mark.broker
+
+GROUPS = list(harness.MODES_GROUPS)
+
+
+@pytest.fixture(scope="module")
+def run():
+    return scenario("modes")
+
+
+@pytest.fixture(scope="module")
+def store(run):
+    s = cq.Store(str(run.store_path()))
+    yield s
+    s.close()
+
+
+def test_the_broker_wrote_a_dledger_log(run, store):
+    assert run.broker["rocketmq_version"] == harness.rocketmq_version()
+    assert store.layout.commit_log == "dledger" and not (run.store_path() / "commitlog").exists()
+    log = store.commit_log
+    assert isinstance(log, cq.DLedgerCommitLog) and len(log.files) > 1  # entries cross file ends
+    messages = list(log.messages(verify_crc=True))
+    assert len(messages) == len(run.sent) and all(s["outcome"] == "sent" for s in run.sent)
+    assert {m.properties["UNIQ_KEY"] for m in messages} == {s["uniq_key"] for s in run.sent}
+    offsets = [m.commit_log_offset for m in messages]
+    assert offsets == [int(o) for b in log.column_batches(["commit_log_offset"])
+                       for o in b.columns["commit_log_offset"]]
+    assert log.max_offset == offsets[-1] + messages[-1].store_size
+    phases = {(r["group"], r["phase"]) for r in run.received}
+    assert all((g, p) in phases for g in GROUPS for p in ("live", "drain"))
+
+
+def test_every_message_is_where_the_send_result_put_it(run, store):
+    for s in run.sent:
+        units = store.consume_queue(s["topic"], s["queue_id"]).read(s["queue_offset"], 1)
+        msg = store.commit_log.read_message(int(units["commit_log_offset"][0]))
+        assert (msg.properties["UNIQ_KEY"], msg.queue_offset, msg.commit_log_offset) == (
+            s["uniq_key"], s["queue_offset"], int(units["commit_log_offset"][0])), s
+        assert msg.msg_id == s["msg_id"], s  # the offset id holds the record's offset inside its entry
+
+
+@pytest.mark.parametrize("group", GROUPS)
+def test_consume_is_what_the_consumers_received(run, store, group):
+    g = run.group(group)
+    want = {k: (r["uniq_key"], r["msg_id"]) for k, r in run.first[group].items()}
+    result = store.consume(g["topic"], group, **run.subscription(g))
+    got = {(m.queue_id, m.queue_offset): (m.properties.get("UNIQ_KEY"), m.msg_id) for m in result}
+    assert_same_units(got, want, f"Store.consume({group})")
+    assert result.stats.commit_log_missing == 0
+    if g["type"] == "SQL92":
+        assert delivered(store, g, sql=g["expression"]) == got
+
+
+@pytest.mark.parametrize("group", GROUPS)
+def test_backlog_is_what_the_drain_received(run, store, group):
+    g = run.group(group)
+    progress = {p["queue_id"]: p for p in g["progress"]}
+    b = cq.backlog(store, g["topic"], group, **run.subscription(g))
+    drained: dict[int, int] = {}
+    for (queue_id, _), r in run.first[group].items():
+        if r["phase"] == "drain":
+            drained[queue_id] = drained.get(queue_id, 0) + 1
+    assert sorted(q.queue_id for q in b.queues) == sorted(progress)
+    for q in b.queues:
+        p = progress[q.queue_id]
+        assert (q.committed_offset, q.max_offset) == (p["consumer_offset"], p["broker_offset"]), q
+        assert q.will_receive == drained.get(q.queue_id, 0), q
+
+
+def test_inspect_prints_the_mode_and_the_brokers_offsets(run, capsys):
+    assert cli.main(["inspect", str(run.store_path())]) == 0
+    assert "Mode: CommitLog DLedger (dledger-n0/data/); consume queues files; metadata JSON files" in \
+        capsys.readouterr().out
+    assert cli.main(["inspect", str(run.store_path()), "--json"]) == 0
+    topics = json.loads(capsys.readouterr().out)["topics"]
+    for t in run.broker["topics"]:
+        for q in t["queues"]:
+            mine = topics[t["topic"]][str(q["queue_id"])]
+            assert (mine["min_offset"], mine["max_offset"]) == (q["min_offset"], q["max_offset"]), (t["topic"], q)
+
+
+@pytest.mark.spark
+@pytest.mark.parametrize("group", GROUPS)
+def test_data_source_with_group_gives_the_same_rows(spark, run, group):
+    g = run.group(group)
+    reader = spark.read.format("rocketmq").option("topic", g["topic"]).option("group", group)
+    if g["type"] == "TAG":
+        reader = reader.option("tags", g["expression"])
+    rows = reader.load(str(run.store_path())).selectExpr("queue_id", "queue_offset",
+                                                         "properties['UNIQ_KEY'] AS uniq").collect()
+    got = {(r.queue_id, r.queue_offset): r.uniq for r in rows}
+    assert len(got) == len(rows)
+    assert_same_units(got, {k: r["uniq_key"] for k, r in run.first[group].items()}, f"data source, group {group}")
