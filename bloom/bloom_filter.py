@@ -46,6 +46,13 @@ def encode_key(key: str) -> bytes:
         return joined.encode("utf-8", "replace")
 
 
+def murmur3_h1(data: bytes | str) -> int:
+    """First 64 bits (signed) of MurmurHash3 x64-128, seed 0: Guava's ``murmur3_128().hash*(...).asLong()``."""
+    if isinstance(data, str):
+        data = encode_key(data)
+    return _kernel.murmur3_h1(bytes(data))
+
+
 class BloomFilterData:
     """A key's bit positions and the bit count of the filter that made them (``bitPos``, ``bitNum``)."""
 
@@ -229,7 +236,7 @@ class BloomFilter:
         """Set the bits of every key (nulls skipped) in one ``BitsArray`` of m bits."""
         self._check_length(bits)
         positions = self.calc_bit_positions_many(keys)
-        buf = np.frombuffer(bits._bytes, dtype=np.uint8)
+        buf = np.frombuffer(bits.writable_view(), dtype=np.uint8)
         _kernel.set_positions(buf, np.ascontiguousarray(positions, dtype=np.int32))
 
 

@@ -124,6 +124,8 @@ EXT_UNIT_HEADER_DTYPE = np.dtype(
 )
 #: The same head as ``struct`` packs it.
 EXT_UNIT_HEADER_STRUCT = struct.Struct(">hqqh")
+#: The ``size`` field that opens an ext unit, read alone by the ext walk (docs/formats.md#ext-walk).
+EXT_UNIT_SIZE_STRUCT = struct.Struct(">h")
 
 # ------------------------------------------------------------------ CommitLog
 #: ``MESSAGE_MAGIC_CODE`` (V1, 1-byte topic length) = 0xDAA320A7.

@@ -19,7 +19,7 @@ from ..filter.custom import BATCH_RECORD_FIELDS, ON_FILTER_ERROR, as_message_fil
 from ..filter.layers import Layers, SqlFilter, TagFilter
 from ..kernels import _objects
 from ..readers import config as cfg
-from ..readers.commitlog import _SEALED_AGE_NS, CommitLog, Message
+from ..readers.commitlog import SEALED_AGE_NS, CommitLog, Message
 from ..readers.consumequeue import ConsumeQueue
 from ..readers.ext import ConsumeQueueExt
 
@@ -456,7 +456,7 @@ class Store:
             return
         self._refresh_queue(key, cqueue)
         now = time.time_ns()
-        if state is not None and now - state[1] > _SEALED_AGE_NS and now - state[4] > _SEALED_AGE_NS:
+        if state is not None and now - state[1] > SEALED_AGE_NS and now - state[4] > SEALED_AGE_NS:
             self._quiet[key] = state
         else:
             self._quiet.pop(key, None)
@@ -631,7 +631,7 @@ class Store:
                     # every listed file from the first record's to the last's (files are contiguous):
                     # one that holds none of them costs a map and no read, and the broker expires
                     # files oldest first, so one gone means every record before it is gone too
-                    starts = log._starts
+                    starts = log.file_starts
                     first = max(0, int(np.searchsorted(starts, held.min(), side="right")) - 1)
                     for off in starts[first:int(np.searchsorted(starts, held.max(), side="right"))].tolist():
                         index = log.file_index(off)
@@ -839,7 +839,7 @@ class Store:
             # one decoder pass serves layer 2, the client's re-check and delivery: the records are
             # mostly Bloom hits (or no layer 2 runs), so most are delivered (docs/data-path.md#consume);
             # copied with a read each, not faulted into the map (a queue's records lie far apart)
-            cols = log.decode_columns(offs) if sizes is None else log._decode_copied(offs, sizes)
+            cols = log.decode_columns(offs) if sizes is None else log.decode_copied(offs, sizes)
         keep = None
         if layers.has_layer2:
             keep = layers.layer2_records(log, offs, cols)
@@ -870,7 +870,7 @@ class Store:
             client = layers.client_columns(cols, rows)
             stats.client_filtered += int((~client).sum())
             if custom is None:  # each message built as it is handed out: one alive at a time
-                yield _objects.Delivered.built(Message, cols.columns, *log._message_args(decoded, rows[client]), stats)
+                yield _objects.Delivered.built(Message, cols.columns, *log.message_args(decoded, rows[client]), stats)
             else:
                 pending = log.messages_from_columns(cols, decoded, rows[client])
         if pending:
@@ -972,7 +972,7 @@ class Store:
                 for a, b in _slices(offs, _SLICE_SPAN, _SLICE_RECORDS):
                     yield from self._layer2(layers, log, idx[a:b], offs[a:b], hits, stats, verify_crc,
                                             custom, units, ext, kept_sizes[a:b])
-                    log._drop_resident_range(int(offs[a:b].min()), int(ends[a:b].max()))
+                    log.drop_resident_range(int(offs[a:b].min()), int(ends[a:b].max()))
                 if progress is not None:
                     progress(stats.units_scanned, total)
         if expected < bounds[1]:  # the queue's minimum moved past the rest of the cut's range

@@ -125,17 +125,17 @@ from ..readers.commitlog import CommitLog
 from ..readers.config import CONFIG_DIR, CONSUMER_FILTER_FILE, RegisteredFilter, read_registered_filters
 from ..tags import tags_code, tags_code_utf8
 from ._dispatch import property_values
-from ._filequeue import _COMMIT_LOG_FLUSH, _FileQueue, _holds_store, _lock_store
+from ._filequeue import COMMIT_LOG_FLUSH, FileQueue, holds_store, lock_store
 from .config_writer import write_consumer_filters
 from .record_bytes import fill_property_crc, offset_msg_id, strip_property_crc
 from .recovery import (
-    _last_unit,
-    _recover_commit_log,
-    _recover_consume_queue,
-    _recover_ext,
-    _redispatch,
-    _truncate_consume_queue,
-    _truncate_ext,
+    last_unit,
+    recover_commit_log,
+    recover_consume_queue,
+    recover_ext,
+    redispatch,
+    truncate_consume_queue,
+    truncate_ext,
 )
 
 if TYPE_CHECKING:
@@ -315,7 +315,7 @@ class _QueueState:
 
     __slots__ = ("cq", "ext", "next_offset", "started")
 
-    def __init__(self, cq: _FileQueue, ext: _FileQueue | None, next_offset: int, started: bool):
+    def __init__(self, cq: FileQueue, ext: FileQueue | None, next_offset: int, started: bool):
         self.cq = cq
         self.ext = ext
         self.next_offset = next_offset
@@ -447,16 +447,16 @@ class StoreWriter:
 
         if os.path.exists(self.root) and not os.path.isdir(self.root):
             raise ValueError(f"store root {self.root!r} exists and is not a directory")
-        existing = _holds_store(self.root)
+        existing = holds_store(self.root)
         if existing is not None and not append:
             raise FileExistsError(
                 f"{self.root!r} already holds a store ({existing}); pass append=True to add to it"
             )
         os.makedirs(self.root, exist_ok=True)
-        self._lock_fd = _lock_store(self.root)
+        self._lock_fd = lock_store(self.root)
         _OPEN_WRITERS.add(self)
-        self._commit_log = _FileQueue(
-            os.path.join(self.root, COMMIT_LOG_DIR), self.commit_log_file_size, flush_at=_COMMIT_LOG_FLUSH
+        self._commit_log = FileQueue(
+            os.path.join(self.root, COMMIT_LOG_DIR), self.commit_log_file_size, flush_at=COMMIT_LOG_FLUSH
         )
         if existing is not None:
             try:
@@ -1086,9 +1086,7 @@ class StoreWriter:
             return
         cq = state.cq
         logical = queue_offset * CQ_STORE_UNIT_SIZE
-        cq.start = logical - logical % cq.file_size
-        cq.pos = 0
-        cq._buf_pos = 0
+        cq.position_at(logical - logical % cq.file_size, 0)
         filler = _CQ_UNIT.pack(*PLACEHOLDER_UNIT)
         cq.write(filler * ((logical - cq.start) // CQ_STORE_UNIT_SIZE))
         state.next_offset = queue_offset
@@ -1099,11 +1097,11 @@ class StoreWriter:
         if state is None:
             ext = None
             if self.enable_ext:
-                ext = _FileQueue(
+                ext = FileQueue(
                     os.path.join(self.root, CONSUME_QUEUE_EXT_DIR, topic, str(queue_id)), self.ext_file_size,
                     after=self._commit_log, flush_all=self._flush_queues,
                 )
-            cq = _FileQueue(
+            cq = FileQueue(
                 os.path.join(self.root, CONSUME_QUEUE_DIR, topic, str(queue_id)), self.consume_queue_file_size,
                 after=ext if ext is not None else self._commit_log, flush_all=self._flush_queues,
             )
@@ -1123,10 +1121,9 @@ class StoreWriter:
         a record and its unit) are dispatched again before anything new is
         written, as the broker's reput service does on restart.
         """
-        self._commit_log.start, self._commit_log.pos = _recover_commit_log(
+        self._commit_log.position_at(*recover_commit_log(
             os.path.join(self.root, COMMIT_LOG_DIR), self.commit_log_file_size
-        )
-        self._commit_log._buf_pos = self._commit_log.pos
+        ))
         # lowest CommitLog offset whose record may lack its unit: past the last unit of every queue
         self._redispatch_from: int | None = self._commit_log.offset
         cq_root = os.path.join(self.root, CONSUME_QUEUE_DIR)
@@ -1144,23 +1141,23 @@ class StoreWriter:
                 if not files:
                     continue
                 state = self._queue(topic, int(qid))
-                start, pos = _recover_consume_queue(files, self.consume_queue_file_size)
-                start, pos = _truncate_consume_queue(files, self.consume_queue_file_size, (start, pos),
+                start, pos = recover_consume_queue(files, self.consume_queue_file_size)
+                start, pos = truncate_consume_queue(files, self.consume_queue_file_size, (start, pos),
                                                      self._commit_log.offset)
-                state.cq.start, state.cq.pos, state.cq._buf_pos = start, pos, pos
+                state.cq.position_at(start, pos)
                 state.next_offset = (start + pos) // CQ_STORE_UNIT_SIZE
                 state.started = True
-                last = _last_unit(files, start + pos, self.consume_queue_file_size)
+                last = last_unit(files, start + pos, self.consume_queue_file_size)
                 self._redispatch_from = min(self._redispatch_from, last[0] + last[1] if last else 0)
                 if state.ext is not None:
                     ext_files = list_queue_files(os.path.join(self.root, CONSUME_QUEUE_EXT_DIR, topic, qid))
                     if ext_files:
-                        start, pos = _recover_ext(ext_files, self.ext_file_size)
+                        start, pos = recover_ext(ext_files, self.ext_file_size)
                         if last is not None and is_ext_addr(last[2]):
                             # ConsumeQueue recovery truncates the ext queue past its last referenced unit
-                            start, pos = _truncate_ext(ext_files, self.ext_file_size, undecorate(last[2]),
+                            start, pos = truncate_ext(ext_files, self.ext_file_size, undecorate(last[2]),
                                                        (start, pos))
-                        state.ext.start, state.ext.pos, state.ext._buf_pos = start, pos, pos
+                        state.ext.position_at(start, pos)
         if self._redispatch_from >= self._commit_log.offset:
             self._redispatch_from = None
 
@@ -1170,14 +1167,14 @@ class StoreWriter:
         Deferred to the first write or flush so groups registered after
         opening the store get their bits in the re-dispatched ext bitmaps.
         The records are read and decided in :class:`cq.readers.columns.MessageColumns`
-        batches (:func:`cq.writer.recovery._redispatch`).
+        batches (:func:`cq.writer.recovery.redispatch`).
         """
         start = getattr(self, "_redispatch_from", None)
         if start is None:
             return
         self._redispatch_from = None
         with CommitLog(os.path.join(self.root, COMMIT_LOG_DIR), file_size=self.commit_log_file_size) as log:
-            _redispatch(self, log, start, self._commit_log.offset)
+            redispatch(self, log, start, self._commit_log.offset)
 
 
 _APPEND_FIELDS = frozenset(

@@ -1,5 +1,5 @@
 """``append=True`` re-dispatches the records an interrupted writer left without units, reading the
-CommitLog in decoded column batches (``cq.writer.recovery._record_batches``, ``cq.writer.recovery._redispatch``),
+CommitLog in decoded column batches (``cq.writer.recovery._record_batches``, ``cq.writer.recovery.redispatch``),
 and the ConsumeQueue and ext files come out byte for byte as a writer that was never interrupted
 wrote them.
 
