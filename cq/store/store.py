@@ -573,12 +573,8 @@ class Store:
                     except BaseException:
                         self._release(t, q, cqueue, ext)
                         raise
-                    if live:
-                        self._release(t, q, cqueue, ext)
-                    if keep_readers:
-                        cqueue.close()  # the reader keeps its ends and file list; its maps go
-                        if ext is not None:
-                            ext.close()
+                    if live or keep_readers:  # a kept reader keeps its ends and file list; its maps go
+                        self._release(t, q, cqueue, ext, cached=keep_readers)
             end = log.refresh() if live else log.max_offset
             queues = []
             for t, q, lo, hi, cqueue in ranges:
@@ -806,15 +802,21 @@ class Store:
         finally:
             self._release(topic, queue_id, cqueue, ext)
 
-    def _release(self, topic: str, queue_id: int, cqueue: ConsumeQueue, ext: ConsumeQueueExt | None) -> None:
-        """Close readers from :meth:`_queue_readers` unless they are the cached ones; the maps of
-        readers kept across reads (``keep_readers``) are released too, the readers kept."""
+    def _release(self, topic: str, queue_id: int, cqueue: ConsumeQueue | None, ext: ConsumeQueueExt | None,
+                 *, cached: bool = False) -> None:
+        """The one closing rule for a queue's readers after a read of it.
+
+        A reader that is not the cached one (opened by :meth:`_queue_readers` for this pass) is
+        closed. A cached reader has its maps released (closing a mapped-file queue keeps its
+        ends and file list; it maps its files again on its next read) when it is kept across
+        reads (``keep_readers``) or ``cached`` asks for it (:meth:`release_queue`); otherwise it
+        stays open for the next caller.
+        """
         key = (topic, int(queue_id))
-        kept = key in self._kept
-        if kept or self._cqs.get(key) is not cqueue:
-            cqueue.close()
-        if ext is not None and (kept or self._exts.get(key) is not ext):
-            ext.close()
+        release_cached = cached or key in self._kept
+        for reader, cache in ((cqueue, self._cqs), (ext, self._exts)):
+            if reader is not None and (release_cached or cache.get(key) is not reader):
+                reader.close()
 
     def release_queue(self, topic: str, queue_id: int) -> None:
         """Release the maps (and file descriptors) of a cached queue's readers after a read of it.
@@ -825,11 +827,7 @@ class Store:
         """
         key = (topic, int(queue_id))
         with self._open_lock:
-            cqueue, ext = self._cqs.get(key), self._exts.get(key)
-            if cqueue is not None:
-                cqueue.close()
-            if ext is not None:
-                ext.close()
+            self._release(topic, queue_id, self._cqs.get(key), self._exts.get(key), cached=True)
 
     def _layer2(self, layers: Layers, log, idx, offs, hits, stats, verify_crc, custom=None, units=None,
                 ext=None, sizes=None):
