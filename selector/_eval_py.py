@@ -14,7 +14,8 @@ from collections.abc import Mapping
 
 import numpy as np
 
-from . import javalang as java
+import rmqfilter_java as java
+
 from .compiler import Program
 from .errors import SelectorEvaluationError, comparison_error
 from .opcodes import (

@@ -26,8 +26,9 @@ import math
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 
+import rmqfilter_java as java
+
 from . import compile as compile_selector
-from . import javalang as java
 from . import nodes as n
 from ._eval_py import conversions, equal_test, match_test, order_test
 from .errors import SelectorEvaluationError, line_column

@@ -37,9 +37,9 @@ from dataclasses import dataclass
 
 from ply import lex, yacc
 
+import rmqfilter_java as java
 from rmqfilter_engine import load as _load
 
-from . import javalang as java
 from .errors import SelectorSyntaxError
 from .lexer import SelectorLexer, lexical_error, tokens  # noqa: F401  (PLY reads ``tokens`` from this module)
 from .nodes import (

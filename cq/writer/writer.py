@@ -65,8 +65,8 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 import numpy as np
 
 import bloom
+import rmqfilter_java as javalang
 import selector
-from selector import javalang
 
 from ..filter.layers import bloom_key
 from ..format import (
