@@ -234,9 +234,9 @@ def redispatch(writer: Any, log: CommitLog, start: int, end: int) -> None:
     QUEUEOFFSET is past the queue's recovered end and past the records dispatched before it).
     A queue whose files never reached the disk (no unit yet) but whose first record here has
     QUEUEOFFSET > 0 has its first records further back: the pass starts over from the first
-    CommitLog file. A record whose dispatch fails (:meth:`~cq.writer.writer.StoreWriter._dispatch_tags_codes`)
+    CommitLog file. A record whose dispatch fails (:meth:`~cq.writer.writer.StoreWriter.dispatch_tags_codes`)
     gets no unit. Every decision is made per batch of records over its columns; the units are
-    written in log order (:func:`cq.writer._dispatch.write_units`), each at its record's QUEUEOFFSET.
+    written in log order (:func:`cq.writer.dispatch_unit.write_units`), each at its record's QUEUEOFFSET.
     """
     # may this pass start over? then nothing is written before it ends (exactly as the record by
     # record pass did); otherwise each batch's units are written as it is decided
@@ -273,7 +273,7 @@ def _redispatch_batch(writer: Any, cols: MessageColumns, expected: dict[tuple[st
     transaction = c["sys_flag"] & TRANSACTION_TYPE_MASK
     rows = np.flatnonzero((transaction == TRANSACTION_NOT_TYPE) | (transaction == TRANSACTION_COMMIT_TYPE))
     topic_ids, topics = factorize(*c["topic"][:2])
-    codes, ok = writer._dispatch_tags_codes(cols, topic_ids, topics)
+    codes, ok = writer.dispatch_tags_codes(cols, topic_ids, topics)
     queue_ids = c["queue_id"][rows]
     queue_offsets = c["queue_offset"][rows]
     row_ok = ok[rows]
@@ -285,7 +285,7 @@ def _redispatch_batch(writer: Any, cols: MessageColumns, expected: dict[tuple[st
     for k in np.argsort(first, kind="stable").tolist():  # queues in the order of their first record
         i = int(first[k])
         key = (topics[int(topic_ids[rows[i]])], int(queue_ids[i]))
-        state = writer._queue(*key)
+        state = writer.queue_state(*key)
         sel = by_key[bounds[k]:bounds[k + 1]]
         q, good = queue_offsets[sel], row_ok[sel]
         threshold = expected.get(key, state.next_offset)

@@ -42,7 +42,7 @@ Only writers open store files read-write; :mod:`cq`'s readers map them
 read-only. The writing side is split by job: this module (the writer), :mod:`cq.writer._filequeue`
 (files opened for appending, the store lock), :mod:`cq.writer.recovery` (an interrupted
 writer's torn tail, and the re-dispatch of the records it left without units, in decoded
-batches through :mod:`cq.writer._dispatch`), :mod:`cq.writer.rebuild` (:func:`~cq.writer.rebuild.rebuild_bitmaps` re-dispatches
+batches through :mod:`cq.writer.dispatch_unit`), :mod:`cq.writer.rebuild` (:func:`~cq.writer.rebuild.rebuild_bitmaps` re-dispatches
 an existing store for a new set of groups into a new directory) and :mod:`cq.writer.sample`
 (:func:`~cq.writer.sample.generate_sample_store`, the deterministic sample store of
 ``rmqfilter gen-store``).
@@ -233,7 +233,9 @@ class _Group:
 
 
 # --------------------------------------------------------------- validation
-def _check_int(name: str, value: Any, lo: int, hi: int) -> int:
+def check_int(name: str, value: Any, lo: int, hi: int) -> int:
+    """``value`` as an int in ``[lo, hi]``, or a TypeError/ValueError naming ``name`` (the writer's
+    argument checks, and the sample store's)."""
     if isinstance(value, bool) or not isinstance(value, (int, np.integer)):
         raise TypeError(f"{name} must be an int, got {type(value).__name__}")
     value = int(value)
@@ -243,7 +245,7 @@ def _check_int(name: str, value: Any, lo: int, hi: int) -> int:
 
 
 def _check_size(name: str, value: Any, minimum: int) -> int:
-    value = _check_int(name, value, 1, _INT32[1])
+    value = check_int(name, value, 1, _INT32[1])
     if value < minimum:
         raise ValueError(f"{name} must be at least {minimum} bytes, got {value}")
     return value
@@ -322,7 +324,7 @@ class _QueueState:
         self.started = started  # False until the queue holds a unit or a file
 
 
-class _Prepared:
+class Prepared:
     """One message, validated and encoded, waiting for its offsets."""
 
     __slots__ = ("dispatch", "props", "queue_id", "record", "size", "store_timestamp", "tags_code", "topic")
@@ -513,15 +515,15 @@ class StoreWriter:
                 "bitmaps are stored in ConsumeQueueExt units: create the StoreWriter with enable_ext=True "
                 "to register SQL92 groups"
             )
-        self._topic_info(topic)
+        self.topic_info(topic)
         if not isinstance(group, str) or not group:
             raise ValueError(f"group must be a non-empty str, got {group!r}")
         if not isinstance(sql, str) or not sql.strip():
             raise ValueError(f"sql of group {group!r} must be a non-empty SQL92 expression")
         if born_time is not None:
-            born_time = _check_int("born_time", born_time, *_INT64)
+            born_time = check_int("born_time", born_time, *_INT64)
         if client_version is not None:
-            client_version = _check_int("client_version", client_version, *_INT64)
+            client_version = check_int("client_version", client_version, *_INT64)
         compiled = selector.compile(sql)
         spec = SqlGroup(topic, group, sql)
         bits = bloom.BitsArray(self.bloom_filter.m)
@@ -646,7 +648,7 @@ class StoreWriter:
         """
         self._check_open()
         written = 0
-        batch: list[_Prepared] = []
+        batch: list[Prepared] = []
         prepare = self._prepare
         for index, m in enumerate(messages):
             try:
@@ -739,7 +741,9 @@ class StoreWriter:
         return state.next_offset if state is not None else 0
 
     # ----------------------------------------------------------- encoding
-    def _topic_info(self, topic: str) -> tuple[int, bytes]:
+    def topic_info(self, topic: str) -> tuple[int, bytes]:
+        """``(magic code, encoded topic field)`` of this topic's records (V1, or V2 for a long name
+        when allowed), checked once per topic: a bad topic name raises here, before anything is written."""
         info = self._topics.get(topic)
         if info is not None:
             return info
@@ -816,9 +820,9 @@ class StoreWriter:
         keys: Any = None, flag: int = 0, sys_flag: int = 0, born_timestamp: int | None = None,
         store_timestamp: int | None = None, born_host: str | None = None, store_host: str | None = None,
         reconsume_times: int = 0, prepared_transaction_offset: int = 0,
-    ) -> _Prepared:
+    ) -> Prepared:
         """Validate and encode one message (no state changes; offsets are filled in by _write)."""
-        magic, topic_field = self._topic_info(topic)
+        magic, topic_field = self.topic_info(topic)
         if isinstance(properties, (str, bytes, bytearray, memoryview)):
             if tags is not None or keys is not None:
                 raise ValueError("tags/keys cannot be combined with a pre-serialised properties string")
@@ -867,13 +871,13 @@ class StoreWriter:
                                  born, store_timestamp, store, reconsume_times, prepared_transaction_offset, body,
                                  topic_field, props_b, reserved)
         except struct.error:
-            _check_int("queue_id", queue_id, 0, _INT32[1])
-            _check_int("flag", flag, *_INT32)
-            _check_int("sys_flag", sys_flag, *_INT32)
-            _check_int("born_timestamp", born_timestamp, *_INT64)
-            _check_int("store_timestamp", store_timestamp, *_INT64)
-            _check_int("reconsume_times", reconsume_times, *_INT32)
-            _check_int("prepared_transaction_offset", prepared_transaction_offset, *_INT64)
+            check_int("queue_id", queue_id, 0, _INT32[1])
+            check_int("flag", flag, *_INT32)
+            check_int("sys_flag", sys_flag, *_INT32)
+            check_int("born_timestamp", born_timestamp, *_INT64)
+            check_int("store_timestamp", store_timestamp, *_INT64)
+            check_int("reconsume_times", reconsume_times, *_INT32)
+            check_int("prepared_transaction_offset", prepared_transaction_offset, *_INT64)
             raise
         if queue_id < 0:
             raise ValueError(f"queue_id must be >= 0, got {queue_id}")
@@ -885,10 +889,10 @@ class StoreWriter:
             )
         transaction = sys_flag & TRANSACTION_TYPE_MASK
         dispatch = transaction == TRANSACTION_NOT_TYPE or transaction == TRANSACTION_COMMIT_TYPE
-        code = self._dispatch_tags_code(topic, props, store_timestamp)
-        return _Prepared(topic, queue_id, record, dispatch, code, store_timestamp, props)
+        code = self.dispatch_tags_code(topic, props, store_timestamp)
+        return Prepared(topic, queue_id, record, dispatch, code, store_timestamp, props)
 
-    def _dispatch_tags_code(self, topic: str, props: Mapping[str, str], store_timestamp: int) -> int:
+    def dispatch_tags_code(self, topic: str, props: Mapping[str, str], store_timestamp: int) -> int:
         """The tags code the reput service computes from a stored record (docs/formats.md#tagscode-slot)."""
         code = tags_code(props.get(PROPERTY_TAGS))
         if topic == SCHEDULE_TOPIC and PROPERTY_DELAY in props:
@@ -910,9 +914,9 @@ class StoreWriter:
             ) from None
         return min(level, len(self._delays))
 
-    def _dispatch_tags_codes(self, columns: MessageColumns, topic_ids: np.ndarray,
+    def dispatch_tags_codes(self, columns: MessageColumns, topic_ids: np.ndarray,
                              topics: list[str]) -> tuple[np.ndarray, np.ndarray]:
-        """:meth:`_dispatch_tags_code` over decoded records: ``(tags code int64, dispatchable bool)`` per row.
+        """:meth:`dispatch_tags_code` over decoded records: ``(tags code int64, dispatchable bool)`` per row.
 
         Parameters
         ----------
@@ -920,7 +924,7 @@ class StoreWriter:
             Holds ``tags``, ``store_timestamp`` and, when ``topics`` has
             ``SCHEDULE_TOPIC_XXXX``, ``properties``.
         topic_ids, topics : numpy.ndarray, list of str
-            The ``topic`` column factorized (:func:`cq.writer._dispatch.factorize`).
+            The ``topic`` column factorized (:func:`cq.writer.dispatch_unit.factorize`).
 
         Returns
         -------
@@ -950,7 +954,7 @@ class StoreWriter:
         return codes, ok
 
     # ----------------------------------------------------------- writing
-    def _bitmaps(self, batch: Sequence[_Prepared]) -> list[bytes | None]:
+    def batch_bitmaps(self, batch: Sequence[Prepared]) -> list[bytes | None]:
         """``CommitLogDispatcherCalcBitMap`` over a batch: the bitmap of each record, or None."""
         out: list[bytes | None] = [None] * len(batch)
         if not self._groups:
@@ -969,8 +973,8 @@ class StoreWriter:
                 out[i] = bitmaps[j].tobytes()
         return out
 
-    def _bitmaps_columns(self, topic: str, columns: MessageColumns, rows: np.ndarray) -> np.ndarray | None:
-        """:meth:`_bitmaps` over decoded records: the columnar form :func:`cq.writer.rebuild.rebuild_bitmaps` uses.
+    def column_bitmaps(self, topic: str, columns: MessageColumns, rows: np.ndarray) -> np.ndarray | None:
+        """:meth:`batch_bitmaps` over decoded records: the columnar form :func:`cq.writer.rebuild.rebuild_bitmaps` uses.
 
         Parameters
         ----------
@@ -988,7 +992,7 @@ class StoreWriter:
             None when no group is registered for ``topic`` (the record gets no bitmap).
             Each selector runs over the Arrow ``map<string, string>`` properties
             (``Selector.matches_arrow``), no dict per record; without pyarrow over
-            property dicts, as :meth:`_bitmaps` does.
+            property dicts, as :meth:`batch_bitmaps` does.
         """
         groups = self._groups.get(topic)
         if not groups:
@@ -1016,9 +1020,9 @@ class StoreWriter:
             bitmaps[np.asarray(group.selector.matches_many(props_rows), dtype=bool)] |= group.bits
         return bitmaps
 
-    def _write(self, batch: Sequence[_Prepared], *, collect: bool) -> list[AppendResult]:
+    def _write(self, batch: Sequence[Prepared], *, collect: bool) -> list[AppendResult]:
         self._finish_recovery()
-        bitmaps = self._bitmaps(batch)
+        bitmaps = self.batch_bitmaps(batch)
         results: list[AppendResult] = []
         log = self._commit_log
         for p, bitmap in zip(batch, bitmaps):
@@ -1029,7 +1033,7 @@ class StoreWriter:
             queue_offset = None
             state = None
             if p.dispatch:
-                state = self._queue(p.topic, p.queue_id)
+                state = self.queue_state(p.topic, p.queue_id)
                 queue_offset = state.next_offset
             RECORD_OFFSETS_STRUCT.pack_into(p.record, RECORD_OFFSETS_POSITION, queue_offset or 0, phys)
             if self.enabled_append_prop_crc:
@@ -1037,7 +1041,7 @@ class StoreWriter:
             log.write(p.record)
             address = None
             if state is not None:
-                address = self._dispatch(state, phys, p.size, p.tags_code, p.store_timestamp, bitmap)
+                address = self.dispatch_unit(state, phys, p.size, p.tags_code, p.store_timestamp, bitmap)
             self.messages_written += 1
             if collect:
                 results.append(
@@ -1045,7 +1049,7 @@ class StoreWriter:
                 )
         return results
 
-    def _dispatch(
+    def dispatch_unit(
         self, state: _QueueState, phys: int, size: int, code: int, store_timestamp: int, bitmap: bytes | None,
         queue_offset: int | None = None,
     ) -> int | None:
@@ -1091,7 +1095,9 @@ class StoreWriter:
         cq.write(filler * ((logical - cq.start) // CQ_STORE_UNIT_SIZE))
         state.next_offset = queue_offset
 
-    def _queue(self, topic: str, queue_id: int) -> _QueueState:
+    def queue_state(self, topic: str, queue_id: int) -> _QueueState:
+        """The write state of one queue (its ConsumeQueue and ext file queues), created on first use;
+        what :meth:`dispatch_unit` writes to (the batch dispatch of rebuild and recovery uses it)."""
         key = (topic, queue_id)
         state = self._queues.get(key)
         if state is None:
@@ -1140,7 +1146,7 @@ class StoreWriter:
                 files = list_queue_files(os.path.join(topic_dir, qid))
                 if not files:
                     continue
-                state = self._queue(topic, int(qid))
+                state = self.queue_state(topic, int(qid))
                 start, pos = recover_consume_queue(files, self.consume_queue_file_size)
                 start, pos = truncate_consume_queue(files, self.consume_queue_file_size, (start, pos),
                                                      self._commit_log.offset)
