@@ -13,7 +13,7 @@
   both write the same bytes (checked);
 - the re-dispatch of ``StoreWriter(append=True)`` (the records an interrupted writer left
   without units, here every record of a store whose ConsumeQueue and ext files were lost), read
-  in decoded column batches and decided per batch (``cq.writer.recovery._redispatch``), beside the
+  in decoded column batches and decided per batch (``cq.writer.recovery.redispatch``), beside the
   former path (one ``cq.Message`` per record from a record-by-record walk, re-implemented below
   as ``_redispatch_per_message`` and patched in); both write the same bytes (checked).
 

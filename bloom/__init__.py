@@ -8,14 +8,6 @@
 True
 """
 from bloom.bits import BitsArray
-from bloom.bloom_filter import ENGINE, BloomFilter, BloomFilterData, _kernel, encode_key
-
-
-def murmur3_h1(data: bytes | str) -> int:
-    """First 64 bits (signed) of MurmurHash3 x64-128, seed 0: Guava's ``murmur3_128().hash*(...).asLong()``."""
-    if isinstance(data, str):
-        data = encode_key(data)
-    return _kernel.murmur3_h1(bytes(data))
-
+from bloom.bloom_filter import ENGINE, BloomFilter, BloomFilterData, encode_key, murmur3_h1
 
 __all__ = ["ENGINE", "BitsArray", "BloomFilter", "BloomFilterData", "encode_key", "murmur3_h1"]

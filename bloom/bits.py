@@ -70,6 +70,10 @@ class BitsArray:
     def __buffer__(self, flags: int) -> memoryview:
         return memoryview(self._bytes)
 
+    def writable_view(self) -> memoryview:
+        """A writable view of the bytes themselves (not a copy): what the Bloom kernels set bits in."""
+        return memoryview(self._bytes)
+
     # -- single bits ---------------------------------------------------------
     def _check_bit(self, pos: int) -> int:
         pos = int(pos)

@@ -15,35 +15,20 @@ import numpy as np
 
 from bloom.bits import BitsArray
 from rmqfilter_engine import load
+from rmqfilter_java import int_cast, utf8_bytes
 
 _kernel, ENGINE = load("bloom", "_bloom")
 
-_INT_MAX = 2**31 - 1
-_INT_MIN = -(2**31)
+encode_key = utf8_bytes
+"""UTF-8 bytes of a key as Java's ``String.getBytes(UTF_8)`` produces them: the bytes the broker
+hashes (:func:`rmqfilter_java.utf8_bytes`, the home of the rule)."""
 
 
-def _java_int(x: float) -> int:
-    """Java's ``(int)`` narrowing of a double: NaN -> 0, saturating at the int32 range."""
-    if math.isnan(x):
-        return 0
-    if x >= _INT_MAX:
-        return _INT_MAX
-    if x <= _INT_MIN:
-        return _INT_MIN
-    return int(x)
-
-
-def encode_key(key: str) -> bytes:
-    """UTF-8 bytes of ``key`` as Java's ``String.getBytes(UTF_8)`` produces them.
-
-    Java sees a string as UTF-16 code units: a surrogate pair is one character
-    (even if Python holds it as two code points), an unpaired surrogate becomes ``?``.
-    """
-    try:
-        return key.encode("utf-8")
-    except UnicodeEncodeError:
-        joined = key.encode("utf-16-le", "surrogatepass").decode("utf-16-le", "surrogatepass")
-        return joined.encode("utf-8", "replace")
+def murmur3_h1(data: bytes | str) -> int:
+    """First 64 bits (signed) of MurmurHash3 x64-128, seed 0: Guava's ``murmur3_128().hash*(...).asLong()``."""
+    if isinstance(data, str):
+        data = encode_key(data)
+    return _kernel.murmur3_h1(bytes(data))
 
 
 class BloomFilterData:
@@ -111,12 +96,12 @@ class BloomFilter:
         if n < 1:
             raise ValueError("n must be greater than 0")
         e = f / 100.0
-        k = _java_int(math.ceil(math.log(e) / math.log(0.5)))
+        k = int_cast(math.ceil(math.log(e) / math.log(0.5)))
         if k < 1:
             raise ValueError(f"Hash function num is less than 1, maybe you should change the value of error rate or bit num! f={f}, n={n}")
-        m0 = _java_int(math.ceil(n * (math.log(1 / e) / math.log(2)) * (math.log(math.e) / math.log(2))))
+        m0 = int_cast(math.ceil(n * (math.log(1 / e) / math.log(2)) * (math.log(math.e) / math.log(2))))
         self.f, self.n, self.k = f, n, k
-        self.m = _java_int(8 * math.ceil(m0 / 8.0))
+        self.m = int_cast(8 * math.ceil(m0 / 8.0))
 
     # -- identity --------------------------------------------------------
     def __eq__(self, other: object) -> bool:
@@ -229,7 +214,7 @@ class BloomFilter:
         """Set the bits of every key (nulls skipped) in one ``BitsArray`` of m bits."""
         self._check_length(bits)
         positions = self.calc_bit_positions_many(keys)
-        buf = np.frombuffer(bits._bytes, dtype=np.uint8)
+        buf = np.frombuffer(bits.writable_view(), dtype=np.uint8)
         _kernel.set_positions(buf, np.ascontiguousarray(positions, dtype=np.int32))
 
 

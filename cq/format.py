@@ -74,6 +74,8 @@ from collections.abc import Iterable, Mapping
 
 import numpy as np
 
+from rmqfilter_java import string_hash
+
 from .errors import StoreFormatError
 
 # ---------------------------------------------------------------- file queues
@@ -124,6 +126,8 @@ EXT_UNIT_HEADER_DTYPE = np.dtype(
 )
 #: The same head as ``struct`` packs it.
 EXT_UNIT_HEADER_STRUCT = struct.Struct(">hqqh")
+#: The ``size`` field that opens an ext unit, read alone by the ext walk (docs/formats.md#ext-walk).
+EXT_UNIT_SIZE_STRUCT = struct.Struct(">h")
 
 # ---------------------------------------------------------- store modes
 # Which CommitLog, consume queues and metadata a store root holds (docs/reading.md#store-modes).
@@ -350,13 +354,9 @@ def decode_properties_bytes(data: bytes) -> dict[str, str]:
     return decode_properties(bytes(data).decode("utf-8", "replace"))
 
 
-def java_string_hash(s: str) -> int:
-    """Java ``String.hashCode`` of ``s`` over UTF-16 code units, as a signed int32."""
-    h = 0
-    data = s.encode("utf-16-be", "surrogatepass")
-    for (unit,) in struct.iter_unpack(">H", data):
-        h = (31 * h + unit) & 0xFFFFFFFF
-    return h - (1 << 32) if h & 0x80000000 else h
+java_string_hash = string_hash
+"""Java ``String.hashCode`` of a string over UTF-16 code units, as a signed int32
+(:func:`rmqfilter_java.string_hash`, the home of the rule)."""
 
 
 def hashmap_order(keys: Iterable[str]) -> list[str]:

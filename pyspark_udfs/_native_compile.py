@@ -28,7 +28,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from selector import javalang as java
+import rmqfilter_java as java
 from selector import nodes as n
 
 from . import _native_ir as ir

@@ -23,14 +23,15 @@ Java, as the broker runs it:
 Each parser below returns a node that is NULL where the string is NULL or not
 in Java's grammar (the broker would throw), and Java's value otherwise. A
 cheap fast path handles the usual ASCII forms without a regular expression;
-the rest goes through a Java regex built from the same digit table as
-:mod:`selector.javalang` (Python's Unicode database), so library and Spark
+the rest goes through a Java regex built from the digit table of
+:func:`rmqfilter_java.non_ascii_bmp_digits` (Python's Unicode database), so library and Spark
 agree by construction.
 """
 from __future__ import annotations
 
-import unicodedata
 from collections.abc import Callable
+
+from rmqfilter_java import non_ascii_bmp_digits
 
 from . import _native_ir as ir
 
@@ -45,19 +46,7 @@ __all__ = [
 ]
 
 
-def _non_ascii_bmp_digits() -> tuple[str, str]:
-    chars, values = [], []
-    for cp in range(0x80, 0x10000):
-        if 0xD800 <= cp <= 0xDFFF:
-            continue
-        d = unicodedata.decimal(chr(cp), -1)
-        if d >= 0:
-            chars.append(chr(cp))
-            values.append(str(d))
-    return "".join(chars), "".join(values)
-
-
-NON_ASCII_DIGITS, _DIGIT_VALUES = _non_ascii_bmp_digits()
+NON_ASCII_DIGITS, _DIGIT_VALUES = non_ascii_bmp_digits()
 
 
 def _char_class(chars: str) -> str:

@@ -26,6 +26,7 @@ import selector
 from cq.filter.custom import ON_FILTER_ERROR, load_filter
 from cq.filter.layers import Layers
 
+from ._choices import BODY, ON_CORRUPT
 from ._plan import (
     DEFAULT_PARTITION_UNITS,
     GROUP_PARTITION_UNITS,
@@ -37,10 +38,7 @@ from ._plan import (
 )
 
 TABLES = ("messages", "consumequeue")
-ON_CORRUPT = ("fail", "skip")
 LAYER2 = ("reader", "spark")
-#: Option ``body``: decompressed where SYSFLAG says so (``Message.uncompressed_body()``), or as stored.
-BODY = ("uncompressed", "stored")
 #: ``stale_after``'s default: a task reading a cut planned a minute ago, of a store that moved on, says so
 DEFAULT_STALE_AFTER = 60.0
 _UNIT_FIELDS = [

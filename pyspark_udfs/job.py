@@ -15,10 +15,11 @@ ConsumeQueue units it scanned, how many passed the ConsumeQueue layer (tag
 code, or Bloom bitmap for SQL92) and the CommitLog layer (exact tag or the
 selector), the layer-1 false positives, and the throughput.
 
-Every ``rmqfilter`` command imports this module (``scan`` takes its arguments
-from :func:`add_scan_arguments`), so pyspark, and the modules that import it,
-are imported inside the functions that run a job, never at the top: commands
-that do not run Spark never load it. Those imports are marked ``# lazy``.
+Every ``rmqfilter`` command imports this module (``spark_commands`` runs ``scan`` and ``demo``
+with it), so pyspark, and the modules that import it, are imported inside the functions that
+run a job, never at the top: commands that do not run Spark never load it. Those imports are
+marked ``# lazy``. The arguments ``rmqfilter scan`` and spark-submit ``job.py`` both parse are
+defined once, in :func:`pyspark_udfs.cli._options.add_scan_args`.
 """
 from __future__ import annotations
 
@@ -36,25 +37,12 @@ from typing import Any
 
 import cq
 from cq.filter.custom import load_filter
+from pyspark_udfs._choices import LAYER2_AUTO, LAYER2_CHOICES, LAYER2_DEFAULT, ON_CORRUPT, OUT_FORMATS
 from pyspark_udfs.cli._common import fail  # argparse, cq and selector only: no pyspark
-from pyspark_udfs.cli._options import (
-    add_consumer_args,
-    add_filter_args,
-    add_json_file_arg,
-    add_master_arg,
-    subscription_conflict,
-)
+from pyspark_udfs.cli._options import add_scan_args, subscription_conflict
 
 __all__ = ["GroupScan", "ScanResult", "default_parallelism", "format_skipped", "format_summary", "is_connect_session", "main",
            "owns_session", "require_connect", "scan", "spark_session"]
-
-
-#: what ``layer2="auto"`` picks: the native expression where the translation is exact (as fast
-#: as the reader on the 1 M-message demo store, bench/README.md; no Python evaluates the
-#: selector), the reader otherwise, with the reason in the summary.
-LAYER2_AUTO = "native"
-LAYER2_DEFAULT = "auto"
-LAYER2_CHOICES = ("auto", "native", "python")
 
 
 def owns_session() -> bool:
@@ -315,9 +303,9 @@ def scan(spark, store: str, topic: str, group: GroupScan, *, out: str | None = N
     """
     from pyspark.sql import functions as F  # lazy: pyspark, see the docstring
 
-    from pyspark_udfs.datasource import ON_CORRUPT, skipped_ranges  # lazy: pyspark, see the docstring
+    from pyspark_udfs.datasource import skipped_ranges  # lazy: pyspark, see the docstring
 
-    if out_format not in ("parquet", "json"):
+    if out_format not in OUT_FORMATS:
         raise ValueError(f"out_format must be parquet or json, got {out_format!r}")
     if on_corrupt not in ON_CORRUPT:
         raise ValueError(f"on_corrupt must be fail or skip, got {on_corrupt!r}")
@@ -460,30 +448,6 @@ def format_skipped(results: Sequence[ScanResult]) -> str:
     return "\n".join(lines)
 
 
-def add_scan_arguments(parser: argparse.ArgumentParser) -> None:
-    """The arguments of ``rmqfilter scan`` (shared with this module's ``main``); the options other
-    commands have too come from :mod:`pyspark_udfs.cli._options`."""
-    add_consumer_args(parser, all_groups=True)
-    parser.add_argument("--out", metavar="DIR", help="write the messages the group would receive to DIR")
-    parser.add_argument("--format", dest="out_format", choices=("parquet", "json"), default="parquet",
-                        help="with --out: the format of the files (default parquet)")
-    where = parser.add_mutually_exclusive_group()
-    add_master_arg(where)
-    where.add_argument("--remote", metavar="URL",
-                       help="run on Spark Connect: sc://host:port for a running server, or local[2] for one "
-                            "started in this process (needs the connect extra; docs/spark-connect.md#scan-remote)")
-    add_json_file_arg(parser, "the summary")
-    parser.add_argument("--layer2", choices=LAYER2_CHOICES, default=LAYER2_DEFAULT,
-                        help="where a SQL92 selector runs: native Spark expression, python (in the reader), "
-                             "or auto (the faster measured; default)")
-    parser.add_argument("--on-corrupt", choices=("fail", "skip"), default="fail",
-                        help="a corrupt store file fails the scan (default), or is skipped and reported")
-    parser.add_argument("--skipped-log", metavar="DIR",
-                        help="with --on-corrupt skip: directory (shared with the executors) for the skipped "
-                             "ranges (default: a temporary directory)")
-    add_filter_args(parser, where="it runs in the reader, so its module must be importable on the executors")
-
-
 def run_scan(args: argparse.Namespace) -> int:
     """Body of ``rmqfilter scan`` and of spark-submit ``job.py``."""
     prog = "rmqfilter scan"
@@ -549,7 +513,7 @@ def run_scan(args: argparse.Namespace) -> int:
 def main(argv: list[str] | None = None) -> int:
     """Entry point for ``spark-submit pyspark_udfs/job.py STORE --topic T --group G --sql S``."""
     parser = argparse.ArgumentParser(prog="job.py", description=__doc__.split("\n\n")[0])
-    add_scan_arguments(parser)
+    add_scan_args(parser)
     return run_scan(parser.parse_args(argv))
 
 

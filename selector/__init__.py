@@ -21,6 +21,7 @@ from collections.abc import Mapping, Sequence
 
 import numpy as np
 
+from rmqfilter_arrow import bool_array, string_scalar
 from rmqfilter_engine import load as _load
 
 from . import compiler as _compiler
@@ -147,14 +148,12 @@ class Selector:
         import pyarrow as pa  # lazy: pyarrow is optional (the spark extra); only Arrow input needs it
 
         codes = self._evaluate_arrow_codes(props, num_rows)
-        result = _bool_array(pa, codes == TRUE, valid=codes < UNKNOWN)
-        return pa.StructArray.from_arrays([result, _bool_array(pa, codes == ERROR)], names=["result", "error"])
+        result = bool_array(codes == TRUE, valid=codes < UNKNOWN)
+        return pa.StructArray.from_arrays([result, bool_array(codes == ERROR)], names=["result", "error"])
 
     def matches_arrow(self, props, *, num_rows: int | None = None):
         """The broker's decision over Arrow data (see :meth:`evaluate_arrow`): a pyarrow bool array."""
-        import pyarrow as pa  # lazy: pyarrow is optional (the spark extra); only Arrow input needs it
-
-        return _bool_array(pa, self._evaluate_arrow_codes(props, num_rows) == TRUE)
+        return bool_array(self._evaluate_arrow_codes(props, num_rows) == TRUE)
 
     def _evaluate_arrow_codes(self, props, num_rows) -> np.ndarray:
         columns, length = _arrow_columns(props, self._program.props)
@@ -219,29 +218,9 @@ def _arrow_columns(props, names: tuple) -> tuple[list, int]:
                         f"got {type(props).__name__}")
     if not (pa.types.is_string(props.type.key_type) or pa.types.is_large_string(props.type.key_type)):
         raise TypeError(f"map keys must be strings, got {props.type.key_type}")
-    columns = [as_string_array(pc.map_lookup(props, _string_scalar(pa, name, props.type.key_type), "last"),
+    columns = [as_string_array(pc.map_lookup(props, string_scalar(name, props.type.key_type), "last"),
                                f"property {name!r}") for name in names]
     return columns, len(props)
-
-
-def _bool_array(pa, values: np.ndarray, valid: np.ndarray | None = None):
-    """``pa.array(values, mask=~valid)`` for a numpy bool array, built from packed bits: ``pa.array``
-    checks for a pandas object first, which imports pandas (some 0.4 s) on a process's first call."""
-    nulls = 0 if valid is None else len(valid) - int(np.count_nonzero(valid))
-    validity = pa.py_buffer(np.packbits(valid, bitorder="little")) if nulls else None
-    return pa.Array.from_buffers(pa.bool_(), len(values),
-                                 [validity, pa.py_buffer(np.packbits(values, bitorder="little"))], null_count=nulls)
-
-
-def _string_scalar(pa, text: str, arrow_type):
-    """``pa.scalar(text, arrow_type)`` (a string or large_string type) built from buffers: ``pa.scalar``
-    checks for pandas' missing-value objects first, which imports pandas (some 0.4 s) on a process's
-    first selector over an Arrow map."""
-    import numpy as np
-
-    data = text.encode("utf-8")
-    offsets = np.array([0, len(data)], dtype=np.int64 if pa.types.is_large_string(arrow_type) else np.int32)
-    return pa.Array.from_buffers(arrow_type, 1, [None, pa.py_buffer(offsets), pa.py_buffer(data)])[0]
 
 
 _cache: OrderedDict[str, Selector | SelectorSyntaxError] = OrderedDict()

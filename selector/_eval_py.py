@@ -14,7 +14,8 @@ from collections.abc import Mapping
 
 import numpy as np
 
-from . import javalang as java
+import rmqfilter_java as java
+
 from .compiler import Program
 from .errors import SelectorEvaluationError, comparison_error
 from .opcodes import (
@@ -53,7 +54,9 @@ _ORDER_TESTS = {OP_GT: lambda c: c > 0, OP_GE: lambda c: c >= 0, OP_LT: lambda c
                 OP_LE: lambda c: c <= 0}
 
 
-def _order(op: int, lv, rv):
+def order_test(op: int, lv, rv):
+    """``lv <op> rv`` for an ordering ``op`` (``>``, ``>=``, ``<``, ``<=``) of two non-NULL values, as
+    the broker compares them; raises the selector's comparison error where Java would throw."""
     try:
         if isinstance(lv, str) and isinstance(rv, str):
             # Two strings are both read as doubles (the broker's string ordering rule).
@@ -72,7 +75,8 @@ def _compare(lv, rv, symbol: str) -> int:
         raise comparison_error(symbol, lv, rv) from None
 
 
-def _equal(lv, rv):
+def equal_test(lv, rv):
+    """``lv = rv`` as the broker tests it: True, False, or None (UNKNOWN) where one side is NULL."""
     if lv is None:
         return True if rv is None else None
     if rv is None:
@@ -83,7 +87,7 @@ def _equal(lv, rv):
 
 
 def conversions(op: int, lv, rv) -> tuple[str | None, str | None]:
-    """The Java conversion :func:`_order` (``op`` an ordering code) or :func:`_equal` (``OP_EQ``)
+    """The Java conversion :func:`order_test` (``op`` an ordering code) or :func:`equal_test` (``OP_EQ``)
     applies to each of two non-NULL operands: a name in ``java.CONVERTERS``, or None (used as is).
 
     ``selector.explain`` shows it; it follows the branches of the two functions above.
@@ -95,7 +99,8 @@ def conversions(op: int, lv, rv) -> tuple[str | None, str | None]:
     return java.conversions(lv, rv)
 
 
-def _match(op: int, v, pattern: str):
+def match_test(op: int, v, pattern: str):
+    """``v`` against a CONTAINS / STARTSWITH / ENDSWITH ``pattern`` (or its NOT form); non-strings never match."""
     if not isinstance(v, str):  # NULL, numbers and booleans never match, even negated
         return False
     if op == OP_CONTAINS or op == OP_NOT_CONTAINS:
@@ -156,18 +161,18 @@ class Evaluator:
                 r = vals[b]
                 v = True if r is True else (None if vals[a] is None or r is None else False)
             elif op == OP_EQ:
-                v = _equal(vals[a], vals[b])
+                v = equal_test(vals[a], vals[b])
             elif op == OP_ISNULL:
                 v = vals[a] is None
             elif op in _ORDER_TESTS:
                 # Left operand is non-NULL here (its NULL guard skipped us).
                 r = vals[b]
-                v = None if r is None else _order(op, vals[a], r)
+                v = None if r is None else order_test(op, vals[a], r)
             elif op == OP_IN or op == OP_NOT_IN:
                 x = vals[a]
                 v = None if not isinstance(x, str) else ((x in args[arg]) == (op == OP_IN))
             else:
-                v = _match(op, vals[a], args[arg])
+                v = match_test(op, vals[a], args[arg])
             vals[i] = v
             j = i
             while guard != GUARD_NONE and (

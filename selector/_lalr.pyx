@@ -8,7 +8,7 @@ from cpython.unicode cimport PyUnicode_READ, PyUnicode_KIND, PyUnicode_DATA, PyU
 from libc.stdint cimport int32_t
 from libc.stdlib cimport malloc, realloc, free
 
-from .lexer import _lexical_error
+from .lexer import lexical_error
 
 __all__ = ["Parser", "scan"]
 
@@ -410,7 +410,7 @@ def scan(str text):
         if r == SCAN_END:
             return kinds, values, positions, None
         if r == SCAN_ERROR:
-            return kinds, values, positions, _lexical_error(text, scanner.start)
+            return kinds, values, positions, lexical_error(text, scanner.start)
         kinds.append(KIND_NAMES[scanner.kind])
         values.append(scanner.value)
         positions.append(scanner.start)

@@ -6,7 +6,7 @@ and its pure-Python twin both raise :class:`SelectorEvaluationError` worded by
 """
 from __future__ import annotations
 
-from . import javalang as java
+import rmqfilter_java as java
 
 __all__ = ["SelectorEvaluationError", "SelectorSyntaxError", "comparison_error", "line_column"]
 

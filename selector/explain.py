@@ -26,10 +26,11 @@ import math
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 
+import rmqfilter_java as java
+
 from . import compile as compile_selector
-from . import javalang as java
 from . import nodes as n
-from ._eval_py import _equal, _match, _order, conversions
+from ._eval_py import conversions, equal_test, match_test, order_test
 from .errors import SelectorEvaluationError, line_column
 from .opcodes import (
     GUARD_FALSE,
@@ -477,7 +478,7 @@ def _evaluate(s: _Step, props: Mapping[str, str]):
             s.note = f"{'NULL' if lv is None else 'a ' + _java_class(lv)} never matches, even negated"
             return False
         s.decided_by = None
-        return _match(s.opcode, lv, s.pattern)
+        return match_test(s.opcode, lv, s.pattern)
     right = yield s.kids[1]
     rv = right.value
     if s.opcode in (OP_AND, OP_OR):
@@ -495,7 +496,7 @@ def _evaluate(s: _Step, props: Mapping[str, str]):
     if s.opcode == OP_EQ:
         if lv is None or rv is None:
             s.decided_by = None if lv is None and rv is None else (0 if lv is None else 1)
-            v = _equal(lv, rv)
+            v = equal_test(lv, rv)
             v = v if op == "=" else (None if v is None else not v)
             if lv is None and rv is None:
                 s.note = f"NULL {op} NULL is {_value_text(v)} on the broker"
@@ -508,7 +509,7 @@ def _evaluate(s: _Step, props: Mapping[str, str]):
         return None
     s.decided_by = None
     _describe_conversion(s, lv, rv)
-    v = _equal(lv, rv) if s.opcode == OP_EQ else _order(s.opcode, lv, rv)
+    v = equal_test(lv, rv) if s.opcode == OP_EQ else order_test(s.opcode, lv, rv)
     return v if op != "<>" else (None if v is None else not v)
 
 

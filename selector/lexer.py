@@ -129,10 +129,11 @@ class _Rules:
         return t
 
     def t_error(self, t):
-        raise _lexical_error(t.lexer.lexdata, t.lexpos)
+        raise lexical_error(t.lexer.lexdata, t.lexpos)
 
 
-def _lexical_error(text: str, pos: int) -> SelectorSyntaxError:
+def lexical_error(text: str, pos: int) -> SelectorSyntaxError:
+    """The error for the character at ``pos`` of ``text`` that starts no token (the parser raises it too)."""
     ch = text[pos]
     if ch == "'":
         reason = "lexical error: unterminated string literal"
@@ -216,7 +217,7 @@ def scan(text: str) -> tuple[list, list, list, SelectorSyntaxError | None]:
         m = match(text, pos)
         if m is None:
             pos = len(text) - len(text[pos:].lstrip(_WHITESPACE))
-            return types, values, positions, _lexical_error(text, pos)
+            return types, values, positions, lexical_error(text, pos)
         kind = m.lastgroup
         start = m.start(kind)
         pos = m.end()

@@ -37,11 +37,11 @@ from dataclasses import dataclass
 
 from ply import lex, yacc
 
+import rmqfilter_java as java
 from rmqfilter_engine import load as _load
 
-from . import javalang as java
 from .errors import SelectorSyntaxError
-from .lexer import SelectorLexer, _lexical_error, tokens  # noqa: F401  (PLY reads ``tokens`` from this module)
+from .lexer import SelectorLexer, lexical_error, tokens  # noqa: F401  (PLY reads ``tokens`` from this module)
 from .nodes import (
     Between,
     BoolCast,
@@ -483,7 +483,7 @@ def _lexical_error_after(text: str, position: int, kind, value, where):
     # error wins over a lexical error just after it.
     if kind in ("DECIMAL", "FLOATING"):
         _number_literal(value, where)
-    raise _lexical_error(text, position)
+    raise lexical_error(text, position)
 
 
 # What a kernel's Parser is built from (the tests build one per engine).

@@ -307,7 +307,7 @@ def tally_range(store: Store, topic: str, reported: Sequence[CostGroup], registe
             for b in range(0, len(raw) // fmt.CQ_STORE_UNIT_SIZE, CONSUME_BATCH):
                 chunk = raw[b * fmt.CQ_STORE_UNIT_SIZE:(b + CONSUME_BATCH) * fmt.CQ_STORE_UNIT_SIZE]
                 _tally_batch(store, tally, chunk, filters, reg_index, ext, cut)
-                log._drop_resident()
+                log.drop_resident()
     return tally
 
 

@@ -27,6 +27,8 @@ from typing import Any
 
 import numpy as np
 
+from rmqfilter_arrow import binary_array
+
 from .. import format as fmt
 from ..kernels import gather_spans
 from ..readers.columns import MessageColumns
@@ -319,11 +321,8 @@ def ext_columns(ext_batch, rows: np.ndarray | slice) -> dict:
         starts = np.ascontiguousarray(bounds[rows])
         offsets, data = gather_spans(ext_batch.bitmap_data, starts, np.ascontiguousarray(bounds[rows + 1] - starts))
         bitmap_type = pa.large_binary()
-    nulls = n - int(np.count_nonzero(has))
-    validity = None if not nulls else pa.py_buffer(np.packbits(has, bitorder="little"))
     missing = ~found
-    bitmaps = pa.Array.from_buffers(bitmap_type, n, [validity, pa.py_buffer(offsets), pa.py_buffer(data)],
-                                    null_count=nulls)
+    bitmaps = binary_array(bitmap_type, n, offsets, data, has)
     return {
         "msg_store_time": pa.array(ext_batch.msg_store_time[rows], mask=missing if missing.any() else None),
         "filter_bitmap": bitmaps if bitmap_type == pa.binary() else bitmaps.cast(pa.binary()),

@@ -14,6 +14,7 @@ from dataclasses import dataclass
 import numpy as np
 
 import selector
+from rmqfilter_arrow import bool_values
 from selector.errors import SelectorEvaluationError
 
 from .. import format as fmt
@@ -258,7 +259,7 @@ class SqlFilter:
             raise TypeError(f"{type(self.compiled).__name__} has no matches_arrow")
         if len(columns) == 0:
             return np.zeros(0, dtype=bool)
-        return _bools(matches_arrow(columns.arrow("properties")))
+        return bool_values(matches_arrow(columns.arrow("properties")))
 
     def is_matched_by_client(self, tags: str | None) -> bool:
         """SQL92 subscriptions have an empty tags set: the client keeps everything."""
@@ -404,17 +405,6 @@ def _bloom_valid(bloom_filter, data) -> bool:
     if is_valid is not None:
         return bool(is_valid(data))
     return data.bit_num == bloom_filter.m and len(data.bit_pos) == bloom_filter.k
-
-
-def _bools(arr) -> np.ndarray:
-    """A pyarrow bool array as numpy bools, NULL as False, unpacked from its bits (``to_numpy``
-    imports pandas, some 0.4 s, on a process's first call)."""
-    if arr.null_count:
-        import pyarrow.compute as pc
-
-        arr = pc.and_kleene(arr, pc.is_valid(arr))  # NULL AND false is false
-    bits = np.frombuffer(arr.buffers()[1], dtype=np.uint8)
-    return np.unpackbits(bits, count=arr.offset + len(arr), bitorder="little")[arr.offset:].view(np.bool_)
 
 
 # ------------------------------------------------------------------ over arrays

@@ -127,12 +127,15 @@ def header(values: dict[str, int | str]) -> str:
 def load_format(cq_dir: str):
     """``cq/format.py`` loaded from ``cq_dir`` without importing the ``cq`` package (for setup.py).
 
-    Its relative imports resolve inside a private stand-in package of the same folder.
+    Its relative imports resolve inside a private stand-in package of the same folder; the
+    project's top-level modules (``rmqfilter_java``, standard library only) from the folder above.
     """
     name = "_rmqfilter_build_cq"
     pkg = types.ModuleType(name)
     pkg.__path__ = [cq_dir]
     sys.modules[name] = pkg
+    root = os.path.dirname(os.path.abspath(cq_dir))
+    sys.path.insert(0, root)
     try:
         spec = importlib.util.spec_from_file_location(f"{name}.format", os.path.join(cq_dir, "format.py"))
         module = importlib.util.module_from_spec(spec)
@@ -140,5 +143,6 @@ def load_format(cq_dir: str):
         spec.loader.exec_module(module)
         return module
     finally:
+        sys.path.remove(root)
         for key in [k for k in sys.modules if k == name or k.startswith(name + ".")]:
             del sys.modules[key]

@@ -119,6 +119,11 @@ class MappedFileQueue:
         """``(start_offset, path)`` of each file, ascending."""
         return list(self._files)
 
+    @property
+    def file_starts(self) -> np.ndarray:
+        """The start offsets of :attr:`files`, ascending, as an int64 array (shared: do not modify)."""
+        return self._starts
+
     def _map(self, index: int) -> memoryview:
         m = self._maps.get(index)
         if m is None:
@@ -152,7 +157,7 @@ class MappedFileQueue:
                 return path
         return None
 
-    def _drop_resident(self, index: int | None = None) -> None:
+    def drop_resident(self, index: int | None = None) -> None:
         """Let the kernel unmap the resident pages of file ``index`` (all files: None).
 
         The mapping stays valid: a later read faults the pages back in from the
@@ -164,8 +169,8 @@ class MappedFileQueue:
         for m in maps:
             _dont_need(m)
 
-    def _drop_resident_range(self, lo: int, hi: int) -> None:
-        """:meth:`_drop_resident` for the pages of bytes ``[lo, hi)`` of the queue's logical space only:
+    def drop_resident_range(self, lo: int, hi: int) -> None:
+        """:meth:`drop_resident` for the pages of bytes ``[lo, hi)`` of the queue's logical space only:
         the cost follows the pages a read touched, not the size of the mapped files."""
         if hi <= lo or not self._files:
             return

@@ -12,6 +12,8 @@ from collections.abc import Iterable
 
 import numpy as np
 
+from rmqfilter_arrow import binary_array, fixed_array
+
 from .. import format as fmt
 from ..kernels import _objects, kernel_array
 
@@ -120,15 +122,15 @@ class MessageColumns:
         kind = FIELD_KINDS[name]
         n = self.num_rows
         if kind in ("i4", "i8"):
-            return _fixed(pa, col)
+            return fixed_array(col)
         if kind == "map":
             mo, ko, kd, vo, vd = col
-            keys = _binary(pa, pa.string(), len(ko) - 1, ko, kd, None)
-            values = _binary(pa, pa.string(), len(vo) - 1, vo, vd, None)
-            return pa.MapArray.from_arrays(_fixed(pa, mo), keys, values)
+            keys = binary_array(pa.string(), len(ko) - 1, ko, kd)
+            values = binary_array(pa.string(), len(vo) - 1, vo, vd)
+            return pa.MapArray.from_arrays(fixed_array(mo), keys, values)
         offsets, data, valid = col
         t = pa.binary() if kind == "bin" else pa.string()
-        arr = _binary(pa, t, n, offsets, data, valid)
+        arr = binary_array(t, n, offsets, data, valid)
         if large:
             arr = arr.cast(pa.large_binary() if kind == "bin" else pa.large_string())
         return arr
@@ -136,24 +138,6 @@ class MessageColumns:
     def to_arrow(self, names: Iterable[str] | None = None) -> dict:
         """``{name: pyarrow array}`` of ``names`` (default: every decoded field)."""
         return {name: self.arrow(name) for name in (names if names is not None else self.columns)}
-
-
-def _fixed(pa, values: np.ndarray):
-    """A numpy int column as an Arrow array over the same buffer. (``pa.array`` would check for a
-    pandas object first, which imports pandas, some 0.4 s, on a process's first call.)"""
-    values = kernel_array(values, values.dtype)  # (Arrow's buffers are aligned too)
-    return pa.Array.from_buffers(pa.from_numpy_dtype(values.dtype), len(values), [None, pa.py_buffer(values)])
-
-
-def _binary(pa, arrow_type, n: int, offsets: np.ndarray, data: np.ndarray, valid):
-    validity = None
-    nulls = 0
-    if valid is not None:
-        nulls = n - int(np.count_nonzero(valid))
-        if nulls:
-            validity = pa.py_buffer(np.packbits(valid.view(np.bool_), bitorder="little"))
-    return pa.Array.from_buffers(arrow_type, n, [validity, pa.py_buffer(offsets), pa.py_buffer(data)],
-                                 null_count=nulls)
 
 
 def _shift(offsets: np.ndarray, by: int) -> np.ndarray:

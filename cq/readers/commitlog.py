@@ -232,10 +232,12 @@ _WALK_WINDOW = 64 << 20
 # Files a cold recovery walk found valid up to their blank end-of-file record, per process
 # (docs/live.md#sealed-files): a later cold walk passes over such a file without reading it
 # while its identity is unchanged (device, inode, size, mtime). Only files untouched for
-# _SEALED_AGE_NS when walked are noted, so any later write gives a different mtime (a broker
+# SEALED_AGE_NS when walked are noted, so any later write gives a different mtime (a broker
 # never writes to a file once it has moved past it).
 _SEALED: dict[tuple, bool] = {}
-_SEALED_AGE_NS = 2_000_000_000
+#: Nanoseconds a file must have gone unmodified before a walk takes it as sealed; the Store's
+#: quiet-queue rule uses the same age (docs/live.md#sealed-files).
+SEALED_AGE_NS = 2_000_000_000
 _SEALED_MAX = 4096
 
 
@@ -373,7 +375,7 @@ class CommitLog(MappedFileQueue):
             if identity is not None and identity in _SEALED:
                 continue  # walked before, valid to its blank end record, unchanged since
             pos, status, _ = self._walk_file(index, self.check_crc_on_recover, pos)
-            if status == 1 and identity is not None and time.time_ns() - identity[4] > _SEALED_AGE_NS:
+            if status == 1 and identity is not None and time.time_ns() - identity[4] > SEALED_AGE_NS:
                 if len(_SEALED) >= _SEALED_MAX:
                     _SEALED.clear()
                 _SEALED[identity] = True
@@ -432,10 +434,10 @@ class CommitLog(MappedFileQueue):
             if check_crc:
                 bad = _record.body_crc_mismatch(buf, pos, p)
                 if bad >= 0:
-                    self._drop_resident(index)
+                    self.drop_resident(index)
                     return bad, 2, records
             records += r
-            self._drop_resident(index)
+            self.drop_resident(index)
             if status == 1 or end == n:
                 return p, status, records
             pos = p  # stopped at the window's edge (or at a real end, which the next pass finds)
@@ -541,7 +543,7 @@ class CommitLog(MappedFileQueue):
             parts.append(_columns.MessageColumns(cols, b - a))
         return _columns.concat(parts, names)
 
-    def _decode_copied(self, physical_offsets, sizes) -> MessageColumns:
+    def decode_copied(self, physical_offsets, sizes) -> MessageColumns:
         """:meth:`decode_columns` (every field) of records read with ``pread`` instead of through the map.
 
         For records scattered through the log (a queue's, docs/data-path.md#consume): a read
@@ -623,10 +625,10 @@ class CommitLog(MappedFileQueue):
                     return
                 pos += msg.store_size
                 if pos - dropped_at > _WALK_WINDOW:
-                    self._drop_resident(index)  # keep about one window resident, not the file
+                    self.drop_resident(index)  # keep about one window resident, not the file
                     dropped_at = pos
                 yield msg, start + pos, "message"
-            self._drop_resident(index)
+            self.drop_resident(index)
             index += 1
 
     def messages(self, *, verify_crc: bool | str = False, strict: bool = True) -> Iterator[Message]:
@@ -670,11 +672,14 @@ class CommitLog(MappedFileQueue):
         (row numbers, default all) picks the rows, in that order. What
         :meth:`read_messages` returns for those offsets, without decoding again.
         """
-        args = self._message_args(physical_offsets, rows)
+        args = self.message_args(physical_offsets, rows)
         return _objects.message_objects(Message, cols.columns, *args) if len(args[0]) else []
 
-    def _message_args(self, physical_offsets, rows=None) -> tuple:
-        """``_objects.message_objects``' arguments after the columns: rows, file indices, paths, file offsets."""
+    def message_args(self, physical_offsets, rows=None) -> tuple:
+        """The arguments after the columns that build :class:`Message` objects from decoded columns
+        (``cq.kernels._objects.message_objects`` and ``Delivered.built``): the rows picked (all by
+        default), the file index of each, the files' paths and each record's offset in its file.
+        :meth:`messages_from_columns` and the Store's consume build their messages with it."""
         offs = np.asarray(physical_offsets, dtype=np.int64).reshape(-1)
         if rows is not None:
             rows = np.asarray(rows, dtype=np.int64).reshape(-1)
@@ -706,7 +711,7 @@ class CommitLog(MappedFileQueue):
                                                             batch_records)
             if len(positions):
                 yield self.decode_columns(positions + file_start, fields)
-                self._drop_resident(index)  # the batch is decoded: keep about one batch of the file resident
+                self.drop_resident(index)  # the batch is decoded: keep about one batch of the file resident
             off = file_start + pos
             if status == 3 or off >= end:
                 continue
@@ -748,7 +753,7 @@ class CommitLog(MappedFileQueue):
                 positions, pos, status = _record.record_positions(buf, pos, limit, batch_records)
                 if len(positions):
                     yield self.decode_columns(positions + start, fields, decompress_body=decompress_body)
-                    self._drop_resident(index)
+                    self.drop_resident(index)
                 if status == 3:
                     continue
                 if status == 1:

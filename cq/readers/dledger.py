@@ -98,7 +98,7 @@ class DLedgerCommitLog(CommitLog):
         if not self._is_dledger(index):
             return super()._walk_file(index, check_crc, pos)
         records, pos, status, _, _ = self._scan(index, pos, self.file_size, check_crc=check_crc)
-        self._drop_resident(index)
+        self.drop_resident(index)
         return pos, status, len(records)
 
     def _strict_error(self, index: int, pos: int, status: int, reason: str | None) -> StoreFormatError | None:
@@ -140,7 +140,7 @@ class DLedgerCommitLog(CommitLog):
             for at in records.tolist():
                 msg = decode_message(buf, at, self.file_size, path=path, file_start=start, verify_crc=verify_crc)
                 yield msg, start + at + msg.store_size, "message"
-            self._drop_resident(index)
+            self.drop_resident(index)
             if status == _BLANK:
                 yield None, start + self.file_size, "blank"
                 index += 1
@@ -174,7 +174,7 @@ class DLedgerCommitLog(CommitLog):
                 if len(records):
                     yield self.decode_columns(records + start, fields,
                                               decompress_body=decompress_body)
-                    self._drop_resident(index)
+                    self.drop_resident(index)
                 if status == _FULL:
                     continue
                 break
@@ -204,7 +204,7 @@ class DLedgerCommitLog(CommitLog):
                                                          max_records=batch_records)
             if len(records):
                 yield self.decode_columns(records + file_start, fields)
-                self._drop_resident(index)
+                self.drop_resident(index)
             off = file_start + pos
             if status == _FULL or off >= end:
                 continue
@@ -224,7 +224,7 @@ class DLedgerCommitLog(CommitLog):
             positions, pos, status = _record.record_positions(buf, pos, limit, batch_records)
             if len(positions):
                 yield self.decode_columns(positions + start, fields, decompress_body=decompress_body)
-                self._drop_resident(index)
+                self.drop_resident(index)
             if status == _FULL:
                 continue
             if status == _INVALID and strict:

@@ -19,7 +19,7 @@ from ..filter.custom import BATCH_RECORD_FIELDS, ON_FILTER_ERROR, as_message_fil
 from ..filter.layers import Layers, SqlFilter, TagFilter
 from ..kernels import _objects
 from ..readers import config as cfg
-from ..readers.commitlog import _SEALED_AGE_NS, CommitLog, Message
+from ..readers.commitlog import SEALED_AGE_NS, CommitLog, Message
 from ..readers.consumequeue import ConsumeQueue
 from ..readers.dledger import DLedgerCommitLog
 from ..readers.ext import ConsumeQueueExt
@@ -494,7 +494,7 @@ class Store:
             return
         self._refresh_queue(key, cqueue)
         now = time.time_ns()
-        if state is not None and now - state[1] > _SEALED_AGE_NS and now - state[4] > _SEALED_AGE_NS:
+        if state is not None and now - state[1] > SEALED_AGE_NS and now - state[4] > SEALED_AGE_NS:
             self._quiet[key] = state
         else:
             self._quiet.pop(key, None)
@@ -611,12 +611,8 @@ class Store:
                     except BaseException:
                         self._release(t, q, cqueue, ext)
                         raise
-                    if live:
-                        self._release(t, q, cqueue, ext)
-                    if keep_readers:
-                        cqueue.close()  # the reader keeps its ends and file list; its maps go
-                        if ext is not None:
-                            ext.close()
+                    if live or keep_readers:  # a kept reader keeps its ends and file list; its maps go
+                        self._release(t, q, cqueue, ext, cached=keep_readers)
             end = log.refresh() if live else log.max_offset
             queues = []
             for t, q, lo, hi, cqueue in ranges:
@@ -669,7 +665,7 @@ class Store:
                     # every listed file from the first record's to the last's (files are contiguous):
                     # one that holds none of them costs a map and no read, and the broker expires
                     # files oldest first, so one gone means every record before it is gone too
-                    starts = log._starts
+                    starts = log.file_starts
                     first = max(0, int(np.searchsorted(starts, held.min(), side="right")) - 1)
                     for off in starts[first:int(np.searchsorted(starts, held.max(), side="right"))].tolist():
                         index = log.file_index(off)
@@ -840,15 +836,21 @@ class Store:
         finally:
             self._release(topic, queue_id, cqueue, ext)
 
-    def _release(self, topic: str, queue_id: int, cqueue: ConsumeQueue, ext: ConsumeQueueExt | None) -> None:
-        """Close readers from :meth:`_queue_readers` unless they are the cached ones; the maps of
-        readers kept across reads (``keep_readers``) are released too, the readers kept."""
+    def _release(self, topic: str, queue_id: int, cqueue: ConsumeQueue | None, ext: ConsumeQueueExt | None,
+                 *, cached: bool = False) -> None:
+        """The one closing rule for a queue's readers after a read of it.
+
+        A reader that is not the cached one (opened by :meth:`_queue_readers` for this pass) is
+        closed. A cached reader has its maps released (closing a mapped-file queue keeps its
+        ends and file list; it maps its files again on its next read) when it is kept across
+        reads (``keep_readers``) or ``cached`` asks for it (:meth:`release_queue`); otherwise it
+        stays open for the next caller.
+        """
         key = (topic, int(queue_id))
-        kept = key in self._kept
-        if kept or self._cqs.get(key) is not cqueue:
-            cqueue.close()
-        if ext is not None and (kept or self._exts.get(key) is not ext):
-            ext.close()
+        release_cached = cached or key in self._kept
+        for reader, cache in ((cqueue, self._cqs), (ext, self._exts)):
+            if reader is not None and (release_cached or cache.get(key) is not reader):
+                reader.close()
 
     def release_queue(self, topic: str, queue_id: int) -> None:
         """Release the maps (and file descriptors) of a cached queue's readers after a read of it.
@@ -859,11 +861,7 @@ class Store:
         """
         key = (topic, int(queue_id))
         with self._open_lock:
-            cqueue, ext = self._cqs.get(key), self._exts.get(key)
-            if cqueue is not None:
-                cqueue.close()
-            if ext is not None:
-                ext.close()
+            self._release(topic, queue_id, self._cqs.get(key), self._exts.get(key), cached=True)
 
     def _layer2(self, layers: Layers, log, idx, offs, hits, stats, verify_crc, custom=None, units=None,
                 ext=None, sizes=None):
@@ -873,7 +871,7 @@ class Store:
             # one decoder pass serves layer 2, the client's re-check and delivery: the records are
             # mostly Bloom hits (or no layer 2 runs), so most are delivered (docs/data-path.md#consume);
             # copied with a read each, not faulted into the map (a queue's records lie far apart)
-            cols = log.decode_columns(offs) if sizes is None else log._decode_copied(offs, sizes)
+            cols = log.decode_columns(offs) if sizes is None else log.decode_copied(offs, sizes)
         keep = None
         if layers.has_layer2:
             keep = layers.layer2_records(log, offs, cols)
@@ -904,7 +902,7 @@ class Store:
             client = layers.client_columns(cols, rows)
             stats.client_filtered += int((~client).sum())
             if custom is None:  # each message built as it is handed out: one alive at a time
-                yield _objects.Delivered.built(Message, cols.columns, *log._message_args(decoded, rows[client]), stats)
+                yield _objects.Delivered.built(Message, cols.columns, *log.message_args(decoded, rows[client]), stats)
             else:
                 pending = log.messages_from_columns(cols, decoded, rows[client])
         if pending:
@@ -1006,7 +1004,7 @@ class Store:
                 for a, b in _slices(offs, _SLICE_SPAN, _SLICE_RECORDS):
                     yield from self._layer2(layers, log, idx[a:b], offs[a:b], hits, stats, verify_crc,
                                             custom, units, ext, kept_sizes[a:b])
-                    log._drop_resident_range(int(offs[a:b].min()), int(ends[a:b].max()))
+                    log.drop_resident_range(int(offs[a:b].min()), int(ends[a:b].max()))
                 if progress is not None:
                     progress(stats.units_scanned, total)
         if expected < bounds[1]:  # the queue's minimum moved past the rest of the cut's range

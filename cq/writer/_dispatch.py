@@ -61,7 +61,7 @@ def dispatch_units(writer: Any, cols: MessageColumns, rows: np.ndarray, topic_id
     Parameters
     ----------
     writer : cq.writer.writer.StoreWriter
-        Gives the bitmaps (:meth:`~cq.writer.writer.StoreWriter._bitmaps_columns`, its registered groups).
+        Gives the bitmaps (:meth:`~cq.writer.writer.StoreWriter.column_bitmaps`, its registered groups).
     cols : cq.readers.columns.MessageColumns
         Holds ``queue_id``, ``queue_offset``, ``commit_log_offset``, ``store_size``,
         ``store_timestamp`` and (for topics with groups) ``properties``.
@@ -79,7 +79,7 @@ def dispatch_units(writer: Any, cols: MessageColumns, rows: np.ndarray, topic_id
     bitmap_index = np.zeros(len(rows), dtype=np.int64)
     for t, topic in enumerate(topics):
         sel = np.flatnonzero(row_topics == t)
-        bitmaps = writer._bitmaps_columns(topic, cols, rows[sel]) if len(sel) else None
+        bitmaps = writer.column_bitmaps(topic, cols, rows[sel]) if len(sel) else None
         if bitmaps is None:
             continue
         first, inverse = distinct_rows(bitmaps)
@@ -100,8 +100,8 @@ def dispatch_units(writer: Any, cols: MessageColumns, rows: np.ndarray, topic_id
 
 def write_units(writer: Any, units: DispatchUnits) -> None:
     """Write ``units`` in log order, each at its record's QUEUEOFFSET (the writer's per-unit dispatch)."""
-    states = [writer._queue(topic, queue_id) for topic, queue_id in units.queues]
-    dispatch_unit = writer._dispatch
+    states = [writer.queue_state(topic, queue_id) for topic, queue_id in units.queues]
+    dispatch_unit = writer.dispatch_unit
     bitmaps = units.bitmaps
     for k, phys, size, code, stamp, b, qoff in zip(
         units.queue_index.tolist(), units.commit_log_offset.tolist(), units.store_size.tolist(),

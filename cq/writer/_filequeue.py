@@ -22,11 +22,11 @@ from ..format import (
 )
 
 #: Flush a file queue's buffer once it holds this many bytes.
-_COMMIT_LOG_FLUSH = 4 * 1024 * 1024
-_QUEUE_FLUSH = 256 * 1024
+COMMIT_LOG_FLUSH = 4 * 1024 * 1024
+QUEUE_FLUSH = 256 * 1024
 
 # ------------------------------------------------------------ file queues
-class _FileQueue:
+class FileQueue:
     """A mapped-file queue opened for appending.
 
     Bytes are buffered and written with ``pwrite``; a file is created
@@ -41,8 +41,8 @@ class _FileQueue:
 
     __slots__ = ("_buf", "_buf_pos", "_flush_at", "after", "directory", "file_size", "flush_all", "pos", "start")
 
-    def __init__(self, directory: str, file_size: int, start: int = 0, pos: int = 0, flush_at: int = _QUEUE_FLUSH,
-                 after: _FileQueue | None = None, flush_all: Callable[[], None] | None = None):
+    def __init__(self, directory: str, file_size: int, start: int = 0, pos: int = 0, flush_at: int = QUEUE_FLUSH,
+                 after: FileQueue | None = None, flush_all: Callable[[], None] | None = None):
         self.after = after
         # set for ConsumeQueue and ext queues: a full buffer flushes every queue of the
         # writer, so the units on disk always cover a prefix of the CommitLog (the broker
@@ -64,6 +64,11 @@ class _FileQueue:
     @property
     def remaining(self) -> int:
         return self.file_size - self.pos
+
+    def position_at(self, start: int, pos: int) -> None:
+        """Write next at byte ``pos`` of the file starting at logical offset ``start`` (the buffer
+        must be empty: a new queue, or one whose existing end recovery found)."""
+        self.start, self.pos, self._buf_pos = start, pos, pos
 
     def write(self, data: bytes | bytearray) -> None:
         self._buf += data
@@ -103,7 +108,7 @@ class _FileQueue:
 LOCK_FILE = "lock"
 
 
-def _lock_store(root: str) -> int | None:
+def lock_store(root: str) -> int | None:
     """Take the store's ``lock`` file as the broker does, so two writers never share a store."""
     if fcntl is None:  # not POSIX: no advisory locks
         return None
@@ -116,7 +121,7 @@ def _lock_store(root: str) -> int | None:
     return fd
 
 
-def _holds_store(root: str) -> str | None:
+def holds_store(root: str) -> str | None:
     """The first store file found under ``root`` (commitlog, consumequeue, consumequeue_ext), or None."""
     for sub in (COMMIT_LOG_DIR, CONSUME_QUEUE_DIR, CONSUME_QUEUE_EXT_DIR):
         top = os.path.join(root, sub)
@@ -128,7 +133,7 @@ def _holds_store(root: str) -> str | None:
     return None
 
 
-def _check_classic(root: str) -> None:
+def check_classic(root: str) -> None:
     """Refuse a store whose CommitLog is DLedger's (docs/formats.md#dledger-commitlog): the writer
     appends classic records to ``commitlog/``, which readers would not find beside a DLedger log."""
     if os.path.isdir(root) and any(n.startswith(DLEDGER_DIR_PREFIX) for n in os.listdir(root)):
@@ -136,7 +141,9 @@ def _check_classic(root: str) -> None:
                                      "only; write a classic store and convert it with cq.write_dledger_store")
 
 
-def _check_file_sizes(files: list[tuple[int, str]], file_size: int, kind: str, option: str) -> None:
+def check_file_sizes(files: list[tuple[int, str]], file_size: int, kind: str, option: str) -> None:
+    """Refuse to append to existing ``kind`` files not of ``file_size`` bytes (naming the writer
+    ``option`` that fits them) or starting off a multiple of it; a trailing empty file is reused."""
     for start, path in files:
         actual = os.path.getsize(path)
         if actual == 0 and (start, path) == files[-1]:

@@ -25,8 +25,8 @@ from ..format import (
 from ..readers.commitlog import CommitLog
 from ..store.store import Store
 from ._dispatch import dispatch_units, factorize, write_units
-from ._filequeue import _check_classic
-from .writer import BATCH_SIZE, DEFAULT_MESSAGE_DELAY_LEVEL, SqlGroup, StoreWriter, _Prepared
+from ._filequeue import check_classic
+from .writer import BATCH_SIZE, DEFAULT_MESSAGE_DELAY_LEVEL, Prepared, SqlGroup, StoreWriter
 
 __all__ = ["RebuildResult", "rebuild_bitmaps"]
 
@@ -113,7 +113,7 @@ def rebuild_bitmaps(
     if os.path.realpath(source) == os.path.realpath(dest):
         raise ValueError("rebuild_bitmaps writes into a new directory; dest must differ from source")
     specs = _as_groups(groups)
-    _check_classic(source)
+    check_classic(source)
     src_log = os.path.join(source, COMMIT_LOG_DIR)
     log_files = list_queue_files(src_log)
     if not log_files:
@@ -187,9 +187,9 @@ def _dispatch_batches(log: CommitLog, writer: StoreWriter,
                       progress: Callable[[int], None] | None) -> tuple[int, int, int | None]:
     """Re-dispatch every record of ``log`` from :meth:`CommitLog.column_batches`: the rebuild's reader.
 
-    Per batch, tag codes (:meth:`StoreWriter._dispatch_tags_codes`) and bitmaps (the
-    selectors over the Arrow properties map, :meth:`StoreWriter._bitmaps_columns`) are
-    array operations (:func:`cq.writer._dispatch.dispatch_units`). Then each unit is written in
+    Per batch, tag codes (:meth:`StoreWriter.dispatch_tags_codes`) and bitmaps (the
+    selectors over the Arrow properties map, :meth:`StoreWriter.column_bitmaps`) are
+    array operations (:func:`cq.writer.dispatch_unit.dispatch_units`). Then each unit is written in
     log order.
     """
     messages = dispatched = 0
@@ -204,7 +204,7 @@ def _dispatch_batches(log: CommitLog, writer: StoreWriter,
         transaction = c["sys_flag"] & TRANSACTION_TYPE_MASK
         dispatch = (transaction == TRANSACTION_NOT_TYPE) | (transaction == TRANSACTION_COMMIT_TYPE)
         topic_ids, topics = factorize(*c["topic"][:2])
-        codes, ok = writer._dispatch_tags_codes(cols, topic_ids, topics)
+        codes, ok = writer.dispatch_tags_codes(cols, topic_ids, topics)
         rows = np.flatnonzero(dispatch & ok)  # a record whose dispatch fails gets no unit
         if len(rows):
             dispatched += len(rows)
@@ -223,15 +223,15 @@ def _dispatch_messages(log: CommitLog, writer: StoreWriter,
     """
     messages = dispatched = 0
     first_store_time = None
-    batch: list[tuple[_Prepared, int, int]] = []
+    batch: list[tuple[Prepared, int, int]] = []
 
     def flush_batch() -> None:
         nonlocal dispatched
         prepared = [p for p, _, _ in batch]
-        for (p, phys, qoff), bitmap in zip(batch, writer._bitmaps(prepared)):
+        for (p, phys, qoff), bitmap in zip(batch, writer.batch_bitmaps(prepared)):
             if p.dispatch:
-                state = writer._queue(p.topic, p.queue_id)
-                writer._dispatch(state, phys, p.size, p.tags_code, p.store_timestamp, bitmap, queue_offset=qoff)
+                state = writer.queue_state(p.topic, p.queue_id)
+                writer.dispatch_unit(state, phys, p.size, p.tags_code, p.store_timestamp, bitmap, queue_offset=qoff)
                 dispatched += 1
         batch.clear()
 
@@ -242,10 +242,10 @@ def _dispatch_messages(log: CommitLog, writer: StoreWriter,
         transaction = msg.sys_flag & TRANSACTION_TYPE_MASK
         props = msg.properties or {}
         try:
-            code = writer._dispatch_tags_code(msg.topic, props, msg.store_timestamp)
+            code = writer.dispatch_tags_code(msg.topic, props, msg.store_timestamp)
         except ValueError:
             continue  # the broker's dispatch fails on such a record: it gets no unit
-        p = _Prepared(
+        p = Prepared(
             msg.topic, msg.queue_id, b"", transaction in (TRANSACTION_NOT_TYPE, TRANSACTION_COMMIT_TYPE),
             code, msg.store_timestamp, props,
         )

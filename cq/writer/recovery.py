@@ -1,5 +1,5 @@
 """A writer's crash recovery: where the data of an interrupted store ends, the torn tail cleared, and
-the records left without units re-dispatched (:func:`_redispatch`, in decoded column batches).
+the records left without units re-dispatched (:func:`redispatch`, in decoded column batches).
 
 :class:`cq.writer.writer.StoreWriter` calls these with ``append=True`` before it writes again,
 so a killed writer leaves a store that both the readers and the next writer recover alike.
@@ -12,9 +12,9 @@ from typing import Any
 import numpy as np
 
 from ..format import (
-    _I16,
     BLANK_MAGIC_CODE,
     CQ_STORE_UNIT_SIZE,
+    EXT_UNIT_SIZE_STRUCT,
     PLACEHOLDER_UNIT,
     RECORD_HEAD_STRUCT,
     TRANSACTION_COMMIT_TYPE,
@@ -26,10 +26,10 @@ from ..format import CQ_UNIT_STRUCT as _CQ_UNIT
 from ..readers.columns import MessageColumns
 from ..readers.commitlog import CommitLog
 from ._dispatch import DispatchUnits, dispatch_units, factorize, write_units
-from ._filequeue import _check_file_sizes
+from ._filequeue import check_file_sizes
 
 
-def _recover_commit_log(directory: str, file_size: int) -> tuple[int, int]:
+def recover_commit_log(directory: str, file_size: int) -> tuple[int, int]:
     """``(start of the file to write, write position in it)`` where the CommitLog's data ends.
 
     The end is the readers' (:attr:`cq.CommitLog.max_offset`: the broker's recovery, from
@@ -43,7 +43,7 @@ def _recover_commit_log(directory: str, file_size: int) -> tuple[int, int]:
     files = list_queue_files(directory)
     if not files:
         return 0, 0
-    _check_file_sizes(files, file_size, "commit log", "commit_log_file_size")
+    check_file_sizes(files, file_size, "commit log", "commit_log_file_size")
     with CommitLog(directory, file_size=file_size) as log:
         end = log.max_offset
     start = end - end % file_size
@@ -88,9 +88,9 @@ def _zero_tail(f, pos: int) -> None:
         at += n
 
 
-def _recover_consume_queue(files: list[tuple[int, str]], file_size: int) -> tuple[int, int]:
+def recover_consume_queue(files: list[tuple[int, str]], file_size: int) -> tuple[int, int]:
     """``(start, position)`` of the first invalid unit after the valid ones (docs/formats.md#consumequeue-end-of-data)."""
-    _check_file_sizes(files, file_size, "consume queue", "consume_queue_file_size")
+    check_file_sizes(files, file_size, "consume queue", "consume_queue_file_size")
     start, path = files[-1]
     with open(path, "rb") as f:
         data = f.read()
@@ -103,7 +103,7 @@ def _recover_consume_queue(files: list[tuple[int, str]], file_size: int) -> tupl
     return start + file_size, 0  # the last file is full: the next unit opens a new one
 
 
-def _last_unit(files: list[tuple[int, str]], end: int, file_size: int) -> tuple[int, int, int] | None:
+def last_unit(files: list[tuple[int, str]], end: int, file_size: int) -> tuple[int, int, int] | None:
     """The ConsumeQueue unit just before logical byte offset ``end``, or None when there is none."""
     at = end - CQ_STORE_UNIT_SIZE
     if at < 0:
@@ -121,12 +121,12 @@ def _last_unit(files: list[tuple[int, str]], end: int, file_size: int) -> tuple[
     return None
 
 
-def _truncate_consume_queue(
+def truncate_consume_queue(
     files: list[tuple[int, str]], file_size: int, walked: tuple[int, int], commit_log_end: int
 ) -> tuple[int, int]:
     """Drop the units that point at or past ``commit_log_end`` (the broker's ``truncateDirtyLogicFiles``).
 
-    ``walked`` is the ``(file start, position)`` :func:`_recover_consume_queue` found; returns the new
+    ``walked`` is the ``(file start, position)`` :func:`recover_consume_queue` found; returns the new
     one. Units point at ascending CommitLog offsets, so the dirty ones are a suffix: they are zeroed
     (files wholly past the new end are deleted), so readers stop where the writer continues.
     """
@@ -155,7 +155,7 @@ def _truncate_consume_queue(
     return current, new_end - current
 
 
-def _truncate_ext(files: list[tuple[int, str]], file_size: int, last: int, walked: tuple[int, int]) -> tuple[int, int]:
+def truncate_ext(files: list[tuple[int, str]], file_size: int, last: int, walked: tuple[int, int]) -> tuple[int, int]:
     """Drop the ext units past the one at real offset ``last``: zeroed, so readers stop there too.
 
     ``walked`` is the ``(file start, position)`` the recovery walk found; returns the new one.
@@ -187,7 +187,7 @@ _REDISPATCH_FIELDS = ("topic", "queue_id", "queue_offset", "sys_flag", "store_ti
                       "commit_log_offset", "tags", "properties")
 
 
-def _redispatch(writer: Any, log: CommitLog, start: int, end: int) -> None:
+def redispatch(writer: Any, log: CommitLog, start: int, end: int) -> None:
     """Dispatch the records of ``log`` in ``[start, end)`` that lack their units: the broker's reput on restart.
 
     ``writer`` is the :class:`cq.writer.writer.StoreWriter` that recovered the store. A record gets
@@ -196,9 +196,9 @@ def _redispatch(writer: Any, log: CommitLog, start: int, end: int) -> None:
     QUEUEOFFSET is past the queue's recovered end and past the records dispatched before it).
     A queue whose files never reached the disk (no unit yet) but whose first record here has
     QUEUEOFFSET > 0 has its first records further back: the pass starts over from the first
-    CommitLog file. A record whose dispatch fails (:meth:`~cq.writer.writer.StoreWriter._dispatch_tags_codes`)
+    CommitLog file. A record whose dispatch fails (:meth:`~cq.writer.writer.StoreWriter.dispatch_tags_codes`)
     gets no unit. Every decision is made per batch of records over its columns; the units are
-    written in log order (:func:`cq.writer._dispatch.write_units`), each at its record's QUEUEOFFSET.
+    written in log order (:func:`cq.writer.dispatch_unit.write_units`), each at its record's QUEUEOFFSET.
     """
     # may this pass start over? then nothing is written before it ends (exactly as the record by
     # record pass did); otherwise each batch's units are written as it is decided
@@ -208,7 +208,7 @@ def _redispatch(writer: Any, log: CommitLog, start: int, end: int) -> None:
     for cols in log.record_batches(start, end, _REDISPATCH_FIELDS, _REDISPATCH_BATCH):
         units = _redispatch_batch(writer, cols, expected, may_restart)
         if units is None:  # a queue whose files never reached the disk: its first records lie further back
-            _redispatch(writer, log, log.min_offset, end)
+            redispatch(writer, log, log.min_offset, end)
             return
         if may_restart:
             pending.append(units)
@@ -223,7 +223,7 @@ _NO_OFFSET = np.iinfo(np.int64).min
 
 def _redispatch_batch(writer: Any, cols: MessageColumns, expected: dict[tuple[str, int], int],
                       may_restart: bool) -> DispatchUnits | None:
-    """The units of one batch of :func:`_redispatch`; None when the pass must start over.
+    """The units of one batch of :func:`redispatch`; None when the pass must start over.
 
     ``expected`` (the next queue offset of each queue met so far this pass) is updated. Per
     queue, in log order, a record is taken when its dispatch does not fail, its QUEUEOFFSET
@@ -235,7 +235,7 @@ def _redispatch_batch(writer: Any, cols: MessageColumns, expected: dict[tuple[st
     transaction = c["sys_flag"] & TRANSACTION_TYPE_MASK
     rows = np.flatnonzero((transaction == TRANSACTION_NOT_TYPE) | (transaction == TRANSACTION_COMMIT_TYPE))
     topic_ids, topics = factorize(*c["topic"][:2])
-    codes, ok = writer._dispatch_tags_codes(cols, topic_ids, topics)
+    codes, ok = writer.dispatch_tags_codes(cols, topic_ids, topics)
     queue_ids = c["queue_id"][rows]
     queue_offsets = c["queue_offset"][rows]
     row_ok = ok[rows]
@@ -247,7 +247,7 @@ def _redispatch_batch(writer: Any, cols: MessageColumns, expected: dict[tuple[st
     for k in np.argsort(first, kind="stable").tolist():  # queues in the order of their first record
         i = int(first[k])
         key = (topics[int(topic_ids[rows[i]])], int(queue_ids[i]))
-        state = writer._queue(*key)
+        state = writer.queue_state(*key)
         sel = by_key[bounds[k]:bounds[k + 1]]
         q, good = queue_offsets[sel], row_ok[sel]
         threshold = expected.get(key, state.next_offset)
@@ -267,16 +267,16 @@ def _redispatch_batch(writer: Any, cols: MessageColumns, expected: dict[tuple[st
     return dispatch_units(writer, cols, rows[take], topic_ids, topics, codes)
 
 
-def _recover_ext(files: list[tuple[int, str]], file_size: int) -> tuple[int, int]:
+def recover_ext(files: list[tuple[int, str]], file_size: int) -> tuple[int, int]:
     """Walk every ext file as the broker's recovery does (docs/formats.md#ext-walk)."""
-    _check_file_sizes(files, file_size, "consume queue ext", "ext_file_size")
+    check_file_sizes(files, file_size, "consume queue ext", "ext_file_size")
     start, pos = files[0][0], 0
     for start, path in files:
         with open(path, "rb") as f:
             data = f.read()
         pos = 0
         while len(data) - pos >= 2:
-            size, = _I16.unpack_from(data, pos)
+            size, = EXT_UNIT_SIZE_STRUCT.unpack_from(data, pos)
             if size <= 0:
                 break
             pos += size

@@ -20,7 +20,7 @@ from .writer import (
     DEFAULT_STORE_HOST,
     SqlGroup,
     StoreWriter,
-    _check_int,
+    check_int,
     compress_body,
 )
 
@@ -237,9 +237,9 @@ def generate_sample_store(
     >>> [g.group for g in info.groups]  # doctest: +SKIP
     ['GID_PRIORITY', 'GID_RED_CHEAP', 'GID_TAGA_OR_EU']
     """
-    messages = _check_int("messages", messages, 0, 2**40)
-    seed = _check_int("seed", seed, 0, 2**32 - 1)
-    queues = _check_int("queues", queues, 1, 1 << 16)
+    messages = check_int("messages", messages, 0, 2**40)
+    seed = check_int("seed", seed, 0, 2**32 - 1)
+    queues = check_int("queues", queues, 1, 1 << 16)
     topics = list(SAMPLE_TOPICS if topics is None else topics)
     if not topics:
         raise ValueError("topics must name at least one topic")
@@ -255,7 +255,7 @@ def generate_sample_store(
         store_host=store_host,
     ) as writer:
         for t in topics:
-            writer._topic_info(t)
+            writer.topic_info(t)
         groups = [writer.register_group(topics[0], group, sql, born_time=SAMPLE_GROUPS_BORN_MS)
                   for group, sql in SAMPLE_GROUPS]
         writer.append_many(_sample_messages(messages, seed, topics, queue_counts), progress=progress)

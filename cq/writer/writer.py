@@ -42,7 +42,7 @@ Only writers open store files read-write; :mod:`cq`'s readers map them
 read-only. The writing side is split by job: this module (the writer), :mod:`cq.writer._filequeue`
 (files opened for appending, the store lock), :mod:`cq.writer.recovery` (an interrupted
 writer's torn tail, and the re-dispatch of the records it left without units, in decoded
-batches through :mod:`cq.writer._dispatch`), :mod:`cq.writer.rebuild` (:func:`~cq.writer.rebuild.rebuild_bitmaps` re-dispatches
+batches through :mod:`cq.writer.dispatch_unit`), :mod:`cq.writer.rebuild` (:func:`~cq.writer.rebuild.rebuild_bitmaps` re-dispatches
 an existing store for a new set of groups into a new directory) and :mod:`cq.writer.sample`
 (:func:`~cq.writer.sample.generate_sample_store`, the deterministic sample store of
 ``rmqfilter gen-store``).
@@ -65,8 +65,8 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 import numpy as np
 
 import bloom
+import rmqfilter_java as javalang
 import selector
-from selector import javalang
 
 from ..filter.layers import bloom_key
 from ..format import (
@@ -125,17 +125,17 @@ from ..readers.commitlog import CommitLog
 from ..readers.config import CONFIG_DIR, CONSUMER_FILTER_FILE, RegisteredFilter, read_registered_filters
 from ..tags import tags_code, tags_code_utf8
 from ._dispatch import property_values
-from ._filequeue import _COMMIT_LOG_FLUSH, _check_classic, _FileQueue, _holds_store, _lock_store
+from ._filequeue import COMMIT_LOG_FLUSH, FileQueue, check_classic, holds_store, lock_store
 from .config_writer import write_consumer_filters
 from .record_bytes import fill_property_crc, offset_msg_id, strip_property_crc
 from .recovery import (
-    _last_unit,
-    _recover_commit_log,
-    _recover_consume_queue,
-    _recover_ext,
-    _redispatch,
-    _truncate_consume_queue,
-    _truncate_ext,
+    last_unit,
+    recover_commit_log,
+    recover_consume_queue,
+    recover_ext,
+    redispatch,
+    truncate_consume_queue,
+    truncate_ext,
 )
 
 if TYPE_CHECKING:
@@ -233,7 +233,9 @@ class _Group:
 
 
 # --------------------------------------------------------------- validation
-def _check_int(name: str, value: Any, lo: int, hi: int) -> int:
+def check_int(name: str, value: Any, lo: int, hi: int) -> int:
+    """``value`` as an int in ``[lo, hi]``, or a TypeError/ValueError naming ``name`` (the writer's
+    argument checks, and the sample store's)."""
     if isinstance(value, bool) or not isinstance(value, (int, np.integer)):
         raise TypeError(f"{name} must be an int, got {type(value).__name__}")
     value = int(value)
@@ -243,7 +245,7 @@ def _check_int(name: str, value: Any, lo: int, hi: int) -> int:
 
 
 def _check_size(name: str, value: Any, minimum: int) -> int:
-    value = _check_int(name, value, 1, _INT32[1])
+    value = check_int(name, value, 1, _INT32[1])
     if value < minimum:
         raise ValueError(f"{name} must be at least {minimum} bytes, got {value}")
     return value
@@ -315,14 +317,14 @@ class _QueueState:
 
     __slots__ = ("cq", "ext", "next_offset", "started")
 
-    def __init__(self, cq: _FileQueue, ext: _FileQueue | None, next_offset: int, started: bool):
+    def __init__(self, cq: FileQueue, ext: FileQueue | None, next_offset: int, started: bool):
         self.cq = cq
         self.ext = ext
         self.next_offset = next_offset
         self.started = started  # False until the queue holds a unit or a file
 
 
-class _Prepared:
+class Prepared:
     """One message, validated and encoded, waiting for its offsets."""
 
     __slots__ = ("dispatch", "props", "queue_id", "record", "size", "store_timestamp", "tags_code", "topic")
@@ -447,17 +449,17 @@ class StoreWriter:
 
         if os.path.exists(self.root) and not os.path.isdir(self.root):
             raise ValueError(f"store root {self.root!r} exists and is not a directory")
-        _check_classic(self.root)
-        existing = _holds_store(self.root)
+        check_classic(self.root)
+        existing = holds_store(self.root)
         if existing is not None and not append:
             raise FileExistsError(
                 f"{self.root!r} already holds a store ({existing}); pass append=True to add to it"
             )
         os.makedirs(self.root, exist_ok=True)
-        self._lock_fd = _lock_store(self.root)
+        self._lock_fd = lock_store(self.root)
         _OPEN_WRITERS.add(self)
-        self._commit_log = _FileQueue(
-            os.path.join(self.root, COMMIT_LOG_DIR), self.commit_log_file_size, flush_at=_COMMIT_LOG_FLUSH
+        self._commit_log = FileQueue(
+            os.path.join(self.root, COMMIT_LOG_DIR), self.commit_log_file_size, flush_at=COMMIT_LOG_FLUSH
         )
         if existing is not None:
             try:
@@ -514,15 +516,15 @@ class StoreWriter:
                 "bitmaps are stored in ConsumeQueueExt units: create the StoreWriter with enable_ext=True "
                 "to register SQL92 groups"
             )
-        self._topic_info(topic)
+        self.topic_info(topic)
         if not isinstance(group, str) or not group:
             raise ValueError(f"group must be a non-empty str, got {group!r}")
         if not isinstance(sql, str) or not sql.strip():
             raise ValueError(f"sql of group {group!r} must be a non-empty SQL92 expression")
         if born_time is not None:
-            born_time = _check_int("born_time", born_time, *_INT64)
+            born_time = check_int("born_time", born_time, *_INT64)
         if client_version is not None:
-            client_version = _check_int("client_version", client_version, *_INT64)
+            client_version = check_int("client_version", client_version, *_INT64)
         compiled = selector.compile(sql)
         spec = SqlGroup(topic, group, sql)
         bits = bloom.BitsArray(self.bloom_filter.m)
@@ -647,7 +649,7 @@ class StoreWriter:
         """
         self._check_open()
         written = 0
-        batch: list[_Prepared] = []
+        batch: list[Prepared] = []
         prepare = self._prepare
         for index, m in enumerate(messages):
             try:
@@ -740,7 +742,9 @@ class StoreWriter:
         return state.next_offset if state is not None else 0
 
     # ----------------------------------------------------------- encoding
-    def _topic_info(self, topic: str) -> tuple[int, bytes]:
+    def topic_info(self, topic: str) -> tuple[int, bytes]:
+        """``(magic code, encoded topic field)`` of this topic's records (V1, or V2 for a long name
+        when allowed), checked once per topic: a bad topic name raises here, before anything is written."""
         info = self._topics.get(topic)
         if info is not None:
             return info
@@ -817,9 +821,9 @@ class StoreWriter:
         keys: Any = None, flag: int = 0, sys_flag: int = 0, born_timestamp: int | None = None,
         store_timestamp: int | None = None, born_host: str | None = None, store_host: str | None = None,
         reconsume_times: int = 0, prepared_transaction_offset: int = 0,
-    ) -> _Prepared:
+    ) -> Prepared:
         """Validate and encode one message (no state changes; offsets are filled in by _write)."""
-        magic, topic_field = self._topic_info(topic)
+        magic, topic_field = self.topic_info(topic)
         if isinstance(properties, (str, bytes, bytearray, memoryview)):
             if tags is not None or keys is not None:
                 raise ValueError("tags/keys cannot be combined with a pre-serialised properties string")
@@ -868,13 +872,13 @@ class StoreWriter:
                                  born, store_timestamp, store, reconsume_times, prepared_transaction_offset, body,
                                  topic_field, props_b, reserved)
         except struct.error:
-            _check_int("queue_id", queue_id, 0, _INT32[1])
-            _check_int("flag", flag, *_INT32)
-            _check_int("sys_flag", sys_flag, *_INT32)
-            _check_int("born_timestamp", born_timestamp, *_INT64)
-            _check_int("store_timestamp", store_timestamp, *_INT64)
-            _check_int("reconsume_times", reconsume_times, *_INT32)
-            _check_int("prepared_transaction_offset", prepared_transaction_offset, *_INT64)
+            check_int("queue_id", queue_id, 0, _INT32[1])
+            check_int("flag", flag, *_INT32)
+            check_int("sys_flag", sys_flag, *_INT32)
+            check_int("born_timestamp", born_timestamp, *_INT64)
+            check_int("store_timestamp", store_timestamp, *_INT64)
+            check_int("reconsume_times", reconsume_times, *_INT32)
+            check_int("prepared_transaction_offset", prepared_transaction_offset, *_INT64)
             raise
         if queue_id < 0:
             raise ValueError(f"queue_id must be >= 0, got {queue_id}")
@@ -886,10 +890,10 @@ class StoreWriter:
             )
         transaction = sys_flag & TRANSACTION_TYPE_MASK
         dispatch = transaction == TRANSACTION_NOT_TYPE or transaction == TRANSACTION_COMMIT_TYPE
-        code = self._dispatch_tags_code(topic, props, store_timestamp)
-        return _Prepared(topic, queue_id, record, dispatch, code, store_timestamp, props)
+        code = self.dispatch_tags_code(topic, props, store_timestamp)
+        return Prepared(topic, queue_id, record, dispatch, code, store_timestamp, props)
 
-    def _dispatch_tags_code(self, topic: str, props: Mapping[str, str], store_timestamp: int) -> int:
+    def dispatch_tags_code(self, topic: str, props: Mapping[str, str], store_timestamp: int) -> int:
         """The tags code the reput service computes from a stored record (docs/formats.md#tagscode-slot)."""
         code = tags_code(props.get(PROPERTY_TAGS))
         if topic == SCHEDULE_TOPIC and PROPERTY_DELAY in props:
@@ -911,9 +915,9 @@ class StoreWriter:
             ) from None
         return min(level, len(self._delays))
 
-    def _dispatch_tags_codes(self, columns: MessageColumns, topic_ids: np.ndarray,
+    def dispatch_tags_codes(self, columns: MessageColumns, topic_ids: np.ndarray,
                              topics: list[str]) -> tuple[np.ndarray, np.ndarray]:
-        """:meth:`_dispatch_tags_code` over decoded records: ``(tags code int64, dispatchable bool)`` per row.
+        """:meth:`dispatch_tags_code` over decoded records: ``(tags code int64, dispatchable bool)`` per row.
 
         Parameters
         ----------
@@ -921,7 +925,7 @@ class StoreWriter:
             Holds ``tags``, ``store_timestamp`` and, when ``topics`` has
             ``SCHEDULE_TOPIC_XXXX``, ``properties``.
         topic_ids, topics : numpy.ndarray, list of str
-            The ``topic`` column factorized (:func:`cq.writer._dispatch.factorize`).
+            The ``topic`` column factorized (:func:`cq.writer.dispatch_unit.factorize`).
 
         Returns
         -------
@@ -951,7 +955,7 @@ class StoreWriter:
         return codes, ok
 
     # ----------------------------------------------------------- writing
-    def _bitmaps(self, batch: Sequence[_Prepared]) -> list[bytes | None]:
+    def batch_bitmaps(self, batch: Sequence[Prepared]) -> list[bytes | None]:
         """``CommitLogDispatcherCalcBitMap`` over a batch: the bitmap of each record, or None."""
         out: list[bytes | None] = [None] * len(batch)
         if not self._groups:
@@ -970,8 +974,8 @@ class StoreWriter:
                 out[i] = bitmaps[j].tobytes()
         return out
 
-    def _bitmaps_columns(self, topic: str, columns: MessageColumns, rows: np.ndarray) -> np.ndarray | None:
-        """:meth:`_bitmaps` over decoded records: the columnar form :func:`cq.writer.rebuild.rebuild_bitmaps` uses.
+    def column_bitmaps(self, topic: str, columns: MessageColumns, rows: np.ndarray) -> np.ndarray | None:
+        """:meth:`batch_bitmaps` over decoded records: the columnar form :func:`cq.writer.rebuild.rebuild_bitmaps` uses.
 
         Parameters
         ----------
@@ -989,7 +993,7 @@ class StoreWriter:
             None when no group is registered for ``topic`` (the record gets no bitmap).
             Each selector runs over the Arrow ``map<string, string>`` properties
             (``Selector.matches_arrow``), no dict per record; without pyarrow over
-            property dicts, as :meth:`_bitmaps` does.
+            property dicts, as :meth:`batch_bitmaps` does.
         """
         groups = self._groups.get(topic)
         if not groups:
@@ -1017,9 +1021,9 @@ class StoreWriter:
             bitmaps[np.asarray(group.selector.matches_many(props_rows), dtype=bool)] |= group.bits
         return bitmaps
 
-    def _write(self, batch: Sequence[_Prepared], *, collect: bool) -> list[AppendResult]:
+    def _write(self, batch: Sequence[Prepared], *, collect: bool) -> list[AppendResult]:
         self._finish_recovery()
-        bitmaps = self._bitmaps(batch)
+        bitmaps = self.batch_bitmaps(batch)
         results: list[AppendResult] = []
         log = self._commit_log
         for p, bitmap in zip(batch, bitmaps):
@@ -1030,7 +1034,7 @@ class StoreWriter:
             queue_offset = None
             state = None
             if p.dispatch:
-                state = self._queue(p.topic, p.queue_id)
+                state = self.queue_state(p.topic, p.queue_id)
                 queue_offset = state.next_offset
             RECORD_OFFSETS_STRUCT.pack_into(p.record, RECORD_OFFSETS_POSITION, queue_offset or 0, phys)
             if self.enabled_append_prop_crc:
@@ -1038,7 +1042,7 @@ class StoreWriter:
             log.write(p.record)
             address = None
             if state is not None:
-                address = self._dispatch(state, phys, p.size, p.tags_code, p.store_timestamp, bitmap)
+                address = self.dispatch_unit(state, phys, p.size, p.tags_code, p.store_timestamp, bitmap)
             self.messages_written += 1
             if collect:
                 results.append(
@@ -1046,7 +1050,7 @@ class StoreWriter:
                 )
         return results
 
-    def _dispatch(
+    def dispatch_unit(
         self, state: _QueueState, phys: int, size: int, code: int, store_timestamp: int, bitmap: bytes | None,
         queue_offset: int | None = None,
     ) -> int | None:
@@ -1087,24 +1091,24 @@ class StoreWriter:
             return
         cq = state.cq
         logical = queue_offset * CQ_STORE_UNIT_SIZE
-        cq.start = logical - logical % cq.file_size
-        cq.pos = 0
-        cq._buf_pos = 0
+        cq.position_at(logical - logical % cq.file_size, 0)
         filler = _CQ_UNIT.pack(*PLACEHOLDER_UNIT)
         cq.write(filler * ((logical - cq.start) // CQ_STORE_UNIT_SIZE))
         state.next_offset = queue_offset
 
-    def _queue(self, topic: str, queue_id: int) -> _QueueState:
+    def queue_state(self, topic: str, queue_id: int) -> _QueueState:
+        """The write state of one queue (its ConsumeQueue and ext file queues), created on first use;
+        what :meth:`dispatch_unit` writes to (the batch dispatch of rebuild and recovery uses it)."""
         key = (topic, queue_id)
         state = self._queues.get(key)
         if state is None:
             ext = None
             if self.enable_ext:
-                ext = _FileQueue(
+                ext = FileQueue(
                     os.path.join(self.root, CONSUME_QUEUE_EXT_DIR, topic, str(queue_id)), self.ext_file_size,
                     after=self._commit_log, flush_all=self._flush_queues,
                 )
-            cq = _FileQueue(
+            cq = FileQueue(
                 os.path.join(self.root, CONSUME_QUEUE_DIR, topic, str(queue_id)), self.consume_queue_file_size,
                 after=ext if ext is not None else self._commit_log, flush_all=self._flush_queues,
             )
@@ -1124,10 +1128,9 @@ class StoreWriter:
         a record and its unit) are dispatched again before anything new is
         written, as the broker's reput service does on restart.
         """
-        self._commit_log.start, self._commit_log.pos = _recover_commit_log(
+        self._commit_log.position_at(*recover_commit_log(
             os.path.join(self.root, COMMIT_LOG_DIR), self.commit_log_file_size
-        )
-        self._commit_log._buf_pos = self._commit_log.pos
+        ))
         # lowest CommitLog offset whose record may lack its unit: past the last unit of every queue
         self._redispatch_from: int | None = self._commit_log.offset
         cq_root = os.path.join(self.root, CONSUME_QUEUE_DIR)
@@ -1144,24 +1147,24 @@ class StoreWriter:
                 files = list_queue_files(os.path.join(topic_dir, qid))
                 if not files:
                     continue
-                state = self._queue(topic, int(qid))
-                start, pos = _recover_consume_queue(files, self.consume_queue_file_size)
-                start, pos = _truncate_consume_queue(files, self.consume_queue_file_size, (start, pos),
+                state = self.queue_state(topic, int(qid))
+                start, pos = recover_consume_queue(files, self.consume_queue_file_size)
+                start, pos = truncate_consume_queue(files, self.consume_queue_file_size, (start, pos),
                                                      self._commit_log.offset)
-                state.cq.start, state.cq.pos, state.cq._buf_pos = start, pos, pos
+                state.cq.position_at(start, pos)
                 state.next_offset = (start + pos) // CQ_STORE_UNIT_SIZE
                 state.started = True
-                last = _last_unit(files, start + pos, self.consume_queue_file_size)
+                last = last_unit(files, start + pos, self.consume_queue_file_size)
                 self._redispatch_from = min(self._redispatch_from, last[0] + last[1] if last else 0)
                 if state.ext is not None:
                     ext_files = list_queue_files(os.path.join(self.root, CONSUME_QUEUE_EXT_DIR, topic, qid))
                     if ext_files:
-                        start, pos = _recover_ext(ext_files, self.ext_file_size)
+                        start, pos = recover_ext(ext_files, self.ext_file_size)
                         if last is not None and is_ext_addr(last[2]):
                             # ConsumeQueue recovery truncates the ext queue past its last referenced unit
-                            start, pos = _truncate_ext(ext_files, self.ext_file_size, undecorate(last[2]),
+                            start, pos = truncate_ext(ext_files, self.ext_file_size, undecorate(last[2]),
                                                        (start, pos))
-                        state.ext.start, state.ext.pos, state.ext._buf_pos = start, pos, pos
+                        state.ext.position_at(start, pos)
         if self._redispatch_from >= self._commit_log.offset:
             self._redispatch_from = None
 
@@ -1171,14 +1174,14 @@ class StoreWriter:
         Deferred to the first write or flush so groups registered after
         opening the store get their bits in the re-dispatched ext bitmaps.
         The records are read and decided in :class:`cq.readers.columns.MessageColumns`
-        batches (:func:`cq.writer.recovery._redispatch`).
+        batches (:func:`cq.writer.recovery.redispatch`).
         """
         start = getattr(self, "_redispatch_from", None)
         if start is None:
             return
         self._redispatch_from = None
         with CommitLog(os.path.join(self.root, COMMIT_LOG_DIR), file_size=self.commit_log_file_size) as log:
-            _redispatch(self, log, start, self._commit_log.offset)
+            redispatch(self, log, start, self._commit_log.offset)
 
 
 _APPEND_FIELDS = frozenset(

@@ -6,8 +6,10 @@ way. Values are checked while the command line is parsed (the ``type`` functions
 value is argparse's usage error, naming the option, with exit status 2. Options that belong to one
 command stay in that command's module.
 
-This module imports only :mod:`argparse`: ``spark-submit pyspark_udfs/job.py`` and the commands
-that never start Spark both use it.
+This module never imports pyspark (argparse, and the option values of
+:mod:`pyspark_udfs._choices`): ``spark-submit pyspark_udfs/job.py`` and the commands that never
+start Spark both use it. ``rmqfilter scan``'s own arguments live here too
+(:func:`add_scan_args`), because ``job.py`` parses the same ones.
 """
 from __future__ import annotations
 
@@ -15,11 +17,10 @@ import argparse
 from collections.abc import Callable
 
 from cq.filter.custom import ON_FILTER_ERROR
+from pyspark_udfs._choices import BODY, LAYER2_CHOICES, LAYER2_DEFAULT, ON_CORRUPT, OUT_FORMATS
 
 #: ``--progress``: when to draw a progress bar on stderr
 PROGRESS_CHOICES = ("auto", "always", "never")
-#: ``--body``: which body a JSON line's ``body_length`` measures, as the data source's option ``body``
-BODY_CHOICES = ("uncompressed", "stored")
 #: ``--format`` of the commands that print messages (``none``: the counts only)
 MESSAGE_FORMATS = ("text", "jsonl", "none")
 
@@ -123,7 +124,7 @@ def add_message_output_args(parser: argparse.ArgumentParser, *, formats: tuple[s
     """``--format``, ``--body`` and ``--limit`` of the commands that print messages."""
     parser.add_argument("--format", choices=formats, default="text",
                         help="; ".join(_FORMAT_HELP[f] for f in formats))
-    parser.add_argument("--body", choices=BODY_CHOICES, default="uncompressed",
+    parser.add_argument("--body", choices=BODY, default=BODY[0],
                         help="jsonl: body_length of the body decompressed where SYSFLAG says so (uncompressed, "
                              "the default, as the rocketmq data source's body) or as stored")
     parser.add_argument("--limit", type=int_at_least(1), default=None, metavar="N",
@@ -164,3 +165,28 @@ def add_sample_args(parser: argparse.ArgumentParser, *, messages: int, minimum: 
     parser.add_argument("--seed", type=int, default=0,
                         help="sample generator seed: the same --messages and --seed give the same store "
                              "(default 0)")
+
+
+# ---------------------------------------------------------------- rmqfilter scan
+def add_scan_args(parser: argparse.ArgumentParser) -> None:
+    """The arguments of ``rmqfilter scan``, which spark-submit ``pyspark_udfs/job.py`` parses too
+    (one definition for both entry points)."""
+    add_consumer_args(parser, all_groups=True)
+    parser.add_argument("--out", metavar="DIR", help="write the messages the group would receive to DIR")
+    parser.add_argument("--format", dest="out_format", choices=OUT_FORMATS, default=OUT_FORMATS[0],
+                        help="with --out: the format of the files (default parquet)")
+    where = parser.add_mutually_exclusive_group()
+    add_master_arg(where)
+    where.add_argument("--remote", metavar="URL",
+                       help="run on Spark Connect: sc://host:port for a running server, or local[2] for one "
+                            "started in this process (needs the connect extra; docs/spark-connect.md#scan-remote)")
+    add_json_file_arg(parser, "the summary")
+    parser.add_argument("--layer2", choices=LAYER2_CHOICES, default=LAYER2_DEFAULT,
+                        help="where a SQL92 selector runs: native Spark expression, python (in the reader), "
+                             "or auto (the faster measured; default)")
+    parser.add_argument("--on-corrupt", choices=ON_CORRUPT, default=ON_CORRUPT[0],
+                        help="a corrupt store file fails the scan (default), or is skipped and reported")
+    parser.add_argument("--skipped-log", metavar="DIR",
+                        help="with --on-corrupt skip: directory (shared with the executors) for the skipped "
+                             "ranges (default: a temporary directory)")
+    add_filter_args(parser, where="it runs in the reader, so its module must be importable on the executors")

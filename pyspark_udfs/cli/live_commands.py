@@ -15,7 +15,7 @@ from cq.store import stream
 from selector.errors import SelectorSyntaxError
 
 from ._options import add_consumer_args, add_message_output_args
-from .store_commands import _message_json
+from .store_commands import message_json
 
 
 def add_parsers(subparsers) -> None:
@@ -58,7 +58,7 @@ def _run_tail(args: argparse.Namespace) -> int:
             if args.format == "text":
                 out.write(f"{m.queue_id}\t{m.queue_offset}\t{m.msg_id}\t{m.tags or ''}\t{m.keys or ''}\n")
             else:
-                out.write(json.dumps(_message_json(m, args.body), ensure_ascii=False) + "\n")
+                out.write(json.dumps(message_json(m, args.body), ensure_ascii=False) + "\n")
             out.flush()
             if args.limit is not None and n >= args.limit:
                 break

@@ -11,7 +11,6 @@ import cq
 from cq.writer.sample import generate_sample_store
 from pyspark_udfs.job import (  # job.py imports pyspark only when a job runs
     GroupScan,
-    add_scan_arguments,
     format_summary,
     owns_session,
     registered_group_scans,
@@ -21,7 +20,7 @@ from pyspark_udfs.job import (  # job.py imports pyspark only when a job runs
 )
 
 from ._common import fail
-from ._options import add_json_file_arg, add_master_arg, add_sample_args
+from ._options import add_json_file_arg, add_master_arg, add_sample_args, add_scan_args
 
 DEMO_MESSAGES = 1_000_000
 DEMO_MARKER = "rmqfilter-demo.json"
@@ -36,7 +35,7 @@ def add_parsers(subparsers) -> None:
                     "store on Spark and print units scanned, passed per layer, false positives, "
                     "rows/s and wall time.",
     )
-    add_scan_arguments(scan)
+    add_scan_args(scan)
     scan.set_defaults(func=_run_scan)
 
     demo = subparsers.add_parser(

@@ -257,7 +257,7 @@ class _Progress:
             sys.stderr.write("\n")
 
 
-def _message_json(m, body: str = "uncompressed") -> dict:
+def message_json(m, body: str = "uncompressed") -> dict:
     """A message as ``--format jsonl`` prints it; ``body_length`` of the body ``body`` names."""
     raw = m.uncompressed_body() if body == "uncompressed" else m.body
     return {
@@ -300,7 +300,7 @@ def _run_consume(args: argparse.Namespace) -> int:
                         out.write(f"{prefix}{m.queue_id}\t{m.queue_offset}\t{m.msg_id}\t{m.tags or ''}\t"
                                   f"{m.keys or ''}\n")
                     elif args.format == "jsonl":
-                        doc = _message_json(m, args.body)
+                        doc = message_json(m, args.body)
                         if args.all_groups:
                             doc = {"group": group, **doc}
                         out.write(json.dumps(doc, ensure_ascii=False) + "\n")

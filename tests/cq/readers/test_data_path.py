@@ -401,7 +401,7 @@ def test_records_copied_with_reads_decode_as_through_the_map(mixed_store, tmp_pa
         want = log.decode_columns(offsets[order])
         with monkeypatch.context() as m:  # the copies decode by themselves: no fallback to the map
             m.setattr(cq.CommitLog, "decode_columns", lambda *a, **k: pytest.fail("read through the map"))
-            got = log._decode_copied(offsets[order], sizes[order])
+            got = log.decode_copied(offsets[order], sizes[order])
         _same_columns(got, want)
 
 
@@ -454,12 +454,12 @@ def test_copied_records_keep_the_maps_errors_and_its_file(tmp_path, engine, monk
     changed[m._file_offset + body_start(m)] ^= 0xFF
     (tmp_path / "new").write_bytes(changed)
     os.replace(tmp_path / "new", path)  # a new file at the path; the map still reads the old one
-    _same_columns(store.commit_log._decode_copied(offsets, sizes), mapped)
+    _same_columns(store.commit_log.decode_copied(offsets, sizes), mapped)
     store.close()
 
     store, want = _bad_magic(root, path, int(offsets[3]))
     with pytest.raises(cq.StoreFormatError) as got:
-        store.commit_log._decode_copied(offsets, sizes)
+        store.commit_log.decode_copied(offsets, sizes)
     assert (str(got.value), got.value.path, got.value.offset) == (str(want), want.path, want.offset)
     store.close()
 

@@ -1,5 +1,5 @@
 """``append=True`` re-dispatches the records an interrupted writer left without units, reading the
-CommitLog in decoded column batches (``cq.writer.recovery._record_batches``, ``cq.writer.recovery._redispatch``),
+CommitLog in decoded column batches (``cq.CommitLog.record_batches``, ``cq.writer.recovery.redispatch``),
 and the ConsumeQueue and ext files come out byte for byte as a writer that was never interrupted
 wrote them.
 
@@ -216,7 +216,7 @@ DELAYS = ["3", "99", "0", "-1", " 3", "+3", "x", "", "2147483648", "-2147483648"
 
 
 def test_batch_tags_codes_equal_the_record_rule(tmp_path, engine):
-    """``StoreWriter._dispatch_tags_codes`` (the columns) gives per record what ``_dispatch_tags_code``
+    """``StoreWriter.dispatch_tags_codes`` (the columns) gives per record what ``dispatch_tags_code``
     (a properties dict) gives, and fails where it raises: DELAY texts Java's ``parseInt`` reads
     or refuses, a repeated DELAY (the last value counts), no TAGS, DELAY on another topic."""
     texts = [f"TAGS\x01t{i}\x02DELAY\x01{d}\x02" for i, d in enumerate(DELAYS)]
@@ -234,12 +234,12 @@ def test_batch_tags_codes_equal_the_record_rule(tmp_path, engine):
     cols = cq.readers.columns.MessageColumns(columns, len(records))
     with StoreWriter(tmp_path / "w") as w:
         topic_ids, topics = factorize(*cols.columns["topic"][:2])
-        codes, ok = w._dispatch_tags_codes(cols, topic_ids, topics)
+        codes, ok = w.dispatch_tags_codes(cols, topic_ids, topics)
         want_codes, want_ok = [], []
         for i, pos in enumerate(positions):
             m = cq.readers.commitlog.decode_message(u8, pos, len(u8))
             try:
-                want_codes.append(w._dispatch_tags_code(m.topic, m.properties, m.store_timestamp))
+                want_codes.append(w.dispatch_tags_code(m.topic, m.properties, m.store_timestamp))
                 want_ok.append(True)
             except ValueError:
                 want_codes.append(int(codes[i]))  # no unit: the code is not used
