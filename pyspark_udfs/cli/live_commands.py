@@ -8,7 +8,9 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import signal
 import sys
+import threading
 
 import cq
 from cq.store import stream
@@ -41,6 +43,26 @@ def _run_tail(args: argparse.Namespace) -> int:
     if args.interval <= 0:
         print(f"rmqfilter tail: error: --interval must be > 0, got {args.interval}", file=sys.stderr)
         return 2
+    # Ctrl-C ends a tail. Python raises KeyboardInterrupt wherever the main thread is, and one
+    # raised inside a finalizer (a reader's maps released by the garbage collector) is printed
+    # and dropped: the flag makes the next round end the tail all the same.
+    interrupted: list[int] = []
+
+    def on_sigint(signum, frame):
+        interrupted.append(signum)
+        raise KeyboardInterrupt
+
+    main_thread = threading.current_thread() is threading.main_thread()
+    previous = signal.signal(signal.SIGINT, on_sigint) if main_thread else None
+    try:
+        code = _tail(args, lambda: bool(interrupted))
+    finally:
+        if main_thread:
+            signal.signal(signal.SIGINT, previous)
+    return 130 if interrupted else code
+
+
+def _tail(args: argparse.Namespace, stop) -> int:
     out = sys.stdout
     try:
         starting = stream.parse_starting_offsets(args.starting)
@@ -54,7 +76,8 @@ def _run_tail(args: argparse.Namespace) -> int:
                   flush=True)
 
         for n, m in enumerate(stream.tail(store, args.topic, args.group, sql=args.sql, tags=args.tags,
-                                          starting=starting, interval=args.interval, on_lost=lost), 1):
+                                          starting=starting, interval=args.interval, on_lost=lost,
+                                          stop=stop), 1):
             if args.format == "text":
                 out.write(f"{m.queue_id}\t{m.queue_offset}\t{m.msg_id}\t{m.tags or ''}\t{m.keys or ''}\n")
             else:
