@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 import cq
-from cq import _tags_py
+from cq.kernels import _tags_py
 
 N_TAGS = 1_000_000
 

@@ -38,7 +38,7 @@ from cq import tags_code
 from cq.readers.commitlog import CommitLog
 from cq.writer import rebuild
 from cq.writer.sample import SAMPLE_GROUPS, SAMPLE_TOPICS, _sample_messages, generate_sample_store
-from cq.writer.writer import DEFAULT_MESSAGE_DELAY_LEVEL, StoreWriter, _Prepared
+from cq.writer.writer import DEFAULT_MESSAGE_DELAY_LEVEL, Prepared, StoreWriter
 
 N_MESSAGES = 50_000
 QUEUES = {t: (4 if i == 0 else 2) for i, t in enumerate(SAMPLE_TOPICS)}
@@ -285,7 +285,7 @@ def _redispatch_per_message(self: StoreWriter) -> None:
             if transaction not in (fmt.TRANSACTION_NOT_TYPE, fmt.TRANSACTION_COMMIT_TYPE):
                 continue
             key = (msg.topic, msg.queue_id)
-            state = self._queue(*key)
+            state = self.queue_state(*key)
             if msg.queue_offset < expected.get(key, state.next_offset):
                 continue
             if not state.started and key not in expected and msg.queue_offset > 0 and start > log.min_offset:
@@ -294,17 +294,17 @@ def _redispatch_per_message(self: StoreWriter) -> None:
                 return
             props = msg.properties or {}
             try:
-                code = self._dispatch_tags_code(msg.topic, props, msg.store_timestamp)
+                code = self.dispatch_tags_code(msg.topic, props, msg.store_timestamp)
             except ValueError:
                 continue
-            p = _Prepared(msg.topic, msg.queue_id, b"", True, code, msg.store_timestamp, props)
+            p = Prepared(msg.topic, msg.queue_id, b"", True, code, msg.store_timestamp, props)
             p.size = msg.store_size
             batch.append((p, msg.commit_log_offset, msg.queue_offset))
             expected[key] = msg.queue_offset + 1
-        for (p, phys, qoff), bitmap in zip(batch, self._bitmaps([p for p, _, _ in batch])):
-            state = self._queue(p.topic, p.queue_id)
+        for (p, phys, qoff), bitmap in zip(batch, self.batch_bitmaps([p for p, _, _ in batch])):
+            state = self.queue_state(p.topic, p.queue_id)
             state.next_offset = qoff
-            self._dispatch(state, phys, p.size, p.tags_code, p.store_timestamp, bitmap, queue_offset=qoff)
+            self.dispatch_unit(state, phys, p.size, p.tags_code, p.store_timestamp, bitmap, queue_offset=qoff)
 
 
 def _units_lost(source: Path, dest: Path) -> Path:
