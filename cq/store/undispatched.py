@@ -115,22 +115,33 @@ def undispatched_units(root: str, log: CommitLog, commit_log_end: int, *,
         offsets, data = c["topic"][:2]
         transaction = c["sys_flag"] & fmt.TRANSACTION_TYPE_MASK
         dispatched = (transaction == fmt.TRANSACTION_NOT_TYPE) | (transaction == fmt.TRANSACTION_COMMIT_TYPE)
-        codes = tags_code_utf8(*c["tags"]).astype(np.int64)
-        for row in np.flatnonzero(dispatched).tolist():
-            topic = bytes(data[offsets[row]:offsets[row + 1]]).decode("utf-8", "replace")
-            key = (topic, int(c["queue_id"][row]))
+        rows = np.flatnonzero(dispatched)
+        queue_ids, queue_offsets = c["queue_id"][rows].tolist(), c["queue_offset"][rows].tolist()
+        topics: dict[bytes, str] = {}  # each topic name decoded once a batch
+        taken, taken_keys = [], []
+        # the take-or-skip decision follows each queue's expected offset in log order
+        for i, row in enumerate(rows.tolist()):
+            raw = bytes(data[offsets[row]:offsets[row + 1]])
+            topic = topics.get(raw) or topics.setdefault(raw, raw.decode("utf-8", "replace"))
+            key = (topic, queue_ids[i])
             if key not in expected or key in stopped or topic == fmt.SCHEDULE_TOPIC:
                 continue  # (a delayed message's unit holds its delivery time: not read here)
-            queue_offset = int(c["queue_offset"][row])
-            if queue_offset < expected[key]:
+            if queue_offsets[i] < expected[key]:
                 continue  # dispatched already (a unit below the queue's end)
-            if queue_offset > expected[key]:
+            if queue_offsets[i] > expected[key]:
                 stopped.add(key)  # a gap: the queue's order is not the log's; read no further
                 continue
             expected[key] += 1
-            unit = np.zeros(1, dtype=fmt.CQ_UNIT_DTYPE)
-            unit["commit_log_offset"] = c["commit_log_offset"][row]
-            unit["size"] = c["store_size"][row]
-            unit["tags_code"] = codes[row]
-            units.setdefault(key, []).append(unit)
+            taken.append(row)
+            taken_keys.append(key)
+        if not taken:
+            continue
+        block = np.zeros(len(taken), dtype=fmt.CQ_UNIT_DTYPE)  # the batch's units, built as columns
+        block["commit_log_offset"] = c["commit_log_offset"][taken]
+        block["size"] = c["store_size"][taken]
+        block["tags_code"] = tags_code_utf8(*c["tags"]).astype(np.int64)[taken]
+        ids = {key: n for n, key in enumerate(dict.fromkeys(taken_keys))}
+        owner = np.array([ids[key] for key in taken_keys])
+        for key, n in ids.items():
+            units.setdefault(key, []).append(block[owner == n])
     return {key: (ends[key], b"".join(part.tobytes() for part in parts)) for key, parts in units.items()}
