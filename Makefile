@@ -16,7 +16,7 @@ $(PY):
 
 $(STAMP): $(PY) pyproject.toml setup.py
 	$(PY) -m pip install -q --upgrade pip setuptools wheel "Cython>=3" numpy
-	$(PY) -m pip install -q --no-build-isolation -e ".[spark,connect,test,bench]"
+	$(PY) -m pip install -q --no-build-isolation -e ".[spark,connect,test,bench,rocksdb]"
 	touch $@
 
 # Quick when nothing changed: Cython and setuptools only rebuild stale modules.

@@ -143,6 +143,24 @@ QUEUE_TYPE_BATCH = "BatchCQ"
 ROCKSDB_CURRENT_FILE = "CURRENT"
 #: The RocksDB databases of the broker's metadata, under ``config/`` (v1: one per table; v2: ``rdb``).
 ROCKSDB_METADATA_DIRS = ("consumerOffsets", "subscriptionGroups", "topics", "rdb")
+#: The RocksDB consume queue (docs/formats.md#rocksdb-consume-queue): a unit's key is
+#: topicLen i32, 0x01, topic, 0x01, queueId i32, 0x01, queue offset i64 (big-endian) in the
+#: ``default`` column family; its value the 28 bytes below.
+ROCKSDB_CQ_SEPARATOR = b"\x01"
+ROCKSDB_CQ_VALUE_DTYPE = np.dtype([("commit_log_offset", ">i8"), ("size", ">i4"), ("tags_code", ">i8"),
+                                   ("store_timestamp", ">i8")])
+#: Each queue's lowest and highest unit: ``offset`` column family, key topicLen i32, 0x01, topic,
+#: 0x01, ``min``/``max``, 0x01, queueId i32; value commitLogOffset i64, queue offset i64.
+ROCKSDB_CQ_OFFSET_FAMILY = "offset"
+ROCKSDB_CQ_MIN, ROCKSDB_CQ_MAX = b"min", b"max"
+ROCKSDB_CQ_OFFSET_VALUE_SIZE = 16
+#: The family's dispatch checkpoint: a ``max`` key of this topic, queue 0, whose 8-byte value is the
+#: CommitLog offset the dispatch has reached (``RMQ_SYS_ROCKSDB_OFFSET_TOPIC``), not a queue.
+ROCKSDB_CQ_CHECKPOINT_TOPIC = "CHECKPOINT_TOPIC"
+#: Metadata tables in RocksDB: ``consumerOffsets`` keys are ``{topic}@{group}``, values the JSON
+#: ``{"offsetTable": {queueId: offset}}``; ``subscriptionGroups`` and ``topics`` keys are the
+#: group and topic names, values their JSON settings (the entries of the JSON files' tables).
+ROCKSDB_OFFSET_KEY_SEPARATOR = "@"
 
 # -------------------------------------------------------- DLedger CommitLog
 #: A DLedger entry's header (``DLedgerEntry``; docs/formats.md#dledger-entry): magic, size (the

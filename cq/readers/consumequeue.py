@@ -61,10 +61,15 @@ class ConsumeQueue(MappedFileQueue):
 
     @property
     def file_units(self) -> list[tuple[int, int]]:
-        """``(first, end)`` queue offsets each listed file holds room for, ascending."""
+        """``(first, end)`` queue offsets each listed file holds room for, ascending; then the range of
+        units held in memory past the last file, if any (:meth:`set_undispatched`)."""
         per_file = self.units_per_file
-        return [(start // fmt.CQ_STORE_UNIT_SIZE, start // fmt.CQ_STORE_UNIT_SIZE + per_file)
-                for start, _ in self._files]
+        out = [(start // fmt.CQ_STORE_UNIT_SIZE, start // fmt.CQ_STORE_UNIT_SIZE + per_file)
+               for start, _ in self._files]
+        end = out[-1][1] if out else self._files_end()
+        if self._undispatched and self.max_offset > end:  # units past the last file (set_undispatched)
+            out.append((end, self.max_offset))
+        return out
 
     def _units_of_file(self, index: int) -> np.ndarray:
         return np.frombuffer(self._map(index), dtype=fmt.CQ_UNIT_DTYPE)

@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from .. import format as fmt
 from ..errors import StoreFormatError, UnsupportedLayoutError
 from ..readers import config as cfg
+from ..readers.rocksdb import require_binding
 
 __all__ = ["StoreLayout", "detect_layout"]
 
@@ -77,12 +78,12 @@ class StoreLayout:
                 " above a classic commitlog/ (migrated)" if self.commit_log == "dledger+classic" else "")
         else:
             log = "classic (commitlog/)" if self.commit_log == "classic" else "none found"
-        queues = {"files": "files", "rocksdb": "RocksDB (not supported)", "none": "none",
+        queues = {"files": "files", "rocksdb": "RocksDB", "none": "none",
                   "files+rocksdb": "files and RocksDB (not supported)"}[self.consume_queues]
         if self.batch_cq_topics:
             queues += f"; BatchCQ topics (not supported): {', '.join(self.batch_cq_topics)}"
-        meta = {"json": "JSON files", "none": "none", "rocksdb": "RocksDB (not supported)",
-                "json+rocksdb": "RocksDB (not supported) beside stale JSON files"}[self.metadata]
+        meta = {"json": "JSON files", "none": "none", "rocksdb": "RocksDB",
+                "json+rocksdb": "RocksDB beside stale JSON files"}[self.metadata]
         return f"CommitLog {log}; consume queues {queues}; metadata {meta}"
 
     def as_dict(self) -> dict:
@@ -105,11 +106,8 @@ class StoreLayout:
     def check_consume_queues(self) -> None:
         """Raise when the consume queues are in RocksDB (alone or beside files)."""
         path = os.path.join(self.root, fmt.CONSUME_QUEUE_DIR)
-        if self.consume_queues == "rocksdb":
-            raise UnsupportedLayoutError(
-                "RocksDB consume queue (storeType=defaultRocksDB)", path,
-                "unsupported mode: rmqfilter reads file consume queues only (a RocksDB reader is a planned "
-                "extra, rmqfilter[rocksdb]); a broker with storeType=default writes readable files")
+        if self.consume_queues == "rocksdb":  # read with the rmqfilter[rocksdb] extra: it must be installed
+            require_binding("RocksDB consume queue (storeType=defaultRocksDB)", path)
         if self.consume_queues == "files+rocksdb":
             raise UnsupportedLayoutError(
                 "consume queues both as files and in RocksDB (combined consume queue store)", path,
@@ -123,16 +121,28 @@ class StoreLayout:
                 os.path.join(self.root, fmt.BATCH_CONSUME_QUEUE_DIR, topic),
                 "unsupported mode: rmqfilter has no BatchConsumeQueue reader yet")
 
-    def check_config(self, name: str) -> None:
-        """Raise when config file ``name`` (``consumerOffset.json``, ...) is kept in RocksDB instead."""
+    def rocksdb_table_of(self, name: str) -> str | None:
+        """The directory of the RocksDB database that holds config file ``name``'s table instead
+        (``consumerOffset.json`` -> ``config/consumerOffsets``), None when the JSON file is current."""
         for table in self.rocksdb_tables:
             if _ROCKSDB_TABLE_FILES.get(table) == name:
-                directory = _ROCKSDB_V2 if os.path.isdir(os.path.join(self.root, cfg.CONFIG_DIR, _ROCKSDB_V2)) \
-                    else table
-                raise UnsupportedLayoutError(
-                    f"RocksDB metadata ({table})", os.path.join(self.root, cfg.CONFIG_DIR, directory),
-                    f"unsupported mode: the broker keeps {name} in RocksDB and no longer refreshes the JSON "
-                    "file; give the subscription or offsets explicitly")
+                v2 = os.path.join(self.root, cfg.CONFIG_DIR, _ROCKSDB_V2)
+                if os.path.isdir(v2):
+                    raise UnsupportedLayoutError(
+                        "RocksDB metadata v2 (config/rdb)", v2,
+                        "unsupported mode: rmqfilter reads the one-database-per-table layout (config v1) only")
+                return os.path.join(self.root, cfg.CONFIG_DIR, table)
+        return None
+
+    def check_config(self, name: str) -> None:
+        """Raise when config file ``name`` (``consumerOffset.json``, ...) is kept in RocksDB instead:
+        its JSON file is stale (:meth:`cq.Store.committed_offsets` and the others read the database)."""
+        directory = self.rocksdb_table_of(name)
+        if directory is not None:
+            raise UnsupportedLayoutError(
+                f"RocksDB metadata ({os.path.basename(directory)})", directory,
+                f"the broker keeps {name} in RocksDB and no longer refreshes the JSON file: read it "
+                "through cq.Store's committed_offsets, subscription_groups or topic_configs")
 
 
 def _dledger_dir(root: str) -> str | None:

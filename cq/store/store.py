@@ -23,6 +23,8 @@ from ..readers.commitlog import SEALED_AGE_NS, CommitLog, Message
 from ..readers.consumequeue import ConsumeQueue
 from ..readers.dledger import DLedgerCommitLog
 from ..readers.ext import ConsumeQueueExt
+from ..readers.rocksdb import RocksDBConsumeQueue, RocksDBQueueTable, read_metadata_table
+from ..readers.rocksdb import offset_table as rocksdb_offset_table
 from . import undispatched
 from .modes import detect_layout
 
@@ -290,17 +292,33 @@ class Store:
                                     file_size=self._cl_size)
         return CommitLog(layout.commit_log_dir, file_size=self._cl_size)
 
+    def _rocksdb_queues(self) -> list[tuple[str, int]] | None:
+        """The queues of a RocksDB consume queue, read now (one cut); None for queue files."""
+        if self.layout.consume_queues != "rocksdb":
+            return None
+        with RocksDBQueueTable(os.path.join(self.root, fmt.CONSUME_QUEUE_DIR)) as table:
+            return sorted(table.ends)
+
     def topics(self) -> list[str]:
         """Topics that have a ConsumeQueue directory, and BatchCQ topics (which raise when read), sorted."""
         d = os.path.join(self.root, fmt.CONSUME_QUEUE_DIR)
         listed = set(self.layout.batch_cq_topics)
-        if os.path.isdir(d):
+        rocks = self._rocksdb_queues()
+        if rocks is not None:
+            listed.update(topic for topic, _ in rocks)
+        elif os.path.isdir(d):
             listed.update(t for t in os.listdir(d) if os.path.isdir(os.path.join(d, t)))
         return sorted(listed)
 
     def queue_ids(self, topic: str) -> list[int]:
         """Queue ids of ``topic``, ascending."""
         self.layout.check_topic(topic)
+        rocks = self._rocksdb_queues()
+        if rocks is not None:
+            ids = [q for t, q in rocks if t == topic]
+            if not ids:
+                raise KeyError(f"topic {topic!r} has no consume queues in {self.root}")
+            return ids
         d = os.path.join(self.root, fmt.CONSUME_QUEUE_DIR, topic)
         if not os.path.isdir(d):
             raise KeyError(f"topic {topic!r} has no consume queues in {self.root}")
@@ -330,10 +348,17 @@ class Store:
 
     def _new_consume_queue(self, topic: str, queue_id: int) -> ConsumeQueue:
         """A new reader of one queue, as the broker sees the queue (every reader comes from here)."""
-        d = os.path.join(self.root, fmt.CONSUME_QUEUE_DIR, topic, str(int(queue_id)))
-        if not os.path.isdir(d):
-            raise KeyError(f"no consume queue {topic}/{queue_id} in {self.root}")
-        cq = ConsumeQueue(d, file_size=self._cq_size, topic=topic, queue_id=int(queue_id))
+        if self.layout.consume_queues == "rocksdb":
+            d = os.path.join(self.root, fmt.CONSUME_QUEUE_DIR)
+            with RocksDBQueueTable(d) as table:
+                if (topic, int(queue_id)) not in table.ends:
+                    raise KeyError(f"no consume queue {topic}/{queue_id} in {self.root}")
+                cq = RocksDBConsumeQueue(d, topic, int(queue_id), table)
+        else:
+            d = os.path.join(self.root, fmt.CONSUME_QUEUE_DIR, topic, str(int(queue_id)))
+            if not os.path.isdir(d):
+                raise KeyError(f"no consume queue {topic}/{queue_id} in {self.root}")
+            cq = ConsumeQueue(d, file_size=self._cq_size, topic=topic, queue_id=int(queue_id))
         end, units = self._undispatched_units().get((topic, int(queue_id)), (None, b""))
         if units and cq.max_offset == end:
             cq.set_undispatched(units)  # what the broker's recovery dispatches (docs/reliability.md#undispatched)
@@ -348,7 +373,7 @@ class Store:
         would add after it (:mod:`cq.store.undispatched`); otherwise nothing. Found once per Store."""
         if self._undispatched is None:
             self._undispatched = {}
-            if undispatched.crashed(self.root) and self.commit_log.files:
+            if undispatched.crashed(self.root) and self.commit_log.files and self.layout.consume_queues == "files":
                 log = self.commit_log
                 self._undispatched = undispatched.undispatched_units(self.root, log, log.max_offset,
                                                                      cq_file_size=self._cq_size)
@@ -431,14 +456,29 @@ class Store:
 
         Queues without a committed offset (absent, or -1) are left out; a missing file gives ``{}``.
         """
-        return cfg.read_committed_offsets(self.config_path(cfg.CONSUMER_OFFSET_FILE), group, topic)
+        return cfg.committed_from_table(self.offset_table(), group, topic)
+
+    def offset_table(self) -> dict[tuple[str, str], dict[int, int]]:
+        """Every committed offset: (topic, group) -> {queue id: offset} (raw, -1 kept), from
+        ``config/consumerOffset.json`` or, where the broker keeps it there, its RocksDB table."""
+        rocks = self.layout.rocksdb_table_of(cfg.CONSUMER_OFFSET_FILE)
+        if rocks is not None:
+            return rocksdb_offset_table(rocks)
+        return cfg.read_offset_table(self.config_path(cfg.CONSUMER_OFFSET_FILE))
 
     def subscription_groups(self) -> dict[str, dict]:
-        """``config/subscriptionGroup.json``: group name -> its settings as stored (``{}`` if missing)."""
+        """``config/subscriptionGroup.json`` (or its RocksDB table): group name -> its settings as
+        stored (``{}`` if missing)."""
+        rocks = self.layout.rocksdb_table_of(cfg.SUBSCRIPTION_GROUP_FILE)
+        if rocks is not None:
+            return read_metadata_table(rocks, "subscriptionGroups")
         return cfg.read_subscription_groups(self.config_path(cfg.SUBSCRIPTION_GROUP_FILE))
 
     def topic_configs(self) -> dict[str, dict]:
-        """``config/topics.json``: topic name -> its settings as stored (``{}`` if missing)."""
+        """``config/topics.json`` (or its RocksDB table): topic name -> its settings as stored (``{}`` if missing)."""
+        rocks = self.layout.rocksdb_table_of(cfg.TOPICS_FILE)
+        if rocks is not None:
+            return read_metadata_table(rocks, "topics")
         return cfg.read_topic_configs(self.config_path(cfg.TOPICS_FILE))
 
     # ------------------------------------------------------------ live stores

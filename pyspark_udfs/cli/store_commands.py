@@ -161,7 +161,7 @@ def _inspect(path: str, count_messages: bool) -> dict:
                     "ext_file_size": None if ext is None else ext.file_size,
                 }
         info["topics"][topic] = queues
-    table = cfg.read_offset_table(store.config_path(cfg.CONSUMER_OFFSET_FILE))  # read once
+    table = store.offset_table()  # read once (the JSON file, or its RocksDB table)
     info["registered_groups"] = [
         {"group": f.group, "topic": f.topic, "expression": f.expression, "expression_type": f.expression_type,
          "born_time": f.born_time, "dead_time": f.dead_time, "is_dead": f.is_dead,
@@ -173,7 +173,7 @@ def _inspect(path: str, count_messages: bool) -> dict:
         {"topic": topic, "group": group, "offsets": {str(q): o for q, o in sorted(queues.items())}}
         for (topic, group), queues in table.items()
     ]
-    info["config"] = {name: store.config_file(name).source for name in
+    info["config"] = {name: store.layout.rocksdb_table_of(name) or store.config_file(name).source for name in
                       (cfg.CONSUMER_FILTER_FILE, cfg.CONSUMER_OFFSET_FILE, cfg.SUBSCRIPTION_GROUP_FILE, cfg.TOPICS_FILE)}
     store.close()
     return info
@@ -210,14 +210,19 @@ def _run_inspect(args: argparse.Namespace) -> int:
     print(f"{len(info['topics'])} topic(s), {total:,} message(s) in consume queues")
     used = {name: src for name, src in info["config"].items() if src is not None}
     if used:
-        print("\nConfig files: " + ", ".join(src if src.endswith(".bak") else name for name, src in used.items()))
+        print("\nConfig files: " + ", ".join(
+            src if src.endswith(".bak") else name if src.endswith(name) else f"{name} (RocksDB {src})"
+            for name, src in used.items()))
     if info["registered_groups"]:
         print("\nSQL92 groups registered in config/consumerFilter.json:")
         for g in info["registered_groups"]:
             flags = (" [dead]" if g["is_dead"] else "") + ("" if g["bloom_matches"] else " [bloom data mismatch]")
             print(f"  {g['group']} on {g['topic']}: {g['expression']!r}  bornTime {g['born_time']}{flags}")
     if info["committed_offsets"]:
-        print("\nCommitted offsets (config/consumerOffset.json, next offset per queue):")
+        source = info["config"].get(cfg.CONSUMER_OFFSET_FILE) or ""
+        where = "config/consumerOffset.json" if source.endswith(".json") or not source else \
+            "RocksDB config/consumerOffsets"
+        print(f"\nCommitted offsets ({where}, next offset per queue):")
         for c in info["committed_offsets"]:
             offsets = ", ".join(f"{q}:{o}" for q, o in c["offsets"].items())
             print(f"  {c['group']} on {c['topic']}: {offsets}")

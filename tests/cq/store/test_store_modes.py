@@ -52,19 +52,19 @@ def test_the_dledger_stores_are_detected():
     assert "above a classic commitlog/ (migrated)" in cq.detect_layout(DATA / "dledger_migrated_store").describe()
 
 
-def test_rocksdb_consume_queues_are_an_error_not_zero_topics(copy, capsys):
+def test_a_consume_queue_database_rocksdb_cannot_open_is_an_error_not_zero_topics(copy, capsys):
+    """(tests/cq/readers/test_rocksdb.py reads a real broker's RocksDB consume queue.)"""
     shutil.rmtree(copy / fmt.CONSUME_QUEUE_DIR)
     _rocksdb(copy / fmt.CONSUME_QUEUE_DIR)
     assert cq.detect_layout(copy).consume_queues == "rocksdb"
-    with pytest.raises(cq.UnsupportedLayoutError, match="RocksDB consume queue") as err:
-        cq.Store(copy)
+    with closing(cq.Store(copy)) as store, pytest.raises(cq.StoreFormatError, match="not a readable RocksDB") as err:
+        store.topics()
     assert err.value.path == str(copy / fmt.CONSUME_QUEUE_DIR)
-    assert err.value.layout.startswith("RocksDB consume queue")
     assert cli.main(["inspect", str(copy)]) == 2
     captured = capsys.readouterr()
-    assert "Mode: CommitLog classic (commitlog/); consume queues RocksDB (not supported)" in captured.out
+    assert "Mode: CommitLog classic (commitlog/); consume queues RocksDB;" in captured.out
     assert "topic(s)" not in captured.out
-    assert "RocksDB consume queue (storeType=defaultRocksDB): not supported" in captured.err
+    assert "not a readable RocksDB database" in captured.err
     assert cli.main(["consume", str(copy), "--topic", TOPIC, "--group", "G", "--tags", "*"]) == 2
     assert cli.main(["backlog", str(copy), "--topic", TOPIC, "--group", "G", "--tags", "*"]) == 2
 
@@ -111,19 +111,21 @@ def test_a_batch_cq_topic_is_an_error(copy, capsys, how):
     assert "no BatchConsumeQueue reader yet" in captured.err
 
 
-def test_rocksdb_metadata_is_an_error_where_the_json_would_be_stale(copy, capsys):
-    _rocksdb(copy / "config" / "consumerOffsets")
+def test_rocksdb_metadata_is_read_there_never_from_the_stale_json(copy, capsys):
+    _rocksdb(copy / "config" / "consumerOffsets")  # a database RocksDB cannot open
     _write_topics(copy, {})
     with closing(cq.Store(copy)) as store:
         assert store.layout.metadata == "json+rocksdb"
         assert store.layout.rocksdb_tables == ("consumerOffsets",)
-        with pytest.raises(cq.UnsupportedLayoutError, match=r"RocksDB metadata \(consumerOffsets\)") as err:
-            store.committed_offsets("G", TOPIC)
+        with pytest.raises(cq.StoreFormatError, match="not a readable RocksDB database") as err:
+            store.committed_offsets("G", TOPIC)  # the JSON file beside it is never read as current
         assert err.value.path == str(copy / "config" / "consumerOffsets")
+        with pytest.raises(cq.UnsupportedLayoutError, match=r"RocksDB metadata \(consumerOffsets\)"):
+            store.config_path("consumerOffset.json")
         assert store.topic_configs() == {}  # tables still in JSON read as before
         assert len(list(store.consume(TOPIC, "G", tags="*"))) > 0  # an explicit subscription needs no metadata
     assert cli.main(["backlog", str(copy), "--topic", TOPIC, "--group", "G", "--tags", "*"]) == 2
-    assert "consumerOffset.json in RocksDB" in capsys.readouterr().err
+    assert "consumerOffsets" in capsys.readouterr().err
 
 
 def test_config_v2_keeps_every_table_in_rocksdb(copy):

@@ -1,0 +1,272 @@
+"""Consume queues and metadata a broker keeps in RocksDB (``storeType=defaultRocksDB``, 5.2+).
+
+docs/formats.md#rocksdb-consume-queue has the layout, as RocketMQ 5.3.3 writes it. The databases
+are opened read-only through ``rocksdict`` (the ``rmqfilter[rocksdb]`` extra), from links to
+their files (:class:`_ReadOnlyDatabase`: nothing is written to the store): RocksDB's read-only
+mode takes no lock, so a running broker keeps its database, and it sees the database as of the open (the write-ahead log replayed into memory, nothing written back). One open is one
+consistent cut of every queue's units and ends; a queue reader reopens it to follow the broker.
+
+The binding gives one Python ``bytes`` per unit (it has no bulk read); the units are turned into
+the 20-byte ConsumeQueue units every other reader takes as one array per queue.
+"""
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import struct
+import tempfile
+import threading
+
+import numpy as np
+
+from .. import format as fmt
+from ..errors import StoreFormatError, UnsupportedLayoutError
+from .consumequeue import ConsumeQueue
+
+__all__ = ["EXTRA", "RocksDBConsumeQueue", "RocksDBQueueTable", "offset_table", "read_metadata_table",
+           "require_binding"]
+
+#: What to install for these readers.
+EXTRA = "rmqfilter[rocksdb]"
+_I32 = struct.Struct(">i")
+_I64 = struct.Struct(">q")
+
+
+def require_binding(layout: str, path: str):
+    """The ``rocksdict`` module; :class:`UnsupportedLayoutError` naming the extra when it is missing."""
+    try:
+        import rocksdict
+    except ImportError as exc:
+        raise UnsupportedLayoutError(layout, path, f"install the RocksDB reader: pip install '{EXTRA}' "
+                                                   f"(the rocksdict package): {exc}") from exc
+    return rocksdict
+
+
+class _ReadOnlyDatabase:
+    """A RocksDB database opened read-only from a directory of links to its files.
+
+    The binding writes a ``rocksdict-config.json`` into the directory it opens, even read-only, and
+    RocksDB may write its info log there: opened through links in a temporary directory, the
+    store's own directory is never written. The links live until :meth:`close` (RocksDB opens the
+    table files when it first reads them). A file the broker's compaction deletes between the
+    listing and the open is found again by a second listing.
+    """
+
+    def __init__(self, path: str, layout: str) -> None:
+        rocksdict = require_binding(layout, path)
+        self.path = path
+        error: Exception | None = None
+        for _ in range(3):
+            self._links = tempfile.mkdtemp(prefix="rmqfilter-rocksdb-")
+            try:
+                for name in os.listdir(path):
+                    if name != "LOCK" and os.path.isfile(os.path.join(path, name)):
+                        os.symlink(os.path.abspath(os.path.join(path, name)), os.path.join(self._links, name))
+                families = rocksdict.Rdict.list_cf(self._links)
+                self.db = rocksdict.Rdict(
+                    self._links, options=rocksdict.Options(raw_mode=True),
+                    access_type=rocksdict.AccessType.read_only(),
+                    column_families={f: rocksdict.Options(raw_mode=True) for f in families if f != "default"})
+                return
+            except Exception as exc:  # noqa: BLE001 (the binding raises plain Exception for RocksDB's errors)
+                shutil.rmtree(self._links, ignore_errors=True)
+                error = exc
+        raise StoreFormatError(f"not a readable RocksDB database ({error})", path) from error
+
+    def close(self) -> None:
+        self.db.close()
+        shutil.rmtree(self._links, ignore_errors=True)
+
+
+def _queue_prefix(topic: str, queue_id: int) -> bytes:
+    name = topic.encode()
+    sep = fmt.ROCKSDB_CQ_SEPARATOR
+    return _I32.pack(len(name)) + sep + name + sep + _I32.pack(queue_id) + sep
+
+
+def _split_offset_key(key: bytes, path: str) -> tuple[str, bytes, int]:
+    """``(topic, b"min" | b"max", queue id)`` of an ``offset`` family key."""
+    sep = fmt.ROCKSDB_CQ_SEPARATOR
+    if len(key) < 5:
+        raise StoreFormatError(f"offset key {key!r} shorter than its topic length and separator", path)
+    n = _I32.unpack_from(key)[0]
+    if n < 0 or len(key) < 4 + 1 + n + 1 + 3 or key[4:5] != sep or key[5 + n:6 + n] != sep:
+        raise StoreFormatError(f"offset key {key!r} is not topicLen, 0x01, topic, 0x01, ...", path)
+    rest = key[6 + n:]
+    topic = key[5:5 + n].decode("utf-8", "replace")
+    if len(rest) == 3 + 1 + 4 and rest[3:4] == sep:
+        return topic, rest[:3], _I32.unpack_from(rest, 4)[0]
+    return topic, b"", -1  # another record of the family (the dispatch checkpoint)
+
+
+class RocksDBQueueTable:
+    """The ``consumequeue/`` database of one store, opened read-only: each queue's ends and units.
+
+    Parameters
+    ----------
+    directory : str
+        ``{storeRoot}/consumequeue`` (it holds ``CURRENT`` and ``*.sst`` files).
+    """
+
+    def __init__(self, directory: str | os.PathLike) -> None:
+        self.directory = os.fspath(directory)
+        self._opened = _ReadOnlyDatabase(self.directory, "RocksDB consume queue (storeType=defaultRocksDB)")
+        self._db = self._opened.db
+        self.ends = self._read_ends()
+
+    def _read_ends(self) -> dict[tuple[str, int], tuple[int, int]]:
+        """(topic, queue) -> ``(min_offset, max_offset)``: max is one past the highest unit."""
+        try:
+            family = self._db.get_column_family(fmt.ROCKSDB_CQ_OFFSET_FAMILY)
+        except Exception as exc:
+            raise StoreFormatError(f"no {fmt.ROCKSDB_CQ_OFFSET_FAMILY!r} column family: not a RocketMQ "
+                                   "consume queue database", self.directory) from exc
+        lows: dict[tuple[str, int], int] = {}
+        highs: dict[tuple[str, int], int] = {}
+        for key, value in family.items():
+            topic, kind, queue_id = _split_offset_key(key, self.directory)
+            if not kind or topic == fmt.ROCKSDB_CQ_CHECKPOINT_TOPIC:
+                continue
+            if len(value) != fmt.ROCKSDB_CQ_OFFSET_VALUE_SIZE:
+                raise StoreFormatError(f"offset value of {topic}/{queue_id} ({kind.decode()}) holds "
+                                       f"{len(value)} bytes, not {fmt.ROCKSDB_CQ_OFFSET_VALUE_SIZE}", self.directory)
+            commit_log_offset, queue_offset = struct.unpack(">qq", value)
+            if kind == fmt.ROCKSDB_CQ_MAX:
+                highs[topic, queue_id] = queue_offset + 1
+            elif kind == fmt.ROCKSDB_CQ_MIN and commit_log_offset >= 0:  # -1: no unit yet
+                lows[topic, queue_id] = queue_offset
+        return {key: (min(lows.get(key, high), high), high) for key, high in highs.items()}
+
+    def close(self) -> None:
+        self._opened.close()
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    def topics(self) -> list[str]:
+        return sorted({topic for topic, _ in self.ends})
+
+    def queue_ids(self, topic: str) -> list[int]:
+        return sorted(q for t, q in self.ends if t == topic)
+
+    def units(self, topic: str, queue_id: int) -> np.ndarray:
+        """The queue's units from its minimum to its maximum, :data:`cq.format.ROCKSDB_CQ_VALUE_DTYPE`.
+
+        Raises :class:`StoreFormatError` naming the queue offset where a unit is missing or
+        malformed below the queue's recorded maximum.
+        """
+        low, high = self.ends.get((topic, queue_id), (0, 0))
+        prefix = _queue_prefix(topic, queue_id)
+        values = []
+        where = f"{self.directory} [{topic}/{queue_id}]"
+        for key, value in self._db.items(from_key=prefix + _I64.pack(low)):
+            if not key.startswith(prefix) or len(key) != len(prefix) + 8:
+                break
+            offset = _I64.unpack_from(key, len(prefix))[0]
+            if offset >= high:
+                break
+            if offset != low + len(values):
+                raise StoreFormatError(f"unit of queue offset {low + len(values)} missing (next key holds "
+                                       f"{offset}) below the queue's maximum {high}", where)
+            if len(value) != fmt.ROCKSDB_CQ_VALUE_DTYPE.itemsize:
+                raise StoreFormatError(f"unit of queue offset {offset} holds {len(value)} bytes, not "
+                                       f"{fmt.ROCKSDB_CQ_VALUE_DTYPE.itemsize}", where)
+            values.append(value)
+        if len(values) != high - low:
+            raise StoreFormatError(f"units end at queue offset {low + len(values)}, below the queue's "
+                                   f"maximum {high}", where)
+        return np.frombuffer(b"".join(values), dtype=fmt.ROCKSDB_CQ_VALUE_DTYPE)
+
+
+class RocksDBConsumeQueue(ConsumeQueue):
+    """One queue of a RocksDB consume queue, read as a :class:`ConsumeQueue` (every reader of the
+    store's units takes it): its units held in memory as 20-byte units from its minimum on, one
+    cut of the database; :meth:`refresh` opens the database again (docs/live.md).
+    """
+
+    def __init__(self, directory: str | os.PathLike, topic: str, queue_id: int,
+                 table: RocksDBQueueTable | None = None) -> None:
+        self.topic, self.queue_id = topic, int(queue_id)
+        self.directory = os.fspath(directory)
+        self._kind, self._unit = "RocksDB consume queue", fmt.CQ_STORE_UNIT_SIZE
+        self._files, self.file_size = [], 0
+        self._starts = np.zeros(0, dtype=np.int64)
+        self._maps, self._identities = {}, {}
+        self._map_lock = threading.Lock()
+        self._load(table)
+
+    def _load(self, table: RocksDBQueueTable | None) -> None:
+        own = table is None
+        table = RocksDBQueueTable(self.directory) if own else table
+        try:
+            low, _ = table.ends.get((self.topic, self.queue_id), (0, 0))
+            units = table.units(self.topic, self.queue_id)
+        finally:
+            if own:
+                table.close()
+        out = np.zeros(len(units), dtype=fmt.CQ_UNIT_DTYPE)
+        for name in fmt.CQ_UNIT_DTYPE.names:
+            out[name] = units[name]
+        self._max_offset = self._min_offset = low  # the "files" end where the units start
+        self._undispatched = out.tobytes()
+        self.store_timestamps = units["store_timestamp"].astype(np.int64)
+
+    def __repr__(self) -> str:
+        return f"RocksDBConsumeQueue({self.directory!r}, topic={self.topic!r}, queue_id={self.queue_id})"
+
+    def _reopen_kwargs(self) -> dict:
+        return {}
+
+    def _recover(self, from_offset: int | None = None) -> int:
+        return self._max_offset
+
+    @property
+    def min_offset(self) -> int:
+        return self._min_offset
+
+    def refresh(self) -> int:
+        """Open the database again and take the queue's units as the broker has them now."""
+        self._load(None)
+        return self.max_offset
+
+    def file_position(self, queue_offset: int) -> tuple[str, int]:
+        return f"{self.directory} [{self.topic}/{self.queue_id}]", queue_offset
+
+
+def read_metadata_table(directory: str | os.PathLike, table: str) -> dict[str, dict]:
+    """A metadata table kept in RocksDB (``config/consumerOffsets``, ``subscriptionGroups``,
+    ``topics``): key -> its JSON value. Raises :class:`StoreFormatError` naming the database and
+    the key whose value is not a JSON object."""
+    path = os.fspath(directory)
+    opened = _ReadOnlyDatabase(path, f"RocksDB metadata ({table})")
+    try:
+        out = {}
+        for key, value in opened.db.items():
+            name = key.decode("utf-8", "replace")
+            try:
+                parsed = json.loads(value)
+            except (ValueError, UnicodeDecodeError) as exc:
+                raise StoreFormatError(f"value of key {name!r} is not JSON ({exc})", path) from exc
+            if not isinstance(parsed, dict):
+                raise StoreFormatError(f"value of key {name!r} is not a JSON object", path)
+            out[name] = parsed
+        return out
+    finally:
+        opened.close()
+
+
+def offset_table(directory: str | os.PathLike) -> dict[tuple[str, str], dict[int, int]]:
+    """``config/consumerOffsets`` as :func:`cq.readers.config.read_offset_table` gives the JSON
+    file: (topic, group) -> {queue id: committed offset}; keys are ``{topic}@{group}``."""
+    out: dict[tuple[str, str], dict[int, int]] = {}
+    for key, value in read_metadata_table(directory, "consumerOffsets").items():
+        topic, sep, group = key.rpartition(fmt.ROCKSDB_OFFSET_KEY_SEPARATOR)
+        table = value.get("offsetTable")
+        if not sep or not isinstance(table, dict):
+            raise StoreFormatError(f"key {key!r} is not topic@group with an offsetTable", os.fspath(directory))
+        out[topic, group] = {int(q): int(o) for q, o in table.items()}
+    return out

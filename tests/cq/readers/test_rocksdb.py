@@ -1,0 +1,187 @@
+"""Stores whose consume queues and metadata are in RocksDB (``storeType=defaultRocksDB``).
+
+``tests/data/rocksdb_store`` is what RocketMQ's own broker (the version in
+``tests/data/rocksdb_store.json``) wrote with ``storeType=defaultRocksDB``: 400 messages of the
+filters scenario's kinds over three queues, a tag group ``GID_R_TAG`` that received and committed
+the first 300 and stopped (tests/data/ROCKSDB_STORE.md). What rmqfilter reads from it must be the
+broker's queue ends, what the group received, and its committed offsets
+(docs/formats.md#rocksdb-consume-queue); and reading it changes no file of the store.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+import struct
+import sys
+import tempfile
+from contextlib import closing
+
+import pytest
+from helpers import DATA
+
+import cq
+from cq import format as fmt
+from pyspark_udfs import cli
+
+STORE = DATA / "rocksdb_store"
+FACTS = json.loads((DATA / "rocksdb_store.json").read_text())
+TOPIC, GROUP, TAGS = FACTS["topic"], FACTS["group"], FACTS["tags"]
+
+
+def _fingerprint(root) -> dict[str, str]:
+    out = {}
+    for d, _, files in os.walk(root):
+        for name in files:
+            path = os.path.join(d, name)
+            with open(path, "rb") as f:
+                out[os.path.relpath(path, root)] = hashlib.sha256(f.read()).hexdigest()
+    return out
+
+
+def _links_left() -> set[str]:
+    return {n for n in os.listdir(tempfile.gettempdir()) if n.startswith("rmqfilter-rocksdb-")}
+
+
+@pytest.fixture(scope="module")
+def store():
+    s = cq.Store(STORE)
+    yield s
+    s.close()
+
+
+def test_the_layout_is_rocksdb_queues_and_metadata(store):
+    layout = store.layout
+    assert (layout.commit_log, layout.consume_queues, layout.metadata) == ("classic", "rocksdb", "json+rocksdb")
+    assert set(layout.rocksdb_tables) == {"consumerOffsets", "subscriptionGroups", "topics"}
+
+
+def test_queue_ends_are_the_brokers(store):
+    assert store.topics() == [TOPIC]
+    assert store.queue_ids(TOPIC) == [q["queue_id"] for q in FACTS["queues"]]
+    for q in FACTS["queues"]:
+        queue = store.consume_queue(TOPIC, q["queue_id"])
+        assert (queue.min_offset, queue.max_offset) == (q["min_offset"], q["max_offset"])
+
+
+def test_consume_gives_what_the_group_received_and_its_committed_offsets(store):
+    committed = store.committed_offsets(GROUP, TOPIC)
+    result = store.consume(TOPIC, GROUP, tags=TAGS)
+    got = sorted([m.queue_id, m.queue_offset, m.properties["UNIQ_KEY"]] for m in result
+                 if m.queue_offset < committed[m.queue_id])
+    assert got == FACTS["received"]
+    assert result.stats.commit_log_missing == 0 and result.stats.units_scanned == sum(
+        q["max_offset"] - q["min_offset"] for q in FACTS["queues"])
+    # every committed offset is where the group stopped: one past the last unit it was given
+    assert committed == {q["queue_id"]: 100 for q in FACTS["queues"]}
+
+
+def test_every_unit_points_at_its_own_record(store):
+    for q in FACTS["queues"]:
+        queue = store.consume_queue(TOPIC, q["queue_id"])
+        for offset, unit in enumerate(queue.read().tolist()):
+            msg = store.commit_log.read_message(unit[0])
+            assert (msg.topic, msg.queue_id, msg.queue_offset, msg.store_size) == (TOPIC, q["queue_id"], offset, unit[1])
+
+
+def test_backlog_counts_from_the_rocksdb_offsets(store):
+    b = cq.backlog(store, TOPIC, GROUP, tags=TAGS)
+    delivered = [(m.queue_id, m.queue_offset) for m in store.consume(TOPIC, GROUP, tags=TAGS)]
+    assert sorted(q.queue_id for q in b.queues) == store.queue_ids(TOPIC)
+    for q, facts in zip(b.queues, FACTS["queues"]):
+        left = sum(1 for queue_id, offset in delivered if queue_id == q.queue_id and offset >= 100)
+        assert (q.committed_offset, q.max_offset, q.will_receive) == (100, facts["max_offset"], left) and left
+
+
+def test_metadata_tables_are_read_from_rocksdb(store):
+    assert store.topic_configs()[TOPIC]["readQueueNums"] == len(FACTS["queues"])
+    assert store.subscription_groups()[GROUP]["groupName"] == GROUP
+    with pytest.raises(cq.UnsupportedLayoutError, match="consumerOffsets"):
+        store.config_path("consumerOffset.json")  # the JSON file is stale: never read as current
+
+
+def test_inspect_names_the_mode_and_the_databases(capsys):
+    assert cli.main(["inspect", str(STORE)]) == 0
+    out = capsys.readouterr().out
+    assert "consume queues RocksDB; metadata RocksDB beside stale JSON files" in out
+    assert "Committed offsets (RocksDB config/consumerOffsets" in out and f"{GROUP} on {TOPIC}: 0:100" in out
+
+
+def test_reading_changes_no_file_and_leaves_no_links():
+    before, links = _fingerprint(STORE), _links_left()
+    with closing(cq.Store(STORE)) as s:
+        list(s.consume(TOPIC, GROUP, tags=TAGS))
+        s.committed_offsets(GROUP, TOPIC)
+        s.topic_configs()
+    assert _fingerprint(STORE) == before
+    assert _links_left() == links
+
+
+def test_without_the_binding_the_error_names_the_extra(monkeypatch):
+    monkeypatch.setitem(sys.modules, "rocksdict", None)
+    with pytest.raises(cq.UnsupportedLayoutError, match=r"rmqfilter\[rocksdb\]"):
+        cq.Store(STORE)
+    assert cli.main(["inspect", str(STORE)]) == 2
+
+
+def _key(topic: str, queue_id: int, offset: int) -> bytes:
+    name = topic.encode()
+    return struct.pack(">i", len(name)) + b"\x01" + name + b"\x01" + struct.pack(">i", queue_id) + b"\x01" + \
+        struct.pack(">q", offset)
+
+
+def _rewritten(tmp_path, change) -> str:
+    """A copy of the store whose consume queue database ``change(db)`` rewrote through the binding."""
+    import rocksdict
+
+    root = tmp_path / "store"
+    shutil.copytree(STORE, root)
+    db = rocksdict.Rdict(str(root / fmt.CONSUME_QUEUE_DIR), options=rocksdict.Options(raw_mode=True),
+                         column_families={"offset": rocksdict.Options(raw_mode=True)})
+    try:
+        change(db)
+    finally:
+        db.close()
+    return str(root)
+
+
+def test_a_unit_of_the_wrong_length_is_an_error_naming_the_queue_and_offset(tmp_path):
+    root = _rewritten(tmp_path, lambda db: db.put(_key(TOPIC, 0, 7), b"\x00" * 27))
+    with closing(cq.Store(root)) as s, pytest.raises(cq.StoreFormatError, match=r"ModesTopic/0\].*queue offset 7 holds 27"):
+        s.consume_queue(TOPIC, 0)
+
+
+def test_a_missing_unit_below_the_maximum_is_an_error(tmp_path):
+    root = _rewritten(tmp_path, lambda db: db.delete(_key(TOPIC, 1, 50)))
+    with closing(cq.Store(root)) as s, pytest.raises(cq.StoreFormatError, match="queue offset 50 missing"):
+        list(s.consume(TOPIC, GROUP, tags=TAGS))
+    assert cli.main(["consume", str(root), "--topic", TOPIC, "--group", GROUP, "--tags", TAGS]) == 2
+
+
+def test_a_database_that_is_not_rocksdb_is_an_error_naming_it(tmp_path):
+    root = tmp_path / "store"
+    shutil.copytree(STORE, root)
+    (root / fmt.CONSUME_QUEUE_DIR / "CURRENT").write_text("MANIFEST-999999\n")
+    with pytest.raises(cq.StoreFormatError, match="not a readable RocksDB database"):
+        cq.Store(root).topics()
+
+
+def test_the_offset_ids_of_rocksdb_units_are_the_records(store):
+    """The RocksDB units hold the store timestamp too; it is the record's."""
+    queue = store.consume_queue(TOPIC, 2)
+    units = queue.read()
+    for i in (0, len(units) // 2, len(units) - 1):
+        msg = store.commit_log.read_message(int(units["commit_log_offset"][i]))
+        assert int(queue.store_timestamps[i]) == msg.store_timestamp
+
+
+
+@pytest.mark.spark
+def test_the_data_source_reads_the_rocksdb_queues(spark, store):
+    rows = spark.read.format("rocketmq").option("topic", TOPIC).option("group", GROUP).option("tags", TAGS) \
+        .load(str(STORE)).selectExpr("queue_id", "queue_offset", "properties['UNIQ_KEY'] AS uniq").collect()
+    want = sorted((m.queue_id, m.queue_offset, m.properties["UNIQ_KEY"]) for m in store.consume(TOPIC, GROUP, tags=TAGS))
+    assert sorted(map(tuple, rows)) == want and len(want) > len(FACTS["received"])
+    everything = spark.read.format("rocketmq").option("topic", TOPIC).load(str(STORE)).count()
+    assert everything == sum(q["max_offset"] - q["min_offset"] for q in FACTS["queues"])
