@@ -12,7 +12,7 @@ from cq.readers import config as cfg
 from cq.writer.sample import generate_sample_store
 from selector.errors import SelectorSyntaxError
 
-from ._common import error_text, fail, reported_warnings, stdout_closed, topic_store
+from ._common import error_text, fail, registered_groups, reported_warnings, stdout_closed, topic_store
 from ._options import (
     add_consumer_args,
     add_filter_args,
@@ -53,7 +53,7 @@ def add_parsers(subparsers) -> None:
                     "Bloom bitmaps first, then the exact tag / SQL92 selector. Messages go to "
                     "stdout, per-layer counts and progress to stderr.",
     )
-    add_consumer_args(consume, all_groups=True)
+    add_consumer_args(consume, all_groups=True, several=True)
     add_filter_args(consume, where="found on PYTHONPATH or in the current directory; without --sql/--tags "
                                    "the group's registration, else '*', comes first")
     consume.add_argument("--queue", type=int, action="append", dest="queue_ids", metavar="ID",
@@ -261,6 +261,7 @@ def message_json(m, body: str = "uncompressed") -> dict:
     """A message as ``--format jsonl`` prints it; ``body_length`` of the body ``body`` names."""
     raw = m.uncompressed_body() if body == "uncompressed" else m.body
     return {
+        **({} if m.broker is None else {"broker": m.broker}),
         "topic": m.topic, "queue_id": m.queue_id, "queue_offset": m.queue_offset,
         "commit_log_offset": m.commit_log_offset, "msg_id": m.msg_id, "tags": m.tags, "keys": m.keys,
         "store_timestamp": m.store_timestamp, "body_length": len(raw), "properties": m.properties,
@@ -279,26 +280,24 @@ def _run_consume(args: argparse.Namespace) -> int:
             _import_from_cwd()
             message_filter = cq.MessageFilter(args.message_filter, on_error=args.on_filter_error)
         with reported_warnings(prog), topic_store(args.store, args.topic) as store:
-            if args.all_groups:
-                groups = [f.group for f in store.registered_filters(args.topic)]
-                if not groups:
-                    return fail(prog, f"no SQL92 group is registered for topic {args.topic!r} in "
-                                      f"{store.config_path('consumerFilter.json')}")
-            else:
-                groups = [args.group]
+            groups = registered_groups(store, args.topic) if args.all_groups else [args.group]
             out = sys.stdout
             for group in groups:
                 t0 = time.perf_counter()
                 prefix = f"{group}\t" if args.all_groups else ""
+                queues = {"queue_ids": args.queue_ids}
+                if isinstance(store, cq.Cluster):  # --queue Q: queue Q of every broker
+                    queues = {"queues": None if args.queue_ids is None else
+                              [(b, q) for b in store.brokers_of(args.topic) for q in args.queue_ids]}
                 result = store.consume(
-                    args.topic, group, sql=args.sql, tags=args.tags, queue_ids=args.queue_ids,
+                    args.topic, group, sql=args.sql, tags=args.tags, **queues,
                     bloom_filter=None if args.no_bloom else "default", born_time=args.born_time,
                     verify_crc=args.verify_crc, progress=progress, message_filter=message_filter,
                 )
                 for delivered, m in enumerate(result, 1):
-                    if args.format == "text":
-                        out.write(f"{prefix}{m.queue_id}\t{m.queue_offset}\t{m.msg_id}\t{m.tags or ''}\t"
-                                  f"{m.keys or ''}\n")
+                    if args.format == "text":  # a cluster's messages lead with their broker
+                        out.write(f"{prefix}{'' if m.broker is None else m.broker + chr(9)}{m.queue_id}\t"
+                                  f"{m.queue_offset}\t{m.msg_id}\t{m.tags or ''}\t{m.keys or ''}\n")
                     elif args.format == "jsonl":
                         doc = message_json(m, args.body)
                         if args.all_groups:
