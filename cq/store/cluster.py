@@ -149,9 +149,13 @@ class Cluster:
                     store = Store(root, **store_options)
                     name, how = (name, "given") if name is not None else broker_name(store)
                 except (StoreFormatError, OSError) as exc:
-                    where = f"store root {root} (broker {i} of {len(pairs)})"
-                    raise StoreFormatError(f"{where}: {exc}", getattr(exc, "path", None) or root,
-                                           getattr(exc, "offset", None)) from exc
+                    # the root and its place among the roots; the file and offset when inside it
+                    path = getattr(exc, "path", None) if isinstance(exc, StoreFormatError) else exc.filename
+                    reason = exc.reason if isinstance(exc, StoreFormatError) else (exc.strerror or str(exc))
+                    inside = path is not None and os.path.abspath(path) != os.path.abspath(root)
+                    raise StoreFormatError(f"store root {root} (broker {i} of {len(pairs)}): {reason}",
+                                           path if inside else None,
+                                           getattr(exc, "offset", None) if inside else None) from exc
                 if name in self.stores:
                     store.close()
                     raise StoreFormatError(
