@@ -183,7 +183,7 @@ class RocketMQDataSource(DataSource):
         """``spark.readStream.format("rocketmq")``: see :mod:`pyspark_udfs.streaming`."""
         if self.read_options.brokers:
             raise ValueError("rocketmq streaming reads one store: give one store root, not several "
-                             "(docs/limits.md#clusters)")
+                             "(docs/reading.md#clusters)")
         from pyspark_udfs.streaming import (  # lazy: batch reads never load it
             RocketMQStreamReader,
             StreamOptions,
