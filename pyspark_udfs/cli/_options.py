@@ -53,16 +53,13 @@ def int_at_least(minimum: int) -> Callable[[str], int]:
 def add_store_arg(parser: argparse.ArgumentParser, *, several: bool = False) -> None:
     """The positional ``STORE``: a broker store to read (only read, never written).
 
-    ``several``: one or more (``args.store`` a list), the stores of a cluster's brokers read as
-    one (``cq.Cluster``, docs/reading.md#clusters).
+    ``several``: one or more (``args.store`` a list; usage ``STORE [STORE ...]``), the stores of a
+    cluster's brokers read as one (``cq.Cluster``, docs/reading.md#clusters). The help reads the
+    same either way.
     """
-    help_ = ("broker store root directory (holds commitlog/, consumequeue/ and, for SQL92 groups, "
-             "consumequeue_ext/); only read")
-    if several:
-        parser.add_argument("store", metavar="STORE", nargs="+",
-                            help=help_ + "; several (or a quoted glob): the brokers of a cluster, read as one")
-    else:
-        parser.add_argument("store", metavar="STORE", help=help_)
+    parser.add_argument("store", metavar="STORE", nargs="+" if several else None,
+                        help="broker store root directory (holds commitlog/, consumequeue/ and, for SQL92 "
+                             "groups, consumequeue_ext/); only read")
 
 
 def add_topic_arg(parser: argparse.ArgumentParser) -> None:
