@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import argparse
+import glob
 import json
 import os
 import sys
@@ -40,7 +41,7 @@ def add_parsers(subparsers) -> None:
                     "files and, per topic and queue, the ConsumeQueue offsets, message counts and "
                     "ConsumeQueueExt size.",
     )
-    add_store_arg(inspect)
+    add_store_arg(inspect, several=True)
     add_json_flag(inspect, "one document describing the store")
     inspect.add_argument("--count-messages", action="store_true",
                          help="also walk the whole CommitLog and count its records (slow on big stores)")
@@ -180,19 +181,51 @@ def _inspect(path: str, count_messages: bool) -> dict:
 
 
 def _run_inspect(args: argparse.Namespace) -> int:
+    prog = "rmqfilter inspect"
+    if len(args.store) > 1 or any(glob.has_magic(p) for p in args.store):
+        return _inspect_cluster(prog, args)
     try:
-        with reported_warnings("rmqfilter inspect"):
-            layout = cq.detect_layout(args.store)
+        with reported_warnings(prog):
+            layout = cq.detect_layout(args.store[0])
             if not args.json:  # the mode first: it explains an error the rest of the store gives
                 print(f"Store {layout.root}")
                 print(f"Mode: {layout.describe()}")
-            info = _inspect(args.store, args.count_messages)
+            info = _inspect(args.store[0], args.count_messages)
     except cq.StoreFormatError as exc:
-        return fail("rmqfilter inspect", exc)
+        return fail(prog, exc)
     if args.json:
         json.dump(info, sys.stdout, indent=2, ensure_ascii=False)
         print()
         return 0
+    _print_inspect(info)
+    return 0
+
+
+def _inspect_cluster(prog: str, args: argparse.Namespace) -> int:
+    """``inspect`` of several stores, a cluster's brokers: each broker's store in turn, named
+    (docs/reading.md#clusters); ``--json``: ``{"brokers": [{"broker": name, ...}, ...]}``."""
+    try:
+        with reported_warnings(prog):
+            cluster = cq.Cluster(args.store)
+            try:
+                infos = [{"broker": name, "named_by": cluster.named_by[name],
+                          **_inspect(store.root, args.count_messages)} for name, store in cluster.stores.items()]
+            finally:
+                cluster.close()
+    except cq.StoreFormatError as exc:
+        return fail(prog, exc)
+    if args.json:
+        json.dump({"brokers": infos}, sys.stdout, indent=2, ensure_ascii=False)
+        print()
+        return 0
+    for i, info in enumerate(infos):
+        print(("\n" if i else "") + f"Broker {info['broker']} (named from {info['named_by']}): store {info['store']}")
+        print(f"Mode: {cq.detect_layout(info['store']).describe()}")
+        _print_inspect(info)
+    return 0
+
+
+def _print_inspect(info: dict) -> None:
     cl = info["commit_log"]
     extra = f", {cl['messages']:,} messages" if "messages" in cl else ""
     print(f"CommitLog: {cl['files']} file(s) of {cl['file_size']:,} B, offsets "
@@ -221,7 +254,6 @@ def _run_inspect(args: argparse.Namespace) -> int:
         for c in info["committed_offsets"]:
             offsets = ", ".join(f"{q}:{o}" for q, o in c["offsets"].items())
             print(f"  {c['group']} on {c['topic']}: {offsets}")
-    return 0
 
 
 # ---------------------------------------------------------------- consume

@@ -210,6 +210,13 @@ def test_cli_takes_several_store_roots(capsys, brokers, cluster):
     assert code == 0 and json.loads(out)["total"]["will_receive"] == cq.backlog(cluster, TOPIC, GROUP).will_receive
     code, out, _ = run(capsys, "backlog", str(brokers / "broker-*"), "--topic", TOPIC, "--all-groups", "--json")
     assert code == 0 and [d["group"] for d in json.loads(out)] == [g for g, _ in SAMPLE_GROUPS]
+    code, out, _ = run(capsys, "inspect", *roots, "--json")
+    doc = json.loads(out)["brokers"]
+    assert code == 0 and [d["broker"] for d in doc] == ["broker-a", "broker-b"]
+    assert [d["topics"][TOPIC]["0"]["max_offset"] for d in doc] == [
+        cluster.store(b).consume_queue(TOPIC, 0).max_offset for b in ("broker-a", "broker-b")]
+    code, out, _ = run(capsys, "inspect", *roots)
+    assert code == 0 and "Broker broker-a (named from directory)" in out and "Broker broker-b" in out
     code, out, err = run(capsys, "why", *roots, "--topic", TOPIC, "--group", GROUP, "--queue", "0", "--offset", "0")
     assert code == 2 and "name the broker" in err
     code, out, _ = run(capsys, "why", *roots, "--topic", TOPIC, "--group", GROUP, "--queue", "0", "--offset", "0",
@@ -221,8 +228,9 @@ def test_cli_names_a_bad_root_among_several_with_exit_status_2(capsys, brokers, 
     bad = tmp_path / "not-a-store"
     bad.mkdir()
     (bad / "commitlog").write_text("a file where a directory belongs")
-    for command in (["consume", "--group", "g", "--tags", "*"], ["backlog", "--group", GROUP],
-                    ["why", "--group", GROUP, "--key", "k"]):
-        code, out, err = run(capsys, command[0], brokers / "broker-a", bad, "--topic", TOPIC, *command[1:])
+    for command in (["consume", "--topic", TOPIC, "--group", "g", "--tags", "*"],
+                    ["backlog", "--topic", TOPIC, "--group", GROUP],
+                    ["why", "--topic", TOPIC, "--group", GROUP, "--key", "k"], ["inspect"]):
+        code, out, err = run(capsys, command[0], brokers / "broker-a", bad, *command[1:])
         assert code == 2 and out == "", command
         assert str(bad) in err and "broker 2 of 2" in err and "Traceback" not in err, (command, err)
