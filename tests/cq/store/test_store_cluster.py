@@ -162,6 +162,9 @@ def test_backlog_counts_each_broker_queue_with_its_broker(cluster):
     assert doc["queues"][0]["broker"] == "broker-a" and doc["total"]["lag"] == b.lag
     text = str(b).splitlines()
     assert text[1].startswith("broker ") and any(line.startswith("broker-b ") for line in text)
+    one = cq.backlog(cluster, TOPIC, GROUP, queue_ids=[("broker-b", 1)])
+    assert [(q.broker, q.queue_id, q.will_receive) for q in one.queues] == [
+        (q.broker, q.queue_id, q.will_receive) for q in b.queues if (q.broker, q.queue_id) == ("broker-b", 1)]
     # a single store's backlog has no broker column
     assert "broker" not in cq.backlog(cluster.store("broker-a"), TOPIC, GROUP).to_dict()["queues"][0]
 
