@@ -633,9 +633,12 @@ def _scan(store: Store, topic: str, key: str | None, uniq_key: str | None) -> li
     return found
 
 
-def find_messages(store: Store, topic: str, *, msg_id: str | None = None,
+def find_messages(store: Store | Cluster, topic: str, *, msg_id: str | None = None,
                   key: str | None = None) -> tuple[list[Message], str, str]:
     """Messages of ``topic`` by offset message id, ``UNIQ_KEY`` (given as ``msg_id``) or key.
+
+    A :class:`cq.Cluster` looks on each broker holding the topic; each message found has its
+    :attr:`cq.Message.broker` set, and ``note`` says how each broker found it.
 
     Returns
     -------
@@ -650,6 +653,8 @@ def find_messages(store: Store, topic: str, *, msg_id: str | None = None,
     """
     if (msg_id is None) == (key is None):
         raise ValueError("give msg_id or key")
+    if isinstance(store, Cluster):
+        return _find_in_cluster(store, topic, msg_id, key)
     if msg_id is not None:
         parsed = _parse_offset_msg_id(msg_id)
         if parsed is not None:
@@ -690,6 +695,26 @@ def find_messages(store: Store, topic: str, *, msg_id: str | None = None,
                                    "and a scan of the topic found none")
     found.sort(key=lambda m: m.commit_log_offset)
     return found, "scan", f"{what} found by scanning topic {topic}: {why_scan}"
+
+
+def _find_in_cluster(cluster: Cluster, topic: str, msg_id: str | None, key: str | None):
+    """:func:`find_messages` on each broker of ``cluster`` holding ``topic``."""
+    found: list[Message] = []
+    how: list[tuple[str, str]] = []
+    misses = []
+    for name in cluster.brokers_of(topic):
+        try:
+            msgs, found_by, note = find_messages(cluster.stores[name], topic, msg_id=msg_id, key=key)
+        except MessageNotFoundError as exc:
+            misses.append(f"{name}: {exc}")
+            continue
+        for m in msgs:
+            m.broker = name
+        found += msgs
+        how.append((found_by, f"{name}: {note}"))
+    if not found:
+        raise MessageNotFoundError("no broker of the cluster holds it; " + "; ".join(misses))
+    return found, how[0][0], "; ".join(note for _, note in how)
 
 
 def why(store: Store | Cluster, topic: str, group: str, *, sql: str | None = None, tags: str | None = None,

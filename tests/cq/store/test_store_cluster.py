@@ -182,6 +182,10 @@ def test_why_names_the_broker_holding_the_message(cluster):
         cq.why(cluster, TOPIC, GROUP, queue_id=m.queue_id, queue_offset=m.queue_offset)
     with pytest.raises(cq.MessageNotFoundError, match="no broker of the cluster holds it"):
         cq.why(cluster, TOPIC, GROUP, key="no-such-key")
+    msgs, found_by, note = cq.find_messages(cluster, TOPIC, msg_id=m.properties["UNIQ_KEY"])
+    assert [(x.broker, x.queue_id, x.queue_offset) for x in msgs] == [("broker-b", m.queue_id, m.queue_offset)]
+    _, alone_by, alone_note = cq.find_messages(cluster.store("broker-b"), TOPIC, msg_id=m.properties["UNIQ_KEY"])
+    assert (found_by, note) == (alone_by, f"broker-b: {alone_note}")
 
 
 def test_a_cluster_pickles_as_its_roots(cluster):
