@@ -15,7 +15,7 @@ import numpy as np
 from rmqfilter_arrow import binary_array, fixed_array
 
 from .. import format as fmt
-from ..kernels import _objects, kernel_array
+from ..kernels import _objects, gather_spans, kernel_array
 
 #: field name -> kind ("i4", "i8", "str", "bin", "map"), from cq.format.RECORD_FIELDS
 FIELD_KINDS = dict(fmt.RECORD_FIELDS)
@@ -190,3 +190,64 @@ def empty(names: list[str]) -> MessageColumns:
         else:
             out[name] = (z, u, np.zeros(0, np.uint8) if name in _NULLABLE else None)
     return MessageColumns(out, 0)
+
+
+def factorize(offsets: np.ndarray, data: np.ndarray) -> tuple[np.ndarray, list[str]]:
+    """Codes of a text column: ``(code per row, distinct values)``, values decoded once each."""
+    n = len(offsets) - 1
+    lengths = np.diff(offsets).astype(np.int64)
+    width = int(lengths.max()) if n else 0
+    # one row per value: its length (4 bytes) then its bytes, zero padded; equal rows are equal values
+    matrix = np.zeros((n, width + 4), dtype=np.uint8)
+    matrix[:, :4] = lengths.astype(">i4").view(np.uint8).reshape(n, 4)
+    row = np.repeat(np.arange(n), lengths)
+    col = np.arange(int(lengths.sum())) - np.repeat(offsets[:-1].astype(np.int64) - offsets[0], lengths)
+    matrix[row, col + 4] = data[int(offsets[0]):int(offsets[-1])]
+    first, codes = distinct_rows(matrix)
+    values = [data[offsets[i]:offsets[i + 1]].tobytes().decode() for i in first.tolist()]
+    return codes, values
+
+
+def distinct_rows(matrix: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Distinct rows of a 2-D uint8 array: ``(row of each distinct value's first occurrence, code per row)``.
+
+    The rows are compared as uint64 words with one ``lexsort`` (``np.unique(axis=0)``
+    sorts a structured view and is an order of magnitude slower).
+    """
+    n, width = matrix.shape
+    if n == 0:
+        return np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.int64)
+    words = np.zeros((n, -(-width // 8) * 8 or 8), dtype=np.uint8)
+    words[:, :width] = matrix
+    words = words.view(np.uint64)
+    order = np.lexsort(words.T[::-1])  # stable: equal rows keep their input order
+    ranked = words[order]
+    new = np.ones(n, dtype=bool)
+    new[1:] = (ranked[1:] != ranked[:-1]).any(axis=1)
+    codes = np.empty(n, dtype=np.int64)
+    codes[order] = np.cumsum(new) - 1
+    return order[new], codes
+
+
+def property_values(properties: tuple, name: str, rows: np.ndarray) -> tuple[np.ndarray, np.ndarray, list[str]]:
+    """Property ``name`` of the rows where bool mask ``rows`` is set, from a decoded ``properties`` column.
+
+    Returns ``(row, code, values)``: the rows that hold the property, and per such row the
+    index of its value in ``values`` (the distinct values, each decoded once), no Python
+    object per row.
+    """
+    mo, ko, kd, vo, vd = properties
+    want = np.frombuffer(name.encode(), np.uint8)
+    entries = np.flatnonzero(np.diff(ko) == len(want))
+    if len(entries):
+        at = ko[entries].astype(np.int64)[:, None] + np.arange(len(want))
+        entries = entries[(kd[at] == want).all(axis=1)]
+    row = np.searchsorted(mo, entries, side="right") - 1  # the row whose entries hold each one
+    keep = rows[row]
+    entries, row = entries[keep], row[keep]
+    if not len(entries):
+        return row, np.zeros(0, dtype=np.int64), []
+    starts = vo[entries].astype(np.int64)
+    offsets, data = gather_spans(vd, starts, vo[entries + 1].astype(np.int64) - starts)
+    codes, values = factorize(offsets, data)
+    return row, codes, values

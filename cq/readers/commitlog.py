@@ -8,7 +8,7 @@ import socket
 import struct
 import time
 import zlib
-from collections.abc import Iterator
+from collections.abc import Generator, Iterator
 from dataclasses import dataclass, field, fields
 
 import numpy as np
@@ -747,30 +747,43 @@ class CommitLog(MappedFileQueue):
         recovered_end = None if strict else self.max_offset
         for index in range(len(self._files)):
             start, path = self._files[index]
-            buf = self._u8(index)
             limit = self.file_size
             if recovered_end is not None:
                 limit = max(0, min(limit, recovered_end - start))
-            pos = 0
-            while True:
-                positions, pos, status = _record.record_positions(buf, pos, limit, batch_records)
-                if len(positions):
-                    yield self.decode_columns(positions + start, fields, decompress_body=decompress_body)
-                    self.drop_resident(index)
-                if status == 3:
-                    continue
-                if status == 1:
-                    break  # blank end-of-file record: on to the next file
-                if status == 2 and strict:
-                    decode_message(buf, pos, limit, path=path, file_start=start)  # raises its error
-                if recovered_end is not None and start + pos >= recovered_end:
-                    return
-                if strict and index != last:
-                    if self.file_size - pos < 8:
-                        raise StoreFormatError("fewer than 8 bytes left and no blank record", path, pos)
-                    raise StoreFormatError(
-                        "unwritten space before the last commit-log file (missing blank record)", path, pos)
+            status, pos = yield from self.file_column_batches(index, limit, fields, strict=strict,
+                                                              batch_records=batch_records,
+                                                              decompress_body=decompress_body)
+            if status == 1:
+                continue  # blank end-of-file record: on to the next file
+            if recovered_end is not None and start + pos >= recovered_end:
                 return
+            if strict and index != last:
+                if self.file_size - pos < 8:
+                    raise StoreFormatError("fewer than 8 bytes left and no blank record", path, pos)
+                raise StoreFormatError(
+                    "unwritten space before the last commit-log file (missing blank record)", path, pos)
+            return
+
+    def file_column_batches(self, index: int, limit: int, fields=None, *, strict: bool = True,
+                            batch_records: int = 65536, decompress_body: bool = False,
+                            ) -> Generator[MessageColumns, None, tuple[int, int]]:
+        """The records of file ``index`` up to byte ``limit`` as :meth:`decode_columns` batches;
+        returns ``(status, position)`` where the walk stopped: status 1 at the file's blank
+        end-of-file record, 0 at unwritten space, 2 at a record that is not valid (with ``strict``,
+        that record's :class:`StoreFormatError` is raised instead)."""
+        start, path = self._files[index]
+        buf = self._u8(index)
+        pos = 0
+        while True:
+            positions, pos, status = _record.record_positions(buf, pos, limit, batch_records)
+            if len(positions):
+                yield self.decode_columns(positions + start, fields, decompress_body=decompress_body)
+                self.drop_resident(index)
+            if status == 3:
+                continue  # the batch was full
+            if status == 2 and strict:
+                decode_message(buf, pos, limit, path=path, file_start=start)  # raises its error
+            return status, pos
 
     def gather_properties(self, physical_offsets, *, absent_as_none: bool = False) -> list[dict | None]:
         """Properties of the records at ``physical_offsets``, decoded in batch by the scan kernel.

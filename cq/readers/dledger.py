@@ -21,7 +21,7 @@ from collections.abc import Iterator
 
 from .. import format as fmt
 from ..errors import StoreFormatError
-from ..kernels import _dledger, _record
+from ..kernels import _dledger
 from .columns import MessageColumns
 from .commitlog import CommitLog, decode_message
 from .entry import ReaderEntry
@@ -217,22 +217,13 @@ class DLedgerCommitLog(CommitLog):
     def _classic_file_batches(self, index, fields, strict, batch_records, decompress_body, limit):
         """The classic records of file ``index`` (below :attr:`divided_offset`) in batches; returns
         the walk's status there (1: its blank record, the log goes on)."""
-        start, path = self._files[index]
-        buf = self._u8(index)
-        pos = 0
-        while True:
-            positions, pos, status = _record.record_positions(buf, pos, limit, batch_records)
-            if len(positions):
-                yield self.decode_columns(positions + start, fields, decompress_body=decompress_body)
-                self.drop_resident(index)
-            if status == _FULL:
-                continue
-            if status == _INVALID and strict:
-                decode_message(buf, pos, limit, path=path, file_start=start)  # raises its error
-            if status != _BLANK and strict:
-                raise StoreFormatError("classic commit-log file below dividedCommitlogOffset does not end "
-                                       "with a blank record", path, pos)
-            return status
+        status, pos = yield from self.file_column_batches(index, limit, fields, strict=strict,
+                                                          batch_records=batch_records,
+                                                          decompress_body=decompress_body)
+        if status != _BLANK and strict:
+            raise StoreFormatError("classic commit-log file below dividedCommitlogOffset does not end "
+                                   "with a blank record", self._files[index][1], pos)
+        return status
 
 
 def _open_entry(root: str) -> DLedgerCommitLog:

@@ -20,6 +20,7 @@ import os
 import numpy as np
 
 from .. import format as fmt
+from ..readers.columns import factorize
 from ..readers.commitlog import CommitLog
 from ..readers.consumequeue import ConsumeQueue
 from ..tags import tags_code_utf8
@@ -31,6 +32,7 @@ LOCK_FILE = "lock"
 #: The file a broker creates at start and deletes at a clean shutdown.
 ABORT_FILE = "abort"
 _PROC_LOCKS = "/proc/locks"
+_QUEUE_SPAN = 1 << 32  # a queue id as an unsigned 32-bit value, below a topic's code
 _FIELDS = ("topic", "queue_id", "queue_offset", "sys_flag", "tags", "store_size", "commit_log_offset")
 
 
@@ -107,41 +109,80 @@ def undispatched_units(root: str, log: CommitLog, commit_log_end: int, *,
     ends, frontier = _queue_ends(root, cq_file_size)
     if frontier >= commit_log_end or not ends:
         return {}
-    expected = dict(ends)
-    units: dict[tuple[str, int], list[np.ndarray]] = {}
-    stopped: set[tuple[str, int]] = set()
+    keys = list(ends)
+    key_id = {key: n for n, key in enumerate(keys)}
+    expected = np.array([ends[key] for key in keys], dtype=np.int64)  # each queue's next offset
+    stopped = np.zeros(len(keys), dtype=bool)
+    units: dict[int, list[np.ndarray]] = {}
     for batch in log.record_batches(frontier, commit_log_end, _FIELDS):
         c = batch.columns
-        offsets, data = c["topic"][:2]
         transaction = c["sys_flag"] & fmt.TRANSACTION_TYPE_MASK
         dispatched = (transaction == fmt.TRANSACTION_NOT_TYPE) | (transaction == fmt.TRANSACTION_COMMIT_TYPE)
-        rows = np.flatnonzero(dispatched)
-        queue_ids, queue_offsets = c["queue_id"][rows].tolist(), c["queue_offset"][rows].tolist()
-        topics: dict[bytes, str] = {}  # each topic name decoded once a batch
-        taken, taken_keys = [], []
-        # the take-or-skip decision follows each queue's expected offset in log order
-        for i, row in enumerate(rows.tolist()):
-            raw = bytes(data[offsets[row]:offsets[row + 1]])
-            topic = topics.get(raw) or topics.setdefault(raw, raw.decode("utf-8", "replace"))
-            key = (topic, queue_ids[i])
-            if key not in expected or key in stopped or topic == fmt.SCHEDULE_TOPIC:
-                continue  # (a delayed message's unit holds its delivery time: not read here)
-            if queue_offsets[i] < expected[key]:
-                continue  # dispatched already (a unit below the queue's end)
-            if queue_offsets[i] > expected[key]:
-                stopped.add(key)  # a gap: the queue's order is not the log's; read no further
-                continue
-            expected[key] += 1
-            taken.append(row)
-            taken_keys.append(key)
-        if not taken:
+        topic_codes, topics = factorize(*c["topic"][:2])  # each topic name decoded once a batch
+        # (topic, queue) -> queue index, -1 for a queue without units (and the schedule topic:
+        # a delayed message's unit holds its delivery time, not read here)
+        queue_ids = c["queue_id"].astype(np.int64) & 0xFFFFFFFF
+        known = [(t * _QUEUE_SPAN + q, key_id[topic, q]) for t, topic in enumerate(topics)
+                 if topic != fmt.SCHEDULE_TOPIC for (name, q) in keys if name == topic]
+        owner = _lookup(topic_codes * _QUEUE_SPAN + queue_ids, known)
+        rows = np.flatnonzero(dispatched & (owner >= 0))
+        rows = rows[~stopped[owner[rows]]]
+        if not len(rows):
             continue
-        block = np.zeros(len(taken), dtype=fmt.CQ_UNIT_DTYPE)  # the batch's units, built as columns
-        block["commit_log_offset"] = c["commit_log_offset"][taken]
-        block["size"] = c["store_size"][taken]
-        block["tags_code"] = tags_code_utf8(*c["tags"]).astype(np.int64)[taken]
-        ids = {key: n for n, key in enumerate(dict.fromkeys(taken_keys))}
-        owner = np.array([ids[key] for key in taken_keys])
-        for key, n in ids.items():
-            units.setdefault(key, []).append(block[owner == n])
-    return {key: (ends[key], b"".join(part.tobytes() for part in parts)) for key, parts in units.items()}
+        taken, stops = _take(owner[rows], c["queue_offset"][rows].astype(np.int64), expected)
+        stopped[stops] = True
+        rows = rows[taken]
+        if not len(rows):
+            continue
+        block = np.zeros(len(rows), dtype=fmt.CQ_UNIT_DTYPE)  # the batch's units, built as columns
+        block["commit_log_offset"] = c["commit_log_offset"][rows]
+        block["size"] = c["store_size"][rows]
+        block["tags_code"] = tags_code_utf8(*c["tags"]).astype(np.int64)[rows]
+        for k in np.unique(owner[rows]).tolist():
+            units.setdefault(k, []).append(block[owner[rows] == k])
+    return {keys[k]: (ends[keys[k]], b"".join(part.tobytes() for part in parts)) for k, parts in units.items()}
+
+
+def _lookup(composite: np.ndarray, known: list[tuple[int, int]]) -> np.ndarray:
+    """Per composite (topic, queue) key, the queue's index in ``known`` ``[(key, index)]``; -1 if absent."""
+    if not known:
+        return np.full(len(composite), -1, dtype=np.int64)
+    table = np.array(sorted(known), dtype=np.int64)
+    at = np.minimum(np.searchsorted(table[:, 0], composite), len(table) - 1)
+    return np.where(table[at, 0] == composite, table[at, 1], -1)
+
+
+def _take(owner: np.ndarray, offsets: np.ndarray, expected: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """The dispatch's take-or-skip rule over one batch, as array operations: ``(taken mask, queues
+    that stopped)``; ``expected`` (each queue's next offset) is advanced in place.
+
+    In log order, a record whose QUEUEOFFSET is below its queue's next offset was dispatched
+    already (skipped), one equal to it is the queue's next unit (taken), and one above it is a
+    gap: the queue reads no further. Up to a queue's first gap its next offset is therefore
+    ``max(next offset at the batch's start, 1 + the largest earlier offset)``: a running maximum.
+    """
+    order = np.argsort(owner, kind="stable")  # each queue's records together, in log order
+    q, o = owner[order], offsets[order]
+    first = np.ones(len(q), dtype=bool)
+    first[1:] = q[1:] != q[:-1]
+    group = np.cumsum(first) - 1
+    # the largest earlier offset in the same queue: one running maximum over offsets lifted by
+    # queue, so that a queue's values all exceed the previous queues' ones
+    low = int(o.min())
+    span = int(o.max()) - low + 2
+    lifted = q * span + (o - low)
+    running = np.maximum.accumulate(lifted)
+    before = np.full(len(q), -1, dtype=np.int64)
+    before[1:] = running[:-1]
+    earlier = ~first  # a previous record of the same queue exists
+    largest = np.where(earlier, before - q * span + low, np.iinfo(np.int64).min // 2)
+    due = np.maximum(expected[q], largest + 1)
+    gap = o > due
+    gaps = np.cumsum(gap)
+    gaps_before_queue = (gaps - gap)[first][group]
+    past_gap = gaps - gaps_before_queue > 0  # at or after the queue's first gap
+    taken_sorted = (o == due) & ~past_gap
+    expected += np.bincount(q[taken_sorted], minlength=len(expected))
+    taken = np.empty(len(q), dtype=bool)
+    taken[order] = taken_sorted
+    return taken, np.unique(q[gap])

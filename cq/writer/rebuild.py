@@ -22,9 +22,10 @@ from ..format import (
     TRANSACTION_TYPE_MASK,
     list_queue_files,
 )
+from ..readers.columns import factorize
 from ..readers.commitlog import CommitLog
 from ..store.store import Store
-from ._dispatch import dispatch_units, factorize, write_units
+from ._dispatch import dispatch_units, write_units
 from ._filequeue import check_classic
 from .writer import BATCH_SIZE, DEFAULT_MESSAGE_DELAY_LEVEL, Prepared, SqlGroup, StoreWriter
 

@@ -23,9 +23,9 @@ from ..format import (
     list_queue_files,
 )
 from ..format import CQ_UNIT_STRUCT as _CQ_UNIT
-from ..readers.columns import MessageColumns
+from ..readers.columns import MessageColumns, factorize
 from ..readers.commitlog import CommitLog
-from ._dispatch import DispatchUnits, dispatch_units, factorize, write_units
+from ._dispatch import DispatchUnits, dispatch_units, write_units
 from ._filequeue import check_file_sizes
 
 

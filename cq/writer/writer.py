@@ -121,10 +121,10 @@ from ..format import (
     round_consume_queue_file_size,
     undecorate,
 )
+from ..readers.columns import property_values
 from ..readers.commitlog import CommitLog
 from ..readers.config import CONFIG_DIR, CONSUMER_FILTER_FILE, RegisteredFilter, read_registered_filters
 from ..tags import tags_code, tags_code_utf8
-from ._dispatch import property_values
 from ._filequeue import COMMIT_LOG_FLUSH, FileQueue, check_classic, holds_store, lock_store
 from .config_writer import write_consumer_filters
 from .record_bytes import fill_property_crc, offset_msg_id, strip_property_crc
@@ -925,7 +925,7 @@ class StoreWriter:
             Holds ``tags``, ``store_timestamp`` and, when ``topics`` has
             ``SCHEDULE_TOPIC_XXXX``, ``properties``.
         topic_ids, topics : numpy.ndarray, list of str
-            The ``topic`` column factorized (:func:`cq.writer.dispatch_unit.factorize`).
+            The ``topic`` column factorized (:func:`cq.readers.columns.factorize`).
 
         Returns
         -------

@@ -165,3 +165,50 @@ def scenario(name: str) -> Run:
         pytest.fail(f"broker harness, scenario {name}: {_FAILED[name]}", pytrace=False)
     _CACHE[name] = load(_out(name))
     return _CACHE[name]
+
+
+# -- checks shared by the scenarios' tests ------------------------------------------------------
+
+def delivered(store, group: dict, **kw) -> dict:
+    result = store.consume(group["topic"], group["group"], **kw)
+    return {(m.queue_id, m.queue_offset): (m.properties.get("UNIQ_KEY"), m.msg_id) for m in result}
+
+
+def assert_same_units(got: dict, want: dict, what: str) -> None:
+    missing = sorted(set(want) - set(got))
+    extra = sorted(set(got) - set(want))
+    differ = sorted(k for k in set(got) & set(want) if got[k] != want[k])
+    assert not (missing or extra or differ), (
+        f"{what}: {len(got)} units from rmqfilter, {len(want)} from the broker; "
+        f"received but not given (queue, offset): {missing[:10]}; given but never received: {extra[:10]}; "
+        f"different message: {[(k, got[k], want[k]) for k in differ[:5]]}")
+
+
+def assert_data_source_is_what_the_consumers_received(spark, run: Run, group: str) -> None:
+    """The ``rocketmq`` data source with the group's subscription gives the units it first received."""
+    g = run.group(group)
+    reader = spark.read.format("rocketmq").option("topic", g["topic"]).option("group", group)
+    if g["type"] == "TAG":
+        reader = reader.option("tags", g["expression"])
+    rows = reader.load(str(run.store_path())).selectExpr("queue_id", "queue_offset",
+                                                         "properties['UNIQ_KEY'] AS uniq").collect()
+    got = {(r.queue_id, r.queue_offset): r.uniq for r in rows}
+    assert len(got) == len(rows)
+    want = {k: r["uniq_key"] for k, r in run.first[group].items()}
+    assert_same_units(got, want, f"data source, group {group}")
+
+
+def assert_backlog_is_what_the_drain_received(backlog, run: Run, group: str) -> None:
+    """:func:`cq.backlog` has the broker's queues and offsets, and will give per queue what the
+    group's consumers received in the drain after the snapshot."""
+    g = run.group(group)
+    progress = {p["queue_id"]: p for p in g["progress"]}
+    assert sorted(q.queue_id for q in backlog.queues) == sorted(progress)
+    drained: dict[int, int] = {}
+    for (queue_id, _), r in run.first[group].items():
+        if r["phase"] == "drain":
+            drained[queue_id] = drained.get(queue_id, 0) + 1
+    for q in backlog.queues:
+        p = progress[q.queue_id]
+        assert (q.committed_offset, q.max_offset) == (p["consumer_offset"], p["broker_offset"]), q
+        assert q.will_receive == drained.get(q.queue_id, 0), q

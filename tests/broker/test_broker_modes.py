@@ -12,8 +12,14 @@ from __future__ import annotations
 import json
 
 import pytest
-from broker_support import harness, scenario
-from test_broker_filters import assert_same_units, delivered
+from broker_support import (
+    assert_backlog_is_what_the_drain_received,
+    assert_data_source_is_what_the_consumers_received,
+    assert_same_units,
+    delivered,
+    harness,
+    scenario,
+)
 
 import cq
 from pyspark_udfs import cli
@@ -75,17 +81,7 @@ def test_consume_is_what_the_consumers_received(run, store, group):
 @pytest.mark.parametrize("group", GROUPS)
 def test_backlog_is_what_the_drain_received(run, store, group):
     g = run.group(group)
-    progress = {p["queue_id"]: p for p in g["progress"]}
-    b = cq.backlog(store, g["topic"], group, **run.subscription(g))
-    drained: dict[int, int] = {}
-    for (queue_id, _), r in run.first[group].items():
-        if r["phase"] == "drain":
-            drained[queue_id] = drained.get(queue_id, 0) + 1
-    assert sorted(q.queue_id for q in b.queues) == sorted(progress)
-    for q in b.queues:
-        p = progress[q.queue_id]
-        assert (q.committed_offset, q.max_offset) == (p["consumer_offset"], p["broker_offset"]), q
-        assert q.will_receive == drained.get(q.queue_id, 0), q
+    assert_backlog_is_what_the_drain_received(cq.backlog(store, g["topic"], group, **run.subscription(g)), run, group)
 
 
 def test_inspect_prints_the_mode_and_the_brokers_offsets(run, capsys):
@@ -103,12 +99,4 @@ def test_inspect_prints_the_mode_and_the_brokers_offsets(run, capsys):
 @pytest.mark.spark
 @pytest.mark.parametrize("group", GROUPS)
 def test_data_source_with_group_gives_the_same_rows(spark, run, group):
-    g = run.group(group)
-    reader = spark.read.format("rocketmq").option("topic", g["topic"]).option("group", group)
-    if g["type"] == "TAG":
-        reader = reader.option("tags", g["expression"])
-    rows = reader.load(str(run.store_path())).selectExpr("queue_id", "queue_offset",
-                                                         "properties['UNIQ_KEY'] AS uniq").collect()
-    got = {(r.queue_id, r.queue_offset): r.uniq for r in rows}
-    assert len(got) == len(rows)
-    assert_same_units(got, {k: r["uniq_key"] for k, r in run.first[group].items()}, f"data source, group {group}")
+    assert_data_source_is_what_the_consumers_received(spark, run, group)

@@ -98,3 +98,43 @@ def test_a_store_held_by_a_process_or_shut_down_cleanly_reads_as_it_lies(crashed
 
 def test_a_store_without_a_lock_file_is_held_by_nobody(tmp_path):
     assert undispatched.held_by_a_process(str(tmp_path)) is False
+
+
+def _take_one_by_one(owner, offsets, expected):
+    """The dispatch's rule as the broker applies it: one record after another, in log order."""
+    expected, stopped, taken = list(expected), set(), []
+    for k, o in zip(owner.tolist(), offsets.tolist()):
+        if k in stopped or o < expected[k]:
+            taken.append(False)
+        elif o == expected[k]:
+            expected[k] += 1
+            taken.append(True)
+        else:
+            stopped.add(k)
+            taken.append(False)
+    return taken, stopped, expected
+
+
+@pytest.mark.parametrize("seed", range(40))
+def test_the_batch_rule_takes_what_the_record_by_record_dispatch_takes(seed):
+    """Queues interleaved in log order, with records dispatched already, repeats and gaps: the
+    units taken and the queues that stop are the ones the broker's one-record-at-a-time
+    dispatch gives, and each queue's next offset moves on as the dispatch's does."""
+    rng = np.random.default_rng(seed)
+    queues = int(rng.integers(1, 6))
+    start = rng.integers(0, 50, queues).astype(np.int64)
+    owner, offsets, nxt = [], [], start.copy()
+    for _ in range(int(rng.integers(1, 200))):
+        k = int(rng.integers(queues))
+        step = rng.choice([0, 0, 0, 0, 0, 0, -1, -3, 1, 2])  # mostly the next offset
+        offsets.append(int(nxt[k] + step))
+        owner.append(k)
+        if step == 0:
+            nxt[k] += 1
+    owner, offsets = np.array(owner, dtype=np.int64), np.array(offsets, dtype=np.int64)
+    want_taken, want_stopped, want_next = _take_one_by_one(owner, offsets, start)
+    expected = start.copy()
+    taken, stops = undispatched._take(owner, offsets, expected)
+    assert taken.tolist() == want_taken
+    assert set(stops.tolist()) == want_stopped
+    assert expected.tolist() == want_next

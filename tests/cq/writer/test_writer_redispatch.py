@@ -21,8 +21,8 @@ from helpers import PUREPYTHON, kernels, use_kernels
 
 import cq
 from cq.format import RECORD_OFFSETS_POSITION, SCHEDULE_TOPIC, list_queue_files
+from cq.readers.columns import factorize
 from cq.writer import recovery
-from cq.writer._dispatch import factorize
 from cq.writer.writer import StoreWriter
 from tests.cq.writer.test_rebuild import CONFIG, GROUPS, _messages, _rebuild_per_message, _write
 from tests.cq.writer.test_writer import STORE_DIRS, assert_same_store
