@@ -13,8 +13,8 @@ from __future__ import annotations
 import json
 
 import pytest
-from broker_support import harness, scenario
-from test_broker_filters import assert_same_units, run_cli, spread
+from broker_support import assert_same_units, harness, scenario
+from test_broker_filters import run_cli, spread
 
 import cq
 
