@@ -31,6 +31,7 @@ from .readers.dledger import DLedgerCommitLog
 from .readers.ext import ConsumeQueueExt, CqExtUnit
 from .readers.indexfile import IndexFile, IndexFiles
 from .store.cache import StoreCache
+from .store.cluster import Cluster, ClusterCut, open_stores
 from .store.modes import StoreLayout, detect_layout
 from .store.store import ConsumeResult, ConsumeStats, Store, StoreCut
 from .tags import ENGINE as _TAGS_ENGINE
@@ -42,6 +43,8 @@ ENGINE = "cython" if _SCAN_ENGINE == _TAGS_ENGINE == "cython" else "python"
 __all__ = [
     "ENGINE",
     "MAX_ADDR",
+    "Cluster",
+    "ClusterCut",
     "CommitLog",
     "ConfigFormatError",
     "ConfigWarning",
@@ -80,6 +83,7 @@ __all__ = [
     "find_messages",
     "is_ext_addr",
     "load_filter",
+    "open_stores",
     "parse_tag_subscription",
     "scan_tags",
     "tags_code",

@@ -112,6 +112,7 @@ class Skips:
     def add(self, start: int, end: int | None, exc: StoreFormatError) -> None:
         """Record ``[start, end)`` of the slice's queue as skipped because of ``exc``."""
         self.ranges.append({
+            **({} if getattr(self.part, "broker", None) is None else {"broker": self.part.broker}),
             "topic": self.part.topic, "queue_id": self.part.queue_id, "start": int(start),
             "end": None if end is None else int(end), "units": None if end is None else int(end) - int(start),
             "path": exc.path, "offset": exc.offset, "reason": getattr(exc, "reason", str(exc)),
@@ -135,7 +136,8 @@ class Skips:
         if self.log_dir is None:
             return
         p = self.part
-        name = urllib.parse.quote(f"{p.topic}.{p.queue_id}.{p.start}-{p.end}", safe="") + ".jsonl"
+        broker = "" if getattr(p, "broker", None) is None else f"{p.broker}."
+        name = urllib.parse.quote(f"{broker}{p.topic}.{p.queue_id}.{p.start}-{p.end}", safe="") + ".jsonl"
         os.makedirs(self.log_dir, exist_ok=True)
         path = os.path.join(self.log_dir, name)
         tmp = f"{path}.{os.getpid()}.tmp"
@@ -435,6 +437,8 @@ def read_slice(options, spark_schema, part, tags_code_sets: Iterable[frozenset[i
     tags_code_sets : iterable of frozenset of int
         Pushed-down tag code sets; a unit is kept only if its tag code is in all.
     """
+    if getattr(part, "broker", None) is not None:  # a read of several stores: this slice's broker
+        options = options.for_broker(part.broker)
     schema = to_arrow_schema(spark_schema)
     skips = Skips(options, part)
     _warn_if_stale(options, part)
@@ -551,6 +555,8 @@ def _read_slice(options, schema, part, tags_code_sets, skips: Skips) -> Iterator
         columns = _unit_columns(wanted, topic, queue_id, queue_offsets, fields, tags_code, known, is_ext,
                                 ext_batch, slice(int(batch_rows[0]), int(batch_rows[-1]) + 1) if consecutive
                                 else batch_rows)
+        if "broker" in wanted:
+            columns["broker"] = _topic_column(options.broker, len(batch_rows))
         if records is not None:
             record_columns = _record_columns(records, record_fields, read)
             if delivered is not None:
@@ -578,8 +584,8 @@ _TOPIC_COLUMNS: dict[str, pa.Array] = {}  # per worker: the longest topic column
 
 
 def _topic_column(topic: str, n: int) -> pa.Array:
-    """``n`` rows of ``topic``: a zero-copy slice of one column per topic (a batch of a slice of a topic
-    would otherwise repeat the name again)."""
+    """``n`` rows of ``topic`` (or a broker's name): a zero-copy slice of one column per name (a batch of
+    a slice of a topic would otherwise repeat the name again)."""
     col = _TOPIC_COLUMNS.get(topic)
     if col is None or len(col) < n:
         col = _TOPIC_COLUMNS[topic] = pa.repeat(pa.scalar(topic, pa.string()), max(n, 1 << 16))

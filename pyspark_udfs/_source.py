@@ -4,6 +4,8 @@
 from __future__ import annotations
 
 import dataclasses
+import glob
+import json
 import os
 
 from pyspark.sql.datasource import (
@@ -25,6 +27,7 @@ import cq
 import selector
 from cq.filter.custom import ON_FILTER_ERROR, load_filter
 from cq.filter.layers import Layers
+from cq.store.cluster import store_roots
 
 from ._choices import BODY, ON_CORRUPT
 from ._plan import (
@@ -78,6 +81,8 @@ _MESSAGE_FIELDS = [
 #: Columns of the messages table decoded from the CommitLog record (the rest come from the units).
 RECORD_COLUMNS = ("tags", "keys", "properties", "body", "born_timestamp", "born_host", "store_timestamp",
                   "store_host", "sys_flag", "reconsume_times")
+#: The first column of a read of several stores (a cluster's brokers): the broker holding the unit.
+_BROKER_FIELD = StructField("broker", StringType(), False)
 _PROPERTIES_FIELD = StructField("properties", MapType(StringType(), StringType(), True), True)
 _LAYER1_DECISION_FIELDS = [
     StructField("matched_by_consume_queue", BooleanType(), False),
@@ -159,6 +164,21 @@ class ReadOptions:
     body: str = "uncompressed"
     #: seconds after which a task reading an old cut of a store that moved on says so
     stale_after: float = DEFAULT_STALE_AFTER
+    #: a read of several stores (docs/reading.md#clusters): ``(broker, root)`` of each, and with a
+    #: registered group ``(broker, born_time, bloom_bit_pos, bloom_bit_num)`` of its registration
+    #: on each broker; ``path`` then lists the roots (for messages)
+    brokers: tuple[tuple[str, str], ...] = ()
+    registrations: tuple[tuple[str, int, tuple[int, ...] | None, int | None], ...] = ()
+    #: set by :meth:`for_broker`: the broker of the store ``path`` is, for the ``broker`` column
+    broker: str | None = None
+
+    def for_broker(self, broker: str) -> ReadOptions:
+        """These options for one broker of a read of several stores: ``path`` its root, the group's
+        bornTime and bloom data its registration on that broker."""
+        root = dict(self.brokers)[broker]
+        reg = {b: {"born_time": t, "bloom_bit_pos": pos, "bloom_bit_num": num}
+               for b, t, pos, num in self.registrations}.get(broker, {})
+        return dataclasses.replace(self, path=root, brokers=(), registrations=(), broker=broker, **reg)
 
     def pack(self, schema: StructType | None, ranges: list[tuple[str, int, int, int]]) -> list[list[tuple]]:
         """``(topic, queue_id, start, end)`` ranges of a read of ``schema`` packed into partitions
@@ -198,9 +218,18 @@ class ReadOptions:
         """Parse Spark's string options; ``ValueError`` naming the option on bad input."""
         options = {str(k).lower(): v for k, v in dict(options).items()}
         path = options.get("path")
+        if not path and options.get("paths"):  # load([root, ...]): Spark passes a JSON array
+            path = json.loads(options["paths"])
         if not path:
             raise ValueError("rocketmq: no store path; use spark.read.format('rocketmq').load('/path/to/store')")
-        if not os.path.isdir(path):
+        brokers = _broker_roots(path)
+        if brokers:
+            return cls._parse(options, ", ".join(root for _, root in brokers), brokers)
+        return cls._parse(options, path, ())
+
+    @classmethod
+    def _parse(cls, options: dict, path: str, brokers: tuple[tuple[str, str], ...]) -> ReadOptions:
+        if not brokers and not os.path.isdir(path):
             # Under Spark Connect the client's working directory is not the server's (a local
             # server runs Python in a per-session directory): docs/spark-connect.md#limits.
             where = "" if os.path.isabs(path) else (f" (a relative path is resolved in {os.getcwd()!r}, where "
@@ -234,7 +263,10 @@ class ReadOptions:
         topic = options.get("topic") or None
         registered = {}
         if group is not None and sql is None and tags is None:
-            sql, tags, registered = _registered_group(path, topic, group)
+            if brokers:
+                sql, tags, registered = _registered_cluster_group(brokers, topic, group)
+            else:
+                sql, tags, registered = _registered_group(path, topic, group)
         from_committed = _bool_option(options, "from_committed", False)
         if from_committed and (group is None or topic is None):
             raise ValueError("rocketmq option from_committed=true needs 'group' and 'topic' (committed offsets "
@@ -266,7 +298,8 @@ class ReadOptions:
                                  "table=messages and layer2=reader")
             load_filter(message_filter)  # now, on the driver: a clear error at load() (ValueError naming it)
         return cls(
-            path=os.path.abspath(path),
+            path=path if brokers else os.path.abspath(path),
+            brokers=brokers,
             topic=topic,
             table=table,
             group=group,
@@ -290,6 +323,8 @@ class ReadOptions:
     def schema(self) -> StructType:
         """The Spark schema these options produce."""
         fields = list(_MESSAGE_FIELDS if self.table == "messages" else _CONSUMEQUEUE_FIELDS)
+        if self.brokers:
+            fields.insert(0, _BROKER_FIELD)
         if self.layer2 == "spark" and self.table != "messages":
             fields.append(_PROPERTIES_FIELD)
         if self.decisions:
@@ -297,6 +332,44 @@ class ReadOptions:
             if self.message_filter is not None:
                 fields += _FILTER_DECISION_FIELDS
         return StructType(fields)
+
+
+def _broker_roots(path: str | list[str]) -> tuple[tuple[str, str], ...]:
+    """``(broker, root)`` of each store of a read of several stores (a list, or a glob pattern), named
+    as :class:`cq.Cluster` names them; ``()`` for one store root. ``ValueError`` naming a bad root."""
+    several = not isinstance(path, str) and len(path) > 1
+    if not several and not (isinstance(path, str) and glob.has_magic(path)):
+        return ()
+    try:
+        roots = store_roots(path)
+        for root in roots:
+            if not os.path.isdir(root):
+                raise cq.StoreFormatError("not a directory", root)
+        cluster = cq.Cluster([os.path.abspath(r) for r in roots])
+    except cq.StoreFormatError as exc:
+        raise ValueError(f"rocketmq: store path {exc}") from exc
+    brokers = tuple((name, store.root) for name, store in cluster.stores.items())
+    cluster.close()
+    return brokers
+
+
+def _registered_cluster_group(brokers, topic: str | None, group: str) -> tuple[str | None, str | None, dict]:
+    """:func:`_registered_group` on each broker holding ``topic``: the expression of the first, and
+    each broker's own bornTime and bloom data (``registrations``)."""
+    found = []
+    for name, root in brokers:
+        store = cq.Store(root)
+        held = topic is None or topic in store.topics()
+        store.close()
+        if held:
+            found.append((name, *_registered_group(root, topic, group)))
+    if not found:
+        raise ValueError(f"rocketmq option 'topic': no topic {topic!r} in stores "
+                         f"{', '.join(r for _, r in brokers)}")
+    _, sql, tags, _ = found[0]
+    registrations = tuple((name, f.get("born_time", 0), f.get("bloom_bit_pos"), f.get("bloom_bit_num"))
+                          for name, _, _, f in found)
+    return sql, tags, {"registrations": registrations}
 
 
 def _registered_group(path: str, topic: str | None, group: str) -> tuple[str | None, str | None, dict]:
@@ -341,6 +414,8 @@ class ConsumeQueueSlice(InputPartition):
     #: When the cut was taken (seconds since the epoch), for the warning a task reading an old
     #: cut logs (docs/spark.md#reused-dataframes); None for a stream's slices (re-planned per batch).
     planned_at: float | None = None
+    #: The broker whose store holds the queue, in a read of several stores (docs/reading.md#clusters).
+    broker: str | None = None
 
 
 @dataclasses.dataclass(frozen=True)

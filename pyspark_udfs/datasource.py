@@ -181,6 +181,9 @@ class RocketMQDataSource(DataSource):
 
     def streamReader(self, schema: StructType):
         """``spark.readStream.format("rocketmq")``: see :mod:`pyspark_udfs.streaming`."""
+        if self.read_options.brokers:
+            raise ValueError("rocketmq streaming reads one store: give one store root, not several "
+                             "(docs/reading.md#clusters)")
         from pyspark_udfs.streaming import (  # lazy: batch reads never load it
             RocketMQStreamReader,
             StreamOptions,
@@ -250,14 +253,41 @@ class RocketMQReader(DataSourceReader):
         """
         opts = self.options
         planned_at = time.time()
+        # one store, or each broker of a read of several stores in turn (docs/reading.md#clusters):
+        # each broker's queues planned from its own files, each with its own cut
+        brokers = opts.brokers or ((None, opts.path),)
+        ranges: list[tuple] = []
+        unreadable: list[ConsumeQueueSlice] = []  # queues that did not open (on_corrupt=skip)
+        cuts: dict[str | None, dict] = {}
+        held = False
+        for broker, root in brokers:
+            store = cq.Store(root)
+            try:
+                if opts.topic is not None and opts.topic not in set(store.topics()):
+                    if opts.brokers:
+                        continue  # a topic need not be on every broker
+                    raise ValueError(f"rocketmq option 'topic': no topic {opts.topic!r} in store {opts.path!r}")
+                held = True
+                cuts[broker] = self._plan_store(store, broker, ranges, unreadable, planned_at)
+            finally:
+                store.close()
+        if not held:
+            raise ValueError(f"rocketmq option 'topic': no topic {opts.topic!r} in any of the stores {opts.path}")
+        # a range's key is (broker, topic): packing sees it as one opaque name
+        parts = [[ConsumeQueueSlice(t, q, s, e, broker=b, **cuts[b]) for (b, t), q, s, e in group]
+                 for group in opts.pack(self.schema, ranges)]
+        if unreadable:  # read first, by the first task: each reports its queue skipped
+            parts[:1] = [[*(dataclasses.replace(s, **cuts[s.broker]) for s in unreadable), *(parts[0] if parts else [])]]
+        # Spark needs at least one partition; an empty one reads nothing.
+        return [SlicesPartition(tuple(p)) for p in parts] or [SlicesPartition(())]
+
+    def _plan_store(self, store: cq.Store, broker: str | None, ranges: list, unreadable: list,
+                    planned_at: float) -> dict:
+        """Add one store's queue ranges (keyed ``(broker, topic)``) and unreadable queues; returns its cut."""
+        opts = self.options
         # A fresh Store: the cut is the store as it is now. Queue ends are read first, the
         # CommitLog end last, so every unit planned has its record inside the cut (docs/live.md).
-        store = cq.Store(opts.path)
         topics = [opts.topic] if opts.topic is not None else list(store.topics())
-        if opts.topic is not None and opts.topic not in set(store.topics()):
-            raise ValueError(f"rocketmq option 'topic': no topic {opts.topic!r} in store {opts.path!r}")
-        ranges: list[tuple[str, int, int, int]] = []
-        unreadable: list[ConsumeQueueSlice] = []  # queues that did not open (on_corrupt=skip)
         for topic in topics:
             committed = store.committed_offsets(opts.group, topic) if opts.from_committed else None
             for queue_id in store.queue_ids(topic):
@@ -269,23 +299,18 @@ class RocketMQReader(DataSourceReader):
                         lo, hi = queue.min_offset, queue.max_offset
                         if committed is not None:  # the group's backlog: from its committed offset on
                             lo = min(max(lo, committed[queue_id]), hi)
-                        ranges += file_ranges(queue, topic, queue_id, lo, hi)
+                        ranges += [((broker, t), q, s, e) for t, q, s, e in file_ranges(queue, topic, queue_id, lo, hi)]
                 except cq.StoreFormatError as exc:
                     if opts.on_corrupt != "skip":
                         raise
-                    unreadable.append(ConsumeQueueSlice(topic, queue_id, 0, 0, exc.reason, exc.path, exc.offset))
+                    unreadable.append(ConsumeQueueSlice(topic, queue_id, 0, 0, exc.reason, exc.path, exc.offset,
+                                                        broker=broker))
                     continue
         # The cut travels in every slice, so an executor that decodes no record reads no
         # CommitLog byte, and every executor reads the same cut (docs/live.md).
         log = store.commit_log
         end = log.refresh()  # the CommitLog end read after every queue's end (it opened with the first queue)
-        cut = {"commit_log_min": log.min_offset, "commit_log_end": end, "planned_at": planned_at}
-        store.close()
-        parts = [[ConsumeQueueSlice(*r, **cut) for r in group] for group in opts.pack(self.schema, ranges)]
-        if unreadable:  # read first, by the first task: each reports its queue skipped
-            parts[:1] = [[*(dataclasses.replace(s, **cut) for s in unreadable), *(parts[0] if parts else [])]]
-        # Spark needs at least one partition; an empty one reads nothing.
-        return [SlicesPartition(tuple(p)) for p in parts] or [SlicesPartition(())]
+        return {"commit_log_min": log.min_offset, "commit_log_end": end, "planned_at": planned_at}
 
     # ---------------------------------------------------------------- reading
     def read(self, partition: SlicesPartition):

@@ -13,9 +13,10 @@ broker moves such a consumer to the minimum; those units are counted as ``expire
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
+from ..store.cluster import Cluster
 from ..store.store import Store
 from .why import Subscription, resolve_subscription
 
@@ -41,6 +42,8 @@ class QueueBacklog:
         Units of ``[committed_offset, max_offset)`` the group will never receive because the
         broker expired them: those below the queue's minimum, and those whose CommitLog record
         is gone (``commit_log_missing``).
+    broker : str or None
+        The broker holding the queue, for the backlog of a :class:`cq.Cluster` (None for one store).
     """
 
     queue_id: int
@@ -50,11 +53,13 @@ class QueueBacklog:
     lag: int | None
     will_receive: int | None
     expired: int | None = None
+    broker: str | None = None
 
     def to_dict(self) -> dict[str, Any]:
-        return {"queue_id": self.queue_id, "committed_offset": self.committed_offset,
-                "max_offset": self.max_offset, "lag": self.lag, "will_receive": self.will_receive,
-                "min_offset": self.min_offset, "expired": self.expired}
+        out = {"queue_id": self.queue_id, "committed_offset": self.committed_offset,
+               "max_offset": self.max_offset, "lag": self.lag, "will_receive": self.will_receive,
+               "min_offset": self.min_offset, "expired": self.expired}
+        return out if self.broker is None else {"broker": self.broker, **out}
 
 
 @dataclass(frozen=True)
@@ -91,29 +96,40 @@ class Backlog:
 
     def __str__(self) -> str:
         sub = self.subscription
+        # a cluster's backlog names each queue's broker in a first column
+        width = max((len(q.broker) + 1 for q in self.queues if q.broker is not None), default=0)
+        if width:
+            width = max(width, len("broker "))
+
+        def row(broker: str, rest: str) -> str:
+            return f"{broker:<{width}}{rest}" if width else rest
+
         head = (f"{'queue':>5} {'committed':>12} {'max':>12} {'broker lag':>12} {'will receive':>13} "
                 f"{'filtered out':>13}")
-        lines = [f"group {self.group} on {self.topic}: {sub.type} {sub.expression!r} ({sub.source})", head,
-                 "-" * len(head)]
+        rule = "-" * (width + len(head))
+        lines = [f"group {self.group} on {self.topic}: {sub.type} {sub.expression!r} ({sub.source})",
+                 row("broker", head), rule]
         for q in self.queues:
             if q.committed_offset is None:
-                lines.append(f"{q.queue_id:>5} {'none':>12} {q.max_offset:>12,} {'-':>12} {'-':>13} {'-':>13}")
+                rest = f"{q.queue_id:>5} {'none':>12} {q.max_offset:>12,} {'-':>12} {'-':>13} {'-':>13}"
             else:
-                lines.append(f"{q.queue_id:>5} {q.committed_offset:>12,} {q.max_offset:>12,} {q.lag:>12,} "
-                             f"{q.will_receive:>13,} {q.lag - q.will_receive:>13,}")
-        lines.append("-" * len(head))
-        lines.append(f"{'total':>5} {'':>12} {'':>12} {self.lag:>12,} {self.will_receive:>13,} "
-                     f"{self.lag - self.will_receive:>13,}")
+                rest = (f"{q.queue_id:>5} {q.committed_offset:>12,} {q.max_offset:>12,} {q.lag:>12,} "
+                        f"{q.will_receive:>13,} {q.lag - q.will_receive:>13,}")
+            lines.append(row(q.broker or "", rest))
+        lines.append(rule)
+        lines.append(row("", f"{'total':>5} {'':>12} {'':>12} {self.lag:>12,} {self.will_receive:>13,} "
+                             f"{self.lag - self.will_receive:>13,}"))
         if any(q.committed_offset is None for q in self.queues):
             lines.append("none: no committed offset; where the consumer starts depends on its ConsumeFromWhere")
         if self.expired:
-            lost = ", ".join(f"{q.queue_id}: {q.expired:,}" for q in self.queues if q.expired)
+            lost = ", ".join(f"{q.broker + ' ' if q.broker else ''}{q.queue_id}: {q.expired:,}"
+                             for q in self.queues if q.expired)
             lines.append(f"expired: {self.expired:,} unit(s) of the broker lag the broker deleted before the group "
                          f"read them (queue {lost}); lost, never received")
         return "\n".join(lines)
 
 
-def backlog(store: Store, topic: str, group: str, *, sql: str | None = None, tags: str | None = None,
+def backlog(store: Store | Cluster, topic: str, group: str, *, sql: str | None = None, tags: str | None = None,
             queue_ids=None, bloom_filter="default") -> Backlog:
     """Per queue: the group's committed offset, the max offset, the broker's lag and how many
     of those units the group will actually receive (its filter replayed over
@@ -123,8 +139,11 @@ def backlog(store: Store, topic: str, group: str, *, sql: str | None = None, tag
     ``committed_offset``, ``lag`` and ``will_receive`` None and is left out of the totals.
     Units of ``[committed, max)`` the broker expired before the group read them (a committed
     offset below the queue's minimum) are ``expired``: lost, not received (docs/live.md).
-    ``store`` a :class:`cq.Store`; ``sql``/``tags`` as for :func:`cq.why`. One cut for all
-    queues, each opened for it in turn.
+    ``store`` a :class:`cq.Store`, or a :class:`cq.Cluster`: each broker holding the topic in
+    turn (its own committed offsets and registration, one cut per broker), each queue with its
+    ``broker``, ``queue_ids`` then ``(broker, queue_id)`` pairs (docs/reading.md#clusters);
+    ``sql``/``tags`` as for :func:`cq.why`. One cut for all queues of a store, each opened for
+    it in turn.
 
     Returns
     -------
@@ -132,6 +151,15 @@ def backlog(store: Store, topic: str, group: str, *, sql: str | None = None, tag
         ``.queues`` (:class:`~cq.analyses.backlog.QueueBacklog`), ``.lag``, ``.will_receive``, ``.expired``,
         ``to_dict()`` (``{"queues": [...], "total": {"lag", "will_receive"}, "expired": n}``), ``str()``.
     """
+    if isinstance(store, Cluster):
+        # each broker's own queues, committed offsets and registration; the totals sum them
+        parts = [(name, backlog(store.stores[name], topic, group, sql=sql, tags=tags, bloom_filter=bloom_filter,
+                                queue_ids=None if queue_ids is None else
+                                [q for b, q in queue_ids if b == name]))
+                 for name in store.brokers_of(topic)
+                 if queue_ids is None or any(b == name for b, _ in queue_ids)]
+        return Backlog(topic, group, parts[0][1].subscription,
+                       [replace(q, broker=name) for name, part in parts for q in part.queues])
     flt, sub = resolve_subscription(store, topic, group, sql=sql, tags=tags, bloom_filter=bloom_filter)
     committed = store.committed_offsets(group, topic)
     # one cut for every queue (each queue opened for it and closed after, so thousands of queues

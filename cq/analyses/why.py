@@ -39,6 +39,7 @@ from ..filter.layers import (
 from ..readers.commitlog import Message
 from ..readers.config import CONSUMER_FILTER_FILE, FilterRegistry, RegisteredFilter
 from ..readers.indexfile import IndexFiles
+from ..store.cluster import Cluster
 from ..store.store import Store
 from ..tags import EXPRESSION_TYPE_SQL92, EXPRESSION_TYPE_TAG
 from ..tags import tags_code as _tag_hash
@@ -225,6 +226,8 @@ class Why:
         Layer 2's evaluation tree (SQL92 only, when layer 2 ran).
     note : str or None
         How the message was found (index, or a scan and why).
+    broker : str or None
+        The broker holding the message, when asked of a :class:`cq.Cluster` (None for one store).
     """
 
     topic: str
@@ -241,6 +244,7 @@ class Why:
     steps: list[WhyStep]
     explanation: Any = None
     note: str | None = None
+    broker: str | None = None
 
     @property
     def verdict(self) -> str:
@@ -254,6 +258,7 @@ class Why:
         """JSON-ready: ``delivered``, ``dropped_by``, ``queue_id``, ``queue_offset``,
         ``commit_log_offset``, ``steps`` (each with its evidence), and more."""
         return {
+            **({} if self.broker is None else {"broker": self.broker}),
             "topic": self.topic, "group": self.group, "subscription": self.subscription.to_dict(),
             "queue_id": self.queue_id, "queue_offset": self.queue_offset,
             "commit_log_offset": self.commit_log_offset, "size": self.size, "msg_id": self.msg_id,
@@ -265,7 +270,8 @@ class Why:
     def __str__(self) -> str:
         sub = self.subscription
         lines = [
-            (f"message   {self.topic} queue {self.queue_id} offset {self.queue_offset}: CommitLog offset "
+            (f"message   {self.topic} queue {self.queue_id} offset {self.queue_offset}"
+             f"{'' if self.broker is None else ' on broker ' + self.broker}: CommitLog offset "
              f"{self.commit_log_offset}, {self.size} bytes, msgId {self.msg_id or '?'}"),
             f"group     {self.group}: {sub.type} {sub.expression!r} ({_source_text(sub)})",
         ]
@@ -627,9 +633,12 @@ def _scan(store: Store, topic: str, key: str | None, uniq_key: str | None) -> li
     return found
 
 
-def find_messages(store: Store, topic: str, *, msg_id: str | None = None,
+def find_messages(store: Store | Cluster, topic: str, *, msg_id: str | None = None,
                   key: str | None = None) -> tuple[list[Message], str, str]:
     """Messages of ``topic`` by offset message id, ``UNIQ_KEY`` (given as ``msg_id``) or key.
+
+    A :class:`cq.Cluster` looks on each broker holding the topic; each message found has its
+    :attr:`cq.Message.broker` set, and ``note`` says how each broker found it.
 
     Returns
     -------
@@ -644,6 +653,8 @@ def find_messages(store: Store, topic: str, *, msg_id: str | None = None,
     """
     if (msg_id is None) == (key is None):
         raise ValueError("give msg_id or key")
+    if isinstance(store, Cluster):
+        return _find_in_cluster(store, topic, msg_id, key)
     if msg_id is not None:
         parsed = _parse_offset_msg_id(msg_id)
         if parsed is not None:
@@ -686,14 +697,38 @@ def find_messages(store: Store, topic: str, *, msg_id: str | None = None,
     return found, "scan", f"{what} found by scanning topic {topic}: {why_scan}"
 
 
-def why(store: Store, topic: str, group: str, *, sql: str | None = None, tags: str | None = None,
+def _find_in_cluster(cluster: Cluster, topic: str, msg_id: str | None, key: str | None):
+    """:func:`find_messages` on each broker of ``cluster`` holding ``topic``."""
+    found: list[Message] = []
+    how: list[tuple[str, str]] = []
+    misses = []
+    for name in cluster.brokers_of(topic):
+        try:
+            msgs, found_by, note = find_messages(cluster.stores[name], topic, msg_id=msg_id, key=key)
+        except MessageNotFoundError as exc:
+            misses.append(f"{name}: {exc}")
+            continue
+        for m in msgs:
+            m.broker = name
+        found += msgs
+        how.append((found_by, f"{name}: {note}"))
+    if not found:
+        raise MessageNotFoundError("no broker of the cluster holds it; " + "; ".join(misses))
+    return found, how[0][0], "; ".join(note for _, note in how)
+
+
+def why(store: Store | Cluster, topic: str, group: str, *, sql: str | None = None, tags: str | None = None,
         queue_id: int | None = None, queue_offset: int | None = None, msg_id: str | None = None,
-        key: str | None = None, bloom_filter="default", filter_support_retry: bool = False) -> Why | list[Why]:
+        key: str | None = None, bloom_filter="default", filter_support_retry: bool = False,
+        broker: str | None = None) -> Why | list[Why]:
     """Walk one message through every step of the broker's filter for ``group``.
 
     Parameters
     ----------
-    store : cq.Store
+    store : cq.Store or cq.Cluster
+        A Cluster asks each broker holding the topic (its own registration): a msg id or key
+        gives the messages of every broker that holds one, each :class:`Why` naming its
+        ``broker`` (docs/reading.md#clusters).
     topic, group : str
     sql, tags : str, optional
         The group's subscription; neither: its registration in ``config/consumerFilter.json``
@@ -713,6 +748,8 @@ def why(store: Store, topic: str, group: str, *, sql: str | None = None, tags: s
         :class:`cq.RetrySqlFilter`'s: the filter registered in ``config/consumerFilter.json``
         for (the message's ``RETRY_TOPIC``, group) decides, none registered matches
         (docs/why.md#retry-topics).
+    broker : str, optional
+        For a Cluster: only this broker; needed with ``queue_id`` when several brokers hold the topic.
 
     Returns
     -------
@@ -741,6 +778,12 @@ def why(store: Store, topic: str, group: str, *, sql: str | None = None, tags: s
         raise ValueError("queue_id and queue_offset go together")
     if sql is not None and tags is not None:
         raise ValueError("give sql or tags, not both")
+    if isinstance(store, Cluster):
+        return _why_cluster(store, topic, group, broker, queue_id=queue_id, queue_offset=queue_offset, msg_id=msg_id,
+                            key=key, sql=sql, tags=tags, bloom_filter=bloom_filter,
+                            filter_support_retry=filter_support_retry)
+    if broker is not None:
+        raise ValueError("broker= is for a cq.Cluster; a Store is one broker")
     flt, sub = resolve_subscription(store, topic, group, sql=sql, tags=tags, bloom_filter=bloom_filter,
                                     filter_support_retry=filter_support_retry)
     if given[0]:
@@ -776,3 +819,39 @@ def _why_message(store: Store, topic: str, group: str, flt, sub: Subscription, m
     _not_reached(steps, "client", "Client re-check (PullAPIWrapper)")
     return Why(topic, group, sub, msg.queue_id, msg.queue_offset, msg.commit_log_offset, msg.store_size,
                msg.msg_id, found_by, False, DROPPED_BY_CONSUME_QUEUE, steps, None, note)
+
+
+def _why_cluster(cluster: Cluster, topic: str, group: str, broker: str | None, *, queue_id, queue_offset, msg_id,
+                 key, **subscription) -> Why | list[Why]:
+    """:func:`why` over the brokers of a cluster holding ``topic``, each with its own registration."""
+    names = cluster.brokers_of(topic)
+    if broker is not None:
+        if broker not in names:
+            raise MessageNotFoundError(f"broker {broker!r} holds no queue of topic {topic!r} (brokers holding it: "
+                                       f"{', '.join(names)})")
+        names = [broker]
+    if queue_id is not None:
+        if len(names) > 1:
+            raise ValueError(f"topic {topic!r} has queues on brokers {', '.join(names)}: name the broker of "
+                             f"queue {queue_id} (broker=, --broker)")
+        w = why(cluster.stores[names[0]], topic, group, queue_id=queue_id, queue_offset=queue_offset, **subscription)
+        return replace(w, broker=names[0])
+    parsed = _parse_offset_msg_id(msg_id) if msg_id is not None else None
+    if parsed is not None:
+        # an offset message id names one record of one broker (its store host): ask that broker alone
+        wanted = msg_id.strip().upper()
+        holders = [n for n in names if (m := _message_at(cluster.stores[n], parsed[1])) is not None
+                   and m.msg_id == wanted]
+        names = holders or names
+    found: list[Why] = []
+    misses = []
+    for name in names:
+        try:
+            answers = why(cluster.stores[name], topic, group, msg_id=msg_id, key=key, **subscription)
+        except MessageNotFoundError as exc:
+            misses.append(f"{name}: {exc}")
+            continue
+        found += [replace(w, broker=name) for w in answers]
+    if not found:
+        raise MessageNotFoundError("no broker of the cluster holds it; " + "; ".join(misses))
+    return found

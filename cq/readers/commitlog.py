@@ -66,6 +66,9 @@ class Message:
     properties: dict = field(default_factory=dict)
     _path: str | None = field(default=None, repr=False, compare=False)
     _file_offset: int | None = field(default=None, repr=False, compare=False)
+    #: The broker whose store holds the record, when read through a :class:`cq.Cluster`
+    #: (docs/reading.md#clusters); None for a single store.
+    broker: str | None = field(default=None, repr=False, compare=False)
 
     @property
     def tags(self) -> str | None:
@@ -173,7 +176,7 @@ def decompress_body(body: bytes, sys_flag: int, *, path: str | None = None, offs
 # _objects.message_objects builds Messages positionally: the record fields up to properties, then the place
 assert tuple(f.name for f in fields(Message)) == (
     *(name for name, _ in fmt.RECORD_FIELDS[:[n for n, _ in fmt.RECORD_FIELDS].index("properties") + 1]),
-    "_path", "_file_offset"), "Message's fields moved: update message_objects"
+    "_path", "_file_offset", "broker"), "Message's fields moved: update message_objects"
 
 
 def decode_message(buf, pos: int, limit: int, *, path: str | None = None, file_start: int = 0,

@@ -1,7 +1,8 @@
 """A broker store directory (:mod:`cq.store.store`: :class:`Store`, its consistent cuts and what a
-group would consume), a cache of open stores (:mod:`cq.store.cache`) and a stream over its
-cuts (:mod:`cq.store.stream`)."""
+group would consume), several stores read as one cluster (:mod:`cq.store.cluster`), a cache of
+open stores (:mod:`cq.store.cache`) and a stream over its cuts (:mod:`cq.store.stream`)."""
 from .cache import StoreCache
+from .cluster import Cluster, ClusterCut
 from .store import ConsumeResult, ConsumeStats, Store, StoreCut
 
-__all__ = ["ConsumeResult", "ConsumeStats", "Store", "StoreCache", "StoreCut"]
+__all__ = ["Cluster", "ClusterCut", "ConsumeResult", "ConsumeStats", "Store", "StoreCache", "StoreCut"]

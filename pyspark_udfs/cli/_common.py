@@ -55,18 +55,32 @@ def reported_warnings(prog: str) -> Iterator[None]:
 
 
 @contextlib.contextmanager
-def topic_store(path: str, topic: str) -> Iterator[cq.Store]:
-    """The store at ``path``, opened for one command's read and closed after it.
+def topic_store(path: str | list[str], topic: str) -> Iterator[cq.Store | cq.Cluster]:
+    """The store at ``path``, opened for one command's read and closed after it; several paths (or
+    a glob pattern): a :class:`cq.Cluster` of those brokers (docs/reading.md#clusters).
 
     Raises
     ------
     LookupError
-        When ``topic`` has no consume queues there.
+        When ``topic`` has no consume queues there (on no broker of a cluster).
+    cq.StoreFormatError
+        A root that is not a readable store, named (with its place among several).
     """
-    store = cq.Store(path)
+    store = cq.open_stores(path)
     try:
         if topic not in store.topics():
-            raise LookupError(f"topic {topic!r} has no consume queues in {path}")
+            raise LookupError(f"topic {topic!r} has no consume queues in {store.root}")
         yield store
     finally:
         store.close()
+
+
+def registered_groups(store: cq.Store | cq.Cluster, topic: str) -> list[str]:
+    """The SQL92 groups registered for ``topic`` (``--all-groups``), each once (a cluster's brokers each
+    register a group); LookupError naming the consumerFilter.json file(s) when there are none."""
+    groups = list(dict.fromkeys(f.group for f in store.registered_filters(topic)))
+    if not groups:
+        stores = store.stores.values() if isinstance(store, cq.Cluster) else [store]
+        where = " and ".join(s.config_path("consumerFilter.json") for s in stores)
+        raise LookupError(f"no SQL92 group is registered for topic {topic!r} in {where}")
+    return groups

@@ -50,9 +50,14 @@ def int_at_least(minimum: int) -> Callable[[str], int]:
 
 
 # ---------------------------------------------------------------- what to read
-def add_store_arg(parser: argparse.ArgumentParser) -> None:
-    """The positional ``STORE``: a broker store to read (only read, never written)."""
-    parser.add_argument("store", metavar="STORE",
+def add_store_arg(parser: argparse.ArgumentParser, *, several: bool = False) -> None:
+    """The positional ``STORE``: a broker store to read (only read, never written).
+
+    ``several``: one or more (``args.store`` a list; usage ``STORE [STORE ...]``), the stores of a
+    cluster's brokers read as one (``cq.Cluster``, docs/reading.md#clusters). The help reads the
+    same either way.
+    """
+    parser.add_argument("store", metavar="STORE", nargs="+" if several else None,
                         help="broker store root directory (holds commitlog/, consumequeue/ and, for SQL92 "
                              "groups, consumequeue_ext/); only read")
 
@@ -89,9 +94,10 @@ def add_subscription_args(parser: argparse.ArgumentParser) -> None:
     how.add_argument("--tags", help=_TAGS_HELP)
 
 
-def add_consumer_args(parser: argparse.ArgumentParser, *, all_groups: bool = False) -> None:
-    """A consumer to replay: ``STORE --topic T --group G [--sql S | --tags E]`` (and ``--all-groups``)."""
-    add_store_arg(parser)
+def add_consumer_args(parser: argparse.ArgumentParser, *, all_groups: bool = False, several: bool = False) -> None:
+    """A consumer to replay: ``STORE --topic T --group G [--sql S | --tags E]`` (and ``--all-groups``);
+    ``several``: ``STORE...``, a cluster's brokers (:func:`add_store_arg`)."""
+    add_store_arg(parser, several=several)
     add_topic_arg(parser)
     add_group_args(parser, all_groups=all_groups)
     add_subscription_args(parser)

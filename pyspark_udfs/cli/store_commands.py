@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import argparse
+import glob
 import json
 import os
 import sys
@@ -12,7 +13,7 @@ from cq.readers import config as cfg
 from cq.writer.sample import generate_sample_store
 from selector.errors import SelectorSyntaxError
 
-from ._common import error_text, fail, reported_warnings, stdout_closed, topic_store
+from ._common import error_text, fail, registered_groups, reported_warnings, stdout_closed, topic_store
 from ._options import (
     add_consumer_args,
     add_filter_args,
@@ -40,7 +41,7 @@ def add_parsers(subparsers) -> None:
                     "files and, per topic and queue, the ConsumeQueue offsets, message counts and "
                     "ConsumeQueueExt size.",
     )
-    add_store_arg(inspect)
+    add_store_arg(inspect, several=True)
     add_json_flag(inspect, "one document describing the store")
     inspect.add_argument("--count-messages", action="store_true",
                          help="also walk the whole CommitLog and count its records (slow on big stores)")
@@ -53,7 +54,7 @@ def add_parsers(subparsers) -> None:
                     "Bloom bitmaps first, then the exact tag / SQL92 selector. Messages go to "
                     "stdout, per-layer counts and progress to stderr.",
     )
-    add_consumer_args(consume, all_groups=True)
+    add_consumer_args(consume, all_groups=True, several=True)
     add_filter_args(consume, where="found on PYTHONPATH or in the current directory; without --sql/--tags "
                                    "the group's registration, else '*', comes first")
     consume.add_argument("--queue", type=int, action="append", dest="queue_ids", metavar="ID",
@@ -180,19 +181,51 @@ def _inspect(path: str, count_messages: bool) -> dict:
 
 
 def _run_inspect(args: argparse.Namespace) -> int:
+    prog = "rmqfilter inspect"
+    if len(args.store) > 1 or any(glob.has_magic(p) for p in args.store):
+        return _inspect_cluster(prog, args)
     try:
-        with reported_warnings("rmqfilter inspect"):
-            layout = cq.detect_layout(args.store)
+        with reported_warnings(prog):
+            layout = cq.detect_layout(args.store[0])
             if not args.json:  # the mode first: it explains an error the rest of the store gives
                 print(f"Store {layout.root}")
                 print(f"Mode: {layout.describe()}")
-            info = _inspect(args.store, args.count_messages)
+            info = _inspect(args.store[0], args.count_messages)
     except cq.StoreFormatError as exc:
-        return fail("rmqfilter inspect", exc)
+        return fail(prog, exc)
     if args.json:
         json.dump(info, sys.stdout, indent=2, ensure_ascii=False)
         print()
         return 0
+    _print_inspect(info)
+    return 0
+
+
+def _inspect_cluster(prog: str, args: argparse.Namespace) -> int:
+    """``inspect`` of several stores, a cluster's brokers: each broker's store in turn, named
+    (docs/reading.md#clusters); ``--json``: ``{"brokers": [{"broker": name, ...}, ...]}``."""
+    try:
+        with reported_warnings(prog):
+            cluster = cq.Cluster(args.store)
+            try:
+                infos = [{"broker": name, "named_by": cluster.named_by[name],
+                          **_inspect(store.root, args.count_messages)} for name, store in cluster.stores.items()]
+            finally:
+                cluster.close()
+    except cq.StoreFormatError as exc:
+        return fail(prog, exc)
+    if args.json:
+        json.dump({"brokers": infos}, sys.stdout, indent=2, ensure_ascii=False)
+        print()
+        return 0
+    for i, info in enumerate(infos):
+        print(("\n" if i else "") + f"Broker {info['broker']} (named from {info['named_by']}): store {info['store']}")
+        print(f"Mode: {cq.detect_layout(info['store']).describe()}")
+        _print_inspect(info)
+    return 0
+
+
+def _print_inspect(info: dict) -> None:
     cl = info["commit_log"]
     extra = f", {cl['messages']:,} messages" if "messages" in cl else ""
     print(f"CommitLog: {cl['files']} file(s) of {cl['file_size']:,} B, offsets "
@@ -226,7 +259,6 @@ def _run_inspect(args: argparse.Namespace) -> int:
         for c in info["committed_offsets"]:
             offsets = ", ".join(f"{q}:{o}" for q, o in c["offsets"].items())
             print(f"  {c['group']} on {c['topic']}: {offsets}")
-    return 0
 
 
 # ---------------------------------------------------------------- consume
@@ -266,6 +298,7 @@ def message_json(m, body: str = "uncompressed") -> dict:
     """A message as ``--format jsonl`` prints it; ``body_length`` of the body ``body`` names."""
     raw = m.uncompressed_body() if body == "uncompressed" else m.body
     return {
+        **({} if m.broker is None else {"broker": m.broker}),
         "topic": m.topic, "queue_id": m.queue_id, "queue_offset": m.queue_offset,
         "commit_log_offset": m.commit_log_offset, "msg_id": m.msg_id, "tags": m.tags, "keys": m.keys,
         "store_timestamp": m.store_timestamp, "body_length": len(raw), "properties": m.properties,
@@ -284,26 +317,24 @@ def _run_consume(args: argparse.Namespace) -> int:
             _import_from_cwd()
             message_filter = cq.MessageFilter(args.message_filter, on_error=args.on_filter_error)
         with reported_warnings(prog), topic_store(args.store, args.topic) as store:
-            if args.all_groups:
-                groups = [f.group for f in store.registered_filters(args.topic)]
-                if not groups:
-                    return fail(prog, f"no SQL92 group is registered for topic {args.topic!r} in "
-                                      f"{store.config_path('consumerFilter.json')}")
-            else:
-                groups = [args.group]
+            groups = registered_groups(store, args.topic) if args.all_groups else [args.group]
             out = sys.stdout
             for group in groups:
                 t0 = time.perf_counter()
                 prefix = f"{group}\t" if args.all_groups else ""
+                queues = {"queue_ids": args.queue_ids}
+                if isinstance(store, cq.Cluster):  # --queue Q: queue Q of every broker
+                    queues = {"queues": None if args.queue_ids is None else
+                              [(b, q) for b in store.brokers_of(args.topic) for q in args.queue_ids]}
                 result = store.consume(
-                    args.topic, group, sql=args.sql, tags=args.tags, queue_ids=args.queue_ids,
+                    args.topic, group, sql=args.sql, tags=args.tags, **queues,
                     bloom_filter=None if args.no_bloom else "default", born_time=args.born_time,
                     verify_crc=args.verify_crc, progress=progress, message_filter=message_filter,
                 )
                 for delivered, m in enumerate(result, 1):
-                    if args.format == "text":
-                        out.write(f"{prefix}{m.queue_id}\t{m.queue_offset}\t{m.msg_id}\t{m.tags or ''}\t"
-                                  f"{m.keys or ''}\n")
+                    if args.format == "text":  # a cluster's messages lead with their broker
+                        out.write(f"{prefix}{'' if m.broker is None else m.broker + chr(9)}{m.queue_id}\t"
+                                  f"{m.queue_offset}\t{m.msg_id}\t{m.tags or ''}\t{m.keys or ''}\n")
                     elif args.format == "jsonl":
                         doc = message_json(m, args.body)
                         if args.all_groups:

@@ -11,7 +11,7 @@ import sys
 import cq
 import selector
 
-from ._common import error_text, fail, reported_warnings, stdout_closed, topic_store
+from ._common import error_text, fail, registered_groups, reported_warnings, stdout_closed, topic_store
 from ._options import add_consumer_args, add_json_flag, subscription_conflict
 
 
@@ -27,13 +27,16 @@ def add_parsers(subparsers) -> None:
                     "--sql/--tags the group's SQL92 registration is read from the store's "
                     "config/consumerFilter.json.",
     )
-    add_consumer_args(why)
+    add_consumer_args(why, several=True)
     which = why.add_mutually_exclusive_group(required=True)
     which.add_argument("--queue", type=int, metavar="Q", help="queue id (with --offset)")
     which.add_argument("--msg-id", metavar="ID",
                        help="the broker's message id (store host + CommitLog offset) or a UNIQ_KEY")
     which.add_argument("--key", metavar="K", help="a message key (KEYS)")
     why.add_argument("--offset", type=int, metavar="O", help="queue offset (with --queue)")
+    why.add_argument("--broker", metavar="NAME",
+                     help="with several STOREs: the broker to look in (needed with --queue when several "
+                          "brokers hold the topic)")
     why.add_argument("--filter-support-retry", action="store_true",
                      help="the broker runs with filterSupportRetry=true (its config is not in the store): in a "
                           "%%RETRY%% topic, layer 2 of a SQL92 group evaluates the filter registered for the "
@@ -49,7 +52,7 @@ def add_parsers(subparsers) -> None:
                     "unit, also those the group's filter drops) and how many units of [committed, max) "
                     "the group will actually receive (its two-layer filter replayed), with totals.",
     )
-    add_consumer_args(backlog, all_groups=True)
+    add_consumer_args(backlog, all_groups=True, several=True)
     add_json_flag(backlog, '{"queues": [...], "total": {"lag", "will_receive"}, "expired": n} (a list with --all-groups)')
     backlog.set_defaults(func=_run_backlog)
 
@@ -68,7 +71,8 @@ def _run_why(args: argparse.Namespace) -> int:
         with reported_warnings(prog), topic_store(args.store, args.topic) as store:
             result = cq.why(store, args.topic, args.group, sql=args.sql, tags=args.tags, queue_id=args.queue,
                                queue_offset=args.offset, msg_id=args.msg_id, key=args.key,
-                               filter_support_retry=args.filter_support_retry)
+                               filter_support_retry=args.filter_support_retry,
+                               **({} if args.broker is None else {"broker": args.broker}))
     except _errors() as exc:
         return fail(prog, error_text(exc))
     if args.json:
@@ -87,13 +91,7 @@ def _run_backlog(args: argparse.Namespace) -> int:
         return fail(prog, conflict)
     try:
         with reported_warnings(prog), topic_store(args.store, args.topic) as store:
-            if args.all_groups:
-                groups = [f.group for f in store.registered_filters(args.topic)]
-                if not groups:
-                    raise LookupError(f"no SQL92 group is registered for topic {args.topic!r} in "
-                                      f"{store.config_path('consumerFilter.json')}")
-            else:
-                groups = [args.group]
+            groups = registered_groups(store, args.topic) if args.all_groups else [args.group]
             results = [cq.backlog(store, args.topic, g, sql=args.sql, tags=args.tags) for g in groups]
     except _errors() as exc:
         return fail(prog, error_text(exc))

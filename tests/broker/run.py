@@ -41,7 +41,7 @@ STAMP = TARGET / ".harness-stamp"
 LOOPBACK = "127.0.0.1"
 JVM_HEAP = ["-Xms64m", "-Xmx384m", "-XX:MaxDirectMemorySize=256m", "-XX:+UseSerialGC"]
 QUICK_START = ["-XX:TieredStopAtLevel=1"]  # C1 only: starts faster; not for the throughput scenario
-SCENARIOS = ("filters", "crash", "live", "housekeeping", "throughput", "modes")
+SCENARIOS = ("filters", "crash", "live", "housekeeping", "throughput", "modes", "cluster")
 
 
 class HarnessError(RuntimeError):
@@ -653,21 +653,51 @@ def scenario_modes(h: Harness) -> None:
     h.start_broker("broker-a")
     h.start_client()
     h.create_topic(MODES_TOPIC, 3)
-    rng = random.Random(27)
-    groups = list(MODES_GROUPS)
-    for g, (type_, expression) in MODES_GROUPS.items():
-        h.subscribe(g, MODES_TOPIC, type_, expression, "live")
-    time.sleep(3)      # the SQL filters registered before the first message
-    h.send(filter_messages(rng, MODES_TOPIC, 0, 1200))
-    h.drain(groups)
-    h.unsubscribe(groups)
-    h.send(filter_messages(rng, MODES_TOPIC, 1200, 600))
+    receive_in_two_phases(h, MODES_TOPIC, MODES_GROUPS, random.Random(27))
+
+
+def receive_in_two_phases(h: Harness, topic: str, groups: dict[str, tuple[str, str]], rng: random.Random) -> None:
+    """The two phases of ``modes`` and ``cluster``: ``groups`` (name -> (type, expression)) subscribe
+    and receive a first batch of :func:`filter_messages`, commit and stop; a second batch is sent;
+    the stores are copied (:meth:`Harness.snapshot`); the groups drain the rest."""
+    for g, (type_, expression) in groups.items():
+        h.subscribe(g, topic, type_, expression, "live")
+    time.sleep(3)      # the SQL filters registered (on every broker) before the first message
+    h.send(filter_messages(rng, topic, 0, 1200))
+    h.drain(list(groups))
+    h.unsubscribe(list(groups))
+    h.send(filter_messages(rng, topic, 1200, 600))
     time.sleep(2)
     h.snapshot()
-    for g, (type_, expression) in MODES_GROUPS.items():
-        h.subscribe(g, MODES_TOPIC, type_, expression, "drain")
-    h.drain(groups)
-    h.unsubscribe(groups)
+    for g, (type_, expression) in groups.items():
+        h.subscribe(g, topic, type_, expression, "drain")
+    h.drain(list(groups))
+    h.unsubscribe(list(groups))
+
+
+CLUSTER_TOPIC = "ClusterTopic"
+# Groups of the filters scenario, now over a topic both brokers of the cluster serve.
+CLUSTER_GROUPS = {
+    **{g: ("SQL92", FILTER_SQL_GROUPS[g]) for g in ("GID_SQL_INT", "GID_SQL_STR_IN", "GID_SQL_TAGS")},
+    **{g: ("TAG", FILTER_TAG_GROUPS[g]) for g in ("GID_TAG_OR", "GID_TAG_AA", "GID_TAG_STAR")},
+}
+CLUSTER_BROKERS = ("broker-a", "broker-b")
+
+
+def scenario_cluster(h: Harness) -> None:
+    """Two brokers of one cluster (broker-a, broker-b, one NameServer) serve one topic: the
+    producer spreads its sends over both brokers' queues and each group's consumer takes from
+    both; both phases as in filters (live, then a backlog drained after the copy)."""
+    h.start_namesrv()
+    for name in CLUSTER_BROKERS:
+        h.add_broker(name, enablePropertyFilter="true", enableCalcFilterBitMap="true",
+                     enableConsumeQueueExt="true")
+        h.start_broker(name)
+    h.start_client()
+    h.create_topic(CLUSTER_TOPIC, 3)     # on every broker: 3 queues each
+    receive_in_two_phases(h, CLUSTER_TOPIC, CLUSTER_GROUPS, random.Random(28))
+    h.stop_broker("broker-b")            # run() removes broker-a's work store; this one goes here
+    shutil.rmtree(h.work / "broker-b" / "store", ignore_errors=True)
 
 
 def run(scenario: str, out: Path, **kwargs) -> Path:

@@ -231,6 +231,11 @@ def test_readers_of_other_stores_leave_them_unchanged(read_only_store, request):
     ["why", "{root}", "--topic", TOPIC, "--group", "G", "--tags", "TagA", "--key", "order-115"],
     ["backlog", "{root}", "--topic", TOPIC, "--group", "GID_SQL_A"],
     ["backlog", "{root}", "--topic", TOPIC, "--all-groups", "--json"],
+    # a glob of store roots: read as a cluster (docs/reading.md#clusters), here of one broker
+    ["inspect", "{root}*"],
+    ["consume", "{root}*", "--topic", TOPIC, "--group", "GID_SQL_A", "--format", "jsonl"],
+    ["why", "{root}*", "--topic", TOPIC, "--group", "G", "--tags", "TagA", "--key", "order-115"],
+    ["backlog", "{root}*", "--topic", TOPIC, "--all-groups", "--json"],
 ])
 def test_read_only_cli_commands_leave_the_store_unchanged(read_only_store, argv, capsys):
     code = cli.main([a.format(root=read_only_store) for a in argv])
