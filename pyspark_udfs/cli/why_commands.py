@@ -7,9 +7,11 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+import textwrap
 
 import cq
 import selector
+from cq.analyses.paths import why_every_copy
 
 from ._common import error_text, fail, reported_warnings, stdout_closed, topic_store
 from ._options import add_consumer_args, add_json_flag, subscription_conflict
@@ -20,12 +22,22 @@ def add_parsers(subparsers) -> None:
     why = subparsers.add_parser(
         "why",
         help="walk one message through every step of the broker's filter for a consumer group",
-        description="Say why a consumer group does or does not receive one message: the ConsumeQueue "
-                    "unit; layer 1 (the tags code, or the ext unit's Bloom bitmap with the group's k bits "
-                    "and which are clear; isMsgInLive against the registered bornTime); layer 2 (the "
+        description=textwrap.fill("Say where one message is for a consumer group, and why: every copy of it in the store "
+                    "(its topic, SCHEDULE_TOPIC_XXXX, the transaction half topics, the group's %%RETRY%% and "
+                    "%%DLQ%% topics; through the IndexFiles, or a scan that says so) and its state (consumed, "
+                    "pending, filtered, scheduled, uncommitted, rolled_back, retrying, dead_letter, gated, "
+                    "expired) in one sentence first; then the copy in the topic through the broker's filter: the "
+                    "ConsumeQueue unit; layer 1 (the tags code, or the ext unit's Bloom bitmap with the group's k "
+                    "bits and which are clear; isMsgInLive against the registered bornTime); layer 2 (the "
                     "selector's evaluation tree); the client's exact tag re-check; the verdict. Without "
                     "--sql/--tags the group's SQL92 registration is read from the store's "
-                    "config/consumerFilter.json.",
+                    "config/consumerFilter.json.", 88),
+        epilog="examples:\n"
+               "  rmqfilter why STORE --topic Orders --group GID_BILLING --tags 'TagA || TagB' --msg-id UNIQ_KEY\n"
+               "  rmqfilter why STORE --topic Orders --group GID_SQL --key order-42 --json\n"
+               "  rmqfilter why STORE --topic Orders --group GID_SQL --queue 1 --offset 17\n"
+               "docs/why.md and docs/paths.md show the output and each state.",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     add_consumer_args(why)
     which = why.add_mutually_exclusive_group(required=True)
@@ -66,11 +78,13 @@ def _run_why(args: argparse.Namespace) -> int:
         return fail(prog, "--queue and --offset go together")
     try:
         with reported_warnings(prog), topic_store(args.store, args.topic) as store:
-            result = cq.why(store, args.topic, args.group, sql=args.sql, tags=args.tags, queue_id=args.queue,
-                               queue_offset=args.offset, msg_id=args.msg_id, key=args.key,
-                               filter_support_retry=args.filter_support_retry)
+            result = why_every_copy(store, args.topic, args.group, sql=args.sql, tags=args.tags, queue_id=args.queue,
+                                    queue_offset=args.offset, msg_id=args.msg_id, key=args.key,
+                                    filter_support_retry=args.filter_support_retry)
     except _errors() as exc:
         return fail(prog, error_text(exc))
+    if args.queue is not None:
+        result = result[0]
     if args.json:
         doc = [w.to_dict() for w in result] if isinstance(result, list) else result.to_dict()
         return _emit(json.dumps(doc, indent=2, ensure_ascii=False))
