@@ -12,6 +12,7 @@ import textwrap
 import cq
 import selector
 from cq.analyses.paths import why_every_copy
+from cq.analyses.pending import COLUMNS, pending
 
 from ._common import error_text, fail, reported_warnings, stdout_closed, topic_store
 from ._options import add_consumer_args, add_json_flag, subscription_conflict
@@ -65,6 +66,28 @@ def add_parsers(subparsers) -> None:
     add_json_flag(backlog, '{"queues": [...], "total": {"lag", "will_receive"}, "expired": n} (a list with --all-groups)')
     backlog.set_defaults(func=_run_backlog)
 
+    pend = subparsers.add_parser(
+        "pending",
+        help="the broker's pending work: scheduled copies, transaction halves, dead letters",
+        description=textwrap.fill(
+            "Print, from a store alone, what the broker still has to do or gave up on: every "
+            "SCHEDULE_TOPIC_XXXX copy with its real topic, due time and status (scheduled, or delivered "
+            "per config/delayOffset.json); every transaction half with its status (committed, rolled_back, "
+            "check_limit, unresolved), check count and age; every %%DLQ%% record with its origin message "
+            "id, reconsume times and the original's store time. The data source's table option "
+            "(scheduled, transactions, dead_letters) gives the same rows.", 88),
+        epilog="examples:\n"
+               "  rmqfilter pending STORE\n"
+               "  rmqfilter pending STORE --table transactions --json\n"
+               "docs/paths.md#pending describes each column.",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    pend.add_argument("store", help="the broker's store root")
+    pend.add_argument("--table", choices=list(COLUMNS), action="append",
+                      help="only this table (repeatable); default: all three")
+    add_json_flag(pend, '{"scheduled": [...], "transactions": [...], "dead_letters": [...]}')
+    pend.set_defaults(func=_run_pending)
+
 
 def _errors():
     """The exceptions bad input raises (each names what was wrong): exit status 2."""
@@ -115,6 +138,31 @@ def _run_backlog(args: argparse.Namespace) -> int:
         doc = [b.to_dict() for b in results] if args.all_groups else results[0].to_dict()
         return _emit(json.dumps(doc, indent=2, ensure_ascii=False))
     return _emit("\n\n".join(str(b) for b in results))
+
+
+def _run_pending(args: argparse.Namespace) -> int:
+    prog = "rmqfilter pending"
+    tables = args.table or list(COLUMNS)
+    try:
+        with reported_warnings(prog):
+            store = cq.Store(args.store)
+            try:
+                doc = {t: pending(store, t) for t in tables}
+            finally:
+                store.close()
+    except _errors() as exc:
+        return fail(prog, error_text(exc))
+    if args.json:
+        return _emit(json.dumps(doc, indent=2, ensure_ascii=False))
+    parts = []
+    for table, rows in doc.items():
+        names = [n for n, _ in COLUMNS[table]]
+        cells = [names] + [["" if r[n] is None else str(r[n]) for n in names] for r in rows]
+        widths = [max(len(row[i]) for row in cells) for i in range(len(names))]
+        lines = [f"{table}: {len(rows)} row(s)"]
+        lines += ["  " + "  ".join(c.ljust(w) for c, w in zip(row, widths)).rstrip() for row in cells] if rows else []
+        parts.append("\n".join(lines))
+    return _emit("\n\n".join(parts))
 
 
 def _emit(text: str) -> int:

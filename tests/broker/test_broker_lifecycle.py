@@ -14,6 +14,7 @@ from broker_support import scenario
 
 import cq
 from cq.analyses.paths import why_every_copy
+from cq.analyses.pending import COLUMNS, pending
 from pyspark_udfs import cli
 
 pytestmark = pytest.mark.broker
@@ -124,3 +125,42 @@ def test_cli_by_offset_id_key_and_queue_offset(run, capsys):
             assert cli.main([*base, "--queue", str(s["queue_id"]), "--offset", str(s["queue_offset"])]) == 0
             out = capsys.readouterr().out
             assert out.startswith(f"state     {want.upper()}: "), out[:200]
+
+
+def test_pending_rows_are_the_sends_outstanding_at_the_snapshot(run, store):
+    """Scheduled copies still due, transactions by the producer's decision, the failing group's dead letters."""
+    life = run.broker["lifecycle"]
+    topic = life["topic"]
+    rows = pending(store, "scheduled")
+    still = {r["uniq_key"] for r in rows if r["status"] == "scheduled" and r["real_topic"] == topic}
+    assert still == {s["uniq_key"] for s in run.sent if expected_state(run, s, life["fail_group"]) == "scheduled"}
+    for r in rows:
+        assert r["due_at_ms"] == r["store_timestamp"] + life["delay_levels_s"][r["delay_level"] - 1] * 1000
+    decided = {"commit": "committed", "rollback": "rolled_back", "unknown": "unresolved"}
+    txs = {r["uniq_key"]: r for r in pending(store, "transactions")}
+    assert {u: r["status"] for u, r in txs.items()} == {s["uniq_key"]: decided[s["tx"]] for s in run.sent if "tx" in s}
+    committed = {r["commit_commit_log_offset"] for r in txs.values() if r["status"] == "committed"}
+    assert None not in committed
+    dead = pending(store, "dead_letters")
+    assert {(r["group"], r["uniq_key"]) for r in dead} == {
+        (life["fail_group"], s["uniq_key"]) for s in run.sent if expected_state(run, s, life["fail_group"]) == "dead_letter"}
+    sent = {s["uniq_key"]: s for s in run.sent}
+    for r in dead:   # the origin is the send's own record
+        assert (r["origin_msg_id"], r["origin_topic"]) == (sent[r["uniq_key"]]["msg_id"], topic)
+        assert r["reconsume_times"] == life["max_reconsume_times"] + 1 and r["first_store_ms"] <= r["store_timestamp"]
+
+
+def test_pending_cli_prints_the_same_rows(run, store, capsys):
+    capsys.readouterr()
+    assert cli.main(["pending", str(run.store_path()), "--json"]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    assert doc == {t: pending(store, t) for t in ("scheduled", "transactions", "dead_letters")}
+
+
+@pytest.mark.spark
+@pytest.mark.parametrize("table", ["scheduled", "transactions", "dead_letters"])
+def test_data_source_pending_tables_give_the_same_rows(spark, run, store, table):
+    df = spark.read.format("rocketmq").option("table", table).load(str(run.store_path()))
+    assert [f.name for f in df.schema.fields] == [n for n, _ in COLUMNS[table]]
+    assert sorted(map(tuple, df.collect()), key=repr) == sorted(
+        (tuple(r.values()) for r in pending(store, table)), key=repr)
