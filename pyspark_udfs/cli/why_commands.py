@@ -15,7 +15,7 @@ from cq.analyses.paths import why_every_copy
 from cq.analyses.pending import COLUMNS, pending
 
 from ._common import error_text, fail, reported_warnings, stdout_closed, topic_store
-from ._options import add_consumer_args, add_json_flag, subscription_conflict
+from ._options import add_consumer_args, add_json_flag, add_store_arg, subscription_conflict
 
 
 def add_parsers(subparsers) -> None:
@@ -60,10 +60,14 @@ def add_parsers(subparsers) -> None:
         description="Read the group's committed offsets (config/consumerOffset.json) and, per queue, "
                     "print the committed offset, the max offset, the broker's lag (max - committed: every "
                     "unit, also those the group's filter drops) and how many units of [committed, max) "
-                    "the group will actually receive (its two-layer filter replayed), with totals.",
+                    "the group will actually receive (its two-layer filter replayed), with totals; then what "
+                    "it will receive later: its %%RETRY%% topic's backlog and the delay-level copies still due "
+                    "to the topic or the retry topic that its filter lets through, bucketed by due time "
+                    "(docs/paths.md#backlog).",
     )
     add_consumer_args(backlog, all_groups=True)
-    add_json_flag(backlog, '{"queues": [...], "total": {"lag", "will_receive"}, "expired": n} (a list with --all-groups)')
+    add_json_flag(backlog, '{"queues": [...], "total": {"lag", "will_receive"}, "expired": n, "retry", "scheduled", '
+                           '"will_receive_later"} (a list with --all-groups)')
     backlog.set_defaults(func=_run_backlog)
 
     pend = subparsers.add_parser(
@@ -82,7 +86,7 @@ def add_parsers(subparsers) -> None:
                "docs/paths.md#pending describes each column.",
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    pend.add_argument("store", help="the broker's store root")
+    add_store_arg(pend)
     pend.add_argument("--table", choices=list(COLUMNS), action="append",
                       help="only this table (repeatable); default: all three")
     add_json_flag(pend, '{"scheduled": [...], "transactions": [...], "dead_letters": [...]}')
@@ -131,7 +135,7 @@ def _run_backlog(args: argparse.Namespace) -> int:
                                       f"{store.config_path('consumerFilter.json')}")
             else:
                 groups = [args.group]
-            results = [cq.backlog(store, args.topic, g, sql=args.sql, tags=args.tags) for g in groups]
+            results = [cq.backlog(store, args.topic, g, sql=args.sql, tags=args.tags, later=True) for g in groups]
     except _errors() as exc:
         return fail(prog, error_text(exc))
     if args.json:

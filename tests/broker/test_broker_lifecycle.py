@@ -164,3 +164,22 @@ def test_data_source_pending_tables_give_the_same_rows(spark, run, store, table)
     assert [f.name for f in df.schema.fields] == [n for n, _ in COLUMNS[table]]
     assert sorted(map(tuple, df.collect()), key=repr) == sorted(
         (tuple(r.values()) for r in pending(store, table)), key=repr)
+
+
+@pytest.mark.parametrize("group", ["GID_LIFE_ALL", "GID_LIFE_A", "GID_LIFE_SQL", "GID_LIFE_FAIL"])
+def test_backlog_now_and_later_is_what_the_drained_consumers_received(run, store, group):
+    """At the snapshot: the topic's backlog, the retry topic's and the delay copies still due, through the
+    group's filter, are what the group received once its consumers were started again."""
+    sent = {s["uniq_key"]: s for s in run.sent}
+    drain = {(r["uniq_key"], r["reconsume_times"]) for r in run.received if r["group"] == group and r["phase"] == "drain"}
+    # copies that existed at the snapshot: first deliveries, and the fail group's first retries (the
+    # second ones were sent back after the snapshot)
+    due_later = {u for u, rc in drain if rc == 0 and expected_state(run, sent[u], group) == "scheduled"}
+    now = {u for u, rc in drain if rc == 0} - due_later
+    retries = {u for u, rc in drain if rc == 1}
+    b = cq.backlog(store, run.broker["lifecycle"]["topic"], group, later=True, **subscription(run, group))
+    assert b.will_receive == len(now)
+    assert (b.retry.will_receive if b.retry is not None else 0) == len(retries)
+    assert b.scheduled["will_receive"] == b.scheduled["to_topic"] == len(due_later)
+    assert b.will_receive_later == len(now) + len(retries) + len(due_later)
+    assert sum(b.scheduled["buckets"].values()) == len(due_later)
