@@ -144,7 +144,7 @@ class Backlog:
             due = ", ".join(f"{k} {n:,}" for k, n in self.scheduled["buckets"].items() if n)
             lines.append(f"scheduled: {self.scheduled['will_receive']:,} delay-level copies still due will reach the "
                          f"group (due: {due})")
-        if self.retry is not None or self.scheduled is not None:
+        if self.will_receive_later != self.will_receive:
             lines.append(f"now and later: {self.will_receive_later:,}")
         return "\n".join(lines)
 

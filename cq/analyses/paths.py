@@ -25,6 +25,7 @@ from ..readers.commitlog import Message
 from ..readers.indexfile import IndexFiles
 from ..store.store import Store
 from .why import (
+    _DROPPER,
     DROPPED_BY_EXPIRY,
     INFO,
     MessageNotFoundError,
@@ -312,8 +313,9 @@ def _state_of(store: Store, topic: str, group: str, flt, sub: Subscription, copi
                          f"{seed.queue_offset}) before {group} consumed it: it is lost for this group"), \
             {"dropped_by": w.dropped_by}, steps, w
     if not w.delivered:
-        return FILTERED, (f"{group}'s filter drops it ({w.verdict.split(': ', 1)[1]}): change the subscription "
-                          "or the message's tags/properties to receive it"), {"dropped_by": w.dropped_by}, steps, w
+        return FILTERED, (f"{group}'s filter drops it ({_DROPPER[w.dropped_by]}, the steps below say why): the "
+                          "group never receives it unless its subscription or the message's tags/properties change"), \
+            {"dropped_by": w.dropped_by}, steps, w
     gate = _gate(store, topic, group)
     if gate is not None:
         reason, sentence = gate
