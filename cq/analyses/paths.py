@@ -16,13 +16,10 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
-import numpy as np
-
 from .. import format as fmt
 from ..errors import StoreFormatError
 from ..readers import config as cfg
 from ..readers.commitlog import Message
-from ..readers.indexfile import IndexFiles
 from ..store.store import Store
 from .why import (
     _DROPPER,
@@ -35,6 +32,9 @@ from .why import (
     _key_matches,
     _message_at,
     _parse_offset_msg_id,
+    _scan,
+    check_message_args,
+    open_index,
     resolve_subscription,
     why_unit,
 )
@@ -191,32 +191,11 @@ def _role(msg: Message, topic: str, group: str) -> tuple[str, str | None] | None
     return None
 
 
-def _scan_topics(store: Store, topics: list[str], key: str | None, uniq_key: str | None) -> list[Message]:
-    """Every record of ``topics`` (through their ConsumeQueues) whose key or UNIQ_KEY is the one asked."""
-    log = store.commit_log
-    lo, hi = log.min_offset, log.max_offset
-    found = []
-    for topic in topics:
-        for q in store.queue_ids(topic):
-            with store.queue_readers(topic, q, ext=False) as (cqueue, _ext):
-                for _first, units in cqueue.iter_batches(1 << 16):
-                    offs = units["commit_log_offset"].astype(np.int64)
-                    ok = (offs >= lo) & (offs + units["size"].astype(np.int64) <= hi)
-                    for off, props in zip(offs[ok].tolist(), log.gather_properties(offs[ok])):
-                        if props is not None and _key_matches(props, key, uniq_key):
-                            found.append(log.read_message(off))
-    return found
-
-
 def _lookup(store: Store, topics: list[str], key: str | None, uniq_key: str | None) -> tuple[list[Message], str, str]:
     """Records of ``topics`` with the key or UNIQ_KEY: through the IndexFiles, else a scan (and why)."""
     wanted = uniq_key if uniq_key is not None else key
     what = f"UNIQ_KEY {wanted!r}" if uniq_key is not None else f"key {wanted!r}"
-    why_scan = "the store has no index files"
-    try:
-        index = IndexFiles(store.root)
-    except StoreFormatError as exc:
-        index, why_scan = None, f"its index files cannot be read ({exc})"
+    index, why_scan = open_index(store)
     if index is not None and len(index):
         found: dict[int, Message] = {}
         try:
@@ -232,7 +211,7 @@ def _lookup(store: Store, topics: list[str], key: str | None, uniq_key: str | No
             return list(found.values()), "index", f"{what} found in the index files under {', '.join(where)}"
         why_scan = f"{what} is not in the index files under {', '.join(topics)}"
     present = [t for t in topics if t in store.topics()]
-    found_list = _scan_topics(store, present, key, uniq_key)
+    found_list = [m for t in present for m in _scan(store, t, key, uniq_key)]
     if not found_list:
         return [], "scan", f"a scan of topic {', '.join(present)} found no {what} ({why_scan})"
     where = sorted({m.topic for m in found_list})
@@ -483,13 +462,7 @@ def why_every_copy(store: Store, topic: str, group: str, *, sql: str | None = No
     cq.readers.config.ConfigFormatError
         A progress file (``delayOffset.json``, ``consumerOffset.json``, ...) is malformed: names it and the place.
     """
-    given = [queue_offset is not None or queue_id is not None, msg_id is not None, key is not None]
-    if sum(given) != 1:
-        raise ValueError("give queue_id with queue_offset, or msg_id, or key")
-    if given[0] and (queue_id is None or queue_offset is None):
-        raise ValueError("queue_id and queue_offset go together")
-    if sql is not None and tags is not None:
-        raise ValueError("give sql or tags, not both")
+    given = check_message_args(queue_id, queue_offset, msg_id, key, sql, tags)
     flt, sub = resolve_subscription(store, topic, group, sql=sql, tags=tags, bloom_filter=bloom_filter,
                                     filter_support_retry=filter_support_retry)
     now_ms = int(time.time() * 1000) if now_ms is None else now_ms

@@ -627,6 +627,14 @@ def _scan(store: Store, topic: str, key: str | None, uniq_key: str | None) -> li
     return found
 
 
+def open_index(store: Store) -> tuple[IndexFiles | None, str]:
+    """The store's IndexFiles (None when they cannot be read) and what to say when a scan replaces them."""
+    try:
+        return IndexFiles(store.root), "the store has no index files"
+    except StoreFormatError as exc:
+        return None, f"its index files cannot be read ({exc})"
+
+
 def find_messages(store: Store, topic: str, *, msg_id: str | None = None,
                   key: str | None = None) -> tuple[list[Message], str, str]:
     """Messages of ``topic`` by offset message id, ``UNIQ_KEY`` (given as ``msg_id``) or key.
@@ -656,11 +664,7 @@ def find_messages(store: Store, topic: str, *, msg_id: str | None = None,
     uniq_key = msg_id
     wanted = msg_id if msg_id is not None else key
     what = f"UNIQ_KEY {wanted!r}" if msg_id is not None else f"key {wanted!r}"
-    why_scan = "the store has no index files"
-    try:
-        index = IndexFiles(store.root)
-    except StoreFormatError as exc:
-        index, why_scan = None, f"its index files cannot be read ({exc})"
+    index, why_scan = open_index(store)
     if index is not None and len(index):
         try:
             candidates = index.query(topic, wanted)
@@ -684,6 +688,19 @@ def find_messages(store: Store, topic: str, *, msg_id: str | None = None,
                                    "and a scan of the topic found none")
     found.sort(key=lambda m: m.commit_log_offset)
     return found, "scan", f"{what} found by scanning topic {topic}: {why_scan}"
+
+
+def check_message_args(queue_id, queue_offset, msg_id, key, sql, tags) -> list[bool]:
+    """Which way a message is named (``[by queue offset, by msg_id, by key]``, exactly one true);
+    ValueError when none or several are, or both sql and tags are given."""
+    given = [queue_offset is not None or queue_id is not None, msg_id is not None, key is not None]
+    if sum(given) != 1:
+        raise ValueError("give queue_id with queue_offset, or msg_id, or key")
+    if given[0] and (queue_id is None or queue_offset is None):
+        raise ValueError("queue_id and queue_offset go together")
+    if sql is not None and tags is not None:
+        raise ValueError("give sql or tags, not both")
+    return given
 
 
 def why(store: Store, topic: str, group: str, *, sql: str | None = None, tags: str | None = None,
@@ -734,13 +751,7 @@ def why(store: Store, topic: str, group: str, *, sql: str | None = None, tags: s
     >>> w.delivered, w.dropped_by  # doctest: +SKIP
     (False, 'consume_queue')
     """
-    given = [queue_offset is not None or queue_id is not None, msg_id is not None, key is not None]
-    if sum(given) != 1:
-        raise ValueError("give queue_id with queue_offset, or msg_id, or key")
-    if given[0] and (queue_id is None or queue_offset is None):
-        raise ValueError("queue_id and queue_offset go together")
-    if sql is not None and tags is not None:
-        raise ValueError("give sql or tags, not both")
+    given = check_message_args(queue_id, queue_offset, msg_id, key, sql, tags)
     flt, sub = resolve_subscription(store, topic, group, sql=sql, tags=tags, bloom_filter=bloom_filter,
                                     filter_support_retry=filter_support_retry)
     if given[0]:
