@@ -59,12 +59,13 @@ PERM_READ = 1 << 2
 
 #: Roles of a copy.
 ROLE_TOPIC, ROLE_SCHEDULED, ROLE_HALF, ROLE_CHECK_MAX = "topic", "scheduled", "transaction_half", "check_max"
+ROLE_TIMER = "timer"
 ROLE_RETRY, ROLE_DLQ = "retry", "dead_letter"
 
 
 def group_topics(topic: str, group: str) -> list[str]:
     """The topics a copy of a message of ``topic`` can be in, for ``group`` (docs/paths.md)."""
-    return [topic, fmt.SCHEDULE_TOPIC, fmt.TRANS_HALF_TOPIC, fmt.TRANS_CHECK_MAX_TIME_TOPIC,
+    return [topic, fmt.SCHEDULE_TOPIC, fmt.TIMER_TOPIC, fmt.TRANS_HALF_TOPIC, fmt.TRANS_CHECK_MAX_TIME_TOPIC,
             fmt.RETRY_GROUP_TOPIC_PREFIX + group, fmt.DLQ_GROUP_TOPIC_PREFIX + group]
 
 
@@ -180,6 +181,8 @@ def _role(msg: Message, topic: str, group: str) -> tuple[str, str | None] | None
         return ROLE_TOPIC, real
     if msg.topic == fmt.SCHEDULE_TOPIC and real in (topic, retry_topic):
         return ROLE_SCHEDULED, real
+    if msg.topic == fmt.TIMER_TOPIC and real == topic:
+        return ROLE_TIMER, real
     if msg.topic == fmt.TRANS_HALF_TOPIC and real == topic:
         return ROLE_HALF, real
     if msg.topic == fmt.TRANS_CHECK_MAX_TIME_TOPIC and real == topic:
@@ -269,6 +272,13 @@ def _gate(store: Store, topic: str, group: str) -> tuple[str, str] | None:
         return "topic_not_readable", (f"topic {topic} is not readable (perm {perm} in config/{cfg.TOPICS_FILE} "
                                       "lacks the read bit): the broker answers every pull with NO_PERMISSION")
     return None
+
+
+def _int_property(m: Message, name: str) -> int | None:
+    try:
+        return int(m.properties[name])
+    except (KeyError, ValueError):
+        return None
 
 
 def _committed(store: Store, group: str, topic: str, queue_id: int) -> int | None:
@@ -386,6 +396,16 @@ def _before_topic(store: Store, topic: str, group: str, by_role: dict, steps: li
                 return SCHEDULED, (f"it is scheduled (delay level {ev['level']}): the broker delivers it to {topic} "
                                    f"at {due}; nothing to do but wait"), \
                     {"due_at_ms": due, "delay_level": ev["level"]}, steps, None
+    timers = by_role.get(ROLE_TIMER, [])
+    if timers:
+        m = timers[-1].message
+        due = _int_property(m, fmt.PROPERTY_TIMER_OUT_MS)
+        steps.append(_step("timer", "Timer message", "not_fired",
+                           f"a copy is in {fmt.TIMER_TOPIC} (queue {m.queue_id} offset {m.queue_offset}, "
+                           f"{fmt.PROPERTY_TIMER_OUT_MS} {due}) and none is in {topic} yet: the timer has not fired",
+                           {"queue_offset": m.queue_offset, "due_at_ms": due}))
+        return SCHEDULED, (f"it is a timer message: the broker delivers it to {topic} at {due}; nothing to do but "
+                           "wait"), {"due_at_ms": due, "timer": True}, steps, None
     halves = by_role.get(ROLE_HALF, []) + by_role.get(ROLE_CHECK_MAX, [])
     if halves:
         resolved = _resolved_halves(store)

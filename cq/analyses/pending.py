@@ -4,7 +4,9 @@
 
 - ``scheduled``: every ``SCHEDULE_TOPIC_XXXX`` copy (delay levels and the retries on their way to
   a ``%RETRY%`` topic) with its real topic, its due time (the unit's tags code) and whether the
-  broker's schedule service has delivered it (``config/delayOffset.json``);
+  broker's schedule service has delivered it (``config/delayOffset.json``); and every timer copy
+  (``rmq_sys_wheel_timer``, due at its ``TIMER_OUT_MS``), delivered once its real topic holds a
+  record of its ``UNIQ_KEY``;
 - ``transactions``: one row per transaction half (``RMQ_SYS_TRANS_HALF_TOPIC``, its re-put
   copies counted as checks) with its status: ``committed`` (a COMMIT record of its ``UNIQ_KEY``
   is in the real topic), ``rolled_back`` (an op record resolves one of its copies, no commit),
@@ -31,7 +33,7 @@ __all__ = ["COLUMNS", "TABLES", "pending"]
 #: source maps them to Spark's types; every column may be NULL).
 COLUMNS: dict[str, tuple[tuple[str, str], ...]] = {
     "scheduled": (
-        ("delay_level", "int"), ("queue_offset", "long"), ("status", "string"), ("due_at_ms", "long"),
+        ("kind", "string"), ("delay_level", "int"), ("queue_offset", "long"), ("status", "string"), ("due_at_ms", "long"),
         ("real_topic", "string"), ("real_queue_id", "int"), ("retry_topic", "string"), ("uniq_key", "string"),
         ("keys", "string"), ("tags", "string"), ("reconsume_times", "int"), ("store_timestamp", "long"),
         ("commit_log_offset", "long"), ("msg_id", "string"),
@@ -51,6 +53,8 @@ COLUMNS: dict[str, tuple[tuple[str, str], ...]] = {
 }
 TABLES = tuple(COLUMNS)
 
+#: ``kind`` of a scheduled row: a delay-level copy (``SCHEDULE_TOPIC_XXXX``) or a 5.x timer copy.
+KIND_DELAY, KIND_TIMER = "delay_level", "timer"
 #: ``status`` values.
 SCHEDULED, DELIVERED = "scheduled", "delivered"
 COMMITTED, ROLLED_BACK, CHECK_LIMIT, UNRESOLVED = "committed", "rolled_back", "check_limit", "unresolved"
@@ -83,11 +87,26 @@ def scheduled_rows(store: Store) -> list[dict]:
         level = q + 1
         p = m.properties
         rows.append({
-            "delay_level": level, "queue_offset": m.queue_offset,
+            "kind": KIND_DELAY, "delay_level": level, "queue_offset": m.queue_offset,
             "status": SCHEDULED if m.queue_offset >= delay.get(level, 0) else DELIVERED, "due_at_ms": due,
             "real_topic": p.get(fmt.PROPERTY_REAL_TOPIC), "real_queue_id": _int(p.get(fmt.PROPERTY_REAL_QUEUE_ID)),
             "retry_topic": p.get(fmt.PROPERTY_RETRY_TOPIC), "uniq_key": p.get(fmt.PROPERTY_UNIQ_KEY),
             "keys": p.get(fmt.PROPERTY_KEYS), "tags": p.get(fmt.PROPERTY_TAGS), "reconsume_times": m.reconsume_times,
+            "store_timestamp": m.store_timestamp, "commit_log_offset": m.commit_log_offset, "msg_id": m.msg_id,
+        })
+    for _q, m, _slot in _records(store, fmt.TIMER_TOPIC):
+        p = m.properties
+        real, uniq = p.get(fmt.PROPERTY_REAL_TOPIC), p.get(fmt.PROPERTY_UNIQ_KEY)
+        fired = False
+        if real is not None and uniq is not None and real in store.topics():
+            found, _how, _note = _lookup(store, [real], None, uniq)
+            fired = bool(found)
+        rows.append({
+            "kind": KIND_TIMER, "delay_level": None, "queue_offset": m.queue_offset,
+            "status": DELIVERED if fired else SCHEDULED, "due_at_ms": _int(p.get(fmt.PROPERTY_TIMER_OUT_MS)),
+            "real_topic": real, "real_queue_id": _int(p.get(fmt.PROPERTY_REAL_QUEUE_ID)),
+            "retry_topic": p.get(fmt.PROPERTY_RETRY_TOPIC), "uniq_key": uniq, "keys": p.get(fmt.PROPERTY_KEYS),
+            "tags": p.get(fmt.PROPERTY_TAGS), "reconsume_times": m.reconsume_times,
             "store_timestamp": m.store_timestamp, "commit_log_offset": m.commit_log_offset, "msg_id": m.msg_id,
         })
     return rows

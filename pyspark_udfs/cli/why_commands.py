@@ -24,7 +24,7 @@ def add_parsers(subparsers) -> None:
         "why",
         help="walk one message through every step of the broker's filter for a consumer group",
         description=textwrap.fill("Say where one message is for a consumer group, and why: every copy of it in the store "
-                    "(its topic, SCHEDULE_TOPIC_XXXX, the transaction half topics, the group's %%RETRY%% and "
+                    "(its topic, SCHEDULE_TOPIC_XXXX, rmq_sys_wheel_timer, the transaction half topics, the group's %%RETRY%% and "
                     "%%DLQ%% topics; through the IndexFiles, or a scan that says so) and its state (consumed, "
                     "pending, filtered, scheduled, uncommitted, rolled_back, retrying, dead_letter, gated, "
                     "expired) in one sentence first; then the copy in the topic through the broker's filter: the "
@@ -75,8 +75,8 @@ def add_parsers(subparsers) -> None:
         help="the broker's pending work: scheduled copies, transaction halves, dead letters",
         description=textwrap.fill(
             "Print, from a store alone, what the broker still has to do or gave up on: every "
-            "SCHEDULE_TOPIC_XXXX copy with its real topic, due time and status (scheduled, or delivered "
-            "per config/delayOffset.json); every transaction half with its status (committed, rolled_back, "
+            "SCHEDULE_TOPIC_XXXX and timer copy with its real topic, due time and status (scheduled, or "
+            "delivered per config/delayOffset.json or, for a timer, its real topic); every transaction half with its status (committed, rolled_back, "
             "check_limit, unresolved), check count and age; every %%DLQ%% record with its origin message "
             "id, reconsume times and the original's store time. The data source's table option "
             "(scheduled, transactions, dead_letters) gives the same rows.", 88),

@@ -711,21 +711,23 @@ def _life_subscribe_all(h: Harness, phase: str) -> None:
 
 
 def scenario_lifecycle(h: Harness) -> None:
-    """The paths a message takes besides its queue: delay levels, transactions, retries, a DLQ.
+    """The paths a message takes besides its queue: delay levels, timers, transactions, retries, a DLQ.
 
     Every group consumes while a first batch is sent: plain messages (some with ``fail=true``,
     which GID_LIFE_FAIL fails until they reach its DLQ), delay-level messages (levels 1 to 3),
-    and transactional ones committed, rolled back or left unknown (the producer answers UNKNOW to
-    every check). GID_LIFE_OFF is disabled (``consumeEnable=false``) and receives nothing. Then
-    ``fail=true`` messages that GID_LIFE_FAIL fails once (their retries still on the way at the
-    snapshot); the consumers stop; plain messages (pending at the snapshot) and delay-level-18
-    messages (still scheduled at the snapshot) are sent; the store is copied; the consumers drain,
-    the far delays included. ``broker.json`` gets ``lifecycle`` = ``{topic, fail_group,
-    off_group, max_reconsume_times, delay_levels_s, tx_checks}``.
+    timer messages (``TIMER_DELIVER_MS`` 2 to 3.5 s ahead) and transactional ones committed,
+    rolled back or left unknown (the producer answers UNKNOW to every check). GID_LIFE_OFF is
+    disabled (``consumeEnable=false``) and receives nothing. Then ``fail=true`` messages that
+    GID_LIFE_FAIL fails once (their retries still on the way at the snapshot); the consumers stop;
+    plain messages (pending at the snapshot), delay-level-18 messages and 18 s timer messages
+    (still scheduled at the snapshot) are sent; the store is copied; the consumers drain, the far
+    delays included. ``broker.json`` gets ``lifecycle`` = ``{topic, fail_group, off_group,
+    max_reconsume_times, delay_levels_s, tx_checks}``.
     """
     h.start_namesrv()
     h.add_broker("broker-a", enablePropertyFilter="true", transactionCheckInterval=5000,
-                 transactionTimeOut=2000, flushConsumerOffsetInterval=500, flushDelayOffsetInterval=500)
+                 transactionTimeOut=2000, flushConsumerOffsetInterval=500, flushDelayOffsetInterval=500,
+                 timerWheelEnable="true")
     h.start_broker("broker-a")
     h.start_client()
     h.create_topic(LIFE_TOPIC, 2)
@@ -737,6 +739,7 @@ def scenario_lifecycle(h: Harness) -> None:
         m["properties"]["fail"] = "true"
     h.send(plain)
     h.send([m | {"delay_level": 1 + i % 3} for i, m in enumerate(life_messages("delay", 9))])
+    h.send([m | {"timer_delay_ms": 2000 + 500 * i} for i, m in enumerate(life_messages("timer", 4))])
     txs = life_messages("tx", 9)
     for i, m in enumerate(txs):
         m["tx"] = ("commit", "rollback", "unknown")[i % 3]
@@ -755,6 +758,7 @@ def scenario_lifecycle(h: Harness) -> None:
     h.unsubscribe(list(LIFE_GROUPS))     # the fail group's retries stay on their way
     h.send(life_messages("pending", 6))
     h.send([m | {"delay_level": LIFE_FAR_LEVEL} for m in life_messages("far", 3)])
+    h.send([m | {"timer_delay_ms": LIFE_FAR_LEVEL * 1000} for m in life_messages("far-timer", 2)])
     far_sent = time.time()
     time.sleep(1.5)            # consumerOffset.json and delayOffset.json flushed
     tx_checks = h.client("tx_checks")["checks"]

@@ -46,6 +46,10 @@ def expected_state(run, sent: dict, group: str) -> str:
         assert abs(due - run.broker["snapshot_ms"]) > 1000, sent
         if due > run.broker["snapshot_ms"]:
             return "scheduled"
+    if sent.get("timer_delay_ms"):
+        assert abs(sent["deliver_ms"] - run.broker["snapshot_ms"]) > 1000, sent
+        if sent["deliver_ms"] > run.broker["snapshot_ms"]:
+            return "scheduled"
     lines = [r for r in run.received if r["group"] == group and r["uniq_key"] == sent["uniq_key"]]
     if group == life["off_group"]:
         assert not lines       # a disabled group receives nothing
@@ -90,7 +94,9 @@ def test_state_fields_match_the_store_and_the_sends(run, store):
     topic, fail = life["topic"], life["fail_group"]
     for s in run.sent:
         [p] = why_every_copy(store, topic, fail, tags="*", msg_id=s["uniq_key"])
-        if p.state == "scheduled":
+        if p.state == "scheduled" and s.get("timer_delay_ms"):
+            assert p.fields["timer"] and abs(p.fields["due_at_ms"] - s["deliver_ms"]) < 1000
+        elif p.state == "scheduled":
             level = s["delay_level"]
             assert p.fields["delay_level"] == level
             # the SCHEDULE unit's tags code is the delivery time: store time + the level's delay
@@ -117,11 +123,12 @@ def test_cli_by_offset_id_key_and_queue_offset(run, capsys):
         assert cli.main([*base, "--key", s["keys"][0], "--json"]) == 0
         [doc] = json.loads(capsys.readouterr().out)
         assert doc["state"] == want and doc["uniq_key"] == s["uniq_key"], (s, doc["state"])
-        if s.get("msg_id") and not s.get("delay_level"):
+        if s.get("msg_id") and not s.get("delay_level") and not s.get("timer_delay_ms"):
             assert cli.main([*base, "--msg-id", s["msg_id"], "--json"]) == 0
             [doc] = json.loads(capsys.readouterr().out)
             assert doc["state"] == want and doc["found_by"] == "msg_id"
-        if want in ("consumed", "pending", "dead_letter", "retrying") and not s.get("tx") and not s.get("delay_level"):
+        if want in ("consumed", "pending", "dead_letter", "retrying") and not s.get("tx") and not s.get("delay_level") \
+                and not s.get("timer_delay_ms"):
             assert cli.main([*base, "--queue", str(s["queue_id"]), "--offset", str(s["queue_offset"])]) == 0
             out = capsys.readouterr().out
             assert out.startswith(f"state     {want.upper()}: "), out[:200]
@@ -132,10 +139,19 @@ def test_pending_rows_are_the_sends_outstanding_at_the_snapshot(run, store):
     life = run.broker["lifecycle"]
     topic = life["topic"]
     rows = pending(store, "scheduled")
-    still = {r["uniq_key"] for r in rows if r["status"] == "scheduled" and r["real_topic"] == topic}
-    assert still == {s["uniq_key"] for s in run.sent if expected_state(run, s, life["fail_group"]) == "scheduled"}
+    for kind, field in (("delay_level", "delay_level"), ("timer", "timer_delay_ms")):
+        still = {r["uniq_key"] for r in rows if r["status"] == "scheduled" and r["real_topic"] == topic
+                 and r["kind"] == kind}
+        assert still == {s["uniq_key"] for s in run.sent if s.get(field)
+                         and expected_state(run, s, life["fail_group"]) == "scheduled"}, kind
+    sent = {s["uniq_key"]: s for s in run.sent}
     for r in rows:
-        assert r["due_at_ms"] == r["store_timestamp"] + life["delay_levels_s"][r["delay_level"] - 1] * 1000
+        if r["kind"] == "delay_level":
+            assert r["due_at_ms"] == r["store_timestamp"] + life["delay_levels_s"][r["delay_level"] - 1] * 1000
+        else:   # the time the producer asked for (TIMER_DELIVER_MS), as the broker rounds it
+            assert abs(r["due_at_ms"] - sent[r["uniq_key"]]["deliver_ms"]) < 1000, r
+    assert {r["uniq_key"] for r in rows if r["kind"] == "timer"} == {s["uniq_key"] for s in run.sent
+                                                                    if s.get("timer_delay_ms")}
     decided = {"commit": "committed", "rollback": "rolled_back", "unknown": "unresolved"}
     txs = {r["uniq_key"]: r for r in pending(store, "transactions")}
     assert {u: r["status"] for u, r in txs.items()} == {s["uniq_key"]: decided[s["tx"]] for s in run.sent if "tx" in s}
@@ -144,7 +160,6 @@ def test_pending_rows_are_the_sends_outstanding_at_the_snapshot(run, store):
     dead = pending(store, "dead_letters")
     assert {(r["group"], r["uniq_key"]) for r in dead} == {
         (life["fail_group"], s["uniq_key"]) for s in run.sent if expected_state(run, s, life["fail_group"]) == "dead_letter"}
-    sent = {s["uniq_key"]: s for s in run.sent}
     for r in dead:   # the origin is the send's own record
         assert (r["origin_msg_id"], r["origin_topic"]) == (sent[r["uniq_key"]]["msg_id"], topic)
         assert r["reconsume_times"] == life["max_reconsume_times"] + 1 and r["first_store_ms"] <= r["store_timestamp"]

@@ -240,6 +240,10 @@ public final class Client {
         if (m.containsKey("delay_level")) {
             msg.setDelayTimeLevel(m.getIntValue("delay_level"));
         }
+        // A 5.x timer message: delivered timer_delay_ms after it is sent (TIMER_DELIVER_MS).
+        if (m.containsKey("timer_delay_ms")) {
+            msg.setDeliverTimeMs(System.currentTimeMillis() + m.getLongValue("timer_delay_ms"));
+        }
         String body = m.getString("body");
         msg.setBody((body == null ? "" : body).getBytes(StandardCharsets.UTF_8));
         return msg;
@@ -254,6 +258,10 @@ public final class Client {
         line.put("properties", m.getJSONObject("properties"));
         if (m.containsKey("delay_level")) {
             line.put("delay_level", m.getIntValue("delay_level"));
+        }
+        if (m.containsKey("timer_delay_ms")) {
+            line.put("timer_delay_ms", m.getLongValue("timer_delay_ms"));
+            line.put("deliver_ms", Long.parseLong(msg.getProperty("TIMER_DELIVER_MS")));
         }
         line.put("outcome", outcome);
         line.put("sent_ms", System.currentTimeMillis());
