@@ -66,11 +66,11 @@ def _records(store: Store, topic: str) -> Iterator[tuple[int, Message, int]]:
         return
     log = store.commit_log
     for q in store.queue_ids(topic):
-        cqueue = store.consume_queue(topic, q)
-        for off in range(cqueue.min_offset, cqueue.max_offset):
-            phys, size, slot = cqueue.unit(off)
-            if log.min_offset <= phys and phys + size <= log.max_offset:
-                yield q, log.read_message(phys), slot
+        with store.queue_readers(topic, q, ext=False) as (cqueue, _ext):  # one queue's files open at a time
+            for off in range(cqueue.min_offset, cqueue.max_offset):
+                phys, size, slot = cqueue.unit(off)
+                if log.min_offset <= phys and phys + size <= log.max_offset:
+                    yield q, log.read_message(phys), slot
 
 
 def _int(text: str | None) -> int | None:
