@@ -278,6 +278,22 @@ CRC32_RESERVED_LEN = 20
 KEY_SEPARATOR = " "
 RETRY_GROUP_TOPIC_PREFIX = "%RETRY%"
 SCHEDULE_TOPIC = "SCHEDULE_TOPIC_XXXX"
+# The paths a message takes besides its topic (docs/paths.md): system topics and the
+# properties the broker adds when it moves a message there.
+DLQ_GROUP_TOPIC_PREFIX = "%DLQ%"
+TIMER_TOPIC = "rmq_sys_wheel_timer"
+TRANS_HALF_TOPIC = "RMQ_SYS_TRANS_HALF_TOPIC"
+TRANS_OP_HALF_TOPIC = "RMQ_SYS_TRANS_OP_HALF_TOPIC"
+TRANS_CHECK_MAX_TIME_TOPIC = "TRANS_CHECK_MAX_TIME_TOPIC"
+#: The tag of a transaction op record (its body: the half's queue offsets joined by ",").
+TRANS_OP_TAG = "d"
+PROPERTY_REAL_TOPIC = "REAL_TOPIC"
+PROPERTY_REAL_QUEUE_ID = "REAL_QID"
+PROPERTY_TRANSACTION_PREPARED = "TRAN_MSG"
+PROPERTY_TRANSACTION_CHECK_TIMES = "TRANSACTION_CHECK_TIMES"
+PROPERTY_PRODUCER_GROUP = "PGROUP"
+PROPERTY_ORIGIN_MESSAGE_ID = "ORIGIN_MESSAGE_ID"
+PROPERTY_TIMER_OUT_MS = "TIMER_OUT_MS"
 
 _I32 = struct.Struct(">i")
 _I16 = struct.Struct(">h")

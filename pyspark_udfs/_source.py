@@ -25,6 +25,7 @@ from pyspark.sql.types import (
 import bloom
 import cq
 import selector
+from cq.analyses.pending import COLUMNS as PENDING_COLUMNS
 from cq.filter.custom import ON_FILTER_ERROR, load_filter
 from cq.filter.layers import Layers
 from cq.store.cluster import store_roots
@@ -40,7 +41,11 @@ from ._plan import (
     share_size,
 )
 
-TABLES = ("messages", "consumequeue")
+#: The broker's pending work (cq.analyses.pending, docs/paths.md#pending): whole-store tables, one row per
+#: scheduled copy, transaction or dead letter, the same rows ``rmqfilter pending`` prints.
+PENDING_TABLES = tuple(PENDING_COLUMNS)
+TABLES = ("messages", "consumequeue", *PENDING_TABLES)
+_PENDING_TYPES = {"string": StringType(), "int": IntegerType(), "long": LongType()}
 LAYER2 = ("reader", "spark")
 #: ``stale_after``'s default: a task reading a cut planned a minute ago, of a store that moved on, says so
 DEFAULT_STALE_AFTER = 60.0
@@ -238,6 +243,13 @@ class ReadOptions:
         table = options.get("table", "messages").strip().lower()
         if table not in TABLES:
             raise ValueError(f"rocketmq option 'table': expected one of {', '.join(TABLES)}, got {table!r}")
+        if table in PENDING_TABLES:
+            clash = sorted(k for k in ("topic", "group", "sql", "tags", "decisions", "from_committed", "filter",
+                                       "pushdown", "layer2") if options.get(k) not in (None, ""))
+            if clash:
+                raise ValueError(f"rocketmq option table={table!r} reads the broker's pending work of the whole "
+                                 f"store: option(s) {', '.join(clash)} do not apply to it")
+            return cls(path=os.path.abspath(path), table=table)
         partition_units = positive_int_option(options, "partition_units")
         min_partitions = positive_int_option(options, "min_partitions")
         stale_after = _seconds_option(options, "stale_after", DEFAULT_STALE_AFTER)
@@ -322,6 +334,8 @@ class ReadOptions:
 
     def schema(self) -> StructType:
         """The Spark schema these options produce."""
+        if self.table in PENDING_TABLES:
+            return StructType([StructField(n, _PENDING_TYPES[t], True) for n, t in PENDING_COLUMNS[self.table]])
         fields = list(_MESSAGE_FIELDS if self.table == "messages" else _CONSUMEQUEUE_FIELDS)
         if self.brokers:
             fields.insert(0, _BROKER_FIELD)

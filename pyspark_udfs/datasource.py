@@ -13,7 +13,11 @@ Options (all strings, parsed once when the reader is made):
 ``table``
     ``messages`` (default): each ConsumeQueue unit joined to its CommitLog
     record. ``consumequeue``: the units and their ConsumeQueueExt fields only
-    (the CommitLog is not read).
+    (the CommitLog is not read). ``scheduled``, ``transactions``,
+    ``dead_letters``: the broker's pending work in the whole store (delay-level
+    copies with their due time and status, transaction halves with their
+    status, dead letters with their origin), the rows ``rmqfilter pending``
+    prints (docs/paths.md#pending); they take no other option.
 ``group`` with ``sql`` or ``tags``
     Apply the broker's two-layer filter for that consumer group inside the
     reader: only the messages the group would receive come out (both tables
@@ -128,6 +132,7 @@ from pyspark.sql.datasource import (
     GreaterThan,
     GreaterThanOrEqual,
     In,
+    InputPartition,
     LessThan,
     LessThanOrEqual,
 )
@@ -145,6 +150,7 @@ from ._source import (
     LAYER2,
     ON_CORRUPT,
     ON_FILTER_ERROR,
+    PENDING_TABLES,
     TABLES,
     ConsumeQueueSlice,
     ReadOptions,
@@ -175,6 +181,8 @@ class RocketMQDataSource(DataSource):
         # pushes none (docs/spark.md#pushdown). Spark refuses a reader that
         # implements pushFilters while spark.sql.python.filterPushdown.enabled is false.
         check_schema(self.read_options, schema)
+        if self.read_options.table in PENDING_TABLES:
+            return PendingReader(self.read_options, schema)
         if self.read_options.pushdown:
             return RocketMQPushdownReader(self.read_options, schema)
         return RocketMQReader(self.read_options, schema)
@@ -184,12 +192,38 @@ class RocketMQDataSource(DataSource):
         if self.read_options.brokers:
             raise ValueError("rocketmq streaming reads one store: give one store root, not several "
                              "(docs/reading.md#clusters)")
+        if self.read_options.table in PENDING_TABLES:
+            raise ValueError(f"rocketmq option table={self.read_options.table!r} is a batch table (the broker's "
+                             "pending work at one moment), not a stream")
         from pyspark_udfs.streaming import (  # lazy: batch reads never load it
             RocketMQStreamReader,
             StreamOptions,
         )
 
         return RocketMQStreamReader(StreamOptions.parse(self.options, self.read_options), schema)
+
+
+class PendingReader(DataSourceReader):
+    """``table`` = ``scheduled``, ``transactions`` or ``dead_letters``: the rows of
+    :func:`cq.analyses.pending.pending` (the same ``rmqfilter pending`` prints), read in one task."""
+
+    def __init__(self, options: ReadOptions, schema: StructType) -> None:
+        self.options = options
+        self.names = [f.name for f in schema.fields]
+
+    def partitions(self) -> Sequence[InputPartition]:
+        return [InputPartition(0)]
+
+    def read(self, partition: InputPartition):
+        from cq.analyses.pending import pending  # lazy: only pending reads need it
+
+        store = cq.Store(self.options.path)
+        try:
+            rows = pending(store, self.options.table)
+        finally:
+            store.close()
+        for r in rows:
+            yield tuple(r[n] for n in self.names)
 
 
 def check_schema(options: ReadOptions, schema: StructType) -> None:

@@ -13,14 +13,22 @@ broker moves such a consumer to the minimum; those units are counted as ``expire
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+import time
+from dataclasses import dataclass, field, replace
 from typing import Any
 
+from .. import format as fmt
 from ..store.cluster import Cluster
 from ..store.store import Store
+from ..tags import tags_code
+from .pending import SCHEDULED, scheduled_rows
 from .why import Subscription, resolve_subscription
 
-__all__ = ["Backlog", "QueueBacklog", "backlog"]
+__all__ = ["DUE_BUCKETS", "Backlog", "QueueBacklog", "backlog"]
+
+#: The due-time buckets of scheduled copies: (label, due at most this long after ``now_ms``, ms).
+DUE_BUCKETS = (("overdue", 0), ("1m", 60_000), ("10m", 600_000), ("1h", 3_600_000), ("1d", 86_400_000),
+               ("later", None))
 
 
 @dataclass(frozen=True)
@@ -70,6 +78,11 @@ class Backlog:
     group: str
     subscription: Subscription
     queues: list[QueueBacklog]
+    #: The group's retry topic (``%RETRY%{group}``, subscribed "*" by the client), when it has units.
+    retry: Backlog | None = None
+    #: Delay-level copies still due whose real topic is the topic or the retry topic and which the
+    #: group's filter lets through: ``{"will_receive", "to_topic", "to_retry", "buckets": {label: n}}``.
+    scheduled: dict | None = field(default=None)
 
     @property
     def lag(self) -> int:
@@ -90,9 +103,23 @@ class Backlog:
         """``{"queues": [{"queue_id", "committed_offset", "max_offset", "lag", "will_receive", "expired"},
         ...], "total": {"lag", "will_receive"}, "expired": n}`` plus topic, group and subscription
         (``total`` keeps its shape; ``expired`` is the units lost to the broker's expiry in all)."""
-        return {"topic": self.topic, "group": self.group, "subscription": self.subscription.to_dict(),
-                "queues": [q.to_dict() for q in self.queues],
-                "total": {"lag": self.lag, "will_receive": self.will_receive}, "expired": self.expired}
+        doc = {"topic": self.topic, "group": self.group, "subscription": self.subscription.to_dict(),
+               "queues": [q.to_dict() for q in self.queues],
+               "total": {"lag": self.lag, "will_receive": self.will_receive}, "expired": self.expired}
+        if self.retry is not None or self.scheduled is not None:
+            doc["retry"] = None if self.retry is None else {
+                "topic": self.retry.topic, "queues": [q.to_dict() for q in self.retry.queues],
+                "total": {"lag": self.retry.lag, "will_receive": self.retry.will_receive}}
+            doc["scheduled"] = self.scheduled
+            doc["will_receive_later"] = self.will_receive_later
+        return doc
+
+    @property
+    def will_receive_later(self) -> int:
+        """What the group receives now (its queues) and later: its retry topic's backlog and the
+        delay-level copies still due to the topic or to its retry topic, through its filter."""
+        retry = self.retry.will_receive if self.retry is not None else 0
+        return self.will_receive + retry + (self.scheduled["will_receive"] if self.scheduled else 0)
 
     def __str__(self) -> str:
         sub = self.subscription
@@ -126,11 +153,20 @@ class Backlog:
                              for q in self.queues if q.expired)
             lines.append(f"expired: {self.expired:,} unit(s) of the broker lag the broker deleted before the group "
                          f"read them (queue {lost}); lost, never received")
+        if self.retry is not None:
+            lines.append(f"retry:     {self.retry.will_receive:,} message(s) wait in {self.retry.topic} (lag "
+                         f"{self.retry.lag:,})")
+        if self.scheduled is not None and self.scheduled["will_receive"]:
+            due = ", ".join(f"{k} {n:,}" for k, n in self.scheduled["buckets"].items() if n)
+            lines.append(f"scheduled: {self.scheduled['will_receive']:,} delay-level copies still due will reach the "
+                         f"group (due: {due})")
+        if self.will_receive_later != self.will_receive:
+            lines.append(f"now and later: {self.will_receive_later:,}")
         return "\n".join(lines)
 
 
 def backlog(store: Store | Cluster, topic: str, group: str, *, sql: str | None = None, tags: str | None = None,
-            queue_ids=None, bloom_filter="default") -> Backlog:
+            queue_ids=None, bloom_filter="default", later: bool = False, now_ms: int | None = None) -> Backlog:
     """Per queue: the group's committed offset, the max offset, the broker's lag and how many
     of those units the group will actually receive (its filter replayed over
     ``[committed, max)``, by :func:`cq.Store.consume`).
@@ -150,16 +186,28 @@ def backlog(store: Store | Cluster, topic: str, group: str, *, sql: str | None =
     cq.analyses.backlog.Backlog
         ``.queues`` (:class:`~cq.analyses.backlog.QueueBacklog`), ``.lag``, ``.will_receive``, ``.expired``,
         ``to_dict()`` (``{"queues": [...], "total": {"lag", "will_receive"}, "expired": n}``), ``str()``.
+        With ``later``, also ``.retry`` (the group's ``%RETRY%`` topic, subscribed ``*``),
+        ``.scheduled`` (delay-level copies still due to the topic or the retry topic that the
+        group's filter lets through, bucketed by due time from ``now_ms``, default now) and
+        ``.will_receive_later``; ``to_dict()`` then has ``retry``, ``scheduled`` and
+        ``will_receive_later`` (docs/paths.md#backlog).
     """
     if isinstance(store, Cluster):
         # each broker's own queues, committed offsets and registration; the totals sum them
+        now_ms = int(time.time() * 1000) if now_ms is None else now_ms
         parts = [(name, backlog(store.stores[name], topic, group, sql=sql, tags=tags, bloom_filter=bloom_filter,
                                 queue_ids=None if queue_ids is None else
-                                [q for b, q in queue_ids if b == name]))
+                                [q for b, q in queue_ids if b == name], later=later, now_ms=now_ms))
                  for name in store.brokers_of(topic)
                  if queue_ids is None or any(b == name for b, _ in queue_ids)]
-        return Backlog(topic, group, parts[0][1].subscription,
-                       [replace(q, broker=name) for name, part in parts for q in part.queues])
+        queues = [replace(q, broker=name) for name, part in parts for q in part.queues]
+        if not later:
+            return Backlog(topic, group, parts[0][1].subscription, queues)
+        retries = [(name, part.retry) for name, part in parts if part.retry is not None]
+        retry = Backlog(retries[0][1].topic, group, retries[0][1].subscription,
+                        [replace(q, broker=name) for name, r in retries for q in r.queues]) if retries else None
+        return Backlog(topic, group, parts[0][1].subscription, queues, retry,
+                       _sum_scheduled([part.scheduled for _, part in parts]))
     flt, sub = resolve_subscription(store, topic, group, sql=sql, tags=tags, bloom_filter=bloom_filter)
     committed = store.committed_offsets(group, topic)
     # one cut for every queue (each queue opened for it and closed after, so thousands of queues
@@ -176,4 +224,42 @@ def backlog(store: Store | Cluster, topic: str, group: str, *, sql: str | None =
             pass
         expired = max(0, min(lo, hi) - c) + result.stats.commit_log_missing
         out.append(QueueBacklog(q, c, lo, hi, hi - c, result.stats.delivered, expired))
-    return Backlog(topic, group, sub, out)
+    if not later:
+        return Backlog(topic, group, sub, out)
+    retry_topic = fmt.RETRY_GROUP_TOPIC_PREFIX + group
+    retry = backlog(store, retry_topic, group, tags="*") if retry_topic in store.topics() else None
+    now_ms = int(time.time() * 1000) if now_ms is None else now_ms
+    return Backlog(topic, group, sub, out, retry, _scheduled(store, topic, retry_topic, flt, now_ms))
+
+
+def _scheduled(store: Store, topic: str, retry_topic: str, flt, now_ms: int) -> dict:
+    """Delay-level copies still due to ``topic`` (through the group's filter: layer 1 on their tags'
+    code, as the unit the broker writes on delivery will hold, then layers 2 and the client's) or to
+    ``retry_topic`` (the client subscribes it with "*"), bucketed by due time."""
+    buckets = dict.fromkeys([label for label, _ in DUE_BUCKETS], 0)
+    to_topic = to_retry = 0
+    for r in scheduled_rows(store):
+        if r["status"] != SCHEDULED or r["real_topic"] not in (topic, retry_topic):
+            continue
+        if r["real_topic"] == topic:
+            msg = store.commit_log.read_message(r["commit_log_offset"])
+            code = tags_code(msg.tags)
+            if not (flt.is_matched_by_consume_queue(code) and flt.is_matched_by_commit_log(msg.properties)
+                    and flt.is_matched_by_client(msg.tags)):
+                continue
+            to_topic += 1
+        else:
+            to_retry += 1
+        ahead = r["due_at_ms"] - now_ms
+        label = next(lb for lb, limit in DUE_BUCKETS if limit is None or ahead <= limit)
+        buckets[label] += 1
+    return {"will_receive": to_topic + to_retry, "to_topic": to_topic, "to_retry": to_retry, "buckets": buckets,
+            "now_ms": now_ms}
+
+
+def _sum_scheduled(parts: list[dict]) -> dict:
+    """The brokers' scheduled copies (:func:`_scheduled`) added up, bucket by bucket."""
+    out = {key: sum(p[key] for p in parts) for key in ("will_receive", "to_topic", "to_retry")}
+    out["buckets"] = {label: sum(p["buckets"][label] for p in parts) for label in parts[0]["buckets"]}
+    out["now_ms"] = parts[0]["now_ms"]
+    return out

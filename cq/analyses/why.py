@@ -633,6 +633,14 @@ def _scan(store: Store, topic: str, key: str | None, uniq_key: str | None) -> li
     return found
 
 
+def open_index(store: Store) -> tuple[IndexFiles | None, str]:
+    """The store's IndexFiles (None when they cannot be read) and what to say when a scan replaces them."""
+    try:
+        return IndexFiles(store.root), "the store has no index files"
+    except StoreFormatError as exc:
+        return None, f"its index files cannot be read ({exc})"
+
+
 def find_messages(store: Store | Cluster, topic: str, *, msg_id: str | None = None,
                   key: str | None = None) -> tuple[list[Message], str, str]:
     """Messages of ``topic`` by offset message id, ``UNIQ_KEY`` (given as ``msg_id``) or key.
@@ -667,11 +675,7 @@ def find_messages(store: Store | Cluster, topic: str, *, msg_id: str | None = No
     uniq_key = msg_id
     wanted = msg_id if msg_id is not None else key
     what = f"UNIQ_KEY {wanted!r}" if msg_id is not None else f"key {wanted!r}"
-    why_scan = "the store has no index files"
-    try:
-        index = IndexFiles(store.root)
-    except StoreFormatError as exc:
-        index, why_scan = None, f"its index files cannot be read ({exc})"
+    index, why_scan = open_index(store)
     if index is not None and len(index):
         try:
             candidates = index.query(topic, wanted)
@@ -715,6 +719,19 @@ def _find_in_cluster(cluster: Cluster, topic: str, msg_id: str | None, key: str 
     if not found:
         raise MessageNotFoundError("no broker of the cluster holds it; " + "; ".join(misses))
     return found, how[0][0], "; ".join(note for _, note in how)
+
+
+def check_message_args(queue_id, queue_offset, msg_id, key, sql, tags) -> list[bool]:
+    """Which way a message is named (``[by queue offset, by msg_id, by key]``, exactly one true);
+    ValueError when none or several are, or both sql and tags are given."""
+    given = [queue_offset is not None or queue_id is not None, msg_id is not None, key is not None]
+    if sum(given) != 1:
+        raise ValueError("give queue_id with queue_offset, or msg_id, or key")
+    if given[0] and (queue_id is None or queue_offset is None):
+        raise ValueError("queue_id and queue_offset go together")
+    if sql is not None and tags is not None:
+        raise ValueError("give sql or tags, not both")
+    return given
 
 
 def why(store: Store | Cluster, topic: str, group: str, *, sql: str | None = None, tags: str | None = None,
@@ -771,13 +788,7 @@ def why(store: Store | Cluster, topic: str, group: str, *, sql: str | None = Non
     >>> w.delivered, w.dropped_by  # doctest: +SKIP
     (False, 'consume_queue')
     """
-    given = [queue_offset is not None or queue_id is not None, msg_id is not None, key is not None]
-    if sum(given) != 1:
-        raise ValueError("give queue_id with queue_offset, or msg_id, or key")
-    if given[0] and (queue_id is None or queue_offset is None):
-        raise ValueError("queue_id and queue_offset go together")
-    if sql is not None and tags is not None:
-        raise ValueError("give sql or tags, not both")
+    given = check_message_args(queue_id, queue_offset, msg_id, key, sql, tags)
     if isinstance(store, Cluster):
         return _why_cluster(store, topic, group, broker, queue_id=queue_id, queue_offset=queue_offset, msg_id=msg_id,
                             key=key, sql=sql, tags=tags, bloom_filter=bloom_filter,

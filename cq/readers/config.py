@@ -39,6 +39,7 @@ __all__ = [
     "CONFIG_DIR",
     "CONSUMER_FILTER_FILE",
     "CONSUMER_OFFSET_FILE",
+    "DELAY_OFFSET_FILE",
     "SUBSCRIPTION_GROUP_FILE",
     "TOPICS_FILE",
     "ConfigFile",
@@ -50,6 +51,7 @@ __all__ = [
     "load_config",
     "parse_fastjson",
     "read_committed_offsets",
+    "read_delay_offsets",
     "read_offset_table",
     "read_registered_filters",
     "read_subscription_groups",
@@ -62,6 +64,7 @@ CONSUMER_FILTER_FILE = "consumerFilter.json"
 CONSUMER_OFFSET_FILE = "consumerOffset.json"
 SUBSCRIPTION_GROUP_FILE = "subscriptionGroup.json"
 TOPICS_FILE = "topics.json"
+DELAY_OFFSET_FILE = "delayOffset.json"
 #: Suffix of the previous version the broker keeps (``MixAll.string2File``).
 BAK_SUFFIX = ".bak"
 #: ``consumerOffset.json`` keys are ``"{topic}@{group}"``.
@@ -726,3 +729,26 @@ def read_subscription_groups(path: str | os.PathLike) -> dict[str, dict]:
 def read_topic_configs(path: str | os.PathLike) -> dict[str, dict]:
     """``topics.json``'s ``topicConfigTable``: topic -> its settings as stored."""
     return load_config(path, _named_table("topicConfigTable")).data or {}
+
+
+# ------------------------------------------------------------------ delayOffset.json
+def _delay_offsets(parsed: Any, src: str) -> dict[int, int]:
+    table = _table(parsed, "offsetTable", src)
+    out: dict[int, int] = {}
+    for level, offset in table.items():
+        where = f"offsetTable.{level}"
+        try:
+            level = int(level)
+        except (TypeError, ValueError):
+            raise ConfigFormatError(f"expected an integer delay level, found {level!r}", src, field=where) from None
+        if not isinstance(offset, int) or isinstance(offset, bool):
+            raise ConfigFormatError(f"expected an integer offset, found {_json_type(offset)}", src, field=where)
+        out[level] = offset
+    return out
+
+
+def read_delay_offsets(path: str | os.PathLike) -> dict[int, int]:
+    """``delayOffset.json``'s table: delay level -> the next ``SCHEDULE_TOPIC_XXXX`` queue offset
+    (queue ``level - 1``) the broker's schedule service will deliver (docs/paths.md#delay-levels).
+    A level the table lacks starts at 0, as on the broker; a missing file gives ``{}``."""
+    return load_config(path, _delay_offsets).data or {}

@@ -7,12 +7,15 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+import textwrap
 
 import cq
 import selector
+from cq.analyses.paths import why_every_copy
+from cq.analyses.pending import COLUMNS, pending
 
 from ._common import error_text, fail, registered_groups, reported_warnings, stdout_closed, topic_store
-from ._options import add_consumer_args, add_json_flag, subscription_conflict
+from ._options import add_consumer_args, add_json_flag, add_store_arg, subscription_conflict
 
 
 def add_parsers(subparsers) -> None:
@@ -20,12 +23,22 @@ def add_parsers(subparsers) -> None:
     why = subparsers.add_parser(
         "why",
         help="walk one message through every step of the broker's filter for a consumer group",
-        description="Say why a consumer group does or does not receive one message: the ConsumeQueue "
-                    "unit; layer 1 (the tags code, or the ext unit's Bloom bitmap with the group's k bits "
-                    "and which are clear; isMsgInLive against the registered bornTime); layer 2 (the "
+        description=textwrap.fill("Say where one message is for a consumer group, and why: every copy of it in the store "
+                    "(its topic, SCHEDULE_TOPIC_XXXX, rmq_sys_wheel_timer, the transaction half topics, the group's %%RETRY%% and "
+                    "%%DLQ%% topics; through the IndexFiles, or a scan that says so) and its state (consumed, "
+                    "pending, filtered, scheduled, uncommitted, rolled_back, retrying, dead_letter, gated, "
+                    "expired) in one sentence first; then the copy in the topic through the broker's filter: the "
+                    "ConsumeQueue unit; layer 1 (the tags code, or the ext unit's Bloom bitmap with the group's k "
+                    "bits and which are clear; isMsgInLive against the registered bornTime); layer 2 (the "
                     "selector's evaluation tree); the client's exact tag re-check; the verdict. Without "
                     "--sql/--tags the group's SQL92 registration is read from the store's "
-                    "config/consumerFilter.json.",
+                    "config/consumerFilter.json.", 88),
+        epilog="examples:\n"
+               "  rmqfilter why STORE --topic Orders --group GID_BILLING --tags 'TagA || TagB' --msg-id UNIQ_KEY\n"
+               "  rmqfilter why STORE --topic Orders --group GID_SQL --key order-42 --json\n"
+               "  rmqfilter why STORE --topic Orders --group GID_SQL --queue 1 --offset 17\n"
+               "docs/why.md and docs/paths.md show the output and each state.",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     add_consumer_args(why, several=True)
     which = why.add_mutually_exclusive_group(required=True)
@@ -50,11 +63,37 @@ def add_parsers(subparsers) -> None:
         description="Read the group's committed offsets (config/consumerOffset.json) and, per queue, "
                     "print the committed offset, the max offset, the broker's lag (max - committed: every "
                     "unit, also those the group's filter drops) and how many units of [committed, max) "
-                    "the group will actually receive (its two-layer filter replayed), with totals.",
+                    "the group will actually receive (its two-layer filter replayed), with totals; then what "
+                    "it will receive later: its %%RETRY%% topic's backlog and the delay-level copies still due "
+                    "to the topic or the retry topic that its filter lets through, bucketed by due time "
+                    "(docs/paths.md#backlog).",
     )
     add_consumer_args(backlog, all_groups=True, several=True)
-    add_json_flag(backlog, '{"queues": [...], "total": {"lag", "will_receive"}, "expired": n} (a list with --all-groups)')
+    add_json_flag(backlog, '{"queues": [...], "total": {"lag", "will_receive"}, "expired": n, "retry", "scheduled", '
+                           '"will_receive_later"} (a list with --all-groups)')
     backlog.set_defaults(func=_run_backlog)
+
+    pend = subparsers.add_parser(
+        "pending",
+        help="the broker's pending work: scheduled copies, transaction halves, dead letters",
+        description=textwrap.fill(
+            "Print, from a store alone, what the broker still has to do or gave up on: every "
+            "SCHEDULE_TOPIC_XXXX and timer copy with its real topic, due time and status (scheduled, or "
+            "delivered per config/delayOffset.json or, for a timer, its real topic); every transaction half with its status (committed, rolled_back, "
+            "check_limit, unresolved), check count and age; every %%DLQ%% record with its origin message "
+            "id, reconsume times and the original's store time. The data source's table option "
+            "(scheduled, transactions, dead_letters) gives the same rows.", 88),
+        epilog="examples:\n"
+               "  rmqfilter pending STORE\n"
+               "  rmqfilter pending STORE --table transactions --json\n"
+               "docs/paths.md#pending describes each column.",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    add_store_arg(pend)
+    pend.add_argument("--table", choices=list(COLUMNS), action="append",
+                      help="only this table (repeatable); default: all three")
+    add_json_flag(pend, '{"scheduled": [...], "transactions": [...], "dead_letters": [...]}')
+    pend.set_defaults(func=_run_pending)
 
 
 def _errors():
@@ -69,12 +108,13 @@ def _run_why(args: argparse.Namespace) -> int:
         return fail(prog, "--queue and --offset go together")
     try:
         with reported_warnings(prog), topic_store(args.store, args.topic) as store:
-            result = cq.why(store, args.topic, args.group, sql=args.sql, tags=args.tags, queue_id=args.queue,
-                               queue_offset=args.offset, msg_id=args.msg_id, key=args.key,
-                               filter_support_retry=args.filter_support_retry,
-                               **({} if args.broker is None else {"broker": args.broker}))
+            result = why_every_copy(store, args.topic, args.group, sql=args.sql, tags=args.tags, queue_id=args.queue,
+                                    queue_offset=args.offset, msg_id=args.msg_id, key=args.key,
+                                    filter_support_retry=args.filter_support_retry, broker=args.broker)
     except _errors() as exc:
         return fail(prog, error_text(exc))
+    if args.queue is not None:
+        result = result[0]
     if args.json:
         doc = [w.to_dict() for w in result] if isinstance(result, list) else result.to_dict()
         return _emit(json.dumps(doc, indent=2, ensure_ascii=False))
@@ -92,13 +132,38 @@ def _run_backlog(args: argparse.Namespace) -> int:
     try:
         with reported_warnings(prog), topic_store(args.store, args.topic) as store:
             groups = registered_groups(store, args.topic) if args.all_groups else [args.group]
-            results = [cq.backlog(store, args.topic, g, sql=args.sql, tags=args.tags) for g in groups]
+            results = [cq.backlog(store, args.topic, g, sql=args.sql, tags=args.tags, later=True) for g in groups]
     except _errors() as exc:
         return fail(prog, error_text(exc))
     if args.json:
         doc = [b.to_dict() for b in results] if args.all_groups else results[0].to_dict()
         return _emit(json.dumps(doc, indent=2, ensure_ascii=False))
     return _emit("\n\n".join(str(b) for b in results))
+
+
+def _run_pending(args: argparse.Namespace) -> int:
+    prog = "rmqfilter pending"
+    tables = args.table or list(COLUMNS)
+    try:
+        with reported_warnings(prog):
+            store = cq.Store(args.store)
+            try:
+                doc = {t: pending(store, t) for t in tables}
+            finally:
+                store.close()
+    except _errors() as exc:
+        return fail(prog, error_text(exc))
+    if args.json:
+        return _emit(json.dumps(doc, indent=2, ensure_ascii=False))
+    parts = []
+    for table, rows in doc.items():
+        names = [n for n, _ in COLUMNS[table]]
+        cells = [names] + [["" if r[n] is None else str(r[n]) for n in names] for r in rows]
+        widths = [max(len(row[i]) for row in cells) for i in range(len(names))]
+        lines = [f"{table}: {len(rows)} row(s)"]
+        lines += ["  " + "  ".join(c.ljust(w) for c, w in zip(row, widths)).rstrip() for row in cells] if rows else []
+        parts.append("\n".join(lines))
+    return _emit("\n\n".join(parts))
 
 
 def _emit(text: str) -> int:

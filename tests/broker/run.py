@@ -41,7 +41,7 @@ STAMP = TARGET / ".harness-stamp"
 LOOPBACK = "127.0.0.1"
 JVM_HEAP = ["-Xms64m", "-Xmx384m", "-XX:MaxDirectMemorySize=256m", "-XX:+UseSerialGC"]
 QUICK_START = ["-XX:TieredStopAtLevel=1"]  # C1 only: starts faster; not for the throughput scenario
-SCENARIOS = ("filters", "crash", "live", "housekeeping", "throughput", "modes", "cluster")
+SCENARIOS = ("filters", "crash", "live", "housekeeping", "throughput", "modes", "cluster", "lifecycle")
 
 
 class HarnessError(RuntimeError):
@@ -698,6 +698,111 @@ def scenario_cluster(h: Harness) -> None:
     receive_in_two_phases(h, CLUSTER_TOPIC, CLUSTER_GROUPS, random.Random(28))
     h.stop_broker("broker-b")            # run() removes broker-a's work store; this one goes here
     shutil.rmtree(h.work / "broker-b" / "store", ignore_errors=True)
+
+
+LIFE_TOPIC = "LifeTopic"
+# Groups of LifeTopic: (type, expression); GID_LIFE_FAIL fails every message with fail=true (two
+# retries, then its DLQ); GID_LIFE_OFF is disabled (consumeEnable=false) before it starts.
+LIFE_GROUPS = {
+    "GID_LIFE_ALL": ("TAG", "*"),
+    "GID_LIFE_A": ("TAG", "TagA"),
+    "GID_LIFE_SQL": ("SQL92", "a > 5"),
+    "GID_LIFE_FAIL": ("TAG", "*"),
+    "GID_LIFE_OFF": ("TAG", "*"),
+}
+LIFE_FAIL_GROUP, LIFE_OFF_GROUP = "GID_LIFE_FAIL", "GID_LIFE_OFF"
+LIFE_MAX_RECONSUME = 2
+LIFE_FAR_LEVEL = 18          # 18 s (add_broker's levels): still scheduled at the snapshot
+
+
+def life_messages(prefix: str, n: int, **extra) -> list[dict]:
+    tags = ["TagA", "TagB"]
+    return [{"topic": LIFE_TOPIC, "tags": tags[i % 2], "keys": [f"{prefix}-{i}"],
+             "properties": {"a": str(i % 10)}, "body": f"{prefix} message {i}", **extra} for i in range(n)]
+
+
+def _life_received(h: Harness) -> list[dict]:
+    with open(h.received_path, encoding="utf-8") as f:
+        return [json.loads(line) for line in f if line.strip()]
+
+
+def _life_wait(h: Harness, what: str, done, timeout_s: float = 90) -> None:
+    deadline = time.time() + timeout_s
+    while not done(_life_received(h)):
+        if time.time() > deadline:
+            raise HarnessError(f"lifecycle: {what} did not happen in {timeout_s:.0f} s")
+        time.sleep(0.3)
+
+
+def _life_subscribe_all(h: Harness, phase: str) -> None:
+    for g, (type_, expression) in LIFE_GROUPS.items():
+        tuning = {"fail_property": "fail", "max_reconsume_times": LIFE_MAX_RECONSUME} if g == LIFE_FAIL_GROUP else {}
+        h.subscribe(g, LIFE_TOPIC, type_, expression, phase, **tuning)
+
+
+def scenario_lifecycle(h: Harness) -> None:
+    """The paths a message takes besides its queue: delay levels, timers, transactions, retries, a DLQ.
+
+    Every group consumes while a first batch is sent: plain messages (some with ``fail=true``,
+    which GID_LIFE_FAIL fails until they reach its DLQ), delay-level messages (levels 1 to 3),
+    timer messages (``TIMER_DELIVER_MS`` 2 to 3.5 s ahead) and transactional ones committed,
+    rolled back or left unknown (the producer answers UNKNOW to every check). GID_LIFE_OFF is
+    disabled (``consumeEnable=false``) and receives nothing. Then ``fail=true`` messages that
+    GID_LIFE_FAIL fails once (their retries still on the way at the snapshot); the consumers stop;
+    plain messages (pending at the snapshot), delay-level-18 messages and 18 s timer messages
+    (still scheduled at the snapshot) are sent; the store is copied; the consumers drain, the far
+    delays included. ``broker.json`` gets ``lifecycle`` = ``{topic, fail_group, off_group,
+    max_reconsume_times, delay_levels_s, tx_checks}``.
+    """
+    h.start_namesrv()
+    # transactionCheckMax far above the checks a slow run makes: an unknown transaction stays a half
+    # (not moved to TRANS_CHECK_MAX_TIME_TOPIC) until the snapshot
+    h.add_broker("broker-a", enablePropertyFilter="true", transactionCheckInterval=5000,
+                 transactionTimeOut=2000, transactionCheckMax=1000, flushConsumerOffsetInterval=500,
+                 flushDelayOffsetInterval=500, timerWheelEnable="true")
+    h.start_broker("broker-a")
+    h.start_client()
+    h.create_topic(LIFE_TOPIC, 2)
+    h.client("disable_group", group=LIFE_OFF_GROUP, brokers=[b["addr"] for b in h.brokers.values()])
+    _life_subscribe_all(h, "live")
+    time.sleep(3)              # the SQL filter registered before the first message
+    plain = life_messages("plain", 20)
+    for m in plain[::5]:
+        m["properties"]["fail"] = "true"
+    h.send(plain)
+    h.send([m | {"delay_level": 1 + i % 3} for i, m in enumerate(life_messages("delay", 9))])
+    h.send([m | {"timer_delay_ms": 2000 + 500 * i} for i, m in enumerate(life_messages("timer", 4))])
+    txs = life_messages("tx", 9)
+    for i, m in enumerate(txs):
+        m["tx"] = ("commit", "rollback", "unknown")[i % 3]
+    h.client("tx_send", out=h.sent_path, messages=txs)
+    fails = {m["keys"][0] for m in plain if m["properties"].get("fail")}
+    _life_wait(h, "the failed messages' last retry", lambda rs: fails <= {
+        r["keys"] for r in rs if r["group"] == LIFE_FAIL_GROUP and r["reconsume_times"] == LIFE_MAX_RECONSUME})
+    time.sleep(4)              # the delays delivered, the DLQ written, a transaction check or two
+    others = [g for g in LIFE_GROUPS if g != LIFE_OFF_GROUP]
+    h.drain(others)
+    retrying = life_messages("retrying", 4, properties={"fail": "true"})
+    h.send(retrying)
+    wanted = {m["keys"][0] for m in retrying}
+    _life_wait(h, "the first failure of the retrying messages", lambda rs: wanted <= {
+        r["keys"] for r in rs if r["group"] == LIFE_FAIL_GROUP})
+    h.unsubscribe(list(LIFE_GROUPS))     # the fail group's retries stay on their way
+    h.send(life_messages("pending", 6))
+    h.send([m | {"delay_level": LIFE_FAR_LEVEL} for m in life_messages("far", 3)])
+    h.send([m | {"timer_delay_ms": LIFE_FAR_LEVEL * 1000} for m in life_messages("far-timer", 2)])
+    far_sent = time.time()
+    time.sleep(1.5)            # consumerOffset.json and delayOffset.json flushed
+    tx_checks = h.client("tx_checks")["checks"]
+    h.snapshot()
+    _life_subscribe_all(h, "drain")
+    time.sleep(max(0.0, far_sent + LIFE_FAR_LEVEL + 3 - time.time()))   # the far delays delivered
+    h.drain(others)
+    h.unsubscribe(list(LIFE_GROUPS))
+    levels = h.brokers["broker-a"]["config"]["messageDelayLevel"].split()
+    h.extra["lifecycle"] = {"topic": LIFE_TOPIC, "fail_group": LIFE_FAIL_GROUP, "off_group": LIFE_OFF_GROUP,
+                            "max_reconsume_times": LIFE_MAX_RECONSUME,
+                            "delay_levels_s": [int(x.rstrip("s")) for x in levels], "tx_checks": tx_checks}
 
 
 def run(scenario: str, out: Path, **kwargs) -> Path:

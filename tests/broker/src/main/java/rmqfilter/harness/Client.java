@@ -28,7 +28,10 @@ import org.apache.rocketmq.client.consumer.store.ReadOffsetType;
 import org.apache.rocketmq.client.exception.MQClientException;
 import org.apache.rocketmq.client.impl.consumer.ProcessQueue;
 import org.apache.rocketmq.client.producer.DefaultMQProducer;
+import org.apache.rocketmq.client.producer.LocalTransactionState;
 import org.apache.rocketmq.client.producer.SendResult;
+import org.apache.rocketmq.client.producer.TransactionListener;
+import org.apache.rocketmq.client.producer.TransactionMQProducer;
 import org.apache.rocketmq.common.TopicConfig;
 import org.apache.rocketmq.common.consumer.ConsumeFromWhere;
 import org.apache.rocketmq.common.message.Message;
@@ -40,6 +43,7 @@ import org.apache.rocketmq.remoting.protocol.admin.ConsumeStats;
 import org.apache.rocketmq.remoting.protocol.admin.OffsetWrapper;
 import org.apache.rocketmq.remoting.protocol.admin.TopicOffset;
 import org.apache.rocketmq.remoting.protocol.ResponseCode;
+import org.apache.rocketmq.remoting.protocol.subscription.SubscriptionGroupConfig;
 import org.apache.rocketmq.tools.admin.DefaultMQAdminExt;
 
 /**
@@ -52,6 +56,8 @@ public final class Client {
     private final PrintStream out;
     private String namesrv;
     private DefaultMQProducer producer;
+    private TransactionMQProducer txProducer;
+    private final Map<String, AtomicLong> txChecks = new ConcurrentHashMap<>();
     private DefaultMQAdminExt admin;
     private final Map<String, DefaultMQPushConsumer> consumers = new ConcurrentHashMap<>();
     private final Map<String, Writer> files = new HashMap<>();
@@ -123,6 +129,22 @@ public final class Client {
                     n++;
                 }
                 answer.put("sent", n);
+            }
+            case "tx_send" -> answer.put("sent", txSend(cmd));
+            case "tx_checks" -> {
+                JSONObject checks = new JSONObject(true);
+                txChecks.forEach((k, v) -> checks.put(k, v.get()));
+                answer.put("checks", checks);
+            }
+            // consumeEnable=false in the group's subscriptionGroup entry: the broker answers its
+            // pulls with NO_PERMISSION.
+            case "disable_group" -> {
+                SubscriptionGroupConfig config = new SubscriptionGroupConfig();
+                config.setGroupName(cmd.getString("group"));
+                config.setConsumeEnable(false);
+                for (Object addr : cmd.getJSONArray("brokers")) {
+                    admin.createAndUpdateSubscriptionGroupConfig((String) addr, config);
+                }
             }
             case "send_loop_start" -> startLoop(cmd);
             case "bulk_send" -> answer.put("sent", bulkSend(cmd));
@@ -218,6 +240,10 @@ public final class Client {
         if (m.containsKey("delay_level")) {
             msg.setDelayTimeLevel(m.getIntValue("delay_level"));
         }
+        // A 5.x timer message: delivered timer_delay_ms after it is sent (TIMER_DELIVER_MS).
+        if (m.containsKey("timer_delay_ms")) {
+            msg.setDeliverTimeMs(System.currentTimeMillis() + m.getLongValue("timer_delay_ms"));
+        }
         String body = m.getString("body");
         msg.setBody((body == null ? "" : body).getBytes(StandardCharsets.UTF_8));
         return msg;
@@ -233,7 +259,12 @@ public final class Client {
         if (m.containsKey("delay_level")) {
             line.put("delay_level", m.getIntValue("delay_level"));
         }
+        if (m.containsKey("timer_delay_ms")) {
+            line.put("timer_delay_ms", m.getLongValue("timer_delay_ms"));
+            line.put("deliver_ms", Long.parseLong(msg.getProperty("TIMER_DELIVER_MS")));
+        }
         line.put("outcome", outcome);
+        line.put("sent_ms", System.currentTimeMillis());
         if (r != null) {
             line.put("send_status", r.getSendStatus().name());
             line.put("broker", r.getMessageQueue().getBrokerName());
@@ -242,6 +273,53 @@ public final class Client {
             line.put("msg_id", r.getOffsetMsgId());
         }
         return line;
+    }
+
+    /**
+     * Transactional sends: each message's {@code tx} field is the producer's local decision
+     * ({@code commit}, {@code rollback}, or {@code unknown}: UNKNOW, and UNKNOW again on every
+     * check the broker makes, so its half stays unresolved). The sent line records the decision.
+     */
+    private int txSend(JSONObject cmd) throws Exception {
+        if (txProducer == null) {
+            txProducer = new TransactionMQProducer("harness_tx_producer");
+            txProducer.setNamesrvAddr(namesrv);
+            txProducer.setInstanceName("harness-tx-producer");
+            txProducer.setPollNameServerInterval(1000);
+            txProducer.setSendMsgTimeout(5000);
+            txProducer.setTransactionListener(new TransactionListener() {
+                @Override
+                public LocalTransactionState executeLocalTransaction(Message msg, Object arg) {
+                    return switch ((String) arg) {
+                        case "commit" -> LocalTransactionState.COMMIT_MESSAGE;
+                        case "rollback" -> LocalTransactionState.ROLLBACK_MESSAGE;
+                        default -> LocalTransactionState.UNKNOW;
+                    };
+                }
+
+                @Override
+                public LocalTransactionState checkLocalTransaction(MessageExt msg) {
+                    txChecks.computeIfAbsent(MessageClientIDSetter.getUniqID(msg), k -> new AtomicLong())
+                        .incrementAndGet();
+                    return LocalTransactionState.UNKNOW;
+                }
+            });
+            txProducer.start();
+        }
+        Writer w = file(cmd.getString("out"));
+        int n = 0;
+        for (Object o : cmd.getJSONArray("messages")) {
+            JSONObject m = (JSONObject) o;
+            Message msg = message(m);
+            SendResult r = txProducer.sendMessageInTransaction(msg, m.getString("tx"));
+            Map<String, Object> line = sentLine(m, msg, r, "sent");
+            line.put("tx", m.getString("tx"));
+            line.put("tx_state", ((org.apache.rocketmq.client.producer.TransactionSendResult) r)
+                .getLocalTransactionState().name());
+            write(w, line);
+            n++;
+        }
+        return n;
     }
 
     /**
@@ -346,7 +424,19 @@ public final class Client {
         }
         c.subscribe(topic, "SQL92".equals(type) ? MessageSelector.bySql(expression) : MessageSelector.byTag(expression));
         boolean record = !cmd.getBooleanValue("count_only");
+        // A consumer that fails (RECONSUME_LATER) every message whose user property
+        // fail_property is "true": the client sends it back, the broker retries it through the
+        // group's retry topic and, after max_reconsume_times, writes it to the group's DLQ.
+        String failProperty = cmd.getString("fail_property");
+        if (cmd.containsKey("max_reconsume_times")) {
+            c.setMaxReconsumeTimes(cmd.getIntValue("max_reconsume_times"));
+        }
+        if (failProperty != null) {
+            c.setConsumeMessageBatchMaxSize(1);
+        }
         c.registerMessageListener((MessageListenerConcurrently) (msgs, context) -> {
+            boolean fail = failProperty != null
+                && msgs.stream().anyMatch(m -> "true".equals(m.getUserProperty(failProperty)));
             if (record) {
                 for (MessageExt msg : msgs) {
                     Map<String, Object> line = new LinkedHashMap<>();
@@ -362,11 +452,14 @@ public final class Client {
                     line.put("phase", phase);
                     line.put("tags", msg.getTags());
                     line.put("keys", msg.getKeys());
+                    if (failProperty != null) {
+                        line.put("result", fail ? "failed" : "consumed");
+                    }
                     write(w, line);
                 }
             }
             count.addAndGet(msgs.size());
-            return ConsumeConcurrentlyStatus.CONSUME_SUCCESS;
+            return fail ? ConsumeConcurrentlyStatus.RECONSUME_LATER : ConsumeConcurrentlyStatus.CONSUME_SUCCESS;
         });
         c.start();
         consumers.put(group, c);
@@ -501,6 +594,9 @@ public final class Client {
         consumers.clear();
         if (producer != null) {
             producer.shutdown();
+        }
+        if (txProducer != null) {
+            txProducer.shutdown();
         }
         if (admin != null) {
             admin.shutdown();

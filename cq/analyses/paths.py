@@ -1,0 +1,561 @@
+"""Where a message is on its way to a group: every copy of it in the store, and the one state that says why.
+
+:func:`why_every_copy` (``rmqfilter why``) finds every copy a message left in the store and says
+what happened to it for one group: the copies share the message's ``UNIQ_KEY``, and the broker's
+IndexFiles list each under ``{topic}#{UNIQ_KEY}`` for its topic, the delay-level topic
+``SCHEDULE_TOPIC_XXXX``, the transaction half topics, and the group's retry and dead-letter
+topics (a scan of those topics where the store has no index, and the answer says so). The
+copy in the topic itself goes through :func:`cq.analyses.why.why_unit` (the filter's one
+home), then the group's committed offsets, retry and DLQ copies decide between ``consumed``,
+``pending``, ``retrying`` and ``dead_letter``. ``docs/paths.md`` draws the paths and states
+what the real broker of the test harness does on each; ``docs/why.md`` shows the output.
+"""
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from typing import Any
+
+from .. import format as fmt
+from ..errors import StoreFormatError
+from ..readers import config as cfg
+from ..readers.commitlog import Message
+from ..store.cluster import Cluster
+from ..store.store import Store
+from .why import (
+    _DROPPER,
+    DROPPED_BY_EXPIRY,
+    INFO,
+    MessageNotFoundError,
+    Subscription,
+    Why,
+    WhyStep,
+    _key_matches,
+    _message_at,
+    _parse_offset_msg_id,
+    _scan,
+    check_message_args,
+    open_index,
+    resolve_subscription,
+    why_unit,
+)
+
+__all__ = [
+    "STATES",
+    "Copy",
+    "MessagePath",
+    "group_topics",
+    "why_every_copy",
+]
+
+#: The states (docs/paths.md#states), in the order a person reads them.
+CONSUMED, PENDING, FILTERED, SCHEDULED = "consumed", "pending", "filtered", "scheduled"
+UNCOMMITTED, ROLLED_BACK, RETRYING, DEAD_LETTER = "uncommitted", "rolled_back", "retrying", "dead_letter"
+IN_FLIGHT, GATED, EXPIRED = "in_flight", "gated", "expired"
+STATES = (CONSUMED, PENDING, FILTERED, SCHEDULED, UNCOMMITTED, ROLLED_BACK, RETRYING, DEAD_LETTER, IN_FLIGHT,
+          GATED, EXPIRED)
+
+#: ``PermName.PERM_READ``: a topic without it serves no pulls.
+PERM_READ = 1 << 2
+
+#: Roles of a copy.
+ROLE_TOPIC, ROLE_SCHEDULED, ROLE_HALF, ROLE_CHECK_MAX = "topic", "scheduled", "transaction_half", "check_max"
+ROLE_TIMER = "timer"
+ROLE_RETRY, ROLE_DLQ = "retry", "dead_letter"
+
+
+def group_topics(topic: str, group: str) -> list[str]:
+    """The topics a copy of a message of ``topic`` can be in, for ``group`` (docs/paths.md)."""
+    return [topic, fmt.SCHEDULE_TOPIC, fmt.TIMER_TOPIC, fmt.TRANS_HALF_TOPIC, fmt.TRANS_CHECK_MAX_TIME_TOPIC,
+            fmt.RETRY_GROUP_TOPIC_PREFIX + group, fmt.DLQ_GROUP_TOPIC_PREFIX + group]
+
+
+@dataclass(frozen=True)
+class Copy:
+    """One copy of a message: a CommitLog record of one of :func:`group_topics`.
+
+    Attributes
+    ----------
+    role : str
+        ``"topic"``, ``"scheduled"`` (a delay-level copy), ``"transaction_half"``, ``"check_max"``,
+        ``"retry"`` or ``"dead_letter"``.
+    message : cq.Message
+        The record.
+    real_topic : str or None
+        ``REAL_TOPIC``: where the broker delivers a scheduled copy or commits a half.
+    """
+
+    role: str
+    message: Message
+    real_topic: str | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        m = self.message
+        return {"role": self.role, "topic": m.topic, "queue_id": m.queue_id, "queue_offset": m.queue_offset,
+                "commit_log_offset": m.commit_log_offset, "msg_id": m.msg_id, "store_timestamp": m.store_timestamp,
+                "reconsume_times": m.reconsume_times, "real_topic": self.real_topic}
+
+    def __str__(self) -> str:
+        m = self.message
+        real = f" (REAL_TOPIC {self.real_topic})" if self.real_topic and self.real_topic != m.topic else ""
+        return (f"{self.role:<16} {m.topic} queue {m.queue_id} offset {m.queue_offset}{real}, CommitLog offset "
+                f"{m.commit_log_offset}, stored {m.store_timestamp}, reconsumeTimes {m.reconsume_times}")
+
+
+@dataclass(frozen=True)
+class MessagePath:
+    """One message's copies and its state for one group (:func:`why_every_copy`).
+
+    Attributes
+    ----------
+    topic, group : str
+    uniq_key : str or None
+    state : str
+        One of :data:`STATES`.
+    sentence : str
+        What happened, in one sentence a person can act on.
+    fields : dict
+        The state's facts: ``due_at_ms`` (scheduled, retrying), ``reconsume_times`` (retrying,
+        dead_letter), ``check_times``, ``first_store_ms``, ``age_ms`` (uncommitted),
+        ``dropped_by`` (filtered, expired), ``reason`` (gated).
+    copies : list of Copy
+    steps : list of cq.analyses.why.WhyStep
+        The evidence of each decision after the filter's.
+    why : cq.analyses.why.Why or None
+        The copy in the topic walked through the group's filter (None when there is none).
+    found_by, note : str
+    """
+
+    topic: str
+    group: str
+    subscription: Subscription
+    uniq_key: str | None
+    state: str
+    sentence: str
+    fields: dict
+    copies: list[Copy]
+    steps: list[WhyStep]
+    why: Why | None
+    found_by: str
+    note: str
+
+    @property
+    def delivered(self) -> bool:
+        """Whether the group's filter lets the topic copy through (as :attr:`Why.delivered`)."""
+        return self.why is not None and self.why.delivered
+
+    def to_dict(self) -> dict[str, Any]:
+        """The :meth:`Why.to_dict` of the topic copy (when there is one) plus ``state``, ``sentence``,
+        the state's fields, ``copies`` and ``path_steps``."""
+        if self.why is not None:
+            doc = self.why.to_dict()
+            doc["found_by"], doc["note"] = self.found_by, self.note
+        else:
+            seed = self.copies[0].message
+            doc = {"topic": self.topic, "group": self.group, "subscription": self.subscription.to_dict(),
+                   "queue_id": None, "queue_offset": None, "commit_log_offset": None, "size": None,
+                   "msg_id": seed.msg_id, "found_by": self.found_by, "note": self.note, "delivered": False,
+                   "dropped_by": None, "verdict": None, "steps": []}
+        doc.update({"uniq_key": self.uniq_key, "state": self.state, "sentence": self.sentence, **self.fields,
+                    "copies": [c.to_dict() for c in self.copies], "path_steps": [s.to_dict() for s in self.steps]})
+        return doc
+
+    def __str__(self) -> str:
+        lines = [f"state     {self.state.upper()}: {self.sentence}", f"found     {self.note}", "copies"]
+        lines.extend("  " + str(c) for c in self.copies)
+        if self.steps:
+            lines.append("path")
+            for i, s in enumerate(self.steps, 1):
+                lines.append(f"{i}. {s.title}")
+                lines.extend("     " + line for line in s.detail.splitlines())
+        if self.why is not None:
+            lines.extend(["", "the copy in the topic, through the group's filter:", str(self.why)])
+        return "\n".join(lines)
+
+
+# ------------------------------------------------------------------ finding the copies
+def _role(msg: Message, topic: str, group: str) -> tuple[str, str | None] | None:
+    """The copy's role for (``topic``, ``group``), or None when it belongs to another topic."""
+    real = msg.properties.get(fmt.PROPERTY_REAL_TOPIC)
+    retry_topic = fmt.RETRY_GROUP_TOPIC_PREFIX + group
+    if msg.topic == topic:
+        return ROLE_TOPIC, real
+    if msg.topic == fmt.SCHEDULE_TOPIC and real in (topic, retry_topic):
+        return ROLE_SCHEDULED, real
+    if msg.topic == fmt.TIMER_TOPIC and real == topic:
+        return ROLE_TIMER, real
+    if msg.topic == fmt.TRANS_HALF_TOPIC and real == topic:
+        return ROLE_HALF, real
+    if msg.topic == fmt.TRANS_CHECK_MAX_TIME_TOPIC and real == topic:
+        return ROLE_CHECK_MAX, real
+    if msg.topic == retry_topic:
+        return ROLE_RETRY, real
+    if msg.topic == fmt.DLQ_GROUP_TOPIC_PREFIX + group:
+        return ROLE_DLQ, real
+    return None
+
+
+def _lookup(store: Store, topics: list[str], key: str | None, uniq_key: str | None) -> tuple[list[Message], str, str]:
+    """Records of ``topics`` with the key or UNIQ_KEY: through the IndexFiles, else a scan (and why)."""
+    wanted = uniq_key if uniq_key is not None else key
+    what = f"UNIQ_KEY {wanted!r}" if uniq_key is not None else f"key {wanted!r}"
+    index, why_scan = open_index(store)
+    if index is not None and len(index):
+        found: dict[int, Message] = {}
+        try:
+            for t in topics:
+                for off in index.query(t, wanted):
+                    msg = _message_at(store, off)
+                    if msg is not None and msg.topic == t and _key_matches(msg.properties, key, uniq_key):
+                        found[off] = msg
+        finally:
+            index.close()
+        if found:
+            where = sorted({m.topic for m in found.values()})
+            return list(found.values()), "index", f"{what} found in the index files under {', '.join(where)}"
+        why_scan = f"{what} is not in the index files under {', '.join(topics)}"
+    present = [t for t in topics if t in store.topics()]
+    found_list = [m for t in present for m in _scan(store, t, key, uniq_key)]
+    if not found_list:
+        return [], "scan", f"a scan of topic {', '.join(present)} found no {what} ({why_scan})"
+    where = sorted({m.topic for m in found_list})
+    return found_list, "scan", f"{what} found by scanning topic {', '.join(where)}: {why_scan}"
+
+
+# ------------------------------------------------------------------ the broker's progress files
+def _delay_offsets(store: Store) -> dict[int, int]:
+    return cfg.read_delay_offsets(store.config_path(cfg.DELAY_OFFSET_FILE))
+
+
+def _resolved_halves(store: Store) -> dict[int, Message]:
+    """Half queue offset -> the op record (``RMQ_SYS_TRANS_OP_HALF_TOPIC``, tag ``d``) that resolved it."""
+    out: dict[int, Message] = {}
+    if fmt.TRANS_OP_HALF_TOPIC not in store.topics():
+        return out
+    log = store.commit_log
+    for q in store.queue_ids(fmt.TRANS_OP_HALF_TOPIC):
+        cqueue = store.consume_queue(fmt.TRANS_OP_HALF_TOPIC, q)
+        for off in range(cqueue.min_offset, cqueue.max_offset):
+            phys, _size, _slot = cqueue.unit(off)
+            if not log.min_offset <= phys < log.max_offset:
+                continue
+            op = log.read_message(phys)
+            if op.tags != fmt.TRANS_OP_TAG:
+                continue
+            text = op.body.decode("utf-8", "replace")
+            for token in text.split(","):
+                if not token:
+                    continue
+                try:
+                    out.setdefault(int(token), op)
+                except ValueError:
+                    raise StoreFormatError(
+                        f"the body {text!r} of the transaction op record at CommitLog offset {phys} holds {token!r}, "
+                        "not a half queue offset", op._path, op._file_offset) from None
+    return out
+
+
+# ------------------------------------------------------------------ the state
+def _step(name: str, title: str, reason: str, detail: str, evidence: dict | None = None) -> WhyStep:
+    return WhyStep(name, title, INFO, reason, detail, evidence or {})
+
+
+def _gate(store: Store, topic: str, group: str) -> tuple[str, str] | None:
+    """Why the group cannot consume at all (reason, sentence), or None."""
+    settings = store.subscription_groups().get(group)
+    if settings is not None and settings.get("consumeEnable") is False:
+        return "group_disabled", (f"group {group} is disabled (consumeEnable=false in "
+                                  f"config/{cfg.SUBSCRIPTION_GROUP_FILE}): the broker answers its pulls with "
+                                  "NO_PERMISSION; enable the group to receive it")
+    topic_config = store.topic_configs().get(topic)
+    perm = topic_config.get("perm") if topic_config is not None else None
+    if isinstance(perm, int) and not perm & PERM_READ:
+        return "topic_not_readable", (f"topic {topic} is not readable (perm {perm} in config/{cfg.TOPICS_FILE} "
+                                      "lacks the read bit): the broker answers every pull with NO_PERMISSION")
+    return None
+
+
+def _int_property(m: Message, name: str) -> int | None:
+    try:
+        return int(m.properties[name])
+    except (KeyError, ValueError):
+        return None
+
+
+def _committed(store: Store, group: str, topic: str, queue_id: int) -> int | None:
+    return store.committed_offsets(group, topic).get(queue_id)
+
+
+def _state_of(store: Store, topic: str, group: str, flt, sub: Subscription, copies: list[Copy],
+              now_ms: int) -> tuple[str, str, dict, list[WhyStep], Why | None]:
+    by_role: dict[str, list[Copy]] = {}
+    for c in copies:
+        by_role.setdefault(c.role, []).append(c)
+    steps: list[WhyStep] = []
+    topic_copies = [c for c in by_role.get(ROLE_TOPIC, ())
+                    if c.message.transaction_type in (fmt.TRANSACTION_NOT_TYPE, fmt.TRANSACTION_COMMIT_TYPE)]
+    if not topic_copies:
+        return _before_topic(store, topic, group, by_role, steps, now_ms)
+    seed = topic_copies[0].message
+    w = why_unit(store, topic, group, flt, sub, seed.queue_id, seed.queue_offset)
+    if w.dropped_by == DROPPED_BY_EXPIRY:
+        return EXPIRED, (f"the broker deleted the file that held it (queue {topic}/{seed.queue_id} offset "
+                         f"{seed.queue_offset}) before {group} consumed it: it is lost for this group"), \
+            {"dropped_by": w.dropped_by}, steps, w
+    if not w.delivered:
+        return FILTERED, (f"{group}'s filter drops it ({_DROPPER[w.dropped_by]}, the steps below say why): the "
+                          "group never receives it unless its subscription or the message's tags/properties change"), \
+            {"dropped_by": w.dropped_by}, steps, w
+    gate = _gate(store, topic, group)
+    if gate is not None:
+        reason, sentence = gate
+        steps.append(_step("gate", "The group's and the topic's permissions", reason, sentence))
+        return GATED, sentence, {"reason": reason}, steps, w
+    dlq = by_role.get(ROLE_DLQ)
+    if dlq:
+        d = dlq[-1].message
+        steps.append(_step("dead_letter", "Dead-letter queue", "dlq_copy",
+                           f"a copy is in {d.topic} queue {d.queue_id} offset {d.queue_offset} (stored "
+                           f"{d.store_timestamp}, reconsumeTimes {d.reconsume_times}): the broker never delivers it",
+                           {"queue_offset": d.queue_offset, "reconsume_times": d.reconsume_times}))
+        return DEAD_LETTER, (f"{group} failed it {d.reconsume_times} times and the broker moved it to {d.topic}: "
+                             "fix the consumer, then resend it from the DLQ"), \
+            {"reconsume_times": d.reconsume_times, "dlq_store_ms": d.store_timestamp}, steps, w
+    retry = _retry_state(store, group, by_role, steps)
+    if retry is not None:
+        return (*retry, steps, w)
+    committed = _committed(store, group, topic, seed.queue_id)
+    ev = {"committed_offset": committed, "queue_offset": seed.queue_offset}
+    if committed is not None and committed > seed.queue_offset:
+        steps.append(_step("committed_offset", "The group's committed offset", "past",
+                           f"config/{cfg.CONSUMER_OFFSET_FILE}: {topic}@{group} queue {seed.queue_id} is at "
+                           f"{committed} > {seed.queue_offset}", ev))
+        return CONSUMED, f"{group} consumed it (its committed offset {committed} is past offset {seed.queue_offset})", \
+            {"committed_offset": committed}, steps, w
+    where = "has no committed offset for the queue" if committed is None else f"is at {committed}"
+    steps.append(_step("committed_offset", "The group's committed offset", "not_past",
+                       f"config/{cfg.CONSUMER_OFFSET_FILE}: {topic}@{group} queue {seed.queue_id} {where}", ev))
+    return PENDING, (f"{group} will receive it: it passes the filter and waits in queue {seed.queue_id} at offset "
+                     f"{seed.queue_offset}; start (or catch up) the group's consumers"), \
+        {"committed_offset": committed}, steps, w
+
+
+def _scheduled_copy(store: Store, c: Copy, delay: dict[int, int]) -> tuple[bool, int, dict]:
+    """(still scheduled, due time, evidence) of a ``SCHEDULE_TOPIC_XXXX`` copy."""
+    m = c.message
+    level = m.queue_id + 1
+    cqueue = store.consume_queue(fmt.SCHEDULE_TOPIC, m.queue_id)
+    due = cqueue.unit(m.queue_offset)[2] if cqueue.min_offset <= m.queue_offset < cqueue.max_offset else None
+    next_offset = delay.get(level, 0)
+    ev = {"level": level, "queue_offset": m.queue_offset, "delay_offset": next_offset, "due_at_ms": due,
+          "real_topic": c.real_topic}
+    return m.queue_offset >= next_offset, due, ev
+
+
+def _retry_state(store: Store, group: str, by_role: dict, steps: list[WhyStep]) -> tuple[str, str, dict] | None:
+    """``retrying`` when a retry copy for the group still waits (scheduled, or unconsumed in its retry topic)."""
+    retry_topic = fmt.RETRY_GROUP_TOPIC_PREFIX + group
+    delay = None
+    for c in by_role.get(ROLE_SCHEDULED, ()):
+        if c.real_topic != retry_topic:
+            continue
+        delay = _delay_offsets(store) if delay is None else delay
+        waiting, due, ev = _scheduled_copy(store, c, delay)
+        if waiting:
+            steps.append(_step("retry_scheduled", "A retry on its way", "scheduled",
+                               f"{fmt.SCHEDULE_TOPIC} queue {c.message.queue_id} offset {c.message.queue_offset} >= "
+                               f"delayOffset[{ev['level']}] {ev['delay_offset']}: due at {due}", ev))
+            return RETRYING, (f"{group} failed it; retry {c.message.reconsume_times} is due at {due} in {retry_topic}"), \
+                {"reconsume_times": c.message.reconsume_times, "due_at_ms": due}
+    for c in by_role.get(ROLE_RETRY, ()):
+        m = c.message
+        committed = _committed(store, group, retry_topic, m.queue_id)
+        if committed is None or committed <= m.queue_offset:
+            steps.append(_step("retry_pending", "A retry waiting in the retry topic", "not_consumed",
+                               f"{retry_topic} queue {m.queue_id} offset {m.queue_offset}; the group's committed "
+                               f"offset there is {committed}",
+                               {"queue_offset": m.queue_offset, "committed_offset": committed}))
+            return RETRYING, (f"{group} failed it; retry {m.reconsume_times} waits in {retry_topic} (offset "
+                              f"{m.queue_offset}) for the group's consumers"), \
+                {"reconsume_times": m.reconsume_times, "due_at_ms": m.store_timestamp}
+    return None
+
+
+def _before_topic(store: Store, topic: str, group: str, by_role: dict, steps: list[WhyStep],
+                  now_ms: int) -> tuple[str, str, dict, list[WhyStep], None]:
+    """The state of a message with no copy in its topic yet: scheduled, a transaction half, or gone."""
+    scheduled = [c for c in by_role.get(ROLE_SCHEDULED, ()) if c.real_topic == topic]
+    if scheduled:
+        delay = _delay_offsets(store)
+        for c in scheduled:
+            waiting, due, ev = _scheduled_copy(store, c, delay)
+            steps.append(_step("scheduled", "Delay level", "waiting" if waiting else "delivered",
+                               f"{fmt.SCHEDULE_TOPIC} queue {c.message.queue_id} (level {ev['level']}) offset "
+                               f"{c.message.queue_offset}; config/{cfg.DELAY_OFFSET_FILE} has level {ev['level']} at "
+                               f"{ev['delay_offset']}; due at {due}", ev))
+            if waiting:
+                return SCHEDULED, (f"it is scheduled (delay level {ev['level']}): the broker delivers it to {topic} "
+                                   f"at {due}; nothing to do but wait"), \
+                    {"due_at_ms": due, "delay_level": ev["level"]}, steps, None
+    timers = by_role.get(ROLE_TIMER, [])
+    if timers:
+        m = timers[-1].message
+        due = _int_property(m, fmt.PROPERTY_TIMER_OUT_MS)
+        steps.append(_step("timer", "Timer message", "not_fired",
+                           f"a copy is in {fmt.TIMER_TOPIC} (queue {m.queue_id} offset {m.queue_offset}, "
+                           f"{fmt.PROPERTY_TIMER_OUT_MS} {due}) and none is in {topic} yet: the timer has not fired",
+                           {"queue_offset": m.queue_offset, "due_at_ms": due}))
+        return SCHEDULED, (f"it is a timer message: the broker delivers it to {topic} at {due}; nothing to do but "
+                           "wait"), {"due_at_ms": due, "timer": True}, steps, None
+    halves = by_role.get(ROLE_HALF, []) + by_role.get(ROLE_CHECK_MAX, [])
+    if halves:
+        resolved = _resolved_halves(store)
+        first = min(c.message.store_timestamp for c in halves)
+        checks = max(int(c.message.properties.get(fmt.PROPERTY_TRANSACTION_CHECK_TIMES, "0") or 0) for c in halves)
+        ops = [(c, resolved[c.message.queue_offset]) for c in by_role.get(ROLE_HALF, ())
+               if c.message.queue_offset in resolved]
+        fields = {"check_times": checks, "first_store_ms": first, "producer_group":
+                  halves[0].message.properties.get(fmt.PROPERTY_PRODUCER_GROUP)}
+        if ops:
+            half, op = ops[0]
+            steps.append(_step("transaction_op", "Transaction op", "rolled_back",
+                               f"op record at CommitLog offset {op.commit_log_offset} ({fmt.TRANS_OP_HALF_TOPIC}) "
+                               f"resolves half queue offset {half.message.queue_offset}, and no committed copy is in "
+                               f"{topic}", {"op_commit_log_offset": op.commit_log_offset,
+                                            "half_queue_offset": half.message.queue_offset}))
+            return ROLLED_BACK, (f"the producer rolled the transaction back: the broker never delivers it to {topic}; "
+                                 "send it again if it should arrive"), fields, steps, None
+        if by_role.get(ROLE_CHECK_MAX):
+            steps.append(_step("check_max", "Transaction check limit", "discarded",
+                               f"a copy is in {fmt.TRANS_CHECK_MAX_TIME_TOPIC}: the broker stopped checking it"))
+            return ROLLED_BACK, (f"the broker gave up on the transaction after {checks} checks and moved its half to "
+                                 f"{fmt.TRANS_CHECK_MAX_TIME_TOPIC}: it is never delivered"), \
+                {**fields, "resolved_by": "check_limit"}, steps, None
+        fields["age_ms"] = now_ms - first
+        steps.append(_step("transaction_half", "Transaction half", "unresolved",
+                           f"{len(halves)} half copies in {fmt.TRANS_HALF_TOPIC} (checked {checks} times), no op record "
+                           f"resolves any, no committed copy in {topic}", {"half_copies": len(halves)}))
+        return UNCOMMITTED, (f"it is a transaction half the producer has neither committed nor rolled back (checked "
+                             f"{checks} times, first stored {first}): the producer group "
+                             f"{fields['producer_group']} must answer the broker's check"), fields, steps, None
+    if by_role.get(ROLE_TOPIC):   # a record in the topic that no ConsumeQueue unit serves (prepared, rolled back)
+        m = by_role[ROLE_TOPIC][0].message
+        steps.append(_step("no_unit", "Transaction type", "not_dispatched",
+                           f"the record at CommitLog offset {m.commit_log_offset} has transaction type "
+                           f"{m.transaction_type:#x}: the broker never serves it"))
+        return ROLLED_BACK, "it is a prepared or rolled-back transaction record: the broker never delivers it", \
+            {}, steps, None
+    copies = ", ".join(sorted({c.message.topic for cs in by_role.values() for c in cs}))
+    raise MessageNotFoundError(f"the message has no copy in {topic} and none on its way there (copies in {copies})")
+
+
+# ------------------------------------------------------------------ entry point
+def why_every_copy(store: Store | Cluster, topic: str, group: str, *, sql: str | None = None, tags: str | None = None,
+                   queue_id: int | None = None, queue_offset: int | None = None, msg_id: str | None = None,
+                   key: str | None = None, bloom_filter="default", filter_support_retry: bool = False,
+                   now_ms: int | None = None, broker: str | None = None) -> list[MessagePath]:
+    """Every copy of a message and its state for ``group`` (docs/paths.md).
+
+    Parameters
+    ----------
+    store : cq.Store or cq.Cluster
+        A Cluster asks each broker holding the topic (only ``broker``, when given; needed with
+        ``queue_id`` when several brokers hold it); each answer's ``fields`` name its ``broker``.
+    topic, group : str
+    sql, tags, bloom_filter, filter_support_retry
+        The group's subscription, as for :func:`cq.why`.
+    queue_id, queue_offset : int, optional
+        The message by its unit in ``topic``.
+    msg_id : str, optional
+        An offset message id of any copy, or the ``UNIQ_KEY``.
+    key : str, optional
+        A key of ``KEYS`` (every message carrying it, one answer each).
+    now_ms : int, optional
+        The time ``age_ms`` counts to (default: now).
+
+    Returns
+    -------
+    list of MessagePath
+        One per message (several for a key many messages carry).
+
+    Raises
+    ------
+    cq.analyses.why.MessageNotFoundError
+        No copy of the message is anywhere in the store (the message says where it looked).
+    cq.readers.config.ConfigFormatError
+        A progress file (``delayOffset.json``, ``consumerOffset.json``, ...) is malformed: names it and the place.
+    """
+    given = check_message_args(queue_id, queue_offset, msg_id, key, sql, tags)
+    now_ms = int(time.time() * 1000) if now_ms is None else now_ms
+    if isinstance(store, Cluster):
+        names = [broker] if broker is not None else store.brokers_of(topic)
+        if given[0] and len(names) > 1:
+            raise ValueError(f"topic {topic!r} is on brokers {', '.join(names)}: give broker= with a queue offset")
+        out: list[MessagePath] = []
+        misses = []
+        for name in names:
+            try:
+                paths = why_every_copy(store.stores[name], topic, group, sql=sql, tags=tags, queue_id=queue_id,
+                                       queue_offset=queue_offset, msg_id=msg_id, key=key, bloom_filter=bloom_filter,
+                                       filter_support_retry=filter_support_retry, now_ms=now_ms)
+            except MessageNotFoundError as exc:
+                misses.append(f"{name}: {exc}")
+                continue
+            for path in paths:
+                path.fields["broker"] = name
+            out += paths
+        if not out:
+            raise MessageNotFoundError("no broker of the cluster holds it; " + "; ".join(misses))
+        return out
+    if broker is not None:
+        raise ValueError("broker= is for a cq.Cluster; a Store is one broker")
+    flt, sub = resolve_subscription(store, topic, group, sql=sql, tags=tags, bloom_filter=bloom_filter,
+                                    filter_support_retry=filter_support_retry)
+    topics = group_topics(topic, group)
+    seeds: list[tuple[str | None, list[Message], str, str]] = []   # (uniq key, known copies, found_by, note)
+    if given[0]:
+        w = why_unit(store, topic, group, flt, sub, int(queue_id), int(queue_offset))
+        msg = _message_at(store, w.commit_log_offset)
+        uniq = msg.properties.get(fmt.PROPERTY_UNIQ_KEY) if msg is not None else None
+        note = f"queue {topic}/{queue_id} offset {queue_offset}"
+        if msg is None:   # its record is gone: the filter's verdict says expired (or missing)
+            state = EXPIRED if w.dropped_by == DROPPED_BY_EXPIRY else FILTERED
+            return [MessagePath(topic, group, sub, None, state, w.verdict, {"dropped_by": w.dropped_by}, [], [], w,
+                                "queue_offset", note)]
+        seeds.append((uniq, [msg], "queue_offset", note))
+    elif msg_id is not None:
+        parsed = _parse_offset_msg_id(msg_id)
+        msg = _message_at(store, parsed[1]) if parsed is not None else None
+        if msg is not None and msg.msg_id == msg_id.strip().upper():
+            if _role(msg, topic, group) is None:
+                raise MessageNotFoundError(f"message {msg_id} (CommitLog offset {parsed[1]}) is on topic {msg.topic!r}, "
+                                           f"not {topic!r} nor on its way there for group {group!r}")
+            seeds.append((msg.properties.get(fmt.PROPERTY_UNIQ_KEY), [msg], "msg_id",
+                          f"offset message id: store host {parsed[0]}, CommitLog offset {parsed[1]}"))
+        else:
+            seeds.append((msg_id.strip(), [], "", ""))
+    else:
+        found, found_by, note = _lookup(store, topics, key, None)
+        by_uniq: dict[str | None, list[Message]] = {}
+        for m in found:
+            if _role(m, topic, group) is not None:
+                by_uniq.setdefault(m.properties.get(fmt.PROPERTY_UNIQ_KEY), []).append(m)
+        if not by_uniq:
+            raise MessageNotFoundError(f"no message of topic {topic!r} has key {key!r} (nor a copy on its way there "
+                                       f"for group {group!r}) in {store.root}: {note}")
+        seeds.extend((u, ms, found_by, note) for u, ms in by_uniq.items())
+    out = []
+    for uniq, known, found_by, note in seeds:
+        if uniq is not None:
+            found, how, text = _lookup(store, topics, None, uniq)
+            if not found_by:
+                found_by, note = how, text
+            known = {m.commit_log_offset: m for m in [*known, *found]}.values()
+        copies = [Copy(role[0], m, role[1]) for m in sorted(known, key=lambda m: m.commit_log_offset)
+                  for role in [_role(m, topic, group)] if role is not None]
+        if not copies:
+            raise MessageNotFoundError(f"no copy of UNIQ_KEY {uniq!r} is in topic {topic!r} nor on its way there for "
+                                       f"group {group!r} in {store.root}: {note} (looked under {', '.join(topics)})")
+        state, sentence, fields, steps, w = _state_of(store, topic, group, flt, sub, copies, now_ms)
+        out.append(MessagePath(topic, group, sub, uniq, state, sentence, fields, copies, steps, w, found_by, note))
+    return out

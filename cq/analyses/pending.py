@@ -1,0 +1,195 @@
+"""The broker's pending work as tables: scheduled copies, transactions, dead letters (docs/paths.md#pending).
+
+:func:`pending` reads, from a store alone, what the broker still has to do or gave up on:
+
+- ``scheduled``: every ``SCHEDULE_TOPIC_XXXX`` copy (delay levels and the retries on their way to
+  a ``%RETRY%`` topic) with its real topic, its due time (the unit's tags code) and whether the
+  broker's schedule service has delivered it (``config/delayOffset.json``); and every timer copy
+  (``rmq_sys_wheel_timer``, due at its ``TIMER_OUT_MS``), delivered once its real topic holds a
+  record of its ``UNIQ_KEY``;
+- ``transactions``: one row per transaction half (``RMQ_SYS_TRANS_HALF_TOPIC``, its re-put
+  copies counted as checks) with its status: ``committed`` (a COMMIT record of its ``UNIQ_KEY``
+  is in the real topic), ``rolled_back`` (an op record resolves one of its copies, no commit),
+  ``check_limit`` (the broker moved it to ``TRANS_CHECK_MAX_TIME_TOPIC``) or ``unresolved``;
+- ``dead_letters``: every ``%DLQ%{group}`` record with its origin message id and topic,
+  reconsume times, and the store time of the original.
+
+``rmqfilter pending`` prints them; the data source's ``table`` option (``scheduled``,
+``transactions``, ``dead_letters``) gives the same rows to Spark. The paths and what the real
+broker does on each are in ``docs/paths.md``.
+"""
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+from .. import format as fmt
+from ..readers.commitlog import Message
+from ..store.store import Store
+from .paths import _delay_offsets, _lookup, _message_at, _parse_offset_msg_id, _resolved_halves
+
+__all__ = ["COLUMNS", "TABLES", "pending"]
+
+#: Each table's columns: (name, type), type one of ``"string"``, ``"int"``, ``"long"`` (the data
+#: source maps them to Spark's types; every column may be NULL).
+COLUMNS: dict[str, tuple[tuple[str, str], ...]] = {
+    "scheduled": (
+        ("kind", "string"), ("delay_level", "int"), ("queue_offset", "long"), ("status", "string"), ("due_at_ms", "long"),
+        ("real_topic", "string"), ("real_queue_id", "int"), ("retry_topic", "string"), ("uniq_key", "string"),
+        ("keys", "string"), ("tags", "string"), ("reconsume_times", "int"), ("store_timestamp", "long"),
+        ("commit_log_offset", "long"), ("msg_id", "string"),
+    ),
+    "transactions": (
+        ("uniq_key", "string"), ("status", "string"), ("real_topic", "string"), ("real_queue_id", "int"),
+        ("producer_group", "string"), ("check_times", "int"), ("half_copies", "int"), ("first_store_ms", "long"),
+        ("last_store_ms", "long"), ("keys", "string"), ("tags", "string"), ("half_commit_log_offset", "long"),
+        ("commit_commit_log_offset", "long"),
+    ),
+    "dead_letters": (
+        ("group", "string"), ("queue_id", "int"), ("queue_offset", "long"), ("uniq_key", "string"),
+        ("origin_msg_id", "string"), ("origin_topic", "string"), ("reconsume_times", "int"),
+        ("store_timestamp", "long"), ("first_store_ms", "long"), ("keys", "string"), ("tags", "string"),
+        ("commit_log_offset", "long"), ("msg_id", "string"),
+    ),
+}
+TABLES = tuple(COLUMNS)
+
+#: ``kind`` of a scheduled row: a delay-level copy (``SCHEDULE_TOPIC_XXXX``) or a 5.x timer copy.
+KIND_DELAY, KIND_TIMER = "delay_level", "timer"
+#: ``status`` values.
+SCHEDULED, DELIVERED = "scheduled", "delivered"
+COMMITTED, ROLLED_BACK, CHECK_LIMIT, UNRESOLVED = "committed", "rolled_back", "check_limit", "unresolved"
+
+
+def _records(store: Store, topic: str) -> Iterator[tuple[int, Message, int]]:
+    """(queue id, record, the unit's tags code) of every unit of ``topic`` whose record is present."""
+    if topic not in store.topics():
+        return
+    log = store.commit_log
+    for q in store.queue_ids(topic):
+        with store.queue_readers(topic, q, ext=False) as (cqueue, _ext):  # one queue's files open at a time
+            for off in range(cqueue.min_offset, cqueue.max_offset):
+                phys, size, slot = cqueue.unit(off)
+                if log.min_offset <= phys and phys + size <= log.max_offset:
+                    yield q, log.read_message(phys), slot
+
+
+def _int(text: str | None) -> int | None:
+    try:
+        return int(text) if text is not None else None
+    except ValueError:
+        return None
+
+
+def scheduled_rows(store: Store) -> list[dict]:
+    delay = _delay_offsets(store)
+    rows = []
+    for q, m, due in _records(store, fmt.SCHEDULE_TOPIC):
+        level = q + 1
+        p = m.properties
+        rows.append({
+            "kind": KIND_DELAY, "delay_level": level, "queue_offset": m.queue_offset,
+            "status": SCHEDULED if m.queue_offset >= delay.get(level, 0) else DELIVERED, "due_at_ms": due,
+            "real_topic": p.get(fmt.PROPERTY_REAL_TOPIC), "real_queue_id": _int(p.get(fmt.PROPERTY_REAL_QUEUE_ID)),
+            "retry_topic": p.get(fmt.PROPERTY_RETRY_TOPIC), "uniq_key": p.get(fmt.PROPERTY_UNIQ_KEY),
+            "keys": p.get(fmt.PROPERTY_KEYS), "tags": p.get(fmt.PROPERTY_TAGS), "reconsume_times": m.reconsume_times,
+            "store_timestamp": m.store_timestamp, "commit_log_offset": m.commit_log_offset, "msg_id": m.msg_id,
+        })
+    for _q, m, _slot in _records(store, fmt.TIMER_TOPIC):
+        p = m.properties
+        real, uniq = p.get(fmt.PROPERTY_REAL_TOPIC), p.get(fmt.PROPERTY_UNIQ_KEY)
+        fired = False
+        if real is not None and uniq is not None and real in store.topics():
+            found, _how, _note = _lookup(store, [real], None, uniq)
+            fired = bool(found)
+        rows.append({
+            "kind": KIND_TIMER, "delay_level": None, "queue_offset": m.queue_offset,
+            "status": DELIVERED if fired else SCHEDULED, "due_at_ms": _int(p.get(fmt.PROPERTY_TIMER_OUT_MS)),
+            "real_topic": real, "real_queue_id": _int(p.get(fmt.PROPERTY_REAL_QUEUE_ID)),
+            "retry_topic": p.get(fmt.PROPERTY_RETRY_TOPIC), "uniq_key": uniq, "keys": p.get(fmt.PROPERTY_KEYS),
+            "tags": p.get(fmt.PROPERTY_TAGS), "reconsume_times": m.reconsume_times,
+            "store_timestamp": m.store_timestamp, "commit_log_offset": m.commit_log_offset, "msg_id": m.msg_id,
+        })
+    return rows
+
+
+def transaction_rows(store: Store) -> list[dict]:
+    halves: dict[str, list[Message]] = {}
+    check_max: set[str] = set()
+    for topic in (fmt.TRANS_HALF_TOPIC, fmt.TRANS_CHECK_MAX_TIME_TOPIC):
+        for _q, m, _slot in _records(store, topic):
+            uniq = m.properties.get(fmt.PROPERTY_UNIQ_KEY) or m.msg_id
+            halves.setdefault(uniq, []).append(m)
+            if topic == fmt.TRANS_CHECK_MAX_TIME_TOPIC:
+                check_max.add(uniq)
+    resolved = _resolved_halves(store) if halves else {}
+    rows = []
+    for uniq, copies in halves.items():
+        first = copies[0]
+        p = first.properties
+        real = p.get(fmt.PROPERTY_REAL_TOPIC)
+        commit = None
+        if real is not None and real in store.topics():
+            found, _how, _note = _lookup(store, [real], None, uniq)
+            commit = next((m for m in found if m.transaction_type == fmt.TRANSACTION_COMMIT_TYPE), None)
+        if commit is not None:
+            status = COMMITTED
+        elif any(c.topic == fmt.TRANS_HALF_TOPIC and c.queue_offset in resolved for c in copies):
+            status = ROLLED_BACK
+        elif uniq in check_max:
+            status = CHECK_LIMIT
+        else:
+            status = UNRESOLVED
+        rows.append({
+            "uniq_key": uniq, "status": status, "real_topic": real, "real_queue_id": _int(p.get(fmt.PROPERTY_REAL_QUEUE_ID)),
+            "producer_group": p.get(fmt.PROPERTY_PRODUCER_GROUP),
+            "check_times": max(_int(c.properties.get(fmt.PROPERTY_TRANSACTION_CHECK_TIMES)) or 0 for c in copies),
+            "half_copies": len(copies), "first_store_ms": min(c.store_timestamp for c in copies),
+            "last_store_ms": max(c.store_timestamp for c in copies), "keys": p.get(fmt.PROPERTY_KEYS),
+            "tags": p.get(fmt.PROPERTY_TAGS), "half_commit_log_offset": first.commit_log_offset,
+            "commit_commit_log_offset": commit.commit_log_offset if commit is not None else None,
+        })
+    return rows
+
+
+def dead_letter_rows(store: Store) -> list[dict]:
+    rows = []
+    for topic in sorted(t for t in store.topics() if t.startswith(fmt.DLQ_GROUP_TOPIC_PREFIX)):
+        group = topic[len(fmt.DLQ_GROUP_TOPIC_PREFIX):]
+        for q, m, _slot in _records(store, topic):
+            p = m.properties
+            origin_id = p.get(fmt.PROPERTY_ORIGIN_MESSAGE_ID)
+            parsed = _parse_offset_msg_id(origin_id) if origin_id else None
+            origin = _message_at(store, parsed[1]) if parsed is not None else None
+            if origin is not None and origin.msg_id != origin_id.strip().upper():
+                origin = None
+            rows.append({
+                "group": group, "queue_id": q, "queue_offset": m.queue_offset, "uniq_key": p.get(fmt.PROPERTY_UNIQ_KEY),
+                "origin_msg_id": origin_id, "origin_topic": p.get(fmt.PROPERTY_RETRY_TOPIC),
+                "reconsume_times": m.reconsume_times, "store_timestamp": m.store_timestamp,
+                "first_store_ms": origin.store_timestamp if origin is not None else None,
+                "keys": p.get(fmt.PROPERTY_KEYS), "tags": p.get(fmt.PROPERTY_TAGS),
+                "commit_log_offset": m.commit_log_offset, "msg_id": m.msg_id,
+            })
+    return rows
+
+
+_BUILDERS = {"scheduled": scheduled_rows, "transactions": transaction_rows, "dead_letters": dead_letter_rows}
+
+
+def pending(store: Store, table: str) -> list[dict]:
+    """The rows of one pending-work table (``"scheduled"``, ``"transactions"`` or ``"dead_letters"``).
+
+    Each row is a dict with exactly :data:`COLUMNS` ``[table]``'s names, in that order.
+
+    Raises
+    ------
+    ValueError
+        An unknown table.
+    cq.readers.config.ConfigFormatError
+        ``config/delayOffset.json`` is malformed (names the file and the place).
+    cq.StoreFormatError
+        A transaction op record whose body is not a list of queue offsets (names the file and offset).
+    """
+    if table not in _BUILDERS:
+        raise ValueError(f"unknown pending table {table!r}: expected one of {', '.join(TABLES)}")
+    return _BUILDERS[table](store)

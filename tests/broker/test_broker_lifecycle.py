@@ -1,0 +1,200 @@
+"""The paths a message takes, held against the real broker's ``lifecycle`` scenario (docs/paths.md).
+
+For every message the scenario sent and every group of its topic, ``why``'s state is what the
+broker did: what the consumers received in which phase, what the failing group's retries and DLQ
+came to, what the transactional producer decided, and which delay levels were still due at the
+snapshot (from the send time and the broker's configured levels).
+"""
+from __future__ import annotations
+
+import json
+
+import pytest
+from broker_support import scenario
+
+import cq
+from cq.analyses.paths import why_every_copy
+from cq.analyses.pending import COLUMNS, pending
+from pyspark_udfs import cli
+
+pytestmark = pytest.mark.broker
+
+
+@pytest.fixture(scope="module")
+def run():
+    return scenario("lifecycle")
+
+
+@pytest.fixture(scope="module")
+def store(run):
+    s = cq.Store(run.store_path())
+    yield s
+    s.close()
+
+
+def expected_state(run, sent: dict, group: str) -> str:
+    """What happened to ``sent`` for ``group`` on the real broker, from the harness's records alone."""
+    life = run.broker["lifecycle"]
+    if sent.get("tx") == "rollback":
+        return "rolled_back"
+    if sent.get("tx") == "unknown":
+        return "uncommitted"
+    level = sent.get("delay_level")
+    if level:
+        due = sent["sent_ms"] + life["delay_levels_s"][level - 1] * 1000
+        # the scenario keeps every due time at least a second away from the snapshot
+        assert abs(due - run.broker["snapshot_ms"]) > 1000, sent
+        if due > run.broker["snapshot_ms"]:
+            return "scheduled"
+    if sent.get("timer_delay_ms"):
+        assert abs(sent["deliver_ms"] - run.broker["snapshot_ms"]) > 1000, sent
+        if sent["deliver_ms"] > run.broker["snapshot_ms"]:
+            return "scheduled"
+    lines = [r for r in run.received if r["group"] == group and r["uniq_key"] == sent["uniq_key"]]
+    if group == life["off_group"]:
+        assert not lines       # a disabled group receives nothing
+        return "gated"
+    if not lines:
+        return "filtered"
+    live = [r for r in lines if r["phase"] == "live"]
+    if not live:
+        return "pending"
+    if group == life["fail_group"] and all(r["result"] == "failed" for r in live):
+        last = max(r["reconsume_times"] for r in live)
+        return "dead_letter" if last == life["max_reconsume_times"] else "retrying"
+    return "consumed"
+
+
+def subscription(run, group: str) -> dict:
+    g = run.group(group)
+    return {} if g["type"] == "SQL92" else {"tags": g["expression"]}
+
+
+def test_every_state_the_scenario_makes_is_there(run):
+    topic = run.broker["lifecycle"]["topic"]
+    states = {expected_state(run, s, g["group"]) for s in run.sent for g in run.broker["groups"] if g["topic"] == topic}
+    assert states == {"consumed", "pending", "filtered", "scheduled", "uncommitted", "rolled_back", "retrying",
+                      "dead_letter", "gated"}
+
+
+def test_why_state_is_what_the_broker_did(run, store):
+    topic = run.broker["lifecycle"]["topic"]
+    wrong = []
+    for g in run.broker["groups"]:
+        for s in run.sent:
+            paths = why_every_copy(store, topic, g["group"], msg_id=s["uniq_key"], **subscription(run, g["group"]))
+            want = expected_state(run, s, g["group"])
+            if [p.state for p in paths] != [want]:
+                wrong.append((g["group"], s["keys"][0], [p.state for p in paths], want))
+    assert not wrong, wrong
+
+
+def test_state_fields_match_the_store_and_the_sends(run, store):
+    life = run.broker["lifecycle"]
+    topic, fail = life["topic"], life["fail_group"]
+    for s in run.sent:
+        [p] = why_every_copy(store, topic, fail, tags="*", msg_id=s["uniq_key"])
+        if p.state == "scheduled" and s.get("timer_delay_ms"):
+            assert p.fields["timer"] and abs(p.fields["due_at_ms"] - s["deliver_ms"]) < 1000
+        elif p.state == "scheduled":
+            level = s["delay_level"]
+            assert p.fields["delay_level"] == level
+            # the SCHEDULE unit's tags code is the delivery time: store time + the level's delay
+            sched = next(c for c in p.copies if c.role == "scheduled").message
+            assert p.fields["due_at_ms"] == sched.store_timestamp + life["delay_levels_s"][level - 1] * 1000
+        elif p.state == "dead_letter":
+            assert p.fields["reconsume_times"] == life["max_reconsume_times"] + 1
+            assert {c.role for c in p.copies} >= {"topic", "retry", "dead_letter"}
+        elif p.state == "uncommitted":
+            assert p.fields["check_times"] >= 1 and p.fields["producer_group"] == "harness_tx_producer"
+            checked = life["tx_checks"].get(s["uniq_key"], 0)
+            assert checked >= 1   # the producer's listener answered UNKNOW at least once
+        elif p.state == "retrying":
+            assert p.fields["reconsume_times"] >= 1
+
+
+def test_cli_by_offset_id_key_and_queue_offset(run, capsys):
+    life = run.broker["lifecycle"]
+    topic = life["topic"]
+    base = ["why", str(run.store_path()), "--topic", topic, "--group", life["fail_group"], "--tags", "*"]
+    for s in run.sent:
+        want = expected_state(run, s, life["fail_group"])
+        capsys.readouterr()
+        assert cli.main([*base, "--key", s["keys"][0], "--json"]) == 0
+        [doc] = json.loads(capsys.readouterr().out)
+        assert doc["state"] == want and doc["uniq_key"] == s["uniq_key"], (s, doc["state"])
+        if s.get("msg_id") and not s.get("delay_level") and not s.get("timer_delay_ms"):
+            assert cli.main([*base, "--msg-id", s["msg_id"], "--json"]) == 0
+            [doc] = json.loads(capsys.readouterr().out)
+            assert doc["state"] == want and doc["found_by"] == "msg_id"
+        if want in ("consumed", "pending", "dead_letter", "retrying") and not s.get("tx") and not s.get("delay_level") \
+                and not s.get("timer_delay_ms"):
+            assert cli.main([*base, "--queue", str(s["queue_id"]), "--offset", str(s["queue_offset"])]) == 0
+            out = capsys.readouterr().out
+            assert out.startswith(f"state     {want.upper()}: "), out[:200]
+
+
+def test_pending_rows_are_the_sends_outstanding_at_the_snapshot(run, store):
+    """Scheduled copies still due, transactions by the producer's decision, the failing group's dead letters."""
+    life = run.broker["lifecycle"]
+    topic = life["topic"]
+    rows = pending(store, "scheduled")
+    for kind, field in (("delay_level", "delay_level"), ("timer", "timer_delay_ms")):
+        still = {r["uniq_key"] for r in rows if r["status"] == "scheduled" and r["real_topic"] == topic
+                 and r["kind"] == kind}
+        assert still == {s["uniq_key"] for s in run.sent if s.get(field)
+                         and expected_state(run, s, life["fail_group"]) == "scheduled"}, kind
+    sent = {s["uniq_key"]: s for s in run.sent}
+    for r in rows:
+        if r["kind"] == "delay_level":
+            assert r["due_at_ms"] == r["store_timestamp"] + life["delay_levels_s"][r["delay_level"] - 1] * 1000
+        else:   # the time the producer asked for (TIMER_DELIVER_MS), as the broker rounds it
+            assert abs(r["due_at_ms"] - sent[r["uniq_key"]]["deliver_ms"]) < 1000, r
+    assert {r["uniq_key"] for r in rows if r["kind"] == "timer"} == {s["uniq_key"] for s in run.sent
+                                                                    if s.get("timer_delay_ms")}
+    decided = {"commit": "committed", "rollback": "rolled_back", "unknown": "unresolved"}
+    txs = {r["uniq_key"]: r for r in pending(store, "transactions")}
+    assert {u: r["status"] for u, r in txs.items()} == {s["uniq_key"]: decided[s["tx"]] for s in run.sent if "tx" in s}
+    committed = {r["commit_commit_log_offset"] for r in txs.values() if r["status"] == "committed"}
+    assert None not in committed
+    dead = pending(store, "dead_letters")
+    assert {(r["group"], r["uniq_key"]) for r in dead} == {
+        (life["fail_group"], s["uniq_key"]) for s in run.sent if expected_state(run, s, life["fail_group"]) == "dead_letter"}
+    for r in dead:   # the origin is the send's own record
+        assert (r["origin_msg_id"], r["origin_topic"]) == (sent[r["uniq_key"]]["msg_id"], topic)
+        assert r["reconsume_times"] == life["max_reconsume_times"] + 1 and r["first_store_ms"] <= r["store_timestamp"]
+
+
+def test_pending_cli_prints_the_same_rows(run, store, capsys):
+    capsys.readouterr()
+    assert cli.main(["pending", str(run.store_path()), "--json"]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    assert doc == {t: pending(store, t) for t in ("scheduled", "transactions", "dead_letters")}
+
+
+@pytest.mark.spark
+@pytest.mark.parametrize("table", ["scheduled", "transactions", "dead_letters"])
+def test_data_source_pending_tables_give_the_same_rows(spark, run, store, table):
+    df = spark.read.format("rocketmq").option("table", table).load(str(run.store_path()))
+    assert [f.name for f in df.schema.fields] == [n for n, _ in COLUMNS[table]]
+    assert sorted(map(tuple, df.collect()), key=repr) == sorted(
+        (tuple(r.values()) for r in pending(store, table)), key=repr)
+
+
+@pytest.mark.parametrize("group", ["GID_LIFE_ALL", "GID_LIFE_A", "GID_LIFE_SQL", "GID_LIFE_FAIL"])
+def test_backlog_now_and_later_is_what_the_drained_consumers_received(run, store, group):
+    """At the snapshot: the topic's backlog, the retry topic's and the delay copies still due, through the
+    group's filter, are what the group received once its consumers were started again."""
+    sent = {s["uniq_key"]: s for s in run.sent}
+    drain = {(r["uniq_key"], r["reconsume_times"]) for r in run.received if r["group"] == group and r["phase"] == "drain"}
+    # copies that existed at the snapshot: first deliveries, and the fail group's first retries (the
+    # second ones were sent back after the snapshot)
+    due_later = {u for u, rc in drain if rc == 0 and expected_state(run, sent[u], group) == "scheduled"}
+    now = {u for u, rc in drain if rc == 0} - due_later
+    retries = {u for u, rc in drain if rc == 1}
+    b = cq.backlog(store, run.broker["lifecycle"]["topic"], group, later=True, **subscription(run, group))
+    assert b.will_receive == len(now)
+    assert (b.retry.will_receive if b.retry is not None else 0) == len(retries)
+    assert b.scheduled["will_receive"] == b.scheduled["to_topic"] == len(due_later)
+    assert b.will_receive_later == len(now) + len(retries) + len(due_later)
+    assert sum(b.scheduled["buckets"].values()) == len(due_later)
