@@ -34,6 +34,7 @@ from .why import (
     _message_at,
     _parse_offset_msg_id,
     _scan,
+    brokers_to_ask,
     check_message_args,
     open_index,
     resolve_subscription,
@@ -488,9 +489,7 @@ def why_every_copy(store: Store | Cluster, topic: str, group: str, *, sql: str |
     given = check_message_args(queue_id, queue_offset, msg_id, key, sql, tags)
     now_ms = int(time.time() * 1000) if now_ms is None else now_ms
     if isinstance(store, Cluster):
-        names = [broker] if broker is not None else store.brokers_of(topic)
-        if given[0] and len(names) > 1:
-            raise ValueError(f"topic {topic!r} is on brokers {', '.join(names)}: give broker= with a queue offset")
+        names = brokers_to_ask(store, topic, broker, queue_id)
         out: list[MessagePath] = []
         misses = []
         for name in names:

@@ -832,19 +832,26 @@ def _why_message(store: Store, topic: str, group: str, flt, sub: Subscription, m
                msg.msg_id, found_by, False, DROPPED_BY_CONSUME_QUEUE, steps, None, note)
 
 
-def _why_cluster(cluster: Cluster, topic: str, group: str, broker: str | None, *, queue_id, queue_offset, msg_id,
-                 key, **subscription) -> Why | list[Why]:
-    """:func:`why` over the brokers of a cluster holding ``topic``, each with its own registration."""
+def brokers_to_ask(cluster: Cluster, topic: str, broker: str | None, queue_id: int | None) -> list[str]:
+    """The brokers of ``cluster`` a question about a message of ``topic`` goes to: those holding the
+    topic, or ``broker`` alone; one only for a queue offset (ValueError asking for the broker)."""
     names = cluster.brokers_of(topic)
     if broker is not None:
         if broker not in names:
             raise MessageNotFoundError(f"broker {broker!r} holds no queue of topic {topic!r} (brokers holding it: "
                                        f"{', '.join(names)})")
         names = [broker]
+    if queue_id is not None and len(names) > 1:
+        raise ValueError(f"topic {topic!r} has queues on brokers {', '.join(names)}: name the broker of "
+                         f"queue {queue_id} (broker=, --broker)")
+    return names
+
+
+def _why_cluster(cluster: Cluster, topic: str, group: str, broker: str | None, *, queue_id, queue_offset, msg_id,
+                 key, **subscription) -> Why | list[Why]:
+    """:func:`why` over the brokers of a cluster holding ``topic``, each with its own registration."""
+    names = brokers_to_ask(cluster, topic, broker, queue_id)
     if queue_id is not None:
-        if len(names) > 1:
-            raise ValueError(f"topic {topic!r} has queues on brokers {', '.join(names)}: name the broker of "
-                             f"queue {queue_id} (broker=, --broker)")
         w = why(cluster.stores[names[0]], topic, group, queue_id=queue_id, queue_offset=queue_offset, **subscription)
         return replace(w, broker=names[0])
     parsed = _parse_offset_msg_id(msg_id) if msg_id is not None else None
