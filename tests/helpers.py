@@ -5,13 +5,17 @@ Tests import these (``from helpers import DATA, load_jsonl``); fixtures live in
 """
 from __future__ import annotations
 
+import hashlib
 import json
+import os
 import shutil
+import stat
 from pathlib import Path
 
 from rmqfilter_engine import PUREPYTHON
 
-__all__ = ["DATA", "PUREPYTHON", "RETRY_MESSAGES", "entry_root", "kernels", "load_jsonl", "patch_file", "use_kernels",
+__all__ = ["DATA", "PUREPYTHON", "RETRY_MESSAGES", "entry_root", "kernels", "load_jsonl", "patch_file", "tree_snapshot",
+           "use_kernels",
            "write_retry_store"]
 
 #: The conformance cases and the golden store (copied from ../shared so the suite stands alone).
@@ -120,3 +124,23 @@ def use_kernels(monkeypatch, engine: str, *modules: str) -> None:
         for name, kernel in chosen.items():
             if hasattr(module, name):
                 monkeypatch.setattr(module, name, kernel)
+
+
+def tree_snapshot(root) -> dict[str, tuple]:
+    """Everything under ``root``, to prove a read changed nothing: relative path -> (kind, mode,
+    size, mtime_ns, sha256 of a file's bytes), and ``"."`` -> the root's own kind, mode and mtime
+    (a file created and removed again moves it)."""
+    out = {}
+    for dirpath, dirs, files in os.walk(root):
+        for name in dirs + files:
+            path = os.path.join(dirpath, name)
+            st = os.lstat(path)
+            digest = None
+            if stat.S_ISREG(st.st_mode):
+                with open(path, "rb") as f:
+                    digest = hashlib.sha256(f.read()).hexdigest()
+            out[os.path.relpath(path, root)] = (stat.S_IFMT(st.st_mode), stat.S_IMODE(st.st_mode), st.st_size,
+                                                st.st_mtime_ns, digest)
+    st = os.lstat(root)
+    out["."] = (stat.S_IFMT(st.st_mode), stat.S_IMODE(st.st_mode), st.st_mtime_ns)
+    return out

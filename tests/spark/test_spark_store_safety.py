@@ -2,29 +2,14 @@
 every table of the ``rocketmq`` data source and the scan job (``rmqfilter scan``)."""
 from __future__ import annotations
 
-import hashlib
-import os
 import shutil
 
 import pytest
-from helpers import DATA
+from helpers import DATA, tree_snapshot
 
 pytestmark = pytest.mark.spark
 
 TOPIC = "GoldenFilterTopic"
-
-
-def _snapshot(root) -> dict[str, tuple[str, int]]:
-    """Every file under ``root`` (directories too, as entries): SHA-256 and size."""
-    out = {}
-    for d, dirs, files in os.walk(root):
-        for name in dirs:
-            out[os.path.relpath(os.path.join(d, name), root) + "/"] = ("dir", 0)
-        for name in files:
-            path = os.path.join(d, name)
-            with open(path, "rb") as f:
-                out[os.path.relpath(path, root)] = (hashlib.sha256(f.read()).hexdigest(), os.path.getsize(path))
-    return out
 
 
 def test_every_spark_read_path_leaves_the_store_unchanged(spark, tmp_path, capsys):
@@ -34,7 +19,7 @@ def test_every_spark_read_path_leaves_the_store_unchanged(spark, tmp_path, capsy
 
     root = tmp_path / "store"
     shutil.copytree(DATA / "golden_store", root)
-    before = _snapshot(root)
+    before = tree_snapshot(root)
     assert len([k for k in before if not k.endswith("/")]) > 10
 
     def read(**options):
@@ -69,4 +54,4 @@ def test_every_spark_read_path_leaves_the_store_unchanged(spark, tmp_path, capsy
                      "--out", str(tmp_path / "out2"), "--json", str(tmp_path / "summary.json")]) == 0
     assert "GID_TAGS" in capsys.readouterr().out
 
-    assert _snapshot(root) == before
+    assert tree_snapshot(root) == before

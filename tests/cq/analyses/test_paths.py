@@ -5,11 +5,11 @@ The states against the real broker are in tests/broker/test_broker_lifecycle.py.
 """
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 
 import pytest
+from helpers import tree_snapshot
 
 import cq
 from cq.analyses.paths import why_every_copy
@@ -83,16 +83,6 @@ def test_a_group_filter_and_a_disabled_group(store_root):
     assert p.state == "gated" and p.fields["reason"] == "group_disabled" and "consumeEnable=false" in p.sentence
 
 
-def digest(root) -> dict:
-    out = {}
-    for d, _, files in os.walk(root):
-        for name in files:
-            path = os.path.join(d, name)
-            with open(path, "rb") as f:
-                out[path] = hashlib.sha256(f.read()).hexdigest()
-    return out
-
-
 def run_cli(capsys, *argv) -> tuple[int, str, str]:
     capsys.readouterr()
     code = cli.main([str(a) for a in argv])
@@ -101,24 +91,24 @@ def run_cli(capsys, *argv) -> tuple[int, str, str]:
 
 
 def test_an_id_that_is_nowhere(store_root, capsys):
-    before = digest(store_root)
+    before = tree_snapshot(store_root)
     code, out, err = run_cli(capsys, "why", store_root, "--topic", TOPIC, "--group", GROUP, "--tags", "*",
                              "--msg-id", "NO-SUCH-ID")
     assert code == 2 and out == ""
     assert err.startswith("rmqfilter why: error: ") and "'NO-SUCH-ID'" in err and "OrderTopic" in err
-    assert "Traceback" not in err and digest(store_root) == before
+    assert "Traceback" not in err and tree_snapshot(store_root) == before
 
 
 def test_a_malformed_delay_offset_file(store_root, capsys):
     path = os.path.join(store_root, "config", "delayOffset.json")
     with open(path, "w") as f:
         f.write('{"offsetTable":{1:1,2:}}')
-    before = digest(store_root)
+    before = tree_snapshot(store_root)
     code, out, err = run_cli(capsys, "why", store_root, "--topic", TOPIC, "--group", GROUP, "--tags", "*",
                              "--msg-id", "U-late")
     assert code == 2 and out == ""
     assert path in err and "offset 22" in err and "Traceback" not in err, err
-    assert digest(store_root) == before
+    assert tree_snapshot(store_root) == before
 
 
 def test_text_leads_with_the_state_and_json_has_its_fields(store_root, capsys):

@@ -9,7 +9,6 @@ broker's queue ends, what the group received, and its committed offsets
 """
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 import shutil
@@ -19,7 +18,7 @@ import tempfile
 from contextlib import closing
 
 import pytest
-from helpers import DATA
+from helpers import DATA, tree_snapshot
 
 import cq
 from cq import format as fmt
@@ -28,16 +27,6 @@ from pyspark_udfs import cli
 STORE = DATA / "rocksdb_store"
 FACTS = json.loads((DATA / "rocksdb_store.json").read_text())
 TOPIC, GROUP, TAGS = FACTS["topic"], FACTS["group"], FACTS["tags"]
-
-
-def _fingerprint(root) -> dict[str, str]:
-    out = {}
-    for d, _, files in os.walk(root):
-        for name in files:
-            path = os.path.join(d, name)
-            with open(path, "rb") as f:
-                out[os.path.relpath(path, root)] = hashlib.sha256(f.read()).hexdigest()
-    return out
 
 
 def _links_left() -> set[str]:
@@ -109,12 +98,12 @@ def test_inspect_names_the_mode_and_the_databases(capsys):
 
 
 def test_reading_changes_no_file_and_leaves_no_links():
-    before, links = _fingerprint(STORE), _links_left()
+    before, links = tree_snapshot(STORE), _links_left()
     with closing(cq.Store(STORE)) as s:
         list(s.consume(TOPIC, GROUP, tags=TAGS))
         s.committed_offsets(GROUP, TOPIC)
         s.topic_configs()
-    assert _fingerprint(STORE) == before
+    assert tree_snapshot(STORE) == before
     assert _links_left() == links
 
 

@@ -2,12 +2,10 @@
 from __future__ import annotations
 
 import base64
-import hashlib
-import os
 
 import numpy as np
 import pytest
-from helpers import DATA, load_jsonl
+from helpers import DATA, load_jsonl, tree_snapshot
 
 import cq
 from cq import format as fmt
@@ -21,16 +19,6 @@ def store():
     s = cq.Store(GOLDEN)
     yield s
     s.close()
-
-
-def _hash_tree(root):
-    out = {}
-    for dirpath, _, files in os.walk(root):
-        for name in files:
-            path = os.path.join(dirpath, name)
-            with open(path, "rb") as f:
-                out[path] = (hashlib.sha256(f.read()).hexdigest(), os.stat(path).st_mtime_ns)
-    return out
 
 
 def test_layout(store):
@@ -144,7 +132,7 @@ def test_gather_properties_agrees_with_messages(store):
 
 
 def test_reading_changes_no_byte():
-    before = _hash_tree(GOLDEN)
+    before = tree_snapshot(GOLDEN)
     s = cq.Store(GOLDEN)
     list(s.commit_log.messages(verify_crc=True))
     for t in s.topics():
@@ -153,7 +141,7 @@ def test_reading_changes_no_byte():
             list(s.ext(t, q).units())
     list(s.consume("GoldenFilterTopic", "G", tags="TagA || TagB"))
     s.close()
-    assert _hash_tree(GOLDEN) == before
+    assert tree_snapshot(GOLDEN) == before
 
 
 def test_maps_are_read_only(store):

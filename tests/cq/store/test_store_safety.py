@@ -11,16 +11,14 @@ mode bits; the audit hook is the check that still holds there).
 from __future__ import annotations
 
 import contextlib
-import hashlib
 import mmap
 import os
 import shutil
-import stat
 import sys
 
 import numpy as np
 import pytest
-from helpers import DATA
+from helpers import DATA, tree_snapshot
 
 import cq
 from cq.readers.registry import READERS
@@ -70,24 +68,6 @@ def _audit(event: str, args) -> None:
 sys.addaudithook(_audit)
 
 
-def snapshot(root) -> dict[str, tuple]:
-    """Relative path -> (kind, mode, size, mtime_ns, sha256) for everything under ``root``."""
-    out = {}
-    for dirpath, dirs, files in os.walk(root):
-        for name in dirs + files:
-            path = os.path.join(dirpath, name)
-            st = os.lstat(path)
-            digest = None
-            if stat.S_ISREG(st.st_mode):
-                with open(path, "rb") as f:
-                    digest = hashlib.sha256(f.read()).hexdigest()
-            out[os.path.relpath(path, root)] = (stat.S_IFMT(st.st_mode), stat.S_IMODE(st.st_mode), st.st_size,
-                                                st.st_mtime_ns, digest)
-    st = os.lstat(root)
-    out["."] = (stat.S_IFMT(st.st_mode), stat.S_IMODE(st.st_mode), st.st_mtime_ns)
-    return out
-
-
 def _set_modes(root, file_mode: int, dir_mode: int) -> None:
     for dirpath, dirs, files in os.walk(root, topdown=False):
         for name in files:
@@ -119,7 +99,7 @@ def read_only_store(tmp_path, request):
     shutil.copytree(DATA / getattr(request, "param", "golden_store"), root)
     _write_config(root)
     _set_modes(root, 0o444, 0o555)
-    before = snapshot(root)
+    before = tree_snapshot(root)
     _WATCH.append(str(root))
     _VIOLATIONS.clear()
     try:
@@ -128,7 +108,7 @@ def read_only_store(tmp_path, request):
         _WATCH.remove(str(root))
         found = list(_VIOLATIONS)
         _VIOLATIONS.clear()
-        after = snapshot(root)
+        after = tree_snapshot(root)
         _set_modes(root, 0o644, 0o755)  # so tmp_path can be cleaned up
     assert not found, f"store opened for writing: {found}"
     changed = sorted(k for k in before.keys() | after.keys() if before.get(k) != after.get(k))
@@ -275,7 +255,7 @@ def test_spark_data_source_leaves_the_store_unchanged(spark, tmp_path):
     shutil.copytree(DATA / "golden_store", root)
     _write_config(root)
     _set_modes(root, 0o444, 0o555)
-    before = snapshot(root)
+    before = tree_snapshot(root)
     try:
         rows = spark.read.format("rocketmq").load(str(root)).count()
         filtered = (spark.read.format("rocketmq").option("topic", TOPIC).option("group", "GID_SQL_A")
@@ -284,7 +264,7 @@ def test_spark_data_source_leaves_the_store_unchanged(spark, tmp_path):
         backlog = (spark.read.format("rocketmq").option("topic", TOPIC).option("group", "GID_SQL_A")
                    .option("from_committed", "true").load(str(root)).count())
     finally:
-        after = snapshot(root)
+        after = tree_snapshot(root)
         _set_modes(root, 0o644, 0o755)
     assert rows == 300 and 0 < filtered < 300 and backlog <= filtered
     assert before == after
