@@ -13,16 +13,19 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import struct
 import tempfile
 import threading
+from collections.abc import Iterator
 
 import numpy as np
 
 from .. import format as fmt
 from ..errors import StoreFormatError, UnsupportedLayoutError
 from .consumequeue import ConsumeQueue
+from .entry import ReaderEntry
 
 __all__ = ["EXTRA", "RocksDBConsumeQueue", "RocksDBQueueTable", "offset_table", "read_metadata_table",
            "require_binding"]
@@ -30,6 +33,9 @@ __all__ = ["EXTRA", "RocksDBConsumeQueue", "RocksDBQueueTable", "offset_table", 
 #: What to install for these readers.
 EXTRA = "rmqfilter[rocksdb]"
 _I32 = struct.Struct(">i")
+#: A file and a byte offset in RocksDB's error messages ("... in /dir/000011.sst offset 0 size 2018").
+_NAMED_FILE = re.compile(r"/([0-9A-Za-z_.-]+\.(?:sst|log|ldb)|MANIFEST-\d+|CURRENT|OPTIONS-\d+)\b")
+_NAMED_OFFSET = re.compile(r"\boffset (\d+)")
 _I64 = struct.Struct(">q")
 
 
@@ -70,9 +76,39 @@ class _ReadOnlyDatabase:
                     column_families={f: rocksdict.Options(raw_mode=True) for f in families if f != "default"})
                 return
             except Exception as exc:  # noqa: BLE001 (the binding raises plain Exception for RocksDB's errors)
+                error = self.error(exc, "not a readable RocksDB database")
                 shutil.rmtree(self._links, ignore_errors=True)
-                error = exc
-        raise StoreFormatError(f"not a readable RocksDB database ({error})", path) from error
+        raise error
+
+    def error(self, exc: Exception, what: str) -> StoreFormatError:
+        """RocksDB's error ``exc`` as a :class:`StoreFormatError`: the store file it names (RocksDB
+        names the links) and the byte offset it gives, else the database directory and offset 0."""
+        text = str(exc).replace(self._links, self.path)
+        named = _NAMED_FILE.search(text)
+        path = os.path.join(self.path, named.group(1)) if named else self.path
+        at = _NAMED_OFFSET.search(text)
+        return StoreFormatError(f"{what} ({text})", path, int(at.group(1)) if at else 0)
+
+    def items(self, family=None, what: str = "reading the database", **kwargs) -> Iterator[tuple[bytes, bytes]]:
+        """``(key, value)`` of the default column family (or ``family``) in key order; RocksDB's
+        errors on the way (a corrupt block) as :meth:`error`."""
+        source = self.db if family is None else family
+        try:
+            yield from source.items(**kwargs)
+        except Exception as exc:  # the binding raises plain Exception for RocksDB's errors
+            raise self.error(exc, what) from exc
+
+    def file_of(self, key: bytes) -> str:
+        """The store path of the table file whose key range holds ``key`` (where a bad record
+        lies); the database directory when none does (a record missing between two files)."""
+        try:
+            files = self.db.live_files()
+        except Exception:  # noqa: BLE001 (the binding raises plain Exception; the directory still names the database)
+            return self.path
+        for meta in files:
+            if meta["start_key"] <= key <= meta["end_key"]:
+                return os.path.join(self.path, os.path.basename(meta["name"]))
+        return self.path
 
     def close(self) -> None:
         self.db.close()
@@ -119,12 +155,12 @@ class RocksDBQueueTable:
         """(topic, queue) -> ``(min_offset, max_offset)``: max is one past the highest unit."""
         try:
             family = self._db.get_column_family(fmt.ROCKSDB_CQ_OFFSET_FAMILY)
-        except Exception as exc:
-            raise StoreFormatError(f"no {fmt.ROCKSDB_CQ_OFFSET_FAMILY!r} column family: not a RocketMQ "
-                                   "consume queue database", self.directory) from exc
+        except Exception as exc:  # the binding raises plain Exception for RocksDB's errors
+            raise self._opened.error(exc, f"no {fmt.ROCKSDB_CQ_OFFSET_FAMILY!r} column family: not a RocketMQ "
+                                          "consume queue database") from exc
         lows: dict[tuple[str, int], int] = {}
         highs: dict[tuple[str, int], int] = {}
-        for key, value in family.items():
+        for key, value in self._opened.items(family, "reading the queues' ends"):
             topic, kind, queue_id = _split_offset_key(key, self.directory)
             if not kind or topic == fmt.ROCKSDB_CQ_CHECKPOINT_TOPIC:
                 continue
@@ -162,23 +198,29 @@ class RocksDBQueueTable:
         low, high = self.ends.get((topic, queue_id), (0, 0))
         prefix = _queue_prefix(topic, queue_id)
         values = []
-        where = f"{self.directory} [{topic}/{queue_id}]"
-        for key, value in self._db.items(from_key=prefix + _I64.pack(low)):
+
+        def bad(offset: int, what: str) -> StoreFormatError:
+            path = self._opened.file_of(prefix + _I64.pack(offset))
+            return StoreFormatError(f"{topic}/{queue_id}: {what} (RocksDB key {(prefix + _I64.pack(offset)).hex()}; "
+                                    "the byte offset inside the table file is RocksDB's own)", path, 0)
+
+        for key, value in self._opened.items(None, f"reading the units of {topic}/{queue_id}",
+                                             from_key=prefix + _I64.pack(low)):
             if not key.startswith(prefix) or len(key) != len(prefix) + 8:
                 break
             offset = _I64.unpack_from(key, len(prefix))[0]
             if offset >= high:
                 break
             if offset != low + len(values):
-                raise StoreFormatError(f"unit of queue offset {low + len(values)} missing (next key holds "
-                                       f"{offset}) below the queue's maximum {high}", where)
+                raise bad(low + len(values), f"unit of queue offset {low + len(values)} missing (next key holds "
+                                             f"{offset}) below the queue's maximum {high}")
             if len(value) != fmt.ROCKSDB_CQ_VALUE_DTYPE.itemsize:
-                raise StoreFormatError(f"unit of queue offset {offset} holds {len(value)} bytes, not "
-                                       f"{fmt.ROCKSDB_CQ_VALUE_DTYPE.itemsize}", where)
+                raise bad(offset, f"unit of queue offset {offset} holds {len(value)} bytes, not "
+                                  f"{fmt.ROCKSDB_CQ_VALUE_DTYPE.itemsize}")
             values.append(value)
         if len(values) != high - low:
-            raise StoreFormatError(f"units end at queue offset {low + len(values)}, below the queue's "
-                                   f"maximum {high}", where)
+            raise bad(low + len(values), f"units end at queue offset {low + len(values)}, below the queue's "
+                                         f"maximum {high}")
         return np.frombuffer(b"".join(values), dtype=fmt.ROCKSDB_CQ_VALUE_DTYPE)
 
 
@@ -219,7 +261,7 @@ class RocksDBConsumeQueue(ConsumeQueue):
         return f"RocksDBConsumeQueue({self.directory!r}, topic={self.topic!r}, queue_id={self.queue_id})"
 
     def _reopen_kwargs(self) -> dict:
-        return {}
+        return {"topic": self.topic, "queue_id": self.queue_id}  # a copy opens the database again
 
     def _recover(self, from_offset: int | None = None) -> int:
         return self._max_offset
@@ -245,7 +287,7 @@ def read_metadata_table(directory: str | os.PathLike, table: str) -> dict[str, d
     opened = _ReadOnlyDatabase(path, f"RocksDB metadata ({table})")
     try:
         out = {}
-        for key, value in opened.db.items():
+        for key, value in opened.items(None, f"reading the {table} table"):
             name = key.decode("utf-8", "replace")
             try:
                 parsed = json.loads(value)
@@ -270,3 +312,28 @@ def offset_table(directory: str | os.PathLike) -> dict[tuple[str, str], dict[int
             raise StoreFormatError(f"key {key!r} is not topic@group with an offsetTable", os.fspath(directory))
         out[topic, group] = {int(q): int(o) for q, o in table.items()}
     return out
+
+
+def _open_last_queue(root: str) -> RocksDBConsumeQueue:
+    """The highest queue of the last topic of ``root``'s RocksDB consume queue."""
+    directory = os.path.join(root, fmt.CONSUME_QUEUE_DIR)
+    with RocksDBQueueTable(directory) as table:
+        if not table.ends:
+            raise StoreFormatError("the consume queue database holds no queue", directory, 0)
+        topic, queue_id = max(table.ends)
+        return RocksDBConsumeQueue(directory, topic, queue_id, table)
+
+
+def _database_files(root: str) -> list[str]:
+    """The files of ``root``'s consume queue database that hold bytes (an empty lock file or
+    write-ahead log holds nothing to read)."""
+    directory = os.path.join(root, fmt.CONSUME_QUEUE_DIR)
+    return [os.path.join(directory, n) for n in sorted(os.listdir(directory))
+            if os.path.isfile(os.path.join(directory, n)) and os.path.getsize(os.path.join(directory, n))]
+
+
+# This reader's registry entry (docs/contributing.md#add-a-reader), over the real broker's RocksDB store.
+READERS = (
+    ReaderEntry("RocksDBConsumeQueue", _open_last_queue, _database_files, lambda queue: queue.read().tolist(),
+                store="rocksdb_store"),
+)

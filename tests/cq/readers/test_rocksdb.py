@@ -137,7 +137,7 @@ def _rewritten(tmp_path, change) -> str:
 
 def test_a_unit_of_the_wrong_length_is_an_error_naming_the_queue_and_offset(tmp_path):
     root = _rewritten(tmp_path, lambda db: db.put(_key(TOPIC, 0, 7), b"\x00" * 27))
-    with closing(cq.Store(root)) as s, pytest.raises(cq.StoreFormatError, match=r"ModesTopic/0\].*queue offset 7 holds 27"):
+    with closing(cq.Store(root)) as s, pytest.raises(cq.StoreFormatError, match=r"000\d+\.sst at byte offset 0: ModesTopic/0: unit of queue offset 7 holds 27"):
         s.consume_queue(TOPIC, 0)
 
 
