@@ -32,6 +32,8 @@ __all__ = ["EXTRA", "RocksDBConsumeQueue", "RocksDBQueueTable", "offset_table", 
 
 #: What to install for these readers.
 EXTRA = "rmqfilter[rocksdb]"
+#: The temporary directories of links a database is opened through (then the process id).
+LINKS_PREFIX = "rmqfilter-rocksdb-"
 _I32 = struct.Struct(">i")
 #: A file and a byte offset in RocksDB's error messages ("... in /dir/000011.sst offset 0 size 2018").
 _NAMED_FILE = re.compile(r"/([0-9A-Za-z_.-]+\.(?:sst|log|ldb)|MANIFEST-\d+|CURRENT|OPTIONS-\d+)\b")
@@ -64,7 +66,7 @@ class _ReadOnlyDatabase:
         self.path = path
         error: Exception | None = None
         for _ in range(3):
-            self._links = tempfile.mkdtemp(prefix="rmqfilter-rocksdb-")
+            self._links = tempfile.mkdtemp(prefix=f"{LINKS_PREFIX}{os.getpid()}-")
             try:
                 for name in os.listdir(path):
                     if name != "LOCK" and os.path.isfile(os.path.join(path, name)):

@@ -22,6 +22,7 @@ from helpers import DATA, tree_snapshot
 
 import cq
 from cq import format as fmt
+from cq.readers import rocksdb
 from pyspark_udfs import cli
 
 STORE = DATA / "rocksdb_store"
@@ -30,7 +31,9 @@ TOPIC, GROUP, TAGS = FACTS["topic"], FACTS["group"], FACTS["tags"]
 
 
 def _links_left() -> set[str]:
-    return {n for n in os.listdir(tempfile.gettempdir()) if n.startswith("rmqfilter-rocksdb-")}
+    """This process's directories of links (the other test pass may open databases at the same time)."""
+    mine = f"{rocksdb.LINKS_PREFIX}{os.getpid()}-"
+    return {n for n in os.listdir(tempfile.gettempdir()) if n.startswith(mine)}
 
 
 @pytest.fixture(scope="module")

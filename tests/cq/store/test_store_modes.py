@@ -59,7 +59,7 @@ def test_a_consume_queue_database_rocksdb_cannot_open_is_an_error_not_zero_topic
     assert cq.detect_layout(copy).consume_queues == "rocksdb"
     with closing(cq.Store(copy)) as store, pytest.raises(cq.StoreFormatError, match="not a readable RocksDB") as err:
         store.topics()
-    assert err.value.path == str(copy / fmt.CONSUME_QUEUE_DIR)
+    assert err.value.path.startswith(str(copy / fmt.CONSUME_QUEUE_DIR))  # the database, or the file RocksDB names
     assert cli.main(["inspect", str(copy)]) == 2
     captured = capsys.readouterr()
     assert "Mode: CommitLog classic (commitlog/); consume queues RocksDB;" in captured.out
@@ -119,7 +119,7 @@ def test_rocksdb_metadata_is_read_there_never_from_the_stale_json(copy, capsys):
         assert store.layout.rocksdb_tables == ("consumerOffsets",)
         with pytest.raises(cq.StoreFormatError, match="not a readable RocksDB database") as err:
             store.committed_offsets("G", TOPIC)  # the JSON file beside it is never read as current
-        assert err.value.path == str(copy / "config" / "consumerOffsets")
+        assert err.value.path.startswith(str(copy / "config" / "consumerOffsets"))
         with pytest.raises(cq.UnsupportedLayoutError, match=r"RocksDB metadata \(consumerOffsets\)"):
             store.config_path("consumerOffset.json")
         assert store.topic_configs() == {}  # tables still in JSON read as before
