@@ -82,7 +82,7 @@ _CACHE: dict[str, Run] = {}
 _RUNNING: dict[str, threading.Thread] = {}
 _FAILED: dict[str, str] = {}
 # The scenarios whose outputs the tests read afterwards (live is read while it runs).
-CACHED_SCENARIOS = ("crash", "filters", "modes", "cluster", "lifecycle")
+CACHED_SCENARIOS = ("crash", "filters", "modes", "cluster", "lifecycle", "rocksdb")
 
 
 def _out(name: str) -> Path:

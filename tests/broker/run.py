@@ -41,7 +41,7 @@ STAMP = TARGET / ".harness-stamp"
 LOOPBACK = "127.0.0.1"
 JVM_HEAP = ["-Xms64m", "-Xmx384m", "-XX:MaxDirectMemorySize=256m", "-XX:+UseSerialGC"]
 QUICK_START = ["-XX:TieredStopAtLevel=1"]  # C1 only: starts faster; not for the throughput scenario
-SCENARIOS = ("filters", "crash", "live", "housekeeping", "throughput", "modes", "cluster", "lifecycle")
+SCENARIOS = ("filters", "crash", "live", "housekeeping", "throughput", "modes", "cluster", "lifecycle", "rocksdb")
 
 
 class HarnessError(RuntimeError):
@@ -654,6 +654,18 @@ def scenario_modes(h: Harness) -> None:
     h.start_client()
     h.create_topic(MODES_TOPIC, 3)
     receive_in_two_phases(h, MODES_TOPIC, MODES_GROUPS, random.Random(27))
+
+
+def scenario_rocksdb(h: Harness) -> None:
+    """One broker with ``storeType=defaultRocksDB`` (consume queues and metadata in RocksDB): the
+    groups of ``modes``, both phases. Property filtering is on; the broker keeps no
+    ConsumeQueueExt in this mode, so SQL92 groups are filtered on the CommitLog alone."""
+    h.start_namesrv()
+    h.add_broker("broker-a", storeType="defaultRocksDB", enablePropertyFilter="true")
+    h.start_broker("broker-a")
+    h.start_client()
+    h.create_topic(MODES_TOPIC, 3)
+    receive_in_two_phases(h, MODES_TOPIC, MODES_GROUPS, random.Random(29))
 
 
 def receive_in_two_phases(h: Harness, topic: str, groups: dict[str, tuple[str, str]], rng: random.Random) -> None:
