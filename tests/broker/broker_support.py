@@ -212,3 +212,32 @@ def assert_backlog_is_what_the_drain_received(backlog, run: Run, group: str) -> 
         p = progress[q.queue_id]
         assert (q.committed_offset, q.max_offset) == (p["consumer_offset"], p["broker_offset"]), q
         assert q.will_receive == drained.get(q.queue_id, 0), q
+
+
+def assert_consume_is_what_the_consumers_received(store, run: Run, group: str) -> None:
+    """``Store.consume`` with the group's subscription gives, unit for unit, what it first received
+    (its ``UNIQ_KEY`` and offset id), no record missing; a SQL92 group's registration and its
+    expression given outright agree."""
+    g = run.group(group)
+    want = {k: (r["uniq_key"], r["msg_id"]) for k, r in run.first[group].items()}
+    result = store.consume(g["topic"], group, **run.subscription(g))
+    got = {(m.queue_id, m.queue_offset): (m.properties.get("UNIQ_KEY"), m.msg_id) for m in result}
+    assert_same_units(got, want, f"Store.consume({group})")
+    assert result.stats.commit_log_missing == 0
+    if g["type"] == "SQL92":
+        assert delivered(store, g, sql=g["expression"]) == got
+
+
+def assert_inspect_offsets_are_the_brokers(run: Run, capsys) -> str:
+    """``rmqfilter inspect --json`` gives each queue the admin API's min and max offsets; returns
+    the text ``rmqfilter inspect`` prints (its ``Mode:`` line first)."""
+    from pyspark_udfs import cli
+
+    assert cli.main(["inspect", str(run.store_path()), "--json"]) == 0
+    topics = json.loads(capsys.readouterr().out)["topics"]
+    for t in run.broker["topics"]:
+        for q in t["queues"]:
+            mine = topics[t["topic"]][str(q["queue_id"])]
+            assert (mine["min_offset"], mine["max_offset"]) == (q["min_offset"], q["max_offset"]), (t["topic"], q)
+    assert cli.main(["inspect", str(run.store_path())]) == 0
+    return capsys.readouterr().out

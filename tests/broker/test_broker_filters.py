@@ -16,6 +16,7 @@ import pytest
 from broker_support import (
     assert_backlog_is_what_the_drain_received,
     assert_data_source_is_what_the_consumers_received,
+    assert_inspect_offsets_are_the_brokers,
     assert_same_units,
     delivered,
     harness,
@@ -175,13 +176,7 @@ def test_why_cli_by_uniq_key_offset_id_and_key(run, capsys, group):
 
 
 def test_inspect_offsets_are_the_brokers(run, capsys):
-    code, out = run_cli(capsys, "inspect", run.store_path(), "--json")
-    assert code == 0
-    topics = json.loads(out)["topics"]
-    for t in run.broker["topics"]:
-        for q in t["queues"]:
-            mine = topics[t["topic"]][str(q["queue_id"])]
-            assert (mine["min_offset"], mine["max_offset"]) == (q["min_offset"], q["max_offset"]), (t["topic"], q)
+    assert_inspect_offsets_are_the_brokers(run, capsys)
 
 
 def test_every_key_and_uniq_key_is_found_through_the_broker_index(run, store):

@@ -9,20 +9,17 @@ the rest. What rmqfilter reads from that store must be what they received
 """
 from __future__ import annotations
 
-import json
-
 import pytest
 from broker_support import (
     assert_backlog_is_what_the_drain_received,
+    assert_consume_is_what_the_consumers_received,
     assert_data_source_is_what_the_consumers_received,
-    assert_same_units,
-    delivered,
+    assert_inspect_offsets_are_the_brokers,
     harness,
     scenario,
 )
 
 import cq
-from pyspark_udfs import cli
 
 pytestmark = pytest.mark.broker
 
@@ -68,14 +65,7 @@ def test_every_message_is_where_the_send_result_put_it(run, store):
 
 @pytest.mark.parametrize("group", GROUPS)
 def test_consume_is_what_the_consumers_received(run, store, group):
-    g = run.group(group)
-    want = {k: (r["uniq_key"], r["msg_id"]) for k, r in run.first[group].items()}
-    result = store.consume(g["topic"], group, **run.subscription(g))
-    got = {(m.queue_id, m.queue_offset): (m.properties.get("UNIQ_KEY"), m.msg_id) for m in result}
-    assert_same_units(got, want, f"Store.consume({group})")
-    assert result.stats.commit_log_missing == 0
-    if g["type"] == "SQL92":
-        assert delivered(store, g, sql=g["expression"]) == got
+    assert_consume_is_what_the_consumers_received(store, run, group)
 
 
 @pytest.mark.parametrize("group", GROUPS)
@@ -85,15 +75,8 @@ def test_backlog_is_what_the_drain_received(run, store, group):
 
 
 def test_inspect_prints_the_mode_and_the_brokers_offsets(run, capsys):
-    assert cli.main(["inspect", str(run.store_path())]) == 0
-    assert "Mode: CommitLog DLedger (dledger-n0/data/); consume queues files; metadata JSON files" in \
-        capsys.readouterr().out
-    assert cli.main(["inspect", str(run.store_path()), "--json"]) == 0
-    topics = json.loads(capsys.readouterr().out)["topics"]
-    for t in run.broker["topics"]:
-        for q in t["queues"]:
-            mine = topics[t["topic"]][str(q["queue_id"])]
-            assert (mine["min_offset"], mine["max_offset"]) == (q["min_offset"], q["max_offset"]), (t["topic"], q)
+    out = assert_inspect_offsets_are_the_brokers(run, capsys)
+    assert "Mode: CommitLog DLedger (dledger-n0/data/); consume queues files; metadata JSON files" in out
 
 
 @pytest.mark.spark
