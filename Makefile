@@ -42,7 +42,7 @@ test: setup harness
 	( $(MAKE) --no-print-directory test-python; a=$$?; $(PY) -m pytest -q $(SIDE_TESTS); b=$$?; \
 	  [ $$a -eq 0 ] && [ $$b -eq 0 ] ) \
 		> build/test-python.log 2>&1 & pure=$$!; \
-	$(PY) -m pytest -q $(addprefix --ignore=,$(SIDE_TESTS)) tests; cython=$$?; \
+	$(PY) -m pytest -q --durations=12 $(addprefix --ignore=,$(SIDE_TESTS)) tests; cython=$$?; \
 	wait $$pure; python=$$?; \
 	echo "---- the pure-Python pass, then $(SIDE_TESTS) (build/test-python.log):"; \
 	if [ $$python -eq 0 ]; then grep -E "^[0-9]+ passed" build/test-python.log; else cat build/test-python.log; fi; \
