@@ -461,7 +461,22 @@ public final class Client {
             count.addAndGet(msgs.size());
             return fail ? ConsumeConcurrentlyStatus.RECONSUME_LATER : ConsumeConcurrentlyStatus.CONSUME_SUCCESS;
         });
-        c.start();
+        try {
+            c.start();
+        } catch (MQClientException e) {
+            // start() asks the broker to check a SQL92 subscription with a 3 s timeout; a broker slow
+            // to answer (a loaded machine) fails it, and the consumer runs on without its first
+            // heartbeat. Shut it down and start it again, a few times, rather than leave it half started.
+            int attempt = cmd.getIntValue("start_attempt");
+            c.shutdown();
+            if (attempt >= 4 || e.getMessage() == null || !e.getMessage().contains("Check client in broker")) {
+                throw e;
+            }
+            Thread.sleep(1000L << attempt);
+            cmd.put("start_attempt", attempt + 1);
+            startConsumer(cmd);
+            return;
+        }
         consumers.put(group, c);
     }
 
