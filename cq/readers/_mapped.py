@@ -55,10 +55,17 @@ class MappedFileQueue:
 
     def _open(self, directory, file_size: int | None, kind: str, unit: int | None = None) -> None:
         """List and check the queue's files (docs/formats.md#mapped-file-queues); nothing is mapped yet."""
-        self.directory = os.fspath(directory)
-        self._kind, self._unit = kind, unit or 1
+        self._set_files(directory, kind, unit)
         self._files, self.file_size = self._list_files(file_size)
         self._starts = np.array([s for s, _ in self._files], dtype=np.int64)
+
+    def _set_files(self, directory, kind: str, unit: int | None) -> None:
+        """The reader's state before any file is listed or mapped: no files yet (and none ever for
+        a queue whose units are held elsewhere, such as a RocksDB consume queue's)."""
+        self.directory = os.fspath(directory)
+        self._kind, self._unit = kind, unit or 1
+        self._files, self.file_size = [], 0
+        self._starts = np.zeros(0, dtype=np.int64)
         self._maps = {}
         self._identities: dict[str, tuple[int, int, int]] = {}  # path -> identity when mapped
         self._map_lock = threading.Lock()

@@ -17,7 +17,6 @@ import re
 import shutil
 import struct
 import tempfile
-import threading
 from collections.abc import Iterator
 
 import numpy as np
@@ -235,12 +234,7 @@ class RocksDBConsumeQueue(ConsumeQueue):
     def __init__(self, directory: str | os.PathLike, topic: str, queue_id: int,
                  table: RocksDBQueueTable | None = None) -> None:
         self.topic, self.queue_id = topic, int(queue_id)
-        self.directory = os.fspath(directory)
-        self._kind, self._unit = "RocksDB consume queue", fmt.CQ_STORE_UNIT_SIZE
-        self._files, self.file_size = [], 0
-        self._starts = np.zeros(0, dtype=np.int64)
-        self._maps, self._identities = {}, {}
-        self._map_lock = threading.Lock()
+        self._set_files(directory, "RocksDB consume queue", fmt.CQ_STORE_UNIT_SIZE)  # no files: units in memory
         self._load(table)
 
     def _load(self, table: RocksDBQueueTable | None) -> None:
