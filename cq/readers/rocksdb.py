@@ -150,10 +150,26 @@ class RocksDBQueueTable:
         self.directory = os.fspath(directory)
         self._opened = _ReadOnlyDatabase(self.directory, "RocksDB consume queue (storeType=defaultRocksDB)")
         self._db = self._opened.db
-        self.ends = self._read_ends()
+        self._ends: dict[tuple[str, int], tuple[int, int]] | None = None
 
-    def _read_ends(self) -> dict[tuple[str, int], tuple[int, int]]:
-        """(topic, queue) -> ``(min_offset, max_offset)``: max is one past the highest unit."""
+    @property
+    def ends(self) -> dict[tuple[str, int], tuple[int, int]]:
+        """Every queue: (topic, queue) -> ``(min_offset, max_offset)``, max one past the highest unit."""
+        if self._ends is None:
+            self._ends = self._read_ends()
+        return self._ends
+
+    def ends_of(self, topic: str) -> dict[tuple[str, int], tuple[int, int]]:
+        """:attr:`ends` of ``topic``'s queues alone, reading only their records (a queue reader
+        needs no other topic's)."""
+        if self._ends is not None:
+            return {key: v for key, v in self._ends.items() if key[0] == topic}
+        name = topic.encode()
+        return self._read_ends(_I32.pack(len(name)) + fmt.ROCKSDB_CQ_SEPARATOR + name + fmt.ROCKSDB_CQ_SEPARATOR)
+
+    def _read_ends(self, prefix: bytes = b"") -> dict[tuple[str, int], tuple[int, int]]:
+        """(topic, queue) -> ``(min_offset, max_offset)`` of the ``offset`` records whose keys start
+        with ``prefix``: max is one past the highest unit."""
         try:
             family = self._db.get_column_family(fmt.ROCKSDB_CQ_OFFSET_FAMILY)
         except Exception as exc:  # the binding raises plain Exception for RocksDB's errors
@@ -161,7 +177,9 @@ class RocksDBQueueTable:
                                           "consume queue database") from exc
         lows: dict[tuple[str, int], int] = {}
         highs: dict[tuple[str, int], int] = {}
-        for key, value in self._opened.items(family, "reading the queues' ends"):
+        for key, value in self._opened.items(family, "reading the queues' ends", from_key=prefix):
+            if not key.startswith(prefix):
+                break
             topic, kind, queue_id = _split_offset_key(key, self.directory)
             if not kind or topic == fmt.ROCKSDB_CQ_CHECKPOINT_TOPIC:
                 continue
@@ -190,13 +208,14 @@ class RocksDBQueueTable:
     def queue_ids(self, topic: str) -> list[int]:
         return sorted(q for t, q in self.ends if t == topic)
 
-    def units(self, topic: str, queue_id: int) -> np.ndarray:
-        """The queue's units from its minimum to its maximum, :data:`cq.format.ROCKSDB_CQ_VALUE_DTYPE`.
+    def units(self, topic: str, queue_id: int) -> tuple[int, np.ndarray]:
+        """The queue's minimum offset and its units from there to its maximum,
+        :data:`cq.format.ROCKSDB_CQ_VALUE_DTYPE`.
 
         Raises :class:`StoreFormatError` naming the queue offset where a unit is missing or
         malformed below the queue's recorded maximum.
         """
-        low, high = self.ends.get((topic, queue_id), (0, 0))
+        low, high = self.ends_of(topic).get((topic, queue_id), (0, 0))
         prefix = _queue_prefix(topic, queue_id)
         values = []
 
@@ -222,7 +241,7 @@ class RocksDBQueueTable:
         if len(values) != high - low:
             raise bad(low + len(values), f"units end at queue offset {low + len(values)}, below the queue's "
                                          f"maximum {high}")
-        return np.frombuffer(b"".join(values), dtype=fmt.ROCKSDB_CQ_VALUE_DTYPE)
+        return low, np.frombuffer(b"".join(values), dtype=fmt.ROCKSDB_CQ_VALUE_DTYPE)
 
 
 class RocksDBConsumeQueue(ConsumeQueue):
@@ -241,8 +260,7 @@ class RocksDBConsumeQueue(ConsumeQueue):
         own = table is None
         table = RocksDBQueueTable(self.directory) if own else table
         try:
-            low, _ = table.ends.get((self.topic, self.queue_id), (0, 0))
-            units = table.units(self.topic, self.queue_id)
+            low, units = table.units(self.topic, self.queue_id)
         finally:
             if own:
                 table.close()

@@ -351,7 +351,7 @@ class Store:
         if self.layout.consume_queues == "rocksdb":
             d = os.path.join(self.root, fmt.CONSUME_QUEUE_DIR)
             with RocksDBQueueTable(d) as table:
-                if (topic, int(queue_id)) not in table.ends:
+                if (topic, int(queue_id)) not in table.ends_of(topic):
                     raise KeyError(f"no consume queue {topic}/{queue_id} in {self.root}")
                 cq = RocksDBConsumeQueue(d, topic, int(queue_id), table)
         else:
