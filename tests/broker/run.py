@@ -349,12 +349,15 @@ class Harness:
             self.client("consumer_stop", group=g)
 
     def record_progress(self) -> None:
+        """The broker's own progress of every group: ``progress`` on its topic's queues and
+        ``retry_progress`` on its ``%RETRY%`` topic's (empty when it has sent nothing back)."""
         for g in self.groups:
             rows = self.client("progress", group=g["group"])["progress"]
-            g["progress"] = sorted(
-                ({k: r[k] for k in ("broker", "queue_id", "broker_offset", "consumer_offset")}
-                 for r in rows if r["topic"] == g["topic"]),
-                key=lambda r: (r["broker"], r["queue_id"]))
+            for key, topic in (("progress", g["topic"]), ("retry_progress", f"%RETRY%{g['group']}")):
+                g[key] = sorted(
+                    ({k: r[k] for k in ("broker", "queue_id", "broker_offset", "consumer_offset")}
+                     for r in rows if r["topic"] == topic),
+                    key=lambda r: (r["broker"], r["queue_id"]))
 
     def snapshot(self, names: list[str] | None = None, restart: bool = True) -> None:
         """Admin progress of every group, clean shutdown, copy, restart from the original store."""
