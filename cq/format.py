@@ -294,6 +294,23 @@ PROPERTY_TRANSACTION_CHECK_TIMES = "TRANSACTION_CHECK_TIMES"
 PROPERTY_PRODUCER_GROUP = "PGROUP"
 PROPERTY_ORIGIN_MESSAGE_ID = "ORIGIN_MESSAGE_ID"
 PROPERTY_TIMER_OUT_MS = "TIMER_OUT_MS"
+# POP consumption (docs/paths.md#pop): the broker's revive log, one topic per cluster, holds the
+# checkpoints (a pop: which offsets, when, for how long) and the acks, as JSON bodies.
+REVIVE_TOPIC_PREFIX = "rmq_sys_REVIVE_LOG_"
+#: The broker's revive service: its committed offset on a revive queue is the last record it processed.
+REVIVE_GROUP = "CID_RMQ_SYS_REVIVE_GROUP"
+POP_CK_TAG, POP_ACK_TAG, POP_BATCH_ACK_TAG = "ck", "ack", "bAck"
+#: A POP group's retry topic: ``%RETRY%{group}{sep}{topic}``, ``_`` (v1) or ``+`` (``enableRetryTopicV2``).
+POP_RETRY_SEPARATORS = ("_", "+")
+#: Checkpoint JSON fields: start offset, pop time, invisible time, ack bitmap, count, queue id,
+#: topic, group, offset deltas (offset i = start + d[i]), broker name.
+CK_START_OFFSET, CK_POP_TIME, CK_INVISIBLE_TIME, CK_BITMAP, CK_NUM = "so", "pt", "it", "bm", "n"
+CK_QUEUE_ID, CK_TOPIC, CK_GROUP, CK_OFFSET_DIFFS, CK_BROKER_NAME = "q", "t", "c", "d", "bn"
+#: Ack JSON fields besides the checkpoint's (t, c, q, so, pt, bn): the acked offset, or a batch
+#: ack's list; each with the long name fastjson also reads.
+ACK_OFFSET, BATCH_ACK_OFFSETS = "ao", "aol"
+ACK_LONG_NAMES = {"ao": "ackOffset", "so": "startOffset", "c": "consumerGroup", "t": "topic", "q": "queueId",
+                  "pt": "popTime", "bn": "brokerName", "aol": "ackOffsetList"}
 
 _I32 = struct.Struct(">i")
 _I16 = struct.Struct(">h")

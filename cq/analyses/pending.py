@@ -20,12 +20,11 @@ broker does on each are in ``docs/paths.md``.
 """
 from __future__ import annotations
 
-from collections.abc import Iterator
-
 from .. import format as fmt
 from ..readers.commitlog import Message
 from ..store.store import Store
 from .paths import _delay_offsets, _lookup, _message_at, _parse_offset_msg_id, _resolved_halves
+from .why import _records
 
 __all__ = ["COLUMNS", "TABLES", "pending"]
 
@@ -60,19 +59,6 @@ SCHEDULED, DELIVERED = "scheduled", "delivered"
 COMMITTED, ROLLED_BACK, CHECK_LIMIT, UNRESOLVED = "committed", "rolled_back", "check_limit", "unresolved"
 
 
-def _records(store: Store, topic: str) -> Iterator[tuple[int, Message, int]]:
-    """(queue id, record, the unit's tags code) of every unit of ``topic`` whose record is present."""
-    if topic not in store.topics():
-        return
-    log = store.commit_log
-    for q in store.queue_ids(topic):
-        with store.queue_readers(topic, q, ext=False) as (cqueue, _ext):  # one queue's files open at a time
-            for off in range(cqueue.min_offset, cqueue.max_offset):
-                phys, size, slot = cqueue.unit(off)
-                if log.min_offset <= phys and phys + size <= log.max_offset:
-                    yield q, log.read_message(phys), slot
-
-
 def _int(text: str | None) -> int | None:
     try:
         return int(text) if text is not None else None
@@ -97,6 +83,8 @@ def scheduled_rows(store: Store) -> list[dict]:
     for _q, m, _slot in _records(store, fmt.TIMER_TOPIC):
         p = m.properties
         real, uniq = p.get(fmt.PROPERTY_REAL_TOPIC), p.get(fmt.PROPERTY_UNIQ_KEY)
+        if real is not None and real.startswith(fmt.REVIVE_TOPIC_PREFIX):
+            continue    # a POP checkpoint or ack on its way to the revive log (cq.analyses.pop), not a message
         fired = False
         if real is not None and uniq is not None and real in store.topics():
             found, _how, _note = _lookup(store, [real], None, uniq)

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import binascii
 import struct
+from collections.abc import Iterator
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -631,6 +632,19 @@ def _scan(store: Store, topic: str, key: str | None, uniq_key: str | None) -> li
                     if props is not None and _key_matches(props, key, uniq_key):
                         found.append(log.read_message(off))
     return found
+
+
+def _records(store: Store, topic: str) -> Iterator[tuple[int, Message, int]]:
+    """(queue id, record, the unit's tags code) of every unit of ``topic`` whose record is present."""
+    if topic not in store.topics():
+        return
+    log = store.commit_log
+    for q in store.queue_ids(topic):
+        with store.queue_readers(topic, q, ext=False) as (cqueue, _ext):  # one queue's files open at a time
+            for off in range(cqueue.min_offset, cqueue.max_offset):
+                phys, size, slot = cqueue.unit(off)
+                if log.min_offset <= phys and phys + size <= log.max_offset:
+                    yield q, log.read_message(phys), slot
 
 
 def open_index(store: Store) -> tuple[IndexFiles | None, str]:
