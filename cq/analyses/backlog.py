@@ -22,6 +22,7 @@ from ..store.cluster import Cluster
 from ..store.store import Store
 from ..tags import tags_code
 from .pending import SCHEDULED, scheduled_rows
+from .pop import pop_retry_topics, read_revive_log
 from .why import Subscription, resolve_subscription
 
 __all__ = ["DUE_BUCKETS", "Backlog", "QueueBacklog", "backlog"]
@@ -83,6 +84,13 @@ class Backlog:
     #: Delay-level copies still due whose real topic is the topic or the retry topic and which the
     #: group's filter lets through: ``{"will_receive", "to_topic", "to_retry", "buckets": {label: n}}``.
     scheduled: dict | None = field(default=None)
+    #: A POP group's messages popped and neither acked nor revived yet, of the topic and its POP
+    #: retry topic: ``{"messages", "buckets": {label: n}, "now_ms"}`` by when the broker revives
+    #: them (docs/paths.md#pop). Not in :attr:`will_receive_later`: they come back only if the
+    #: consumer does not ack them in time.
+    in_flight: dict | None = field(default=None)
+    #: The group's POP retry topic (``%RETRY%{group}_{topic}``, or ``+``), when it has units.
+    pop_retry: Backlog | None = None
 
     @property
     def lag(self) -> int:
@@ -111,14 +119,19 @@ class Backlog:
                 "topic": self.retry.topic, "queues": [q.to_dict() for q in self.retry.queues],
                 "total": {"lag": self.retry.lag, "will_receive": self.retry.will_receive}}
             doc["scheduled"] = self.scheduled
+            doc["in_flight"] = self.in_flight
+            doc["pop_retry"] = None if self.pop_retry is None else {
+                "topic": self.pop_retry.topic, "queues": [q.to_dict() for q in self.pop_retry.queues],
+                "total": {"lag": self.pop_retry.lag, "will_receive": self.pop_retry.will_receive}}
             doc["will_receive_later"] = self.will_receive_later
         return doc
 
     @property
     def will_receive_later(self) -> int:
-        """What the group receives now (its queues) and later: its retry topic's backlog and the
-        delay-level copies still due to the topic or to its retry topic, through its filter."""
-        retry = self.retry.will_receive if self.retry is not None else 0
+        """What the group receives now (its queues) and later: its retry topic's and its POP retry
+        topic's backlog and the delay-level copies still due to the topic or to its retry topic,
+        through its filter."""
+        retry = sum(r.will_receive for r in (self.retry, self.pop_retry) if r is not None)
         return self.will_receive + retry + (self.scheduled["will_receive"] if self.scheduled else 0)
 
     def __str__(self) -> str:
@@ -160,6 +173,13 @@ class Backlog:
             due = ", ".join(f"{k} {n:,}" for k, n in self.scheduled["buckets"].items() if n)
             lines.append(f"scheduled: {self.scheduled['will_receive']:,} delay-level copies still due will reach the "
                          f"group (due: {due})")
+        if self.pop_retry is not None:
+            lines.append(f"pop retry: {self.pop_retry.will_receive:,} revived message(s) wait in {self.pop_retry.topic} "
+                         f"(lag {self.pop_retry.lag:,})")
+        if self.in_flight is not None and self.in_flight["messages"]:
+            due = ", ".join(f"{k} {n:,}" for k, n in self.in_flight["buckets"].items() if n)
+            lines.append(f"in flight: {self.in_flight['messages']:,} message(s) popped and not acked; the broker revives "
+                         f"them unless acked first (due: {due})")
         if self.will_receive_later != self.will_receive:
             lines.append(f"now and later: {self.will_receive_later:,}")
         return "\n".join(lines)
@@ -188,9 +208,10 @@ def backlog(store: Store | Cluster, topic: str, group: str, *, sql: str | None =
         ``to_dict()`` (``{"queues": [...], "total": {"lag", "will_receive"}, "expired": n}``), ``str()``.
         With ``later``, also ``.retry`` (the group's ``%RETRY%`` topic, subscribed ``*``),
         ``.scheduled`` (delay-level copies still due to the topic or the retry topic that the
-        group's filter lets through, bucketed by due time from ``now_ms``, default now) and
-        ``.will_receive_later``; ``to_dict()`` then has ``retry``, ``scheduled`` and
-        ``will_receive_later`` (docs/paths.md#backlog).
+        group's filter lets through, bucketed by due time from ``now_ms``, default now), for a
+        POP group ``.in_flight`` (popped, not acked, not revived) and ``.pop_retry`` (its POP
+        retry topic), and ``.will_receive_later``; ``to_dict()`` then has ``retry``,
+        ``scheduled``, ``in_flight``, ``pop_retry`` and ``will_receive_later`` (docs/paths.md#backlog).
     """
     if isinstance(store, Cluster):
         # each broker's own queues, committed offsets and registration; the totals sum them
@@ -206,8 +227,12 @@ def backlog(store: Store | Cluster, topic: str, group: str, *, sql: str | None =
         retries = [(name, part.retry) for name, part in parts if part.retry is not None]
         retry = Backlog(retries[0][1].topic, group, retries[0][1].subscription,
                         [replace(q, broker=name) for name, r in retries for q in r.queues]) if retries else None
+        pops = [(name, part.pop_retry) for name, part in parts if part.pop_retry is not None]
+        pop_retry = Backlog(pops[0][1].topic, group, pops[0][1].subscription,
+                            [replace(q, broker=name) for name, r in pops for q in r.queues]) if pops else None
         return Backlog(topic, group, parts[0][1].subscription, queues, retry,
-                       _sum_scheduled([part.scheduled for _, part in parts]))
+                       _sum_scheduled([part.scheduled for _, part in parts]),
+                       _sum_scheduled([part.in_flight for _, part in parts], ("messages",)), pop_retry)
     flt, sub = resolve_subscription(store, topic, group, sql=sql, tags=tags, bloom_filter=bloom_filter)
     committed = store.committed_offsets(group, topic)
     # one cut for every queue (each queue opened for it and closed after, so thousands of queues
@@ -229,7 +254,29 @@ def backlog(store: Store | Cluster, topic: str, group: str, *, sql: str | None =
     retry_topic = fmt.RETRY_GROUP_TOPIC_PREFIX + group
     retry = backlog(store, retry_topic, group, tags="*") if retry_topic in store.topics() else None
     now_ms = int(time.time() * 1000) if now_ms is None else now_ms
-    return Backlog(topic, group, sub, out, retry, _scheduled(store, topic, retry_topic, flt, now_ms))
+    pop_topics = pop_retry_topics(group, topic)
+    pop_retry = next((backlog(store, t, group, tags="*") for t in pop_topics if t in store.topics()), None)
+    return Backlog(topic, group, sub, out, retry, _scheduled(store, topic, retry_topic, flt, now_ms),
+                   _in_flight(store, group, [topic, *pop_topics], now_ms), pop_retry)
+
+
+def _bucket(buckets: dict, due_at_ms: int, now_ms: int) -> None:
+    ahead = due_at_ms - now_ms
+    buckets[next(lb for lb, limit in DUE_BUCKETS if limit is None or ahead <= limit)] += 1
+
+
+def _in_flight(store: Store, group: str, topics: list[str], now_ms: int) -> dict:
+    """The group's messages of ``topics`` popped and neither acked nor revived, bucketed by their
+    revive time (one per message: a message popped twice counts once, at its last pop)."""
+    last: dict[tuple[str, int, int], int | None] = {}
+    for p in sorted(read_revive_log(store).pops(group, topics), key=lambda p: p.checkpoint.pop_time):
+        last[(p.checkpoint.topic, p.checkpoint.queue_id, p.queue_offset)] = \
+            p.checkpoint.due_at_ms if p.in_flight else None
+    buckets = dict.fromkeys([label for label, _ in DUE_BUCKETS], 0)
+    for due in last.values():
+        if due is not None:
+            _bucket(buckets, due, now_ms)
+    return {"messages": sum(buckets.values()), "buckets": buckets, "now_ms": now_ms}
 
 
 def _scheduled(store: Store, topic: str, retry_topic: str, flt, now_ms: int) -> dict:
@@ -250,16 +297,15 @@ def _scheduled(store: Store, topic: str, retry_topic: str, flt, now_ms: int) -> 
             to_topic += 1
         else:
             to_retry += 1
-        ahead = r["due_at_ms"] - now_ms
-        label = next(lb for lb, limit in DUE_BUCKETS if limit is None or ahead <= limit)
-        buckets[label] += 1
+        _bucket(buckets, r["due_at_ms"], now_ms)
     return {"will_receive": to_topic + to_retry, "to_topic": to_topic, "to_retry": to_retry, "buckets": buckets,
             "now_ms": now_ms}
 
 
-def _sum_scheduled(parts: list[dict]) -> dict:
-    """The brokers' scheduled copies (:func:`_scheduled`) added up, bucket by bucket."""
-    out = {key: sum(p[key] for p in parts) for key in ("will_receive", "to_topic", "to_retry")}
+def _sum_scheduled(parts: list[dict], keys=("will_receive", "to_topic", "to_retry")) -> dict:
+    """The brokers' scheduled copies (:func:`_scheduled`) or in-flight messages (:func:`_in_flight`)
+    added up, bucket by bucket."""
+    out = {key: sum(p[key] for p in parts) for key in keys}
     out["buckets"] = {label: sum(p["buckets"][label] for p in parts) for label in parts[0]["buckets"]}
     out["now_ms"] = parts[0]["now_ms"]
     return out

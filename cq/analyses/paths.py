@@ -22,6 +22,7 @@ from ..readers import config as cfg
 from ..readers.commitlog import Message
 from ..store.cluster import Cluster
 from ..store.store import Store
+from .pop import ReviveLog, pop_retry_topics, read_revive_log
 from .why import (
     _DROPPER,
     DROPPED_BY_EXPIRY,
@@ -63,12 +64,14 @@ PERM_READ = 1 << 2
 ROLE_TOPIC, ROLE_SCHEDULED, ROLE_HALF, ROLE_CHECK_MAX = "topic", "scheduled", "transaction_half", "check_max"
 ROLE_TIMER = "timer"
 ROLE_RETRY, ROLE_DLQ = "retry", "dead_letter"
+#: A POP group's revived copy, in its POP retry topic (docs/paths.md#pop).
+ROLE_POP_RETRY = "pop_retry"
 
 
 def group_topics(topic: str, group: str) -> list[str]:
     """The topics a copy of a message of ``topic`` can be in, for ``group`` (docs/paths.md)."""
     return [topic, fmt.SCHEDULE_TOPIC, fmt.TIMER_TOPIC, fmt.TRANS_HALF_TOPIC, fmt.TRANS_CHECK_MAX_TIME_TOPIC,
-            fmt.RETRY_GROUP_TOPIC_PREFIX + group, fmt.DLQ_GROUP_TOPIC_PREFIX + group]
+            fmt.RETRY_GROUP_TOPIC_PREFIX + group, *pop_retry_topics(group, topic), fmt.DLQ_GROUP_TOPIC_PREFIX + group]
 
 
 @dataclass(frozen=True)
@@ -79,7 +82,7 @@ class Copy:
     ----------
     role : str
         ``"topic"``, ``"scheduled"`` (a delay-level copy), ``"transaction_half"``, ``"check_max"``,
-        ``"retry"`` or ``"dead_letter"``.
+        ``"retry"``, ``"pop_retry"`` (a POP group's revived copy) or ``"dead_letter"``.
     message : cq.Message
         The record.
     real_topic : str or None
@@ -116,8 +119,9 @@ class MessagePath:
     sentence : str
         What happened, in one sentence a person can act on.
     fields : dict
-        The state's facts: ``due_at_ms`` (scheduled, retrying), ``reconsume_times`` (retrying,
-        dead_letter), ``check_times``, ``first_store_ms``, ``age_ms`` (uncommitted),
+        The state's facts: ``due_at_ms`` (scheduled, retrying, in_flight), ``reconsume_times`` (retrying,
+        dead_letter, in_flight), ``pop`` (in_flight, and a POP group's consumed or retrying:
+        the last pop's checkpoint), ``check_times``, ``first_store_ms``, ``age_ms`` (uncommitted),
         ``dropped_by`` (filtered, expired), ``reason`` (gated).
     copies : list of Copy
     steps : list of cq.analyses.why.WhyStep
@@ -191,6 +195,8 @@ def _role(msg: Message, topic: str, group: str) -> tuple[str, str | None] | None
         return ROLE_CHECK_MAX, real
     if msg.topic == retry_topic:
         return ROLE_RETRY, real
+    if msg.topic in pop_retry_topics(group, topic):
+        return ROLE_POP_RETRY, real
     if msg.topic == fmt.DLQ_GROUP_TOPIC_PREFIX + group:
         return ROLE_DLQ, real
     return None
@@ -325,6 +331,9 @@ def _state_of(store: Store, topic: str, group: str, flt, sub: Subscription, copi
     retry = _retry_state(store, group, by_role, steps)
     if retry is not None:
         return (*retry, steps, w)
+    pop = _pop_state(store, group, topic_copies[0], by_role, steps)
+    if pop is not None:
+        return (*pop, steps, w)
     committed = _committed(store, group, topic, seed.queue_id)
     ev = {"committed_offset": committed, "queue_offset": seed.queue_offset}
     if committed is not None and committed > seed.queue_offset:
@@ -380,6 +389,58 @@ def _retry_state(store: Store, group: str, by_role: dict, steps: list[WhyStep]) 
                               f"{m.queue_offset}) for the group's consumers"), \
                 {"reconsume_times": m.reconsume_times, "due_at_ms": m.store_timestamp}
     return None
+
+
+def _pop_state(store: Store, group: str, topic_copy: Copy, by_role: dict,
+               steps: list[WhyStep]) -> tuple[str, str, dict] | None:
+    """A POP group's state from the revive log (docs/paths.md#pop): the last copy (the topic's, or the
+    last revived one) decides by its last pop: acked, consumed; not acked and not yet revived, in
+    flight; revived, or a revived copy not popped again, retrying. None when the group never
+    popped the message and has no revived copy of it (its committed offset decides)."""
+    revived = sorted(by_role.get(ROLE_POP_RETRY, ()), key=lambda c: c.message.commit_log_offset)
+    log: ReviveLog = read_revive_log(store)
+    if not revived and group not in log.groups():
+        return None
+    last = (revived or [topic_copy])[-1]
+    m = last.message
+    pops = log.pops_of(m.topic, group, m.queue_id, m.queue_offset)
+    if not pops:
+        if last.role != ROLE_POP_RETRY:
+            return None     # never popped: the committed offset decides
+        committed = _committed(store, group, m.topic, m.queue_id)
+        steps.append(_step("pop_retry", "A revived copy waiting in the POP retry topic", "not_popped",
+                           f"{m.topic} queue {m.queue_id} offset {m.queue_offset} (reconsumeTimes {m.reconsume_times}); "
+                           f"no checkpoint of {group} pops it; the group's committed offset there is {committed}",
+                           {"queue_offset": m.queue_offset, "committed_offset": committed}))
+        return RETRYING, (f"{group} popped it and did not ack it in time: the broker revived it into {m.topic} "
+                          f"(offset {m.queue_offset}), where the group's next pops receive it"), \
+            {"reconsume_times": m.reconsume_times, "due_at_ms": m.store_timestamp}
+    p = pops[-1]
+    ck = p.checkpoint
+    ev = p.to_dict()
+    where = (f"{ck.revive_topic} queue {ck.revive_queue_id} offset {ck.revive_offset}"
+             if ck.revive_offset is not None else f"{fmt.TIMER_TOPIC}, bound for {ck.revive_topic}")
+    popped = (f"checkpoint in {where}: {group} popped {m.topic} queue {m.queue_id} offset {m.queue_offset} at "
+              f"{ck.pop_time}, invisible for {ck.invisible_time} ms (until {ck.due_at_ms})")
+    if p.acked:
+        steps.append(_step("pop", "POP checkpoint and ack", "acked", popped + (
+            f"; acked by the record at CommitLog offset {p.ack_commit_log_offset}"
+            if p.ack_commit_log_offset is not None else "; acked in the checkpoint's bitmap"), ev))
+        return CONSUMED, f"{group} popped it at {ck.pop_time} and acked it", {"pop": ev}
+    if p.in_flight:
+        steps.append(_step("pop", "POP checkpoint, no ack", "in_flight", popped + "; no ack record matches it and "
+                           "the broker's revive service has not reached the checkpoint", ev))
+        return IN_FLIGHT, (f"a POP consumer of {group} holds it: popped at {ck.pop_time} and not acked, it is "
+                           f"invisible until {ck.due_at_ms}, when the broker revives it for the group's next pop "
+                           "unless the consumer acks it first"), \
+            {"due_at_ms": ck.due_at_ms, "reconsume_times": m.reconsume_times, "pop": ev}
+    done = log.revive_progress.get((ck.revive_topic, ck.revive_queue_id))
+    steps.append(_step("pop", "POP checkpoint revived", "revived", popped + "; no ack matches it, and the revive "
+                       f"service has processed it (its offset on {ck.revive_topic} queue {ck.revive_queue_id} is "
+                       f"{done})", ev))
+    return RETRYING, (f"{group} popped it and did not ack it in time: the broker's revive service took it back, "
+                      "and no revived copy is in the store yet"), \
+        {"reconsume_times": m.reconsume_times, "due_at_ms": ck.due_at_ms, "pop": ev}
 
 
 def _before_topic(store: Store, topic: str, group: str, by_role: dict, steps: list[WhyStep],

@@ -65,12 +65,13 @@ def add_parsers(subparsers) -> None:
                     "unit, also those the group's filter drops) and how many units of [committed, max) "
                     "the group will actually receive (its two-layer filter replayed), with totals; then what "
                     "it will receive later: its %%RETRY%% topic's backlog and the delay-level copies still due "
-                    "to the topic or the retry topic that its filter lets through, bucketed by due time "
-                    "(docs/paths.md#backlog).",
+                    "to the topic or the retry topic that its filter lets through, bucketed by due time; "
+                    "for a POP group, its POP retry topic's backlog and the messages it popped and has "
+                    "neither acked nor had revived (in flight, bucketed by revive time; docs/paths.md#backlog).",
     )
     add_consumer_args(backlog, all_groups=True, several=True)
     add_json_flag(backlog, '{"queues": [...], "total": {"lag", "will_receive"}, "expired": n, "retry", "scheduled", '
-                           '"will_receive_later"} (a list with --all-groups)')
+                           '"in_flight", "pop_retry", "will_receive_later"} (a list with --all-groups)')
     backlog.set_defaults(func=_run_backlog)
 
     pend = subparsers.add_parser(
