@@ -352,6 +352,8 @@ class Harness:
         """The broker's own progress of every group: ``progress`` on its topic's queues and
         ``retry_progress`` on its ``%RETRY%`` topic's (empty when it has sent nothing back)."""
         for g in self.groups:
+            if g["consumer"] == "pop":
+                continue    # the admin's consume stats start from the group's %RETRY% route, which a POP group lacks
             rows = self.client("progress", group=g["group"])["progress"]
             for key, topic in (("progress", g["topic"]), ("retry_progress", f"%RETRY%{g['group']}")):
                 g[key] = sorted(
@@ -728,6 +730,16 @@ LIFE_GROUPS = {
 LIFE_FAIL_GROUP, LIFE_OFF_GROUP = "GID_LIFE_FAIL", "GID_LIFE_OFF"
 LIFE_MAX_RECONSUME = 2
 LIFE_FAR_LEVEL = 18          # 18 s (add_broker's levels): still scheduled at the snapshot
+# A POP consumer group of LifeTopic (docs/paths.md#pop): it pops with a long invisible time and
+# leaves every LIFE_POP_UNACKED_EVERY-th message un-acked (in flight at the snapshot), then pops
+# LIFE_POP_REVIVED more with a short one and acks none: the broker revives those into its POP
+# retry topic (v1 name: the broker's enableRetryTopicV2 is off) before the snapshot.
+LIFE_POP_GROUP = "GID_LIFE_POP"
+LIFE_POP_RETRY_TOPIC = f"%RETRY%{LIFE_POP_GROUP}_{LIFE_TOPIC}"
+LIFE_POP_INVISIBLE_MS = 600_000
+LIFE_POP_SHORT_INVISIBLE_MS = 1_000
+LIFE_POP_UNACKED_EVERY = 4
+LIFE_POP_REVIVED = 2
 
 
 def life_messages(prefix: str, n: int, **extra) -> list[dict]:
@@ -755,6 +767,27 @@ def _life_subscribe_all(h: Harness, phase: str) -> None:
         h.subscribe(g, LIFE_TOPIC, type_, expression, phase, **tuning)
 
 
+def _life_pop(h: Harness, **args) -> int:
+    """One round of the POP group's pops (Client.java ``pop``), recorded in received.jsonl."""
+    if not any(g["group"] == LIFE_POP_GROUP for g in h.groups):
+        h.groups.append({"group": LIFE_POP_GROUP, "topic": LIFE_TOPIC, "type": "TAG", "expression": "*",
+                         "consumer": "pop"})
+    broker = h.brokers["broker-a"]
+    return h.client("pop", group=LIFE_POP_GROUP, topic=LIFE_TOPIC, addr=broker["addr"], broker=broker["name"],
+                    max_nums=8, phase="live", out=h.received_path, **args)["popped"]
+
+
+def _life_wait_revived(h: Harness, n: int, timeout_s: float = 90) -> None:
+    """Until the broker's revive service has put ``n`` copies into the POP group's retry topic."""
+    broker = h.brokers["broker-a"]
+    deadline = time.time() + timeout_s
+    while h.client("max_offset", addr=broker["addr"], broker=broker["name"], topic=LIFE_POP_RETRY_TOPIC,
+                   queue_id=0)["max_offset"] < n:
+        if time.time() > deadline:
+            raise HarnessError(f"lifecycle: the broker did not revive {n} POP messages in {timeout_s:.0f} s")
+        time.sleep(0.3)
+
+
 def scenario_lifecycle(h: Harness) -> None:
     """The paths a message takes besides its queue: delay levels, timers, transactions, retries, a DLQ.
 
@@ -766,15 +799,22 @@ def scenario_lifecycle(h: Harness) -> None:
     GID_LIFE_FAIL fails once (their retries still on the way at the snapshot); the consumers stop;
     plain messages (pending at the snapshot), delay-level-18 messages and 18 s timer messages
     (still scheduled at the snapshot) are sent; the store is copied; the consumers drain, the far
-    delays included. ``broker.json`` gets ``lifecycle`` = ``{topic, fail_group, off_group,
-    max_reconsume_times, delay_levels_s, tx_checks}``.
+    delays included. GID_LIFE_POP is a POP consumer: once the first batch is delivered it pops the
+    topic with a long invisible time, acking all but every fourth message (those are in flight at
+    the snapshot); after the retrying messages are sent it pops two more with a 1 s invisible time
+    and acks neither, and the snapshot waits until the broker has revived them into its POP retry
+    topic. The broker writes every POP checkpoint and ack to its revive log
+    (``enablePopBufferMerge=false``, the default, set so). ``broker.json`` gets ``lifecycle`` =
+    ``{topic, fail_group, off_group, pop_group, pop_retry_topic, max_reconsume_times,
+    delay_levels_s, tx_checks}``.
     """
     h.start_namesrv()
     # transactionCheckMax far above the checks a slow run makes: an unknown transaction stays a half
     # (not moved to TRANS_CHECK_MAX_TIME_TOPIC) until the snapshot
     h.add_broker("broker-a", enablePropertyFilter="true", transactionCheckInterval=5000,
                  transactionTimeOut=2000, transactionCheckMax=1000, flushConsumerOffsetInterval=500,
-                 flushDelayOffsetInterval=500, timerWheelEnable="true")
+                 flushDelayOffsetInterval=500, timerWheelEnable="true", enablePopBufferMerge="false",
+                 enableRetryTopicV2="false")
     h.start_broker("broker-a")
     h.start_client()
     h.create_topic(LIFE_TOPIC, 2)
@@ -797,8 +837,10 @@ def scenario_lifecycle(h: Harness) -> None:
     time.sleep(4)              # the delays delivered, the DLQ written, a transaction check or two
     others = [g for g in LIFE_GROUPS if g != LIFE_OFF_GROUP]
     h.drain(others)
+    _life_pop(h, invisible_ms=LIFE_POP_INVISIBLE_MS, unacked_every=LIFE_POP_UNACKED_EVERY, until_empty=True)
     retrying = life_messages("retrying", 4, properties={"fail": "true"})
     h.send(retrying)
+    _life_pop(h, invisible_ms=LIFE_POP_SHORT_INVISIBLE_MS, unacked_every=0, until_count=LIFE_POP_REVIVED)
     wanted = {m["keys"][0] for m in retrying}
     _life_wait(h, "the first failure of the retrying messages", lambda rs: wanted <= {
         r["keys"] for r in rs if r["group"] == LIFE_FAIL_GROUP})
@@ -808,6 +850,7 @@ def scenario_lifecycle(h: Harness) -> None:
     h.send([m | {"timer_delay_ms": LIFE_FAR_LEVEL * 1000} for m in life_messages("far-timer", 2)])
     far_sent = time.time()
     time.sleep(1.5)            # consumerOffset.json and delayOffset.json flushed
+    _life_wait_revived(h, LIFE_POP_REVIVED)
     tx_checks = h.client("tx_checks")["checks"]
     h.snapshot()
     _life_subscribe_all(h, "drain")
@@ -820,6 +863,7 @@ def scenario_lifecycle(h: Harness) -> None:
     h.unsubscribe(list(LIFE_GROUPS))
     levels = h.brokers["broker-a"]["config"]["messageDelayLevel"].split()
     h.extra["lifecycle"] = {"topic": LIFE_TOPIC, "fail_group": LIFE_FAIL_GROUP, "off_group": LIFE_OFF_GROUP,
+                            "pop_group": LIFE_POP_GROUP, "pop_retry_topic": LIFE_POP_RETRY_TOPIC,
                             "max_reconsume_times": LIFE_MAX_RECONSUME,
                             "delay_levels_s": [int(x.rstrip("s")) for x in levels], "tx_checks": tx_checks}
 

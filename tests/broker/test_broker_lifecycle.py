@@ -51,6 +51,8 @@ def expected_state(run, sent: dict, group: str) -> str:
         if sent["deliver_ms"] > run.broker["snapshot_ms"]:
             return "scheduled"
     lines = [r for r in run.received if r["group"] == group and r["uniq_key"] == sent["uniq_key"]]
+    if group == life["pop_group"]:
+        return pop_state(run, lines)
     if group == life["off_group"]:
         assert not lines       # a disabled group receives nothing
         return "gated"
@@ -65,6 +67,21 @@ def expected_state(run, sent: dict, group: str) -> str:
     return "consumed"
 
 
+def pop_state(run, lines: list[dict]) -> str:
+    """The POP group's state of a message from its pops (Client.java ``pop``): never popped, pending;
+    the last pop acked, consumed; not acked, in flight until pop time + invisible time, or revived
+    into the POP retry topic when that passed before the snapshot (the scenario waited for it)."""
+    if not lines:
+        return "pending"
+    last = max(lines, key=lambda r: r["pop_time"])
+    if last["result"] == "acked":
+        return "consumed"
+    due = last["pop_time"] + last["invisible_ms"]
+    # the scenario waits for the revive of its short pops before the snapshot; its long ones are due minutes after
+    assert due < run.broker["snapshot_ms"] or due > run.broker["snapshot_ms"] + 60_000, last
+    return "in_flight" if due > run.broker["snapshot_ms"] else "retrying"
+
+
 def subscription(run, group: str) -> dict:
     g = run.group(group)
     return {} if g["type"] == "SQL92" else {"tags": g["expression"]}
@@ -74,7 +91,9 @@ def test_every_state_the_scenario_makes_is_there(run):
     topic = run.broker["lifecycle"]["topic"]
     states = {expected_state(run, s, g["group"]) for s in run.sent for g in run.broker["groups"] if g["topic"] == topic}
     assert states == {"consumed", "pending", "filtered", "scheduled", "uncommitted", "rolled_back", "retrying",
-                      "dead_letter", "gated"}
+                      "dead_letter", "gated", "in_flight"}
+    pop = [expected_state(run, s, run.broker["lifecycle"]["pop_group"]) for s in run.sent]
+    assert {"consumed", "in_flight", "retrying", "pending"} <= set(pop), pop
 
 
 def test_why_state_is_what_the_broker_did(run, store):
@@ -204,12 +223,58 @@ def test_backlog_now_and_later_is_what_the_drained_consumers_received(run, store
     assert in_retry + b.scheduled["to_retry"] == len(retries)
     # the broker's own progress on the retry topic just before the copy: the same committed offsets
     # (no consumer runs), and the units the copy holds beyond them are at least those it counted
-    # (its schedule service may still have delivered retries in between)
-    retry_progress = next(g for g in run.broker["groups"] if g["group"] == group)["retry_progress"]
+    # (its schedule service may still have delivered retries in between); a retry queue that had
+    # never held a unit has no files in the copy (a consumer may have committed offset 0 there or not)
     queues = {q.queue_id: q for q in b.retry.queues} if b.retry is not None else {}
+    retry_progress = [p for p in next(g for g in run.broker["groups"] if g["group"] == group)["retry_progress"]
+                      if p["broker_offset"] > 0 or p["queue_id"] in queues]
     assert {q: (x.committed_offset, x.max_offset >= p["broker_offset"]) for q, x in queues.items()
             for p in retry_progress if p["queue_id"] == q} == {p["queue_id"]: (p["consumer_offset"], True)
                                                              for p in retry_progress}
     assert b.scheduled["to_topic"] == len(due_later)
     assert b.will_receive_later == len(now) + len(retries) + len(due_later)
     assert sum(b.scheduled["buckets"].values()) == b.scheduled["will_receive"]
+
+
+def test_pop_group_fields_are_its_pops(run, store):
+    """in_flight: due at the pop time + invisible time of its last pop; retrying: a revived copy in
+    the POP retry topic (v1 name); consumed: the checkpoint and the ack the broker wrote."""
+    life = run.broker["lifecycle"]
+    topic, group = life["topic"], life["pop_group"]
+    seen = set()
+    for s in run.sent:
+        lines = [r for r in run.received if r["group"] == group and r["uniq_key"] == s["uniq_key"]]
+        want = expected_state(run, s, group)
+        [p] = why_every_copy(store, topic, group, tags="*", msg_id=s["uniq_key"])
+        seen.add(p.state)
+        if want == "in_flight":
+            last = max(lines, key=lambda r: r["pop_time"])
+            assert p.fields["due_at_ms"] == last["pop_time"] + last["invisible_ms"]
+            assert (p.fields["pop"]["queue_id"], p.fields["pop"]["queue_offset"]) == (last["queue_id"],
+                                                                                     last["queue_offset"])
+        elif want == "retrying":
+            [revived] = [c for c in p.copies if c.role == "pop_retry"]
+            assert revived.message.topic == life["pop_retry_topic"] and revived.message.reconsume_times == 1
+        elif want == "consumed" and lines:
+            assert p.fields["pop"]["acked"] and p.fields["pop"]["pop_time"] == max(r["pop_time"] for r in lines)
+    assert {"in_flight", "retrying", "consumed"} <= seen
+
+
+def test_pop_acks_single_and_batch_both_reach_the_revive_log(run):
+    """The scenario acks one pop's messages one by one and the next pop's in one batch ack: both kinds."""
+    group = run.broker["lifecycle"]["pop_group"]
+    assert {r["ack"] for r in run.received if r["group"] == group and r["result"] == "acked"} == {"single", "batch"}
+
+
+def test_pop_backlog_counts_what_is_in_flight(run, store):
+    """At the snapshot: in flight, the un-acked pops not yet due; the POP retry topic, the revived
+    ones; the topic, the messages the group never popped."""
+    life = run.broker["lifecycle"]
+    group = life["pop_group"]
+    states = [expected_state(run, s, group) for s in run.sent]
+    b = cq.backlog(store, life["topic"], group, tags="*", later=True, now_ms=run.broker["snapshot_ms"])
+    assert b.in_flight["messages"] == states.count("in_flight")
+    assert sum(b.in_flight["buckets"].values()) == b.in_flight["messages"] and b.in_flight["buckets"]["overdue"] == 0
+    assert b.pop_retry.topic == life["pop_retry_topic"] and b.pop_retry.will_receive == states.count("retrying")
+    assert b.will_receive == states.count("pending")
+    assert b.will_receive_later == b.will_receive + b.pop_retry.will_receive + b.scheduled["will_receive"]

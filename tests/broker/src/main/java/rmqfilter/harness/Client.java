@@ -17,15 +17,24 @@ import java.util.HashMap;
 import java.util.LinkedHashMap;
 import java.util.List;
 import java.util.Map;
+import java.util.concurrent.CompletableFuture;
 import java.util.concurrent.ConcurrentHashMap;
+import java.util.concurrent.TimeUnit;
 import java.util.concurrent.atomic.AtomicBoolean;
 import java.util.concurrent.atomic.AtomicLong;
+import org.apache.rocketmq.client.consumer.AckCallback;
+import org.apache.rocketmq.client.consumer.AckResult;
+import org.apache.rocketmq.client.consumer.AckStatus;
 import org.apache.rocketmq.client.consumer.DefaultMQPushConsumer;
 import org.apache.rocketmq.client.consumer.MessageSelector;
+import org.apache.rocketmq.client.consumer.PopCallback;
+import org.apache.rocketmq.client.consumer.PopResult;
+import org.apache.rocketmq.client.consumer.PopStatus;
 import org.apache.rocketmq.client.consumer.listener.ConsumeConcurrentlyStatus;
 import org.apache.rocketmq.client.consumer.listener.MessageListenerConcurrently;
 import org.apache.rocketmq.client.consumer.store.ReadOffsetType;
 import org.apache.rocketmq.client.exception.MQClientException;
+import org.apache.rocketmq.client.impl.MQClientAPIImpl;
 import org.apache.rocketmq.client.impl.consumer.ProcessQueue;
 import org.apache.rocketmq.client.producer.DefaultMQProducer;
 import org.apache.rocketmq.client.producer.LocalTransactionState;
@@ -33,16 +42,22 @@ import org.apache.rocketmq.client.producer.SendResult;
 import org.apache.rocketmq.client.producer.TransactionListener;
 import org.apache.rocketmq.client.producer.TransactionMQProducer;
 import org.apache.rocketmq.common.TopicConfig;
+import org.apache.rocketmq.common.constant.ConsumeInitMode;
 import org.apache.rocketmq.common.consumer.ConsumeFromWhere;
+import org.apache.rocketmq.common.filter.ExpressionType;
 import org.apache.rocketmq.common.message.Message;
 import org.apache.rocketmq.common.message.MessageClientExt;
 import org.apache.rocketmq.common.message.MessageClientIDSetter;
+import org.apache.rocketmq.common.message.MessageConst;
 import org.apache.rocketmq.common.message.MessageExt;
 import org.apache.rocketmq.common.message.MessageQueue;
 import org.apache.rocketmq.remoting.protocol.admin.ConsumeStats;
 import org.apache.rocketmq.remoting.protocol.admin.OffsetWrapper;
 import org.apache.rocketmq.remoting.protocol.admin.TopicOffset;
 import org.apache.rocketmq.remoting.protocol.ResponseCode;
+import org.apache.rocketmq.remoting.protocol.header.AckMessageRequestHeader;
+import org.apache.rocketmq.remoting.protocol.header.ExtraInfoUtil;
+import org.apache.rocketmq.remoting.protocol.header.PopMessageRequestHeader;
 import org.apache.rocketmq.remoting.protocol.subscription.SubscriptionGroupConfig;
 import org.apache.rocketmq.tools.admin.DefaultMQAdminExt;
 
@@ -175,6 +190,10 @@ public final class Client {
             // ConsumeQueue files that point only below the new CommitLog minimum).
             case "delete_expired_commitlog" -> answer.put("deleted",
                 admin.deleteExpiredCommitLogByAddr(cmd.getString("addr")));
+            case "pop" -> answer.put("popped", pop(cmd));
+            case "max_offset" -> answer.put("max_offset", producer.getDefaultMQProducerImpl().getMqClientFactory()
+                .getMQClientAPIImpl().getMaxOffset(cmd.getString("addr"), new MessageQueue(cmd.getString("topic"),
+                    cmd.getString("broker"), cmd.getIntValue("queue_id")), 5000));
             case "quit" -> shutdown();
             default -> throw new IllegalArgumentException("unknown command " + cmd.getString("cmd"));
         }
@@ -478,6 +497,137 @@ public final class Client {
             return;
         }
         consumers.put(group, c);
+    }
+
+    /**
+     * A POP consumer driven by hand (the broker's POP_MESSAGE and ACK_MESSAGE / BATCH_ACK_MESSAGE
+     * requests through the client's own MQClientAPIImpl): pops from every queue of the topic,
+     * {@code max_nums} at a time with {@code invisible_ms}, until {@code until_count} messages (or,
+     * with {@code until_empty}, until a pop finds nothing); then acks every popped message except
+     * every {@code unacked_every}-th (0: acks none), one pop's acks in one batch ack every other pop.
+     * Each popped message is a received line with {@code consumer} "pop", the queue it came from
+     * (the POP retry topic for a revived copy), its pop time, invisible time and {@code result}
+     * ({@code acked} or {@code unacked}).
+     */
+    private int pop(JSONObject cmd) throws Exception {
+        String group = cmd.getString("group");
+        String topic = cmd.getString("topic");
+        String addr = cmd.getString("addr");
+        String brokerName = cmd.getString("broker");
+        long invisibleMs = cmd.getLongValue("invisible_ms");
+        int unackedEvery = cmd.getIntValue("unacked_every");
+        int untilCount = cmd.getIntValue("until_count");
+        boolean untilEmpty = cmd.getBooleanValue("until_empty");
+        Writer w = file(cmd.getString("out"));
+        MQClientAPIImpl api = producer.getDefaultMQProducerImpl().getMqClientFactory().getMQClientAPIImpl();
+        long deadline = System.currentTimeMillis() + 60000;
+        int popped = 0;
+        int pops = 0;
+        while (System.currentTimeMillis() < deadline && (untilEmpty || popped < untilCount)) {
+            PopMessageRequestHeader h = new PopMessageRequestHeader();
+            h.setConsumerGroup(group);
+            h.setTopic(topic);
+            h.setQueueId(-1);
+            h.setMaxMsgNums(untilEmpty ? cmd.getIntValue("max_nums") : Math.min(cmd.getIntValue("max_nums"),
+                untilCount - popped));
+            h.setInvisibleTime(invisibleMs);
+            h.setPollTime(500);
+            h.setBornTime(System.currentTimeMillis());
+            h.setInitMode(ConsumeInitMode.MIN);
+            h.setExpType(ExpressionType.TAG);
+            h.setExp("*");
+            CompletableFuture<PopResult> f = new CompletableFuture<>();
+            api.popMessageAsync(brokerName, addr, h, 10000, new PopCallback() {
+                @Override
+                public void onSuccess(PopResult r) {
+                    f.complete(r);
+                }
+
+                @Override
+                public void onException(Throwable e) {
+                    f.completeExceptionally(e);
+                }
+            });
+            PopResult r = f.get(15, TimeUnit.SECONDS);
+            if (r.getPopStatus() != PopStatus.FOUND || r.getMsgFoundList() == null || r.getMsgFoundList().isEmpty()) {
+                if (untilEmpty) {
+                    break;
+                }
+                continue;
+            }
+            List<String> batch = new ArrayList<>();
+            for (MessageExt msg : r.getMsgFoundList()) {
+                String extraInfo = msg.getProperty(MessageConst.PROPERTY_POP_CK);
+                String[] info = ExtraInfoUtil.split(extraInfo);
+                String realTopic = ExtraInfoUtil.getRealTopic(info, topic, group);
+                boolean ack = unackedEvery > 0 && (popped + 1) % unackedEvery != 0;
+                popped++;
+                Map<String, Object> line = new LinkedHashMap<>();
+                line.put("group", group);
+                line.put("topic", realTopic);
+                line.put("queue_id", ExtraInfoUtil.getQueueId(info));
+                line.put("queue_offset", ExtraInfoUtil.getQueueOffset(info));
+                line.put("uniq_key", MessageClientIDSetter.getUniqID(msg));
+                line.put("msg_id", msg instanceof MessageClientExt ? ((MessageClientExt) msg).getOffsetMsgId()
+                    : msg.getMsgId());
+                line.put("reconsume_times", msg.getReconsumeTimes());
+                line.put("broker", brokerName);
+                line.put("phase", cmd.getString("phase"));
+                line.put("tags", msg.getTags());
+                line.put("keys", msg.getKeys());
+                line.put("consumer", "pop");
+                line.put("pop_time", r.getPopTime());
+                line.put("invisible_ms", r.getInvisibleTime());
+                line.put("ck_offset", ExtraInfoUtil.getCkQueueOffset(info));
+                line.put("result", ack ? "acked" : "unacked");
+                if (ack && pops % 2 == 1) {
+                    batch.add(extraInfo);
+                } else if (ack) {
+                    AckMessageRequestHeader a = new AckMessageRequestHeader();
+                    a.setConsumerGroup(group);
+                    a.setTopic(realTopic);
+                    a.setQueueId(ExtraInfoUtil.getQueueId(info));
+                    a.setOffset(ExtraInfoUtil.getQueueOffset(info));
+                    a.setExtraInfo(extraInfo);
+                    CompletableFuture<AckResult> done = new CompletableFuture<>();
+                    api.ackMessageAsync(addr, 10000, ackCallback(done), a);
+                    checkAck(done, line);
+                }
+                line.put("ack", ack ? (pops % 2 == 1 ? "batch" : "single") : null);
+                write(w, line);
+            }
+            if (!batch.isEmpty()) {
+                CompletableFuture<AckResult> done = new CompletableFuture<>();
+                api.batchAckMessageAsync(addr, 10000, ackCallback(done), topic, group, batch);
+                checkAck(done, batch);
+            }
+            pops++;
+        }
+        if (!untilEmpty && popped < untilCount) {
+            throw new IllegalStateException("popped " + popped + " of " + untilCount + " messages of " + topic);
+        }
+        return popped;
+    }
+
+    private static AckCallback ackCallback(CompletableFuture<AckResult> done) {
+        return new AckCallback() {
+            @Override
+            public void onSuccess(AckResult r) {
+                done.complete(r);
+            }
+
+            @Override
+            public void onException(Throwable e) {
+                done.completeExceptionally(e);
+            }
+        };
+    }
+
+    private static void checkAck(CompletableFuture<AckResult> done, Object what) throws Exception {
+        AckResult r = done.get(15, TimeUnit.SECONDS);
+        if (r.getStatus() != AckStatus.OK) {
+            throw new IllegalStateException("the broker did not take the ack of " + what + ": " + r);
+        }
     }
 
     /**
