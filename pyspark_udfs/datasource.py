@@ -14,9 +14,9 @@ Options (all strings, parsed once when the reader is made):
     ``messages`` (default): each ConsumeQueue unit joined to its CommitLog
     record. ``consumequeue``: the units and their ConsumeQueueExt fields only
     (the CommitLog is not read). ``scheduled``, ``transactions``,
-    ``dead_letters``: the broker's pending work in the whole store (delay-level
+    ``dead_letters``, ``pops``: the broker's pending work in the whole store (delay-level
     copies with their due time and status, transaction halves with their
-    status, dead letters with their origin), the rows ``rmqfilter pending``
+    status, dead letters with their origin, POP groups' pops with theirs), the rows ``rmqfilter pending``
     prints (docs/paths.md#pending); they take no other option.
 ``group`` with ``sql`` or ``tags``
     Apply the broker's two-layer filter for that consumer group inside the

@@ -12,10 +12,13 @@
   is in the real topic), ``rolled_back`` (an op record resolves one of its copies, no commit),
   ``check_limit`` (the broker moved it to ``TRANS_CHECK_MAX_TIME_TOPIC``) or ``unresolved``;
 - ``dead_letters``: every ``%DLQ%{group}`` record with its origin message id and topic,
-  reconsume times, and the store time of the original.
+  reconsume times, and the store time of the original;
+- ``pops``: every message a POP group popped, one row per pop, as the broker's revive log holds
+  it (:mod:`cq.analyses.pop`): ``acked``, ``in_flight`` (invisible until its due time) or
+  ``revived`` (the broker took it back for the group's next pop).
 
 ``rmqfilter pending`` prints them; the data source's ``table`` option (``scheduled``,
-``transactions``, ``dead_letters``) gives the same rows to Spark. The paths and what the real
+``transactions``, ``dead_letters``, ``pops``) gives the same rows to Spark. The paths and what the real
 broker does on each are in ``docs/paths.md``.
 """
 from __future__ import annotations
@@ -24,6 +27,7 @@ from .. import format as fmt
 from ..readers.commitlog import Message
 from ..store.store import Store
 from .paths import _delay_offsets, _lookup, _message_at, _parse_offset_msg_id, _resolved_halves
+from .pop import read_revive_log
 from .why import _records
 
 __all__ = ["COLUMNS", "TABLES", "pending"]
@@ -49,6 +53,13 @@ COLUMNS: dict[str, tuple[tuple[str, str], ...]] = {
         ("store_timestamp", "long"), ("first_store_ms", "long"), ("keys", "string"), ("tags", "string"),
         ("commit_log_offset", "long"), ("msg_id", "string"),
     ),
+    "pops": (
+        ("group", "string"), ("topic", "string"), ("queue_id", "int"), ("queue_offset", "long"), ("status", "string"),
+        ("pop_time", "long"), ("invisible_time", "long"), ("due_at_ms", "long"), ("uniq_key", "string"),
+        ("keys", "string"), ("tags", "string"), ("reconsume_times", "int"), ("revive_topic", "string"),
+        ("revive_queue_id", "int"), ("revive_offset", "long"), ("checkpoint_commit_log_offset", "long"),
+        ("ack_commit_log_offset", "long"),
+    ),
 }
 TABLES = tuple(COLUMNS)
 
@@ -57,6 +68,7 @@ KIND_DELAY, KIND_TIMER = "delay_level", "timer"
 #: ``status`` values.
 SCHEDULED, DELIVERED = "scheduled", "delivered"
 COMMITTED, ROLLED_BACK, CHECK_LIMIT, UNRESOLVED = "committed", "rolled_back", "check_limit", "unresolved"
+ACKED, IN_FLIGHT, REVIVED = "acked", "in_flight", "revived"
 
 
 def _int(text: str | None) -> int | None:
@@ -161,11 +173,37 @@ def dead_letter_rows(store: Store) -> list[dict]:
     return rows
 
 
-_BUILDERS = {"scheduled": scheduled_rows, "transactions": transaction_rows, "dead_letters": dead_letter_rows}
+def pop_rows(store: Store) -> list[dict]:
+    rows = []
+    log = store.commit_log
+    for p in read_revive_log(store).pops():
+        ck = p.checkpoint
+        msg = None
+        if ck.topic in store.topics() and ck.queue_id in store.queue_ids(ck.topic):
+            cqueue = store.consume_queue(ck.topic, ck.queue_id)
+            if cqueue.min_offset <= p.queue_offset < cqueue.max_offset:
+                phys, size, _slot = cqueue.unit(p.queue_offset)
+                if log.min_offset <= phys and phys + size <= log.max_offset:
+                    msg = log.read_message(phys)
+        props = msg.properties if msg is not None else {}
+        rows.append({
+            "group": ck.group, "topic": ck.topic, "queue_id": ck.queue_id, "queue_offset": p.queue_offset,
+            "status": ACKED if p.acked else REVIVED if p.revived else IN_FLIGHT, "pop_time": ck.pop_time,
+            "invisible_time": ck.invisible_time, "due_at_ms": ck.due_at_ms,
+            "uniq_key": props.get(fmt.PROPERTY_UNIQ_KEY), "keys": props.get(fmt.PROPERTY_KEYS),
+            "tags": props.get(fmt.PROPERTY_TAGS), "reconsume_times": msg.reconsume_times if msg is not None else None,
+            "revive_topic": ck.revive_topic, "revive_queue_id": ck.revive_queue_id, "revive_offset": ck.revive_offset,
+            "checkpoint_commit_log_offset": ck.commit_log_offset, "ack_commit_log_offset": p.ack_commit_log_offset,
+        })
+    return rows
+
+
+_BUILDERS = {"scheduled": scheduled_rows, "transactions": transaction_rows, "dead_letters": dead_letter_rows,
+             "pops": pop_rows}
 
 
 def pending(store: Store, table: str) -> list[dict]:
-    """The rows of one pending-work table (``"scheduled"``, ``"transactions"`` or ``"dead_letters"``).
+    """The rows of one pending-work table (``"scheduled"``, ``"transactions"``, ``"dead_letters"`` or ``"pops"``).
 
     Each row is a dict with exactly :data:`COLUMNS` ``[table]``'s names, in that order.
 
@@ -176,7 +214,8 @@ def pending(store: Store, table: str) -> list[dict]:
     cq.readers.config.ConfigFormatError
         ``config/delayOffset.json`` is malformed (names the file and the place).
     cq.StoreFormatError
-        A transaction op record whose body is not a list of queue offsets (names the file and offset).
+        A transaction op record whose body is not a list of queue offsets, or a POP checkpoint or
+        ack whose body is not the broker's JSON (names the file and offset).
     """
     if table not in _BUILDERS:
         raise ValueError(f"unknown pending table {table!r}: expected one of {', '.join(TABLES)}")

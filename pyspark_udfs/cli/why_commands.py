@@ -24,9 +24,10 @@ def add_parsers(subparsers) -> None:
         "why",
         help="walk one message through every step of the broker's filter for a consumer group",
         description=textwrap.fill("Say where one message is for a consumer group, and why: every copy of it in the store "
-                    "(its topic, SCHEDULE_TOPIC_XXXX, rmq_sys_wheel_timer, the transaction half topics, the group's %%RETRY%% and "
-                    "%%DLQ%% topics; through the IndexFiles, or a scan that says so) and its state (consumed, "
-                    "pending, filtered, scheduled, uncommitted, rolled_back, retrying, dead_letter, gated, "
+                    "(its topic, SCHEDULE_TOPIC_XXXX, rmq_sys_wheel_timer, the transaction half topics, the group's %%RETRY%%, "
+                    "POP retry (%%RETRY%%{group}_{topic}) and %%DLQ%% topics; through the IndexFiles, or a scan that says "
+                    "so) and its state (consumed, pending, filtered, scheduled, uncommitted, rolled_back, retrying, "
+                    "dead_letter, in_flight: a POP consumer holds it, per the broker's revive log; gated, "
                     "expired) in one sentence first; then the copy in the topic through the broker's filter: the "
                     "ConsumeQueue unit; layer 1 (the tags code, or the ext unit's Bloom bitmap with the group's k "
                     "bits and which are clear; isMsgInLive against the registered bornTime); layer 2 (the "
@@ -76,24 +77,26 @@ def add_parsers(subparsers) -> None:
 
     pend = subparsers.add_parser(
         "pending",
-        help="the broker's pending work: scheduled copies, transaction halves, dead letters",
+        help="the broker's pending work: scheduled copies, transaction halves, dead letters, POP pops",
         description=textwrap.fill(
             "Print, from a store alone, what the broker still has to do or gave up on: every "
             "SCHEDULE_TOPIC_XXXX and timer copy with its real topic, due time and status (scheduled, or "
             "delivered per config/delayOffset.json or, for a timer, its real topic); every transaction half with its status (committed, rolled_back, "
             "check_limit, unresolved), check count and age; every %%DLQ%% record with its origin message "
-            "id, reconsume times and the original's store time. The data source's table option "
-            "(scheduled, transactions, dead_letters) gives the same rows.", 88),
+            "id, reconsume times and the original's store time; every message a POP group popped (from "
+            "the revive log) with its status (acked, in_flight, revived), pop time and due time. The data "
+            "source's table option (scheduled, transactions, dead_letters, pops) gives the same rows.", 88),
         epilog="examples:\n"
                "  rmqfilter pending STORE\n"
                "  rmqfilter pending STORE --table transactions --json\n"
+               "  rmqfilter pending STORE --table pops\n"
                "docs/paths.md#pending describes each column.",
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     add_store_arg(pend)
     pend.add_argument("--table", choices=list(COLUMNS), action="append",
-                      help="only this table (repeatable); default: all three")
-    add_json_flag(pend, '{"scheduled": [...], "transactions": [...], "dead_letters": [...]}')
+                      help="only this table (repeatable); default: all of them")
+    add_json_flag(pend, '{"scheduled": [...], "transactions": [...], "dead_letters": [...], "pops": [...]}')
     pend.set_defaults(func=_run_pending)
 
 

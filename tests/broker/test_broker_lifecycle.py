@@ -193,11 +193,11 @@ def test_pending_cli_prints_the_same_rows(run, store, capsys):
     capsys.readouterr()
     assert cli.main(["pending", str(run.store_path()), "--json"]) == 0
     doc = json.loads(capsys.readouterr().out)
-    assert doc == {t: pending(store, t) for t in ("scheduled", "transactions", "dead_letters")}
+    assert doc == {t: pending(store, t) for t in ("scheduled", "transactions", "dead_letters", "pops")}
 
 
 @pytest.mark.spark
-@pytest.mark.parametrize("table", ["scheduled", "transactions", "dead_letters"])
+@pytest.mark.parametrize("table", ["scheduled", "transactions", "dead_letters", "pops"])
 def test_data_source_pending_tables_give_the_same_rows(spark, run, store, table):
     df = spark.read.format("rocketmq").option("table", table).load(str(run.store_path()))
     assert [f.name for f in df.schema.fields] == [n for n, _ in COLUMNS[table]]
@@ -278,3 +278,16 @@ def test_pop_backlog_counts_what_is_in_flight(run, store):
     assert b.pop_retry.topic == life["pop_retry_topic"] and b.pop_retry.will_receive == states.count("retrying")
     assert b.will_receive == states.count("pending")
     assert b.will_receive_later == b.will_receive + b.pop_retry.will_receive + b.scheduled["will_receive"]
+
+
+def test_pending_pops_are_what_the_pop_group_popped(run, store):
+    """One row per pop of each message: the POP group's pops and acks, revived where the broker took them back."""
+    life = run.broker["lifecycle"]
+    rows = {(r["topic"], r["queue_id"], r["queue_offset"], r["pop_time"]): r for r in pending(store, "pops")}
+    pops = {(x["topic"], x["queue_id"], x["queue_offset"], x["pop_time"]): x for x in run.received
+            if x["group"] == life["pop_group"]}
+    assert set(rows) == set(pops)
+    for k, x in pops.items():
+        due = x["pop_time"] + x["invisible_ms"]
+        want = "acked" if x["result"] == "acked" else "in_flight" if due > run.broker["snapshot_ms"] else "revived"
+        assert (rows[k]["status"], rows[k]["uniq_key"], rows[k]["due_at_ms"]) == (want, x["uniq_key"], due), k

@@ -1,4 +1,4 @@
-"""The data source's pending-work tables (``table`` = scheduled, transactions, dead_letters): their
+"""The data source's pending-work tables (``table`` = scheduled, transactions, dead_letters, pops): their
 schema is cq.analyses.pending's columns, and the options that do not apply to them are refused by
 name (docs/paths.md#pending). Their rows against the real broker: tests/broker/test_broker_lifecycle.py."""
 from __future__ import annotations

@@ -14,6 +14,7 @@ from helpers import tree_snapshot
 
 import cq
 from cq.analyses.paths import why_every_copy
+from cq.analyses.pending import COLUMNS, pending
 from cq.analyses.pop import pop_retry_topics, read_revive_log
 from pyspark_udfs import cli
 
@@ -116,6 +117,18 @@ def test_backlog_counts_in_flight_and_the_pop_retry_topic(store_root, capsys):
     assert doc["in_flight"]["messages"] == 1 and doc["pop_retry"]["total"]["will_receive"] == 1
     assert cli.main(["backlog", store_root, "--topic", TOPIC, "--group", GROUP, "--tags", "*"]) == 0
     assert "in flight: 1 message(s) popped and not acked" in capsys.readouterr().out
+
+
+def test_pending_pops_table(store_root, capsys):
+    with opened(store_root) as s:
+        rows = pending(s, "pops")
+    assert [list(r) for r in rows] == [[n for n, _ in COLUMNS["pops"]]] * 4
+    got = {r["queue_offset"]: (r["status"], r["uniq_key"], r["due_at_ms"], r["revive_offset"]) for r in rows}
+    assert got == {0: ("acked", "U0", T0 + 60_000, 0), 1: ("acked", "U1", T0 + 60_000, 0),
+                   2: ("in_flight", "U2", T0 + 60_000, 0), 3: ("revived", "U3", T0 + 2000, 0)}
+    capsys.readouterr()
+    assert cli.main(["pending", store_root, "--table", "pops", "--json"]) == 0
+    assert json.loads(capsys.readouterr().out) == {"pops": rows}
 
 
 def test_a_malformed_checkpoint(tmp_path, capsys):
