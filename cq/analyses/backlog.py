@@ -166,20 +166,17 @@ class Backlog:
                              for q in self.queues if q.expired)
             lines.append(f"expired: {self.expired:,} unit(s) of the broker lag the broker deleted before the group "
                          f"read them (queue {lost}); lost, never received")
-        if self.retry is not None:
-            lines.append(f"retry:     {self.retry.will_receive:,} message(s) wait in {self.retry.topic} (lag "
-                         f"{self.retry.lag:,})")
-        if self.scheduled is not None and self.scheduled["will_receive"]:
-            due = ", ".join(f"{k} {n:,}" for k, n in self.scheduled["buckets"].items() if n)
-            lines.append(f"scheduled: {self.scheduled['will_receive']:,} delay-level copies still due will reach the "
-                         f"group (due: {due})")
-        if self.pop_retry is not None:
-            lines.append(f"pop retry: {self.pop_retry.will_receive:,} revived message(s) wait in {self.pop_retry.topic} "
-                         f"(lag {self.pop_retry.lag:,})")
-        if self.in_flight is not None and self.in_flight["messages"]:
-            due = ", ".join(f"{k} {n:,}" for k, n in self.in_flight["buckets"].items() if n)
-            lines.append(f"in flight: {self.in_flight['messages']:,} message(s) popped and not acked; the broker revives "
-                         f"them unless acked first (due: {due})")
+        for label, r, what in (("retry:    ", self.retry, "message(s)"),
+                               ("pop retry:", self.pop_retry, "revived message(s)")):
+            if r is not None:
+                lines.append(f"{label} {r.will_receive:,} {what} wait in {r.topic} (lag {r.lag:,})")
+        for label, d, key, what in (
+                ("scheduled:", self.scheduled, "will_receive", "delay-level copies still due will reach the group"),
+                ("in flight:", self.in_flight, "messages",
+                 "message(s) popped and not acked; the broker revives them unless acked first")):
+            if d is not None and d[key]:
+                due = ", ".join(f"{k} {n:,}" for k, n in d["buckets"].items() if n)
+                lines.append(f"{label} {d[key]:,} {what} (due: {due})")
         if self.will_receive_later != self.will_receive:
             lines.append(f"now and later: {self.will_receive_later:,}")
         return "\n".join(lines)
