@@ -3,11 +3,12 @@
 :func:`why_every_copy` (``rmqfilter why``) finds every copy a message left in the store and says
 what happened to it for one group: the copies share the message's ``UNIQ_KEY``, and the broker's
 IndexFiles list each under ``{topic}#{UNIQ_KEY}`` for its topic, the delay-level topic
-``SCHEDULE_TOPIC_XXXX``, the transaction half topics, and the group's retry and dead-letter
-topics (a scan of those topics where the store has no index, and the answer says so). The
-copy in the topic itself goes through :func:`cq.analyses.why.why_unit` (the filter's one
-home), then the group's committed offsets, retry and DLQ copies decide between ``consumed``,
-``pending``, ``retrying`` and ``dead_letter``. ``docs/paths.md`` draws the paths and states
+``SCHEDULE_TOPIC_XXXX``, the transaction half topics, and the group's retry, POP retry and
+dead-letter topics (a scan of those topics where the store has no index, and the answer says
+so). The copy in the topic itself goes through :func:`cq.analyses.why.why_unit` (the filter's
+one home), then the group's committed offsets, retry and DLQ copies and, for a POP group, the
+broker's revive log (:mod:`cq.analyses.pop`) decide between ``consumed``, ``pending``,
+``retrying``, ``dead_letter`` and ``in_flight``. ``docs/paths.md`` draws the paths and states
 what the real broker of the test harness does on each; ``docs/why.md`` shows the output.
 """
 from __future__ import annotations
