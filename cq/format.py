@@ -164,6 +164,22 @@ LMQ_QUEUE_ID = 0
 PROPERTY_INNER_MULTI_DISPATCH = "INNER_MULTI_DISPATCH"
 PROPERTY_INNER_MULTI_QUEUE_OFFSET = "INNER_MULTI_QUEUE_OFFSET"
 LMQ_DISPATCH_SEPARATOR = ","
+
+
+def lmq_offset(properties: Mapping[str, str], queue: str) -> int | None:
+    """The offset of a record in LMQ ``queue`` as the broker wrote it in the record's properties
+    (``INNER_MULTI_DISPATCH`` / ``INNER_MULTI_QUEUE_OFFSET``), None when it was not dispatched there."""
+    names = properties.get(PROPERTY_INNER_MULTI_DISPATCH)
+    offsets = properties.get(PROPERTY_INNER_MULTI_QUEUE_OFFSET)
+    if not names or not offsets:
+        return None
+    names_list, offsets_list = names.split(LMQ_DISPATCH_SEPARATOR), offsets.split(LMQ_DISPATCH_SEPARATOR)
+    if queue not in names_list or len(offsets_list) != len(names_list):
+        return None
+    try:
+        return int(offsets_list[names_list.index(queue)])
+    except ValueError:
+        return None
 #: A RocksDB database directory holds this file (``consumequeue/CURRENT`` in ``storeType=defaultRocksDB``).
 ROCKSDB_CURRENT_FILE = "CURRENT"
 #: The RocksDB databases of the broker's metadata, under ``config/`` (v1: one per table; v2: ``rdb``).

@@ -12,7 +12,6 @@ over the mapped files; the inner messages are split in plain Python.
 """
 from __future__ import annotations
 
-import dataclasses
 import os
 
 import numpy as np
@@ -126,6 +125,21 @@ class BatchConsumeQueue(MappedFileQueue):
         self._units, self._first = None, 0
         return self.max_offset
 
+    @property
+    def file_units(self) -> list[tuple[int, int]]:
+        """``(first, end)`` queue offsets of the messages whose units each listed file holds, ascending
+        (what a reader splits a queue's reads by)."""
+        if self._units is None:
+            self._units = self._recover()
+        per_file = self.file_size // fmt.BCQ_STORE_UNIT_SIZE if self.file_size else 0
+        base, out = self._units["base_offset"], []
+        for i in range(len(self._files)):
+            lo = i * per_file
+            if lo >= len(base):
+                break
+            out.append((int(base[lo]), int(base[lo + per_file]) if lo + per_file < len(base) else self.max_offset))
+        return out
+
     def units_between(self, start: int, end: int) -> np.ndarray:
         """The units holding a message of queue offsets ``[start, end)``."""
         units = self.units
@@ -190,9 +204,16 @@ def expand_batch(msg: Message) -> list[Message]:
         return [msg]
     at = (msg._file_offset or 0) + _body_position(msg)
     inner = inner_messages(msg.body, msg._path, at)
-    return [dataclasses.replace(msg, queue_offset=msg.queue_offset + i, body_crc=crc, flag=flag, body=body,
-                                properties=props)
-            for i, (crc, flag, body, props) in enumerate(inner)]
+    fields = msg.__dict__
+    out = []
+    for i, (crc, flag, body, props) in enumerate(inner):
+        # a copy of the record's fields with the message's own (dataclasses.replace runs __init__ again:
+        # several times slower, and this is once per message)
+        m = object.__new__(Message)
+        m.__dict__.update(fields)
+        m.queue_offset, m.body_crc, m.flag, m.body, m.properties = msg.queue_offset + i, crc, flag, body, props
+        out.append(m)
+    return out
 
 
 def _open_last_queue(root: str) -> BatchConsumeQueue:

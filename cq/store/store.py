@@ -301,10 +301,11 @@ class Store:
             return sorted(table.ends)
 
     def topics(self) -> list[str]:
-        """Topics that have a ConsumeQueue directory (LMQ queues, ``%LMQ%...``, included) and BatchCQ
-        topics, sorted."""
+        """Topics that have a ConsumeQueue directory (LMQ queues, ``%LMQ%...``, included) or a
+        BatchConsumeQueue directory (BatchCQ topics), sorted."""
         d = os.path.join(self.root, fmt.CONSUME_QUEUE_DIR)
-        listed = set(self.layout.batch_cq_topics)
+        batch = os.path.join(self.root, fmt.BATCH_CONSUME_QUEUE_DIR)
+        listed = {t for t in self.layout.batch_cq_topics if os.path.isdir(os.path.join(batch, t))}
         rocks = self._rocksdb_queues()
         if rocks is not None:
             listed.update(topic for topic, _ in rocks)

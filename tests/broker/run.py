@@ -757,7 +757,8 @@ def scenario_batch(h: Harness) -> None:
     lmq_parent_topic, lmq_groups}``."""
     h.start_namesrv()
     h.add_broker("broker-a", enablePropertyFilter="true", enableLmq="true", enableMultiDispatch="true",
-                 flushConsumerOffsetInterval=500)
+                 flushConsumerOffsetInterval=500,
+                 mapperFileSizeBatchConsumeQueue=46 * 20)     # small BatchCQ files: readers cross file ends
     h.start_broker("broker-a")
     h.start_client()
     h.create_topic(BATCH_TOPIC, 2, attributes={"+queue.type": "BatchCQ"})

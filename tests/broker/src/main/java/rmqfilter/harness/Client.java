@@ -280,6 +280,9 @@ public final class Client {
         line.put("tags", msg.getTags());
         line.put("keys", m.getJSONArray("keys"));
         line.put("properties", m.getJSONObject("properties"));
+        if (m.containsKey("lmq")) {
+            line.put("lmq", m.getJSONArray("lmq"));
+        }
         if (m.containsKey("delay_level")) {
             line.put("delay_level", m.getIntValue("delay_level"));
         }
