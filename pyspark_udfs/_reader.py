@@ -583,11 +583,16 @@ def _read_slice(options, schema, part, tags_code_sets, skips: Skips) -> Iterator
             columns["delivered"] = pa.array(d.delivered[batch_rows])
         if options.message_filter is not None:
             columns = _apply_message_filter(options, store, topic, queue_id, columns)
-        arrays = []
-        for field in schema:
-            arr = columns[field.name]
-            arrays.append(arr if arr.type == field.type else arr.cast(field.type))
-        yield pa.RecordBatch.from_arrays(arrays, schema=schema)
+        yield _schema_batch(schema, columns)
+
+
+def _schema_batch(schema: pa.Schema, columns: dict[str, pa.Array]) -> pa.RecordBatch:
+    """The batch of ``schema``'s columns, in its order and types, from ``columns`` by name."""
+    arrays = []
+    for field in schema:
+        arr = columns[field.name]
+        arrays.append(arr if arr.type == field.type else arr.cast(field.type))
+    return pa.RecordBatch.from_arrays(arrays, schema=schema)
 
 
 def _read_batch_cq_slice(options, schema, store, cqueue: BatchConsumeQueue, part) -> Iterator[pa.RecordBatch]:
@@ -603,8 +608,11 @@ def _read_batch_cq_slice(options, schema, store, cqueue: BatchConsumeQueue, part
     if options.group is not None:
         flt = store.make_filter(topic, options.group, sql=options.sql, tags=options.tags,
                                 born_time=options.born_time, bloom_data=options.bloom_data)
+    cut = _cut(part)
+    if cut is not None:  # the slice's queue range inside the planned cut's CommitLog range
+        cut = cq.StoreCut(cut.commit_log_min, cut.commit_log_end, ((topic, queue_id, part.start, part.end),))
     result = store.consume(topic, options.group or "", filter=flt, queue_ids=[queue_id],
-                           ranges={queue_id: (part.start, part.end)}, cut=_cut(part))
+                           ranges={queue_id: (part.start, part.end)}, cut=cut)
     msgs = list(result)
     if not msgs:
         return
@@ -615,11 +623,7 @@ def _read_batch_cq_slice(options, schema, store, cqueue: BatchConsumeQueue, part
         columns["broker"] = _topic_column(options.broker, len(msgs))
     if options.message_filter is not None:
         columns = _apply_message_filter(options, store, topic, queue_id, columns)
-    arrays = []
-    for field in schema:
-        arr = columns[field.name]
-        arrays.append(arr if arr.type == field.type else arr.cast(field.type))
-    yield pa.RecordBatch.from_arrays(arrays, schema=schema)
+    yield _schema_batch(schema, columns)
 
 
 _TOPIC_COLUMNS: dict[str, pa.Array] = {}  # per worker: the longest topic column made, sliced for each batch

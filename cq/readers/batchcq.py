@@ -8,7 +8,7 @@ inner-batch record (SYSFLAG ``INNER_BATCH_FLAG``) whose body holds the messages
 (docs/formats.md#inner-batch): :func:`inner_messages` splits it.
 
 Units are few (one per batch) and the records are read one by one, so this reader works in numpy
-over the mapped files; the inner messages are split in plain Python.
+over the mapped files; the inner messages are split by the ``_inner`` kernel (cq/kernels/).
 """
 from __future__ import annotations
 
@@ -18,6 +18,7 @@ import numpy as np
 
 from .. import format as fmt
 from ..errors import StoreFormatError
+from ..kernels import split_inner
 from ._mapped import MappedFileQueue
 from .commitlog import Message
 from .entry import ReaderEntry, last_queue, queue_files
@@ -168,30 +169,21 @@ def _body_position(msg: Message) -> int:
 
 
 def inner_messages(body: bytes, path: str | None = None, offset: int = 0) -> list[tuple[int, int, bytes, dict]]:
-    """The messages of an inner-batch body: ``(body_crc, flag, body, properties)`` each.
+    """The messages of an inner-batch body: ``(body_crc, flag, body, properties)`` each (the split is
+    the :func:`cq.kernels.split_inner` kernel's).
 
     ``path`` and ``offset`` (the file and byte where ``body`` starts) name the place of a message
     whose sizes do not fit the body, in the :class:`StoreFormatError` raised for it.
     """
-    head, plen = fmt.INNER_MESSAGE_HEAD_STRUCT, fmt.INNER_PROPERTIES_LENGTH_STRUCT
-    out, pos, n = [], 0, len(body)
-    while pos < n:
-        if n - pos < head.size + plen.size:
-            raise StoreFormatError(f"inner message of {n - pos} bytes, shorter than its "
-                                   f"{head.size + plen.size}-byte head", path or "<body>", offset + pos)
-        size, _magic, crc, flag, body_len = head.unpack_from(body, pos)
-        end = pos + size
-        props_at = pos + head.size + body_len
-        if size < head.size + plen.size or end > n or body_len < 0 or props_at + plen.size > end:
-            raise StoreFormatError(f"inner message size {size} (body {body_len} bytes) does not fit the batch's "
-                                   f"{n - pos} remaining bytes", path or "<body>", offset + pos)
-        props_len = plen.unpack_from(body, props_at)[0]
-        if props_len < 0 or props_at + plen.size + props_len != end:
-            raise StoreFormatError(f"inner message properties length {props_len} does not end the message "
-                                   f"(size {size})", path or "<body>", offset + props_at)
-        text = bytes(body[props_at + plen.size:end]).decode("utf-8", "replace")
-        out.append((crc, flag, bytes(body[pos + head.size:props_at]), fmt.decode_properties(text)))
-        pos = end
+    spans, at, error = split_inner(body)
+    if error is not None:
+        raise StoreFormatError(error, path or "<body>", offset + at)
+    plen = fmt.INNER_PROPERTIES_LENGTH_STRUCT.size
+    out = []
+    for crc, flag, start, body_len, props_len in spans.tolist():
+        props_at = start + body_len + plen
+        text = body[props_at:props_at + props_len].decode("utf-8", "replace")
+        out.append((crc, flag, body[start:start + body_len], fmt.decode_properties(text)))
     return out
 
 

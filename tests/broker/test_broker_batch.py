@@ -13,6 +13,7 @@ from contextlib import closing
 import pytest
 from broker_support import (
     assert_backlog_is_what_the_drain_received,
+    assert_data_source_is_what_the_consumers_received,
     assert_inspect_offsets_are_the_brokers,
     assert_same_units,
     harness,
@@ -153,12 +154,5 @@ def test_cli_consume_of_a_batch_cq_topic(run, capsys):
 @pytest.mark.spark
 @pytest.mark.parametrize("group", ["GID_BATCH_ZERO", "GID_BATCH_SQL_NULL", "GID_BATCH_TAG", *LMQ_GROUPS])
 def test_data_source_with_group_gives_the_same_rows(spark, run, group):
-    g = run.group(group)
-    reader = spark.read.format("rocketmq").option("topic", g["topic"]).option("group", group)
-    if g["type"] == "TAG":
-        reader = reader.option("tags", g["expression"])
-    rows = reader.load(str(run.store_path())).selectExpr("queue_id", "queue_offset",
-                                                         "properties['UNIQ_KEY'] AS uniq").collect()
-    got = {(r.queue_id, r.queue_offset): r.uniq for r in rows}
-    assert len(got) == len(rows)
-    assert_same_units(got, received(run, group), f"data source, group {group}")
+    """An LMQ's rows at their LMQ offsets (queue 0); a BatchCQ's one row per message of a batch."""
+    assert_data_source_is_what_the_consumers_received(spark, run, group)
