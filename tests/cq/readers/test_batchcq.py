@@ -126,7 +126,9 @@ def test_why_walks_a_message_of_a_batch(store):
 
 def test_cli_inspect_and_consume(capsys):
     assert cli.main(["inspect", str(STORE)]) == 0
-    assert "BatchCQ topics: BatchTopic" in capsys.readouterr().out
+    out = capsys.readouterr().out
+    assert "BatchCQ topics: BatchTopic" in out
+    assert "Committed offsets (config/lmqConsumerOffset.json" in out and "GID_LMQ_ALPHA on %LMQ%alpha: 0:6" in out
     assert cli.main(["consume", str(STORE), "--topic", TOPIC, "--group", "G", "--tags", "*", "--format", "jsonl"]) == 0
     assert capsys.readouterr().out.count("\n") == len(SENT)
 
