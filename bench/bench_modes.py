@@ -8,7 +8,11 @@ One sample store (``cq.writer.sample.generate_sample_store``, 200 000 messages, 
 - a RocksDB consume queue: the same units as keys and values of a RocksDB database in
   ``consumequeue/``, written here through the binding in the broker's layout
   (docs/formats.md#rocksdb-consume-queue); the CommitLog and the rest of the store are the classic
-  files.
+  files;
+- a BatchCQ topic (docs/formats.md#batch-consume-queue): each queue's messages, in queue order, in
+  inner-batch records of :data:`BATCH` messages (a CommitLog of those records and a
+  BatchConsumeQueue of one unit each), written here in the broker's layout; every message is read
+  back unwrapped, with its own queue offset.
 
 Each group reads every message of the sample store's main topic with ``Store.consume`` (``tags="*"``,
 a fresh ``Store`` each round, so opening the layout is counted): the classic store is the
@@ -25,6 +29,7 @@ import struct
 import tempfile
 from contextlib import closing
 
+import numpy as np
 import pytest
 
 import cq
@@ -35,6 +40,8 @@ from cq.writer.sample import SAMPLE_TOPICS
 MESSAGES, SEED = 200_000, 1
 TOPIC = SAMPLE_TOPICS[0]
 ROUNDS = 5
+#: Messages per inner-batch record of the BatchCQ copy.
+BATCH = 16
 GROUP = f"Store.consume of every message of {TOPIC}, {MESSAGES:,}-message sample store"
 
 
@@ -92,6 +99,59 @@ def rocksdb_queues(classic) -> str:
     return _copy_once("rocksdb", lambda dest: _write_rocksdb_queues(classic, dest))
 
 
+def _inner_body(messages) -> bytes:
+    """An inner-batch body: each message as the client encodes it (docs/formats.md#inner-batch)."""
+    parts = []
+    for m in messages:
+        props = fmt.encode_properties(m.properties).encode()
+        size = fmt.INNER_MESSAGE_HEAD_STRUCT.size + len(m.body) + fmt.INNER_PROPERTIES_LENGTH_STRUCT.size + len(props)
+        parts += [fmt.INNER_MESSAGE_HEAD_STRUCT.pack(size, 0, 0, m.flag, len(m.body)), m.body,
+                  fmt.INNER_PROPERTIES_LENGTH_STRUCT.pack(len(props)), props]
+    return b"".join(parts)
+
+
+def _write_batch_queues(classic: str, dest: str) -> None:
+    """``classic``'s main topic again as a BatchCQ topic: a CommitLog of inner-batch records of
+    :data:`BATCH` messages each (one file) and a BatchConsumeQueue per queue (one file each)."""
+    log_dir = os.path.join(dest, fmt.COMMIT_LOG_DIR)
+    os.makedirs(log_dir)
+    records, units = [], {}
+    pos = 0
+    with closing(cq.Store(classic)) as store:
+        for queue_id in store.queue_ids(TOPIC):
+            msgs = list(store.consume(TOPIC, "G", tags="*", queue_ids=[queue_id]))
+            rows = units[queue_id] = []
+            for i in range(0, len(msgs), BATCH):
+                batch = msgs[i:i + BATCH]
+                base = batch[0].queue_offset
+                props = {fmt.PROPERTY_UNIQ_KEY: f"BATCH-{queue_id}-{base}", fmt.PROPERTY_INNER_NUM: str(len(batch)),
+                         fmt.PROPERTY_INNER_BASE: str(base)}
+                record = fmt.encode_record(topic=TOPIC, body=_inner_body(batch), properties=props,
+                                           queue_id=queue_id, queue_offset=base, commit_log_offset=pos,
+                                           sys_flag=fmt.INNER_BATCH_FLAG | fmt.NEED_UNWRAP_FLAG,
+                                           born_timestamp=batch[0].born_timestamp,
+                                           store_timestamp=batch[0].store_timestamp)
+                rows.append((pos, len(record), 0, batch[0].store_timestamp, base, len(batch), -1, 0))
+                records.append(record)
+                pos += len(record)
+    file_size = 1 << max(20, (pos + 8).bit_length())
+    with open(os.path.join(log_dir, fmt.file_name(0)), "wb") as f:
+        f.write(b"".join(records))
+        f.truncate(file_size)
+    per_file = max(len(r) for r in units.values()) + 1
+    for queue_id, rows in units.items():
+        queue_dir = os.path.join(dest, fmt.BATCH_CONSUME_QUEUE_DIR, TOPIC, str(queue_id))
+        os.makedirs(queue_dir)
+        with open(os.path.join(queue_dir, fmt.file_name(0)), "wb") as f:
+            f.write(np.array(rows, dtype=fmt.BCQ_UNIT_DTYPE).tobytes())
+            f.truncate(per_file * fmt.BCQ_STORE_UNIT_SIZE)
+
+
+@pytest.fixture(scope="module")
+def batch_queues(classic) -> str:
+    return _copy_once(f"batchcq{BATCH}", lambda dest: _write_batch_queues(classic, dest))
+
+
 def _consume(root: str) -> int:
     with closing(cq.Store(root)) as store:
         return sum(1 for _ in store.consume(TOPIC, "G", tags="*"))
@@ -124,3 +184,13 @@ def test_consume_rocksdb_queues_ours(benchmark, rocksdb_queues, classic):
         for q in files.queue_ids(TOPIC):
             assert rocks.consume_queue(TOPIC, q).read().tolist() == files.consume_queue(TOPIC, q).read().tolist()
     _run(benchmark, rocksdb_queues, "ours", "rocksdb")
+
+
+def test_consume_batch_cq_ours(benchmark, batch_queues, classic):
+    with closing(cq.Store(batch_queues)) as batch, closing(cq.Store(classic)) as files:
+        assert batch.layout.batch_cq_topics == (TOPIC,)
+        for q in files.queue_ids(TOPIC):
+            got = [(m.queue_offset, m.properties, m.body) for m in batch.consume(TOPIC, "G", tags="*", queue_ids=[q])]
+            assert got == [(m.queue_offset, m.properties, m.body)
+                           for m in files.consume(TOPIC, "G", tags="*", queue_ids=[q])]
+    _run(benchmark, batch_queues, "ours", "batchcq")

@@ -24,6 +24,7 @@ from .filter.layers import RetrySqlFilter, SqlFilter, TagFilter
 from .format import MAX_ADDR, decorate, is_ext_addr, undecorate
 from .kernels import ENGINE as _SCAN_ENGINE
 from .kernels import check_bitmaps, check_ext_batch, scan_tags
+from .readers.batchcq import BatchConsumeQueue
 from .readers.commitlog import CommitLog, Message
 from .readers.config import ConfigFormatError, ConfigWarning, RegisteredFilter
 from .readers.consumequeue import ConsumeQueue
@@ -43,6 +44,7 @@ ENGINE = "cython" if _SCAN_ENGINE == _TAGS_ENGINE == "cython" else "python"
 __all__ = [
     "ENGINE",
     "MAX_ADDR",
+    "BatchConsumeQueue",
     "Cluster",
     "ClusterCut",
     "CommitLog",

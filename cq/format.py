@@ -139,6 +139,47 @@ BATCH_CONSUME_QUEUE_DIR = "batchconsumequeue"
 #: The topic attribute naming a topic's consume-queue type (``TopicAttributes.QUEUE_TYPE_ATTRIBUTE``).
 QUEUE_TYPE_ATTRIBUTE = "queue.type"
 QUEUE_TYPE_BATCH = "BatchCQ"
+#: A BatchConsumeQueue unit (docs/formats.md#batch-consume-queue): 46 bytes, big-endian: the
+#: batch record's CommitLog offset and size, its tags code and store time, the queue offset of its
+#: first message (``msgBaseOffset``; queue offsets count messages, not units), its message count,
+#: the compacted offset (-1 unless compacted) and 4 reserved bytes.
+BCQ_UNIT_DTYPE = np.dtype([("commit_log_offset", ">i8"), ("size", ">i4"), ("tags_code", ">i8"),
+                           ("store_timestamp", ">i8"), ("base_offset", ">i8"), ("batch_size", ">i2"),
+                           ("compacted_offset", ">i4"), ("reserved", ">i4")])
+BCQ_STORE_UNIT_SIZE = BCQ_UNIT_DTYPE.itemsize
+#: An inner message of a batch record's body (``MessageDecoder.encodeMessage``): totalSize i32,
+#: magic i32, body CRC i32, flag i32, bodyLen i32, then the body, propertiesLen i16 and the
+#: properties (docs/formats.md#inner-batch).
+INNER_MESSAGE_HEAD_STRUCT = struct.Struct(">iiiii")
+INNER_PROPERTIES_LENGTH_STRUCT = struct.Struct(">h")
+#: A batch record's own properties: its message count and the queue offset of its first message.
+PROPERTY_INNER_NUM = "INNER_NUM"
+PROPERTY_INNER_BASE = "INNER_BASE"
+#: LMQ (docs/formats.md#lmq): queues named ``%LMQ%...`` (one queue, id 0) whose units point at
+#: records of other topics; a record names them in ``INNER_MULTI_DISPATCH`` and its offset in each
+#: in ``INNER_MULTI_QUEUE_OFFSET`` (both joined by ``,``); their committed offsets are kept in
+#: ``config/lmqConsumerOffset.json``.
+LMQ_PREFIX = "%LMQ%"
+LMQ_QUEUE_ID = 0
+PROPERTY_INNER_MULTI_DISPATCH = "INNER_MULTI_DISPATCH"
+PROPERTY_INNER_MULTI_QUEUE_OFFSET = "INNER_MULTI_QUEUE_OFFSET"
+LMQ_DISPATCH_SEPARATOR = ","
+
+
+def lmq_offset(properties: Mapping[str, str], queue: str) -> int | None:
+    """The offset of a record in LMQ ``queue`` as the broker wrote it in the record's properties
+    (``INNER_MULTI_DISPATCH`` / ``INNER_MULTI_QUEUE_OFFSET``), None when it was not dispatched there."""
+    names = properties.get(PROPERTY_INNER_MULTI_DISPATCH)
+    offsets = properties.get(PROPERTY_INNER_MULTI_QUEUE_OFFSET)
+    if not names or not offsets:
+        return None
+    names_list, offsets_list = names.split(LMQ_DISPATCH_SEPARATOR), offsets.split(LMQ_DISPATCH_SEPARATOR)
+    if queue not in names_list or len(offsets_list) != len(names_list):
+        return None
+    try:
+        return int(offsets_list[names_list.index(queue)])
+    except ValueError:
+        return None
 #: A RocksDB database directory holds this file (``consumequeue/CURRENT`` in ``storeType=defaultRocksDB``).
 ROCKSDB_CURRENT_FILE = "CURRENT"
 #: The RocksDB databases of the broker's metadata, under ``config/`` (v1: one per table; v2: ``rdb``).

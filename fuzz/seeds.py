@@ -4,6 +4,7 @@
 - commitlog: every record of the golden store, one file each;
 - store: small stores written by ``cq.StoreWriter`` at the fuzz target's sizes;
 - dledger: DLedger data files of such stores rewritten by ``cq.write_dledger_store``;
+- inner: the bodies of the batch records of ``tests/data/batch_store`` (a BatchCQ topic);
 - bloom: a few parameter/key blobs.
 
 Run: ``.venv/bin/python fuzz/seeds.py`` (``fuzz/run.py`` does it when a seed folder is missing).
@@ -96,11 +97,23 @@ def bloom_seeds() -> None:
         _put("bloom", blob)
 
 
+def inner_seeds() -> None:
+    from contextlib import closing
+
+    import cq
+
+    with closing(cq.Store(DATA / "batch_store")) as store:
+        for q in store.queue_ids("BatchTopic"):
+            for off in store.consume_queue("BatchTopic", q).units["commit_log_offset"].tolist():
+                _put("inner", store.commit_log.read_message(off).body)
+
+
 def main() -> None:
     selector_seeds()
     commitlog_seeds()
     store_seeds()
     dledger_seeds()
+    inner_seeds()
     bloom_seeds()
     for folder in sorted(SEEDS.iterdir()):
         print(f"{folder.name}: {sum(1 for _ in folder.iterdir())} seeds")

@@ -40,8 +40,15 @@ from pyspark.sql.pandas.types import to_arrow_schema
 
 import cq
 from cq.errors import StoreFormatError
-from cq.filter.custom import MessageFilter, ext_columns, filter_record_batch, message_schema
-from cq.filter.layers import Layers
+from cq.filter.custom import (
+    MessageFilter,
+    ext_columns,
+    filter_record_batch,
+    message_schema,
+    messages_record_batch,
+)
+from cq.filter.layers import Layers, TagFilter
+from cq.readers.batchcq import BatchConsumeQueue
 from pyspark_udfs._source import RECORD_COLUMNS
 
 # Opened stores, per worker process: a worker reads many slices of a few stores. Each use
@@ -466,6 +473,9 @@ def _read_slice(options, schema, part, tags_code_sets, skips: Skips) -> Iterator
     try:
         store = _store(options.path, part)
         cqueue = store.consume_queue(topic, queue_id)
+        if isinstance(cqueue, BatchConsumeQueue):
+            yield from _read_batch_cq_slice(options, schema, store, cqueue, part)
+            return
         start = max(part.start, cqueue.min_offset)  # the broker may have expired files since planning
         if start > part.start:  # lost, as for the broker's consumer: said, not silent (docs/live.md)
             _LOG.warning("rocketmq: %d unit(s) of %s queue %s in offsets [%s, %s) expired by the broker since the read "
@@ -573,11 +583,47 @@ def _read_slice(options, schema, part, tags_code_sets, skips: Skips) -> Iterator
             columns["delivered"] = pa.array(d.delivered[batch_rows])
         if options.message_filter is not None:
             columns = _apply_message_filter(options, store, topic, queue_id, columns)
-        arrays = []
-        for field in schema:
-            arr = columns[field.name]
-            arrays.append(arr if arr.type == field.type else arr.cast(field.type))
-        yield pa.RecordBatch.from_arrays(arrays, schema=schema)
+        yield _schema_batch(schema, columns)
+
+
+def _schema_batch(schema: pa.Schema, columns: dict[str, pa.Array]) -> pa.RecordBatch:
+    """The batch of ``schema``'s columns, in its order and types, from ``columns`` by name."""
+    arrays = []
+    for field in schema:
+        arr = columns[field.name]
+        arrays.append(arr if arr.type == field.type else arr.cast(field.type))
+    return pa.RecordBatch.from_arrays(arrays, schema=schema)
+
+
+def _read_batch_cq_slice(options, schema, store, cqueue: BatchConsumeQueue, part) -> Iterator[pa.RecordBatch]:
+    """Queue offsets ``[part.start, part.end)`` of a BatchCQ queue (docs/reading.md#batchcq): the
+    messages ``Store.consume`` unwraps from the batch records (the group's filter, else every
+    message), one row each with its own queue offset; ``tags_code`` is the batch unit's. Not a hot
+    path (a record per batch): built from the messages, not from the decoder's columns."""
+    topic, queue_id = part.topic, part.queue_id
+    if options.table != "messages" or options.decisions or options.layer2 == "spark":
+        raise ValueError(f"rocketmq: topic {topic!r} is a BatchCQ topic: only the messages table, without "
+                         "decisions and with layer2=broker, reads it (docs/limits.md)")
+    flt = TagFilter("*")
+    if options.group is not None:
+        flt = store.make_filter(topic, options.group, sql=options.sql, tags=options.tags,
+                                born_time=options.born_time, bloom_data=options.bloom_data)
+    cut = _cut(part)
+    if cut is not None:  # the slice's queue range inside the planned cut's CommitLog range
+        cut = cq.StoreCut(cut.commit_log_min, cut.commit_log_end, ((topic, queue_id, part.start, part.end),))
+    result = store.consume(topic, options.group or "", filter=flt, queue_ids=[queue_id],
+                           ranges={queue_id: (part.start, part.end)}, cut=cut)
+    msgs = list(result)
+    if not msgs:
+        return
+    codes = dict(zip(cqueue.units["commit_log_offset"].tolist(), cqueue.units["tags_code"].tolist()))
+    batch = messages_record_batch(msgs, {"tags_code": [codes.get(m.commit_log_offset) for m in msgs]})
+    columns = {name: batch.column(name) for name in batch.schema.names}
+    if "broker" in schema.names:
+        columns["broker"] = _topic_column(options.broker, len(msgs))
+    if options.message_filter is not None:
+        columns = _apply_message_filter(options, store, topic, queue_id, columns)
+    yield _schema_batch(schema, columns)
 
 
 _TOPIC_COLUMNS: dict[str, pa.Array] = {}  # per worker: the longest topic column made, sliced for each batch

@@ -37,6 +37,7 @@ from ..filter.layers import (
     low_int32,
     retry_group,
 )
+from ..readers.batchcq import expand_batch
 from ..readers.commitlog import Message
 from ..readers.config import CONSUMER_FILTER_FILE, FilterRegistry, RegisteredFilter
 from ..readers.indexfile import IndexFiles
@@ -441,31 +442,123 @@ def why_unit(store: Store, topic: str, group: str, flt, sub: Subscription, queue
                 dropped_by = DROPPED_BY_COMMIT_LOG
                 _not_reached(steps, "client", "Client re-check (PullAPIWrapper)")
             else:
-                ok = flt.is_matched_by_client(msg.tags)
-                tags_set = sorted(flt.subscription.tags_set) if Layers(flt).kind == "tags" and \
-                    flt.subscription is not None else []
-                if not tags_set:
-                    detail3 = "the subscription's tag set is empty (SQL92, \"*\" or none): the client keeps " \
-                              "every message"
-                    reason3 = "no_recheck"
-                elif ok:
-                    detail3 = f"TAGS {msg.tags!r} is in the subscription's tags {tags_set}"
-                    reason3 = "tag_in_set"
-                else:
-                    why_passed = ("its tags code equals a subscribed tag's: a hash collision"
-                                  if reason == "tags_code_in_set" else "layer 1 could not compare its tags code")
-                    what = "the message has no TAGS" if msg.tags is None else \
-                        f"TAGS {msg.tags!r} is not in the subscription's tags {tags_set} ({why_passed})"
-                    detail3 = what + ": the client drops it"
-                    reason3 = "tag_not_in_set"
-                steps.append(WhyStep("client", "Client re-check (PullAPIWrapper)", PASS if ok else DROP, reason3,
-                                     detail3, {"tags": msg.tags, "tags_set": tags_set}))
+                ok, step = _client_step(flt, reason, msg)
+                steps.append(step)
                 if ok:
                     delivered = True
                 else:
                     dropped_by = DROPPED_BY_CLIENT
     return Why(topic, group, sub, queue_id, queue_offset, phys, size, msg_id, found_by, delivered, dropped_by,
                steps, explanation, note)
+
+
+def _client_step(flt, reason: str, msg: Message, why_passed: str | None = None) -> tuple[bool, WhyStep]:
+    """The client's tag re-check of ``msg`` (``reason``: layer 1's), as a step."""
+    ok = flt.is_matched_by_client(msg.tags)
+    tags_set = sorted(flt.subscription.tags_set) if Layers(flt).kind == "tags" and \
+        flt.subscription is not None else []
+    if not tags_set:
+        detail = "the subscription's tag set is empty (SQL92, \"*\" or none): the client keeps every message"
+        reason3 = "no_recheck"
+    elif ok:
+        detail = f"TAGS {msg.tags!r} is in the subscription's tags {tags_set}"
+        reason3 = "tag_in_set"
+    else:
+        if why_passed is None:
+            why_passed = ("its tags code equals a subscribed tag's: a hash collision"
+                          if reason == "tags_code_in_set" else "layer 1 could not compare its tags code")
+        what = "the message has no TAGS" if msg.tags is None else \
+            f"TAGS {msg.tags!r} is not in the subscription's tags {tags_set} ({why_passed})"
+        detail = what + ": the client drops it"
+        reason3 = "tag_not_in_set"
+    return ok, WhyStep("client", "Client re-check (PullAPIWrapper)", PASS if ok else DROP, reason3, detail,
+                       {"tags": msg.tags, "tags_set": tags_set})
+
+
+def why_batch_message(store: Store, topic: str, group: str, flt, sub: Subscription, queue_id: int,
+                      queue_offset: int, *, found_by: str = "queue_offset", note: str | None = None) -> Why:
+    """Walk the message at (``queue_id``, ``queue_offset``) of BatchCQ topic ``topic`` through ``flt``
+    (docs/reading.md#batchcq): the broker judges the unit of its batch (layer 1, its tags code) and
+    the batch record (layer 2, the record's own properties); the client unwraps the record and
+    re-checks the message's own tag."""
+    try:
+        lo, hi = store.cut(topic, [queue_id]).queue_range(topic, queue_id)
+        cqueue = store.consume_queue(topic, queue_id)
+    except KeyError as exc:
+        raise MessageNotFoundError(str(exc.args[0]) if exc.args else str(exc)) from None
+    if not lo <= queue_offset < hi:
+        raise MessageNotFoundError(
+            f"queue offset {queue_offset} is outside BatchCQ queue {topic}/{queue_id}'s messages [{lo}, {hi}) "
+            f"in {store.root}")
+    unit = cqueue.units_between(queue_offset, queue_offset + 1)[0]
+    phys, size, code = int(unit["commit_log_offset"]), int(unit["size"]), int(unit["tags_code"])
+    base, count = int(unit["base_offset"]), int(unit["batch_size"])
+    path, pos = cqueue.file_position(queue_offset)
+    steps = [WhyStep("consume_queue_unit", "BatchConsumeQueue unit", INFO, "read",
+                     f"{path} at byte {pos}: commitLogOffset {phys}, size {size}, tagsCode {code}, a batch of "
+                     f"{count} message(s) from queue offset {base}; this is message {queue_offset - base} of it",
+                     {"commit_log_offset": phys, "size": size, "tags_code": code, "base_offset": base,
+                      "batch_size": count, "file": path, "file_position": pos})]
+    if Layers(flt).kind == "tags":
+        matched, reason = flt.explain_consume_queue(code, None)
+        detail = (f"{_LAYER1_TEXT[reason]}\nthe batch's tags code {code} (the record's own TAGS, none for a "
+                  "batch: 0), compared for the whole batch")
+    else:
+        matched, reason = flt.explain_consume_queue(None, None)
+        detail = "a BatchCQ keeps no ext units (no bitmap): layer 1 passes the batch"
+    steps.append(WhyStep("consume_queue", "Layer 1: ConsumeQueue (isMatchedByConsumeQueue)",
+                         PASS if matched else DROP, reason, detail, {"tags_code": code}))
+    delivered, dropped_by, explanation, msg_id = False, None, None, None
+    log = store.commit_log
+    present = log.min_offset <= phys and phys + size <= log.max_offset
+    if not matched:
+        dropped_by = DROPPED_BY_CONSUME_QUEUE
+        _not_reached(steps, "commit_log", "Layer 2: CommitLog (isMatchedByCommitLog)")
+        _not_reached(steps, "client", "Client re-check (PullAPIWrapper)")
+    elif not present:
+        dropped_by = DROPPED_BY_EXPIRY if phys < log.min_offset else DROPPED_BY_COMMIT_LOG
+        steps.append(WhyStep("commit_log", "Layer 2: CommitLog (isMatchedByCommitLog)", DROP, "record_missing",
+                             f"the batch record [{phys}, {phys + size}) is not in the CommitLog "
+                             f"[{log.min_offset}, {log.max_offset}): the broker skips the unit", {}))
+        _not_reached(steps, "client", "Client re-check (PullAPIWrapper)")
+    else:
+        record = log.read_message(phys)
+        msg_id = record.msg_id
+        matched2, reason2, detail2, ev2, explanation = _layer2(flt, sub, record, log, phys)
+        steps.append(WhyStep("commit_log", "Layer 2: CommitLog (isMatchedByCommitLog)", PASS if matched2 else DROP,
+                             reason2, "on the batch record's own properties, not the message's\n" + detail2, ev2))
+        if not matched2:
+            dropped_by = DROPPED_BY_COMMIT_LOG
+            _not_reached(steps, "client", "Client re-check (PullAPIWrapper)")
+        else:
+            msg = expand_batch(record)[queue_offset - base]
+            ok, step = _client_step(flt, reason, msg, "the batch's tags code passed layer 1 for every message of it")
+            steps.append(step)
+            delivered, dropped_by = ok, None if ok else DROPPED_BY_CLIENT
+    return Why(topic, group, sub, queue_id, queue_offset, phys, size, msg_id, found_by, delivered, dropped_by,
+               steps, explanation, note)
+
+
+def _find_batch_messages(store: Store, topic: str, msg_id: str | None, key: str | None) -> list[tuple[int, int]]:
+    """(queue id, queue offset) of every message of BatchCQ topic ``topic`` whose ``UNIQ_KEY`` or key is
+    the one asked, or (an offset message id) of every message of the batch record it names: a scan
+    of the topic's batch records (the IndexFiles index a batch record, not its messages)."""
+    wanted = msg_id.strip().upper() if msg_id is not None else None
+    found = []
+    for q in store.queue_ids(topic):
+        with store.queue_readers(topic, q, ext=False) as (cqueue, _ext):
+            for off in cqueue.units["commit_log_offset"].tolist():
+                record = _message_at(store, off)
+                if record is None:
+                    continue
+                for m in expand_batch(record):
+                    if record.msg_id == wanted or _key_matches(m.properties, key, msg_id):
+                        found.append((q, m.queue_offset))
+    if not found:
+        what = f"UNIQ_KEY or offset message id {msg_id!r}" if msg_id is not None else f"key {key!r}"
+        raise MessageNotFoundError(f"no message of BatchCQ topic {topic!r} has {what} in {store.root} "
+                                   "(a scan of its batch records)")
+    return found
 
 
 def _expired_unit(store: Store, topic: str, group: str, flt, sub: Subscription, cqueue, queue_id: int,
@@ -608,6 +701,19 @@ def _message_at(store: Store, offset: int) -> Message | None:
         return None
 
 
+def _in_topic(msg: Message, topic: str) -> bool:
+    """Whether record ``msg`` is served from ``topic``: its own topic, or an LMQ it was dispatched to
+    (docs/formats.md#lmq: the unit's topic is not the record's)."""
+    return msg.topic == topic or (topic.startswith(fmt.LMQ_PREFIX) and fmt.lmq_offset(msg.properties, topic) is not None)
+
+
+def _position(msg: Message, topic: str) -> tuple[int, int]:
+    """``(queue id, queue offset)`` of record ``msg`` in ``topic``: its own, or its place in an LMQ."""
+    if msg.topic != topic and topic.startswith(fmt.LMQ_PREFIX):
+        return fmt.LMQ_QUEUE_ID, fmt.lmq_offset(msg.properties, topic)
+    return msg.queue_id, msg.queue_offset
+
+
 def _key_matches(msg_props: dict, key: str | None, uniq_key: str | None) -> bool:
     if uniq_key is not None and msg_props.get(fmt.PROPERTY_UNIQ_KEY) == uniq_key:
         return True
@@ -682,7 +788,7 @@ def find_messages(store: Store | Cluster, topic: str, *, msg_id: str | None = No
         if parsed is not None:
             msg = _message_at(store, parsed[1])
             if msg is not None and msg.msg_id == msg_id.strip().upper():
-                if msg.topic != topic:
+                if not _in_topic(msg, topic):
                     raise MessageNotFoundError(f"message {msg_id} (CommitLog offset {parsed[1]}) is on topic "
                                                f"{msg.topic!r}, not {topic!r}")
                 return [msg], "msg_id", f"offset message id: store host {parsed[0]}, CommitLog offset {parsed[1]}"
@@ -696,7 +802,7 @@ def find_messages(store: Store | Cluster, topic: str, *, msg_id: str | None = No
             found = []
             for off in candidates:
                 msg = _message_at(store, off)
-                if msg is not None and msg.topic == topic and _key_matches(msg.properties, key, uniq_key):
+                if msg is not None and _in_topic(msg, topic) and _key_matches(msg.properties, key, uniq_key):
                     found.append(msg)
         finally:
             index.close()
@@ -811,6 +917,12 @@ def why(store: Store | Cluster, topic: str, group: str, *, sql: str | None = Non
         raise ValueError("broker= is for a cq.Cluster; a Store is one broker")
     flt, sub = resolve_subscription(store, topic, group, sql=sql, tags=tags, bloom_filter=bloom_filter,
                                     filter_support_retry=filter_support_retry)
+    if topic in store.layout.batch_cq_topics:  # docs/reading.md#batchcq
+        if given[0]:
+            return why_batch_message(store, topic, group, flt, sub, int(queue_id), int(queue_offset))
+        return [why_batch_message(store, topic, group, flt, sub, q, o, found_by="scan",
+                                  note=f"found by scanning the batch records of topic {topic}")
+                for q, o in _find_batch_messages(store, topic, msg_id, key)]
     if given[0]:
         return why_unit(store, topic, group, flt, sub, int(queue_id), int(queue_offset))
     messages, found_by, note = find_messages(store, topic, msg_id=msg_id, key=key)
@@ -824,14 +936,15 @@ def why(store: Store | Cluster, topic: str, group: str, *, sql: str | None = Non
 def _why_message(store: Store, topic: str, group: str, flt, sub: Subscription, msg: Message, found_by: str,
                  note: str) -> Why:
     """:func:`why_unit` for a found record, or a Why saying it has no ConsumeQueue unit."""
+    queue_id, queue_offset = _position(msg, topic)
     try:
-        cqueue = store.consume_queue(topic, msg.queue_id)
+        cqueue = store.consume_queue(topic, queue_id)
         lo, hi = cqueue.min_offset, cqueue.max_offset
-        unit = cqueue.unit(msg.queue_offset) if lo <= msg.queue_offset < hi else None
+        unit = cqueue.unit(queue_offset) if lo <= queue_offset < hi else None
     except KeyError:
         unit = None
     if unit is not None and unit[0] == msg.commit_log_offset:
-        return why_unit(store, topic, group, flt, sub, msg.queue_id, msg.queue_offset, found_by=found_by, note=note)
+        return why_unit(store, topic, group, flt, sub, queue_id, queue_offset, found_by=found_by, note=note)
     # the record exists but no unit points at it: never dispatched (a prepared or rolled-back
     # transaction), or its unit is gone
     detail = (f"no ConsumeQueue unit of queue {topic}/{msg.queue_id} at offset {msg.queue_offset} points at "

@@ -10,6 +10,7 @@ _tagscan   the ConsumeQueue tag scan (:func:`scan_tags`)
 _ext       ConsumeQueueExt unit heads, Bloom bitmap checks, ext addresses
 _record    the CommitLog record walk: validation, recovery walk, one-record decode, body CRCs
 _dledger   the DLedger CommitLog walk: entry headers stepped over, each entry's record validated
+_inner     the messages of an inner-batch record's body (a BatchCQ topic's batch)
 _decode    the data path's decoder: records straight into Arrow buffers (``decode_columns``)
 _pool      the decoder's output memory, kept for reuse (``pool_bytes``)
 _inflate   zlib bodies of a decoded body column (``inflate_bodies``)
@@ -43,10 +44,11 @@ _inflate, _e6 = load("cq.kernels", "_inflate")
 _objects, _e7 = load("cq.kernels", "_objects")
 _layout, _e8 = load("cq.kernels", "_layout")
 _dledger, _e9 = load("cq.kernels", "_dledger")
+_inner, _e10 = load("cq.kernels", "_inner")
 #: "cython" when every store kernel is compiled, else "python" (the twins).
-ENGINE = "cython" if {_e1, _e2, _e3, _e4, _e5, _e6, _e7, _e8, _e9} == {"cython"} else "python"
+ENGINE = "cython" if {_e1, _e2, _e3, _e4, _e5, _e6, _e7, _e8, _e9, _e10} == {"cython"} else "python"
 #: The names of the kernel modules above (``_tags`` has its own facade, :mod:`cq.tags`).
-MODULES = ("_tagscan", "_ext", "_record", "_decode", "_pool", "_inflate", "_objects", "_layout", "_dledger")
+MODULES = ("_tagscan", "_ext", "_record", "_decode", "_pool", "_inflate", "_objects", "_layout", "_dledger", "_inner")
 
 
 def engine_modules(engine: str) -> dict[str, ModuleType]:
@@ -99,6 +101,20 @@ def gather_spans(buf, starts, lengths) -> tuple[np.ndarray, np.ndarray]:
         ``offsets`` int64 (k + 1) and ``data`` uint8: an Arrow binary array's buffers.
     """
     return _record.gather_spans(buf, kernel_array(starts, np.int64), kernel_array(lengths, np.int64))
+
+
+def split_inner(body) -> tuple[np.ndarray, int, str | None]:
+    """The messages of an inner-batch record's body (docs/formats.md#inner-batch).
+
+    Returns
+    -------
+    (spans, error_pos, error)
+        ``spans`` int64 (k, 5): each message's body CRC, flag, body start, body length and
+        properties length (the properties text follows the body and its 2-byte length), for the
+        messages up to the first that does not fit; ``error`` None, or what is wrong at byte
+        ``error_pos`` of ``body``.
+    """
+    return _inner.split_inner(_as_u8(body, "body"))
 
 
 def scan_tags(units, codes) -> np.ndarray:

@@ -62,3 +62,10 @@ cdef extern from "_layout.h":
     enum: RMQ_DLEDGER_MAGIC_CONFIG_CHANGE
     enum: RMQ_DLEDGER_BLANK         # magic of the blank that fills a file's end
     enum: RMQ_DLEDGER_MIN_BLANK     # bytes an entry leaves for a blank
+    # an inner message of a batch record's body (docs/formats.md#inner-batch)
+    enum: RMQ_INNER_TOTAL           # offset of the int32 totalSize
+    enum: RMQ_INNER_BODY_CRC        # offset of the int32 body CRC
+    enum: RMQ_INNER_FLAG            # offset of the int32 flag
+    enum: RMQ_INNER_BODY_LEN        # offset of the int32 body length (the body follows the head)
+    enum: RMQ_INNER_HEAD            # bytes of the head
+    enum: RMQ_INNER_PROPS_LEN_WIDTH # bytes of the int16 properties length after the body

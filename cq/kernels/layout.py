@@ -42,6 +42,7 @@ def layout(fmt) -> dict[str, int | str]:
     tail = _offsets(fmt.RECORD_BODY_HEAD_STRUCT)  # RECONSUMETIMES, PREPAREDTRANSACTIONOFFSET, BODYLENGTH
     entry = _offsets(fmt.DLEDGER_ENTRY_HEADER_STRUCT)  # magic, size, index, term, pos, channel, 2 CRCs, bodyLen
     assert fmt.DLEDGER_ENTRY_HEADER_STRUCT.size == fmt.DLEDGER_BODY_OFFSET
+    inner = _offsets(fmt.INNER_MESSAGE_HEAD_STRUCT)  # totalSize, magic, body CRC, flag, bodyLen
     port = struct.calcsize(">i")  # a host's port, after its address
     return {
         # ConsumeQueue unit: 20 bytes, the tag code an int64 whose low 32 bits (big-endian) come last
@@ -105,6 +106,13 @@ def layout(fmt) -> dict[str, int | str]:
         "DLEDGER_MAGIC_CONFIG_CHANGE": fmt.DLEDGER_MAGIC_CONFIG_CHANGE,
         "DLEDGER_BLANK": fmt.DLEDGER_BLANK_MAGIC_CODE,
         "DLEDGER_MIN_BLANK": fmt.DLEDGER_MIN_BLANK_LEN,
+        # an inner message of a batch record's body (docs/formats.md#inner-batch)
+        "INNER_TOTAL": inner[0],
+        "INNER_BODY_CRC": inner[2],
+        "INNER_FLAG": inner[3],
+        "INNER_BODY_LEN": inner[4],
+        "INNER_HEAD": fmt.INNER_MESSAGE_HEAD_STRUCT.size,
+        "INNER_PROPS_LEN_WIDTH": fmt.INNER_PROPERTIES_LENGTH_STRUCT.size,
     }
 
 

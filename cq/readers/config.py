@@ -31,6 +31,7 @@ from typing import Any, TypeVar
 import bloom
 import selector
 
+from .. import format as fmt
 from ..errors import StoreFormatError
 from ..filter.layers import SqlFilter, TagFilter, bloom_key
 from ..tags import EXPRESSION_TYPE_SQL92
@@ -40,6 +41,7 @@ __all__ = [
     "CONSUMER_FILTER_FILE",
     "CONSUMER_OFFSET_FILE",
     "DELAY_OFFSET_FILE",
+    "LMQ_CONSUMER_OFFSET_FILE",
     "SUBSCRIPTION_GROUP_FILE",
     "TOPICS_FILE",
     "ConfigFile",
@@ -52,6 +54,7 @@ __all__ = [
     "parse_fastjson",
     "read_committed_offsets",
     "read_delay_offsets",
+    "read_lmq_offset_table",
     "read_offset_table",
     "read_registered_filters",
     "read_subscription_groups",
@@ -62,6 +65,10 @@ __all__ = [
 CONFIG_DIR = "config"
 CONSUMER_FILTER_FILE = "consumerFilter.json"
 CONSUMER_OFFSET_FILE = "consumerOffset.json"
+#: A broker with ``enableLmq`` keeps its whole offset table here instead (``LmqConsumerOffsetManager``):
+#: ``offsetTable`` as in consumerOffset.json, and ``lmqOffsetTable`` ``{"{topic}@{group}": offset}``
+#: for groups named ``%LMQ%...`` (docs/formats.md#lmq).
+LMQ_CONSUMER_OFFSET_FILE = "lmqConsumerOffset.json"
 SUBSCRIPTION_GROUP_FILE = "subscriptionGroup.json"
 TOPICS_FILE = "topics.json"
 DELAY_OFFSET_FILE = "delayOffset.json"
@@ -692,6 +699,30 @@ def _offset_table(parsed: Any, src: str) -> dict[tuple[str, str], dict[int, int]
 def read_offset_table(path: str | os.PathLike) -> dict[tuple[str, str], dict[int, int]]:
     """``consumerOffset.json``'s table: (topic, group) -> {queue id: committed offset} (raw, -1 kept)."""
     return load_config(path, _offset_table).data or {}
+
+
+def _lmq_offset_table(parsed: Any, src: str) -> dict[tuple[str, str], dict[int, int]]:
+    out = _offset_table(parsed, src)
+    lmq = parsed.get("lmqOffsetTable") if isinstance(parsed, dict) else None
+    if lmq is None:
+        return out
+    if not isinstance(lmq, dict):
+        raise ConfigFormatError(f"expected an object, found {_json_type(lmq)}", src, field="lmqOffsetTable")
+    for key, off in lmq.items():
+        where = f"lmqOffsetTable.{key}"
+        if not isinstance(key, str) or TOPIC_GROUP_SEPARATOR not in key:
+            raise ConfigFormatError("expected a key \"{topic}@{group}\"", src, field=where)
+        if not isinstance(off, int) or isinstance(off, bool):
+            raise ConfigFormatError(f"expected an integer offset, found {_json_type(off)}", src, field=where)
+        topic, group = key.split(TOPIC_GROUP_SEPARATOR, 1)
+        out[(topic, group)] = {fmt.LMQ_QUEUE_ID: off}  # an LMQ has one queue
+    return out
+
+
+def read_lmq_offset_table(path: str | os.PathLike) -> dict[tuple[str, str], dict[int, int]]:
+    """``lmqConsumerOffset.json``'s tables as one (:func:`read_offset_table`'s form): its
+    ``offsetTable`` and, as queue 0, its ``lmqOffsetTable`` (docs/formats.md#lmq)."""
+    return load_config(path, _lmq_offset_table).data or {}
 
 
 def read_committed_offsets(path: str | os.PathLike, group: str, topic: str) -> dict[int, int]:

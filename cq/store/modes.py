@@ -25,6 +25,8 @@ _ROCKSDB_TABLE_FILES = {
     "subscriptionGroups": cfg.SUBSCRIPTION_GROUP_FILE,
     "topics": cfg.TOPICS_FILE,
 }
+#: LMQ queues ``describe`` names (the rest are counted).
+_LMQ_SHOWN = 5
 #: Config v2 keeps every table in one database, ``config/rdb``.
 _ROCKSDB_V2 = "rdb"
 
@@ -53,7 +55,10 @@ class StoreLayout:
         ``consumequeue/{topic}/{queueId}/`` files, a RocksDB database in ``consumequeue/``, both.
     batch_cq_topics : tuple of str
         Topics whose consume queue is a BatchCQ (``queue.type=BatchCQ`` in ``topics.json``, or
-        a ``batchconsumequeue/{topic}`` directory).
+        a ``batchconsumequeue/{topic}`` directory; docs/formats.md#batch-consume-queue).
+    lmq_queues : tuple of str
+        LMQ queues (``consumequeue/%LMQ%...``; docs/formats.md#lmq), whose units point at records of
+        other topics.
     metadata : {"json", "rocksdb", "json+rocksdb", "none"}
         ``config/*.json``; RocksDB databases under ``config/``; both (the JSON files are then no
         longer refreshed by the broker for the tables in RocksDB).
@@ -69,6 +74,7 @@ class StoreLayout:
     consume_queues: str
     batch_cq_topics: tuple[str, ...] = ()
     metadata: str = "none"
+    lmq_queues: tuple[str, ...] = ()
     rocksdb_tables: tuple[str, ...] = field(default=())
 
     def describe(self) -> str:
@@ -81,7 +87,10 @@ class StoreLayout:
         queues = {"files": "files", "rocksdb": "RocksDB", "none": "none",
                   "files+rocksdb": "files and RocksDB (not supported)"}[self.consume_queues]
         if self.batch_cq_topics:
-            queues += f"; BatchCQ topics (not supported): {', '.join(self.batch_cq_topics)}"
+            queues += f"; BatchCQ topics: {', '.join(self.batch_cq_topics)}"
+        if self.lmq_queues:
+            shown = ", ".join(self.lmq_queues[:_LMQ_SHOWN]) + (", ..." if len(self.lmq_queues) > _LMQ_SHOWN else "")
+            queues += f"; {len(self.lmq_queues)} LMQ queue(s): {shown}"
         meta = {"json": "JSON files", "none": "none", "rocksdb": "RocksDB",
                 "json+rocksdb": "RocksDB beside stale JSON files"}[self.metadata]
         return f"CommitLog {log}; consume queues {queues}; metadata {meta}"
@@ -90,7 +99,8 @@ class StoreLayout:
         """The layout as plain values (``rmqfilter inspect --json``)."""
         return {"commit_log": self.commit_log, "commit_log_dir": self.commit_log_dir,
                 "dledger_dir": self.dledger_dir, "consume_queues": self.consume_queues,
-                "batch_cq_topics": list(self.batch_cq_topics), "metadata": self.metadata,
+                "batch_cq_topics": list(self.batch_cq_topics), "lmq_queues": list(self.lmq_queues),
+                "metadata": self.metadata,
                 "rocksdb_tables": list(self.rocksdb_tables)}
 
     # ------------------------------------------------------------ checks
@@ -112,14 +122,6 @@ class StoreLayout:
             raise UnsupportedLayoutError(
                 "consume queues both as files and in RocksDB (combined consume queue store)", path,
                 "unsupported mode: the broker may serve either; rmqfilter cannot tell which files are current")
-
-    def check_topic(self, topic: str) -> None:
-        """Raise when ``topic``'s consume queue is a BatchCQ."""
-        if topic in self.batch_cq_topics:
-            raise UnsupportedLayoutError(
-                f"BatchCQ topic {topic!r} ({fmt.QUEUE_TYPE_ATTRIBUTE}={fmt.QUEUE_TYPE_BATCH})",
-                os.path.join(self.root, fmt.BATCH_CONSUME_QUEUE_DIR, topic),
-                "unsupported mode: rmqfilter has no BatchConsumeQueue reader yet")
 
     def rocksdb_table_of(self, name: str) -> str | None:
         """The directory of the RocksDB database that holds config file ``name``'s table instead
@@ -213,6 +215,11 @@ def detect_layout(root: str | os.PathLike) -> StoreLayout:
         queues = {(True, True): "files+rocksdb", (True, False): "rocksdb", (False, True): "files",
                   (False, False): "files"}[(rocks, files)]
 
+    lmq = ()
+    if queues == "files":
+        lmq = tuple(sorted(t for t in os.listdir(cq_dir)
+                           if t.startswith(fmt.LMQ_PREFIX) and os.path.isdir(os.path.join(cq_dir, t))))
+
     config_dir = os.path.join(root, cfg.CONFIG_DIR)
     tables: tuple[str, ...] = ()
     if _is_rocksdb(os.path.join(config_dir, _ROCKSDB_V2)):
@@ -223,4 +230,4 @@ def detect_layout(root: str | os.PathLike) -> StoreLayout:
     metadata = ("json+rocksdb" if has_json else "rocksdb") if tables else ("json" if has_json else "none")
     return StoreLayout(root=root, commit_log=log, commit_log_dir=classic, dledger_dir=dledger,
                        consume_queues=queues, batch_cq_topics=_batch_cq_topics(root), metadata=metadata,
-                       rocksdb_tables=tables)
+                       rocksdb_tables=tables, lmq_queues=lmq)

@@ -19,6 +19,7 @@ from ..filter.custom import BATCH_RECORD_FIELDS, ON_FILTER_ERROR, as_message_fil
 from ..filter.layers import Layers, SqlFilter, TagFilter
 from ..kernels import _objects
 from ..readers import config as cfg
+from ..readers.batchcq import BatchConsumeQueue, expand_batch
 from ..readers.commitlog import SEALED_AGE_NS, CommitLog, Message
 from ..readers.consumequeue import ConsumeQueue
 from ..readers.dledger import DLedgerCommitLog
@@ -300,9 +301,11 @@ class Store:
             return sorted(table.ends)
 
     def topics(self) -> list[str]:
-        """Topics that have a ConsumeQueue directory, and BatchCQ topics (which raise when read), sorted."""
+        """Topics that have a ConsumeQueue directory (LMQ queues, ``%LMQ%...``, included) or a
+        BatchConsumeQueue directory (BatchCQ topics), sorted."""
         d = os.path.join(self.root, fmt.CONSUME_QUEUE_DIR)
-        listed = set(self.layout.batch_cq_topics)
+        batch = os.path.join(self.root, fmt.BATCH_CONSUME_QUEUE_DIR)
+        listed = {t for t in self.layout.batch_cq_topics if os.path.isdir(os.path.join(batch, t))}
         rocks = self._rocksdb_queues()
         if rocks is not None:
             listed.update(topic for topic, _ in rocks)
@@ -312,7 +315,11 @@ class Store:
 
     def queue_ids(self, topic: str) -> list[int]:
         """Queue ids of ``topic``, ascending."""
-        self.layout.check_topic(topic)
+        if topic in self.layout.batch_cq_topics:
+            d = os.path.join(self.root, fmt.BATCH_CONSUME_QUEUE_DIR, topic)
+            if not os.path.isdir(d):
+                raise KeyError(f"BatchCQ topic {topic!r} has no {fmt.BATCH_CONSUME_QUEUE_DIR} directory in {self.root}")
+            return sorted(int(q) for q in os.listdir(d) if q.isdigit() and os.path.isdir(os.path.join(d, q)))
         rocks = self._rocksdb_queues()
         if rocks is not None:
             ids = [q for t, q in rocks if t == topic]
@@ -339,7 +346,6 @@ class Store:
 
     def _open_consume_queue(self, key: tuple[str, int]) -> ConsumeQueue:
         topic, queue_id = key
-        self.layout.check_topic(topic)
         cq = self._cqs.get(key)
         if cq is None:
             cq = self._new_consume_queue(topic, queue_id)
@@ -348,7 +354,12 @@ class Store:
 
     def _new_consume_queue(self, topic: str, queue_id: int) -> ConsumeQueue:
         """A new reader of one queue, as the broker sees the queue (every reader comes from here)."""
-        if self.layout.consume_queues == "rocksdb":
+        if topic in self.layout.batch_cq_topics:  # docs/formats.md#batch-consume-queue
+            d = os.path.join(self.root, fmt.BATCH_CONSUME_QUEUE_DIR, topic, str(int(queue_id)))
+            if not os.path.isdir(d):
+                raise KeyError(f"no BatchCQ queue {topic}/{queue_id} in {self.root}")
+            cq = BatchConsumeQueue(d, topic=topic, queue_id=int(queue_id))
+        elif self.layout.consume_queues == "rocksdb":
             d = os.path.join(self.root, fmt.CONSUME_QUEUE_DIR)
             with RocksDBQueueTable(d) as table:
                 if (topic, int(queue_id)) not in table.ends_of(topic):
@@ -460,10 +471,14 @@ class Store:
 
     def offset_table(self) -> dict[tuple[str, str], dict[int, int]]:
         """Every committed offset: (topic, group) -> {queue id: offset} (raw, -1 kept), from
-        ``config/consumerOffset.json`` or, where the broker keeps it there, its RocksDB table."""
+        ``config/consumerOffset.json``, or where the broker keeps it instead: its RocksDB table, or
+        ``config/lmqConsumerOffset.json`` of a broker with ``enableLmq`` (docs/formats.md#lmq)."""
         rocks = self.layout.rocksdb_table_of(cfg.CONSUMER_OFFSET_FILE)
         if rocks is not None:
             return rocksdb_offset_table(rocks)
+        lmq = os.path.join(self.root, cfg.CONFIG_DIR, cfg.LMQ_CONSUMER_OFFSET_FILE)
+        if os.path.exists(lmq) or os.path.exists(lmq + ".bak"):
+            return cfg.read_lmq_offset_table(lmq)
         return cfg.read_offset_table(self.config_path(cfg.CONSUMER_OFFSET_FILE))
 
     def subscription_groups(self) -> dict[str, dict]:
@@ -838,10 +853,11 @@ class Store:
         queue is done, so a topic of thousands of queues holds one queue's maps (and file
         descriptors) at a time. Already-open cached readers are reused."""
         key = (topic, int(queue_id))
-        self.layout.check_topic(topic)
         if key in self._cqs:
             return self._cqs[key], self.ext(topic, queue_id) if with_ext else None
         cqueue = self._new_consume_queue(topic, queue_id)
+        if isinstance(cqueue, BatchConsumeQueue):
+            return cqueue, None  # a BatchCQ keeps no ext files
         if not with_ext or key in self._exts:
             return cqueue, self._exts[key] if with_ext else None
         d = os.path.join(self.root, fmt.CONSUME_QUEUE_EXT_DIR, topic, str(int(queue_id)))
@@ -871,8 +887,11 @@ class Store:
                 cqueue.refresh()
                 if ext is not None:
                     ext.refresh()
-            yield from self._consume_units(cqueue, ext, flt, stats, verify_crc, progress, total, cut, bounds,
-                                           custom)
+            if isinstance(cqueue, BatchConsumeQueue):
+                yield from self._consume_batches(cqueue, flt, stats, verify_crc, progress, total, cut, bounds, custom)
+            else:
+                yield from self._consume_units(cqueue, ext, flt, stats, verify_crc, progress, total, cut, bounds,
+                                               custom)
         finally:
             self._release(topic, queue_id, cqueue, ext)
 
@@ -994,6 +1013,49 @@ class Store:
         kept = rows[keep]
         msgs = [checked[i] for i in kept.tolist()] if checked is not None else log.read_messages(offs[kept])
         yield _objects.Delivered(msgs, stats)
+
+    def _consume_batches(self, cqueue: BatchConsumeQueue, flt, stats, verify_crc, progress, total, cut, bounds,
+                         custom=None):
+        """One queue of a BatchCQ topic (docs/reading.md#batchcq): the broker's two layers judge each
+        unit by its batch record (its tags code, its own properties), then the client unwraps the
+        record into its messages and re-checks each one's tag. Queue offsets ``bounds`` count
+        messages; ``units_scanned`` and the layer counts count units, ``delivered`` and
+        ``client_filtered`` messages."""
+        log = self.commit_log
+        if not log.files or log.files[-1][0] + log.file_size < cut.commit_log_end:
+            log.refresh_files()
+        layers = Layers(flt)
+        lo, hi = bounds
+        units = cqueue.units_between(lo, hi)
+        stats.units_scanned += len(units)
+        passed, _ = layers.layer1(units["tags_code"].astype(np.int64), stats=stats)
+        units = units[passed]
+        stats.passed_consume_queue += len(units)
+        offs = units["commit_log_offset"].astype(np.int64)
+        present = self.records_present(offs, units["size"].astype(np.int64), cut)
+        stats.commit_log_missing += int((~present).sum())
+        offs = offs[present]
+        if layers.has_layer2 and len(offs):
+            offs = offs[layers.layer2_records(log, offs)]
+        stats.passed_commit_log += len(offs)
+        msgs = []
+        for off in offs.tolist():
+            for msg in expand_batch(log.read_message(off, verify_crc=verify_crc)):
+                if not lo <= msg.queue_offset < hi:
+                    continue  # a message of the batch outside the read's range
+                if layers.filter.is_matched_by_client(msg.tags):
+                    msgs.append(msg)
+                else:
+                    stats.client_filtered += 1
+        if custom is not None and msgs:
+            # the custom filter narrows what both layers delivered (docs/custom-filters.md)
+            keep, skipped = custom.apply(msgs)
+            stats.filter_skipped += int(skipped.sum())
+            stats.filter_rejected += int((~keep & ~skipped).sum())
+            msgs = [m for m, ok in zip(msgs, keep.tolist()) if ok]
+        yield _objects.Delivered(msgs, stats)
+        if progress is not None:
+            progress(stats.units_scanned, total)
 
     def _raw_chunks(self, cqueue: ConsumeQueue, start: int, end: int) -> Iterator[tuple[int, memoryview]]:
         """``cqueue.raw_chunks`` over ``[start, end)``; a file the broker expired meanwhile moves the

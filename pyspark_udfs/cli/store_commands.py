@@ -176,6 +176,9 @@ def _inspect(path: str, count_messages: bool) -> dict:
     ]
     info["config"] = {name: store.layout.rocksdb_table_of(name) or store.config_file(name).source for name in
                       (cfg.CONSUMER_FILTER_FILE, cfg.CONSUMER_OFFSET_FILE, cfg.SUBSCRIPTION_GROUP_FILE, cfg.TOPICS_FILE)}
+    lmq = store.config_file(cfg.LMQ_CONSUMER_OFFSET_FILE).source  # where a broker with enableLmq keeps them all
+    if lmq is not None:
+        info["config"][cfg.LMQ_CONSUMER_OFFSET_FILE] = lmq
     store.close()
     return info
 
@@ -255,6 +258,8 @@ def _print_inspect(info: dict) -> None:
         source = info["config"].get(cfg.CONSUMER_OFFSET_FILE) or ""
         where = "config/consumerOffset.json" if source.endswith(".json") or not source else \
             "RocksDB config/consumerOffsets"
+        if cfg.LMQ_CONSUMER_OFFSET_FILE in info["config"]:
+            where = f"config/{cfg.LMQ_CONSUMER_OFFSET_FILE}"
         print(f"\nCommitted offsets ({where}, next offset per queue):")
         for c in info["committed_offsets"]:
             offsets = ", ".join(f"{q}:{o}" for q, o in c["offsets"].items())

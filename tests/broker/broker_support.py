@@ -82,7 +82,7 @@ _CACHE: dict[str, Run] = {}
 _RUNNING: dict[str, threading.Thread] = {}
 _FAILED: dict[str, str] = {}
 # The scenarios whose outputs the tests read afterwards (live is read while it runs).
-CACHED_SCENARIOS = ("crash", "filters", "modes", "cluster", "lifecycle", "rocksdb")
+CACHED_SCENARIOS = ("crash", "filters", "modes", "cluster", "lifecycle", "rocksdb", "batch")
 
 
 def _out(name: str) -> Path:
@@ -194,7 +194,7 @@ def assert_data_source_is_what_the_consumers_received(spark, run: Run, group: st
                                                          "properties['UNIQ_KEY'] AS uniq").collect()
     got = {(r.queue_id, r.queue_offset): r.uniq for r in rows}
     assert len(got) == len(rows)
-    want = {k: r["uniq_key"] for k, r in run.first[group].items()}
+    want = {k: r["uniq_key"] for k, r in run.first.get(group, {}).items()}
     assert_same_units(got, want, f"data source, group {group}")
 
 
@@ -205,7 +205,7 @@ def assert_backlog_is_what_the_drain_received(backlog, run: Run, group: str) -> 
     progress = {p["queue_id"]: p for p in g["progress"]}
     assert sorted(q.queue_id for q in backlog.queues) == sorted(progress)
     drained: dict[int, int] = {}
-    for (queue_id, _), r in run.first[group].items():
+    for (queue_id, _), r in run.first.get(group, {}).items():
         if r["phase"] == "drain":
             drained[queue_id] = drained.get(queue_id, 0) + 1
     for q in backlog.queues:
@@ -219,7 +219,7 @@ def assert_consume_is_what_the_consumers_received(store, run: Run, group: str) -
     (its ``UNIQ_KEY`` and offset id), no record missing; a SQL92 group's registration and its
     expression given outright agree."""
     g = run.group(group)
-    want = {k: (r["uniq_key"], r["msg_id"]) for k, r in run.first[group].items()}
+    want = {k: (r["uniq_key"], r["msg_id"]) for k, r in run.first.get(group, {}).items()}
     result = store.consume(g["topic"], group, **run.subscription(g))
     got = {(m.queue_id, m.queue_offset): (m.properties.get("UNIQ_KEY"), m.msg_id) for m in result}
     assert_same_units(got, want, f"Store.consume({group})")

@@ -41,7 +41,8 @@ STAMP = TARGET / ".harness-stamp"
 LOOPBACK = "127.0.0.1"
 JVM_HEAP = ["-Xms64m", "-Xmx384m", "-XX:MaxDirectMemorySize=256m", "-XX:+UseSerialGC"]
 QUICK_START = ["-XX:TieredStopAtLevel=1"]  # C1 only: starts faster; not for the throughput scenario
-SCENARIOS = ("filters", "crash", "live", "housekeeping", "throughput", "modes", "cluster", "lifecycle", "rocksdb")
+SCENARIOS = ("filters", "crash", "live", "housekeeping", "throughput", "modes", "cluster", "lifecycle", "rocksdb",
+             "batch")
 
 
 class HarnessError(RuntimeError):
@@ -323,10 +324,12 @@ class Harness:
     def received_path(self) -> str:
         return str(self.out / "received.jsonl")
 
-    def create_topic(self, topic: str, queues: int) -> None:
+    def create_topic(self, topic: str, queues: int, attributes: dict[str, str] | None = None) -> None:
+        """Creates ``topic`` on every broker, with topic ``attributes`` if given
+        (``{"+queue.type": "BatchCQ"}``)."""
         self.client("wait_brokers", names=list(self.brokers))
         self.topics[topic] = []
-        self.client("create_topic", topic=topic, queues=queues,
+        self.client("create_topic", topic=topic, queues=queues, attributes=attributes,
                     brokers=[b["addr"] for b in self.brokers.values()])
 
     def send(self, messages: list[dict]) -> None:
@@ -354,6 +357,11 @@ class Harness:
         for g in self.groups:
             if g["consumer"] == "pop":
                 continue    # the admin's consume stats start from the group's %RETRY% route, which a POP group lacks
+            if g["consumer"] == "lmq-pull":    # an LMQ queue: the pull consumer asks the broker
+                g["progress"] = self.client("lmq_progress", group=g["group"], queue=g["topic"],
+                                            parent_topic=g["parent_topic"], broker=g["broker"])["progress"]
+                g["retry_progress"] = []
+                continue
             rows = self.client("progress", group=g["group"])["progress"]
             for key, topic in (("progress", g["topic"]), ("retry_progress", f"%RETRY%{g['group']}")):
                 g[key] = sorted(
@@ -673,23 +681,109 @@ def scenario_rocksdb(h: Harness) -> None:
     receive_in_two_phases(h, MODES_TOPIC, MODES_GROUPS, random.Random(29))
 
 
-def receive_in_two_phases(h: Harness, topic: str, groups: dict[str, tuple[str, str]], rng: random.Random) -> None:
+def receive_in_two_phases(h: Harness, topic: str, groups: dict[str, tuple[str, str]], rng: random.Random,
+                          send=None, after_phase=None) -> None:
     """The two phases of ``modes`` and ``cluster``: ``groups`` (name -> (type, expression)) subscribe
     and receive a first batch of :func:`filter_messages`, commit and stop; a second batch is sent;
-    the stores are copied (:meth:`Harness.snapshot`); the groups drain the rest."""
+    the stores are copied (:meth:`Harness.snapshot`); the groups drain the rest.
+
+    ``send(phase)`` sends a phase's messages instead (``batch``'s batch sends), and
+    ``after_phase(phase)`` runs once the groups drained each phase (``batch``'s LMQ pulls)."""
+    if send is None:
+        def send(phase: str) -> None:
+            h.send(filter_messages(rng, topic, 0, 1200) if phase == "live" else filter_messages(rng, topic, 1200, 600))
     for g, (type_, expression) in groups.items():
         h.subscribe(g, topic, type_, expression, "live")
     time.sleep(3)      # the SQL filters registered (on every broker) before the first message
-    h.send(filter_messages(rng, topic, 0, 1200))
+    send("live")
     h.drain(list(groups))
+    if after_phase is not None:
+        after_phase("live")
     h.unsubscribe(list(groups))
-    h.send(filter_messages(rng, topic, 1200, 600))
+    send("drain")
     time.sleep(2)
     h.snapshot()
     for g, (type_, expression) in groups.items():
         h.subscribe(g, topic, type_, expression, "drain")
     h.drain(list(groups))
+    if after_phase is not None:
+        after_phase("drain")
     h.unsubscribe(list(groups))
+
+
+BATCH_TOPIC = "BatchTopic"
+#: A tag whose Java String.hashCode is 0: the tags code of a batch record (which has no TAGS of its
+#: own), so a group subscribing it passes the broker's check of every batch.
+ZERO_HASH_TAG = "f5a5a608"
+BATCH_GROUPS = {
+    "GID_BATCH_STAR": ("TAG", "*"),
+    "GID_BATCH_TAG": ("TAG", "TagA || TagB"),
+    "GID_BATCH_ZERO": ("TAG", f"TagA || {ZERO_HASH_TAG}"),
+    "GID_BATCH_SQL": ("SQL92", "a > 5"),
+    "GID_BATCH_SQL_NULL": ("SQL92", "a IS NULL"),
+}
+LMQ_PARENT_TOPIC = "LmqParentTopic"
+#: LMQ queue -> the pull consumer group that reads it.
+LMQ_GROUPS = {"%LMQ%alpha": "GID_LMQ_ALPHA", "%LMQ%beta": "GID_LMQ_BETA"}
+
+
+def batch_messages(rng: random.Random, start: int, batches: int) -> list[list[dict]]:
+    """``batches`` batch sends of 1 to 6 messages with mixed tags (the zero-hash tag, none) and ``a``."""
+    tags = ["TagA", "TagB", "TagC", ZERO_HASH_TAG, None]
+    out, i = [], start
+    for _ in range(batches):
+        batch = []
+        for _ in range(rng.randrange(1, 7)):
+            props = {"a": str(rng.randrange(0, 12))} if rng.random() < 0.8 else {}
+            batch.append({"topic": BATCH_TOPIC, "tags": rng.choice(tags), "keys": [f"k-batch-{i}"],
+                          "properties": props, "body": f"batch message {i}"})
+            i += 1
+        out.append(batch)
+    return out
+
+
+def lmq_messages(rng: random.Random, start: int, n: int) -> list[dict]:
+    """Messages of the LMQ parent topic, each multi-dispatched to one, both or neither LMQ queue."""
+    choices = [["%LMQ%alpha"], ["%LMQ%beta"], ["%LMQ%alpha", "%LMQ%beta"], []]
+    return [{"topic": LMQ_PARENT_TOPIC, "tags": rng.choice(["TagA", "TagB"]), "keys": [f"k-lmq-{i}"],
+             "properties": {"a": str(i % 10)}, "body": f"lmq message {i}", "lmq": rng.choice(choices)}
+            for i in range(start, start + n)]
+
+
+def scenario_batch(h: Harness) -> None:
+    """One broker with LMQ multi-dispatch on (``enableLmq``, ``enableMultiDispatch``) and property
+    filtering: a BatchCQ topic (``+queue.type=BatchCQ``) receives batch sends with mixed tags, read
+    by tag and SQL92 groups in the two phases of ``modes``; messages of another topic are
+    multi-dispatched to two LMQ queues, each read by a pull consumer (an LMQ has no route of its own)
+    after each phase, which commits its end. ``broker.json`` gets ``batch`` = ``{topic, zero_tag,
+    lmq_parent_topic, lmq_groups}``."""
+    h.start_namesrv()
+    h.add_broker("broker-a", enablePropertyFilter="true", enableLmq="true", enableMultiDispatch="true",
+                 flushConsumerOffsetInterval=500,
+                 mapperFileSizeBatchConsumeQueue=46 * 20)     # small BatchCQ files: readers cross file ends
+    h.start_broker("broker-a")
+    h.start_client()
+    h.create_topic(BATCH_TOPIC, 2, attributes={"+queue.type": "BatchCQ"})
+    h.create_topic(LMQ_PARENT_TOPIC, 2)
+    for queue, group in LMQ_GROUPS.items():
+        h.groups.append({"group": group, "topic": queue, "type": "TAG", "expression": "*", "consumer": "lmq-pull",
+                         "parent_topic": LMQ_PARENT_TOPIC, "broker": "broker-a"})
+    rng = random.Random(30)
+
+    def send(phase: str) -> None:
+        first = phase == "live"
+        h.client("batch_send", out=h.sent_path,
+                 batches=batch_messages(rng, 0 if first else 10000, 50 if first else 25))
+        h.send(lmq_messages(rng, 0 if first else 10000, 40 if first else 20))
+
+    def pull_lmq(phase: str) -> None:
+        for queue, group in LMQ_GROUPS.items():
+            h.client("lmq_pull", group=group, queue=queue, parent_topic=LMQ_PARENT_TOPIC, broker="broker-a",
+                     phase=phase, out=h.received_path)
+
+    receive_in_two_phases(h, BATCH_TOPIC, BATCH_GROUPS, rng, send=send, after_phase=pull_lmq)
+    h.extra["batch"] = {"topic": BATCH_TOPIC, "zero_tag": ZERO_HASH_TAG, "lmq_parent_topic": LMQ_PARENT_TOPIC,
+                        "lmq_groups": LMQ_GROUPS}
 
 
 CLUSTER_TOPIC = "ClusterTopic"

@@ -8,7 +8,16 @@ from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from cq import format as fmt
-from cq.kernels import _decode_py, _dledger_py, _ext_py, _objects_py, _record_py, _tags_py, _tagscan_py
+from cq.kernels import (
+    _decode_py,
+    _dledger_py,
+    _ext_py,
+    _inner_py,
+    _objects_py,
+    _record_py,
+    _tags_py,
+    _tagscan_py,
+)
 
 _tagscan = pytest.importorskip("cq.kernels._tagscan")
 _ext = pytest.importorskip("cq.kernels._ext")
@@ -17,6 +26,7 @@ _decode = pytest.importorskip("cq.kernels._decode")
 _inflate = pytest.importorskip("cq.kernels._inflate")
 _objects = pytest.importorskip("cq.kernels._objects")
 _tags = pytest.importorskip("cq.kernels._tags")
+_inner = pytest.importorskip("cq.kernels._inner")
 
 INT64 = st.integers(-(2**63), 2**63 - 1)
 CODES = st.one_of(st.integers(-(2**31), 2**31 - 1), INT64)
@@ -201,3 +211,31 @@ def test_dledger_scan_engine_equals_twin(file, flips, cut, pos, check_crc, max_r
     got = _dledger.dledger_scan(buf, start, pos, limit, check_crc, max_records, last_index)
     want = _dledger_py.dledger_scan(buf, start, pos, limit, check_crc, max_records, last_index)
     assert (got[0].tolist(), *got[1:]) == (want[0].tolist(), *want[1:])
+
+
+def _inner_message(body: bytes, props: bytes, flag: int, crc: int) -> bytes:
+    size = fmt.INNER_MESSAGE_HEAD_STRUCT.size + len(body) + fmt.INNER_PROPERTIES_LENGTH_STRUCT.size + len(props)
+    return (fmt.INNER_MESSAGE_HEAD_STRUCT.pack(size, 0, crc, flag, len(body)) + body
+            + fmt.INNER_PROPERTIES_LENGTH_STRUCT.pack(len(props)) + props)
+
+
+@settings(max_examples=300, deadline=None)
+@given(messages=st.lists(st.tuples(st.binary(max_size=40), st.binary(max_size=40), st.integers(-(2**31), 2**31 - 1),
+                                   st.integers(-(2**31), 2**31 - 1)), max_size=8),
+       cut=st.integers(0, 400), flips=st.lists(st.tuples(st.integers(0, 400), st.integers(0, 255)), max_size=3))
+def test_split_inner_engine_equals_twin(messages, cut, flips):
+    """The inner-batch split (docs/formats.md#inner-batch): whole bodies, cut and damaged ones give the
+    same spans, error byte and error text in both engines; a whole body gives every message back."""
+    whole = b"".join(_inner_message(*m) for m in messages)
+    spans, at, error = _inner_py.split_inner(np.frombuffer(whole, np.uint8))
+    assert error is None and at == -1 and len(spans) == len(messages)
+    for (body, props, flag, crc), (c, f, start, n, pn) in zip(messages, spans.tolist()):
+        assert (whole[start:start + n], pn, f, c) == (body, len(props), flag, crc)
+    damaged = bytearray(whole[:cut] if cut < len(whole) else whole)
+    for at_byte, value in flips:
+        if at_byte < len(damaged):
+            damaged[at_byte] = value
+    buf = np.frombuffer(bytes(damaged), np.uint8)
+    want = _inner_py.split_inner(buf)
+    got = _inner.split_inner(buf)
+    assert (got[0].tolist(), got[1], got[2]) == (want[0].tolist(), want[1], want[2])

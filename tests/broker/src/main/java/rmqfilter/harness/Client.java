@@ -25,11 +25,14 @@ import java.util.concurrent.atomic.AtomicLong;
 import org.apache.rocketmq.client.consumer.AckCallback;
 import org.apache.rocketmq.client.consumer.AckResult;
 import org.apache.rocketmq.client.consumer.AckStatus;
+import org.apache.rocketmq.client.consumer.DefaultMQPullConsumer;
 import org.apache.rocketmq.client.consumer.DefaultMQPushConsumer;
 import org.apache.rocketmq.client.consumer.MessageSelector;
 import org.apache.rocketmq.client.consumer.PopCallback;
 import org.apache.rocketmq.client.consumer.PopResult;
 import org.apache.rocketmq.client.consumer.PopStatus;
+import org.apache.rocketmq.client.consumer.PullResult;
+import org.apache.rocketmq.client.consumer.PullStatus;
 import org.apache.rocketmq.client.consumer.listener.ConsumeConcurrentlyStatus;
 import org.apache.rocketmq.client.consumer.listener.MessageListenerConcurrently;
 import org.apache.rocketmq.client.consumer.store.ReadOffsetType;
@@ -41,11 +44,13 @@ import org.apache.rocketmq.client.producer.LocalTransactionState;
 import org.apache.rocketmq.client.producer.SendResult;
 import org.apache.rocketmq.client.producer.TransactionListener;
 import org.apache.rocketmq.client.producer.TransactionMQProducer;
+import org.apache.rocketmq.common.MixAll;
 import org.apache.rocketmq.common.TopicConfig;
 import org.apache.rocketmq.common.constant.ConsumeInitMode;
 import org.apache.rocketmq.common.consumer.ConsumeFromWhere;
 import org.apache.rocketmq.common.filter.ExpressionType;
 import org.apache.rocketmq.common.message.Message;
+import org.apache.rocketmq.common.message.MessageAccessor;
 import org.apache.rocketmq.common.message.MessageClientExt;
 import org.apache.rocketmq.common.message.MessageClientIDSetter;
 import org.apache.rocketmq.common.message.MessageConst;
@@ -75,6 +80,7 @@ public final class Client {
     private final Map<String, AtomicLong> txChecks = new ConcurrentHashMap<>();
     private DefaultMQAdminExt admin;
     private final Map<String, DefaultMQPushConsumer> consumers = new ConcurrentHashMap<>();
+    private final Map<String, DefaultMQPullConsumer> pullConsumers = new ConcurrentHashMap<>();
     private final Map<String, Writer> files = new HashMap<>();
     private final Map<String, AtomicLong> receivedCount = new ConcurrentHashMap<>();
     private final List<Thread> loops = new ArrayList<>();
@@ -145,6 +151,9 @@ public final class Client {
                 }
                 answer.put("sent", n);
             }
+            case "batch_send" -> answer.put("sent", batchSend(cmd));
+            case "lmq_pull" -> answer.put("received", lmqPull(cmd));
+            case "lmq_progress" -> answer.put("progress", lmqProgress(cmd));
             case "tx_send" -> answer.put("sent", txSend(cmd));
             case "tx_checks" -> {
                 JSONObject checks = new JSONObject(true);
@@ -218,7 +227,14 @@ public final class Client {
         long deadline = System.currentTimeMillis() + 60000;
         while (true) {
             for (Object addr : cmd.getJSONArray("brokers")) {
-                admin.createAndUpdateTopicConfig((String) addr, new TopicConfig(topic, queues, queues));
+                TopicConfig config = new TopicConfig(topic, queues, queues);
+                JSONObject attributes = cmd.getJSONObject("attributes");
+                if (attributes != null) {   // e.g. +queue.type=BatchCQ
+                    Map<String, String> attrs = new HashMap<>();
+                    attributes.forEach((k, v) -> attrs.put(k, String.valueOf(v)));
+                    config.setAttributes(attrs);
+                }
+                admin.createAndUpdateTopicConfig((String) addr, config);
             }
             for (int i = 0; i < 15; i++) {
                 try {
@@ -256,6 +272,13 @@ public final class Client {
                 msg.putUserProperty(e.getKey(), String.valueOf(e.getValue()));
             }
         }
+        // LMQ multi-dispatch: the broker (enableLmq, enableMultiDispatch) adds a unit to each named
+        // %LMQ% queue; INNER_MULTI_DISPATCH is a reserved property, so it is set past putUserProperty.
+        JSONArray lmq = m.getJSONArray("lmq");
+        if (lmq != null && !lmq.isEmpty()) {
+            MessageAccessor.putProperty(msg, MessageConst.PROPERTY_INNER_MULTI_DISPATCH,
+                String.join(MixAll.LMQ_DISPATCH_SEPARATOR, lmq.toJavaList(String.class)));
+        }
         if (m.containsKey("delay_level")) {
             msg.setDelayTimeLevel(m.getIntValue("delay_level"));
         }
@@ -275,6 +298,9 @@ public final class Client {
         line.put("tags", msg.getTags());
         line.put("keys", m.getJSONArray("keys"));
         line.put("properties", m.getJSONObject("properties"));
+        if (m.containsKey("lmq")) {
+            line.put("lmq", m.getJSONArray("lmq"));
+        }
         if (m.containsKey("delay_level")) {
             line.put("delay_level", m.getIntValue("delay_level"));
         }
@@ -720,6 +746,121 @@ public final class Client {
         return rows;
     }
 
+    /**
+     * Batch sends: each element of {@code batches} is a list of messages sent as one
+     * {@code producer.send(Collection)}; on a BatchCQ topic the broker stores each batch as one
+     * inner-batch record. One sent line per message: its queue offset is the batch's offset plus
+     * its index in the batch.
+     */
+    private int batchSend(JSONObject cmd) throws Exception {
+        Writer w = file(cmd.getString("out"));
+        int n = 0;
+        int b = 0;
+        for (Object o : cmd.getJSONArray("batches")) {
+            List<Message> msgs = new ArrayList<>();
+            List<JSONObject> specs = new ArrayList<>();
+            for (Object x : (JSONArray) o) {
+                specs.add((JSONObject) x);
+                msgs.add(message((JSONObject) x));
+            }
+            SendResult r = producer.send(msgs);
+            for (int i = 0; i < msgs.size(); i++) {
+                Map<String, Object> line = sentLine(specs.get(i), msgs.get(i), r, "sent");
+                line.put("uniq_key", MessageClientIDSetter.getUniqID(msgs.get(i)));
+                line.put("queue_offset", r.getQueueOffset() + i);
+                line.put("batch", b);
+                line.put("batch_size", msgs.size());
+                write(w, line);
+                n++;
+            }
+            b++;
+        }
+        return n;
+    }
+
+    private DefaultMQPullConsumer pullConsumer(String group, String parentTopic) throws Exception {
+        DefaultMQPullConsumer c = pullConsumers.get(group);
+        if (c == null) {
+            c = new DefaultMQPullConsumer(group);
+            c.setNamesrvAddr(namesrv);
+            c.setInstanceName("harness-pull-" + group);
+            c.start();
+            // an LMQ has no route of its own: the parent topic's fills the client's broker table
+            c.getDefaultMQPullConsumerImpl().getRebalanceImpl().getmQClientFactory()
+                .updateTopicRouteInfoFromNameServer(parentTopic);
+            pullConsumers.put(group, c);
+        }
+        return c;
+    }
+
+    /**
+     * A pull consumer of one LMQ queue ({@code %LMQ%...}, queue 0 on {@code broker}) pulls from its
+     * committed offset (the queue's minimum if none) to the queue's end, records each message with
+     * its LMQ offset (from INNER_MULTI_QUEUE_OFFSET) and commits the end to the broker.
+     */
+    private int lmqPull(JSONObject cmd) throws Exception {
+        String group = cmd.getString("group");
+        String queue = cmd.getString("queue");
+        DefaultMQPullConsumer c = pullConsumer(group, cmd.getString("parent_topic"));
+        MessageQueue mq = new MessageQueue(queue, cmd.getString("broker"), MixAll.LMQ_QUEUE_ID);
+        Writer w = file(cmd.getString("out"));
+        long offset = c.fetchConsumeOffset(mq, true);
+        if (offset < 0) {
+            offset = c.minOffset(mq);
+        }
+        long max = c.maxOffset(mq);
+        int n = 0;
+        while (offset < max) {
+            PullResult r = c.pull(mq, "*", offset, 32);
+            if (r.getPullStatus() == PullStatus.FOUND) {
+                for (MessageExt msg : r.getMsgFoundList()) {
+                    List<String> queues = List.of(msg.getProperty(MessageConst.PROPERTY_INNER_MULTI_DISPATCH)
+                        .split(MixAll.LMQ_DISPATCH_SEPARATOR));
+                    String[] offsets = msg.getProperty(MessageConst.PROPERTY_INNER_MULTI_QUEUE_OFFSET)
+                        .split(MixAll.LMQ_DISPATCH_SEPARATOR);
+                    Map<String, Object> line = new LinkedHashMap<>();
+                    line.put("group", group);
+                    line.put("topic", queue);
+                    line.put("queue_id", MixAll.LMQ_QUEUE_ID);
+                    line.put("queue_offset", Long.parseLong(offsets[queues.indexOf(queue)]));
+                    line.put("uniq_key", MessageClientIDSetter.getUniqID(msg));
+                    line.put("msg_id", msg instanceof MessageClientExt ? ((MessageClientExt) msg).getOffsetMsgId()
+                        : msg.getMsgId());
+                    line.put("record_topic", msg.getTopic());
+                    line.put("record_queue_offset", msg.getQueueOffset());
+                    line.put("reconsume_times", msg.getReconsumeTimes());
+                    line.put("broker", cmd.getString("broker"));
+                    line.put("phase", cmd.getString("phase"));
+                    line.put("tags", msg.getTags());
+                    line.put("keys", msg.getKeys());
+                    write(w, line);
+                    n++;
+                }
+            }
+            if (r.getNextBeginOffset() <= offset) {
+                throw new IllegalStateException("pull of " + mq + " at " + offset + " did not move: " + r);
+            }
+            offset = r.getNextBeginOffset();
+        }
+        c.updateConsumeOffset(mq, offset);
+        c.getDefaultMQPullConsumerImpl().getOffsetStore().persist(mq);
+        return n;
+    }
+
+    /** An LMQ group's progress as the broker reports it: the queue's min and max and the committed offset. */
+    private List<Map<String, Object>> lmqProgress(JSONObject cmd) throws Exception {
+        DefaultMQPullConsumer c = pullConsumer(cmd.getString("group"), cmd.getString("parent_topic"));
+        MessageQueue mq = new MessageQueue(cmd.getString("queue"), cmd.getString("broker"), MixAll.LMQ_QUEUE_ID);
+        Map<String, Object> row = new LinkedHashMap<>();
+        row.put("broker", mq.getBrokerName());
+        row.put("topic", mq.getTopic());
+        row.put("queue_id", mq.getQueueId());
+        row.put("min_offset", c.minOffset(mq));
+        row.put("broker_offset", c.maxOffset(mq));
+        row.put("consumer_offset", c.fetchConsumeOffset(mq, true));
+        return List.of(row);
+    }
+
     private Writer file(String path) throws Exception {
         synchronized (files) {
             Writer w = files.get(path);
@@ -757,6 +898,10 @@ public final class Client {
             c.shutdown();
         }
         consumers.clear();
+        for (DefaultMQPullConsumer c : pullConsumers.values()) {
+            c.shutdown();
+        }
+        pullConsumers.clear();
         if (producer != null) {
             producer.shutdown();
         }
