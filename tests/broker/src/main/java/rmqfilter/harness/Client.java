@@ -484,19 +484,8 @@ public final class Client {
                 && msgs.stream().anyMatch(m -> "true".equals(m.getUserProperty(failProperty)));
             if (record) {
                 for (MessageExt msg : msgs) {
-                    Map<String, Object> line = new LinkedHashMap<>();
-                    line.put("group", group);
-                    line.put("topic", msg.getTopic());
-                    line.put("queue_id", msg.getQueueId());
-                    line.put("queue_offset", msg.getQueueOffset());
-                    line.put("uniq_key", MessageClientIDSetter.getUniqID(msg));
-                    line.put("msg_id", msg instanceof MessageClientExt ? ((MessageClientExt) msg).getOffsetMsgId()
-                        : msg.getMsgId());
-                    line.put("reconsume_times", msg.getReconsumeTimes());
-                    line.put("broker", msg.getBrokerName());
-                    line.put("phase", phase);
-                    line.put("tags", msg.getTags());
-                    line.put("keys", msg.getKeys());
+                    Map<String, Object> line = receivedLine(group, msg.getTopic(), msg.getQueueId(),
+                        msg.getQueueOffset(), msg, msg.getBrokerName(), phase);
                     if (failProperty != null) {
                         line.put("result", fail ? "failed" : "consumed");
                     }
@@ -588,19 +577,8 @@ public final class Client {
                 String realTopic = ExtraInfoUtil.getRealTopic(info, topic, group);
                 boolean ack = unackedEvery > 0 && (popped + 1) % unackedEvery != 0;
                 popped++;
-                Map<String, Object> line = new LinkedHashMap<>();
-                line.put("group", group);
-                line.put("topic", realTopic);
-                line.put("queue_id", ExtraInfoUtil.getQueueId(info));
-                line.put("queue_offset", ExtraInfoUtil.getQueueOffset(info));
-                line.put("uniq_key", MessageClientIDSetter.getUniqID(msg));
-                line.put("msg_id", msg instanceof MessageClientExt ? ((MessageClientExt) msg).getOffsetMsgId()
-                    : msg.getMsgId());
-                line.put("reconsume_times", msg.getReconsumeTimes());
-                line.put("broker", brokerName);
-                line.put("phase", cmd.getString("phase"));
-                line.put("tags", msg.getTags());
-                line.put("keys", msg.getKeys());
+                Map<String, Object> line = receivedLine(group, realTopic, ExtraInfoUtil.getQueueId(info),
+                    ExtraInfoUtil.getQueueOffset(info), msg, brokerName, cmd.getString("phase"));
                 line.put("consumer", "pop");
                 line.put("pop_time", r.getPopTime());
                 line.put("invisible_ms", r.getInvisibleTime());
@@ -633,6 +611,29 @@ public final class Client {
             throw new IllegalStateException("popped " + popped + " of " + untilCount + " messages of " + topic);
         }
         return popped;
+    }
+
+    /**
+     * A received line's fields every consumer writes: the group, where the message was taken from
+     * (topic, queue, queue offset), which message it is (UNIQ_KEY, offset message id, reconsume
+     * times, tags, keys), the broker and the scenario's phase. Each consumer adds its own fields.
+     */
+    private static Map<String, Object> receivedLine(String group, String topic, int queueId, long queueOffset,
+                                                    MessageExt msg, String broker, String phase) {
+        Map<String, Object> line = new LinkedHashMap<>();
+        line.put("group", group);
+        line.put("topic", topic);
+        line.put("queue_id", queueId);
+        line.put("queue_offset", queueOffset);
+        line.put("uniq_key", MessageClientIDSetter.getUniqID(msg));
+        line.put("msg_id", msg instanceof MessageClientExt ? ((MessageClientExt) msg).getOffsetMsgId()
+            : msg.getMsgId());
+        line.put("reconsume_times", msg.getReconsumeTimes());
+        line.put("broker", broker);
+        line.put("phase", phase);
+        line.put("tags", msg.getTags());
+        line.put("keys", msg.getKeys());
+        return line;
     }
 
     private static AckCallback ackCallback(CompletableFuture<AckResult> done) {
@@ -818,21 +819,11 @@ public final class Client {
                         .split(MixAll.LMQ_DISPATCH_SEPARATOR));
                     String[] offsets = msg.getProperty(MessageConst.PROPERTY_INNER_MULTI_QUEUE_OFFSET)
                         .split(MixAll.LMQ_DISPATCH_SEPARATOR);
-                    Map<String, Object> line = new LinkedHashMap<>();
-                    line.put("group", group);
-                    line.put("topic", queue);
-                    line.put("queue_id", MixAll.LMQ_QUEUE_ID);
-                    line.put("queue_offset", Long.parseLong(offsets[queues.indexOf(queue)]));
-                    line.put("uniq_key", MessageClientIDSetter.getUniqID(msg));
-                    line.put("msg_id", msg instanceof MessageClientExt ? ((MessageClientExt) msg).getOffsetMsgId()
-                        : msg.getMsgId());
+                    Map<String, Object> line = receivedLine(group, queue, MixAll.LMQ_QUEUE_ID,
+                        Long.parseLong(offsets[queues.indexOf(queue)]), msg, cmd.getString("broker"),
+                        cmd.getString("phase"));
                     line.put("record_topic", msg.getTopic());
                     line.put("record_queue_offset", msg.getQueueOffset());
-                    line.put("reconsume_times", msg.getReconsumeTimes());
-                    line.put("broker", cmd.getString("broker"));
-                    line.put("phase", cmd.getString("phase"));
-                    line.put("tags", msg.getTags());
-                    line.put("keys", msg.getKeys());
                     write(w, line);
                     n++;
                 }
