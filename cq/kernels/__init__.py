@@ -117,6 +117,31 @@ def split_inner(body) -> tuple[np.ndarray, int, str | None]:
     return _inner.split_inner(_as_u8(body, "body"))
 
 
+def split_records(buf, starts, lengths) -> tuple[np.ndarray, np.ndarray, int, int, str | None]:
+    """:func:`split_inner` of many inner-batch bodies inside one buffer (a decoded body column).
+
+    Body ``i`` is ``buf[starts[i]:starts[i] + lengths[i]]``.
+
+    Returns
+    -------
+    (spans, counts, bad, error_pos, error)
+        ``spans`` int64 (m, 5) as :func:`split_inner`'s, every body's messages in order, with
+        body starts counted from the start of ``buf``; ``counts`` int64: each body's messages.
+        ``bad`` -1, or the first body that does not split (``error`` at its byte ``error_pos``;
+        ``spans`` then hold the bodies before it).
+    """
+    return _inner.split_records(_as_u8(buf, "buf"), kernel_array(starts, np.int64), kernel_array(lengths, np.int64))
+
+
+def properties_columns(buf, starts, lengths, fields) -> dict:
+    """The decoder's ``properties``/``tags``/``keys`` columns (those in ``fields``) of properties texts
+    outside a record (an inner-batch message's): text ``i`` is ``buf[starts[i]:starts[i] + lengths[i]]``,
+    parsed and laid out as :meth:`cq.readers.commitlog.CommitLog.decode_columns` does a record's."""
+    mask = fmt.record_field_mask([f for f in fields if f in ("properties", "tags", "keys")])
+    return _decode.properties_columns(_as_u8(buf, "buf"), kernel_array(starts, np.int64),
+                                      kernel_array(lengths, np.int64), mask)
+
+
 def scan_tags(units, codes) -> np.ndarray:
     """Select ConsumeQueue units by tag code, as the broker's tag filter compares them.
 
