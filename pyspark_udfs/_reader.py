@@ -691,8 +691,8 @@ def _batch_cq_columns(log, units, flt, lo: int, hi: int, wanted, inner_fields) -
     take = pa.array(kept_rec)
     out.update({name: records.arrow(name).take(take) for name in _BATCH_RECORD_FIELDS if name in wanted})
     if plain is None:
-        at = pa.array(rows)
-        out.update({name: props.arrow(name).take(at) for name in inner_fields})
+        whole = len(rows) == len(rec)  # (every message kept: the columns as they are)
+        out.update({name: props.arrow(name) if whole else props.arrow(name).take(pa.array(rows)) for name in inner_fields})
     else:  # the inner messages' then the plain records' values, put back in message order
         order = np.empty(len(rec), dtype=np.int64)
         order[rows_inner] = np.arange(len(rows_inner))

@@ -10,8 +10,8 @@ _tagscan   the ConsumeQueue tag scan (:func:`scan_tags`)
 _ext       ConsumeQueueExt unit heads, Bloom bitmap checks, ext addresses
 _record    the CommitLog record walk: validation, recovery walk, one-record decode, body CRCs
 _dledger   the DLedger CommitLog walk: entry headers stepped over, each entry's record validated
-_inner     the messages of an inner-batch record's body (a BatchCQ topic's batch)
-_decode    the data path's decoder: records straight into Arrow buffers (``decode_columns``)
+_inner     inner-batch bodies split into their messages (a BatchCQ topic's batches)
+_decode    the data path's decoder: records (and properties texts) straight into Arrow buffers
 _pool      the decoder's output memory, kept for reuse (``pool_bytes``)
 _inflate   zlib bodies of a decoded body column (``inflate_bodies``)
 _objects   strs, property dicts and Messages built from decoded columns

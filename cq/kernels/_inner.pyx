@@ -1,7 +1,8 @@
 """Cython engine of the inner-batch split (twin: ``_inner_py.py``; docs/formats.md#inner-batch).
 
 ``split_inner`` walks the messages of a batch record's body without the GIL, twice: once to count
-the messages that fit, once to write their spans. Every offset comes from cq/format.py through
+the messages that fit, once to write their spans; ``split_records`` does so for many bodies of one
+buffer (a decoded body column). Every offset comes from cq/format.py through
 ``_layout.h``.
 """
 import numpy as np

@@ -266,3 +266,30 @@ def test_a_record_without_the_inner_batch_flag_is_one_message_in_both_reads(tmp_
                                                 else [b"a0", b"plain", b"c0", b"c2"])
             plain = next(r for r in got if r["body"] == b"plain")
             assert (dict(plain["properties"])["KEYS"], plain["keys"], plain["queue_offset"]) == ("p", "p", 2)
+
+
+@pytest.mark.parametrize("engine", ["compiled", "twin"])
+def test_a_bad_inner_message_is_the_same_error_in_the_data_source(copy, engine, monkeypatch):
+    """An inner message whose size does not fit its batch: the data source's columnar read raises what
+    ``Store.consume`` raises, naming the CommitLog file and the message's byte."""
+    from helpers import use_kernels
+
+    from cq.kernels.layout import layout
+    from cq.readers.batchcq import _body_position
+
+    use_kernels(monkeypatch, engine, "cq.kernels", "cq.readers.commitlog", "cq.readers.batchcq")
+    with closing(cq.Store(copy)) as s:
+        off = int(s.consume_queue(TOPIC, 1).units["commit_log_offset"][1])
+        msg = s.commit_log.read_message(off)
+        path = msg._path
+        at = (msg._file_offset or 0) + _body_position(msg)
+    body = struct.pack(">i", 1 << 20) + msg.body[4:]
+    patch_file(path, at, body[:4])  # the body's CRC too: else the CommitLog's recovery ends the log there
+    patch_file(path, (msg._file_offset or 0) + layout(fmt)["REC_BODY_CRC"], struct.pack(">i", fmt.body_crc(body)))
+    with closing(cq.Store(copy)) as s:
+        with pytest.raises(cq.StoreFormatError) as want:
+            list(s.consume(TOPIC, "G", tags="*", queue_ids=[1]))
+        with pytest.raises(cq.StoreFormatError) as got:
+            _source_table(s)
+    assert (got.value.path, got.value.offset, str(got.value)) == (want.value.path, want.value.offset, str(want.value))
+    assert (want.value.path, want.value.offset) == (path, at)
