@@ -18,6 +18,10 @@ Each group reads every message of the sample store's main topic with ``Store.con
 a fresh ``Store`` each round, so opening the layout is counted): the classic store is the
 alternative, the mode's reader "ours".
 
+A second group reads the same messages through the ``rocketmq`` data source's executor side
+(``pyspark_udfs._reader.read_partition`` over every slice of the plan, in-process, no Spark): the
+classic store's columnar read is the alternative, the BatchCQ copy's (docs/reading.md#batchcq) ours.
+
 Run: ``.venv/bin/python -m pytest bench/bench_modes.py`` (a minute; the copies are written once
 under the temp directory).
 """
@@ -162,10 +166,10 @@ def _units(root: str) -> int:
         return sum(len(store.consume_queue(TOPIC, q)) for q in store.queue_ids(TOPIC))
 
 
-def _run(benchmark, root: str, role: str, mode: str) -> None:
-    benchmark.group = GROUP
+def _run(benchmark, root: str, role: str, mode: str, group: str = GROUP, read=_consume) -> None:
+    benchmark.group = group
     benchmark.extra_info.update(items=_units(root), role=role, mode=mode)
-    got = benchmark.pedantic(_consume, args=(root,), rounds=ROUNDS, iterations=1, warmup_rounds=1)
+    got = benchmark.pedantic(read, args=(root,), rounds=ROUNDS, iterations=1, warmup_rounds=1)
     assert got == benchmark.extra_info["items"]
 
 
@@ -194,3 +198,24 @@ def test_consume_batch_cq_ours(benchmark, batch_queues, classic):
             assert got == [(m.queue_offset, m.properties, m.body)
                            for m in files.consume(TOPIC, "G", tags="*", queue_ids=[q])]
     _run(benchmark, batch_queues, "ours", "batchcq")
+
+
+SOURCE_GROUP = f"rocketmq data source read (executor side, every slice) of {TOPIC}, {MESSAGES:,}-message sample store"
+
+
+def _source_rows(root: str) -> int:
+    from pyspark_udfs import _reader
+    from pyspark_udfs.datasource import ReadOptions, RocketMQReader
+
+    opts = ReadOptions.parse({"path": root, "topic": TOPIC})
+    schema = opts.schema()
+    return sum(b.num_rows for p in RocketMQReader(opts, schema).partitions()
+               for b in _reader.read_partition(opts, schema, p, []))
+
+
+def test_source_classic(benchmark, classic):
+    _run(benchmark, classic, "alternative", "classic", SOURCE_GROUP, _source_rows)
+
+
+def test_source_batch_cq_ours(benchmark, batch_queues):
+    _run(benchmark, batch_queues, "ours", "batchcq", SOURCE_GROUP, _source_rows)

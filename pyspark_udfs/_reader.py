@@ -39,17 +39,20 @@ import pyarrow as pa
 from pyspark.sql.pandas.types import to_arrow_schema
 
 import cq
+from cq import format as fmt
 from cq.errors import StoreFormatError
 from cq.filter.custom import (
     MessageFilter,
     ext_columns,
     filter_record_batch,
     message_schema,
-    messages_record_batch,
 )
 from cq.filter.layers import Layers, TagFilter
-from cq.readers.batchcq import BatchConsumeQueue
+from cq.kernels import gather_spans, properties_columns, split_records
+from cq.readers.batchcq import BatchConsumeQueue, expand_batch
+from cq.readers.columns import MessageColumns
 from pyspark_udfs._source import RECORD_COLUMNS
+from rmqfilter_arrow import binary_array
 
 # Opened stores, per worker process: a worker reads many slices of a few stores. Each use
 # checks the Store still reads the store at its path, and a slice carries the cut its query
@@ -598,8 +601,13 @@ def _schema_batch(schema: pa.Schema, columns: dict[str, pa.Array]) -> pa.RecordB
 def _read_batch_cq_slice(options, schema, store, cqueue: BatchConsumeQueue, part) -> Iterator[pa.RecordBatch]:
     """Queue offsets ``[part.start, part.end)`` of a BatchCQ queue (docs/reading.md#batchcq): the
     messages ``Store.consume`` unwraps from the batch records (the group's filter, else every
-    message), one row each with its own queue offset; ``tags_code`` is the batch unit's. Not a hot
-    path (a record per batch): built from the messages, not from the decoder's columns."""
+    message), one row each with its own queue offset; ``tags_code`` is the batch unit's.
+
+    Columnar, as the classic path: the records the broker delivers (``Store.batch_units``) are
+    decoded into the decoder's columns, their bodies split by the inner-batch kernel
+    (``cq.kernels.split_records``), and each message's columns built from those buffers: bodies
+    gathered, properties, tags and keys parsed by the decoder's properties kernel
+    (``cq.kernels.properties_columns``), the record's fields repeated by an Arrow take."""
     topic, queue_id = part.topic, part.queue_id
     if options.table != "messages" or options.decisions or options.layer2 == "spark":
         raise ValueError(f"rocketmq: topic {topic!r} is a BatchCQ topic: only the messages table, without "
@@ -611,19 +619,87 @@ def _read_batch_cq_slice(options, schema, store, cqueue: BatchConsumeQueue, part
     cut = _cut(part)
     if cut is not None:  # the slice's queue range inside the planned cut's CommitLog range
         cut = cq.StoreCut(cut.commit_log_min, cut.commit_log_end, ((topic, queue_id, part.start, part.end),))
-    result = store.consume(topic, options.group or "", filter=flt, queue_ids=[queue_id],
-                           ranges={queue_id: (part.start, part.end)}, cut=cut)
-    msgs = list(result)
-    if not msgs:
-        return
-    codes = dict(zip(cqueue.units["commit_log_offset"].tolist(), cqueue.units["tags_code"].tolist()))
-    batch = messages_record_batch(msgs, {"tags_code": [codes.get(m.commit_log_offset) for m in msgs]})
-    columns = {name: batch.column(name) for name in batch.schema.names}
-    if "broker" in schema.names:
-        columns["broker"] = _topic_column(options.broker, len(msgs))
+    units, (lo, hi) = store.batch_units(topic, queue_id, flt, part.start, part.end, cut=cut)
+    wanted = set(schema.names)
     if options.message_filter is not None:
-        columns = _apply_message_filter(options, store, topic, queue_id, columns)
-    yield _schema_batch(schema, columns)
+        wanted |= {f.name for f in message_schema()}
+    inner_fields = ["tags", *(name for name in ("keys", "properties") if name in wanted)]
+    for a, b in batch_bounds(units["size"].astype(np.int64), len(units)):
+        columns = _batch_cq_columns(store.commit_log, units[a:b], flt, lo, hi, wanted, inner_fields)
+        if columns is None:
+            continue
+        if "topic" in wanted:
+            columns["topic"] = _topic_column(topic, len(columns["queue_offset"]))
+        if "broker" in wanted:
+            columns["broker"] = _topic_column(options.broker, len(columns["queue_offset"]))
+        if options.message_filter is not None:
+            columns = _apply_message_filter(options, store, topic, queue_id, columns)
+        yield _schema_batch(schema, columns)
+
+
+#: The batch records' fields each of their messages repeats (what ``expand_batch`` copies).
+_BATCH_RECORD_FIELDS = ("queue_id", "commit_log_offset", "store_size", "born_timestamp", "born_host",
+                        "store_timestamp", "store_host", "sys_flag", "reconsume_times")
+
+
+def _batch_cq_columns(log, units, flt, lo: int, hi: int, wanted, inner_fields) -> dict[str, pa.Array] | None:
+    """The messages-table columns of the messages of ``units``' batch records (their records decoded
+    once) that lie in queue offsets ``[lo, hi)`` and pass the client's re-check, in queue order; None
+    when no message does. A record without ``INNER_BATCH_FLAG`` is one message, as ``expand_batch``
+    makes it."""
+    offs = units["commit_log_offset"].astype(np.int64)
+    records = log.decode_columns(offs, ["body", "queue_offset", "sys_flag",
+                                        *(name for name in _BATCH_RECORD_FIELDS if name in wanted)])
+    body_off, body_data, _ = records.columns["body"]
+    body_start, body_len = body_off[:-1].astype(np.int64), np.diff(body_off).astype(np.int64)
+    inner = (records.columns["sys_flag"] & fmt.INNER_BATCH_FLAG) != 0
+    batches = np.flatnonzero(inner)
+    spans, counts, bad, _at, error = split_records(body_data, body_start[batches], body_len[batches])
+    if error is not None:  # the record read alone raises the error naming its file and byte
+        expand_batch(log.read_message(int(offs[batches[bad]])))
+        raise StoreFormatError(error, log.directory, int(offs[batches[bad]]))  # pragma: no cover - raised above
+    per_record = np.ones(len(offs), dtype=np.int64)
+    per_record[batches] = counts
+    rec = np.repeat(np.arange(len(offs)), per_record)  # each message's record
+    first = np.cumsum(per_record) - per_record  # each record's first message
+    in_batch = inner[rec]
+    rows_inner, rows_plain = np.flatnonzero(in_batch), np.flatnonzero(~in_batch)
+    starts, lengths = body_start[rec], body_len[rec]
+    starts[rows_inner], lengths[rows_inner] = spans[:, 2], spans[:, 3]
+    queue_offsets = records.columns["queue_offset"][rec] + (np.arange(len(rec)) - first[rec])
+    # properties, tags, keys: the inner messages' from their texts, a plain record's from the record
+    props = MessageColumns(properties_columns(body_data, spans[:, 2] + spans[:, 3] + fmt.INNER_PROPERTIES_LENGTH_STRUCT.size,
+                                              spans[:, 4], inner_fields), len(spans))
+    keep = (queue_offsets >= lo) & (queue_offsets < hi)
+    plain = None
+    if len(rows_plain):
+        plain = log.decode_columns(offs[rec[rows_plain]], inner_fields)
+        keep[rows_plain] &= flt.is_matched_by_client_columns(plain)
+    keep[rows_inner] &= flt.is_matched_by_client_columns(props)
+    rows = np.flatnonzero(keep)
+    if not len(rows):
+        return None
+    kept_rec = rec[rows]
+    body_offsets, body = gather_spans(body_data, starts[rows], lengths[rows])
+    out = {
+        "queue_offset": pa.array(queue_offsets[rows]),
+        "tags_code": pa.array(units["tags_code"].astype(np.int64)[kept_rec]),
+        "body": binary_array(pa.binary(), len(rows), body_offsets.astype(np.int32), body),
+        "msg_store_time": pa.nulls(len(rows), pa.int64()),
+        "filter_bitmap": pa.nulls(len(rows), pa.binary()),
+    }
+    take = pa.array(kept_rec)
+    out.update({name: records.arrow(name).take(take) for name in _BATCH_RECORD_FIELDS if name in wanted})
+    if plain is None:
+        whole = len(rows) == len(rec)  # (every message kept: the columns as they are)
+        out.update({name: props.arrow(name) if whole else props.arrow(name).take(pa.array(rows)) for name in inner_fields})
+    else:  # the inner messages' then the plain records' values, put back in message order
+        order = np.empty(len(rec), dtype=np.int64)
+        order[rows_inner] = np.arange(len(rows_inner))
+        order[rows_plain] = len(rows_inner) + np.arange(len(rows_plain))
+        at = pa.array(order[rows])
+        out.update({name: pa.concat_arrays([props.arrow(name), plain.arrow(name)]).take(at) for name in inner_fields})
+    return {name: arr for name, arr in out.items() if name in wanted}
 
 
 _TOPIC_COLUMNS: dict[str, pa.Array] = {}  # per worker: the longest topic column made, sliced for each batch

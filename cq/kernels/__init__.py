@@ -10,8 +10,8 @@ _tagscan   the ConsumeQueue tag scan (:func:`scan_tags`)
 _ext       ConsumeQueueExt unit heads, Bloom bitmap checks, ext addresses
 _record    the CommitLog record walk: validation, recovery walk, one-record decode, body CRCs
 _dledger   the DLedger CommitLog walk: entry headers stepped over, each entry's record validated
-_inner     the messages of an inner-batch record's body (a BatchCQ topic's batch)
-_decode    the data path's decoder: records straight into Arrow buffers (``decode_columns``)
+_inner     inner-batch bodies split into their messages (a BatchCQ topic's batches)
+_decode    the data path's decoder: records (and properties texts) straight into Arrow buffers
 _pool      the decoder's output memory, kept for reuse (``pool_bytes``)
 _inflate   zlib bodies of a decoded body column (``inflate_bodies``)
 _objects   strs, property dicts and Messages built from decoded columns
@@ -115,6 +115,31 @@ def split_inner(body) -> tuple[np.ndarray, int, str | None]:
         ``error_pos`` of ``body``.
     """
     return _inner.split_inner(_as_u8(body, "body"))
+
+
+def split_records(buf, starts, lengths) -> tuple[np.ndarray, np.ndarray, int, int, str | None]:
+    """:func:`split_inner` of many inner-batch bodies inside one buffer (a decoded body column).
+
+    Body ``i`` is ``buf[starts[i]:starts[i] + lengths[i]]``.
+
+    Returns
+    -------
+    (spans, counts, bad, error_pos, error)
+        ``spans`` int64 (m, 5) as :func:`split_inner`'s, every body's messages in order, with
+        body starts counted from the start of ``buf``; ``counts`` int64: each body's messages.
+        ``bad`` -1, or the first body that does not split (``error`` at its byte ``error_pos``;
+        ``spans`` then hold the bodies before it).
+    """
+    return _inner.split_records(_as_u8(buf, "buf"), kernel_array(starts, np.int64), kernel_array(lengths, np.int64))
+
+
+def properties_columns(buf, starts, lengths, fields) -> dict:
+    """The decoder's ``properties``/``tags``/``keys`` columns (those in ``fields``) of properties texts
+    outside a record (an inner-batch message's): text ``i`` is ``buf[starts[i]:starts[i] + lengths[i]]``,
+    parsed and laid out as :meth:`cq.readers.commitlog.CommitLog.decode_columns` does a record's."""
+    mask = fmt.record_field_mask([f for f in fields if f in ("properties", "tags", "keys")])
+    return _decode.properties_columns(_as_u8(buf, "buf"), kernel_array(starts, np.int64),
+                                      kernel_array(lengths, np.int64), mask)
 
 
 def scan_tags(units, codes) -> np.ndarray:

@@ -452,6 +452,51 @@ cdef int _props_direct(const uint8_t* b, int64_t p, int64_t end, GBuf* keys, GBu
     return <int>ne
 
 
+cdef int _props_row(const uint8_t* b, int64_t p, int64_t end, GBuf* pkeys, GBuf* koff, GBuf* pvals,
+                    GBuf* voff, GBuf* scratch, int64_t* tv, int64_t* tl, int64_t* kv, int64_t* kl,
+                    bint* props_ascii) noexcept nogil:
+    # One properties text's entries appended to the map's buffers (_props_direct, or _props' way
+    # at a repeated key: its first place, its later value), the raw spans of its TAGS and KEYS
+    # values to tv/tl, kv/kl (-1: none). Returns the entries, or -1 out of memory.
+    cdef int64_t k0 = pkeys.n, ko0 = koff.n, v0 = pvals.n, vo0 = voff.n, tags_e, keys_e, j
+    cdef Entry* ents
+    cdef int ne = _props_direct(b, p, end, pkeys, koff, pvals, voff, tv, tl, kv, kl, props_ascii)
+    if ne != -2:
+        return ne
+    pkeys.n, koff.n, pvals.n, voff.n = k0, ko0, v0, vo0
+    ne = _props(b, p, end, pkeys, koff, scratch, &tags_e, &keys_e, props_ascii)
+    if ne < 0:
+        return -1
+    ents = <Entry*>scratch.p
+    if _reserve(pvals, 3 * (end - p)) < 0 or _reserve(voff, 4 * ne) < 0:
+        return -1
+    for j in range(ne):
+        (<int32_t*>(voff.p + voff.n))[0] = <int32_t>pvals.n
+        voff.n += 4
+        if props_ascii[0]:
+            _copy(pvals.p + pvals.n, b + ents[j].vsrc, ents[j].vlen)
+            pvals.n += ents[j].vlen
+        else:
+            pvals.n += _utf8_into(pvals.p + pvals.n, b + ents[j].vsrc, ents[j].vlen)
+    tv[0] = ents[tags_e].vsrc if tags_e >= 0 else -1
+    tl[0] = ents[tags_e].vlen if tags_e >= 0 else 0
+    kv[0] = ents[keys_e].vsrc if keys_e >= 0 else -1
+    kl[0] = ents[keys_e].vlen if keys_e >= 0 else 0
+    return ne
+
+
+cdef inline int _put_value(GBuf* g, uint8_t* valid, int32_t* end_offset, const uint8_t* b, int64_t v, int64_t n,
+                           bint plain) noexcept nogil:
+    # A TAGS/KEYS value (raw span v, n; v < 0: absent) appended to its column: a plain copy when
+    # ``plain`` (the text was found all ASCII), else UTF-8 replaced. 0, or -1 out of memory.
+    if v >= 0:
+        valid[0] = 1
+        if (_put(g, b + v, n) if plain else _put_utf8(g, b + v, n)) < 0:
+            return -1
+    end_offset[0] = <int32_t>g.n
+    return 0
+
+
 cdef enum:
     F_STORE_SIZE, F_MAGIC, F_BODY_CRC, F_QUEUE_ID, F_FLAG, F_QUEUE_OFFSET, F_PHYS, F_SYS_FLAG
     F_BORN_TS, F_BORN_HOST, F_STORE_TS, F_STORE_HOST, F_RECONSUME, F_PREPARED, F_BODY, F_TOPIC
@@ -509,8 +554,7 @@ def decode_columns(const uint8_t[::1] buf, const int64_t[::1] positions, int64_t
     cdef Rec r
     cdef int code = 0, fail = 0, ne
     cdef Py_ssize_t bad = -1
-    cdef int64_t tags_e, keys_e, tv = -1, tl = 0, kv = -1, kl = 0, k0, ko0, v0, vo0
-    cdef Entry* ents
+    cdef int64_t tv = -1, tl = 0, kv = -1, kl = 0
     cdef bint want[N_FIELDS]
     cdef GBuf g[N_FIELDS]
     cdef GBuf koff, voff, scratch, pkeys, pvals
@@ -657,54 +701,24 @@ def decode_columns(const uint8_t[::1] buf, const int64_t[::1] positions, int64_t
                     break
                 o_topic[i + 1] = <int32_t>g[F_TOPIC].n
             if want[F_PROPERTIES]:
-                k0, ko0, v0, vo0 = pkeys.n, koff.n, pvals.n, voff.n
-                ne = _props_direct(b, r.props, r.props + r.plen, &pkeys, &koff, &pvals, &voff,
-                                   &tv, &tl, &kv, &kl, &props_ascii)
-                if ne == -1:
+                ne = _props_row(b, r.props, r.props + r.plen, &pkeys, &koff, &pvals, &voff, &scratch,
+                                &tv, &tl, &kv, &kl, &props_ascii)
+                if ne < 0:
                     fail = 1
                     break
-                if ne == -2:  # a repeated key: its first place, its later value
-                    pkeys.n, koff.n, pvals.n, voff.n = k0, ko0, v0, vo0
-                    ne = _props(b, r.props, r.props + r.plen, &pkeys, &koff, &scratch, &tags_e, &keys_e,
-                                &props_ascii)
-                    if ne < 0:
-                        fail = 1
-                        break
-                    ents = <Entry*>scratch.p
-                    if _reserve(&pvals, 3 * r.plen) < 0 or _reserve(&voff, 4 * ne) < 0:
-                        fail = 1
-                        break
-                    for j in range(ne):
-                        (<int32_t*>(voff.p + voff.n))[0] = <int32_t>pvals.n
-                        voff.n += 4
-                        if props_ascii:
-                            _copy(pvals.p + pvals.n, b + ents[j].vsrc, ents[j].vlen)
-                            pvals.n += ents[j].vlen
-                        else:
-                            pvals.n += _utf8_into(pvals.p + pvals.n, b + ents[j].vsrc, ents[j].vlen)
-                    tv = ents[tags_e].vsrc if tags_e >= 0 else -1
-                    tl = ents[tags_e].vlen if tags_e >= 0 else 0
-                    kv = ents[keys_e].vsrc if keys_e >= 0 else -1
-                    kl = ents[keys_e].vlen if keys_e >= 0 else 0
                 o_map[i + 1] = o_map[i] + ne
             elif need_props:
                 _tags_keys(b, r.props, r.props + r.plen, &tv, &tl, &kv, &kl)
             # values inside properties text already found all ASCII need no UTF-8 check: a plain copy
             ascii_values = want[F_PROPERTIES] and props_ascii
             if want[F_TAGS]:
-                if tv >= 0:
-                    v_tags[i] = 1
-                    if (_put(&g[F_TAGS], b + tv, tl) if ascii_values else _put_utf8(&g[F_TAGS], b + tv, tl)) < 0:
-                        fail = 1
-                        break
-                o_tags[i + 1] = <int32_t>g[F_TAGS].n
+                if _put_value(&g[F_TAGS], &v_tags[i], &o_tags[i + 1], b, tv, tl, ascii_values) < 0:
+                    fail = 1
+                    break
             if want[F_KEYS]:
-                if kv >= 0:
-                    v_keys[i] = 1
-                    if (_put(&g[F_KEYS], b + kv, kl) if ascii_values else _put_utf8(&g[F_KEYS], b + kv, kl)) < 0:
-                        fail = 1
-                        break
-                o_keys[i + 1] = <int32_t>g[F_KEYS].n
+                if _put_value(&g[F_KEYS], &v_keys[i], &o_keys[i + 1], b, kv, kl, ascii_values) < 0:
+                    fail = 1
+                    break
             # only the variable-length buffers grow (the fixed fields write numpy arrays)
             if (g[F_BORN_HOST].n > INT32_MAX or g[F_STORE_HOST].n > INT32_MAX or g[F_BODY].n > INT32_MAX
                     or g[F_TOPIC].n > INT32_MAX or g[F_TAGS].n > INT32_MAX or g[F_KEYS].n > INT32_MAX
@@ -750,6 +764,87 @@ def decode_columns(const uint8_t[::1] buf, const int64_t[::1] positions, int64_t
             arr[bad + 1:] = arr[bad]
         return cols, (bad, _parse_error(code, &r, positions[bad], limit), r.at)
     return cols, None
+
+
+def properties_columns(const uint8_t[::1] buf, const int64_t[::1] starts, const int64_t[::1] lengths,
+                       int64_t mask):
+    """``decode_columns``' ``properties``, ``tags`` and ``keys`` columns (those of them in ``mask``)
+    of properties texts that are not in a record: text ``i`` is ``buf[starts[i]:starts[i] + lengths[i]]``
+    (an inner-batch message's, docs/formats.md#inner-batch). Same layout and parse as the decoder's;
+    spans outside ``buf`` raise ValueError, a column past 2 GiB OverflowError.
+    """
+    cdef Py_ssize_t i, k = starts.shape[0]
+    cdef int64_t n = buf.shape[0], p, end, tv = -1, tl = 0, kv = -1, kl = 0
+    cdef int ne, fail = 0
+    cdef bint want_props = (mask >> F_PROPERTIES) & 1, want_tags = (mask >> F_TAGS) & 1
+    cdef bint want_keys = (mask >> F_KEYS) & 1, props_ascii = 0
+    cdef GBuf gt, gk, koff, voff, scratch, pkeys, pvals
+    if lengths.shape[0] != k:
+        raise ValueError(f"{k} starts need {k} lengths, got {lengths.shape[0]}")
+    for i in range(k):
+        if starts[i] < 0 or lengths[i] < 0 or starts[i] + lengths[i] > n:
+            raise ValueError(f"properties span {i} ({starts[i]}, {lengths[i]}) outside the buffer of {n} bytes")
+    memset(&gt, 0, sizeof(GBuf))
+    memset(&gk, 0, sizeof(GBuf))
+    memset(&koff, 0, sizeof(GBuf))
+    memset(&voff, 0, sizeof(GBuf))
+    memset(&scratch, 0, sizeof(GBuf))
+    memset(&pkeys, 0, sizeof(GBuf))
+    memset(&pvals, 0, sizeof(GBuf))
+    o_map_a = np.zeros(k + 1, dtype=np.int32)
+    o_tags_a = np.zeros(k + 1, dtype=np.int32)
+    o_keys_a = np.zeros(k + 1, dtype=np.int32)
+    valid_tags = np.zeros(k, dtype=np.uint8)
+    valid_keys = np.zeros(k, dtype=np.uint8)
+    cdef int32_t[::1] o_map = o_map_a, o_tags = o_tags_a, o_keys = o_keys_a
+    cdef uint8_t[::1] v_tags = valid_tags, v_keys = valid_keys
+    cdef const uint8_t* b = &buf[0] if n else NULL
+    try:
+        with nogil:
+            for i in range(k):
+                p = starts[i]
+                end = p + lengths[i]
+                if want_props:
+                    ne = _props_row(b, p, end, &pkeys, &koff, &pvals, &voff, &scratch, &tv, &tl, &kv, &kl,
+                                    &props_ascii)
+                    if ne < 0:
+                        fail = 1
+                        break
+                    o_map[i + 1] = o_map[i] + ne
+                else:
+                    _tags_keys(b, p, end, &tv, &tl, &kv, &kl)
+                if want_tags and _put_value(&gt, &v_tags[i], &o_tags[i + 1], b, tv, tl, want_props and props_ascii) < 0:
+                    fail = 1
+                    break
+                if want_keys and _put_value(&gk, &v_keys[i], &o_keys[i + 1], b, kv, kl, want_props and props_ascii) < 0:
+                    fail = 1
+                    break
+                if gt.n > INT32_MAX or gk.n > INT32_MAX or pkeys.n > INT32_MAX or pvals.n > INT32_MAX:
+                    fail = 2
+                    break
+        if fail == 1:
+            raise MemoryError()
+        if fail == 2:
+            raise OverflowError(f"a column of {k} properties texts passes 2 GiB: split fewer at a time")
+        cols = {}
+        if want_tags:
+            cols["tags"] = (o_tags_a, _take(&gt, np.uint8, gt.n), valid_tags)
+        if want_keys:
+            cols["keys"] = (o_keys_a, _take(&gk, np.uint8, gk.n), valid_keys)
+        if want_props:
+            if _put_i32(&koff, <int32_t>pkeys.n) < 0 or _put_i32(&voff, <int32_t>pvals.n) < 0:
+                raise MemoryError()
+            cols["properties"] = (o_map_a, _take(&koff, np.int32, koff.n // 4), _take(&pkeys, np.uint8, pkeys.n),
+                                  _take(&voff, np.int32, voff.n // 4), _take(&pvals, np.uint8, pvals.n))
+        return cols
+    finally:
+        _pool_put(gt.p, gt.cap)
+        _pool_put(gk.p, gk.cap)
+        _pool_put(koff.p, koff.cap)
+        _pool_put(voff.p, voff.cap)
+        _pool_put(pkeys.p, pkeys.cap)
+        _pool_put(pvals.p, pvals.cap)
+        free(scratch.p)
 
 
 def copy_records(const int32_t[::1] fds, const int64_t[::1] positions, const int64_t[::1] sizes,

@@ -86,19 +86,38 @@ def decode_columns(buf, positions, limit, mask):
     for name, out in values.items():
         out.extend([None if name in ("tags", "keys") else (b"" if name != "properties" else {})]
                    * (k - rows))
-        if name == "properties":
-            counts = np.array([len(p) for p in out], dtype=np.int64)
-            map_offsets = np.zeros(k + 1, dtype=np.int64)
-            np.cumsum(counts, out=map_offsets[1:])
-            koffs, kdata, _ = _var([key.encode("utf-8") for p in out for key in p], False)
-            voffs, vdata, _ = _var([v.encode("utf-8") for p in out for v in p.values()], False)
-            cols[name] = (map_offsets.astype(np.int32), koffs, kdata, voffs, vdata)
-        else:
-            offsets, data, valid = _var(out, name in ("tags", "keys"))
-            if name in ("tags", "keys") and rows < k:
-                valid[rows:] = 0
-            cols[name] = (offsets, data, valid)
+        cols[name] = _layout(name, out)
+        if name in ("tags", "keys") and rows < k:
+            cols[name][2][rows:] = 0
     return cols, error
+
+
+def _layout(name, out):
+    """A variable-length column's buffers from one value per row (bytes, None, or a dict for ``properties``)."""
+    if name == "properties":
+        counts = np.array([len(p) for p in out], dtype=np.int64)
+        map_offsets = np.zeros(len(out) + 1, dtype=np.int64)
+        np.cumsum(counts, out=map_offsets[1:])
+        koffs, kdata, _ = _var([key.encode("utf-8") for p in out for key in p], False)
+        voffs, vdata, _ = _var([v.encode("utf-8") for p in out for v in p.values()], False)
+        return map_offsets.astype(np.int32), koffs, kdata, voffs, vdata
+    return _var(out, name in ("tags", "keys"))
+
+
+def properties_columns(buf, starts, lengths, mask):
+    """``decode_columns``' ``properties``, ``tags`` and ``keys`` columns (those in ``mask``) of the
+    properties texts ``buf[starts[i]:starts[i] + lengths[i]]``, parsed as in a record."""
+    n, k = len(buf), len(starts)
+    if len(lengths) != k:
+        raise ValueError(f"{k} starts need {k} lengths, got {len(lengths)}")
+    props = []
+    for i, (a, m) in enumerate(zip(starts.tolist(), lengths.tolist())):
+        if a < 0 or m < 0 or a + m > n:
+            raise ValueError(f"properties span {i} ({a}, {m}) outside the buffer of {n} bytes")
+        props.append(fmt.decode_properties_bytes(bytes(buf[a:a + m])))
+    names = [name for name, _ in fmt.RECORD_FIELDS]
+    return {name: _layout(name, [_field(name, None, None, None, None, None, None, p) for p in props])
+            for name in ("tags", "keys", "properties") if (mask >> names.index(name)) & 1}
 
 
 def copy_records(fds, positions, sizes, file_size):

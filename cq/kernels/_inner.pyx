@@ -1,7 +1,8 @@
 """Cython engine of the inner-batch split (twin: ``_inner_py.py``; docs/formats.md#inner-batch).
 
 ``split_inner`` walks the messages of a batch record's body without the GIL, twice: once to count
-the messages that fit, once to write their spans. Every offset comes from cq/format.py through
+the messages that fit, once to write their spans; ``split_records`` does so for many bodies of one
+buffer (a decoded body column). Every offset comes from cq/format.py through
 ``_layout.h``.
 """
 import numpy as np
@@ -74,12 +75,58 @@ def split_inner(const uint8_t[::1] body):
     if count:
         with nogil:
             _walk(p, n, out, &count, &at, detail)
+    return spans, at, _error_text(kind, detail)
+
+
+cdef _error_text(int kind, int64_t* detail):
     if kind == SHORT:
-        return spans, at, (f"inner message of {detail[0]} bytes, shorter than its "
-                           f"{RMQ_INNER_HEAD + RMQ_INNER_PROPS_LEN_WIDTH}-byte head")
+        return (f"inner message of {detail[0]} bytes, shorter than its "
+                f"{RMQ_INNER_HEAD + RMQ_INNER_PROPS_LEN_WIDTH}-byte head")
     if kind == SIZE:
-        return spans, at, (f"inner message size {detail[0]} (body {detail[1]} bytes) does not fit the "
-                           f"batch's {detail[2]} remaining bytes")
+        return (f"inner message size {detail[0]} (body {detail[1]} bytes) does not fit the "
+                f"batch's {detail[2]} remaining bytes")
     if kind == PROPS:
-        return spans, at, f"inner message properties length {detail[0]} does not end the message (size {detail[1]})"
-    return spans, -1, None
+        return f"inner message properties length {detail[0]} does not end the message (size {detail[1]})"
+    return None
+
+
+def split_records(const uint8_t[::1] buf, const int64_t[::1] starts, const int64_t[::1] lengths):
+    """:func:`split_inner` of many inner-batch bodies at once: body ``i`` is
+    ``buf[starts[i]:starts[i] + lengths[i]]``.
+
+    Returns ``(spans, counts, bad, error_pos, error)``: ``spans`` int64 (m, 5) as
+    :func:`split_inner`'s, every body's messages in order, body starts counted from the start of
+    ``buf``; ``counts`` int64 (k,) the messages of each body. ``bad`` is -1, or the first body that
+    does not split (``error`` at its byte ``error_pos``; ``spans`` then hold the bodies before it).
+    """
+    cdef Py_ssize_t i, k = starts.shape[0], bad = -1
+    cdef int64_t n = buf.shape[0], count = 0, at = -1, total = 0, j, off = 0
+    cdef int64_t detail[3]
+    cdef int kind = OK
+    if lengths.shape[0] != k:
+        raise ValueError(f"{k} starts need {k} lengths, got {lengths.shape[0]}")
+    for i in range(k):
+        if starts[i] < 0 or lengths[i] < 0 or starts[i] + lengths[i] > n:
+            raise ValueError(f"body {i} ({starts[i]}, {lengths[i]}) outside the buffer of {n} bytes")
+    counts_a = np.zeros(k, dtype=np.int64)
+    cdef int64_t[::1] counts = counts_a
+    cdef int64_t[:, ::1] none = np.zeros((0, 5), dtype=np.int64)
+    cdef const uint8_t* p = &buf[0] if n else NULL
+    with nogil:
+        for i in range(k):
+            kind = _walk(p + starts[i], lengths[i], none, &count, &at, detail)
+            if kind != OK:
+                bad = i
+                break
+            counts[i] = count
+            total += count
+    spans = np.zeros((total, 5), dtype=np.int64)
+    cdef int64_t[:, ::1] out = spans
+    with nogil:
+        for i in range(k if bad < 0 else bad):
+            if counts[i]:
+                _walk(p + starts[i], lengths[i], out[off:off + counts[i]], &count, &j, detail)
+                for j in range(off, off + counts[i]):
+                    out[j, 2] += starts[i]
+                off += counts[i]
+    return spans, counts_a, bad, at, _error_text(kind, detail)

@@ -1022,22 +1022,9 @@ class Store:
         messages; ``units_scanned`` and the layer counts count units, ``delivered`` and
         ``client_filtered`` messages."""
         log = self.commit_log
-        if not log.files or log.files[-1][0] + log.file_size < cut.commit_log_end:
-            log.refresh_files()
         layers = Layers(flt)
         lo, hi = bounds
-        units = cqueue.units_between(lo, hi)
-        stats.units_scanned += len(units)
-        passed, _ = layers.layer1(units["tags_code"].astype(np.int64), stats=stats)
-        units = units[passed]
-        stats.passed_consume_queue += len(units)
-        offs = units["commit_log_offset"].astype(np.int64)
-        present = self.records_present(offs, units["size"].astype(np.int64), cut)
-        stats.commit_log_missing += int((~present).sum())
-        offs = offs[present]
-        if layers.has_layer2 and len(offs):
-            offs = offs[layers.layer2_records(log, offs)]
-        stats.passed_commit_log += len(offs)
+        offs = self._batch_units(cqueue, layers, stats, cut, bounds)["commit_log_offset"]
         msgs = []
         for off in offs.tolist():
             for msg in expand_batch(log.read_message(off, verify_crc=verify_crc)):
@@ -1056,6 +1043,48 @@ class Store:
         yield _objects.Delivered(msgs, stats)
         if progress is not None:
             progress(stats.units_scanned, total)
+
+    def _batch_units(self, cqueue: BatchConsumeQueue, layers: Layers, stats, cut, bounds) -> np.ndarray:
+        """The units of queue offsets ``bounds`` of a BatchCQ queue whose batch records the broker's two
+        layers deliver (judged by the unit's tags code and the record's own properties, records no
+        longer in the CommitLog or outside ``cut`` left out), in queue order, counted in ``stats``;
+        ``commit_log_offset`` as int64."""
+        log = self.commit_log
+        if not log.files or log.files[-1][0] + log.file_size < cut.commit_log_end:
+            log.refresh_files()
+        units = cqueue.units_between(*bounds)
+        stats.units_scanned += len(units)
+        passed, _ = layers.layer1(units["tags_code"].astype(np.int64), stats=stats)
+        units = units[passed]
+        stats.passed_consume_queue += len(units)
+        offs = units["commit_log_offset"].astype(np.int64)
+        present = self.records_present(offs, units["size"].astype(np.int64), cut)
+        stats.commit_log_missing += int((~present).sum())
+        units = units[present]
+        if layers.has_layer2 and len(units):
+            units = units[layers.layer2_records(log, units["commit_log_offset"].astype(np.int64))]
+        stats.passed_commit_log += len(units)
+        return units
+
+    def batch_units(self, topic: str, queue_id: int, flt, start: int, end: int, *,
+                    cut: StoreCut | None = None) -> tuple[np.ndarray, tuple[int, int]]:
+        """What :meth:`consume` reads of BatchCQ queue ``queue_id`` before it unwraps the records
+        (docs/reading.md#batchcq): ``(units, (lo, hi))``, the units whose batch records the broker
+        delivers to ``flt`` for queue offsets ``[start, end)`` inside ``cut`` (default: one taken
+        now), and those offsets as clipped to the cut (``lo >= hi``: nothing to read). The caller
+        unwraps the records, keeps the messages of ``[lo, hi)`` and applies the client's re-check."""
+        if cut is None:
+            cut = self.cut(topic, [queue_id])
+        r = cut.queue_range(topic, queue_id)
+        lo, hi = (0, 0) if r is None else (max(r[0], int(start)), min(r[1], int(end)))
+        with self.queue_readers(topic, queue_id, ext=False) as (cqueue, _):
+            if not isinstance(cqueue, BatchConsumeQueue):
+                raise TypeError(f"topic {topic!r} queue {queue_id} is not a BatchCQ queue")
+            if hi <= lo:
+                return cqueue.units[:0], (lo, hi)
+            if cqueue.max_offset < hi:
+                cqueue.refresh()
+            return self._batch_units(cqueue, Layers(flt), ConsumeStats(), cut, (lo, hi)), (lo, hi)
 
     def _raw_chunks(self, cqueue: ConsumeQueue, start: int, end: int) -> Iterator[tuple[int, memoryview]]:
         """``cqueue.raw_chunks`` over ``[start, end)``; a file the broker expired meanwhile moves the

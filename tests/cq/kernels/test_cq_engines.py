@@ -239,3 +239,62 @@ def test_split_inner_engine_equals_twin(messages, cut, flips):
     want = _inner_py.split_inner(buf)
     got = _inner.split_inner(buf)
     assert (got[0].tolist(), got[1], got[2]) == (want[0].tolist(), want[1], want[2])
+
+
+@settings(max_examples=200, deadline=None)
+@given(bodies=st.lists(st.lists(st.tuples(st.binary(max_size=30), st.binary(max_size=60), st.integers(-(2**31), 2**31 - 1),
+                                          st.integers(-(2**31), 2**31 - 1)), max_size=5), max_size=6),
+       gap=st.binary(max_size=5), damage=st.one_of(st.none(), st.tuples(st.integers(0, 5), st.integers(0, 300))))
+def test_split_records_engine_equals_twin_and_split_inner(bodies, gap, damage):
+    """Many inner-batch bodies in one buffer (a decoded body column, docs/formats.md#inner-batch): both
+    engines give each body's messages as ``split_inner`` gives them alone, starts counted from the
+    buffer's start; a cut body stops the split there with ``split_inner``'s error, in both engines."""
+    raw = [b"".join(_inner_message(*m) for m in msgs) for msgs in bodies]
+    if damage is not None and raw:
+        i = damage[0] % len(raw)
+        raw[i] = raw[i][:damage[1]] if damage[1] < len(raw[i]) else raw[i] + b"\x00"
+    buf, starts = b"", []
+    for r in raw:
+        buf += gap
+        starts.append(len(buf))
+        buf += r
+    arr = np.frombuffer(buf, np.uint8)
+    starts, lengths = np.array(starts, np.int64), np.array([len(r) for r in raw], np.int64)
+    got = _inner.split_records(arr, starts, lengths)
+    want = _inner_py.split_records(arr, starts, lengths)
+    assert (got[0].tolist(), got[1].tolist(), *got[2:]) == (want[0].tolist(), want[1].tolist(), *want[2:])
+    spans, counts, bad, at, error = want
+    alone = [_inner_py.split_inner(np.frombuffer(r, np.uint8)) for r in raw]
+    first_bad = next((i for i, (_s, _a, e) in enumerate(alone) if e is not None), -1)
+    assert (bad, at, error) == ((-1, -1, None) if first_bad < 0 else (first_bad, *alone[first_bad][1:]))
+    expected = [[c, f, s + int(starts[i]), n, pn] for i, (sp, _a, _e) in enumerate(alone[:len(raw) if bad < 0 else bad])
+                for c, f, s, n, pn in sp.tolist()]
+    assert spans.tolist() == expected
+    done = len(raw) if bad < 0 else bad
+    assert counts[:done].tolist() == [len(sp) for sp, _a, _e in alone[:done]]
+
+
+@settings(max_examples=200, deadline=None)
+@given(texts=st.lists(st.one_of(st.binary(max_size=60), st.dictionaries(
+           st.sampled_from(["TAGS", "KEYS", "a", "UNIQ_KEY", "é"]), st.text(max_size=8), max_size=4).map(
+           lambda d: fmt.encode_properties(d).encode())), max_size=6),
+       fields=st.sets(st.sampled_from(["properties", "tags", "keys"]), min_size=1))
+def test_properties_columns_engine_equals_twin_and_the_decoder(texts, fields):
+    """Properties texts outside a record (an inner message's): both engines give the columns the
+    decoder gives for the same text inside a record."""
+    buf = np.frombuffer(b"".join(texts), np.uint8)
+    lengths = np.array([len(t) for t in texts], np.int64)
+    starts = (np.cumsum(lengths) - lengths).astype(np.int64)
+    mask = fmt.record_field_mask(sorted(fields))
+    got = _decode.properties_columns(buf, starts, lengths, mask)
+    want = _decode_py.properties_columns(buf, starts, lengths, mask)
+    host = fmt.parse_host("127.0.0.1:1")[0]
+    records = [bytes(fmt.pack_record(fmt.MESSAGE_MAGIC_CODE_V2, 0, 0, 0, 0, 0, 0, 0, host, 0, host, 0, 0, b"",
+                                     fmt.encode_topic_field(b"T", fmt.MESSAGE_MAGIC_CODE_V2), t)) for t in texts]
+    positions = (np.cumsum([len(r) for r in records]) - [len(r) for r in records]).astype(np.int64)
+    rbuf = np.frombuffer(b"".join(records) or b"\x00", np.uint8)
+    decoded, error = _decode.decode_columns(rbuf, positions, len(rbuf), mask)
+    assert error is None and got.keys() == want.keys() == decoded.keys() == fields
+    for name in fields:
+        for g, w, d in zip(got[name], want[name], decoded[name]):
+            assert (g is None and w is None and d is None) or (np.array_equal(g, w) and np.array_equal(g, d)), name
