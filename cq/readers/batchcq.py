@@ -58,9 +58,13 @@ class BatchConsumeQueue(MappedFileQueue):
     @property
     def units(self) -> np.ndarray:
         """Every valid unit from the queue's minimum on, native byte order (:data:`cq.format.BCQ_UNIT_DTYPE`'s fields)."""
+        return self._all_units()[self._first:]
+
+    def _all_units(self) -> np.ndarray:
+        """Every valid unit, those below the corrected minimum too: recovered once per :meth:`refresh`."""
         if self._units is None:
             self._units = self._recover()
-        return self._units[self._first:]
+        return self._units
 
     def _unit_position(self, index: int) -> tuple[str, int]:
         per_file = self.file_size // fmt.BCQ_STORE_UNIT_SIZE
@@ -102,20 +106,17 @@ class BatchConsumeQueue(MappedFileQueue):
     @property
     def max_offset(self) -> int:
         """One past the queue offset of the last unit's last message."""
-        if self._units is None:
-            self._units = self._recover()
-        if not len(self._units):
+        units = self._all_units()
+        if not len(units):
             return 0
-        return int(self._units["base_offset"][-1]) + int(self._units["batch_size"][-1])
+        return int(units["base_offset"][-1]) + int(units["batch_size"][-1])
 
     def __len__(self) -> int:
         return self.max_offset - self.min_offset
 
     def correct_min_offset(self, commit_log_min_offset: int) -> int:
         """Move ``min_offset`` past units whose records lie below ``commit_log_min_offset`` (deleted)."""
-        if self._units is None:
-            self._units = self._recover()
-        gone = np.flatnonzero(self._units["commit_log_offset"][self._first:] < commit_log_min_offset)
+        gone = np.flatnonzero(self._all_units()["commit_log_offset"][self._first:] < commit_log_min_offset)
         if len(gone):
             self._first += int(gone[-1]) + 1
         return self.min_offset
@@ -130,10 +131,8 @@ class BatchConsumeQueue(MappedFileQueue):
     def file_units(self) -> list[tuple[int, int]]:
         """``(first, end)`` queue offsets of the messages whose units each listed file holds, ascending
         (what a reader splits a queue's reads by)."""
-        if self._units is None:
-            self._units = self._recover()
         per_file = self.file_size // fmt.BCQ_STORE_UNIT_SIZE if self.file_size else 0
-        base, out = self._units["base_offset"], []
+        base, out = self._all_units()["base_offset"], []
         for i in range(len(self._files)):
             lo = i * per_file
             if lo >= len(base):
@@ -151,9 +150,7 @@ class BatchConsumeQueue(MappedFileQueue):
 
     def file_position(self, queue_offset: int) -> tuple[str, int]:
         """``(path, byte_offset)`` of the unit holding the message at ``queue_offset``."""
-        if self._units is None:
-            self._units = self._recover()
-        i = max(0, int(np.searchsorted(self._units["base_offset"], queue_offset, side="right")) - 1)
+        i = max(0, int(np.searchsorted(self._all_units()["base_offset"], queue_offset, side="right")) - 1)
         return self._unit_position(i) if self._files else (self.directory, 0)
 
 

@@ -965,11 +965,16 @@ class Store:
             else:
                 pending = log.messages_from_columns(cols, decoded, rows[client])
         if pending:
-            # the custom filter narrows what both layers delivered (docs/custom-filters.md)
-            keep, skipped = custom.apply(pending)
-            stats.filter_skipped += int(skipped.sum())
-            stats.filter_rejected += int((~keep & ~skipped).sum())
-            yield _objects.Delivered([msg for msg, ok in zip(pending, keep.tolist()) if ok], stats)
+            yield _objects.Delivered(self._custom_kept(custom, pending, stats), stats)
+
+    @staticmethod
+    def _custom_kept(custom, msgs: list[Message], stats: ConsumeStats) -> list[Message]:
+        """The messages of ``msgs`` the custom filter keeps, counting those it skips and rejects: it
+        narrows what both layers and the client's re-check delivered (docs/custom-filters.md)."""
+        keep, skipped = custom.apply(msgs)
+        stats.filter_skipped += int(skipped.sum())
+        stats.filter_rejected += int((~keep & ~skipped).sum())
+        return [msg for msg, ok in zip(msgs, keep.tolist()) if ok]
 
     @staticmethod
     def _client_checked(layers: Layers, msgs: Iterable[Message], stats: ConsumeStats) -> Iterator[Message]:
@@ -1025,21 +1030,11 @@ class Store:
         layers = Layers(flt)
         lo, hi = bounds
         offs = self._batch_units(cqueue, layers, stats, cut, bounds)["commit_log_offset"]
-        msgs = []
-        for off in offs.tolist():
-            for msg in expand_batch(log.read_message(off, verify_crc=verify_crc)):
-                if not lo <= msg.queue_offset < hi:
-                    continue  # a message of the batch outside the read's range
-                if layers.filter.is_matched_by_client(msg.tags):
-                    msgs.append(msg)
-                else:
-                    stats.client_filtered += 1
+        unwrapped = (msg for off in offs.tolist() for msg in expand_batch(log.read_message(off, verify_crc=verify_crc))
+                     if lo <= msg.queue_offset < hi)  # a batch's messages outside the read's range left out
+        msgs = list(self._client_checked(layers, unwrapped, stats))
         if custom is not None and msgs:
-            # the custom filter narrows what both layers delivered (docs/custom-filters.md)
-            keep, skipped = custom.apply(msgs)
-            stats.filter_skipped += int(skipped.sum())
-            stats.filter_rejected += int((~keep & ~skipped).sum())
-            msgs = [m for m, ok in zip(msgs, keep.tolist()) if ok]
+            msgs = self._custom_kept(custom, msgs, stats)
         yield _objects.Delivered(msgs, stats)
         if progress is not None:
             progress(stats.units_scanned, total)
@@ -1062,7 +1057,7 @@ class Store:
         stats.commit_log_missing += int((~present).sum())
         units = units[present]
         if layers.has_layer2 and len(units):
-            units = units[layers.layer2_records(log, units["commit_log_offset"].astype(np.int64))]
+            units = units[layers.layer2_records(log, offs[present])]
         stats.passed_commit_log += len(units)
         return units
 

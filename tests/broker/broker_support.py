@@ -167,6 +167,25 @@ def scenario(name: str) -> Run:
     return _CACHE[name]
 
 
+def scenario_fixtures(name: str):
+    """A test module's ``run`` and ``store`` fixtures (module scope): the scenario's run, and a
+    :class:`cq.Store` on its first broker's copied store, closed after the module's tests."""
+
+    @pytest.fixture(scope="module")
+    def run():
+        return scenario(name)
+
+    @pytest.fixture(scope="module")
+    def store(run):
+        import cq
+
+        s = cq.Store(str(run.store_path()))
+        yield s
+        s.close()
+
+    return run, store
+
+
 # -- checks shared by the scenarios' tests ------------------------------------------------------
 
 def delivered(store, group: dict, **kw) -> dict:

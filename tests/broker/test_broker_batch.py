@@ -8,8 +8,6 @@ as the broker and its clients did (docs/formats.md#batch-consume-queue, docs/for
 """
 from __future__ import annotations
 
-from contextlib import closing
-
 import pytest
 from broker_support import (
     assert_backlog_is_what_the_drain_received,
@@ -17,7 +15,7 @@ from broker_support import (
     assert_inspect_offsets_are_the_brokers,
     assert_same_units,
     harness,
-    scenario,
+    scenario_fixtures,
 )
 
 import cq
@@ -30,15 +28,7 @@ BATCH_GROUPS = list(harness.BATCH_GROUPS)
 LMQ_GROUPS = list(harness.LMQ_GROUPS.values())
 
 
-@pytest.fixture(scope="module")
-def run():
-    return scenario("batch")
-
-
-@pytest.fixture(scope="module")
-def store(run):
-    with closing(cq.Store(str(run.store_path()))) as s:
-        yield s
+run, store = scenario_fixtures("batch")
 
 
 def lmq_offset(msg: cq.Message, queue: str) -> int:

@@ -20,7 +20,7 @@ from broker_support import (
     assert_same_units,
     delivered,
     harness,
-    scenario,
+    scenario_fixtures,
 )
 
 import cq
@@ -34,16 +34,7 @@ SQL_GROUPS = [*harness.FILTER_SQL_GROUPS, harness.LATE_SQL_GROUP[0]]
 PURE_PYTHON = bool(os.environ.get("RMQFILTER_PUREPYTHON"))
 
 
-@pytest.fixture(scope="module")
-def run():
-    return scenario("filters")
-
-
-@pytest.fixture(scope="module")
-def store(run):
-    s = cq.Store(str(run.store_path()))
-    yield s
-    s.close()
+run, store = scenario_fixtures("filters")
 
 
 def spread(items: list, n: int) -> list:

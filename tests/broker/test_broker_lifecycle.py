@@ -10,7 +10,7 @@ from __future__ import annotations
 import json
 
 import pytest
-from broker_support import scenario
+from broker_support import scenario_fixtures
 
 import cq
 from cq.analyses.paths import why_every_copy
@@ -20,16 +20,7 @@ from pyspark_udfs import cli
 pytestmark = pytest.mark.broker
 
 
-@pytest.fixture(scope="module")
-def run():
-    return scenario("lifecycle")
-
-
-@pytest.fixture(scope="module")
-def store(run):
-    s = cq.Store(run.store_path())
-    yield s
-    s.close()
+run, store = scenario_fixtures("lifecycle")
 
 
 def expected_state(run, sent: dict, group: str) -> str:

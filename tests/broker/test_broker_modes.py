@@ -16,7 +16,7 @@ from broker_support import (
     assert_data_source_is_what_the_consumers_received,
     assert_inspect_offsets_are_the_brokers,
     harness,
-    scenario,
+    scenario_fixtures,
 )
 
 import cq
@@ -26,16 +26,7 @@ pytestmark = pytest.mark.broker
 GROUPS = list(harness.MODES_GROUPS)
 
 
-@pytest.fixture(scope="module")
-def run():
-    return scenario("modes")
-
-
-@pytest.fixture(scope="module")
-def store(run):
-    s = cq.Store(str(run.store_path()))
-    yield s
-    s.close()
+run, store = scenario_fixtures("modes")
 
 
 def test_the_broker_wrote_a_dledger_log(run, store):

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import os
 import tempfile
-from contextlib import closing
 
 import pytest
 from broker_support import (
@@ -20,7 +19,7 @@ from broker_support import (
     assert_data_source_is_what_the_consumers_received,
     assert_inspect_offsets_are_the_brokers,
     harness,
-    scenario,
+    scenario_fixtures,
 )
 from helpers import tree_snapshot
 
@@ -33,15 +32,7 @@ pytestmark = pytest.mark.broker
 GROUPS = list(harness.MODES_GROUPS)
 
 
-@pytest.fixture(scope="module")
-def run():
-    return scenario("rocksdb")
-
-
-@pytest.fixture(scope="module")
-def store(run):
-    with closing(cq.Store(str(run.store_path()))) as s:
-        yield s
+run, store = scenario_fixtures("rocksdb")
 
 
 def test_the_broker_kept_its_queues_and_metadata_in_rocksdb(run, store):
