@@ -149,27 +149,34 @@ class ReviveLog:
                     yield self._pop(ck, offset)
 
 
+def _bad(m: Message, what: str, problem: str) -> StoreFormatError:
+    """The error for record ``m``'s POP ``what`` body: ``problem`` with the record's file and offset."""
+    return StoreFormatError(f"the POP {what} body of the {m.topic} record at CommitLog offset {m.commit_log_offset} "
+                            f"{problem}", m._path, m._file_offset)
+
+
 def _field(doc: dict, name: str, kind, m: Message, what: str):
     value = doc.get(name, doc.get(fmt.ACK_LONG_NAMES.get(name, name)))
     if kind is int and isinstance(value, int) and not isinstance(value, bool):
         return value
     if kind is str and isinstance(value, str):
         return value
-    raise StoreFormatError(f"the POP {what} body of the {m.topic} record at CommitLog offset {m.commit_log_offset} "
-                           f"has {name!r} = {value!r}, not {'an integer' if kind is int else 'a string'}",
-                           m._path, m._file_offset)
+    raise _bad(m, what, f"has {name!r} = {value!r}, not {'an integer' if kind is int else 'a string'}")
+
+
+def _int_list(value, name: str, m: Message, what: str) -> list[int]:
+    if not isinstance(value, list) or not all(isinstance(v, int) and not isinstance(v, bool) for v in value):
+        raise _bad(m, what, f"has {name!r} = {value!r}, not a list of integers")
+    return value
 
 
 def _body(m: Message, what: str) -> dict:
     try:
         doc = json.loads(m.body.decode("utf-8"))
     except (UnicodeDecodeError, ValueError) as exc:
-        raise StoreFormatError(f"the POP {what} body of the {m.topic} record at CommitLog offset "
-                               f"{m.commit_log_offset} is not JSON ({exc})", m._path, m._file_offset) from None
+        raise _bad(m, what, f"is not JSON ({exc})") from None
     if not isinstance(doc, dict):
-        raise StoreFormatError(f"the POP {what} body of the {m.topic} record at CommitLog offset "
-                               f"{m.commit_log_offset} is {type(doc).__name__} JSON, not an object",
-                               m._path, m._file_offset)
+        raise _bad(m, what, f"is {type(doc).__name__} JSON, not an object")
     return doc
 
 
@@ -185,10 +192,7 @@ def _checkpoint(m: Message, revive_topic: str, revive_queue_id: int, revive_offs
     diffs = doc.get(fmt.CK_OFFSET_DIFFS)
     if diffs is None:   # a checkpoint of one message written before the deltas existed
         diffs = [0] * max(0, doc.get(fmt.CK_NUM, 0) if isinstance(doc.get(fmt.CK_NUM), int) else 0)
-    if not isinstance(diffs, list) or not all(isinstance(d, int) and not isinstance(d, bool) for d in diffs):
-        raise StoreFormatError(f"the POP checkpoint body of the {m.topic} record at CommitLog offset "
-                               f"{m.commit_log_offset} has {fmt.CK_OFFSET_DIFFS!r} = {diffs!r}, not a list of "
-                               "integers", m._path, m._file_offset)
+    diffs = _int_list(diffs, fmt.CK_OFFSET_DIFFS, m, "checkpoint")
     bitmap = doc.get(fmt.CK_BITMAP, 0)
     broker = doc.get(fmt.CK_BROKER_NAME)
     return CheckPoint(topic, group, queue_id, start, pop_time, _field(doc, fmt.CK_INVISIBLE_TIME, int, m, "checkpoint"),
@@ -204,11 +208,7 @@ def _acked_offsets(m: Message, tag: str) -> tuple[CkKey, list[int]]:
     if tag == fmt.POP_ACK_TAG:
         return key, [_field(doc, fmt.ACK_OFFSET, int, m, what)]
     offsets = doc.get(fmt.BATCH_ACK_OFFSETS, doc.get(fmt.ACK_LONG_NAMES[fmt.BATCH_ACK_OFFSETS]))
-    if not isinstance(offsets, list) or not all(isinstance(o, int) and not isinstance(o, bool) for o in offsets):
-        raise StoreFormatError(f"the POP batch ack body of the {m.topic} record at CommitLog offset "
-                               f"{m.commit_log_offset} has {fmt.BATCH_ACK_OFFSETS!r} = {offsets!r}, not a list of "
-                               "integers", m._path, m._file_offset)
-    return key, offsets
+    return key, _int_list(offsets, fmt.BATCH_ACK_OFFSETS, m, what)
 
 
 def read_revive_log(store: Store) -> ReviveLog:
