@@ -847,7 +847,7 @@ def _life_received(h: Harness) -> list[dict]:
         return [json.loads(line) for line in f if line.strip()]
 
 
-def _life_wait(h: Harness, what: str, done, timeout_s: float = 90) -> None:
+def _life_wait(h: Harness, what: str, done, timeout_s: float = 240) -> None:
     deadline = time.time() + timeout_s
     while not done(_life_received(h)):
         if time.time() > deadline:
@@ -871,7 +871,7 @@ def _life_pop(h: Harness, **args) -> int:
                     max_nums=8, phase="live", out=h.received_path, **args)["popped"]
 
 
-def _life_wait_revived(h: Harness, n: int, timeout_s: float = 90) -> None:
+def _life_wait_revived(h: Harness, n: int, timeout_s: float = 240) -> None:
     """Until the broker's revive service has put ``n`` copies into the POP group's retry topic."""
     broker = h.brokers["broker-a"]
     deadline = time.time() + timeout_s

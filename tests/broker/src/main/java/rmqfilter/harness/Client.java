@@ -17,6 +17,7 @@ import java.util.HashMap;
 import java.util.LinkedHashMap;
 import java.util.List;
 import java.util.Map;
+import java.util.concurrent.Callable;
 import java.util.concurrent.CompletableFuture;
 import java.util.concurrent.ConcurrentHashMap;
 import java.util.concurrent.TimeUnit;
@@ -56,6 +57,7 @@ import org.apache.rocketmq.common.message.MessageClientIDSetter;
 import org.apache.rocketmq.common.message.MessageConst;
 import org.apache.rocketmq.common.message.MessageExt;
 import org.apache.rocketmq.common.message.MessageQueue;
+import org.apache.rocketmq.remoting.exception.RemotingException;
 import org.apache.rocketmq.remoting.protocol.admin.ConsumeStats;
 import org.apache.rocketmq.remoting.protocol.admin.OffsetWrapper;
 import org.apache.rocketmq.remoting.protocol.admin.TopicOffset;
@@ -73,6 +75,11 @@ import org.apache.rocketmq.tools.admin.DefaultMQAdminExt;
  * and received is appended to the JSON-lines files the commands name.
  */
 public final class Client {
+    /**
+     * Every request's timeout: CI's two cores run the suite's two passes, Spark and several
+     * scenarios' brokers at once, and a NameServer or broker there can take seconds to answer.
+     */
+    private static final int TIMEOUT_MS = 30000;
     private final PrintStream out;
     private String namesrv;
     private DefaultMQProducer producer;
@@ -126,7 +133,7 @@ public final class Client {
         switch (cmd.getString("cmd")) {
             case "init" -> {
                 namesrv = cmd.getString("namesrv");
-                admin = new DefaultMQAdminExt();
+                admin = new DefaultMQAdminExt(TIMEOUT_MS);
                 admin.setNamesrvAddr(namesrv);
                 admin.setInstanceName("harness-admin");
                 admin.start();
@@ -134,7 +141,7 @@ public final class Client {
                 producer.setNamesrvAddr(namesrv);
                 producer.setInstanceName("harness-producer");
                 producer.setPollNameServerInterval(1000);
-                producer.setSendMsgTimeout(5000);
+                producer.setSendMsgTimeout(TIMEOUT_MS);
                 producer.start();
             }
             case "wait_brokers" -> waitBrokers(cmd.getJSONArray("names"));
@@ -167,7 +174,10 @@ public final class Client {
                 config.setGroupName(cmd.getString("group"));
                 config.setConsumeEnable(false);
                 for (Object addr : cmd.getJSONArray("brokers")) {
-                    admin.createAndUpdateSubscriptionGroupConfig((String) addr, config);
+                    patiently(() -> {
+                        admin.createAndUpdateSubscriptionGroupConfig((String) addr, config);
+                        return null;
+                    });
                 }
             }
             case "send_loop_start" -> startLoop(cmd);
@@ -202,7 +212,7 @@ public final class Client {
             case "pop" -> answer.put("popped", pop(cmd));
             case "max_offset" -> answer.put("max_offset", producer.getDefaultMQProducerImpl().getMqClientFactory()
                 .getMQClientAPIImpl().getMaxOffset(cmd.getString("addr"), new MessageQueue(cmd.getString("topic"),
-                    cmd.getString("broker"), cmd.getIntValue("queue_id")), 5000));
+                    cmd.getString("broker"), cmd.getIntValue("queue_id")), TIMEOUT_MS));
             case "quit" -> shutdown();
             default -> throw new IllegalArgumentException("unknown command " + cmd.getString("cmd"));
         }
@@ -211,8 +221,9 @@ public final class Client {
 
     /** Until the NameServer lists every named broker (a topic created before that has no route). */
     private void waitBrokers(JSONArray names) throws Exception {
-        long deadline = System.currentTimeMillis() + 60000;
-        while (!admin.examineBrokerClusterInfo().getBrokerAddrTable().keySet().containsAll(names.toJavaList(String.class))) {
+        long deadline = System.currentTimeMillis() + 4 * TIMEOUT_MS;
+        while (!patiently(admin::examineBrokerClusterInfo).getBrokerAddrTable().keySet()
+                .containsAll(names.toJavaList(String.class))) {
             if (System.currentTimeMillis() > deadline) {
                 throw new IllegalStateException("brokers " + names + " never registered with the NameServer");
             }
@@ -224,7 +235,7 @@ public final class Client {
     private void createTopic(JSONObject cmd) throws Exception {
         String topic = cmd.getString("topic");
         int queues = cmd.getIntValue("queues");
-        long deadline = System.currentTimeMillis() + 60000;
+        long deadline = System.currentTimeMillis() + 4 * TIMEOUT_MS;
         while (true) {
             for (Object addr : cmd.getJSONArray("brokers")) {
                 TopicConfig config = new TopicConfig(topic, queues, queues);
@@ -234,7 +245,10 @@ public final class Client {
                     attributes.forEach((k, v) -> attrs.put(k, String.valueOf(v)));
                     config.setAttributes(attrs);
                 }
-                admin.createAndUpdateTopicConfig((String) addr, config);
+                patiently(() -> {
+                    admin.createAndUpdateTopicConfig((String) addr, config);
+                    return null;
+                });
             }
             for (int i = 0; i < 15; i++) {
                 try {
@@ -247,6 +261,25 @@ public final class Client {
                     }
                 }
                 Thread.sleep(200);
+            }
+        }
+    }
+
+    /**
+     * An idempotent request again, for up to four timeouts, when it fails in the transport (a
+     * NameServer or broker too loaded to answer in time, or not listening yet); any other error
+     * is the request's answer.
+     */
+    private static <T> T patiently(Callable<T> request) throws Exception {
+        long deadline = System.currentTimeMillis() + 4 * TIMEOUT_MS;
+        while (true) {
+            try {
+                return request.call();
+            } catch (RemotingException e) {
+                if (System.currentTimeMillis() > deadline) {
+                    throw e;
+                }
+                Thread.sleep(500);
             }
         }
     }
@@ -331,7 +364,7 @@ public final class Client {
             txProducer.setNamesrvAddr(namesrv);
             txProducer.setInstanceName("harness-tx-producer");
             txProducer.setPollNameServerInterval(1000);
-            txProducer.setSendMsgTimeout(5000);
+            txProducer.setSendMsgTimeout(TIMEOUT_MS);
             txProducer.setTransactionListener(new TransactionListener() {
                 @Override
                 public LocalTransactionState executeLocalTransaction(Message msg, Object arg) {
@@ -535,7 +568,7 @@ public final class Client {
         boolean untilEmpty = cmd.getBooleanValue("until_empty");
         Writer w = file(cmd.getString("out"));
         MQClientAPIImpl api = producer.getDefaultMQProducerImpl().getMqClientFactory().getMQClientAPIImpl();
-        long deadline = System.currentTimeMillis() + 60000;
+        long deadline = System.currentTimeMillis() + 4 * TIMEOUT_MS;
         int popped = 0;
         int pops = 0;
         while (System.currentTimeMillis() < deadline && (untilEmpty || popped < untilCount)) {
@@ -552,7 +585,7 @@ public final class Client {
             h.setExpType(ExpressionType.TAG);
             h.setExp("*");
             CompletableFuture<PopResult> f = new CompletableFuture<>();
-            api.popMessageAsync(brokerName, addr, h, 10000, new PopCallback() {
+            api.popMessageAsync(brokerName, addr, h, TIMEOUT_MS, new PopCallback() {
                 @Override
                 public void onSuccess(PopResult r) {
                     f.complete(r);
@@ -594,7 +627,7 @@ public final class Client {
                     a.setOffset(ExtraInfoUtil.getQueueOffset(info));
                     a.setExtraInfo(extraInfo);
                     CompletableFuture<AckResult> done = new CompletableFuture<>();
-                    api.ackMessageAsync(addr, 10000, ackCallback(done), a);
+                    api.ackMessageAsync(addr, TIMEOUT_MS, ackCallback(done), a);
                     checkAck(done, line);
                 }
                 line.put("ack", ack ? (pops % 2 == 1 ? "batch" : "single") : null);
@@ -602,7 +635,7 @@ public final class Client {
             }
             if (!batch.isEmpty()) {
                 CompletableFuture<AckResult> done = new CompletableFuture<>();
-                api.batchAckMessageAsync(addr, 10000, ackCallback(done), topic, group, batch);
+                api.batchAckMessageAsync(addr, TIMEOUT_MS, ackCallback(done), topic, group, batch);
                 checkAck(done, batch);
             }
             pops++;
@@ -692,8 +725,8 @@ public final class Client {
         ConsumeStats stats;
         try {
             stats = admin.examineConsumeStats(group);
-        } catch (MQClientException e) {
-            return false;       // a restarted broker has not registered the group's retry topic yet
+        } catch (MQClientException | RemotingException e) {
+            return false;       // a restarted broker has not registered the group's retry topic yet, or is slow
         }
         for (MessageQueue mq : mqs) {
             ProcessQueue pq = assigned.get(mq);
@@ -715,7 +748,7 @@ public final class Client {
         List<Map<String, Object>> rows = new ArrayList<>();
         ConsumeStats stats;
         try {
-            stats = admin.examineConsumeStats(group);
+            stats = patiently(() -> admin.examineConsumeStats(group));
         } catch (MQClientException e) {
             if (e.getResponseCode() == ResponseCode.CONSUMER_NOT_ONLINE) {
                 return rows;        // the group has committed nothing yet: no progress to report
@@ -736,7 +769,7 @@ public final class Client {
 
     private List<Map<String, Object>> topicStats(String topic) throws Exception {
         List<Map<String, Object>> rows = new ArrayList<>();
-        for (Map.Entry<MessageQueue, TopicOffset> e : admin.examineTopicStats(topic).getOffsetTable().entrySet()) {
+        for (Map.Entry<MessageQueue, TopicOffset> e : patiently(() -> admin.examineTopicStats(topic)).getOffsetTable().entrySet()) {
             Map<String, Object> row = new LinkedHashMap<>();
             row.put("broker", e.getKey().getBrokerName());
             row.put("queue_id", e.getKey().getQueueId());
@@ -785,6 +818,7 @@ public final class Client {
             c = new DefaultMQPullConsumer(group);
             c.setNamesrvAddr(namesrv);
             c.setInstanceName("harness-pull-" + group);
+            c.setConsumerPullTimeoutMillis(TIMEOUT_MS);
             c.start();
             // an LMQ has no route of its own: the parent topic's fills the client's broker table
             c.getDefaultMQPullConsumerImpl().getRebalanceImpl().getmQClientFactory()
