@@ -39,6 +39,9 @@ _I32 = struct.Struct(">i")
 _NAMED_FILE = re.compile(r"/([0-9A-Za-z_.-]+\.(?:sst|log|ldb)|MANIFEST-\d+|CURRENT|OPTIONS-\d+)\b")
 _NAMED_OFFSET = re.compile(r"\boffset (\d+)")
 _I64 = struct.Struct(">q")
+#: Files of a database directory never linked: the lock, and the settings file the binding writes
+#: where it opens a database (one another program left there would be written through its link).
+_NOT_LINKED = frozenset({"LOCK", "rocksdict-config.json"})
 
 
 def require_binding(layout: str, path: str):
@@ -69,7 +72,7 @@ class _ReadOnlyDatabase:
             self._links = tempfile.mkdtemp(prefix=f"{LINKS_PREFIX}{os.getpid()}-")
             try:
                 for name in os.listdir(path):
-                    if name != "LOCK" and os.path.isfile(os.path.join(path, name)):
+                    if name not in _NOT_LINKED and os.path.isfile(os.path.join(path, name)):
                         os.symlink(os.path.abspath(os.path.join(path, name)), os.path.join(self._links, name))
                 families = rocksdict.Rdict.list_cf(self._links)
                 self.db = rocksdict.Rdict(
