@@ -67,6 +67,20 @@ def v2_store(v2_run):
     s.close()
 
 
+#: Every group of both brokers: "v1" for broker-a's, "v2" for broker-v2's.
+CASES = [("v1", g) for g in GROUPS] + [("v2", g) for g in V2_GROUPS]
+
+
+@pytest.fixture(scope="module")
+def brokers(run, store, v2_run, v2_store):
+    """"v1" or "v2" -> that broker's run view (:meth:`Run.store_path`, ``topics``) and store."""
+    return {"v1": (run, store), "v2": (v2_run, v2_store)}
+
+
+def _topic(run: Run) -> str:
+    return run.broker["topics"][0]["topic"]
+
+
 def test_the_broker_kept_its_queues_and_metadata_in_rocksdb(run, store):
     assert run.broker["rocketmq_version"] == harness.rocketmq_version()
     layout = store.layout
@@ -78,9 +92,9 @@ def test_the_broker_kept_its_queues_and_metadata_in_rocksdb(run, store):
 
 
 @pytest.mark.parametrize("which", ["v1", "v2"])
-def test_every_message_is_where_the_send_result_put_it(run, store, v2_store, which):
-    topic, store = (harness.MODES_TOPIC, store) if which == "v1" else (V2_TOPIC, v2_store)
-    sent = [s for s in run.sent if s["topic"] == topic]
+def test_every_message_is_where_the_send_result_put_it(brokers, which):
+    run, store = brokers[which]
+    sent = [s for s in run.sent if s["topic"] == _topic(run)]
     assert sent and all(s["outcome"] == "sent" for s in sent)
     for s in sent:
         unit = store.consume_queue(s["topic"], s["queue_id"]).unit(s["queue_offset"])
@@ -89,14 +103,17 @@ def test_every_message_is_where_the_send_result_put_it(run, store, v2_store, whi
             s["uniq_key"], s["queue_offset"], s["msg_id"]), s
 
 
-@pytest.mark.parametrize("group", GROUPS)
-def test_consume_is_what_the_consumers_received(run, store, group):
+@pytest.mark.parametrize(("which", "group"), CASES)
+def test_consume_is_what_the_consumers_received(brokers, which, group):
+    run, store = brokers[which]
     assert_consume_is_what_the_consumers_received(store, run, group)
 
 
-@pytest.mark.parametrize("group", GROUPS)
-def test_backlog_is_what_the_drain_received(run, store, group):
-    """The committed offsets come from the RocksDB table (the JSON file beside it is stale)."""
+@pytest.mark.parametrize(("which", "group"), CASES)
+def test_backlog_is_what_the_drain_received(brokers, which, group):
+    """The committed offsets come from the RocksDB table (v1's, beside a stale JSON file; v2's
+    config/rdb): equal to the broker's admin progress."""
+    run, store = brokers[which]
     g = run.group(group)
     assert_backlog_is_what_the_drain_received(cq.backlog(store, g["topic"], group, **run.subscription(g)), run, group)
 
@@ -105,10 +122,10 @@ def test_inspect_prints_the_mode_and_the_brokers_offsets(run, capsys):
     assert "consume queues RocksDB; metadata RocksDB" in assert_inspect_offsets_are_the_brokers(run, capsys)
 
 
-@pytest.mark.parametrize("which", ["v1", "v2"])
-def test_reading_the_store_changes_none_of_its_files(run, v2_run, which):
-    root, topic, group = (run.store_path(), harness.MODES_TOPIC, "GID_MODES_TAG") if which == "v1" else (
-        v2_run.store_path(), V2_TOPIC, "GID_MODES_TAG_V2")
+@pytest.mark.parametrize(("which", "group"), [("v1", "GID_MODES_TAG"), ("v2", "GID_MODES_TAG_V2")])
+def test_reading_the_store_changes_none_of_its_files(brokers, which, group):
+    run = brokers[which][0]
+    root, topic = run.store_path(), _topic(run)
     before = tree_snapshot(root)
     mine = f"{rocksdb.LINKS_PREFIX}{os.getpid()}-"
     links = {n for n in os.listdir(tempfile.gettempdir()) if n.startswith(mine)}
@@ -121,9 +138,9 @@ def test_reading_the_store_changes_none_of_its_files(run, v2_run, which):
 
 
 @pytest.mark.spark
-@pytest.mark.parametrize("group", GROUPS)
-def test_data_source_with_group_gives_the_same_rows(spark, run, group):
-    assert_data_source_is_what_the_consumers_received(spark, run, group)
+@pytest.mark.parametrize(("which", "group"), CASES)
+def test_data_source_with_group_gives_the_same_rows(spark, brokers, which, group):
+    assert_data_source_is_what_the_consumers_received(spark, brokers[which][0], group)
 
 
 # -- the v2 broker: config/rdb -------------------------------------------------------------------
@@ -138,19 +155,6 @@ def test_the_v2_broker_kept_its_metadata_in_config_rdb(v2_run, v2_store):
     assert not {"consumerOffset.json", "topics.json", "subscriptionGroup.json"} & set(os.listdir(config))
     phases = {(r["group"], r["phase"]) for r in v2_run.received}
     assert all((g, p) in phases for g in V2_GROUPS for p in ("live", "drain"))
-
-
-@pytest.mark.parametrize("group", V2_GROUPS)
-def test_v2_consume_is_what_the_consumers_received(v2_run, v2_store, group):
-    assert_consume_is_what_the_consumers_received(v2_store, v2_run, group)
-
-
-@pytest.mark.parametrize("group", V2_GROUPS)
-def test_v2_backlog_is_what_the_drain_received(v2_run, v2_store, group):
-    """The committed offsets come from config/rdb: equal to the broker's admin progress."""
-    g = v2_run.group(group)
-    assert_backlog_is_what_the_drain_received(cq.backlog(v2_store, V2_TOPIC, group, **v2_run.subscription(g)),
-                                              v2_run, group)
 
 
 def test_v2_inspect_names_config_rdb_and_prints_the_brokers_offsets(v2_run, capsys):
@@ -191,8 +195,9 @@ def test_v2_pull_offsets_lie_between_the_committed_offset_and_the_end(v2_run, v2
         assert sorted(pulled[V2_TOPIC, group]) == sorted(p["queue_id"] for p in progress)
         for p in progress:
             assert p["consumer_offset"] <= pulled[V2_TOPIC, group][p["queue_id"]] <= p["broker_offset"], (group, p)
-    with pytest.raises(cq.UnsupportedLayoutError, match="configManagerVersion=v2"):
-        cq.Store(str(v2_run.store_path("broker-a"))).pull_offset_table()
+    with closing(cq.Store(str(v2_run.store_path("broker-a")))) as v1_store, pytest.raises(
+            cq.UnsupportedLayoutError, match="configManagerVersion=v2"):
+        v1_store.pull_offset_table()
 
 
 def test_v2_json_files_beside_config_rdb_are_never_read(v2_run, tmp_path):
@@ -205,20 +210,18 @@ def test_v2_json_files_beside_config_rdb_are_never_read(v2_run, tmp_path):
         {"offsetTable": {f"{V2_TOPIC}@{g}": {0: 0, 1: 0, 2: 0} for g in V2_GROUPS}}))
     (config / "topics.json").write_text(json.dumps(
         {"topicConfigTable": {V2_TOPIC: {"topicName": V2_TOPIC, "readQueueNums": 1, "writeQueueNums": 1}}}))
-    (config / "subscriptionGroup.json").write_text(json.dumps(
-        {"subscriptionGroupTable": {g: {"groupName": g, "consumeEnable": False} for g in V2_GROUPS}}))
+    off = v2_run.broker["rocksdb_v2"]["off_group"]
+    (config / "subscriptionGroup.json").write_text(json.dumps({"subscriptionGroupTable": {
+        g: {"groupName": g, "consumeEnable": g == off} for g in [*V2_GROUPS, off]}}))
     with closing(cq.Store(str(root))) as s:
         assert s.layout.metadata == "json+rocksdb"
         assert s.topic_configs()[V2_TOPIC]["readQueueNums"] == 3
-        assert all(s.subscription_groups()[g]["consumeEnable"] for g in V2_GROUPS)
+        assert {g: c["consumeEnable"] for g, c in s.subscription_groups().items()} == {off: False}
+        sent = next(m for m in v2_run.sent if m["topic"] == V2_TOPIC)
+        assert [p.state for p in why_every_copy(s, V2_TOPIC, "GID_MODES_STAR_V2", tags="*",
+                                                msg_id=sent["uniq_key"])] == ["consumed"]
         for group in V2_GROUPS:
             g = v2_run.group(group)
             assert s.committed_offsets(group, V2_TOPIC) == {p["queue_id"]: p["consumer_offset"] for p in g["progress"]}
         with pytest.raises(cq.UnsupportedLayoutError, match=r"v2 \(config/rdb\)"):
             s.config_path("consumerOffset.json")
-
-
-@pytest.mark.spark
-@pytest.mark.parametrize("group", V2_GROUPS)
-def test_v2_data_source_with_group_gives_the_same_rows(spark, v2_run, group):
-    assert_data_source_is_what_the_consumers_received(spark, v2_run, group)
