@@ -17,17 +17,17 @@ import re
 import shutil
 import struct
 import tempfile
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 
 import numpy as np
 
 from .. import format as fmt
 from ..errors import StoreFormatError, UnsupportedLayoutError
-from .config import parse_fastjson
+from .config import CONFIG_DIR, parse_fastjson
 from .consumequeue import ConsumeQueue
 from .entry import ReaderEntry
 
-__all__ = ["EXTRA", "RocksDBConsumeQueue", "RocksDBQueueTable", "is_v2", "metadata_table", "offset_table",
+__all__ = ["EXTRA", "RocksDBConsumeQueue", "RocksDBMetadataV2", "RocksDBQueueTable", "is_v2", "metadata_table", "offset_table",
            "pull_offset_table", "read_metadata_table", "require_binding"]
 
 #: What to install for these readers.
@@ -462,16 +462,42 @@ def _open_last_queue(root: str) -> RocksDBConsumeQueue:
         return RocksDBConsumeQueue(directory, topic, queue_id, table)
 
 
-def _database_files(root: str) -> list[str]:
-    """The files of ``root``'s consume queue database that hold bytes (an empty lock file or
-    write-ahead log holds nothing to read)."""
-    directory = os.path.join(root, fmt.CONSUME_QUEUE_DIR)
-    return [os.path.join(directory, n) for n in sorted(os.listdir(directory))
-            if os.path.isfile(os.path.join(directory, n)) and os.path.getsize(os.path.join(directory, n))]
+def _database_files(*parts: str) -> Callable[[str], list[str]]:
+    """``files(root)``: the files of the database in ``root/{parts}`` that hold bytes (an empty
+    lock file or write-ahead log holds nothing to read)."""
+    def files(root: str) -> list[str]:
+        directory = os.path.join(root, *parts)
+        return [os.path.join(directory, n) for n in sorted(os.listdir(directory))
+                if os.path.isfile(os.path.join(directory, n)) and os.path.getsize(os.path.join(directory, n))]
+    return files
 
 
-# This reader's registry entry (docs/contributing.md#add-a-reader), over the real broker's RocksDB store.
+class RocksDBMetadataV2:
+    """Config v2's ``config/rdb`` (docs/formats.md#rocksdb-metadata-v2): each table read from one
+    open of the database when asked, as :func:`offset_table`, :func:`pull_offset_table` and
+    :func:`metadata_table` read it. Holds the path alone (nothing stays open between reads)."""
+
+    def __init__(self, directory: str | os.PathLike) -> None:
+        self.directory = os.fspath(directory)
+
+    def __repr__(self) -> str:
+        return f"RocksDBMetadataV2({self.directory!r})"
+
+    def tables(self) -> dict[str, dict]:
+        """Every table: ``consumerOffsets`` and ``pullOffsets`` ((topic, group) -> {queue id:
+        offset}), ``topics`` and ``subscriptionGroups`` (name -> settings)."""
+        return {"consumerOffsets": offset_table(self.directory), "pullOffsets": pull_offset_table(self.directory),
+                "topics": metadata_table(self.directory, "topics"),
+                "subscriptionGroups": metadata_table(self.directory, "subscriptionGroups")}
+
+    def close(self) -> None:
+        """Nothing to release: each read opens and closes the database."""
+
+
+# This module's registry entries (docs/contributing.md#add-a-reader), over what real brokers wrote.
 READERS = (
-    ReaderEntry("RocksDBConsumeQueue", _open_last_queue, _database_files, lambda queue: queue.read().tolist(),
-                store="rocksdb_store"),
+    ReaderEntry("RocksDBConsumeQueue", _open_last_queue, _database_files(fmt.CONSUME_QUEUE_DIR),
+                lambda queue: queue.read().tolist(), store="rocksdb_store"),
+    ReaderEntry("RocksDBMetadataV2", lambda root: RocksDBMetadataV2(os.path.join(root, CONFIG_DIR, fmt.ROCKSDB_V2_DIR)),
+                _database_files(CONFIG_DIR, fmt.ROCKSDB_V2_DIR), RocksDBMetadataV2.tables, store="rdb_v2_store"),
 )

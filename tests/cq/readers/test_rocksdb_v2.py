@@ -1,10 +1,11 @@
 """Metadata a broker keeps in RocksDB with ``configManagerVersion=v2``: every table in ``config/rdb``.
 
-``tests/data/rdb_v2_store`` holds the ``config/`` directory RocketMQ's own broker (the version in
+``tests/data/rdb_v2_store`` is the store RocketMQ's own broker (the version in
 ``tests/data/rdb_v2_store.json``) wrote in the harness's ``rocksdb`` scenario, as its second broker
-``broker-v2`` (tests/data/RDB_V2_STORE.md). The offsets, topics, groups and pull offsets rmqfilter
-reads from it must be what that broker reported; a key or value that does not parse is an error
-naming the table file and the key; reading changes no file (docs/formats.md#rocksdb-metadata-v2).
+``broker-v2`` (tests/data/RDB_V2_STORE.md). The offsets, topics, groups, pull offsets and backlogs
+rmqfilter reads from it must be what that broker reported; a key or value that does not parse is
+an error naming the table file and the key; reading changes no file
+(docs/formats.md#rocksdb-metadata-v2).
 """
 from __future__ import annotations
 
@@ -22,23 +23,22 @@ from cq import format as fmt
 from cq.readers import rocksdb
 from pyspark_udfs import cli
 
-CONFIG = DATA / "rdb_v2_store"
+STORE = DATA / "rdb_v2_store"
 FACTS = json.loads((DATA / "rdb_v2_store.json").read_text())
 TOPIC, OFF_GROUP = FACTS["topic"], FACTS["off_group"]
 GROUPS = {g["group"]: g["progress"] for g in FACTS["groups"]}
 
 
 def _root(tmp_path):
-    """A store root: the broker's config/ beside an empty commitlog/ (the data keeps the metadata alone)."""
+    """A writable copy of the store."""
     root = tmp_path / "store"
-    shutil.copytree(CONFIG, root)
-    (root / fmt.COMMIT_LOG_DIR).mkdir()
+    shutil.copytree(STORE, root)
     return root
 
 
 @pytest.fixture(scope="module")
-def store(tmp_path_factory):
-    with closing(cq.Store(_root(tmp_path_factory.mktemp("rdb")))) as s:
+def store():
+    with closing(cq.Store(STORE)) as s:
         yield s
 
 
@@ -57,6 +57,17 @@ def test_committed_offsets_are_the_brokers(store):
     for group, progress in GROUPS.items():
         assert store.committed_offsets(group, TOPIC) == {p["queue_id"]: p["consumer_offset"] for p in progress}
     assert {g for _, g in store.offset_table()} == set(GROUPS)
+
+
+@pytest.mark.parametrize("group", FACTS["groups"], ids=lambda g: g["group"])
+def test_backlog_is_the_brokers_progress_and_what_the_drain_received(store, group):
+    """Committed offsets from config/rdb, the queues' ends, and per queue what the group's
+    consumers received after the copy was taken."""
+    sub = {"sql": group["expression"]} if group["type"] == "SQL92" else {"tags": group["expression"]}
+    b = cq.backlog(store, TOPIC, group["group"], **sub)
+    assert [(q.queue_id, q.committed_offset, q.max_offset, q.will_receive) for q in b.queues] == [
+        (p["queue_id"], p["consumer_offset"], p["broker_offset"], group["drain_received"][str(p["queue_id"])])
+        for p in group["progress"]]
 
 
 def test_topics_and_groups_are_the_brokers(store):
@@ -84,11 +95,12 @@ def test_inspect_names_config_rdb_and_prints_the_offsets(tmp_path, capsys):
 
 
 def test_reading_changes_no_file():
-    before = tree_snapshot(CONFIG)
-    rdb = CONFIG / "config" / fmt.ROCKSDB_V2_DIR
+    before = tree_snapshot(STORE)
+    rdb = STORE / "config" / fmt.ROCKSDB_V2_DIR
     assert rocksdb.offset_table(rdb) and rocksdb.pull_offset_table(rdb)
     assert rocksdb.metadata_table(rdb, "topics") and rocksdb.metadata_table(rdb, "subscriptionGroups")
-    assert tree_snapshot(CONFIG) == before
+    assert cli.main(["backlog", str(STORE), "--topic", TOPIC, "--group", "GID_MODES_TAG_V2", "--tags", "TagA || TagB"]) == 0
+    assert tree_snapshot(STORE) == before
 
 
 def test_without_the_binding_the_error_names_the_extra(tmp_path, monkeypatch):
