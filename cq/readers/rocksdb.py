@@ -1,8 +1,9 @@
 """Consume queues and metadata a broker keeps in RocksDB (``storeType=defaultRocksDB``, 5.2+).
 
-docs/formats.md#rocksdb-consume-queue has the layout, as RocketMQ 5.3.3 writes it. The databases
-are opened read-only through ``rocksdict`` (the ``rmqfilter[rocksdb]`` extra), from links to
-their files (:class:`_ReadOnlyDatabase`: nothing is written to the store): RocksDB's read-only
+docs/formats.md#rocksdb-consume-queue has the layout, as RocketMQ 5.3.3 writes it, and
+docs/formats.md#rocksdb-metadata-v2 that of config v2's ``config/rdb`` (every metadata table in one
+database). The databases are opened read-only through ``rocksdict`` (the ``rmqfilter[rocksdb]``
+extra), from links to their files (:class:`_ReadOnlyDatabase`: nothing is written to the store): RocksDB's read-only
 mode takes no lock, so a running broker keeps its database, and it sees the database as of the open (the write-ahead log replayed into memory, nothing written back). One open is one
 consistent cut of every queue's units and ends; a queue reader reopens it to follow the broker.
 
@@ -27,8 +28,8 @@ from .config import CONFIG_DIR, parse_fastjson
 from .consumequeue import ConsumeQueue
 from .entry import ReaderEntry
 
-__all__ = ["EXTRA", "RocksDBConsumeQueue", "RocksDBMetadataV2", "RocksDBQueueTable", "is_v2", "metadata_table", "offset_table",
-           "pull_offset_table", "read_metadata_table", "require_binding"]
+__all__ = ["EXTRA", "RocksDBConsumeQueue", "RocksDBMetadataV2", "RocksDBQueueTable", "is_v2", "metadata_table",
+           "offset_table", "pull_offset_table", "read_metadata_table", "require_binding"]
 
 #: What to install for these readers.
 EXTRA = "rmqfilter[rocksdb]"
@@ -498,6 +499,7 @@ class RocksDBMetadataV2:
 READERS = (
     ReaderEntry("RocksDBConsumeQueue", _open_last_queue, _database_files(fmt.CONSUME_QUEUE_DIR),
                 lambda queue: queue.read().tolist(), store="rocksdb_store"),
-    ReaderEntry("RocksDBMetadataV2", lambda root: RocksDBMetadataV2(os.path.join(root, CONFIG_DIR, fmt.ROCKSDB_V2_DIR)),
+    ReaderEntry("RocksDBMetadataV2",
+                lambda root: RocksDBMetadataV2(os.path.join(root, CONFIG_DIR, fmt.ROCKSDB_V2_DIR)),
                 _database_files(CONFIG_DIR, fmt.ROCKSDB_V2_DIR), RocksDBMetadataV2.tables, store="rdb_v2_store"),
 )

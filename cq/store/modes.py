@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from .. import format as fmt
 from ..errors import StoreFormatError, UnsupportedLayoutError
 from ..readers import config as cfg
-from ..readers.rocksdb import require_binding
+from ..readers.rocksdb import V2_LAYOUT, require_binding
 
 __all__ = ["StoreLayout", "detect_layout"]
 
@@ -145,7 +145,7 @@ class StoreLayout:
         directory = self.rocksdb_table_of(name)
         if directory is not None:
             raise UnsupportedLayoutError(
-                "RocksDB metadata v2 (config/rdb)" if self.rocksdb_config == "v2" else
+                V2_LAYOUT if self.rocksdb_config == "v2" else
                 f"RocksDB metadata ({os.path.basename(directory)})", directory,
                 f"the broker keeps {name} in RocksDB and no longer refreshes the JSON file: read it "
                 "through cq.Store's committed_offsets, subscription_groups or topic_configs")

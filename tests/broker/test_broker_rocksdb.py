@@ -223,5 +223,5 @@ def test_v2_json_files_beside_config_rdb_are_never_read(v2_run, tmp_path):
         for group in V2_GROUPS:
             g = v2_run.group(group)
             assert s.committed_offsets(group, V2_TOPIC) == {p["queue_id"]: p["consumer_offset"] for p in g["progress"]}
-        with pytest.raises(cq.UnsupportedLayoutError, match=r"v2 \(config/rdb\)"):
+        with pytest.raises(cq.UnsupportedLayoutError, match=r"v2 \(config/rdb, configManagerVersion=v2\)"):
             s.config_path("consumerOffset.json")

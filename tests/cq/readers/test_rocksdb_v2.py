@@ -48,7 +48,7 @@ def test_the_layout_is_config_v2(store):
         "json+rocksdb", "v2", {"consumerOffsets", "subscriptionGroups", "topics"})
     assert "metadata RocksDB v2 (config/rdb: offsets, subscription groups, topics) beside JSON files" in \
         layout.describe()
-    with pytest.raises(cq.UnsupportedLayoutError, match=r"v2 \(config/rdb\)"):
+    with pytest.raises(cq.UnsupportedLayoutError, match=r"v2 \(config/rdb, configManagerVersion=v2\)"):
         store.config_path("topics.json")
 
 
