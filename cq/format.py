@@ -147,9 +147,8 @@ TIMER_LOG_UNIT_SIZE = TIMER_LOG_UNIT_DTYPE.itemsize
 #: (``isMagicOK``: ``(magic | 0xF) == 0xF``).
 TIMER_MAGIC_DEFAULT, TIMER_MAGIC_ROLL, TIMER_MAGIC_DELETE = 1, 2, 4
 TIMER_MAGIC_MASK = 0xF
-#: ``TimerLog.BLANK_MAGIC_CODE``: the unit that fills a timerlog file's end (its ``size`` the bytes left).
-#: Java's int arithmetic, signed as the field is read.
-TIMER_LOG_BLANK_MAGIC = (0xBBCCDDEE ^ (1880681586 + 8)) - (1 << 32)
+#: A timerlog file ends with a blank of ``size`` = the bytes left and magic :data:`BLANK_MAGIC_CODE`
+#: (``TimerLog.BLANK_MAGIC_CODE`` is the CommitLog's).
 #: ``TimerLog.MIN_BLANK_LEN``: size i32, prev pos i64, magic i32.
 TIMER_LOG_MIN_BLANK_LEN = 16
 #: A wheel slot (``Slot``): its time in precision units, the first and last timerlog unit of the
@@ -264,7 +263,7 @@ DLEDGER_MIN_BLANK_LEN = 8
 MESSAGE_MAGIC_CODE_V1 = -626843481
 #: ``MESSAGE_MAGIC_CODE_V2`` (2-byte topic length) = 0xDAA320AB.
 MESSAGE_MAGIC_CODE_V2 = -626843477
-#: ``BLANK_MAGIC_CODE`` of the end-of-file marker = 0xCBD43194.
+#: ``BLANK_MAGIC_CODE`` of the end-of-file marker = 0xCBD43194 (the timerlog's too).
 BLANK_MAGIC_CODE = -875286124
 #: TOTALSIZE and MAGICCODE, the first 8 bytes of every record and of the blank marker.
 RECORD_HEAD_STRUCT = struct.Struct(">ii")

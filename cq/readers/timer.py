@@ -88,7 +88,7 @@ class TimerLog(MappedFileQueue):
     def units(self) -> np.ndarray:
         """Every unit of every file, in timerlog order (:data:`TIMER_UNIT_DTYPE`).
 
-        A file's units run from its start to its end-of-file blank (``TIMER_LOG_BLANK_MAGIC``,
+        A file's units run from its start to its end-of-file blank (``BLANK_MAGIC_CODE``,
         ``size`` = the bytes left) or, in the last file, to the first zero ``size``. Anything else
         where a unit belongs (a ``size`` other than 52, a ``magic`` with bits above 0xF, a
         CommitLog offset or size that cannot be) raises :class:`cq.StoreFormatError`.
@@ -109,7 +109,7 @@ class TimerLog(MappedFileQueue):
         last = index == len(self._files) - 1
         if at + fmt.TIMER_LOG_MIN_BLANK_LEN <= len(data):
             size, magic = (int(v) for v in np.frombuffer(data, dtype=">i4", count=4, offset=at)[[0, 3]])
-            if size == len(data) - at and magic == fmt.TIMER_LOG_BLANK_MAGIC:
+            if size == len(data) - at and magic == fmt.BLANK_MAGIC_CODE:
                 pass        # the end-of-file blank
             elif size == 0 and last:
                 pass        # the end of the data

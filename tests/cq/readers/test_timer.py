@@ -136,7 +136,7 @@ def test_a_timercheck_cut_short(timer_copy, cut):
 
 
 @pytest.mark.parametrize("field, value, offset", [
-    ("size", 51, 0), ("size", -1, 0), ("magic", 0x10, 12), ("magic", fmt.TIMER_LOG_BLANK_MAGIC, 12),
+    ("size", 51, 0), ("size", -1, 0), ("magic", 0x10, 12), ("magic", fmt.BLANK_MAGIC_CODE, 12),
     ("offset_py", -5, 28), ("size_py", 0, 36)])
 def test_an_impossible_timerlog_unit(timer_copy, field, value, offset):
     path = timer_copy / fmt.TIMER_LOG_DIR / fmt.file_name(1024)
