@@ -175,8 +175,9 @@ class TimerWheel:
 
 
 class TimerFiles:
-    """The timer's three files of a store root, opened read-only; each is None where the store has
-    none (a broker that never enabled the timer writes none of them).
+    """The timer's three files of a store root, opened read-only and checked whole when opened (a
+    cut or impossible file raises :class:`cq.StoreFormatError` then); each is None where the store
+    has none (a broker that never enabled the timer writes none of them).
 
     Attributes
     ----------
@@ -191,9 +192,14 @@ class TimerFiles:
         check = os.path.join(self.root, CONFIG_DIR, fmt.TIMER_CHECK_FILE)
         self.checkpoint = read_timer_checkpoint(check) if os.path.exists(check) else None
         self.log = TimerLog(os.path.join(self.root, fmt.TIMER_LOG_DIR))
-        wheel = os.path.join(self.root, fmt.TIMER_WHEEL_FILE)
-        self.wheel = TimerWheel(wheel, precision_ms) if os.path.exists(wheel) else None
-        self._units = None
+        self.wheel, self._units = None, None
+        try:
+            wheel = os.path.join(self.root, fmt.TIMER_WHEEL_FILE)
+            self.wheel = TimerWheel(wheel, precision_ms) if os.path.exists(wheel) else None
+            self.units()    # every unit checked once, whoever opens the files (numpy, no object per unit)
+        except StoreFormatError:
+            self.close()
+            raise
 
     def __reduce__(self):
         return TimerFiles, (self.root, self.precision_ms)

@@ -187,12 +187,33 @@ def _delay_copies_due(root, tag: str) -> int:
                and r["status"] == "scheduled" and r["real_topic"] == "LifeTopic" and r["tags"] == tag)
 
 
-@pytest.mark.parametrize("cut", [0, 40])
-def test_a_cut_timercheck_is_an_error_for_why_pending_and_backlog(tmp_path, capsys, cut):
+def _cut_timercheck(root, cut: int) -> tuple[str, int, str]:
+    path = root / "config" / "timercheck"
+    path.write_bytes(path.read_bytes()[:cut])
+    return str(path), cut // 8 * 8, f"timercheck is {cut} bytes"
+
+
+def _bad_timerlog_magic(root) -> tuple[str, int, str]:
+    path = root / "timerlog" / "00000000000000001024"
+    with open(path, "r+b") as f:     # the fourth unit of the second file: magic 0x10
+        f.seek(3 * 52 + 12)
+        f.write((0x10).to_bytes(4, "big"))
+    return str(path), 3 * 52, "timerlog unit has size 52, magic 16"
+
+
+def _short_wheel(root) -> tuple[str, int, str]:
+    path = root / "timerwheel"
+    with open(path, "r+b") as f:
+        f.truncate(1 << 20)
+    return str(path), 1 << 20, "timerwheel is 1048576 bytes, expected 38707200"
+
+
+@pytest.mark.parametrize("damage", [lambda r: _cut_timercheck(r, 0), lambda r: _cut_timercheck(r, 40),
+                                    _bad_timerlog_magic, _short_wheel], ids=["check0", "check40", "magic", "wheel"])
+def test_damaged_timer_files_are_an_error_for_why_pending_and_backlog(tmp_path, capsys, damage):
     root = tmp_path / "timer_store"
     shutil.copytree(TIMER_STORE, root)
-    check = root / "config" / "timercheck"
-    check.write_bytes(check.read_bytes()[:cut])
+    path, offset, text = damage(root)
     before = tree_snapshot(root)
     for argv in (["why", root, "--topic", "LifeTopic", "--group", "GID_LIFE_ALL", "--tags", "*", "--key",
                   "recall-timer-1"],
@@ -200,6 +221,6 @@ def test_a_cut_timercheck_is_an_error_for_why_pending_and_backlog(tmp_path, caps
                  ["backlog", root, "--topic", "LifeTopic", "--group", "GID_LIFE_ALL", "--tags", "*"]):
         code, out, err = run_cli(capsys, *argv)
         assert code == 2 and out == "", (argv[0], out)
-        assert f"{check} at byte offset {cut // 8 * 8}: timercheck is {cut} bytes" in err, err
+        assert f"{path} at byte offset {offset}: {text}" in err, err
         assert "Traceback" not in err
     assert tree_snapshot(root) == before
