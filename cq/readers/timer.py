@@ -85,18 +85,20 @@ class TimerLog(MappedFileQueue):
     def __init__(self, directory: str | os.PathLike, file_size: int | None = None):
         self._open(directory, file_size, "timerlog")
 
-    def units(self) -> np.ndarray:
+    def units(self, flushed: int | None = None) -> np.ndarray:
         """Every unit of every file, in timerlog order (:data:`TIMER_UNIT_DTYPE`).
 
         A file's units run from its start to its end-of-file blank (``BLANK_MAGIC_CODE``,
         ``size`` = the bytes left) or, in the last file, to the first zero ``size``. Anything else
         where a unit belongs (a ``size`` other than 52, a ``magic`` with bits above 0xF, a
-        CommitLog offset or size that cannot be) raises :class:`cq.StoreFormatError`.
+        CommitLog offset or size that cannot be) raises :class:`cq.StoreFormatError`, except at
+        or past ``flushed`` (``config/timercheck``'s flush position) in the last file: the broker
+        may be writing there, and its recovery ends the timerlog at such a unit.
         """
-        parts = [self._file_units(i) for i in range(len(self._files))]
+        parts = [self._file_units(i, flushed) for i in range(len(self._files))]
         return np.concatenate(parts) if parts else np.zeros(0, dtype=TIMER_UNIT_DTYPE)
 
-    def _file_units(self, index: int) -> np.ndarray:
+    def _file_units(self, index: int, flushed: int | None) -> np.ndarray:
         start, path = self._files[index]
         data = self._map(index)
         unit = fmt.TIMER_LOG_UNIT_SIZE
@@ -111,8 +113,8 @@ class TimerLog(MappedFileQueue):
             size, magic = (int(v) for v in np.frombuffer(data, dtype=">i4", count=4, offset=at)[[0, 3]])
             if size == len(data) - at and magic == fmt.BLANK_MAGIC_CODE:
                 pass        # the end-of-file blank
-            elif size == 0 and last:
-                pass        # the end of the data
+            elif last and (size == 0 or (flushed is not None and start + at >= flushed)):
+                pass        # the end of the data (or a unit the broker has not finished writing)
             elif end < len(raw):
                 u = raw[end]
                 raise StoreFormatError(
@@ -208,9 +210,9 @@ class TimerFiles:
         return f"TimerFiles({self.root!r}, precision_ms={self.precision_ms})"
 
     def units(self) -> np.ndarray:
-        """:meth:`TimerLog.units`, read once."""
+        """:meth:`TimerLog.units` up to what the checkpoint says is flushed, read once."""
         if self._units is None:
-            self._units = self.log.units()
+            self._units = self.log.units(self.checkpoint.flush_pos if self.checkpoint is not None else None)
         return self._units
 
     def units_of(self, commit_log_offset: int) -> np.ndarray:

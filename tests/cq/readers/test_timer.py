@@ -147,6 +147,22 @@ def test_an_impossible_timerlog_unit(timer_copy, field, value, offset):
     assert (e.path, e.offset) == (str(path), at) and "not a unit" in str(e), e
 
 
+def test_an_unfinished_unit_past_the_flushed_position_ends_the_log(timer_copy):
+    """Past timercheck's flush position the broker may still be writing (or crashed while it did):
+    an impossible unit there ends the data, as the broker's recovery ends it, while the same unit
+    before the flush position is an error."""
+    check = cq.TimerFiles(timer_copy)
+    flushed, count = check.checkpoint.flush_pos, len(check.units())
+    check.close()
+    path = timer_copy / fmt.TIMER_LOG_DIR / fmt.file_name(1024)
+    patch_file(path, flushed - 1024, (52).to_bytes(4, "big") + bytes(8) + (0x10).to_bytes(4, "big"))
+    with cq.TimerFiles(timer_copy) as t:
+        assert len(t.units()) == count
+    with pytest.raises(cq.StoreFormatError) as info:
+        cq.TimerLog(timer_copy / fmt.TIMER_LOG_DIR).units()
+    assert (info.value.path, info.value.offset) == (str(path), flushed - 1024)
+
+
 def test_a_timerlog_file_without_its_blank(timer_copy):
     path = timer_copy / fmt.TIMER_LOG_DIR / fmt.file_name(0)
     patch_file(path, 19 * UNIT, bytes(16))
