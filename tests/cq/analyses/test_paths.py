@@ -14,6 +14,7 @@ from helpers import DATA, tree_snapshot
 
 import cq
 from cq.analyses.paths import why_every_copy
+from cq.analyses.pending import pending
 from pyspark_udfs import cli
 
 T0 = 1_700_000_000_000
@@ -182,9 +183,37 @@ def test_recalled_text_json_and_pending_rows(capsys):
 
 def _delay_copies_due(root, tag: str) -> int:
     """The delay-level copies of LifeTopic still due with ``tag`` (they count in backlog's to_topic too)."""
-    from cq.analyses.pending import pending
     return sum(1 for r in pending(cq.Store(root), "scheduled") if r["kind"] == "delay_level"
                and r["status"] == "scheduled" and r["real_topic"] == "LifeTopic" and r["tags"] == tag)
+
+
+def _timer_store_copy(tmp_path, *, own_wheel: bool = False):
+    """A writable copy of timer_store; its 37 MiB wheel linked unless the test damages it."""
+    root = tmp_path / "timer_store"
+    shutil.copytree(TIMER_STORE, root, ignore=None if own_wheel else shutil.ignore_patterns("timerwheel"))
+    if not own_wheel:
+        os.symlink(TIMER_STORE / "timerwheel", root / "timerwheel")
+    return root
+
+
+def test_a_timer_message_the_checkpoint_has_fired_without_a_record_in_its_topic(tmp_path):
+    """Move config/timercheck's progress past far-timer-0's due time: the timer has fired it, yet its
+    topic holds no record of it; why says expired, pending delivered, backlog no longer counts it."""
+    root = _timer_store_copy(tmp_path)
+    far = TIMER_SENDS["far-timer-0"]
+    before = cq.backlog(cq.Store(str(root)), "LifeTopic", "GID_LIFE_ALL", tags="*", later=True).scheduled["to_topic"]
+    progress = far["deliver_ms"] // 1000 * 1000 + 1000
+    with open(root / "config" / "timercheck", "r+b") as f:
+        f.write(progress.to_bytes(8, "big"))
+    store = cq.Store(str(root))
+    [p] = why_every_copy(store, "LifeTopic", "GID_LIFE_ALL", tags="*", msg_id=far["uniq_key"])
+    assert p.state == "expired" and p.steps[0].reason == "fired" and "the broker's timer fired it" in p.sentence
+    rows = {r["keys"]: r["status"] for r in pending(store, "scheduled") if r["kind"] == "timer"}
+    assert rows["far-timer-0"] == "delivered" and rows["recall-timer-1"] == "scheduled"
+    assert rows["recall-timer-0"] == "recalled"
+    after = cq.backlog(store, "LifeTopic", "GID_LIFE_ALL", tags="*", later=True).scheduled["to_topic"]
+    fired = [k for k, s in TIMER_SENDS.items() if k.startswith("far") and s["deliver_ms"] // 1000 * 1000 < progress]
+    assert "far-timer-0" in fired and after == before - len(fired)
 
 
 def _cut_timercheck(root, cut: int) -> tuple[str, int, str]:
@@ -211,8 +240,7 @@ def _short_wheel(root) -> tuple[str, int, str]:
 @pytest.mark.parametrize("damage", [lambda r: _cut_timercheck(r, 0), lambda r: _cut_timercheck(r, 40),
                                     _bad_timerlog_magic, _short_wheel], ids=["check0", "check40", "magic", "wheel"])
 def test_damaged_timer_files_are_an_error_for_why_pending_and_backlog(tmp_path, capsys, damage):
-    root = tmp_path / "timer_store"
-    shutil.copytree(TIMER_STORE, root)
+    root = _timer_store_copy(tmp_path, own_wheel=damage is _short_wheel)
     path, offset, text = damage(root)
     before = tree_snapshot(root)
     for argv in (["why", root, "--topic", "LifeTopic", "--group", "GID_LIFE_ALL", "--tags", "*", "--key",
