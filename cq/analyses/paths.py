@@ -601,6 +601,9 @@ def why_every_copy(store: Store | Cluster, topic: str, group: str, *, sql: str |
         No copy of the message is anywhere in the store (the message says where it looked).
     cq.readers.config.ConfigFormatError
         A progress file (``delayOffset.json``, ``consumerOffset.json``, ...) is malformed: names it and the place.
+    cq.StoreFormatError
+        A timer file (``config/timercheck``, ``timerlog/``, ``timerwheel``) is cut short or corrupt,
+        for a message with a timer copy: names the file and the byte offset.
     """
     given = check_message_args(queue_id, queue_offset, msg_id, key, sql, tags)
     now_ms = int(time.time() * 1000) if now_ms is None else now_ms

@@ -230,8 +230,9 @@ def pending(store: Store, table: str) -> list[dict]:
     cq.readers.config.ConfigFormatError
         ``config/delayOffset.json`` is malformed (names the file and the place).
     cq.StoreFormatError
-        A transaction op record whose body is not a list of queue offsets, or a POP checkpoint or
-        ack whose body is not the broker's JSON (names the file and offset).
+        A transaction op record whose body is not a list of queue offsets, a POP checkpoint or
+        ack whose body is not the broker's JSON, or a timer file cut short or corrupt
+        (``config/timercheck``, ``timerlog/``, ``timerwheel``; names the file and offset).
     """
     if table not in _BUILDERS:
         raise ValueError(f"unknown pending table {table!r}: expected one of {', '.join(TABLES)}")
