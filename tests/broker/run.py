@@ -193,6 +193,7 @@ class Harness:
         self.namesrv = None
         self.client: Client | None = None
         self.snapshot_ms = None
+        self.copied_ms = None
         self.extra: dict = {}
 
     # -- processes ---------------------------------------------------------------------------
@@ -380,6 +381,7 @@ class Harness:
         for name in names:
             self.stop_broker(name)
             self.copy_store(name)
+        self.copied_ms = int(time.time() * 1000)    # every copy is older than this
         for name in names if restart else ():
             self.start_broker(name)
 
@@ -936,8 +938,10 @@ def scenario_lifecycle(h: Harness) -> None:
     messages due 60 s ahead are sent and every other one recalled (``recallMessageEnable=true``;
     a recall of a fired timer message is refused), and the drain waits until the others arrive.
     ``broker.json`` gets ``lifecycle`` = ``{topic, fail_group, off_group, pop_group,
-    pop_retry_topic, max_reconsume_times, delay_levels_s, tx_checks, recalls}`` (``recalls``: one
-    row per recall asked, :func:`_life_recall`).
+    pop_retry_topic, max_reconsume_times, delay_levels_s, tx_checks, recalls,
+    recall_drain_end_ms}`` (``recalls``: one row per recall asked, :func:`_life_recall`;
+    ``recall_drain_end_ms``: the drain consumers still ran then, 3 s past the recalled messages'
+    due second).
     """
     h.start_namesrv()
     # transactionCheckMax far above the checks a slow run makes: an unknown transaction stays a half
@@ -986,9 +990,11 @@ def scenario_lifecycle(h: Harness) -> None:
     tx_checks = h.client("tx_checks")["checks"]
     recalls = _life_recall(h)
     h.snapshot()
-    due = min(r["deliver_ms"] for r in _life_sent(h, "recall-timer-"))
-    if h.snapshot_ms > due - 10_000:
-        raise HarnessError(f"lifecycle: the snapshot ({h.snapshot_ms}) came too close to the recall timers' due "
+    # the broker fires a timer message at TIMER_OUT_MS, its asked time floored to the second
+    recall_sends = _life_sent(h, "recall-timer-")
+    due = min(r["deliver_ms"] for r in recall_sends) // 1000 * 1000
+    if h.copied_ms > due - 1000:
+        raise HarnessError(f"lifecycle: the store was copied at {h.copied_ms}, too close to the recall timers' due "
                            f"time ({due}): they may have fired before it")
     _life_subscribe_all(h, "drain")
     time.sleep(max(0.0, far_sent + LIFE_FAR_LEVEL + 3 - time.time()))   # the far delays delivered
@@ -1001,13 +1007,17 @@ def scenario_lifecycle(h: Harness) -> None:
     _life_wait(h, "the delivery of the timer messages not recalled", lambda rs: kept <= {
         r["keys"] for r in rs if r["group"] == "GID_LIFE_ALL" and r["phase"] == "drain"},
         timeout_s=max(0.0, due / 1000 - time.time()) + 240)
+    # the kept ones arrived: the timer reached their second; give the recalled ones' seconds time too
+    last_due = max(r["deliver_ms"] for r in recall_sends) // 1000 * 1000
+    time.sleep(max(0.0, last_due / 1000 + 3 - time.time()))
+    recall_drain_end_ms = int(time.time() * 1000)
     h.unsubscribe(list(LIFE_GROUPS))
     levels = h.brokers["broker-a"]["config"]["messageDelayLevel"].split()
     h.extra["lifecycle"] = {"topic": LIFE_TOPIC, "fail_group": LIFE_FAIL_GROUP, "off_group": LIFE_OFF_GROUP,
                             "pop_group": LIFE_POP_GROUP, "pop_retry_topic": LIFE_POP_RETRY_TOPIC,
                             "max_reconsume_times": LIFE_MAX_RECONSUME,
                             "delay_levels_s": [int(x.rstrip("s")) for x in levels], "tx_checks": tx_checks,
-                            "recalls": recalls}
+                            "recalls": recalls, "recall_drain_end_ms": recall_drain_end_ms}
 
 
 def run(scenario: str, out: Path, **kwargs) -> Path:

@@ -304,15 +304,17 @@ def test_recalls_the_broker_took_and_refused(run):
 
 
 def test_a_recalled_timer_message_never_arrives(run, store):
-    """The drain ran past the recalled messages' due time (it waited for the kept ones, due in the
-    same second): no group received a recalled one, and why says so for every group, in words."""
+    """The drain ran past the recalled messages' due time (it waited for the kept ones, then 3 s past
+    the recalled ones' second): no group received a recalled one, and why says so for every group,
+    in words."""
     life = run.broker["lifecycle"]
     gone = recalled(run)
     assert not [r for r in run.received if r["uniq_key"] in gone]
     kept = [s for s in run.sent if s["keys"][0].startswith("recall-timer-") and s["uniq_key"] not in gone]
     drained = {r["uniq_key"] for r in run.received if r["group"] == "GID_LIFE_ALL" and r["phase"] == "drain"}
     assert kept and {s["uniq_key"] for s in kept} <= drained
-    assert {s["deliver_ms"] // 1000 for s in kept} == {r["deliver_ms"] // 1000 for r in life["recalls"] if r["ok"]}
+    # the consumers still ran seconds after the recalled messages' due second
+    assert life["recall_drain_end_ms"] > max(r["deliver_ms"] // 1000 * 1000 for r in life["recalls"] if r["ok"]) + 2000
     for s in run.sent:
         if s["uniq_key"] in gone:
             [p] = why_every_copy(store, life["topic"], "GID_LIFE_ALL", tags="*", msg_id=s["uniq_key"])
