@@ -84,6 +84,7 @@ class TimerLog(MappedFileQueue):
 
     def __init__(self, directory: str | os.PathLike, file_size: int | None = None):
         self._open(directory, file_size, "timerlog")
+        self._ends: dict[tuple[int, int | None], int] = {}   # (file index, flushed) -> its unit count
 
     def units(self, flushed: int | None = None) -> np.ndarray:
         """Every unit of every file, in timerlog order (:data:`TIMER_UNIT_DTYPE`).
@@ -95,14 +96,48 @@ class TimerLog(MappedFileQueue):
         or past ``flushed`` (``config/timercheck``'s flush position) in the last file: the broker
         may be writing there, and its recovery ends the timerlog at such a unit.
         """
-        parts = [self._file_units(i, flushed) for i in range(len(self._files))]
+        parts = [self._native(i, np.arange(self._end(i, flushed))) for i in range(len(self._files))]
         return np.concatenate(parts) if parts else np.zeros(0, dtype=TIMER_UNIT_DTYPE)
 
-    def _file_units(self, index: int, flushed: int | None) -> np.ndarray:
+    def check(self, flushed: int | None = None) -> int:
+        """Check every file as :meth:`units` does, without copying a unit out; returns how many there are."""
+        return sum(self._end(i, flushed) for i in range(len(self._files)))
+
+    def units_of(self, commit_log_offset: int, flushed: int | None = None) -> np.ndarray:
+        """The units (:meth:`units`) that point at the CommitLog record at ``commit_log_offset``."""
+        parts = []
+        for i in range(len(self._files)):
+            end = self._end(i, flushed)
+            parts.append(self._native(i, np.flatnonzero(self._raw(i)["offset_py"][:end] == commit_log_offset)))
+        return np.concatenate(parts) if parts else np.zeros(0, dtype=TIMER_UNIT_DTYPE)
+
+    def _raw(self, index: int) -> np.ndarray:
+        """File ``index`` as stored units (a view of its map, no copy)."""
+        data = self._map(index)
+        return np.frombuffer(data, dtype=fmt.TIMER_LOG_UNIT_DTYPE, count=len(data) // fmt.TIMER_LOG_UNIT_SIZE)
+
+    def _native(self, index: int, rows: np.ndarray) -> np.ndarray:
+        """Units ``rows`` of file ``index`` in native byte order, with their position and due time."""
+        raw = self._raw(index)[rows]
+        out = np.zeros(len(rows), dtype=TIMER_UNIT_DTYPE)
+        for name in fmt.TIMER_LOG_UNIT_DTYPE.names:
+            out[name] = raw[name]
+        out["position"] = self._files[index][0] + rows.astype(np.int64) * fmt.TIMER_LOG_UNIT_SIZE
+        out["due_ms"] = out["write_time_ms"] + out["delay_delta"]
+        return out
+
+    def _end(self, index: int, flushed: int | None) -> int:
+        """How many units file ``index`` holds (checked once); raises where the file holds what cannot be."""
+        key = (index, flushed)
+        if key not in self._ends:
+            self._ends[key] = self._check_file(index, flushed)
+        return self._ends[key]
+
+    def _check_file(self, index: int, flushed: int | None) -> int:
         start, path = self._files[index]
         data = self._map(index)
         unit = fmt.TIMER_LOG_UNIT_SIZE
-        raw = np.frombuffer(data, dtype=fmt.TIMER_LOG_UNIT_DTYPE, count=len(data) // unit)
+        raw = self._raw(index)
         ok = ((raw["size"] == unit) & ((raw["magic"] & ~fmt.TIMER_MAGIC_MASK) == 0)
               & (raw["offset_py"] >= 0) & (raw["size_py"] > 0))
         bad = np.flatnonzero(~ok)
@@ -126,12 +161,7 @@ class TimerLog(MappedFileQueue):
                                        f"(size {size}, magic {magic})", path, at)
         elif not last:
             raise StoreFormatError(f"timerlog file ends at byte {at} without its end-of-file blank", path, at)
-        out = np.zeros(end, dtype=TIMER_UNIT_DTYPE)
-        for name in fmt.TIMER_LOG_UNIT_DTYPE.names:
-            out[name] = raw[name][:end]
-        out["position"] = start + np.arange(end, dtype=np.int64) * unit
-        out["due_ms"] = out["write_time_ms"] + out["delay_delta"]
-        return out
+        return end
 
 
 class TimerWheel:
@@ -195,10 +225,11 @@ class TimerFiles:
         self.checkpoint = read_timer_checkpoint(check) if os.path.exists(check) else None
         self.log = TimerLog(os.path.join(self.root, fmt.TIMER_LOG_DIR))
         self.wheel, self._units = None, None
+        self._flushed = self.checkpoint.flush_pos if self.checkpoint is not None else None
         try:
             wheel = os.path.join(self.root, fmt.TIMER_WHEEL_FILE)
             self.wheel = TimerWheel(wheel, precision_ms) if os.path.exists(wheel) else None
-            self.units()    # every unit checked once, whoever opens the files (numpy, no object per unit)
+            self.log.check(self._flushed)   # every unit checked, whoever opens the files; none copied out
         except StoreFormatError:
             self.close()
             raise
@@ -212,13 +243,12 @@ class TimerFiles:
     def units(self) -> np.ndarray:
         """:meth:`TimerLog.units` up to what the checkpoint says is flushed, read once."""
         if self._units is None:
-            self._units = self.log.units(self.checkpoint.flush_pos if self.checkpoint is not None else None)
+            self._units = self.log.units(self._flushed)
         return self._units
 
     def units_of(self, commit_log_offset: int) -> np.ndarray:
-        """The units that point at the CommitLog record at ``commit_log_offset``."""
-        units = self.units()
-        return units[units["offset_py"] == commit_log_offset]
+        """The units that point at the CommitLog record at ``commit_log_offset`` (:meth:`TimerLog.units_of`)."""
+        return self.log.units_of(commit_log_offset, self._flushed)
 
     def close(self) -> None:
         self.log.close()
