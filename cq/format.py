@@ -240,6 +240,23 @@ ROCKSDB_CQ_CHECKPOINT_TOPIC = "CHECKPOINT_TOPIC"
 #: ``{"offsetTable": {queueId: offset}}``; ``subscriptionGroups`` and ``topics`` keys are the
 #: group and topic names, values their JSON settings (the entries of the JSON files' tables).
 ROCKSDB_OFFSET_KEY_SEPARATOR = "@"
+#: Config v2 (``configManagerVersion=v2``; docs/formats.md#rocksdb-metadata-v2): every metadata table
+#: in one database, ``config/rdb``, ``default`` column family. A key is the table prefix (u8), the
+#: table id (u16), the record prefix (u8), then the record's own key; every integer big-endian.
+ROCKSDB_V2_DIR = "rdb"
+ROCKSDB_V2_TABLE_PREFIX = 1
+#: Table ids (``TableId``): ``pullOffsets`` holds how far each pull reached, kept by v2 alone.
+ROCKSDB_V2_TABLE_IDS = {"consumerOffsets": 1, "pullOffsets": 2, "topics": 3, "subscriptionGroups": 4}
+#: Record prefixes: a table's data version record (key suffix ``data_version``, value three i64)
+#: and its data records.
+ROCKSDB_V2_DATA_VERSION_RECORD, ROCKSDB_V2_DATA_RECORD = 1, 2
+#: Offset records (both offset tables): group length u16, group, 0x01, topic length u16, topic,
+#: 0x01, queue id i32; value the offset i64. Named records (topics, subscription groups): name
+#: length u16, name; value a serialization type byte, then the settings.
+ROCKSDB_V2_SEPARATOR = b"\x01"
+ROCKSDB_V2_OFFSET_VALUE_SIZE = 8
+#: The one serialization type the broker writes and reads: the JSON text of the settings.
+ROCKSDB_V2_SERIALIZATION_JSON = 1
 
 # -------------------------------------------------------- DLedger CommitLog
 #: A DLedger entry's header (``DLedgerEntry``; docs/formats.md#dledger-entry): magic, size (the

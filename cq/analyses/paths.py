@@ -13,6 +13,7 @@ what the real broker of the test harness does on each; ``docs/why.md`` shows the
 """
 from __future__ import annotations
 
+import os
 import time
 from dataclasses import dataclass
 from typing import Any
@@ -272,18 +273,26 @@ def _step(name: str, title: str, reason: str, detail: str, evidence: dict | None
     return WhyStep(name, title, INFO, reason, detail, evidence or {})
 
 
+def _config_source(store: Store, name: str) -> str:
+    """Where the store keeps config file ``name``'s table: ``config/{name}``, or the RocksDB
+    database holding it instead (``config/subscriptionGroups``, ``config/rdb``)."""
+    rocks = store.layout.rocksdb_table_of(name)
+    return f"{cfg.CONFIG_DIR}/{name}" if rocks is None else f"RocksDB {os.path.relpath(rocks, store.root)}"
+
+
 def _gate(store: Store, topic: str, group: str) -> tuple[str, str] | None:
     """Why the group cannot consume at all (reason, sentence), or None."""
     settings = store.subscription_groups().get(group)
     if settings is not None and settings.get("consumeEnable") is False:
         return "group_disabled", (f"group {group} is disabled (consumeEnable=false in "
-                                  f"config/{cfg.SUBSCRIPTION_GROUP_FILE}): the broker answers its pulls with "
-                                  "NO_PERMISSION; enable the group to receive it")
+                                  f"{_config_source(store, cfg.SUBSCRIPTION_GROUP_FILE)}): the broker answers its "
+                                  "pulls with NO_PERMISSION; enable the group to receive it")
     topic_config = store.topic_configs().get(topic)
     perm = topic_config.get("perm") if topic_config is not None else None
     if isinstance(perm, int) and not perm & PERM_READ:
-        return "topic_not_readable", (f"topic {topic} is not readable (perm {perm} in config/{cfg.TOPICS_FILE} "
-                                      "lacks the read bit): the broker answers every pull with NO_PERMISSION")
+        return "topic_not_readable", (f"topic {topic} is not readable (perm {perm} in "
+                                      f"{_config_source(store, cfg.TOPICS_FILE)} lacks the read bit): the broker "
+                                      "answers every pull with NO_PERMISSION")
     return None
 
 

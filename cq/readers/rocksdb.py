@@ -1,8 +1,9 @@
 """Consume queues and metadata a broker keeps in RocksDB (``storeType=defaultRocksDB``, 5.2+).
 
-docs/formats.md#rocksdb-consume-queue has the layout, as RocketMQ 5.3.3 writes it. The databases
-are opened read-only through ``rocksdict`` (the ``rmqfilter[rocksdb]`` extra), from links to
-their files (:class:`_ReadOnlyDatabase`: nothing is written to the store): RocksDB's read-only
+docs/formats.md#rocksdb-consume-queue has the layout, as RocketMQ 5.3.3 writes it, and
+docs/formats.md#rocksdb-metadata-v2 that of config v2's ``config/rdb`` (every metadata table in one
+database). The databases are opened read-only through ``rocksdict`` (the ``rmqfilter[rocksdb]``
+extra), from links to their files (:class:`_ReadOnlyDatabase`: nothing is written to the store): RocksDB's read-only
 mode takes no lock, so a running broker keeps its database, and it sees the database as of the open (the write-ahead log replayed into memory, nothing written back). One open is one
 consistent cut of every queue's units and ends; a queue reader reopens it to follow the broker.
 
@@ -17,17 +18,18 @@ import re
 import shutil
 import struct
 import tempfile
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 
 import numpy as np
 
 from .. import format as fmt
 from ..errors import StoreFormatError, UnsupportedLayoutError
+from .config import CONFIG_DIR, parse_fastjson
 from .consumequeue import ConsumeQueue
 from .entry import ReaderEntry
 
-__all__ = ["EXTRA", "RocksDBConsumeQueue", "RocksDBQueueTable", "offset_table", "read_metadata_table",
-           "require_binding"]
+__all__ = ["EXTRA", "RocksDBConsumeQueue", "RocksDBMetadataV2", "RocksDBQueueTable", "is_v2", "metadata_table",
+           "offset_table", "pull_offset_table", "read_metadata_table", "require_binding"]
 
 #: What to install for these readers.
 EXTRA = "rmqfilter[rocksdb]"
@@ -38,6 +40,9 @@ _I32 = struct.Struct(">i")
 _NAMED_FILE = re.compile(r"/([0-9A-Za-z_.-]+\.(?:sst|log|ldb)|MANIFEST-\d+|CURRENT|OPTIONS-\d+)\b")
 _NAMED_OFFSET = re.compile(r"\boffset (\d+)")
 _I64 = struct.Struct(">q")
+#: Files of a database directory never linked: the lock, and the settings file the binding writes
+#: where it opens a database (one another program left there would be written through its link).
+_NOT_LINKED = frozenset({"LOCK", "rocksdict-config.json"})
 
 
 def require_binding(layout: str, path: str):
@@ -68,7 +73,7 @@ class _ReadOnlyDatabase:
             self._links = tempfile.mkdtemp(prefix=f"{LINKS_PREFIX}{os.getpid()}-")
             try:
                 for name in os.listdir(path):
-                    if name != "LOCK" and os.path.isfile(os.path.join(path, name)):
+                    if name not in _NOT_LINKED and os.path.isfile(os.path.join(path, name)):
                         os.symlink(os.path.abspath(os.path.join(path, name)), os.path.join(self._links, name))
                 families = rocksdict.Rdict.list_cf(self._links)
                 self.db = rocksdict.Rdict(
@@ -316,8 +321,11 @@ def read_metadata_table(directory: str | os.PathLike, table: str) -> dict[str, d
 
 
 def offset_table(directory: str | os.PathLike) -> dict[tuple[str, str], dict[int, int]]:
-    """``config/consumerOffsets`` as :func:`cq.readers.config.read_offset_table` gives the JSON
-    file: (topic, group) -> {queue id: committed offset}; keys are ``{topic}@{group}``."""
+    """``config/consumerOffsets`` (v1; keys ``{topic}@{group}``) or v2's ``config/rdb`` as
+    :func:`cq.readers.config.read_offset_table` gives the JSON file: (topic, group) -> {queue id:
+    committed offset}. v2 keeps the LMQ queues' offsets in the same table (queue 0)."""
+    if is_v2(directory):
+        return _v2_offsets(directory, "consumerOffsets")
     out: dict[tuple[str, str], dict[int, int]] = {}
     for key, value in read_metadata_table(directory, "consumerOffsets").items():
         topic, sep, group = key.rpartition(fmt.ROCKSDB_OFFSET_KEY_SEPARATOR)
@@ -326,6 +334,123 @@ def offset_table(directory: str | os.PathLike) -> dict[tuple[str, str], dict[int
             raise StoreFormatError(f"key {key!r} is not topic@group with an offsetTable", os.fspath(directory))
         out[topic, group] = {int(q): int(o) for q, o in table.items()}
     return out
+
+
+# ---------------------------------------------------------------- config v2: config/rdb
+_U16 = struct.Struct(">H")
+#: What the v2 database is called in errors and layouts.
+V2_LAYOUT = "RocksDB metadata v2 (config/rdb, configManagerVersion=v2)"
+
+
+def is_v2(directory: str | os.PathLike) -> bool:
+    """Whether metadata database ``directory`` is config v2's ``config/rdb`` (every table in one)."""
+    return os.path.basename(os.path.normpath(os.fspath(directory))) == fmt.ROCKSDB_V2_DIR
+
+
+def _v2_records(directory: str | os.PathLike, table: str) -> Iterator[tuple[_V2Key, bytes]]:
+    """``(record key, value)`` of every data record of ``table`` in the v2 database, in key order,
+    the key without the table and record prefixes. The database is open for the iteration alone."""
+    path = os.fspath(directory)
+    prefix = bytes([fmt.ROCKSDB_V2_TABLE_PREFIX]) + _U16.pack(fmt.ROCKSDB_V2_TABLE_IDS[table]) + \
+        bytes([fmt.ROCKSDB_V2_DATA_RECORD])
+    opened = _ReadOnlyDatabase(path, V2_LAYOUT)
+    try:
+        for key, value in opened.items(None, f"reading the {table} table", from_key=prefix):
+            if not key.startswith(prefix):
+                break
+            yield _V2Key(key, len(prefix), opened, table), value
+    finally:
+        opened.close()
+
+
+class _V2Key:
+    """Reads the length-prefixed strings and integers of one v2 record key from byte ``at`` on; a
+    key that ends early or holds something else, and a value that does not parse, is a
+    :class:`StoreFormatError` naming the table file that holds the key (:meth:`bad`)."""
+
+    def __init__(self, key: bytes, at: int, opened: _ReadOnlyDatabase, table: str) -> None:
+        self.key, self.at, self._opened, self._table = key, at, opened, table
+
+    def bad(self, what: str) -> StoreFormatError:
+        """The error for this record: the table file whose key range holds it (the database
+        directory when it is in the write-ahead log), the table and the key in hex."""
+        return StoreFormatError(f"{self._table} record, RocksDB key {self.key.hex()}: {what} (the byte offset "
+                                "inside the table file is RocksDB's own)", self._opened.file_of(self.key), 0)
+
+    def name(self, what: str) -> str:
+        if self.at + 2 > len(self.key):
+            raise self.bad(f"the key ends before the length of its {what}")
+        n = _U16.unpack_from(self.key, self.at)[0]
+        start, self.at = self.at + 2, self.at + 2 + n
+        if self.at > len(self.key):
+            raise self.bad(f"the {what} length {n} runs past the key's end")
+        try:
+            return self.key[start:self.at].decode("utf-8")
+        except UnicodeDecodeError as exc:
+            raise self.bad(f"the {what} is not UTF-8 ({exc})") from exc
+
+    def separator(self) -> None:
+        if self.key[self.at:self.at + 1] != fmt.ROCKSDB_V2_SEPARATOR:
+            raise self.bad(f"expected the separator 0x01 at key byte {self.at}")
+        self.at += 1
+
+    def int32(self) -> int:
+        if self.at + 4 > len(self.key):
+            raise self.bad("the key ends before its queue id")
+        self.at += 4
+        return _I32.unpack_from(self.key, self.at - 4)[0]
+
+    def end(self) -> None:
+        if self.at != len(self.key):
+            raise self.bad(f"{len(self.key) - self.at} byte(s) after the record's key")
+
+
+def _v2_offsets(directory: str | os.PathLike, table: str) -> dict[tuple[str, str], dict[int, int]]:
+    out: dict[tuple[str, str], dict[int, int]] = {}
+    for k, value in _v2_records(directory, table):
+        group = k.name("group")
+        k.separator()
+        topic = k.name("topic")
+        k.separator()
+        queue_id = k.int32()
+        k.end()
+        if len(value) != fmt.ROCKSDB_V2_OFFSET_VALUE_SIZE:
+            raise k.bad(f"the offset of {group} on {topic}/{queue_id} holds {len(value)} bytes, not "
+                        f"{fmt.ROCKSDB_V2_OFFSET_VALUE_SIZE}")
+        out.setdefault((topic, group), {})[queue_id] = _I64.unpack(value)[0]
+    return out
+
+
+def _v2_named_table(directory: str | os.PathLike, table: str) -> dict[str, dict]:
+    out = {}
+    for k, value in _v2_records(directory, table):
+        name = k.name("name")
+        k.end()
+        if value[:1] != bytes([fmt.ROCKSDB_V2_SERIALIZATION_JSON]):
+            raise k.bad(f"value of {name!r} has serialization type {value[:1].hex() or 'none'}, not JSON "
+                        f"({fmt.ROCKSDB_V2_SERIALIZATION_JSON:02x})")
+        try:
+            parsed = parse_fastjson(value[1:], name)
+        except StoreFormatError as exc:  # its offset counts from the JSON text, after the type byte
+            at = "" if exc.offset is None else f" at value byte {exc.offset + 1}"
+            raise k.bad(f"value of {name!r} is not JSON{at}: {exc.reason}") from exc
+        if not isinstance(parsed, dict):
+            raise k.bad(f"value of {name!r} is not a JSON object")
+        out[name] = parsed
+    return out
+
+
+def metadata_table(directory: str | os.PathLike, table: str) -> dict[str, dict]:
+    """Metadata table ``table`` (``subscriptionGroups``, ``topics``) of a RocksDB metadata database:
+    v1's ``config/{table}`` (:func:`read_metadata_table`) or v2's ``config/rdb``: name -> its JSON
+    settings, as the JSON files' tables give them."""
+    return _v2_named_table(directory, table) if is_v2(directory) else read_metadata_table(directory, table)
+
+
+def pull_offset_table(directory: str | os.PathLike) -> dict[tuple[str, str], dict[int, int]]:
+    """How far each group's pulls reached, from v2's ``config/rdb`` (:func:`offset_table`'s form):
+    the next offset of the last pull the broker served, per queue. v2 alone keeps it."""
+    return _v2_offsets(directory, "pullOffsets")
 
 
 def _open_last_queue(root: str) -> RocksDBConsumeQueue:
@@ -338,16 +463,43 @@ def _open_last_queue(root: str) -> RocksDBConsumeQueue:
         return RocksDBConsumeQueue(directory, topic, queue_id, table)
 
 
-def _database_files(root: str) -> list[str]:
-    """The files of ``root``'s consume queue database that hold bytes (an empty lock file or
-    write-ahead log holds nothing to read)."""
-    directory = os.path.join(root, fmt.CONSUME_QUEUE_DIR)
-    return [os.path.join(directory, n) for n in sorted(os.listdir(directory))
-            if os.path.isfile(os.path.join(directory, n)) and os.path.getsize(os.path.join(directory, n))]
+def _database_files(*parts: str) -> Callable[[str], list[str]]:
+    """``files(root)``: the files of the database in ``root/{parts}`` that hold bytes (an empty
+    lock file or write-ahead log holds nothing to read)."""
+    def files(root: str) -> list[str]:
+        directory = os.path.join(root, *parts)
+        return [os.path.join(directory, n) for n in sorted(os.listdir(directory))
+                if os.path.isfile(os.path.join(directory, n)) and os.path.getsize(os.path.join(directory, n))]
+    return files
 
 
-# This reader's registry entry (docs/contributing.md#add-a-reader), over the real broker's RocksDB store.
+class RocksDBMetadataV2:
+    """Config v2's ``config/rdb`` (docs/formats.md#rocksdb-metadata-v2): each table read from one
+    open of the database when asked, as :func:`offset_table`, :func:`pull_offset_table` and
+    :func:`metadata_table` read it. Holds the path alone (nothing stays open between reads)."""
+
+    def __init__(self, directory: str | os.PathLike) -> None:
+        self.directory = os.fspath(directory)
+
+    def __repr__(self) -> str:
+        return f"RocksDBMetadataV2({self.directory!r})"
+
+    def tables(self) -> dict[str, dict]:
+        """Every table: ``consumerOffsets`` and ``pullOffsets`` ((topic, group) -> {queue id:
+        offset}), ``topics`` and ``subscriptionGroups`` (name -> settings)."""
+        return {"consumerOffsets": offset_table(self.directory), "pullOffsets": pull_offset_table(self.directory),
+                "topics": metadata_table(self.directory, "topics"),
+                "subscriptionGroups": metadata_table(self.directory, "subscriptionGroups")}
+
+    def close(self) -> None:
+        """Nothing to release: each read opens and closes the database."""
+
+
+# This module's registry entries (docs/contributing.md#add-a-reader), over what real brokers wrote.
 READERS = (
-    ReaderEntry("RocksDBConsumeQueue", _open_last_queue, _database_files, lambda queue: queue.read().tolist(),
-                store="rocksdb_store"),
+    ReaderEntry("RocksDBConsumeQueue", _open_last_queue, _database_files(fmt.CONSUME_QUEUE_DIR),
+                lambda queue: queue.read().tolist(), store="rocksdb_store"),
+    ReaderEntry("RocksDBMetadataV2",
+                lambda root: RocksDBMetadataV2(os.path.join(root, CONFIG_DIR, fmt.ROCKSDB_V2_DIR)),
+                _database_files(CONFIG_DIR, fmt.ROCKSDB_V2_DIR), RocksDBMetadataV2.tables, store="rdb_v2_store"),
 )

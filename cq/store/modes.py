@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from .. import format as fmt
 from ..errors import StoreFormatError, UnsupportedLayoutError
 from ..readers import config as cfg
-from ..readers.rocksdb import require_binding
+from ..readers.rocksdb import V2_LAYOUT, require_binding
 
 __all__ = ["StoreLayout", "detect_layout"]
 
@@ -27,8 +27,6 @@ _ROCKSDB_TABLE_FILES = {
 }
 #: LMQ queues ``describe`` names (the rest are counted).
 _LMQ_SHOWN = 5
-#: Config v2 keeps every table in one database, ``config/rdb``.
-_ROCKSDB_V2 = "rdb"
 
 
 def _is_rocksdb(directory: str) -> bool:
@@ -65,6 +63,9 @@ class StoreLayout:
     rocksdb_tables : tuple of str
         The metadata tables kept in RocksDB (``consumerOffsets``, ``subscriptionGroups``,
         ``topics``; all three for config v2's ``rdb``).
+    rocksdb_config : {"v1", "v2"} or None
+        Which RocksDB metadata: v1, one database per table (``config/{table}/``), or v2, every
+        table in ``config/rdb/`` (``configManagerVersion=v2``; docs/formats.md#rocksdb-metadata-v2).
     """
 
     root: str
@@ -76,6 +77,7 @@ class StoreLayout:
     metadata: str = "none"
     lmq_queues: tuple[str, ...] = ()
     rocksdb_tables: tuple[str, ...] = field(default=())
+    rocksdb_config: str | None = None
 
     def describe(self) -> str:
         """One line naming the modes, as ``rmqfilter inspect`` prints it."""
@@ -91,8 +93,12 @@ class StoreLayout:
         if self.lmq_queues:
             shown = ", ".join(self.lmq_queues[:_LMQ_SHOWN]) + (", ..." if len(self.lmq_queues) > _LMQ_SHOWN else "")
             queues += f"; {len(self.lmq_queues)} LMQ queue(s): {shown}"
-        meta = {"json": "JSON files", "none": "none", "rocksdb": "RocksDB",
-                "json+rocksdb": "RocksDB beside stale JSON files"}[self.metadata]
+        if self.rocksdb_config == "v2":  # the JSON files beside it hold the other tables, not stale copies
+            meta = f"RocksDB v2 ({cfg.CONFIG_DIR}/{fmt.ROCKSDB_V2_DIR}: offsets, subscription groups, topics)" + (
+                " beside JSON files of the other tables" if self.metadata == "json+rocksdb" else "")
+        else:
+            meta = {"json": "JSON files", "none": "none", "rocksdb": "RocksDB",
+                    "json+rocksdb": "RocksDB beside stale JSON files"}[self.metadata]
         return f"CommitLog {log}; consume queues {queues}; metadata {meta}"
 
     def as_dict(self) -> dict:
@@ -101,7 +107,7 @@ class StoreLayout:
                 "dledger_dir": self.dledger_dir, "consume_queues": self.consume_queues,
                 "batch_cq_topics": list(self.batch_cq_topics), "lmq_queues": list(self.lmq_queues),
                 "metadata": self.metadata,
-                "rocksdb_tables": list(self.rocksdb_tables)}
+                "rocksdb_tables": list(self.rocksdb_tables), "rocksdb_config": self.rocksdb_config}
 
     # ------------------------------------------------------------ checks
     def check_commit_log(self) -> None:
@@ -125,15 +131,12 @@ class StoreLayout:
 
     def rocksdb_table_of(self, name: str) -> str | None:
         """The directory of the RocksDB database that holds config file ``name``'s table instead
-        (``consumerOffset.json`` -> ``config/consumerOffsets``), None when the JSON file is current."""
+        (``consumerOffset.json`` -> ``config/consumerOffsets``, or ``config/rdb`` for config v2),
+        None when the JSON file is current."""
         for table in self.rocksdb_tables:
             if _ROCKSDB_TABLE_FILES.get(table) == name:
-                v2 = os.path.join(self.root, cfg.CONFIG_DIR, _ROCKSDB_V2)
-                if os.path.isdir(v2):
-                    raise UnsupportedLayoutError(
-                        "RocksDB metadata v2 (config/rdb)", v2,
-                        "unsupported mode: rmqfilter reads the one-database-per-table layout (config v1) only")
-                return os.path.join(self.root, cfg.CONFIG_DIR, table)
+                return os.path.join(self.root, cfg.CONFIG_DIR,
+                                    fmt.ROCKSDB_V2_DIR if self.rocksdb_config == "v2" else table)
         return None
 
     def check_config(self, name: str) -> None:
@@ -142,6 +145,7 @@ class StoreLayout:
         directory = self.rocksdb_table_of(name)
         if directory is not None:
             raise UnsupportedLayoutError(
+                V2_LAYOUT if self.rocksdb_config == "v2" else
                 f"RocksDB metadata ({os.path.basename(directory)})", directory,
                 f"the broker keeps {name} in RocksDB and no longer refreshes the JSON file: read it "
                 "through cq.Store's committed_offsets, subscription_groups or topic_configs")
@@ -221,13 +225,14 @@ def detect_layout(root: str | os.PathLike) -> StoreLayout:
                            if t.startswith(fmt.LMQ_PREFIX) and os.path.isdir(os.path.join(cq_dir, t))))
 
     config_dir = os.path.join(root, cfg.CONFIG_DIR)
-    tables: tuple[str, ...] = ()
-    if _is_rocksdb(os.path.join(config_dir, _ROCKSDB_V2)):
-        tables = tuple(_ROCKSDB_TABLE_FILES)
+    # a v2 broker reads config/rdb alone: v1 databases beside it (a broker switched to v2) are stale
+    if _is_rocksdb(os.path.join(config_dir, fmt.ROCKSDB_V2_DIR)):
+        tables, version = tuple(_ROCKSDB_TABLE_FILES), "v2"
     else:
         tables = tuple(t for t in _ROCKSDB_TABLE_FILES if _is_rocksdb(os.path.join(config_dir, t)))
+        version = "v1" if tables else None
     has_json = os.path.isdir(config_dir) and any(n.endswith(".json") for n in os.listdir(config_dir))
     metadata = ("json+rocksdb" if has_json else "rocksdb") if tables else ("json" if has_json else "none")
     return StoreLayout(root=root, commit_log=log, commit_log_dir=classic, dledger_dir=dledger,
                        consume_queues=queues, batch_cq_topics=_batch_cq_topics(root), metadata=metadata,
-                       rocksdb_tables=tables, lmq_queues=lmq)
+                       rocksdb_tables=tables, rocksdb_config=version, lmq_queues=lmq)

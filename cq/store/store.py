@@ -14,7 +14,7 @@ import numpy as np
 import bloom
 
 from .. import format as fmt
-from ..errors import StoreFileDeleted, StoreFormatError, UnknownGroupError
+from ..errors import StoreFileDeleted, StoreFormatError, UnknownGroupError, UnsupportedLayoutError
 from ..filter.custom import BATCH_RECORD_FIELDS, ON_FILTER_ERROR, as_message_filter, records_record_batch
 from ..filter.layers import Layers, SqlFilter, TagFilter
 from ..kernels import _objects
@@ -24,7 +24,7 @@ from ..readers.commitlog import SEALED_AGE_NS, CommitLog, Message
 from ..readers.consumequeue import ConsumeQueue
 from ..readers.dledger import DLedgerCommitLog
 from ..readers.ext import ConsumeQueueExt
-from ..readers.rocksdb import RocksDBConsumeQueue, RocksDBQueueTable, read_metadata_table
+from ..readers.rocksdb import RocksDBConsumeQueue, RocksDBQueueTable, metadata_table, pull_offset_table
 from ..readers.rocksdb import offset_table as rocksdb_offset_table
 from . import undispatched
 from .modes import detect_layout
@@ -471,8 +471,9 @@ class Store:
 
     def offset_table(self) -> dict[tuple[str, str], dict[int, int]]:
         """Every committed offset: (topic, group) -> {queue id: offset} (raw, -1 kept), from
-        ``config/consumerOffset.json``, or where the broker keeps it instead: its RocksDB table, or
-        ``config/lmqConsumerOffset.json`` of a broker with ``enableLmq`` (docs/formats.md#lmq)."""
+        ``config/consumerOffset.json``, or where the broker keeps it instead: its RocksDB table (v1's
+        ``config/consumerOffsets``, v2's ``config/rdb``), or ``config/lmqConsumerOffset.json`` of a
+        broker with ``enableLmq`` (docs/formats.md#lmq)."""
         rocks = self.layout.rocksdb_table_of(cfg.CONSUMER_OFFSET_FILE)
         if rocks is not None:
             return rocksdb_offset_table(rocks)
@@ -481,19 +482,32 @@ class Store:
             return cfg.read_lmq_offset_table(lmq)
         return cfg.read_offset_table(self.config_path(cfg.CONSUMER_OFFSET_FILE))
 
+    def pull_offset_table(self) -> dict[tuple[str, str], dict[int, int]]:
+        """How far each group's pulls reached: (topic, group) -> {queue id: the next offset of the
+        last pull the broker served}, :meth:`offset_table`'s form. Only a config v2 broker keeps
+        it (``config/rdb``; docs/formats.md#rocksdb-metadata-v2); any other store raises
+        :class:`cq.errors.UnsupportedLayoutError`, since its broker held it in memory alone."""
+        rocks = self.layout.rocksdb_table_of(cfg.CONSUMER_OFFSET_FILE)
+        if rocks is None or self.layout.rocksdb_config != "v2":
+            raise UnsupportedLayoutError(
+                "pull offsets", os.path.join(self.root, cfg.CONFIG_DIR),
+                "a broker keeps them on disk only with configManagerVersion=v2 (config/rdb); this one kept "
+                "them in memory")
+        return pull_offset_table(rocks)
+
     def subscription_groups(self) -> dict[str, dict]:
         """``config/subscriptionGroup.json`` (or its RocksDB table): group name -> its settings as
         stored (``{}`` if missing)."""
         rocks = self.layout.rocksdb_table_of(cfg.SUBSCRIPTION_GROUP_FILE)
         if rocks is not None:
-            return read_metadata_table(rocks, "subscriptionGroups")
+            return metadata_table(rocks, "subscriptionGroups")
         return cfg.read_subscription_groups(self.config_path(cfg.SUBSCRIPTION_GROUP_FILE))
 
     def topic_configs(self) -> dict[str, dict]:
         """``config/topics.json`` (or its RocksDB table): topic name -> its settings as stored (``{}`` if missing)."""
         rocks = self.layout.rocksdb_table_of(cfg.TOPICS_FILE)
         if rocks is not None:
-            return read_metadata_table(rocks, "topics")
+            return metadata_table(rocks, "topics")
         return cfg.read_topic_configs(self.config_path(cfg.TOPICS_FILE))
 
     # ------------------------------------------------------------ live stores

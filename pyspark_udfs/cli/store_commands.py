@@ -257,7 +257,7 @@ def _print_inspect(info: dict) -> None:
     if info["committed_offsets"]:
         source = info["config"].get(cfg.CONSUMER_OFFSET_FILE) or ""
         where = "config/consumerOffset.json" if source.endswith(".json") or not source else \
-            "RocksDB config/consumerOffsets"
+            f"RocksDB config/{os.path.basename(source)}"  # consumerOffsets (v1) or rdb (v2)
         if cfg.LMQ_CONSUMER_OFFSET_FILE in info["config"]:
             where = f"config/{cfg.LMQ_CONSUMER_OFFSET_FILE}"
         print(f"\nCommitted offsets ({where}, next offset per queue):")

@@ -103,17 +103,13 @@ def _slot():
     sessions share them) while a scenario runs."""
     while True:
         for i in range(max(1, PARALLEL)):
-            f = open(RUNS / f"slot-{i}.lock", "w")
-            try:
-                fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
-            except BlockingIOError:
-                f.close()
-                continue
-            try:
+            with open(RUNS / f"slot-{i}.lock", "w") as f:
+                try:
+                    fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                except BlockingIOError:
+                    continue
                 yield
-            finally:
-                f.close()
-            return
+                return
         time.sleep(0.5)
 
 

@@ -671,16 +671,50 @@ def scenario_modes(h: Harness) -> None:
     receive_in_two_phases(h, MODES_TOPIC, MODES_GROUPS, random.Random(27))
 
 
+ROCKSDB_V2_BROKER = "broker-v2"
+ROCKSDB_V2_TOPIC = "RdbV2Topic"
+#: The groups of ``modes`` again, on the v2 broker's topic.
+ROCKSDB_V2_GROUPS = {f"{g}_V2": subscription for g, subscription in MODES_GROUPS.items()}
+#: A group the admin API disables on the v2 broker (consumeEnable=false): the one record of the
+#: subscription group table, since the broker writes no record for the groups it creates itself.
+ROCKSDB_V2_OFF_GROUP = "GID_V2_OFF"
+
+
 def scenario_rocksdb(h: Harness) -> None:
     """One broker with ``storeType=defaultRocksDB`` (consume queues and metadata in RocksDB): the
     groups of ``modes``, both phases. Property filtering is on; the broker keeps no
-    ConsumeQueueExt in this mode, so SQL92 groups are filtered on the CommitLog alone."""
+    ConsumeQueueExt in this mode, so SQL92 groups are filtered on the CommitLog alone. Then the
+    same on a second broker whose metadata is config v2 (:func:`_rocksdb_v2_round`)."""
     h.start_namesrv()
     h.add_broker("broker-a", storeType="defaultRocksDB", enablePropertyFilter="true")
     h.start_broker("broker-a")
     h.start_client()
     h.create_topic(MODES_TOPIC, 3)
     receive_in_two_phases(h, MODES_TOPIC, MODES_GROUPS, random.Random(29))
+    _rocksdb_v2_round(h)
+
+
+def _rocksdb_v2_round(h: Harness) -> None:
+    """The two phases once more, on broker ``broker-v2`` alone (broker-a is stopped first: one
+    broker JVM at a time) with ``configManagerVersion=v2``: every metadata table in one RocksDB
+    database, ``config/rdb``, consume queues as files. Its topic and groups are its own
+    (:data:`ROCKSDB_V2_TOPIC`, :data:`ROCKSDB_V2_GROUPS`), and :data:`ROCKSDB_V2_OFF_GROUP` is
+    disabled through the admin API. The groups join broker.json's ``groups``, and ``rocksdb_v2`` =
+    ``{broker, topic, topics, off_group}`` holds the admin API's queue stats of its topic
+    (``topics`` itself stays broker-a's)."""
+    h.stop_broker("broker-a")
+    first_brokers, first_groups, first_topics = h.brokers, h.groups, h.topics
+    h.brokers, h.groups, h.topics = {}, [], {}     # the round's snapshot sees this broker alone
+    h.add_broker(ROCKSDB_V2_BROKER, configManagerVersion="v2", enablePropertyFilter="true")
+    h.start_broker(ROCKSDB_V2_BROKER)
+    h.create_topic(ROCKSDB_V2_TOPIC, 3)
+    h.client("disable_group", group=ROCKSDB_V2_OFF_GROUP, brokers=[h.brokers[ROCKSDB_V2_BROKER]["addr"]])
+    receive_in_two_phases(h, ROCKSDB_V2_TOPIC, ROCKSDB_V2_GROUPS, random.Random(31))
+    h.stop_broker(ROCKSDB_V2_BROKER)
+    h.extra["rocksdb_v2"] = {"broker": ROCKSDB_V2_BROKER, "topic": ROCKSDB_V2_TOPIC, "off_group": ROCKSDB_V2_OFF_GROUP,
+                             "topics": [{"topic": t, "queues": q} for t, q in h.topics.items()]}
+    h.brokers, h.groups, h.topics = {**first_brokers, **h.brokers}, first_groups + h.groups, first_topics
+    shutil.rmtree(h.work / ROCKSDB_V2_BROKER / "store", ignore_errors=True)   # run() removes broker-a's
 
 
 def receive_in_two_phases(h: Harness, topic: str, groups: dict[str, tuple[str, str]], rng: random.Random,

@@ -132,12 +132,16 @@ def test_rocksdb_metadata_is_read_there_never_from_the_stale_json(copy, capsys):
 
 def test_config_v2_keeps_every_table_in_rocksdb(copy):
     _rocksdb(copy / "config" / "rdb")
+    _rocksdb(copy / "config" / "topics")  # a v1 database beside it: a v2 broker never reads it
     layout = cq.detect_layout(copy)
-    assert (layout.metadata, set(layout.rocksdb_tables)) == ("rocksdb", {"consumerOffsets", "subscriptionGroups",
-                                                                          "topics"})
-    with closing(cq.Store(copy)) as store, pytest.raises(cq.UnsupportedLayoutError) as err:
-        store.subscription_groups()
-    assert err.value.path == str(copy / "config" / "rdb")
+    assert (layout.metadata, set(layout.rocksdb_tables), layout.rocksdb_config) == (
+        "rocksdb", {"consumerOffsets", "subscriptionGroups", "topics"}, "v2")
+    assert "metadata RocksDB v2 (config/rdb" in layout.describe()
+    with closing(cq.Store(copy)) as store:
+        for read in (store.subscription_groups, store.topic_configs, store.offset_table):
+            with pytest.raises(cq.StoreFormatError, match="not a readable RocksDB database") as err:
+                read()  # the v2 database, never the v1 one or a JSON file
+            assert err.value.path.startswith(str(copy / "config" / "rdb"))
 
 
 def test_two_dledger_logs_in_one_root_are_an_error(tmp_path):
