@@ -469,8 +469,8 @@ def _timer_unit_text(units, what: str) -> str:
 def _timer_state(store: Store, topic: str, uniq: str | None, by_role: dict,
                  steps: list[WhyStep]) -> tuple[str, str, dict] | None:
     """A timer message with no copy in its topic (docs/paths.md#timers): recalled when a recall's
-    marker names it, fired when the timer's progress (``config/timercheck``) is past its due time,
-    else scheduled. None when it has no timer copy and no recall."""
+    marker names it; expired when the timer's progress (``config/timercheck``) is past its due
+    time (fired, yet not in the topic); else scheduled. None when it has no timer copy and no recall."""
     timers = by_role.get(ROLE_TIMER, [])
     key = fmt.timer_delete_key(topic, uniq) if uniq is not None else None
     markers = [c for c in by_role.get(ROLE_RECALL, ())
@@ -509,7 +509,7 @@ def _timer_state(store: Store, topic: str, uniq: str | None, by_role: dict,
     if fired:
         return EXPIRED, (f"the broker's timer fired it at {due} (config/{fmt.TIMER_CHECK_FILE}), yet no copy of it is "
                          f"in {topic}: the file that held the delivered copy was deleted, or the delivery failed "
-                         "(see the broker's log)"), {"due_at_ms": due, "timer": True}, 
+                         "(see the broker's log)"), {"due_at_ms": due, "timer": True}
     return SCHEDULED, (f"it is a timer message: the broker delivers it to {topic} at {due}; nothing to do but "
                        "wait"), {"due_at_ms": due, "timer": True}
 
