@@ -31,6 +31,7 @@ from .readers.consumequeue import ConsumeQueue
 from .readers.dledger import DLedgerCommitLog
 from .readers.ext import ConsumeQueueExt, CqExtUnit
 from .readers.indexfile import IndexFile, IndexFiles
+from .readers.timer import TimerCheckpoint, TimerFiles, TimerLog, TimerWheel
 from .store.cache import StoreCache
 from .store.cluster import Cluster, ClusterCut, open_stores
 from .store.modes import StoreLayout, detect_layout
@@ -74,6 +75,10 @@ __all__ = [
     "SubscriptionData",
     "TagFilter",
     "TagSubscriptionError",
+    "TimerCheckpoint",
+    "TimerFiles",
+    "TimerLog",
+    "TimerWheel",
     "UnknownGroupError",
     "UnsupportedLayoutError",
     "backlog",

@@ -129,6 +129,44 @@ EXT_UNIT_HEADER_STRUCT = struct.Struct(">hqqh")
 #: The ``size`` field that opens an ext unit, read alone by the ext walk (docs/formats.md#ext-walk).
 EXT_UNIT_SIZE_STRUCT = struct.Struct(">h")
 
+# ---------------------------------------------------------- the 5.x timer (docs/formats.md#timer-files)
+#: ``{root}/timerlog/``: a mapped-file queue of 52-byte units (``mappedFileSizeTimerLog``, 100 MiB by default).
+TIMER_LOG_DIR = "timerlog"
+#: ``{root}/timerwheel``: one file of slots.
+TIMER_WHEEL_FILE = "timerwheel"
+#: ``{root}/config/timercheck``: the timer's progress.
+TIMER_CHECK_FILE = "timercheck"
+#: A timerlog unit (``TimerLog.UNIT_SIZE``): the message's CommitLog offset and size, when it was
+#: written and due (``write_time_ms + delay_delta``), what kind of unit (``magic``), and the previous
+#: unit of the same wheel slot (``prev_pos``, -1 for the first).
+TIMER_LOG_UNIT_DTYPE = np.dtype([("size", ">i4"), ("prev_pos", ">i8"), ("magic", ">i4"), ("write_time_ms", ">i8"),
+                                 ("delay_delta", ">i4"), ("offset_py", ">i8"), ("size_py", ">i4"),
+                                 ("topic_hash", ">i4"), ("reserved", ">i8")])
+TIMER_LOG_UNIT_SIZE = TIMER_LOG_UNIT_DTYPE.itemsize
+#: ``TimerMessageStore.MAGIC_*``: bits of a unit's ``magic``; a valid magic has no bit above them
+#: (``isMagicOK``: ``(magic | 0xF) == 0xF``).
+TIMER_MAGIC_DEFAULT, TIMER_MAGIC_ROLL, TIMER_MAGIC_DELETE = 1, 2, 4
+TIMER_MAGIC_MASK = 0xF
+#: A timerlog file ends with a blank of ``size`` = the bytes left and magic :data:`BLANK_MAGIC_CODE`
+#: (``TimerLog.BLANK_MAGIC_CODE`` is the CommitLog's).
+#: ``TimerLog.MIN_BLANK_LEN``: size i32, prev pos i64, magic i32.
+TIMER_LOG_MIN_BLANK_LEN = 16
+#: A wheel slot (``Slot``): its time in precision units, the first and last timerlog unit of the
+#: slot, how many messages it holds (a delete marker counts -1), and an unused magic.
+TIMER_SLOT_DTYPE = np.dtype([("time", ">i8"), ("first_pos", ">i8"), ("last_pos", ">i8"), ("num", ">i4"),
+                             ("magic", ">i4")])
+#: ``TIMER_WHEEL_TTL_DAY * DAY_SECS``: the wheel holds twice this many slots, whatever the precision.
+TIMER_WHEEL_SLOTS = 7 * 86400
+TIMER_WHEEL_FILE_SIZE = 2 * TIMER_WHEEL_SLOTS * TIMER_SLOT_DTYPE.itemsize
+#: ``timerPrecisionMs``' default: a slot per second.
+TIMER_PRECISION_MS = 1000
+#: ``TimerCheckpoint``: four i64 (the time the timer has fired up to, the timerlog's flushed
+#: position, the timer topic's queue offset it has enqueued up to, the master's) and the data
+#: version (state version, timestamp, counter); the file is one mapped OS page.
+TIMER_CHECK_DTYPE = np.dtype([("last_read_time_ms", ">i8"), ("flush_pos", ">i8"), ("last_timer_queue_offset", ">i8"),
+                              ("master_timer_queue_offset", ">i8"), ("state_version", ">i8"),
+                              ("data_version_timestamp", ">i8"), ("data_version_counter", ">i8")])
+
 # ---------------------------------------------------------- store modes
 # Which CommitLog, consume queues and metadata a store root holds (docs/reading.md#store-modes).
 #: A DLedger CommitLog lives in ``{root}/dledger-{dLegerSelfId}/data/`` (docs/formats.md#dledger-commitlog).
@@ -242,7 +280,7 @@ DLEDGER_MIN_BLANK_LEN = 8
 MESSAGE_MAGIC_CODE_V1 = -626843481
 #: ``MESSAGE_MAGIC_CODE_V2`` (2-byte topic length) = 0xDAA320AB.
 MESSAGE_MAGIC_CODE_V2 = -626843477
-#: ``BLANK_MAGIC_CODE`` of the end-of-file marker = 0xCBD43194.
+#: ``BLANK_MAGIC_CODE`` of the end-of-file marker = 0xCBD43194 (the timerlog's too).
 BLANK_MAGIC_CODE = -875286124
 #: TOTALSIZE and MAGICCODE, the first 8 bytes of every record and of the blank marker.
 RECORD_HEAD_STRUCT = struct.Struct(">ii")
@@ -352,6 +390,9 @@ PROPERTY_TRANSACTION_CHECK_TIMES = "TRANSACTION_CHECK_TIMES"
 PROPERTY_PRODUCER_GROUP = "PGROUP"
 PROPERTY_ORIGIN_MESSAGE_ID = "ORIGIN_MESSAGE_ID"
 PROPERTY_TIMER_OUT_MS = "TIMER_OUT_MS"
+#: A timer recall's marker (docs/paths.md#timers): ``{REAL_TOPIC}+{UNIQ_KEY}`` of the recalled message.
+PROPERTY_TIMER_DEL_UNIQKEY = "TIMER_DEL_UNIQKEY"
+TIMER_DEL_KEY_SEPARATOR = "+"
 # POP consumption (docs/paths.md#pop): the broker's revive log, one topic per cluster, holds the
 # checkpoints (a pop: which offsets, when, for how long) and the acks, as JSON bodies.
 REVIVE_TOPIC_PREFIX = "rmq_sys_REVIVE_LOG_"
@@ -716,6 +757,11 @@ def decode_property_crc(value: str) -> int | None:
     if not value or not all("0" <= ch <= "9" for ch in value):
         return None
     return int(value[::-1])
+
+
+def timer_delete_key(real_topic: str, uniq_key: str) -> str:
+    """``TimerMessageStore.buildDeleteKey``: the ``TIMER_DEL_UNIQKEY`` of a recall of ``uniq_key`` in ``real_topic``."""
+    return f"{real_topic}{TIMER_DEL_KEY_SEPARATOR}{uniq_key}"
 
 
 def encode_blank_record(remaining: int) -> bytes:

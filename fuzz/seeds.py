@@ -92,6 +92,19 @@ def dledger_seeds() -> None:
                 _put("dledger", path.read_bytes())
 
 
+def timer_seeds() -> None:
+    """The timer files of tests/data/timer_store, laid out as fuzz_timer reads its input."""
+    sys.path.insert(0, str(ROOT / "fuzz"))
+    from fuzz_timer import FILE_SIZE
+
+    store = DATA / "timer_store"
+    check = (store / "config" / "timercheck").read_bytes()[:64]
+    logs = sorted((store / "timerlog").iterdir())
+    for cut in (len(check), 56, 31):
+        body = b"".join(p.read_bytes()[:FILE_SIZE].ljust(FILE_SIZE, b"\0") for p in logs[:2])
+        _put("timer", bytes([cut]) + check[:cut] + body)
+
+
 def bloom_seeds() -> None:
     for blob in (b"\x14\x00\x20\x00" + b"GID_A#TopicTest" * 3, bytes(range(64)), b"\x01\x01" + b"\xff" * 40):
         _put("bloom", blob)
@@ -114,6 +127,7 @@ def main() -> None:
     store_seeds()
     dledger_seeds()
     inner_seeds()
+    timer_seeds()
     bloom_seeds()
     for folder in sorted(SEEDS.iterdir()):
         print(f"{folder.name}: {sum(1 for _ in folder.iterdir())} seeds")

@@ -129,7 +129,7 @@ class Backlog:
     @property
     def will_receive_later(self) -> int:
         """What the group receives now (its queues) and later: its retry topic's and its POP retry
-        topic's backlog and the delay-level copies still due to the topic or to its retry topic,
+        topic's backlog and the delay-level and timer copies still due to the topic or to its retry topic,
         through its filter."""
         retry = sum(r.will_receive for r in (self.retry, self.pop_retry) if r is not None)
         return self.will_receive + retry + (self.scheduled["will_receive"] if self.scheduled else 0)
@@ -171,7 +171,7 @@ class Backlog:
             if r is not None:
                 lines.append(f"{label} {r.will_receive:,} {what} wait in {r.topic} (lag {r.lag:,})")
         for label, d, key, what in (
-                ("scheduled:", self.scheduled, "will_receive", "delay-level copies still due will reach the group"),
+                ("scheduled:", self.scheduled, "will_receive", "delay-level and timer copies still due will reach the group"),
                 ("in flight:", self.in_flight, "messages",
                  "message(s) popped and not acked; the broker revives them unless acked first")):
             if d is not None and d[key]:

@@ -22,6 +22,7 @@ from .. import format as fmt
 from ..errors import StoreFormatError
 from ..readers import config as cfg
 from ..readers.commitlog import Message
+from ..readers.timer import TimerFiles
 from ..store.cluster import Cluster
 from ..store.store import Store
 from .pop import ReviveLog, pop_retry_topics, read_revive_log
@@ -55,9 +56,9 @@ __all__ = [
 #: The states (docs/paths.md#states), in the order a person reads them.
 CONSUMED, PENDING, FILTERED, SCHEDULED = "consumed", "pending", "filtered", "scheduled"
 UNCOMMITTED, ROLLED_BACK, RETRYING, DEAD_LETTER = "uncommitted", "rolled_back", "retrying", "dead_letter"
-IN_FLIGHT, GATED, EXPIRED = "in_flight", "gated", "expired"
-STATES = (CONSUMED, PENDING, FILTERED, SCHEDULED, UNCOMMITTED, ROLLED_BACK, RETRYING, DEAD_LETTER, IN_FLIGHT,
-          GATED, EXPIRED)
+IN_FLIGHT, GATED, EXPIRED, RECALLED = "in_flight", "gated", "expired", "recalled"
+STATES = (CONSUMED, PENDING, FILTERED, SCHEDULED, RECALLED, UNCOMMITTED, ROLLED_BACK, RETRYING, DEAD_LETTER,
+          IN_FLIGHT, GATED, EXPIRED)
 
 #: ``PermName.PERM_READ``: a topic without it serves no pulls.
 PERM_READ = 1 << 2
@@ -65,6 +66,8 @@ PERM_READ = 1 << 2
 #: Roles of a copy.
 ROLE_TOPIC, ROLE_SCHEDULED, ROLE_HALF, ROLE_CHECK_MAX = "topic", "scheduled", "transaction_half", "check_max"
 ROLE_TIMER = "timer"
+#: A timer recall's marker (``TIMER_DEL_UNIQKEY``, docs/paths.md#timers): it carries the recalled message's UNIQ_KEY.
+ROLE_RECALL = "timer_recall"
 ROLE_RETRY, ROLE_DLQ = "retry", "dead_letter"
 #: A POP group's revived copy, in its POP retry topic (docs/paths.md#pop).
 ROLE_POP_RETRY = "pop_retry"
@@ -83,8 +86,9 @@ class Copy:
     Attributes
     ----------
     role : str
-        ``"topic"``, ``"scheduled"`` (a delay-level copy), ``"transaction_half"``, ``"check_max"``,
-        ``"retry"``, ``"pop_retry"`` (a POP group's revived copy) or ``"dead_letter"``.
+        ``"topic"``, ``"scheduled"`` (a delay-level copy), ``"timer"``, ``"timer_recall"`` (a
+        recall's marker), ``"transaction_half"``, ``"check_max"``, ``"retry"``, ``"pop_retry"``
+        (a POP group's revived copy) or ``"dead_letter"``.
     message : cq.Message
         The record.
     real_topic : str or None
@@ -190,7 +194,7 @@ def _role(msg: Message, topic: str, group: str) -> tuple[str, str | None] | None
     if msg.topic == fmt.SCHEDULE_TOPIC and real in (topic, retry_topic):
         return ROLE_SCHEDULED, real
     if msg.topic == fmt.TIMER_TOPIC and real == topic:
-        return ROLE_TIMER, real
+        return (ROLE_RECALL if fmt.PROPERTY_TIMER_DEL_UNIQKEY in msg.properties else ROLE_TIMER), real
     if msg.topic == fmt.TRANS_HALF_TOPIC and real == topic:
         return ROLE_HALF, real
     if msg.topic == fmt.TRANS_CHECK_MAX_TIME_TOPIC and real == topic:
@@ -303,7 +307,7 @@ def _committed(store: Store, group: str, topic: str, queue_id: int) -> int | Non
     return store.committed_offsets(group, topic).get(queue_id)
 
 
-def _state_of(store: Store, topic: str, group: str, flt, sub: Subscription, copies: list[Copy],
+def _state_of(store: Store, topic: str, group: str, flt, sub: Subscription, uniq: str | None, copies: list[Copy],
               now_ms: int) -> tuple[str, str, dict, list[WhyStep], Why | None]:
     by_role: dict[str, list[Copy]] = {}
     for c in copies:
@@ -312,7 +316,7 @@ def _state_of(store: Store, topic: str, group: str, flt, sub: Subscription, copi
     topic_copies = [c for c in by_role.get(ROLE_TOPIC, ())
                     if c.message.transaction_type in (fmt.TRANSACTION_NOT_TYPE, fmt.TRANSACTION_COMMIT_TYPE)]
     if not topic_copies:
-        return _before_topic(store, topic, group, by_role, steps, now_ms)
+        return _before_topic(store, topic, group, uniq, by_role, steps, now_ms)
     seed = topic_copies[0].message
     w = why_unit(store, topic, group, flt, sub, seed.queue_id, seed.queue_offset)
     if w.dropped_by == DROPPED_BY_EXPIRY:
@@ -453,7 +457,64 @@ def _pop_state(store: Store, group: str, topic_copy: Copy, by_role: dict,
         {"reconsume_times": m.reconsume_times, "due_at_ms": ck.due_at_ms, "pop": ev}
 
 
-def _before_topic(store: Store, topic: str, group: str, by_role: dict, steps: list[WhyStep],
+def _timer_unit_text(units, what: str) -> str:
+    """Where the timerlog holds ``units`` of a record (the evidence of a step)."""
+    if not len(units):
+        return f"no timerlog unit points at {what} yet"
+    u = units[-1]
+    return (f"timerlog unit at position {int(u['position'])} (magic {int(u['magic'])}, due {int(u['due_ms'])}) points "
+            f"at {what}")
+
+
+def _timer_state(store: Store, topic: str, uniq: str | None, by_role: dict,
+                 steps: list[WhyStep]) -> tuple[str, str, dict] | None:
+    """A timer message with no copy in its topic (docs/paths.md#timers): recalled when a recall's
+    marker names it; expired when the timer's progress (``config/timercheck``) is past its due
+    time (fired, yet not in the topic); else scheduled. None when it has no timer copy and no recall."""
+    timers = by_role.get(ROLE_TIMER, [])
+    key = fmt.timer_delete_key(topic, uniq) if uniq is not None else None
+    markers = [c for c in by_role.get(ROLE_RECALL, ())
+               if key is not None and c.message.properties.get(fmt.PROPERTY_TIMER_DEL_UNIQKEY) == key]
+    if not timers and not markers:
+        return None
+    with TimerFiles(store.root) as files:
+        check = files.checkpoint
+        progress = (f"config/{fmt.TIMER_CHECK_FILE}: the timer has fired everything due before "
+                    f"{check.last_read_time_ms} and read {fmt.TIMER_TOPIC} up to queue offset "
+                    f"{check.last_timer_queue_offset}") if check is not None else f"no config/{fmt.TIMER_CHECK_FILE}"
+        due, fired = None, False
+        if timers:
+            m = timers[-1].message
+            due = _int_property(m, fmt.PROPERTY_TIMER_OUT_MS)
+            fired = check is not None and due is not None and check.fired(due)
+            steps.append(_step("timer", "Timer message", "fired" if fired else "not_fired",
+                               f"a copy is in {fmt.TIMER_TOPIC} (queue {m.queue_id} offset {m.queue_offset}, "
+                               f"{fmt.PROPERTY_TIMER_OUT_MS} {due}) and none is in {topic}; "
+                               f"{_timer_unit_text(files.units_of(m.commit_log_offset), 'it')}; {progress}",
+                               {"queue_offset": m.queue_offset, "due_at_ms": due,
+                                "last_read_time_ms": check.last_read_time_ms if check is not None else None}))
+        if markers:
+            mk = markers[-1].message
+            due = due if due is not None else _int_property(mk, fmt.PROPERTY_TIMER_OUT_MS)
+            steps.append(_step("timer_recall", "Timer recall", "recalled",
+                               f"a recall marker is in {fmt.TIMER_TOPIC} (queue {mk.queue_id} offset {mk.queue_offset}, "
+                               f"CommitLog offset {mk.commit_log_offset}, stored {mk.store_timestamp}) with "
+                               f"{fmt.PROPERTY_TIMER_DEL_UNIQKEY} {key}; "
+                               f"{_timer_unit_text(files.units_of(mk.commit_log_offset), 'it (a delete unit)')}",
+                               {"queue_offset": mk.queue_offset, "commit_log_offset": mk.commit_log_offset,
+                                "recalled_at_ms": mk.store_timestamp}))
+            return RECALLED, (f"the producer recalled it (recallMessage) before it was due at {due}: the broker drops "
+                              f"it from the timer and never delivers it to {topic}; send it again if it should "
+                              "arrive"), {"due_at_ms": due, "recalled_at_ms": mk.store_timestamp, "timer": True}
+    if fired:
+        return EXPIRED, (f"the broker's timer fired it at {due} (config/{fmt.TIMER_CHECK_FILE}), yet no copy of it is "
+                         f"in {topic}: the file that held the delivered copy was deleted, or the delivery failed "
+                         "(see the broker's log)"), {"due_at_ms": due, "timer": True}
+    return SCHEDULED, (f"it is a timer message: the broker delivers it to {topic} at {due}; nothing to do but "
+                       "wait"), {"due_at_ms": due, "timer": True}
+
+
+def _before_topic(store: Store, topic: str, group: str, uniq: str | None, by_role: dict, steps: list[WhyStep],
                   now_ms: int) -> tuple[str, str, dict, list[WhyStep], None]:
     """The state of a message with no copy in its topic yet: scheduled, a transaction half, or gone."""
     scheduled = [c for c in by_role.get(ROLE_SCHEDULED, ()) if c.real_topic == topic]
@@ -469,16 +530,9 @@ def _before_topic(store: Store, topic: str, group: str, by_role: dict, steps: li
                 return SCHEDULED, (f"it is scheduled (delay level {ev['level']}): the broker delivers it to {topic} "
                                    f"at {due}; nothing to do but wait"), \
                     {"due_at_ms": due, "delay_level": ev["level"]}, steps, None
-    timers = by_role.get(ROLE_TIMER, [])
-    if timers:
-        m = timers[-1].message
-        due = _int_property(m, fmt.PROPERTY_TIMER_OUT_MS)
-        steps.append(_step("timer", "Timer message", "not_fired",
-                           f"a copy is in {fmt.TIMER_TOPIC} (queue {m.queue_id} offset {m.queue_offset}, "
-                           f"{fmt.PROPERTY_TIMER_OUT_MS} {due}) and none is in {topic} yet: the timer has not fired",
-                           {"queue_offset": m.queue_offset, "due_at_ms": due}))
-        return SCHEDULED, (f"it is a timer message: the broker delivers it to {topic} at {due}; nothing to do but "
-                           "wait"), {"due_at_ms": due, "timer": True}, steps, None
+    timer = _timer_state(store, topic, uniq, by_role, steps)
+    if timer is not None:
+        return (*timer, steps, None)
     halves = by_role.get(ROLE_HALF, []) + by_role.get(ROLE_CHECK_MAX, [])
     if halves:
         resolved = _resolved_halves(store)
@@ -556,6 +610,9 @@ def why_every_copy(store: Store | Cluster, topic: str, group: str, *, sql: str |
         No copy of the message is anywhere in the store (the message says where it looked).
     cq.readers.config.ConfigFormatError
         A progress file (``delayOffset.json``, ``consumerOffset.json``, ...) is malformed: names it and the place.
+    cq.StoreFormatError
+        A timer file (``config/timercheck``, ``timerlog/``, ``timerwheel``) is cut short or corrupt,
+        for a message with a timer copy: names the file and the byte offset.
     """
     given = check_message_args(queue_id, queue_offset, msg_id, key, sql, tags)
     now_ms = int(time.time() * 1000) if now_ms is None else now_ms
@@ -626,6 +683,6 @@ def why_every_copy(store: Store | Cluster, topic: str, group: str, *, sql: str |
         if not copies:
             raise MessageNotFoundError(f"no copy of UNIQ_KEY {uniq!r} is in topic {topic!r} nor on its way there for "
                                        f"group {group!r} in {store.root}: {note} (looked under {', '.join(topics)})")
-        state, sentence, fields, steps, w = _state_of(store, topic, group, flt, sub, copies, now_ms)
+        state, sentence, fields, steps, w = _state_of(store, topic, group, flt, sub, uniq, copies, now_ms)
         out.append(MessagePath(topic, group, sub, uniq, state, sentence, fields, copies, steps, w, found_by, note))
     return out

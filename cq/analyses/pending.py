@@ -6,7 +6,8 @@
   a ``%RETRY%`` topic) with its real topic, its due time (the unit's tags code) and whether the
   broker's schedule service has delivered it (``config/delayOffset.json``); and every timer copy
   (``rmq_sys_wheel_timer``, due at its ``TIMER_OUT_MS``), delivered once its real topic holds a
-  record of its ``UNIQ_KEY``;
+  record of its ``UNIQ_KEY`` or the timer's progress (``config/timercheck``) is past its due time,
+  ``recalled`` when a recall's marker (``TIMER_DEL_UNIQKEY``) names it (the markers are no rows);
 - ``transactions``: one row per transaction half (``RMQ_SYS_TRANS_HALF_TOPIC``, its re-put
   copies counted as checks) with its status: ``committed`` (a COMMIT record of its ``UNIQ_KEY``
   is in the real topic), ``rolled_back`` (an op record resolves one of its copies, no commit),
@@ -25,6 +26,7 @@ from __future__ import annotations
 
 from .. import format as fmt
 from ..readers.commitlog import Message
+from ..readers.timer import TimerFiles
 from ..store.store import Store
 from .paths import _delay_offsets, _lookup, _message_at, _parse_offset_msg_id, _resolved_halves
 from .pop import read_revive_log
@@ -66,7 +68,7 @@ TABLES = tuple(COLUMNS)
 #: ``kind`` of a scheduled row: a delay-level copy (``SCHEDULE_TOPIC_XXXX``) or a 5.x timer copy.
 KIND_DELAY, KIND_TIMER = "delay_level", "timer"
 #: ``status`` values.
-SCHEDULED, DELIVERED = "scheduled", "delivered"
+SCHEDULED, DELIVERED, RECALLED = "scheduled", "delivered", "recalled"
 COMMITTED, ROLLED_BACK, CHECK_LIMIT, UNRESOLVED = "committed", "rolled_back", "check_limit", "unresolved"
 ACKED, IN_FLIGHT, REVIVED = "acked", "in_flight", "revived"
 
@@ -92,18 +94,32 @@ def scheduled_rows(store: Store) -> list[dict]:
             "keys": p.get(fmt.PROPERTY_KEYS), "tags": p.get(fmt.PROPERTY_TAGS), "reconsume_times": m.reconsume_times,
             "store_timestamp": m.store_timestamp, "commit_log_offset": m.commit_log_offset, "msg_id": m.msg_id,
         })
-    for _q, m, _slot in _records(store, fmt.TIMER_TOPIC):
+    timers = [m for _q, m, _slot in _records(store, fmt.TIMER_TOPIC)]
+    # a recall's marker is no message: it names the one the broker drops (docs/paths.md#timers)
+    recalled = {m.properties[fmt.PROPERTY_TIMER_DEL_UNIQKEY] for m in timers
+                if fmt.PROPERTY_TIMER_DEL_UNIQKEY in m.properties}
+    check = None
+    if timers:
+        with TimerFiles(store.root) as files:
+            check = files.checkpoint
+    for m in timers:
         p = m.properties
         real, uniq = p.get(fmt.PROPERTY_REAL_TOPIC), p.get(fmt.PROPERTY_UNIQ_KEY)
+        if fmt.PROPERTY_TIMER_DEL_UNIQKEY in p:
+            continue
         if real is not None and real.startswith(fmt.REVIVE_TOPIC_PREFIX):
             continue    # a POP checkpoint or ack on its way to the revive log (cq.analyses.pop), not a message
-        fired = False
-        if real is not None and uniq is not None and real in store.topics():
-            found, _how, _note = _lookup(store, [real], None, uniq)
-            fired = bool(found)
+        due = _int(p.get(fmt.PROPERTY_TIMER_OUT_MS))
+        status = SCHEDULED
+        if real is not None and uniq is not None and real in store.topics() and _lookup(store, [real], None, uniq)[0]:
+            status = DELIVERED
+        elif real is not None and uniq is not None and fmt.timer_delete_key(real, uniq) in recalled:
+            status = RECALLED
+        elif check is not None and due is not None and check.fired(due):
+            status = DELIVERED      # the timer's progress is past it (config/timercheck)
         rows.append({
             "kind": KIND_TIMER, "delay_level": None, "queue_offset": m.queue_offset,
-            "status": DELIVERED if fired else SCHEDULED, "due_at_ms": _int(p.get(fmt.PROPERTY_TIMER_OUT_MS)),
+            "status": status, "due_at_ms": due,
             "real_topic": real, "real_queue_id": _int(p.get(fmt.PROPERTY_REAL_QUEUE_ID)),
             "retry_topic": p.get(fmt.PROPERTY_RETRY_TOPIC), "uniq_key": uniq, "keys": p.get(fmt.PROPERTY_KEYS),
             "tags": p.get(fmt.PROPERTY_TAGS), "reconsume_times": m.reconsume_times,
@@ -214,8 +230,9 @@ def pending(store: Store, table: str) -> list[dict]:
     cq.readers.config.ConfigFormatError
         ``config/delayOffset.json`` is malformed (names the file and the place).
     cq.StoreFormatError
-        A transaction op record whose body is not a list of queue offsets, or a POP checkpoint or
-        ack whose body is not the broker's JSON (names the file and offset).
+        A transaction op record whose body is not a list of queue offsets, a POP checkpoint or
+        ack whose body is not the broker's JSON, or a timer file cut short or corrupt
+        (``config/timercheck``, ``timerlog/``, ``timerwheel``; names the file and offset).
     """
     if table not in _BUILDERS:
         raise ValueError(f"unknown pending table {table!r}: expected one of {', '.join(TABLES)}")

@@ -193,6 +193,7 @@ class Harness:
         self.namesrv = None
         self.client: Client | None = None
         self.snapshot_ms = None
+        self.copied_ms = None
         self.extra: dict = {}
 
     # -- processes ---------------------------------------------------------------------------
@@ -380,6 +381,7 @@ class Harness:
         for name in names:
             self.stop_broker(name)
             self.copy_store(name)
+        self.copied_ms = int(time.time() * 1000)    # every copy is older than this
         for name in names if restart else ():
             self.start_broker(name)
 
@@ -874,6 +876,17 @@ LIFE_POP_INVISIBLE_MS = 600_000
 LIFE_POP_SHORT_INVISIBLE_MS = 1_000
 LIFE_POP_UNACKED_EVERY = 4
 LIFE_POP_REVIVED = 2
+# Timer recalls (5.x, the broker's recallMessageEnable): LIFE_RECALL_TIMERS timer messages due
+# LIFE_RECALL_DELAY_MS after they are sent, just before the snapshot; the producer recalls every
+# other one (LIFE_RECALLED) at once, and asks for a recall of a first-batch timer message that has
+# already fired, which the broker must refuse (its handle's time has passed). The drain waits for
+# the ones not recalled, so it has run past the recalled ones' due time when it stops.
+LIFE_RECALL_TIMERS = 4
+LIFE_RECALLED = (0, 2)
+LIFE_RECALL_DELAY_MS = 60_000
+# Small timerlog files (the broker's default is 100 MiB): the timer's units cross file ends
+# (blank records), as a long-running broker's do.
+LIFE_TIMERLOG_FILE_SIZE = 1024
 
 
 def life_messages(prefix: str, n: int, **extra) -> list[dict]:
@@ -922,6 +935,29 @@ def _life_wait_revived(h: Harness, n: int, timeout_s: float = 240) -> None:
         time.sleep(0.3)
 
 
+def _life_sent(h: Harness, prefix: str) -> list[dict]:
+    with open(h.sent_path, encoding="utf-8") as f:
+        rows = [json.loads(line) for line in f if line.strip()]
+    return [r for r in rows if r["keys"] and r["keys"][0].startswith(prefix)]
+
+
+def _life_recall(h: Harness) -> list[dict]:
+    """Sends the recall timers and recalls LIFE_RECALLED of them, then asks to recall ``timer-0``
+    (fired long ago): one row per recall asked, with the message's keys and ``UNIQ_KEY``, and
+    whether the broker took it (``ok``) or its ``error``."""
+    h.send([m | {"timer_delay_ms": LIFE_RECALL_DELAY_MS} for m in life_messages("recall-timer", LIFE_RECALL_TIMERS)])
+    sent = {r["keys"][0]: r for r in [*_life_sent(h, "recall-timer-"), *_life_sent(h, "timer-0")]}
+    asked = [sent[f"recall-timer-{i}"] for i in LIFE_RECALLED] + [sent["timer-0"]]
+    if any(not r.get("recall_handle") for r in asked):
+        raise HarnessError("lifecycle: a timer message's send result carries no recall handle")
+    answers = h.client("recall", topic=LIFE_TOPIC, handles=[r["recall_handle"] for r in asked])["recalls"]
+    rows = [{"keys": r["keys"][0], "uniq_key": r["uniq_key"], "deliver_ms": r["deliver_ms"], **a}
+            for r, a in zip(asked, answers)]
+    if not all(r["ok"] for r in rows[:-1]) or rows[-1]["ok"]:
+        raise HarnessError(f"lifecycle: the broker took the wrong recalls: {rows}")
+    return rows
+
+
 def scenario_lifecycle(h: Harness) -> None:
     """The paths a message takes besides its queue: delay levels, timers, transactions, retries, a DLQ.
 
@@ -938,9 +974,14 @@ def scenario_lifecycle(h: Harness) -> None:
     the snapshot); after the retrying messages are sent it pops two more with a 1 s invisible time
     and acks neither, and the snapshot waits until the broker has revived them into its POP retry
     topic. The broker writes every POP checkpoint and ack to its revive log
-    (``enablePopBufferMerge=false``, the default, set so). ``broker.json`` gets ``lifecycle`` =
-    ``{topic, fail_group, off_group, pop_group, pop_retry_topic, max_reconsume_times,
-    delay_levels_s, tx_checks}``.
+    (``enablePopBufferMerge=false``, the default, set so). Just before the snapshot, timer
+    messages due 60 s ahead are sent and every other one recalled (``recallMessageEnable=true``;
+    a recall of a fired timer message is refused), and the drain waits until the others arrive.
+    ``broker.json`` gets ``lifecycle`` = ``{topic, fail_group, off_group, pop_group,
+    pop_retry_topic, max_reconsume_times, delay_levels_s, tx_checks, recalls,
+    recall_drain_end_ms}`` (``recalls``: one row per recall asked, :func:`_life_recall`;
+    ``recall_drain_end_ms``: the drain consumers still ran then, 3 s past the recalled messages'
+    due second).
     """
     h.start_namesrv()
     # transactionCheckMax far above the checks a slow run makes: an unknown transaction stays a half
@@ -948,7 +989,8 @@ def scenario_lifecycle(h: Harness) -> None:
     h.add_broker("broker-a", enablePropertyFilter="true", transactionCheckInterval=5000,
                  transactionTimeOut=2000, transactionCheckMax=1000, flushConsumerOffsetInterval=500,
                  flushDelayOffsetInterval=500, timerWheelEnable="true", enablePopBufferMerge="false",
-                 enableRetryTopicV2="false")
+                 enableRetryTopicV2="false", recallMessageEnable="true",
+                 mappedFileSizeTimerLog=LIFE_TIMERLOG_FILE_SIZE)
     h.start_broker("broker-a")
     h.start_client()
     h.create_topic(LIFE_TOPIC, 2)
@@ -986,7 +1028,14 @@ def scenario_lifecycle(h: Harness) -> None:
     time.sleep(1.5)            # consumerOffset.json and delayOffset.json flushed
     _life_wait_revived(h, LIFE_POP_REVIVED)
     tx_checks = h.client("tx_checks")["checks"]
+    recalls = _life_recall(h)
     h.snapshot()
+    # the broker fires a timer message at TIMER_OUT_MS, its asked time floored to the second
+    recall_sends = _life_sent(h, "recall-timer-")
+    due = min(r["deliver_ms"] for r in recall_sends) // 1000 * 1000
+    if h.copied_ms > due - 1000:
+        raise HarnessError(f"lifecycle: the store was copied at {h.copied_ms}, too close to the recall timers' due "
+                           f"time ({due}): they may have fired before it")
     _life_subscribe_all(h, "drain")
     time.sleep(max(0.0, far_sent + LIFE_FAR_LEVEL + 3 - time.time()))   # the far delays delivered
     h.drain(others)
@@ -994,12 +1043,21 @@ def scenario_lifecycle(h: Harness) -> None:
     # the group's retry topic, and a loaded machine can take longer to deliver them
     _life_wait(h, "the redelivery of the retries waiting at the snapshot", lambda rs: wanted <= {
         r["keys"] for r in rs if r["group"] == LIFE_FAIL_GROUP and r["phase"] == "drain" and r["reconsume_times"] >= 1})
+    kept = {f"recall-timer-{i}" for i in range(LIFE_RECALL_TIMERS) if i not in LIFE_RECALLED}
+    _life_wait(h, "the delivery of the timer messages not recalled", lambda rs: kept <= {
+        r["keys"] for r in rs if r["group"] == "GID_LIFE_ALL" and r["phase"] == "drain"},
+        timeout_s=max(0.0, due / 1000 - time.time()) + 240)
+    # the kept ones arrived: the timer reached their second; give the recalled ones' seconds time too
+    last_due = max(r["deliver_ms"] for r in recall_sends) // 1000 * 1000
+    time.sleep(max(0.0, last_due / 1000 + 3 - time.time()))
+    recall_drain_end_ms = int(time.time() * 1000)
     h.unsubscribe(list(LIFE_GROUPS))
     levels = h.brokers["broker-a"]["config"]["messageDelayLevel"].split()
     h.extra["lifecycle"] = {"topic": LIFE_TOPIC, "fail_group": LIFE_FAIL_GROUP, "off_group": LIFE_OFF_GROUP,
                             "pop_group": LIFE_POP_GROUP, "pop_retry_topic": LIFE_POP_RETRY_TOPIC,
                             "max_reconsume_times": LIFE_MAX_RECONSUME,
-                            "delay_levels_s": [int(x.rstrip("s")) for x in levels], "tx_checks": tx_checks}
+                            "delay_levels_s": [int(x.rstrip("s")) for x in levels], "tx_checks": tx_checks,
+                            "recalls": recalls, "recall_drain_end_ms": recall_drain_end_ms}
 
 
 def run(scenario: str, out: Path, **kwargs) -> Path:

@@ -3,7 +3,8 @@
 For every message the scenario sent and every group of its topic, ``why``'s state is what the
 broker did: what the consumers received in which phase, what the failing group's retries and DLQ
 came to, what the transactional producer decided, and which delay levels were still due at the
-snapshot (from the send time and the broker's configured levels).
+snapshot (from the send time and the broker's configured levels); a timer message the producer
+recalled is ``recalled``, and the timer's own files agree with what the broker was sent.
 """
 from __future__ import annotations
 
@@ -37,6 +38,8 @@ def expected_state(run, sent: dict, group: str) -> str:
         assert abs(due - run.broker["snapshot_ms"]) > 1000, sent
         if due > run.broker["snapshot_ms"]:
             return "scheduled"
+    if sent["uniq_key"] in recalled(run):
+        return "recalled"
     if sent.get("timer_delay_ms"):
         assert abs(sent["deliver_ms"] - run.broker["snapshot_ms"]) > 1000, sent
         if sent["deliver_ms"] > run.broker["snapshot_ms"]:
@@ -55,7 +58,24 @@ def expected_state(run, sent: dict, group: str) -> str:
     if group == life["fail_group"] and all(r["result"] == "failed" for r in live):
         last = max(r["reconsume_times"] for r in live)
         return "dead_letter" if last == life["max_reconsume_times"] else "retrying"
+    first = next((r for r in live if r["topic"] == life["topic"] and r["reconsume_times"] == 0), None)
+    if first is not None and broker_committed(run, group, first["queue_id"]) <= first["queue_offset"]:
+        # received, but the consumer's last offset commit had not reached the broker when it
+        # stopped: the broker's own progress at the snapshot says pending, and the drain gets it again
+        assert any(r["phase"] == "drain" for r in lines), (group, sent["keys"])
+        return "pending"
     return "consumed"
+
+
+def broker_committed(run, group: str, queue_id: int) -> int:
+    """The group's committed offset on a queue of the topic, as the broker's admin API gave it at the snapshot."""
+    progress = run.group(group).get("progress", [])
+    return next((p["consumer_offset"] for p in progress if p["queue_id"] == queue_id), 0)
+
+
+def recalled(run) -> set[str]:
+    """The UNIQ_KEYs of the timer messages whose recall the broker took."""
+    return {r["uniq_key"] for r in run.broker["lifecycle"]["recalls"] if r["ok"]}
 
 
 def pop_state(run, lines: list[dict]) -> str:
@@ -81,8 +101,8 @@ def subscription(run, group: str) -> dict:
 def test_every_state_the_scenario_makes_is_there(run):
     topic = run.broker["lifecycle"]["topic"]
     states = {expected_state(run, s, g["group"]) for s in run.sent for g in run.broker["groups"] if g["topic"] == topic}
-    assert states == {"consumed", "pending", "filtered", "scheduled", "uncommitted", "rolled_back", "retrying",
-                      "dead_letter", "gated", "in_flight"}
+    assert states == {"consumed", "pending", "filtered", "scheduled", "recalled", "uncommitted", "rolled_back",
+                      "retrying", "dead_letter", "gated", "in_flight"}
     pop = [expected_state(run, s, run.broker["lifecycle"]["pop_group"]) for s in run.sent]
     assert {"consumed", "in_flight", "retrying", "pending"} <= set(pop), pop
 
@@ -104,7 +124,7 @@ def test_state_fields_match_the_store_and_the_sends(run, store):
     topic, fail = life["topic"], life["fail_group"]
     for s in run.sent:
         [p] = why_every_copy(store, topic, fail, tags="*", msg_id=s["uniq_key"])
-        if p.state == "scheduled" and s.get("timer_delay_ms"):
+        if p.state in ("scheduled", "recalled") and s.get("timer_delay_ms"):
             assert p.fields["timer"] and abs(p.fields["due_at_ms"] - s["deliver_ms"]) < 1000
         elif p.state == "scheduled":
             level = s["delay_level"]
@@ -162,6 +182,7 @@ def test_pending_rows_are_the_sends_outstanding_at_the_snapshot(run, store):
             assert abs(r["due_at_ms"] - sent[r["uniq_key"]]["deliver_ms"]) < 1000, r
     assert {r["uniq_key"] for r in rows if r["kind"] == "timer"} == {s["uniq_key"] for s in run.sent
                                                                     if s.get("timer_delay_ms")}
+    assert {r["uniq_key"] for r in rows if r["status"] == "recalled"} == recalled(run)
     decided = {"commit": "committed", "rollback": "rolled_back", "unknown": "unresolved"}
     txs = {r["uniq_key"]: r for r in pending(store, "transactions")}
     assert {u: r["status"] for u, r in txs.items()} == {s["uniq_key"]: decided[s["tx"]] for s in run.sent if "tx" in s}
@@ -282,3 +303,59 @@ def test_pending_pops_are_what_the_pop_group_popped(run, store):
         due = x["pop_time"] + x["invisible_ms"]
         want = "acked" if x["result"] == "acked" else "in_flight" if due > run.broker["snapshot_ms"] else "revived"
         assert (rows[k]["status"], rows[k]["uniq_key"], rows[k]["due_at_ms"]) == (want, x["uniq_key"], due), k
+
+
+def test_recalls_the_broker_took_and_refused(run):
+    """Two recalls taken (timer messages due a minute later), one refused: its message had fired."""
+    life = run.broker["lifecycle"]
+    took = [r for r in life["recalls"] if r["ok"]]
+    refused = [r for r in life["recalls"] if not r["ok"]]
+    assert len(took) == 2 and all(r["deliver_ms"] - r["recall_ms"] > 30_000 for r in took)
+    assert [r["keys"] for r in refused] == ["timer-0"] and "timestamp invalid" in refused[0]["error"]
+    assert refused[0]["deliver_ms"] < refused[0]["recall_ms"]
+
+
+def test_a_recalled_timer_message_never_arrives(run, store):
+    """The drain ran past the recalled messages' due time (it waited for the kept ones, then 3 s past
+    the recalled ones' second): no group received a recalled one, and why says so for every group,
+    in words."""
+    life = run.broker["lifecycle"]
+    gone = recalled(run)
+    assert not [r for r in run.received if r["uniq_key"] in gone]
+    kept = [s for s in run.sent if s["keys"][0].startswith("recall-timer-") and s["uniq_key"] not in gone]
+    drained = {r["uniq_key"] for r in run.received if r["group"] == "GID_LIFE_ALL" and r["phase"] == "drain"}
+    assert kept and {s["uniq_key"] for s in kept} <= drained
+    # the consumers still ran seconds after the recalled messages' due second
+    assert life["recall_drain_end_ms"] > max(r["deliver_ms"] // 1000 * 1000 for r in life["recalls"] if r["ok"]) + 2000
+    for s in run.sent:
+        if s["uniq_key"] in gone:
+            [p] = why_every_copy(store, life["topic"], "GID_LIFE_ALL", tags="*", msg_id=s["uniq_key"])
+            assert str(p).startswith("state     RECALLED: the producer recalled it"), str(p)[:200]
+            assert [c.role for c in p.copies] == ["timer", "timer_recall"]
+
+
+def test_timer_files_agree_with_the_broker(run, store):
+    """config/timercheck, timerlog/ and timerwheel against the timer topic and the sends: every timer
+    record (messages, recall markers, POP checkpoints and acks) has its unit, due at its TIMER_OUT_MS;
+    the recalls are delete units in their message's slot; the progress lies between the fired timer
+    messages and the ones still due."""
+    life = run.broker["lifecycle"]
+    queue = store.consume_queue(cq.format.TIMER_TOPIC, 0)
+    with cq.TimerFiles(run.store_path()) as timer:
+        check, units = timer.checkpoint, timer.units()
+        assert check.last_timer_queue_offset <= queue.max_offset
+        assert check.flush_pos <= int(units["position"][-1]) + cq.format.TIMER_LOG_UNIT_SIZE
+        for q in range(queue.min_offset, check.last_timer_queue_offset):
+            m = store.commit_log.read_message(queue.unit(q)[0])
+            [u] = timer.units_of(m.commit_log_offset)
+            assert int(u["due_ms"]) == int(m.properties["TIMER_OUT_MS"]) and int(u["size_py"]) == m.store_size
+            marker = "TIMER_DEL_UNIQKEY" in m.properties
+            assert bool(int(u["magic"]) & cq.format.TIMER_MAGIC_DELETE) == marker, q
+        timers = [s for s in run.sent if s.get("timer_delay_ms")]
+        fired = [s["deliver_ms"] for s in timers if s["deliver_ms"] < run.broker["snapshot_ms"]]
+        due = [s["deliver_ms"] for s in timers if s["deliver_ms"] > run.broker["snapshot_ms"]]
+        assert fired and due and max(fired) < check.last_read_time_ms < min(due) // 1000 * 1000
+        took = [r for r in life["recalls"] if r["ok"]]
+        slot = timer.wheel.slot(took[0]["deliver_ms"])
+        same = [s for s in timers if s["deliver_ms"] // 1000 == took[0]["deliver_ms"] // 1000]
+        assert slot["num"] == len(same) - len(took)     # each message +1, each recall -1

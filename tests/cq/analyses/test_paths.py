@@ -7,12 +7,14 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 
 import pytest
-from helpers import tree_snapshot
+from helpers import DATA, tree_snapshot
 
 import cq
 from cq.analyses.paths import why_every_copy
+from cq.analyses.pending import pending
 from pyspark_udfs import cli
 
 T0 = 1_700_000_000_000
@@ -120,3 +122,133 @@ def test_text_leads_with_the_state_and_json_has_its_fields(store_root, capsys):
     [doc] = json.loads(out)
     assert code == 0 and (doc["state"], doc["due_at_ms"]) == ("scheduled", T0 + 9000)
     assert [c["role"] for c in doc["copies"]] == ["scheduled"]
+
+
+# ------------------------------------------------------------------ timer recalls on the real broker's store
+TIMER_STORE = DATA / "timer_store"
+TIMER_RUN = json.loads((DATA / "timer_store.json").read_text())
+TIMER_SENDS = {s["keys"][0]: s for s in TIMER_RUN["timer_sends"]}
+RECALLED = {r["keys"] for r in TIMER_RUN["recalls"] if r["ok"]}
+
+
+@pytest.mark.parametrize("group, tags", [("GID_LIFE_ALL", "*"), ("GID_LIFE_A", "TagA"), ("GID_LIFE_FAIL", "*")])
+def test_timer_messages_recalled_scheduled_or_delivered(group, tags):
+    """TIMER_STORE.md: recall-timer-0 and -2 were recalled, -1 and -3 and the far timers still due at
+    the snapshot; timer-0 fired and was consumed although its recall was asked (and refused)."""
+    store = cq.Store(str(TIMER_STORE))
+    try:
+        for key, s in TIMER_SENDS.items():
+            [p] = why_every_copy(store, TIMER_RUN["topic"], group, tags=tags, msg_id=s["uniq_key"])
+            if key in RECALLED:
+                assert p.state == "recalled" and p.fields["due_at_ms"] == s["deliver_ms"] // 1000 * 1000, key
+                assert [c.role for c in p.copies] == ["timer", "timer_recall"]
+                [took] = [r for r in TIMER_RUN["recalls"] if r["keys"] == key]
+                assert took["recall_ms"] - 1000 < p.fields["recalled_at_ms"] < took["recall_ms"] + 1000
+                assert [s.reason for s in p.steps] == ["not_fired", "recalled"]
+                assert "magic 5" in p.steps[1].detail     # the marker's delete unit in the timerlog
+            elif key.startswith(("recall-timer", "far-timer")):
+                assert p.state == "scheduled" and p.fields["timer"], key
+                assert "magic 1" in p.steps[0].detail and "lastReadTime" not in p.steps[0].detail
+            else:
+                assert p.state in ("consumed", "filtered"), (key, p.state)
+    finally:
+        store.close()
+
+
+def test_recalled_text_json_and_pending_rows(capsys):
+    root = str(TIMER_STORE)
+    uniq = TIMER_SENDS["recall-timer-0"]["uniq_key"]
+    code, out, _ = run_cli(capsys, "why", root, "--topic", "LifeTopic", "--group", "GID_LIFE_ALL", "--tags", "*",
+                           "--key", "recall-timer-0")
+    assert code == 0 and out.startswith("state     RECALLED: the producer recalled it (recallMessage) before it was "
+                                        "due at"), out
+    code, out, _ = run_cli(capsys, "why", root, "--topic", "LifeTopic", "--group", "GID_LIFE_ALL", "--tags", "*",
+                           "--msg-id", uniq, "--json")
+    [doc] = json.loads(out)
+    assert code == 0 and doc["state"] == "recalled" and doc["uniq_key"] == uniq
+    code, out, _ = run_cli(capsys, "pending", root, "--table", "scheduled", "--json")
+    rows = [r for r in json.loads(out)["scheduled"] if r["kind"] == "timer" and r["real_topic"] == "LifeTopic"]
+    # one row per timer message (the recall markers are none), by what the broker did
+    by_key = {r["keys"]: r["status"] for r in rows}
+    assert by_key == {k: "recalled" if k in RECALLED else "scheduled" if k.startswith(("recall", "far")) else "delivered"
+                      for k in TIMER_SENDS}
+    # backlog --later: the timer messages still due that pass the group's filter, the recalled ones not
+    b = cq.backlog(cq.Store(root), "LifeTopic", "GID_LIFE_ALL", tags="*", later=True)
+    due = [k for k in TIMER_SENDS if k.startswith(("recall", "far")) and k not in RECALLED]
+    assert b.scheduled["to_topic"] >= len(due)
+    b_a = cq.backlog(cq.Store(root), "LifeTopic", "GID_LIFE_A", tags="TagA", later=True)
+    assert b.scheduled["to_topic"] - b_a.scheduled["to_topic"] == sum(
+        1 for k in due if TIMER_SENDS[k]["tags"] != "TagA") + _delay_copies_due(root, "TagB")
+
+
+def _delay_copies_due(root, tag: str) -> int:
+    """The delay-level copies of LifeTopic still due with ``tag`` (they count in backlog's to_topic too)."""
+    return sum(1 for r in pending(cq.Store(root), "scheduled") if r["kind"] == "delay_level"
+               and r["status"] == "scheduled" and r["real_topic"] == "LifeTopic" and r["tags"] == tag)
+
+
+def _timer_store_copy(tmp_path, *, own_wheel: bool = False):
+    """A writable copy of timer_store; its 37 MiB wheel linked unless the test damages it."""
+    root = tmp_path / "timer_store"
+    shutil.copytree(TIMER_STORE, root, ignore=None if own_wheel else shutil.ignore_patterns("timerwheel"))
+    if not own_wheel:
+        os.symlink(TIMER_STORE / "timerwheel", root / "timerwheel")
+    return root
+
+
+def test_a_timer_message_the_checkpoint_has_fired_without_a_record_in_its_topic(tmp_path):
+    """Move config/timercheck's progress past far-timer-0's due time: the timer has fired it, yet its
+    topic holds no record of it; why says expired, pending delivered, backlog no longer counts it."""
+    root = _timer_store_copy(tmp_path)
+    far = TIMER_SENDS["far-timer-0"]
+    before = cq.backlog(cq.Store(str(root)), "LifeTopic", "GID_LIFE_ALL", tags="*", later=True).scheduled["to_topic"]
+    progress = far["deliver_ms"] // 1000 * 1000 + 1000
+    with open(root / "config" / "timercheck", "r+b") as f:
+        f.write(progress.to_bytes(8, "big"))
+    store = cq.Store(str(root))
+    [p] = why_every_copy(store, "LifeTopic", "GID_LIFE_ALL", tags="*", msg_id=far["uniq_key"])
+    assert p.state == "expired" and p.steps[0].reason == "fired" and "the broker's timer fired it" in p.sentence
+    rows = {r["keys"]: r["status"] for r in pending(store, "scheduled") if r["kind"] == "timer"}
+    assert rows["far-timer-0"] == "delivered" and rows["recall-timer-1"] == "scheduled"
+    assert rows["recall-timer-0"] == "recalled"
+    after = cq.backlog(store, "LifeTopic", "GID_LIFE_ALL", tags="*", later=True).scheduled["to_topic"]
+    fired = [k for k, s in TIMER_SENDS.items() if k.startswith("far") and s["deliver_ms"] // 1000 * 1000 < progress]
+    assert "far-timer-0" in fired and after == before - len(fired)
+
+
+def _cut_timercheck(root, cut: int) -> tuple[str, int, str]:
+    path = root / "config" / "timercheck"
+    path.write_bytes(path.read_bytes()[:cut])
+    return str(path), cut // 8 * 8, f"timercheck is {cut} bytes"
+
+
+def _bad_timerlog_magic(root) -> tuple[str, int, str]:
+    path = root / "timerlog" / "00000000000000001024"
+    with open(path, "r+b") as f:     # the fourth unit of the second file: magic 0x10
+        f.seek(3 * 52 + 12)
+        f.write((0x10).to_bytes(4, "big"))
+    return str(path), 3 * 52, "timerlog unit has size 52, magic 16"
+
+
+def _short_wheel(root) -> tuple[str, int, str]:
+    path = root / "timerwheel"
+    with open(path, "r+b") as f:
+        f.truncate(1 << 20)
+    return str(path), 1 << 20, "timerwheel is 1048576 bytes, expected 38707200"
+
+
+@pytest.mark.parametrize("damage", [lambda r: _cut_timercheck(r, 0), lambda r: _cut_timercheck(r, 40),
+                                    _bad_timerlog_magic, _short_wheel], ids=["check0", "check40", "magic", "wheel"])
+def test_damaged_timer_files_are_an_error_for_why_pending_and_backlog(tmp_path, capsys, damage):
+    root = _timer_store_copy(tmp_path, own_wheel=damage is _short_wheel)
+    path, offset, text = damage(root)
+    before = tree_snapshot(root)
+    for argv in (["why", root, "--topic", "LifeTopic", "--group", "GID_LIFE_ALL", "--tags", "*", "--key",
+                  "recall-timer-1"],
+                 ["pending", root, "--table", "scheduled"],
+                 ["backlog", root, "--topic", "LifeTopic", "--group", "GID_LIFE_ALL", "--tags", "*"]):
+        code, out, err = run_cli(capsys, *argv)
+        assert code == 2 and out == "", (argv[0], out)
+        assert f"{path} at byte offset {offset}: {text}" in err, err
+        assert "Traceback" not in err
+    assert tree_snapshot(root) == before

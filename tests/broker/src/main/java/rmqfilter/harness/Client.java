@@ -210,6 +210,7 @@ public final class Client {
             case "delete_expired_commitlog" -> answer.put("deleted",
                 admin.deleteExpiredCommitLogByAddr(cmd.getString("addr")));
             case "pop" -> answer.put("popped", pop(cmd));
+            case "recall" -> answer.put("recalls", recall(cmd));
             case "max_offset" -> answer.put("max_offset", producer.getDefaultMQProducerImpl().getMqClientFactory()
                 .getMQClientAPIImpl().getMaxOffset(cmd.getString("addr"), new MessageQueue(cmd.getString("topic"),
                     cmd.getString("broker"), cmd.getIntValue("queue_id")), TIMEOUT_MS));
@@ -349,8 +350,36 @@ public final class Client {
             line.put("queue_id", r.getMessageQueue().getQueueId());
             line.put("queue_offset", r.getQueueOffset());
             line.put("msg_id", r.getOffsetMsgId());
+            if (r.getRecallHandle() != null) {
+                line.put("recall_handle", r.getRecallHandle());
+            }
         }
         return line;
+    }
+
+    /**
+     * Timer recalls (5.x, the broker's recallMessageEnable): {@code handles} are the recall handles
+     * of timer messages' send results. Each answer row says whether the broker took the recall
+     * ({@code ok}, the marker's message id) or rejected it ({@code error}); a rejection is an
+     * answer, not a failed command, so a scenario can ask for recalls the broker must refuse.
+     */
+    private List<Map<String, Object>> recall(JSONObject cmd) {
+        List<Map<String, Object>> out = new ArrayList<>();
+        String topic = cmd.getString("topic");
+        for (Object h : cmd.getJSONArray("handles")) {
+            Map<String, Object> row = new LinkedHashMap<>();
+            row.put("recall_handle", h);
+            row.put("recall_ms", System.currentTimeMillis());
+            try {
+                row.put("marker_msg_id", producer.recallMessage(topic, (String) h));
+                row.put("ok", true);
+            } catch (Exception e) {
+                row.put("ok", false);
+                row.put("error", e.toString());
+            }
+            out.add(row);
+        }
+        return out;
     }
 
     /**
