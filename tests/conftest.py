@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from helpers import DATA, ConnectCallError
+from helpers import DATA, SPARK_TEST_JAVA_OPTIONS, ConnectCallError
 from hypothesis import settings
 
 # Spark starts its Python workers with PYSPARK_PYTHON; they must be this interpreter.
@@ -77,6 +77,7 @@ def spark():
         .config("spark.default.parallelism", "2")
         .config("spark.sql.python.filterPushdown.enabled", "true")
         .config("spark.ui.showConsoleProgress", "false")
+        .config("spark.driver.extraJavaOptions", SPARK_TEST_JAVA_OPTIONS)
         .getOrCreate()
     )
     session.sparkContext.setLogLevel("ERROR")
@@ -124,7 +125,8 @@ class ConnectServer:
                  "--conf", f"spark.connect.grpc.binding.port={self.port}",
                  "--conf", "spark.ui.enabled=false", "--conf", "spark.ui.showConsoleProgress=false",
                  "--conf", "spark.sql.shuffle.partitions=2", "--conf", "spark.default.parallelism=2",
-                 "--conf", "spark.sql.python.filterPushdown.enabled=true"],
+                 "--conf", "spark.sql.python.filterPushdown.enabled=true",
+                 "--conf", f"spark.driver.extraJavaOptions={SPARK_TEST_JAVA_OPTIONS}"],
                 env=self.client_env(), cwd=log_dir, stdin=subprocess.DEVNULL, stdout=out,
                 stderr=subprocess.STDOUT, preexec_fn=_die_with_parent)  # noqa: PLW1509  nothing but prctl
 

@@ -14,12 +14,19 @@ from pathlib import Path
 
 from rmqfilter_engine import PUREPYTHON
 
-__all__ = ["DATA", "PUREPYTHON", "RETRY_MESSAGES", "entry_root", "kernels", "load_jsonl", "patch_file", "tree_snapshot",
+__all__ = ["DATA", "PUREPYTHON", "RETRY_MESSAGES", "SPARK_TEST_JAVA_OPTIONS", "entry_root", "kernels", "load_jsonl", "patch_file", "tree_snapshot",
            "use_kernels",
            "write_retry_store"]
 
 #: The conformance cases and the golden store (copied from ../shared so the suite stands alone).
 DATA = Path(__file__).resolve().parent / "data"
+
+#: The JVM options of every Spark JVM the tests start (the session, the Connect server, the
+#: standalone cluster's daemons, driver and executor): the serial collector and the C1 compiler
+#: alone. A test's Spark work is many short queries, where G1's concurrent threads and C2's
+#: compilations cost more CPU than they win back; on two cores that CPU is the suite's time (a
+#: test-only setting: a user's long job wants the defaults; docs/contributing.md#suite-time).
+SPARK_TEST_JAVA_OPTIONS = "-XX:+UseSerialGC -XX:TieredStopAtLevel=1"
 
 
 def load_jsonl(name: str) -> list[dict]:

@@ -15,7 +15,7 @@ import time
 from pathlib import Path
 
 import pytest
-from helpers import DATA
+from helpers import DATA, SPARK_TEST_JAVA_OPTIONS
 
 pytestmark = pytest.mark.cluster
 
@@ -56,6 +56,7 @@ def standalone_cluster(tmp_path):
     if not (os.environ.get("JAVA_HOME") or shutil.which("java")):
         pytest.fail("the cluster test needs Java 17: no `java` on PATH and JAVA_HOME is not set", pytrace=False)
     env = dict(os.environ, SPARK_LOCAL_IP="127.0.0.1", SPARK_LOG_DIR=str(tmp_path),
+               SPARK_DAEMON_JAVA_OPTS=SPARK_TEST_JAVA_OPTIONS,
                SPARK_WORKER_DIR=str(tmp_path / "work"), PYSPARK_PYTHON=sys.executable)
     port, ui, worker_ui = _free_port(), _free_port(), _free_port()
     url = f"spark://127.0.0.1:{port}"
@@ -97,6 +98,8 @@ def test_scan_job_on_standalone_cluster_equals_local_mode(standalone_cluster, sp
     out_dir, summary = tmp_path / "cluster-out", tmp_path / "summary.json"
     cmd = [str(_spark_bin() / "spark-submit"), "--master", url,
            "--conf", "spark.executor.memory=768m", "--conf", "spark.ui.enabled=false",
+           "--conf", f"spark.driver.extraJavaOptions={SPARK_TEST_JAVA_OPTIONS}",
+           "--conf", f"spark.executor.extraJavaOptions={SPARK_TEST_JAVA_OPTIONS}",
            "--conf", f"spark.executorEnv.PYSPARK_PYTHON={sys.executable}",
            job.__file__, str(DATA / "golden_store"), "--topic", TOPIC, "--group", GROUP,
            "--sql", SQL, "--out", str(out_dir), "--format", "json", "--json", str(summary)]

@@ -11,7 +11,7 @@ import sys
 import textwrap
 
 import pytest
-from helpers import DATA, load_jsonl, patch_file
+from helpers import DATA, SPARK_TEST_JAVA_OPTIONS, load_jsonl, patch_file
 
 from cq import format as fmt
 
@@ -254,7 +254,8 @@ _RETRY_SCRIPT = textwrap.dedent('''
 
         return FlakySource
 
-    spark = job.spark_session("local[2,4]", progress=False, conf={"spark.sql.shuffle.partitions": "2"})
+    spark = job.spark_session("local[2,4]", progress=False, conf={
+        "spark.sql.shuffle.partitions": "2", "spark.driver.extraJavaOptions": os.environ["SPARK_TEST_JAVA_OPTIONS"]})
     try:
         for mode in modes:
             markers = os.path.join(markers_root, mode)
@@ -281,6 +282,7 @@ def test_a_task_that_fails_once_gives_the_same_rows_after_retry(spark, tmp_path)
     script.write_text(_RETRY_SCRIPT)
     modes = ["raise", "die"]
     proc = subprocess.run([sys.executable, str(script), str(DATA / "golden_store"), str(tmp_path), *modes],
+                          env=dict(os.environ, SPARK_TEST_JAVA_OPTIONS=SPARK_TEST_JAVA_OPTIONS),
                           check=False, capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stderr[-3000:]
     results = [json.loads(line) for line in proc.stdout.splitlines() if line.startswith('{"mode"')]
