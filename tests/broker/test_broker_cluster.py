@@ -204,3 +204,18 @@ def test_scan_over_both_stores_counts_and_writes_what_the_consumers_received(spa
     written = {(r.broker, r.queue_id, r.queue_offset): r.uniq for r in rows}
     assert len(written) == len(rows)
     assert_same_units(written, want, f"rmqfilter scan {group} --out")
+
+
+def test_cost_over_both_stores_delivers_what_the_consumers_received(run):
+    from cq.analyses.cost import CostGroup, filter_cost
+
+    tags = [CostGroup(g, run.group(g)["expression"], "TAG", registered=False)
+            for g in GROUPS if run.group(g)["type"] == "TAG"]
+    sql = [g for g in GROUPS if run.group(g)["type"] == "SQL92"]
+    report = filter_cost([str(run.store_path(b)) for b in BROKERS], TOPIC, sql + tags, timing=False)
+    assert [b.broker for b in report.brokers] == BROKERS
+    for g in GROUPS:
+        got = received(run, g)
+        assert report.group(g).delivered == len(got), g
+        assert [next(r for r in b.groups if r.group == g).delivered for b in report.brokers] == [
+            sum(1 for k in got if k[0] == b) for b in BROKERS], g
