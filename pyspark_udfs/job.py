@@ -364,11 +364,13 @@ def scan(spark, store: str | Sequence[str], topic: str, group: GroupScan, *, out
         options = {"on_corrupt": "skip", "skipped_log": os.path.join(log_root, "count")}
     if not isinstance(store, str) and len(store) == 1:
         store = store[0]
-    opened = cq.open_stores(store)
-    try:  # a cluster: the brokers holding the topic, each named in the result even when it counts nothing
-        brokers = opened.brokers_of(topic) if isinstance(opened, cq.Cluster) else []
-    finally:
-        opened.close()
+    brokers: list[str] = []
+    if not isinstance(store, str) or glob.has_magic(store):  # one store is only read by the data source
+        opened = cq.open_stores(store)
+        try:  # a cluster: the brokers holding the topic, each named in the result even when it counts nothing
+            brokers = opened.brokers_of(topic) if isinstance(opened, cq.Cluster) else []
+        finally:
+            opened.close()
     t0 = time.perf_counter()
     # Counting needs no CommitLog fields beyond the properties layer 2 reads itself.
     filtered = {} if message_filter is None else {"filter": message_filter, "on_filter_error": on_filter_error}
