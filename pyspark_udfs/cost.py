@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import os
 import time
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from typing import Any
 
 import bloom
@@ -19,12 +19,16 @@ import cq
 from cq.analyses.cost import (
     CostGroup,
     CostReport,
+    StorePass,
     Tally,
-    finish_report,
+    empty_tally,
+    finish_cluster_report,
+    in_order_of,
     measure_ns_per_evaluation,
-    resolve_groups,
+    resolve_reported,
     tally_range,
 )
+from cq.store.cluster import each_store
 
 from ._plan import file_ranges, pack_ranges, share_size
 
@@ -51,7 +55,28 @@ def _tally_task(path: str, topic: str, reported, registered, bloom_filter, part)
     return tally
 
 
-def filter_cost_spark(spark, store_path: str | os.PathLike, topic: str,
+def _spark_pass(spark, store: cq.Store, topic: str, groups, bf, first: StorePass | None, timing: bool,
+                partition_units: int) -> StorePass:
+    """One store's pass on Spark: its queue ranges tallied on the executors, added on the driver."""
+    path = store.root
+    reported, registered = in_order_of(first, *resolve_reported(store, topic, groups, bloom_filter=bf))
+    ranges = [r for q in store.queue_ids(topic) for r in file_ranges(store.consume_queue(topic, q), topic, q)]
+    total = sum(e - s for _, _, s, e in ranges)
+    parts = pack_ranges(ranges, share_size(total, partition_units, spark.sparkContext.defaultParallelism))
+    queue_ids = store.queue_ids(topic)
+    without_ext = sum(store.ext(topic, q) is None for q in queue_ids)
+    ns, timed = measure_ns_per_evaluation(store, topic, [g.expression for g in reported + registered
+                                                         if g.is_sql]) if timing else ({}, 0)
+    tally = empty_tally(reported, registered)
+    if parts:
+        rdd = spark.sparkContext.parallelize(parts, len(parts))
+        for part in rdd.map(lambda p: _tally_task(path, topic, reported, registered, bf, p)).collect():
+            tally.add(part)
+    tally.queues, tally.queues_without_ext = len(queue_ids), without_ext
+    return StorePass(path, reported, registered, tally, ns, timed)
+
+
+def filter_cost_spark(spark, store_path: str | os.PathLike | Sequence[str | os.PathLike], topic: str,
                       groups: Iterable[str | CostGroup] | None = None, *,
                       alternatives: Iterable[tuple[int, int]] | None = None, fp_target: float | None = None,
                       bloom_filter: Any = None, timing: bool = True,
@@ -61,38 +86,29 @@ def filter_cost_spark(spark, store_path: str | os.PathLike, topic: str,
     Parameters
     ----------
     spark : SparkSession
-    store_path : str or path
-        Store root, the same path on the driver and every executor.
+    store_path : str or path, or several (or a glob pattern)
+        Store root, the same path on the driver and every executor; several: a cluster's brokers,
+        each broker's pass run in turn and the report's counts summed over them (docs/cost.md#clusters).
     partition_units : int
         Largest number of ConsumeQueue units per task (fewer, in equal shares, to give every
         core of ``spark`` a task).
     """
     t0 = time.perf_counter()
-    path = os.path.abspath(os.fspath(store_path))
+    paths = os.path.abspath(os.fspath(store_path)) if isinstance(store_path, (str, os.PathLike)) else [
+        os.path.abspath(os.fspath(p)) for p in store_path]
     bf = bloom_filter if bloom_filter is not None else bloom.BloomFilter()
-    store = cq.Store(path)
+    store = cq.open_stores(paths)
     try:
-        if topic not in store.topics():
-            raise KeyError(f"topic {topic!r} has no consume queues in {path}")
-        reported, registered = resolve_groups(store, topic, groups, bloom_filter=bf)
-        ranges = [r for q in store.queue_ids(topic) for r in file_ranges(store.consume_queue(topic, q), topic, q)]
-        total = sum(e - s for _, _, s, e in ranges)
-        parallel = spark.sparkContext.defaultParallelism
-        parts = pack_ranges(ranges, share_size(total, partition_units, parallel))
-        queue_ids = store.queue_ids(topic)
-        without_ext = sum(store.ext(topic, q) is None for q in queue_ids)
-        ns, timed = measure_ns_per_evaluation(store, topic, [g.expression for g in reported + registered
-                                                             if g.is_sql]) if timing else ({}, 0)
+        held = store.brokers_of(topic) if isinstance(store, cq.Cluster) else None
+        passes: dict[str | None, StorePass] = {}
+        for broker, s in each_store(store):
+            if held is None or broker in held:
+                first = next(iter(passes.values()), None)
+                passes[broker] = _spark_pass(spark, s, topic, groups, bf, first, timing and first is None,
+                                             partition_units)
+        report = finish_cluster_report(store.root, topic, passes, bloom_filter=bf, alternatives=alternatives,
+                                       fp_target=fp_target)
     finally:
         store.close()
-    names = [g.group for g in reported]
-    tally = Tally(names + [g.group for g in registered if g.group not in names], [g.group for g in registered])
-    if parts:
-        rdd = spark.sparkContext.parallelize(parts, len(parts))
-        for part in rdd.map(lambda p: _tally_task(path, topic, reported, registered, bf, p)).collect():
-            tally.add(part)
-    tally.queues, tally.queues_without_ext = len(queue_ids), without_ext
-    report = finish_report(path, topic, reported, registered, tally, bloom_filter=bf, alternatives=alternatives,
-                           fp_target=fp_target, ns_per_evaluation=ns, timed_messages=timed)
     report.seconds = time.perf_counter() - t0
     return report

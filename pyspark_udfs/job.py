@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import glob
 import importlib
 import json
 import os
@@ -38,11 +39,16 @@ from typing import Any
 import cq
 from cq.filter.custom import load_filter
 from pyspark_udfs._choices import LAYER2_AUTO, LAYER2_CHOICES, LAYER2_DEFAULT, ON_CORRUPT, OUT_FORMATS
-from pyspark_udfs.cli._common import fail  # argparse, cq and selector only: no pyspark
+from pyspark_udfs.cli._common import (  # argparse, cq and selector only: no pyspark
+    error_text,
+    fail,
+    registered_groups,
+    topic_store,
+)
 from pyspark_udfs.cli._options import add_scan_args, subscription_conflict
 
-__all__ = ["GroupScan", "ScanResult", "default_parallelism", "format_skipped", "format_summary", "is_connect_session", "main",
-           "owns_session", "require_connect", "scan", "spark_session"]
+__all__ = ["BrokerCounts", "GroupScan", "ScanResult", "default_parallelism", "format_brokers", "format_skipped",
+           "format_summary", "is_connect_session", "main", "owns_session", "require_connect", "scan", "spark_session"]
 
 
 def owns_session() -> bool:
@@ -177,8 +183,26 @@ class GroupScan:
 
 
 @dataclasses.dataclass(frozen=True)
+class BrokerCounts:
+    """What the job counted on one broker of a scan of several stores (docs/reading.md#clusters)."""
+
+    broker: str
+    units_scanned: int
+    passed_consume_queue: int
+    passed_commit_log: int
+    delivered: int
+    filter_skipped: int = 0
+
+    @property
+    def false_positives(self) -> int:
+        """Units this broker's ConsumeQueue layer let through that the group does not receive."""
+        return self.passed_consume_queue - self.delivered
+
+
+@dataclasses.dataclass(frozen=True)
 class ScanResult:
-    """What the job measured for one group."""
+    """What the job measured for one group; over several stores, the sums over the brokers, each
+    broker's own counts in :attr:`brokers`."""
 
     group: str
     topic: str
@@ -197,6 +221,8 @@ class ScanResult:
     message_filter: str | None = None
     #: messages the custom filter failed on and ``on_filter_error="skip"`` dropped
     filter_skipped: int = 0
+    #: a scan of several stores: each broker holding the topic, its own counts (:class:`BrokerCounts`)
+    brokers: tuple = ()
 
     @property
     def false_positives(self) -> int:
@@ -216,21 +242,33 @@ class ScanResult:
         d = dataclasses.asdict(self)
         d["false_positives"] = self.false_positives
         d["rows_per_second"] = self.rows_per_second
+        if self.brokers:
+            d["brokers"] = [{**dataclasses.asdict(b), "false_positives": b.false_positives} for b in self.brokers]
+        else:  # one store: no broker to name
+            del d["brokers"]
         return d
 
 
-def registered_group_scans(store: str, topic: str, group: str | None = None) -> list[GroupScan]:
-    """The :class:`GroupScan` of ``group``'s registration (all of the topic's when None).
+def registered_group_scans(store: str | Sequence[str], topic: str, group: str | None = None) -> list[GroupScan]:
+    """The :class:`GroupScan` of ``group``'s registration (all of the topic's when None); several
+    stores (a cluster's brokers): each group once, each broker's registration looked up by the data
+    source.
 
     Raises ``cq.UnknownGroupError`` (a ValueError naming the registered groups) when ``group``
     has none, and ValueError when the topic has no registered group at all.
     """
-    st = cq.Store(store)
-    regs = [st.registered_filter(topic, group)] if group is not None else st.registered_filters(topic)
-    if not regs:
-        raise ValueError(f"no SQL92 group is registered for topic {topic!r} in "
-                         f"{st.config_path('consumerFilter.json')}")
-    return [GroupScan(r.group, sql=r.expression, registered=True) for r in regs]
+    st = cq.open_stores(store)
+    try:
+        if group is not None:
+            return [GroupScan(group, sql=st.registered_filter(topic, group).expression, registered=True)]
+        try:
+            groups = registered_groups(st, topic)
+        except LookupError as exc:
+            raise ValueError(error_text(exc)) from None
+        regs = {f.group: f for f in reversed(st.registered_filters(topic))}  # the first broker's, as the reader
+        return [GroupScan(g, sql=regs[g].expression, registered=True) for g in groups]
+    finally:
+        st.close()
 
 
 def default_parallelism(spark) -> int | None:
@@ -258,7 +296,7 @@ def _reader(spark, store: str, topic: str, group: GroupScan, *, columns: str | N
     return r.load(store)
 
 
-def scan(spark, store: str, topic: str, group: GroupScan, *, out: str | None = None,
+def scan(spark, store: str | Sequence[str], topic: str, group: GroupScan, *, out: str | None = None,
          out_format: str = "parquet", on_corrupt: str = "fail", skipped_log: str | None = None,
          layer2: str = LAYER2_DEFAULT, message_filter: str | None = None,
          on_filter_error: str = "fail") -> ScanResult:
@@ -268,8 +306,11 @@ def scan(spark, store: str, topic: str, group: GroupScan, *, out: str | None = N
     ----------
     spark : SparkSession
         A session with the data source registered (:func:`spark_session`).
-    store : str
-        Store root directory (visible to every executor at the same path).
+    store : str or list of str
+        Store root directory (visible to every executor at the same path); several roots or a
+        glob pattern: a cluster's brokers, scanned as one (docs/reading.md#clusters). The counts
+        are then the sums over the brokers, :attr:`ScanResult.brokers` each broker's, and the
+        messages ``out`` writes carry a ``broker`` column.
     topic : str
     group : GroupScan
     out : str, optional
@@ -321,35 +362,49 @@ def scan(spark, store: str, topic: str, group: GroupScan, *, out: str | None = N
         # Absolute: the executors' Python may not share this process's working directory (Spark Connect).
         log_root = tempfile.mkdtemp(prefix="rmqfilter-skipped-") if own_log else os.path.abspath(skipped_log)
         options = {"on_corrupt": "skip", "skipped_log": os.path.join(log_root, "count")}
+    if not isinstance(store, str) and len(store) == 1:
+        store = store[0]
+    brokers: list[str] = []
+    if not isinstance(store, str) or glob.has_magic(store):  # one store is only read by the data source
+        opened = cq.open_stores(store)
+        try:  # a cluster: the brokers holding the topic, each named in the result even when it counts nothing
+            brokers = opened.brokers_of(topic) if isinstance(opened, cq.Cluster) else []
+        finally:
+            opened.close()
     t0 = time.perf_counter()
     # Counting needs no CommitLog fields beyond the properties layer 2 reads itself.
     filtered = {} if message_filter is None else {"filter": message_filter, "on_filter_error": on_filter_error}
+    lead = "broker string, " if brokers else ""  # several stores: counted per broker
     if native:
         from pyspark_udfs.native import selector_column  # lazy: pyspark, see the docstring
 
         decisions = _reader(spark, store, topic, group, decisions="true", table="consumequeue", layer2="spark",
-                            columns="matched_by_consume_queue boolean, reached_commit_log boolean, "
-                                    "properties map<string,string>", **options)
+                            columns=lead + "matched_by_consume_queue boolean, reached_commit_log boolean, "
+                                           "properties map<string,string>", **options)
         # Layer 2 where the broker reads the record; a plain SQL92 group's client check keeps everything.
         matched = F.when(F.col("reached_commit_log"), selector_column(group.sql, "properties"))
         delivered_col = F.coalesce(matched, F.lit(False))
     else:
         # the custom filter needs decoded messages (the reader decodes them for it); counting
         # otherwise asks for the decision columns only
-        columns = ("matched_by_consume_queue boolean, matched_by_commit_log boolean, delivered boolean"
+        columns = (lead + "matched_by_consume_queue boolean, matched_by_commit_log boolean, delivered boolean"
                    + (", filter_skipped boolean" if filtered else ""))
         decisions = _reader(spark, store, topic, group, decisions="true",
                             table="messages" if filtered else "consumequeue", columns=columns,
                             **options, **filtered)
         matched, delivered_col = F.col("matched_by_commit_log"), F.col("delivered")
     skipped_col = F.col("filter_skipped") if filtered else F.lit(False)
-    row = decisions.agg(
+    counted = decisions.groupBy(*(["broker"] if brokers else [])).agg(
         F.sum(skipped_col.cast("long")).alias("filter_skipped"),
-        F.count(F.lit(1)).alias("units"),
-        F.sum(F.col("matched_by_consume_queue").cast("long")).alias("cq"),
-        F.sum(F.coalesce(matched, F.lit(False)).cast("long")).alias("cl"),
+        F.count(F.lit(1)).alias("units_scanned"),
+        F.sum(F.col("matched_by_consume_queue").cast("long")).alias("passed_consume_queue"),
+        F.sum(F.coalesce(matched, F.lit(False)).cast("long")).alias("passed_commit_log"),
         F.sum(delivered_col.cast("long")).alias("delivered"),
-    ).first()
+    ).collect()
+    keys = [f.name for f in dataclasses.fields(BrokerCounts) if f.name != "broker"]
+    rows = {r["broker"] if brokers else None: {k: int(r[k] or 0) for k in keys} for r in counted}
+    per_broker = tuple(BrokerCounts(b, **rows.get(b, dict.fromkeys(keys, 0))) for b in brokers)
+    total = {k: sum(c[k] for c in rows.values()) for k in keys}
     if out is not None:
         # Second pass without decisions: the reader prunes as the broker does
         # and only the delivered messages reach the writer.
@@ -367,7 +422,7 @@ def scan(spark, store: str, topic: str, group: GroupScan, *, out: str | None = N
         # The output pass decodes whole records and may meet corruption the count pass did not.
         seen = set()
         for r in skipped_ranges(os.path.join(log_root, "count")) + skipped_ranges(os.path.join(log_root, "out")):
-            key = (r["topic"], r["queue_id"], r["start"], r["end"])
+            key = (r.get("broker"), r["topic"], r["queue_id"], r["start"], r["end"])
             if key not in seen:
                 seen.add(key)
                 skipped.append(r)
@@ -377,16 +432,13 @@ def scan(spark, store: str, topic: str, group: GroupScan, *, out: str | None = N
         group=group.group,
         topic=topic,
         subscription=group.subscription,
-        units_scanned=int(row["units"] or 0),
-        passed_consume_queue=int(row["cq"] or 0),
-        passed_commit_log=int(row["cl"] or 0),
-        delivered=int(row["delivered"] or 0),
         seconds=seconds,
         output=out,
         skipped=tuple(skipped),
         layer2=how,
         message_filter=message_filter,
-        filter_skipped=int(row["filter_skipped"] or 0),
+        brokers=per_broker,
+        **total,
     )
 
 
@@ -409,26 +461,38 @@ def _clip(text: str, width: int) -> str:
     return text if len(text) <= width else text[: width - 1] + "…"
 
 
-def format_summary(results: Sequence[ScanResult]) -> str:
-    """A table a person can read: one line per group."""
-    head = ("group", "topic", "subscription", "units", "passed CQ", "passed CL", "delivered", "false pos",
-            "rows/s", "wall s")
-    lines = [head]
-    for r in results:
-        lines.append((
-            r.group, r.topic, _clip(r.subscription, 44), f"{r.units_scanned:,}", f"{r.passed_consume_queue:,}",
-            f"{r.passed_commit_log:,}", f"{r.delivered:,}", f"{r.false_positives:,}", f"{r.rows_per_second:,.0f}",
-            f"{r.seconds:.1f}",
-        ))
+def _table(head: tuple[str, ...], rows: list[tuple[str, ...]], left: int) -> str:
+    """``head`` over ``rows``, the first ``left`` columns aligned left, the others right."""
+    lines = [head, *rows]
     widths = [max(len(line[i]) for line in lines) for i in range(len(head))]
-    left = {0, 1, 2}
     out = []
     for n, line in enumerate(lines):
-        cells = [c.ljust(w) if i in left else c.rjust(w) for i, (c, w) in enumerate(zip(line, widths))]
+        cells = [c.ljust(w) if i < left else c.rjust(w) for i, (c, w) in enumerate(zip(line, widths))]
         out.append("  ".join(cells).rstrip())
         if n == 0:
             out.append("  ".join("-" * w for w in widths))
     return "\n".join(out)
+
+
+def _counts(c: ScanResult | BrokerCounts) -> tuple[str, ...]:
+    return (f"{c.units_scanned:,}", f"{c.passed_consume_queue:,}", f"{c.passed_commit_log:,}", f"{c.delivered:,}",
+            f"{c.false_positives:,}")
+
+
+_COUNTS_HEAD = ("units", "passed CQ", "passed CL", "delivered", "false pos")
+
+
+def format_summary(results: Sequence[ScanResult]) -> str:
+    """A table a person can read: one line per group (over several stores, the sums over the brokers)."""
+    return _table(("group", "topic", "subscription", *_COUNTS_HEAD, "rows/s", "wall s"),
+                  [(r.group, r.topic, _clip(r.subscription, 44), *_counts(r), f"{r.rows_per_second:,.0f}",
+                    f"{r.seconds:.1f}") for r in results], left=3)
+
+
+def format_brokers(results: Sequence[ScanResult]) -> str:
+    """A scan of several stores: one line per group and broker ("" for a scan of one store)."""
+    rows = [(r.group, b.broker, *_counts(b)) for r in results for b in r.brokers]
+    return _table(("group", "broker", *_COUNTS_HEAD), rows, left=2) if rows else ""
 
 
 def format_skipped(results: Sequence[ScanResult]) -> str:
@@ -451,8 +515,14 @@ def format_skipped(results: Sequence[ScanResult]) -> str:
 def run_scan(args: argparse.Namespace) -> int:
     """Body of ``rmqfilter scan`` and of spark-submit ``job.py``."""
     prog = "rmqfilter scan"
-    if not os.path.isdir(args.store):
-        return fail(prog, f"store {args.store!r} is not a directory")
+    stores = [os.path.abspath(s) for s in ([args.store] if isinstance(args.store, str) else args.store)]
+    if len(stores) == 1 and not glob.has_magic(stores[0]) and not os.path.isdir(stores[0]):
+        return fail(prog, f"store {args.store[0]!r} is not a directory")
+    try:  # a root that is not a store, two roots of one broker name, a topic on no broker: as the other commands
+        with topic_store(stores[0] if len(stores) == 1 else stores, args.topic):
+            pass
+    except (cq.StoreFormatError, LookupError, ValueError) as exc:
+        return fail(prog, error_text(exc))
     conflict = subscription_conflict(args)
     if conflict:
         return fail(prog, conflict)
@@ -470,7 +540,7 @@ def run_scan(args: argparse.Namespace) -> int:
         if args.sql is not None or args.tags is not None:
             groups = [GroupScan(args.group, sql=args.sql, tags=args.tags)]
         else:
-            groups = registered_group_scans(args.store, args.topic, None if args.all_groups else args.group)
+            groups = registered_group_scans(stores, args.topic, None if args.all_groups else args.group)
     except ValueError as exc:  # unknown group (listing the registered ones), malformed config file
         return fail(prog, exc)
     if args.message_filter is not None:
@@ -481,7 +551,7 @@ def run_scan(args: argparse.Namespace) -> int:
     owned = owns_session()
     spark = spark_session(args.master, app_name=f"rmqfilter scan {args.group or 'all groups'}", remote=remote)
     try:
-        results = [scan(spark, os.path.abspath(args.store), args.topic, group, out=args.out,
+        results = [scan(spark, stores, args.topic, group, out=args.out,
                         out_format=args.out_format, on_corrupt=args.on_corrupt, skipped_log=args.skipped_log,
                         layer2=args.layer2, message_filter=args.message_filter,
                         on_filter_error=args.on_filter_error) for group in groups]
@@ -495,6 +565,8 @@ def run_scan(args: argparse.Namespace) -> int:
         if owned:
             spark.stop()
     print(format_summary(results))
+    if any(r.brokers for r in results):
+        print("\nper broker:\n" + format_brokers(results))
     print("\n" + "\n".join(f"{r.group}: layer 2: {r.layer2}" if len(results) > 1 else f"layer 2: {r.layer2}"
                             for r in results))
     for r in results:

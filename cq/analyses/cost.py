@@ -36,18 +36,23 @@ from selector.quoted import BROKER_EVALUATE_NS
 from .. import format as fmt
 from ..errors import UnknownGroupError
 from ..filter.layers import Layers, SqlFilter, TagFilter, bloom_key
+from ..store.cluster import Cluster, each_store, open_stores
 from ..store.store import CONSUME_BATCH, ConsumeStats, Store, StoreCut
 from ..tags import EXPRESSION_TYPE_SQL92
 
 __all__ = [
     "DEFAULT_ALTERNATIVES",
+    "BrokerCost",
     "CostGroup",
     "CostReport",
     "GroupCost",
     "NoExtUnitsError",
+    "StorePass",
     "Tally",
     "filter_cost",
+    "finish_cluster_report",
     "finish_report",
+    "in_order_of",
     "predicted_fp_rate",
     "resolve_groups",
     "tally_range",
@@ -188,8 +193,23 @@ class GroupCost:
 
 
 @dataclass
+class BrokerCost:
+    """One broker's part of a report over several stores (docs/cost.md#clusters): its own rows."""
+
+    broker: str
+    store: str
+    bitmap_available: bool
+    messages: int
+    units: int
+    commit_log_missing: int
+    registered_groups: list[str]
+    groups: list[GroupCost]
+
+
+@dataclass
 class CostReport:
-    """The filtering-cost report of one topic (:func:`filter_cost`)."""
+    """The filtering-cost report of one topic (:func:`filter_cost`); over several stores, the
+    counts are the sums over the brokers and :attr:`brokers` holds each broker's rows."""
 
     store: str
     topic: str
@@ -211,6 +231,8 @@ class CostReport:
     measurement: dict
     quoted: dict
     seconds: float = 0.0
+    #: a report over several stores (a cluster's brokers): each broker holding the topic, in order
+    brokers: list[BrokerCost] = field(default_factory=list)
 
     def to_dict(self) -> dict:
         """A JSON-ready dict (the ``--json`` document)."""
@@ -495,14 +517,77 @@ def measure_ns_per_evaluation(store: Store, topic: str, sqls: Iterable[str], *, 
 
 
 # ------------------------------------------------------------------ the report
-def filter_cost(store: Store | str | os.PathLike, topic: str, groups: Iterable[str | CostGroup] | None = None, *,
+@dataclass
+class StorePass:
+    """One store's pass over a topic (:func:`filter_cost` per broker, or its Spark variant): what
+    :func:`finish_cluster_report` turns into the report."""
+
+    root: str
+    reported: list[CostGroup]
+    registered: list[CostGroup]
+    tally: Tally
+    ns_per_evaluation: dict[str, float]
+    timed_messages: int
+
+
+def resolve_reported(store: Store, topic: str, groups: Iterable[str | CostGroup] | None, *,
+                     bloom_filter: Any) -> tuple[list[CostGroup], list[CostGroup]]:
+    """:func:`resolve_groups` on a store holding ``topic``, with the errors of :func:`filter_cost`: KeyError
+    when the topic has no consume queues, ValueError when there is no group to report on."""
+    if topic not in store.topics():
+        raise KeyError(f"topic {topic!r} has no consume queues in {store.root}")
+    reported, registered = resolve_groups(store, topic, groups, bloom_filter=bloom_filter)
+    if not reported:
+        raise ValueError(f"no group to report on: no SQL92 group is registered for topic {topic!r} in "
+                         f"{store.config_path('consumerFilter.json')}; name groups explicitly (CostGroup, "
+                         "--sql-group, --tag-group)")
+    return reported, registered
+
+
+def empty_tally(reported: Sequence[CostGroup], registered: Sequence[CostGroup]) -> Tally:
+    """The tally of no unit (a topic without units), with the groups :func:`tally_range` counts."""
+    return Tally([g.group for g in reported] + [g.group for g in registered if g not in reported],
+                 [g.group for g in registered])
+
+
+def in_order_of(first: StorePass | None, reported: list[CostGroup],
+                registered: list[CostGroup]) -> tuple[list[CostGroup], list[CostGroup]]:
+    """Another broker's groups in the ``first`` broker's order (its config file may list them in
+    another), so the brokers' tallies add up; groups ``first`` lacks keep their place at the end."""
+    if first is None:
+        return reported, registered
+
+    def order(groups: list[CostGroup], like: list[CostGroup]) -> list[CostGroup]:
+        at = {g.group: i for i, g in enumerate(like)}
+        return sorted(groups, key=lambda g: at.get(g.group, len(at)))
+
+    return order(reported, first.reported), order(registered, first.registered)
+
+
+def _store_pass(store: Store, topic: str, groups, bf, first: StorePass | None, timing: bool) -> StorePass:
+    reported, registered = in_order_of(first, *resolve_reported(store, topic, groups, bloom_filter=bf))
+    tally = None
+    for _, q, lo, hi in store.cut(topic).queues:  # one cut: what the broker expires meanwhile is counted
+        part = tally_range(store, topic, reported, registered, queue_id=q, start=lo, end=hi, bloom_filter=bf)
+        tally = part if tally is None else tally.add(part)
+    ns, timed = ({}, 0)
+    if timing:
+        ns, timed = measure_ns_per_evaluation(store, topic, [g.expression for g in reported + registered if g.is_sql])
+    return StorePass(store.root, reported, registered, tally or empty_tally(reported, registered), ns, timed)
+
+
+def filter_cost(store: Store | Cluster | str | os.PathLike | Sequence[str | os.PathLike], topic: str,
+                groups: Iterable[str | CostGroup] | None = None, *,
                 alternatives: Iterable[tuple[int, int]] | None = None, fp_target: float | None = None,
                 bloom_filter: Any = None, timing: bool = True, raise_without_ext: bool = False) -> CostReport:
     """The filtering-cost report of ``topic``: per group, per layer, with and without the bitmap.
 
     Parameters
     ----------
-    store : cq.Store or path
+    store : cq.Store, cq.Cluster, path, or several paths (or a glob pattern)
+        Several stores are a cluster's brokers (docs/cost.md#clusters): each broker's units are
+        counted with its own registrations, the report's counts are the sums over the brokers
+        holding the topic, and :attr:`CostReport.brokers` gives each broker's rows.
     topic : str
     groups : iterable of str or CostGroup, optional
         Groups to report on: names of registered groups (``config/consumerFilter.json``) and
@@ -516,7 +601,8 @@ def filter_cost(store: Store | str | os.PathLike, topic: str, groups: Iterable[s
     bloom_filter : bloom.BloomFilter, optional
         The broker's filter (default ``BloomFilter(20, 32)``: k=3, m=112).
     timing : bool
-        Measure each selector's CPU per evaluation (False: leave those fields None).
+        Measure each selector's CPU per evaluation (False: leave those fields None); over
+        several stores, on the first broker's messages.
     raise_without_ext : bool
         Raise :class:`NoExtUnitsError` (carrying the report) when the topic has no ext units.
 
@@ -529,41 +615,60 @@ def filter_cost(store: Store | str | os.PathLike, topic: str, groups: Iterable[s
     cq.UnknownGroupError
         A named group is not registered on the topic.
     KeyError
-        The topic has no consume queues.
+        The topic has no consume queues (on no broker).
+    ValueError
+        Over several stores: brokers that register different SQL92 groups for the topic.
     """
     t0 = time.perf_counter()
-    own = not isinstance(store, Store)
-    store = Store(store) if own else store
+    own = not isinstance(store, (Store, Cluster))
+    store = open_stores(store) if own else store
     try:
-        if topic not in store.topics():
-            raise KeyError(f"topic {topic!r} has no consume queues in {store.root}")
         bf = bloom_filter if bloom_filter is not None else bloom.BloomFilter()
-        reported, registered = resolve_groups(store, topic, groups, bloom_filter=bf)
-        if not reported:
-            raise ValueError(f"no group to report on: no SQL92 group is registered for topic {topic!r} in "
-                             f"{store.config_path('consumerFilter.json')}; name groups explicitly (CostGroup, "
-                             "--sql-group, --tag-group)")
-        tally = None
-        for _, q, lo, hi in store.cut(topic).queues:  # one cut: what the broker expires meanwhile is counted
-            part = tally_range(store, topic, reported, registered, queue_id=q, start=lo, end=hi, bloom_filter=bf)
-            tally = part if tally is None else tally.add(part)
-        if tally is None:
-            tally = Tally([g.group for g in reported] + [g.group for g in registered if g not in reported],
-                          [g.group for g in registered])
-        ns = {}
-        timed = 0
-        if timing:
-            ns, timed = measure_ns_per_evaluation(store, topic, [g.expression for g in reported + registered
-                                                                 if g.is_sql])
-        report = finish_report(store.root, topic, reported, registered, tally, bloom_filter=bf,
-                               alternatives=alternatives, fp_target=fp_target, ns_per_evaluation=ns,
-                               timed_messages=timed)
+        held = store.brokers_of(topic) if isinstance(store, Cluster) else None
+        passes = {}
+        for broker, s in each_store(store):
+            if held is None or broker in held:
+                first = next(iter(passes.values()), None)
+                passes[broker] = _store_pass(s, topic, groups, bf, first, timing and first is None)
+        report = finish_cluster_report(store.root, topic, passes, bloom_filter=bf, alternatives=alternatives,
+                                       fp_target=fp_target)
         report.seconds = time.perf_counter() - t0
     finally:
         if own:
             store.close()
     if raise_without_ext and not report.bitmap_available:
         raise NoExtUnitsError(topic, store.root, report)
+    return report
+
+
+def finish_cluster_report(root: str, topic: str, passes: dict[str | None, StorePass], *, bloom_filter: Any = None,
+                          alternatives: Iterable[tuple[int, int]] | None = None,
+                          fp_target: float | None = None) -> CostReport:
+    """The report of one store's pass (``passes`` ``{None: pass}``), or of each broker's of a cluster
+    (``{broker: pass}``): the tallies added up, then each broker's own rows (:class:`BrokerCost`).
+    The CPU per evaluation is the first pass's (where it was measured)."""
+    first = next(iter(passes.values()))
+    timing = {"ns_per_evaluation": first.ns_per_evaluation, "timed_messages": first.timed_messages}
+    if list(passes) == [None]:
+        return finish_report(root, topic, first.reported, first.registered, first.tally, bloom_filter=bloom_filter,
+                             alternatives=alternatives, fp_target=fp_target, **timing)
+    for broker, p in passes.items():
+        if (p.tally.groups, p.tally.registered) != (first.tally.groups, first.tally.registered):
+            held = "; ".join(f"{b}: {', '.join(q.tally.registered) or 'none'}" for b, q in passes.items())
+            raise ValueError(f"the brokers of topic {topic!r} register different SQL92 groups ({held}), so their "
+                             f"dispatch costs do not add up; run cost on each store alone, or name the groups "
+                             f"explicitly (--sql-group)")
+    total = Tally(first.tally.groups, first.tally.registered)
+    brokers = []
+    for broker, p in passes.items():
+        total.add(p.tally)
+        own = finish_report(p.root, topic, p.reported, p.registered, p.tally, bloom_filter=bloom_filter,
+                            alternatives=(), **timing)
+        brokers.append(BrokerCost(broker, p.root, own.bitmap_available, own.messages, own.units,
+                                  own.commit_log_missing, own.registered_groups, own.groups))
+    report = finish_report(root, topic, first.reported, first.registered, total, bloom_filter=bloom_filter,
+                           alternatives=alternatives, fp_target=fp_target, **timing)
+    report.brokers = brokers
     return report
 
 

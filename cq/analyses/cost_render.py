@@ -47,6 +47,23 @@ _GROUP_HEAD = ("group", "type", "units", "passed L1", "bloom FP", "delivered", "
 
 
 def _group_rows(report: CostReport) -> list[tuple[str, ...]]:
+    return _rows(report.groups)
+
+
+#: a report over several stores: each broker's rows, the broker after the group
+_BROKER_HEAD = ("group", "broker", *_GROUP_HEAD[1:])
+
+
+def _broker_rows(report: CostReport) -> list[tuple[str, ...]]:
+    return [(row[0], b.broker, *row[1:]) for b in report.brokers for row in _rows(b.groups)]
+
+
+def _brokers_line(report: CostReport) -> str:
+    return (f"{len(report.brokers)} brokers ({', '.join(b.broker for b in report.brokers)}): the counts above are "
+            "their sums; each broker's own below")
+
+
+def _rows(groups) -> list[tuple[str, ...]]:
     mb = 1 / (1 << 20)
     return [(
         g.group, g.expression_type, _n(g.units), _n(g.passed_consume_queue), _n(g.bloom_false_positives),
@@ -55,7 +72,7 @@ def _group_rows(report: CostReport) -> list[tuple[str, ...]]:
         "-" if g.commit_log_bytes_with_bitmap is None else f"{g.commit_log_bytes_with_bitmap * mb:,.2f}",
         "-" if g.ns_per_evaluation is None else f"{g.ns_per_evaluation:,.0f}",
         _n(g.quoted_java_ns_per_evaluation),
-    ) for g in report.groups]
+    ) for g in groups]
 
 
 def format_table(report: CostReport) -> str:
@@ -73,6 +90,8 @@ def format_table(report: CostReport) -> str:
         out += [("The topic has no ConsumeQueueExt units: the bitmap cannot be evaluated on this store. "
                 "Layer-2-only costs below; the replay shows what bitmaps would do."), ""]
     out.append(_table(_GROUP_HEAD, _group_rows(r), left=2))
+    if r.brokers:
+        out += ["", _brokers_line(r) + ":", _table(_BROKER_HEAD, _broker_rows(r), left=3)]
     out.append("")
     out.append(f"dispatch evaluations (every message x every registered group): {_n(r.dispatch_evaluations)}"
                + ("" if r.dispatch_cpu_ms is None else f", {r.dispatch_cpu_ms:.3g} ms measured CPU"))
@@ -241,6 +260,9 @@ def render_html(report: CostReport) -> str:
     parts.append(f"<p class='verdict'><b>Verdict.</b> {e(r.verdict['summary'])}</p>")
     parts.append("<h2>Per group</h2>")
     parts.append(_html_table(_GROUP_HEAD, _group_rows(r), left=2))
+    if r.brokers:
+        parts.append(f"<h2>Per broker</h2><p>{e(_brokers_line(r))}.</p>")
+        parts.append(_html_table(_BROKER_HEAD, _broker_rows(r), left=3))
     parts.append(f"<p>Dispatch evaluations (every message × every registered group): "
                  f"<b>{_n(r.dispatch_evaluations)}</b>"
                  + ("" if r.dispatch_cpu_ms is None else f", {r.dispatch_cpu_ms:.3g} ms of measured CPU")

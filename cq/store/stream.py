@@ -22,6 +22,7 @@ import warnings
 from collections.abc import Callable, Iterator, Mapping
 
 from ..errors import UnitsLostWarning
+from .cluster import Cluster
 from .store import Store, StoreCut
 
 #: Values of ``startingOffsets`` besides a JSON object.
@@ -186,7 +187,56 @@ def ranges(start: Mapping[str, Mapping[str, int]], end: Mapping[str, Mapping[str
     return out
 
 
-def tail(store: Store, topic: str, group: str, *, sql: str | None = None, tags: str | None = None,
+class _Follower:
+    """One store's side of a tail: its offsets, its filter, and the Store its rounds read (the
+    given one until a file it maps is replaced, then a reopened one)."""
+
+    def __init__(self, store: Store, topic: str, group: str, sql, tags, starting, on_lost,
+                 broker: str | None = None) -> None:
+        self.store = self.current = store
+        self.topic, self.group, self.on_lost, self.broker = topic, group, on_lost, broker
+        self.flt = store.make_filter(topic, group, sql=sql, tags=tags)
+        cut = store.cut(topic, keep_readers=True)
+        self.offsets = starting_offsets(store, cut, starting, group=group)
+        if starting == "committed":  # the group committed units the broker expired since: lost, said
+            committed = {topic: {str(q): c for q, c in store.committed_offsets(group, topic).items()}}
+            for t, q, c, lo in expired(committed, cut):
+                on_lost(t, q, lo - c, f"the group's committed offset {c} is below the queue's minimum {lo} "
+                                      "(expired by the broker before the group read them)")
+
+    def round(self) -> Iterator[object] | None:
+        """The messages of a new cut past the offsets read so far (None: nothing new)."""
+        if self.current.replaced() is not None:
+            if self.current is not self.store:
+                self.current.close()
+            self.current = self.store.reopen()
+        cut = self.current.cut(self.topic, keep_readers=True)
+        for t, q, s, lo in expired(self.offsets, cut):
+            self.on_lost(t, q, lo - s, f"offsets [{s}, {lo}) expired by the broker before they were read")
+        end = next_offsets(self.offsets, cut)
+        todo = ranges(next_offsets(self.offsets, cut, max_units=0), end, self.topic)
+        return self._read(cut, todo, end) if todo else None
+
+    def _read(self, cut: StoreCut, todo: dict[int, tuple[int, int]], end: Offsets) -> Iterator[object]:
+        for q in sorted(todo):  # queue by queue, in offset order, as one consume reads them
+            result = self.current.consume(self.topic, self.group, filter=self.flt, queue_ids=[q],
+                                          ranges={q: todo[q]}, cut=cut)
+            for m in result:
+                if self.broker is not None:
+                    m.broker = self.broker
+                yield m
+            if result.stats.commit_log_missing:
+                self.on_lost(self.topic, q, result.stats.commit_log_missing,
+                             f"their CommitLog records in offsets [{todo[q][0]}, {todo[q][1]}) went away "
+                             "before they were read (expired by the broker)")
+        self.offsets = end
+
+    def close(self) -> None:
+        if self.current is not self.store:
+            self.current.close()
+
+
+def tail(store: Store | Cluster, topic: str, group: str, *, sql: str | None = None, tags: str | None = None,
          starting: str | Offsets = "latest", interval: float = 0.5, sleep=None,
          stop=None, on_lost: Callable[[str, int, int, str], None] | None = None) -> Iterator[object]:
     """What ``group`` would receive from ``topic``, as it arrives: ``rmqfilter tail``.
@@ -195,6 +245,12 @@ def tail(store: Store, topic: str, group: str, *, sql: str | None = None, tags: 
     offsets with both filter layers (:meth:`Store.consume` with ``ranges``),
     yields the messages and moves on; between rounds with nothing new it
     sleeps ``interval`` seconds. ``stop()`` (optional) returning True ends it.
+
+    ``store`` may be a :class:`cq.Cluster` (docs/reading.md#clusters): each round then takes one
+    cut per broker holding the topic and reads each broker's new offsets in turn, each with the
+    group's filter on that broker; the messages have :attr:`cq.Message.broker` set. ``starting``
+    is then ``earliest``, ``latest`` or ``committed`` (each broker's own committed offsets): a JSON
+    object of offsets names one store's queues.
 
     The queue readers are kept from round to round (``keep_readers``), so a
     round goes on from the end the previous one found instead of opening and
@@ -209,37 +265,24 @@ def tail(store: Store, topic: str, group: str, *, sql: str | None = None, tags: 
     """
     sleep = sleep or time.sleep
     on_lost = on_lost or _warn_lost
-    flt = store.make_filter(topic, group, sql=sql, tags=tags)
-    cut = store.cut(topic, keep_readers=True)
-    offsets = starting_offsets(store, cut, starting, group=group)
-    if starting == "committed":  # the group committed units the broker expired since: lost, said
-        committed = {topic: {str(q): c for q, c in store.committed_offsets(group, topic).items()}}
-        for t, q, c, lo in expired(committed, cut):
-            on_lost(t, q, lo - c, f"the group's committed offset {c} is below the queue's minimum {lo} "
-                                  "(expired by the broker before the group read them)")
-    current = store  # the Store the rounds read: ``store`` until a file it maps is replaced
+    if isinstance(store, Cluster) and starting not in STARTING:
+        raise ValueError("startingOffsets as a JSON object names one store's queues; over several stores "
+                         f"give {', '.join(STARTING)}")
+    if isinstance(store, Cluster):
+        followers = [_Follower(store.store(b), topic, group, sql, tags, starting, on_lost, broker=b)
+                     for b in store.brokers_of(topic)]
+    else:
+        followers = [_Follower(store, topic, group, sql, tags, starting, on_lost)]
     try:
         while stop is None or not stop():
-            if current.replaced() is not None:
-                if current is not store:
-                    current.close()
-                current = store.reopen()
-            cut = current.cut(topic, keep_readers=True)
-            for t, q, s, lo in expired(offsets, cut):
-                on_lost(t, q, lo - s, f"offsets [{s}, {lo}) expired by the broker before they were read")
-            end = next_offsets(offsets, cut)
-            todo = ranges(next_offsets(offsets, cut, max_units=0), end, topic)
-            if todo:
-                for q in sorted(todo):  # queue by queue, in offset order, as one consume reads them
-                    result = current.consume(topic, group, filter=flt, queue_ids=[q], ranges={q: todo[q]}, cut=cut)
-                    yield from result
-                    if result.stats.commit_log_missing:
-                        on_lost(topic, q, result.stats.commit_log_missing,
-                                f"their CommitLog records in offsets [{todo[q][0]}, {todo[q][1]}) went away "
-                                "before they were read (expired by the broker)")
-                offsets = end
-            else:
+            new = False
+            for f in followers:
+                read = f.round()
+                if read is not None:
+                    new = True
+                    yield from read
+            if not new:
                 sleep(interval)
     finally:
-        if current is not store:
-            current.close()
+        for f in followers:
+            f.close()

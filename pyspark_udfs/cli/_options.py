@@ -177,8 +177,9 @@ def add_sample_args(parser: argparse.ArgumentParser, *, messages: int, minimum: 
 def add_scan_args(parser: argparse.ArgumentParser) -> None:
     """The arguments of ``rmqfilter scan``, which spark-submit ``pyspark_udfs/job.py`` parses too
     (one definition for both entry points)."""
-    add_consumer_args(parser, all_groups=True)
-    parser.add_argument("--out", metavar="DIR", help="write the messages the group would receive to DIR")
+    add_consumer_args(parser, all_groups=True, several=True)
+    parser.add_argument("--out", metavar="DIR", help="write the messages the group would receive to DIR (over "
+                                                     "several stores, with a broker column)")
     parser.add_argument("--format", dest="out_format", choices=OUT_FORMATS, default=OUT_FORMATS[0],
                         help="with --out: the format of the files (default parquet)")
     where = parser.add_mutually_exclusive_group()

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 
 import bloom
 import cq
@@ -33,10 +32,12 @@ def add_parsers(subparsers) -> None:
                     "the broker's quoted Java figures); the Bloom false-positive rate against the number "
                     "of registered groups and other f/n (bitmaps rebuilt in memory, never written); and a "
                     "verdict. Groups come from config/consumerFilter.json, or are given with --sql-group / "
-                    "--tag-group. Exit status 2 on bad input, and when the topic has no ConsumeQueueExt "
-                    "units (the report then has layer-2-only costs).",
+                    "--tag-group. Several STOREs (or a quoted glob) are the brokers of a cluster: the "
+                    "counts are summed over the brokers holding the topic, and each broker's rows follow "
+                    "(docs/cost.md#clusters). Exit status 2 on bad input, and when the topic has no "
+                    "ConsumeQueueExt units (the report then has layer-2-only costs).",
     )
-    add_store_arg(cost)
+    add_store_arg(cost, several=True)
     add_topic_arg(cost)
     add_group_args(cost, all_groups=True, repeatable=True, required=False)
     cost.add_argument("--sql-group", nargs=2, action="append", default=[], metavar=("G", "SQL"),
@@ -96,14 +97,14 @@ def _run_cost(args: argparse.Namespace) -> int:
         if not (args.groups or args.all_groups or explicit):
             return _error("name the groups: --group G, --all-groups, --sql-group G SQL or --tag-group G TAGS")
         groups = None if args.all_groups and not explicit else (
-            ([g.group for g in _registered(args)] if args.all_groups else list(args.groups or [])) + explicit)
+            (_registered(args) if args.all_groups else list(args.groups or [])) + explicit)
         if args.spark:
             with topic_store(args.store, args.topic) as store:  # bad input fails before Spark starts
                 resolve_groups(store, args.topic, groups)
             owned = owns_session()
             spark = spark_session(args.master, app_name=f"rmqfilter cost {args.topic}", progress=False)
             try:
-                report = filter_cost_spark(spark, os.path.abspath(args.store), args.topic, groups,
+                report = filter_cost_spark(spark, args.store, args.topic, groups,
                                            alternatives=alternatives, fp_target=target, timing=not args.no_timing)
             finally:
                 if owned:
@@ -127,9 +128,10 @@ def _run_cost(args: argparse.Namespace) -> int:
     return 0
 
 
-def _registered(args: argparse.Namespace):
-    store = cq.Store(args.store)
+def _registered(args: argparse.Namespace) -> list[str]:
+    """``--all-groups``: the topic's registered groups, each once (every broker of a cluster registers them)."""
+    store = cq.open_stores(args.store)
     try:
-        return store.registered_filters(args.topic)
+        return list(dict.fromkeys(f.group for f in store.registered_filters(args.topic)))
     finally:
         store.close()

@@ -6,6 +6,7 @@ read with :meth:`cq.Store.consume`.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import signal
@@ -16,6 +17,7 @@ import cq
 from cq.store import stream
 from selector.errors import SelectorSyntaxError
 
+from ._common import error_text, fail, topic_store
 from ._options import add_consumer_args, add_message_output_args
 from .store_commands import message_json
 
@@ -27,12 +29,14 @@ def add_parsers(subparsers) -> None:
         help="follow a live store: print the messages a consumer group would receive as they arrive",
         description="Follow a store a broker is writing and print, as they arrive, the messages the "
                     "group would receive (the broker's two-layer filter), queue by queue in offset order. "
+                    "Several STOREs (or a quoted glob) are the brokers of a cluster: each look takes one cut "
+                    "per broker and the messages lead with their broker (docs/reading.md#clusters). "
                     "Ctrl-C stops it (exit status 130).",
     )
-    add_consumer_args(tail)
+    add_consumer_args(tail, several=True)
     tail.add_argument("--from", dest="starting", default="latest", metavar="WHERE",
                       help="latest (default: only what arrives from now on), earliest, committed (the group's "
-                           "offsets in config/consumerOffset.json) or a JSON object "
+                           "offsets in config/consumerOffset.json) or, for one store, a JSON object "
                            '{"topic": {"queue_id": offset}}')
     add_message_output_args(tail, formats=("text", "jsonl"))
     tail.add_argument("--interval", type=float, default=0.5, help="seconds between looks when nothing is new")
@@ -64,35 +68,32 @@ def _run_tail(args: argparse.Namespace) -> int:
 
 def _tail(args: argparse.Namespace, stop) -> int:
     out = sys.stdout
-    try:
-        starting = stream.parse_starting_offsets(args.starting)
-        store = cq.Store(args.store)
-        if args.topic not in store.topics():
-            print(f"rmqfilter tail: error: topic {args.topic!r} has no consume queues in {args.store}",
-                  file=sys.stderr)
-            return 2
-        def lost(topic: str, queue_id: int, units: int, detail: str) -> None:  # said at once, and it goes on
-            print(f"rmqfilter tail: warning: {stream.lost_text(topic, queue_id, units, detail)}", file=sys.stderr,
-                  flush=True)
+    with contextlib.ExitStack() as stack:
+        try:
+            starting = stream.parse_starting_offsets(args.starting)
+            store = stack.enter_context(topic_store(args.store, args.topic))
 
-        for n, m in enumerate(stream.tail(store, args.topic, args.group, sql=args.sql, tags=args.tags,
-                                          starting=starting, interval=args.interval, on_lost=lost,
-                                          stop=stop), 1):
-            if args.format == "text":
-                out.write(f"{m.queue_id}\t{m.queue_offset}\t{m.msg_id}\t{m.tags or ''}\t{m.keys or ''}\n")
-            else:
-                out.write(json.dumps(message_json(m, args.body), ensure_ascii=False) + "\n")
-            out.flush()
-            if args.limit is not None and n >= args.limit:
-                break
-    except KeyboardInterrupt:  # Ctrl-C is how a tail ends: no traceback
-        return 130
-    except BrokenPipeError:  # `| head`: stop quietly, as Unix tools do
-        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+            def lost(topic: str, queue_id: int, units: int, detail: str) -> None:  # said at once, and it goes on
+                print(f"rmqfilter tail: warning: {stream.lost_text(topic, queue_id, units, detail)}", file=sys.stderr,
+                      flush=True)
+
+            for n, m in enumerate(stream.tail(store, args.topic, args.group, sql=args.sql, tags=args.tags,
+                                              starting=starting, interval=args.interval, on_lost=lost,
+                                              stop=stop), 1):
+                if args.format == "text":  # a cluster's messages lead with their broker
+                    lead = "" if m.broker is None else f"{m.broker}\t"
+                    out.write(f"{lead}{m.queue_id}\t{m.queue_offset}\t{m.msg_id}\t{m.tags or ''}\t{m.keys or ''}\n")
+                else:
+                    out.write(json.dumps(message_json(m, args.body), ensure_ascii=False) + "\n")
+                out.flush()
+                if args.limit is not None and n >= args.limit:
+                    break
+        except KeyboardInterrupt:  # Ctrl-C is how a tail ends: no traceback
+            return 130
+        except BrokenPipeError:  # `| head`: stop quietly, as Unix tools do
+            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+            return 0
+        except (cq.StoreFormatError, cq.TagSubscriptionError, cq.UnknownGroupError, SelectorSyntaxError,
+                ValueError, LookupError, ImportError) as exc:  # ImportError: an LZ4/ZSTD body's codec is missing
+            return fail("rmqfilter tail", error_text(exc))
         return 0
-    except (cq.StoreFormatError, cq.TagSubscriptionError, cq.UnknownGroupError, SelectorSyntaxError,
-            ValueError, KeyError, ImportError) as exc:  # ImportError: an LZ4/ZSTD body's codec is missing
-        message = exc.args[0] if isinstance(exc, KeyError) and exc.args else exc
-        print(f"rmqfilter tail: error: {message}", file=sys.stderr)
-        return 2
-    return 0

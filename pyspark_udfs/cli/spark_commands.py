@@ -33,7 +33,9 @@ def add_parsers(subparsers) -> None:
         help="replay a consumer group's broker filter over a store on Spark",
         description="Run the broker's two-layer filter for one consumer group over a topic of a "
                     "store on Spark and print units scanned, passed per layer, false positives, "
-                    "rows/s and wall time.",
+                    "rows/s and wall time. Several STOREs (or a quoted glob) are the brokers of a "
+                    "cluster, scanned as one: the counts are summed over the brokers and shown per "
+                    "broker, and --out writes a broker column (docs/reading.md#clusters).",
     )
     add_scan_args(scan)
     scan.set_defaults(func=_run_scan)

@@ -182,3 +182,40 @@ def test_data_source_reads_a_glob_of_store_roots_with_a_broker_column(spark, run
     want = {b: sum(q["max_offset"] - q["min_offset"] for t in run.broker["topics"] if t["topic"] == TOPIC
                    for q in t["queues"] if q["broker"] == b) for b in BROKERS}
     assert counts == want
+
+
+@pytest.mark.spark
+@pytest.mark.parametrize("group", ["GID_SQL_STR_IN", "GID_TAG_AA"])
+def test_scan_over_both_stores_counts_and_writes_what_the_consumers_received(spark, run, tmp_path, group):
+    from pyspark_udfs import job
+
+    g = group_of(run, group)
+    roots = [str(run.store_path(b)) for b in BROKERS]
+    scan = (job.GroupScan(group, tags=g["expression"]) if g["type"] == "TAG"
+            else job.registered_group_scans(roots, TOPIC, group)[0])
+    got = job.scan(spark, roots, TOPIC, scan, out=str(tmp_path / "out"))
+    want = {k: r["uniq_key"] for k, r in received(run, group).items()}
+    assert got.delivered == len(want)
+    assert {b.broker: b.delivered for b in got.brokers} == {b: sum(1 for k in want if k[0] == b) for b in BROKERS}
+    assert got.units_scanned == sum(b.units_scanned for b in got.brokers) == sum(
+        q["max_offset"] - q["min_offset"] for t in run.broker["topics"] if t["topic"] == TOPIC for q in t["queues"])
+    rows = spark.read.parquet(str(tmp_path / "out")).selectExpr(
+        "broker", "queue_id", "queue_offset", "properties['UNIQ_KEY'] AS uniq").collect()
+    written = {(r.broker, r.queue_id, r.queue_offset): r.uniq for r in rows}
+    assert len(written) == len(rows)
+    assert_same_units(written, want, f"rmqfilter scan {group} --out")
+
+
+def test_cost_over_both_stores_delivers_what_the_consumers_received(run):
+    from cq.analyses.cost import CostGroup, filter_cost
+
+    tags = [CostGroup(g, run.group(g)["expression"], "TAG", registered=False)
+            for g in GROUPS if run.group(g)["type"] == "TAG"]
+    sql = [g for g in GROUPS if run.group(g)["type"] == "SQL92"]
+    report = filter_cost([str(run.store_path(b)) for b in BROKERS], TOPIC, sql + tags, timing=False)
+    assert [b.broker for b in report.brokers] == BROKERS
+    for g in GROUPS:
+        got = received(run, g)
+        assert report.group(g).delivered == len(got), g
+        assert [next(r for r in b.groups if r.group == g).delivered for b in report.brokers] == [
+            sum(1 for k in got if k[0] == b) for b in BROKERS], g

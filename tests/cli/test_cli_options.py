@@ -54,7 +54,7 @@ def test_a_shared_option_reads_the_same_in_every_command():
     # the commands that read a cluster take several stores (docs/reading.md#clusters), the others one
     several = {name for name, parser in _commands().items() for action in parser._actions
                if action.dest == "store" and action.nargs == "+"}
-    assert several == {"inspect", "consume", "why", "backlog"}
+    assert several == {"inspect", "consume", "why", "backlog", "scan", "cost", "tail"}
 
 
 @pytest.mark.parametrize("argv", [

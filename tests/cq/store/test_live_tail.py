@@ -223,3 +223,50 @@ def test_tail_keeps_its_queue_readers_from_round_to_round_and_reopens_a_replaced
     assert sorted(got) == sorted(want) and len(set(got)) == len(got) and len(got) == 5 + 3 + 6 + 1
     # each queue opened once in 4 rounds of appends, and once more by the one Store reopened after the restore
     assert sorted(opened) == [(0, 0), (0, 1), (1, 0), (1, 1)] and len(stores) == 2
+
+
+def test_tail_over_two_brokers_takes_each_brokers_new_units_with_its_broker(tmp_path, capsys):
+    """Several stores (a cluster's brokers, docs/reading.md#clusters): each round reads every broker's
+    new units; what a tail gives is what ``cq.Cluster`` consumes, each message naming its broker."""
+    from cq.writer.config_writer import write_topic_configs
+    from pyspark_udfs import cli
+
+    writers = {}
+    for name in ("east", "west"):  # both roots are named "store": the names come from topics.json
+        root = tmp_path / name / "store"
+        writers[name] = StoreWriter(root)
+        write_topic_configs(root, {TOPIC: 2, f"rmq_sys_SYNC_BROKER_MEMBER_{name}": 1})
+
+    def write(n: int) -> None:
+        for name, w in writers.items():
+            for i in range(n):
+                w.append(TOPIC, b"m", queue_id=i % 2, tags="TagA" if i % 3 else "TagB", properties={"b": name})
+            w.flush()
+
+    write(5)
+    roots = [str(tmp_path / name / "store") for name in writers]
+    cluster = cq.Cluster(roots)
+    rounds = []
+
+    def sleep(_):
+        rounds.append(1)
+        if len(rounds) == 1:
+            write(4)  # more on both brokers while the tail waits
+
+    got = []
+    for m in stream.tail(cluster, TOPIC, "G", tags="TagA", starting="earliest", sleep=sleep,
+                         stop=lambda: len(rounds) >= 2):
+        got.append((m.broker, m.queue_id, m.queue_offset))
+    for w in writers.values():
+        w.close()
+    want = [(m.broker, m.queue_id, m.queue_offset) for m in cluster.consume(TOPIC, "G", tags="TagA")]
+    assert sorted(got) == sorted(want) and len(got) == len(set(got)) == 10  # TagA: 3 + 2 per broker
+    assert {b for b, _, _ in got} == {"east", "west"}
+    with pytest.raises(ValueError, match="over several stores give earliest, latest, committed"):
+        next(stream.tail(cluster, TOPIC, "G", tags="*", starting={TOPIC: {"0": 0}}))
+    cluster.close()
+    # the command: each line leads with its broker
+    assert cli.main(["tail", *roots, "--topic", TOPIC, "--group", "G", "--tags", "TagA", "--from", "earliest",
+                     "--limit", "10"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert sorted(tuple(int(x) if x.isdigit() else x for x in ln.split("\t")[:3]) for ln in lines) == sorted(want)

@@ -237,7 +237,25 @@ def test_cli_names_a_bad_root_among_several_with_exit_status_2(capsys, brokers, 
     (bad / "commitlog").write_text("a file where a directory belongs")
     for command in (["consume", "--topic", TOPIC, "--group", "g", "--tags", "*"],
                     ["backlog", "--topic", TOPIC, "--group", GROUP],
-                    ["why", "--topic", TOPIC, "--group", GROUP, "--key", "k"], ["inspect"]):
+                    ["why", "--topic", TOPIC, "--group", GROUP, "--key", "k"], ["inspect"],
+                    ["scan", "--topic", TOPIC, "--group", GROUP],  # scan: before Spark starts
+                    ["cost", "--topic", TOPIC, "--group", GROUP],
+                    ["tail", "--topic", TOPIC, "--group", GROUP, "--from", "earliest"]):
         code, out, err = run(capsys, command[0], brokers / "broker-a", bad, *command[1:])
         assert code == 2 and out == "", command
         assert str(bad) in err and "broker 2 of 2" in err and "Traceback" not in err, (command, err)
+
+
+def test_cli_names_two_roots_of_one_broker_with_exit_status_2(capsys, tmp_path):
+    for parent in ("a", "b"):
+        shutil.copytree(DATA / "golden_store", tmp_path / parent / "store")
+    roots = [tmp_path / "a" / "store", tmp_path / "b" / "store"]
+    errors = {}
+    for command in (["consume", "--group", "g", "--tags", "*"], ["scan", "--group", "g", "--tags", "*"],
+                    ["cost", "--tag-group", "g", "*"], ["tail", "--group", "g", "--tags", "*"]):
+        code, out, err = run(capsys, command[0], *roots, "--topic", "GoldenFilterTopic", *command[1:])
+        assert code == 2 and out == "" and "Traceback" not in err, (command, err)
+        assert err.startswith(f"rmqfilter {command[0]}: error: ") and "two store roots are broker 'store'" in err
+        assert str(roots[0]) in err and str(roots[1]) in err
+        errors[command[0]] = err.split(": error: ", 1)[1]
+    assert errors["scan"] == errors["consume"] == errors["cost"] == errors["tail"]  # the same words everywhere
