@@ -12,16 +12,16 @@ from ._bytes cimport rmq_load_be32, rmq_load_be64
 from ._layout cimport (RMQ_DLEDGER_BLANK, RMQ_DLEDGER_BODY, RMQ_DLEDGER_BODY_LEN, RMQ_DLEDGER_INDEX,
                        RMQ_DLEDGER_MAGIC, RMQ_DLEDGER_MAGIC_CONFIG_CHANGE, RMQ_DLEDGER_MAGIC_NOOP,
                        RMQ_DLEDGER_MAGIC_NORMAL, RMQ_DLEDGER_MIN_BLANK, RMQ_DLEDGER_POS, RMQ_DLEDGER_SIZE,
-                       RMQ_REC_BODY_CRC, RMQ_REC_MIN_SIZE)
+                       RMQ_DLEDGER_TERM, RMQ_REC_BODY_CRC, RMQ_REC_MIN_SIZE)
 from ._record cimport Rec, _crc32, _parse
 
 # what is wrong with the entry where a walk stopped (the reasons are formatted after the loop)
 cdef enum Problem:
-    NONE, BLANK_SIZE, MAGIC, SIZE, BODY_LEN, POS, INDEX, EMPTY, RECORD, CRC
+    NONE, BLANK_SIZE, MAGIC, SIZE, BODY_LEN, POS, INDEX, TERM, EMPTY, RECORD, CRC
 
 
 cdef Problem _problem(const uint8_t* b, int64_t file_start, int64_t pos, int64_t limit, int32_t magic,
-                      int32_t size, int64_t last_index, bint check_crc) noexcept nogil:
+                      int32_t size, int64_t last_index, int64_t last_term, bint check_crc) noexcept nogil:
     cdef int32_t body_len
     cdef Rec r
     cdef int64_t body = pos + RMQ_DLEDGER_BODY, end = pos + size
@@ -37,6 +37,8 @@ cdef Problem _problem(const uint8_t* b, int64_t file_start, int64_t pos, int64_t
         return POS
     if last_index >= 0 and <int64_t>rmq_load_be64(b + pos + RMQ_DLEDGER_INDEX) != last_index + 1:
         return INDEX
+    if <int64_t>rmq_load_be64(b + pos + RMQ_DLEDGER_TERM) < last_term:
+        return TERM
     if magic != RMQ_DLEDGER_MAGIC_NORMAL:
         return NONE
     if body_len == 0:
@@ -50,16 +52,17 @@ cdef Problem _problem(const uint8_t* b, int64_t file_start, int64_t pos, int64_t
 
 
 def dledger_scan(const uint8_t[::1] buf, int64_t file_start, int64_t pos, int64_t limit, bint check_crc,
-                 int64_t max_records, int64_t last_index):
+                 int64_t max_records, int64_t last_index, int64_t last_term=-1):
     """Walk the DLedger entries of one file from ``pos`` (readable end ``limit``).
 
-    Returns ``(record_positions int64, position, status, reason, last_index)``: the file
+    Returns ``(record_positions int64, position, status, reason, last_index, last_term)``: the file
     positions of the records inside the valid entries passed (entry position + 48; only NORMAL
     entries hold one), where the walk stopped, and why: 0 end of data (unwritten space, or fewer
     than 8 bytes before ``limit``), 1 a blank filling the rest of the file, 2 an invalid entry at
     ``position`` (``reason`` says what, else None), 3 ``max_records`` found (-1: no bound).
     ``last_index`` is the DLedger index of the entry before ``pos`` (-1: none known) on the way
-    in, of the last entry passed on the way out. ``check_crc``: a record whose body CRC does not
+    in, of the last entry passed on the way out; ``last_term`` likewise its term (-1: none known),
+    which an entry's term may not fall below. ``check_crc``: a record whose body CRC does not
     match is invalid too.
     """
     cdef int64_t n = buf.shape[0], found = 0, cap
@@ -97,7 +100,7 @@ def dledger_scan(const uint8_t[::1] buf, int64_t file_start, int64_t pos, int64_
             if size == 0 and magic == 0:
                 status = 0
                 break
-            problem = _problem(b, file_start, pos, limit, magic, size, last_index, check_crc)
+            problem = _problem(b, file_start, pos, limit, magic, size, last_index, last_term, check_crc)
             if problem != NONE:
                 status = 2
                 break
@@ -105,13 +108,14 @@ def dledger_scan(const uint8_t[::1] buf, int64_t file_start, int64_t pos, int64_
                 o[found] = pos + RMQ_DLEDGER_BODY
                 found += 1
             last_index = <int64_t>rmq_load_be64(b + pos + RMQ_DLEDGER_INDEX)
+            last_term = <int64_t>rmq_load_be64(b + pos + RMQ_DLEDGER_TERM)
             pos += size
     return out[:found].copy(), pos, status, _reason(problem, b, file_start, pos, limit, magic, size,
-                                                    last_index), last_index
+                                                    last_index, last_term), last_index, last_term
 
 
 cdef object _reason(Problem problem, const uint8_t* b, int64_t file_start, int64_t pos, int64_t limit,
-                    int32_t magic, int32_t size, int64_t last_index):
+                    int32_t magic, int32_t size, int64_t last_index, int64_t last_term):
     # the twin's reason for each problem, word for word
     if problem == NONE:
         return None
@@ -127,6 +131,8 @@ cdef object _reason(Problem problem, const uint8_t* b, int64_t file_start, int64
         return f"DLedger entry pos field {<int64_t>rmq_load_be64(b + pos + RMQ_DLEDGER_POS)} is not its offset {file_start + pos}"
     if problem == INDEX:
         return f"DLedger entry index {<int64_t>rmq_load_be64(b + pos + RMQ_DLEDGER_INDEX)} does not follow {last_index}"
+    if problem == TERM:
+        return f"DLedger entry term {<int64_t>rmq_load_be64(b + pos + RMQ_DLEDGER_TERM)} is below the term {last_term} of the entry before it"
     if problem == EMPTY:
         return "DLedger NORMAL entry without a body"
     if problem == RECORD:

@@ -17,7 +17,7 @@ _BODY = LAYOUT["DLEDGER_BODY"]
 _MAGICS = (LAYOUT["DLEDGER_MAGIC_NORMAL"], LAYOUT["DLEDGER_MAGIC_NOOP"], LAYOUT["DLEDGER_MAGIC_CONFIG_CHANGE"])
 
 
-def _problem(buf, file_start, pos, limit, magic, size, last_index):
+def _problem(buf, file_start, pos, limit, magic, size, last_index, last_term):
     """Why the entry at ``pos`` is not valid (DLedgerMmapFileStore's recovery checks), or None."""
     if magic not in _MAGICS:
         return f"unknown DLedger entry magic {magic}"
@@ -32,21 +32,25 @@ def _problem(buf, file_start, pos, limit, magic, size, last_index):
     (index,) = _I64.unpack_from(buf, pos + LAYOUT["DLEDGER_INDEX"])
     if last_index >= 0 and index != last_index + 1:
         return f"DLedger entry index {index} does not follow {last_index}"
+    (term,) = _I64.unpack_from(buf, pos + LAYOUT["DLEDGER_TERM"])
+    if term < last_term:
+        return f"DLedger entry term {term} is below the term {last_term} of the entry before it"
     if magic == LAYOUT["DLEDGER_MAGIC_NORMAL"] and body_len == 0:
         return "DLedger NORMAL entry without a body"
     return None
 
 
-def dledger_scan(buf, file_start, pos, limit, check_crc, max_records, last_index):
+def dledger_scan(buf, file_start, pos, limit, check_crc, max_records, last_index, last_term=-1):
     """Walk the DLedger entries of one file from ``pos`` (readable end ``limit``).
 
-    Returns ``(record_positions int64, position, status, reason, last_index)``: the file
+    Returns ``(record_positions int64, position, status, reason, last_index, last_term)``: the file
     positions of the records inside the valid entries passed (entry position + 48; only NORMAL
     entries hold one), where the walk stopped, and why: 0 end of data (unwritten space, or fewer
     than 8 bytes before ``limit``), 1 a blank filling the rest of the file, 2 an invalid entry at
     ``position`` (``reason`` says what, else None), 3 ``max_records`` found (-1: no bound).
     ``last_index`` is the DLedger index of the entry before ``pos`` (-1: none known) on the way
-    in, of the last entry passed on the way out. ``check_crc``: a record whose body CRC does not
+    in, of the last entry passed on the way out; ``last_term`` likewise its term (-1: none known),
+    which an entry's term may not fall below. ``check_crc``: a record whose body CRC does not
     match is invalid too.
     """
     if pos < 0 or limit < 0 or limit > len(buf):
@@ -74,7 +78,7 @@ def dledger_scan(buf, file_start, pos, limit, check_crc, max_records, last_index
         if size == 0 and magic == 0:
             status = 0
             break
-        reason = _problem(buf, file_start, pos, limit, magic, size, last_index)
+        reason = _problem(buf, file_start, pos, limit, magic, size, last_index, last_term)
         if reason is None and magic == LAYOUT["DLEDGER_MAGIC_NORMAL"]:
             try:
                 total = _parse(buf, pos + _BODY, pos + size)[0][0]
@@ -90,5 +94,6 @@ def dledger_scan(buf, file_start, pos, limit, check_crc, max_records, last_index
             status = 2
             break
         (last_index,) = _I64.unpack_from(buf, pos + LAYOUT["DLEDGER_INDEX"])
+        (last_term,) = _I64.unpack_from(buf, pos + LAYOUT["DLEDGER_TERM"])
         pos += size
-    return np.array(out, dtype=np.int64), pos, status, reason, last_index
+    return np.array(out, dtype=np.int64), pos, status, reason, last_index, last_term

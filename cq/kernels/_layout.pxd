@@ -54,6 +54,7 @@ cdef extern from "_layout.h":
     enum: RMQ_DLEDGER_MAGIC
     enum: RMQ_DLEDGER_SIZE          # int32: the whole entry
     enum: RMQ_DLEDGER_INDEX         # int64: the entry's index (one more than the entry before)
+    enum: RMQ_DLEDGER_TERM          # int64: the leader's term (never below the entry before's)
     enum: RMQ_DLEDGER_POS           # int64: the entry's own offset in the log
     enum: RMQ_DLEDGER_BODY_LEN      # int32
     enum: RMQ_DLEDGER_BODY          # bytes of the header: where the record starts

@@ -98,6 +98,7 @@ def layout(fmt) -> dict[str, int | str]:
         "DLEDGER_MAGIC": entry[0],
         "DLEDGER_SIZE": entry[1],
         "DLEDGER_INDEX": entry[2],
+        "DLEDGER_TERM": entry[3],
         "DLEDGER_POS": entry[4],
         "DLEDGER_BODY_LEN": entry[8],
         "DLEDGER_BODY": fmt.DLEDGER_BODY_OFFSET,

@@ -89,10 +89,13 @@ class DLedgerCommitLog(CommitLog):
         return self._files[index][0] >= self._divided
 
     def _scan(self, index: int, pos: int, limit: int, *, check_crc: bool = False, max_records: int = -1,
-              last_index: int = -1):
-        """The entry walk kernel over file ``index`` (cq/kernels/_dledger_py.py:dledger_scan)."""
-        return _dledger.dledger_scan(self._u8(index), self._files[index][0], pos, limit, check_crc, max_records,
-                                     last_index)
+              last: tuple[int, int] = (-1, -1)):
+        """The entry walk kernel over file ``index`` (cq/kernels/_dledger_py.py:dledger_scan); ``last``
+        is the (index, term) of the entry before ``pos``. Returns ``(records, pos, status, reason,
+        last)``, ``last`` the (index, term) of the last entry passed."""
+        records, pos, status, reason, *last = _dledger.dledger_scan(
+            self._u8(index), self._files[index][0], pos, limit, check_crc, max_records, *last)
+        return records, pos, status, reason, tuple(last)
 
     def _walk_file(self, index: int, check_crc: bool, pos: int = 0) -> tuple[int, int, int]:
         if not self._is_dledger(index):
@@ -122,7 +125,7 @@ class DLedgerCommitLog(CommitLog):
 
     def _walk(self, index: int = 0, *, strict: bool, verify_crc: bool | str = False):
         recovered_end = None if strict else self.max_offset
-        last_index = -1
+        last = (-1, -1)
         while index < len(self._files):
             if not self._is_dledger(index):
                 for item in super()._walk(index, strict=strict, verify_crc=verify_crc):
@@ -135,7 +138,7 @@ class DLedgerCommitLog(CommitLog):
                 continue
             start, path = self._files[index]
             limit = self.file_size if recovered_end is None else max(0, min(self.file_size, recovered_end - start))
-            records, pos, status, reason, last_index = self._scan(index, 0, limit, last_index=last_index)
+            records, pos, status, reason, last = self._scan(index, 0, limit, last=last)
             buf = self._u8(index)
             for at in records.tolist():
                 msg = decode_message(buf, at, self.file_size, path=path, file_start=start, verify_crc=verify_crc)
@@ -157,7 +160,7 @@ class DLedgerCommitLog(CommitLog):
         """Every record in log order, as :meth:`decode_columns` batches (entries' records, classic
         files below :attr:`divided_offset` as :class:`~cq.readers.commitlog.CommitLog` reads them)."""
         recovered_end = None if strict else self.max_offset
-        last_index = -1
+        last = (-1, -1)
         for index in range(len(self._files)):
             start = self._files[index][0]
             limit = self.file_size if recovered_end is None else max(0, min(self.file_size, recovered_end - start))
@@ -169,8 +172,8 @@ class DLedgerCommitLog(CommitLog):
                 continue
             pos = 0
             while True:
-                records, pos, status, reason, last_index = self._scan(
-                    index, pos, limit, max_records=batch_records, last_index=last_index)
+                records, pos, status, reason, last = self._scan(
+                    index, pos, limit, max_records=batch_records, last=last)
                 if len(records):
                     yield self.decode_columns(records + start, fields,
                                               decompress_body=decompress_body)

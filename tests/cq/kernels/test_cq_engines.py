@@ -198,8 +198,9 @@ _DLEDGER_FILES = sorted((DATA / "dledger_store" / "dledger-n0" / "data").iterdir
 @given(file=st.sampled_from(_DLEDGER_FILES), flips=st.lists(st.tuples(st.integers(0, 65535), st.integers(0, 255)),
                                                             max_size=6),
        cut=st.integers(0, 65536), pos=st.sampled_from([0, 8, 300]), check_crc=st.booleans(),
-       max_records=st.sampled_from([-1, 0, 1, 7]), last_index=st.sampled_from([-1, 0, 41]))
-def test_dledger_scan_engine_equals_twin(file, flips, cut, pos, check_crc, max_records, last_index):
+       max_records=st.sampled_from([-1, 0, 1, 7]), last_index=st.sampled_from([-1, 0, 41]),
+       last_term=st.sampled_from([-1, 0, 1, 2**40]))
+def test_dledger_scan_engine_equals_twin(file, flips, cut, pos, check_crc, max_records, last_index, last_term):
     """The DLedger entry walk on damaged files of the DLedger fixture: same records, stop, reason."""
     _dledger = pytest.importorskip("cq.kernels._dledger")
     data = bytearray(file.read_bytes())
@@ -208,8 +209,8 @@ def test_dledger_scan_engine_equals_twin(file, flips, cut, pos, check_crc, max_r
     buf = np.frombuffer(bytes(data), np.uint8)
     start = int(file.name)
     limit = max(cut, pos)
-    got = _dledger.dledger_scan(buf, start, pos, limit, check_crc, max_records, last_index)
-    want = _dledger_py.dledger_scan(buf, start, pos, limit, check_crc, max_records, last_index)
+    got = _dledger.dledger_scan(buf, start, pos, limit, check_crc, max_records, last_index, last_term)
+    want = _dledger_py.dledger_scan(buf, start, pos, limit, check_crc, max_records, last_index, last_term)
     assert (got[0].tolist(), *got[1:]) == (want[0].tolist(), *want[1:])
 
 

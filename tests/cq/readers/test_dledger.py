@@ -177,6 +177,22 @@ def test_an_index_out_of_sequence_is_corrupt(dcopy):
     assert (err.value.path, err.value.offset) == (path, pos)
 
 
+def test_a_term_below_the_entry_befores_is_corrupt(dcopy):
+    """A term never decreases (a new leader's is higher): DLedger's recovery stops at an entry
+    whose term is below the one before it, and rmqfilter names that entry."""
+    entries = _entries(dcopy)
+    path, pos, _ = entries[2]
+    term = HEAD.unpack_from(Path(path).read_bytes(), pos)[3]
+    patch_file(path, pos + 16, struct.pack(">q", term + 5))
+    bad_path, bad_pos, _ = entries[3]
+    with closing(cq.Store(dcopy)) as store:
+        with pytest.raises(cq.StoreFormatError, match=f"term {term} is below the term {term + 5}") as err:
+            list(store.commit_log.messages())
+        assert (err.value.path, err.value.offset) == (bad_path, bad_pos)
+        with pytest.raises(cq.StoreFormatError, match="is below the term"):
+            list(store.commit_log.column_batches())
+
+
 def test_a_noop_entry_holds_no_record(tmp_path):
     """DLedger's NOOP entries (empty body) are stepped over."""
     src = tmp_path / "src"
