@@ -883,7 +883,7 @@ LIFE_POP_REVIVED = 2
 # the ones not recalled, so it has run past the recalled ones' due time when it stops.
 LIFE_RECALL_TIMERS = 4
 LIFE_RECALLED = (0, 2)
-LIFE_RECALL_DELAY_MS = 60_000
+LIFE_RECALL_DELAY_MS = 90_000   # the snapshot (broker stop, copy) must end before: CI is slow
 # Small timerlog files (the broker's default is 100 MiB): the timer's units cross file ends
 # (blank records), as a long-running broker's do.
 LIFE_TIMERLOG_FILE_SIZE = 1024
@@ -975,7 +975,7 @@ def scenario_lifecycle(h: Harness) -> None:
     and acks neither, and the snapshot waits until the broker has revived them into its POP retry
     topic. The broker writes every POP checkpoint and ack to its revive log
     (``enablePopBufferMerge=false``, the default, set so). Just before the snapshot, timer
-    messages due 60 s ahead are sent and every other one recalled (``recallMessageEnable=true``;
+    messages due 90 s ahead are sent and every other one recalled (``recallMessageEnable=true``;
     a recall of a fired timer message is refused), and the drain waits until the others arrive.
     ``broker.json`` gets ``lifecycle`` = ``{topic, fail_group, off_group, pop_group,
     pop_retry_topic, max_reconsume_times, delay_levels_s, tx_checks, recalls,
