@@ -83,8 +83,9 @@ def load(out: Path) -> Run:
 _CACHE: dict[str, Run] = {}
 _RUNNING: dict[str, threading.Thread] = {}
 _FAILED: dict[str, str] = {}
-# The scenarios whose outputs the tests read afterwards (live is read while it runs).
-CACHED_SCENARIOS = ("crash", "filters", "modes", "cluster", "lifecycle", "rocksdb", "batch")
+# The scenarios whose outputs the tests read afterwards (live is read while it runs), longest
+# first: they take the run slots (:func:`_slot`) in this order, so the last to finish is a short one.
+CACHED_SCENARIOS = ("lifecycle", "rocksdb", "cluster", "filters", "modes", "crash", "batch")
 
 
 def _out(name: str) -> Path:
@@ -97,20 +98,41 @@ def _out(name: str) -> Path:
 PARALLEL = int(os.environ.get("RMQFILTER_HARNESS_PARALLEL", "3"))
 
 
+# The scenarios of this session waiting for a slot; the first of them in CACHED_SCENARIOS' order
+# takes the next one free.
+_WAITING: set[str] = set()
+_WAITING_LOCK = threading.Lock()
+
+
+def _rank(name: str) -> int:
+    return CACHED_SCENARIOS.index(name) if name in CACHED_SCENARIOS else len(CACHED_SCENARIOS)
+
+
 @contextlib.contextmanager
-def _slot():
+def _slot(name: str):
     """Holds one of :data:`PARALLEL` slot locks (files under ``build/broker-runs``, so the two
-    sessions share them) while a scenario runs."""
-    while True:
-        for i in range(max(1, PARALLEL)):
-            with open(RUNS / f"slot-{i}.lock", "w") as f:
-                try:
-                    fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
-                except BlockingIOError:
-                    continue
-                yield
-                return
-        time.sleep(0.5)
+    sessions share them) while scenario ``name`` runs; of this session's scenarios waiting, the
+    longest (first in :data:`CACHED_SCENARIOS`) takes a slot first."""
+    with _WAITING_LOCK:
+        _WAITING.add(name)
+    try:
+        while True:
+            with _WAITING_LOCK:
+                first = min(_WAITING, key=_rank) == name
+            for i in range(max(1, PARALLEL) if first else 0):
+                with open(RUNS / f"slot-{i}.lock", "w") as f:
+                    try:
+                        fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                    except BlockingIOError:
+                        continue
+                    with _WAITING_LOCK:
+                        _WAITING.discard(name)
+                    yield
+                    return
+            time.sleep(0.5)
+    finally:
+        with _WAITING_LOCK:
+            _WAITING.discard(name)
 
 
 def _run_into_cache(name: str) -> None:
@@ -131,7 +153,7 @@ def _run_into_cache(name: str) -> None:
                 return
             for old in RUNS.glob(f"{name}-*"):  # runs of older sources, or one a killed session left
                 shutil.rmtree(old, ignore_errors=True)
-            with _slot():
+            with _slot(name):
                 try:
                     harness.run(name, partial)
                 except harness.HarnessError as first:
