@@ -10,6 +10,11 @@ over synthetic data (tag scan of 1 M ConsumeQueue units for 40 codes, the Bloom 
 ext units, ``decode_record`` of 100 k records) and, with ``--store``, ``Store.consume`` of the
 benchmarks' sample store's SQL92 group. The best of the rounds per tree is printed, with the
 ratio new / old of the time per item (below 1: the new tree is faster).
+
+``--one-process`` loads OLD's kernels beside this tree's in one process (OLD from before the
+kernels moved to ``cq/kernels``, whose modules have other names) and times them alternately on
+the same buffers, in CPU time: the steadier comparison where separate processes place their
+large buffers differently or the machine is loaded.
 """
 from __future__ import annotations
 
@@ -34,36 +39,22 @@ def _best(fn, rounds: int) -> float:
     return min(times)
 
 
-def measure(tree: str, store: str | None) -> dict[str, float]:
-    """Nanoseconds per item of each measured step, with ``tree``'s packages first on the path."""
-    sys.path.insert(0, tree)
+def _inputs():
+    """The synthetic inputs of the three kernel steps, the same in every tree."""
     import numpy as np
 
     import bloom
-    import cq
     from cq import format as fmt
 
-    if not cq.__file__.startswith(os.path.abspath(tree)):
-        raise SystemExit(f"cq was imported from {cq.__file__}, not from {tree}")
-    try:
-        from cq.kernels import _record as record
-    except ImportError:  # trees before the kernels moved to cq/kernels
-        from cq import _scan as record
     rng = np.random.default_rng(11)
-    out = {}
     n = 1_000_000
     pool = rng.integers(-2**31, 2**31, 400)
     units = np.zeros(n, dtype=fmt.CQ_UNIT_DTYPE)
     units["tags_code"] = rng.choice(pool, size=n)
-    buf, codes = units.tobytes(), pool[::10][:40]
-    out["scan_tags, 1M units, 40 codes"] = _best(lambda: cq.scan_tags(buf, codes), 40) / n * 1e9
     m = 10_000_000
     ext = np.zeros(m, dtype=[("head", fmt.EXT_UNIT_HEADER_DTYPE), ("bitmap", "u1", (14,))])
     ext["head"]["size"], ext["head"]["bit_map_size"] = 34, 14
     ext["bitmap"] = rng.integers(0, 256, size=(m, 14), dtype=np.uint8)
-    ebuf, positions = ext.tobytes(), np.arange(m, dtype=np.int64) * 34
-    bits = bloom.BloomFilter().calc_bit_positions("GID_bench#TopicBench")
-    out["check_bitmaps, 10M ext units"] = _best(lambda: cq.check_bitmaps(ebuf, positions, bits), 8) / m * 1e9
     parts, starts, pos = [], [], 0
     for i in range(100_000):
         props = {"UNIQ_KEY": f"7F0000010001{i:020X}", "TAGS": f"Tag{i % 50}", "KEYS": f"order-{i}",
@@ -73,9 +64,76 @@ def measure(tree: str, store: str | None) -> dict[str, float]:
         parts.append(record_bytes)
         starts.append(pos)
         pos += len(record_bytes)
-    log = b"".join(parts)
-    out["decode_record, 100k records"] = _best(
-        lambda: [record.decode_record(log, p, len(log)) for p in starts], 6) / len(starts) * 1e9
+    return {"units": units.tobytes(), "codes": pool[::10][:40], "n": n,
+            "ext": ext.tobytes(), "positions": np.arange(m, dtype=np.int64) * 34, "m": m,
+            "bits": bloom.BloomFilter().calc_bit_positions("GID_bench#TopicBench"),
+            "log": b"".join(parts), "starts": starts}
+
+
+def _steps(scan, record, d) -> dict[str, tuple[int, object]]:
+    """Each step's item count and call, with ``scan`` (scan_tags, check_bitmaps) and ``record``
+    (decode_record) taken from one tree."""
+    log, starts = d["log"], d["starts"]
+    return {
+        "scan_tags, 1M units, 40 codes": (d["n"], lambda: scan.scan_tags(d["units"], d["codes"])),
+        "check_bitmaps, 10M ext units": (d["m"], lambda: scan.check_bitmaps(d["ext"], d["positions"], d["bits"])),
+        "decode_record, 100k records": (len(starts), lambda: [record.decode_record(log, p, len(log))
+                                                              for p in starts]),
+    }
+
+
+def one_process(old_tree: str, calls: int) -> dict[str, dict[str, list[float]]]:
+    """CPU ns per item of each step, OLD's kernels and this tree's alternately in this process."""
+    import importlib.util
+
+    import cq.kernels as new_scan
+    from cq.kernels import _record as new_record
+
+    def load(name: str, path: str):
+        spec = importlib.util.spec_from_file_location(name, path)
+        module = importlib.util.module_from_spec(spec)
+        sys.modules[name] = module
+        spec.loader.exec_module(module)
+        return module
+
+    cq_dir = os.path.join(os.path.abspath(old_tree), "cq")
+    try:
+        so = {m: next(f for f in os.listdir(cq_dir) if f.startswith(m + ".") and f.endswith(".so"))
+              for m in ("_scan", "_tags")}
+    except StopIteration:
+        raise SystemExit(f"--one-process needs an OLD tree from before cq/kernels, built in place: "
+                         f"no cq/_scan*.so and cq/_tags*.so in {cq_dir}") from None
+    old_record = load("cq._scan", os.path.join(cq_dir, so["_scan"]))  # relative imports: under cq
+    load("cq._tags", os.path.join(cq_dir, so["_tags"]))
+    old_scan = load("cq._old_scan", os.path.join(cq_dir, "scan.py"))
+    d = _inputs()
+    old, new = _steps(old_scan, old_record, d), _steps(new_scan, new_record, d)
+    times: dict[str, dict[str, list[float]]] = {}
+    for step, (items, _) in new.items():
+        times[step] = {"old": [], "new": []}
+        for c in range(calls):  # alternate which goes first, so neither always follows the other
+            for label, steps in ((("old", old), ("new", new)) if c % 2 == 0 else (("new", new), ("old", old))):
+                start = time.process_time()
+                steps[step][1]()
+                times[step][label].append((time.process_time() - start) / items * 1e9)
+    return times
+
+
+def measure(tree: str, store: str | None) -> dict[str, float]:
+    """Nanoseconds per item of each measured step, with ``tree``'s packages first on the path."""
+    sys.path.insert(0, tree)
+    import cq
+
+    if not cq.__file__.startswith(os.path.abspath(tree)):
+        raise SystemExit(f"cq was imported from {cq.__file__}, not from {tree}")
+    try:
+        from cq.kernels import _record as record
+    except ImportError:  # trees before the kernels moved to cq/kernels
+        from cq import _scan as record
+    out = {}
+    calls = {"scan_tags, 1M units, 40 codes": 40, "check_bitmaps, 10M ext units": 8, "decode_record, 100k records": 6}
+    for step, (items, call) in _steps(cq, record, _inputs()).items():
+        out[step] = _best(call, calls[step]) / items * 1e9
     if store:
         def consume() -> int:
             s = cq.Store(store)
@@ -94,8 +152,19 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("new")
     p.add_argument("--rounds", type=int, default=3)
     p.add_argument("--store", help="a sample store (the benchmarks' cached one) for Store.consume")
+    p.add_argument("--one-process", action="store_true",
+                   help="OLD's kernels beside this tree's in one process, CPU time, --calls alternating calls")
+    p.add_argument("--calls", type=int, default=21)
     p.add_argument("--measure", help=argparse.SUPPRESS)  # the child process: one tree
     args = p.parse_args(argv)
+    if args.one_process:
+        print(f"| step | {args.old}, CPU ns/item (min, median) | this tree (min, median) | new / old (min, median) |")
+        print("|---|---|---|---|")
+        for step, t in one_process(args.old, args.calls).items():
+            o, n = sorted(t["old"]), sorted(t["new"])
+            mo, mn = o[len(o) // 2], n[len(n) // 2]
+            print(f"| {step} | {o[0]:,.2f}, {mo:,.2f} | {n[0]:,.2f}, {mn:,.2f} | {n[0] / o[0]:.2f}, {mn / mo:.2f} |")
+        return 0
     if args.measure:
         print(json.dumps(measure(args.measure, args.store)))
         return 0
