@@ -101,6 +101,12 @@ _DECISION_FIELDS = [
 ]
 
 
+class TagsCodes(frozenset):
+    """Tag codes of a pushed-down filter on ``tags`` (candidates by hash; Spark re-checks the tags):
+    a BatchCQ topic's reader ignores them, its units' tags code being the batch's, not a message's
+    (docs/reading.md#batchcq)."""
+
+
 def _bool_option(options: dict, name: str, default: bool) -> bool:
     raw = options.get(name)
     if raw is None:
