@@ -302,7 +302,7 @@ class RocketMQReader(DataSourceReader):
         for broker, root in brokers:
             store = cq.Store(root)
             try:
-                if opts.topic is not None and opts.topic not in set(store.topics()):
+                if opts.topic is not None and opts.topic not in {*store.topics(), *store.layout.batch_cq_topics}:
                     if opts.brokers:
                         continue  # a topic need not be on every broker
                     raise ValueError(f"rocketmq option 'topic': no topic {opts.topic!r} in store {opts.path!r}")

@@ -364,8 +364,8 @@ class Store:
         """Queue ids of ``topic``, ascending."""
         if topic in self.layout.batch_cq_topics:
             d = os.path.join(self.root, fmt.BATCH_CONSUME_QUEUE_DIR, topic)
-            if not os.path.isdir(d):
-                raise KeyError(f"BatchCQ topic {topic!r} has no {fmt.BATCH_CONSUME_QUEUE_DIR} directory in {self.root}")
+            if not os.path.isdir(d):  # known from the topic table, no message yet: no queue, never a classic one
+                return []
             return sorted(int(q) for q in os.listdir(d) if q.isdigit() and os.path.isdir(os.path.join(d, q)))
         rocks = self._rocksdb_queues()
         if rocks is not None:
