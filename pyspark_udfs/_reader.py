@@ -52,7 +52,7 @@ from cq.kernels import gather_spans, properties_columns, split_records
 from cq.readers.batchcq import BatchConsumeQueue, expand_batch
 from cq.readers.columns import MessageColumns
 from cq.readers.skipping import decode_skipping
-from pyspark_udfs._source import RECORD_COLUMNS, TagsCodes
+from pyspark_udfs._source import RECORD_COLUMNS, TagsCodes, batch_cq_layer2_error
 from rmqfilter_arrow import binary_array
 
 # Opened stores, per worker process: a worker reads many slices of a few stores. Each use
@@ -559,11 +559,8 @@ def _read_batch_cq_slice(options, schema, store, part, tags_code_sets, skips: Sk
     messages = options.table == "messages"
     spark_layer2 = options.layer2 == "spark"
     grouped = options.group is not None
-    if spark_layer2 and messages:
-        raise ValueError(f"rocketmq: topic {topic!r} is a BatchCQ topic: layer 2 judges each batch by the batch "
-                         "record's own properties, which the messages table's properties column (each message's "
-                         "own) does not hold; read it with layer2=reader, or the consumequeue table with "
-                         "layer2=spark (docs/reading.md#batchcq)")
+    if spark_layer2 and messages:  # (planning refuses it first; a slice made by hand comes here)
+        raise batch_cq_layer2_error(topic)
     flt = _GroupFilter(store, options, topic, part).filter if grouped else TagFilter("*")
     layers = Layers(flt)
     cut = _cut(part)

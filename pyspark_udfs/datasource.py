@@ -159,6 +159,7 @@ from ._source import (
     ReadOptions,
     SlicesPartition,
     TagsCodes,
+    batch_cq_layer2_error,
 )
 
 __all__ = ["BODY", "LAYER2", "ON_CORRUPT", "ON_FILTER_ERROR", "TABLES", "ConsumeQueueSlice", "ReadOptions", "RocketMQDataSource", "RocketMQPushdownReader",
@@ -342,6 +343,8 @@ class RocketMQReader(DataSourceReader):
                         if committed is not None:  # the group's backlog: from its committed offset on
                             lo = min(max(lo, committed[queue_id]), hi)
                         if isinstance(queue, cq.BatchConsumeQueue):
+                            if opts.layer2 == "spark" and opts.table == "messages":
+                                raise batch_cq_layer2_error(topic)
                             # a pull inside a batch gets the whole batch: the read starts at its start
                             starts = np.append(queue.units["base_offset"].astype(np.int64), queue.max_offset)
                             batch_starts[(broker, topic), queue_id] = starts
