@@ -172,6 +172,25 @@ def test_on_corrupt_skip_drops_the_corrupt_batch_only(tmp_path, store, table, gr
             skipped_ranges(tmp_path / "skipped")] == [(1, b, e, path, at)]
 
 
+def test_on_corrupt_skip_drops_a_queue_whose_units_do_not_follow(tmp_path):
+    """A BatchConsumeQueue unit whose base offset does not follow the unit before it: the queue cannot be
+    read (as for ``Store.consume``), so ``on_corrupt=skip`` reports the whole queue skipped, naming the
+    unit's file and byte, and reads the other queue as before."""
+    from pyspark_udfs.datasource import skipped_ranges
+
+    root = tmp_path / "batch_store"
+    shutil.copytree(STORE, root)
+    path = sorted((root / fmt.BATCH_CONSUME_QUEUE_DIR / TOPIC / "0").iterdir())[0]
+    patch_file(path, fmt.BCQ_STORE_UNIT_SIZE + 28, struct.pack(">q", 1000))  # the second unit's base offset
+    with pytest.raises(cq.StoreFormatError, match="does not follow"):
+        _read(root)
+    before, _ = _read(STORE)
+    rows, _ = _read(root, on_corrupt="skip", skipped_log=str(tmp_path / "skipped"))
+    assert rows == [r for r in before if r["queue_id"] == 1]
+    assert [(r["queue_id"], r["end"], r["path"], r["offset"]) for r in skipped_ranges(tmp_path / "skipped")] == [
+        (0, None, str(path), fmt.BCQ_STORE_UNIT_SIZE)]
+
+
 @pytest.mark.spark
 def test_spark_reads_a_batch_cq_topic_as_store_consume_counts(spark, store):
     """One Spark query: the scan job's counting read (consumequeue table, decisions, layer2=spark with
