@@ -172,6 +172,30 @@ def test_on_corrupt_skip_drops_the_corrupt_batch_only(tmp_path, store, table, gr
             skipped_ranges(tmp_path / "skipped")] == [(1, b, e, path, at)]
 
 
+def test_pushed_down_tags_do_not_prune_batches_but_tags_codes_do():
+    """A pushed-down ``tags = 'TagA'`` must not drop a batch whose unit's tags code (0) is not TagA's
+    hash: its messages' own tags are TagA (Spark re-checks the tags column); ``tags_code = ...`` is the
+    unit's column, so it prunes by it."""
+    from pyspark.sql.datasource import EqualTo
+
+    from pyspark_udfs import _reader
+    from pyspark_udfs.datasource import ReadOptions, RocketMQPushdownReader
+
+    opts = ReadOptions.parse({"path": str(STORE), "topic": TOPIC, "pushdown": "true"})
+    schema = opts.schema()
+
+    def rows(*filters):
+        reader = RocketMQPushdownReader(opts, schema)
+        list(reader.pushFilters(list(filters)))
+        return [r for p in reader.partitions() for b in _reader.read_partition(opts, schema, p, reader.tags_code_sets)
+                for r in b.to_pylist()]
+
+    tagged = [r for r in rows(EqualTo(("tags",), "TagA")) if r["tags"] == "TagA"]
+    assert len(tagged) == sum(1 for r in rows() if r["tags"] == "TagA") > 0
+    assert rows(EqualTo(("tags_code",), cq.tags_code("TagA"))) == []
+    assert len(rows(EqualTo(("tags_code",), 0))) == 55
+
+
 def test_on_corrupt_skip_drops_a_queue_whose_units_do_not_follow(tmp_path):
     """A BatchConsumeQueue unit whose base offset does not follow the unit before it: the queue cannot be
     read (as for ``Store.consume``), so ``on_corrupt=skip`` reports the whole queue skipped, naming the
