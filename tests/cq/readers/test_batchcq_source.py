@@ -204,7 +204,7 @@ def test_on_corrupt_skip_drops_a_queue_whose_units_do_not_follow(tmp_path):
 
     root = tmp_path / "batch_store"
     shutil.copytree(STORE, root)
-    path = sorted((root / fmt.BATCH_CONSUME_QUEUE_DIR / TOPIC / "0").iterdir())[0]
+    path = min((root / fmt.BATCH_CONSUME_QUEUE_DIR / TOPIC / "0").iterdir())
     patch_file(path, fmt.BCQ_STORE_UNIT_SIZE + 28, struct.pack(">q", 1000))  # the second unit's base offset
     with pytest.raises(cq.StoreFormatError, match="does not follow"):
         _read(root)
