@@ -665,7 +665,7 @@ def _read_batch_cq_slice(options, schema, store, part, tags_code_sets, skips: Sk
                 columns["matched_by_commit_log"] = pa.array(found.commit_log[unit], mask=~found.reached[unit])
                 columns["delivered"] = pa.array(delivered)
         if options.message_filter is not None:
-            columns = _apply_message_filter(options, store, topic, queue_id, columns)
+            columns = _apply_message_filter(options, store, topic, queue_id, columns, batches=True)
         yield _schema_batch(schema, columns)
 
 
@@ -806,7 +806,23 @@ _MESSAGE_FILTERS: dict[tuple[str, str], object] = {}  # per worker: each filter 
 FILTER_BATCH_ROWS = 8192
 
 
-def _apply_message_filter(options, store, topic: str, queue_id: int, columns: dict[str, pa.Array]) -> dict:
+def _messages_at(log, offsets: np.ndarray, queue_offsets: np.ndarray, batches: bool) -> list:
+    """The :class:`cq.Message` of each row (its record at ``offsets``); of a BatchCQ queue (``batches``),
+    the message at its queue offset in its batch record, as ``Store.consume`` unwraps it."""
+    if not batches:
+        return [log.read_message(int(off)) for off in offsets]
+    unwrapped: dict[int, list] = {}  # each record read and split once
+    out = []
+    for off, q in zip(offsets.tolist(), queue_offsets.tolist()):
+        msgs = unwrapped.get(off)
+        if msgs is None:
+            msgs = unwrapped[off] = expand_batch(log.read_message(off))
+        out.append(msgs[q - msgs[0].queue_offset])
+    return out
+
+
+def _apply_message_filter(options, store, topic: str, queue_id: int, columns: dict[str, pa.Array], *,
+                          batches: bool = False) -> dict:
     """Option ``filter``: the custom filter on the rows the group receives (docs/custom-filters.md).
 
     Without ``decisions`` the rows it rejects (or fails on, with ``on_filter_error=skip``) are
@@ -830,7 +846,7 @@ def _apply_message_filter(options, store, topic: str, queue_id: int, columns: di
             k, s = mf.apply_record_batch(batch.take(pa.array(rows)), (topic, queue_id, int(queue_offsets[rows[0]])),
                                          (topic, queue_id, int(queue_offsets[rows[-1]])))
         else:
-            k, s = mf.apply([store.commit_log.read_message(int(off)) for off in offsets[rows]])
+            k, s = mf.apply(_messages_at(store.commit_log, offsets[rows], queue_offsets[rows], batches))
         keep[rows], skipped[rows] = k, s
     if decided:
         return {**columns, "delivered": pa.array(keep), "filter_skipped": pa.array(skipped)}

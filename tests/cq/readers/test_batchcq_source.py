@@ -83,6 +83,19 @@ def test_decisions_and_both_tables_are_store_consumes_and_whys(store, group, sub
     assert {(r["ext_address"], r["filter_bitmap"]) for r in cq_rows} == {(None, None)}  # a BatchCQ keeps no ext units
 
 
+@pytest.mark.parametrize("name", ["filters_for_tests:tag_a", "filters_for_tests:queue0_batch"])
+def test_a_custom_filter_sees_each_message_of_a_batch(store, name):
+    """A custom filter (per message, or per batch of rows) judges each message of a batch, not the batch
+    record: the data source keeps what ``Store.consume`` with that filter keeps, with ``decisions`` too."""
+    result = store.consume(TOPIC, "GID_BATCH_ZERO", tags="TagA || f5a5a608", message_filter=name)
+    want = [(m.queue_id, m.queue_offset) for m in result]
+    assert 0 < len(want) < 16 and result.stats.filter_rejected > 0
+    rows, _ = _read(STORE, group="GID_BATCH_ZERO", tags="TagA || f5a5a608", filter=name)
+    assert [(r["queue_id"], r["queue_offset"]) for r in rows] == want
+    rows, _ = _read(STORE, group="GID_BATCH_ZERO", tags="TagA || f5a5a608", filter=name, decisions="true")
+    assert [(r["queue_id"], r["queue_offset"]) for r in rows if r["delivered"]] == want
+
+
 def test_layer2_in_spark_reads_the_batch_records_own_properties(store):
     """``layer2=spark``: the consumequeue table hands Spark the properties layer 2 judges (the batch
     record's), so the selector over them gives the reader's layer 2; the messages table, whose
