@@ -605,18 +605,28 @@ def _read_batch_cq_slice(options, schema, store, part, tags_code_sets, skips: Sk
     offs = units["commit_log_offset"].astype(np.int64)
     rows = np.flatnonzero(keep)
     sizes = np.where(unwrap[rows], units["size"][rows], 0)
+    record_properties = "properties" in wanted and not messages  # layer2=spark: what layer 2 reads
+    if record_properties:
+        sizes = np.where(found.reached[rows], units["size"][rows], 0)
+
+    def decoded(decode, chunk: np.ndarray, which: np.ndarray):
+        """``decode`` of the records of units ``which`` (of ``chunk``), the units it refuses skipped (and
+        left out of the chunk) under ``on_corrupt=skip``: ``(result, chunk, which)``."""
+        if not len(which):
+            return None, chunk, which
+        result, good, errors = decode_skipping(decode, offs[which], skips.enabled)
+        for i, exc in zip(which[~good].tolist(), errors):
+            skips.add(base[i], base[i] + count[i], exc)
+        return result, chunk[~np.isin(chunk, which[~good])], which[good]
+
     for a, b in batch_bounds(sizes, len(rows)):
         chunk = rows[a:b]
-        opened = chunk[unwrap[chunk]]
-        got = None
-        if len(opened):
-            got, good, errors = decode_skipping(lambda o: _Unwrapped(log, o, layers, record_fields, inner_fields),
-                                                offs[opened], skips.enabled)
-            if errors:
-                for i, exc in zip(opened[~good].tolist(), errors):
-                    skips.add(base[i], base[i] + count[i], exc)
-                chunk = chunk[~np.isin(chunk, opened[~good])]
-                opened = opened[good]
+        got, chunk, _ = decoded(lambda o: _Unwrapped(log, o, layers, record_fields, inner_fields),
+                                     chunk, chunk[unwrap[chunk]])
+        props = None
+        if record_properties:
+            props, chunk, read = decoded(lambda o: log.decode_columns(o, ["properties"]), chunk,
+                                         chunk[found.reached[chunk]])
         per_unit = count[chunk].copy()
         is_open = unwrap[chunk]
         if got is not None:
@@ -653,8 +663,11 @@ def _read_batch_cq_slice(options, schema, store, part, tags_code_sets, skips: Sk
         elif messages:
             columns.update({name: pa.nulls(n, field.type) for name, field in zip(schema.names, schema)
                             if name in RECORD_COLUMNS})
-        if "properties" in wanted and not messages:  # layer2=spark: what layer 2 reads, the batch record's own
-            columns["properties"] = _batch_record_properties(log, offs, unit, found.reached, schema)
+        if record_properties:  # the batch record's own, NULL where layer 2 does not read it
+            reached = found.reached[unit]
+            at_read = np.searchsorted(read, np.where(reached, unit, read[0] if len(read) else 0))
+            columns["properties"] = (pa.nulls(n, schema.field("properties").type) if props is None else
+                                     props.arrow("properties").take(pa.array(at_read, mask=~reached)))
         if "broker" in wanted:
             columns["broker"] = _topic_column(options.broker, n)
         if options.decisions:
@@ -667,20 +680,6 @@ def _read_batch_cq_slice(options, schema, store, part, tags_code_sets, skips: Sk
         if options.message_filter is not None:
             columns = _apply_message_filter(options, store, topic, queue_id, columns, batches=True)
         yield _schema_batch(schema, columns)
-
-
-def _batch_record_properties(log, offs: np.ndarray, unit: np.ndarray, reached: np.ndarray, schema) -> pa.Array:
-    """The batch records' own properties (what layer 2 judges) for each message's unit, NULL where
-    layer 2 does not read the record."""
-    read = reached[unit]
-    field = schema.field("properties").type
-    if not read.any():
-        return pa.nulls(len(unit), field)
-    units_read, back = np.unique(unit[read], return_inverse=True)
-    props = log.decode_columns(offs[units_read], ["properties"]).arrow("properties")
-    at = np.zeros(len(unit), dtype=np.int64)
-    at[read] = back
-    return props.take(pa.array(at, mask=~read))
 
 
 #: The batch records' fields each of their messages repeats (what ``expand_batch`` copies).
