@@ -6,12 +6,15 @@ these rules, and the non-Spark CLI commands import ``pyspark_udfs.cost`` without
 from __future__ import annotations
 
 import os
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
+
+import numpy as np
 
 import cq
 
 __all__ = ["DEFAULT_PARTITION_UNITS", "GROUP_PARTITION_UNITS", "MIN_SHARE_UNITS", "SLICE_UNITS",
-           "UNITS_ONLY_PARTITION_UNITS", "default_min_partitions", "file_ranges", "pack_ranges", "share_size"]
+           "UNITS_ONLY_PARTITION_UNITS", "align_to_batches", "batch_start", "default_min_partitions", "file_ranges",
+           "pack_ranges", "share_size"]
 
 #: Most units a partition takes (option ``partition_units``) when the read decodes every unit's
 #: CommitLog record, when a group's layer 1 decides which it decodes, and when it decodes none:
@@ -81,3 +84,40 @@ def pack_ranges(ranges: Sequence[tuple[str, int, int, int]], size: int) -> list[
             s += take
             room -= take
     return groups
+
+
+def batch_start(starts: np.ndarray, offset: int) -> int:
+    """The start of the batch holding queue offset ``offset`` (``starts``: a BatchCQ queue's batch
+    starts, ascending, then its end), as the broker finds the unit of a pull at an offset inside a
+    batch; ``offset`` itself below the first batch.
+
+    >>> batch_start(np.array([0, 3, 8]), 5), batch_start(np.array([0, 3, 8]), 8), batch_start(np.array([4]), 2)
+    (3, 8, 2)
+    """
+    i = int(np.searchsorted(starts, offset, side="right")) - 1
+    return int(starts[i]) if i >= 0 else offset
+
+
+def align_to_batches(groups: list[list[tuple]], batch_starts: Mapping[tuple, np.ndarray]) -> list[list[tuple]]:
+    """Packed ranges (:func:`pack_ranges`) whose BatchCQ queues' bounds (``batch_starts`` by ``(topic,
+    queue_id)``: the batch starts, then the queue's end) are moved down to the start of the batch they fall in, so no batch is split between
+    two ranges and each is read whole, once (docs/reading.md#batchcq); ranges left empty are
+    dropped, and groups left empty.
+
+    >>> align_to_batches([[("T", 0, 0, 5)], [("T", 0, 5, 10)]], {("T", 0): np.array([0, 3, 7, 10])})
+    [[('T', 0, 0, 3)], [('T', 0, 3, 10)]]
+    """
+    if not batch_starts:
+        return groups
+    out = []
+    for group in groups:
+        kept = []
+        for topic, q, s, e in group:
+            starts = batch_starts.get((topic, q))
+            if starts is not None:
+                s, e = batch_start(starts, s), batch_start(starts, e)
+            if e > s:
+                kept.append((topic, q, s, e))
+        if kept:
+            out.append(kept)
+    return out

@@ -32,7 +32,7 @@ import logging
 import os
 import time
 import urllib.parse
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Iterable, Iterator
 
 import numpy as np
 import pyarrow as pa
@@ -51,7 +51,8 @@ from cq.filter.layers import Layers, TagFilter
 from cq.kernels import gather_spans, properties_columns, split_records
 from cq.readers.batchcq import BatchConsumeQueue, expand_batch
 from cq.readers.columns import MessageColumns
-from pyspark_udfs._source import RECORD_COLUMNS
+from cq.readers.skipping import decode_skipping
+from pyspark_udfs._source import RECORD_COLUMNS, TagsCodes, batch_cq_layer2_error
 from rmqfilter_arrow import binary_array
 
 # Opened stores, per worker process: a worker reads many slices of a few stores. Each use
@@ -155,65 +156,6 @@ class Skips:
             for r in self.ranges:
                 f.write(json.dumps(r, ensure_ascii=False) + "\n")
         os.replace(tmp, path)
-
-
-def _first_bad(decode: Callable, values: np.ndarray, start: int) -> int:
-    """Index of the first value at or after ``start`` that ``decode`` refuses, or ``len(values)``.
-
-    Windows doubling from ``start``, then bisection inside the first window
-    that fails: the cost is proportional to the distance to the bad value, so
-    finding every bad value of a batch costs a few decodes of the batch in all
-    (however many there are).
-    """
-    lo, size, n = start, 1, len(values)
-    while lo < n:
-        hi = min(n, lo + size)
-        try:
-            decode(values[lo:hi])
-        except StoreFormatError:
-            break
-        lo, size = hi, size * 2
-    else:
-        return n
-    hi -= 1  # the first bad value is in values[lo:hi + 1]
-    while lo < hi:
-        mid = (lo + hi) // 2
-        try:
-            decode(values[lo:mid + 1])
-        except StoreFormatError:
-            hi = mid
-        else:
-            lo = mid + 1
-    return lo
-
-
-def decode_skipping(decode: Callable, values: np.ndarray, skipping: bool):
-    """``decode(values)``, or with ``skipping``, ``decode`` of the values it accepts.
-
-    Returns ``(result, good, errors)``: ``result`` is ``decode(values[good])``,
-    ``good`` a bool mask over ``values`` and ``errors`` the
-    :class:`~cq.errors.StoreFormatError` of each refused value, in order.
-    Each value is decoded on its own (a record, an ext unit), so a batch
-    decodes iff every value in it does; an intact batch is decoded once.
-    """
-    good = np.ones(len(values), dtype=np.bool_)
-    try:
-        return decode(values), good, []
-    except StoreFormatError:
-        if not skipping:
-            raise
-    errors: list[StoreFormatError] = []
-    pos = 0
-    while (bad := _first_bad(decode, values, pos)) < len(values):
-        try:
-            decode(values[bad:bad + 1])
-        except StoreFormatError as exc:
-            errors.append(exc)
-        else:  # pragma: no cover - a value refused in a window is refused alone
-            raise RuntimeError(f"value {values[bad]!r} decodes alone but not in its batch")
-        good[bad] = False
-        pos = bad + 1
-    return decode(values[good]), good, errors
 
 
 def _resolve_ext(store, topic: str, queue_id: int, slots: np.ndarray, skips: Skips | None = None,
@@ -477,7 +419,7 @@ def _read_slice(options, schema, part, tags_code_sets, skips: Skips) -> Iterator
         store = _store(options.path, part)
         cqueue = store.consume_queue(topic, queue_id)
         if isinstance(cqueue, BatchConsumeQueue):
-            yield from _read_batch_cq_slice(options, schema, store, cqueue, part)
+            yield from _read_batch_cq_slice(options, schema, store, part, tags_code_sets, skips)
             return
         start = max(part.start, cqueue.min_offset)  # the broker may have expired files since planning
         if start > part.start:  # lost, as for the broker's consumer: said, not silent (docs/live.md)
@@ -598,108 +540,216 @@ def _schema_batch(schema: pa.Schema, columns: dict[str, pa.Array]) -> pa.RecordB
     return pa.RecordBatch.from_arrays(arrays, schema=schema)
 
 
-def _read_batch_cq_slice(options, schema, store, cqueue: BatchConsumeQueue, part) -> Iterator[pa.RecordBatch]:
-    """Queue offsets ``[part.start, part.end)`` of a BatchCQ queue (docs/reading.md#batchcq): the
-    messages ``Store.consume`` unwraps from the batch records (the group's filter, else every
-    message), one row each with its own queue offset; ``tags_code`` is the batch unit's.
+def _read_batch_cq_slice(options, schema, store, part, tags_code_sets, skips: Skips) -> Iterator[pa.RecordBatch]:
+    """Queue offsets ``[part.start, part.end)`` of a BatchCQ queue (docs/reading.md#batchcq), one row
+    per message as the client unwraps the batches, every table and option as for a ConsumeQueue.
 
-    Columnar, as the classic path: the records the broker delivers (``Store.batch_units``) are
-    decoded into the decoder's columns, their bodies split by the inner-batch kernel
-    (``cq.kernels.split_records``), and each message's columns built from those buffers: bodies
-    gathered, properties, tags and keys parsed by the decoder's properties kernel
-    (``cq.kernels.properties_columns``), the record's fields repeated by an Arrow take."""
+    The broker's decisions over the units are :meth:`cq.Store.batch_decisions`' (the ones
+    ``Store.consume`` makes: layer 1 by the unit's tags code, layer 2 by the batch record's own
+    properties); each unit's decisions hold for every message of its batch, and the client's tag
+    re-check is each message's own. Every batch holding a message of the range is read whole, as the
+    broker serves it (partitions start at batch starts, so each batch is read once).
+
+    Columnar, as the classic path: the records to unwrap are decoded in batches, their bodies split
+    by the inner-batch kernel (``cq.kernels.split_records``) and each message's columns built from
+    those buffers; the record's fields repeated by an Arrow take. A record that does not decode or
+    split fails the read naming its file and byte, or under ``on_corrupt=skip`` drops its batch's
+    messages (reported as the batch's queue offsets)."""
     topic, queue_id = part.topic, part.queue_id
-    if options.table != "messages" or options.decisions or options.layer2 == "spark":
-        raise ValueError(f"rocketmq: topic {topic!r} is a BatchCQ topic: only the messages table, without "
-                         "decisions and with layer2=broker, reads it (docs/limits.md)")
-    flt = TagFilter("*")
-    if options.group is not None:
-        flt = store.make_filter(topic, options.group, sql=options.sql, tags=options.tags,
-                                born_time=options.born_time, bloom_data=options.bloom_data)
+    messages = options.table == "messages"
+    spark_layer2 = options.layer2 == "spark"
+    grouped = options.group is not None
+    if spark_layer2 and messages:  # (planning refuses it first; a slice made by hand comes here)
+        raise batch_cq_layer2_error(topic)
+    flt = _GroupFilter(store, options, topic, part).filter if grouped else TagFilter("*")
+    layers = Layers(flt)
     cut = _cut(part)
     if cut is not None:  # the slice's queue range inside the planned cut's CommitLog range
         cut = cq.StoreCut(cut.commit_log_min, cut.commit_log_end, ((topic, queue_id, part.start, part.end),))
-    units, (lo, hi) = store.batch_units(topic, queue_id, flt, part.start, part.end, cut=cut)
+    try:
+        found = store.batch_decisions(topic, queue_id, flt, part.start, part.end, cut=cut, layer2=not spark_layer2,
+                                      skip=skips.enabled)
+    except StoreFormatError as exc:  # a BatchConsumeQueue file that cannot be read: nothing of the range can
+        if not skips.enabled:
+            raise
+        skips.add(part.start, part.end, exc)
+        return
+    units, count = found.units, found.messages
+    base = units["base_offset"].astype(np.int64)
+    for i, exc in found.errors:
+        skips.add(base[i], base[i] + count[i], exc)
+    tags_code = units["tags_code"].astype(np.int64)
+    keep = ~found.skipped
+    for codes in tags_code_sets:
+        if not isinstance(codes, TagsCodes):  # (a tag's code is not a batch unit's: the tags column is the message's)
+            keep &= np.isin(tags_code, np.fromiter(codes, dtype=np.int64, count=len(codes)))
+    unwrap = np.zeros(len(units), dtype=bool)  # the units whose records are decoded and split
+    if not grouped:
+        if messages:  # records no longer in the CommitLog have no message to show (the broker skips them)
+            keep &= found.present
+            unwrap = keep
+    elif spark_layer2:
+        if not options.decisions:
+            keep &= found.reached
+    else:
+        if not options.decisions:
+            keep &= found.commit_log
+        # the messages' columns where layer 2 read the record; the client's re-check where it passed
+        unwrap = keep & (found.reached if messages else found.commit_log)
     wanted = set(schema.names)
     if options.message_filter is not None:
         wanted |= {f.name for f in message_schema()}
+    record_fields = [name for name in _BATCH_RECORD_FIELDS if name in wanted]
     inner_fields = ["tags", *(name for name in ("keys", "properties") if name in wanted)]
-    for a, b in batch_bounds(units["size"].astype(np.int64), len(units)):
-        columns = _batch_cq_columns(store.commit_log, units[a:b], flt, lo, hi, wanted, inner_fields)
-        if columns is None:
+    log = store.commit_log
+    offs = units["commit_log_offset"].astype(np.int64)
+    rows = np.flatnonzero(keep)
+    sizes = np.where(unwrap[rows], units["size"][rows], 0)
+    record_properties = "properties" in wanted and not messages  # layer2=spark: what layer 2 reads
+    if record_properties:
+        sizes = np.where(found.reached[rows], units["size"][rows], 0)
+
+    def decoded(decode, chunk: np.ndarray, which: np.ndarray):
+        """``decode`` of the records of units ``which`` (of ``chunk``), the units it refuses skipped (and
+        left out of the chunk) under ``on_corrupt=skip``: ``(result, chunk, which)``."""
+        if not len(which):
+            return None, chunk, which
+        result, good, errors = decode_skipping(decode, offs[which], skips.enabled)
+        for i, exc in zip(which[~good].tolist(), errors):
+            skips.add(base[i], base[i] + count[i], exc)
+        return result, chunk[~np.isin(chunk, which[~good])], which[good]
+
+    for a, b in batch_bounds(sizes, len(rows)):
+        chunk = rows[a:b]
+        got, chunk, _ = decoded(lambda o: _Unwrapped(log, o, layers, record_fields, inner_fields),
+                                     chunk, chunk[unwrap[chunk]])
+        props = None
+        if record_properties:
+            props, chunk, read = decoded(lambda o: log.decode_columns(o, ["properties"]), chunk,
+                                         chunk[found.reached[chunk]])
+        per_unit = count[chunk].copy()
+        is_open = unwrap[chunk]
+        if got is not None:
+            per_unit[is_open] = got.per_record
+        unit = np.repeat(chunk, per_unit)  # each message's unit
+        first = np.cumsum(per_unit) - per_unit
+        queue_offsets = base[unit] + (np.arange(len(unit)) - np.repeat(first, per_unit))
+        opened_msg = np.repeat(is_open, per_unit)
+        at = np.cumsum(opened_msg) - 1  # a message's index among the unwrapped ones
+        client = np.ones(len(unit), dtype=bool)
+        if got is not None:
+            client[opened_msg] = got.client
+        delivered = found.commit_log[unit] & client if found.commit_log is not None else None
+        if grouped and not options.decisions and not spark_layer2:
+            take = np.flatnonzero(client)  # (layer 2 passed every unit kept): the client's re-check
+            unit, queue_offsets, opened_msg, at, delivered = (x[take] for x in (unit, queue_offsets, opened_msg, at,
+                                                                                 delivered))
+        if not len(unit):
             continue
-        if "topic" in wanted:
-            columns["topic"] = _topic_column(topic, len(columns["queue_offset"]))
+        n = len(unit)
+        columns = {
+            "topic": _topic_column(topic, n),
+            "queue_id": pa.array(np.full(n, queue_id, dtype=np.int32)),
+            "queue_offset": pa.array(queue_offsets),
+            "commit_log_offset": pa.array(offs[unit]),
+            "store_size": pa.array(units["size"][unit].astype(np.int32)),
+            "tags_code": pa.array(tags_code[unit]),
+            "ext_address": pa.nulls(n, pa.int64()),
+            "msg_store_time": pa.nulls(n, pa.int64()),  # a BatchCQ keeps no ext units
+            "filter_bitmap": pa.nulls(n, pa.binary()),
+        }
+        if got is not None and messages:
+            columns.update(got.columns(wanted, at, opened_msg))
+        elif messages:
+            columns.update({name: pa.nulls(n, field.type) for name, field in zip(schema.names, schema)
+                            if name in RECORD_COLUMNS})
+        if record_properties:  # the batch record's own, NULL where layer 2 does not read it
+            reached = found.reached[unit]
+            at_read = np.searchsorted(read, np.where(reached, unit, read[0] if len(read) else 0))
+            columns["properties"] = (pa.nulls(n, schema.field("properties").type) if props is None else
+                                     props.arrow("properties").take(pa.array(at_read, mask=~reached)))
         if "broker" in wanted:
-            columns["broker"] = _topic_column(options.broker, len(columns["queue_offset"]))
+            columns["broker"] = _topic_column(options.broker, n)
+        if options.decisions:
+            columns["matched_by_consume_queue"] = pa.array(found.consume_queue[unit])
+            if spark_layer2:
+                columns["reached_commit_log"] = pa.array(found.reached[unit])
+            else:
+                columns["matched_by_commit_log"] = pa.array(found.commit_log[unit], mask=~found.reached[unit])
+                columns["delivered"] = pa.array(delivered)
         if options.message_filter is not None:
-            columns = _apply_message_filter(options, store, topic, queue_id, columns)
+            columns = _apply_message_filter(options, store, topic, queue_id, columns, batches=True)
         yield _schema_batch(schema, columns)
 
 
 #: The batch records' fields each of their messages repeats (what ``expand_batch`` copies).
-_BATCH_RECORD_FIELDS = ("queue_id", "commit_log_offset", "store_size", "born_timestamp", "born_host",
-                        "store_timestamp", "store_host", "sys_flag", "reconsume_times")
+_BATCH_RECORD_FIELDS = ("born_timestamp", "born_host", "store_timestamp", "store_host", "sys_flag",
+                        "reconsume_times")
 
 
-def _batch_cq_columns(log, units, flt, lo: int, hi: int, wanted, inner_fields) -> dict[str, pa.Array] | None:
-    """The messages-table columns of the messages of ``units``' batch records (their records decoded
-    once) that lie in queue offsets ``[lo, hi)`` and pass the client's re-check, in queue order; None
-    when no message does. A record without ``INNER_BATCH_FLAG`` is one message, as ``expand_batch``
-    makes it."""
-    offs = units["commit_log_offset"].astype(np.int64)
-    records = log.decode_columns(offs, ["body", "queue_offset", "sys_flag",
-                                        *(name for name in _BATCH_RECORD_FIELDS if name in wanted)])
-    body_off, body_data, _ = records.columns["body"]
-    body_start, body_len = body_off[:-1].astype(np.int64), np.diff(body_off).astype(np.int64)
-    inner = (records.columns["sys_flag"] & fmt.INNER_BATCH_FLAG) != 0
-    batches = np.flatnonzero(inner)
-    spans, counts, bad, _at, error = split_records(body_data, body_start[batches], body_len[batches])
-    if error is not None:  # the record read alone raises the error naming its file and byte
-        expand_batch(log.read_message(int(offs[batches[bad]])))
-        raise StoreFormatError(error, log.directory, int(offs[batches[bad]]))  # pragma: no cover - raised above
-    per_record = np.ones(len(offs), dtype=np.int64)
-    per_record[batches] = counts
-    rec = np.repeat(np.arange(len(offs)), per_record)  # each message's record
-    first = np.cumsum(per_record) - per_record  # each record's first message
-    in_batch = inner[rec]
-    rows_inner, rows_plain = np.flatnonzero(in_batch), np.flatnonzero(~in_batch)
-    starts, lengths = body_start[rec], body_len[rec]
-    starts[rows_inner], lengths[rows_inner] = spans[:, 2], spans[:, 3]
-    queue_offsets = records.columns["queue_offset"][rec] + (np.arange(len(rec)) - first[rec])
-    # properties, tags, keys: the inner messages' from their texts, a plain record's from the record
-    props = MessageColumns(properties_columns(body_data, spans[:, 2] + spans[:, 3] + fmt.INNER_PROPERTIES_LENGTH_STRUCT.size,
-                                              spans[:, 4], inner_fields), len(spans))
-    keep = (queue_offsets >= lo) & (queue_offsets < hi)
-    plain = None
-    if len(rows_plain):
-        plain = log.decode_columns(offs[rec[rows_plain]], inner_fields)
-        keep[rows_plain] &= flt.is_matched_by_client_columns(plain)
-    keep[rows_inner] &= flt.is_matched_by_client_columns(props)
-    rows = np.flatnonzero(keep)
-    if not len(rows):
-        return None
-    kept_rec = rec[rows]
-    body_offsets, body = gather_spans(body_data, starts[rows], lengths[rows])
-    out = {
-        "queue_offset": pa.array(queue_offsets[rows]),
-        "tags_code": pa.array(units["tags_code"].astype(np.int64)[kept_rec]),
-        "body": binary_array(pa.binary(), len(rows), body_offsets.astype(np.int32), body),
-        "msg_store_time": pa.nulls(len(rows), pa.int64()),
-        "filter_bitmap": pa.nulls(len(rows), pa.binary()),
-    }
-    take = pa.array(kept_rec)
-    out.update({name: records.arrow(name).take(take) for name in _BATCH_RECORD_FIELDS if name in wanted})
-    if plain is None:
-        whole = len(rows) == len(rec)  # (every message kept: the columns as they are)
-        out.update({name: props.arrow(name) if whole else props.arrow(name).take(pa.array(rows)) for name in inner_fields})
-    else:  # the inner messages' then the plain records' values, put back in message order
-        order = np.empty(len(rec), dtype=np.int64)
+class _Unwrapped:
+    """The messages of the batch records at ``offs`` as the client unwraps them (``expand_batch``'s,
+    columnar): the records decoded once, their bodies split, each message's properties, tags and keys
+    parsed from its own text; a record without ``INNER_BATCH_FLAG`` is one message. ``client`` is the
+    client's tag re-check of each message. Raises :class:`StoreFormatError` naming the file and byte of
+    a record that does not decode or split."""
+
+    def __init__(self, log, offs: np.ndarray, layers: Layers, record_fields, inner_fields) -> None:
+        records = log.decode_columns(offs, ["body", "sys_flag", *record_fields])
+        body_off, self.body_data, _ = records.columns["body"]
+        body_start, body_len = body_off[:-1].astype(np.int64), np.diff(body_off).astype(np.int64)
+        inner = (records.columns["sys_flag"] & fmt.INNER_BATCH_FLAG) != 0
+        batches = np.flatnonzero(inner)
+        spans, counts, bad, _at, error = split_records(self.body_data, body_start[batches], body_len[batches])
+        if error is not None:  # the record read alone raises the error naming its file and byte
+            expand_batch(log.read_message(int(offs[batches[bad]])))
+            raise StoreFormatError(error, log.directory, int(offs[batches[bad]]))  # pragma: no cover - raised above
+        self.records, self.record_fields = records, record_fields
+        self.per_record = np.ones(len(offs), dtype=np.int64)
+        self.per_record[batches] = counts
+        self.rec = np.repeat(np.arange(len(offs)), self.per_record)  # each message's record
+        in_batch = inner[self.rec]
+        rows_inner, rows_plain = np.flatnonzero(in_batch), np.flatnonzero(~in_batch)
+        self.starts, self.lengths = body_start[self.rec], body_len[self.rec]
+        self.starts[rows_inner], self.lengths[rows_inner] = spans[:, 2], spans[:, 3]
+        # properties, tags, keys: the inner messages' from their texts, a plain record's from the record
+        props = MessageColumns(properties_columns(self.body_data, spans[:, 2] + spans[:, 3]
+                                                  + fmt.INNER_PROPERTIES_LENGTH_STRUCT.size, spans[:, 4], inner_fields),
+                               len(spans))
+        self.client = np.ones(len(self.rec), dtype=bool)
+        self.client[rows_inner] = layers.client_columns(props)
+        if not len(rows_plain):
+            self.inner = {name: props.arrow(name) for name in inner_fields}
+            return
+        plain = log.decode_columns(offs[self.rec[rows_plain]], inner_fields)
+        self.client[rows_plain] = layers.client_columns(plain)
+        order = np.empty(len(self.rec), dtype=np.int64)  # the inner messages' then the plain records', in message order
         order[rows_inner] = np.arange(len(rows_inner))
         order[rows_plain] = len(rows_inner) + np.arange(len(rows_plain))
-        at = pa.array(order[rows])
-        out.update({name: pa.concat_arrays([props.arrow(name), plain.arrow(name)]).take(at) for name in inner_fields})
-    return {name: arr for name, arr in out.items() if name in wanted}
+        at = pa.array(order)
+        self.inner = {name: pa.concat_arrays([props.arrow(name), plain.arrow(name)]).take(at) for name in inner_fields}
+
+    def columns(self, wanted, at: np.ndarray, opened: np.ndarray) -> dict[str, pa.Array]:
+        """The messages-table columns decoded from the records, for output rows whose message is
+        ``at`` (its index here) where ``opened``, NULL elsewhere (layer 2 did not read the record)."""
+        whole = opened.all() and len(at) == len(self.rec) and (np.diff(at) == 1).all()
+        take = None if whole else pa.array(np.where(opened, at, 0), mask=~opened)
+        out = {}
+        if "body" in wanted:
+            rows = at[opened]
+            offsets, body = gather_spans(self.body_data, self.starts[rows], self.lengths[rows])
+            arr = binary_array(pa.binary(), len(rows), offsets.astype(np.int32), body)
+            if not opened.all():
+                back = np.cumsum(opened) - 1
+                arr = arr.take(pa.array(np.where(opened, back, 0), mask=~opened))
+            out["body"] = arr
+        for name, arr in self.inner.items():
+            if name in wanted:
+                out[name] = arr if take is None else arr.take(take)
+        if self.record_fields:
+            rec = pa.array(np.where(opened, self.rec[np.where(opened, at, 0)], 0), mask=~opened)
+            out.update({name: self.records.arrow(name).take(rec) for name in self.record_fields})
+        return out
 
 
 _TOPIC_COLUMNS: dict[str, pa.Array] = {}  # per worker: the longest topic column made, sliced for each batch
@@ -755,7 +805,23 @@ _MESSAGE_FILTERS: dict[tuple[str, str], object] = {}  # per worker: each filter 
 FILTER_BATCH_ROWS = 8192
 
 
-def _apply_message_filter(options, store, topic: str, queue_id: int, columns: dict[str, pa.Array]) -> dict:
+def _messages_at(log, offsets: np.ndarray, queue_offsets: np.ndarray, batches: bool) -> list:
+    """The :class:`cq.Message` of each row (its record at ``offsets``); of a BatchCQ queue (``batches``),
+    the message at its queue offset in its batch record, as ``Store.consume`` unwraps it."""
+    if not batches:
+        return [log.read_message(int(off)) for off in offsets]
+    unwrapped: dict[int, list] = {}  # each record read and split once
+    out = []
+    for off, q in zip(offsets.tolist(), queue_offsets.tolist()):
+        msgs = unwrapped.get(off)
+        if msgs is None:
+            msgs = unwrapped[off] = expand_batch(log.read_message(off))
+        out.append(msgs[q - msgs[0].queue_offset])
+    return out
+
+
+def _apply_message_filter(options, store, topic: str, queue_id: int, columns: dict[str, pa.Array], *,
+                          batches: bool = False) -> dict:
     """Option ``filter``: the custom filter on the rows the group receives (docs/custom-filters.md).
 
     Without ``decisions`` the rows it rejects (or fails on, with ``on_filter_error=skip``) are
@@ -779,7 +845,7 @@ def _apply_message_filter(options, store, topic: str, queue_id: int, columns: di
             k, s = mf.apply_record_batch(batch.take(pa.array(rows)), (topic, queue_id, int(queue_offsets[rows[0]])),
                                          (topic, queue_id, int(queue_offsets[rows[-1]])))
         else:
-            k, s = mf.apply([store.commit_log.read_message(int(off)) for off in offsets[rows]])
+            k, s = mf.apply(_messages_at(store.commit_log, offsets[rows], queue_offsets[rows], batches))
         keep[rows], skipped[rows] = k, s
     if decided:
         return {**columns, "delivered": pa.array(keep), "filter_skipped": pa.array(skipped)}

@@ -101,6 +101,20 @@ _DECISION_FIELDS = [
 ]
 
 
+def batch_cq_layer2_error(topic: str) -> ValueError:
+    """The error of ``layer2=spark`` on the messages table of BatchCQ topic ``topic`` (docs/reading.md#batchcq)."""
+    return ValueError(f"rocketmq: topic {topic!r} is a BatchCQ topic: layer 2 judges each batch by the batch "
+                      "record's own properties, which the messages table's properties column (each message's "
+                      "own) does not hold; read it with layer2=reader, or the consumequeue table with "
+                      "layer2=spark (docs/reading.md#batchcq)")
+
+
+class TagsCodes(frozenset):
+    """Tag codes of a pushed-down filter on ``tags`` (candidates by hash; Spark re-checks the tags):
+    a BatchCQ topic's reader ignores them, its units' tags code being the batch's, not a message's
+    (docs/reading.md#batchcq)."""
+
+
 def _bool_option(options: dict, name: str, default: bool) -> bool:
     raw = options.get(name)
     if raw is None:

@@ -21,6 +21,7 @@ from cq.analyses.cost import (
     CostReport,
     StorePass,
     Tally,
+    check_named,
     empty_tally,
     finish_cluster_report,
     in_order_of,
@@ -56,10 +57,10 @@ def _tally_task(path: str, topic: str, reported, registered, bloom_filter, part)
 
 
 def _spark_pass(spark, store: cq.Store, topic: str, groups, bf, first: StorePass | None, timing: bool,
-                partition_units: int) -> StorePass:
+                partition_units: int, broker: str | None = None) -> StorePass:
     """One store's pass on Spark: its queue ranges tallied on the executors, added on the driver."""
     path = store.root
-    reported, registered = in_order_of(first, *resolve_reported(store, topic, groups, bloom_filter=bf))
+    reported, registered = in_order_of(first, *resolve_reported(store, topic, groups, bloom_filter=bf, broker=broker))
     ranges = [r for q in store.queue_ids(topic) for r in file_ranges(store.consume_queue(topic, q), topic, q)]
     total = sum(e - s for _, _, s, e in ranges)
     parts = pack_ranges(ranges, share_size(total, partition_units, spark.sparkContext.defaultParallelism))
@@ -105,7 +106,8 @@ def filter_cost_spark(spark, store_path: str | os.PathLike | Sequence[str | os.P
             if held is None or broker in held:
                 first = next(iter(passes.values()), None)
                 passes[broker] = _spark_pass(spark, s, topic, groups, bf, first, timing and first is None,
-                                             partition_units)
+                                             partition_units, broker)
+        check_named(groups, passes, topic)
         report = finish_cluster_report(store.root, topic, passes, bloom_filter=bf, alternatives=alternatives,
                                        fp_target=fp_target)
     finally:

@@ -124,6 +124,7 @@ import time
 from collections.abc import Iterator, Sequence
 from typing import Any
 
+import numpy as np
 from pyspark.sql.datasource import (
     DataSource,
     DataSourceReader,
@@ -143,6 +144,8 @@ from pyspark.sql.types import (
 import cq
 
 from ._plan import (
+    align_to_batches,
+    batch_start,
     file_ranges,
 )
 from ._source import (
@@ -155,6 +158,8 @@ from ._source import (
     ConsumeQueueSlice,
     ReadOptions,
     SlicesPartition,
+    TagsCodes,
+    batch_cq_layer2_error,
 )
 
 __all__ = ["BODY", "LAYER2", "ON_CORRUPT", "ON_FILTER_ERROR", "TABLES", "ConsumeQueueSlice", "ReadOptions", "RocketMQDataSource", "RocketMQPushdownReader",
@@ -293,31 +298,35 @@ class RocketMQReader(DataSourceReader):
         ranges: list[tuple] = []
         unreadable: list[ConsumeQueueSlice] = []  # queues that did not open (on_corrupt=skip)
         cuts: dict[str | None, dict] = {}
+        batch_starts: dict[tuple, np.ndarray] = {}  # ((broker, topic), queue id) -> a BatchCQ queue's batch starts
         held = False
         for broker, root in brokers:
             store = cq.Store(root)
             try:
-                if opts.topic is not None and opts.topic not in set(store.topics()):
+                if opts.topic is not None and opts.topic not in {*store.topics(), *store.layout.batch_cq_topics}:
                     if opts.brokers:
                         continue  # a topic need not be on every broker
                     raise ValueError(f"rocketmq option 'topic': no topic {opts.topic!r} in store {opts.path!r}")
                 held = True
-                cuts[broker] = self._plan_store(store, broker, ranges, unreadable, planned_at)
+                cuts[broker] = self._plan_store(store, broker, ranges, unreadable, planned_at, batch_starts)
             finally:
                 store.close()
         if not held:
             raise ValueError(f"rocketmq option 'topic': no topic {opts.topic!r} in any of the stores {opts.path}")
-        # a range's key is (broker, topic): packing sees it as one opaque name
+        # a range's key is (broker, topic): packing sees it as one opaque name; a BatchCQ queue's
+        # ranges then start at batch starts, so each batch is read whole, once (docs/reading.md#batchcq)
+        packed = align_to_batches(opts.pack(self.schema, ranges), batch_starts)
         parts = [[ConsumeQueueSlice(t, q, s, e, broker=b, **cuts[b]) for (b, t), q, s, e in group]
-                 for group in opts.pack(self.schema, ranges)]
+                 for group in packed]
         if unreadable:  # read first, by the first task: each reports its queue skipped
             parts[:1] = [[*(dataclasses.replace(s, **cuts[s.broker]) for s in unreadable), *(parts[0] if parts else [])]]
         # Spark needs at least one partition; an empty one reads nothing.
         return [SlicesPartition(tuple(p)) for p in parts] or [SlicesPartition(())]
 
     def _plan_store(self, store: cq.Store, broker: str | None, ranges: list, unreadable: list,
-                    planned_at: float) -> dict:
-        """Add one store's queue ranges (keyed ``(broker, topic)``) and unreadable queues; returns its cut."""
+                    planned_at: float, batch_starts: dict) -> dict:
+        """Add one store's queue ranges (keyed ``(broker, topic)``) and unreadable queues, and the batch
+        starts of its BatchCQ queues; returns its cut."""
         opts = self.options
         # A fresh Store: the cut is the store as it is now. Queue ends are read first, the
         # CommitLog end last, so every unit planned has its record inside the cut (docs/live.md).
@@ -333,6 +342,13 @@ class RocketMQReader(DataSourceReader):
                         lo, hi = queue.min_offset, queue.max_offset
                         if committed is not None:  # the group's backlog: from its committed offset on
                             lo = min(max(lo, committed[queue_id]), hi)
+                        if isinstance(queue, cq.BatchConsumeQueue):
+                            if opts.layer2 == "spark" and opts.table == "messages":
+                                raise batch_cq_layer2_error(topic)
+                            # a pull inside a batch gets the whole batch: the read starts at its start
+                            starts = np.append(queue.units["base_offset"].astype(np.int64), queue.max_offset)
+                            batch_starts[(broker, topic), queue_id] = starts
+                            lo = batch_start(starts, lo)
                         ranges += [((broker, t), q, s, e) for t, q, s, e in file_ranges(queue, topic, queue_id, lo, hi)]
                 except cq.StoreFormatError as exc:
                     if opts.on_corrupt != "skip":
@@ -406,5 +422,5 @@ class RocketMQPushdownReader(RocketMQReader):
                 # Spark still checks the tag string exactly.
                 values = f.value if isinstance(f, In) else (f.value,)
                 self.tags_code_sets.append(
-                    frozenset(int(cq.tags_code(v)) for v in values if v is not None and v != ""))
+                    TagsCodes(int(cq.tags_code(v)) for v in values if v is not None and v != ""))
             yield f

@@ -8,6 +8,10 @@ def queue0(message: cq.Message) -> bool:
     return message.queue_id == 0
 
 
+def tag_a(message: cq.Message) -> bool:
+    return message.tags == "TagA"
+
+
 def boom(message: cq.Message) -> bool:
     if message.queue_offset % 3 == 0:
         raise RuntimeError(f"no offset divisible by 3, got {message.queue_offset}")

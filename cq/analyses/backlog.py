@@ -46,7 +46,9 @@ class QueueBacklog:
     lag : int or None
         The broker's lag, ``max_offset - committed_offset``.
     will_receive : int or None
-        Messages of ``[committed_offset, max_offset)`` the group's filter delivers.
+        Messages of ``[committed_offset, max_offset)`` the group's filter delivers (of a BatchCQ
+        topic, from the start of the batch holding the committed offset: the broker serves that
+        batch whole again, docs/reading.md#batchcq).
     expired : int or None
         Units of ``[committed_offset, max_offset)`` the group will never receive because the
         broker expired them: those below the queue's minimum, and those whose CommitLog record

@@ -24,7 +24,7 @@ import os
 import platform
 import time
 from collections.abc import Iterable, Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, fields
 from typing import Any
 
 import numpy as np
@@ -150,6 +150,27 @@ class Tally:
             if getattr(self, name) is None:
                 setattr(self, name, np.zeros(len(self.groups), dtype=np.int64))
 
+    def widened(self, groups: list[str], registered: list[str]) -> Tally:
+        """This tally over ``groups`` and ``registered`` (supersets of its own, in another order): a
+        group it lacks counts nothing, and in the answer rows it is FALSE (the broker lacking it builds
+        no bit of it into its bitmaps)."""
+        out = Tally(list(groups), list(registered))
+        for name in ("units", "commit_log_missing", "records", "record_bytes", "ext_units", "ext_unit_bytes",
+                     "ext_bitmap_bytes", "ext_bitmaps", "queues_without_ext", "queues"):
+            setattr(out, name, getattr(self, name))
+        at = np.array([groups.index(g) for g in self.groups], dtype=np.int64)
+        for name in ("passed_consume_queue", "bloom_tested", "bloom_false_positives", "matched", "delivered",
+                     "client_filtered", "passed_bytes"):
+            getattr(out, name)[at] = getattr(self, name)
+        where = [registered.index(g) for g in self.registered]
+        for key, count in self.patterns.items():
+            bits = np.unpackbits(np.frombuffer(key, dtype=np.uint8), count=len(self.registered)).astype(bool)
+            row = np.zeros(len(registered), dtype=bool)
+            row[where] = bits
+            wide = np.packbits(row).tobytes()
+            out.patterns[wide] = out.patterns.get(wide, 0) + count
+        return out
+
     def add(self, other: Tally) -> Tally:
         """Add ``other`` (a tally of other units of the same topic and groups) into this one."""
         if other.groups != self.groups or other.registered != self.registered:
@@ -204,6 +225,8 @@ class BrokerCost:
     commit_log_missing: int
     registered_groups: list[str]
     groups: list[GroupCost]
+    #: groups of the report this broker does not have (not registered on it): it counts nothing for them
+    missing_groups: list[str] = field(default_factory=list)
 
 
 @dataclass
@@ -531,17 +554,34 @@ class StorePass:
 
 
 def resolve_reported(store: Store, topic: str, groups: Iterable[str | CostGroup] | None, *,
-                     bloom_filter: Any) -> tuple[list[CostGroup], list[CostGroup]]:
+                     bloom_filter: Any, broker: str | None = None) -> tuple[list[CostGroup], list[CostGroup]]:
     """:func:`resolve_groups` on a store holding ``topic``, with the errors of :func:`filter_cost`: KeyError
-    when the topic has no consume queues, ValueError when there is no group to report on."""
+    when the topic has no consume queues, ValueError when there is no group to report on. On a
+    ``broker`` of several stores, a group named that is not registered there is left out (its report
+    says which broker lacks it; :func:`check_named` checks some broker has it)."""
     if topic not in store.topics():
         raise KeyError(f"topic {topic!r} has no consume queues in {store.root}")
+    if broker is not None and groups is not None:
+        groups = list(groups)
+        here = {r.group for r in store.registered_filters(topic, bloom_filter=bloom_filter)}
+        groups = [g for g in groups if isinstance(g, CostGroup) or g in here]
     reported, registered = resolve_groups(store, topic, groups, bloom_filter=bloom_filter)
+    if broker is not None and registered:
+        return reported, registered
     if not reported:
         raise ValueError(f"no group to report on: no SQL92 group is registered for topic {topic!r} in "
                          f"{store.config_path('consumerFilter.json')}; name groups explicitly (CostGroup, "
                          "--sql-group, --tag-group)")
     return reported, registered
+
+
+def check_named(groups: Iterable[str | CostGroup] | None, passes: dict[str | None, StorePass], topic: str) -> None:
+    """Raise :class:`cq.UnknownGroupError` for a group named (a string) that no broker's pass has."""
+    have = {g.group for p in passes.values() for g in p.reported}
+    for name in groups or []:
+        if not isinstance(name, CostGroup) and name not in have:
+            first = next(iter(passes.values()))
+            raise UnknownGroupError(name, topic, sorted(have), os.path.join(first.root, "config", "consumerFilter.json"))
 
 
 def empty_tally(reported: Sequence[CostGroup], registered: Sequence[CostGroup]) -> Tally:
@@ -564,8 +604,9 @@ def in_order_of(first: StorePass | None, reported: list[CostGroup],
     return order(reported, first.reported), order(registered, first.registered)
 
 
-def _store_pass(store: Store, topic: str, groups, bf, first: StorePass | None, timing: bool) -> StorePass:
-    reported, registered = in_order_of(first, *resolve_reported(store, topic, groups, bloom_filter=bf))
+def _store_pass(store: Store, topic: str, groups, bf, first: StorePass | None, timing: bool,
+                broker: str | None = None) -> StorePass:
+    reported, registered = in_order_of(first, *resolve_reported(store, topic, groups, bloom_filter=bf, broker=broker))
     tally = None
     for _, q, lo, hi in store.cut(topic).queues:  # one cut: what the broker expires meanwhile is counted
         part = tally_range(store, topic, reported, registered, queue_id=q, start=lo, end=hi, bloom_filter=bf)
@@ -616,8 +657,6 @@ def filter_cost(store: Store | Cluster | str | os.PathLike | Sequence[str | os.P
         A named group is not registered on the topic.
     KeyError
         The topic has no consume queues (on no broker).
-    ValueError
-        Over several stores: brokers that register different SQL92 groups for the topic.
     """
     t0 = time.perf_counter()
     own = not isinstance(store, (Store, Cluster))
@@ -629,7 +668,8 @@ def filter_cost(store: Store | Cluster | str | os.PathLike | Sequence[str | os.P
         for broker, s in each_store(store):
             if held is None or broker in held:
                 first = next(iter(passes.values()), None)
-                passes[broker] = _store_pass(s, topic, groups, bf, first, timing and first is None)
+                passes[broker] = _store_pass(s, topic, groups, bf, first, timing and first is None, broker)
+        check_named(groups, passes, topic)
         report = finish_cluster_report(store.root, topic, passes, bloom_filter=bf, alternatives=alternatives,
                                        fp_target=fp_target)
         report.seconds = time.perf_counter() - t0
@@ -652,24 +692,67 @@ def finish_cluster_report(root: str, topic: str, passes: dict[str | None, StoreP
     if list(passes) == [None]:
         return finish_report(root, topic, first.reported, first.registered, first.tally, bloom_filter=bloom_filter,
                              alternatives=alternatives, fp_target=fp_target, **timing)
+    # the union of the brokers' groups, in the first broker's order then each next one's new ones
+    reported = _union(p.reported for p in passes.values())
+    registered = _union(p.registered for p in passes.values())
+    names = [g.group for g in reported] + [g.group for g in registered if g not in reported]
+    same = all((p.tally.groups, p.tally.registered) == (first.tally.groups, first.tally.registered)
+               for p in passes.values())
+    total = Tally(names, [g.group for g in registered])
+    brokers, dispatch = [], 0
     for broker, p in passes.items():
-        if (p.tally.groups, p.tally.registered) != (first.tally.groups, first.tally.registered):
-            held = "; ".join(f"{b}: {', '.join(q.tally.registered) or 'none'}" for b, q in passes.items())
-            raise ValueError(f"the brokers of topic {topic!r} register different SQL92 groups ({held}), so their "
-                             f"dispatch costs do not add up; run cost on each store alone, or name the groups "
-                             f"explicitly (--sql-group)")
-    total = Tally(first.tally.groups, first.tally.registered)
-    brokers = []
-    for broker, p in passes.items():
-        total.add(p.tally)
+        total.add(p.tally if same else p.tally.widened(total.groups, total.registered))
         own = finish_report(p.root, topic, p.reported, p.registered, p.tally, bloom_filter=bloom_filter,
                             alternatives=(), **timing)
+        held = {g.group for g in p.reported}
         brokers.append(BrokerCost(broker, p.root, own.bitmap_available, own.messages, own.units,
-                                  own.commit_log_missing, own.registered_groups, own.groups))
-    report = finish_report(root, topic, first.reported, first.registered, total, bloom_filter=bloom_filter,
-                           alternatives=alternatives, fp_target=fp_target, **timing)
+                                  own.commit_log_missing, own.registered_groups, own.groups,
+                                  [g.group for g in reported if g.group not in held]))
+        dispatch += own.dispatch_evaluations or 0
+    merged = None
+    if not same:  # each group's row: the sum of its rows on the brokers that have it
+        merged = {}
+        for g in reported + [g for g in registered if g not in reported]:
+            merged[g.group] = _summed([_group_row(own, p.tally, first.ns_per_evaluation)
+                                       for p in passes.values() for own in _union([p.reported, p.registered])
+                                       if own.group == g.group])
+    report = finish_report(root, topic, reported, registered, total, bloom_filter=bloom_filter,
+                           alternatives=alternatives, fp_target=fp_target, group_rows=merged,
+                           dispatch_evaluations=None if same else dispatch, **timing)
     report.brokers = brokers
     return report
+
+
+def _union(lists: Iterable[list[CostGroup]]) -> list[CostGroup]:
+    """The groups of ``lists``, each name once, in order of first appearance."""
+    out: dict[str, CostGroup] = {}
+    for groups in lists:
+        for g in groups:
+            out.setdefault(g.group, g)
+    return list(out.values())
+
+
+def _summed(rows: list[GroupCost]) -> GroupCost:
+    """One group's rows of several brokers as one: counts added (a count no broker has stays None), the
+    group's own fields and its CPU per evaluation the first row's."""
+    first = rows[0]
+    out = {}
+    for f in fields(GroupCost):
+        values = [getattr(r, f.name) for r in rows]
+        if f.name in _SUMMED_COST_FIELDS:
+            known = [v for v in values if v is not None]
+            out[f.name] = sum(known) if known else None
+        else:
+            out[f.name] = getattr(first, f.name)
+    return GroupCost(**out)
+
+
+#: The :class:`GroupCost` fields that count units, evaluations, bytes or CPU: a group's rows add up.
+_SUMMED_COST_FIELDS = frozenset((
+    "units", "passed_consume_queue", "bloom_tested", "bloom_false_positives", "delivered", "client_filtered",
+    "evaluations_without_bitmap", "evaluations_with_bitmap", "commit_log_reads_without_bitmap",
+    "commit_log_reads_with_bitmap", "commit_log_bytes_without_bitmap", "commit_log_bytes_with_bitmap",
+    "cpu_ms_without_bitmap", "cpu_ms_with_bitmap"))
 
 
 def _ms(count: int | None, ns: float | None) -> float | None:
@@ -679,45 +762,27 @@ def _ms(count: int | None, ns: float | None) -> float | None:
 def finish_report(root: str, topic: str, reported: Sequence[CostGroup], registered: Sequence[CostGroup],
                   tally: Tally, *, bloom_filter: Any = None, alternatives: Iterable[tuple[int, int]] | None = None,
                   fp_target: float | None = None, ns_per_evaluation: dict[str, float] | None = None,
-                  timed_messages: int = 0) -> CostReport:
-    """Turn a whole topic's :class:`Tally` into the :class:`CostReport` (the replay runs here)."""
+                  timed_messages: int = 0, group_rows: dict[str, GroupCost] | None = None,
+                  dispatch_evaluations: int | None = None) -> CostReport:
+    """Turn a whole topic's :class:`Tally` into the :class:`CostReport` (the replay runs here).
+
+    ``group_rows`` (brokers with different groups): each group's row as given, the sum of its brokers'
+    rows, and ``dispatch_evaluations`` the sum of the brokers' (each broker evaluates its own groups)."""
     bf = bloom_filter if bloom_filter is not None else bloom.BloomFilter()
     ns_per_evaluation = ns_per_evaluation or {}
     bitmap_available = tally.queues_without_ext < tally.queues
-    quoted_by_sql = {_normal(sql): v for sql, v in BROKER_EVALUATE_NS.items()}
-    index = {name: i for i, name in enumerate(tally.groups)}
     records = tally.records
 
     def row(g: CostGroup) -> GroupCost:
-        i = index[g.group]
-        sql = g.is_sql
-        ns = ns_per_evaluation.get(g.expression) if sql else None
-        passed = int(tally.passed_consume_queue[i]) if bitmap_available or not sql else records
-        with_evals = (passed if sql else 0) if bitmap_available else None
-        return GroupCost(
-            group=g.group, expression_type=g.expression_type, expression=g.expression,
-            registered=g.group in tally.registered, born_time=g.born_time, units=tally.units,
-            passed_consume_queue=passed, bloom_tested=int(tally.bloom_tested[i]),
-            bloom_false_positives=int(tally.bloom_false_positives[i]),
-            delivered=int(tally.delivered[i]) if bitmap_available or not sql else int(tally.matched[i]),
-            client_filtered=int(tally.client_filtered[i]),
-            evaluations_without_bitmap=records if sql else 0,
-            evaluations_with_bitmap=with_evals,
-            commit_log_reads_without_bitmap=records,
-            commit_log_reads_with_bitmap=passed if bitmap_available or not sql else None,
-            commit_log_bytes_without_bitmap=tally.record_bytes,
-            commit_log_bytes_with_bitmap=int(tally.passed_bytes[i]) if bitmap_available or not sql else None,
-            ns_per_evaluation=ns, quoted_java_ns_per_evaluation=quoted_by_sql.get(_normal(g.expression)) if sql
-            else None,
-            cpu_ms_without_bitmap=_ms(records if sql else 0, ns) if sql else None,
-            cpu_ms_with_bitmap=_ms(with_evals, ns) if sql else None,
-        )
+        return group_rows[g.group] if group_rows is not None else _group_row(g, tally, ns_per_evaluation)
 
     rows = [row(g) for g in reported]
     reg_rows = {g.group: row(g) for g in registered}
     dispatch = records * len(registered) if bitmap_available else None
     dispatch_ms = None
-    if bitmap_available and all(ns_per_evaluation.get(g.expression) is not None for g in registered):
+    if dispatch is not None and dispatch_evaluations is not None:
+        dispatch = dispatch_evaluations
+    elif bitmap_available and all(ns_per_evaluation.get(g.expression) is not None for g in registered):
         dispatch_ms = sum(records * ns_per_evaluation[g.expression] for g in registered) / 1e6
     # replays, from the distinct answer rows (the store is not touched)
     own = (bf.f, bf.n)
@@ -777,6 +842,36 @@ def finish_report(root: str, topic: str, reported: Sequence[CostGroup], register
                              "nanoseconds per message", "messages": timed_messages, "machine": machine()},
         quoted={"what": "the broker's own Java figures per selector evaluation (warm JIT), quoted, "
                         "not measured here", "ns_per_evaluation": dict(BROKER_EVALUATE_NS)},
+    )
+
+
+def _group_row(g: CostGroup, tally: Tally, ns_per_evaluation: dict[str, float]) -> GroupCost:
+    """Group ``g``'s row of the report of ``tally`` (a whole topic's, or one broker's)."""
+    bitmap_available = tally.queues_without_ext < tally.queues
+    quoted_by_sql = {_normal(sql): v for sql, v in BROKER_EVALUATE_NS.items()}
+    i = tally.groups.index(g.group)
+    records = tally.records
+    sql = g.is_sql
+    ns = ns_per_evaluation.get(g.expression) if sql else None
+    passed = int(tally.passed_consume_queue[i]) if bitmap_available or not sql else records
+    with_evals = (passed if sql else 0) if bitmap_available else None
+    return GroupCost(
+        group=g.group, expression_type=g.expression_type, expression=g.expression,
+        registered=g.group in tally.registered, born_time=g.born_time, units=tally.units,
+        passed_consume_queue=passed, bloom_tested=int(tally.bloom_tested[i]),
+        bloom_false_positives=int(tally.bloom_false_positives[i]),
+        delivered=int(tally.delivered[i]) if bitmap_available or not sql else int(tally.matched[i]),
+        client_filtered=int(tally.client_filtered[i]),
+        evaluations_without_bitmap=records if sql else 0,
+        evaluations_with_bitmap=with_evals,
+        commit_log_reads_without_bitmap=records,
+        commit_log_reads_with_bitmap=passed if bitmap_available or not sql else None,
+        commit_log_bytes_without_bitmap=tally.record_bytes,
+        commit_log_bytes_with_bitmap=int(tally.passed_bytes[i]) if bitmap_available or not sql else None,
+        ns_per_evaluation=ns, quoted_java_ns_per_evaluation=quoted_by_sql.get(_normal(g.expression)) if sql
+        else None,
+        cpu_ms_without_bitmap=_ms(records if sql else 0, ns) if sql else None,
+        cpu_ms_with_bitmap=_ms(with_evals, ns) if sql else None,
     )
 
 

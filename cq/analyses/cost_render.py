@@ -63,6 +63,12 @@ def _brokers_line(report: CostReport) -> str:
             "their sums; each broker's own below")
 
 
+def _missing_lines(report: CostReport) -> list[str]:
+    """One line per broker lacking some of the report's groups (the brokers register different ones)."""
+    return [f"{b.broker} lacks {', '.join(b.missing_groups)}: not registered there, so its store counts nothing "
+            "for them (their rows above sum the brokers that have them)" for b in report.brokers if b.missing_groups]
+
+
 def _rows(groups) -> list[tuple[str, ...]]:
     mb = 1 / (1 << 20)
     return [(
@@ -91,7 +97,7 @@ def format_table(report: CostReport) -> str:
                 "Layer-2-only costs below; the replay shows what bitmaps would do."), ""]
     out.append(_table(_GROUP_HEAD, _group_rows(r), left=2))
     if r.brokers:
-        out += ["", _brokers_line(r) + ":", _table(_BROKER_HEAD, _broker_rows(r), left=3)]
+        out += ["", _brokers_line(r) + ":", _table(_BROKER_HEAD, _broker_rows(r), left=3), *_missing_lines(r)]
     out.append("")
     out.append(f"dispatch evaluations (every message x every registered group): {_n(r.dispatch_evaluations)}"
                + ("" if r.dispatch_cpu_ms is None else f", {r.dispatch_cpu_ms:.3g} ms measured CPU"))
@@ -263,6 +269,7 @@ def render_html(report: CostReport) -> str:
     if r.brokers:
         parts.append(f"<h2>Per broker</h2><p>{e(_brokers_line(r))}.</p>")
         parts.append(_html_table(_BROKER_HEAD, _broker_rows(r), left=3))
+        parts += [f"<p class=\"missing\">{e(line)}.</p>" for line in _missing_lines(r)]
     parts.append(f"<p>Dispatch evaluations (every message × every registered group): "
                  f"<b>{_n(r.dispatch_evaluations)}</b>"
                  + ("" if r.dispatch_cpu_ms is None else f", {r.dispatch_cpu_ms:.3g} ms of measured CPU")

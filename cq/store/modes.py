@@ -10,12 +10,12 @@ from __future__ import annotations
 
 import os
 import warnings
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from .. import format as fmt
 from ..errors import StoreFormatError, UnsupportedLayoutError
 from ..readers import config as cfg
-from ..readers.rocksdb import V2_LAYOUT, require_binding
+from ..readers.rocksdb import V2_LAYOUT, metadata_table, require_binding
 
 __all__ = ["StoreLayout", "detect_layout"]
 
@@ -169,16 +169,22 @@ def _dledger_dir(root: str) -> str | None:
     return found[0] if found else None
 
 
-def _batch_cq_topics(root: str) -> tuple[str, ...]:
+def _batch_cq_topics(root: str, topics_db: str | None) -> tuple[str, ...]:
+    """Topics whose consume queue is a BatchCQ: those with a ``batchconsumequeue/`` directory, and those
+    the topic table marks ``queue.type=BatchCQ`` (``topics.json``, or the RocksDB database ``topics_db``
+    holding it instead), directory or not: an empty one is still not a classic topic."""
     topics = set()
     batch_dir = os.path.join(root, fmt.BATCH_CONSUME_QUEUE_DIR)
     if os.path.isdir(batch_dir):
         topics.update(t for t in os.listdir(batch_dir) if os.path.isdir(os.path.join(batch_dir, t)))
     try:
-        with warnings.catch_warnings():  # a .bak read instead: Store.topic_configs warns when it is asked
-            warnings.simplefilter("ignore")
-            table = cfg.read_topic_configs(os.path.join(root, cfg.CONFIG_DIR, cfg.TOPICS_FILE))
-    except ValueError:  # a broken topics.json: the readers that need it say so; the directories still count
+        if topics_db is not None:  # docs/formats.md#rocksdb-metadata-v2: the JSON file is stale
+            table = metadata_table(topics_db, "topics")
+        else:
+            with warnings.catch_warnings():  # a .bak read instead: Store.topic_configs warns when it is asked
+                warnings.simplefilter("ignore")
+                table = cfg.read_topic_configs(os.path.join(root, cfg.CONFIG_DIR, cfg.TOPICS_FILE))
+    except (ValueError, ImportError):  # a broken table, or no RocksDB binding: the readers that need it say so
         table = {}
     for name, conf in table.items():
         attributes = conf.get("attributes") if isinstance(conf, dict) else None
@@ -192,7 +198,8 @@ def _batch_cq_topics(root: str) -> tuple[str, ...]:
 def detect_layout(root: str | os.PathLike) -> StoreLayout:
     """Look at store root ``root`` and say which CommitLog, consume queues and metadata it holds.
 
-    Reads directory listings and ``config/topics.json`` only. Raises :class:`StoreFormatError`
+    Reads directory listings and the topic table only (``config/topics.json``, or the RocksDB
+    database keeping it: which topics are BatchCQ ones). Raises :class:`StoreFormatError`
     when ``root`` is not a directory or holds none of ``commitlog/``, ``dledger-*/``,
     ``consumequeue/``; the ``check_*`` methods of the result raise for what cannot be read.
     """
@@ -233,6 +240,7 @@ def detect_layout(root: str | os.PathLike) -> StoreLayout:
         version = "v1" if tables else None
     has_json = os.path.isdir(config_dir) and any(n.endswith(".json") for n in os.listdir(config_dir))
     metadata = ("json+rocksdb" if has_json else "rocksdb") if tables else ("json" if has_json else "none")
-    return StoreLayout(root=root, commit_log=log, commit_log_dir=classic, dledger_dir=dledger,
-                       consume_queues=queues, batch_cq_topics=_batch_cq_topics(root), metadata=metadata,
-                       rocksdb_tables=tables, rocksdb_config=version, lmq_queues=lmq)
+    layout = StoreLayout(root=root, commit_log=log, commit_log_dir=classic, dledger_dir=dledger,
+                         consume_queues=queues, metadata=metadata, rocksdb_tables=tables, rocksdb_config=version,
+                         lmq_queues=lmq)
+    return replace(layout, batch_cq_topics=_batch_cq_topics(root, layout.rocksdb_table_of(cfg.TOPICS_FILE)))

@@ -26,6 +26,7 @@ from ..readers.dledger import DLedgerCommitLog
 from ..readers.ext import ConsumeQueueExt
 from ..readers.rocksdb import RocksDBConsumeQueue, RocksDBQueueTable, metadata_table, pull_offset_table
 from ..readers.rocksdb import offset_table as rocksdb_offset_table
+from ..readers.skipping import decode_skipping
 from . import undispatched
 from .modes import detect_layout
 
@@ -133,6 +134,52 @@ class ConsumeStats:
     def as_dict(self) -> dict[str, int]:
         """The counts as a plain dict."""
         return {f.name: getattr(self, f.name) for f in fields(self)}
+
+
+class BatchDecisions:
+    """The broker's two layers over some units of a BatchCQ queue (:meth:`Store.batch_decisions`),
+    one bool per unit (docs/reading.md#batchcq).
+
+    Attributes
+    ----------
+    units : ndarray
+        The units, :data:`cq.format.BCQ_UNIT_DTYPE`'s fields, in queue order.
+    consume_queue : ndarray
+        Layer 1 passed (the unit's tags code; a BatchCQ keeps no bitmap).
+    reached : ndarray
+        Layer 1 passed and the batch record is in the CommitLog: layer 2 reads it.
+    present : ndarray
+        The batch record is in the CommitLog (whatever layer 1 said).
+    commit_log : ndarray or None
+        Layer 2 passed (the batch record's own properties); None when layer 2 was not run.
+    skipped : ndarray
+        Layer 2 could not decode the record (only when asked to skip); ``errors`` holds
+        ``(unit index, StoreFormatError)`` of each.
+    """
+
+    def __init__(self, units: np.ndarray, consume_queue: np.ndarray, present: np.ndarray,
+                 commit_log: np.ndarray | None = None) -> None:
+        self.units = units
+        self.consume_queue = consume_queue
+        self.present = present
+        self.reached = consume_queue & present
+        self.commit_log = commit_log
+        self.skipped = np.zeros(len(units), dtype=bool)
+        self.errors: list[tuple[int, StoreFormatError]] = []
+
+    @property
+    def messages(self) -> np.ndarray:
+        """Messages per unit (the unit's batch size), int64."""
+        return self.units["batch_size"].astype(np.int64)
+
+    def count(self, stats: ConsumeStats) -> None:
+        """Add these decisions to ``stats``, each unit counted once per message of its batch: a
+        BatchCQ's ``units_scanned`` counts messages (queue offsets), as a ConsumeQueue's units do."""
+        n = self.messages
+        stats.units_scanned += int(n.sum())
+        stats.passed_consume_queue += int(n[self.consume_queue].sum())
+        stats.commit_log_missing += int(n[self.consume_queue & ~self.present].sum())
+        stats.passed_commit_log += int(n[self.commit_log].sum())
 
 
 class ConsumeResult:
@@ -317,8 +364,8 @@ class Store:
         """Queue ids of ``topic``, ascending."""
         if topic in self.layout.batch_cq_topics:
             d = os.path.join(self.root, fmt.BATCH_CONSUME_QUEUE_DIR, topic)
-            if not os.path.isdir(d):
-                raise KeyError(f"BatchCQ topic {topic!r} has no {fmt.BATCH_CONSUME_QUEUE_DIR} directory in {self.root}")
+            if not os.path.isdir(d):  # known from the topic table, no message yet: no queue, never a classic one
+                return []
             return sorted(int(q) for q in os.listdir(d) if q.isdigit() and os.path.isdir(os.path.join(d, q)))
         rocks = self._rocksdb_queues()
         if rocks is not None:
@@ -1037,15 +1084,15 @@ class Store:
                          custom=None):
         """One queue of a BatchCQ topic (docs/reading.md#batchcq): the broker's two layers judge each
         unit by its batch record (its tags code, its own properties), then the client unwraps the
-        record into its messages and re-checks each one's tag. Queue offsets ``bounds`` count
-        messages; ``units_scanned`` and the layer counts count units, ``delivered`` and
-        ``client_filtered`` messages."""
+        record into its messages and re-checks each one's tag. Every batch holding a message of queue
+        offsets ``bounds`` is read whole, as the broker serves a pull at an offset inside a batch; the
+        counts are of messages, each message counted as its batch's unit was judged."""
         log = self.commit_log
         layers = Layers(flt)
-        lo, hi = bounds
-        offs = self._batch_units(cqueue, layers, stats, cut, bounds)["commit_log_offset"]
-        unwrapped = (msg for off in offs.tolist() for msg in expand_batch(log.read_message(off, verify_crc=verify_crc))
-                     if lo <= msg.queue_offset < hi)  # a batch's messages outside the read's range left out
+        found = self._batch_decisions(cqueue, layers, cut, bounds)
+        found.count(stats)
+        offs = found.units["commit_log_offset"][found.commit_log].astype(np.int64)
+        unwrapped = (msg for off in offs.tolist() for msg in expand_batch(log.read_message(off, verify_crc=verify_crc)))
         msgs = list(self._client_checked(layers, unwrapped, stats))
         if custom is not None and msgs:
             msgs = self._custom_kept(custom, msgs, stats)
@@ -1053,35 +1100,42 @@ class Store:
         if progress is not None:
             progress(stats.units_scanned, total)
 
-    def _batch_units(self, cqueue: BatchConsumeQueue, layers: Layers, stats, cut, bounds) -> np.ndarray:
-        """The units of queue offsets ``bounds`` of a BatchCQ queue whose batch records the broker's two
-        layers deliver (judged by the unit's tags code and the record's own properties, records no
-        longer in the CommitLog or outside ``cut`` left out), in queue order, counted in ``stats``;
-        ``commit_log_offset`` as int64."""
+    def _batch_decisions(self, cqueue: BatchConsumeQueue, layers: Layers, cut, bounds, *, layer2: bool = True,
+                         skip: bool = False) -> BatchDecisions:
+        """The broker's two layers over the units holding a message of queue offsets ``bounds`` of a
+        BatchCQ queue (the one home of both :meth:`consume` and the data source's reads of such a
+        queue): layer 1 by the unit's tags code, layer 2 by the batch record's own properties, records
+        no longer in the CommitLog or outside ``cut`` not reached. ``skip``: a record layer 2 cannot
+        decode is marked skipped (its error kept) instead of raising."""
         log = self.commit_log
         if not log.files or log.files[-1][0] + log.file_size < cut.commit_log_end:
             log.refresh_files()
         units = cqueue.units_between(*bounds)
-        stats.units_scanned += len(units)
-        passed, _ = layers.layer1(units["tags_code"].astype(np.int64), stats=stats)
-        units = units[passed]
-        stats.passed_consume_queue += len(units)
+        passed, _ = layers.layer1(units["tags_code"].astype(np.int64))
         offs = units["commit_log_offset"].astype(np.int64)
         present = self.records_present(offs, units["size"].astype(np.int64), cut)
-        stats.commit_log_missing += int((~present).sum())
-        units = units[present]
-        if layers.has_layer2 and len(units):
-            units = units[layers.layer2_records(log, offs[present])]
-        stats.passed_commit_log += len(units)
-        return units
+        found = BatchDecisions(units, passed, present)
+        rows = np.flatnonzero(found.reached)
+        if not layer2:
+            return found
+        found.commit_log = found.reached.copy()
+        if layers.has_layer2 and len(rows):
+            ok, good, errors = decode_skipping(lambda o: layers.layer2_records(log, o), offs[rows], skip)
+            bad = rows[~good]
+            found.skipped[bad] = True
+            found.errors += list(zip(bad.tolist(), errors))
+            found.commit_log[bad] = False
+            found.commit_log[rows[good]] = ok
+        return found
 
-    def batch_units(self, topic: str, queue_id: int, flt, start: int, end: int, *,
-                    cut: StoreCut | None = None) -> tuple[np.ndarray, tuple[int, int]]:
-        """What :meth:`consume` reads of BatchCQ queue ``queue_id`` before it unwraps the records
-        (docs/reading.md#batchcq): ``(units, (lo, hi))``, the units whose batch records the broker
-        delivers to ``flt`` for queue offsets ``[start, end)`` inside ``cut`` (default: one taken
-        now), and those offsets as clipped to the cut (``lo >= hi``: nothing to read). The caller
-        unwraps the records, keeps the messages of ``[lo, hi)`` and applies the client's re-check."""
+    def batch_decisions(self, topic: str, queue_id: int, flt, start: int, end: int, *,
+                        cut: StoreCut | None = None, layer2: bool = True, skip: bool = False) -> BatchDecisions:
+        """The broker's decisions over the units of BatchCQ queue ``queue_id`` holding a message of
+        queue offsets ``[start, end)`` inside ``cut`` (default: one taken now), as :meth:`consume`
+        makes them (docs/reading.md#batchcq): a :class:`BatchDecisions`, per unit, whose records the
+        caller unwraps, applying the client's re-check to each message. ``layer2=False``: layer 1
+        only (``commit_log`` None); ``skip``: a record layer 2 cannot decode is marked ``skipped``
+        (with its error) instead of raising."""
         if cut is None:
             cut = self.cut(topic, [queue_id])
         r = cut.queue_range(topic, queue_id)
@@ -1090,10 +1144,12 @@ class Store:
             if not isinstance(cqueue, BatchConsumeQueue):
                 raise TypeError(f"topic {topic!r} queue {queue_id} is not a BatchCQ queue")
             if hi <= lo:
-                return cqueue.units[:0], (lo, hi)
+                empty = cqueue.units[:0]
+                return BatchDecisions(empty, np.zeros(0, bool), np.zeros(0, bool),
+                                      np.zeros(0, bool) if layer2 else None)
             if cqueue.max_offset < hi:
                 cqueue.refresh()
-            return self._batch_units(cqueue, Layers(flt), ConsumeStats(), cut, (lo, hi)), (lo, hi)
+            return self._batch_decisions(cqueue, Layers(flt), cut, (lo, hi), layer2=layer2, skip=skip)
 
     def _raw_chunks(self, cqueue: ConsumeQueue, start: int, end: int) -> Iterator[tuple[int, memoryview]]:
         """``cqueue.raw_chunks`` over ``[start, end)``; a file the broker expired meanwhile moves the

@@ -55,18 +55,45 @@ def test_cost_over_two_brokers_is_each_brokers_cost_added(roots):
     cluster.close()
 
 
-def test_brokers_registering_other_groups_are_an_error_naming_them(roots, tmp_path):
+@pytest.fixture(scope="module")
+def other_groups(roots, tmp_path_factory):
+    """East's root, and a copy of west's that lacks east's first registered group: ``(roots, group)``."""
     import shutil
 
-    other = tmp_path / "other" / "store"
+    other = tmp_path_factory.mktemp("other") / "west" / "store"
     shutil.copytree(roots[1], other)
     path = other / "config" / "consumerFilter.json"
     doc = json.loads(path.read_text())
     table = doc["filterDataByTopic"][TOPIC]["groupFilterData"]
-    table.pop(next(iter(table)))
+    gone = next(iter(table))
+    table.pop(gone)
     path.write_text(json.dumps(doc))
-    with pytest.raises(ValueError, match="register different SQL92 groups .*east: .*; west: "):
-        filter_cost([roots[0], str(other)], TOPIC, timing=False)
+    return [roots[0], str(other)], gone
+
+
+def test_brokers_registering_other_groups_give_a_merged_report(other_groups, tmp_path, capsys):
+    """Each group's row sums the brokers registering it; the report names the broker lacking a group."""
+    two, gone = other_groups
+    report = filter_cost(two, TOPIC, timing=False)
+    east, west = (filter_cost(root, TOPIC, timing=False) for root in two)
+    assert gone not in [g.group for g in west.groups]
+    assert [g.group for g in report.groups] == [g.group for g in east.groups]  # the union
+    assert report.registered_groups == east.registered_groups
+    assert [b.missing_groups for b in report.brokers] == [[], [gone]]
+    for g in report.groups:
+        have = [a.group(g.group) for a in (east, west) if g.group in [x.group for x in a.groups]]
+        assert _counts(g) == {k: sum(getattr(h, k) for h in have) for k in SUMMED}, g.group
+    assert report.group(gone).delivered == east.group(gone).delivered > 0
+    assert report.dispatch_evaluations == east.dispatch_evaluations + west.dispatch_evaluations
+    assert report.messages == east.messages + west.messages
+    page = tmp_path / "cost.html"
+    assert cli.main(["cost", *two, "--topic", TOPIC, "--all-groups", "--no-timing", "--html", str(page)]) == 0
+    line = f"west lacks {gone}: not registered there"
+    assert line in capsys.readouterr().out and line in page.read_text()
+    # a group named that no broker registers is still an error; one some broker lacks is not
+    assert filter_cost(two, TOPIC, [gone], timing=False).group(gone).delivered == east.group(gone).delivered
+    with pytest.raises(cq.UnknownGroupError):
+        filter_cost(two, TOPIC, ["GID_NOWHERE"], timing=False)
 
 
 def test_cli_cost_over_a_glob_shows_each_broker(roots, tmp_path, capsys):
@@ -91,11 +118,14 @@ def test_cli_cost_over_a_glob_shows_each_broker(roots, tmp_path, capsys):
 
 
 @pytest.mark.spark
-def test_cost_on_spark_over_two_brokers_is_the_same_report(spark, roots):
+def test_cost_on_spark_over_two_brokers_is_the_same_report(spark, roots, other_groups):
+    """The same report on Spark, over brokers with the same groups and over brokers with different ones."""
     from pyspark_udfs.cost import filter_cost_spark
 
-    here = filter_cost(roots, TOPIC, fp_target=0.05, timing=False).to_dict()
-    on_spark = filter_cost_spark(spark, roots, TOPIC, fp_target=0.05, timing=False, partition_units=300).to_dict()
-    for doc in (here, on_spark):
-        doc.pop("seconds")
-    assert on_spark == here and [b["broker"] for b in on_spark["brokers"]] == list(BROKERS)
+    for stores in (roots, other_groups[0]):
+        here = filter_cost(stores, TOPIC, fp_target=0.05, timing=False).to_dict()
+        on_spark = filter_cost_spark(spark, stores, TOPIC, fp_target=0.05, timing=False, partition_units=300).to_dict()
+        for doc in (here, on_spark):
+            doc.pop("seconds")
+        assert on_spark == here and [b["broker"] for b in on_spark["brokers"]] == list(BROKERS)
+    assert on_spark["brokers"][1]["missing_groups"] == [other_groups[1]]

@@ -266,6 +266,17 @@ def test_a_record_without_the_inner_batch_flag_is_one_message_in_both_reads(tmp_
                                                 else [b"a0", b"plain", b"c0", b"c2"])
             plain = next(r for r in got if r["body"] == b"plain")
             assert (dict(plain["properties"])["KEYS"], plain["keys"], plain["queue_offset"]) == ("p", "p", 2)
+        # tag x alone: layer 1 passes the plain record's unit only; with decisions the batches' messages
+        # are rows whose record columns are NULL (the broker does not read their records), as classic units
+        result = s.consume("T", "G", tags="x")
+        assert [m.body for m in result] == [b"plain"]
+        assert (result.stats.units_scanned, result.stats.passed_consume_queue) == (6, 1)
+        got = _source_table(s, topic="T", group="G", tags="x", decisions="true")
+        assert [(r["queue_offset"], r["body"], r["born_timestamp"] is None, r["matched_by_consume_queue"],
+                 r["matched_by_commit_log"], r["delivered"]) for r in got] == [
+            (0, None, True, False, None, False), (1, None, True, False, None, False),
+            (2, b"plain", False, True, True, True),
+            *((o, None, True, False, None, False) for o in (3, 4, 5))]
 
 
 @pytest.mark.parametrize("engine", ["compiled", "twin"])

@@ -177,3 +177,33 @@ def test_the_data_source_reads_the_rocksdb_queues(spark, store):
     assert sorted(map(tuple, rows)) == want and len(want) > len(FACTS["received"])
     everything = spark.read.format("rocketmq").option("topic", TOPIC).load(str(STORE)).count()
     assert everything == sum(q["max_offset"] - q["min_offset"] for q in FACTS["queues"])
+
+
+def test_a_batch_cq_topic_known_only_from_the_rocksdb_topic_table_is_flagged_and_reads_empty(tmp_path):
+    """A BatchCQ topic without messages has no ``batchconsumequeue/`` directory: the topic table kept in
+    RocksDB (``config/topics``) marks it, so it is detected as BatchCQ and every read of it is empty,
+    never a classic queue's read or a "no such topic" error."""
+    import rocksdict
+
+    root = tmp_path / "store"
+    shutil.copytree(STORE, root)
+    path = str(root / "config" / "topics")
+    raw = rocksdict.Options(raw_mode=True)
+    db = rocksdict.Rdict(path, options=raw, column_families={n: raw for n in rocksdict.Rdict.list_cf(path)})
+    db[b"EmptyBatch"] = json.dumps({"topicName": "EmptyBatch", "readQueueNums": 2, "writeQueueNums": 2,
+                                    "attributes": {"+queue.type": "BatchCQ"}}).encode()
+    db.close()
+    assert cq.detect_layout(root).batch_cq_topics == ("EmptyBatch",)
+    with closing(cq.Store(root)) as s:
+        assert s.topic_configs()["EmptyBatch"]["attributes"] == {"+queue.type": "BatchCQ"}
+        assert s.queue_ids("EmptyBatch") == []
+        result = s.consume("EmptyBatch", "G", tags="*")
+        assert (list(result), result.stats.units_scanned) == ([], 0)
+        assert len(list(s.consume(TOPIC, "G", tags="*"))) == sum(q["max_offset"] - q["min_offset"]
+                                                                  for q in FACTS["queues"])
+    from pyspark_udfs import _reader
+    from pyspark_udfs.datasource import ReadOptions, RocketMQReader
+
+    opts = ReadOptions.parse({"path": str(root), "topic": "EmptyBatch"})
+    parts = RocketMQReader(opts, opts.schema()).partitions()
+    assert [b for p in parts for b in _reader.read_partition(opts, opts.schema(), p, [])] == []
