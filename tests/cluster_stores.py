@@ -5,20 +5,27 @@ topic in ``config/topics.json``, as a 5.x broker keeps it."""
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 
+import numpy as np
+
+from cq import format as fmt
 from cq.writer.sample import generate_sample_store
 
 SMALL = {"commit_log_file_size": 1 << 20, "ext_file_size": 1 << 16, "consume_queue_file_size": 20_000}
 BROKERS = ("east", "west")
 
 
-def write_brokers(base: Path, *, messages: int = 1200) -> list[Path]:
-    """The store roots of brokers :data:`BROKERS` under ``base`` (``base/<name>/store``), in that order."""
+def write_brokers(base: Path, *, messages: int = 1200, **sizes: int) -> list[Path]:
+    """The store roots of brokers :data:`BROKERS` under ``base`` (``base/<name>/store``), in that order.
+
+    ``sizes``: file sizes in place of :data:`SMALL`'s (``commit_log_file_size``...), for stores of
+    several files (a test that expires the oldest)."""
     roots = []
     for seed, name in enumerate(BROKERS, 11):
         root = base / name / "store"
-        generate_sample_store(root, messages=messages, seed=seed, **SMALL)
+        generate_sample_store(root, messages=messages, seed=seed, **{**SMALL, **sizes})
         topics = root / "config" / "topics.json"
         doc = json.loads(topics.read_text(encoding="utf-8"))
         member = f"rmq_sys_SYNC_BROKER_MEMBER_{name}"
@@ -26,3 +33,20 @@ def write_brokers(base: Path, *, messages: int = 1200) -> list[Path]:
         topics.write_text(json.dumps(doc), encoding="utf-8")
         roots.append(root)
     return roots
+
+
+def expire_front(root: Path, topic: str, files: int) -> int:
+    """Delete a store's ``files`` oldest CommitLog files and ``topic``'s ConsumeQueue files whose units all
+    point below what is left (never a queue's last file), as the broker's clean-up services do; returns
+    the new first CommitLog offset."""
+    listed = fmt.list_queue_files(os.path.join(root, fmt.COMMIT_LOG_DIR))
+    for _, path in listed[:files]:
+        os.remove(path)
+    keep_from = listed[files][0]
+    for qdir in sorted((root / fmt.CONSUME_QUEUE_DIR / topic).iterdir()):
+        for _, path in fmt.list_queue_files(qdir)[:-1]:
+            units = np.fromfile(path, dtype=fmt.CQ_UNIT_DTYPE)
+            units = units[units["size"] > 0]
+            if len(units) and int(units["commit_log_offset"].max()) < keep_from:
+                os.remove(path)
+    return keep_from
