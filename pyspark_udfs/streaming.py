@@ -15,11 +15,15 @@ replaces), plus:
 ``startingOffsets``
     ``latest`` (default), ``earliest``, ``committed`` (the group's offsets in
     ``config/consumerOffset.json``) or a JSON object of queue offsets
-    ``{"topic": {"queue_id": offset}}`` (see :mod:`cq.store.stream`). Used only when
-    the query starts without a checkpoint.
+    ``{"topic": {"queue_id": offset}}`` (see :mod:`cq.store.stream`); over several stores
+    offsets per broker, ``{"brokers": {"<broker>": {"topic": {"queue_id": offset}}}}``. Used
+    only when the query starts without a checkpoint.
 ``maxUnitsPerTrigger``
     At most this many ConsumeQueue units per micro-batch, shared among the
-    queues (default: everything available).
+    queues (of every broker; default: everything available).
+``paths``
+    Several stores, a cluster's brokers, as a JSON array of roots (a stream's ``load()`` takes
+    one string: a glob pattern there works too; docs/live.md#offsets-per-broker).
 
 Offsets are the queues' ConsumeQueue offsets, ``{"topic": {"queue_id": next}}``;
 ``latestOffset`` is each queue's end in a cut of the store taken then, and each
@@ -27,7 +31,8 @@ micro-batch reads ``[start, end)`` of each queue with the batch reader (both
 filter layers), at the CommitLog end of a cut taken when it is planned. The
 offsets are in Spark's checkpoint, so a restarted query goes on where it left
 off: with a sink that commits by batch id (file sinks, ``foreachBatch`` that
-does) the output is exactly once.
+does) the output is exactly once. Over several stores each broker's offsets are
+its own and each trigger takes one cut per broker (docs/reading.md#clusters).
 
 A micro-batch's queue ranges are packed into partitions (Spark tasks) as the batch
 source packs a read's (``partition_units``, ``min_partitions``; docs/spark.md#partitions),

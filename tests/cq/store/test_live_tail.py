@@ -275,7 +275,7 @@ def test_tail_over_two_brokers_takes_each_brokers_new_units_with_its_broker(tmp_
 
 
 def test_tail_over_two_stores_starts_each_broker_at_its_own_offsets(tmp_path, capsys):
-    """``--from`` over several stores: offsets per broker, under ``"brokers"`` (docs/live.md#offsets);
+    """``--from`` over several stores: offsets per broker, under ``"brokers"`` (docs/live.md#offsets-per-broker);
     a broker it does not name starts at its minimum, one it names but that lacks the topic is refused."""
     from cluster_stores import write_brokers
 
