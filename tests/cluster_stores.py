@@ -5,12 +5,8 @@ topic in ``config/topics.json``, as a 5.x broker keeps it."""
 from __future__ import annotations
 
 import json
-import os
 from pathlib import Path
 
-import numpy as np
-
-from cq import format as fmt
 from cq.writer.sample import generate_sample_store
 
 SMALL = {"commit_log_file_size": 1 << 20, "ext_file_size": 1 << 16, "consume_queue_file_size": 20_000}
@@ -34,19 +30,3 @@ def write_brokers(base: Path, *, messages: int = 1200, **sizes: int) -> list[Pat
         roots.append(root)
     return roots
 
-
-def expire_front(root: Path, topic: str, files: int) -> int:
-    """Delete a store's ``files`` oldest CommitLog files and ``topic``'s ConsumeQueue files whose units all
-    point below what is left (never a queue's last file), as the broker's clean-up services do; returns
-    the new first CommitLog offset."""
-    listed = fmt.list_queue_files(os.path.join(root, fmt.COMMIT_LOG_DIR))
-    for _, path in listed[:files]:
-        os.remove(path)
-    keep_from = listed[files][0]
-    for qdir in sorted((root / fmt.CONSUME_QUEUE_DIR / topic).iterdir()):
-        for _, path in fmt.list_queue_files(qdir)[:-1]:
-            units = np.fromfile(path, dtype=fmt.CQ_UNIT_DTYPE)
-            units = units[units["size"] > 0]
-            if len(units) and int(units["commit_log_offset"].max()) < keep_from:
-                os.remove(path)
-    return keep_from

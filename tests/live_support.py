@@ -8,6 +8,10 @@ import subprocess
 import sys
 from pathlib import Path
 
+import numpy as np
+
+from cq import format as fmt
+
 ROOT = Path(__file__).resolve().parent.parent
 
 
@@ -38,3 +42,23 @@ def live_writer(store: Path, seconds: float, rate: float = 0.0, min_files: int =
         if proc.poll() is None:
             proc.kill()
             proc.wait()
+
+
+def expire_commit_log(root, files: int) -> int:
+    """Delete the ``files`` oldest CommitLog files, as the broker's CommitLog clean-up does first (the
+    ConsumeQueue files pointing into them stay, for now); returns the new first CommitLog offset."""
+    listed = fmt.list_queue_files(os.path.join(root, fmt.COMMIT_LOG_DIR))
+    for _, path in listed[:files]:
+        os.remove(path)
+    return listed[files][0]
+
+
+def expire_consume_queues(root, topic: str, below: int) -> None:
+    """Delete ``topic``'s ConsumeQueue files whose units all point below CommitLog offset ``below``
+    (never a queue's last file), as the broker's ConsumeQueue clean-up does later."""
+    for qdir in sorted((Path(root) / fmt.CONSUME_QUEUE_DIR / topic).iterdir()):
+        for _, path in fmt.list_queue_files(qdir)[:-1]:
+            units = np.fromfile(path, dtype=fmt.CQ_UNIT_DTYPE)
+            units = units[units["size"] > 0]
+            if len(units) and int(units["commit_log_offset"].max()) < below:
+                os.remove(path)

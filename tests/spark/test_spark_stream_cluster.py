@@ -9,7 +9,8 @@ import time
 from pathlib import Path
 
 import pytest
-from cluster_stores import BROKERS, expire_front, write_brokers
+from cluster_stores import BROKERS, write_brokers
+from live_support import expire_commit_log, expire_consume_queues
 
 import cq
 from cq.writer.sample import SAMPLE_GROUPS, SAMPLE_TOPICS
@@ -136,7 +137,7 @@ def test_a_file_expired_on_one_broker_is_said_for_that_broker_only(tmp_path, cap
     try:
         start = reader.initialOffset()
         end = reader.latestOffset(start, reader.getDefaultReadLimit())
-        expire_front(roots[0], TOPIC, 2)  # east expires its oldest files before the micro-batch reads them
+        expire_consume_queues(roots[0], TOPIC, expire_commit_log(roots[0], 2))  # east expires its oldest files before the micro-batch reads them
         with caplog.at_level("WARNING", logger="rmqfilter.streaming"):
             parts = reader.partitions(start, end)
         said = [r.getMessage() for r in caplog.records if r.name == "rmqfilter.streaming"]

@@ -314,7 +314,8 @@ def test_tail_over_two_stores_starts_each_broker_at_its_own_offsets(tmp_path, ca
 
 
 def test_tail_over_two_stores_says_what_one_broker_expired_for_that_broker(tmp_path):
-    from cluster_stores import expire_front, write_brokers
+    from cluster_stores import write_brokers
+    from live_support import expire_commit_log, expire_consume_queues
 
     from cq.writer.sample import SAMPLE_TOPICS
 
@@ -326,7 +327,7 @@ def test_tail_over_two_stores_says_what_one_broker_expired_for_that_broker(tmp_p
     def stop() -> bool:  # called before each round: east expires its oldest files before the first
         n = next(calls)
         if n == 0:
-            expire_front(roots[0], topic, 2)
+            expire_consume_queues(roots[0], topic, expire_commit_log(roots[0], 2))
         return n == 1
 
     lost: list[tuple] = []
