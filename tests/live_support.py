@@ -62,3 +62,29 @@ def expire_consume_queues(root, topic: str, below: int) -> None:
             units = units[units["size"] > 0]
             if len(units) and int(units["commit_log_offset"].max()) < below:
                 os.remove(path)
+
+
+def stream_until_stopped(df, out: str, ck: str, *, every: str, batches: int = 2) -> None:
+    """Write streaming DataFrame ``df`` to parquet ``out`` (checkpoint ``ck``), a micro-batch ``every``
+    so often, and stop it mid-run once ``batches`` micro-batches had rows (or after 60 s)."""
+    import time
+
+    q = df.writeStream.format("parquet").option("checkpointLocation", ck).trigger(processingTime=every).start(out)
+    try:
+        deadline = time.monotonic() + 60
+        while len([p for p in q.recentProgress if p["numInputRows"] > 0]) < batches and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert q.exception() is None
+    finally:
+        q.stop()
+
+
+def stream_to_the_end(df, out: str, ck: str, timeout: float = 300) -> None:
+    """Write streaming DataFrame ``df`` to parquet ``out`` from checkpoint ``ck`` with Trigger.AvailableNow:
+    everything there is when it starts, then it stops."""
+    q = df.writeStream.format("parquet").option("checkpointLocation", ck).trigger(availableNow=True).start(out)
+    try:
+        assert q.awaitTermination(timeout)
+    finally:
+        q.stop()
+    assert q.exception() is None

@@ -5,12 +5,11 @@ from __future__ import annotations
 import json
 import re
 import threading
-import time
 from pathlib import Path
 
 import pytest
 from cluster_stores import BROKERS, write_brokers
-from live_support import expire_commit_log, expire_consume_queues
+from live_support import expire_commit_log, expire_consume_queues, stream_to_the_end, stream_until_stopped
 
 import cq
 from cq.writer.sample import SAMPLE_GROUPS, SAMPLE_TOPICS
@@ -100,29 +99,15 @@ def test_a_restart_from_the_checkpoint_while_one_broker_appends_is_exactly_once(
 
     thread = threading.Thread(target=append)
     thread.start()
-    try:
-        q = (_stream(spark, roots, **options).select(*KEY, "tags").writeStream.format("parquet")
-             .option("checkpointLocation", ck).trigger(processingTime="100 milliseconds").start(out))
-        try:
-            deadline = time.monotonic() + 60
-            while len([p for p in q.recentProgress if p["numInputRows"] > 0]) < 2 and time.monotonic() < deadline:
-                time.sleep(0.1)
-            assert q.exception() is None
-        finally:
-            q.stop()  # stopped mid-run
+    try:  # stopped mid-run, while east takes messages
+        stream_until_stopped(_stream(spark, roots, **options).select(*KEY, "tags"), out, ck, every="100 milliseconds")
         first = spark.read.parquet(out).count()
     finally:
         stop.set()
         thread.join()
         writer.close()
-    options["maxUnitsPerTrigger"] = "100000"
-    q = (_stream(spark, roots, **options).select(*KEY, "tags").writeStream.format("parquet")
-         .option("checkpointLocation", ck).trigger(availableNow=True).start(out))
-    try:
-        assert q.awaitTermination(120)
-    finally:
-        q.stop()
-    assert q.exception() is None
+    options["maxUnitsPerTrigger"] = "100000"  # restarted from the checkpoint: on to the end
+    stream_to_the_end(_stream(spark, roots, **options).select(*KEY, "tags"), out, ck)
     rows = spark.read.parquet(out).collect()
     got = sorted((r["broker"], r["queue_id"], r["queue_offset"]) for r in rows)
     assert len(got) == len(set(got)) and 0 < first < len(got)  # no duplicates; both runs wrote
