@@ -164,19 +164,12 @@ class RocketMQStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         """Where a query without a checkpoint starts (``startingOffsets``), each store from its own cut."""
         cuts = self._cuts()
         spec = self.options.starting_offsets
-        own = {b: spec for b in cuts}
-        if spec not in stream.STARTING:
-            given = self._split(spec)
-            for b, offsets in given.items():
-                if b not in cuts and offsets:
-                    raise ValueError(f"startingOffsets: broker {b!r} does not hold topic {self.options.read.topic!r} "
-                                     f"(brokers holding it: {', '.join(cuts)})")
-            own = {b: given.get(b, {}) for b in cuts}
+        own = stream.broker_starting(spec, list(cuts), self.options.read.topic) if self.options.read.brokers \
+            else {None: spec}
         per_broker = {b: {} for b, _ in self._roots}  # a broker without the topic: its queues from 0 once they appear
         for b, cut in cuts.items():
-            where = "startingOffsets" if b is None else f"startingOffsets: broker {b!r}"
             per_broker[b] = stream.starting_offsets(self._stores[b], cut, own[b], group=self.options.read.group,
-                                                    where=where)
+                                                    broker=b)
         return self._join(per_broker)
 
     def getDefaultReadLimit(self) -> ReadLimit:

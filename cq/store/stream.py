@@ -82,7 +82,7 @@ def check_offsets(value: object, brokers: Sequence[str] | None = None) -> dict:
         ``brokers``, a topic, a queue id or an offset.
     """
     if brokers is None:
-        return _check_one(value, "startingOffsets")
+        return _check_one(value, _where(None))
     names = ", ".join(brokers)
     if not isinstance(value, dict) or set(value) != {BROKERS_KEY} or not isinstance(value[BROKERS_KEY], dict):
         raise ValueError(f"startingOffsets: over several stores (brokers {names}) expected a JSON object "
@@ -91,8 +91,13 @@ def check_offsets(value: object, brokers: Sequence[str] | None = None) -> dict:
     for broker, offsets in value[BROKERS_KEY].items():
         if broker not in brokers:
             raise ValueError(f"startingOffsets: no broker {broker!r} among the stores (brokers: {names})")
-        out[broker] = _check_one(offsets, f"startingOffsets: broker {broker!r}")
+        out[broker] = _check_one(offsets, _where(broker))
     return {BROKERS_KEY: out}
+
+
+def _where(broker: str | None) -> str:
+    """What leads an error about offsets: the option, and the broker of a stream over several stores."""
+    return "startingOffsets" if broker is None else f"startingOffsets: broker {broker!r}"
 
 
 def _text(value: object) -> str:
@@ -119,6 +124,27 @@ def _check_one(value: object, where: str) -> Offsets:
     return out
 
 
+def broker_starting(spec: str | dict, held: Sequence[str], topic: str) -> dict[str, str | Offsets]:
+    """Where each broker of ``held`` (those holding ``topic`` now) starts, in a stream over several
+    stores: ``spec`` itself when it is ``earliest``/``latest``/``committed``, else that broker's own
+    offsets in ``spec`` (checked by :func:`check_offsets`; a broker it leaves out: ``{}``, each queue
+    from its minimum). Each is then resolved by :func:`starting_offsets` against the broker's own cut.
+
+    Raises
+    ------
+    ValueError
+        ``spec`` gives offsets on a broker that does not hold ``topic``.
+    """
+    if spec in STARTING:
+        return {b: spec for b in held}
+    per = spec[BROKERS_KEY]
+    for b, offsets in per.items():
+        if b not in held and offsets:
+            raise ValueError(f"startingOffsets: broker {b!r} does not hold topic {topic!r} (brokers holding it: "
+                             f"{', '.join(held)})")
+    return {b: per.get(b, {}) for b in held}
+
+
 def cut_offsets(cut: StoreCut, which: str = "end") -> Offsets:
     """Each queue's minimum (``which="min"``) or end (``"end"``) in ``cut``, as offsets."""
     out: Offsets = {}
@@ -128,10 +154,10 @@ def cut_offsets(cut: StoreCut, which: str = "end") -> Offsets:
 
 
 def starting_offsets(store: Store, cut: StoreCut, spec: str | Offsets, *, group: str | None = None,
-                     where: str = "startingOffsets") -> Offsets:
+                     broker: str | None = None) -> Offsets:
     """The offsets a new stream starts from (see the module docstring).
 
-    ``where`` leads the errors (a stream over several stores names the broker there).
+    ``broker``: the broker ``store`` is, in a stream over several stores (the errors name it).
 
     Raises
     ------
@@ -139,6 +165,7 @@ def starting_offsets(store: Store, cut: StoreCut, spec: str | Offsets, *, group:
         ``committed`` without a group, or a JSON object naming a topic or queue
         the store does not have, or an offset outside the queue's ``[min, end]``.
     """
+    where = _where(broker)
     offsets = cut_offsets(cut, "min")
     if spec == "earliest":
         return offsets
@@ -266,8 +293,7 @@ class _Follower:
         self.topic, self.group, self.on_lost, self.broker = topic, group, on_lost, broker
         self.flt = store.make_filter(topic, group, sql=sql, tags=tags)
         cut = store.cut(topic, keep_readers=True)
-        where = "startingOffsets" if broker is None else f"startingOffsets: broker {broker!r}"
-        self.offsets = starting_offsets(store, cut, starting, group=group, where=where)
+        self.offsets = starting_offsets(store, cut, starting, group=group, broker=broker)
         if starting == "committed":  # the group committed units the broker expired since: lost, said
             committed = {topic: {str(q): c for q, c in store.committed_offsets(group, topic).items()}}
             for t, q, c, lo in expired(committed, cut):
@@ -345,14 +371,8 @@ def tail(store: Store | Cluster, topic: str, group: str, *, sql: str | None = No
     on_lost = on_lost or _warn_lost
     if isinstance(store, Cluster):
         held = store.brokers_of(topic)
-        own = {b: starting for b in held}
-        if starting not in STARTING:  # offsets per broker: each broker's own, checked against its cut
-            per = check_offsets(starting, store.brokers)[BROKERS_KEY]
-            for b, offsets in per.items():
-                if b not in held and offsets:
-                    raise ValueError(f"startingOffsets: broker {b!r} does not hold topic {topic!r} (brokers "
-                                     f"holding it: {', '.join(held)})")
-            own = {b: per.get(b, {}) for b in held}
+        own = broker_starting(starting if starting in STARTING else check_offsets(starting, store.brokers),
+                              held, topic)
         followers = [_Follower(store.store(b), topic, group, sql, tags, own[b], on_lost, broker=b) for b in held]
     else:
         followers = [_Follower(store, topic, group, sql, tags, starting, on_lost)]

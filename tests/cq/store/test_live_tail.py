@@ -307,6 +307,11 @@ def test_tail_over_two_stores_starts_each_broker_at_its_own_offsets(tmp_path, ca
     ]:
         assert cli.main(["tail", *roots, "--topic", topic, "--group", "G", "--tags", "*", "--from", text]) == 2
         assert message in capsys.readouterr().err
+    # offsets on a broker that does not hold the topic
+    shutil.rmtree(Path(roots[1]) / "consumequeue" / SAMPLE_TOPICS[1])
+    text = json.dumps({"brokers": {"west": {SAMPLE_TOPICS[1]: {"0": 0}}}})
+    assert cli.main(["tail", *roots, "--topic", SAMPLE_TOPICS[1], "--group", "G", "--tags", "*", "--from", text]) == 2
+    assert f"startingOffsets: broker 'west' does not hold topic {SAMPLE_TOPICS[1]!r}" in capsys.readouterr().err
     # one store keeps the one-store form
     assert cli.main(["tail", roots[1], "--topic", topic, "--group", "G", "--tags", "*", "--from",
                      json.dumps(given["west"]), "--limit", "2"]) == 0
