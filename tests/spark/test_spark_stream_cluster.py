@@ -173,3 +173,17 @@ def test_offsets_per_broker_start_each_broker_where_given_and_one_store_keeps_it
     reader = one.streamReader(one.schema())
     assert reader.initialOffset() == start["brokers"]["west"]  # existing checkpoints' form, unchanged
     reader.stop()
+
+
+def test_committed_and_latest_start_each_broker_from_its_own_files(brokers):
+    stores = {b: cq.Store(r) for b, r in zip(BROKERS, brokers)}
+    committed = {b: {TOPIC: {str(q): off for q, off in s.committed_offsets(GROUP, TOPIC).items()}}
+                 for b, s in stores.items()}
+    ends = {b: {TOPIC: {str(q): hi for _, q, _, hi in s.cut(TOPIC).queues}} for b, s in stores.items()}
+    for s in stores.values():
+        s.close()
+    assert committed["east"] != committed["west"] and all(committed[b][TOPIC] for b in BROKERS)
+    for starting, want in [("committed", committed), ("latest", ends)]:
+        reader = _reader(brokers, group=GROUP, startingOffsets=starting)
+        assert reader.initialOffset() == {"brokers": want}, starting
+        reader.stop()
