@@ -423,9 +423,10 @@ def _read_slice(options, schema, part, tags_code_sets, skips: Skips) -> Iterator
             return
         start = max(part.start, cqueue.min_offset)  # the broker may have expired files since planning
         if start > part.start:  # lost, as for the broker's consumer: said, not silent (docs/live.md)
-            _LOG.warning("rocketmq: %d unit(s) of %s queue %s in offsets [%s, %s) expired by the broker since the read "
-                         "was planned (the queue's minimum is now %s): not read", min(start, part.end) - part.start,
-                         topic, queue_id, part.start, part.end, start)
+            on = "" if options.broker is None else f" on broker {options.broker!r}"  # several stores
+            _LOG.warning("rocketmq: %d unit(s) of %s queue %s%s in offsets [%s, %s) expired by the broker since the "
+                         "read was planned (the queue's minimum is now %s): not read", min(start, part.end) - part.start,
+                         topic, queue_id, on, part.start, part.end, start)
         # the unit fields as contiguous columns: a batch takes slices of them (views), not gathers
         # from the 20-byte units
         fields = cqueue.read_columns(start, max(0, part.end - start))

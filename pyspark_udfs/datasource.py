@@ -194,9 +194,6 @@ class RocketMQDataSource(DataSource):
 
     def streamReader(self, schema: StructType):
         """``spark.readStream.format("rocketmq")``: see :mod:`pyspark_udfs.streaming`."""
-        if self.read_options.brokers:
-            raise ValueError("rocketmq streaming reads one store: give one store root, not several "
-                             "(docs/reading.md#clusters)")
         if self.read_options.table in PENDING_TABLES:
             raise ValueError(f"rocketmq option table={self.read_options.table!r} is a batch table (the broker's "
                              "pending work at one moment), not a stream")

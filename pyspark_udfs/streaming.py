@@ -15,11 +15,15 @@ replaces), plus:
 ``startingOffsets``
     ``latest`` (default), ``earliest``, ``committed`` (the group's offsets in
     ``config/consumerOffset.json``) or a JSON object of queue offsets
-    ``{"topic": {"queue_id": offset}}`` (see :mod:`cq.store.stream`). Used only when
-    the query starts without a checkpoint.
+    ``{"topic": {"queue_id": offset}}`` (see :mod:`cq.store.stream`); over several stores
+    offsets per broker, ``{"brokers": {"<broker>": {"topic": {"queue_id": offset}}}}``. Used
+    only when the query starts without a checkpoint.
 ``maxUnitsPerTrigger``
     At most this many ConsumeQueue units per micro-batch, shared among the
-    queues (default: everything available).
+    queues (of every broker; default: everything available).
+``paths``
+    Several stores, a cluster's brokers, as a JSON array of roots (a stream's ``load()`` takes
+    one string: a glob pattern there works too; docs/live.md#offsets-per-broker).
 
 Offsets are the queues' ConsumeQueue offsets, ``{"topic": {"queue_id": next}}``;
 ``latestOffset`` is each queue's end in a cut of the store taken then, and each
@@ -27,7 +31,8 @@ micro-batch reads ``[start, end)`` of each queue with the batch reader (both
 filter layers), at the CommitLog end of a cut taken when it is planned. The
 offsets are in Spark's checkpoint, so a restarted query goes on where it left
 off: with a sink that commits by batch id (file sinks, ``foreachBatch`` that
-does) the output is exactly once.
+does) the output is exactly once. Over several stores each broker's offsets are
+its own and each trigger takes one cut per broker (docs/reading.md#clusters).
 
 A micro-batch's queue ranges are packed into partitions (Spark tasks) as the batch
 source packs a read's (``partition_units``, ``min_partitions``; docs/spark.md#partitions),
@@ -77,7 +82,8 @@ class StreamOptions:
         read = read if read is not None else ReadOptions.parse(options)
         if read.from_committed:
             raise ValueError("rocketmq streaming: use startingOffsets=committed instead of from_committed")
-        starting = stream.parse_starting_offsets(lower.get("startingoffsets", "latest"))
+        starting = stream.parse_starting_offsets(lower.get("startingoffsets", "latest"),
+                                                 [b for b, _ in read.brokers] or None)
         if starting == "committed" and read.group is None:
             raise ValueError("rocketmq option startingOffsets=committed needs 'group' (whose committed offsets)")
         limit = positive_int_option(lower, "maxUnitsPerTrigger")
@@ -89,43 +95,82 @@ StreamPartition = SlicesPartition
 
 
 class RocketMQStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
-    """Micro-batches of queue-offset ranges, read by the batch source's reader."""
+    """Micro-batches of queue-offset ranges, read by the batch source's reader.
+
+    Over several stores (a cluster's brokers, docs/reading.md#clusters) each trigger takes one cut
+    per broker, never one across them; the offsets are each broker's own, under ``"brokers"``
+    (:mod:`cq.store.stream`), and each slice carries its broker and its broker's cut.
+    """
 
     def __init__(self, options: StreamOptions, schema: StructType) -> None:
         self.options = options
         self.schema = schema
-        self._store: cq.Store | None = None  # driver side: refreshed by each cut
-        self._target: stream.Offsets | None = None
+        #: ``(broker, root)`` of each store; one store is ``(None, root)``
+        self._roots = options.read.brokers or ((None, options.read.path),)
+        self._stores: dict[str | None, cq.Store] = {}  # driver side: refreshed by each cut
+        self._had_topic: set[str | None] = set()  # stores whose cut held the topic
+        self._target: dict | None = None
 
-    def _cut(self) -> cq.StoreCut:
-        """A cut taken now, by the Store kept from the previous trigger if it still reads this store."""
+    # one store's offsets are as they are; several stores' are per broker, under "brokers"
+    def _split(self, offsets: dict) -> dict:
+        return dict(offsets[stream.BROKERS_KEY]) if self.options.read.brokers else {None: offsets}
+
+    def _join(self, per_broker: dict) -> dict:
+        return {stream.BROKERS_KEY: per_broker} if self.options.read.brokers else per_broker[None]
+
+    def _cuts(self) -> dict[str | None, cq.StoreCut]:
+        """A cut of each store holding the topic, taken now, store by store."""
+        cuts = {}
+        for broker, root in self._roots:
+            cut = self._cut(broker, root)
+            if cut is not None:
+                cuts[broker] = cut
+        if not cuts:
+            raise ValueError(f"rocketmq option 'topic': no topic {self.options.read.topic!r} in any of the stores "
+                             f"{self.options.read.path}")
+        return cuts
+
+    def _cut(self, broker: str | None, root: str) -> cq.StoreCut | None:
+        """A cut of one store taken now, by the Store kept from the previous trigger if it still reads
+        this store; None for a broker of several that does not hold the topic (now)."""
         topic = self.options.read.topic
+        store = self._stores.get(broker)
         try:
-            if self._store is not None and self._store.replaced() is not None:
-                self._store.close()  # the directory or a mapped file was replaced: open it again
-                self._store = None
-            if self._store is None:
-                self._store = cq.Store(self.options.read.path)
+            if store is not None and store.replaced() is not None:
+                store.close()  # the directory or a mapped file was replaced: open it again
+                store = None
+            if store is None:
+                store = self._stores[broker] = cq.Store(root)
             # keep_readers: each queue's recovery goes on from the previous trigger's end
-            return self._store.cut(topic, keep_readers=True)  # a store directory deleted meanwhile fails, named
+            cut = store.cut(topic, keep_readers=True)  # a store directory deleted meanwhile fails, named
         except cq.StoreFormatError as exc:
-            raise ValueError(f"rocketmq streaming: store {self.options.read.path!r}: {exc}") from exc
+            raise ValueError(f"rocketmq streaming: store {root!r}: {exc}") from exc
         except KeyError as exc:
-            if self._store is not None:  # it was read at an earlier trigger
+            if broker in self._had_topic:  # it was read at an earlier trigger
                 try:
-                    self._store.replaced()
+                    store.replaced()
                 except cq.StoreFormatError as gone:
-                    raise ValueError(f"rocketmq streaming: store {self.options.read.path!r}: {gone}") from exc
-                raise ValueError(f"rocketmq streaming: store {self.options.read.path!r}: topic {topic!r} has no "
+                    raise ValueError(f"rocketmq streaming: store {root!r}: {gone}") from exc
+                raise ValueError(f"rocketmq streaming: store {root!r}: topic {topic!r} has no "
                                  f"consume queues any more (the topic was deleted, or the store directory is being "
                                  f"deleted)") from exc
-            raise ValueError(f"rocketmq option 'topic': no topic {topic!r} in store {self.options.read.path!r}") \
-                from exc
+            if broker is not None:
+                return None  # a topic need not be on every broker (docs/reading.md#clusters)
+            raise ValueError(f"rocketmq option 'topic': no topic {topic!r} in store {root!r}") from exc
+        self._had_topic.add(broker)
+        return cut
 
     def initialOffset(self) -> dict:
-        """Where a query without a checkpoint starts (``startingOffsets``)."""
-        cut = self._cut()
-        return stream.starting_offsets(self._store, cut, self.options.starting_offsets, group=self.options.read.group)
+        """Where a query without a checkpoint starts (``startingOffsets``), each store from its own cut."""
+        cuts = self._cuts()
+        spec = self.options.starting_offsets
+        own = stream.broker_starting(spec, list(cuts), self.options.read.topic) if self.options.read.brokers \
+            else {None: spec}
+        per_broker = {b: {} for b, _ in self._roots}  # a broker without the topic: its queues from 0 once they appear
+        for b, cut in cuts.items():
+            per_broker[b] = stream.starting_offsets(self._stores[b], cut, own[b], group=self.options.read.group,
+                                                    broker=b)
+        return self._join(per_broker)
 
     def getDefaultReadLimit(self) -> ReadLimit:
         if self.options.max_units_per_trigger is not None:
@@ -133,32 +178,39 @@ class RocketMQStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         return ReadAllAvailable()
 
     def latestOffset(self, start: dict, limit: ReadLimit) -> dict:
-        """Each queue's end in a cut taken now, within ``limit`` (units) and the AvailableNow target."""
+        """Each queue's end in a cut of its store taken now, within ``limit`` (units, shared among
+        every store's queues) and the AvailableNow target."""
         max_units = limit.max_rows if isinstance(limit, ReadMaxRows) else None
-        return stream.next_offsets(start, self._cut(), max_units=max_units, target=self._target)
+        target = None if self._target is None else self._split(self._target)
+        return self._join(stream.next_broker_offsets(self._split(start), self._cuts(), max_units=max_units,
+                                                     target=target))
 
     def prepareForTriggerAvailableNow(self) -> None:
-        self._target = stream.cut_offsets(self._cut())
+        self._target = self._join({b: stream.cut_offsets(cut) for b, cut in self._cuts().items()})
 
     def partitions(self, start: dict, end: dict) -> Sequence[StreamPartition]:
-        """``[start, end)`` of each queue at a cut taken now, packed into partitions as the batch
-        source packs its ranges (:func:`~pyspark_udfs._plan.pack_ranges`).
+        """``[start, end)`` of each queue at a cut of its store taken now, packed into partitions as
+        the batch source packs its ranges (:func:`~pyspark_udfs._plan.pack_ranges`).
 
-        Every unit below ``end`` was in the cut ``latestOffset`` took, so its record is
-        below that cut's CommitLog end and below this one's: a batch replayed after
-        a restart reads the same records (unless the broker expired them meanwhile).
+        Every unit below ``end`` was in the cut ``latestOffset`` took of its store, so its record is
+        below that cut's CommitLog end and below this one's: a batch replayed after a restart
+        reads the same records (unless the broker expired them meanwhile).
         """
-        cut = self._cut()
-        for t, q, s, lo in stream.expired(start, cut):  # the stream fell behind the broker's expiry: said
-            _LOG.warning("rocketmq streaming: %s", stream.lost_text(
-                t, q, min(lo, int(end.get(t, {}).get(str(q), lo))) - s,
-                f"offsets [{s}, {lo}) expired by the broker before this micro-batch read them"))
-        begin = stream.next_offsets(start, cut, max_units=0)  # from each queue's minimum: the rest is lost, said
-        ranges = [(topic, q, s, e) for topic in sorted(end)
-                  for q, (s, e) in sorted(stream.ranges(begin, end, topic).items())]
-        return [StreamPartition(tuple(ConsumeQueueSlice(t, q, s, e, commit_log_min=cut.commit_log_min,
-                                                        commit_log_end=cut.commit_log_end)
-                                      for t, q, s, e in group))
+        cuts = self._cuts()
+        starts, ends = self._split(start), self._split(end)
+        ranges = []  # a range's key is (broker, topic): packing sees it as one opaque name
+        for b, cut in cuts.items():
+            first, last = starts.get(b, {}), ends.get(b, {})
+            for t, q, s, lo in stream.expired(first, cut):  # the stream fell behind the broker's expiry: said
+                _LOG.warning("rocketmq streaming: %s", stream.lost_text(
+                    t, q, min(lo, int(last.get(t, {}).get(str(q), lo))) - s,
+                    f"offsets [{s}, {lo}) expired by the broker before this micro-batch read them", b))
+            begin = stream.next_offsets(first, cut, max_units=0)  # from each queue's minimum: the rest is lost, said
+            ranges += [((b, topic), q, s, e) for topic in sorted(last)
+                       for q, (s, e) in sorted(stream.ranges(begin, last, topic).items())]
+        return [StreamPartition(tuple(ConsumeQueueSlice(t, q, s, e, broker=b, commit_log_min=cuts[b].commit_log_min,
+                                                        commit_log_end=cuts[b].commit_log_end)
+                                      for (b, t), q, s, e in group))
                 for group in self.options.read.pack(self.schema, ranges)]
 
     def read(self, partition: StreamPartition):
@@ -172,9 +224,9 @@ class RocketMQStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         """Nothing to do: the offsets live in Spark's checkpoint and the store is never written."""
 
     def stop(self) -> None:
-        if self._store is not None:
-            self._store.close()
-            self._store = None
+        for store in self._stores.values():
+            store.close()
+        self._stores.clear()
 
 
 def offsets_json(offsets: dict) -> str:

@@ -13,12 +13,15 @@ SMALL = {"commit_log_file_size": 1 << 20, "ext_file_size": 1 << 16, "consume_que
 BROKERS = ("east", "west")
 
 
-def write_brokers(base: Path, *, messages: int = 1200) -> list[Path]:
-    """The store roots of brokers :data:`BROKERS` under ``base`` (``base/<name>/store``), in that order."""
+def write_brokers(base: Path, *, messages: int = 1200, **sizes: int) -> list[Path]:
+    """The store roots of brokers :data:`BROKERS` under ``base`` (``base/<name>/store``), in that order.
+
+    ``sizes``: file sizes in place of :data:`SMALL`'s (``commit_log_file_size``...), for stores of
+    several files (a test that expires the oldest)."""
     roots = []
     for seed, name in enumerate(BROKERS, 11):
         root = base / name / "store"
-        generate_sample_store(root, messages=messages, seed=seed, **SMALL)
+        generate_sample_store(root, messages=messages, seed=seed, **{**SMALL, **sizes})
         topics = root / "config" / "topics.json"
         doc = json.loads(topics.read_text(encoding="utf-8"))
         member = f"rmq_sys_SYNC_BROKER_MEMBER_{name}"
@@ -26,3 +29,4 @@ def write_brokers(base: Path, *, messages: int = 1200) -> list[Path]:
         topics.write_text(json.dumps(doc), encoding="utf-8")
         roots.append(root)
     return roots
+

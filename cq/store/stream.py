@@ -13,13 +13,20 @@ the broker clamps a consumer that asks for an expired offset.
 only what arrives after the start), ``committed`` (the group's committed offsets in
 ``config/consumerOffset.json``; queues it has none for start at their minimum), or a JSON
 object as above (queues it does not name start at their minimum).
+
+**Several stores** (a cluster's brokers, docs/reading.md#clusters): queue ids repeat across
+brokers, so the offsets are one store's offsets per broker, under the key ``"brokers"``:
+``{"brokers": {"<broker>": {"<topic>": {"<queue_id>": <next>}}}}``. The key says which form
+it is, whatever the topics are named; one store's offsets keep their own form. Each broker's
+offsets follow the rules above against that broker's own cut (there is no cut across brokers);
+a broker the object does not name starts each queue at its minimum, as a queue not named does.
 """
 from __future__ import annotations
 
 import json
 import time
 import warnings
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping, Sequence
 
 from ..errors import UnitsLostWarning
 from .cluster import Cluster
@@ -29,16 +36,23 @@ from .store import Store, StoreCut
 STARTING = ("earliest", "latest", "committed")
 
 Offsets = dict[str, dict[str, int]]
+#: The key of the offsets of a stream over several stores: ``{"brokers": {broker: Offsets}}``.
+BROKERS_KEY = "brokers"
 
 
-def parse_starting_offsets(text: str) -> str | Offsets:
+def parse_starting_offsets(text: str, brokers: Sequence[str] | None = None) -> str | dict:
     """``earliest`` / ``latest`` / ``committed``, or the JSON object of queue offsets, checked for shape.
+
+    ``brokers``: the broker names of a stream over several stores; the JSON object is then the
+    several stores' form, ``{"brokers": {"<broker>": {"topic": {"queue_id": offset}}}}``
+    (:func:`check_offsets`).
 
     Raises
     ------
     ValueError
         Naming ``startingOffsets`` and, for JSON, the line and column of a syntax
-        error or the entry that is not ``{"topic": {"queue_id": offset}}``.
+        error or the entry that is not ``{"topic": {"queue_id": offset}}`` (or a broker
+        that is not among ``brokers``).
     """
     raw = str(text).strip()
     if raw.lower() in STARTING:
@@ -48,23 +62,87 @@ def parse_starting_offsets(text: str) -> str | Offsets:
     except json.JSONDecodeError as exc:
         raise ValueError(f"startingOffsets: expected earliest, latest, committed or a JSON object; {raw!r} is not "
                          f"JSON: {exc.msg} at line {exc.lineno} column {exc.colno}") from exc
+    return check_offsets(value, brokers)
+
+
+#: The two JSON forms, as errors show them.
+_ONE_FORM = '{"topic": {"queue_id": offset}}'
+_BROKERS_FORM = f'{{"{BROKERS_KEY}": {{"<broker>": {_ONE_FORM}}}}}'
+
+
+def check_offsets(value: object, brokers: Sequence[str] | None = None) -> dict:
+    """``value`` (decoded JSON, or a dict given in Python) checked as one store's offsets, or with
+    ``brokers`` as the offsets of a stream over those brokers' stores; returned with queue ids
+    normalised (``"007"`` -> ``"7"``).
+
+    Raises
+    ------
+    ValueError
+        Naming ``startingOffsets`` and the part that is wrong: the shape, a broker not among
+        ``brokers``, a topic, a queue id or an offset.
+    """
+    if brokers is None:
+        return _check_one(value, _where(None))
+    names = ", ".join(brokers)
+    if not isinstance(value, dict) or set(value) != {BROKERS_KEY} or not isinstance(value[BROKERS_KEY], dict):
+        raise ValueError(f"startingOffsets: over several stores (brokers {names}) expected a JSON object "
+                         f"{_BROKERS_FORM}, got {_text(value)}")
+    out: dict[str, Offsets] = {}
+    for broker, offsets in value[BROKERS_KEY].items():
+        if broker not in brokers:
+            raise ValueError(f"startingOffsets: no broker {broker!r} among the stores (brokers: {names})")
+        out[broker] = _check_one(offsets, _where(broker))
+    return {BROKERS_KEY: out}
+
+
+def _where(broker: str | None) -> str:
+    """What leads an error about offsets: the option, and the broker of a stream over several stores."""
+    return "startingOffsets" if broker is None else f"startingOffsets: broker {broker!r}"
+
+
+def _text(value: object) -> str:
+    return repr(json.dumps(value)) if not isinstance(value, str) else repr(value)
+
+
+def _check_one(value: object, where: str) -> Offsets:
+    """One store's offsets ``{"topic": {"queue_id": offset}}``, checked; ``where`` leads each error."""
     shape_ok = isinstance(value, dict)  # bad option text is a ValueError, like every option error
     if not shape_ok:
-        raise ValueError(f"startingOffsets: expected a JSON object {{\"topic\": {{\"queue_id\": offset}}}}, "
-                         f"got {raw!r}")
+        raise ValueError(f"{where}: expected a JSON object {_ONE_FORM}, got {_text(value)}")
     out: Offsets = {}
     for topic, queues in value.items():
         shape_ok = isinstance(queues, dict)
         if not shape_ok:
-            raise ValueError(f"startingOffsets: topic {topic!r} must map queue ids to offsets, got {queues!r}")
+            raise ValueError(f"{where}: topic {topic!r} must map queue ids to offsets, got {queues!r}")
         out[topic] = {}
         for q, off in queues.items():
             if not str(q).isdigit():
-                raise ValueError(f"startingOffsets: queue id {q!r} of topic {topic!r} is not a non-negative integer")
+                raise ValueError(f"{where}: queue id {q!r} of topic {topic!r} is not a non-negative integer")
             if isinstance(off, bool) or not isinstance(off, int) or off < 0:
-                raise ValueError(f"startingOffsets: offset {off!r} of queue {topic}/{q} is not a non-negative integer")
+                raise ValueError(f"{where}: offset {off!r} of queue {topic}/{q} is not a non-negative integer")
             out[topic][str(int(q))] = off
     return out
+
+
+def broker_starting(spec: str | dict, held: Sequence[str], topic: str) -> dict[str, str | Offsets]:
+    """Where each broker of ``held`` (those holding ``topic`` now) starts, in a stream over several
+    stores: ``spec`` itself when it is ``earliest``/``latest``/``committed``, else that broker's own
+    offsets in ``spec`` (checked by :func:`check_offsets`; a broker it leaves out: ``{}``, each queue
+    from its minimum). Each is then resolved by :func:`starting_offsets` against the broker's own cut.
+
+    Raises
+    ------
+    ValueError
+        ``spec`` gives offsets on a broker that does not hold ``topic``.
+    """
+    if spec in STARTING:
+        return {b: spec for b in held}
+    per = spec[BROKERS_KEY]
+    for b, offsets in per.items():
+        if b not in held and offsets:
+            raise ValueError(f"startingOffsets: broker {b!r} does not hold topic {topic!r} (brokers holding it: "
+                             f"{', '.join(held)})")
+    return {b: per.get(b, {}) for b in held}
 
 
 def cut_offsets(cut: StoreCut, which: str = "end") -> Offsets:
@@ -75,8 +153,11 @@ def cut_offsets(cut: StoreCut, which: str = "end") -> Offsets:
     return out
 
 
-def starting_offsets(store: Store, cut: StoreCut, spec: str | Offsets, *, group: str | None = None) -> Offsets:
+def starting_offsets(store: Store, cut: StoreCut, spec: str | Offsets, *, group: str | None = None,
+                     broker: str | None = None) -> Offsets:
     """The offsets a new stream starts from (see the module docstring).
+
+    ``broker``: the broker ``store`` is, in a stream over several stores (the errors name it).
 
     Raises
     ------
@@ -84,6 +165,7 @@ def starting_offsets(store: Store, cut: StoreCut, spec: str | Offsets, *, group:
         ``committed`` without a group, or a JSON object naming a topic or queue
         the store does not have, or an offset outside the queue's ``[min, end]``.
     """
+    where = _where(broker)
     offsets = cut_offsets(cut, "min")
     if spec == "earliest":
         return offsets
@@ -100,15 +182,15 @@ def starting_offsets(store: Store, cut: StoreCut, spec: str | Offsets, *, group:
         return offsets
     for topic, queues in spec.items():
         if topic not in offsets:
-            raise ValueError(f"startingOffsets: topic {topic!r} has no queues in this read of {store.root} "
+            raise ValueError(f"{where}: topic {topic!r} has no queues in this read of {store.root} "
                              f"(topics: {', '.join(sorted(offsets)) or 'none'})")
         for q, off in queues.items():
             r = cut.queue_range(topic, int(q))
             if r is None:
-                raise ValueError(f"startingOffsets: queue {topic}/{q} does not exist in {store.root} "
+                raise ValueError(f"{where}: queue {topic}/{q} does not exist in {store.root} "
                                  f"(queues: {', '.join(sorted(offsets[topic], key=int))})")
             if not r[0] <= off <= r[1]:
-                raise ValueError(f"startingOffsets: offset {off} of queue {topic}/{q} is outside the queue's "
+                raise ValueError(f"{where}: offset {off} of queue {topic}/{q} is outside the queue's "
                                  f"[{r[0]}, {r[1]}]")
             offsets[topic][q] = off
     return offsets
@@ -124,17 +206,29 @@ def next_offsets(start: Mapping[str, Mapping[str, int]], cut: StoreCut, *, max_u
     when the query started. Queues in ``start`` but not in the cut (deleted) keep
     their offset.
     """
-    begin: dict[tuple[str, str], int] = {}
-    avail: dict[tuple[str, str], int] = {}
-    for t, q, lo, hi in cut.queues:
-        key = (t, str(q))
-        s = start.get(t, {}).get(key[1])
-        s = max(lo, 0 if s is None else int(s))
-        e = hi
-        if target is not None:
-            e = min(e, target.get(t, {}).get(key[1], 0))
-        begin[key] = s
-        avail[key] = max(0, e - s)
+    return next_broker_offsets({None: start}, {None: cut}, max_units=max_units,
+                               target=None if target is None else {None: target})[None]
+
+
+def next_broker_offsets(start: Mapping, cuts: Mapping, *, max_units: int | None = None,
+                        target: Mapping | None = None) -> dict:
+    """:func:`next_offsets` of several stores at once: ``start`` and ``target`` map each broker
+    to its offsets, ``cuts`` each broker to its own cut. ``max_units`` is shared among the
+    queues of every broker; a broker without a cut (it does not hold the topic now) keeps its
+    offsets."""
+    begin: dict[tuple, int] = {}
+    avail: dict[tuple, int] = {}
+    for b, cut in cuts.items():
+        own = start.get(b, {})
+        for t, q, lo, hi in cut.queues:
+            key = (b, t, str(q))
+            s = own.get(t, {}).get(key[2])
+            s = max(lo, 0 if s is None else int(s))
+            e = hi
+            if target is not None:
+                e = min(e, target.get(b, {}).get(t, {}).get(key[2], 0))
+            begin[key] = s
+            avail[key] = max(0, e - s)
     grant = dict(avail)
     if max_units is not None:
         grant = {k: 0 for k in avail}
@@ -149,9 +243,9 @@ def next_offsets(start: Mapping[str, Mapping[str, int]], cut: StoreCut, *, max_u
                     open_.remove(k)
                 if budget == 0:
                     break
-    out: Offsets = {t: dict(qs) for t, qs in start.items()}
-    for (t, q), s in begin.items():
-        out.setdefault(t, {})[q] = s + grant[(t, q)]  # s: past units the broker expired meanwhile
+    out = {b: {t: dict(qs) for t, qs in offsets.items()} for b, offsets in start.items()}
+    for (b, t, q), s in begin.items():
+        out.setdefault(b, {}).setdefault(t, {})[q] = s + grant[(b, t, q)]  # s: past units expired meanwhile
     return out
 
 
@@ -167,13 +261,15 @@ def expired(start: Mapping[str, Mapping[str, int]], cut: StoreCut) -> list[tuple
     return out
 
 
-def lost_text(topic: str, queue_id: int, units: int, detail: str) -> str:
-    """How a stream says it lost units to the broker's expiry (one line)."""
-    return f"{units:,} unit(s) of queue {topic}/{queue_id} lost: {detail}"
+def lost_text(topic: str, queue_id: int, units: int, detail: str, broker: str | None = None) -> str:
+    """How a stream says it lost units to the broker's expiry (one line); ``broker``: the broker
+    whose queue it is, in a stream over several stores."""
+    on = "" if broker is None else f" on broker {broker!r}"
+    return f"{units:,} unit(s) of queue {topic}/{queue_id}{on} lost: {detail}"
 
 
-def _warn_lost(topic: str, queue_id: int, units: int, detail: str) -> None:
-    warnings.warn(lost_text(topic, queue_id, units, detail), UnitsLostWarning, stacklevel=3)
+def _warn_lost(topic: str, queue_id: int, units: int, detail: str, broker: str | None = None) -> None:
+    warnings.warn(lost_text(topic, queue_id, units, detail, broker), UnitsLostWarning, stacklevel=3)
 
 
 def ranges(start: Mapping[str, Mapping[str, int]], end: Mapping[str, Mapping[str, int]],
@@ -197,12 +293,19 @@ class _Follower:
         self.topic, self.group, self.on_lost, self.broker = topic, group, on_lost, broker
         self.flt = store.make_filter(topic, group, sql=sql, tags=tags)
         cut = store.cut(topic, keep_readers=True)
-        self.offsets = starting_offsets(store, cut, starting, group=group)
+        self.offsets = starting_offsets(store, cut, starting, group=group, broker=broker)
         if starting == "committed":  # the group committed units the broker expired since: lost, said
             committed = {topic: {str(q): c for q, c in store.committed_offsets(group, topic).items()}}
             for t, q, c, lo in expired(committed, cut):
-                on_lost(t, q, lo - c, f"the group's committed offset {c} is below the queue's minimum {lo} "
-                                      "(expired by the broker before the group read them)")
+                self.lost(t, q, lo - c, f"the group's committed offset {c} is below the queue's minimum {lo} "
+                                        "(expired by the broker before the group read them)")
+
+    def lost(self, topic: str, queue_id: int, units: int, detail: str) -> None:
+        """``on_lost``, given the broker too when the tail is over several stores."""
+        if self.broker is None:
+            self.on_lost(topic, queue_id, units, detail)
+        else:
+            self.on_lost(topic, queue_id, units, detail, broker=self.broker)
 
     def round(self) -> Iterator[object] | None:
         """The messages of a new cut past the offsets read so far (None: nothing new)."""
@@ -212,7 +315,7 @@ class _Follower:
             self.current = self.store.reopen()
         cut = self.current.cut(self.topic, keep_readers=True)
         for t, q, s, lo in expired(self.offsets, cut):
-            self.on_lost(t, q, lo - s, f"offsets [{s}, {lo}) expired by the broker before they were read")
+            self.lost(t, q, lo - s, f"offsets [{s}, {lo}) expired by the broker before they were read")
         end = next_offsets(self.offsets, cut)
         todo = ranges(next_offsets(self.offsets, cut, max_units=0), end, self.topic)
         return self._read(cut, todo, end) if todo else None
@@ -226,7 +329,7 @@ class _Follower:
                     m.broker = self.broker
                 yield m
             if result.stats.commit_log_missing:
-                self.on_lost(self.topic, q, result.stats.commit_log_missing,
+                self.lost(self.topic, q, result.stats.commit_log_missing,
                              f"their CommitLog records in offsets [{todo[q][0]}, {todo[q][1]}) went away "
                              "before they were read (expired by the broker)")
         self.offsets = end
@@ -249,8 +352,9 @@ def tail(store: Store | Cluster, topic: str, group: str, *, sql: str | None = No
     ``store`` may be a :class:`cq.Cluster` (docs/reading.md#clusters): each round then takes one
     cut per broker holding the topic and reads each broker's new offsets in turn, each with the
     group's filter on that broker; the messages have :attr:`cq.Message.broker` set. ``starting``
-    is then ``earliest``, ``latest`` or ``committed`` (each broker's own committed offsets): a JSON
-    object of offsets names one store's queues.
+    is then ``earliest``, ``latest``, ``committed`` (each broker's own committed offsets) or
+    offsets per broker, ``{"brokers": {broker: {topic: {queue_id: offset}}}}`` (see the module
+    docstring), and ``on_lost`` is also given ``broker=`` (a keyword).
 
     The queue readers are kept from round to round (``keep_readers``), so a
     round goes on from the end the previous one found instead of opening and
@@ -265,12 +369,11 @@ def tail(store: Store | Cluster, topic: str, group: str, *, sql: str | None = No
     """
     sleep = sleep or time.sleep
     on_lost = on_lost or _warn_lost
-    if isinstance(store, Cluster) and starting not in STARTING:
-        raise ValueError("startingOffsets as a JSON object names one store's queues; over several stores "
-                         f"give {', '.join(STARTING)}")
     if isinstance(store, Cluster):
-        followers = [_Follower(store.store(b), topic, group, sql, tags, starting, on_lost, broker=b)
-                     for b in store.brokers_of(topic)]
+        held = store.brokers_of(topic)
+        own = broker_starting(starting if starting in STARTING else check_offsets(starting, store.brokers),
+                              held, topic)
+        followers = [_Follower(store.store(b), topic, group, sql, tags, own[b], on_lost, broker=b) for b in held]
     else:
         followers = [_Follower(store, topic, group, sql, tags, starting, on_lost)]
     try:

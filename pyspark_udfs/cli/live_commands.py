@@ -36,8 +36,9 @@ def add_parsers(subparsers) -> None:
     add_consumer_args(tail, several=True)
     tail.add_argument("--from", dest="starting", default="latest", metavar="WHERE",
                       help="latest (default: only what arrives from now on), earliest, committed (the group's "
-                           "offsets in config/consumerOffset.json) or, for one store, a JSON object "
-                           '{"topic": {"queue_id": offset}}')
+                           "offsets in config/consumerOffset.json) or a JSON object of offsets: for one store "
+                           '{"topic": {"queue_id": offset}}, for several '
+                           '{"brokers": {"broker": {"topic": {"queue_id": offset}}}}')
     add_message_output_args(tail, formats=("text", "jsonl"))
     tail.add_argument("--interval", type=float, default=0.5, help="seconds between looks when nothing is new")
     tail.set_defaults(func=_run_tail)
@@ -70,12 +71,14 @@ def _tail(args: argparse.Namespace, stop) -> int:
     out = sys.stdout
     with contextlib.ExitStack() as stack:
         try:
-            starting = stream.parse_starting_offsets(args.starting)
             store = stack.enter_context(topic_store(args.store, args.topic))
+            # several stores: offsets per broker (docs/live.md#offsets-per-broker)
+            brokers = store.brokers if isinstance(store, cq.Cluster) else None
+            starting = stream.parse_starting_offsets(args.starting, brokers)
 
-            def lost(topic: str, queue_id: int, units: int, detail: str) -> None:  # said at once, and it goes on
-                print(f"rmqfilter tail: warning: {stream.lost_text(topic, queue_id, units, detail)}", file=sys.stderr,
-                      flush=True)
+            def lost(topic: str, queue_id: int, units: int, detail: str, broker: str | None = None) -> None:
+                print(f"rmqfilter tail: warning: {stream.lost_text(topic, queue_id, units, detail, broker)}",
+                      file=sys.stderr, flush=True)  # said at once, and it goes on
 
             for n, m in enumerate(stream.tail(store, args.topic, args.group, sql=args.sql, tags=args.tags,
                                               starting=starting, interval=args.interval, on_lost=lost,

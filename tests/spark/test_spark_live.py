@@ -5,7 +5,7 @@ from __future__ import annotations
 import collections
 
 import pytest
-from live_support import live_writer
+from live_support import live_writer, stream_to_the_end, stream_until_stopped
 
 import cq
 from cq.writer.writer import StoreWriter
@@ -87,32 +87,17 @@ def _snapshot(root) -> dict:
 
 
 def test_stream_is_exactly_once_across_a_restart_while_a_writer_appends(spark, tmp_path):
-    import time
-
     root, out, ck = tmp_path / "store", str(tmp_path / "out"), str(tmp_path / "ck")
     options = {"group": GROUP, "sql": SQL, "startingOffsets": "earliest", "maxUnitsPerTrigger": "60"}
     cols = ["queue_id", "queue_offset", "properties", "body"]
     with live_writer(root, 4.0, rate=250):
-        q = (_stream(spark, root, **options).select(*cols).writeStream.format("parquet")
-             .option("checkpointLocation", ck).trigger(processingTime="200 milliseconds").start(out))
-        try:
-            deadline = time.monotonic() + 60
-            while len([p for p in q.recentProgress if p["numInputRows"] > 0]) < 2 and time.monotonic() < deadline:
-                time.sleep(0.2)
-            assert q.exception() is None
-        finally:
-            q.stop()  # stopped mid-run: the writer goes on
+        # stopped mid-run: the writer goes on
+        stream_until_stopped(_stream(spark, root, **options).select(*cols), out, ck, every="200 milliseconds")
         first = spark.read.parquet(out).count()
     # restarted from the checkpoint once the writer is done: it goes on where it stopped, to the end
     # (in one batch: the rate limit may change between runs)
     options["maxUnitsPerTrigger"] = "100000"
-    q = (_stream(spark, root, **options).select(*cols).writeStream.format("parquet")
-         .option("checkpointLocation", ck).trigger(availableNow=True).start(out))
-    try:
-        assert q.awaitTermination(300)
-    finally:
-        q.stop()
-    assert q.exception() is None
+    stream_to_the_end(_stream(spark, root, **options).select(*cols), out, ck)
     rows = spark.read.parquet(out).collect()
     got = [(r["queue_id"], r["queue_offset"]) for r in rows]
     assert len(got) == len(set(got)) and 0 < first < len(got)  # no duplicates; both runs wrote

@@ -6,13 +6,13 @@ in ``commit_log_missing``, committed offsets below a queue's new minimum as ``ex
 """
 from __future__ import annotations
 
-import os
 import re
 import subprocess
 import sys
 
 import numpy as np
 import pytest
+from live_support import expire_commit_log, expire_consume_queues
 
 import cq
 from cq import format as fmt
@@ -37,26 +37,6 @@ def _write(root, n: int = 2000, blocks: bool = False) -> None:
             q = QUEUES - 1 - i * QUEUES // n if blocks else i % QUEUES
             w.append(TOPIC, b"m" * 100, queue_id=q, tags="TagA" if i % 2 else "TagB",
                      properties={"seq": str(i), "color": "red" if i % 2 else "blue"})
-
-
-def _expire_commit_log(root, files: int) -> int:
-    """Delete the ``files`` oldest CommitLog files, as the broker's CommitLog clean-up does first (the
-    ConsumeQueue files pointing into them stay, for now); returns the new first CommitLog offset."""
-    listed = fmt.list_queue_files(os.path.join(root, fmt.COMMIT_LOG_DIR))
-    for _, path in listed[:files]:
-        os.remove(path)
-    return listed[files][0]
-
-
-def _expire_consume_queues(root, below: int) -> None:
-    """Delete ConsumeQueue files whose units all point below CommitLog offset ``below`` (never a
-    queue's last file), as the broker's ConsumeQueue clean-up does later."""
-    for qdir in sorted((root / fmt.CONSUME_QUEUE_DIR / TOPIC).iterdir()):
-        for _, path in fmt.list_queue_files(qdir)[:-1]:
-            units = np.fromfile(path, dtype=fmt.CQ_UNIT_DTYPE)
-            units = units[units["size"] > 0]
-            if len(units) and int(units["commit_log_offset"].max()) < below:
-                os.remove(path)
 
 
 def _units(root) -> dict[int, np.ndarray]:
@@ -90,7 +70,7 @@ def test_consume_of_a_cut_taken_before_the_commit_log_expired_counts_what_went_a
     units = _units(store_root)
     store = cq.Store(store_root)
     cut = store.cut(TOPIC)
-    first_kept = _expire_commit_log(store_root, 3)
+    first_kept = expire_commit_log(store_root, 3)
     result = store.consume(TOPIC, "G", tags="*", cut=cut)
     _check_consumed(result, list(result), units, first_kept)
 
@@ -99,7 +79,7 @@ def test_consume_without_a_cut_after_the_commit_log_expired(store_root):
     units = _units(store_root)
     store = cq.Store(store_root)
     assert sum(1 for _ in store.consume(TOPIC, "G", tags="*")) == 2000  # opened before the expiry
-    first_kept = _expire_commit_log(store_root, 3)
+    first_kept = expire_commit_log(store_root, 3)
     # the same Store follows the broker: the queue minimums move past the deleted records, as the
     # broker moves minLogicOffset, so nothing is read there and nothing is missing
     again = store.consume(TOPIC, "G", tags="*")
@@ -119,7 +99,7 @@ def test_consume_interrupted_by_the_expiry_finishes_and_counts(tmp_path, sql):
     result = store.consume(TOPIC, GROUP, sql=sql, tags=None if sql else "*")
     it = iter(result)
     head = [next(it) for _ in range(10)]  # queue 0, whose records are in the newest files
-    first_kept = _expire_commit_log(root, 3)  # only queue 3's records, not read yet
+    first_kept = expire_commit_log(root, 3)  # only queue 3's records, not read yet
     msgs = head + list(it)
     red = (lambda o: True) if sql is None else (lambda o: o in red_offsets)
     red_offsets = {m.commit_log_offset for m in cq.Store(root).consume(TOPIC, GROUP, sql=SQL)}
@@ -138,7 +118,7 @@ def test_refresh_never_counts_units_lost_to_expiry(store_root):
     units = _units(store_root)
     frozen = cq.Store(store_root, refresh="never")
     assert sum(1 for _ in frozen.consume(TOPIC, "G", tags="*")) == 2000
-    first_kept = _expire_commit_log(store_root, 3)
+    first_kept = expire_commit_log(store_root, 3)
     frozen.commit_log.close()  # the maps a long-lived Store held are released (as by a restart of its reads)
     result = frozen.consume(TOPIC, "G", tags="*")
     _check_consumed(result, list(result), units, first_kept)
@@ -150,8 +130,8 @@ def test_backlog_and_why_report_committed_offsets_below_the_new_minimum_as_expir
     store = cq.Store(store_root)
     before = cq.backlog(store, TOPIC, "G", tags="*")
     assert [q.expired for q in before.queues] == [0, 0, 0, 0]
-    first_kept = _expire_commit_log(store_root, 3)
-    _expire_consume_queues(store_root, first_kept)
+    first_kept = expire_commit_log(store_root, 3)
+    expire_consume_queues(store_root, TOPIC, first_kept)
     after = cq.backlog(cq.Store(store_root), TOPIC, "G", tags="*")
     for q, row in enumerate(after.queues):
         lost = int((units[q] < first_kept).sum())
@@ -177,7 +157,7 @@ def test_backlog_and_why_report_committed_offsets_below_the_new_minimum_as_expir
 def test_why_of_a_unit_whose_record_expired_says_expired(store_root):
     store = cq.Store(store_root)
     store.consume_queue(TOPIC, 0)  # opened before the expiry: its minimum is still 0
-    _expire_commit_log(store_root, 3)
+    expire_commit_log(store_root, 3)
     w = cq.why(store, TOPIC, "G", tags="*", queue_id=0, queue_offset=0)
     assert not w.delivered and w.dropped_by == "expired"
     assert w.steps[-2].reason == "expired" or any(s.reason == "expired" for s in w.steps)
@@ -194,7 +174,7 @@ def test_cost_counts_records_gone_during_the_report(tmp_path, monkeypatch):
         part = real(*args, **kwargs)
         done.append(kwargs["queue_id"])
         if len(done) == 1:
-            first_kept.append(_expire_commit_log(root, 3))
+            first_kept.append(expire_commit_log(root, 3))
         return part
 
     monkeypatch.setattr(cost, "tally_range", tally_then_expire)
@@ -212,8 +192,8 @@ def test_tail_that_falls_behind_an_expiry_says_how_many_it_lost_and_goes_on(tmp_
     first_kept: list[int] = []
 
     def expire() -> None:
-        first_kept.append(_expire_commit_log(root, 3))
-        _expire_consume_queues(root, first_kept[0])
+        first_kept.append(expire_commit_log(root, 3))
+        expire_consume_queues(root, TOPIC, first_kept[0])
 
     calls = iter(range(100))
 
@@ -239,7 +219,7 @@ def test_tail_that_falls_behind_an_expiry_says_how_many_it_lost_and_goes_on(tmp_
 def test_tail_command_says_what_it_lost(tmp_path):
     root = tmp_path / "store"
     _write(root, blocks=True)
-    first_kept = _expire_commit_log(root, 3)  # the group committed before the broker expired these
+    first_kept = expire_commit_log(root, 3)  # the group committed before the broker expired these
     write_consumer_offsets(root, {f"{TOPIC}@G": {q: 0 for q in range(QUEUES)}})
     cmd = [sys.executable, "-c", "import sys; from pyspark_udfs.cli import main; sys.exit(main())", "tail",
            str(root), "--topic", TOPIC, "--group", "G", "--tags", "*", "--from", "committed", "--limit", "1700"]
@@ -261,8 +241,8 @@ def test_stream_source_falls_behind_an_expiry_says_how_many_it_lost_and_goes_on(
     reader = src.streamReader(src.schema())
     start = reader.initialOffset()
     end = reader.latestOffset(start, reader.getDefaultReadLimit())
-    first_kept = _expire_commit_log(store_root, 3)
-    _expire_consume_queues(store_root, first_kept)
+    first_kept = expire_commit_log(store_root, 3)
+    expire_consume_queues(store_root, TOPIC, first_kept)
     with caplog.at_level("WARNING", logger="rmqfilter.streaming"):
         parts = reader.partitions(start, end)
     rows = sum(b.num_rows for p in parts for b in reader.read(p))
@@ -282,7 +262,7 @@ def test_batch_source_planned_before_the_expiry_reads_what_is_left(store_root):
     src = RocketMQDataSource({"path": str(store_root), "topic": TOPIC, "group": "G", "tags": "*"})
     reader = src.reader(src.schema())
     parts = reader.partitions()
-    first_kept = _expire_commit_log(store_root, 3)
+    first_kept = expire_commit_log(store_root, 3)
     rows = sum(b.num_rows for p in parts for b in reader.read(p))
     units = _units(store_root)
     assert rows == sum(int((u >= first_kept).sum()) for u in units.values())

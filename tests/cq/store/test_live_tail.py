@@ -262,7 +262,9 @@ def test_tail_over_two_brokers_takes_each_brokers_new_units_with_its_broker(tmp_
     want = [(m.broker, m.queue_id, m.queue_offset) for m in cluster.consume(TOPIC, "G", tags="TagA")]
     assert sorted(got) == sorted(want) and len(got) == len(set(got)) == 10  # TagA: 3 + 2 per broker
     assert {b for b, _, _ in got} == {"east", "west"}
-    with pytest.raises(ValueError, match="over several stores give earliest, latest, committed"):
+    # one store's offsets are refused over several: queue ids repeat across brokers
+    with pytest.raises(ValueError, match=r"over several stores \(brokers east, west\) expected a JSON object "
+                                         r'\{"brokers": \{"<broker>": \{"topic"'):
         next(stream.tail(cluster, TOPIC, "G", tags="*", starting={TOPIC: {"0": 0}}))
     cluster.close()
     # the command: each line leads with its broker
@@ -270,3 +272,76 @@ def test_tail_over_two_brokers_takes_each_brokers_new_units_with_its_broker(tmp_
                      "--limit", "10"]) == 0
     lines = capsys.readouterr().out.splitlines()
     assert sorted(tuple(int(x) if x.isdigit() else x for x in ln.split("\t")[:3]) for ln in lines) == sorted(want)
+
+
+def test_tail_over_two_stores_starts_each_broker_at_its_own_offsets(tmp_path, capsys):
+    """``--from`` over several stores: offsets per broker, under ``"brokers"`` (docs/live.md#offsets-per-broker);
+    a broker it does not name starts at its minimum, one it names but that lacks the topic is refused."""
+    from cluster_stores import write_brokers
+
+    from cq.writer.sample import SAMPLE_TOPICS
+    from pyspark_udfs import cli
+
+    topic = SAMPLE_TOPICS[0]
+    roots = [str(r) for r in write_brokers(tmp_path, messages=120)]
+    cluster = cq.Cluster(roots)
+    ends = {(b, q): hi for b, _, q, _, hi in cluster.cut(topic).queues}
+    given = {"east": {topic: {"0": 5, "2": ends[("east", 2)]}}, "west": {topic: {"1": 3}}}
+    starts = {(b, q): given.get(b, {}).get(topic, {}).get(str(q), 0) for b, q in ends}
+    want = [(m.broker, m.queue_id, m.queue_offset) for m in cluster.consume(
+        topic, "G", tags="*", ranges={k: (starts[k], ends[k]) for k in ends})]
+    got = [(m.broker, m.queue_id, m.queue_offset) for m in stream.tail(
+        cluster, topic, "G", tags="*", starting={"brokers": given}, sleep=lambda _: None,
+        stop=iter([False, True]).__next__)]
+    assert got == want and len(got) == sum(ends.values()) - 5 - ends[("east", 2)] - 3  # every unit past the offsets
+    cluster.close()
+    assert cli.main(["tail", *roots, "--topic", topic, "--group", "G", "--tags", "*", "--from",
+                     json.dumps({"brokers": given}), "--limit", str(len(want))]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert [tuple(int(x) if x.isdigit() else x for x in ln.split("\t")[:3]) for ln in lines] == want
+    for text, message in [
+        (json.dumps(given), 'over several stores (brokers east, west) expected a JSON object {"brokers": '),
+        ('{"brokers": {"south": {}}}', "no broker 'south' among the stores (brokers: east, west)"),
+        (json.dumps({"brokers": {"west": {topic: {"0": 9999}}}}),
+         f"broker 'west': offset 9999 of queue {topic}/0 is outside"),
+    ]:
+        assert cli.main(["tail", *roots, "--topic", topic, "--group", "G", "--tags", "*", "--from", text]) == 2
+        assert message in capsys.readouterr().err
+    # offsets on a broker that does not hold the topic
+    shutil.rmtree(Path(roots[1]) / "consumequeue" / SAMPLE_TOPICS[1])
+    text = json.dumps({"brokers": {"west": {SAMPLE_TOPICS[1]: {"0": 0}}}})
+    assert cli.main(["tail", *roots, "--topic", SAMPLE_TOPICS[1], "--group", "G", "--tags", "*", "--from", text]) == 2
+    assert f"startingOffsets: broker 'west' does not hold topic {SAMPLE_TOPICS[1]!r}" in capsys.readouterr().err
+    # one store keeps the one-store form
+    assert cli.main(["tail", roots[1], "--topic", topic, "--group", "G", "--tags", "*", "--from",
+                     json.dumps(given["west"]), "--limit", "2"]) == 0
+    assert [ln.split("\t")[:2] for ln in capsys.readouterr().out.splitlines()] == [["0", "0"], ["0", "1"]]
+
+
+def test_tail_over_two_stores_says_what_one_broker_expired_for_that_broker(tmp_path):
+    from cluster_stores import write_brokers
+    from live_support import expire_commit_log, expire_consume_queues
+
+    from cq.writer.sample import SAMPLE_TOPICS
+
+    topic = SAMPLE_TOPICS[0]
+    roots = write_brokers(tmp_path, messages=300, commit_log_file_size=16 << 10, consume_queue_file_size=20 * 20)
+    cluster = cq.Cluster(roots)
+    calls = iter(range(10))
+
+    def stop() -> bool:  # called before each round: east expires its oldest files before the first
+        n = next(calls)
+        if n == 0:
+            expire_consume_queues(roots[0], topic, expire_commit_log(roots[0], 2))
+        return n == 1
+
+    lost: list[tuple] = []
+    got = [m.broker for m in stream.tail(cluster, topic, "G", tags="*", starting="earliest", sleep=lambda _: None,
+                                         stop=stop, on_lost=lambda *a, **kw: lost.append((a, kw)))]
+    mins = {q: lo for _, q, lo, _ in cq.Store(roots[0]).cut(topic).queues}
+    assert lost and {kw["broker"] for _, kw in lost} == {"east"}
+    assert sum(a[2] for a, _ in lost if "expired by the broker before they were read" in a[3]) == sum(mins.values())
+    west = sum(1 for _ in cluster.store("west").consume(topic, "G", tags="*"))
+    assert got.count("west") == west and 0 < got.count("east")
+    assert stream.lost_text(topic, 0, 3, "gone", "east") == f"3 unit(s) of queue {topic}/0 on broker 'east' lost: gone"
+    cluster.close()
