@@ -11,6 +11,7 @@ from collections.abc import Mapping, Sequence
 import numpy as np
 
 import cq
+from cq.readers.batchcq import batch_start  # the broker's rule, one home: re-exported here
 
 __all__ = ["DEFAULT_PARTITION_UNITS", "GROUP_PARTITION_UNITS", "MIN_SHARE_UNITS", "SLICE_UNITS",
            "UNITS_ONLY_PARTITION_UNITS", "align_to_batches", "batch_start", "default_min_partitions", "file_ranges",
@@ -86,23 +87,14 @@ def pack_ranges(ranges: Sequence[tuple[str, int, int, int]], size: int) -> list[
     return groups
 
 
-def batch_start(starts: np.ndarray, offset: int) -> int:
-    """The start of the batch holding queue offset ``offset`` (``starts``: a BatchCQ queue's batch
-    starts, ascending, then its end), as the broker finds the unit of a pull at an offset inside a
-    batch; ``offset`` itself below the first batch.
-
-    >>> batch_start(np.array([0, 3, 8]), 5), batch_start(np.array([0, 3, 8]), 8), batch_start(np.array([4]), 2)
-    (3, 8, 2)
-    """
-    i = int(np.searchsorted(starts, offset, side="right")) - 1
-    return int(starts[i]) if i >= 0 else offset
-
-
 def align_to_batches(groups: list[list[tuple]], batch_starts: Mapping[tuple, np.ndarray]) -> list[list[tuple]]:
     """Packed ranges (:func:`pack_ranges`) whose BatchCQ queues' bounds (``batch_starts`` by ``(topic,
     queue_id)``: the batch starts, then the queue's end) are moved down to the start of the batch they fall in, so no batch is split between
     two ranges and each is read whole, once (docs/reading.md#batchcq); ranges left empty are
     dropped, and groups left empty.
+
+    The rule that moves a bound is :func:`cq.readers.batchcq.batch_start`, the one the streaming
+    source's micro-batch ends and ``rmqfilter tail`` follow too (:mod:`cq.store.stream`).
 
     >>> align_to_batches([[("T", 0, 0, 5)], [("T", 0, 5, 10)]], {("T", 0): np.array([0, 3, 7, 10])})
     [[('T', 0, 0, 3)], [('T', 0, 3, 10)]]

@@ -343,7 +343,7 @@ class RocketMQReader(DataSourceReader):
                             if opts.layer2 == "spark" and opts.table == "messages":
                                 raise batch_cq_layer2_error(topic)
                             # a pull inside a batch gets the whole batch: the read starts at its start
-                            starts = np.append(queue.units["base_offset"].astype(np.int64), queue.max_offset)
+                            starts = queue.batch_starts()
                             batch_starts[(broker, topic), queue_id] = starts
                             lo = batch_start(starts, lo)
                         ranges += [((broker, t), q, s, e) for t, q, s, e in file_ranges(queue, topic, queue_id, lo, hi)]

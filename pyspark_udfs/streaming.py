@@ -20,7 +20,9 @@ replaces), plus:
     only when the query starts without a checkpoint.
 ``maxUnitsPerTrigger``
     At most this many ConsumeQueue units per micro-batch, shared among the
-    queues (of every broker; default: everything available).
+    queues (of every broker; default: everything available). Over a BatchCQ topic: messages,
+    whole batches, a queue's next batch whole even when larger than its share
+    (docs/live.md#batchcq-topics).
 ``paths``
     Several stores, a cluster's brokers, as a JSON array of roots (a stream's ``load()`` takes
     one string: a glob pattern there works too; docs/live.md#offsets-per-broker).
@@ -59,7 +61,7 @@ from pyspark.sql.types import StructType
 import cq
 from cq.store import stream
 
-from ._plan import pack_ranges
+from ._plan import align_to_batches, pack_ranges
 from ._source import ConsumeQueueSlice, ReadOptions, SlicesPartition, positive_int_option
 
 __all__ = ["RocketMQStreamReader", "StreamOptions", "StreamPartition", "pack_ranges"]
@@ -160,6 +162,10 @@ class RocketMQStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         self._had_topic.add(broker)
         return cut
 
+    def _batches(self, cuts: dict[str | None, cq.StoreCut]) -> dict[str | None, stream.Batches]:
+        """Each store's BatchCQ queues' batch starts in its cut (none for a topic of ConsumeQueues)."""
+        return {b: stream.batch_starts(self._stores[b], cut, self.options.read.topic) for b, cut in cuts.items()}
+
     def initialOffset(self) -> dict:
         """Where a query without a checkpoint starts (``startingOffsets``), each store from its own cut."""
         cuts = self._cuts()
@@ -182,21 +188,25 @@ class RocketMQStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         every store's queues) and the AvailableNow target."""
         max_units = limit.max_rows if isinstance(limit, ReadMaxRows) else None
         target = None if self._target is None else self._split(self._target)
-        return self._join(stream.next_broker_offsets(self._split(start), self._cuts(), max_units=max_units,
-                                                     target=target))
+        cuts = self._cuts()  # a BatchCQ topic's ends are batch boundaries (docs/live.md#batchcq-topics)
+        return self._join(stream.next_broker_offsets(self._split(start), cuts, max_units=max_units,
+                                                     target=target, batches=self._batches(cuts)))
 
     def prepareForTriggerAvailableNow(self) -> None:
         self._target = self._join({b: stream.cut_offsets(cut) for b, cut in self._cuts().items()})
 
     def partitions(self, start: dict, end: dict) -> Sequence[StreamPartition]:
         """``[start, end)`` of each queue at a cut of its store taken now, packed into partitions as
-        the batch source packs its ranges (:func:`~pyspark_udfs._plan.pack_ranges`).
+        the batch source packs its ranges (:func:`~pyspark_udfs._plan.pack_ranges`), a BatchCQ queue's
+        bounds moved to batch starts as there (:func:`~pyspark_udfs._plan.align_to_batches`), so no
+        partition splits a batch.
 
         Every unit below ``end`` was in the cut ``latestOffset`` took of its store, so its record is
         below that cut's CommitLog end and below this one's: a batch replayed after a restart
         reads the same records (unless the broker expired them meanwhile).
         """
         cuts = self._cuts()
+        batches = self._batches(cuts)
         starts, ends = self._split(start), self._split(end)
         ranges = []  # a range's key is (broker, topic): packing sees it as one opaque name
         for b, cut in cuts.items():
@@ -205,13 +215,15 @@ class RocketMQStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
                 _LOG.warning("rocketmq streaming: %s", stream.lost_text(
                     t, q, min(lo, int(last.get(t, {}).get(str(q), lo))) - s,
                     f"offsets [{s}, {lo}) expired by the broker before this micro-batch read them", b))
-            begin = stream.next_offsets(first, cut, max_units=0)  # from each queue's minimum: the rest is lost, said
+            # from each queue's minimum (the rest is lost, said), a BatchCQ queue's from a batch start
+            begin = stream.next_offsets(first, cut, max_units=0, batches=batches[b])
             ranges += [((b, topic), q, s, e) for topic in sorted(last)
                        for q, (s, e) in sorted(stream.ranges(begin, last, topic).items())]
         return [StreamPartition(tuple(ConsumeQueueSlice(t, q, s, e, broker=b, commit_log_min=cuts[b].commit_log_min,
                                                         commit_log_end=cuts[b].commit_log_end)
                                       for (b, t), q, s, e in group))
-                for group in self.options.read.pack(self.schema, ranges)]
+                for group in align_to_batches(self.options.read.pack(self.schema, ranges), {
+                    ((b, t), q): starts for b, own in batches.items() for (t, q), starts in own.items()})]
 
     def read(self, partition: StreamPartition):
         """The partition's rows, each slice read as the batch source reads it (heavy imports happen here)."""

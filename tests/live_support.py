@@ -88,3 +88,65 @@ def stream_to_the_end(df, out: str, ck: str, timeout: float = 300) -> None:
     finally:
         q.stop()
     assert q.exception() is None
+
+
+def inner_body(messages) -> bytes:
+    """The body of an inner-batch record holding ``messages``, ``(body, properties)`` pairs, as the
+    broker stores a batch sent to a BatchCQ topic (docs/formats.md#inner-batch)."""
+    parts = []
+    for body, props in messages:
+        text = fmt.encode_properties(props).encode()
+        size = fmt.INNER_MESSAGE_HEAD_STRUCT.size + len(body) + fmt.INNER_PROPERTIES_LENGTH_STRUCT.size + len(text)
+        parts += [fmt.INNER_MESSAGE_HEAD_STRUCT.pack(size, 0, 0, 0, len(body)), body,
+                  fmt.INNER_PROPERTIES_LENGTH_STRUCT.pack(len(text)), text]
+    return b"".join(parts)
+
+
+class BatchCQWriter:
+    """Appends batches to BatchCQ topic ``topic`` of a store at ``root``, as the broker does: the
+    inner-batch record on the CommitLog first, then its 46-byte unit (docs/formats.md#batch-consume-queue),
+    so a reader may read while it appends. Each message's body is ``b"<queue_id>:<queue offset>"``."""
+
+    def __init__(self, root, topic: str = "T", queues: int = 1, log_size: int = 1 << 20, units_per_file: int = 64):
+        self.root, self.topic, self.log_size = Path(root), topic, log_size
+        self.unit_file_size = units_per_file * fmt.BCQ_STORE_UNIT_SIZE
+        self.pos, self.ends = 0, [0] * queues
+        (self.root / fmt.COMMIT_LOG_DIR).mkdir(parents=True, exist_ok=True)
+        self._blank(self.root / fmt.COMMIT_LOG_DIR / fmt.file_name(0), log_size)
+        for q in range(queues):
+            (self._queue(q)).mkdir(parents=True, exist_ok=True)
+            self._blank(self._queue(q) / fmt.file_name(0), self.unit_file_size)
+
+    @staticmethod
+    def _blank(path: Path, size: int) -> None:
+        with open(path, "wb") as f:
+            f.truncate(size)
+
+    def _queue(self, q: int) -> Path:
+        return self.root / fmt.BATCH_CONSUME_QUEUE_DIR / self.topic / str(q)
+
+    def append(self, queue_id: int, n: int) -> tuple[int, int]:
+        """One batch of ``n`` messages (tag ``TagA``) to queue ``queue_id``; its queue offsets ``[base, end)``."""
+        base = self.ends[queue_id]
+        msgs = [(f"{queue_id}:{base + i}".encode(), {"TAGS": "TagA"}) for i in range(n)]
+        record = fmt.encode_record(topic=self.topic, body=inner_body(msgs), queue_id=queue_id,
+                                   properties={fmt.PROPERTY_INNER_NUM: str(n), fmt.PROPERTY_INNER_BASE: str(base)},
+                                   queue_offset=base, commit_log_offset=self.pos, store_timestamp=5,
+                                   sys_flag=fmt.INNER_BATCH_FLAG | fmt.NEED_UNWRAP_FLAG)
+        assert self.pos + len(record) < self.log_size, "BatchCQWriter: the CommitLog file is full"
+        with open(self.root / fmt.COMMIT_LOG_DIR / fmt.file_name(0), "r+b") as f:
+            f.seek(self.pos)
+            f.write(record)
+        units_before = len(self._units(queue_id))
+        assert (units_before + 1) * fmt.BCQ_STORE_UNIT_SIZE <= self.unit_file_size, "BatchCQWriter: queue file full"
+        unit = np.array([(self.pos, len(record), 0, 5, base, n, -1, 0)], dtype=fmt.BCQ_UNIT_DTYPE)
+        with open(self._queue(queue_id) / fmt.file_name(0), "r+b") as f:
+            f.seek(units_before * fmt.BCQ_STORE_UNIT_SIZE)
+            f.write(unit.tobytes())
+        self.pos += len(record)
+        self.ends[queue_id] = base + n
+        return base, base + n
+
+    def _units(self, queue_id: int) -> np.ndarray:
+        units = np.fromfile(self._queue(queue_id) / fmt.file_name(0), dtype=fmt.BCQ_UNIT_DTYPE)
+        return units[units["size"] > 0]

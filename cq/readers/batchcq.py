@@ -23,7 +23,7 @@ from ._mapped import MappedFileQueue
 from .commitlog import Message
 from .entry import ReaderEntry, last_queue, queue_files
 
-__all__ = ["BatchConsumeQueue", "expand_batch", "inner_messages", "is_inner_batch"]
+__all__ = ["BatchConsumeQueue", "batch_end", "batch_start", "expand_batch", "inner_messages", "is_inner_batch"]
 
 #: The units read in native byte order.
 _NATIVE = fmt.BCQ_UNIT_DTYPE.newbyteorder("=")
@@ -140,6 +140,14 @@ class BatchConsumeQueue(MappedFileQueue):
             out.append((int(base[lo]), int(base[lo + per_file]) if lo + per_file < len(base) else self.max_offset))
         return out
 
+    def batch_starts(self, end: int | None = None) -> np.ndarray:
+        """The queue offsets of the batch starts from the queue's minimum on, ascending, then the end
+        (``end``, a cut's end: the starts below it; default the queue's end): what
+        :func:`batch_start` and :func:`batch_end` look offsets up in."""
+        end = self.max_offset if end is None else int(end)
+        base = self.units["base_offset"].astype(np.int64)
+        return np.append(base[base < end], end)
+
     def units_between(self, start: int, end: int) -> np.ndarray:
         """The units holding a message of queue offsets ``[start, end)``."""
         units = self.units
@@ -152,6 +160,30 @@ class BatchConsumeQueue(MappedFileQueue):
         """``(path, byte_offset)`` of the unit holding the message at ``queue_offset``."""
         i = max(0, int(np.searchsorted(self._all_units()["base_offset"], queue_offset, side="right")) - 1)
         return self._unit_position(i) if self._files else (self.directory, 0)
+
+
+def batch_start(starts: np.ndarray, offset: int) -> int:
+    """The start of the batch holding queue offset ``offset`` (``starts``: a BatchCQ queue's batch
+    starts, ascending, then its end: :meth:`BatchConsumeQueue.batch_starts`), as the broker finds the
+    unit of a pull at an offset inside a batch (the last unit whose base offset is at most the
+    offset; docs/reading.md#batchcq); ``offset`` itself below the first batch.
+
+    >>> batch_start(np.array([0, 3, 8]), 5), batch_start(np.array([0, 3, 8]), 8), batch_start(np.array([4]), 2)
+    (3, 8, 2)
+    """
+    i = int(np.searchsorted(starts, offset, side="right")) - 1
+    return int(starts[i]) if i >= 0 else offset
+
+
+def batch_end(starts: np.ndarray, offset: int) -> int:
+    """The end of the batch holding queue offset ``offset`` (``starts`` as for :func:`batch_start`): the
+    next batch start after it, or the end; ``offset`` itself at or past the end.
+
+    >>> batch_end(np.array([0, 3, 8]), 3), batch_end(np.array([0, 3, 8]), 7), batch_end(np.array([0, 3, 8]), 8)
+    (8, 8, 8)
+    """
+    i = int(np.searchsorted(starts, offset, side="right"))
+    return int(starts[i]) if i < len(starts) else offset
 
 
 def is_inner_batch(msg: Message) -> bool:

@@ -20,6 +20,15 @@ brokers, so the offsets are one store's offsets per broker, under the key ``"bro
 it is, whatever the topics are named; one store's offsets keep their own form. Each broker's
 offsets follow the rules above against that broker's own cut (there is no cut across brokers);
 a broker the object does not name starts each queue at its minimum, as a queue not named does.
+
+**BatchCQ topics** (docs/reading.md#batchcq): a queue offset counts messages, and the broker serves
+a pull at an offset inside a batch with the whole batch. A stream over such a topic reads whole
+batches, each once: a starting offset inside a batch moves down to the batch's start (the first
+read gives that batch whole, as the broker does), and a batch's end is always a batch boundary, so
+the offsets a stream keeps are batch boundaries. ``maxUnitsPerTrigger`` then counts messages and
+a queue's share ends at the last batch boundary within it; a queue whose share is smaller than its
+next batch reads that batch whole, so a stream always moves on (a micro-batch may read more than
+``maxUnitsPerTrigger`` messages then, by less than one batch per queue).
 """
 from __future__ import annotations
 
@@ -28,7 +37,10 @@ import time
 import warnings
 from collections.abc import Callable, Iterator, Mapping, Sequence
 
+import numpy as np
+
 from ..errors import UnitsLostWarning
+from ..readers.batchcq import BatchConsumeQueue, batch_end, batch_start
 from .cluster import Cluster
 from .store import Store, StoreCut
 
@@ -36,6 +48,8 @@ from .store import Store, StoreCut
 STARTING = ("earliest", "latest", "committed")
 
 Offsets = dict[str, dict[str, int]]
+#: ``{(topic, queue_id): batch starts then end}`` of a store's BatchCQ queues in a cut (:func:`batch_starts`).
+Batches = dict[tuple[str, int], np.ndarray]
 #: The key of the offsets of a stream over several stores: ``{"brokers": {broker: Offsets}}``.
 BROKERS_KEY = "brokers"
 
@@ -153,9 +167,39 @@ def cut_offsets(cut: StoreCut, which: str = "end") -> Offsets:
     return out
 
 
+def batch_starts(store: Store, cut: StoreCut, topic: str) -> Batches:
+    """The batch starts (then the end) in ``cut`` of each BatchCQ queue of ``topic`` in ``store``
+    (none for a topic of ConsumeQueues): what a stream's offsets and batch ends are aligned by
+    (see the module docstring). Each queue's reader is the one the Store keeps (``keep_readers``),
+    followed to the cut's end if it is behind it."""
+    if topic not in store.layout.batch_cq_topics:
+        return {}
+    out: Batches = {}
+    for t, q, _lo, hi in cut.queues:
+        if t != topic:
+            continue
+        with store.queue_readers(t, q, ext=False) as (cqueue, _ext):
+            if not isinstance(cqueue, BatchConsumeQueue):  # pragma: no cover - the layout said BatchCQ
+                continue
+            if cqueue.max_offset < hi:
+                cqueue.refresh()
+            out[t, q] = cqueue.batch_starts(hi)
+    return out
+
+
+def _aligned(offsets: Offsets, batches: Batches) -> Offsets:
+    """``offsets`` with each BatchCQ queue's offset moved down to the start of the batch holding it."""
+    for (t, q), starts in batches.items():
+        off = offsets.get(t, {}).get(str(q))
+        if off is not None:
+            offsets[t][str(q)] = batch_start(starts, int(off))
+    return offsets
+
+
 def starting_offsets(store: Store, cut: StoreCut, spec: str | Offsets, *, group: str | None = None,
                      broker: str | None = None) -> Offsets:
-    """The offsets a new stream starts from (see the module docstring).
+    """The offsets a new stream starts from (see the module docstring); an offset inside a batch
+    of a BatchCQ queue is that batch's start, so the first read gives the batch whole.
 
     ``broker``: the broker ``store`` is, in a stream over several stores (the errors name it).
 
@@ -165,6 +209,14 @@ def starting_offsets(store: Store, cut: StoreCut, spec: str | Offsets, *, group:
         ``committed`` without a group, or a JSON object naming a topic or queue
         the store does not have, or an offset outside the queue's ``[min, end]``.
     """
+    offsets = _starting(store, cut, spec, group, broker)
+    batches: Batches = {}
+    for topic in offsets:
+        batches.update(batch_starts(store, cut, topic))
+    return _aligned(offsets, batches)
+
+
+def _starting(store: Store, cut: StoreCut, spec: str | Offsets, group: str | None, broker: str | None) -> Offsets:
     where = _where(broker)
     offsets = cut_offsets(cut, "min")
     if spec == "earliest":
@@ -197,33 +249,41 @@ def starting_offsets(store: Store, cut: StoreCut, spec: str | Offsets, *, group:
 
 
 def next_offsets(start: Mapping[str, Mapping[str, int]], cut: StoreCut, *, max_units: int | None = None,
-                 target: Mapping[str, Mapping[str, int]] | None = None) -> Offsets:
+                 target: Mapping[str, Mapping[str, int]] | None = None, batches: Batches | None = None) -> Offsets:
     """The end of the next batch from ``start``: each queue's end in ``cut``, or less.
 
     ``max_units`` bounds the units the batch reads in all, shared among the queues
     that have any (each gets an equal share, and what one cannot use goes to the
     others); ``target`` (Trigger.AvailableNow) caps each queue at the end it had
     when the query started. Queues in ``start`` but not in the cut (deleted) keep
-    their offset.
+    their offset. ``batches`` (:func:`batch_starts`): a BatchCQ queue goes from the start of
+    the batch holding its offset to a batch boundary, whole batches (see the module docstring).
     """
     return next_broker_offsets({None: start}, {None: cut}, max_units=max_units,
-                               target=None if target is None else {None: target})[None]
+                               target=None if target is None else {None: target},
+                               batches=None if batches is None else {None: batches})[None]
 
 
 def next_broker_offsets(start: Mapping, cuts: Mapping, *, max_units: int | None = None,
-                        target: Mapping | None = None) -> dict:
-    """:func:`next_offsets` of several stores at once: ``start`` and ``target`` map each broker
-    to its offsets, ``cuts`` each broker to its own cut. ``max_units`` is shared among the
-    queues of every broker; a broker without a cut (it does not hold the topic now) keeps its
-    offsets."""
+                        target: Mapping | None = None, batches: Mapping | None = None) -> dict:
+    """:func:`next_offsets` of several stores at once: ``start``, ``target`` and ``batches`` map
+    each broker to its offsets (its batch starts), ``cuts`` each broker to its own cut. ``max_units``
+    is shared among the queues of every broker; a broker without a cut (it does not hold the topic
+    now) keeps its offsets."""
     begin: dict[tuple, int] = {}
     avail: dict[tuple, int] = {}
+    starts_of: dict[tuple, np.ndarray] = {}
     for b, cut in cuts.items():
         own = start.get(b, {})
+        own_batches = (batches or {}).get(b) or {}
         for t, q, lo, hi in cut.queues:
             key = (b, t, str(q))
             s = own.get(t, {}).get(key[2])
             s = max(lo, 0 if s is None else int(s))
+            starts = own_batches.get((t, q))
+            if starts is not None:  # a read inside a batch gets it whole: from its start
+                starts_of[key] = starts
+                s = batch_start(starts, s)
             e = hi
             if target is not None:
                 e = min(e, target.get(b, {}).get(t, {}).get(key[2], 0))
@@ -243,10 +303,22 @@ def next_broker_offsets(start: Mapping, cuts: Mapping, *, max_units: int | None 
                     open_.remove(k)
                 if budget == 0:
                     break
+    for key, starts in starts_of.items():
+        grant[key] = _whole_batches(starts, begin[key], grant[key])
     out = {b: {t: dict(qs) for t, qs in offsets.items()} for b, offsets in start.items()}
     for (b, t, q), s in begin.items():
         out.setdefault(b, {}).setdefault(t, {})[q] = s + grant[(b, t, q)]  # s: past units expired meanwhile
     return out
+
+
+def _whole_batches(starts: np.ndarray, s: int, grant: int) -> int:
+    """A BatchCQ queue's ``grant`` of units from batch start ``s`` made whole batches: down to the last
+    batch boundary within it, or, when the next batch alone is larger, that batch whole (so the
+    stream moves on); nothing stays nothing."""
+    if grant <= 0:
+        return 0
+    end = batch_start(starts, s + grant)
+    return (end if end > s else batch_end(starts, s)) - s
 
 
 def expired(start: Mapping[str, Mapping[str, int]], cut: StoreCut) -> list[tuple[str, int, int, int]]:
@@ -316,8 +388,9 @@ class _Follower:
         cut = self.current.cut(self.topic, keep_readers=True)
         for t, q, s, lo in expired(self.offsets, cut):
             self.lost(t, q, lo - s, f"offsets [{s}, {lo}) expired by the broker before they were read")
-        end = next_offsets(self.offsets, cut)
-        todo = ranges(next_offsets(self.offsets, cut, max_units=0), end, self.topic)
+        batches = batch_starts(self.current, cut, self.topic)  # a BatchCQ topic: whole batches, each once
+        end = next_offsets(self.offsets, cut, batches=batches)
+        todo = ranges(next_offsets(self.offsets, cut, max_units=0, batches=batches), end, self.topic)
         return self._read(cut, todo, end) if todo else None
 
     def _read(self, cut: StoreCut, todo: dict[int, tuple[int, int]], end: Offsets) -> Iterator[object]:

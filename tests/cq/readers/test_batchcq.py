@@ -18,6 +18,7 @@ from contextlib import closing
 import numpy as np
 import pytest
 from helpers import DATA, patch_file
+from live_support import inner_body
 
 import cq
 from cq import format as fmt
@@ -210,16 +211,6 @@ def test_the_data_source_gives_store_consumes_messages(store, engine, read, empt
         assert 0 < len(want) < len(SENT)
 
 
-def _inner_body(messages) -> bytes:
-    parts = []
-    for body, props in messages:
-        text = fmt.encode_properties(props).encode()
-        size = fmt.INNER_MESSAGE_HEAD_STRUCT.size + len(body) + fmt.INNER_PROPERTIES_LENGTH_STRUCT.size + len(text)
-        parts += [fmt.INNER_MESSAGE_HEAD_STRUCT.pack(size, 0, 0, 0, len(body)), body,
-                  fmt.INNER_PROPERTIES_LENGTH_STRUCT.pack(len(text)), text]
-    return b"".join(parts)
-
-
 @pytest.mark.parametrize("engine", ["compiled", "twin"])
 def test_a_record_without_the_inner_batch_flag_is_one_message_in_both_reads(tmp_path, engine, monkeypatch):
     """A BatchCQ unit may point at a plain record (a single message sent to the topic): ``Store.consume``
@@ -239,7 +230,7 @@ def test_a_record_without_the_inner_batch_flag_is_one_message_in_both_reads(tmp_
                                        queue_offset=base, commit_log_offset=pos, store_timestamp=5)
             n, code = 1, tags_code("x")
         else:
-            record = fmt.encode_record(topic="T", body=_inner_body(batch), properties={"INNER_NUM": str(len(batch))},
+            record = fmt.encode_record(topic="T", body=inner_body(batch), properties={"INNER_NUM": str(len(batch))},
                                        queue_offset=base, commit_log_offset=pos, store_timestamp=5,
                                        sys_flag=fmt.INNER_BATCH_FLAG | fmt.NEED_UNWRAP_FLAG)
             n, code = len(batch), 0  # a batch record has no TAGS: code 0 (f5a5a608's hash)
