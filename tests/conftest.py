@@ -8,12 +8,8 @@ from __future__ import annotations
 import contextlib
 import multiprocessing
 import os
-import re
 import shutil
-import socket
-import subprocess
 import sys
-import time
 import traceback
 import uuid
 from collections.abc import Callable
@@ -78,11 +74,21 @@ def spark():
         .config("spark.sql.python.filterPushdown.enabled", "true")
         .config("spark.ui.showConsoleProgress", "false")
         .config("spark.driver.extraJavaOptions", SPARK_TEST_JAVA_OPTIONS)
-        .getOrCreate()
     )
+    token = uuid.uuid4().hex
+    serve_connect = _CONNECT_WANTED and _connect_missing() is None
+    if serve_connect:  # the Connect server runs in this session's JVM (see below)
+        for key, value in connect_server_conf(token).items():
+            session = session.config(key, value)
+    session = session.getOrCreate()
     session.sparkContext.setLogLevel("ERROR")
     pyspark_udfs.register(session)
+    if serve_connect:
+        server = ConnectServer(session, token)
+        _CONNECT_BACKGROUND["server"] = server
+        _CONNECT_BACKGROUND["session"] = ConnectSession(server)  # its child connects meanwhile
     yield session
+    _stop_connect()
     session.stop()
 
 
@@ -90,45 +96,35 @@ def spark():
 # A Spark Connect client switches PySpark's whole process into Connect mode (pyspark.sql.functions
 # and the UDF factories then build Connect objects), and SparkSession.builder.remote("local[2]")
 # refuses to start while a classic session exists. So the classic `spark` above stays in this
-# process and the Connect side lives apart: a Connect server (its own JVM, loopback, a free port,
-# an auth token) and one Connect client session in a child Python process that runs the functions
-# the tests hand it. Both start in the background as soon as collection has found a `connect`
-# test, so the server's start and first queries overlap the tests before. See
-# docs/spark-connect.md#tests.
-CONNECT_SERVER_CLASS = "org.apache.spark.sql.connect.service.SparkConnectServer"
+# process and the Connect client lives apart: one Connect client session in a child Python
+# process that runs the functions the tests hand it. The Connect server is Spark's own plugin
+# (SparkConnectPlugin) in the classic session's JVM, on 127.0.0.1, a port of the system's
+# choosing and an auth token: no second JVM to start and warm up, and the client's queries run
+# on the same SparkContext through the Connect server's planner. When collection has found a
+# `connect` test, the `spark` fixture starts the plugin and the client's child process at once,
+# so the client connects while the tests before run. See docs/spark-connect.md#tests.
+CONNECT_PLUGIN = "org.apache.spark.sql.connect.SparkConnectPlugin"
 CONNECT_START_SECONDS = 240
-_CONNECT_BACKGROUND: dict[str, Any] = {}  # "server", "session": started by pytest_collection_finish
+_CONNECT_WANTED = False  # a `connect` test was collected: the `spark` fixture serves Connect
+_CONNECT_BACKGROUND: dict[str, Any] = {}  # "server", "session": started by the `spark` fixture
+
+
+def connect_server_conf(token: str) -> dict[str, str]:
+    """The classic session's settings that make it a Connect server too (Spark's plugin): loopback,
+    a port the system picks (no race for a free port), clients must present ``token``."""
+    return {"spark.plugins": CONNECT_PLUGIN, "spark.connect.grpc.binding.address": "127.0.0.1",
+            "spark.connect.grpc.binding.port": "0", "spark.connect.authenticate.token": token}
 
 
 class ConnectServer:
-    """A local Spark Connect server: ``url`` (``sc://localhost:PORT``) and ``token`` for its clients."""
+    """The Spark Connect server in the classic session's JVM: ``url`` (``sc://localhost:PORT``) and
+    ``token`` for its clients."""
 
-    def __init__(self, log_dir: Path, *, own_dir: bool = False) -> None:
-        """Launch ``SparkConnectServer`` with pip pyspark's ``spark-submit`` (as ``start-connect-server.sh``).
-
-        Binds 127.0.0.1 on a free port (the tests of several worktrees may run at once) and needs a
-        token. Returns at once; :meth:`wait_ready` waits for the server. ``own_dir``: :meth:`close`
-        removes ``log_dir``.
-        """
-        import pyspark
-
-        self.own_dir = own_dir
-        spark_home = os.environ.get("SPARK_HOME") or os.path.dirname(pyspark.__file__)
-        self.log_dir, self.log = log_dir, log_dir / "connect-server.log"
-        self.port, self.token = _free_port(), uuid.uuid4().hex
+    def __init__(self, session, token: str) -> None:
+        service = getattr(session._jvm.org.apache.spark.sql.connect.service, "SparkConnectService$")
+        self.port = getattr(service, "MODULE$").localPort()
+        self.token = token
         self.url = f"sc://localhost:{self.port}"
-        with open(self.log, "wb") as out:
-            self.process = subprocess.Popen(
-                [os.path.join(spark_home, "bin", "spark-submit"), "--master", "local[2]",
-                 "--class", CONNECT_SERVER_CLASS, "--name", "rmqfilter-tests",
-                 "--conf", "spark.connect.grpc.binding.address=127.0.0.1",
-                 "--conf", f"spark.connect.grpc.binding.port={self.port}",
-                 "--conf", "spark.ui.enabled=false", "--conf", "spark.ui.showConsoleProgress=false",
-                 "--conf", "spark.sql.shuffle.partitions=2", "--conf", "spark.default.parallelism=2",
-                 "--conf", "spark.sql.python.filterPushdown.enabled=true",
-                 "--conf", f"spark.driver.extraJavaOptions={SPARK_TEST_JAVA_OPTIONS}"],
-                env=self.client_env(), cwd=log_dir, stdin=subprocess.DEVNULL, stdout=out,
-                stderr=subprocess.STDOUT, preexec_fn=_die_with_parent)  # noqa: PLW1509  nothing but prctl
 
     def client_env(self) -> dict[str, str]:
         """Environment for a client process: the server's token, and no Connect state inherited."""
@@ -136,53 +132,6 @@ class ConnectServer:
                if k not in ("SPARK_REMOTE", "SPARK_LOCAL_REMOTE", "SPARK_CONNECT_MODE_ENABLED")}
         env["SPARK_CONNECT_AUTHENTICATE_TOKEN"] = self.token
         return env
-
-    def wait_ready(self) -> bool:
-        """True once the server listens; False if it exited or did not start in time."""
-        return _wait_for_connect_server(self.log, self.port, alive=lambda: self.process.poll() is None)
-
-    def log_tail(self, lines: int = 30) -> str:
-        return "\n".join(self.log.read_text(errors="replace").splitlines()[-lines:])
-
-    def close(self) -> None:
-        """Stop the server and remove its directory if it made it."""
-        self.stop()
-        if self.own_dir:
-            shutil.rmtree(self.log_dir, ignore_errors=True)
-
-    def stop(self) -> None:
-        if self.process.poll() is None:
-            self.process.terminate()
-            try:
-                self.process.wait(60)
-            except subprocess.TimeoutExpired:
-                self.process.kill()
-                self.process.wait()
-
-
-def _wait_for_connect_server(log: Path, port: int, alive: Callable[[], bool] = lambda: True) -> bool:
-    started = re.compile(rf"Spark Connect server started at: .*:{port}\b".encode())
-    deadline = time.monotonic() + CONNECT_START_SECONDS
-    while time.monotonic() < deadline and alive():
-        if log.exists() and started.search(log.read_bytes()):
-            return True
-        time.sleep(0.25)
-    return False
-
-
-def _die_with_parent() -> None:
-    """In the server's process before exec: Linux sends it SIGTERM when pytest dies, however it dies."""
-    if sys.platform.startswith("linux"):
-        import ctypes
-        import signal
-
-        ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
-
-
-def _free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
 
 
 def _connect_missing() -> str | None:
@@ -203,8 +152,9 @@ def pytest_collection_modifyitems(session, config, items) -> None:
 
 def pytest_collection_finish(session) -> None:
     """Start in the background what slow tests need: the broker scenarios whose outputs the
-    `broker` tests read (tests/broker/broker_support.py), and the Connect server and client
-    when a `connect` test will run."""
+    `broker` tests read (tests/broker/broker_support.py); and note whether a `connect` test will
+    run (the `spark` fixture then serves Spark Connect as well)."""
+    global _CONNECT_WANTED
     if session.config.option.collectonly:
         return
     modules = {i.module.__name__ for i in session.items if i.get_closest_marker("broker")}
@@ -217,54 +167,28 @@ def pytest_collection_finish(session) -> None:
         # the scenarios of the selected modules (test_broker_<scenario>.py)
         broker_support.start_in_background([n for n in broker_support.CACHED_SCENARIOS
                                             if any(m.endswith(f"test_broker_{n}") for m in modules)])
-    _start_connect(session)
+    _CONNECT_WANTED = any(i.get_closest_marker("connect") for i in session.items)
 
 
-def _start_connect(session) -> None:
-    if not any(i.get_closest_marker("connect") for i in session.items):
-        return
-    if _connect_missing() is not None:
-        return  # the fixture fails with the reason
-    import tempfile
-
-    server = ConnectServer(Path(tempfile.mkdtemp(prefix="rmqfilter-connect-")), own_dir=True)
-    _CONNECT_BACKGROUND["server"] = server
-    _CONNECT_BACKGROUND["session"] = ConnectSession(server)
-
-
-def pytest_sessionfinish(session, exitstatus) -> None:
-    """Stop what the background start made if no test took it (deselected by -x, -k...)."""
+def _stop_connect() -> None:
     connect_session = _CONNECT_BACKGROUND.pop("session", None)
     if connect_session is not None:
         connect_session.stop()
-    server = _CONNECT_BACKGROUND.pop("server", None)
-    if server is not None:
-        server.close()
+    _CONNECT_BACKGROUND.pop("server", None)
 
 
 @pytest.fixture(scope="session")
-def connect_server(tmp_path_factory):
-    """One local Spark Connect server for the whole test session (stopped at the end)."""
+def connect_server(spark):
+    """The session's Spark Connect server (in the classic session's JVM; stopped with it)."""
     missing = _connect_missing()
     if missing is not None:
         pytest.fail(f"Spark Connect tests need the connect extra (pip install -e '.[connect]'): {missing}",
                     pytrace=False)
-    server = _CONNECT_BACKGROUND.pop("server", None)
-    for _attempt in range(3):  # another process may take the free port before the server binds it
-        if server is None:
-            server = ConnectServer(tmp_path_factory.mktemp("connect"))
-        if server.wait_ready():
-            break
-        server.stop()
-        if b"Address already in use" not in server.log.read_bytes():
-            pytest.fail(f"the Spark Connect server did not start (log {server.log}):\n{server.log_tail()}",
-                        pytrace=False)
-        server.close()
-        server = None
-    else:
-        pytest.fail("the Spark Connect server found no free port in three tries", pytrace=False)
-    yield server
-    server.close()
+    server = _CONNECT_BACKGROUND.get("server")
+    if server is None:
+        pytest.fail("the `spark` session serves Spark Connect only when collection found a `connect` test",
+                    pytrace=False)
+    return server
 
 
 class ConnectSession:
@@ -273,14 +197,14 @@ class ConnectSession:
     ``run(fn, *args)`` is ``fn(session, *args)`` there: ``fn`` must be importable (a module-level
     function) and its arguments and result picklable, so tests return plain rows, counts and text.
     The same ``fn`` run with the classic ``spark`` fixture gives the result to compare with.
-    The child connects once the server is up and runs a first query at once (:func:`_warm_up`).
+    The child connects at once and runs a first query (:func:`_warm_up`).
     """
 
     def __init__(self, server: ConnectServer) -> None:
         self.server = server
         self._pool = ProcessPoolExecutor(1, mp_context=multiprocessing.get_context("spawn"),
                                          initializer=_connect_child_start,
-                                         initargs=(server.url, server.token, server.log, server.port))
+                                         initargs=(server.url, server.token))
         self._warm = self._pool.submit(_connect_child_call, _warm_up, (), {})
 
     def run(self, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
@@ -298,7 +222,7 @@ class ConnectSession:
 _CONNECT_SESSION = None  # the child process's Spark Connect session
 
 
-def _connect_child_start(url: str, token: str, log: Path, port: int) -> None:
+def _connect_child_start(url: str, token: str) -> None:
     global _CONNECT_SESSION
     os.environ["SPARK_CONNECT_AUTHENTICATE_TOKEN"] = token
     # Imported before the session exists, as a user's script may: nothing in pyspark_udfs may
@@ -308,14 +232,12 @@ def _connect_child_start(url: str, token: str, log: Path, port: int) -> None:
     import pyspark_udfs
     import pyspark_udfs.functions
 
-    if not _wait_for_connect_server(log, port):
-        raise RuntimeError(f"the Spark Connect server did not start (log {log})")
     _CONNECT_SESSION = SparkSession.builder.remote(url).getOrCreate()
     pyspark_udfs.register(_CONNECT_SESSION)
 
 
 def _warm_up(spark) -> None:
-    """A first query (data source, Arrow UDF), so the server's Python workers start in the background."""
+    """A first query (data source, Arrow UDF) while the tests before the Connect ones run."""
     from pyspark.sql import functions as F
 
     from pyspark_udfs import tags_code

@@ -263,8 +263,9 @@ def test_layer2_in_spark_equals_classic(spark, connect_spark):
 def test_bad_options_name_the_option_under_connect(connect_spark):
     assert "in selector 'a >'" in connect_spark.run(bad_read, topic=TOPIC, group="G", sql="a >")
     assert "option 'table'" in connect_spark.run(bad_read, table="index")
-    # The server's Python runs elsewhere than the client: a relative path says so.
-    assert "give an absolute path" in connect_spark.run(bad_read, path=os.path.relpath(STORE))
+    # The server's Python resolves a relative path in its own working directory, not the
+    # client's: a relative path that is no store there says so (here: relative to tests/).
+    assert "give an absolute path" in connect_spark.run(bad_read, path=os.path.relpath(STORE, DATA.parent))
     with pytest.raises(ConnectCallError, match="did not fail"):  # the workload itself can fail
         connect_spark.run(bad_read, topic=TOPIC)
 
