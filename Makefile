@@ -32,13 +32,13 @@ build: $(STAMP)
 # once, into build/broker-runs/, while the other tests run; the second pass reuses them.
 # The two passes run at once (the first often waits on JVMs and brokers; two cores are enough):
 # the pure-Python pass writes build/test-python.log, shown once both have finished. The
-# Cython pass is the longer one, so `test` hands five of its slow, self-contained files
+# Cython pass is the longer one, so `test` hands four of its slow, self-contained files
 # (SIDE_TESTS: descriptor bounds over 3,000 queues, the standalone Spark cluster, the docs'
-# examples, the store fuzz sweeps, the native selectors' public sweep) to the pure pass's
-# process once that pass is done, still under the compiled engines; `make test-cython`
-# alone runs every file.
-SIDE_TESTS = tests/cli/test_fd_bounds.py tests/spark/test_cluster.py tests/test_docs.py tests/cq/readers/test_store_fuzz.py \
-	tests/spark/test_spark_native.py
+# examples, the store fuzz sweeps) to the pure pass's process once that pass is done, still
+# under the compiled engines; `make test-cython` alone runs every file. Every test that needs
+# the shared SparkSession stays in the first pass: a second session would cost its own JVM's
+# start and warm-up (docs/contributing.md#suite-time).
+SIDE_TESTS = tests/cli/test_fd_bounds.py tests/spark/test_cluster.py tests/test_docs.py tests/cq/readers/test_store_fuzz.py
 test: setup harness
 	@mkdir -p build; \
 	( $(MAKE) --no-print-directory test-python; a=$$?; $(PY) -m pytest -q $(SIDE_TESTS); b=$$?; \
