@@ -1,4 +1,4 @@
-"""The scan job on a real Spark standalone cluster (master + one worker on 127.0.0.1) equals local mode.
+"""The scan job on a real Spark standalone cluster (master + one worker on 127.0.0.1) gives what the group receives.
 
 Starts the master and worker from the installed pyspark (``spark-class``),
 submits ``pyspark_udfs/job.py`` with ``spark-submit``, and always tears both down.
@@ -91,7 +91,8 @@ def standalone_cluster(tmp_path):
                 p.wait()
 
 
-def test_scan_job_on_standalone_cluster_equals_local_mode(standalone_cluster, spark, tmp_path):
+def test_scan_job_on_standalone_cluster_gives_what_the_group_receives(standalone_cluster, tmp_path):
+    import cq
     from pyspark_udfs import job
 
     url, env = standalone_cluster
@@ -109,15 +110,21 @@ def test_scan_job_on_standalone_cluster_equals_local_mode(standalone_cluster, sp
     # The application really ran on the cluster's executor, not in local mode.
     assert list((tmp_path / "work").glob("app-*/0/stderr")), "no executor ran on the standalone worker"
 
+    # What the group receives, from the library (no SparkSession in this process: the job's
+    # local-mode equality with the library is tests/spark/test_spark_job.py's).
     cluster = json.loads(summary.read_text())
-    local = job.scan(spark, str(DATA / "golden_store"), TOPIC, job.GroupScan(GROUP, sql=SQL))
-    assert cluster["units_scanned"] == local.units_scanned > 0
-    assert cluster["passed_consume_queue"] == local.passed_consume_queue
-    assert cluster["passed_commit_log"] == local.passed_commit_log > 0
-    assert cluster["delivered"] == local.delivered
+    store = cq.Store(DATA / "golden_store")
+    try:
+        result = store.consume(TOPIC, GROUP, sql=SQL)
+        received = [(m.queue_id, m.queue_offset, m.commit_log_offset, m.tags, m.keys) for m in result]
+    finally:
+        store.close()
+    stats = result.stats
+    assert cluster["units_scanned"] == stats.units_scanned > 0
+    assert cluster["passed_consume_queue"] == stats.passed_consume_queue
+    assert cluster["passed_commit_log"] == stats.passed_commit_log > 0
+    assert cluster["delivered"] == stats.delivered == len(received)
 
-    written = spark.read.json(str(out_dir))
-    local_rows = spark.read.format("rocketmq").option("topic", TOPIC).option("group", GROUP) \
-        .option("sql", SQL).load(str(DATA / "golden_store"))
     key = ["queue_id", "queue_offset", "commit_log_offset", "tags", "keys"]
-    assert sorted(map(tuple, written.select(*key).collect())) == sorted(map(tuple, local_rows.select(*key).collect()))
+    written = [json.loads(line) for part in sorted(out_dir.glob("part-*")) for line in part.read_text().splitlines()]
+    assert sorted(tuple(row.get(k) for k in key) for row in written) == sorted(received)
