@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from helpers import DATA, SPARK_TEST_JAVA_OPTIONS, ConnectCallError
+from helpers import DATA, SPARK_TEST_JAVA_OPTIONS, ConnectCallError, tasks_passed_on_retry
 from hypothesis import settings
 
 # Spark starts its Python workers with PYSPARK_PYTHON; they must be this interpreter.
@@ -50,8 +50,12 @@ def golden_copy(tmp_path) -> Path:
 
 @pytest.fixture(scope="session")
 def spark():
-    """One SparkSession for the whole test session: local[2], UI off, few shuffle partitions.
+    """One SparkSession for the whole test session: local[2,2], UI off, few shuffle partitions.
 
+    local[2,2]: two threads, and a failed task is tried once more before its job fails (as
+    spark.task.maxFailures does on a cluster; plain local[2] never retries), so
+    tests/spark/test_spark_failures.py checks retries here rather than in a second Spark.
+    A task that fails for good fails its job as before, after two attempts.
     Fails (never skips) with a clear message when Java or PySpark is missing.
     """
     if not (os.environ.get("JAVA_HOME") or shutil.which("java")):
@@ -63,7 +67,7 @@ def spark():
     import pyspark_udfs
 
     session = (
-        SparkSession.builder.master("local[2]")
+        SparkSession.builder.master("local[2,2]")
         .appName("rmqfilter-tests")
         .config("spark.ui.enabled", "false")
         # The native-selector tests build very wide plans; 1 GB (the default) runs out
@@ -90,6 +94,27 @@ def spark():
     yield session
     _stop_connect()
     session.stop()
+
+
+@pytest.fixture(autouse=True)
+def _no_task_passes_only_on_retry(request):
+    """A Spark test fails when one of its jobs succeeded only because a failed task was tried again.
+
+    The shared session retries a failed task once (local[2,2]); a task that fails now and then
+    (a torn read of a live store, say) must still fail its test, as it would under local[2].
+    A test that fails tasks on purpose says so with the ``task_retries`` marker. Jobs in a job
+    group (a streaming query's) are not looked at.
+    """
+    if "spark" not in request.fixturenames or request.node.get_closest_marker("task_retries"):
+        yield
+        return
+    spark = request.getfixturevalue("spark")
+    before = set(spark.sparkContext.statusTracker().getJobIdsForGroup())
+    yield
+    retried = tasks_passed_on_retry(spark, before)
+    if retried:
+        pytest.fail("tasks failed and passed only on Spark's retry (a flaky task): " + "; ".join(retried),
+                    pytrace=False)
 
 
 # --------------------------------------------------------------------------- Spark Connect

@@ -15,8 +15,8 @@ from pathlib import Path
 
 from rmqfilter_engine import PUREPYTHON
 
-__all__ = ["DATA", "PUREPYTHON", "RETRY_MESSAGES", "SPARK_TEST_JAVA_OPTIONS", "entry_root", "kernels", "load_jsonl", "patch_file", "tree_snapshot",
-           "use_kernels",
+__all__ = ["DATA", "PUREPYTHON", "RETRY_MESSAGES", "SPARK_TEST_JAVA_OPTIONS", "entry_root", "kernels", "load_jsonl", "patch_file",
+           "tasks_passed_on_retry", "tree_snapshot", "use_kernels",
            "write_retry_store"]
 
 #: The conformance cases and the golden store (copied from ../shared so the suite stands alone).
@@ -28,6 +28,23 @@ DATA = Path(__file__).resolve().parent / "data"
 #: compilations cost more CPU than they win back; on two cores that CPU is the suite's time (a
 #: test-only setting: a user's long job wants the defaults; docs/contributing.md#suite-time).
 SPARK_TEST_JAVA_OPTIONS = "-XX:+UseSerialGC -XX:TieredStopAtLevel=1"
+
+
+def tasks_passed_on_retry(spark, since: set[int]) -> list[str]:
+    """The Spark jobs (not in a job group) started after the job ids ``since`` that succeeded
+    although some task attempt of theirs failed: Spark retried it (the tests' session is
+    ``local[2,2]``). Each as ``"job J stage S: N failed task attempt(s)"``."""
+    tracker = spark.sparkContext.statusTracker()
+    retried = []
+    for job in sorted(set(tracker.getJobIdsForGroup()) - since):
+        info = tracker.getJobInfo(job)
+        if info is None or info.status != "SUCCEEDED":
+            continue
+        for stage in info.stageIds:
+            stage_info = tracker.getStageInfo(stage)
+            if stage_info is not None and stage_info.numFailedTasks:
+                retried.append(f"job {job} stage {stage}: {stage_info.numFailedTasks} failed task attempt(s)")
+    return retried
 
 
 def load_jsonl(name: str) -> list[dict]:

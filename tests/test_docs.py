@@ -25,8 +25,8 @@ whose examples use the sample store shows the command that writes it, so a reade
 Markers, an HTML comment on the line just before a block (not rendered):
 
 - ``<!-- doctest: spark -->``: the block's examples need ``spark`` (the shared session); the
-  page's examples run again with them, in page order, in :func:`test_page_spark_examples`
-  (marker ``spark``);
+  page's examples run again with them, in page order, in ``test_page_spark_examples`` of
+  tests/spark/test_docs_spark.py (marker ``spark``), in the process of the other Spark tests;
 - ``<!-- doctest: skip REASON -->``: the block does not run, and REASON says why (it needs a
   cluster, a path on the reader's machine...). A python block without ``>>>`` must carry one:
   every Python example either runs or says why it does not.
@@ -186,14 +186,6 @@ def test_page_examples(path, doc_globs):
     test = page_doctest(page, doc_globs, spark=False)
     if test.examples:
         run_doctest(test)
-
-
-@pytest.mark.spark
-@pytest.mark.parametrize("path", [p for p in PAGES if any(b.marker == "spark" for b in parse_page(p).blocks)],
-                         ids=_page_id)
-def test_page_spark_examples(path, doc_globs, spark):
-    page = parse_page(path)
-    run_doctest(page_doctest(page, dict(doc_globs, spark=spark), spark=True))
 
 
 _CITATION = re.compile(r"\bdocs/([\w-]+\.md)(?:#([\w-]+))?")

@@ -6,12 +6,9 @@ import json
 import os
 import re
 import struct
-import subprocess
-import sys
-import textwrap
 
 import pytest
-from helpers import DATA, SPARK_TEST_JAVA_OPTIONS, load_jsonl, patch_file
+from helpers import DATA, load_jsonl, patch_file, tasks_passed_on_retry
 
 from cq import format as fmt
 
@@ -212,88 +209,69 @@ def test_cli_scan_prints_the_skipped_ranges(spark, golden_copy, tmp_path, capsys
 
 # ------------------------------------------------------------------ retries
 
-# A separate short-lived session: the shared test session is local[2], which
-# never retries a task; local[2,4] allows 4 attempts. The flaky sources are
-# defined in the script (test-only), wrapping the real one; one session runs
-# each way a task can fail, one after the other.
-_RETRY_SCRIPT = textwrap.dedent('''
-    import json, os, sys
+# The shared test session is local[2,2] (tests/conftest.py): a task that fails is tried once
+# more. The flaky sources are made here (test-only, classes built in a function so Spark's
+# workers get them by value), wrapping the real one.
+
+def _flaky_source(mode: str, markers: str):
+    """A rocketmq source whose task for partition 1 fails once: raises, or its Python worker dies."""
     from pyspark import TaskContext
-    from pyspark_udfs import job
+
     from pyspark_udfs.datasource import RocketMQDataSource, RocketMQPushdownReader
 
-    store, markers_root, modes = sys.argv[1], sys.argv[2], sys.argv[3:]
+    class FlakyReader(RocketMQPushdownReader):
+        def read(self, partition):
+            ctx = TaskContext.get()
+            if ctx.partitionId() == 1:
+                # The first attempt to get here fails; the marker is created atomically.
+                try:
+                    fd = os.open(os.path.join(markers, "failed"), os.O_CREAT | os.O_EXCL | os.O_WRONLY)
+                except FileExistsError:
+                    with open(os.path.join(markers, f"retried-{ctx.attemptNumber()}"), "w"):
+                        pass
+                else:
+                    os.write(fd, str(ctx.attemptNumber()).encode())
+                    os.close(fd)
+                    if mode == "die":
+                        os._exit(17)
+                    raise RuntimeError("injected failure")
+            yield from super().read(partition)
 
-    def flaky_source(mode, markers):
-        """A rocketmq source whose task for partition 1 fails once: raises, or its worker dies."""
-        class FlakyReader(RocketMQPushdownReader):
-            def read(self, partition):
-                ctx = TaskContext.get()
-                if ctx.partitionId() == 1:
-                    # The first attempt to get here fails; the marker is created atomically.
-                    try:
-                        fd = os.open(os.path.join(markers, "failed"), os.O_CREAT | os.O_EXCL | os.O_WRONLY)
-                    except FileExistsError:
-                        with open(os.path.join(markers, f"retried-{ctx.attemptNumber()}"), "w"):
-                            pass
-                    else:
-                        os.write(fd, str(ctx.attemptNumber()).encode())
-                        os.close(fd)
-                        if mode == "die":
-                            os._exit(17)
-                        raise RuntimeError("injected failure")
-                yield from super().read(partition)
+    class FlakySource(RocketMQDataSource):
+        @classmethod
+        def name(cls):
+            return f"rocketmq_flaky_{mode}"
 
-        class FlakySource(RocketMQDataSource):
-            @classmethod
-            def name(cls):
-                return f"rocketmq_flaky_{mode}"
+        def reader(self, schema):
+            return FlakyReader(self.read_options, schema)
 
-            def reader(self, schema):
-                return FlakyReader(self.read_options, schema)
-
-        return FlakySource
-
-    spark = job.spark_session("local[2,4]", progress=False, conf={
-        "spark.sql.shuffle.partitions": "2", "spark.driver.extraJavaOptions": os.environ["SPARK_TEST_JAVA_OPTIONS"]})
-    try:
-        for mode in modes:
-            markers = os.path.join(markers_root, mode)
-            os.mkdir(markers)
-            spark.dataSource.register(flaky_source(mode, markers))
-            df = (spark.read.format(f"rocketmq_flaky_{mode}").option("topic", "GoldenFilterTopic")
-                  .option("group", "GID_SQL_A").option("sql", "a > 5 AND b = 'abc'").option("decisions", "true")
-                  .option("table", "consumequeue").option("partition_units", "50").load(store))
-            rows = [[r.queue_id, r.queue_offset, r.matched_by_consume_queue, r.matched_by_commit_log, r.delivered]
-                    for r in df.collect()]
-            print(json.dumps({"mode": mode, "partitions": df.rdd.getNumPartitions(), "rows": sorted(rows)}))
-    finally:
-        spark.stop()
-''')
+    return FlakySource
 
 
-def test_a_task_that_fails_once_gives_the_same_rows_after_retry(spark, tmp_path):
+def _decision_rows(df) -> list[list]:
+    return sorted([r.queue_id, r.queue_offset, r.matched_by_consume_queue, r.matched_by_commit_log, r.delivered]
+                  for r in df.collect())
+
+
+@pytest.mark.task_retries
+@pytest.mark.parametrize("mode", ["raise", "die"])
+def test_a_task_that_fails_once_gives_the_same_rows_after_retry(spark, tmp_path, mode):
     """A task that raises, and one whose Python worker dies, run again and give the same rows."""
-    expected = sorted(
-        [r.queue_id, r.queue_offset, r.matched_by_consume_queue, r.matched_by_commit_log, r.delivered]
-        for r in _read(spark, DATA / "golden_store", topic=TOPIC, group="GID_SQL_A", sql=SQL_A,
-                       decisions="true", table="consumequeue").collect())
-    script = tmp_path / "flaky.py"
-    script.write_text(_RETRY_SCRIPT)
-    modes = ["raise", "die"]
-    proc = subprocess.run([sys.executable, str(script), str(DATA / "golden_store"), str(tmp_path), *modes],
-                          env=dict(os.environ, SPARK_TEST_JAVA_OPTIONS=SPARK_TEST_JAVA_OPTIONS),
-                          check=False, capture_output=True, text=True, timeout=300)
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    results = [json.loads(line) for line in proc.stdout.splitlines() if line.startswith('{"mode"')]
-    assert [r["mode"] for r in results] == modes
-    for got in results:
-        markers = tmp_path / got["mode"]
-        # The failure was injected on a first attempt and the task ran again.
-        assert (markers / "failed").read_text() == "0", got["mode"]
-        assert any(name.startswith("retried-") and name != "retried-0" for name in os.listdir(markers)), got["mode"]
-        assert got["partitions"] > 1
-        assert got["rows"] == expected and len(expected) == 200, got["mode"]
+    options = {"topic": TOPIC, "group": "GID_SQL_A", "sql": SQL_A, "decisions": "true", "table": "consumequeue"}
+    expected = _decision_rows(_read(spark, DATA / "golden_store", **options))
+    spark.dataSource.register(_flaky_source(mode, str(tmp_path)))
+    reader = spark.read.format(f"rocketmq_flaky_{mode}").option("partition_units", "50")
+    for name, value in options.items():
+        reader = reader.option(name, value)
+    df = reader.load(str(DATA / "golden_store"))
+    assert df.rdd.getNumPartitions() > 1
+    jobs_before = set(spark.sparkContext.statusTracker().getJobIdsForGroup())
+    assert _decision_rows(df) == expected and len(expected) == 200
+    # Spark saw the failed attempt (and conftest's check of every other Spark test would report it)
+    assert tasks_passed_on_retry(spark, jobs_before) != []
+    # The failure was injected on a first attempt and the task ran again.
+    assert (tmp_path / "failed").read_text() == "0"
+    assert any(name.startswith("retried-") and name != "retried-0" for name in os.listdir(tmp_path))
 
 
 @pytest.mark.parametrize("bad_every", [1, 2, 97, None])

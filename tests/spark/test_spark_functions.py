@@ -104,7 +104,6 @@ SELECTOR_CASES = [
     c for c in load_jsonl("selector_cases.jsonl")
     if c["parse_ok"] and _utf8_ok(c["expr"]) and all(_utf8_ok(k) and _utf8_ok(v) for k, v in c["props"].items())
 ]
-COLUMN_CHUNK = 400  # selector_match Columns per Spark job (fewer, bigger plans are slower)
 
 
 def _selector_frame(spark):
@@ -130,24 +129,60 @@ def test_rmq_selector_match_sql_form_equals_broker_for_every_case(spark):
             assert selector.compile(r["sql"]).matches(by_id[r["id"]]["props"]) == r["expected"]
 
 
-def test_selector_match_column_equals_broker_for_every_distinct_selector(spark):
-    """The Arrow UDF engine on every distinct public selector (the native one: test_spark_native.py)."""
+@pytest.mark.parametrize("string_type", ["string", "large_string"])
+def test_arrow_udf_body_equals_broker_for_every_distinct_selector(string_type):
+    """The Arrow UDF engine's body (``selector_match_columns``, as ``arrow_match_column`` calls it in
+    Spark's Python workers) on every distinct public selector, with either Arrow string type.
+
+    No Spark here: the UDF's wiring (the property columns it gets, the batches) is checked on a
+    sample in test_selector_match_column_equals_broker_on_a_sample_of_selectors."""
+    import pyarrow as pa
+
+    from pyspark_udfs import _batch
+
+    by_expr: dict[str, list[tuple[str, dict | None, bool]]] = {}
+    for c in SELECTOR_CASES:
+        by_expr.setdefault(c["expr"], []).append((c["id"], c["props"], c["matched"]))
+    by_expr.setdefault("a IS NULL", []).append(("null-map", None, True))  # every lookup is absent
+    assert len(by_expr) >= 1000
+    arrow_type = getattr(pa, string_type)()
+    got, expected = {}, {}
+    for sql, cases in by_expr.items():
+        names = tuple(sorted(_batch.compiled_selector(sql).properties))  # as arrow_match_column sends them
+        if names:
+            arrays = [pa.array([None if props is None else props.get(name) for _, props, _ in cases], arrow_type)
+                      for name in names]
+        else:
+            arrays = [pa.array([None] * len(cases), arrow_type)]  # the placeholder: only the batch length
+        decisions = _batch.selector_match_columns(sql, names, arrays)
+        assert decisions.type == pa.bool_() and decisions.null_count == 0, sql
+        got.update(zip([i for i, _, _ in cases], decisions.to_pylist()))
+        expected.update({i: matched for i, _, matched in cases})
+    wrong = {i: (got[i], expected[i]) for i in expected if got[i] is not expected[i]}
+    assert not wrong, f"{len(wrong)} of {len(expected)} differ, e.g. {list(wrong.items())[:5]}"
+
+
+# Every curated case and every twentieth other distinct selector, as test_spark_native samples them.
+ENGINE_SAMPLE = sorted({c["expr"] for n, c in enumerate(SELECTOR_CASES) if c["kind"] == "curated" or n % 20 == 0})
+
+
+def test_selector_match_column_equals_broker_on_a_sample_of_selectors(spark):
+    """The Arrow UDF engine in Spark, one job over ENGINE_SAMPLE (every distinct selector: the test above)."""
     from pyspark.sql import functions as F
 
+    import selector
     from pyspark_udfs import selector_match
 
-    df = _selector_frame(spark).filter(F.col("sql").isNotNull()).cache()
-    exprs = sorted({c["expr"] for c in SELECTOR_CASES} | {"a IS NULL"})
-    got: dict[str, bool] = {}
-    for start in range(0, len(exprs), COLUMN_CHUNK):
-        chunk = exprs[start:start + COLUMN_CHUNK]
-        # Each row takes the Column built for its own selector text.
-        picked = F.coalesce(*[F.when(F.col("sql") == F.lit(x), selector_match(x, "props", engine="arrow"))
-                              for x in chunk])
-        rows = df.filter(F.col("sql").isin(chunk)).select("id", picked.alias("got")).collect()
-        got.update({r["id"]: r["got"] for r in rows})
-    df.unpersist()
-    expected = {c["id"]: c["matched"] for c in SELECTOR_CASES}
+    exprs = sorted(set(ENGINE_SAMPLE) | {"a IS NULL"})
+    assert len(exprs) >= 150 and any(not selector.compile(x).properties for x in exprs)  # some read nothing
+    df = _selector_frame(spark).filter(F.col("sql").isin(exprs))
+    # Each row takes the Column built for its own selector text.
+    picked = F.coalesce(*[F.when(F.col("sql") == F.lit(x), selector_match(x, "props", engine="arrow"))
+                          for x in exprs])
+    plan_and_rows = df.select("id", picked.alias("got"))
+    assert "ArrowEvalPython" in plan_and_rows._jdf.queryExecution().executedPlan().toString()
+    got = {r["id"]: r["got"] for r in plan_and_rows.collect()}
+    expected = {c["id"]: c["matched"] for c in SELECTOR_CASES if c["expr"] in exprs}
     expected["null-map"] = True
     assert got == expected
 
@@ -180,8 +215,6 @@ def test_selector_match_rejects_bad_selector_when_the_column_is_built(spark):
         selector_match(None, "props")
 
 
-# Every curated case and every twentieth other distinct selector, as test_spark_native samples them.
-ENGINE_SAMPLE = sorted({c["expr"] for n, c in enumerate(SELECTOR_CASES) if c["kind"] == "curated" or n % 20 == 0})
 ENGINE_CHUNK = 10  # native selector columns per Spark job (as in test_spark_native.py)
 
 
@@ -212,11 +245,14 @@ def _match_by_engine(spark, engine: str, sample: list[str]) -> tuple[dict[str, b
 
 def test_selector_match_engines_agree_with_the_broker_and_auto_runs_natively(spark):
     assert len(ENGINE_SAMPLE) >= 150
-    # The Arrow engine on every distinct selector: test_selector_match_column_equals_broker_...;
+    # The Arrow engine on every distinct selector: test_arrow_udf_body_equals_broker_..., in Spark
+    # on this sample: test_selector_match_column_equals_broker_on_a_sample_of_selectors;
     # the native engine on this whole sample: test_spark_native.py (public_results), and
     # every compilable public selector translates natively (test_every_compilable_public_...).
-    # Here auto on the first 30 selectors: planning 10 of these wide columns takes seconds.
-    evaluated = ENGINE_SAMPLE[:30]
+    # auto's native Column is the same lowering of the same translation as selector_column's
+    # (NativeSelector.match_column / .column), so here auto in Spark on one job of the sample:
+    # planning 10 of these wide columns takes seconds.
+    evaluated = ENGINE_SAMPLE[:ENGINE_CHUNK]
     auto, auto_plans = _match_by_engine(spark, "auto", evaluated)
     expected = {c["id"]: c["matched"] for c in SELECTOR_CASES if c["expr"] in evaluated}
     if "a IS NULL" in evaluated:
