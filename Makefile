@@ -32,13 +32,17 @@ build: $(STAMP)
 # once, into build/broker-runs/, while the other tests run; the second pass reuses them.
 # The two passes run at once (the first often waits on JVMs and brokers; two cores are enough):
 # the pure-Python pass writes build/test-python.log, shown once both have finished. The
-# Cython pass is the longer one, so `test` hands four of its slow, self-contained files
-# (SIDE_TESTS: descriptor bounds over 3,000 queues, the standalone Spark cluster, the docs'
-# examples, the store fuzz sweeps) to the pure pass's process once that pass is done, still
-# under the compiled engines; `make test-cython` alone runs every file. Every test that needs
-# the shared SparkSession stays in the first pass: a second session would cost its own JVM's
-# start and warm-up (docs/contributing.md#suite-time).
-SIDE_TESTS = tests/cli/test_fd_bounds.py tests/spark/test_cluster.py tests/test_docs.py tests/cq/readers/test_store_fuzz.py
+# Cython pass is the longer one (it holds every test that needs the shared SparkSession: a
+# second session would cost its own JVM's start and warm-up, docs/contributing.md#suite-time),
+# so `test` hands slow, self-contained files that need no SparkSession (SIDE_TESTS: descriptor
+# bounds over 3,000 queues, the standalone Spark cluster, the docs' examples, the store fuzz
+# sweeps, the live broker, killed writers, the kernels against their twins, ...) to the pure
+# pass's process once that pass is done, still under the compiled engines; `make test-cython`
+# alone runs every file.
+SIDE_TESTS = tests/cli/test_fd_bounds.py tests/spark/test_cluster.py tests/test_docs.py tests/cq/readers/test_store_fuzz.py \
+	tests/broker/test_broker_live.py tests/cq/writer/test_writer_interrupted.py tests/cq/kernels/test_cq_engines.py \
+	tests/cq/analyses/test_why.py tests/selector/test_selector_parser.py tests/cq/readers/test_data_path.py \
+	tests/cq/writer/test_writer_redispatch.py
 test: setup harness
 	@mkdir -p build; \
 	( $(MAKE) --no-print-directory test-python; a=$$?; $(PY) -m pytest -q $(SIDE_TESTS); b=$$?; \
