@@ -296,8 +296,14 @@ def test_truncation_points_inside_an_earlier_file_are_errors_with_the_file_and_o
     path = golden_copy / "commitlog" / name
     original = _read(path)
     pos = off - start
+    # every 31st byte of the record, but of its body (27 KB of this record) a fixed-seed sample:
+    # the readers do not look into a body, so a cut anywhere in it leaves the same record (whole
+    # lengths, zeros for the rest of the body, a body CRC that fails); header and properties cuts all stay
+    body = range(88, 88 + row["bodyLength"])
+    every = range(0, row["storeSize"], 31)
+    cuts = [c for c in every if c not in body] + sorted(random.Random(31).sample([c for c in every if c in body], 24))
     with Budget(60) as budget:
-        for cut in range(0, row["storeSize"], 31):
+        for cut in cuts:
             budget.case = case = f"{name}: record @{off} cut after {cut} bytes"
             _write(path, original[:pos + cut] + bytes(len(original) - pos - cut))
             store = cq.Store(golden_copy)
