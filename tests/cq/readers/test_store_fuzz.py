@@ -129,9 +129,20 @@ def same_in_both_engines(case: str, name: str, *args) -> None:
 
 
 # ------------------------------------------------------------------ CommitLog
+#: ``(position, width)`` of the V1 IPv4/IPv4 header fields the decoder copies out whole without a
+#: check of its own (docs/formats.md#commitlog-record): BODYCRC (compared whole with the body's
+#: CRC), QUEUEID, FLAG, BORNTIMESTAMP, BORNHOST (address, port), STORETIMESTAMP, STOREHOST
+#: (address, port), RECONSUMETIMES, PREPAREDTRANSACTIONOFFSET. A flip of any of their bytes takes one path; the sweeps flip their
+#: first byte (sign, a far value) and last byte (a near value). Every other header byte (the
+#: lengths, the magic code, SYSFLAG, the two offsets) is flipped.
+_VALUE_FIELDS = [(8, 4), (12, 4), (16, 4), (40, 8), (48, 4), (52, 4), (56, 8), (64, 4), (68, 4), (72, 4), (76, 8)]
+
+
 def _header_positions(row) -> list[int]:
-    """Byte positions (inside the record) of every header field of a V1 IPv4/IPv4 record."""
-    fixed = list(range(88))  # TOTALSIZE .. BODYLENGTH
+    """Byte positions (inside the record) of the header fields of a V1 IPv4/IPv4 record: every
+    byte of each, but of the fields of :data:`_VALUE_FIELDS` their first and last."""
+    inner = {at + i for at, width in _VALUE_FIELDS for i in range(1, width - 1)}
+    fixed = [at for at in range(88) if at not in inner]  # TOTALSIZE .. BODYLENGTH
     topic_len_at = 88 + row["bodyLength"]
     props_len_at = topic_len_at + 1 + len(row["topic"].encode())
     return fixed + [topic_len_at, props_len_at, props_len_at + 1]
