@@ -44,70 +44,30 @@ def _limited():
     resource.setrlimit(resource.RLIMIT_NOFILE, (LIMIT, LIMIT))
 
 
-# One interpreter under the limit imports the command line once, then forks a child per command
-# (its own process and exit code, its output in files): each command runs as `rmqfilter` would,
-# under the same limit, without paying the interpreter's start and imports six times.
-DRIVER = """
-import json, os, sys, traceback
-from pyspark_udfs.cli import build_parser, main
-import cq, numpy, pyarrow  # noqa: F401 - what every command imports, once before the forks
-build_parser()
-codes = {}
-for name, args, out in json.loads(sys.argv[1]):
-    sys.stdout.flush()
-    sys.stderr.flush()
-    pid = os.fork()
-    if pid == 0:
-        for fd, suffix in ((1, ".out"), (2, ".err")):
-            os.dup2(os.open(out + suffix, os.O_WRONLY | os.O_CREAT | os.O_TRUNC), fd)
-        try:
-            code = main(args)
-        except SystemExit as exc:
-            code = exc.code if isinstance(exc.code, int) else 1
-        except BaseException:
-            traceback.print_exc()
-            code = 1
-        sys.stdout.flush()
-        sys.stderr.flush()
-        os._exit(code)
-    codes[name] = os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1])
-print(json.dumps(codes))
-"""
-
-COMMANDS = {
-    "inspect": (["inspect", "--json"], lambda out: len(json.loads(out)["topics"][TOPIC]) == QUEUES),
-    "backlog": (["backlog", "--topic", TOPIC, "--group", GROUP, "--json"],
-                lambda out: json.loads(out)["total"] == {"lag": QUEUES, "will_receive": 0}),
-    "consume": (["consume", "--topic", TOPIC, "--group", GROUP, "--format", "jsonl"],
-                lambda out: len(out.splitlines()) == QUEUES),
-    "tail": (["tail", "--topic", TOPIC, "--group", GROUP, "--from", "earliest", "--limit", str(QUEUES)],
-             lambda out: len(out.splitlines()) == QUEUES),
-    "why": (["why", "--topic", TOPIC, "--group", GROUP, "--key", f"k{QUEUES - 1}-0", "--json"],
-            lambda out: json.loads(out)[0]["delivered"] is True),
-    "cost": (["cost", "--topic", TOPIC, "--group", GROUP, "--no-timing"], lambda out: f"{2 * QUEUES:,}" in out),
-}
-
-
-@pytest.fixture(scope="module")
-def command_runs(wide_store, tmp_path_factory):
-    """Every command of COMMANDS over the wide store under the limit: name -> (exit code, stdout, stderr)."""
-    outs = tmp_path_factory.mktemp("outs")
-    plan = [(name, [args[0], str(wide_store), *args[1:]], str(outs / name)) for name, (args, _) in COMMANDS.items()]
+def _cli(*args: str) -> subprocess.CompletedProcess:
     env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")]))
-    proc = subprocess.run([sys.executable, "-c", DRIVER, json.dumps(plan)], capture_output=True, text=True,
-                          timeout=600, preexec_fn=_limited, env=env, check=False)
+    return subprocess.run([sys.executable, "-c", "import sys; from pyspark_udfs.cli import main; sys.exit(main())",
+                           *args], capture_output=True, text=True, timeout=300, preexec_fn=_limited, env=env,
+                          check=False)
+
+
+@pytest.mark.parametrize(("args", "check"), [
+    (["inspect", "--json"], lambda out: len(json.loads(out)["topics"][TOPIC]) == QUEUES),
+    (["backlog", "--topic", TOPIC, "--group", GROUP, "--json"],
+     lambda out: json.loads(out)["total"] == {"lag": QUEUES, "will_receive": 0}),
+    (["consume", "--topic", TOPIC, "--group", GROUP, "--format", "jsonl"], lambda out: len(out.splitlines()) == QUEUES),
+    (["tail", "--topic", TOPIC, "--group", GROUP, "--from", "earliest", "--limit", str(QUEUES)],
+     lambda out: len(out.splitlines()) == QUEUES),
+    (["why", "--topic", TOPIC, "--group", GROUP, "--key", f"k{QUEUES - 1}-0", "--json"],
+     lambda out: json.loads(out)[0]["delivered"] is True),
+    (["cost", "--topic", TOPIC, "--group", GROUP, "--no-timing"], lambda out: f"{2 * QUEUES:,}" in out),
+], ids=["inspect", "backlog", "consume", "tail", "why", "cost"])
+def test_every_command_passes_over_3000_queues_under_a_1024_descriptor_limit(wide_store, args, check):
+    cmd, *rest = args
+    proc = _cli(cmd, str(wide_store), *rest)
     assert proc.returncode == 0, proc.stderr[-2000:]
-    codes = json.loads(proc.stdout)
-    return {name: (codes[name], (outs / f"{name}.out").read_text(), (outs / f"{name}.err").read_text())
-            for name in COMMANDS}
-
-
-@pytest.mark.parametrize("name", list(COMMANDS))
-def test_every_command_passes_over_3000_queues_under_a_1024_descriptor_limit(command_runs, name):
-    returncode, stdout, stderr = command_runs[name]
-    assert returncode == 0, stderr[-2000:]
-    assert "Too many open files" not in stderr
-    assert COMMANDS[name][1](stdout), stdout[-2000:]
+    assert "Too many open files" not in proc.stderr
+    assert check(proc.stdout), proc.stdout[-2000:]
 
 
 def _open_descriptors() -> int:
