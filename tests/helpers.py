@@ -13,10 +13,12 @@ import shutil
 import stat
 from pathlib import Path
 
+import pytest
+
 from rmqfilter_engine import PUREPYTHON
 
-__all__ = ["DATA", "PUREPYTHON", "RETRY_MESSAGES", "SPARK_TEST_JAVA_OPTIONS", "entry_root", "kernels", "load_jsonl", "patch_file",
-           "tasks_passed_on_retry", "tree_snapshot", "use_kernels",
+__all__ = ["DATA", "ENGINE_CASES", "PUREPYTHON", "RETRY_MESSAGES", "SPARK_TEST_JAVA_OPTIONS", "entry_root", "kernels",
+           "load_jsonl", "patch_file", "tasks_passed_on_retry", "tree_snapshot", "use_kernels",
            "write_retry_store"]
 
 #: The conformance cases and the golden store (copied from ../shared so the suite stands alone).
@@ -135,6 +137,15 @@ def kernels(engine: str):
     modules = {n: getattr(k, n) for n in k.MODULES} if engine == "compiled" else k.engine_modules("python")
     return SimpleNamespace(**{name: value for m in modules.values() for name, value in vars(m).items()
                               if not name.startswith("__")})
+
+
+#: The ``engine`` cases of a test that runs the store kernels both ways (:func:`kernels`,
+#: :func:`use_kernels`). Under ``RMQFILTER_PUREPYTHON`` "compiled" names the modules ``cq.kernels``
+#: loaded, the twins themselves: that case would run the "twin" case's code a second time, so the
+#: pure-Python pass skips it (the compiled pass runs both).
+ENGINE_CASES = [pytest.param("compiled", marks=pytest.mark.skipif(
+    PUREPYTHON, reason="RMQFILTER_PUREPYTHON: the compiled engine is not loaded, 'compiled' is the twin case again")),
+    "twin"]
 
 
 def use_kernels(monkeypatch, engine: str, *modules: str) -> None:

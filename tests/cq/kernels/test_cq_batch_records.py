@@ -7,7 +7,7 @@ import struct
 
 import numpy as np
 import pytest
-from helpers import DATA, kernels
+from helpers import DATA, ENGINE_CASES, kernels
 
 import cq
 from cq import format as fmt
@@ -165,7 +165,7 @@ def test_misaligned_offsets_and_store_copy(tmp_path):
         _assert_same(store.commit_log, [offs[0], probe, offs[1]])
 
 
-@pytest.mark.parametrize("engine", ["compiled", "twin"])
+@pytest.mark.parametrize("engine", ENGINE_CASES)
 def test_span_kernels_reject_spans_outside_the_buffer(engine):
     engine_kernels = kernels(engine)
     buf = np.zeros(100, dtype=np.uint8)
@@ -179,7 +179,7 @@ def test_span_kernels_reject_spans_outside_the_buffer(engine):
     assert offsets.tolist() == [0, 10] and len(data) == 10
 
 
-@pytest.mark.parametrize("engine", ["compiled", "twin"])
+@pytest.mark.parametrize("engine", ENGINE_CASES)
 def test_decode_columns_rejects_positions_anywhere(engine):
     engine_kernels = kernels(engine)
     buf = np.zeros(200, dtype=np.uint8)
@@ -190,7 +190,7 @@ def test_decode_columns_rejects_positions_anywhere(engine):
         engine_kernels.decode_columns(buf, np.array([0], dtype=np.int64), 201, fmt.ALL_RECORD_FIELDS)
 
 
-@pytest.mark.parametrize("engine", ["compiled", "twin"])
+@pytest.mark.parametrize("engine", ENGINE_CASES)
 def test_decoded_properties_equal_the_dict_parse_on_random_text(engine):
     """Records whose properties text is random separators and key bytes: the decoder's map (order,
     repeated keys) and its ``tags``/``keys`` columns are what the broker's dict parse gives."""

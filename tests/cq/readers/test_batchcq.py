@@ -17,7 +17,7 @@ from contextlib import closing
 
 import numpy as np
 import pytest
-from helpers import DATA, patch_file
+from helpers import DATA, ENGINE_CASES, patch_file
 from live_support import inner_body
 
 import cq
@@ -186,7 +186,7 @@ def _source_table(store, **options):
     return pa.Table.from_batches(batches, schema=_reader.to_arrow_schema(schema)).to_pylist()
 
 
-@pytest.mark.parametrize("engine", ["compiled", "twin"])
+@pytest.mark.parametrize("engine", ENGINE_CASES)
 @pytest.mark.parametrize(("read", "empty"), [
     ({}, False), ({"group": "GID_BATCH_ZERO", "tags": "TagA || f5a5a608"}, False), ({"group": "G", "tags": "TagA"}, True),
     ({"group": "G", "tags": "f5a5a608"}, False), ({"group": "G", "sql": "a IS NULL"}, False),
@@ -211,7 +211,7 @@ def test_the_data_source_gives_store_consumes_messages(store, engine, read, empt
         assert 0 < len(want) < len(SENT)
 
 
-@pytest.mark.parametrize("engine", ["compiled", "twin"])
+@pytest.mark.parametrize("engine", ENGINE_CASES)
 def test_a_record_without_the_inner_batch_flag_is_one_message_in_both_reads(tmp_path, engine, monkeypatch):
     """A BatchCQ unit may point at a plain record (a single message sent to the topic): ``Store.consume``
     and the data source give it as one message, between the batches' messages, with its own properties."""
@@ -270,7 +270,7 @@ def test_a_record_without_the_inner_batch_flag_is_one_message_in_both_reads(tmp_
             *((o, None, True, False, None, False) for o in (3, 4, 5))]
 
 
-@pytest.mark.parametrize("engine", ["compiled", "twin"])
+@pytest.mark.parametrize("engine", ENGINE_CASES)
 def test_a_bad_inner_message_is_the_same_error_in_the_data_source(copy, engine, monkeypatch):
     """An inner message whose size does not fit its batch: the data source's columnar read raises what
     ``Store.consume`` raises, naming the CommitLog file and the message's byte."""

@@ -9,7 +9,7 @@ import zlib
 
 import numpy as np
 import pytest
-from helpers import kernels, use_kernels
+from helpers import ENGINE_CASES, kernels, use_kernels
 
 import cq
 from cq import format as fmt
@@ -63,7 +63,7 @@ def _offsets(store: cq.Store) -> np.ndarray:
     return np.array([m.commit_log_offset for m in store.commit_log.messages()], dtype=np.int64)
 
 
-@pytest.mark.parametrize("engine", ["compiled", "twin"])
+@pytest.mark.parametrize("engine", ENGINE_CASES)
 @pytest.mark.parametrize("fields", [["body"], ["tags", "body"], None])
 def test_decompressed_column_is_uncompressed_body_stored_column_is_body(store, engine, fields, monkeypatch):
     use_kernels(monkeypatch, engine, "cq.readers.commitlog")
@@ -84,7 +84,7 @@ def test_decompressed_column_is_uncompressed_body_stored_column_is_body(store, e
                     assert got.value(name, i) == stored.value(name, i), name
 
 
-@pytest.mark.parametrize("engine", ["compiled", "twin"])
+@pytest.mark.parametrize("engine", ENGINE_CASES)
 @pytest.mark.parametrize("codec", ["lz4", "zstd"])
 def test_lz4_and_zstd_rows(store, engine, codec, monkeypatch):
     if codec not in CODECS:
@@ -97,7 +97,7 @@ def test_lz4_and_zstd_rows(store, engine, codec, monkeypatch):
     assert all(m.uncompressed_body() == _text(8000, 10) for m in messages if m.tags == codec)
 
 
-@pytest.mark.parametrize("engine", ["compiled", "twin"])
+@pytest.mark.parametrize("engine", ENGINE_CASES)
 def test_kernel_leaves_lz4_zstd_and_unknown_types_to_python(engine):
     bodies = [zlib.compress(b"a" * 70_000), b"lz4 frame", b"zstd frame", b"type 4", b"\x78\x9cnot deflate", b"raw"]
     flags = [ZLIB, fmt.COMPRESSED_FLAG | 1 << 8, fmt.COMPRESSED_FLAG | 2 << 8, fmt.COMPRESSED_FLAG | 4 << 8, ZLIB, 0]
@@ -123,7 +123,7 @@ def _with_dictionary(data: bytes) -> bytes:
 GOOD = zlib.compress(b"check me " * 500)
 
 
-@pytest.mark.parametrize("engine", ["compiled", "twin"])
+@pytest.mark.parametrize("engine", ENGINE_CASES)
 @pytest.mark.parametrize(("label", "body", "inflates"), [
     ("small-window", _small_window(b"window " * 900), True),
     ("level-1", zlib.compress(b"fast " * 900, 1), True),
@@ -151,7 +151,7 @@ def test_kernel_inflates_exactly_what_zlib_inflates(engine, label, body, inflate
     assert new_offsets.tolist() == [0, 6, 6 + len(want or b""), 11 + len(want or b"")]
 
 
-@pytest.mark.parametrize("engine", ["compiled", "twin"])
+@pytest.mark.parametrize("engine", ENGINE_CASES)
 def test_a_body_that_fails_after_inflating_much_leaves_nothing_behind(engine):
     cut = zlib.compress(bytes(1 << 20))[:-20]  # inflates most of 1 MiB, then ends too soon
     for bodies, flags in (([cut], [ZLIB]), ([b"ab", cut, b"c"], [0, ZLIB, 0])):
@@ -163,7 +163,7 @@ def test_a_body_that_fails_after_inflating_much_leaves_nothing_behind(engine):
         assert rest.tolist() == [flags.index(ZLIB)] and new_offsets[-1] == len(new_data)
 
 
-@pytest.mark.parametrize("engine", ["compiled", "twin"])
+@pytest.mark.parametrize("engine", ENGINE_CASES)
 def test_no_compressed_row_returns_the_column_itself(engine):
     offsets = np.array([0, 3, 3, 8], dtype=np.int32)
     data = np.frombuffer(b"abcdefgh", dtype=np.uint8)
@@ -173,7 +173,7 @@ def test_no_compressed_row_returns_the_column_itself(engine):
     assert new_offsets is offsets and new_data is data and len(rest) == 0
 
 
-@pytest.mark.parametrize("engine", ["compiled", "twin"])
+@pytest.mark.parametrize("engine", ENGINE_CASES)
 def test_engines_give_the_same_column(store, engine):
     cols = store.commit_log.decode_columns(_offsets(store), ["body", "sys_flag"]).columns
     offsets, data, _ = cols["body"]
@@ -183,7 +183,7 @@ def test_engines_give_the_same_column(store, engine):
         assert a.dtype == b.dtype and np.array_equal(a, b)
 
 
-@pytest.mark.parametrize("engine", ["compiled", "twin"])
+@pytest.mark.parametrize("engine", ENGINE_CASES)
 def test_a_decompression_bomb_stops_at_the_limit(engine):
     # 16 MiB of zeros in ~16 KiB: with a 1 MiB limit the kernel stops before inflating (or allocating) it all
     bomb = zlib.compress(bytes(16 << 20), 9)
@@ -196,7 +196,7 @@ def test_a_decompression_bomb_stops_at_the_limit(engine):
     assert new_offsets.tolist() == [0, 5, (16 << 20) + 5] and not new_data[5:].any() and len(rest) == 0
 
 
-@pytest.mark.parametrize("engine", ["compiled", "twin"])
+@pytest.mark.parametrize("engine", ENGINE_CASES)
 def test_bad_offsets_are_refused(engine):
     data = np.frombuffer(b"abc", dtype=np.uint8)
     with pytest.raises(ValueError, match="outside the data of 3 bytes at row 1"):
@@ -225,7 +225,7 @@ def bad_store(tmp_path_factory):
     s.close()
 
 
-@pytest.mark.parametrize("engine", ["compiled", "twin"])
+@pytest.mark.parametrize("engine", ENGINE_CASES)
 @pytest.mark.parametrize("bad", ["not-deflate", "cut-short", "type-6", "zstd-garbage"])
 def test_a_body_that_does_not_decompress_is_uncompressed_bodys_error(bad_store, engine, bad, monkeypatch):
     if bad == "zstd-garbage" and "zstd" not in CODECS:
@@ -286,7 +286,7 @@ def _source_rows(store: cq.Store, **options) -> dict:
                                                   for c in ("queue_id", "queue_offset", "body", "sys_flag")))}
 
 
-@pytest.mark.parametrize("engine", ["compiled", "twin"])
+@pytest.mark.parametrize("engine", ENGINE_CASES)
 def test_data_source_reader_body_option(store, engine, monkeypatch):
     use_kernels(monkeypatch, engine, "cq.readers.commitlog")
     messages = list(store.consume(TOPIC, "G", tags="*"))

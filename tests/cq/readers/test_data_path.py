@@ -8,7 +8,7 @@ import shutil
 
 import numpy as np
 import pytest
-from helpers import DATA, PUREPYTHON, body_start, kernels, use_kernels
+from helpers import DATA, ENGINE_CASES, PUREPYTHON, body_start, kernels, use_kernels
 
 import cq
 from cq import format as fmt
@@ -76,7 +76,7 @@ def mixed_store(tmp_path_factory):
     store.close()
 
 
-@pytest.mark.parametrize("engine", ["compiled", "twin"])
+@pytest.mark.parametrize("engine", ENGINE_CASES)
 @pytest.mark.parametrize("fields", _projections(), ids=lambda f: "+".join(f) if len(f) < 3 else f"all{len(f)}")
 def test_golden_store_every_record_every_projection(engine, fields, monkeypatch):
     store = cq.Store(DATA / "golden_store")
@@ -85,7 +85,7 @@ def test_golden_store_every_record_every_projection(engine, fields, monkeypatch)
     store.close()
 
 
-@pytest.mark.parametrize("engine", ["compiled", "twin"])
+@pytest.mark.parametrize("engine", ENGINE_CASES)
 @pytest.mark.parametrize("fields", [[f] for f in FIELDS] + [FIELDS], ids=lambda f: f[0] if len(f) == 1 else "all")
 def test_sample_store_with_ipv6_compressed_and_bad_utf8(mixed_store, engine, fields, monkeypatch):
     offsets = _all_offsets(mixed_store)
@@ -93,7 +93,7 @@ def test_sample_store_with_ipv6_compressed_and_bad_utf8(mixed_store, engine, fie
     _check(mixed_store.commit_log, rng.permutation(offsets), fields, engine, monkeypatch)
 
 
-@pytest.mark.parametrize("engine", ["compiled", "twin"])
+@pytest.mark.parametrize("engine", ENGINE_CASES)
 def test_many_hosts_in_one_batch(tmp_path, engine, monkeypatch):
     # More hosts than the decoder caches (several sharing an address or a port, IPv4 and IPv6),
     # in random order: each row still reads its own record's text.
@@ -108,7 +108,7 @@ def test_many_hosts_in_one_batch(tmp_path, engine, monkeypatch):
     store.close()
 
 
-@pytest.mark.parametrize("engine", ["compiled", "twin"])
+@pytest.mark.parametrize("engine", ENGINE_CASES)
 def test_many_keys_and_late_repeats(tmp_path, engine, monkeypatch):
     # More keys than the decoder's 64 seen-bits (so bits collide between distinct keys), keys
     # of 1 to 20 bytes, and a key repeated after many others (its first place, its later
@@ -164,7 +164,7 @@ def test_arrow_arrays_equal_read_message(mixed_store):
             assert got[i] == want, (name, off)
 
 
-@pytest.mark.parametrize("engine", ["compiled", "twin"])
+@pytest.mark.parametrize("engine", ENGINE_CASES)
 def test_utf8_replacement_equals_python_on_random_bytes(engine):
     kernels = ENGINES[engine]
     rng = np.random.default_rng(7)
@@ -219,7 +219,7 @@ def _bad_magic(root, path, target: int):
     return store, want.value
 
 
-@pytest.mark.parametrize("engine", ["compiled", "twin"])
+@pytest.mark.parametrize("engine", ENGINE_CASES)
 def test_corrupt_records_same_error_and_offset_as_read_message(tmp_path, engine, monkeypatch):
     root = tmp_path / "store"
     shutil.copytree(DATA / "golden_store", root)
@@ -238,7 +238,7 @@ def test_corrupt_records_same_error_and_offset_as_read_message(tmp_path, engine,
     store.close()
 
 
-@pytest.mark.parametrize("engine", ["compiled", "twin"])
+@pytest.mark.parametrize("engine", ENGINE_CASES)
 def test_recovery_crc_check_runs_in_the_kernel(tmp_path, engine, monkeypatch):
     """A body byte flipped: the recovered end stops at that record (the broker's checkCRCOnRecover)."""
     use_kernels(monkeypatch, engine, "cq.readers.commitlog")
@@ -293,7 +293,7 @@ def test_sql92_consume_does_not_import_pandas():
     assert int(n) > 0 and pandas == "False"
 
 
-@pytest.mark.parametrize("engine", ["compiled", "twin"])
+@pytest.mark.parametrize("engine", ENGINE_CASES)
 @pytest.mark.parametrize("strict", [True, False])
 def test_column_batches_equal_messages(engine, strict, monkeypatch):
     use_kernels(monkeypatch, engine, "cq.readers.commitlog")
@@ -309,7 +309,7 @@ def test_column_batches_equal_messages(engine, strict, monkeypatch):
     log.close()
 
 
-@pytest.mark.parametrize("engine", ["compiled", "twin"])
+@pytest.mark.parametrize("engine", ENGINE_CASES)
 def test_column_batches_corrupt_store_same_error_as_messages(tmp_path, engine, monkeypatch):
     use_kernels(monkeypatch, engine, "cq.readers.commitlog")
     root = tmp_path / "store"
@@ -333,7 +333,7 @@ def test_column_batches_corrupt_store_same_error_as_messages(tmp_path, engine, m
     log.close()
 
 
-@pytest.mark.parametrize("engine", ["compiled", "twin"])
+@pytest.mark.parametrize("engine", ENGINE_CASES)
 def test_read_messages_equal_read_message(mixed_store, engine, monkeypatch):
     use_kernels(monkeypatch, engine, "cq.readers.commitlog")
     log = mixed_store.commit_log
@@ -382,7 +382,7 @@ def _same_columns(got: MessageColumns, want: MessageColumns) -> None:
             assert (a is None and b is None) or np.array_equal(a, b), name
 
 
-@pytest.mark.parametrize("engine", ["compiled", "twin"])
+@pytest.mark.parametrize("engine", ENGINE_CASES)
 @pytest.mark.parametrize("store_kind", ["mixed", "several_files"])
 def test_records_copied_with_reads_decode_as_through_the_map(mixed_store, tmp_path, store_kind, engine,
                                                              monkeypatch):
@@ -405,7 +405,7 @@ def test_records_copied_with_reads_decode_as_through_the_map(mixed_store, tmp_pa
         _same_columns(got, want)
 
 
-@pytest.mark.parametrize("engine", ["compiled", "twin"])
+@pytest.mark.parametrize("engine", ENGINE_CASES)
 def test_copy_records_refuses_what_the_map_must_decide(mixed_store, engine):
     """``copy_records`` copies exactly the records' bytes, and gives None (the caller reads the map)
     for a record outside the file or whose TOTALSIZE is not the size its unit gives."""
@@ -436,7 +436,7 @@ def test_copy_records_refuses_what_the_map_must_decide(mixed_store, engine):
         os.close(fd)
 
 
-@pytest.mark.parametrize("engine", ["compiled", "twin"])
+@pytest.mark.parametrize("engine", ENGINE_CASES)
 def test_copied_records_keep_the_maps_errors_and_its_file(tmp_path, engine, monkeypatch):
     """A corrupt record raises what read_message raises; a file replaced since it was mapped is read
     from the map, as decode_columns reads it (one consistent cut, docs/live.md)."""
