@@ -170,9 +170,21 @@ def _connect_missing() -> str | None:
     return None
 
 
+#: Broker checks that run their scenario in the test (the broker acts while the test reads) and
+#: mostly wait on it: they go before the Spark tests, where the cached scenarios are done and the
+#: other tests keep the cores busy meanwhile, not at the very end of a pass, alone.
+IN_TEST_SCENARIOS = ("test_broker_housekeeping",)
+
+
 def pytest_collection_modifyitems(session, config, items) -> None:
-    """The real-broker checks run last: their scenarios run meanwhile (``pytest_collection_finish``)."""
+    """The real-broker checks run last: their scenarios run meanwhile (``pytest_collection_finish``);
+    those that run their scenario in the test (:data:`IN_TEST_SCENARIOS`) run before the Spark tests."""
     items.sort(key=lambda item: item.get_closest_marker("broker") is not None)  # stable: order kept within
+    early = [i for i in items if i.module.__name__.rsplit(".", 1)[-1] in IN_TEST_SCENARIOS]
+    if early:
+        rest = [i for i in items if i not in early]
+        at = next((n for n, i in enumerate(rest) if "/spark/" in i.nodeid), len(rest))
+        items[:] = rest[:at] + early + rest[at:]
 
 
 def pytest_collection_finish(session) -> None:
