@@ -711,11 +711,9 @@ def finish_cluster_report(root: str, topic: str, passes: dict[str | None, StoreP
         dispatch += own.dispatch_evaluations or 0
     merged = None
     if not same:  # each group's row: the sum of its rows on the brokers that have it
-        merged = {}
-        for g in reported + [g for g in registered if g not in reported]:
-            merged[g.group] = _summed([_group_row(own, p.tally, first.ns_per_evaluation)
-                                       for p in passes.values() for own in _union([p.reported, p.registered])
-                                       if own.group == g.group])
+        per_pass = [{g.group: _group_row(g, p.tally, first.ns_per_evaluation)
+                     for g in _union([p.reported, p.registered])} for p in passes.values()]
+        merged = {name: _summed([rows[name] for rows in per_pass if name in rows]) for name in names}
     report = finish_report(root, topic, reported, registered, total, bloom_filter=bloom_filter,
                            alternatives=alternatives, fp_target=fp_target, group_rows=merged,
                            dispatch_evaluations=None if same else dispatch, **timing)
@@ -848,7 +846,6 @@ def finish_report(root: str, topic: str, reported: Sequence[CostGroup], register
 def _group_row(g: CostGroup, tally: Tally, ns_per_evaluation: dict[str, float]) -> GroupCost:
     """Group ``g``'s row of the report of ``tally`` (a whole topic's, or one broker's)."""
     bitmap_available = tally.queues_without_ext < tally.queues
-    quoted_by_sql = {_normal(sql): v for sql, v in BROKER_EVALUATE_NS.items()}
     i = tally.groups.index(g.group)
     records = tally.records
     sql = g.is_sql
@@ -868,7 +865,7 @@ def _group_row(g: CostGroup, tally: Tally, ns_per_evaluation: dict[str, float]) 
         commit_log_reads_with_bitmap=passed if bitmap_available or not sql else None,
         commit_log_bytes_without_bitmap=tally.record_bytes,
         commit_log_bytes_with_bitmap=int(tally.passed_bytes[i]) if bitmap_available or not sql else None,
-        ns_per_evaluation=ns, quoted_java_ns_per_evaluation=quoted_by_sql.get(_normal(g.expression)) if sql
+        ns_per_evaluation=ns, quoted_java_ns_per_evaluation=_QUOTED_BY_SQL.get(_normal(g.expression)) if sql
         else None,
         cpu_ms_without_bitmap=_ms(records if sql else 0, ns) if sql else None,
         cpu_ms_with_bitmap=_ms(with_evals, ns) if sql else None,
@@ -885,6 +882,10 @@ def _pull_cost(g: GroupCost) -> tuple:
 
 def _normal(sql: str) -> str:
     return " ".join(sql.split()).lower()
+
+
+#: :data:`BROKER_EVALUATE_NS` by normalised selector text, what a report's rows look up.
+_QUOTED_BY_SQL = {_normal(sql): v for sql, v in BROKER_EVALUATE_NS.items()}
 
 
 def _verdict_text(v: dict, available: bool, registered: int, choice: dict | None, target: float | None) -> str:
