@@ -145,8 +145,8 @@ class BatchConsumeQueue(MappedFileQueue):
         (``end``, a cut's end: the starts below it; default the queue's end): what
         :func:`batch_start` and :func:`batch_end` look offsets up in."""
         end = self.max_offset if end is None else int(end)
-        base = self.units["base_offset"].astype(np.int64)
-        return np.append(base[base < end], end)
+        base = self.units["base_offset"]  # ascending: the starts below ``end`` are a prefix
+        return np.append(base[:int(np.searchsorted(base, end, side="left"))].astype(np.int64), end)
 
     def units_between(self, start: int, end: int) -> np.ndarray:
         """The units holding a message of queue offsets ``[start, end)``."""
