@@ -40,6 +40,8 @@ TARGET = HERE / "target"
 STAMP = TARGET / ".harness-stamp"
 LOOPBACK = "127.0.0.1"
 JVM_HEAP = ["-Xms64m", "-Xmx384m", "-XX:MaxDirectMemorySize=256m", "-XX:+UseSerialGC"]
+# The client's JVM also hosts the NameServer and the brokers that are never killed (Harness.spawn).
+CLIENT_JVM_HEAP = ["-Xms64m", "-Xmx1g", "-XX:MaxDirectMemorySize=768m", "-XX:+UseSerialGC"]
 QUICK_START = ["-XX:TieredStopAtLevel=1"]  # C1 only: starts faster; not for the throughput scenario
 SCENARIOS = ("filters", "crash", "live", "housekeeping", "throughput", "modes", "cluster", "lifecycle", "rocksdb",
              "batch")
@@ -146,10 +148,15 @@ def _stop_all() -> None:
 
 
 class Client:
-    """The Java client JVM: one JSON command per line in, one JSON answer per line out."""
+    """The Java client JVM: one JSON command per line in, one JSON answer per line out.
+
+    It also hosts the scenario's NameServer and its brokers, except those added with
+    ``own_jvm=True`` (the ones a scenario kills): one JVM to start and warm up instead of one per
+    server (docs/testing.md#processes)."""
 
     def __init__(self, harness: Harness):
-        self.proc = harness.spawn("client", ["rmqfilter.harness.Client"], stdin=subprocess.PIPE)
+        self.proc = harness.spawn("client", ["rmqfilter.harness.Client"], stdin=subprocess.PIPE,
+                                  heap=CLIENT_JVM_HEAP)
 
     def __call__(self, cmd: str, timeout: float = 600.0, **args) -> dict:
         started = time.time()
@@ -178,7 +185,7 @@ class Harness:
 
     def __init__(self, out: Path, quick_start: bool = True):
         self.out = Path(out)
-        self.jvm = JVM_HEAP + (QUICK_START if quick_start else [])
+        self.jvm = QUICK_START if quick_start else []
         self.work = self.out / "work"
         self.logs = self.out / "logs"
         for d in (self.out / "stores", self.work, self.logs):
@@ -187,7 +194,9 @@ class Harness:
             (self.out / f).touch()
         self.procs: list[subprocess.Popen] = []
         self.brokers: dict[str, dict] = {}
-        self.broker_procs: dict[str, subprocess.Popen] = {}
+        self.broker_procs: dict[str, subprocess.Popen] = {}   # brokers in their own JVM
+        self.running_inside: set[str] = set()                 # brokers in the client's JVM
+        self.own_jvm: set[str] = set()                        # brokers added with own_jvm=True
         self.groups: list[dict] = []
         self.topics: dict[str, list[dict]] = {}
         self.namesrv = None
@@ -197,10 +206,10 @@ class Harness:
         self.extra: dict = {}
 
     # -- processes ---------------------------------------------------------------------------
-    def spawn(self, name: str, main: list[str], stdin=None) -> subprocess.Popen:
+    def spawn(self, name: str, main: list[str], stdin=None, heap: list[str] = JVM_HEAP) -> subprocess.Popen:
         home = self.work / "home"
         home.mkdir(exist_ok=True)
-        cmd = ["java", *self.jvm, f"-Duser.home={home}", f"-Drocketmq.home.dir={home}",
+        cmd = ["java", *heap, *self.jvm, f"-Duser.home={home}", f"-Drocketmq.home.dir={home}",
                "-cp", classpath(), *main]
         with open(self.logs / f"{name}.log", "ab") as err:    # the child keeps its own descriptor
             proc = subprocess.Popen(cmd, stdin=stdin, stdout=subprocess.PIPE, stderr=err, text=True,
@@ -223,15 +232,20 @@ class Harness:
             raise HarnessError(f"{name} did not start (see {self.logs / (name + '.log')}):\n{log}")
 
     def start_namesrv(self) -> None:
+        """Starts the client's JVM (no client objects yet: start_client) and the NameServer in it."""
         port = free_port()
         home = self.work / "namesrv"
         home.mkdir(exist_ok=True)
-        proc = self.spawn("namesrv", ["rmqfilter.harness.Namesrv", str(port), str(home)])
-        self._await_ready(proc, "namesrv")
+        if self.client is None:
+            self.client = Client(self)
+        self.client("namesrv_start", port=port, home=str(home), timeout=120)
         self.namesrv = f"{LOOPBACK}:{port}"
 
-    def add_broker(self, name: str, **settings) -> None:
-        """Writes the broker's properties file (its store root under work/<name>/store)."""
+    def add_broker(self, name: str, own_jvm: bool = False, **settings) -> None:
+        """Writes the broker's properties file (its store root under work/<name>/store).
+
+        The broker runs in the client's JVM unless ``own_jvm``: only a broker in its own JVM can
+        be killed (kill_broker)."""
         port = free_port((-2, 0, 1))
         root = self.work / name / "store"
         root.mkdir(parents=True, exist_ok=True)
@@ -255,6 +269,10 @@ class Harness:
             "maxIndexNum": 4000,
             "maxHashSlotNum": 1000,
             "timerWheelEnable": "false",
+            # RocketMQ 5.3.3's TransactionMetricsFlushService spins on the clock for this long after
+            # every broker start (3 s by default, a core's worth of CPU each time); with 0.5 s it
+            # persists its small metrics file twice a second instead, which costs next to nothing.
+            "transactionMetricFlushInterval": 500,
             # Delay levels and retry intervals in seconds, so scenarios take minutes.
             "messageDelayLevel": "1s 2s 3s 4s 5s 6s 7s 8s 9s 10s 11s 12s 13s 14s 15s 16s 17s 18s",
             **settings,
@@ -263,17 +281,27 @@ class Harness:
         props.write_text("".join(f"{k}={v}\n" for k, v in config.items()))
         self.brokers[name] = {"name": name, "store": f"stores/{name}", "config": config,
                               "properties": str(props), "addr": f"{LOOPBACK}:{port}"}
+        if own_jvm:
+            self.own_jvm.add(name)
 
     def start_broker(self, name: str) -> None:
-        proc = self.spawn(f"broker-{name}", ["rmqfilter.harness.Broker", self.brokers[name]["properties"]])
         started = time.time()
-        self._await_ready(proc, f"broker-{name}")
+        if name in self.own_jvm:
+            proc = self.spawn(f"broker-{name}", ["rmqfilter.harness.Broker", self.brokers[name]["properties"]])
+            self._await_ready(proc, f"broker-{name}")
+            self.broker_procs[name] = proc
+        else:
+            self.client("broker_start", properties=self.brokers[name]["properties"], timeout=180)
+            self.running_inside.add(name)
         if os.environ.get("HARNESS_VERBOSE"):
             print(f"[{time.strftime('%H:%M:%S')}] broker {name} up in {time.time() - started:.1f} s", file=sys.stderr)
-        self.broker_procs[name] = proc
 
     def stop_broker(self, name: str) -> None:
         """Clean shutdown: the broker flushes its files and removes its abort file."""
+        if name in self.running_inside:
+            self.running_inside.discard(name)
+            self.client("broker_stop", name=name, timeout=180)
+            return
         proc = self.broker_procs.pop(name)
         _stop(proc, grace=120.0)
         if proc.returncode not in (0, 143, -signal.SIGTERM):
@@ -281,6 +309,8 @@ class Harness:
 
     def kill_broker(self, name: str) -> None:
         """SIGKILL: the store stays as the crash left it (abort file included)."""
+        if name not in self.broker_procs:
+            raise HarnessError(f"broker {name} does not run in its own JVM: add it with own_jvm=True to kill it")
         proc = self.broker_procs.pop(name)
         os.killpg(proc.pid, signal.SIGKILL)
         proc.wait()
@@ -297,14 +327,20 @@ class Harness:
         return target
 
     def start_client(self) -> Client:
-        self.client = Client(self)
+        """The producer and admin API in the client's JVM (started with the NameServer)."""
+        if self.client is None:
+            raise HarnessError("start_namesrv first: the client's JVM starts with the NameServer")
         self.client("init", namesrv=self.namesrv)
         return self.client
 
     def close(self) -> None:
+        """Brokers in their own JVM first (their shutdown unregisters from the NameServer), then
+        the client's JVM: quitting it shuts down its clients, its brokers and the NameServer."""
+        for proc in reversed(list(self.broker_procs.values())):
+            _stop(proc)
         if self.client is not None and self.client.proc.poll() is None:
             try:
-                self.client("quit", timeout=60)
+                self.client("quit", timeout=180)
             except (HarnessError, OSError):
                 pass
         for proc in reversed(self.procs):
@@ -498,7 +534,7 @@ CRASH_GROUPS = {"GID_CRASH_ALL": "*", "GID_CRASH_A": "TagA"}
 
 def scenario_crash(h: Harness) -> None:
     h.start_namesrv()
-    h.add_broker("broker-a", enableConsumeQueueExt="true")
+    h.add_broker("broker-a", own_jvm=True, enableConsumeQueueExt="true")   # killed below
     h.start_broker("broker-a")
     h.start_client()
     h.create_topic(CRASH_TOPIC, 2)
@@ -622,7 +658,8 @@ THROUGHPUT_GROUP = ("GID_THROUGHPUT", "a > 900 AND region = 'eu'")
 
 def scenario_throughput(h: Harness, messages: int = 1_000_000) -> None:
     h.start_namesrv()
-    h.add_broker("broker-a", enablePropertyFilter="true", enableCalcFilterBitMap="true",
+    # Its own JVM, as a user's broker: the consumer measured here shares no heap or GC with it.
+    h.add_broker("broker-a", own_jvm=True, enablePropertyFilter="true", enableCalcFilterBitMap="true",
                  enableConsumeQueueExt="true", mappedFileSizeCommitLog=64 * 1024 * 1024,
                  mappedFileSizeConsumeQueue=20 * 300000, mappedFileSizeConsumeQueueExt=16 * 1024 * 1024,
                  maxIndexNum=2_000_000, maxHashSlotNum=500_000, sendMessageThreadPoolNums=2)

@@ -23,6 +23,7 @@ import java.util.concurrent.ConcurrentHashMap;
 import java.util.concurrent.TimeUnit;
 import java.util.concurrent.atomic.AtomicBoolean;
 import java.util.concurrent.atomic.AtomicLong;
+import org.apache.rocketmq.broker.BrokerController;
 import org.apache.rocketmq.client.consumer.AckCallback;
 import org.apache.rocketmq.client.consumer.AckResult;
 import org.apache.rocketmq.client.consumer.AckStatus;
@@ -57,6 +58,7 @@ import org.apache.rocketmq.common.message.MessageClientIDSetter;
 import org.apache.rocketmq.common.message.MessageConst;
 import org.apache.rocketmq.common.message.MessageExt;
 import org.apache.rocketmq.common.message.MessageQueue;
+import org.apache.rocketmq.namesrv.NamesrvController;
 import org.apache.rocketmq.remoting.exception.RemotingException;
 import org.apache.rocketmq.remoting.protocol.admin.ConsumeStats;
 import org.apache.rocketmq.remoting.protocol.admin.OffsetWrapper;
@@ -73,6 +75,12 @@ import org.apache.rocketmq.tools.admin.DefaultMQAdminExt;
  * JSON answer per line on stdout ({@code {"ok": true, ...}} or {@code {"ok": false, "error": ...}}).
  * Producers, push consumers and the admin API are RocketMQ's own client classes; what they sent
  * and received is appended to the JSON-lines files the commands name.
+ *
+ * <p>The same JVM hosts the scenario's NameServer and, unless the scenario kills them, its brokers
+ * ({@code namesrv_start}, {@code broker_start}, {@code broker_stop}): each is RocketMQ's own
+ * controller, started and shut down as in its own JVM, but one JVM start and warm-up serves them
+ * all (docs/testing.md#processes). Quitting, or SIGTERM, shuts down the brokers still running,
+ * then the NameServer, as their own shutdown hooks would.
  */
 public final class Client {
     /**
@@ -94,6 +102,8 @@ public final class Client {
     private final AtomicBoolean loopRunning = new AtomicBoolean();
     private final AtomicLong loopSent = new AtomicLong();
     private final AtomicLong loopFailed = new AtomicLong();
+    private final Map<String, BrokerController> brokers = new LinkedHashMap<>();
+    private NamesrvController namesrvController;
 
     private Client(PrintStream out) {
         this.out = out;
@@ -103,6 +113,7 @@ public final class Client {
         // Answers go to the real stdout; the clients' own chatter goes to stderr.
         PrintStream answers = Stdout.claim();
         Client client = new Client(answers);
+        Runtime.getRuntime().addShutdownHook(new Thread(client::stopServers, "harness-servers-shutdown"));
         BufferedReader in = new BufferedReader(new InputStreamReader(System.in, StandardCharsets.UTF_8));
         String line;
         while ((line = in.readLine()) != null) {
@@ -131,6 +142,31 @@ public final class Client {
     private JSONObject run(JSONObject cmd) throws Exception {
         JSONObject answer = new JSONObject();
         switch (cmd.getString("cmd")) {
+            case "namesrv_start" -> {
+                if (namesrvController != null) {
+                    throw new IllegalStateException("this JVM already runs a NameServer");
+                }
+                namesrvController = Namesrv.start(cmd.getIntValue("port"), cmd.getString("home"));
+            }
+            case "broker_start" -> {
+                BrokerController controller = Broker.start(cmd.getString("properties"));
+                String name = controller.getBrokerConfig().getBrokerName();
+                synchronized (brokers) {
+                    brokers.put(name, controller);
+                }
+                answer.put("broker", name);
+                answer.put("addr", controller.getBrokerAddr());
+            }
+            case "broker_stop" -> {
+                BrokerController controller;
+                synchronized (brokers) {
+                    controller = brokers.remove(cmd.getString("name"));
+                }
+                if (controller == null) {
+                    throw new IllegalArgumentException("no broker " + cmd.getString("name") + " runs in this JVM");
+                }
+                controller.shutdown();
+            }
             case "init" -> {
                 namesrv = cmd.getString("namesrv");
                 admin = new DefaultMQAdminExt(TIMEOUT_MS);
@@ -969,6 +1005,24 @@ public final class Client {
             for (Writer w : files.values()) {
                 w.close();
             }
+        }
+        stopServers();
+    }
+
+    /** Clean shutdown of the brokers still running here, then of the NameServer (idempotent). */
+    private void stopServers() {
+        List<BrokerController> running;
+        synchronized (brokers) {
+            running = new ArrayList<>(brokers.values());
+            brokers.clear();
+        }
+        for (BrokerController controller : running) {
+            controller.shutdown();
+        }
+        NamesrvController ns = namesrvController;
+        namesrvController = null;
+        if (ns != null) {
+            ns.shutdown();
         }
     }
 }
