@@ -36,13 +36,15 @@ build: $(STAMP)
 # second session would cost its own JVM's start and warm-up, docs/contributing.md#suite-time),
 # so `test` hands slow, self-contained files that need no SparkSession (SIDE_TESTS: descriptor
 # bounds over 3,000 queues, the standalone Spark cluster, the docs' examples, the store fuzz
-# sweeps, the live broker, killed writers, the kernels against their twins, ...) to the pure
-# pass's process once that pass is done, still under the compiled engines; `make test-cython`
-# alone runs every file.
+# sweeps, the live broker, killed writers, the kernels against their twins, the conformance
+# cases, corruption, live stores, ...) to the pure pass's process once that pass is done,
+# still under the compiled engines; `make test-cython` alone runs every file.
 SIDE_TESTS = tests/cli/test_fd_bounds.py tests/spark/test_cluster.py tests/test_docs.py tests/cq/readers/test_store_fuzz.py \
 	tests/broker/test_broker_live.py tests/cq/writer/test_writer_interrupted.py tests/cq/kernels/test_cq_engines.py \
 	tests/cq/analyses/test_why.py tests/selector/test_selector_parser.py tests/cq/readers/test_data_path.py \
-	tests/cq/writer/test_writer_redispatch.py
+	tests/cq/writer/test_writer_redispatch.py tests/selector/test_selector_conformance.py \
+	tests/cq/readers/test_store_corrupt.py tests/cli/test_cli_why.py tests/cq/store/test_live_tail.py \
+	tests/cq/store/test_live_store.py
 test: setup harness
 	@mkdir -p build; \
 	( $(MAKE) --no-print-directory test-python; a=$$?; $(PY) -m pytest -q $(SIDE_TESTS); b=$$?; \
