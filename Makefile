@@ -14,9 +14,12 @@ setup: $(STAMP) build
 $(PY):
 	$(PYTHON) -m venv $(VENV)
 
+# The package is installed editable without its extensions (RMQFILTER_BUILD=none): `build`
+# compiles each once. pip's editable build would compile them into a temporary directory that
+# `build_ext --inplace` cannot reuse, so a fresh clone compiled every module twice (setup.py).
 $(STAMP): $(PY) pyproject.toml setup.py
 	$(PY) -m pip install -q --upgrade pip setuptools wheel "Cython>=3" numpy
-	$(PY) -m pip install -q --no-build-isolation -e ".[spark,connect,test,bench,rocksdb]"
+	RMQFILTER_BUILD=none $(PY) -m pip install -q --no-build-isolation -e ".[spark,connect,test,bench,rocksdb]"
 	touch $@
 
 # Quick when nothing changed: Cython and setuptools only rebuild stale modules.
@@ -86,7 +89,7 @@ fuzz: setup
 # cannot read) an error. The examples in the pages run in tests/test_docs.py.
 DOCS_STAMP := $(VENV)/.rmqfilter-docs-installed
 $(DOCS_STAMP): $(STAMP)
-	$(PY) -m pip install -q --no-build-isolation -e ".[docs]"
+	RMQFILTER_BUILD=none $(PY) -m pip install -q --no-build-isolation -e ".[docs]"
 	touch $@
 
 docs: setup $(DOCS_STAMP)

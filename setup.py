@@ -9,7 +9,14 @@ Before the store kernels compile, ``cq/kernels/_layout.h`` is written from
 built yet): the kernels' byte offsets have one home, the format module.
 
 Developer switch: ``RMQFILTER_BUILD=bloom,cq`` builds only those packages'
-extensions (handy while another package's engine is being edited).
+extensions (handy while another package's engine is being edited); ``RMQFILTER_BUILD=none``
+builds none. ``make setup`` installs the package editable with ``none`` and then builds every
+extension once with ``build_ext --inplace``: pip's editable build compiles into a temporary
+directory that ``build_ext`` cannot reuse, so letting pip build them would compile every module
+twice on a fresh clone.
+
+Both steps use every core: Cython translates the modules in parallel (``nthreads``) and
+``build_ext`` compiles them in parallel (its ``parallel`` option, set here as the default).
 """
 import importlib.util
 import os
@@ -73,5 +80,9 @@ def extensions():
     return exts
 
 
+CORES = os.cpu_count() or 1
 write_layout_header()
-setup(ext_modules=cythonize(extensions(), compiler_directives=DIRECTIVES, quiet=True))
+setup(
+    ext_modules=cythonize(extensions(), compiler_directives=DIRECTIVES, quiet=True, nthreads=CORES),
+    options={"build_ext": {"parallel": CORES}},
+)
