@@ -194,8 +194,7 @@ class Harness:
             (self.out / f).touch()
         self.procs: list[subprocess.Popen] = []
         self.brokers: dict[str, dict] = {}
-        self.broker_procs: dict[str, subprocess.Popen] = {}   # brokers in their own JVM
-        self.running_inside: set[str] = set()                 # brokers in the client's JVM
+        self.broker_procs: dict[str, subprocess.Popen] = {}   # running brokers in their own JVM
         self.own_jvm: set[str] = set()                        # brokers added with own_jvm=True
         self.groups: list[dict] = []
         self.topics: dict[str, list[dict]] = {}
@@ -292,14 +291,12 @@ class Harness:
             self.broker_procs[name] = proc
         else:
             self.client("broker_start", properties=self.brokers[name]["properties"], timeout=180)
-            self.running_inside.add(name)
         if os.environ.get("HARNESS_VERBOSE"):
             print(f"[{time.strftime('%H:%M:%S')}] broker {name} up in {time.time() - started:.1f} s", file=sys.stderr)
 
     def stop_broker(self, name: str) -> None:
         """Clean shutdown: the broker flushes its files and removes its abort file."""
-        if name in self.running_inside:
-            self.running_inside.discard(name)
+        if name not in self.own_jvm:
             self.client("broker_stop", name=name, timeout=180)
             return
         proc = self.broker_procs.pop(name)

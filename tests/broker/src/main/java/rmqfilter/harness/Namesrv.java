@@ -8,21 +8,11 @@ import org.apache.rocketmq.remoting.netty.NettyServerConfig;
 import org.apache.rocketmq.remoting.protocol.RemotingCommand;
 
 /**
- * A NameServer on 127.0.0.1:PORT with its files under HOME. {@code Namesrv PORT HOME} runs one in
- * its own JVM (prints {@code READY} when it listens; SIGTERM shuts it down); the client's JVM starts
- * one in itself with {@link #start}.
+ * A NameServer on 127.0.0.1:PORT with its files under HOME, started in the client's JVM
+ * ({@link #start}, the client's {@code namesrv_start} command); shut down with the client.
  */
 public final class Namesrv {
     private Namesrv() {
-    }
-
-    public static void main(String[] args) throws Exception {
-        java.io.PrintStream out = Stdout.claim();
-        int port = Integer.parseInt(args[0]);
-        NamesrvController controller = start(port, args[1]);
-        Runtime.getRuntime().addShutdownHook(new Thread(controller::shutdown, "namesrv-shutdown"));
-        out.println("READY namesrv 127.0.0.1:" + port);
-        Thread.currentThread().join();
     }
 
     /** Initializes and starts a NameServer in this JVM. */
