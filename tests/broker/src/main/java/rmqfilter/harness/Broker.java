@@ -22,6 +22,7 @@ public final class Broker {
         PrintStream out = Stdout.claim();
         BrokerController controller = BrokerStartup.createBrokerController(new String[] {"-c", args[0]});
         BrokerStartup.start(controller);
+        registerNow(controller);
         out.println("READY broker " + controller.getBrokerConfig().getBrokerName() + " " + controller.getBrokerAddr());
         Thread.currentThread().join();
     }
@@ -34,6 +35,25 @@ public final class Broker {
             throw new IllegalStateException("broker of " + properties + " failed to initialize (see its log)");
         }
         controller.start();
+        registerNow(controller);
         return controller;
+    }
+
+    /**
+     * Registers the started broker with its NameServer now. {@code BrokerController.start()} tries
+     * to, but in RocketMQ 5.3.3 that first registration goes only to the NameServers its remoting
+     * client has already found reachable, and the scan that finds them starts in the background at
+     * the same moment; it finds none, and the broker becomes visible at its next scheduled
+     * registration, 10 s later. So every broker start cost the scenario 10 s of waiting (docs/testing.md#processes).
+     */
+    static void registerNow(BrokerController controller) throws InterruptedException {
+        long deadline = System.currentTimeMillis() + 5000;
+        while (controller.getBrokerOuterAPI().getRemotingClient().getAvailableNameSrvList().isEmpty()) {
+            if (System.currentTimeMillis() > deadline) {
+                return;   // not reachable yet: the broker's own scheduled registration still comes
+            }
+            Thread.sleep(20);
+        }
+        controller.registerBrokerAll(true, false, true);
     }
 }
