@@ -423,6 +423,7 @@ class Harness:
             "rocketmq_version": rocketmq_version(),
             "harness_hash": source_hash(),
             "snapshot_ms": self.snapshot_ms,
+            "copied_ms": self.copied_ms,
             "namesrv": self.namesrv,
             "brokers": [{"name": b["name"], "store": b["store"], "config": b["config"], **b.get("extra", {})}
                         for b in self.brokers.values()],
@@ -899,7 +900,13 @@ LIFE_GROUPS = {
 }
 LIFE_FAIL_GROUP, LIFE_OFF_GROUP = "GID_LIFE_FAIL", "GID_LIFE_OFF"
 LIFE_MAX_RECONSUME = 2
-LIFE_FAR_LEVEL = 18          # 18 s (add_broker's levels): still scheduled at the snapshot
+# The far messages: delay level 18 and timers as far ahead, still scheduled when the store is copied.
+# The lifecycle broker's level 18 is a minute, not add_broker's 18 s: the snapshot's clean shutdown
+# can take 15 s on a loaded machine (the broker's POP revive threads finish their pass before they
+# stop), and the broker's delay and timer services keep delivering until its store shuts down.
+LIFE_FAR_LEVEL = 18
+LIFE_FAR_DELAY_S = 60
+LIFE_DELAY_LEVELS = " ".join(f"{s}s" for s in [*range(1, LIFE_FAR_LEVEL), LIFE_FAR_DELAY_S])
 # A POP consumer group of LifeTopic (docs/paths.md#pop): it pops with a long invisible time and
 # leaves every LIFE_POP_UNACKED_EVERY-th message un-acked (in flight at the snapshot), then pops
 # LIFE_POP_REVIVED more with a short one and acks none: the broker revives those into its POP
@@ -1001,8 +1008,8 @@ def scenario_lifecycle(h: Harness) -> None:
     rolled back or left unknown (the producer answers UNKNOW to every check). GID_LIFE_OFF is
     disabled (``consumeEnable=false``) and receives nothing. Then ``fail=true`` messages that
     GID_LIFE_FAIL fails once (their retries still on the way at the snapshot); the consumers stop;
-    plain messages (pending at the snapshot), delay-level-18 messages and 18 s timer messages
-    (still scheduled at the snapshot) are sent; the store is copied; the consumers drain, the far
+    plain messages (pending at the snapshot), delay-level-18 messages and timer messages as far
+    ahead (this broker's level 18 is 60 s; still scheduled at the snapshot) are sent; the store is copied; the consumers drain, the far
     delays included. GID_LIFE_POP is a POP consumer: once the first batch is delivered it pops the
     topic with a long invisible time, acking all but every fourth message (those are in flight at
     the snapshot); after the retrying messages are sent it pops two more with a 1 s invisible time
@@ -1024,7 +1031,7 @@ def scenario_lifecycle(h: Harness) -> None:
                  transactionTimeOut=2000, transactionCheckMax=1000, flushConsumerOffsetInterval=500,
                  flushDelayOffsetInterval=500, timerWheelEnable="true", enablePopBufferMerge="false",
                  enableRetryTopicV2="false", recallMessageEnable="true",
-                 mappedFileSizeTimerLog=LIFE_TIMERLOG_FILE_SIZE)
+                 mappedFileSizeTimerLog=LIFE_TIMERLOG_FILE_SIZE, messageDelayLevel=LIFE_DELAY_LEVELS)
     h.start_broker("broker-a")
     h.start_client()
     h.create_topic(LIFE_TOPIC, 2)
@@ -1057,21 +1064,25 @@ def scenario_lifecycle(h: Harness) -> None:
     h.unsubscribe(list(LIFE_GROUPS))     # the fail group's retries stay on their way
     h.send(life_messages("pending", 6))
     h.send([m | {"delay_level": LIFE_FAR_LEVEL} for m in life_messages("far", 3)])
-    h.send([m | {"timer_delay_ms": LIFE_FAR_LEVEL * 1000} for m in life_messages("far-timer", 2)])
+    h.send([m | {"timer_delay_ms": LIFE_FAR_DELAY_S * 1000} for m in life_messages("far-timer", 2)])
     far_sent = time.time()
     time.sleep(1.5)            # consumerOffset.json and delayOffset.json flushed
     _life_wait_revived(h, LIFE_POP_REVIVED)
     tx_checks = h.client("tx_checks")["checks"]
     recalls = _life_recall(h)
     h.snapshot()
-    # the broker fires a timer message at TIMER_OUT_MS, its asked time floored to the second
+    # the broker fires a timer message at TIMER_OUT_MS, its asked time floored to the second; the
+    # messages meant to be still scheduled in the copy must not have come due before it ended
     recall_sends = _life_sent(h, "recall-timer-")
     due = min(r["deliver_ms"] for r in recall_sends) // 1000 * 1000
-    if h.copied_ms > due - 1000:
-        raise HarnessError(f"lifecycle: the store was copied at {h.copied_ms}, too close to the recall timers' due "
-                           f"time ({due}): they may have fired before it")
+    far_due = min([s["sent_ms"] + LIFE_FAR_DELAY_S * 1000 for s in _life_sent(h, "far-") if s.get("delay_level")]
+                  + [s["deliver_ms"] // 1000 * 1000 for s in _life_sent(h, "far-timer-")])
+    for what, when in (("the recall timers'", due), ("the far messages'", far_due)):
+        if h.copied_ms > when - 1000:
+            raise HarnessError(f"lifecycle: the store was copied at {h.copied_ms}, too close to {what} due time "
+                               f"({when}): they may have fired before it")
     _life_subscribe_all(h, "drain")
-    time.sleep(max(0.0, far_sent + LIFE_FAR_LEVEL + 3 - time.time()))   # the far delays delivered
+    time.sleep(max(0.0, far_sent + LIFE_FAR_DELAY_S + 3 - time.time()))   # the far delays delivered
     h.drain(others)
     # the drain waits on the topic's queues only: the retries waiting at the snapshot come through
     # the group's retry topic, and a loaded machine can take longer to deliver them
