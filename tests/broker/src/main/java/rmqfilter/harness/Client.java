@@ -6,6 +6,7 @@ import com.alibaba.fastjson.JSONObject;
 import com.alibaba.fastjson.serializer.SerializerFeature;
 import java.io.BufferedReader;
 import java.io.FileOutputStream;
+import java.io.IOException;
 import java.io.InputStreamReader;
 import java.io.OutputStreamWriter;
 import java.io.PrintStream;
@@ -132,6 +133,10 @@ public final class Client {
                 answer.put("error", e.toString());
             }
             answers.println(answer.toJSONString());
+            if ("halt".equals(cmd.getString("cmd"))) {
+                answers.flush();
+                Runtime.getRuntime().halt(0);   // no shutdown hook: the brokers' stores are discarded
+            }
             if ("quit".equals(cmd.getString("cmd"))) {
                 break;
             }
@@ -251,6 +256,7 @@ public final class Client {
                 .getMQClientAPIImpl().getMaxOffset(cmd.getString("addr"), new MessageQueue(cmd.getString("topic"),
                     cmd.getString("broker"), cmd.getIntValue("queue_id")), TIMEOUT_MS));
             case "quit" -> shutdown();
+            case "halt" -> closeFiles();
             default -> throw new IllegalArgumentException("unknown command " + cmd.getString("cmd"));
         }
         return answer;
@@ -1001,12 +1007,18 @@ public final class Client {
         if (admin != null) {
             admin.shutdown();
         }
+        closeFiles();
+        stopServers();
+    }
+
+    /** Flushes and closes the record files (sent.jsonl, received.jsonl, ...). */
+    private void closeFiles() throws IOException {
         synchronized (files) {
             for (Writer w : files.values()) {
                 w.close();
             }
+            files.clear();
         }
-        stopServers();
     }
 
     /** Clean shutdown of the brokers still running here, then of the NameServer (idempotent). */
