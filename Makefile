@@ -48,7 +48,10 @@ SIDE_TESTS = tests/cli/test_fd_bounds.py tests/spark/test_cluster.py tests/test_
 	tests/cq/writer/test_writer_redispatch.py tests/selector/test_selector_conformance.py \
 	tests/cq/readers/test_store_corrupt.py tests/cli/test_cli_why.py tests/cq/store/test_live_tail.py \
 	tests/cq/store/test_live_store.py
-test: setup harness
+# setup and harness run side by side (-j2): the extensions compile while Maven fetches and
+# compiles the broker harness.
+test:
+	@$(MAKE) --no-print-directory -j2 setup harness
 	@mkdir -p build; \
 	( $(MAKE) --no-print-directory test-python; a=$$?; $(PY) -m pytest -q $(SIDE_TESTS); b=$$?; \
 	  [ $$a -eq 0 ] && [ $$b -eq 0 ] ) \
