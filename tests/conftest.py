@@ -170,9 +170,10 @@ def _connect_missing() -> str | None:
     return None
 
 
-#: Broker checks that run their scenario in the test (the broker acts while the test reads) and
-#: mostly wait on it: they go before the Spark tests, where the cached scenarios are done and the
-#: other tests keep the cores busy meanwhile, not at the very end of a pass, alone.
+#: Broker checks that read their scenario's store while the broker acts: their scenario's set-up
+#: starts with the session (broker_support.IN_TEST_SCENARIOS); they go before the Spark tests,
+#: where that set-up is done and the other tests keep the cores busy meanwhile, not at the very
+#: end of a pass, alone.
 IN_TEST_SCENARIOS = ("test_broker_housekeeping",)
 
 
@@ -201,10 +202,22 @@ def pytest_collection_finish(session) -> None:
             import broker_support
         finally:
             sys.path.pop(0)
-        # the scenarios of the selected modules (test_broker_<scenario>.py)
+        # the scenarios of the selected modules (test_broker_<scenario>.py); an in-test
+        # scenario's set-up only where its tests will run (not skipped here)
         broker_support.start_in_background([n for n in broker_support.CACHED_SCENARIOS
                                             if any(m.endswith(f"test_broker_{n}") for m in modules)])
+        runnable = {i.module.__name__ for i in session.items if not _skipped_here(i)}
+        broker_support.start_in_test([n for n in broker_support.IN_TEST_SCENARIOS
+                                      if any(m.endswith(f"test_broker_{n}") for m in runnable)])
     _CONNECT_WANTED = any(i.get_closest_marker("connect") for i in session.items)
+
+
+def _skipped_here(item) -> bool:
+    """Whether a ``skip`` or a true ``skipif(condition)`` marker skips the item in this session."""
+    for mark in item.iter_markers():
+        if mark.name == "skip" or (mark.name == "skipif" and mark.args and mark.args[0] is True):
+            return True
+    return False
 
 
 def _stop_connect() -> None:

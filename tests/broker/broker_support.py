@@ -226,6 +226,78 @@ def scenario(name: str) -> Run:
     return _CACHE[name]
 
 
+# -- scenarios the test reads while the broker acts ----------------------------------------------
+
+# Scenarios whose test reads the store while the broker acts (``harness.run(name, during=...)``):
+# their set-up (JVM, broker, sends, drains) runs in the background from the session's start, and
+# waits in ``during`` until the test comes to read (:func:`read_during`).
+IN_TEST_SCENARIOS = ("housekeeping",)
+# How long a set-up scenario waits for its test before it gives up and stops its broker.
+IN_TEST_WAIT_S = 3600.0
+
+
+class _InTest:
+    """One in-test scenario: its thread runs ``harness.run`` until ``during``, hands the store
+    root and the scenario's callback over to the test's thread, and finishes once the test's
+    reads are done."""
+
+    def __init__(self, name: str):
+        self.name = name
+        self.out = RUNS / name
+        self.ready = threading.Event()       # in during (root and act set), or failed
+        self.done = threading.Event()        # the test's reads are over
+        self.root = self.act = self.error = None
+        self.thread = threading.Thread(target=self._run, name=f"broker-{name}", daemon=True)
+
+    def _during(self, root: Path, act) -> None:
+        self.root, self.act = root, act
+        self.ready.set()
+        if not self.done.wait(IN_TEST_WAIT_S):
+            raise harness.HarnessError(f"scenario {self.name}: its test did not come to read in {IN_TEST_WAIT_S:.0f} s")
+
+    def _run(self) -> None:
+        try:
+            harness.build()
+            RUNS.mkdir(parents=True, exist_ok=True)
+            harness.run(self.name, self.out, during=self._during)
+        except BaseException as e:  # noqa: BLE001  (reported by read_during, in the test)
+            self.error = f"{type(e).__name__}: {e}"
+        finally:
+            self.ready.set()
+
+
+_IN_TEST: dict[str, _InTest] = {}
+
+
+def start_in_test(names) -> None:
+    """Starts the set-up of each named in-test scenario in the background (once per session)."""
+    if harness.missing_tools():
+        return
+    for name in names:
+        if name not in _IN_TEST:
+            _IN_TEST[name] = _InTest(name)
+            _IN_TEST[name].thread.start()
+
+
+def read_during(name: str, reads) -> Run:
+    """Runs ``reads(store_root, act)`` in the caller's thread while scenario ``name``'s broker
+    waits in ``during`` (started now unless :func:`start_in_test` did earlier), then lets the
+    scenario finish (its snapshot) and returns its run."""
+    require_tools()
+    start_in_test((name,))
+    job = _IN_TEST[name]
+    job.ready.wait()
+    try:
+        if job.error is None:
+            reads(job.root, job.act)
+    finally:
+        job.done.set()
+        job.thread.join()
+    if job.error is not None:
+        pytest.fail(f"broker harness, scenario {name}: {job.error}", pytrace=False)
+    return load(job.out)
+
+
 def scenario_fixtures(name: str):
     """A test module's ``run`` and ``store`` fixtures (module scope): the scenario's run, and a
     :class:`cq.Store` on its first broker's copied store, closed after the module's tests."""

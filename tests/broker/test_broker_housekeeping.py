@@ -22,7 +22,7 @@ import time
 from pathlib import Path
 
 import pytest
-from broker_support import RUNS, harness, load, require_tools
+from broker_support import harness, read_during
 
 import cq
 
@@ -87,10 +87,8 @@ def committed_end(checkpoint: Path) -> dict[int, int]:
 
 @pytest.fixture(scope="module")
 def hk(tmp_path_factory, spark):
-    """Runs the scenario once per module: the reads below happen while the broker expires."""
-    require_tools()
-    harness.build()
-    out = RUNS / "housekeeping"
+    """Runs the scenario once per module: the reads below happen while the broker expires. Its
+    set-up started in the background with the session (broker_support.read_during)."""
     seen: dict = {}
     errlog = tmp_path_factory.mktemp("tail") / "stderr.txt"
     streamed = tmp_path_factory.mktemp("stream")
@@ -143,8 +141,7 @@ def hk(tmp_path_factory, spark):
             before.close()
             interrupted.close()
 
-    harness.run("housekeeping", out, during=during)
-    seen["run"] = load(out)
+    seen["run"] = read_during("housekeeping", during)
     return seen
 
 
