@@ -197,12 +197,28 @@ def _lower_one(node: Node, memo: dict, props, F) -> Any:
 
 # -- Spark SQL text ---------------------------------------------------------------------------
 
+_INT_MAX = 2**31 - 1
+
+
 def _sql_string(value: str) -> str:
-    # Hex bytes: immune to Spark's backslash escapes and quoting rules in string literals.
-    return f"CAST(X'{value.encode('utf-8').hex()}' AS STRING)" if value else "''"
+    """A literal Spark's parser reads back as exactly ``value``, as short as it can be.
+
+    Plain (``'...'``) without a quote, a backslash or an unprintable character; raw (``r'...'``,
+    no escapes at all) when backslashes are its only trouble, as in the regular expressions;
+    otherwise hex bytes, immune to every quoting and escaping rule. The text is parsed for
+    every column built from it, so its length is planning time.
+    """
+    if not value:
+        return "''"
+    if "'" not in value and value.isprintable():
+        return f"r'{value}'" if "\\" in value else f"'{value}'"
+    return f"CAST(X'{value.encode('utf-8').hex()}' AS STRING)"
 
 
 def _sql_literal(value: Any, spark_type: str | None) -> str:
+    """A literal of ``spark_type``: bare where Spark's parser gives that type itself (INT and
+    DOUBLE literals that are not negative, BIGINT with ``L``), a folded cast otherwise (a
+    leading minus sign parses as an operator on some literals, which can widen the type)."""
     if value is None:
         return f"CAST(NULL AS {spark_type.upper()})"
     if value is True or value is False:
@@ -213,9 +229,13 @@ def _sql_literal(value: Any, spark_type: str | None) -> str:
         if not math.isfinite(value):  # no SQL literal spells these; the cast is folded
             spelled = "NaN" if math.isnan(value) else ("-Infinity" if value < 0 else "Infinity")
             return f"CAST('{spelled}' AS {(spark_type or 'double').upper()})"
+        if (spark_type or "double") == "double" and math.copysign(1.0, value) > 0:
+            return f"{float(value)!r}D"
         return f"CAST({float(value)!r}D AS {(spark_type or 'double').upper()})"
     if spark_type == "bigint":
         return f"{int(value)}L"
+    if (spark_type or "int") == "int" and 0 <= int(value) <= _INT_MAX:
+        return str(int(value))
     return f"CAST({int(value)} AS {(spark_type or 'int').upper()})"
 
 

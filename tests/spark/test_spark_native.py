@@ -108,6 +108,28 @@ def test_three_valued_column_equals_the_brokers_result_on_public_cases(public_re
     assert not wrong, f"{len(wrong)} of {len(SWEEP)} differ, e.g. {wrong[:5]}"
 
 
+def test_every_string_and_number_literal_reads_back_exactly(spark):
+    """The SQL text of a translation spells literals as short as it can (plain, raw r'...' for
+    backslashes, hex bytes otherwise; bare INT and DOUBLE numbers): Spark reads each back as
+    exactly the value and type it stands for."""
+    from pyspark_udfs import _native_ir as ir
+
+    strings = ["", "a", "grün", "北京", "it's", "back\\slash", "\\A[+-]?[0-9\\u0660-\\u0669]+\\z", "tab\there",
+               "new\nline", "\\'both", "nul\x00", "emoji \U0001F600", "\u00a0nbsp", "trailing\\"]
+    numbers = [(0, "int"), (7, "int"), (2**31 - 1, "int"), (-5, "int"), (-(2**31), "int"), (3, "bigint"),
+               (-(2**63), "bigint"), (1.5, "double"), (0.0, "double"), (-0.0, "double"), (-2.5, "double"),
+               (1e300, "double"), (5e-324, "double"), (2.5, "float")]
+    columns = [f"{ir._sql_literal(v, None)} AS s{i}" for i, v in enumerate(strings)]
+    columns += [f"{ir._sql_literal(v, t)} AS n{i}" for i, (v, t) in enumerate(numbers)]
+    df = spark.sql("SELECT " + ", ".join(columns))
+    row = df.first()
+    assert [row[f"s{i}"] for i in range(len(strings))] == strings
+    types = dict(df.dtypes)
+    for i, (v, t) in enumerate(numbers):
+        got = row[f"n{i}"]
+        assert types[f"n{i}"] == t and got == v and math.copysign(1, got) == math.copysign(1, v), (v, t, got)
+
+
 def test_every_compilable_public_selector_is_translated_natively():
     from pyspark_udfs.native import translate
 
