@@ -17,6 +17,8 @@ from __future__ import annotations
 import math
 from typing import Any
 
+import rmqfilter_java as java
+
 __all__ = ["Node", "lit", "lower", "op", "to_sql", "tree_size"]
 
 Node = tuple
@@ -197,9 +199,6 @@ def _lower_one(node: Node, memo: dict, props, F) -> Any:
 
 # -- Spark SQL text ---------------------------------------------------------------------------
 
-_INT_MAX = 2**31 - 1
-
-
 def _sql_string(value: str) -> str:
     """A literal Spark's parser reads back as exactly ``value``, as short as it can be.
 
@@ -234,7 +233,7 @@ def _sql_literal(value: Any, spark_type: str | None) -> str:
         return f"CAST({float(value)!r}D AS {(spark_type or 'double').upper()})"
     if spark_type == "bigint":
         return f"{int(value)}L"
-    if (spark_type or "int") == "int" and 0 <= int(value) <= _INT_MAX:
+    if (spark_type or "int") == "int" and 0 <= int(value) <= java.INT_MAX:
         return str(int(value))
     return f"CAST({int(value)} AS {(spark_type or 'int').upper()})"
 

@@ -173,18 +173,26 @@ def _connect_missing() -> str | None:
     return None
 
 
-#: Broker checks that read their scenario's store while the broker acts: their scenario's set-up
-#: starts with the session (broker_support.IN_TEST_SCENARIOS); they go before the Spark tests,
-#: where that set-up is done and the other tests keep the cores busy meanwhile, not at the very
-#: end of a pass, alone.
-IN_TEST_SCENARIOS = ("test_broker_housekeeping",)
+def _broker_support():
+    """tests/broker/broker_support.py, imported from the broker tests' directory."""
+    sys.path.insert(0, str(Path(__file__).parent / "broker"))
+    try:
+        import broker_support
+    finally:
+        sys.path.pop(0)
+    return broker_support
 
 
 def pytest_collection_modifyitems(session, config, items) -> None:
-    """The real-broker checks run last: their scenarios run meanwhile (``pytest_collection_finish``);
-    those that run their scenario in the test (:data:`IN_TEST_SCENARIOS`) run before the Spark tests."""
+    """The real-broker checks run last: their scenarios run meanwhile (``pytest_collection_finish``).
+    Those that read their scenario's store while the broker acts (``broker_support.IN_TEST_SCENARIOS``:
+    its set-up starts with the session) run before the Spark tests, where that set-up is done and
+    the other tests keep the cores busy meanwhile, not at the very end of a pass, alone."""
     items.sort(key=lambda item: item.get_closest_marker("broker") is not None)  # stable: order kept within
-    early = [i for i in items if i.module.__name__.rsplit(".", 1)[-1] in IN_TEST_SCENARIOS]
+    if not any(i.get_closest_marker("broker") for i in items):
+        return
+    in_test = {f"test_broker_{n}" for n in _broker_support().IN_TEST_SCENARIOS}
+    early = [i for i in items if i.module.__name__.rsplit(".", 1)[-1] in in_test]
     if early:
         rest = [i for i in items if i not in early]
         at = next((n for n, i in enumerate(rest) if "/spark/" in i.nodeid), len(rest))
@@ -200,11 +208,7 @@ def pytest_collection_finish(session) -> None:
         return
     modules = {i.module.__name__ for i in session.items if i.get_closest_marker("broker")}
     if modules:
-        sys.path.insert(0, str(Path(__file__).parent / "broker"))
-        try:
-            import broker_support
-        finally:
-            sys.path.pop(0)
+        broker_support = _broker_support()
         # the scenarios of the selected modules (test_broker_<scenario>.py); an in-test
         # scenario's set-up only where its tests will run (not skipped here)
         broker_support.start_in_background([n for n in broker_support.CACHED_SCENARIOS

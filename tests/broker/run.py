@@ -1092,8 +1092,8 @@ def scenario_lifecycle(h: Harness) -> None:
     # messages meant to be still scheduled in the copy must not have come due before it ended
     recall_sends = _life_sent(h, "recall-timer-")
     due = min(r["deliver_ms"] for r in recall_sends) // 1000 * 1000
-    far_due = min([s["sent_ms"] + LIFE_FAR_DELAY_S * 1000 for s in _life_sent(h, "far-") if s.get("delay_level")]
-                  + [s["deliver_ms"] // 1000 * 1000 for s in _life_sent(h, "far-timer-")])
+    far_due = min(s["deliver_ms"] // 1000 * 1000 if s.get("timer_delay_ms") else s["sent_ms"] + LIFE_FAR_DELAY_S * 1000
+                  for s in _life_sent(h, "far-"))
     for what, when in (("the recall timers'", due), ("the far messages'", far_due)):
         if h.copied_ms > when - 1000:
             raise HarnessError(f"lifecycle: the store was copied at {h.copied_ms}, too close to {what} due time "
