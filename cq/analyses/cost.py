@@ -35,7 +35,8 @@ from selector.quoted import BROKER_EVALUATE_NS
 
 from .. import format as fmt
 from ..errors import UnknownGroupError
-from ..filter.layers import Layers, SqlFilter, TagFilter, bloom_key
+from ..filter.layers import Layers, bloom_key
+from ..filter.subscription import subscription_filter
 from ..store.cluster import Cluster, each_store, open_stores
 from ..store.store import CONSUME_BATCH, ConsumeStats, Store, StoreCut
 from ..tags import EXPRESSION_TYPE_SQL92
@@ -314,10 +315,11 @@ def _compiles(sql: str) -> bool:
 
 
 def _make_filter(g: CostGroup, topic: str, bf: Any):
+    """The filter of a reported group: its expression, as registered with ``bf`` (its bloom data, bornTime)."""
     if not g.is_sql:
-        return TagFilter(g.expression)
-    return SqlFilter(g.group, topic, g.expression, bf, born_time=g.born_time,
-                     bloom_data=g.bloom_data if g.bloom_data is not None else None)
+        return subscription_filter(topic, g.group, tags=g.expression)
+    return subscription_filter(topic, g.group, sql=g.expression, bloom_filter=bf, born_time=g.born_time,
+                               bloom_data=g.bloom_data)
 
 
 # ------------------------------------------------------------------ one pass

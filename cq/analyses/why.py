@@ -37,9 +37,10 @@ from ..filter.layers import (
     low_int32,
     retry_group,
 )
+from ..filter.subscription import DEFAULT_BLOOM, registration_filter, retry_filter
 from ..readers.batchcq import expand_batch
 from ..readers.commitlog import Message
-from ..readers.config import CONSUMER_FILTER_FILE, FilterRegistry, RegisteredFilter
+from ..readers.config import CONSUMER_FILTER_FILE, RegisteredFilter
 from ..readers.indexfile import IndexFiles
 from ..store.cluster import Cluster
 from ..store.store import Store
@@ -136,7 +137,7 @@ def _registration_dict(r: RegisteredFilter) -> dict[str, Any]:
 
 
 def resolve_subscription(store: Store, topic: str, group: str, *, sql: str | None = None,
-                         tags: str | None = None, bloom_filter="default", filter_support_retry: bool = False):
+                         tags: str | None = None, bloom_filter=DEFAULT_BLOOM, filter_support_retry: bool = False):
     """``(filter, Subscription)`` for a group: the given sql/tags, or its registration.
 
     With ``filter_support_retry`` (the broker's ``filterSupportRetry``) and a ``%RETRY%``
@@ -154,14 +155,13 @@ def resolve_subscription(store: Store, topic: str, group: str, *, sql: str | Non
             sub = Subscription(EXPRESSION_TYPE_TAG, tags, "given")
     else:
         reg = store.registered_filter(topic, group)
-        flt = reg.make_filter(bloom_filter)  # what Store.make_filter builds for a group named alone
+        flt = registration_filter(reg, bloom_filter)  # what Store.make_filter builds for a group named alone
         sub = Subscription(reg.expression_type or EXPRESSION_TYPE_SQL92, reg.expression or "", f"config/{CONSUMER_FILTER_FILE}",
                            reg)
     if filter_support_retry and retry_group(topic) is not None:
         if Layers(flt).sql92:
             checked_with = None if isinstance(bloom_filter, str) else bloom_filter
-            registry = FilterRegistry(store.registered_filters(bloom_filter=checked_with))
-            flt = RetrySqlFilter.from_filter(flt, registry=registry)
+            flt = retry_filter(flt, store.registered_filters(bloom_filter=checked_with))
             sub = replace(sub, retry_filter=True)
         elif sub.type != EXPRESSION_TYPE_SQL92:  # a TAG subscription matches at layer 2 before the retry lookup
             sub = replace(sub, retry_filter=True)
@@ -856,7 +856,7 @@ def check_message_args(queue_id, queue_offset, msg_id, key, sql, tags) -> list[b
 
 def why(store: Store | Cluster, topic: str, group: str, *, sql: str | None = None, tags: str | None = None,
         queue_id: int | None = None, queue_offset: int | None = None, msg_id: str | None = None,
-        key: str | None = None, bloom_filter="default", filter_support_retry: bool = False,
+        key: str | None = None, bloom_filter=DEFAULT_BLOOM, filter_support_retry: bool = False,
         broker: str | None = None) -> Why | list[Why]:
     """Walk one message through every step of the broker's filter for ``group``.
 

@@ -23,15 +23,10 @@ from ..readers.ext import CqExtUnit
 from ..tags import (
     EXPRESSION_TYPE_SQL92,
     SubscriptionData,
+    bloom_key,
     build_subscription,
     parse_tag_subscription,
 )
-
-
-def bloom_key(group: str, topic: str) -> str:
-    """The key the broker hashes into a group's Bloom bits: ``"{group}#{topic}"``
-    (``ConsumerFilterData``, docs/filtering.md#expression-filter)."""
-    return f"{group}#{topic}"
 
 
 class TagFilter:
@@ -334,7 +329,7 @@ class RetrySqlFilter(SqlFilter):
     Parameters
     ----------
     registry : mapping of (topic, group) -> SqlFilter
-        The broker's registered SQL92 filters (:class:`cq.readers.config.FilterRegistry` builds them
+        The broker's registered SQL92 filters (:class:`cq.filter.subscription.FilterRegistry` builds them
         from ``config/consumerFilter.json``); a value may be any filter with
         ``is_matched_by_commit_log``.
     """

@@ -11,12 +11,11 @@ from dataclasses import dataclass, fields
 
 import numpy as np
 
-import bloom
-
 from .. import format as fmt
 from ..errors import StoreFileDeleted, StoreFormatError, UnknownGroupError, UnsupportedLayoutError
 from ..filter.custom import BATCH_RECORD_FIELDS, ON_FILTER_ERROR, as_message_filter, records_record_batch
-from ..filter.layers import Layers, SqlFilter, TagFilter
+from ..filter.layers import Layers, TagFilter
+from ..filter.subscription import DEFAULT_BLOOM, group_filter
 from ..kernels import _objects
 from ..readers import config as cfg
 from ..readers.batchcq import BatchConsumeQueue, expand_batch
@@ -750,24 +749,17 @@ class Store:
 
     # ------------------------------------------------------------ consume
     def make_filter(self, topic: str, group: str, *, sql: str | None = None, tags: str | None = None,
-                    bloom_filter="default", born_time: int = 0, bloom_data=None):
+                    bloom_filter=DEFAULT_BLOOM, born_time: int = 0, bloom_data=None):
         """The filter :meth:`consume` uses: a :class:`SqlFilter` for ``sql``, a :class:`TagFilter` for
         ``tags``; neither: the group's registration in ``config/consumerFilter.json``
         (:meth:`registered_filter`: its expression, bornTime and bloom data, as the broker pulls
-        with them), :class:`cq.UnknownGroupError` when there is none."""
-        if sql is not None and tags is not None:
-            raise ValueError("give sql or tags, not both")
-        if bloom_filter == "default":
-            bloom_filter = bloom.BloomFilter()
-        if sql is None and tags is None:
-            return self.registered_filter(topic, group, bloom_filter=bloom_filter).make_filter(bloom_filter)
-        if sql is not None:
-            return SqlFilter(group, topic, sql, bloom_filter, born_time=born_time,
-                             bloom_data=bloom_data if bloom_filter is not None else None)
-        return TagFilter(tags)
+        with them), :class:`cq.UnknownGroupError` when there is none
+        (:func:`cq.filter.subscription.group_filter`)."""
+        return group_filter(topic, group, lambda bf: self.registered_filter(topic, group, bloom_filter=bf), sql=sql,
+                            tags=tags, bloom_filter=bloom_filter, born_time=born_time, bloom_data=bloom_data)
 
     def consume(self, topic: str, group: str, *, sql: str | None = None, tags: str | None = None,
-                queue_ids: Iterable[int] | None = None, filter=None, bloom_filter="default",
+                queue_ids: Iterable[int] | None = None, filter=None, bloom_filter=DEFAULT_BLOOM,
                 born_time: int = 0, verify_crc: bool | str = False,
                 progress: Callable[[int, int], None] | None = None,
                 ranges: Mapping[int, tuple[int, int | None]] | None = None,
