@@ -4,7 +4,8 @@
 topic in one pass over its ConsumeQueue units:
 
 * layer 1 as this store has it: the tag code (tag groups) or the ConsumeQueueExt bitmap (SQL92
-  groups), through the same ``Store._layer1`` :meth:`cq.Store.consume` runs;
+  groups), through the same pipeline :meth:`cq.Store.consume` runs (:func:`cq.store.decide.decide_units`:
+  layer 1, then whether the record is present);
 * layer 2: each distinct selector evaluated once per batch on every message's properties
   (``Selector.matches_many``), so the report knows each group's exact answer for every message;
 * the bitmap the dispatcher (``CommitLogDispatcherCalcBitMap``) would build: every message x
@@ -38,6 +39,7 @@ from ..errors import UnknownGroupError
 from ..filter.layers import Layers, bloom_key
 from ..filter.subscription import subscription_filter
 from ..store.cluster import Cluster, each_store, open_stores
+from ..store.decide import decide_units, records_present
 from ..store.store import CONSUME_BATCH, ConsumeStats, Store, StoreCut
 from ..tags import EXPRESSION_TYPE_SQL92
 
@@ -363,7 +365,8 @@ def _tally_batch(store, tally: Tally, chunk, filters, reg_index, ext, cut: Store
     n = len(units)
     offs = units["commit_log_offset"].astype(np.int64)
     sizes = units["size"].astype(np.int64)
-    present = store.records_present(offs, sizes, cut)  # as Store.consume decides: expired ones are missing
+    log = store.commit_log
+    present = records_present(log, offs, sizes, cut)  # as Store.consume decides: expired ones are missing
     tally.units += n
     tally.commit_log_missing += int(n - present.sum())
     tally.records += int(present.sum())
@@ -376,16 +379,20 @@ def _tally_batch(store, tally: Tally, chunk, filters, reg_index, ext, cut: Store
         tally.ext_bitmaps += int((bms > 0).sum())
         tally.ext_bitmap_bytes += int(bms.sum())
         tally.ext_unit_bytes += int(eb.size[eb.found].astype(np.int64).sum())
-    props = store.commit_log.gather_properties(offs[present])
+    props = log.gather_properties(offs[present])
     answers: dict[str, np.ndarray] = {}  # one evaluation per distinct selector
     tags = None
     matched = np.zeros((len(filters), n), dtype=bool)
     for j, flt in enumerate(filters):
         stats = ConsumeStats()
         layers = Layers(flt)
-        passed, hits = layers.layer1(slot, ext=ext, raw=chunk, stats=stats)
-        tested = (hits | ~passed) & present if stats.bloom_tested else np.zeros(n, dtype=bool)
-        passed &= present
+        # the broker's path as consume decides it (layer 1, presence); layer 2 below runs on every present
+        # record, not only those layer 1 passed: the dispatcher evaluates each for the bitmap replay
+        found = decide_units(layers, log, offs, sizes, slot, ext=ext, raw=chunk, stats=stats, present=present,
+                             layer2=False)
+        hits = found.hits
+        tested = (hits | ~found.consume_queue) & present if stats.bloom_tested else np.zeros(n, dtype=bool)
+        passed = found.reached
         if layers.has_layer2:
             got = answers.get(flt.sql)
             if got is None:

@@ -25,9 +25,8 @@ from ..readers.dledger import DLedgerCommitLog
 from ..readers.ext import ConsumeQueueExt
 from ..readers.rocksdb import RocksDBConsumeQueue, RocksDBQueueTable, metadata_table, pull_offset_table
 from ..readers.rocksdb import offset_table as rocksdb_offset_table
-from ..readers.skipping import decode_skipping
 from . import undispatched
-from .batches import BatchDecisions
+from .decide import BatchDecisions, decide_units, decodes_once, records_present
 from .modes import detect_layout
 
 #: Units handled per batch by :meth:`Store.consume`.
@@ -716,36 +715,14 @@ class Store:
             return cqueue
 
     def records_present(self, offsets: np.ndarray, sizes: np.ndarray, cut: StoreCut | None = None) -> np.ndarray:
-        """Bool mask: the records are inside the cut's CommitLog range and still on disk.
+        """Bool mask: the records are inside the cut's CommitLog range and still on disk
+        (:func:`cq.store.decide.records_present`, the one presence test).
 
         The CommitLog files the records lie in are mapped now: a file the broker
         expired since the cut was taken moves ``min_offset`` (its records are
         deleted, as for the broker), and a file mapped stays readable.
         """
-        log = self.commit_log
-        lo, hi = (cut.commit_log_min, cut.commit_log_end) if cut is not None else (log.min_offset, log.max_offset)
-        offsets = np.asarray(offsets, dtype=np.int64)
-        # a record below the first file listed now is gone, whatever the cut says: the broker expired
-        # its file since the cut was taken, and the listing that dropped the file released its map
-        present = (offsets >= max(lo, log.min_offset)) & (offsets + np.asarray(sizes, dtype=np.int64) <= hi)
-        for _ in range(3):
-            try:
-                held = offsets[present]
-                if len(held):
-                    # every listed file from the first record's to the last's (files are contiguous):
-                    # one that holds none of them costs a map and no read, and the broker expires
-                    # files oldest first, so one gone means every record before it is gone too
-                    starts = log.file_starts
-                    first = max(0, int(np.searchsorted(starts, held.min(), side="right")) - 1)
-                    for off in starts[first:int(np.searchsorted(starts, held.max(), side="right"))].tolist():
-                        index = log.file_index(off)
-                        if index is not None:
-                            log.buffer(index)
-                return present
-            except StoreFileDeleted:
-                log.refresh_files()
-                present &= offsets >= log.min_offset
-        return present
+        return records_present(self.commit_log, offsets, sizes, cut)
 
     # ------------------------------------------------------------ consume
     def make_filter(self, topic: str, group: str, *, sql: str | None = None, tags: str | None = None,
@@ -934,10 +911,10 @@ class Store:
                 ext=None, sizes=None):
         batch_custom = custom is not None and custom.batch
         cols, decoded = None, offs  # the records decoded once, and the offsets they were decoded at
-        if not verify_crc and not batch_custom and (not layers.has_layer2 or 2 * int(hits[idx].sum()) >= len(idx)):
-            # one decoder pass serves layer 2, the client's re-check and delivery: the records are
-            # mostly Bloom hits (or no layer 2 runs), so most are delivered (docs/data-path.md#consume);
-            # copied with a read each, not faulted into the map (a queue's records lie far apart)
+        if not verify_crc and not batch_custom and decodes_once(layers):
+            # one decoder pass serves layer 2, the client's re-check and delivery: layer 1 nearly
+            # decided, so most records are delivered (docs/data-path.md#consume); copied with a
+            # read each, not faulted into the map (a queue's records lie far apart)
             cols = log.decode_columns(offs) if sizes is None else log.decode_copied(offs, sizes)
         keep = None
         if layers.has_layer2:
@@ -1058,22 +1035,8 @@ class Store:
         if not log.files or log.files[-1][0] + log.file_size < cut.commit_log_end:
             log.refresh_files()
         units = cqueue.units_between(*bounds)
-        passed, _ = layers.layer1(units["tags_code"].astype(np.int64))
-        offs = units["commit_log_offset"].astype(np.int64)
-        present = self.records_present(offs, units["size"].astype(np.int64), cut)
-        found = BatchDecisions(units, passed, present)
-        rows = np.flatnonzero(found.reached)
-        if not layer2:
-            return found
-        found.commit_log = found.reached.copy()
-        if layers.has_layer2 and len(rows):
-            ok, good, errors = decode_skipping(lambda o: layers.layer2_records(log, o), offs[rows], skip)
-            bad = rows[~good]
-            found.skipped[bad] = True
-            found.errors += list(zip(bad.tolist(), errors))
-            found.commit_log[bad] = False
-            found.commit_log[rows[good]] = ok
-        return found
+        return decide_units(layers, log, units["commit_log_offset"], units["size"], units["tags_code"].astype(np.int64),
+                            cut=cut, units=units, present_all=True, layer2=layer2, client=False, skip=skip)
 
     def batch_decisions(self, topic: str, queue_id: int, flt, start: int, end: int, *,
                         cut: StoreCut | None = None, layer2: bool = True, skip: bool = False) -> BatchDecisions:
@@ -1132,17 +1095,18 @@ class Store:
                 chunk = raw[b * fmt.CQ_STORE_UNIT_SIZE:(b + CONSUME_BATCH) * fmt.CQ_STORE_UNIT_SIZE]
                 units = np.frombuffer(chunk, dtype=fmt.CQ_UNIT_DTYPE)
                 stats.units_scanned += len(units)
-                passed, hits = layers.layer1(units["tags_code"], ext=ext, raw=chunk, stats=stats)
-                idx = np.flatnonzero(passed).astype(np.int64)
+                # layer 1 and presence here; layer 2 and the re-check slice by slice (_layer2)
+                found = decide_units(layers, log, units["commit_log_offset"], units["size"], units["tags_code"],
+                                     cut=cut, ext=ext, raw=chunk, stats=stats, layer2=False)
+                hits = found.hits
+                idx = np.flatnonzero(found.consume_queue).astype(np.int64)
                 stats.passed_consume_queue += len(idx)
+                stats.commit_log_missing += len(idx) - int(np.count_nonzero(found.present))
+                idx = np.flatnonzero(found.reached).astype(np.int64)
                 offs = units["commit_log_offset"][idx].astype(np.int64)
-                sizes = units["size"][idx].astype(np.int64)
-                present = self.records_present(offs, sizes, cut)
-                stats.commit_log_missing += int((~present).sum())
-                idx, offs = idx[present], offs[present]
                 # layer 2 in slices of nearby records, dropping the CommitLog pages read after
                 # each (they stay in the page cache): RSS follows one slice, not the whole log
-                kept_sizes = sizes[present]
+                kept_sizes = units["size"][idx].astype(np.int64)
                 ends = offs + kept_sizes
                 for a, b in _slices(offs, _SLICE_SPAN, _SLICE_RECORDS):
                     yield from self._layer2(layers, log, idx[a:b], offs[a:b], hits, stats, verify_crc,
