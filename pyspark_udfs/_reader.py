@@ -42,9 +42,7 @@ import cq
 from cq import format as fmt
 from cq.errors import StoreFormatError
 from cq.filter.custom import (
-    MessageFilter,
     ext_columns,
-    filter_record_batch,
     message_schema,
 )
 from cq.filter.layers import Layers, TagFilter
@@ -53,6 +51,7 @@ from cq.readers.batchcq import BatchConsumeQueue, expand_batch
 from cq.readers.columns import MessageColumns
 from cq.readers.skipping import decode_skipping
 from cq.store.decide import UnitDecisions, decide_records, decide_units, decodes_once
+from pyspark_udfs._reader_filter import apply_message_filter
 from pyspark_udfs._source import RECORD_COLUMNS, TagsCodes, batch_cq_layer2_error
 from rmqfilter_arrow import binary_array
 
@@ -491,7 +490,7 @@ def _read_slice(options, schema, part, tags_code_sets, skips: Skips) -> Iterator
                                                         mask=~d.reached[batch_rows])
             columns["delivered"] = pa.array(d.delivered[batch_rows])
         if options.message_filter is not None:
-            columns = _apply_message_filter(options, store, topic, queue_id, columns)
+            columns = apply_message_filter(options, store, topic, queue_id, columns)
         yield _schema_batch(schema, columns)
 
 
@@ -642,7 +641,7 @@ def _read_batch_cq_slice(options, schema, store, part, tags_code_sets, skips: Sk
                 columns["matched_by_commit_log"] = pa.array(found.commit_log[unit], mask=~found.reached[unit])
                 columns["delivered"] = pa.array(delivered)
         if options.message_filter is not None:
-            columns = _apply_message_filter(options, store, topic, queue_id, columns, batches=True)
+            columns = apply_message_filter(options, store, topic, queue_id, columns, batches=True)
         yield _schema_batch(schema, columns)
 
 
@@ -760,58 +759,3 @@ def _record_columns(records, names: list[str], read: np.ndarray) -> dict[str, pa
         take = pa.array(np.cumsum(read) - 1, mask=~read)
         out = {name: arr.take(take) for name, arr in out.items()}
     return out
-
-
-_MESSAGE_FILTERS: dict[tuple[str, str], object] = {}  # per worker: each filter imported once
-
-
-#: Rows handed to a custom filter per call (a per-message filter gets them as cq.Message objects).
-FILTER_BATCH_ROWS = 8192
-
-
-def _messages_at(log, offsets: np.ndarray, queue_offsets: np.ndarray, batches: bool) -> list:
-    """The :class:`cq.Message` of each row (its record at ``offsets``); of a BatchCQ queue (``batches``),
-    the message at its queue offset in its batch record, as ``Store.consume`` unwraps it."""
-    if not batches:
-        return [log.read_message(int(off)) for off in offsets]
-    unwrapped: dict[int, list] = {}  # each record read and split once
-    out = []
-    for off, q in zip(offsets.tolist(), queue_offsets.tolist()):
-        msgs = unwrapped.get(off)
-        if msgs is None:
-            msgs = unwrapped[off] = expand_batch(log.read_message(off))
-        out.append(msgs[q - msgs[0].queue_offset])
-    return out
-
-
-def _apply_message_filter(options, store, topic: str, queue_id: int, columns: dict[str, pa.Array], *,
-                          batches: bool = False) -> dict:
-    """Option ``filter``: the custom filter on the rows the group receives (docs/custom-filters.md).
-
-    Without ``decisions`` the rows it rejects (or fails on, with ``on_filter_error=skip``) are
-    dropped; with it, ``delivered`` takes its answer and ``filter_skipped`` marks the failures.
-    """
-    key = (options.message_filter, options.on_filter_error)
-    mf = _MESSAGE_FILTERS.get(key)
-    if mf is None:
-        mf = _MESSAGE_FILTERS[key] = MessageFilter(options.message_filter, on_error=options.on_filter_error)
-    n = len(columns["queue_offset"])
-    decided = "delivered" in columns
-    candidates = np.flatnonzero(columns["delivered"].to_numpy(zero_copy_only=False)) if decided else np.arange(n)
-    keep = np.zeros(n, dtype=np.bool_)
-    skipped = np.zeros(n, dtype=np.bool_)
-    offsets = columns["commit_log_offset"].to_numpy()
-    queue_offsets = columns["queue_offset"].to_numpy()
-    batch = filter_record_batch(columns)
-    for start in range(0, len(candidates), FILTER_BATCH_ROWS):
-        rows = candidates[start:start + FILTER_BATCH_ROWS]
-        if mf.batch:
-            k, s = mf.apply_record_batch(batch.take(pa.array(rows)), (topic, queue_id, int(queue_offsets[rows[0]])),
-                                         (topic, queue_id, int(queue_offsets[rows[-1]])))
-        else:
-            k, s = mf.apply(_messages_at(store.commit_log, offsets[rows], queue_offsets[rows], batches))
-        keep[rows], skipped[rows] = k, s
-    if decided:
-        return {**columns, "delivered": pa.array(keep), "filter_skipped": pa.array(skipped)}
-    mask = pa.array(keep)
-    return {name: arr.filter(mask) for name, arr in columns.items()}
