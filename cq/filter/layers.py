@@ -410,9 +410,10 @@ _KINDS = ((RetrySqlFilter, "retry"), (SqlFilter, "sql92"), (TagFilter, "tags"))
 class Layers:
     """The broker's two layers and the client's re-check of one filter, over arrays of units and records.
 
-    The one home of the filter's array rules: :meth:`cq.Store.consume`, the ``rocketmq`` data
-    source, :func:`cq.analyses.cost.tally_range`, :func:`cq.why` and :func:`cq.backlog` ask it,
-    never the filter's class. The rules are those of the filter's per-unit methods
+    The one home of the filter's array rules: the broker's path for a run of units
+    (:func:`cq.store.decide.decide_units`, which :meth:`cq.Store.consume`, the ``rocketmq`` data
+    source, :func:`cq.analyses.cost.tally_range` and :func:`cq.why` call, and :func:`cq.backlog`
+    through ``consume``) asks it, never the filter's class. The rules are those of the filter's per-unit methods
     (docs/filtering.md#tag-match, docs/filtering.md#expression-filter, docs/filtering.md#retry-filter);
     a filter of another class (with only ``is_matched_by_consume_queue``,
     ``is_matched_by_commit_log`` and ``is_matched_by_client``) is asked unit by unit.
