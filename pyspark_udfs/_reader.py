@@ -10,7 +10,8 @@ ext units by ``ConsumeQueueExt.read_batch`` and records by the data path's decod
 ``CommitLog.decode_columns``, asked only for the schema's CommitLog columns, whose
 Arrow buffers become the batch's columns without a Python object per row (bodies
 decompressed in the same call unless the option ``body`` is ``stored``). With a
-group, layer 1 runs in array operations, layer 2 over the decoded properties map
+group, the broker's path is :func:`cq.store.decide.decide_units`' (what ``Store.consume`` runs):
+layer 1 in array operations, layer 2 over the decoded properties map
 (``SqlFilter.is_matched_by_commit_log_columns``) and the client's tag re-check over
 the decoded tags (``TagFilter.is_matched_by_client_columns``); only a filter that
 decides row by row (``RetrySqlFilter``) works on per-record property dicts. With
@@ -50,7 +51,7 @@ from cq.kernels import gather_spans, properties_columns, split_records
 from cq.readers.batchcq import BatchConsumeQueue, expand_batch
 from cq.readers.columns import MessageColumns
 from cq.readers.skipping import decode_skipping
-from cq.store.decide import UnitDecisions, decide_records, decide_units, decodes_once
+from cq.store.decide import UnitDecisions, decide_records, decide_units, decodes_once, in_range
 from pyspark_udfs._reader_filter import apply_message_filter
 from pyspark_udfs._source import RECORD_COLUMNS, TagsCodes, batch_cq_layer2_error
 from rmqfilter_arrow import binary_array
@@ -422,8 +423,7 @@ def _read_slice(options, schema, part, tags_code_sets, skips: Skips) -> Iterator
         if record_fields or cut is None:
             keep &= _in_commit_log(store, fields["commit_log_offset"], fields["size"], part)
         else:  # no record is decoded: the cut's range decides, and no CommitLog file is opened
-            offsets, sizes = fields["commit_log_offset"].astype(np.int64, copy=False), fields["size"].astype(np.int64)
-            keep &= (offsets >= cut.commit_log_min) & (offsets + sizes <= cut.commit_log_end)
+            keep &= in_range(fields["commit_log_offset"], fields["size"], cut.commit_log_min, cut.commit_log_end)
     rows = np.flatnonzero(keep)
     # With decisions=true the broker reads only the records layer 1 let through: NULL elsewhere.
     reached = decisions.reached if decisions is not None else None

@@ -19,7 +19,7 @@ from ..readers.batchcq import BatchConsumeQueue, expand_batch
 from ..readers.commitlog import Message
 from ..readers.consumequeue import ConsumeQueue
 from .cuts import StoreCut
-from .decide import BatchDecisions, decide_units, decodes_once
+from .decide import BatchDecisions, UnitDecisions, decide_records, decide_units, decodes_once
 
 #: Units handled per batch by :meth:`Store.consume`.
 CONSUME_BATCH = 1 << 16
@@ -251,48 +251,50 @@ class ConsumeRoom:
         finally:
             self._release(topic, queue_id, cqueue, ext)
 
-    def _layer2(self, layers: Layers, log, idx, offs, hits, stats, verify_crc, custom=None, units=None,
-                ext=None, sizes=None):
+    def _layer2(self, layers: Layers, log, found: UnitDecisions, idx, offs, stats, verify_crc, custom=None,
+                units=None, ext=None, sizes=None):
+        """Layer 2 and the client's re-check (:func:`cq.store.decide.decide_records`) of the units ``idx`` of
+        ``found`` (records at ``offs``, one slice), then what is delivered: in chunks, each an iterator counting
+        its messages as it hands them out (a caller may stop early); ConsumeResult chains the chunks."""
         batch_custom = custom is not None and custom.batch
-        cols, decoded = None, offs  # the records decoded once, and the offsets they were decoded at
+        cols = None  # the records decoded once
         if not verify_crc and not batch_custom and decodes_once(layers):
             # one decoder pass serves layer 2, the client's re-check and delivery: layer 1 nearly
             # decided, so most records are delivered (docs/data-path.md#consume); copied with a
             # read each, not faulted into the map (a queue's records lie far apart)
             cols = log.decode_columns(offs) if sizes is None else log.decode_copied(offs, sizes)
-        keep = None
-        if layers.has_layer2:
-            keep = layers.layer2_records(log, offs, cols)
-            stats.bloom_false_positives += int((hits[idx] & ~keep).sum())
-            idx, offs = idx[keep], offs[keep]
-        stats.passed_commit_log += len(idx)
+        # with a CRC check or a batch filter the re-check runs on what is read for them, below
+        client = not (verify_crc or batch_custom)
+        decide_records(layers, log, found, idx, units["commit_log_offset"], client=client, cols=cols)
+        ok = found.commit_log[idx]
+        stats.bloom_false_positives += int((found.hits[idx] & ~ok).sum())
+        stats.passed_commit_log += int(np.count_nonzero(ok))
         if batch_custom:
-            yield from self._deliver_batch_filtered(layers, log, idx, offs, stats, verify_crc, custom, units, ext)
+            yield from self._deliver_batch_filtered(layers, log, idx[ok], offs[ok], stats, verify_crc, custom, units,
+                                                    ext)
             return
-        # what is delivered goes out in chunks, each an iterator counting its messages as it hands
-        # them out (a caller may stop early); ConsumeResult chains the chunks
         pending: list[Message] = []
         if verify_crc:  # record by record: the messages before a bad CRC are delivered before the error
-            checked = self._client_checked(layers, (log.read_message(off, verify_crc=verify_crc) for off in offs.tolist()),
-                                           stats)
+            checked = self._client_checked(layers, (log.read_message(off, verify_crc=verify_crc)
+                                                    for off in offs[ok].tolist()), stats)
             if custom is None:
                 yield _objects.Delivered(checked, stats)
             else:
                 pending = list(checked)
-        elif cols is None:  # layer 2 read the records it kept: decode those
-            kept = list(self._client_checked(layers, log.read_messages(offs), stats))
-            if custom is None:
-                yield _objects.Delivered(kept, stats)
+        else:
+            delivered = found.delivered[idx]
+            stats.client_filtered += int(np.count_nonzero(ok & ~delivered))
+            rows = np.flatnonzero(delivered)
+            if cols is None:  # layer 2 read the records' properties: decode those delivered
+                msgs = log.read_messages(offs[rows])
+                if custom is None:
+                    yield _objects.Delivered(msgs, stats)
+                else:
+                    pending = msgs
+            elif custom is None:  # each message built as it is handed out: one alive at a time
+                yield _objects.Delivered.built(Message, cols.columns, *log.message_args(offs, rows), stats)
             else:
-                pending = kept
-        else:  # decoded before layer 2: messages of the rows both checks keep
-            rows = np.flatnonzero(keep) if keep is not None else np.arange(len(decoded))
-            client = layers.client_columns(cols, rows)
-            stats.client_filtered += int((~client).sum())
-            if custom is None:  # each message built as it is handed out: one alive at a time
-                yield _objects.Delivered.built(Message, cols.columns, *log.message_args(decoded, rows[client]), stats)
-            else:
-                pending = log.messages_from_columns(cols, decoded, rows[client])
+                pending = log.messages_from_columns(cols, offs, rows)
         if pending:
             yield _objects.Delivered(self._custom_kept(custom, pending, stats), stats)
 
@@ -442,7 +444,6 @@ class ConsumeRoom:
                 # layer 1 and presence here; layer 2 and the re-check slice by slice (_layer2)
                 found = decide_units(layers, log, units["commit_log_offset"], units["size"], units["tags_code"],
                                      cut=cut, ext=ext, raw=chunk, stats=stats, layer2=False)
-                hits = found.hits
                 idx = np.flatnonzero(found.consume_queue).astype(np.int64)
                 stats.passed_consume_queue += len(idx)
                 stats.commit_log_missing += len(idx) - int(np.count_nonzero(found.present))
@@ -453,7 +454,7 @@ class ConsumeRoom:
                 kept_sizes = units["size"][idx].astype(np.int64)
                 ends = offs + kept_sizes
                 for a, b in _slices(offs, _SLICE_SPAN, _SLICE_RECORDS):
-                    yield from self._layer2(layers, log, idx[a:b], offs[a:b], hits, stats, verify_crc,
+                    yield from self._layer2(layers, log, found, idx[a:b], offs[a:b], stats, verify_crc,
                                             custom, units, ext, kept_sizes[a:b])
                     log.drop_resident_range(int(offs[a:b].min()), int(ends[a:b].max()))
                 if progress is not None:

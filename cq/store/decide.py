@@ -22,7 +22,8 @@ from ..errors import StoreFileDeleted, StoreFormatError
 from ..filter.layers import Layers, RetryPropertiesError
 from ..readers.skipping import decode_skipping
 
-__all__ = ["BatchDecisions", "UnitDecisions", "decide_records", "decide_units", "decodes_once", "records_present"]
+__all__ = ["BatchDecisions", "UnitDecisions", "decide_records", "decide_units", "decodes_once", "in_range",
+           "records_present"]
 
 class UnitDecisions:
     """The broker's decisions over a run of units, one bool per unit and step (:func:`decide_units`).
@@ -88,6 +89,14 @@ class UnitDecisions:
 BatchDecisions = UnitDecisions
 
 
+def in_range(offsets: np.ndarray, sizes: np.ndarray, lo: int, hi: int) -> np.ndarray:
+    """Bool mask: the records ``[offset, offset + size)`` lie inside CommitLog range ``[lo, hi)`` (a cut's,
+    docs/live.md). :func:`records_present` is this and the files still there; a reader that opens no
+    CommitLog file asks this alone."""
+    offsets = np.asarray(offsets, dtype=np.int64)
+    return (offsets >= lo) & (offsets + np.asarray(sizes, dtype=np.int64) <= hi)
+
+
 def records_present(log, offsets: np.ndarray, sizes: np.ndarray, cut=None) -> np.ndarray:
     """Bool mask: the records are inside the cut's CommitLog range and still on disk (the one presence test).
 
@@ -99,7 +108,7 @@ def records_present(log, offsets: np.ndarray, sizes: np.ndarray, cut=None) -> np
     offsets = np.asarray(offsets, dtype=np.int64)
     # a record below the first file listed now is gone, whatever the cut says: the broker expired
     # its file since the cut was taken, and the listing that dropped the file released its map
-    present = (offsets >= max(lo, log.min_offset)) & (offsets + np.asarray(sizes, dtype=np.int64) <= hi)
+    present = in_range(offsets, sizes, max(lo, log.min_offset), hi)
     for _ in range(3):
         try:
             held = offsets[present]
@@ -184,10 +193,15 @@ def decide_units(layers: Layers, log, offsets: np.ndarray, sizes: np.ndarray, sl
 
 
 def decide_records(layers: Layers, log, d: UnitDecisions, rows: np.ndarray, offsets: np.ndarray, *,
-                   skip: bool = False, client: bool = True) -> UnitDecisions:
+                   skip: bool = False, client: bool = True, cols=None) -> UnitDecisions:
     """Layer 2 and (``client``) the client's re-check on the records of units ``rows`` of ``d`` (``offsets``:
-    every unit's CommitLog offset), filling ``d``: the records' properties (or their tags) are decoded,
-    nothing else. A record that cannot be decoded raises, or with ``skip`` marks its unit skipped."""
+    every unit's CommitLog offset), filling ``d``.
+
+    ``cols``: the records of ``rows`` decoded whole already (:func:`decodes_once`), which both steps read;
+    else the records' properties (or tags) are decoded here, nothing else: over columns where the filter
+    can, else as property dicts (None where a record stores none, as the broker's). A record that cannot
+    be decoded raises, or with ``skip`` marks its unit skipped (its error in ``d.errors``).
+    """
     if d.commit_log is None:
         d.commit_log = np.zeros(len(d), dtype=bool)
     if client and d.delivered is None:
@@ -195,20 +209,29 @@ def decide_records(layers: Layers, log, d: UnitDecisions, rows: np.ndarray, offs
     if not len(rows):
         return d
     offs = np.asarray(offsets)[rows].astype(np.int64, copy=False)
-    if not client and not layers.has_layer2:  # layer 2 always matches and nothing else is asked: nothing read
-        d.commit_log[rows] = True
-        return d
-    fields = layers.layer2_fields() if client else (["properties"] if layers.kind == "sql92" else None)
-    if not client:  # layer 2 alone: over the properties column where the filter can, else property dicts
-        ok, good, errors = decode_skipping(lambda o: layers.layer2_records(log, o), offs, skip)
-        layer2, keep = ok, None
-    elif fields is not None:
-        cols, good, errors = decode_skipping(lambda o: log.decode_columns(o, fields), offs, skip)
-        layer2, keep = layers.layer2_columns(cols), layers.client_columns(cols)
-    else:  # a filter that decides record by record: property dicts (None where a record stores none)
-        props, good, errors = decode_skipping(lambda o: log.gather_properties(o, absent_as_none=True), offs, skip)
-        layer2 = _layer2_dicts(layers, log, offs[good] if errors else offs, props)
-        keep = layers.client_tags([p.get(fmt.PROPERTY_TAGS) if p is not None else None for p in props])
+    good, errors, keep = None, [], None
+    if cols is not None:
+        layer2 = layers.layer2_records(log, offs, cols)
+        keep = layers.client_columns(cols) if client else None
+    elif not client:  # layer 2 alone: over the properties column where the filter can, else property dicts
+        layer2, good, errors = decode_skipping(lambda o: layers.layer2_records(log, o), offs, skip)
+    else:
+        layer2, fields = None, layers.layer2_fields()
+        if fields is not None:
+            got, good, errors = decode_skipping(lambda o: log.decode_columns(o, fields), offs, skip)
+            try:
+                layer2 = layers.layer2_columns(got)
+            except (ImportError, TypeError):
+                pass  # no pyarrow, or a selector without an Arrow evaluator: property dicts
+            else:
+                keep = layers.client_columns(got)
+        if layer2 is None:  # a filter that decides record by record
+            kept = offs[good] if errors else offs
+            props, ok, more = decode_skipping(lambda o: log.gather_properties(o, absent_as_none=True), kept, skip)
+            if more:  # (only when the properties were not decoded as columns first)
+                good, errors, kept = ok, more, kept[ok]
+            layer2 = _layer2_dicts(layers, log, kept, props)
+            keep = layers.client_tags([p.get(fmt.PROPERTY_TAGS) if p is not None else None for p in props])
     if errors:
         bad = rows[~good]
         d.skipped[bad] = True
