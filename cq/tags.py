@@ -23,6 +23,12 @@ EXPRESSION_TYPE_TAG = "TAG"
 EXPRESSION_TYPE_SQL92 = "SQL92"
 
 
+def bloom_key(group: str, topic: str) -> str:
+    """The key the broker hashes into a SQL92 group's Bloom bits: ``"{group}#{topic}"``
+    (``ConsumerFilterData``, docs/filtering.md#expression-filter)."""
+    return f"{group}#{topic}"
+
+
 def tags_code(tag: str | None) -> int:
     """The tags code the broker stores for a TAGS value (``tagsString2tagsCode``).
 

@@ -10,7 +10,8 @@ ext units by ``ConsumeQueueExt.read_batch`` and records by the data path's decod
 ``CommitLog.decode_columns``, asked only for the schema's CommitLog columns, whose
 Arrow buffers become the batch's columns without a Python object per row (bodies
 decompressed in the same call unless the option ``body`` is ``stored``). With a
-group, layer 1 runs in array operations, layer 2 over the decoded properties map
+group, the broker's path is :func:`cq.store.decide.decide_units`' (what ``Store.consume`` runs):
+layer 1 in array operations, layer 2 over the decoded properties map
 (``SqlFilter.is_matched_by_commit_log_columns``) and the client's tag re-check over
 the decoded tags (``TagFilter.is_matched_by_client_columns``); only a filter that
 decides row by row (``RetrySqlFilter``) works on per-record property dicts. With
@@ -42,9 +43,7 @@ import cq
 from cq import format as fmt
 from cq.errors import StoreFormatError
 from cq.filter.custom import (
-    MessageFilter,
     ext_columns,
-    filter_record_batch,
     message_schema,
 )
 from cq.filter.layers import Layers, TagFilter
@@ -52,6 +51,8 @@ from cq.kernels import gather_spans, properties_columns, split_records
 from cq.readers.batchcq import BatchConsumeQueue, expand_batch
 from cq.readers.columns import MessageColumns
 from cq.readers.skipping import decode_skipping
+from cq.store.decide import UnitDecisions, decide_records, decide_units, decodes_once, in_range
+from pyspark_udfs._reader_filter import apply_message_filter
 from pyspark_udfs._source import RECORD_COLUMNS, TagsCodes, batch_cq_layer2_error
 from rmqfilter_arrow import binary_array
 
@@ -59,7 +60,6 @@ from rmqfilter_arrow import binary_array
 # checks the Store still reads the store at its path, and a slice carries the cut its query
 # planned, which _store() brings the cached readers up to (docs/live.md#cached-readers).
 _STORES = cq.StoreCache()
-TAGS = "TAGS"  # the property holding a message's tag
 
 
 def _store(path: str, part=None) -> cq.Store:
@@ -207,22 +207,6 @@ def _in_commit_log(store, offsets: np.ndarray, sizes: np.ndarray, part=None) -> 
     return present
 
 
-class Decisions:
-    """Per-unit results of a group's filter layers over one slice."""
-
-    def __init__(self, n: int) -> None:
-        #: layer 1, ``isMatchedByConsumeQueue`` (tag code / Bloom bitmap)
-        self.consume_queue = np.zeros(n, dtype=np.bool_)
-        #: layer 1 passed and the record is in the CommitLog, so layer 2 ran
-        self.reached_commit_log = np.zeros(n, dtype=np.bool_)
-        #: layer 2, ``isMatchedByCommitLog`` (the selector; always true for tags)
-        self.commit_log = np.zeros(n, dtype=np.bool_)
-        #: what the consumer finally gets (after the client's exact tag re-check)
-        self.delivered = np.zeros(n, dtype=np.bool_)
-        #: layer 2 could not read the record (corrupt; only with on_corrupt="skip")
-        self.skipped = np.zeros(n, dtype=np.bool_)
-
-
 class _GroupFilter:
     """The filter ``cq.Store.make_filter`` builds for the group, applied to a slice of units."""
 
@@ -239,47 +223,40 @@ class _GroupFilter:
                              f"{topic!r} is a {type(self.filter).__name__}, not a plain SQL92 filter")
 
     def decide(self, units, tags_code, known, ext_batch, candidates, skips: Skips | None = None,
-               queue_offsets: np.ndarray | None = None, *, layer2: bool = True) -> Decisions:
-        """Layer 1 on every candidate unit; layer 2 only where layer 1 passed, as the broker does.
+               queue_offsets: np.ndarray | None = None, *, layer2: bool = True) -> UnitDecisions:
+        """The broker's path over the slice's candidate units (:func:`cq.store.decide.decide_units`): layer 1
+        on every candidate, layer 2 and the client's re-check only where layer 1 passed and the record is
+        present, as the broker does.
 
         ``units`` maps the ConsumeQueue fields to the slice's columns
         (:meth:`cq.ConsumeQueue.read_columns`).
 
-        Layer 2 needs only the records' properties, gathered in one batch call.
+        Layer 2 needs only the records' properties (or tags), gathered in one batch call.
         A record that cannot be decoded raises, or with ``skips`` enabled marks
-        its unit ``skipped`` and records it there. With ``layer2=False`` only
-        layer 1 runs: ``reached_commit_log`` marks the records layer 2 is to
-        read (the caller decides them with :meth:`delivered`).
+        its unit ``skipped`` and records it there. With ``layer2=False`` (or ``layer2=spark``)
+        only layer 1 runs: ``reached`` marks the records layer 2 is to read (the caller decides
+        them with :meth:`layer2_rows` or :meth:`delivered`).
         """
-        d = Decisions(len(tags_code))
-        d.consume_queue[:] = candidates & self.layers.layer1(tags_code, known=known, ext_batch=ext_batch)[0]
         offsets = units["commit_log_offset"]
-        rows = np.flatnonzero(d.consume_queue & _in_commit_log(self.store, offsets, units["size"], self.part))
+        present = _in_commit_log(self.store, offsets, units["size"], self.part)
+        d = decide_units(self.layers, self.store.commit_log, offsets, units["size"], tags_code, known=known,
+                         ext_batch=ext_batch, candidates=candidates, present=present, layer2=False)
         if self.layer2_in_spark or not layer2:
             # Layer 2 comes later (Spark's, on the properties column, or the caller's, batch by batch):
             # the reader only says which records it reads.
-            d.reached_commit_log[rows] = True
             return d
-        return self.layer2_rows(d, offsets, rows, skips, queue_offsets)
+        return self.layer2_rows(d, offsets, np.flatnonzero(d.reached), skips, queue_offsets)
 
-    def layer2_rows(self, d: Decisions, offsets, rows: np.ndarray, skips: Skips | None,
-                    queue_offsets: np.ndarray | None) -> Decisions:
+    def layer2_rows(self, d: UnitDecisions, offsets, rows: np.ndarray, skips: Skips | None,
+                    queue_offsets: np.ndarray | None) -> UnitDecisions:
         """Layer 2 and the client check on the records of units ``rows`` (``offsets``: every unit's
-        CommitLog offset), filling ``d``; each record's properties are decoded, nothing else."""
-        log = self.store.commit_log
-        fields = self.layer2_fields()
-        if fields is None:  # a filter that decides row by row: property dicts
-            return self._decide_per_record(d, log, offsets, rows, skips, queue_offsets)
-        cols, good, errors = decode_skipping(lambda offs: log.decode_columns(offs, fields), offsets[rows],
-                                             skips is not None and skips.enabled)
-        if errors:
-            skips.add_units(queue_offsets[rows[~good]], errors)
-            d.skipped[rows[~good]] = True
-            rows = rows[good]
-        layer2 = self.layers.layer2_columns(cols)
-        d.reached_commit_log[rows] = True
-        d.commit_log[rows] = layer2
-        d.delivered[rows] = layer2 & self.layers.client_columns(cols)
+        CommitLog offset), filling ``d`` (:func:`cq.store.decide.decide_records`); the records it cannot
+        decode are recorded in ``skips`` (``on_corrupt="skip"``)."""
+        before = len(d.errors)
+        decide_records(self.layers, self.store.commit_log, d, rows, offsets, skip=skips is not None and skips.enabled)
+        if len(d.errors) > before:
+            bad, errors = zip(*d.errors[before:])
+            skips.add_units(queue_offsets[np.asarray(bad, dtype=np.int64)], list(errors))
         return d
 
     def delivered(self, cols) -> np.ndarray:
@@ -304,25 +281,11 @@ class _GroupFilter:
         if (options.decisions or self.layer2_in_spark or fields is None
                 or not set(fields) <= set(record_fields)):
             return False
-        return self.layers.layer1_decides
+        return decodes_once(self.layers)
 
     def layer2_fields(self) -> list[str] | None:
         """Record fields layer 2 and the client check read (:meth:`cq.filter.layers.Layers.layer2_fields`)."""
         return self.layers.layer2_fields()
-
-    def _decide_per_record(self, d, log, offsets, rows, skips, queue_offsets) -> Decisions:
-        props, good, errors = decode_skipping(log.gather_properties, offsets[rows],
-                                              skips is not None and skips.enabled)
-        if errors:
-            skips.add_units(queue_offsets[rows[~good]], errors)
-            d.skipped[rows[~good]] = True
-            rows = rows[good]
-        layer2 = self.layers.layer2_properties(props)
-        client = self.layers.client_tags([p.get(TAGS) if p is not None else None for p in props])
-        d.reached_commit_log[rows] = True
-        d.commit_log[rows] = layer2
-        d.delivered[rows] = layer2 & client
-        return d
 
 
 #: A batch holds at most this many bytes of the CommitLog records it decodes (each record
@@ -453,18 +416,17 @@ def _read_slice(options, schema, part, tags_code_sets, skips: Skips) -> Iterator
                                  layer2=fused is None)
         keep &= ~decisions.skipped
         if not options.decisions:
-            keep &= decisions.delivered if fused is None and options.layer2 != "spark" else decisions.reached_commit_log
+            keep &= decisions.delivered if fused is None and options.layer2 != "spark" else decisions.reached
     if messages and decisions is None:
         # Records no longer in the CommitLog have no message to show (the broker skips them).
         cut = _cut(part)
         if record_fields or cut is None:
             keep &= _in_commit_log(store, fields["commit_log_offset"], fields["size"], part)
         else:  # no record is decoded: the cut's range decides, and no CommitLog file is opened
-            offsets, sizes = fields["commit_log_offset"].astype(np.int64, copy=False), fields["size"].astype(np.int64)
-            keep &= (offsets >= cut.commit_log_min) & (offsets + sizes <= cut.commit_log_end)
+            keep &= in_range(fields["commit_log_offset"], fields["size"], cut.commit_log_min, cut.commit_log_end)
     rows = np.flatnonzero(keep)
     # With decisions=true the broker reads only the records layer 1 let through: NULL elsewhere.
-    reached = decisions.reached_commit_log if decisions is not None else None
+    reached = decisions.reached if decisions is not None else None
     log = store.commit_log if record_fields else None
 
     def decode(offsets: np.ndarray):
@@ -521,14 +483,14 @@ def _read_slice(options, schema, part, tags_code_sets, skips: Skips) -> Iterator
         d = decisions
         if d is not None and options.decisions and options.layer2 == "spark":
             columns["matched_by_consume_queue"] = pa.array(d.consume_queue[batch_rows])
-            columns["reached_commit_log"] = pa.array(d.reached_commit_log[batch_rows])
+            columns["reached_commit_log"] = pa.array(d.reached[batch_rows])
         elif d is not None and options.decisions:
             columns["matched_by_consume_queue"] = pa.array(d.consume_queue[batch_rows])
             columns["matched_by_commit_log"] = pa.array(d.commit_log[batch_rows],
-                                                        mask=~d.reached_commit_log[batch_rows])
+                                                        mask=~d.reached[batch_rows])
             columns["delivered"] = pa.array(d.delivered[batch_rows])
         if options.message_filter is not None:
-            columns = _apply_message_filter(options, store, topic, queue_id, columns)
+            columns = apply_message_filter(options, store, topic, queue_id, columns)
         yield _schema_batch(schema, columns)
 
 
@@ -679,7 +641,7 @@ def _read_batch_cq_slice(options, schema, store, part, tags_code_sets, skips: Sk
                 columns["matched_by_commit_log"] = pa.array(found.commit_log[unit], mask=~found.reached[unit])
                 columns["delivered"] = pa.array(delivered)
         if options.message_filter is not None:
-            columns = _apply_message_filter(options, store, topic, queue_id, columns, batches=True)
+            columns = apply_message_filter(options, store, topic, queue_id, columns, batches=True)
         yield _schema_batch(schema, columns)
 
 
@@ -797,58 +759,3 @@ def _record_columns(records, names: list[str], read: np.ndarray) -> dict[str, pa
         take = pa.array(np.cumsum(read) - 1, mask=~read)
         out = {name: arr.take(take) for name, arr in out.items()}
     return out
-
-
-_MESSAGE_FILTERS: dict[tuple[str, str], object] = {}  # per worker: each filter imported once
-
-
-#: Rows handed to a custom filter per call (a per-message filter gets them as cq.Message objects).
-FILTER_BATCH_ROWS = 8192
-
-
-def _messages_at(log, offsets: np.ndarray, queue_offsets: np.ndarray, batches: bool) -> list:
-    """The :class:`cq.Message` of each row (its record at ``offsets``); of a BatchCQ queue (``batches``),
-    the message at its queue offset in its batch record, as ``Store.consume`` unwraps it."""
-    if not batches:
-        return [log.read_message(int(off)) for off in offsets]
-    unwrapped: dict[int, list] = {}  # each record read and split once
-    out = []
-    for off, q in zip(offsets.tolist(), queue_offsets.tolist()):
-        msgs = unwrapped.get(off)
-        if msgs is None:
-            msgs = unwrapped[off] = expand_batch(log.read_message(off))
-        out.append(msgs[q - msgs[0].queue_offset])
-    return out
-
-
-def _apply_message_filter(options, store, topic: str, queue_id: int, columns: dict[str, pa.Array], *,
-                          batches: bool = False) -> dict:
-    """Option ``filter``: the custom filter on the rows the group receives (docs/custom-filters.md).
-
-    Without ``decisions`` the rows it rejects (or fails on, with ``on_filter_error=skip``) are
-    dropped; with it, ``delivered`` takes its answer and ``filter_skipped`` marks the failures.
-    """
-    key = (options.message_filter, options.on_filter_error)
-    mf = _MESSAGE_FILTERS.get(key)
-    if mf is None:
-        mf = _MESSAGE_FILTERS[key] = MessageFilter(options.message_filter, on_error=options.on_filter_error)
-    n = len(columns["queue_offset"])
-    decided = "delivered" in columns
-    candidates = np.flatnonzero(columns["delivered"].to_numpy(zero_copy_only=False)) if decided else np.arange(n)
-    keep = np.zeros(n, dtype=np.bool_)
-    skipped = np.zeros(n, dtype=np.bool_)
-    offsets = columns["commit_log_offset"].to_numpy()
-    queue_offsets = columns["queue_offset"].to_numpy()
-    batch = filter_record_batch(columns)
-    for start in range(0, len(candidates), FILTER_BATCH_ROWS):
-        rows = candidates[start:start + FILTER_BATCH_ROWS]
-        if mf.batch:
-            k, s = mf.apply_record_batch(batch.take(pa.array(rows)), (topic, queue_id, int(queue_offsets[rows[0]])),
-                                         (topic, queue_id, int(queue_offsets[rows[-1]])))
-        else:
-            k, s = mf.apply(_messages_at(store.commit_log, offsets[rows], queue_offsets[rows], batches))
-        keep[rows], skipped[rows] = k, s
-    if decided:
-        return {**columns, "delivered": pa.array(keep), "filter_skipped": pa.array(skipped)}
-    mask = pa.array(keep)
-    return {name: arr.filter(mask) for name, arr in columns.items()}

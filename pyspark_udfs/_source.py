@@ -28,6 +28,7 @@ import selector
 from cq.analyses.pending import COLUMNS as PENDING_COLUMNS
 from cq.filter.custom import ON_FILTER_ERROR, load_filter
 from cq.filter.layers import Layers
+from cq.filter.subscription import registration_filter
 from cq.store.cluster import store_roots
 
 from ._choices import BODY, ON_CORRUPT
@@ -409,7 +410,7 @@ def _registered_group(path: str, topic: str | None, group: str) -> tuple[str | N
         reg = cq.Store(path).registered_filter(topic, group)
     except (cq.UnknownGroupError, cq.StoreFormatError) as exc:
         raise ValueError(f"rocketmq option 'group': {exc}") from exc
-    if not Layers(reg.make_filter()).has_layer2:  # not a SQL92 registration
+    if not Layers(registration_filter(reg)).has_layer2:  # not a SQL92 registration
         # the broker keeps no compiled expression for it and lets every message through (warned)
         return None, "*", {}
     fields = {"born_time": reg.born_time}

@@ -4,14 +4,12 @@
 topic in one pass over its ConsumeQueue units:
 
 * layer 1 as this store has it: the tag code (tag groups) or the ConsumeQueueExt bitmap (SQL92
-  groups), through the same ``Store._layer1`` :meth:`cq.Store.consume` runs;
+  groups), through the same pipeline :meth:`cq.Store.consume` runs (:func:`cq.store.decide.decide_units`:
+  layer 1, then whether the record is present);
 * layer 2: each distinct selector evaluated once per batch on every message's properties
   (``Selector.matches_many``), so the report knows each group's exact answer for every message;
-* the bitmap the dispatcher (``CommitLogDispatcherCalcBitMap``) would build: every message x
-  every registered SQL92 group of the topic. The groups' answers are kept per message as packed
-  bit rows, counted by distinct row, and the bitmaps are rebuilt in memory from them (never
-  written) for 1..N of the registered groups and for other ``f``/``n``, to measure the Bloom
-  false-positive rate beside the rate the Bloom math predicts.
+* the bitmap the dispatcher (``CommitLogDispatcherCalcBitMap``) would build for every registered
+  SQL92 group, rebuilt in memory from the groups' answers and replayed (:mod:`cq.analyses.cost_measure`).
 
 The pass is split into :class:`Tally` objects that add up (one per queue range), so the Spark
 variant (:mod:`pyspark_udfs.cost`) runs :func:`tally_range` on executors and
@@ -19,9 +17,7 @@ variant (:mod:`pyspark_udfs.cost`) runs :func:`tally_range` on executors and
 """
 from __future__ import annotations
 
-import math
 import os
-import platform
 import time
 from collections.abc import Iterable, Sequence
 from dataclasses import asdict, dataclass, field, fields
@@ -35,10 +31,20 @@ from selector.quoted import BROKER_EVALUATE_NS
 
 from .. import format as fmt
 from ..errors import UnknownGroupError
-from ..filter.layers import Layers, SqlFilter, TagFilter, bloom_key
+from ..filter.layers import Layers
+from ..filter.subscription import subscription_filter
 from ..store.cluster import Cluster, each_store, open_stores
+from ..store.decide import decide_units, records_present
 from ..store.store import CONSUME_BATCH, ConsumeStats, Store, StoreCut
 from ..tags import EXPRESSION_TYPE_SQL92
+from .cost_measure import (
+    machine,
+    measure_ns_per_evaluation,
+    predicted_fp_rate,
+    quoted_java_ns,
+    replay_bitmaps,
+    replay_steps,
+)
 
 __all__ = [
     "DEFAULT_ALTERNATIVES",
@@ -63,10 +69,6 @@ __all__ = [
 DEFAULT_ALTERNATIVES: tuple[tuple[int, int], ...] = (
     (50, 4), (33, 8), (20, 16), (20, 32), (20, 64), (10, 32), (10, 64), (5, 64), (1, 64),
 )
-#: Messages whose properties the CPU timing evaluates (the first ones of the topic).
-TIMING_SAMPLE = 20_000
-#: Replays of 1..N groups: every N up to this many groups, else this many points from 1 to N.
-MAX_REPLAY_STEPS = 32
 
 
 class NoExtUnitsError(ValueError):
@@ -314,10 +316,11 @@ def _compiles(sql: str) -> bool:
 
 
 def _make_filter(g: CostGroup, topic: str, bf: Any):
+    """The filter of a reported group: its expression, as registered with ``bf`` (its bloom data, bornTime)."""
     if not g.is_sql:
-        return TagFilter(g.expression)
-    return SqlFilter(g.group, topic, g.expression, bf, born_time=g.born_time,
-                     bloom_data=g.bloom_data if g.bloom_data is not None else None)
+        return subscription_filter(topic, g.group, tags=g.expression)
+    return subscription_filter(topic, g.group, sql=g.expression, bloom_filter=bf, born_time=g.born_time,
+                               bloom_data=g.bloom_data)
 
 
 # ------------------------------------------------------------------ one pass
@@ -361,7 +364,8 @@ def _tally_batch(store, tally: Tally, chunk, filters, reg_index, ext, cut: Store
     n = len(units)
     offs = units["commit_log_offset"].astype(np.int64)
     sizes = units["size"].astype(np.int64)
-    present = store.records_present(offs, sizes, cut)  # as Store.consume decides: expired ones are missing
+    log = store.commit_log
+    present = records_present(log, offs, sizes, cut)  # as Store.consume decides: expired ones are missing
     tally.units += n
     tally.commit_log_missing += int(n - present.sum())
     tally.records += int(present.sum())
@@ -374,16 +378,20 @@ def _tally_batch(store, tally: Tally, chunk, filters, reg_index, ext, cut: Store
         tally.ext_bitmaps += int((bms > 0).sum())
         tally.ext_bitmap_bytes += int(bms.sum())
         tally.ext_unit_bytes += int(eb.size[eb.found].astype(np.int64).sum())
-    props = store.commit_log.gather_properties(offs[present])
+    props = log.gather_properties(offs[present])
     answers: dict[str, np.ndarray] = {}  # one evaluation per distinct selector
     tags = None
     matched = np.zeros((len(filters), n), dtype=bool)
     for j, flt in enumerate(filters):
         stats = ConsumeStats()
         layers = Layers(flt)
-        passed, hits = layers.layer1(slot, ext=ext, raw=chunk, stats=stats)
-        tested = (hits | ~passed) & present if stats.bloom_tested else np.zeros(n, dtype=bool)
-        passed &= present
+        # the broker's path as consume decides it (layer 1, presence); layer 2 below runs on every present
+        # record, not only those layer 1 passed: the dispatcher evaluates each for the bitmap replay
+        found = decide_units(layers, log, offs, sizes, slot, ext=ext, raw=chunk, stats=stats, present=present,
+                             layer2=False)
+        hits = found.hits
+        tested = (hits | ~found.consume_queue) & present if stats.bloom_tested else np.zeros(n, dtype=bool)
+        passed = found.reached
         if layers.has_layer2:
             got = answers.get(flt.sql)
             if got is None:
@@ -409,134 +417,6 @@ def _tally_batch(store, tally: Tally, chunk, filters, reg_index, ext, cut: Store
             for row, c in zip(uniq, counts.tolist()):
                 key = row.tobytes()
                 tally.patterns[key] = tally.patterns.get(key, 0) + c
-
-
-# ------------------------------------------------------------------ the Bloom math
-def predicted_fp_rate(k: int, m: int, members: np.ndarray, weights: np.ndarray | None = None) -> float:
-    """The rate the Bloom math predicts for a group that does not match a message.
-
-    A message whose bitmap holds the bits of ``x`` matching groups (each sets ``k`` of ``m``
-    bits) has a given bit still clear with probability ``(1 - 1/m) ** (k x)``; a non-matching
-    group tests positive when its ``k`` bits are all set: ``(1 - (1 - 1/m) ** (k x)) ** k``.
-    ``members`` holds ``x`` per (message, non-matching group) pair; the result is the mean,
-    weighted by ``weights``.
-    """
-    x = np.asarray(members, dtype=np.float64)
-    if not len(x):
-        return float("nan")
-    p = (1.0 - (1.0 - 1.0 / m) ** (k * x)) ** k
-    w = np.ones_like(x) if weights is None else np.asarray(weights, dtype=np.float64)
-    return float((p * w).sum() / w.sum()) if w.sum() else float("nan")
-
-
-def _replay(patterns: dict[bytes, int], registered: Sequence[CostGroup], topic: str, f: int, n: int,
-            steps: Sequence[int]) -> list[dict]:
-    """Rebuild the bitmaps of the distinct answer rows with Bloom(f, n) for the first ``s`` registered
-    groups, ``s`` in ``steps``; false positives per group (never written to the store)."""
-    bf = bloom.BloomFilter(f, n)
-    r = len(registered)
-    keys = list(patterns)
-    weights = np.array([patterns[k] for k in keys], dtype=np.int64)
-    rows = np.frombuffer(b"".join(keys), dtype=np.uint8).reshape(len(keys), -1) if keys else \
-        np.zeros((0, max(1, (r + 7) // 8)), dtype=np.uint8)
-    member = np.unpackbits(rows, axis=1, count=r).astype(bool) if r else np.zeros((len(keys), 0), bool)
-    nbytes = (bf.m + 7) // 8
-    bitmaps = np.zeros((len(keys), nbytes), dtype=np.uint8)
-    datas = [g.bloom_data if (g.bloom_data is not None and bf.is_valid(g.bloom_data))
-             else bf.generate(bloom_key(g.group, topic)) for g in registered]
-    out = []
-    want = set(steps)
-    for j, data in enumerate(datas):
-        bits = bloom.BitsArray(bf.m)
-        bf.hash_to(data, bits)
-        bitmaps[member[:, j]] |= np.frombuffer(bytes(bits), dtype=np.uint8)
-        s = j + 1
-        if s not in want:
-            continue
-        fps, negs, preds, per_group = 0, 0, [], {}
-        x = member[:, :s].sum(axis=1)
-        for i in range(s):
-            neg = ~member[:, i]
-            hit = bf.is_hit_many(datas[i], bitmaps) if len(keys) else np.zeros(0, bool)
-            fp = int(weights[hit & neg].sum())
-            ng = int(weights[neg].sum())
-            fps += fp
-            negs += ng
-            per_group[registered[i].group] = {"false_positives": fp, "negatives": ng}
-            if ng:
-                preds.append((predicted_fp_rate(bf.k, bf.m, x[neg], weights[neg]), ng))
-        predicted = (sum(p * w for p, w in preds) / sum(w for _, w in preds)) if preds else None
-        out.append({
-            "groups": s, "f": f, "n": n, "k": bf.k, "m": bf.m, "bitmap_bytes": nbytes,
-            "false_positives": fps, "negatives": negs,
-            "fp_rate": fps / negs if negs else None,
-            "predicted_fp_rate": predicted,
-            "dispatch_evaluations": int(weights.sum()) * s,
-            "per_group": per_group,
-        })
-    return out
-
-
-def _steps(r: int) -> list[int]:
-    if r <= MAX_REPLAY_STEPS:
-        return list(range(1, r + 1))
-    return sorted({max(1, round(math.exp(math.log(r) * i / (MAX_REPLAY_STEPS - 1)))) for i in range(MAX_REPLAY_STEPS)}
-                  | {r})
-
-
-# ------------------------------------------------------------------ CPU per evaluation
-def machine() -> dict:
-    """Where the timing ran: CPU model, cores, Python, engine."""
-    model = platform.processor() or platform.machine()
-    try:
-        with open("/proc/cpuinfo", encoding="utf-8") as f:
-            for line in f:
-                if line.startswith("model name"):
-                    model = line.split(":", 1)[1].strip()
-                    break
-    except OSError:
-        pass
-    return {"cpu": model, "cores": os.cpu_count(), "python": platform.python_version(),
-            "platform": f"{platform.system()} {platform.release()}", "numpy": np.__version__,
-            "selector_engine": selector.ENGINE}
-
-
-def measure_ns_per_evaluation(store: Store, topic: str, sqls: Iterable[str], *, sample: int = TIMING_SAMPLE,
-                              repeat: int = 5) -> tuple[dict[str, float], int]:
-    """Nanoseconds per evaluation of each selector on the first ``sample`` messages of ``topic``.
-
-    A batch timing (``Selector.matches_many`` over the messages' property maps, the call layer 2
-    of :meth:`cq.Store.consume` makes), best of ``repeat`` runs, divided by the messages.
-    Returns ``(ns per selector, messages timed)``.
-    """
-    sqls = sorted(set(sqls))
-    if not sqls:
-        return {}, 0
-    offsets: list[np.ndarray] = []
-    got = 0
-    log = store.commit_log
-    for q in store.queue_ids(topic):
-        with store.queue_readers(topic, q, ext=False) as (cqueue, _ext):  # one queue's files open at a time
-            units = cqueue.read(count=sample - got)
-        offs = units["commit_log_offset"].astype(np.int64)
-        offs = offs[store.records_present(offs, units["size"].astype(np.int64))]
-        offsets.append(offs)
-        got += len(offs)
-        if got >= sample:
-            break
-    props = log.gather_properties(np.concatenate(offsets)) if offsets else []
-    if not props:
-        return {}, 0
-    out = {}
-    for sql in sqls:
-        compiled = selector.compile(sql)
-        best = float("inf")
-        for _ in range(repeat):
-            t0 = time.perf_counter_ns()
-            compiled.matches_many(props)
-            best = min(best, time.perf_counter_ns() - t0)
-        out[sql] = best / len(props)
-    return out, len(props)
 
 
 # ------------------------------------------------------------------ the report
@@ -784,12 +664,12 @@ def finish_report(root: str, topic: str, reported: Sequence[CostGroup], register
         dispatch_ms = sum(records * ns_per_evaluation[g.expression] for g in registered) / 1e6
     # replays, from the distinct answer rows (the store is not touched)
     own = (bf.f, bf.n)
-    by_groups = _replay(tally.patterns, registered, topic, own[0], own[1], _steps(len(registered))) \
+    by_groups = replay_bitmaps(tally.patterns, registered, topic, own[0], own[1], replay_steps(len(registered))) \
         if registered else []
     configs = []
     alts = list(DEFAULT_ALTERNATIVES if alternatives is None else alternatives)
     for f, n in [own] + [a for a in alts if tuple(a) != own]:
-        full = _replay(tally.patterns, registered, topic, int(f), int(n), [len(registered)]) if registered else []
+        full = replay_bitmaps(tally.patterns, registered, topic, int(f), int(n), [len(registered)]) if registered else []
         if full:
             configs.append(full[0] | {"store": (int(f), int(n)) == own})
     choice = None
@@ -865,7 +745,7 @@ def _group_row(g: CostGroup, tally: Tally, ns_per_evaluation: dict[str, float]) 
         commit_log_reads_with_bitmap=passed if bitmap_available or not sql else None,
         commit_log_bytes_without_bitmap=tally.record_bytes,
         commit_log_bytes_with_bitmap=int(tally.passed_bytes[i]) if bitmap_available or not sql else None,
-        ns_per_evaluation=ns, quoted_java_ns_per_evaluation=_QUOTED_BY_SQL.get(_normal(g.expression)) if sql
+        ns_per_evaluation=ns, quoted_java_ns_per_evaluation=quoted_java_ns(g.expression) if sql
         else None,
         cpu_ms_without_bitmap=_ms(records if sql else 0, ns) if sql else None,
         cpu_ms_with_bitmap=_ms(with_evals, ns) if sql else None,
@@ -878,14 +758,6 @@ def _pull_cost(g: GroupCost) -> tuple:
     read = g.commit_log_bytes_with_bitmap if g.commit_log_bytes_with_bitmap is not None \
         else g.commit_log_bytes_without_bitmap
     return (evals * (g.ns_per_evaluation or 0.0), read, evals)
-
-
-def _normal(sql: str) -> str:
-    return " ".join(sql.split()).lower()
-
-
-#: :data:`BROKER_EVALUATE_NS` by normalised selector text, what a report's rows look up.
-_QUOTED_BY_SQL = {_normal(sql): v for sql, v in BROKER_EVALUATE_NS.items()}
 
 
 def _verdict_text(v: dict, available: bool, registered: int, choice: dict | None, target: float | None) -> str:

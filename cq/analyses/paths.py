@@ -22,7 +22,6 @@ from .. import format as fmt
 from ..errors import StoreFormatError
 from ..readers import config as cfg
 from ..readers.commitlog import Message
-from ..readers.timer import TimerFiles
 from ..store.cluster import Cluster
 from ..store.store import Store
 from .pop import ReviveLog, pop_retry_topics, read_revive_log
@@ -477,7 +476,7 @@ def _timer_state(store: Store, topic: str, uniq: str | None, by_role: dict,
                if key is not None and c.message.properties.get(fmt.PROPERTY_TIMER_DEL_UNIQKEY) == key]
     if not timers and not markers:
         return None
-    with TimerFiles(store.root) as files:
+    with store.timer_files() as files:
         check = files.checkpoint
         progress = (f"config/{fmt.TIMER_CHECK_FILE}: the timer has fired everything due before "
                     f"{check.last_read_time_ms} and read {fmt.TIMER_TOPIC} up to queue offset "

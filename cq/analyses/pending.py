@@ -26,7 +26,6 @@ from __future__ import annotations
 
 from .. import format as fmt
 from ..readers.commitlog import Message
-from ..readers.timer import TimerFiles
 from ..store.store import Store
 from .paths import _delay_offsets, _lookup, _message_at, _parse_offset_msg_id, _resolved_halves
 from .pop import read_revive_log
@@ -100,7 +99,7 @@ def scheduled_rows(store: Store) -> list[dict]:
                 if fmt.PROPERTY_TIMER_DEL_UNIQKEY in m.properties}
     check = None
     if timers:
-        with TimerFiles(store.root) as files:
+        with store.timer_files() as files:
             check = files.checkpoint
     for m in timers:
         p = m.properties

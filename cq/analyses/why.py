@@ -37,11 +37,13 @@ from ..filter.layers import (
     low_int32,
     retry_group,
 )
+from ..filter.subscription import DEFAULT_BLOOM, registration_filter, retry_filter
 from ..readers.batchcq import expand_batch
 from ..readers.commitlog import Message
-from ..readers.config import CONSUMER_FILTER_FILE, FilterRegistry, RegisteredFilter
+from ..readers.config import CONSUMER_FILTER_FILE, RegisteredFilter
 from ..readers.indexfile import IndexFiles
 from ..store.cluster import Cluster
+from ..store.decide import decide_units
 from ..store.store import Store
 from ..tags import EXPRESSION_TYPE_SQL92, EXPRESSION_TYPE_TAG
 from ..tags import tags_code as _tag_hash
@@ -136,7 +138,7 @@ def _registration_dict(r: RegisteredFilter) -> dict[str, Any]:
 
 
 def resolve_subscription(store: Store, topic: str, group: str, *, sql: str | None = None,
-                         tags: str | None = None, bloom_filter="default", filter_support_retry: bool = False):
+                         tags: str | None = None, bloom_filter=DEFAULT_BLOOM, filter_support_retry: bool = False):
     """``(filter, Subscription)`` for a group: the given sql/tags, or its registration.
 
     With ``filter_support_retry`` (the broker's ``filterSupportRetry``) and a ``%RETRY%``
@@ -154,14 +156,13 @@ def resolve_subscription(store: Store, topic: str, group: str, *, sql: str | Non
             sub = Subscription(EXPRESSION_TYPE_TAG, tags, "given")
     else:
         reg = store.registered_filter(topic, group)
-        flt = reg.make_filter(bloom_filter)  # what Store.make_filter builds for a group named alone
+        flt = registration_filter(reg, bloom_filter)  # what Store.make_filter builds for a group named alone
         sub = Subscription(reg.expression_type or EXPRESSION_TYPE_SQL92, reg.expression or "", f"config/{CONSUMER_FILTER_FILE}",
                            reg)
     if filter_support_retry and retry_group(topic) is not None:
         if Layers(flt).sql92:
             checked_with = None if isinstance(bloom_filter, str) else bloom_filter
-            registry = FilterRegistry(store.registered_filters(bloom_filter=checked_with))
-            flt = RetrySqlFilter.from_filter(flt, registry=registry)
+            flt = retry_filter(flt, store.registered_filters(bloom_filter=checked_with))
             sub = replace(sub, retry_filter=True)
         elif sub.type != EXPRESSION_TYPE_SQL92:  # a TAG subscription matches at layer 2 before the retry lookup
             sub = replace(sub, retry_filter=True)
@@ -375,8 +376,10 @@ def why_unit(store: Store, topic: str, group: str, flt, sub: Subscription, queue
         unit_text += f" (an ext address: ext offset {fmt.undecorate(slot)})"
     steps.append(WhyStep("consume_queue_unit", "ConsumeQueue unit", INFO, "read", unit_text, unit_ev))
 
-    # ---- layer 1: the same call consume makes, with the slot resolved as the store resolves it
+    # ---- the decisions: the pipeline consume runs (cq.store.decide), so the verdict is consume's;
+    # the steps below explain each of them
     ext = store.ext(topic, queue_id)
+    found = _decide(flt, store.commit_log, phys, size, slot, ext)
     ext_unit = ext.get(slot) if (is_ext and ext is not None) else None
     if Layers(flt).kind == "tags":
         tags_code = slot if not is_ext else (ext_unit.tags_code if ext_unit is not None else None)
@@ -396,6 +399,7 @@ def why_unit(store: Store, topic: str, group: str, flt, sub: Subscription, queue
     else:
         matched, reason = flt.explain_consume_queue(None, ext_unit)
         ev, lines = _layer1_sql(flt, sub, ext_unit, reason, slot if ext_unit is not None else None)
+    matched = bool(found.consume_queue[0])
     steps.append(WhyStep("consume_queue", "Layer 1: ConsumeQueue (isMatchedByConsumeQueue)",
                          PASS if matched else DROP, reason, "\n".join(lines), ev))
     if Layers(flt).sql92 and sub.registration is not None and ext_unit is not None:
@@ -410,7 +414,7 @@ def why_unit(store: Store, topic: str, group: str, flt, sub: Subscription, queue
 
     delivered, dropped_by, explanation, msg_id = False, None, None, None
     log = store.commit_log
-    present = log.min_offset <= phys and phys + size <= log.max_offset
+    present = bool(found.present[0])
     expired = phys < log.min_offset
     if present and not matched:
         # not needed for the decision (the broker never reads it), but a person wants its id
@@ -436,13 +440,14 @@ def why_unit(store: Store, topic: str, group: str, flt, sub: Subscription, queue
             msg = log.read_message(phys)
             msg_id = msg.msg_id
             matched2, reason2, detail, ev2, explanation = _layer2(flt, sub, msg, log, phys)
+            matched2 = bool(found.commit_log[0])
             steps.append(WhyStep("commit_log", "Layer 2: CommitLog (isMatchedByCommitLog)",
                                  PASS if matched2 else DROP, reason2, detail, ev2))
             if not matched2:
                 dropped_by = DROPPED_BY_COMMIT_LOG
                 _not_reached(steps, "client", "Client re-check (PullAPIWrapper)")
             else:
-                ok, step = _client_step(flt, reason, msg)
+                ok, step = _client_step(flt, reason, msg, ok=bool(found.delivered[0]))
                 steps.append(step)
                 if ok:
                     delivered = True
@@ -452,9 +457,25 @@ def why_unit(store: Store, topic: str, group: str, flt, sub: Subscription, queue
                steps, explanation, note)
 
 
-def _client_step(flt, reason: str, msg: Message, why_passed: str | None = None) -> tuple[bool, WhyStep]:
-    """The client's tag re-check of ``msg`` (``reason``: layer 1's), as a step."""
-    ok = flt.is_matched_by_client(msg.tags)
+def _decide(flt, log, phys: int, size: int, slot: int, ext):
+    """The broker's decisions over one unit (:func:`cq.store.decide.decide_units`, what consume runs); a retry
+    record without properties fails the pull (layer 2 then delivers nothing)."""
+    one = np.array
+    args = (Layers(flt), log, one([phys], np.int64), one([size], np.int64), one([slot], np.int64))
+    try:
+        return decide_units(*args, ext=ext, present_all=True)
+    except RetryPropertiesError:
+        found = decide_units(*args, ext=ext, present_all=True, layer2=False)
+        found.commit_log = found.delivered = np.zeros(1, dtype=bool)
+        return found
+
+
+def _client_step(flt, reason: str, msg: Message, why_passed: str | None = None, *,
+                 ok: bool | None = None) -> tuple[bool, WhyStep]:
+    """The client's tag re-check of ``msg`` (``reason``: layer 1's), as a step; ``ok`` the decision when the
+    pipeline made it already."""
+    if ok is None:
+        ok = flt.is_matched_by_client(msg.tags)
     tags_set = sorted(flt.subscription.tags_set) if Layers(flt).kind == "tags" and \
         flt.subscription is not None else []
     if not tags_set:
@@ -482,7 +503,8 @@ def why_batch_message(store: Store, topic: str, group: str, flt, sub: Subscripti
     the batch record (layer 2, the record's own properties); the client unwraps the record and
     re-checks the message's own tag."""
     try:
-        lo, hi = store.cut(topic, [queue_id]).queue_range(topic, queue_id)
+        cut = store.cut(topic, [queue_id])
+        lo, hi = cut.queue_range(topic, queue_id)
         cqueue = store.consume_queue(topic, queue_id)
     except KeyError as exc:
         raise MessageNotFoundError(str(exc.args[0]) if exc.args else str(exc)) from None
@@ -506,11 +528,18 @@ def why_batch_message(store: Store, topic: str, group: str, flt, sub: Subscripti
     else:
         matched, reason = flt.explain_consume_queue(None, None)
         detail = "a BatchCQ keeps no ext units (no bitmap): layer 1 passes the batch"
+    # the decisions Store.consume makes over this batch's unit (cq.store.decide); the steps explain them
+    try:
+        found = store.batch_decisions(topic, queue_id, flt, queue_offset, queue_offset + 1, cut=cut)
+    except RetryPropertiesError:  # a retry record without properties: the pull fails, nothing is delivered
+        found = store.batch_decisions(topic, queue_id, flt, queue_offset, queue_offset + 1, cut=cut, layer2=False)
+        found.commit_log = np.zeros(1, dtype=bool)
+    matched = bool(found.consume_queue[0])
     steps.append(WhyStep("consume_queue", "Layer 1: ConsumeQueue (isMatchedByConsumeQueue)",
                          PASS if matched else DROP, reason, detail, {"tags_code": code}))
     delivered, dropped_by, explanation, msg_id = False, None, None, None
     log = store.commit_log
-    present = log.min_offset <= phys and phys + size <= log.max_offset
+    present = bool(found.present[0])
     if not matched:
         dropped_by = DROPPED_BY_CONSUME_QUEUE
         _not_reached(steps, "commit_log", "Layer 2: CommitLog (isMatchedByCommitLog)")
@@ -525,6 +554,7 @@ def why_batch_message(store: Store, topic: str, group: str, flt, sub: Subscripti
         record = log.read_message(phys)
         msg_id = record.msg_id
         matched2, reason2, detail2, ev2, explanation = _layer2(flt, sub, record, log, phys)
+        matched2 = bool(found.commit_log[0])
         steps.append(WhyStep("commit_log", "Layer 2: CommitLog (isMatchedByCommitLog)", PASS if matched2 else DROP,
                              reason2, "on the batch record's own properties, not the message's\n" + detail2, ev2))
         if not matched2:
@@ -856,7 +886,7 @@ def check_message_args(queue_id, queue_offset, msg_id, key, sql, tags) -> list[b
 
 def why(store: Store | Cluster, topic: str, group: str, *, sql: str | None = None, tags: str | None = None,
         queue_id: int | None = None, queue_offset: int | None = None, msg_id: str | None = None,
-        key: str | None = None, bloom_filter="default", filter_support_retry: bool = False,
+        key: str | None = None, bloom_filter=DEFAULT_BLOOM, filter_support_retry: bool = False,
         broker: str | None = None) -> Why | list[Why]:
     """Walk one message through every step of the broker's filter for ``group``.
 

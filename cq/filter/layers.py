@@ -23,15 +23,10 @@ from ..readers.ext import CqExtUnit
 from ..tags import (
     EXPRESSION_TYPE_SQL92,
     SubscriptionData,
+    bloom_key,
     build_subscription,
     parse_tag_subscription,
 )
-
-
-def bloom_key(group: str, topic: str) -> str:
-    """The key the broker hashes into a group's Bloom bits: ``"{group}#{topic}"``
-    (``ConsumerFilterData``, docs/filtering.md#expression-filter)."""
-    return f"{group}#{topic}"
 
 
 class TagFilter:
@@ -334,7 +329,7 @@ class RetrySqlFilter(SqlFilter):
     Parameters
     ----------
     registry : mapping of (topic, group) -> SqlFilter
-        The broker's registered SQL92 filters (:class:`cq.readers.config.FilterRegistry` builds them
+        The broker's registered SQL92 filters (:class:`cq.filter.subscription.FilterRegistry` builds them
         from ``config/consumerFilter.json``); a value may be any filter with
         ``is_matched_by_commit_log``.
     """
@@ -415,9 +410,10 @@ _KINDS = ((RetrySqlFilter, "retry"), (SqlFilter, "sql92"), (TagFilter, "tags"))
 class Layers:
     """The broker's two layers and the client's re-check of one filter, over arrays of units and records.
 
-    The one home of the filter's array rules: :meth:`cq.Store.consume`, the ``rocketmq`` data
-    source, :func:`cq.analyses.cost.tally_range`, :func:`cq.why` and :func:`cq.backlog` ask it,
-    never the filter's class. The rules are those of the filter's per-unit methods
+    The one home of the filter's array rules: the broker's path for a run of units
+    (:func:`cq.store.decide.decide_units`, which :meth:`cq.Store.consume`, the ``rocketmq`` data
+    source, :func:`cq.analyses.cost.tally_range` and :func:`cq.why` call, and :func:`cq.backlog`
+    through ``consume``) asks it, never the filter's class. The rules are those of the filter's per-unit methods
     (docs/filtering.md#tag-match, docs/filtering.md#expression-filter, docs/filtering.md#retry-filter);
     a filter of another class (with only ``is_matched_by_consume_queue``,
     ``is_matched_by_commit_log`` and ``is_matched_by_client``) is asked unit by unit.

@@ -24,17 +24,15 @@ import os
 import re
 import time
 import warnings
-from collections.abc import Callable, Iterable, Iterator, Mapping
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
 import bloom
-import selector
 
 from .. import format as fmt
 from ..errors import StoreFormatError
-from ..filter.layers import SqlFilter, TagFilter, bloom_key
-from ..tags import EXPRESSION_TYPE_SQL92
+from ..tags import bloom_key
 
 __all__ = [
     "CONFIG_DIR",
@@ -47,7 +45,6 @@ __all__ = [
     "ConfigFile",
     "ConfigFormatError",
     "ConfigWarning",
-    "FilterRegistry",
     "RegisteredFilter",
     "committed_from_table",
     "load_config",
@@ -488,6 +485,8 @@ class RegisteredFilter:
         Whether ``bloom_data`` equals what the store's Bloom filter computes for
         ``"{group}#{topic}"`` (the broker discards the whole file on load when persisted
         bloom data is not valid for its filter).
+
+    The filter the broker pulls with for it is built by :func:`cq.filter.subscription.registration_filter`.
     """
 
     group: str
@@ -522,43 +521,6 @@ class RegisteredFilter:
             return self.dead_time
         now = time.time_ns() // 1_000_000 if now_ms is None else now_ms
         return max(now - DEAD_ON_LOAD_MS, self.born_time)
-
-    def make_filter(self, bloom_filter: Any = "default"):
-        """The filter the broker pulls with for this registration (its layer 1 and layer 2).
-
-        Parameters
-        ----------
-        bloom_filter : bloom.BloomFilter, "default" or None
-            The broker's filter (``"default"``: ``bloom.BloomFilter()``); None: no bloom
-            data, so layer 1 passes everything.
-
-        Returns
-        -------
-        cq.SqlFilter
-            With the persisted expression, bornTime and bloom data. When the expression type
-            is not ``"SQL92"`` or the expression does not compile, the broker has no compiled
-            expression and lets every message through both layers: a :class:`cq.TagFilter`
-            without subscription is returned and a :class:`ConfigWarning` names the group.
-        """
-        if isinstance(bloom_filter, str):
-            bloom_filter = bloom.BloomFilter()
-        problem = None
-        compiled = None
-        if self.expression_type != EXPRESSION_TYPE_SQL92:
-            problem = f"expression type {self.expression_type!r} is not {EXPRESSION_TYPE_SQL92!r}"
-        elif not self.expression or not self.expression.strip():
-            problem = "it has no expression"
-        else:
-            try:
-                compiled = selector.compile(self.expression)
-            except selector.SelectorSyntaxError as exc:
-                problem = f"its expression does not compile ({exc})"
-        if problem is not None:
-            warnings.warn(f"group {self.group!r} on topic {self.topic!r}: {problem}; the broker keeps no "
-                          f"compiled expression and lets every message through", ConfigWarning, stacklevel=2)
-            return TagFilter(None)
-        return SqlFilter(self.group, self.topic, self.expression, bloom_filter, born_time=self.born_time,
-                         bloom_data=self.bloom_data if bloom_filter is not None else None, compiled=compiled)
 
 
 def _registered_filters(parsed: Any, src: str, bloom_filter: Any) -> list[RegisteredFilter]:
@@ -622,49 +584,6 @@ def read_registered_filters(path: str | os.PathLike, bloom_filter: Any = None,
                 ConfigWarning, stacklevel=2,
             )
     return filters
-
-
-class FilterRegistry(Mapping):
-    """``consumerFilter.json``'s registrations as the broker looks them up (``ConsumerFilterManager.get``).
-
-    A mapping ``(topic, group) -> filter``: the filter the broker pulls with for that
-    registration (:meth:`RegisteredFilter.make_filter`), built on its first lookup, so a
-    registration whose expression does not compile warns only when it is looked up. Dead
-    registrations are included (the broker's lookups return them too). This is the
-    ``registry`` of :class:`cq.RetrySqlFilter` (docs/filtering.md#retry-filter).
-
-    Parameters
-    ----------
-    registrations : iterable of RegisteredFilter
-        Usually ``Store.registered_filters()``; a later duplicate (topic, group) wins.
-    bloom_filter : bloom.BloomFilter, "default" or None
-        As for :meth:`RegisteredFilter.make_filter`. The retry filter only evaluates the
-        looked-up filters' expressions, so None (no bloom data) is enough there.
-    """
-
-    def __init__(self, registrations: Iterable[RegisteredFilter], bloom_filter: Any = None) -> None:
-        self._registrations = {(r.topic, r.group): r for r in registrations}
-        self._bloom_filter = bloom_filter
-        self._filters: dict[tuple[str, str], Any] = {}
-
-    def registration(self, topic: str, group: str) -> RegisteredFilter | None:
-        """The registration of (``topic``, ``group``), or None."""
-        return self._registrations.get((topic, group))
-
-    def __getitem__(self, key: tuple[str, str]):
-        flt = self._filters.get(key)
-        if flt is None:
-            flt = self._filters[key] = self._registrations[key].make_filter(self._bloom_filter)
-        return flt
-
-    def __contains__(self, key: object) -> bool:
-        return key in self._registrations
-
-    def __iter__(self) -> Iterator[tuple[str, str]]:
-        return iter(self._registrations)
-
-    def __len__(self) -> int:
-        return len(self._registrations)
 
 
 # ------------------------------------------------------------------ consumerOffset.json

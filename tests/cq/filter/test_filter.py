@@ -12,7 +12,8 @@ import pytest
 import bloom
 import cq
 from cq.filter.layers import RetryPropertiesError
-from cq.readers.config import ConfigWarning, FilterRegistry
+from cq.filter.subscription import FilterRegistry
+from cq.readers.config import ConfigWarning
 from selector.errors import SelectorEvaluationError
 
 A = cq.tags_code("TagA")

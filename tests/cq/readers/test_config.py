@@ -10,6 +10,7 @@ import pytest
 
 import bloom
 import cq
+from cq.filter.subscription import registration_filter
 from cq.readers.config import (
     ConfigFormatError,
     ConfigWarning,
@@ -250,7 +251,7 @@ def test_bloom_data_that_does_not_match_warns_naming_the_group(store_root):
     assert len(caught) == 1
     assert [f.bloom_matches for f in filters] == [True, False]
     # a filter made from it keeps the persisted positions, as the broker pulls with them
-    assert filters[1].make_filter().bit_positions == [1, 2, 3]
+    assert registration_filter(filters[1]).bit_positions == [1, 2, 3]
 
 
 def test_subscription_groups_and_topic_configs(store_root):

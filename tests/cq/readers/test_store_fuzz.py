@@ -610,7 +610,7 @@ def test_windowed_walks_find_the_same_end(golden_copy, monkeypatch, window):
 
 
 def test_consume_in_small_slices_gives_the_same_messages(monkeypatch):
-    import cq.store.store as store_module
+    import cq.store.consume as store_module
 
     store = cq.Store(DATA / "golden_store")
     cases = [{"sql": SQL}, {"tags": "TagA || TagB"}, {"tags": "*"}]

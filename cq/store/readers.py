@@ -1,0 +1,390 @@
+"""The Store's live reader cache (docs/live.md#cached-readers): the CommitLog and each queue's readers,
+opened once under a lock, followed as the broker writes, expires and replaces files, and released
+after each pass so thousands of queues hold one queue's files at a time (docs/limits.md)."""
+from __future__ import annotations
+
+import contextlib
+import os
+import threading
+import time
+from collections.abc import Iterator
+from typing import TYPE_CHECKING, Self
+
+import numpy as np
+
+from .. import format as fmt
+from ..errors import StoreFormatError
+from ..readers.batchcq import BatchConsumeQueue
+from ..readers.commitlog import SEALED_AGE_NS, CommitLog
+from ..readers.consumequeue import ConsumeQueue
+from ..readers.dledger import DLedgerCommitLog
+from ..readers.ext import ConsumeQueueExt
+from ..readers.rocksdb import RocksDBConsumeQueue, RocksDBQueueTable
+from . import undispatched
+from .decide import records_present
+
+if TYPE_CHECKING:
+    from .cuts import StoreCut
+
+
+def _dir_identity(st: os.stat_result) -> tuple[int, int, int]:
+    # a directory's change time moves when entries are added or removed in it: a store
+    # deleted and written again at the same path differs here even if its inode is reused
+    return st.st_dev, st.st_ino, st.st_ctime_ns
+
+
+class ReaderRoom:
+    """The :class:`cq.Store` methods that open, cache, follow and release its readers."""
+
+    def _init_readers(self, commit_log_file_size: int | None, consume_queue_file_size: int | None,
+                      ext_file_size: int | None) -> None:
+        self._cl_size = commit_log_file_size
+        self._cq_size = consume_queue_file_size
+        self._ext_size = ext_file_size
+        self._commit_log: CommitLog | None = None
+        self._cqs: dict[tuple[str, int], ConsumeQueue] = {}
+        self._exts: dict[tuple[str, int], ConsumeQueueExt | None] = {}
+        # queues whose readers cut(keep_readers=True) keeps: their maps are released after each pass
+        self._kept: set[tuple[str, int]] = set()
+        # kept queues found quiet at their last refresh: what their refresh depended on (_queue_state)
+        self._quiet: dict[tuple[str, int], tuple] = {}
+        self._root_identity = _dir_identity(os.stat(self.root))  # what replaced() compares
+        # a crashed store: the units its broker's recovery would add, found on first use
+        self._undispatched: dict[tuple[str, int], tuple[int, bytes]] | None = None
+        # readers are opened lazily; the lock makes threads sharing a Store open each one once
+        self._open_lock = threading.RLock()
+
+    @property
+    def commit_log(self) -> CommitLog:
+        """The store's :class:`CommitLog`."""
+        if self._commit_log is None:
+            with self._open_lock:
+                if self._commit_log is None:
+                    self._commit_log = self._open_commit_log()
+        return self._commit_log
+
+    def _open_commit_log(self) -> CommitLog:
+        layout = self.layout
+        layout.check_commit_log()
+        if layout.dledger_dir is not None:
+            return DLedgerCommitLog(layout.dledger_dir, classic_directory=layout.commit_log_dir,
+                                    file_size=self._cl_size)
+        return CommitLog(layout.commit_log_dir, file_size=self._cl_size)
+
+    def _rocksdb_queues(self) -> list[tuple[str, int]] | None:
+        """The queues of a RocksDB consume queue, read now (one cut); None for queue files."""
+        if self.layout.consume_queues != "rocksdb":
+            return None
+        with RocksDBQueueTable(os.path.join(self.root, fmt.CONSUME_QUEUE_DIR)) as table:
+            return sorted(table.ends)
+
+    def topics(self) -> list[str]:
+        """Topics that have a ConsumeQueue directory (LMQ queues, ``%LMQ%...``, included) or a
+        BatchConsumeQueue directory (BatchCQ topics), sorted."""
+        d = os.path.join(self.root, fmt.CONSUME_QUEUE_DIR)
+        batch = os.path.join(self.root, fmt.BATCH_CONSUME_QUEUE_DIR)
+        listed = {t for t in self.layout.batch_cq_topics if os.path.isdir(os.path.join(batch, t))}
+        rocks = self._rocksdb_queues()
+        if rocks is not None:
+            listed.update(topic for topic, _ in rocks)
+        elif os.path.isdir(d):
+            listed.update(t for t in os.listdir(d) if os.path.isdir(os.path.join(d, t)))
+        return sorted(listed)
+
+    def queue_ids(self, topic: str) -> list[int]:
+        """Queue ids of ``topic``, ascending."""
+        if topic in self.layout.batch_cq_topics:
+            d = os.path.join(self.root, fmt.BATCH_CONSUME_QUEUE_DIR, topic)
+            if not os.path.isdir(d):  # known from the topic table, no message yet: no queue, never a classic one
+                return []
+            return sorted(int(q) for q in os.listdir(d) if q.isdigit() and os.path.isdir(os.path.join(d, q)))
+        rocks = self._rocksdb_queues()
+        if rocks is not None:
+            ids = [q for t, q in rocks if t == topic]
+            if not ids:
+                raise KeyError(f"topic {topic!r} has no consume queues in {self.root}")
+            return ids
+        d = os.path.join(self.root, fmt.CONSUME_QUEUE_DIR, topic)
+        if not os.path.isdir(d):
+            raise KeyError(f"topic {topic!r} has no consume queues in {self.root}")
+        return sorted(int(q) for q in os.listdir(d) if q.isdigit() and os.path.isdir(os.path.join(d, q)))
+
+    def consume_queue(self, topic: str, queue_id: int) -> ConsumeQueue:
+        """The :class:`ConsumeQueue` of (topic, queue_id).
+
+        Its ``min_offset`` is corrected past units whose CommitLog records were
+        deleted, as the broker does when the first CommitLog file does not start at 0.
+        """
+        key = (topic, int(queue_id))
+        cq = self._cqs.get(key)
+        if cq is None:
+            with self._open_lock:
+                return self._open_consume_queue(key)
+        return cq
+
+    def _open_consume_queue(self, key: tuple[str, int]) -> ConsumeQueue:
+        topic, queue_id = key
+        cq = self._cqs.get(key)
+        if cq is None:
+            cq = self._new_consume_queue(topic, queue_id)
+            self._cqs[key] = cq
+        return cq
+
+    def _new_consume_queue(self, topic: str, queue_id: int) -> ConsumeQueue:
+        """A new reader of one queue, as the broker sees the queue (every reader comes from here)."""
+        if topic in self.layout.batch_cq_topics:  # docs/formats.md#batch-consume-queue
+            d = os.path.join(self.root, fmt.BATCH_CONSUME_QUEUE_DIR, topic, str(int(queue_id)))
+            if not os.path.isdir(d):
+                raise KeyError(f"no BatchCQ queue {topic}/{queue_id} in {self.root}")
+            cq = BatchConsumeQueue(d, topic=topic, queue_id=int(queue_id))
+        elif self.layout.consume_queues == "rocksdb":
+            d = os.path.join(self.root, fmt.CONSUME_QUEUE_DIR)
+            with RocksDBQueueTable(d) as table:
+                if (topic, int(queue_id)) not in table.ends_of(topic):
+                    raise KeyError(f"no consume queue {topic}/{queue_id} in {self.root}")
+                cq = RocksDBConsumeQueue(d, topic, int(queue_id), table)
+        else:
+            d = os.path.join(self.root, fmt.CONSUME_QUEUE_DIR, topic, str(int(queue_id)))
+            if not os.path.isdir(d):
+                raise KeyError(f"no consume queue {topic}/{queue_id} in {self.root}")
+            cq = ConsumeQueue(d, file_size=self._cq_size, topic=topic, queue_id=int(queue_id))
+        end, units = self._undispatched_units().get((topic, int(queue_id)), (None, b""))
+        if units and cq.max_offset == end:
+            cq.set_undispatched(units)  # what the broker's recovery dispatches (docs/reliability.md#undispatched)
+        if self.commit_log.files and self.commit_log.min_offset > 0:
+            # CommitLog files were deleted: the broker moves minLogicOffset past units
+            # whose records are gone (docs/formats.md#consumequeue-offsets)
+            cq.correct_min_offset(self.commit_log.min_offset)
+        return cq
+
+    def _undispatched_units(self) -> dict[tuple[str, int], tuple[int, bytes]]:
+        """For a crashed store no process holds: each queue's end and the units its broker's recovery
+        would add after it (:mod:`cq.store.undispatched`); otherwise nothing. Found once per Store."""
+        if self._undispatched is None:
+            self._undispatched = {}
+            if undispatched.crashed(self.root) and self.commit_log.files and self.layout.consume_queues == "files":
+                log = self.commit_log
+                self._undispatched = undispatched.undispatched_units(self.root, log, log.max_offset,
+                                                                     cq_file_size=self._cq_size)
+        return self._undispatched
+
+    def ext(self, topic: str, queue_id: int) -> ConsumeQueueExt | None:
+        """The :class:`ConsumeQueueExt` of (topic, queue_id), or None if the store has none."""
+        key = (topic, int(queue_id))
+        if key not in self._exts:
+            with self._open_lock:
+                if key not in self._exts:
+                    d = os.path.join(self.root, fmt.CONSUME_QUEUE_EXT_DIR, topic, str(int(queue_id)))
+                    self._exts[key] = ConsumeQueueExt(d, file_size=self._ext_size) if os.path.isdir(d) else None
+        return self._exts[key]
+
+    def _queue_readers(self, topic: str, queue_id: int, with_ext: bool = True) -> tuple[ConsumeQueue,
+                                                                                       ConsumeQueueExt | None]:
+        """Readers of one queue for one pass, not cached: :meth:`consume` closes them when the
+        queue is done, so a topic of thousands of queues holds one queue's maps (and file
+        descriptors) at a time. Already-open cached readers are reused."""
+        key = (topic, int(queue_id))
+        if key in self._cqs:
+            return self._cqs[key], self.ext(topic, queue_id) if with_ext else None
+        cqueue = self._new_consume_queue(topic, queue_id)
+        if isinstance(cqueue, BatchConsumeQueue):
+            return cqueue, None  # a BatchCQ keeps no ext files
+        if not with_ext or key in self._exts:
+            return cqueue, self._exts[key] if with_ext else None
+        d = os.path.join(self.root, fmt.CONSUME_QUEUE_EXT_DIR, topic, str(int(queue_id)))
+        return cqueue, ConsumeQueueExt(d, file_size=self._ext_size) if os.path.isdir(d) else None
+
+    @contextlib.contextmanager
+    def queue_readers(self, topic: str, queue_id: int, *,
+                      ext: bool = True) -> Iterator[tuple[ConsumeQueue, ConsumeQueueExt | None]]:
+        """``(ConsumeQueue, ConsumeQueueExt or None)`` of one queue for one pass, closed after it
+        (``ext=False``: the ConsumeQueue alone, its ext files not opened).
+
+        What reads every queue of a topic in turn uses, so thousands of queues hold one queue's
+        files (and descriptors) at a time (docs/limits.md); readers already cached by
+        :meth:`consume_queue` / :meth:`ext` are used and stay open.
+        """
+        cqueue, ext_reader = self._queue_readers(topic, queue_id, ext)
+        try:
+            yield cqueue, ext_reader
+        finally:
+            self._release(topic, queue_id, cqueue, ext_reader)
+
+    def _release(self, topic: str, queue_id: int, cqueue: ConsumeQueue | None, ext: ConsumeQueueExt | None,
+                 *, cached: bool = False) -> None:
+        """The one closing rule for a queue's readers after a read of it.
+
+        A reader that is not the cached one (opened by :meth:`_queue_readers` for this pass) is
+        closed. A cached reader has its maps released (closing a mapped-file queue keeps its
+        ends and file list; it maps its files again on its next read) when it is kept across
+        reads (``keep_readers``) or ``cached`` asks for it (:meth:`release_queue`); otherwise it
+        stays open for the next caller.
+        """
+        key = (topic, int(queue_id))
+        release_cached = cached or key in self._kept
+        for reader, cache in ((cqueue, self._cqs), (ext, self._exts)):
+            if reader is not None and (release_cached or cache.get(key) is not reader):
+                reader.close()
+
+    def release_queue(self, topic: str, queue_id: int) -> None:
+        """Release the maps (and file descriptors) of a cached queue's readers after a read of it.
+
+        The readers stay cached with their ends and file lists and map their files again on their
+        next read: a long-lived Store reading thousands of queues in turn (a Spark worker's) so
+        holds one queue's files at a time (docs/limits.md).
+        """
+        key = (topic, int(queue_id))
+        with self._open_lock:
+            self._release(topic, queue_id, self._cqs.get(key), self._exts.get(key), cached=True)
+
+    def close(self) -> None:
+        """Release every mapped file."""
+        for cq in self._cqs.values():
+            cq.close()
+        for ext in self._exts.values():
+            if ext is not None:
+                ext.close()
+        if self._commit_log is not None:
+            self._commit_log.close()
+
+    def _check_root(self) -> None:
+        if not os.path.isdir(self.root):
+            raise StoreFormatError("the store directory no longer exists (deleted while it was being read)",
+                                   self.root)
+
+    def refresh(self) -> None:
+        """Follow the broker: see new files, queues, topics and moved ends (docs/live.md).
+
+        The CommitLog and every cached queue reader list their files again:
+        files the broker expired at the front are dropped (queue minimums move
+        past deleted records, as the broker moves them), new files are added,
+        and each end is found by continuing the recovery walk from the previous
+        end. New queues and topics are listed by each read. Not to be called
+        while another thread reads through this Store.
+
+        Raises
+        ------
+        StoreFormatError
+            The store directory is gone.
+        """
+        with self._open_lock:
+            self._check_root()
+            if self._commit_log is not None:
+                self._commit_log.refresh()
+            for key, cqueue in list(self._cqs.items()):
+                self._refresh_queue(key, cqueue)
+
+    def _queue_state(self, cqueue: ConsumeQueue) -> tuple | None:
+        """What a queue's refresh depends on, by ``stat`` alone (no file opened): its directory's and
+        its last file's identity and modification time, and the CommitLog's first offset."""
+        files = cqueue.files
+        if not files:
+            return None
+        try:
+            d, f = os.stat(cqueue.directory), os.stat(files[-1][1])
+        except FileNotFoundError:
+            return None
+        return d.st_ino, d.st_mtime_ns, f.st_ino, f.st_size, f.st_mtime_ns, self.commit_log.min_offset
+
+    def _refresh_kept(self, key: tuple[str, int], cqueue: ConsumeQueue) -> None:
+        """Refresh a cached queue, unless it is kept across reads and nothing it depends on changed
+        since a refresh that found it quiet (docs/live.md#cached-readers): a stream over thousands of
+        queues opens only those written since, not every queue at every trigger.
+
+        Quiet: nobody had written to the queue's directory or last file for two seconds (the
+        sealed-file rule), so any later write gives them a new modification time.
+        """
+        state = self._queue_state(cqueue) if key in self._kept else None
+        if state is not None and self._quiet.get(key) == state:
+            return
+        self._refresh_queue(key, cqueue)
+        now = time.time_ns()
+        if state is not None and now - state[1] > SEALED_AGE_NS and now - state[4] > SEALED_AGE_NS:
+            self._quiet[key] = state
+        else:
+            self._quiet.pop(key, None)
+
+    def _refresh_queue(self, key: tuple[str, int], cqueue: ConsumeQueue) -> None:
+        if not os.path.isdir(cqueue.directory):  # the broker deleted the queue (topic removed)
+            self._cqs.pop(key, None)
+            ext = self._exts.pop(key, None)
+            cqueue.close()
+            if ext is not None:
+                ext.close()
+            return
+        cqueue.refresh()
+        ext = self._exts.get(key)
+        if ext is not None:
+            ext.refresh()
+        elif key in self._exts:
+            del self._exts[key]  # the ext directory may have appeared: look again on next use
+        if self.commit_log.files and self.commit_log.min_offset > 0:
+            cqueue.correct_min_offset(self.commit_log.min_offset)
+
+    def replaced(self) -> str | None:
+        """Why this Store's readers no longer read the store at its root, or None (docs/live.md#cached-readers).
+
+        For a Store kept across reads (a stream's triggers, a Spark worker's
+        tasks): the root directory must be the same directory, with the same
+        entries (device, inode, change time), and every file a reader has
+        mapped must still be the file its path names (device, inode, size).
+        Appended data and files the broker expired are not changes: a
+        refresh follows them. A replaced Store must be closed and opened again.
+
+        Raises
+        ------
+        StoreFormatError
+            The store directory is gone.
+        """
+        with self._open_lock:
+            self._check_root()
+            try:
+                st = os.stat(self.root)
+            except FileNotFoundError:  # deleted just now
+                self._check_root()
+                raise
+            if _dir_identity(st) != self._root_identity:
+                return (f"the store directory {self.root} changed since it was opened (entries added or removed "
+                        f"at its top, or a new directory there)")
+            readers = [self._commit_log, *self._cqs.values(), *self._exts.values()]
+            for reader in readers:
+                path = reader.replaced_file() if reader is not None else None
+                if path is not None:
+                    return f"store file {path} was replaced since it was mapped"
+        return None
+
+    def reopen(self) -> Self:
+        """A new Store of the same root and options, with no reader open yet: what replaces this
+        one when :meth:`replaced` says its readers no longer read the store."""
+        opener, args = self.__reduce__()
+        return opener(*args)
+
+    def follow(self, topic: str, queue_id: int, queue_end: int, commit_log_end: int) -> ConsumeQueue:
+        """The cached reader of a queue, refreshed if it is behind a cut's ``queue_end`` or ``commit_log_end``.
+
+        For readers that keep a Store across reads (Spark executors): whatever
+        it has cached, it can then read any cut taken up to now. The CommitLog's
+        and the queue's files are listed again when the cut needs newer ones or
+        the broker expired the first one (docs/live.md#cached-readers).
+        """
+        with self._open_lock:
+            self._check_root()
+            log = self.commit_log
+            if (not log.files or log.files[-1][0] + log.file_size < commit_log_end
+                    or not os.path.exists(log.files[0][1])):  # new files, or the broker expired the first
+                log.refresh_files()
+            cqueue = self.consume_queue(topic, queue_id)
+            files = cqueue.files
+            if cqueue.max_offset < queue_end or (files and not os.path.exists(files[0][1])):
+                self._refresh_queue((topic, int(queue_id)), cqueue)
+            return cqueue
+
+    def records_present(self, offsets: np.ndarray, sizes: np.ndarray, cut: StoreCut | None = None) -> np.ndarray:
+        """Bool mask: the records are inside the cut's CommitLog range and still on disk
+        (:func:`cq.store.decide.records_present`, the one presence test).
+
+        The CommitLog files the records lie in are mapped now: a file the broker
+        expired since the cut was taken moves ``min_offset`` (its records are
+        deleted, as for the broker), and a file mapped stays readable.
+        """
+        return records_present(self.commit_log, offsets, sizes, cut)
