@@ -29,8 +29,8 @@ from cq.analyses.pending import COLUMNS as PENDING_COLUMNS
 from cq.filter.custom import ON_FILTER_ERROR, load_filter
 from cq.filter.layers import Layers
 from cq.store.cluster import store_roots
+from rmqfilter_options import BODY, ON_CORRUPT
 
-from ._choices import BODY, ON_CORRUPT
 from ._plan import (
     DEFAULT_PARTITION_UNITS,
     GROUP_PARTITION_UNITS,
