@@ -352,7 +352,8 @@ class ReadOptions:
 
     @classmethod
     def parse(cls, options: dict) -> ReadOptions:
-        """Parse Spark's string options; ``ValueError`` naming the option on bad input."""
+        """Parse Spark's string options (each documented in :data:`OPTIONS`); ``ValueError`` naming the
+        option on bad input."""
         options = {str(k).lower(): v for k, v in dict(options).items()}
         path = options.get("path")
         if not path and options.get("paths"):  # load([root, ...]): Spark passes a JSON array
