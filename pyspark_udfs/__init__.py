@@ -1,7 +1,10 @@
-"""rmqfilter on Spark: SQL functions, Arrow UDFs, the ``rocketmq`` data source and the CLI.
+"""rmqfilter on Spark: SQL functions, Arrow UDFs, the ``rocketmq`` data source and the scan job.
 
-Public names (imported lazily, so ``rmqfilter`` commands that do not run Spark
-never import pyspark):
+Importing this package imports pyspark (and pyarrow): it is the Spark layer. The ``rmqfilter``
+command imports it only inside the commands that run Spark (``scan``, ``demo``, ``cost --spark``),
+so the others never load pyspark (docs/contributing.md#layers).
+
+Public names:
 
 - Column functions :func:`selector_match`, :func:`tags_code`,
   :func:`bloom_positions`, :func:`bloom_is_hit`;
@@ -12,20 +15,9 @@ never import pyspark):
 """
 from __future__ import annotations
 
-import importlib
-from typing import Any
-
-_EXPORTS = {
-    "selector_match": "pyspark_udfs.functions",
-    "tags_code": "pyspark_udfs.functions",
-    "bloom_positions": "pyspark_udfs.functions",
-    "bloom_is_hit": "pyspark_udfs.functions",
-    "register": "pyspark_udfs.functions",
-    "RocketMQDataSource": "pyspark_udfs.datasource",
-    "selector_column": "pyspark_udfs.native",
-    "selector_value_column": "pyspark_udfs.native",
-    "translate": "pyspark_udfs.native",
-}
+from .datasource import RocketMQDataSource
+from .functions import bloom_is_hit, bloom_positions, register, selector_match, tags_code
+from .native import selector_column, selector_value_column, translate
 
 __all__ = [
     "RocketMQDataSource",
@@ -38,16 +30,3 @@ __all__ = [
     "tags_code",
     "translate",
 ]
-
-
-def __getattr__(name: str) -> Any:
-    module = _EXPORTS.get(name)
-    if module is None:
-        raise AttributeError(f"module 'pyspark_udfs' has no attribute {name!r}")
-    value = getattr(importlib.import_module(module), name)
-    globals()[name] = value
-    return value
-
-
-def __dir__() -> list[str]:
-    return sorted(set(globals()) | set(_EXPORTS))

@@ -30,8 +30,8 @@ from cq.filter.custom import ON_FILTER_ERROR, load_filter
 from cq.filter.layers import Layers
 from cq.filter.subscription import registration_filter
 from cq.store.cluster import store_roots
+from rmqfilter_options import BODY, ON_CORRUPT
 
-from ._choices import BODY, ON_CORRUPT
 from ._plan import (
     DEFAULT_PARTITION_UNITS,
     GROUP_PARTITION_UNITS,
@@ -154,6 +154,124 @@ def positive_int_option(options: dict, name: str) -> int | None:
     return _number_option(options, name, int, lambda v: v > 0, "a positive integer", None)
 
 
+#: Every option of the ``rocketmq`` source, each documented once, here, beside :meth:`ReadOptions.parse`,
+#: which reads them (Spark passes strings; a bad value fails ``load()`` naming the option). The data
+#: source's docstring and docs/spark.md#data-source-options point here; a new option gets its entry
+#: here (docs/contributing.md#add-a-spark-option).
+OPTIONS: dict[str, str] = {
+    "topic": (
+        "Topic to read; every topic of the store when absent."
+    ),
+    "table": (
+        "``messages`` (default): each ConsumeQueue unit joined to its CommitLog record. "
+        "``consumequeue``: the units and their ConsumeQueueExt fields only (the CommitLog is not read)."
+        " ``scheduled``, ``transactions``, ``dead_letters``, ``pops``: the broker's pending work in the"
+        " whole store (delay-level copies with their due time and status, transaction halves with their"
+        " status, dead letters with their origin, POP groups' pops with theirs), the rows ``rmqfilter "
+        "pending`` prints (docs/paths.md#pending); they take no other option."
+    ),
+    "group": (
+        "With ``sql`` or ``tags``: apply the broker's two-layer filter for that consumer group inside "
+        "the reader: only the messages the group would receive come out (both tables give the same "
+        "rows; ``consumequeue`` reads only the properties of the records layer 1 let through, for layer"
+        " 2, and none of their other fields). ``group`` alone (with ``topic``): the group's SQL92 "
+        "registration in the store's ``config/consumerFilter.json`` (expression, bornTime, bloom data),"
+        " looked up on the driver (``docs/why.md``)."
+    ),
+    "sql": (
+        "With ``group``: the group's SQL92 selector (excludes ``tags``; see ``group``)."
+    ),
+    "tags": (
+        "With ``group``: the group's tag subscription, e.g. ``TagA || TagB`` (excludes ``sql``; see "
+        "``group``)."
+    ),
+    "from_committed": (
+        "``true`` (needs ``group`` and ``topic``): read each queue from the group's committed offset in"
+        " ``config/consumerOffset.json`` (partitions are planned from there; queues without a committed"
+        " offset are not read), so the rows are the group's real backlog (``rmqfilter backlog``)."
+    ),
+    "decisions": (
+        "``true``: with a group, keep every unit and add the columns ``matched_by_consume_queue`` "
+        "(layer 1), ``matched_by_commit_log`` (layer 2; NULL where it was not reached, and the "
+        "CommitLog columns NULL there too, because the broker does not read those records) and "
+        "``delivered`` (what the consumer gets, after the client's exact tag re-check)."
+    ),
+    "pushdown": (
+        "``false`` (default): Spark filters the rows the reader yields. ``true``: the reader takes "
+        "pushed-down filters on ``queue_id``, ``tags_code`` and ``tags`` (needs "
+        "``spark.sql.python.filterPushdown.enabled``, which :func:`pyspark_udfs.register` sets). Only "
+        "for a DataFrame that runs one filtered query: Spark (4.3) keeps the read it planned for a "
+        "pushed-down query on the DataFrame's source and reuses it for a later query on the same "
+        "DataFrame that pushes no filter, which then sees only the earlier query's rows "
+        "(docs/spark.md#pushdown)."
+    ),
+    "body": (
+        "``uncompressed`` (default): the ``body`` column as the consumer reads it, decompressed where "
+        "SYSFLAG has ``COMPRESSED_FLAG`` (``cq.Message.uncompressed_body()``, batch-decoded by "
+        "``CommitLog.decode_columns(decompress_body=True)``); ``stored``: the bytes as stored "
+        "(``cq.Message.body``). ``sys_flag`` is the stored value either way (docs/data-path.md#bodies)."
+        " A body that does not decompress is a corrupt record (``on_corrupt``)."
+    ),
+    "partition_units": (
+        "Largest number of ConsumeQueue units per partition (Spark task). A partition reads one or more"
+        " queue ranges, one after the other, so small queues share a task: a task's fixed cost is far "
+        "above a small queue's read (docs/spark.md#partitions). Default: 1000000; 4000000 with a group "
+        "(its layer 1 decides which records are decoded); 8000000 when the read decodes no CommitLog "
+        "record (a schema of ConsumeQueue and ext columns only, no group or filter)."
+    ),
+    "min_partitions": (
+        "At least this many partitions, in equal shares of at least 50000 units, when the read has that"
+        " many: the cores that run the read. Default: the CPU count of the machine that plans the read,"
+        " which is local mode's parallelism; on a cluster pass "
+        "``spark.sparkContext.defaultParallelism``."
+    ),
+    "layer2": (
+        "``reader`` (default): with ``sql``, the reader evaluates the selector (layer 2) itself, "
+        "in-process with the Cython engine, on the properties of the records layer 1 let through. "
+        "``spark``: the reader applies layer 1 only and leaves layer 2 to Spark, for a native "
+        "expression (:func:`pyspark_udfs.selector_column`) over ``properties``: without ``decisions`` "
+        "the rows are the records the broker reads (layer 1 passed), to be filtered by the selector; "
+        "with ``decisions`` the columns are ``matched_by_consume_queue`` and ``reached_commit_log`` "
+        "(and, in the ``consumequeue`` table, ``properties``, NULL where not reached). Needs ``sql``; "
+        "``rmqfilter scan`` uses it (see :mod:`pyspark_udfs.job`)."
+    ),
+    "on_corrupt": (
+        "``fail`` (default): a corrupt store file fails the query with a ``cq.StoreFormatError`` naming"
+        " the file and byte offset (inside Spark's ``PythonException`` or ``AnalysisException``). "
+        "``skip``: skip what cannot be read where a reader can resume and go on: a CommitLog record or "
+        "ConsumeQueueExt unit that does not decode drops that one unit; a ConsumeQueue or "
+        "ConsumeQueueExt file that cannot be opened drops the partition's range (the whole queue when "
+        "it fails while planning). Each skipped range is logged (WARNING, logger "
+        "``rmqfilter.datasource``) and, with ``skipped_log``, written there; read them with "
+        ":func:`skipped_ranges`."
+    ),
+    "filter": (
+        "``package.module:function``: a custom filter (docs/custom-filters.md) run in the reader after "
+        "both broker layers and the client's tag re-check, on each message the group would receive "
+        "(every message without ``group``). Imported when the reader is made (``load()`` fails with the"
+        " import error) and again on the executors, so the module must be importable there (PYTHONPATH,"
+        " ``spark.submit.pyFiles``). Needs ``table=messages``. With ``decisions`` the column "
+        "``filter_skipped`` says where it failed under ``on_filter_error=skip`` and ``delivered`` "
+        "includes its answer."
+    ),
+    "on_filter_error": (
+        "``fail`` (default): an exception in the filter fails the query with ``cq.FilterError`` naming "
+        "the message and the filter; ``skip``: the message is dropped."
+    ),
+    "skipped_log": (
+        "A directory (visible to the executors) where ``on_corrupt=skip`` writes the skipped ranges, "
+        "one JSON-lines file per partition (a retried task replaces its own file, so nothing is counted"
+        " twice)."
+    ),
+    "stale_after": (
+        "Seconds (default 60; 0: always): a task reading a cut planned longer ago than this, of a store"
+        " that has moved on since, logs a WARNING (logger ``rmqfilter.datasource``, once per plan and "
+        "worker) naming the cut and its age. Spark plans a DataFrame's read once: every later action on"
+        " it reads that first cut (docs/spark.md#reused-dataframes)."
+    ),
+}
+
+
 @dataclasses.dataclass(frozen=True)
 class ReadOptions:
     """The data source's options, parsed and checked once on the driver."""
@@ -235,7 +353,8 @@ class ReadOptions:
 
     @classmethod
     def parse(cls, options: dict) -> ReadOptions:
-        """Parse Spark's string options; ``ValueError`` naming the option on bad input."""
+        """Parse Spark's string options (each documented in :data:`OPTIONS`); ``ValueError`` naming the
+        option on bad input."""
         options = {str(k).lower(): v for k, v in dict(options).items()}
         path = options.get("path")
         if not path and options.get("paths"):  # load([root, ...]): Spark passes a JSON array

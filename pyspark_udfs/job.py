@@ -15,11 +15,9 @@ ConsumeQueue units it scanned, how many passed the ConsumeQueue layer (tag
 code, or Bloom bitmap for SQL92) and the CommitLog layer (exact tag or the
 selector), the layer-1 false positives, and the throughput.
 
-Every ``rmqfilter`` command imports this module (``spark_commands`` runs ``scan`` and ``demo``
-with it), so pyspark, and the modules that import it, are imported inside the functions that
-run a job, never at the top: commands that do not run Spark never load it. Those imports are
-marked ``# lazy``. The arguments ``rmqfilter scan`` and spark-submit ``job.py`` both parse are
-defined once, in :func:`pyspark_udfs.cli._options.add_scan_args`.
+The arguments ``rmqfilter scan`` and spark-submit ``job.py`` both parse are defined once, in
+:func:`rmqfilter_options.add_scan_args`; this module imports nothing from the ``rmqfilter`` package
+(the CLI imports the job, inside the commands that run Spark, never the reverse).
 """
 from __future__ import annotations
 
@@ -36,16 +34,26 @@ import time
 from collections.abc import Sequence
 from typing import Any
 
+from pyspark.sql import SparkSession
+from pyspark.sql import functions as F
+
 import cq
 from cq.filter.custom import load_filter
-from pyspark_udfs._choices import LAYER2_AUTO, LAYER2_CHOICES, LAYER2_DEFAULT, ON_CORRUPT, OUT_FORMATS
-from pyspark_udfs.cli._common import (  # argparse, cq and selector only: no pyspark
+from cq.store.topics import registered_groups, topic_store
+from pyspark_udfs.datasource import skipped_ranges
+from pyspark_udfs.functions import register
+from pyspark_udfs.native import selector_column, translate
+from rmqfilter_options import (
+    LAYER2_AUTO,
+    LAYER2_CHOICES,
+    LAYER2_DEFAULT,
+    ON_CORRUPT,
+    OUT_FORMATS,
+    add_scan_args,
     error_text,
     fail,
-    registered_groups,
-    topic_store,
+    subscription_conflict,
 )
-from pyspark_udfs.cli._options import add_scan_args, subscription_conflict
 
 __all__ = ["BrokerCounts", "GroupScan", "ScanResult", "default_parallelism", "format_brokers", "format_skipped",
            "format_summary", "is_connect_session", "main", "owns_session", "require_connect", "scan", "spark_session"]
@@ -53,8 +61,6 @@ __all__ = ["BrokerCounts", "GroupScan", "ScanResult", "default_parallelism", "fo
 
 def owns_session() -> bool:
     """True when no SparkSession is active yet, so the caller that makes one should stop it."""
-    from pyspark.sql import SparkSession  # lazy: pyspark, see the docstring
-
     return SparkSession.getActiveSession() is None
 
 
@@ -128,10 +134,6 @@ def spark_session(master: str | None = None, app_name: str = "rmqfilter", *, pro
         # A local session talks only to itself: bind to loopback, not the first
         # network interface Spark would otherwise pick.
         os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
-    from pyspark.sql import SparkSession  # lazy: pyspark, see the docstring
-
-    from pyspark_udfs.functions import register  # lazy: pyspark, see the docstring
-
     builder = SparkSession.builder.appName(app_name)
     if remote is not None:
         builder = builder.remote(remote)
@@ -342,10 +344,6 @@ def scan(spark, store: str | Sequence[str], topic: str, group: GroupScan, *, out
     -------
     ScanResult
     """
-    from pyspark.sql import functions as F  # lazy: pyspark, see the docstring
-
-    from pyspark_udfs.datasource import skipped_ranges  # lazy: pyspark, see the docstring
-
     if out_format not in OUT_FORMATS:
         raise ValueError(f"out_format must be parquet or json, got {out_format!r}")
     if on_corrupt not in ON_CORRUPT:
@@ -376,8 +374,6 @@ def scan(spark, store: str | Sequence[str], topic: str, group: GroupScan, *, out
     filtered = {} if message_filter is None else {"filter": message_filter, "on_filter_error": on_filter_error}
     lead = "broker string, " if brokers else ""  # several stores: counted per broker
     if native:
-        from pyspark_udfs.native import selector_column  # lazy: pyspark, see the docstring
-
         decisions = _reader(spark, store, topic, group, decisions="true", table="consumequeue", layer2="spark",
                             columns=lead + "matched_by_consume_queue boolean, reached_commit_log boolean, "
                                            "properties map<string,string>", **options)
@@ -448,8 +444,6 @@ def _layer2_plan(group: GroupScan, layer2: str) -> tuple[bool, str]:
         return False, "python (tag subscription: exact tag check in the reader)"
     if layer2 == "python":
         return False, "python (reader, Cython engine)"
-    from pyspark_udfs.native import translate  # lazy: pyspark, see the docstring
-
     plan = translate(group.sql)
     if not plan.native:
         return False, f"python ({plan.reason})"

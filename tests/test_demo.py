@@ -11,11 +11,11 @@ pytestmark = pytest.mark.spark
 def test_demo_writes_a_sample_and_reports_store_consume_counts(spark, tmp_path, capsys):
     import cq
     import cq.writer.sample
-    from pyspark_udfs import cli
+    import rmqfilter
 
     root, report = tmp_path / "demo", tmp_path / "demo.json"
     argv = ["demo", "--messages", "3000", "--seed", "5", "--store", str(root), "--json", str(report)]
-    assert cli.main(argv) == 0
+    assert rmqfilter.main(argv) == 0
     printed = capsys.readouterr().out
     assert "Wrote 3,000 messages" in printed and "passed CQ" in printed
     results = {r["group"]: r for r in json.loads(report.read_text())["results"]}
@@ -37,5 +37,5 @@ def test_demo_writes_a_sample_and_reports_store_consume_counts(spark, tmp_path, 
         assert 0 < b.will_receive < b.lag
         assert any(line.split() == [group, f"{b.lag:,}", f"{b.will_receive:,}"] for line in printed.splitlines())
     # A second run reuses the store instead of writing it again.
-    assert cli.main(argv) == 0
+    assert rmqfilter.main(argv) == 0
     assert "Reusing the sample store" in capsys.readouterr().out

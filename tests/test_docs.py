@@ -7,7 +7,7 @@ in page order, as in a doctest file):
   (ELLIPSIS and NORMALIZE_WHITESPACE), under whichever engine the run selects, so
   ``make test`` runs them under the Cython engines and again under the pure-Python twins;
 - ``$ rmqfilter ...`` lines of ```` ```console ```` blocks, through
-  ``pyspark_udfs.cli.main`` in-process: the exit status must be 0, or N where the line ends
+  ``rmqfilter.main`` in-process: the exit status must be 0, or N where the line ends
   with ``# exit N``; the lines shown under the command (when any are shown) must be what it
   printed, ``...`` standing for any text, whitespace exact (columns are part of the output):
   its stdout, and for a failing command (``# exit N``) its stdout then its stderr, where the
@@ -47,7 +47,7 @@ from pathlib import Path
 import pytest
 
 import cq
-from pyspark_udfs import cli
+import rmqfilter
 
 ROOT = Path(__file__).resolve().parent.parent
 GOLDEN = ROOT / "tests" / "data" / "golden_store"
@@ -131,7 +131,7 @@ def sample_store_path(tmp_path_factory) -> str:
     root = tmp_path_factory.mktemp("docs") / "sample-store"
     argv = [str(root) if word == "sample-store" else word for word in shlex.split(SAMPLE_STORE_COMMAND)[1:]]
     with contextlib.redirect_stdout(io.StringIO()):
-        assert cli.main([*argv, "--progress", "never"]) == 0
+        assert rmqfilter.main([*argv, "--progress", "never"]) == 0
     return str(root)
 
 
@@ -259,7 +259,7 @@ def test_page_cli_examples(path, tmp_path, monkeypatch, sample_store_path):
         out, err = io.StringIO(), io.StringIO()
         with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
             try:
-                got_status = cli.main(argv)
+                got_status = rmqfilter.main(argv)
             except SystemExit as exc:  # argparse errors
                 got_status = exc.code
         where = f"{page.name}:{line}: rmqfilter {shlex.join(argv)}"

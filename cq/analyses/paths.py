@@ -24,25 +24,26 @@ from ..readers import config as cfg
 from ..readers.commitlog import Message
 from ..store.cluster import Cluster
 from ..store.store import Store
+from .find import (
+    MessageNotFoundError,
+    brokers_to_ask,
+    check_message_args,
+    message_at,
+    parse_offset_msg_id,
+    query_index,
+    scan_topic,
+)
 from .pop import ReviveLog, pop_retry_topics, read_revive_log
 from .why import (
-    _DROPPER,
     DROPPED_BY_EXPIRY,
     INFO,
-    MessageNotFoundError,
     Subscription,
     Why,
     WhyStep,
-    _key_matches,
-    _message_at,
-    _parse_offset_msg_id,
-    _scan,
-    brokers_to_ask,
-    check_message_args,
-    open_index,
     resolve_subscription,
     why_unit,
 )
+from .why_render import DROPPED_BY_TEXT
 
 __all__ = [
     "STATES",
@@ -208,26 +209,20 @@ def _role(msg: Message, topic: str, group: str) -> tuple[str, str | None] | None
 
 
 def _lookup(store: Store, topics: list[str], key: str | None, uniq_key: str | None) -> tuple[list[Message], str, str]:
-    """Records of ``topics`` with the key or UNIQ_KEY: through the IndexFiles, else a scan (and why)."""
+    """Records of ``topics`` with the key or UNIQ_KEY: through the IndexFiles, else a scan (and why);
+    each record once, and of its own topic (``find.query_index``, ``find.scan_topic``)."""
     wanted = uniq_key if uniq_key is not None else key
     what = f"UNIQ_KEY {wanted!r}" if uniq_key is not None else f"key {wanted!r}"
-    index, why_scan = open_index(store)
-    if index is not None and len(index):
-        found: dict[int, Message] = {}
-        try:
-            for t in topics:
-                for off in index.query(t, wanted):
-                    msg = _message_at(store, off)
-                    if msg is not None and msg.topic == t and _key_matches(msg.properties, key, uniq_key):
-                        found[off] = msg
-        finally:
-            index.close()
+    indexed, _candidates, why_scan = query_index(store, topics, key, uniq_key,
+                                                 served_from=lambda msg, t: msg.topic == t)
+    if indexed is not None:
+        found = dict(indexed)  # a record indexed under two of its keys, once
         if found:
             where = sorted({m.topic for m in found.values()})
             return list(found.values()), "index", f"{what} found in the index files under {', '.join(where)}"
         why_scan = f"{what} is not in the index files under {', '.join(topics)}"
     present = [t for t in topics if t in store.topics()]
-    found_list = [m for t in present for m in _scan(store, t, key, uniq_key)]
+    found_list = [m for t in present for m in scan_topic(store, t, key, uniq_key)]
     if not found_list:
         return [], "scan", f"a scan of topic {', '.join(present)} found no {what} ({why_scan})"
     where = sorted({m.topic for m in found_list})
@@ -323,7 +318,7 @@ def _state_of(store: Store, topic: str, group: str, flt, sub: Subscription, uniq
                          f"{seed.queue_offset}) before {group} consumed it: it is lost for this group"), \
             {"dropped_by": w.dropped_by}, steps, w
     if not w.delivered:
-        return FILTERED, (f"{group}'s filter drops it ({_DROPPER[w.dropped_by]}, the steps below say why): the "
+        return FILTERED, (f"{group}'s filter drops it ({DROPPED_BY_TEXT[w.dropped_by]}, the steps below say why): the "
                           "group never receives it unless its subscription or the message's tags/properties change"), \
             {"dropped_by": w.dropped_by}, steps, w
     gate = _gate(store, topic, group)
@@ -641,7 +636,7 @@ def why_every_copy(store: Store | Cluster, topic: str, group: str, *, sql: str |
     seeds: list[tuple[str | None, list[Message], str, str]] = []   # (uniq key, known copies, found_by, note)
     if given[0]:
         w = why_unit(store, topic, group, flt, sub, int(queue_id), int(queue_offset))
-        msg = _message_at(store, w.commit_log_offset)
+        msg = message_at(store, w.commit_log_offset)
         uniq = msg.properties.get(fmt.PROPERTY_UNIQ_KEY) if msg is not None else None
         note = f"queue {topic}/{queue_id} offset {queue_offset}"
         if msg is None:   # its record is gone: the filter's verdict says expired (or missing)
@@ -650,8 +645,8 @@ def why_every_copy(store: Store | Cluster, topic: str, group: str, *, sql: str |
                                 "queue_offset", note)]
         seeds.append((uniq, [msg], "queue_offset", note))
     elif msg_id is not None:
-        parsed = _parse_offset_msg_id(msg_id)
-        msg = _message_at(store, parsed[1]) if parsed is not None else None
+        parsed = parse_offset_msg_id(msg_id)
+        msg = message_at(store, parsed[1]) if parsed is not None else None
         if msg is not None and msg.msg_id == msg_id.strip().upper():
             if _role(msg, topic, group) is None:
                 raise MessageNotFoundError(f"message {msg_id} (CommitLog offset {parsed[1]}) is on topic {msg.topic!r}, "

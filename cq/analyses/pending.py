@@ -27,9 +27,9 @@ from __future__ import annotations
 from .. import format as fmt
 from ..readers.commitlog import Message
 from ..store.store import Store
-from .paths import _delay_offsets, _lookup, _message_at, _parse_offset_msg_id, _resolved_halves
+from .find import message_at, parse_offset_msg_id, topic_records
+from .paths import _delay_offsets, _lookup, _resolved_halves
 from .pop import read_revive_log
-from .why import _records
 
 __all__ = ["COLUMNS", "TABLES", "pending"]
 
@@ -82,7 +82,7 @@ def _int(text: str | None) -> int | None:
 def scheduled_rows(store: Store) -> list[dict]:
     delay = _delay_offsets(store)
     rows = []
-    for q, m, due in _records(store, fmt.SCHEDULE_TOPIC):
+    for q, m, due in topic_records(store, fmt.SCHEDULE_TOPIC):
         level = q + 1
         p = m.properties
         rows.append({
@@ -93,7 +93,7 @@ def scheduled_rows(store: Store) -> list[dict]:
             "keys": p.get(fmt.PROPERTY_KEYS), "tags": p.get(fmt.PROPERTY_TAGS), "reconsume_times": m.reconsume_times,
             "store_timestamp": m.store_timestamp, "commit_log_offset": m.commit_log_offset, "msg_id": m.msg_id,
         })
-    timers = [m for _q, m, _slot in _records(store, fmt.TIMER_TOPIC)]
+    timers = [m for _q, m, _slot in topic_records(store, fmt.TIMER_TOPIC)]
     # a recall's marker is no message: it names the one the broker drops (docs/paths.md#timers)
     recalled = {m.properties[fmt.PROPERTY_TIMER_DEL_UNIQKEY] for m in timers
                 if fmt.PROPERTY_TIMER_DEL_UNIQKEY in m.properties}
@@ -131,7 +131,7 @@ def transaction_rows(store: Store) -> list[dict]:
     halves: dict[str, list[Message]] = {}
     check_max: set[str] = set()
     for topic in (fmt.TRANS_HALF_TOPIC, fmt.TRANS_CHECK_MAX_TIME_TOPIC):
-        for _q, m, _slot in _records(store, topic):
+        for _q, m, _slot in topic_records(store, topic):
             uniq = m.properties.get(fmt.PROPERTY_UNIQ_KEY) or m.msg_id
             halves.setdefault(uniq, []).append(m)
             if topic == fmt.TRANS_CHECK_MAX_TIME_TOPIC:
@@ -170,11 +170,11 @@ def dead_letter_rows(store: Store) -> list[dict]:
     rows = []
     for topic in sorted(t for t in store.topics() if t.startswith(fmt.DLQ_GROUP_TOPIC_PREFIX)):
         group = topic[len(fmt.DLQ_GROUP_TOPIC_PREFIX):]
-        for q, m, _slot in _records(store, topic):
+        for q, m, _slot in topic_records(store, topic):
             p = m.properties
             origin_id = p.get(fmt.PROPERTY_ORIGIN_MESSAGE_ID)
-            parsed = _parse_offset_msg_id(origin_id) if origin_id else None
-            origin = _message_at(store, parsed[1]) if parsed is not None else None
+            parsed = parse_offset_msg_id(origin_id) if origin_id else None
+            origin = message_at(store, parsed[1]) if parsed is not None else None
             if origin is not None and origin.msg_id != origin_id.strip().upper():
                 origin = None
             rows.append({

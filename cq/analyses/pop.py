@@ -28,7 +28,7 @@ from .. import format as fmt
 from ..errors import StoreFormatError
 from ..readers.commitlog import Message
 from ..store.store import Store
-from .why import _records
+from .find import topic_records
 
 __all__ = ["CheckPoint", "Pop", "ReviveLog", "pop_retry_topics", "read_revive_log"]
 
@@ -228,8 +228,8 @@ def read_revive_log(store: Store) -> ReviveLog:
     for topic in topics:
         for q, off in store.committed_offsets(fmt.REVIVE_GROUP, topic).items():
             log.revive_progress[(topic, q)] = off
-        records.extend((m, topic, q, m.queue_offset) for q, m, _slot in _records(store, topic))
-    for _q, m, _slot in _records(store, fmt.TIMER_TOPIC):
+        records.extend((m, topic, q, m.queue_offset) for q, m, _slot in topic_records(store, topic))
+    for _q, m, _slot in topic_records(store, fmt.TIMER_TOPIC):
         real = m.properties.get(fmt.PROPERTY_REAL_TOPIC)
         if real is not None and real.startswith(fmt.REVIVE_TOPIC_PREFIX):
             try:

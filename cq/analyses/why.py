@@ -7,14 +7,12 @@ bitmap, the group's k bits and which are clear; ``isMsgInLive`` against the regi
 client's exact tag re-check; and the verdict. Each decision is made by the same filter
 methods :meth:`cq.Store.consume` uses (``is_matched_by_consume_queue`` through
 ``explain_consume_queue``, ``is_matched_by_commit_log``, ``is_matched_by_client``), so the
-two never disagree. :func:`find_messages` finds a message by its offset message id, its
-``UNIQ_KEY`` or a key (the store's IndexFiles, then a scan). ``docs/why.md`` shows the output.
+two never disagree. A message named by its offset message id, ``UNIQ_KEY`` or a key is found
+by :mod:`cq.analyses.find` (:func:`~cq.analyses.find.find_messages`, re-exported here); the
+text a person reads is written by :mod:`cq.analyses.why_render`. ``docs/why.md`` shows the output.
 """
 from __future__ import annotations
 
-import binascii
-import struct
-from collections.abc import Iterator
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -41,12 +39,34 @@ from ..filter.subscription import DEFAULT_BLOOM, registration_filter, retry_filt
 from ..readers.batchcq import expand_batch
 from ..readers.commitlog import Message
 from ..readers.config import CONSUMER_FILTER_FILE, RegisteredFilter
-from ..readers.indexfile import IndexFiles
 from ..store.cluster import Cluster
 from ..store.decide import decide_units
 from ..store.store import Store
 from ..tags import EXPRESSION_TYPE_SQL92, EXPRESSION_TYPE_TAG
 from ..tags import tags_code as _tag_hash
+from .find import (  # MessageNotFoundError and find_messages: public here too (cq.why's API)
+    MessageNotFoundError,
+    brokers_to_ask,
+    check_message_args,
+    find_batch_messages,
+    find_messages,
+    message_at,
+    parse_offset_msg_id,
+    position,
+)
+from .why_codes import (
+    DROP,
+    DROPPED_BY_CLIENT,
+    DROPPED_BY_COMMIT_LOG,
+    DROPPED_BY_CONSUME_QUEUE,
+    DROPPED_BY_EXPIRY,
+    INFO,
+    NOT_REACHED,
+    PASS,
+)
+from .why_render import LAYER1_TEXT as _LAYER1_TEXT
+from .why_render import bits_text as _bits_text
+from .why_render import format_why, verdict_line
 
 __all__ = [
     "MessageNotFoundError",
@@ -58,38 +78,6 @@ __all__ = [
     "why",
 ]
 
-#: Results of a step.
-PASS, DROP, NOT_REACHED, INFO = "pass", "drop", "not_reached", "info"
-#: ``dropped_by`` values.
-DROPPED_BY_CONSUME_QUEUE, DROPPED_BY_COMMIT_LOG, DROPPED_BY_CLIENT = "consume_queue", "commit_log", "client"
-#: ``dropped_by`` of a unit the broker expired (below its queue's minimum, or its record deleted).
-DROPPED_BY_EXPIRY = "expired"
-
-_LAYER1_TEXT = {
-    "no_subscription": "no subscription: every unit passes",
-    "class_filter_mode": "class filter mode: every unit passes",
-    "tags_code_unknown": "the slot holds an ext address that cannot be resolved: the tags code is unknown, "
-                         "so the unit passes",
-    "sub_all": "subscription \"*\": every tags code passes",
-    "tags_code_in_set": "the tags code is in the subscription's code set",
-    "tags_code_not_in_set": "the tags code is not in the subscription's code set",
-    "no_bloom_data": "the filter has no bloom data: layer 1 lets every unit through",
-    "no_ext_unit": "no ext unit (the slot is not an ext address, the store has no ext files, or the address "
-                   "cannot be resolved): the unit passes",
-    "not_in_live": "isMsgInLive is false (msgStoreTime <= bornTime): the bitmap was not computed for this "
-                   "version of the filter, so the unit passes",
-    "no_bitmap": "the ext unit has no bitmap: the unit passes",
-    "bloom_data_invalid": "the bloom data is not valid for the broker's Bloom filter: the unit passes",
-    "bitmap_length": "the bitmap's bit length differs from the bloom data's bitNum: the unit passes",
-    "position_out_of_range": "a bit position lies outside the bitmap (isHit throws, the broker logs it and "
-                             "matches): the unit passes",
-    "bloom_hit": "every one of the group's bits is set (a Bloom hit; layer 2 decides)",
-    "bloom_miss": "some of the group's bits are clear: the broker skips the unit without reading the CommitLog",
-}
-
-
-class MessageNotFoundError(LookupError, ValueError):
-    """No message matches a msg id, UNIQ_KEY, key or queue offset (names what was searched)."""
 
 
 @dataclass(frozen=True)
@@ -251,11 +239,8 @@ class Why:
 
     @property
     def verdict(self) -> str:
-        """One line: delivered, or which step dropped it and why."""
-        if self.delivered:
-            return "DELIVERED: the group receives this message"
-        step = next(s for s in self.steps if s.result == DROP)
-        return f"NOT DELIVERED: dropped by {_DROPPER[self.dropped_by]}: {step.detail.splitlines()[0]}"
+        """One line: delivered, or which step dropped it and why (``why_render.verdict_line``)."""
+        return verdict_line(self)
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready: ``delivered``, ``dropped_by``, ``queue_id``, ``queue_offset``,
@@ -271,51 +256,8 @@ class Why:
         }
 
     def __str__(self) -> str:
-        sub = self.subscription
-        lines = [
-            (f"message   {self.topic} queue {self.queue_id} offset {self.queue_offset}"
-             f"{'' if self.broker is None else ' on broker ' + self.broker}: CommitLog offset "
-             f"{self.commit_log_offset}, {self.size} bytes, msgId {self.msg_id or '?'}"),
-            f"group     {self.group}: {sub.type} {sub.expression!r} ({_source_text(sub)})",
-        ]
-        if sub.retry_filter:
-            lines.append(f"filter    {_retry_filter_text(sub, retry_group(self.topic))}")
-        if self.note:
-            lines.append(f"found     {self.note}")
-        lines.append("")
-        for i, s in enumerate(self.steps, 1):
-            mark = {PASS: "PASS", DROP: "DROP", NOT_REACHED: "----", INFO: "info"}[s.result]
-            lines.append(f"{i}. [{mark}] {s.title}")
-            lines.extend("     " + line if line.strip() else "" for line in s.detail.splitlines())
-        lines.append("")
-        lines.append(f"verdict   {self.verdict}")
-        return "\n".join(lines)
-
-
-_DROPPER = {DROPPED_BY_CONSUME_QUEUE: "the ConsumeQueue layer (layer 1)",
-            DROPPED_BY_COMMIT_LOG: "the CommitLog layer (layer 2)",
-            DROPPED_BY_CLIENT: "the client's tag re-check",
-            DROPPED_BY_EXPIRY: "the broker's expiry of old files"}
-
-
-def _source_text(sub: Subscription) -> str:
-    r = sub.registration
-    if r is None:
-        return "given, not looked up in config/consumerFilter.json"
-    dead = f", dead since {r.dead_time}" if r.is_dead else ""
-    bloom = "" if r.bloom_matches else ", bloom data does NOT match the broker's filter"
-    return f"registered in {sub.source}: bornTime {r.born_time}{dead}{bloom}"
-
-
-def _retry_filter_text(sub: Subscription, group: str | None) -> str:
-    head = "ExpressionForRetryMessageFilter (filterSupportRetry): "
-    if sub.type != EXPRESSION_TYPE_SQL92:
-        return head + "a TAG subscription matches at layer 2 before the RETRY_TOPIC lookup"
-    return head + f"layer 2 evaluates the filter registered for (the message's RETRY_TOPIC, {group})"
-
-
-def _bits_text(bitmap: bytes | None) -> str:
-    return "none" if bitmap is None else binascii.hexlify(bitmap, " ").decode()
+        """The walk as a person reads it (:func:`cq.analyses.why_render.format_why`)."""
+        return format_why(self)
 
 
 def _layer1_sql(flt: SqlFilter, sub: Subscription, ext_unit, reason: str,
@@ -569,28 +511,6 @@ def why_batch_message(store: Store, topic: str, group: str, flt, sub: Subscripti
                steps, explanation, note)
 
 
-def _find_batch_messages(store: Store, topic: str, msg_id: str | None, key: str | None) -> list[tuple[int, int]]:
-    """(queue id, queue offset) of every message of BatchCQ topic ``topic`` whose ``UNIQ_KEY`` or key is
-    the one asked, or (an offset message id) of every message of the batch record it names: a scan
-    of the topic's batch records (the IndexFiles index a batch record, not its messages)."""
-    wanted = msg_id.strip().upper() if msg_id is not None else None
-    found = []
-    for q in store.queue_ids(topic):
-        with store.queue_readers(topic, q, ext=False) as (cqueue, _ext):
-            for off in cqueue.units["commit_log_offset"].tolist():
-                record = _message_at(store, off)
-                if record is None:
-                    continue
-                for m in expand_batch(record):
-                    if record.msg_id == wanted or _key_matches(m.properties, key, msg_id):
-                        found.append((q, m.queue_offset))
-    if not found:
-        what = f"UNIQ_KEY or offset message id {msg_id!r}" if msg_id is not None else f"key {key!r}"
-        raise MessageNotFoundError(f"no message of BatchCQ topic {topic!r} has {what} in {store.root} "
-                                   "(a scan of its batch records)")
-    return found
-
-
 def _expired_unit(store: Store, topic: str, group: str, flt, sub: Subscription, cqueue, queue_id: int,
                   queue_offset: int, lo: int, found_by: str, note: str | None) -> Why:
     """The Why of a unit below its queue's minimum: the broker expired it (its record, and maybe its
@@ -707,183 +627,6 @@ def _not_reached(steps: list[WhyStep], name: str, title: str) -> None:
     steps.append(WhyStep(name, title, NOT_REACHED, "not_reached", "not reached", {}))
 
 
-# ------------------------------------------------------------------ finding messages
-def _parse_offset_msg_id(msg_id: str) -> tuple[str, int] | None:
-    """``(store_host, commit_log_offset)`` of an offset message id (IPv4: 32 hex digits, IPv6: 56)."""
-    text = msg_id.strip()
-    if len(text) not in (32, 56):
-        return None
-    try:
-        raw = bytes.fromhex(text)
-    except ValueError:
-        return None
-    host = fmt.decode_host(raw[:-8])
-    return host, struct.unpack(">q", raw[-8:])[0]
-
-
-def _message_at(store: Store, offset: int) -> Message | None:
-    log = store.commit_log
-    if not log.min_offset <= offset < log.max_offset:
-        return None
-    try:
-        return log.read_message(offset)
-    except StoreFormatError:
-        return None
-
-
-def _in_topic(msg: Message, topic: str) -> bool:
-    """Whether record ``msg`` is served from ``topic``: its own topic, or an LMQ it was dispatched to
-    (docs/formats.md#lmq: the unit's topic is not the record's)."""
-    return msg.topic == topic or (topic.startswith(fmt.LMQ_PREFIX) and fmt.lmq_offset(msg.properties, topic) is not None)
-
-
-def _position(msg: Message, topic: str) -> tuple[int, int]:
-    """``(queue id, queue offset)`` of record ``msg`` in ``topic``: its own, or its place in an LMQ."""
-    if msg.topic != topic and topic.startswith(fmt.LMQ_PREFIX):
-        return fmt.LMQ_QUEUE_ID, fmt.lmq_offset(msg.properties, topic)
-    return msg.queue_id, msg.queue_offset
-
-
-def _key_matches(msg_props: dict, key: str | None, uniq_key: str | None) -> bool:
-    if uniq_key is not None and msg_props.get(fmt.PROPERTY_UNIQ_KEY) == uniq_key:
-        return True
-    if key is not None:
-        keys = msg_props.get(fmt.PROPERTY_KEYS)
-        return keys is not None and key in keys.split(fmt.KEY_SEPARATOR)
-    return False
-
-
-def _scan(store: Store, topic: str, key: str | None, uniq_key: str | None) -> list[Message]:
-    """Every message of ``topic`` (through its ConsumeQueues) whose key or UNIQ_KEY is the one asked."""
-    log = store.commit_log
-    lo, hi = log.min_offset, log.max_offset
-    found = []
-    for q in store.queue_ids(topic):
-        with store.queue_readers(topic, q, ext=False) as (cqueue, _ext):  # one queue's files open at a time
-            for _first, units in cqueue.iter_batches(1 << 16):
-                offs = units["commit_log_offset"].astype(np.int64)
-                ok = (offs >= lo) & (offs + units["size"].astype(np.int64) <= hi)
-                offs = offs[ok]
-                for off, props in zip(offs.tolist(), log.gather_properties(offs)):
-                    if props is not None and _key_matches(props, key, uniq_key):
-                        found.append(log.read_message(off))
-    return found
-
-
-def _records(store: Store, topic: str) -> Iterator[tuple[int, Message, int]]:
-    """(queue id, record, the unit's tags code) of every unit of ``topic`` whose record is present."""
-    if topic not in store.topics():
-        return
-    log = store.commit_log
-    for q in store.queue_ids(topic):
-        with store.queue_readers(topic, q, ext=False) as (cqueue, _ext):  # one queue's files open at a time
-            for off in range(cqueue.min_offset, cqueue.max_offset):
-                phys, size, slot = cqueue.unit(off)
-                if log.min_offset <= phys and phys + size <= log.max_offset:
-                    yield q, log.read_message(phys), slot
-
-
-def open_index(store: Store) -> tuple[IndexFiles | None, str]:
-    """The store's IndexFiles (None when they cannot be read) and what to say when a scan replaces them."""
-    try:
-        return IndexFiles(store.root), "the store has no index files"
-    except StoreFormatError as exc:
-        return None, f"its index files cannot be read ({exc})"
-
-
-def find_messages(store: Store | Cluster, topic: str, *, msg_id: str | None = None,
-                  key: str | None = None) -> tuple[list[Message], str, str]:
-    """Messages of ``topic`` by offset message id, ``UNIQ_KEY`` (given as ``msg_id``) or key.
-
-    A :class:`cq.Cluster` looks on each broker holding the topic; each message found has its
-    :attr:`cq.Message.broker` set, and ``note`` says how each broker found it.
-
-    Returns
-    -------
-    (messages, found_by, note)
-        ``found_by`` is ``"msg_id"``, ``"index"`` or ``"scan"``; ``note`` says how (and why a
-        scan was needed). Messages are in CommitLog order.
-
-    Raises
-    ------
-    MessageNotFoundError
-        Nothing matches (the message says what was searched).
-    """
-    if (msg_id is None) == (key is None):
-        raise ValueError("give msg_id or key")
-    if isinstance(store, Cluster):
-        return _find_in_cluster(store, topic, msg_id, key)
-    if msg_id is not None:
-        parsed = _parse_offset_msg_id(msg_id)
-        if parsed is not None:
-            msg = _message_at(store, parsed[1])
-            if msg is not None and msg.msg_id == msg_id.strip().upper():
-                if not _in_topic(msg, topic):
-                    raise MessageNotFoundError(f"message {msg_id} (CommitLog offset {parsed[1]}) is on topic "
-                                               f"{msg.topic!r}, not {topic!r}")
-                return [msg], "msg_id", f"offset message id: store host {parsed[0]}, CommitLog offset {parsed[1]}"
-    uniq_key = msg_id
-    wanted = msg_id if msg_id is not None else key
-    what = f"UNIQ_KEY {wanted!r}" if msg_id is not None else f"key {wanted!r}"
-    index, why_scan = open_index(store)
-    if index is not None and len(index):
-        try:
-            candidates = index.query(topic, wanted)
-            found = []
-            for off in candidates:
-                msg = _message_at(store, off)
-                if msg is not None and _in_topic(msg, topic) and _key_matches(msg.properties, key, uniq_key):
-                    found.append(msg)
-        finally:
-            index.close()
-        if found:
-            found.sort(key=lambda m: m.commit_log_offset)
-            return found, "index", (f"{what} found in the index files ({len(candidates)} hash candidate(s), "
-                                    f"{len(found)} confirmed by the record's own key)")
-        why_scan = f"{what} is not in the index files ({len(candidates)} hash candidate(s), none confirmed)"
-    found = _scan(store, topic, key, uniq_key)
-    if not found:
-        looked = ("it names no record of the topic as an offset message id; "
-                  if msg_id is not None and _parse_offset_msg_id(msg_id) else "")
-        raise MessageNotFoundError(f"no message of topic {topic!r} has {what} in {store.root}: {looked}{why_scan}, "
-                                   "and a scan of the topic found none")
-    found.sort(key=lambda m: m.commit_log_offset)
-    return found, "scan", f"{what} found by scanning topic {topic}: {why_scan}"
-
-
-def _find_in_cluster(cluster: Cluster, topic: str, msg_id: str | None, key: str | None):
-    """:func:`find_messages` on each broker of ``cluster`` holding ``topic``."""
-    found: list[Message] = []
-    how: list[tuple[str, str]] = []
-    misses = []
-    for name in cluster.brokers_of(topic):
-        try:
-            msgs, found_by, note = find_messages(cluster.stores[name], topic, msg_id=msg_id, key=key)
-        except MessageNotFoundError as exc:
-            misses.append(f"{name}: {exc}")
-            continue
-        for m in msgs:
-            m.broker = name
-        found += msgs
-        how.append((found_by, f"{name}: {note}"))
-    if not found:
-        raise MessageNotFoundError("no broker of the cluster holds it; " + "; ".join(misses))
-    return found, how[0][0], "; ".join(note for _, note in how)
-
-
-def check_message_args(queue_id, queue_offset, msg_id, key, sql, tags) -> list[bool]:
-    """Which way a message is named (``[by queue offset, by msg_id, by key]``, exactly one true);
-    ValueError when none or several are, or both sql and tags are given."""
-    given = [queue_offset is not None or queue_id is not None, msg_id is not None, key is not None]
-    if sum(given) != 1:
-        raise ValueError("give queue_id with queue_offset, or msg_id, or key")
-    if given[0] and (queue_id is None or queue_offset is None):
-        raise ValueError("queue_id and queue_offset go together")
-    if sql is not None and tags is not None:
-        raise ValueError("give sql or tags, not both")
-    return given
-
-
 def why(store: Store | Cluster, topic: str, group: str, *, sql: str | None = None, tags: str | None = None,
         queue_id: int | None = None, queue_offset: int | None = None, msg_id: str | None = None,
         key: str | None = None, bloom_filter=DEFAULT_BLOOM, filter_support_retry: bool = False,
@@ -952,7 +695,7 @@ def why(store: Store | Cluster, topic: str, group: str, *, sql: str | None = Non
             return why_batch_message(store, topic, group, flt, sub, int(queue_id), int(queue_offset))
         return [why_batch_message(store, topic, group, flt, sub, q, o, found_by="scan",
                                   note=f"found by scanning the batch records of topic {topic}")
-                for q, o in _find_batch_messages(store, topic, msg_id, key)]
+                for q, o in find_batch_messages(store, topic, msg_id, key)]
     if given[0]:
         return why_unit(store, topic, group, flt, sub, int(queue_id), int(queue_offset))
     messages, found_by, note = find_messages(store, topic, msg_id=msg_id, key=key)
@@ -966,7 +709,7 @@ def why(store: Store | Cluster, topic: str, group: str, *, sql: str | None = Non
 def _why_message(store: Store, topic: str, group: str, flt, sub: Subscription, msg: Message, found_by: str,
                  note: str) -> Why:
     """:func:`why_unit` for a found record, or a Why saying it has no ConsumeQueue unit."""
-    queue_id, queue_offset = _position(msg, topic)
+    queue_id, queue_offset = position(msg, topic)
     try:
         cqueue = store.consume_queue(topic, queue_id)
         lo, hi = cqueue.min_offset, cqueue.max_offset
@@ -989,21 +732,6 @@ def _why_message(store: Store, topic: str, group: str, flt, sub: Subscription, m
                msg.msg_id, found_by, False, DROPPED_BY_CONSUME_QUEUE, steps, None, note)
 
 
-def brokers_to_ask(cluster: Cluster, topic: str, broker: str | None, queue_id: int | None) -> list[str]:
-    """The brokers of ``cluster`` a question about a message of ``topic`` goes to: those holding the
-    topic, or ``broker`` alone; one only for a queue offset (ValueError asking for the broker)."""
-    names = cluster.brokers_of(topic)
-    if broker is not None:
-        if broker not in names:
-            raise MessageNotFoundError(f"broker {broker!r} holds no queue of topic {topic!r} (brokers holding it: "
-                                       f"{', '.join(names)})")
-        names = [broker]
-    if queue_id is not None and len(names) > 1:
-        raise ValueError(f"topic {topic!r} has queues on brokers {', '.join(names)}: name the broker of "
-                         f"queue {queue_id} (broker=, --broker)")
-    return names
-
-
 def _why_cluster(cluster: Cluster, topic: str, group: str, broker: str | None, *, queue_id, queue_offset, msg_id,
                  key, **subscription) -> Why | list[Why]:
     """:func:`why` over the brokers of a cluster holding ``topic``, each with its own registration."""
@@ -1011,11 +739,11 @@ def _why_cluster(cluster: Cluster, topic: str, group: str, broker: str | None, *
     if queue_id is not None:
         w = why(cluster.stores[names[0]], topic, group, queue_id=queue_id, queue_offset=queue_offset, **subscription)
         return replace(w, broker=names[0])
-    parsed = _parse_offset_msg_id(msg_id) if msg_id is not None else None
+    parsed = parse_offset_msg_id(msg_id) if msg_id is not None else None
     if parsed is not None:
         # an offset message id names one record of one broker (its store host): ask that broker alone
         wanted = msg_id.strip().upper()
-        holders = [n for n in names if (m := _message_at(cluster.stores[n], parsed[1])) is not None
+        holders = [n for n in names if (m := message_at(cluster.stores[n], parsed[1])) is not None
                    and m.msg_id == wanted]
         names = holders or names
     found: list[Why] = []

@@ -381,13 +381,13 @@ def assert_consume_is_what_the_consumers_received(store, run: Run, group: str) -
 def assert_inspect_offsets_are_the_brokers(run: Run, capsys) -> str:
     """``rmqfilter inspect --json`` gives each queue the admin API's min and max offsets; returns
     the text ``rmqfilter inspect`` prints (its ``Mode:`` line first)."""
-    from pyspark_udfs import cli
+    import rmqfilter
 
-    assert cli.main(["inspect", str(run.store_path()), "--json"]) == 0
+    assert rmqfilter.main(["inspect", str(run.store_path()), "--json"]) == 0
     topics = json.loads(capsys.readouterr().out)["topics"]
     for t in run.broker["topics"]:
         for q in t["queues"]:
             mine = topics[t["topic"]][str(q["queue_id"])]
             assert (mine["min_offset"], mine["max_offset"]) == (q["min_offset"], q["max_offset"]), (t["topic"], q)
-    assert cli.main(["inspect", str(run.store_path())]) == 0
+    assert rmqfilter.main(["inspect", str(run.store_path())]) == 0
     return capsys.readouterr().out

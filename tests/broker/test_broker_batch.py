@@ -19,8 +19,8 @@ from broker_support import (
 )
 
 import cq
+import rmqfilter
 from cq import format as fmt
-from pyspark_udfs import cli
 
 pytestmark = pytest.mark.broker
 
@@ -136,7 +136,7 @@ def test_lmq_offsets_are_the_brokers(run, store):
 
 def test_cli_consume_of_a_batch_cq_topic(run, capsys):
     g = run.group("GID_BATCH_ZERO")
-    assert cli.main(["consume", str(run.store_path()), "--topic", g["topic"], "--group", g["group"],
+    assert rmqfilter.main(["consume", str(run.store_path()), "--topic", g["topic"], "--group", g["group"],
                      "--tags", g["expression"], "--format", "jsonl"]) == 0
     assert capsys.readouterr().out.count("\n") == len(received(run, "GID_BATCH_ZERO"))
 

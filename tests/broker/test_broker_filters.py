@@ -24,7 +24,7 @@ from broker_support import (
 )
 
 import cq
-from pyspark_udfs import cli
+import rmqfilter
 
 pytestmark = pytest.mark.broker
 
@@ -139,7 +139,7 @@ def test_why_names_the_layer_that_dropped_what_was_never_received(run, store, gr
 
 def run_cli(capsys, *argv) -> tuple[int, str]:
     capsys.readouterr()
-    code = cli.main([str(a) for a in argv])
+    code = rmqfilter.main([str(a) for a in argv])
     return code, capsys.readouterr().out
 
 

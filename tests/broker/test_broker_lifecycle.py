@@ -14,9 +14,9 @@ import pytest
 from broker_support import scenario_fixtures
 
 import cq
+import rmqfilter
 from cq.analyses.paths import why_every_copy
 from cq.analyses.pending import COLUMNS, pending
-from pyspark_udfs import cli
 
 pytestmark = pytest.mark.broker
 
@@ -155,16 +155,16 @@ def test_cli_by_offset_id_key_and_queue_offset(run, capsys):
     for s in run.sent:
         want = expected_state(run, s, life["fail_group"])
         capsys.readouterr()
-        assert cli.main([*base, "--key", s["keys"][0], "--json"]) == 0
+        assert rmqfilter.main([*base, "--key", s["keys"][0], "--json"]) == 0
         [doc] = json.loads(capsys.readouterr().out)
         assert doc["state"] == want and doc["uniq_key"] == s["uniq_key"], (s, doc["state"])
         if s.get("msg_id") and not s.get("delay_level") and not s.get("timer_delay_ms"):
-            assert cli.main([*base, "--msg-id", s["msg_id"], "--json"]) == 0
+            assert rmqfilter.main([*base, "--msg-id", s["msg_id"], "--json"]) == 0
             [doc] = json.loads(capsys.readouterr().out)
             assert doc["state"] == want and doc["found_by"] == "msg_id"
         if want in ("consumed", "pending", "dead_letter", "retrying") and not s.get("tx") and not s.get("delay_level") \
                 and not s.get("timer_delay_ms"):
-            assert cli.main([*base, "--queue", str(s["queue_id"]), "--offset", str(s["queue_offset"])]) == 0
+            assert rmqfilter.main([*base, "--queue", str(s["queue_id"]), "--offset", str(s["queue_offset"])]) == 0
             out = capsys.readouterr().out
             assert out.startswith(f"state     {want.upper()}: "), out[:200]
 
@@ -208,7 +208,7 @@ def test_pending_rows_are_the_sends_outstanding_at_the_snapshot(run, store):
 
 def test_pending_cli_prints_the_same_rows(run, store, capsys):
     capsys.readouterr()
-    assert cli.main(["pending", str(run.store_path()), "--json"]) == 0
+    assert rmqfilter.main(["pending", str(run.store_path()), "--json"]) == 0
     doc = json.loads(capsys.readouterr().out)
     assert doc == {t: pending(store, t) for t in ("scheduled", "transactions", "dead_letters", "pops")}
 

@@ -33,9 +33,9 @@ from broker_support import (
 from helpers import tree_snapshot
 
 import cq
+import rmqfilter
 from cq.analyses.paths import why_every_copy
 from cq.readers import rocksdb
-from pyspark_udfs import cli
 
 pytestmark = pytest.mark.broker
 
@@ -132,7 +132,7 @@ def test_reading_the_store_changes_none_of_its_files(brokers, which, group):
     tags = ["--tags", "TagA || TagB"]
     for argv in (["inspect", str(root)], ["backlog", str(root), "--topic", topic, "--group", group, *tags],
                  ["why", str(root), "--topic", topic, "--group", group, *tags, "--queue", "0", "--offset", "0"]):
-        assert cli.main(argv) == 0
+        assert rmqfilter.main(argv) == 0
     assert tree_snapshot(root) == before
     assert {n for n in os.listdir(tempfile.gettempdir()) if n.startswith(mine)} == links
 

@@ -1,6 +1,6 @@
 """The options several ``rmqfilter`` commands share mean the same in each (docs/cli.md#options).
 
-Through ``pyspark_udfs.cli.main`` and the parser it builds; nothing here starts Spark.
+Through ``rmqfilter.main`` and the parser it builds; nothing here starts Spark.
 """
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ import json
 import pytest
 from helpers import DATA
 
-from pyspark_udfs import cli
+import rmqfilter
 
 GOLDEN = str(DATA / "golden_store")
 TOPIC = "GoldenFilterTopic"
@@ -21,7 +21,7 @@ SHARED = ("store", "--topic", "--all-groups", "--sql", "--tags", "--body", "--li
 
 
 def _commands() -> dict[str, argparse.ArgumentParser]:
-    parser = cli.build_parser()
+    parser = rmqfilter.build_parser()
     sub = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
     return dict(sub.choices)
 
@@ -34,7 +34,7 @@ def _declaration(action: argparse.Action) -> tuple:
 def test_every_command_has_help(capsys):
     for argv in ([], *([name] for name in _commands())):
         with pytest.raises(SystemExit) as info:
-            cli.main([*argv, "--help"])
+            rmqfilter.main([*argv, "--help"])
         assert info.value.code == 0
         assert capsys.readouterr().out.startswith("usage: rmqfilter")
 
@@ -67,7 +67,7 @@ def test_a_shared_option_reads_the_same_in_every_command():
 def test_a_value_an_option_does_not_take_is_a_usage_error_naming_it(argv, capsys, tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)  # gen-store must not write anything
     with pytest.raises(SystemExit) as info:
-        cli.main(argv)
+        rmqfilter.main(argv)
     option, value = argv[-2:]
     err = capsys.readouterr().err
     assert info.value.code == 2 and f"rmqfilter {argv[0]}: error: argument {option}: " in err
@@ -77,14 +77,14 @@ def test_a_value_an_option_does_not_take_is_a_usage_error_naming_it(argv, capsys
 
 def test_limit_stops_after_n_messages(capsys):
     for n in (1, 4):
-        assert cli.main(["consume", GOLDEN, "--topic", TOPIC, "--group", "G", "--tags", "*", "--limit", str(n),
+        assert rmqfilter.main(["consume", GOLDEN, "--topic", TOPIC, "--group", "G", "--tags", "*", "--limit", str(n),
                          "--format", "jsonl"]) == 0
         assert len(capsys.readouterr().out.splitlines()) == n
 
 
 @pytest.mark.parametrize("command", ["consume", "backlog", "scan"])
 def test_all_groups_with_a_subscription_is_the_same_error_everywhere(command, capsys):
-    assert cli.main([command, GOLDEN, "--topic", TOPIC, "--all-groups", "--tags", "TagA"]) == 2
+    assert rmqfilter.main([command, GOLDEN, "--topic", TOPIC, "--all-groups", "--tags", "TagA"]) == 2
     assert capsys.readouterr().err == (f"rmqfilter {command}: error: --all-groups takes each group's registered "
                                        "subscription; drop --sql/--tags\n")
 
@@ -92,7 +92,7 @@ def test_all_groups_with_a_subscription_is_the_same_error_everywhere(command, ca
 @pytest.mark.parametrize("command", ["consume", "backlog", "why"])
 def test_a_selector_syntax_error_names_the_selector(command, capsys):
     extra = ["--queue", "0", "--offset", "0"] if command == "why" else []
-    assert cli.main([command, GOLDEN, "--topic", TOPIC, "--group", "G", "--sql", "a >", *extra]) == 2
+    assert rmqfilter.main([command, GOLDEN, "--topic", TOPIC, "--group", "G", "--sql", "a >", *extra]) == 2
     err = capsys.readouterr().err
     assert f"rmqfilter {command}: error: 1:4: syntax error at end of input in selector 'a >'" in err
 
@@ -104,18 +104,18 @@ def test_a_selector_syntax_error_names_the_selector(command, capsys):
     ["cost", "--group", "G"],
 ])
 def test_an_unknown_topic_is_the_same_error_everywhere(argv, capsys):
-    assert cli.main([argv[0], GOLDEN, "--topic", "NoSuchTopic", *argv[1:]]) == 2
+    assert rmqfilter.main([argv[0], GOLDEN, "--topic", "NoSuchTopic", *argv[1:]]) == 2
     assert f"rmqfilter {argv[0]}: error: topic 'NoSuchTopic' has no consume queues in " in capsys.readouterr().err
 
 
 def test_scan_errors_read_like_the_other_commands(tmp_path, capsys):
     missing = str(tmp_path / "nope")
-    assert cli.main(["scan", missing, "--topic", TOPIC, "--group", "G", "--tags", "A"]) == 2
+    assert rmqfilter.main(["scan", missing, "--topic", TOPIC, "--group", "G", "--tags", "A"]) == 2
     assert capsys.readouterr().err == f"rmqfilter scan: error: store {missing!r} is not a directory\n"
 
 
 def test_demo_refuses_a_store_holding_another_sample_with_status_2(tmp_path, capsys):
     (tmp_path / "rmqfilter-demo.json").write_text(json.dumps({"messages": 5, "seed": 0}))
-    assert cli.main(["demo", "--store", str(tmp_path), "--messages", "10"]) == 2  # before Spark starts
+    assert rmqfilter.main(["demo", "--store", str(tmp_path), "--messages", "10"]) == 2  # before Spark starts
     err = capsys.readouterr().err
     assert err.startswith(f"rmqfilter demo: error: {tmp_path} holds another sample (5 messages, seed 0)")

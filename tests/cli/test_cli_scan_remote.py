@@ -14,10 +14,10 @@ TOPIC = "GoldenFilterTopic"
 
 
 def test_cli_scan_remote_without_the_connect_extra_says_what_to_install(monkeypatch, capsys):
-    from pyspark_udfs import cli
+    import rmqfilter
 
     monkeypatch.setitem(sys.modules, "grpc", None)  # as if grpcio were not installed
-    code = cli.main(["scan", STORE, "--topic", TOPIC, "--group", "G", "--tags", "TagA",
+    code = rmqfilter.main(["scan", STORE, "--topic", TOPIC, "--group", "G", "--tags", "TagA",
                      "--remote", "sc://localhost:15002"])
     assert code == 2
     err = capsys.readouterr().err
@@ -25,19 +25,19 @@ def test_cli_scan_remote_without_the_connect_extra_says_what_to_install(monkeypa
 
 
 def test_cli_scan_remote_and_master_exclude_each_other(capsys):
-    from pyspark_udfs import cli
+    import rmqfilter
 
     with pytest.raises(SystemExit) as info:
-        cli.main(["scan", STORE, "--topic", TOPIC, "--group", "G", "--tags", "TagA",
+        rmqfilter.main(["scan", STORE, "--topic", TOPIC, "--group", "G", "--tags", "TagA",
                   "--master", "local[2]", "--remote", "sc://localhost:15002"])
     assert info.value.code == 2
     assert "not allowed with argument" in capsys.readouterr().err
 
 
 def test_cli_scan_remote_rejects_a_url_that_is_not_spark_connect(capsys):
-    from pyspark_udfs import cli
+    import rmqfilter
 
-    code = cli.main(["scan", STORE, "--topic", TOPIC, "--group", "G", "--tags", "TagA",
+    code = rmqfilter.main(["scan", STORE, "--topic", TOPIC, "--group", "G", "--tags", "TagA",
                      "--remote", "spark://host:7077"])
     assert code == 2
     assert "expected sc://host:port or local[N]" in capsys.readouterr().err

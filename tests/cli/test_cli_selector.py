@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from pyspark_udfs.cli import main
+from rmqfilter import main
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -116,7 +116,7 @@ def test_explain_syntax_error_exits_2(capsys):
 
 
 def test_selector_commands_do_not_import_spark():
-    code = ("import sys; from pyspark_udfs.cli import main; main(['check', 'a = 1']);"
+    code = ("import sys; from rmqfilter import main; main(['check', 'a = 1']);"
             "main(['eval', 'a = 1', 'a=1']); main(['explain', 'a = 1', 'a=1']);"
             "assert 'pyspark' not in sys.modules, 'pyspark imported'")
     subprocess.run([sys.executable, "-c", code], cwd=ROOT, check=True, capture_output=True,

@@ -9,7 +9,7 @@ import sys
 import pytest
 from helpers import DATA, load_jsonl
 
-from pyspark_udfs import cli
+import rmqfilter
 
 GOLDEN = str(DATA / "golden_store")
 ROWS = load_jsonl("golden_store.jsonl")
@@ -25,7 +25,7 @@ def _has_selector():
 
 
 def test_inspect_table(capsys):
-    assert cli.main(["inspect", GOLDEN]) == 0
+    assert rmqfilter.main(["inspect", GOLDEN]) == 0
     out = capsys.readouterr().out
     assert "CommitLog: 7 file(s) of 65,536 B, offsets [0, 433,183)" in out
     assert "GoldenPlainTopic                     1            0           53           53" in out
@@ -33,7 +33,7 @@ def test_inspect_table(capsys):
 
 
 def test_inspect_json(capsys):
-    assert cli.main(["inspect", GOLDEN, "--json", "--count-messages"]) == 0
+    assert rmqfilter.main(["inspect", GOLDEN, "--json", "--count-messages"]) == 0
     info = json.loads(capsys.readouterr().out)
     assert info["commit_log"]["messages"] == 300
     q = info["topics"]["GoldenFilterTopic"]["0"]
@@ -41,12 +41,12 @@ def test_inspect_json(capsys):
 
 
 def test_inspect_not_a_store(tmp_path, capsys):
-    assert cli.main(["inspect", str(tmp_path)]) == 2
+    assert rmqfilter.main(["inspect", str(tmp_path)]) == 2
     assert "not a RocketMQ store" in capsys.readouterr().err
 
 
 def test_consume_tags_text(capsys):
-    assert cli.main(["consume", GOLDEN, "--topic", "GoldenPlainTopic", "--group", "G",
+    assert rmqfilter.main(["consume", GOLDEN, "--topic", "GoldenPlainTopic", "--group", "G",
                      "--tags", "TagA || Ωmega", "--progress", "never"]) == 0
     captured = capsys.readouterr()
     lines = captured.out.splitlines()
@@ -57,7 +57,7 @@ def test_consume_tags_text(capsys):
 
 
 def test_consume_jsonl_with_queue_and_limit(capsys):
-    assert cli.main(["consume", GOLDEN, "--topic", "GoldenFilterTopic", "--group", "G", "--tags", "*",
+    assert rmqfilter.main(["consume", GOLDEN, "--topic", "GoldenFilterTopic", "--group", "G", "--tags", "*",
                      "--queue", "1", "--format", "jsonl", "--limit", "5", "--verify-crc"]) == 0
     rows = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
     assert [(r["queue_id"], r["queue_offset"]) for r in rows] == [(1, i) for i in range(5)]
@@ -71,7 +71,7 @@ def test_consume_jsonl_with_queue_and_limit(capsys):
 @pytest.mark.skipif(not _has_selector(), reason="selector.compile has not landed yet")
 def test_consume_sql_counts(capsys):
     sql = "a > 5 AND b = 'abc'"
-    assert cli.main(["consume", GOLDEN, "--topic", "GoldenFilterTopic", "--group", "GID_SQL_A",
+    assert rmqfilter.main(["consume", GOLDEN, "--topic", "GoldenFilterTopic", "--group", "GID_SQL_A",
                      "--sql", sql, "--format", "none"]) == 0
     err = capsys.readouterr().err
     matched = sum(1 for r in ROWS for g in r["groups"] if g["group"] == "GID_SQL_A" and g["matched"])
@@ -83,23 +83,23 @@ def test_consume_sql_counts(capsys):
     (["--topic", "GoldenFilterTopic", "--group", "G", "--tags", "||"], "subString split error"),
 ])
 def test_consume_errors(capsys, argv, message):
-    assert cli.main(["consume", GOLDEN, *argv]) == 2
+    assert rmqfilter.main(["consume", GOLDEN, *argv]) == 2
     assert message in capsys.readouterr().err
 
 
 def test_consume_takes_at_most_one_filter(capsys):
     # the group alone is looked up in config/consumerFilter.json; the golden store has none
-    assert cli.main(["consume", GOLDEN, "--topic", "GoldenFilterTopic", "--group", "G"]) == 2
+    assert rmqfilter.main(["consume", GOLDEN, "--topic", "GoldenFilterTopic", "--group", "G"]) == 2
     assert "group 'G' has no SQL92 filter registered for topic 'GoldenFilterTopic'" in capsys.readouterr().err
     with pytest.raises(SystemExit):
-        cli.main(["consume", GOLDEN, "--topic", "T", "--group", "G", "--tags", "*", "--sql", "a=1"])
+        rmqfilter.main(["consume", GOLDEN, "--topic", "T", "--group", "G", "--tags", "*", "--sql", "a=1"])
 
 
 def test_store_commands_do_not_import_spark():
-    code = ("import sys; from pyspark_udfs import cli; "
-            f"cli.main(['inspect', {GOLDEN!r}]); "
-            f"cli.main(['consume', {GOLDEN!r}, '--topic', 'GoldenPlainTopic', '--group', 'G', '--tags', 'TagA']); "
-            "bad = [m for m in sys.modules if m == 'pyspark' or m.startswith('pyspark.')]; "
+    code = ("import sys; import rmqfilter; "
+            f"rmqfilter.main(['inspect', {GOLDEN!r}]); "
+            f"rmqfilter.main(['consume', {GOLDEN!r}, '--topic', 'GoldenPlainTopic', '--group', 'G', '--tags', 'TagA']); "
+            "bad = [m for m in sys.modules if m in ('pyspark', 'pyspark_udfs') or m.startswith(('pyspark.', 'pyspark_udfs.'))]; "
             "sys.exit(1 if bad else 0)")
     proc = subprocess.run([sys.executable, "-c", code], check=False, cwd=ROOT, capture_output=True, text=True,
                           env={**os.environ, "PYTHONPATH": ROOT})

@@ -10,9 +10,9 @@ import pytest
 from helpers import DATA, write_retry_store
 
 import cq
+import rmqfilter
 from cq.writer.config_writer import dumps_fastjson
 from cq.writer.sample import SAMPLE_GROUPS, generate_sample_store
-from pyspark_udfs import cli
 
 GOLDEN = str(DATA / "golden_store")
 TOPIC = "GoldenFilterTopic"
@@ -31,7 +31,7 @@ def golden_rows() -> list[dict]:
 
 
 def run(capsys, *argv) -> tuple[int, str, str]:
-    code = cli.main([str(a) for a in argv])
+    code = rmqfilter.main([str(a) for a in argv])
     out, err = capsys.readouterr()
     return code, out, err
 
@@ -221,11 +221,11 @@ def test_inspect_lists_registered_groups_and_committed_offsets(sample, capsys):
 
 
 def test_why_and_backlog_do_not_import_spark(sample):
-    code = ("import sys; from pyspark_udfs import cli; "
-            f"cli.main(['why', {sample.root!r}, '--topic', 'SampleTopic', '--group', 'GID_PRIORITY', "
+    code = ("import sys; import rmqfilter; "
+            f"rmqfilter.main(['why', {sample.root!r}, '--topic', 'SampleTopic', '--group', 'GID_PRIORITY', "
             "'--queue', '0', '--offset', '1']); "
-            f"cli.main(['backlog', {sample.root!r}, '--topic', 'SampleTopic', '--all-groups']); "
-            "sys.exit(1 if any(m == 'pyspark' or m.startswith('pyspark.') for m in sys.modules) else 0)")
+            f"rmqfilter.main(['backlog', {sample.root!r}, '--topic', 'SampleTopic', '--all-groups']); "
+            "sys.exit(1 if any(m.split('.')[0] in ('pyspark', 'pyspark_udfs') for m in sys.modules) else 0)")
     env = dict(os.environ, PYTHONPATH=os.pathsep.join(sys.path))
     done = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, check=False)
     assert done.returncode == 0, done.stderr

@@ -46,7 +46,7 @@ def _limited():
 
 def _cli(*args: str) -> subprocess.CompletedProcess:
     env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")]))
-    return subprocess.run([sys.executable, "-c", "import sys; from pyspark_udfs.cli import main; sys.exit(main())",
+    return subprocess.run([sys.executable, "-c", "import sys; from rmqfilter import main; sys.exit(main())",
                            *args], capture_output=True, text=True, timeout=300, preexec_fn=_limited, env=env,
                           check=False)
 

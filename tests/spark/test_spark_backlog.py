@@ -96,10 +96,10 @@ def test_bad_options_name_the_option(spark, golden_b, options, message):
 
 
 def test_cli_scan_all_groups_uses_their_registrations(spark, sample, tmp_path, capsys):
-    from pyspark_udfs import cli
+    import rmqfilter
 
     summary = tmp_path / "summary.json"
-    assert cli.main(["scan", sample.root, "--topic", sample.main_topic, "--all-groups", "--layer2", "python",
+    assert rmqfilter.main(["scan", sample.root, "--topic", sample.main_topic, "--all-groups", "--layer2", "python",
                      "--json", str(summary)]) == 0
     printed = capsys.readouterr().out
     results = {r["group"]: r for r in json.loads(summary.read_text())}

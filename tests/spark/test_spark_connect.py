@@ -327,7 +327,7 @@ def test_cli_scan_remote_runs_on_a_connect_server(spark, connect_server, tmp_pat
     group, sql = "GID_SQL_C", SQL_GROUPS["GID_SQL_C"]
     summary = tmp_path / "summary.json"
     done = subprocess.run(
-        [sys.executable, "-c", "import sys; from pyspark_udfs.cli import main; sys.exit(main())", "scan", STORE, "--topic", TOPIC, "--group", group,
+        [sys.executable, "-c", "import sys; from rmqfilter import main; sys.exit(main())", "scan", STORE, "--topic", TOPIC, "--group", group,
          "--sql", sql, "--remote", connect_server.url, "--json", str(summary)],
         check=False, env=connect_server.client_env(), capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr[-3000:]

@@ -187,12 +187,12 @@ def test_scan_job_skips_a_corrupt_record_and_counts_it(spark, golden_copy, layer
 
 
 def test_cli_scan_prints_the_skipped_ranges(spark, golden_copy, tmp_path, capsys):
-    from pyspark_udfs import cli
+    import rmqfilter
 
     row = _sql_a_row_that_matches()
     path, at = _break_body_length(golden_copy, row)
     out, summary = tmp_path / "out", tmp_path / "summary.json"
-    code = cli.main(["scan", str(golden_copy), "--topic", TOPIC, "--group", "GID_SQL_A", "--sql", SQL_A,
+    code = rmqfilter.main(["scan", str(golden_copy), "--topic", TOPIC, "--group", "GID_SQL_A", "--sql", SQL_A,
                      "--on-corrupt", "skip", "--out", str(out), "--format", "json", "--json", str(summary)])
     assert code == 0
     printed = capsys.readouterr().out

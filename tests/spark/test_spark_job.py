@@ -43,11 +43,11 @@ def test_scan_counts_equal_store_consume_stats(spark, group, sql, tags, layer2):
 
 def test_cli_scan_writes_what_the_group_receives(spark, tmp_path, capsys):
     import cq
-    from pyspark_udfs import cli
+    import rmqfilter
 
     group, sql = "GID_SQL_B", "TAGS = 'TagA' OR color IN ('red', 'grün')"
     out, summary = tmp_path / "out", tmp_path / "summary.json"
-    code = cli.main(["scan", STORE, "--topic", TOPIC, "--group", group, "--sql", sql,
+    code = rmqfilter.main(["scan", STORE, "--topic", TOPIC, "--group", group, "--sql", sql,
                      "--out", str(out), "--format", "json", "--json", str(summary)])
     assert code == 0
     printed = capsys.readouterr().out
@@ -61,9 +61,9 @@ def test_cli_scan_writes_what_the_group_receives(spark, tmp_path, capsys):
 
 
 def test_cli_scan_rejects_a_missing_store(capsys):
-    from pyspark_udfs import cli
+    import rmqfilter
 
-    assert cli.main(["scan", str(DATA / "nope"), "--topic", TOPIC, "--group", "G", "--tags", "A"]) == 2
+    assert rmqfilter.main(["scan", str(DATA / "nope"), "--topic", TOPIC, "--group", "G", "--tags", "A"]) == 2
     assert "nope" in capsys.readouterr().err
 
 

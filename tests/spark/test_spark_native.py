@@ -112,7 +112,7 @@ def test_every_string_and_number_literal_reads_back_exactly(spark):
     """The SQL text of a translation spells literals as short as it can (plain, raw r'...' for
     backslashes, hex bytes otherwise; bare INT and DOUBLE numbers): Spark reads each back as
     exactly the value and type it stands for."""
-    from pyspark_udfs import _native_ir as ir
+    from pyspark_udfs.native import _ir as ir
 
     strings = ["", "a", "grün", "北京", "it's", "back\\slash", "\\A[+-]?[0-9\\u0660-\\u0669]+\\z", "tab\there",
                "new\nline", "\\'both", "nul\x00", "emoji \U0001F600", "\u00a0nbsp", "trailing\\"]
@@ -265,8 +265,8 @@ GRAMMAR_STRINGS = VALUES + [
 def test_java_parsers_in_spark_equal_javas(spark, ansi):
     from pyspark.sql import functions as F
 
-    from pyspark_udfs import _native_ir as ir
-    from pyspark_udfs import _native_java as jv
+    from pyspark_udfs.native import _ir as ir
+    from pyspark_udfs.native import _java as jv
     from selector import javalang as java
 
     def java_or_none(parse, s):

@@ -56,12 +56,12 @@ def test_scan_of_two_brokers_sums_each_brokers_scan(spark, roots, group, layer2)
 
 
 def test_cli_scan_of_a_glob_prints_each_broker_and_writes_the_broker_column(spark, roots, tmp_path, capsys):
-    from pyspark_udfs import cli
+    import rmqfilter
 
     group = SAMPLE_GROUPS[1][0]
     out, summary = tmp_path / "out", tmp_path / "summary.json"
     pattern = roots[0].replace("/east/", "/*/")
-    code = cli.main(["scan", pattern, "--topic", TOPIC, "--group", group, "--out", str(out), "--format", "json",
+    code = rmqfilter.main(["scan", pattern, "--topic", TOPIC, "--group", group, "--out", str(out), "--format", "json",
                      "--json", str(summary)])
     printed = capsys.readouterr().out
     assert code == 0
@@ -78,5 +78,5 @@ def test_cli_scan_of_a_glob_prints_each_broker_and_writes_the_broker_column(spar
     written = spark.read.json(str(out)).select("broker", "queue_id", "queue_offset").collect()
     assert {tuple(r) for r in written} == want and len(written) == len(want) == doc["delivered"]
 
-    code = cli.main(["scan", *roots, "--topic", TOPIC, "--all-groups", "--json", str(summary)])
+    code = rmqfilter.main(["scan", *roots, "--topic", TOPIC, "--all-groups", "--json", str(summary)])
     assert code == 0 and [d["group"] for d in json.loads(summary.read_text())] == [g for g, _ in SAMPLE_GROUPS]

@@ -15,7 +15,8 @@ TOPIC = "GoldenFilterTopic"
 def test_every_spark_read_path_leaves_the_store_unchanged(spark, tmp_path, capsys):
     from pyspark.sql import functions as F
 
-    from pyspark_udfs import cli, job
+    import rmqfilter
+    from pyspark_udfs import job
 
     root = tmp_path / "store"
     shutil.copytree(DATA / "golden_store", root)
@@ -50,7 +51,7 @@ def test_every_spark_read_path_leaves_the_store_unchanged(spark, tmp_path, capsy
     result = job.scan(spark, str(root), TOPIC, job.GroupScan("GID_SQL_C", sql="num BETWEEN 10 AND 20"),
                       out=str(tmp_path / "out"), on_corrupt="skip")
     assert result.units_scanned == 200 and not result.skipped
-    assert cli.main(["scan", str(root), "--topic", TOPIC, "--group", "GID_TAGS", "--tags", "TagA",
+    assert rmqfilter.main(["scan", str(root), "--topic", TOPIC, "--group", "GID_TAGS", "--tags", "TagA",
                      "--out", str(tmp_path / "out2"), "--json", str(tmp_path / "summary.json")]) == 0
     assert "GID_TAGS" in capsys.readouterr().out
 

@@ -18,10 +18,10 @@ from helpers import DATA
 
 import bloom
 import cq
+import rmqfilter
 import selector
 from cq.analyses.cost import CostGroup, filter_cost, predicted_fp_rate
 from cq.analyses.cost_render import FRAME, render_html
-from pyspark_udfs import cli
 
 TOPIC = "CostTopic"
 N_MESSAGES = 1200
@@ -229,7 +229,7 @@ def test_tag_group_and_golden_store():
 
 # ------------------------------------------------------------------ CLI
 def _cli(argv, capsys):
-    code = cli.main([str(a) for a in argv])
+    code = rmqfilter.main([str(a) for a in argv])
     out = capsys.readouterr()
     return code, out.out, out.err
 

@@ -10,9 +10,9 @@ import pytest
 from cluster_stores import BROKERS, write_brokers
 
 import cq
+import rmqfilter
 from cq.analyses.cost import filter_cost
 from cq.writer.sample import SAMPLE_GROUPS, SAMPLE_TOPICS
-from pyspark_udfs import cli
 
 TOPIC = SAMPLE_TOPICS[0]
 #: the GroupCost fields that count units, evaluations or bytes (they add up over the brokers)
@@ -87,7 +87,7 @@ def test_brokers_registering_other_groups_give_a_merged_report(other_groups, tmp
     assert report.dispatch_evaluations == east.dispatch_evaluations + west.dispatch_evaluations
     assert report.messages == east.messages + west.messages
     page = tmp_path / "cost.html"
-    assert cli.main(["cost", *two, "--topic", TOPIC, "--all-groups", "--no-timing", "--html", str(page)]) == 0
+    assert rmqfilter.main(["cost", *two, "--topic", TOPIC, "--all-groups", "--no-timing", "--html", str(page)]) == 0
     line = f"west lacks {gone}: not registered there"
     assert line in capsys.readouterr().out and line in page.read_text()
     # a group named that no broker registers is still an error; one some broker lacks is not
@@ -99,7 +99,7 @@ def test_brokers_registering_other_groups_give_a_merged_report(other_groups, tmp
 def test_cli_cost_over_a_glob_shows_each_broker(roots, tmp_path, capsys):
     report, page = tmp_path / "cost.json", tmp_path / "cost.html"
     pattern = roots[0].replace("/east/", "/*/")
-    code = cli.main(["cost", pattern, "--topic", TOPIC, "--all-groups", "--no-timing", "--json", str(report),
+    code = rmqfilter.main(["cost", pattern, "--topic", TOPIC, "--all-groups", "--no-timing", "--json", str(report),
                      "--html", str(page)])
     out = capsys.readouterr().out
     assert code == 0

@@ -13,9 +13,9 @@ import pytest
 from helpers import DATA, tree_snapshot
 
 import cq
+import rmqfilter
 from cq.analyses.paths import why_every_copy
 from cq.analyses.pending import pending
-from pyspark_udfs import cli
 
 T0 = 1_700_000_000_000
 TOPIC, GROUP = "OrderTopic", "GID_ORDERS"
@@ -87,7 +87,7 @@ def test_a_group_filter_and_a_disabled_group(store_root):
 
 def run_cli(capsys, *argv) -> tuple[int, str, str]:
     capsys.readouterr()
-    code = cli.main([str(a) for a in argv])
+    code = rmqfilter.main([str(a) for a in argv])
     captured = capsys.readouterr()
     return code, captured.out, captured.err
 

@@ -13,10 +13,10 @@ import pytest
 from helpers import tree_snapshot
 
 import cq
+import rmqfilter
 from cq.analyses.paths import why_every_copy
 from cq.analyses.pending import COLUMNS, pending
 from cq.analyses.pop import pop_retry_topics, read_revive_log
-from pyspark_udfs import cli
 
 T0 = 1_700_000_000_000
 TOPIC, GROUP = "OrderTopic", "GID_POP"
@@ -112,10 +112,10 @@ def test_backlog_counts_in_flight_and_the_pop_retry_topic(store_root, capsys):
     assert b.pop_retry.topic == RETRY and b.pop_retry.will_receive == 1
     assert b.will_receive_later == 2
     capsys.readouterr()
-    assert cli.main(["backlog", store_root, "--topic", TOPIC, "--group", GROUP, "--tags", "*", "--json"]) == 0
+    assert rmqfilter.main(["backlog", store_root, "--topic", TOPIC, "--group", GROUP, "--tags", "*", "--json"]) == 0
     doc = json.loads(capsys.readouterr().out)
     assert doc["in_flight"]["messages"] == 1 and doc["pop_retry"]["total"]["will_receive"] == 1
-    assert cli.main(["backlog", store_root, "--topic", TOPIC, "--group", GROUP, "--tags", "*"]) == 0
+    assert rmqfilter.main(["backlog", store_root, "--topic", TOPIC, "--group", GROUP, "--tags", "*"]) == 0
     assert "in flight: 1 message(s) popped and not acked" in capsys.readouterr().out
 
 
@@ -127,7 +127,7 @@ def test_pending_pops_table(store_root, capsys):
     assert got == {0: ("acked", "U0", T0 + 60_000, 0), 1: ("acked", "U1", T0 + 60_000, 0),
                    2: ("in_flight", "U2", T0 + 60_000, 0), 3: ("revived", "U3", T0 + 2000, 0)}
     capsys.readouterr()
-    assert cli.main(["pending", store_root, "--table", "pops", "--json"]) == 0
+    assert rmqfilter.main(["pending", store_root, "--table", "pops", "--json"]) == 0
     assert json.loads(capsys.readouterr().out) == {"pops": rows}
 
 
@@ -139,7 +139,7 @@ def test_a_malformed_checkpoint(tmp_path, capsys):
                        queue_id=0, tags="ck", store_timestamp=T0)
     before = tree_snapshot(str(root))
     capsys.readouterr()
-    code = cli.main(["why", str(root), "--topic", TOPIC, "--group", GROUP, "--tags", "*", "--msg-id", "U0"])
+    code = rmqfilter.main(["why", str(root), "--topic", TOPIC, "--group", GROUP, "--tags", "*", "--msg-id", "U0"])
     out, err = capsys.readouterr()
     assert code == 2 and out == "" and "Traceback" not in err
     assert "POP checkpoint body" in err and "not JSON" in err

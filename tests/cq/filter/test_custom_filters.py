@@ -9,8 +9,8 @@ import pytest
 from helpers import DATA, patch_file
 
 import cq
+import rmqfilter
 from cq.filter.custom import BATCH_RECORD_FIELDS, MESSAGE_COLUMNS, message_schema
-from pyspark_udfs import cli
 
 STORE = DATA / "golden_store"
 TOPIC = "GoldenFilterTopic"
@@ -279,7 +279,7 @@ def test_messages_columns_are_the_data_sources():
 
 # ------------------------------------------------------------------ CLI
 def _cli(argv, capsys):
-    code = cli.main([str(a) for a in argv])
+    code = rmqfilter.main([str(a) for a in argv])
     out = capsys.readouterr()
     return code, out.out, out.err
 

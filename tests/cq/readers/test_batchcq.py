@@ -21,9 +21,9 @@ from helpers import DATA, ENGINE_CASES, patch_file
 from live_support import inner_body
 
 import cq
+import rmqfilter
 from cq import format as fmt
 from cq.readers.batchcq import BatchConsumeQueue, inner_messages
-from pyspark_udfs import cli
 
 STORE = DATA / "batch_store"
 FACTS = json.loads((DATA / "batch_store.json").read_text())
@@ -127,11 +127,11 @@ def test_why_walks_a_message_of_a_batch(store):
 
 
 def test_cli_inspect_and_consume(capsys):
-    assert cli.main(["inspect", str(STORE)]) == 0
+    assert rmqfilter.main(["inspect", str(STORE)]) == 0
     out = capsys.readouterr().out
     assert "BatchCQ topics: BatchTopic" in out
     assert "Committed offsets (config/lmqConsumerOffset.json" in out and "GID_LMQ_ALPHA on %LMQ%alpha: 0:6" in out
-    assert cli.main(["consume", str(STORE), "--topic", TOPIC, "--group", "G", "--tags", "*", "--format", "jsonl"]) == 0
+    assert rmqfilter.main(["consume", str(STORE), "--topic", TOPIC, "--group", "G", "--tags", "*", "--format", "jsonl"]) == 0
     assert capsys.readouterr().out.count("\n") == len(SENT)
 
 

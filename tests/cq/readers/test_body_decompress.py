@@ -12,9 +12,9 @@ import pytest
 from helpers import ENGINE_CASES, kernels, use_kernels
 
 import cq
+import rmqfilter
 from cq import format as fmt
 from cq.writer.writer import compress_body
-from pyspark_udfs import cli
 
 ENGINES = {"compiled": kernels("compiled"), "twin": kernels("twin")}
 TOPIC = "Bodies"
@@ -246,7 +246,7 @@ def test_a_body_that_does_not_decompress_is_uncompressed_bodys_error(bad_store, 
 
 
 def _consume_jsonl(store: cq.Store, *extra: str, capsys) -> list[dict]:
-    assert cli.main(["consume", store.root, "--topic", TOPIC, "--group", "G", "--tags", "*",
+    assert rmqfilter.main(["consume", store.root, "--topic", TOPIC, "--group", "G", "--tags", "*",
                      "--format", "jsonl", "--progress", "never", *extra]) == 0
     return [json.loads(line) for line in capsys.readouterr().out.splitlines()]
 
@@ -264,10 +264,10 @@ def test_consume_jsonl_body_length_uncompressed_by_default_or_as_stored(store, c
 
 def test_consume_names_a_body_that_does_not_decompress(bad_store, capsys):
     store, _ = bad_store
-    assert cli.main(["consume", store.root, "--topic", TOPIC, "--group", "G", "--tags", "not-deflate",
+    assert rmqfilter.main(["consume", store.root, "--topic", TOPIC, "--group", "G", "--tags", "not-deflate",
                      "--format", "jsonl", "--progress", "never"]) == 2
     assert "does not decompress" in capsys.readouterr().err
-    assert cli.main(["consume", store.root, "--topic", TOPIC, "--group", "G", "--tags", "not-deflate",
+    assert rmqfilter.main(["consume", store.root, "--topic", TOPIC, "--group", "G", "--tags", "not-deflate",
                      "--format", "jsonl", "--progress", "never", "--body", "stored"]) == 0
 
 

@@ -21,9 +21,9 @@ import pytest
 from helpers import DATA, tree_snapshot
 
 import cq
+import rmqfilter
 from cq import format as fmt
 from cq.readers import rocksdb
-from pyspark_udfs import cli
 
 STORE = DATA / "rocksdb_store"
 FACTS = json.loads((DATA / "rocksdb_store.json").read_text())
@@ -94,7 +94,7 @@ def test_metadata_tables_are_read_from_rocksdb(store):
 
 
 def test_inspect_names_the_mode_and_the_databases(capsys):
-    assert cli.main(["inspect", str(STORE)]) == 0
+    assert rmqfilter.main(["inspect", str(STORE)]) == 0
     out = capsys.readouterr().out
     assert "consume queues RocksDB; metadata RocksDB beside stale JSON files" in out
     assert "Committed offsets (RocksDB config/consumerOffsets" in out and f"{GROUP} on {TOPIC}: 0:100" in out
@@ -114,7 +114,7 @@ def test_without_the_binding_the_error_names_the_extra(monkeypatch):
     monkeypatch.setitem(sys.modules, "rocksdict", None)
     with pytest.raises(cq.UnsupportedLayoutError, match=r"rmqfilter\[rocksdb\]"):
         cq.Store(STORE)
-    assert cli.main(["inspect", str(STORE)]) == 2
+    assert rmqfilter.main(["inspect", str(STORE)]) == 2
 
 
 def _key(topic: str, queue_id: int, offset: int) -> bytes:
@@ -148,7 +148,7 @@ def test_a_missing_unit_below_the_maximum_is_an_error(tmp_path):
     root = _rewritten(tmp_path, lambda db: db.delete(_key(TOPIC, 1, 50)))
     with closing(cq.Store(root)) as s, pytest.raises(cq.StoreFormatError, match="queue offset 50 missing"):
         list(s.consume(TOPIC, GROUP, tags=TAGS))
-    assert cli.main(["consume", str(root), "--topic", TOPIC, "--group", GROUP, "--tags", TAGS]) == 2
+    assert rmqfilter.main(["consume", str(root), "--topic", TOPIC, "--group", GROUP, "--tags", TAGS]) == 2
 
 
 def test_a_database_that_is_not_rocksdb_is_an_error_naming_it(tmp_path):

@@ -19,9 +19,9 @@ import pytest
 from helpers import DATA, tree_snapshot
 
 import cq
+import rmqfilter
 from cq import format as fmt
 from cq.readers import rocksdb
-from pyspark_udfs import cli
 
 STORE = DATA / "rdb_v2_store"
 FACTS = json.loads((DATA / "rdb_v2_store.json").read_text())
@@ -87,7 +87,7 @@ def test_pull_offsets_lie_between_the_committed_offset_and_the_end(store):
 
 
 def test_inspect_names_config_rdb_and_prints_the_offsets(tmp_path, capsys):
-    assert cli.main(["inspect", str(_root(tmp_path))]) == 0
+    assert rmqfilter.main(["inspect", str(_root(tmp_path))]) == 0
     out = capsys.readouterr().out
     assert "metadata RocksDB v2 (config/rdb" in out and "Committed offsets (RocksDB config/rdb" in out
     for group, progress in GROUPS.items():
@@ -99,7 +99,7 @@ def test_reading_changes_no_file():
     rdb = STORE / "config" / fmt.ROCKSDB_V2_DIR
     assert rocksdb.offset_table(rdb) and rocksdb.pull_offset_table(rdb)
     assert rocksdb.metadata_table(rdb, "topics") and rocksdb.metadata_table(rdb, "subscriptionGroups")
-    assert cli.main(["backlog", str(STORE), "--topic", TOPIC, "--group", "GID_MODES_TAG_V2", "--tags", "TagA || TagB"]) == 0
+    assert rmqfilter.main(["backlog", str(STORE), "--topic", TOPIC, "--group", "GID_MODES_TAG_V2", "--tags", "TagA || TagB"]) == 0
     assert tree_snapshot(STORE) == before
 
 
@@ -110,7 +110,7 @@ def test_without_the_binding_the_error_names_the_extra(tmp_path, monkeypatch):
         for read in (s.offset_table, s.topic_configs, s.subscription_groups):
             with pytest.raises(cq.UnsupportedLayoutError, match=r"rmqfilter\[rocksdb\]"):
                 read()
-    assert cli.main(["inspect", str(root)]) == 2
+    assert rmqfilter.main(["inspect", str(root)]) == 2
 
 
 def _key(table: str, *parts) -> bytes:
@@ -158,7 +158,7 @@ def test_an_offset_of_the_wrong_length_is_an_error_naming_the_key(tmp_path, caps
     _read_fails(root, lambda s: s.committed_offsets(group, TOPIC),
                 rf"consumerOffsets record, RocksDB key {key.hex()}: the offset of {group} on {TOPIC}/1 holds "
                 rf"{len(value)} bytes, not 8")
-    assert cli.main(["inspect", str(root)]) == 2
+    assert rmqfilter.main(["inspect", str(root)]) == 2
     assert key.hex() in capsys.readouterr().err
 
 

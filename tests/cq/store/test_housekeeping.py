@@ -221,7 +221,7 @@ def test_tail_command_says_what_it_lost(tmp_path):
     _write(root, blocks=True)
     first_kept = expire_commit_log(root, 3)  # the group committed before the broker expired these
     write_consumer_offsets(root, {f"{TOPIC}@G": {q: 0 for q in range(QUEUES)}})
-    cmd = [sys.executable, "-c", "import sys; from pyspark_udfs.cli import main; sys.exit(main())", "tail",
+    cmd = [sys.executable, "-c", "import sys; from rmqfilter import main; sys.exit(main())", "tail",
            str(root), "--topic", TOPIC, "--group", "G", "--tags", "*", "--from", "committed", "--limit", "1700"]
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=120, check=False)
     gone = int((_units(root)[3] < first_kept).sum())

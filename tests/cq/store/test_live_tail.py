@@ -20,7 +20,7 @@ from cq.writer.config_writer import write_consumer_offsets
 from cq.writer.writer import StoreWriter
 
 TOPIC, GROUP, SQL = "LiveTopic", "GID_RED", "color = 'red'"
-CLI = [sys.executable, "-c", "import sys; from pyspark_udfs.cli import main; sys.exit(main())"]
+CLI = [sys.executable, "-c", "import sys; from rmqfilter import main; sys.exit(main())"]
 
 
 def _store(tmp_path: Path, per_queue=(5, 3)) -> Path:
@@ -228,8 +228,8 @@ def test_tail_keeps_its_queue_readers_from_round_to_round_and_reopens_a_replaced
 def test_tail_over_two_brokers_takes_each_brokers_new_units_with_its_broker(tmp_path, capsys):
     """Several stores (a cluster's brokers, docs/reading.md#clusters): each round reads every broker's
     new units; what a tail gives is what ``cq.Cluster`` consumes, each message naming its broker."""
+    import rmqfilter
     from cq.writer.config_writer import write_topic_configs
-    from pyspark_udfs import cli
 
     writers = {}
     for name in ("east", "west"):  # both roots are named "store": the names come from topics.json
@@ -268,7 +268,7 @@ def test_tail_over_two_brokers_takes_each_brokers_new_units_with_its_broker(tmp_
         next(stream.tail(cluster, TOPIC, "G", tags="*", starting={TOPIC: {"0": 0}}))
     cluster.close()
     # the command: each line leads with its broker
-    assert cli.main(["tail", *roots, "--topic", TOPIC, "--group", "G", "--tags", "TagA", "--from", "earliest",
+    assert rmqfilter.main(["tail", *roots, "--topic", TOPIC, "--group", "G", "--tags", "TagA", "--from", "earliest",
                      "--limit", "10"]) == 0
     lines = capsys.readouterr().out.splitlines()
     assert sorted(tuple(int(x) if x.isdigit() else x for x in ln.split("\t")[:3]) for ln in lines) == sorted(want)
@@ -279,8 +279,8 @@ def test_tail_over_two_stores_starts_each_broker_at_its_own_offsets(tmp_path, ca
     a broker it does not name starts at its minimum, one it names but that lacks the topic is refused."""
     from cluster_stores import write_brokers
 
+    import rmqfilter
     from cq.writer.sample import SAMPLE_TOPICS
-    from pyspark_udfs import cli
 
     topic = SAMPLE_TOPICS[0]
     roots = [str(r) for r in write_brokers(tmp_path, messages=120)]
@@ -295,7 +295,7 @@ def test_tail_over_two_stores_starts_each_broker_at_its_own_offsets(tmp_path, ca
         stop=iter([False, True]).__next__)]
     assert got == want and len(got) == sum(ends.values()) - 5 - ends[("east", 2)] - 3  # every unit past the offsets
     cluster.close()
-    assert cli.main(["tail", *roots, "--topic", topic, "--group", "G", "--tags", "*", "--from",
+    assert rmqfilter.main(["tail", *roots, "--topic", topic, "--group", "G", "--tags", "*", "--from",
                      json.dumps({"brokers": given}), "--limit", str(len(want))]) == 0
     lines = capsys.readouterr().out.splitlines()
     assert [tuple(int(x) if x.isdigit() else x for x in ln.split("\t")[:3]) for ln in lines] == want
@@ -305,15 +305,15 @@ def test_tail_over_two_stores_starts_each_broker_at_its_own_offsets(tmp_path, ca
         (json.dumps({"brokers": {"west": {topic: {"0": 9999}}}}),
          f"broker 'west': offset 9999 of queue {topic}/0 is outside"),
     ]:
-        assert cli.main(["tail", *roots, "--topic", topic, "--group", "G", "--tags", "*", "--from", text]) == 2
+        assert rmqfilter.main(["tail", *roots, "--topic", topic, "--group", "G", "--tags", "*", "--from", text]) == 2
         assert message in capsys.readouterr().err
     # offsets on a broker that does not hold the topic
     shutil.rmtree(Path(roots[1]) / "consumequeue" / SAMPLE_TOPICS[1])
     text = json.dumps({"brokers": {"west": {SAMPLE_TOPICS[1]: {"0": 0}}}})
-    assert cli.main(["tail", *roots, "--topic", SAMPLE_TOPICS[1], "--group", "G", "--tags", "*", "--from", text]) == 2
+    assert rmqfilter.main(["tail", *roots, "--topic", SAMPLE_TOPICS[1], "--group", "G", "--tags", "*", "--from", text]) == 2
     assert f"startingOffsets: broker 'west' does not hold topic {SAMPLE_TOPICS[1]!r}" in capsys.readouterr().err
     # one store keeps the one-store form
-    assert cli.main(["tail", roots[1], "--topic", topic, "--group", "G", "--tags", "*", "--from",
+    assert rmqfilter.main(["tail", roots[1], "--topic", topic, "--group", "G", "--tags", "*", "--from",
                      json.dumps(given["west"]), "--limit", "2"]) == 0
     assert [ln.split("\t")[:2] for ln in capsys.readouterr().out.splitlines()] == [["0", "0"], ["0", "1"]]
 

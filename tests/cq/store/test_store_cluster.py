@@ -14,8 +14,8 @@ import pytest
 from helpers import DATA
 
 import cq
+import rmqfilter
 from cq.writer.sample import SAMPLE_GROUPS, SAMPLE_TOPICS, generate_sample_store
-from pyspark_udfs import cli
 
 SMALL = {"commit_log_file_size": 1 << 20, "ext_file_size": 1 << 16, "consume_queue_file_size": 20_000}
 TOPIC = SAMPLE_TOPICS[0]
@@ -198,7 +198,7 @@ def test_a_cluster_pickles_as_its_roots(cluster):
 
 def run(capsys, *argv) -> tuple[int, str, str]:
     capsys.readouterr()
-    code = cli.main([str(a) for a in argv])
+    code = rmqfilter.main([str(a) for a in argv])
     out, err = capsys.readouterr()
     return code, out, err
 

@@ -12,8 +12,8 @@ import pytest
 from helpers import DATA
 
 import cq
+import rmqfilter
 from cq import format as fmt
-from pyspark_udfs import cli
 
 GOLDEN = DATA / "golden_store"
 TOPIC = "GoldenFilterTopic"
@@ -60,13 +60,13 @@ def test_a_consume_queue_database_rocksdb_cannot_open_is_an_error_not_zero_topic
     with closing(cq.Store(copy)) as store, pytest.raises(cq.StoreFormatError, match="not a readable RocksDB") as err:
         store.topics()
     assert err.value.path.startswith(str(copy / fmt.CONSUME_QUEUE_DIR))  # the database, or the file RocksDB names
-    assert cli.main(["inspect", str(copy)]) == 2
+    assert rmqfilter.main(["inspect", str(copy)]) == 2
     captured = capsys.readouterr()
     assert "Mode: CommitLog classic (commitlog/); consume queues RocksDB;" in captured.out
     assert "topic(s)" not in captured.out
     assert "not a readable RocksDB database" in captured.err
-    assert cli.main(["consume", str(copy), "--topic", TOPIC, "--group", "G", "--tags", "*"]) == 2
-    assert cli.main(["backlog", str(copy), "--topic", TOPIC, "--group", "G", "--tags", "*"]) == 2
+    assert rmqfilter.main(["consume", str(copy), "--topic", TOPIC, "--group", "G", "--tags", "*"]) == 2
+    assert rmqfilter.main(["backlog", str(copy), "--topic", TOPIC, "--group", "G", "--tags", "*"]) == 2
 
 
 def test_files_beside_a_rocksdb_consume_queue_are_an_error(copy):
@@ -84,7 +84,7 @@ def test_a_store_without_its_commit_log_is_an_error_not_missing_records(copy, ca
         assert err.value.path == str(copy)
         with pytest.raises(cq.UnsupportedLayoutError, match="no CommitLog"):
             cq.backlog(store, TOPIC, "G", tags="*")
-    assert cli.main(["consume", str(copy), "--topic", TOPIC, "--group", "G", "--tags", "*"]) == 2
+    assert rmqfilter.main(["consume", str(copy), "--topic", TOPIC, "--group", "G", "--tags", "*"]) == 2
     assert "no CommitLog: not supported" in capsys.readouterr().err
 
 
@@ -127,7 +127,7 @@ def test_rocksdb_metadata_is_read_there_never_from_the_stale_json(copy, capsys):
             store.config_path("consumerOffset.json")
         assert store.topic_configs() == {}  # tables still in JSON read as before
         assert len(list(store.consume(TOPIC, "G", tags="*"))) > 0  # an explicit subscription needs no metadata
-    assert cli.main(["backlog", str(copy), "--topic", TOPIC, "--group", "G", "--tags", "*"]) == 2
+    assert rmqfilter.main(["backlog", str(copy), "--topic", TOPIC, "--group", "G", "--tags", "*"]) == 2
     assert "consumerOffsets" in capsys.readouterr().err
 
 
@@ -154,12 +154,12 @@ def test_two_dledger_logs_in_one_root_are_an_error(tmp_path):
 
 
 def test_inspect_prints_the_mode(capsys):
-    assert cli.main(["inspect", str(DATA / "dledger_migrated_store")]) == 0
+    assert rmqfilter.main(["inspect", str(DATA / "dledger_migrated_store")]) == 0
     out = capsys.readouterr().out
     assert "Mode: CommitLog DLedger (dledger-n0/data/) above a classic commitlog/ (migrated); " \
            "consume queues files; metadata" in out
     assert "2 topic(s), 300 message(s) in consume queues" in out
-    assert cli.main(["inspect", "--json", str(DATA / "dledger_store")]) == 0
+    assert rmqfilter.main(["inspect", "--json", str(DATA / "dledger_store")]) == 0
     assert json.loads(capsys.readouterr().out)["layout"]["commit_log"] == "dledger"
 
 

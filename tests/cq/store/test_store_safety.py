@@ -21,8 +21,8 @@ import pytest
 from helpers import DATA, tree_snapshot
 
 import cq
+import rmqfilter
 from cq.readers.registry import READERS
-from pyspark_udfs import cli
 
 TOPIC = "GoldenFilterTopic"
 SQL = "a > 5 AND b = 'abc'"
@@ -218,7 +218,7 @@ def test_readers_of_other_stores_leave_them_unchanged(read_only_store, request):
     ["backlog", "{root}*", "--topic", TOPIC, "--all-groups", "--json"],
 ])
 def test_read_only_cli_commands_leave_the_store_unchanged(read_only_store, argv, capsys):
-    code = cli.main([a.format(root=read_only_store) for a in argv])
+    code = rmqfilter.main([a.format(root=read_only_store) for a in argv])
     captured = capsys.readouterr()
     assert code == 0 and (captured.out or captured.err)
 

@@ -12,7 +12,7 @@ import cq
 import selector
 from cq.writer.sample import SAMPLE_GROUPS, SAMPLE_TAGS, SampleStore, generate_sample_store
 from cq.writer.writer import SqlGroup
-from pyspark_udfs.cli import main
+from rmqfilter import main
 from tests.cq.writer.test_writer import store_files
 
 SMALL = {"commit_log_file_size": 1 << 20, "ext_file_size": 1 << 16, "consume_queue_file_size": 20_000}

@@ -15,7 +15,7 @@ equals the broker's decision (``selector.compile(sql).matches``) row for row:
 * Java's number grammars as guards in front of every cast
   (``Integer.parseInt`` with BMP Unicode digits, ``Long.parseLong``,
   ``Double.valueOf`` with hex floats and ``f``/``d`` suffixes,
-  ``Boolean.parseBoolean``), see :mod:`pyspark_udfs._native_java`; ``try_cast``
+  ``Boolean.parseBoolean``), see :mod:`pyspark_udfs.native._java`; ``try_cast``
   and ``map[key]`` never throw, so the translation is the same with
   ``spark.sql.ansi.enabled`` on or off;
 * Java's ``Double.compare`` (NaN above +Infinity, -0.0 below 0.0).
@@ -25,7 +25,7 @@ converts both Strings of ``<``/``>`` to doubles, and compares strings only for
 equality, where code units and UTF-8 bytes agree.
 
 What is not translated: a selector nested deeper than
-``_native_compile.MAX_DEPTH`` or whose expression would exceed
+``native._compile.MAX_DEPTH`` or whose expression would exceed
 ``MAX_TREE_SIZE`` nodes. Those run in the Arrow UDF
 (:func:`pyspark_udfs.functions.selector_match` with ``engine="arrow"``) instead, with a
 :class:`NativeFallbackWarning` naming the reason; ``explain()`` then shows an
@@ -63,9 +63,9 @@ from pyspark.sql.types import BooleanType
 import selector
 from selector.parser import parse as _parse
 
-from . import _batch
-from . import _native_compile as nc
-from . import _native_ir as ir
+from .. import _batch
+from . import _compile as nc
+from . import _ir as ir
 
 ColumnOrName = Column | str
 

@@ -1,6 +1,6 @@
 """A tiny expression IR for native selector translation, lowered to Spark Columns.
 
-The translator (:mod:`pyspark_udfs._native_compile`) builds plain tuples rather
+The translator (:mod:`pyspark_udfs.native._compile`) builds plain tuples rather
 than Spark Columns, so that a translation can be planned, measured and cached
 without a SparkContext, and so that its size is known before Spark sees it.
 Each node is ``(op, *args)``; args are nodes or plain Python values. Nodes are
@@ -16,6 +16,8 @@ from __future__ import annotations
 
 import math
 from typing import Any
+
+from pyspark.sql import functions as F
 
 import rmqfilter_java as java
 
@@ -91,8 +93,6 @@ def lower(root: Node, props) -> Any:
     Iterative (post-order), memoised by node identity so a shared node becomes
     one Column object.
     """
-    from pyspark.sql import functions as F  # lazy: the IR is planned and cached without pyspark
-
     return _post_order(root, lambda node, memo: _lower_one(node, memo, props, F))
 
 

@@ -13,10 +13,9 @@ import cq
 import selector
 from cq.analyses.cost import CostGroup, NoExtUnitsError, filter_cost, resolve_groups
 from cq.analyses.cost_render import format_table, render_html
-from pyspark_udfs.cost import filter_cost_spark  # imports no pyspark: it runs on the session it is given
-from pyspark_udfs.job import owns_session, spark_session  # job.py imports pyspark only when a job runs
+from cq.store.topics import topic_store
 
-from ._common import error_text, fail, topic_store
+from ._common import error_text, fail
 from ._options import add_group_args, add_json_file_arg, add_master_arg, add_store_arg, add_topic_arg
 
 
@@ -99,6 +98,9 @@ def _run_cost(args: argparse.Namespace) -> int:
         groups = None if args.all_groups and not explicit else (
             (_registered(args) if args.all_groups else list(args.groups or [])) + explicit)
         if args.spark:
+            from pyspark_udfs.cost import filter_cost_spark  # lazy: pyspark, only --spark runs Spark
+            from pyspark_udfs.job import owns_session, spark_session  # lazy: pyspark, as above
+
             with topic_store(args.store, args.topic) as store:  # bad input fails before Spark starts
                 resolve_groups(store, args.topic, groups)
             owned = owns_session()

@@ -31,8 +31,8 @@ from dataclasses import dataclass
 import rmqfilter_java as java
 from selector import nodes as n
 
-from . import _native_ir as ir
-from . import _native_java as jv
+from . import _ir as ir
+from . import _java as jv
 
 __all__ = [
     "CC_ERROR",

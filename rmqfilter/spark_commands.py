@@ -1,4 +1,9 @@
-"""``rmqfilter scan`` and ``rmqfilter demo``: the broker's filter as a Spark job."""
+"""``rmqfilter scan`` and ``rmqfilter demo``: the broker's filter as a Spark job.
+
+The job is :mod:`pyspark_udfs.job` (``spark-submit pyspark_udfs/job.py`` runs the same ``scan``); it is
+imported inside the commands, because importing ``pyspark_udfs`` imports pyspark and the parser is
+built for every command. Scan's arguments come from :mod:`rmqfilter_options`, which the job parses too.
+"""
 from __future__ import annotations
 
 import argparse
@@ -9,15 +14,6 @@ import time
 
 import cq
 from cq.writer.sample import generate_sample_store
-from pyspark_udfs.job import (  # job.py imports pyspark only when a job runs
-    GroupScan,
-    format_summary,
-    owns_session,
-    registered_group_scans,
-    run_scan,
-    scan,
-    spark_session,
-)
 
 from ._common import fail
 from ._options import add_json_file_arg, add_master_arg, add_sample_args, add_scan_args
@@ -56,6 +52,8 @@ def add_parsers(subparsers) -> None:
 
 
 def _run_scan(args: argparse.Namespace) -> int:
+    from pyspark_udfs.job import run_scan  # lazy: pyspark, imported by the commands that run Spark only
+
     return run_scan(args)
 
 
@@ -114,6 +112,15 @@ def _print_backlog_and_why(root: str, topic: str, groups: list[str]) -> None:
 
 
 def _run_demo(args: argparse.Namespace) -> int:
+    from pyspark_udfs.job import (  # lazy: pyspark, imported by the commands that run Spark only
+        GroupScan,
+        format_summary,
+        owns_session,
+        registered_group_scans,
+        scan,
+        spark_session,
+    )
+
     root = args.store or os.path.join(tempfile.gettempdir(), f"rmqfilter-demo-{args.messages}-{args.seed}")
     try:
         info = _sample_store(root, args.messages, args.seed)

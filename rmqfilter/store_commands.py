@@ -10,10 +10,11 @@ import time
 
 import cq
 from cq.readers import config as cfg
+from cq.store.topics import registered_groups, topic_store
 from cq.writer.sample import generate_sample_store
 from selector.errors import SelectorSyntaxError
 
-from ._common import error_text, fail, registered_groups, reported_warnings, stdout_closed, topic_store
+from ._common import error_text, fail, reported_warnings, stdout_closed
 from ._options import (
     add_consumer_args,
     add_filter_args,

@@ -15,9 +15,10 @@ import threading
 
 import cq
 from cq.store import stream
+from cq.store.topics import topic_store
 from selector.errors import SelectorSyntaxError
 
-from ._common import error_text, fail, topic_store
+from ._common import error_text, fail
 from ._options import add_consumer_args, add_message_output_args
 from .store_commands import message_json
 

@@ -1,4 +1,4 @@
-"""Java's number grammars as guarded Spark expressions (IR of :mod:`._native_ir`).
+"""Java's number grammars as guarded Spark expressions (IR of :mod:`._ir`).
 
 Spark's casts from strings accept and reject different strings than Java does,
 so every cast the translation emits sits behind a guard that admits exactly
@@ -33,7 +33,7 @@ from collections.abc import Callable
 
 from rmqfilter_java import non_ascii_bmp_digits
 
-from . import _native_ir as ir
+from . import _ir as ir
 
 __all__ = [
     "NON_ASCII_DIGITS",

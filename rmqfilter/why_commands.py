@@ -1,6 +1,7 @@
-"""``rmqfilter why`` and ``rmqfilter backlog``: one message through a group's filter, and its real backlog.
+"""``rmqfilter why``, ``backlog`` and ``pending``: one message through a group's filter (and every copy
+of it), a group's real backlog, and the broker's pending work.
 
-Both only read the store (``cq``, ``selector``, ``bloom``), never Spark. ``docs/why.md`` shows them.
+All three only read the store (``cq``, ``selector``, ``bloom``), never Spark. ``docs/why.md`` shows them.
 """
 from __future__ import annotations
 
@@ -13,8 +14,9 @@ import cq
 import selector
 from cq.analyses.paths import why_every_copy
 from cq.analyses.pending import COLUMNS, pending
+from cq.store.topics import registered_groups, topic_store
 
-from ._common import error_text, fail, registered_groups, reported_warnings, stdout_closed, topic_store
+from ._common import error_text, fail, reported_warnings, stdout_closed
 from ._options import add_consumer_args, add_json_flag, add_store_arg, subscription_conflict
 
 

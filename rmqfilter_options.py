@@ -1,52 +1,72 @@
-"""The options several ``rmqfilter`` commands share, each declared once (docs/cli.md#options).
+"""The options rmqfilter's entry points share: their values, their command-line declarations, and
+how a bad one is reported, each defined once.
 
-A command calls ``add_<option>(parser)`` rather than ``parser.add_argument`` for any option another
-command has too, so every command spells it, defaults it, validates it and explains it the same
-way. Values are checked while the command line is parsed (the ``type`` functions below): a bad
-value is argparse's usage error, naming the option, with exit status 2. Options that belong to one
-command stay in that command's module.
+Three entry points read options: the ``rocketmq`` data source (``pyspark_udfs/_source.py``: Spark's
+string options), the scan job (``spark-submit pyspark_udfs/job.py``) and the ``rmqfilter`` command
+(``rmqfilter/``). The values they share (``on_corrupt``, ``body``, ``--layer2``, ``--format``) are
+the tuples below; the arguments the job and ``rmqfilter scan`` both parse (:func:`add_scan_args`)
+and the options ``scan`` shares with the other commands (``STORE``, ``--topic``, ``--group``,
+``--sql``/``--tags``, ``--filter``, ``--master``, ``--json FILE``) are declared here once; bad input
+is one line on stderr, ``<prog>: error: <what, naming the input>``, and exit status
+:data:`BAD_INPUT` (:func:`fail`, docs/cli.md).
 
-This module never imports pyspark (argparse, and the option values of
-:mod:`pyspark_udfs._choices`): ``spark-submit pyspark_udfs/job.py`` and the commands that never
-start Spark both use it. ``rmqfilter scan``'s own arguments live here too
-(:func:`add_scan_args`), because ``job.py`` parses the same ones.
+A top-level module, as ``rmqfilter_engine`` is, because it belongs to no one package: the job and the
+data source live in ``pyspark_udfs``, the command in ``rmqfilter``, which imports ``pyspark_udfs``,
+never the reverse. It sits above ``cq`` and ``selector`` (it imports their errors and the custom
+filter's ``on_error`` values) and below both entry points; ``bloom``, ``selector`` and ``cq`` never
+import it. It never imports pyspark: the commands that never start Spark use it
+(docs/contributing.md#layers).
 """
 from __future__ import annotations
 
 import argparse
-from collections.abc import Callable
+import sys
 
 from cq.filter.custom import ON_FILTER_ERROR
-from pyspark_udfs._choices import BODY, LAYER2_CHOICES, LAYER2_DEFAULT, ON_CORRUPT, OUT_FORMATS
+from selector.errors import SelectorSyntaxError
 
-#: ``--progress``: when to draw a progress bar on stderr
-PROGRESS_CHOICES = ("auto", "always", "never")
-#: ``--format`` of the commands that print messages (``none``: the counts only)
-MESSAGE_FORMATS = ("text", "jsonl", "none")
+__all__ = ["BAD_INPUT", "BODY", "LAYER2_AUTO", "LAYER2_CHOICES", "LAYER2_DEFAULT", "ON_CORRUPT", "OUT_FORMATS",
+           "add_consumer_args", "add_filter_args", "add_group_args", "add_json_file_arg", "add_master_arg",
+           "add_scan_args", "add_store_arg", "add_subscription_args", "add_topic_arg", "error_text", "fail",
+           "subscription_conflict"]
+
+
+# ---------------------------------------------------------------- option values
+#: Option ``on_corrupt`` / ``--on-corrupt``: a corrupt store file fails the read, or is skipped and reported.
+ON_CORRUPT = ("fail", "skip")
+#: Option ``body`` / ``--body``: decompressed where SYSFLAG says so (``Message.uncompressed_body()``), or as stored.
+BODY = ("uncompressed", "stored")
+#: ``--layer2`` of ``rmqfilter scan`` (``scan(layer2=...)``): where a SQL92 selector runs.
+LAYER2_CHOICES = ("auto", "native", "python")
+LAYER2_DEFAULT = "auto"
+#: what ``layer2="auto"`` picks: the native expression where the translation is exact (as fast
+#: as the reader on the 1 M-message demo store, bench/README.md; no Python evaluates the
+#: selector), the reader otherwise, with the reason in the summary.
+LAYER2_AUTO = "native"
+#: ``--format`` of ``rmqfilter scan --out`` (``scan(out_format=...)``): the files written.
+OUT_FORMATS = ("parquet", "json")
+
+#: the exit status of bad input (a usage error, a store or selector that does not read)
+BAD_INPUT = 2
 
 _SQL_HELP = ("SQL92 selector, e.g. \"a > 5 AND b = 'abc'\" (default: the group's registration in "
              "config/consumerFilter.json, with its bornTime)")
 _TAGS_HELP = 'tag subscription, e.g. "TagA || TagB" or "*"'
-_FORMAT_HELP = {
-    "text": "text: one tab-separated line per message (default)",
-    "jsonl": "jsonl: one JSON object per line",
-    "none": "none: the counts only",
-}
 
 
-# ---------------------------------------------------------------- value checks
-def int_at_least(minimum: int) -> Callable[[str], int]:
-    """An argparse ``type``: a whole number ``>= minimum``, else a usage error quoting the text."""
-    def parse(text: str) -> int:
-        try:
-            value = int(text)
-        except ValueError:
-            raise argparse.ArgumentTypeError(f"expected a whole number, got {text!r}") from None
-        if value < minimum:
-            raise argparse.ArgumentTypeError(f"expected a whole number >= {minimum}, got {text!r}")
-        return value
+# ---------------------------------------------------------------- bad input
+def fail(prog: str, message: object) -> int:
+    """Print ``prog: error: message`` to stderr; returns :data:`BAD_INPUT` for the command to return."""
+    print(f"{prog}: error: {message}", file=sys.stderr)
+    return BAD_INPUT
 
-    return parse
+
+def error_text(exc: BaseException) -> str:
+    """An exception's message as a user reads it: a selector's syntax error names the selector, a
+    KeyError's message comes without the quotes ``str`` adds."""
+    if isinstance(exc, SelectorSyntaxError):
+        return f"{exc} in selector {exc.sql!r}"
+    return str(exc.args[0]) if isinstance(exc, KeyError) and exc.args else str(exc)
 
 
 # ---------------------------------------------------------------- what to read
@@ -125,37 +145,7 @@ def add_filter_args(parser: argparse.ArgumentParser, *, where: str) -> None:
                              "(fail, default) or drops the message and counts it (skip)")
 
 
-# ---------------------------------------------------------------- what to print
-def add_message_output_args(parser: argparse.ArgumentParser, *, formats: tuple[str, ...] = MESSAGE_FORMATS) -> None:
-    """``--format``, ``--body`` and ``--limit`` of the commands that print messages."""
-    parser.add_argument("--format", choices=formats, default="text",
-                        help="; ".join(_FORMAT_HELP[f] for f in formats))
-    parser.add_argument("--body", choices=BODY, default=BODY[0],
-                        help="jsonl: body_length of the body decompressed where SYSFLAG says so (uncompressed, "
-                             "the default, as the rocketmq data source's body) or as stored")
-    parser.add_argument("--limit", type=int_at_least(1), default=None, metavar="N",
-                        help="stop after N messages")
-
-
-def add_json_flag(parser: argparse.ArgumentParser, shape: str = "") -> None:
-    """``--json``: print JSON on stdout instead of text; ``shape`` says what the document is."""
-    parser.add_argument("--json", action="store_true",
-                        help="print JSON instead of text" + (f": {shape}" if shape else ""))
-
-
-def add_json_file_arg(parser: argparse.ArgumentParser, what: str) -> None:
-    """``--json FILE``: also write ``what`` as JSON to a file (in ``args.json_path``)."""
-    parser.add_argument("--json", dest="json_path", metavar="FILE", help=f"also write {what} as JSON to FILE")
-
-
-def add_progress_arg(parser: argparse.ArgumentParser) -> None:
-    """``--progress``: a progress bar on stderr."""
-    parser.add_argument("--progress", choices=PROGRESS_CHOICES, default="auto",
-                        help="progress bar on stderr: auto (default) = when stderr is a terminal and the "
-                             "work is long; always; never")
-
-
-# ---------------------------------------------------------------- Spark and samples
+# ---------------------------------------------------------------- where to run, what to write
 def add_master_arg(parser: argparse.ArgumentParser | argparse._MutuallyExclusiveGroup, *,
                    default: str | None = None, condition: str = "") -> None:
     """``--master``: the Spark master URL; ``condition`` (e.g. ``"with --spark: "``) starts the help."""
@@ -164,16 +154,11 @@ def add_master_arg(parser: argparse.ArgumentParser | argparse._MutuallyExclusive
                         help=f"{condition}Spark master URL, e.g. spark://host:7077 or local[2] ({fallback})")
 
 
-def add_sample_args(parser: argparse.ArgumentParser, *, messages: int, minimum: int) -> None:
-    """``--messages`` (default ``messages``, at least ``minimum``) and ``--seed`` of a sample store."""
-    parser.add_argument("--messages", type=int_at_least(minimum), default=messages, metavar="N",
-                        help=f"number of messages (default {messages:,})")
-    parser.add_argument("--seed", type=int, default=0,
-                        help="sample generator seed: the same --messages and --seed give the same store "
-                             "(default 0)")
+def add_json_file_arg(parser: argparse.ArgumentParser, what: str) -> None:
+    """``--json FILE``: also write ``what`` as JSON to a file (in ``args.json_path``)."""
+    parser.add_argument("--json", dest="json_path", metavar="FILE", help=f"also write {what} as JSON to FILE")
 
 
-# ---------------------------------------------------------------- rmqfilter scan
 def add_scan_args(parser: argparse.ArgumentParser) -> None:
     """The arguments of ``rmqfilter scan``, which spark-submit ``pyspark_udfs/job.py`` parses too
     (one definition for both entry points)."""

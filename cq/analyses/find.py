@@ -1,0 +1,292 @@
+"""Finding messages in a store: by offset message id, ``UNIQ_KEY`` or key, and the records of a topic.
+
+:func:`find_messages` is what ``why`` and ``why --every-copy`` (:mod:`cq.analyses.paths`) look a
+message up with: an offset message id names its record (store host and CommitLog offset,
+docs/formats.md#commitlog-record); a ``UNIQ_KEY`` or key goes through the store's IndexFiles
+(:func:`query_index`, each hash candidate confirmed by the record's own key), else a scan of the
+topic's ConsumeQueues (:func:`scan_topic`). :func:`topic_records` walks a topic's present records
+(``pending``, the POP analyses). A message of a BatchCQ topic is found inside its batch record
+(:func:`find_batch_messages`, docs/reading.md#batchcq). Nothing here decides a filter; the
+analyses that do import this module, never the reverse.
+"""
+from __future__ import annotations
+
+import struct
+from collections.abc import Callable, Iterator, Sequence
+
+import numpy as np
+
+from .. import format as fmt
+from ..errors import StoreFormatError
+from ..readers.batchcq import expand_batch
+from ..readers.commitlog import Message
+from ..readers.indexfile import IndexFiles
+from ..store.cluster import Cluster
+from ..store.store import Store
+
+__all__ = [
+    "MessageNotFoundError",
+    "brokers_to_ask",
+    "check_message_args",
+    "find_batch_messages",
+    "find_messages",
+    "in_topic",
+    "key_matches",
+    "message_at",
+    "open_index",
+    "parse_offset_msg_id",
+    "position",
+    "query_index",
+    "scan_topic",
+    "topic_records",
+]
+
+
+class MessageNotFoundError(LookupError, ValueError):
+    """No message matches a msg id, UNIQ_KEY, key or queue offset (names what was searched)."""
+
+
+# ------------------------------------------------------------------ naming a message
+def check_message_args(queue_id, queue_offset, msg_id, key, sql, tags) -> list[bool]:
+    """Which way a message is named (``[by queue offset, by msg_id, by key]``, exactly one true);
+    ValueError when none or several are, or both sql and tags are given."""
+    given = [queue_offset is not None or queue_id is not None, msg_id is not None, key is not None]
+    if sum(given) != 1:
+        raise ValueError("give queue_id with queue_offset, or msg_id, or key")
+    if given[0] and (queue_id is None or queue_offset is None):
+        raise ValueError("queue_id and queue_offset go together")
+    if sql is not None and tags is not None:
+        raise ValueError("give sql or tags, not both")
+    return given
+
+
+def brokers_to_ask(cluster: Cluster, topic: str, broker: str | None, queue_id: int | None) -> list[str]:
+    """The brokers of ``cluster`` a question about a message of ``topic`` goes to: those holding the
+    topic, or ``broker`` alone; one only for a queue offset (ValueError asking for the broker)."""
+    names = cluster.brokers_of(topic)
+    if broker is not None:
+        if broker not in names:
+            raise MessageNotFoundError(f"broker {broker!r} holds no queue of topic {topic!r} (brokers holding it: "
+                                       f"{', '.join(names)})")
+        names = [broker]
+    if queue_id is not None and len(names) > 1:
+        raise ValueError(f"topic {topic!r} has queues on brokers {', '.join(names)}: name the broker of "
+                         f"queue {queue_id} (broker=, --broker)")
+    return names
+
+
+def parse_offset_msg_id(msg_id: str) -> tuple[str, int] | None:
+    """``(store_host, commit_log_offset)`` of an offset message id (IPv4: 32 hex digits, IPv6: 56)."""
+    text = msg_id.strip()
+    if len(text) not in (32, 56):
+        return None
+    try:
+        raw = bytes.fromhex(text)
+    except ValueError:
+        return None
+    host = fmt.decode_host(raw[:-8])
+    return host, struct.unpack(">q", raw[-8:])[0]
+
+
+# ------------------------------------------------------------------ records
+def message_at(store: Store, offset: int) -> Message | None:
+    """The record at CommitLog ``offset``, or None when it lies outside the CommitLog or does not read."""
+    log = store.commit_log
+    if not log.min_offset <= offset < log.max_offset:
+        return None
+    try:
+        return log.read_message(offset)
+    except StoreFormatError:
+        return None
+
+
+def in_topic(msg: Message, topic: str) -> bool:
+    """Whether record ``msg`` is served from ``topic``: its own topic, or an LMQ it was dispatched to
+    (docs/formats.md#lmq: the unit's topic is not the record's)."""
+    return msg.topic == topic or (topic.startswith(fmt.LMQ_PREFIX) and fmt.lmq_offset(msg.properties, topic) is not None)
+
+
+def position(msg: Message, topic: str) -> tuple[int, int]:
+    """``(queue id, queue offset)`` of record ``msg`` in ``topic``: its own, or its place in an LMQ."""
+    if msg.topic != topic and topic.startswith(fmt.LMQ_PREFIX):
+        return fmt.LMQ_QUEUE_ID, fmt.lmq_offset(msg.properties, topic)
+    return msg.queue_id, msg.queue_offset
+
+
+def key_matches(msg_props: dict, key: str | None, uniq_key: str | None) -> bool:
+    """Whether a record's properties hold ``uniq_key`` as ``UNIQ_KEY`` or ``key`` among its ``KEYS``."""
+    if uniq_key is not None and msg_props.get(fmt.PROPERTY_UNIQ_KEY) == uniq_key:
+        return True
+    if key is not None:
+        keys = msg_props.get(fmt.PROPERTY_KEYS)
+        return keys is not None and key in keys.split(fmt.KEY_SEPARATOR)
+    return False
+
+
+def scan_topic(store: Store, topic: str, key: str | None, uniq_key: str | None) -> list[Message]:
+    """Every message of ``topic`` (through its ConsumeQueues) whose key or UNIQ_KEY is the one asked."""
+    log = store.commit_log
+    lo, hi = log.min_offset, log.max_offset
+    found = []
+    for q in store.queue_ids(topic):
+        with store.queue_readers(topic, q, ext=False) as (cqueue, _ext):  # one queue's files open at a time
+            for _first, units in cqueue.iter_batches(1 << 16):
+                offs = units["commit_log_offset"].astype(np.int64)
+                ok = (offs >= lo) & (offs + units["size"].astype(np.int64) <= hi)
+                offs = offs[ok]
+                for off, props in zip(offs.tolist(), log.gather_properties(offs)):
+                    if props is not None and key_matches(props, key, uniq_key):
+                        found.append(log.read_message(off))
+    return found
+
+
+def topic_records(store: Store, topic: str) -> Iterator[tuple[int, Message, int]]:
+    """(queue id, record, the unit's tags code) of every unit of ``topic`` whose record is present."""
+    if topic not in store.topics():
+        return
+    log = store.commit_log
+    for q in store.queue_ids(topic):
+        with store.queue_readers(topic, q, ext=False) as (cqueue, _ext):  # one queue's files open at a time
+            for off in range(cqueue.min_offset, cqueue.max_offset):
+                phys, size, slot = cqueue.unit(off)
+                if log.min_offset <= phys and phys + size <= log.max_offset:
+                    yield q, log.read_message(phys), slot
+
+
+# ------------------------------------------------------------------ the IndexFiles
+def open_index(store: Store) -> tuple[IndexFiles | None, str]:
+    """The store's IndexFiles (None when they cannot be read) and what to say when a scan replaces them."""
+    try:
+        return store.index_files(), "the store has no index files"
+    except StoreFormatError as exc:
+        return None, f"its index files cannot be read ({exc})"
+
+
+def query_index(store: Store, topics: Sequence[str], key: str | None, uniq_key: str | None, *,
+                served_from: Callable[[Message, str], bool] = in_topic
+                ) -> tuple[list[tuple[int, Message]] | None, int, str]:
+    """The records of ``topics`` the IndexFiles give for ``uniq_key`` (else ``key``), each confirmed by
+    its own ``UNIQ_KEY`` or ``KEYS`` (an index entry is a hash candidate, docs/config-and-index.md#index-file).
+
+    ``served_from(record, topic)`` says whether a record read at a candidate belongs to the topic
+    asked (:func:`in_topic`: its own topic or an LMQ it was dispatched to).
+
+    Returns
+    -------
+    (found, candidates, why_scan)
+        ``found``: ``(CommitLog offset, record)`` in the index's order (a record indexed under two of
+        its keys comes twice), or None when the store has no index to ask; ``candidates``: how many
+        hash candidates the index gave; ``why_scan``: why a scan must replace the index (when
+        ``found`` is None).
+    """
+    index, why_scan = open_index(store)
+    if index is None or not len(index):
+        return None, 0, why_scan
+    wanted = uniq_key if uniq_key is not None else key
+    found: list[tuple[int, Message]] = []
+    candidates = 0
+    try:
+        for topic in topics:
+            offsets = index.query(topic, wanted)
+            candidates += len(offsets)
+            for off in offsets:
+                msg = message_at(store, off)
+                if msg is not None and served_from(msg, topic) and key_matches(msg.properties, key, uniq_key):
+                    found.append((off, msg))
+    finally:
+        index.close()
+    return found, candidates, why_scan
+
+
+# ------------------------------------------------------------------ find_messages
+def find_messages(store: Store | Cluster, topic: str, *, msg_id: str | None = None,
+                  key: str | None = None) -> tuple[list[Message], str, str]:
+    """Messages of ``topic`` by offset message id, ``UNIQ_KEY`` (given as ``msg_id``) or key.
+
+    A :class:`cq.Cluster` looks on each broker holding the topic; each message found has its
+    :attr:`cq.Message.broker` set, and ``note`` says how each broker found it.
+
+    Returns
+    -------
+    (messages, found_by, note)
+        ``found_by`` is ``"msg_id"``, ``"index"`` or ``"scan"``; ``note`` says how (and why a
+        scan was needed). Messages are in CommitLog order.
+
+    Raises
+    ------
+    MessageNotFoundError
+        Nothing matches (the message says what was searched).
+    """
+    if (msg_id is None) == (key is None):
+        raise ValueError("give msg_id or key")
+    if isinstance(store, Cluster):
+        return _find_in_cluster(store, topic, msg_id, key)
+    if msg_id is not None:
+        parsed = parse_offset_msg_id(msg_id)
+        if parsed is not None:
+            msg = message_at(store, parsed[1])
+            if msg is not None and msg.msg_id == msg_id.strip().upper():
+                if not in_topic(msg, topic):
+                    raise MessageNotFoundError(f"message {msg_id} (CommitLog offset {parsed[1]}) is on topic "
+                                               f"{msg.topic!r}, not {topic!r}")
+                return [msg], "msg_id", f"offset message id: store host {parsed[0]}, CommitLog offset {parsed[1]}"
+    uniq_key = msg_id
+    wanted = msg_id if msg_id is not None else key
+    what = f"UNIQ_KEY {wanted!r}" if msg_id is not None else f"key {wanted!r}"
+    indexed, candidates, why_scan = query_index(store, [topic], key, uniq_key)
+    if indexed is not None:
+        found = sorted((msg for _off, msg in indexed), key=lambda m: m.commit_log_offset)
+        if found:
+            return found, "index", (f"{what} found in the index files ({candidates} hash candidate(s), "
+                                    f"{len(found)} confirmed by the record's own key)")
+        why_scan = f"{what} is not in the index files ({candidates} hash candidate(s), none confirmed)"
+    found = scan_topic(store, topic, key, uniq_key)
+    if not found:
+        looked = ("it names no record of the topic as an offset message id; "
+                  if msg_id is not None and parse_offset_msg_id(msg_id) else "")
+        raise MessageNotFoundError(f"no message of topic {topic!r} has {what} in {store.root}: {looked}{why_scan}, "
+                                   "and a scan of the topic found none")
+    found.sort(key=lambda m: m.commit_log_offset)
+    return found, "scan", f"{what} found by scanning topic {topic}: {why_scan}"
+
+
+def _find_in_cluster(cluster: Cluster, topic: str, msg_id: str | None, key: str | None):
+    """:func:`find_messages` on each broker of ``cluster`` holding ``topic``."""
+    found: list[Message] = []
+    how: list[tuple[str, str]] = []
+    misses = []
+    for name in cluster.brokers_of(topic):
+        try:
+            msgs, found_by, note = find_messages(cluster.stores[name], topic, msg_id=msg_id, key=key)
+        except MessageNotFoundError as exc:
+            misses.append(f"{name}: {exc}")
+            continue
+        for m in msgs:
+            m.broker = name
+        found += msgs
+        how.append((found_by, f"{name}: {note}"))
+    if not found:
+        raise MessageNotFoundError("no broker of the cluster holds it; " + "; ".join(misses))
+    return found, how[0][0], "; ".join(note for _, note in how)
+
+
+def find_batch_messages(store: Store, topic: str, msg_id: str | None, key: str | None) -> list[tuple[int, int]]:
+    """(queue id, queue offset) of every message of BatchCQ topic ``topic`` whose ``UNIQ_KEY`` or key is
+    the one asked, or (an offset message id) of every message of the batch record it names: a scan
+    of the topic's batch records (the IndexFiles index a batch record, not its messages)."""
+    wanted = msg_id.strip().upper() if msg_id is not None else None
+    found = []
+    for q in store.queue_ids(topic):
+        with store.queue_readers(topic, q, ext=False) as (cqueue, _ext):
+            for off in cqueue.units["commit_log_offset"].tolist():
+                record = message_at(store, off)
+                if record is None:
+                    continue
+                for m in expand_batch(record):
+                    if record.msg_id == wanted or key_matches(m.properties, key, msg_id):
+                        found.append((q, m.queue_offset))
+    if not found:
+        what = f"UNIQ_KEY or offset message id {msg_id!r}" if msg_id is not None else f"key {key!r}"
+        raise MessageNotFoundError(f"no message of BatchCQ topic {topic!r} has {what} in {store.root} "
+                                   "(a scan of its batch records)")
+    return found

@@ -1,0 +1,55 @@
+"""The ``rmqfilter`` command (``python -m rmqfilter`` too).
+
+Each group of sub-commands lives in its own module of this package with an ``add_parsers``
+function, listed in :data:`COMMAND_MODULES` (with the commands each adds). Only ``scan``,
+``demo`` and ``cost --spark`` run Spark; the other commands read or write stores and selectors with ``cq``,
+``selector`` and ``bloom`` and never import pyspark, so a user without Java can still run them.
+``spark_commands`` and ``cost_commands`` import :mod:`pyspark_udfs.job`, which imports pyspark
+only inside the functions that run a job (marked ``# lazy``). This package imports
+``pyspark_udfs``; nothing in ``pyspark_udfs`` imports it (docs/contributing.md#layers).
+
+To add a command: write ``add_parsers(subparsers)`` in a new module here (or in the module of its
+group), set ``func`` on the sub-parser, and list the module in :data:`COMMAND_MODULES`
+(docs/contributing.md#add-a-cli-command).
+"""
+from __future__ import annotations
+
+import argparse
+import importlib
+
+__all__ = ["COMMAND_MODULES", "build_parser", "main"]
+
+# Modules that contribute sub-commands, in the order they are listed in --help.
+COMMAND_MODULES = (
+    "rmqfilter.selector_commands",  # check, eval, explain
+    "rmqfilter.store_commands",  # inspect, gen-store, consume
+    "rmqfilter.cost_commands",  # cost (its --spark branch imports pyspark inside the command)
+    "rmqfilter.why_commands",  # why, backlog, pending
+    "rmqfilter.live_commands",  # tail
+    "rmqfilter.spark_commands",  # scan, demo
+)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The ``rmqfilter`` parser, with the sub-commands of every module of :data:`COMMAND_MODULES`."""
+    parser = argparse.ArgumentParser(
+        prog="rmqfilter",
+        description="RocketMQ broker-side message filtering, reproduced exactly.",
+    )
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+    sub.required = True
+    for name in COMMAND_MODULES:
+        try:
+            module = importlib.import_module(name)
+        except ModuleNotFoundError as exc:
+            if exc.name != name:
+                raise
+            continue
+        module.add_parsers(sub)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Run the command line; returns the process exit code."""
+    args = build_parser().parse_args(argv)
+    return int(args.func(args) or 0)

@@ -1,0 +1,40 @@
+"""What the ``rmqfilter`` commands do alike when they run: errors and exit status, warnings, a closed pipe.
+
+Bad input is one line on stderr, ``rmqfilter <command>: error: <what, naming the input>``, and exit
+status 2 (docs/cli.md): :func:`fail` and :func:`error_text`, defined once in
+:mod:`rmqfilter_options` (the scan job reports its bad input the same way) and offered here to
+every command. Never imports pyspark.
+"""
+from __future__ import annotations
+
+import contextlib
+import os
+import sys
+import warnings
+from collections.abc import Iterator
+
+from rmqfilter_options import BAD_INPUT, error_text, fail
+
+__all__ = ["BAD_INPUT", "error_text", "fail", "reported_warnings", "stdout_closed"]
+
+
+def stdout_closed() -> int:
+    """After a BrokenPipeError on stdout (``| head``): end quietly, as Unix tools do; returns 0."""
+    os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+    return 0
+
+
+@contextlib.contextmanager
+def reported_warnings(prog: str) -> Iterator[None]:
+    """Print warnings (a config file read from its .bak, bloom data that does not match) to stderr, once each."""
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        try:
+            yield
+        finally:
+            seen = set()
+            for w in caught:
+                text = str(w.message)
+                if text not in seen:
+                    seen.add(text)
+                    print(f"{prog}: warning: {text}", file=sys.stderr)
