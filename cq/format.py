@@ -866,3 +866,32 @@ def check_queue_files(
             raise StoreFormatError(f"{kind} files are not contiguous: expected start {prev + file_size}", path, 0)
         prev = start
     return files, file_size
+
+
+# ---------------------------------------------------------- releases after 5.3.3
+# What RocketMQ 5.4 and 5.5 write that 5.3.3 did not (docs/formats.md#releases-after-533).
+#: RIP-82 (5.4.0+): every broker opens a RocksDB database at ``{root}/rocksdbstore/`` at start-up,
+#: whatever its settings; its column families hold the index (``default``, with
+#: ``indexRocksDBEnable``), the timer's timeline (``timer``, ``timerRocksDBEnable``) and the
+#: transaction halves (``trans``, ``transRocksDBEnable``); each is empty unless its setting is on.
+MESSAGE_ROCKSDB_DIR = "rocksdbstore"
+MESSAGE_ROCKSDB_FAMILIES = {"default": "indexRocksDBEnable", "timer": "timerRocksDBEnable",
+                            "trans": "transRocksDBEnable"}
+#: The release that introduced the message RocksDB (RIP-82).
+MESSAGE_ROCKSDB_RELEASE = "5.4.0"
+#: ``transRocksDBEnable`` (5.4.0+): transaction halves and op records go to these topics instead of
+#: ``RMQ_SYS_TRANS_HALF_TOPIC`` / ``RMQ_SYS_TRANS_OP_HALF_TOPIC``, resolved through the ``trans`` family.
+ROCKSDB_TRANS_HALF_TOPIC = "RMQ_SYS_ROCKSDB_TRANS_HALF_TOPIC"
+ROCKSDB_TRANS_OP_HALF_TOPIC = "RMQ_SYS_ROCKSDB_TRANS_OP_HALF_TOPIC"
+#: The topic attribute naming a topic's message type (``TopicAttributes.TOPIC_MESSAGE_TYPE_ATTRIBUTE``),
+#: and the values later releases added to it, each with the release that added it: a broker before
+#: that release refuses the value, so a topic table holding it was written by that release or later.
+MESSAGE_TYPE_ATTRIBUTE = "message.type"
+MESSAGE_TYPE_RELEASES = {"PRIORITY": "5.4.0", "LITE": "5.5.0"}
+#: RIP-80 (5.4.0+): a priority message's priority; the broker stores it in queue
+#: ``min(priority, writeQueueNums - 1)`` of its topic, an ordinary unit of an ordinary queue.
+PROPERTY_PRIORITY = "_SYS_MSG_PRIORITY_"
+#: RIP-83 (5.5.0+): a Lite topic's messages name it here; the broker dispatches each to the LMQ
+#: queue ``%LMQ%$<parentTopic>$<liteTopic>`` (``INNER_MULTI_DISPATCH``).
+PROPERTY_LITE_TOPIC = "__LITE_TOPIC"
+LITE_QUEUE_PREFIX = LMQ_PREFIX + "$"

@@ -24,6 +24,7 @@ from ..readers import config as cfg
 from ..readers.commitlog import Message
 from ..readers.timer import TimerFiles
 from ..store.cluster import Cluster
+from ..store.releases import check_message_rocksdb
 from ..store.store import Store
 from .pop import ReviveLog, pop_retry_topics, read_revive_log
 from .why import (
@@ -477,6 +478,7 @@ def _timer_state(store: Store, topic: str, uniq: str | None, by_role: dict,
                if key is not None and c.message.properties.get(fmt.PROPERTY_TIMER_DEL_UNIQKEY) == key]
     if not timers and not markers:
         return None
+    check_message_rocksdb(store.root, "timer", "the timer's state")
     with TimerFiles(store.root) as files:
         check = files.checkpoint
         progress = (f"config/{fmt.TIMER_CHECK_FILE}: the timer has fired everything due before "
@@ -638,6 +640,8 @@ def why_every_copy(store: Store | Cluster, topic: str, group: str, *, sql: str |
         raise ValueError("broker= is for a cq.Cluster; a Store is one broker")
     flt, sub = resolve_subscription(store, topic, group, sql=sql, tags=tags, bloom_filter=bloom_filter,
                                     filter_support_retry=filter_support_retry)
+    # 5.4+'s transRocksDBEnable keeps the halves where group_topics does not look (docs/formats.md#message-rocksdb)
+    check_message_rocksdb(store.root, "trans", "a message's path (its transaction half)")
     topics = group_topics(topic, group)
     seeds: list[tuple[str | None, list[Message], str, str]] = []   # (uniq key, known copies, found_by, note)
     if given[0]:

@@ -27,6 +27,7 @@ from __future__ import annotations
 from .. import format as fmt
 from ..readers.commitlog import Message
 from ..readers.timer import TimerFiles
+from ..store.releases import check_message_rocksdb
 from ..store.store import Store
 from .paths import _delay_offsets, _lookup, _message_at, _parse_offset_msg_id, _resolved_halves
 from .pop import read_revive_log
@@ -100,6 +101,7 @@ def scheduled_rows(store: Store) -> list[dict]:
                 if fmt.PROPERTY_TIMER_DEL_UNIQKEY in m.properties}
     check = None
     if timers:
+        check_message_rocksdb(store.root, "timer", "the timer's due times")   # docs/formats.md#message-rocksdb
         with TimerFiles(store.root) as files:
             check = files.checkpoint
     for m in timers:
@@ -129,6 +131,7 @@ def scheduled_rows(store: Store) -> list[dict]:
 
 
 def transaction_rows(store: Store) -> list[dict]:
+    check_message_rocksdb(store.root, "trans", "the transaction table")   # docs/formats.md#message-rocksdb
     halves: dict[str, list[Message]] = {}
     check_max: set[str] = set()
     for topic in (fmt.TRANS_HALF_TOPIC, fmt.TRANS_CHECK_MAX_TIME_TOPIC):
