@@ -390,7 +390,8 @@ PROPERTY_TRANSACTION_CHECK_TIMES = "TRANSACTION_CHECK_TIMES"
 PROPERTY_PRODUCER_GROUP = "PGROUP"
 PROPERTY_ORIGIN_MESSAGE_ID = "ORIGIN_MESSAGE_ID"
 PROPERTY_TIMER_OUT_MS = "TIMER_OUT_MS"
-#: A timer recall's marker (docs/paths.md#timers): ``{REAL_TOPIC}+{UNIQ_KEY}`` of the recalled message.
+#: A timer recall's marker (docs/paths.md#timers): ``{REAL_TOPIC}+{UNIQ_KEY}`` of the recalled message
+#: (5.3.x), or its bare ``UNIQ_KEY`` (5.4+ unless ``appendTopicForTimerDeleteKey``): :func:`timer_delete_keys`.
 PROPERTY_TIMER_DEL_UNIQKEY = "TIMER_DEL_UNIQKEY"
 TIMER_DEL_KEY_SEPARATOR = "+"
 # POP consumption (docs/paths.md#pop): the broker's revive log, one topic per cluster, holds the
@@ -760,8 +761,16 @@ def decode_property_crc(value: str) -> int | None:
 
 
 def timer_delete_key(real_topic: str, uniq_key: str) -> str:
-    """``TimerMessageStore.buildDeleteKey``: the ``TIMER_DEL_UNIQKEY`` of a recall of ``uniq_key`` in ``real_topic``."""
+    """``TimerMessageStore.buildDeleteKey`` of 5.3.x: the ``TIMER_DEL_UNIQKEY`` of a recall of ``uniq_key`` in ``real_topic``."""
     return f"{real_topic}{TIMER_DEL_KEY_SEPARATOR}{uniq_key}"
+
+
+def timer_delete_keys(real_topic: str, uniq_key: str) -> tuple[str, str]:
+    """Every ``TIMER_DEL_UNIQKEY`` that recalls ``uniq_key`` in ``real_topic`` (docs/paths.md#timers):
+    ``{topic}+{UNIQ_KEY}`` (5.3.x, and 5.4+ with ``appendTopicForTimerDeleteKey=true``) and the bare
+    ``UNIQ_KEY`` (5.4+ by default). The broker builds the marker and the key it matches the slot's
+    messages with by one setting, so a marker of either form names the message."""
+    return timer_delete_key(real_topic, uniq_key), uniq_key
 
 
 def encode_blank_record(remaining: int) -> bytes:

@@ -473,9 +473,9 @@ def _timer_state(store: Store, topic: str, uniq: str | None, by_role: dict,
     marker names it; expired when the timer's progress (``config/timercheck``) is past its due
     time (fired, yet not in the topic); else scheduled. None when it has no timer copy and no recall."""
     timers = by_role.get(ROLE_TIMER, [])
-    key = fmt.timer_delete_key(topic, uniq) if uniq is not None else None
+    keys = fmt.timer_delete_keys(topic, uniq) if uniq is not None else ()
     markers = [c for c in by_role.get(ROLE_RECALL, ())
-               if key is not None and c.message.properties.get(fmt.PROPERTY_TIMER_DEL_UNIQKEY) == key]
+               if c.message.properties.get(fmt.PROPERTY_TIMER_DEL_UNIQKEY) in keys]
     if not timers and not markers:
         return None
     check_message_rocksdb(store.root, "timer", "the timer's state")
@@ -501,7 +501,7 @@ def _timer_state(store: Store, topic: str, uniq: str | None, by_role: dict,
             steps.append(_step("timer_recall", "Timer recall", "recalled",
                                f"a recall marker is in {fmt.TIMER_TOPIC} (queue {mk.queue_id} offset {mk.queue_offset}, "
                                f"CommitLog offset {mk.commit_log_offset}, stored {mk.store_timestamp}) with "
-                               f"{fmt.PROPERTY_TIMER_DEL_UNIQKEY} {key}; "
+                               f"{fmt.PROPERTY_TIMER_DEL_UNIQKEY} {mk.properties[fmt.PROPERTY_TIMER_DEL_UNIQKEY]}; "
                                f"{_timer_unit_text(files.units_of(mk.commit_log_offset), 'it (a delete unit)')}",
                                {"queue_offset": mk.queue_offset, "commit_log_offset": mk.commit_log_offset,
                                 "recalled_at_ms": mk.store_timestamp}))

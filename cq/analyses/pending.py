@@ -115,7 +115,7 @@ def scheduled_rows(store: Store) -> list[dict]:
         status = SCHEDULED
         if real is not None and uniq is not None and real in store.topics() and _lookup(store, [real], None, uniq)[0]:
             status = DELIVERED
-        elif real is not None and uniq is not None and fmt.timer_delete_key(real, uniq) in recalled:
+        elif real is not None and uniq is not None and not recalled.isdisjoint(fmt.timer_delete_keys(real, uniq)):
             status = RECALLED
         elif check is not None and due is not None and check.fired(due):
             status = DELIVERED      # the timer's progress is past it (config/timercheck)

@@ -4,8 +4,8 @@ Each scenario runs once per release and source version of the harness: its outpu
 ``build/broker-runs/<scenario>-<release>-<hash>/`` (``hash`` covers the release, tests/broker's
 pom, Java sources and run.py), so the second ``make test`` pass (the pure-Python engines) and later
 runs read the same stores. Which pinned release a scenario runs on is :data:`SCENARIO_RELEASES`
-(``RMQFILTER_ROCKETMQ=V`` runs every scenario on release V instead; docs/testing.md#releases). Without Java or Maven the tests fail under CI (``CI`` set) and are skipped, loudly,
-elsewhere.
+(``RMQFILTER_ROCKETMQ=V`` runs every scenario on release V instead; docs/testing.md#releases).
+Without Java or Maven the tests fail under CI (``CI`` set) and are skipped, loudly, elsewhere.
 """
 from __future__ import annotations
 
@@ -49,16 +49,17 @@ def require_tools() -> None:
 
 # Which pinned release (harness.RELEASES) each written scenario runs on in `make test`: each on
 # one, so the suite keeps its time budget, and every check runs on at least one release. The
-# scenarios whose checks read what changed after 5.3.3 (the consume queues, RocksDB, batch and
-# LMQ dispatch, recovery after a kill, the cluster's admin API) run on the newest; the others, on
-# 5.3.3. One table, shown in docs/testing.md#releases (tests/test_docs.py holds them equal).
+# scenarios whose checks read what changed after 5.3.3 (the timer's recall markers, RocksDB,
+# BatchCQ and LMQ dispatch, recovery after a kill, a store read while the broker writes) run on
+# the newest; the others, on 5.3.3. One table, shown in docs/testing.md#releases
+# (tests/broker/test_broker_releases.py holds them equal).
 SCENARIO_RELEASES = {
-    "filters": "5.5.0",
+    "filters": "5.3.3",
     "modes": "5.3.3",
     "rocksdb": "5.5.0",
     "batch": "5.5.0",
     "cluster": "5.3.3",
-    "lifecycle": "5.3.3",
+    "lifecycle": "5.5.0",
     "crash": "5.5.0",
     "housekeeping": "5.3.3",
     "live": "5.5.0",
@@ -132,7 +133,7 @@ def _stale_runs(name: str) -> list[Path]:
     version, stale = release(name), []
     for old in RUNS.glob(f"{name}-*"):
         rest = old.name[len(name) + 1:].removesuffix(".partial")
-        if rest.startswith(f"{version}-") or "-" not in rest:
+        if old.is_dir() and (rest.startswith(f"{version}-") or "-" not in rest):
             stale.append(old)
     return stale
 
