@@ -63,6 +63,7 @@ SCENARIO_RELEASES = {
     "crash": "5.5.0",
     "housekeeping": "5.3.3",
     "live": "5.5.0",
+    "newstore": "5.5.0",
 }
 # Runs every scenario on this release instead of its SCENARIO_RELEASES one.
 RELEASE_ENV = "RMQFILTER_ROCKETMQ"
@@ -118,7 +119,7 @@ _RUNNING: dict[str, threading.Thread] = {}
 _FAILED: dict[str, str] = {}
 # The scenarios whose outputs the tests read afterwards (live is read while it runs), longest
 # first: they take the run slots (:func:`_slot`) in this order, so the last to finish is a short one.
-CACHED_SCENARIOS = ("lifecycle", "rocksdb", "cluster", "filters", "modes", "crash", "batch")
+CACHED_SCENARIOS = ("lifecycle", "rocksdb", "cluster", "filters", "modes", "crash", "batch", "newstore")
 
 
 def _out(name: str) -> Path:

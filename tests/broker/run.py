@@ -50,7 +50,7 @@ JVM_HEAP = ["-Xms64m", "-Xmx384m", "-XX:MaxDirectMemorySize=256m", "-XX:+UseSeri
 CLIENT_JVM_HEAP = ["-Xms64m", "-Xmx1g", "-XX:MaxDirectMemorySize=768m", "-XX:+UseSerialGC"]
 QUICK_START = ["-XX:TieredStopAtLevel=1"]  # C1 only: starts faster; not for the throughput scenario
 SCENARIOS = ("filters", "crash", "live", "housekeeping", "throughput", "modes", "cluster", "lifecycle", "rocksdb",
-             "batch")
+             "batch", "newstore")
 
 
 class HarnessError(RuntimeError):
@@ -1145,6 +1145,58 @@ def scenario_lifecycle(h: Harness) -> None:
                             "max_reconsume_times": LIFE_MAX_RECONSUME,
                             "delay_levels_s": [int(x.rstrip("s")) for x in levels], "tx_checks": tx_checks,
                             "recalls": recalls, "recall_drain_end_ms": recall_drain_end_ms}
+
+
+NEWSTORE_TOPIC = "NewStoreTopic"
+NEWSTORE_PRIORITY_TOPIC = "PriorityTopic"
+NEWSTORE_PRIORITY_QUEUES = 4
+NEWSTORE_LITE_TOPIC = "LiteParentTopic"
+NEWSTORE_LITE_CHILD = "child"
+NEWSTORE_GROUP = "GID_NEW_ALL"
+#: The first release each of newstore's features is in (docs/formats.md#releases-after-533).
+NEWSTORE_RELEASE = "5.5.0"
+
+
+def scenario_newstore(h: Harness) -> None:
+    """What releases after 5.3.3 write (docs/formats.md#releases-after-533), on one broker of
+    5.5.0 or later: the message RocksDB's three families on (``indexRocksDBEnable``,
+    ``timerRocksDBEnable`` with the timer wheel, ``transRocksDBEnable`` without
+    ``transWriteOriginTransHalfEnable``), a ``PRIORITY`` topic
+    (RIP-80) and a ``LITE`` topic (RIP-83). Plain messages with keys go to one topic, which a
+    tag group receives; timer messages due an hour later, transactions committed and left
+    unresolved, priority messages (priorities 0 to 6 over 4 queues) and Lite messages go to
+    theirs; then the store is copied. ``broker.json`` gets ``newstore`` = the topics' names."""
+    if tuple(map(int, h.version.split("."))) < tuple(map(int, NEWSTORE_RELEASE.split("."))):
+        raise HarnessError(f"scenario newstore needs RocketMQ {NEWSTORE_RELEASE} or later, not {h.version}")
+    h.start_namesrv()
+    h.add_broker("broker-a", timerWheelEnable="true", timerRocksDBEnable="true", transRocksDBEnable="true",
+                 transWriteOriginTransHalfEnable="false",    # else the halves still go to the 5.3.3 topics
+                 indexRocksDBEnable="true", enableLmq="true", enableMultiDispatch="true",
+                 flushConsumerOffsetInterval=500)
+    h.start_broker("broker-a")
+    h.start_client()
+    h.create_topic(NEWSTORE_TOPIC, 2)
+    h.create_topic(NEWSTORE_PRIORITY_TOPIC, NEWSTORE_PRIORITY_QUEUES, attributes={"+message.type": "PRIORITY"})
+    h.create_topic(NEWSTORE_LITE_TOPIC, 1, attributes={"+message.type": "LITE"})
+    h.subscribe(NEWSTORE_GROUP, NEWSTORE_TOPIC, "TAG", "*", "live")
+    plain = [{"topic": NEWSTORE_TOPIC, "tags": "TagA", "keys": [f"new-{i}"], "body": f"new {i}"} for i in range(20)]
+    h.send(plain)
+    h.send([{"topic": NEWSTORE_TOPIC, "tags": "TagT", "keys": [f"new-timer-{i}"], "body": f"timer {i}",
+             "timer_delay_ms": 3_600_000} for i in range(3)])
+    h.client("tx_send", out=h.sent_path, messages=[
+        {"topic": NEWSTORE_TOPIC, "tags": "TagX", "keys": [f"new-tx-{i}"], "body": f"tx {i}",
+         "tx": ("commit", "unknown")[i % 2]} for i in range(4)])
+    h.send([{"topic": NEWSTORE_PRIORITY_TOPIC, "tags": "TagP", "keys": [f"new-priority-{p}"], "body": f"priority {p}",
+             "priority": p} for p in range(7)])
+    h.send([{"topic": NEWSTORE_LITE_TOPIC, "tags": "TagL", "keys": [f"new-lite-{i}"], "body": f"lite {i}",
+             "lite_topic": NEWSTORE_LITE_CHILD} for i in range(5)])
+    h.drain([NEWSTORE_GROUP])
+    h.unsubscribe([NEWSTORE_GROUP])
+    time.sleep(2)
+    h.snapshot(restart=False)
+    h.extra["newstore"] = {"topic": NEWSTORE_TOPIC, "priority_topic": NEWSTORE_PRIORITY_TOPIC,
+                           "priority_queues": NEWSTORE_PRIORITY_QUEUES, "lite_topic": NEWSTORE_LITE_TOPIC,
+                           "lite_child": NEWSTORE_LITE_CHILD}
 
 
 def run(scenario: str, out: Path, rocketmq: str | None = None, **kwargs) -> Path:
