@@ -62,6 +62,8 @@ test:
 	if [ $$python -eq 0 ]; then grep -E "^[0-9]+ passed" build/test-python.log; else cat build/test-python.log; fi; \
 	[ $$cython -eq 0 ] && [ $$python -eq 0 ]
 
+# Builds the harness against every RocketMQ release it pins (tests/broker/run.py RELEASES: 5.3.3
+# and the newest, each into tests/broker/target/<version>/; docs/testing.md#releases).
 # Without Java or Maven only CI stops here; elsewhere the broker tests then skip, loudly.
 harness: $(STAMP)
 	$(PY) tests/broker/run.py build || test -z "$$CI"

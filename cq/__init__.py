@@ -35,6 +35,7 @@ from .readers.timer import TimerCheckpoint, TimerFiles, TimerLog, TimerWheel
 from .store.cache import StoreCache
 from .store.cluster import Cluster, ClusterCut, open_stores
 from .store.modes import StoreLayout, detect_layout
+from .store.releases import WrittenBy, written_by
 from .store.store import ConsumeResult, ConsumeStats, Store, StoreCut
 from .tags import ENGINE as _TAGS_ENGINE
 from .tags import SubscriptionData, parse_tag_subscription, tags_code, tags_code_many
@@ -81,6 +82,7 @@ __all__ = [
     "TimerWheel",
     "UnknownGroupError",
     "UnsupportedLayoutError",
+    "WrittenBy",
     "backlog",
     "batch_filter",
     "check_bitmaps",
@@ -97,6 +99,7 @@ __all__ = [
     "tags_code_many",
     "undecorate",
     "why",
+    "written_by",
 ]
 
 #: Names of the writing side, each with the module that defines it.

@@ -390,7 +390,8 @@ PROPERTY_TRANSACTION_CHECK_TIMES = "TRANSACTION_CHECK_TIMES"
 PROPERTY_PRODUCER_GROUP = "PGROUP"
 PROPERTY_ORIGIN_MESSAGE_ID = "ORIGIN_MESSAGE_ID"
 PROPERTY_TIMER_OUT_MS = "TIMER_OUT_MS"
-#: A timer recall's marker (docs/paths.md#timers): ``{REAL_TOPIC}+{UNIQ_KEY}`` of the recalled message.
+#: A timer recall's marker (docs/paths.md#timers): ``{REAL_TOPIC}+{UNIQ_KEY}`` of the recalled message
+#: (5.3.x), or its bare ``UNIQ_KEY`` (5.4+ unless ``appendTopicForTimerDeleteKey``): :func:`timer_delete_keys`.
 PROPERTY_TIMER_DEL_UNIQKEY = "TIMER_DEL_UNIQKEY"
 TIMER_DEL_KEY_SEPARATOR = "+"
 # POP consumption (docs/paths.md#pop): the broker's revive log, one topic per cluster, holds the
@@ -760,8 +761,16 @@ def decode_property_crc(value: str) -> int | None:
 
 
 def timer_delete_key(real_topic: str, uniq_key: str) -> str:
-    """``TimerMessageStore.buildDeleteKey``: the ``TIMER_DEL_UNIQKEY`` of a recall of ``uniq_key`` in ``real_topic``."""
+    """``TimerMessageStore.buildDeleteKey`` of 5.3.x: the ``TIMER_DEL_UNIQKEY`` of a recall of ``uniq_key`` in ``real_topic``."""
     return f"{real_topic}{TIMER_DEL_KEY_SEPARATOR}{uniq_key}"
+
+
+def timer_delete_keys(real_topic: str, uniq_key: str) -> tuple[str, str]:
+    """Every ``TIMER_DEL_UNIQKEY`` that recalls ``uniq_key`` in ``real_topic`` (docs/paths.md#timers):
+    ``{topic}+{UNIQ_KEY}`` (5.3.x, and 5.4+ with ``appendTopicForTimerDeleteKey=true``) and the bare
+    ``UNIQ_KEY`` (5.4+ by default). The broker builds the marker and the key it matches the slot's
+    messages with by one setting, so a marker of either form names the message."""
+    return timer_delete_key(real_topic, uniq_key), uniq_key
 
 
 def encode_blank_record(remaining: int) -> bytes:
@@ -866,3 +875,32 @@ def check_queue_files(
             raise StoreFormatError(f"{kind} files are not contiguous: expected start {prev + file_size}", path, 0)
         prev = start
     return files, file_size
+
+
+# ---------------------------------------------------------- releases after 5.3.3
+# What RocketMQ 5.4 and 5.5 write that 5.3.3 did not (docs/formats.md#releases-after-533).
+#: RIP-82 (5.4.0+): every broker opens a RocksDB database at ``{root}/rocksdbstore/`` at start-up,
+#: whatever its settings; its column families hold the index (``default``, with
+#: ``indexRocksDBEnable``), the timer's timeline (``timer``, ``timerRocksDBEnable``) and the
+#: transaction halves (``trans``, ``transRocksDBEnable``); each is empty unless its setting is on.
+MESSAGE_ROCKSDB_DIR = "rocksdbstore"
+MESSAGE_ROCKSDB_FAMILIES = {"default": "indexRocksDBEnable", "timer": "timerRocksDBEnable",
+                            "trans": "transRocksDBEnable"}
+#: The release that introduced the message RocksDB (RIP-82).
+MESSAGE_ROCKSDB_RELEASE = "5.4.0"
+#: ``transRocksDBEnable`` (5.4.0+): transaction halves and op records go to these topics instead of
+#: ``RMQ_SYS_TRANS_HALF_TOPIC`` / ``RMQ_SYS_TRANS_OP_HALF_TOPIC``, resolved through the ``trans`` family.
+ROCKSDB_TRANS_HALF_TOPIC = "RMQ_SYS_ROCKSDB_TRANS_HALF_TOPIC"
+ROCKSDB_TRANS_OP_HALF_TOPIC = "RMQ_SYS_ROCKSDB_TRANS_OP_HALF_TOPIC"
+#: The topic attribute naming a topic's message type (``TopicAttributes.TOPIC_MESSAGE_TYPE_ATTRIBUTE``),
+#: and the values later releases added to it, each with the release that added it: a broker before
+#: that release refuses the value, so a topic table holding it was written by that release or later.
+MESSAGE_TYPE_ATTRIBUTE = "message.type"
+MESSAGE_TYPE_RELEASES = {"PRIORITY": "5.4.0", "LITE": "5.5.0"}
+#: RIP-80 (5.4.0+): a priority message's priority; the broker stores it in queue
+#: ``min(priority, writeQueueNums - 1)`` of its topic, an ordinary unit of an ordinary queue.
+PROPERTY_PRIORITY = "_SYS_MSG_PRIORITY_"
+#: RIP-83 (5.5.0+): a Lite topic's messages name it here; the broker dispatches each to the LMQ
+#: queue ``%LMQ%$<parentTopic>$<liteTopic>`` (``INNER_MULTI_DISPATCH``).
+PROPERTY_LITE_TOPIC = "__LITE_TOPIC"
+LITE_QUEUE_PREFIX = LMQ_PREFIX + "$"

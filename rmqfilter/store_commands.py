@@ -139,6 +139,7 @@ def _inspect(path: str, count_messages: bool) -> dict:
     info = {
         "store": store.root,
         "layout": store.layout.as_dict(),
+        "written_by": cq.written_by(store.root, store.layout).as_dict(),
         "commit_log": {
             "files": len(log.files),
             "file_size": log.file_size,
@@ -194,6 +195,7 @@ def _run_inspect(args: argparse.Namespace) -> int:
             if not args.json:  # the mode first: it explains an error the rest of the store gives
                 print(f"Store {layout.root}")
                 print(f"Mode: {layout.describe()}")
+                print(f"Written by: {cq.written_by(layout.root, layout).describe()}")
             info = _inspect(args.store[0], args.count_messages)
     except cq.StoreFormatError as exc:
         return fail(prog, exc)
@@ -224,7 +226,9 @@ def _inspect_cluster(prog: str, args: argparse.Namespace) -> int:
         return 0
     for i, info in enumerate(infos):
         print(("\n" if i else "") + f"Broker {info['broker']} (named from {info['named_by']}): store {info['store']}")
-        print(f"Mode: {cq.detect_layout(info['store']).describe()}")
+        layout = cq.detect_layout(info["store"])
+        print(f"Mode: {layout.describe()}")
+        print(f"Written by: {cq.written_by(layout.root, layout).describe()}")
         _print_inspect(info)
     return 0
 

@@ -23,6 +23,7 @@ from ..errors import StoreFormatError
 from ..readers import config as cfg
 from ..readers.commitlog import Message
 from ..store.cluster import Cluster
+from ..store.releases import check_message_rocksdb
 from ..store.store import Store
 from .find import (
     MessageNotFoundError,
@@ -466,11 +467,12 @@ def _timer_state(store: Store, topic: str, uniq: str | None, by_role: dict,
     marker names it; expired when the timer's progress (``config/timercheck``) is past its due
     time (fired, yet not in the topic); else scheduled. None when it has no timer copy and no recall."""
     timers = by_role.get(ROLE_TIMER, [])
-    key = fmt.timer_delete_key(topic, uniq) if uniq is not None else None
+    keys = fmt.timer_delete_keys(topic, uniq) if uniq is not None else ()
     markers = [c for c in by_role.get(ROLE_RECALL, ())
-               if key is not None and c.message.properties.get(fmt.PROPERTY_TIMER_DEL_UNIQKEY) == key]
+               if c.message.properties.get(fmt.PROPERTY_TIMER_DEL_UNIQKEY) in keys]
     if not timers and not markers:
         return None
+    check_message_rocksdb(store.root, "timer", "the timer's state")
     with store.timer_files() as files:
         check = files.checkpoint
         progress = (f"config/{fmt.TIMER_CHECK_FILE}: the timer has fired everything due before "
@@ -493,7 +495,7 @@ def _timer_state(store: Store, topic: str, uniq: str | None, by_role: dict,
             steps.append(_step("timer_recall", "Timer recall", "recalled",
                                f"a recall marker is in {fmt.TIMER_TOPIC} (queue {mk.queue_id} offset {mk.queue_offset}, "
                                f"CommitLog offset {mk.commit_log_offset}, stored {mk.store_timestamp}) with "
-                               f"{fmt.PROPERTY_TIMER_DEL_UNIQKEY} {key}; "
+                               f"{fmt.PROPERTY_TIMER_DEL_UNIQKEY} {mk.properties[fmt.PROPERTY_TIMER_DEL_UNIQKEY]}; "
                                f"{_timer_unit_text(files.units_of(mk.commit_log_offset), 'it (a delete unit)')}",
                                {"queue_offset": mk.queue_offset, "commit_log_offset": mk.commit_log_offset,
                                 "recalled_at_ms": mk.store_timestamp}))
@@ -632,6 +634,8 @@ def why_every_copy(store: Store | Cluster, topic: str, group: str, *, sql: str |
         raise ValueError("broker= is for a cq.Cluster; a Store is one broker")
     flt, sub = resolve_subscription(store, topic, group, sql=sql, tags=tags, bloom_filter=bloom_filter,
                                     filter_support_retry=filter_support_retry)
+    # 5.4+'s transRocksDBEnable keeps the halves where group_topics does not look (docs/formats.md#message-rocksdb)
+    check_message_rocksdb(store.root, "trans", "a message's path (its transaction half)")
     topics = group_topics(topic, group)
     seeds: list[tuple[str | None, list[Message], str, str]] = []   # (uniq key, known copies, found_by, note)
     if given[0]:

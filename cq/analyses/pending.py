@@ -26,6 +26,7 @@ from __future__ import annotations
 
 from .. import format as fmt
 from ..readers.commitlog import Message
+from ..store.releases import check_message_rocksdb
 from ..store.store import Store
 from .find import message_at, parse_offset_msg_id, topic_records
 from .paths import _delay_offsets, _lookup, _resolved_halves
@@ -99,6 +100,7 @@ def scheduled_rows(store: Store) -> list[dict]:
                 if fmt.PROPERTY_TIMER_DEL_UNIQKEY in m.properties}
     check = None
     if timers:
+        check_message_rocksdb(store.root, "timer", "the timer's due times")   # docs/formats.md#message-rocksdb
         with store.timer_files() as files:
             check = files.checkpoint
     for m in timers:
@@ -112,7 +114,7 @@ def scheduled_rows(store: Store) -> list[dict]:
         status = SCHEDULED
         if real is not None and uniq is not None and real in store.topics() and _lookup(store, [real], None, uniq)[0]:
             status = DELIVERED
-        elif real is not None and uniq is not None and fmt.timer_delete_key(real, uniq) in recalled:
+        elif real is not None and uniq is not None and not recalled.isdisjoint(fmt.timer_delete_keys(real, uniq)):
             status = RECALLED
         elif check is not None and due is not None and check.fired(due):
             status = DELIVERED      # the timer's progress is past it (config/timercheck)
@@ -128,6 +130,7 @@ def scheduled_rows(store: Store) -> list[dict]:
 
 
 def transaction_rows(store: Store) -> list[dict]:
+    check_message_rocksdb(store.root, "trans", "the transaction table")   # docs/formats.md#message-rocksdb
     halves: dict[str, list[Message]] = {}
     check_max: set[str] = set()
     for topic in (fmt.TRANS_HALF_TOPIC, fmt.TRANS_CHECK_MAX_TIME_TOPIC):

@@ -41,6 +41,7 @@ from ..readers.commitlog import Message
 from ..readers.config import CONSUMER_FILTER_FILE, RegisteredFilter
 from ..store.cluster import Cluster
 from ..store.decide import decide_units
+from ..store.releases import check_lite
 from ..store.store import Store
 from ..tags import EXPRESSION_TYPE_SQL92, EXPRESSION_TYPE_TAG
 from ..tags import tags_code as _tag_hash
@@ -134,8 +135,10 @@ def resolve_subscription(store: Store, topic: str, group: str, *, sql: str | Non
     store's ``config/consumerFilter.json`` (docs/filtering.md#retry-filter).
 
     Raises :class:`cq.UnknownGroupError` when neither is given and the group has no
-    registration for ``topic``.
+    registration for ``topic``. Raises :class:`cq.UnsupportedLayoutError` for a Lite topic's
+    consumption (5.5.0+, docs/formats.md#lite-topics), which the store does not show.
     """
+    check_lite(store, topic, group, "the group's view of the topic")
     if sql is not None or tags is not None:
         flt = store.make_filter(topic, group, sql=sql, tags=tags, bloom_filter=bloom_filter)
         if sql is not None:

@@ -28,8 +28,19 @@ from .config import CONFIG_DIR, parse_fastjson
 from .consumequeue import ConsumeQueue
 from .entry import ReaderEntry
 
-__all__ = ["EXTRA", "RocksDBConsumeQueue", "RocksDBMetadataV2", "RocksDBQueueTable", "is_v2", "metadata_table",
-           "offset_table", "pull_offset_table", "read_metadata_table", "require_binding"]
+__all__ = [
+    "EXTRA",
+    "RocksDBConsumeQueue",
+    "RocksDBMetadataV2",
+    "RocksDBQueueTable",
+    "families_with_data",
+    "is_v2",
+    "metadata_table",
+    "offset_table",
+    "pull_offset_table",
+    "read_metadata_table",
+    "require_binding",
+]
 
 #: What to install for these readers.
 EXTRA = "rmqfilter[rocksdb]"
@@ -76,6 +87,7 @@ class _ReadOnlyDatabase:
                     if name not in _NOT_LINKED and os.path.isfile(os.path.join(path, name)):
                         os.symlink(os.path.abspath(os.path.join(path, name)), os.path.join(self._links, name))
                 families = rocksdict.Rdict.list_cf(self._links)
+                self.families = tuple(families)
                 self.db = rocksdict.Rdict(
                     self._links, options=rocksdict.Options(raw_mode=True),
                     access_type=rocksdict.AccessType.read_only(),
@@ -503,3 +515,26 @@ READERS = (
                 lambda root: RocksDBMetadataV2(os.path.join(root, CONFIG_DIR, fmt.ROCKSDB_V2_DIR)),
                 _database_files(CONFIG_DIR, fmt.ROCKSDB_V2_DIR), RocksDBMetadataV2.tables, store="rdb_v2_store"),
 )
+
+
+def families_with_data(directory: str | os.PathLike, layout: str) -> tuple[str, ...]:
+    """The column families of the RocksDB database ``directory`` that hold at least one record, in
+    the database's order (docs/formats.md#message-rocksdb). A database with no table file and
+    only empty write-ahead logs holds none, and is not opened (no binding needed); otherwise it is
+    opened read-only like the others (:class:`UnsupportedLayoutError` naming ``layout`` and the
+    extra without the binding)."""
+    directory = os.fspath(directory)
+    names = os.listdir(directory)
+    if not any(n.endswith(".sst") or (n.endswith(".log") and os.path.getsize(os.path.join(directory, n)) > 0)
+               for n in names):
+        return ()
+    opened = _ReadOnlyDatabase(directory, layout)
+    try:
+        found = []
+        for name in opened.families:
+            family = opened.db if name == "default" else opened.db.get_column_family(name)
+            if next(opened.items(family, f"reading column family {name!r}"), None) is not None:
+                found.append(name)
+        return tuple(found)
+    finally:
+        opened.close()

@@ -169,14 +169,11 @@ def _dledger_dir(root: str) -> str | None:
     return found[0] if found else None
 
 
-def _batch_cq_topics(root: str, topics_db: str | None) -> tuple[str, ...]:
-    """Topics whose consume queue is a BatchCQ: those with a ``batchconsumequeue/`` directory, and those
-    the topic table marks ``queue.type=BatchCQ`` (``topics.json``, or the RocksDB database ``topics_db``
-    holding it instead), directory or not: an empty one is still not a classic topic."""
-    topics = set()
-    batch_dir = os.path.join(root, fmt.BATCH_CONSUME_QUEUE_DIR)
-    if os.path.isdir(batch_dir):
-        topics.update(t for t in os.listdir(batch_dir) if os.path.isdir(os.path.join(batch_dir, t)))
+def topic_attributes(root: str, topics_db: str | None) -> dict[str, dict[str, str]]:
+    """Each topic's attributes (``queue.type``, ``message.type``, ...; their ``+`` prefixes
+    dropped) from the topic table: ``topics.json``, or the RocksDB database ``topics_db`` holding
+    it instead. Empty where the table is missing, broken or needs the RocksDB binding: the readers
+    that need the table say so."""
     try:
         if topics_db is not None:  # docs/formats.md#rocksdb-metadata-v2: the JSON file is stale
             table = metadata_table(topics_db, "topics")
@@ -184,14 +181,27 @@ def _batch_cq_topics(root: str, topics_db: str | None) -> tuple[str, ...]:
             with warnings.catch_warnings():  # a .bak read instead: Store.topic_configs warns when it is asked
                 warnings.simplefilter("ignore")
                 table = cfg.read_topic_configs(os.path.join(root, cfg.CONFIG_DIR, cfg.TOPICS_FILE))
-    except (ValueError, ImportError):  # a broken table, or no RocksDB binding: the readers that need it say so
-        table = {}
+    except (ValueError, ImportError):
+        return {}
+    found = {}
     for name, conf in table.items():
         attributes = conf.get("attributes") if isinstance(conf, dict) else None
         if isinstance(attributes, dict):
-            values = {str(k).lstrip("+"): v for k, v in attributes.items()}
-            if values.get(fmt.QUEUE_TYPE_ATTRIBUTE) == fmt.QUEUE_TYPE_BATCH:
-                topics.add(name)
+            found[name] = {str(k).lstrip("+"): v for k, v in attributes.items()}
+    return found
+
+
+def _batch_cq_topics(root: str, topics_db: str | None) -> tuple[str, ...]:
+    """Topics whose consume queue is a BatchCQ: those with a ``batchconsumequeue/`` directory, and those
+    the topic table marks ``queue.type=BatchCQ`` (:func:`topic_attributes`), directory or not: an
+    empty one is still not a classic topic."""
+    topics = set()
+    batch_dir = os.path.join(root, fmt.BATCH_CONSUME_QUEUE_DIR)
+    if os.path.isdir(batch_dir):
+        topics.update(t for t in os.listdir(batch_dir) if os.path.isdir(os.path.join(batch_dir, t)))
+    for name, values in topic_attributes(root, topics_db).items():
+        if values.get(fmt.QUEUE_TYPE_ATTRIBUTE) == fmt.QUEUE_TYPE_BATCH:
+            topics.add(name)
     return tuple(sorted(topics))
 
 

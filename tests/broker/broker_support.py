@@ -1,10 +1,11 @@
 """The broker harness's runs, for the tests marked ``broker`` (docs/testing.md).
 
-Each scenario runs once per source version of the harness: its outputs are kept in
-``build/broker-runs/<scenario>-<hash>/`` (``hash`` covers tests/broker's pom, Java sources and
-run.py), so the second ``make test`` pass (the pure-Python engines) and later runs read the same
-stores. Without Java or Maven the tests fail under CI (``CI`` set) and are skipped, loudly,
-elsewhere.
+Each scenario runs once per release and source version of the harness: its outputs are kept in
+``build/broker-runs/<scenario>-<release>-<hash>/`` (``hash`` covers the release, tests/broker's
+pom, Java sources and run.py), so the second ``make test`` pass (the pure-Python engines) and later
+runs read the same stores. Which pinned release a scenario runs on is :data:`SCENARIO_RELEASES`
+(``RMQFILTER_ROCKETMQ=V`` runs every scenario on release V instead; docs/testing.md#releases).
+Without Java or Maven the tests fail under CI (``CI`` set) and are skipped, loudly, elsewhere.
 """
 from __future__ import annotations
 
@@ -46,6 +47,34 @@ def require_tools() -> None:
     pytest.skip(reason)
 
 
+# Which pinned release (harness.RELEASES) each written scenario runs on in `make test`: each on
+# one, so the suite keeps its time budget, and every check runs on at least one release. The
+# scenarios whose checks read what changed after 5.3.3 (the timer's recall markers, RocksDB,
+# BatchCQ and LMQ dispatch, recovery after a kill, a store read while the broker writes) run on
+# the newest; the others, on 5.3.3. One table, shown in docs/testing.md#releases
+# (tests/broker/test_broker_releases.py holds them equal).
+SCENARIO_RELEASES = {
+    "filters": "5.3.3",
+    "modes": "5.3.3",
+    "rocksdb": "5.5.0",
+    "batch": "5.5.0",
+    "cluster": "5.3.3",
+    "lifecycle": "5.5.0",
+    "crash": "5.5.0",
+    "housekeeping": "5.3.3",
+    "live": "5.5.0",
+    "newstore": "5.5.0",
+}
+# Runs every scenario on this release instead of its SCENARIO_RELEASES one.
+RELEASE_ENV = "RMQFILTER_ROCKETMQ"
+
+
+def release(name: str) -> str:
+    """The RocketMQ release scenario ``name`` runs on: ``$RMQFILTER_ROCKETMQ`` if set, else its
+    :data:`SCENARIO_RELEASES` entry (the harness's default release for a scenario not in it)."""
+    return harness.rocketmq_version(os.environ.get(RELEASE_ENV) or SCENARIO_RELEASES.get(name))
+
+
 @dataclass
 class Run:
     """One scenario's outputs: the store copies, what was sent and received, broker.json."""
@@ -55,6 +84,11 @@ class Run:
     sent: list[dict]
     received: list[dict]
     first: dict[str, dict[tuple[int, int], dict]] = field(default_factory=dict)
+
+    @property
+    def release(self) -> str:
+        """The RocketMQ release the run's brokers were (broker.json ``rocketmq_version``)."""
+        return self.broker["rocketmq_version"]
 
     def store_path(self, name: str = "broker-a") -> Path:
         return self.dir / "stores" / name
@@ -85,11 +119,24 @@ _RUNNING: dict[str, threading.Thread] = {}
 _FAILED: dict[str, str] = {}
 # The scenarios whose outputs the tests read afterwards (live is read while it runs), longest
 # first: they take the run slots (:func:`_slot`) in this order, so the last to finish is a short one.
-CACHED_SCENARIOS = ("lifecycle", "rocksdb", "cluster", "filters", "modes", "crash", "batch")
+CACHED_SCENARIOS = ("lifecycle", "rocksdb", "cluster", "filters", "modes", "crash", "batch", "newstore")
 
 
 def _out(name: str) -> Path:
-    return RUNS / f"{name}-{harness.source_hash()}"
+    version = release(name)
+    return RUNS / f"{name}-{version}-{harness.source_hash(version)}"
+
+
+def _stale_runs(name: str) -> list[Path]:
+    """The runs of scenario ``name`` on its current release for older harness sources (or one a
+    killed session left), and those of the layout before runs were kept per release: never the
+    runs of the other releases, which a session with ``RMQFILTER_ROCKETMQ`` set reads."""
+    version, stale = release(name), []
+    for old in RUNS.glob(f"{name}-*"):
+        rest = old.name[len(name) + 1:].removesuffix(".partial")
+        if old.is_dir() and (rest.startswith(f"{version}-") or "-" not in rest):
+            stale.append(old)
+    return stale
 
 
 # How many scenarios run at once, across both of ``make test``'s sessions: each is a NameServer,
@@ -147,19 +194,19 @@ def _run_into_cache(name: str) -> None:
     partial = out.with_name(out.name + ".partial")
     RUNS.mkdir(parents=True, exist_ok=True)
     try:
-        with open(RUNS / f"{name}.lock", "w") as lock:
+        with open(RUNS / f"{name}-{release(name)}.lock", "w") as lock:
             fcntl.flock(lock, fcntl.LOCK_EX)
             if (out / "broker.json").exists():
                 return
-            for old in RUNS.glob(f"{name}-*"):  # runs of older sources, or one a killed session left
+            for old in _stale_runs(name):
                 shutil.rmtree(old, ignore_errors=True)
             with _slot(name):
                 try:
-                    harness.run(name, partial)
+                    harness.run(name, partial, rocketmq=release(name))
                 except harness.HarnessError as first:
                     print(f"broker harness, scenario {name}: {first}; running it again", file=sys.stderr)
                     try:
-                        harness.run(name, partial)
+                        harness.run(name, partial, rocketmq=release(name))
                     except harness.HarnessError as second:
                         raise harness.HarnessError(f"{second} (and on the first attempt: {first})") from second
             partial.rename(out)
@@ -178,7 +225,8 @@ def start(names=CACHED_SCENARIOS) -> None:
     if not todo:
         return
     try:
-        harness.build()                     # once, before the threads: one Maven build at a time
+        for version in sorted({release(n) for n in todo}):   # before the threads: one Maven build at a time
+            harness.build(version)
     except harness.HarnessError as e:
         pytest.fail(f"broker harness: {e}", pytrace=False)
     for name in todo:
@@ -243,7 +291,7 @@ class _InTest:
 
     def __init__(self, name: str):
         self.name = name
-        self.out = RUNS / name
+        self.out = RUNS / f"{name}-{release(name)}"
         self.ready = threading.Event()       # in during (root and act set), or failed
         self.done = threading.Event()        # the test's reads are over
         self.root = self.act = self.error = None
@@ -257,9 +305,9 @@ class _InTest:
 
     def _run(self) -> None:
         try:
-            harness.build()
+            harness.build(release(self.name))
             RUNS.mkdir(parents=True, exist_ok=True)
-            harness.run(self.name, self.out, during=self._during)
+            harness.run(self.name, self.out, rocketmq=release(self.name), during=self._during)
         except BaseException as e:  # noqa: BLE001  (reported by read_during, in the test)
             self.error = f"{type(e).__name__}: {e}"
         finally:

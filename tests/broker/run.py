@@ -1,7 +1,9 @@
 #!/usr/bin/env python3
 """Run a scenario against a real RocketMQ broker: ``python tests/broker/run.py SCENARIO --out DIR``.
 
-The Maven project beside this file (``pom.xml``, ``src/``) pins one released RocketMQ and holds
+The Maven project beside this file (``pom.xml``, ``src/``) builds against one released RocketMQ
+per run (``--rocketmq VERSION``; the pinned ones are :data:`RELEASES`, each built into its own
+``target/<version>/``) and holds
 three small mains: ``Namesrv`` and ``Broker`` (each in its own JVM, so a broker can be killed
 while the clients go on) and ``Client`` (RocketMQ's producer, push consumers and admin API,
 driven by JSON commands on stdin). This driver builds it when its sources changed, picks free
@@ -37,29 +39,43 @@ from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
 TARGET = HERE / "target"
-STAMP = TARGET / ".harness-stamp"
+# The RocketMQ releases the harness pins (docs/testing.md#releases): 5.3.3, the release rmqfilter
+# was first held against, and the newest 5.x release Maven Central serves. `run.py build` (and so
+# `make harness`) builds every one; a run picks one with --rocketmq (default: the first).
+RELEASES = ("5.3.3", "5.5.0")
+DEFAULT_RELEASE = RELEASES[0]
 LOOPBACK = "127.0.0.1"
 JVM_HEAP = ["-Xms64m", "-Xmx384m", "-XX:MaxDirectMemorySize=256m", "-XX:+UseSerialGC"]
 # The client's JVM also hosts the NameServer and the brokers that are never killed (Harness.spawn).
 CLIENT_JVM_HEAP = ["-Xms64m", "-Xmx1g", "-XX:MaxDirectMemorySize=768m", "-XX:+UseSerialGC"]
 QUICK_START = ["-XX:TieredStopAtLevel=1"]  # C1 only: starts faster; not for the throughput scenario
 SCENARIOS = ("filters", "crash", "live", "housekeeping", "throughput", "modes", "cluster", "lifecycle", "rocksdb",
-             "batch")
+             "batch", "newstore")
 
 
 class HarnessError(RuntimeError):
     """The harness could not run (no Java/Maven, a build or start-up failure, a timeout)."""
 
 
-def rocketmq_version() -> str:
-    """The pinned version: the pom's ``rocketmq.version`` property."""
-    text = (HERE / "pom.xml").read_text()
-    return text.split("<rocketmq.version>", 1)[1].split("</rocketmq.version>", 1)[0].strip()
+def rocketmq_version(version: str | None = None) -> str:
+    """The release a run builds against: ``version`` (a Maven version of RocketMQ, e.g. ``5.5.1``)
+    or :data:`DEFAULT_RELEASE`."""
+    version = version or DEFAULT_RELEASE
+    if not all(part.isdigit() for part in version.split(".")) or version.count(".") != 2:
+        raise HarnessError(f"--rocketmq {version!r}: a release is three dot-separated numbers, e.g. {RELEASES[-1]}")
+    return version
 
 
-def source_hash() -> str:
-    """Hash of everything that decides a run: the pom, the Java sources and this driver."""
+def target(version: str | None = None) -> Path:
+    """The release's own Maven build directory (``target/<version>/``): builds of different
+    releases live side by side, so runs on both can go on at once."""
+    return TARGET / rocketmq_version(version)
+
+
+def source_hash(version: str | None = None) -> str:
+    """Hash of everything that decides a run: the release, the pom, the Java sources and this driver."""
     h = hashlib.sha256()
+    h.update(rocketmq_version(version).encode())
     files = [HERE / "pom.xml", Path(__file__).resolve(), *sorted((HERE / "src").rglob("*.java"))]
     for f in files:
         h.update(str(f.relative_to(HERE)).encode())
@@ -71,30 +87,38 @@ def missing_tools() -> list[str]:
     return [tool for tool in ("java", "mvn") if shutil.which(tool) is None]
 
 
-def build() -> None:
-    """``mvn package`` when the pom or a Java source changed since the last build (hash stamp)."""
+def build(version: str | None = None) -> None:
+    """``mvn package`` of the harness against one release into :func:`target`, when the pom or a
+    Java source changed since that release's last build (hash stamp)."""
     missing = missing_tools()
     if missing:
         raise HarnessError(f"the broker harness needs Java 17 and Maven on PATH; missing: {', '.join(missing)}")
-    h = hashlib.sha256()
+    version = rocketmq_version(version)
+    out = target(version)
+    stamp = out / ".harness-stamp"
+    h = hashlib.sha256(version.encode())
     for f in [HERE / "pom.xml", *sorted((HERE / "src").rglob("*.java"))]:
         h.update(f.read_bytes())
     want = h.hexdigest()
-    if STAMP.exists() and STAMP.read_text() == want and (TARGET / "lib").is_dir():
+    if stamp.exists() and stamp.read_text() == want and (out / "lib").is_dir():
         return
-    TARGET.mkdir(exist_ok=True)
-    with open(TARGET / ".build.lock", "w") as lock:
+    out.mkdir(parents=True, exist_ok=True)
+    with open(out / ".build.lock", "w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)  # make test's two passes may both get here: one Maven build
-        if STAMP.exists() and STAMP.read_text() == want and (TARGET / "lib").is_dir():
+        if stamp.exists() and stamp.read_text() == want and (out / "lib").is_dir():
             return
-        proc = subprocess.run(["mvn", "-q", "-B", "package"], cwd=HERE, capture_output=True, text=True, check=False)
+        shutil.rmtree(out / "lib", ignore_errors=True)   # no jar of an earlier build stays on the classpath
+        proc = subprocess.run(["mvn", "-q", "-B", f"-Drocketmq.version={version}", "package"], cwd=HERE,
+                              capture_output=True, text=True, check=False)
         if proc.returncode != 0:
-            raise HarnessError(f"mvn package failed in {HERE}:\n{proc.stdout[-4000:]}\n{proc.stderr[-4000:]}")
-        STAMP.write_text(want)
+            raise HarnessError(f"mvn package against RocketMQ {version} failed in {HERE}:\n"
+                               f"{proc.stdout[-4000:]}\n{proc.stderr[-4000:]}")
+        stamp.write_text(want)
 
 
-def classpath() -> str:
-    return f"{TARGET / 'classes'}{os.pathsep}{TARGET / 'lib' / '*'}"
+def classpath(version: str | None = None) -> str:
+    out = target(version)
+    return f"{out / 'classes'}{os.pathsep}{out / 'lib' / '*'}"
 
 
 def _port_free(port: int) -> bool:
@@ -183,8 +207,9 @@ class Client:
 class Harness:
     """One run: a work directory, a NameServer, brokers and a client JVM, all stopped on exit."""
 
-    def __init__(self, out: Path, quick_start: bool = True):
+    def __init__(self, out: Path, quick_start: bool = True, rocketmq: str | None = None):
         self.out = Path(out)
+        self.version = rocketmq_version(rocketmq)
         self.jvm = QUICK_START if quick_start else []
         self.work = self.out / "work"
         self.logs = self.out / "logs"
@@ -213,7 +238,7 @@ class Harness:
         home = self.work / "home"
         home.mkdir(exist_ok=True)
         cmd = ["java", *heap, *self.jvm, f"-Duser.home={home}", f"-Drocketmq.home.dir={home}",
-               "-cp", classpath(), *main]
+               "-cp", classpath(self.version), *main]
         with open(self.logs / f"{name}.log", "ab") as err:    # the child keeps its own descriptor
             proc = subprocess.Popen(cmd, stdin=stdin, stdout=subprocess.PIPE, stderr=err, text=True,
                                     start_new_session=True, cwd=self.work)
@@ -429,8 +454,8 @@ class Harness:
 
     def write_broker_json(self) -> None:
         doc = {
-            "rocketmq_version": rocketmq_version(),
-            "harness_hash": source_hash(),
+            "rocketmq_version": self.version,
+            "harness_hash": source_hash(self.version),
             "snapshot_ms": self.snapshot_ms,
             "copied_ms": self.copied_ms,
             "namesrv": self.namesrv,
@@ -1122,16 +1147,69 @@ def scenario_lifecycle(h: Harness) -> None:
                             "recalls": recalls, "recall_drain_end_ms": recall_drain_end_ms}
 
 
-def run(scenario: str, out: Path, **kwargs) -> Path:
-    """Builds the harness if needed and runs one scenario into ``out`` (emptied first)."""
+NEWSTORE_TOPIC = "NewStoreTopic"
+NEWSTORE_PRIORITY_TOPIC = "PriorityTopic"
+NEWSTORE_PRIORITY_QUEUES = 4
+NEWSTORE_LITE_TOPIC = "LiteParentTopic"
+NEWSTORE_LITE_CHILD = "child"
+NEWSTORE_GROUP = "GID_NEW_ALL"
+#: The first release each of newstore's features is in (docs/formats.md#releases-after-533).
+NEWSTORE_RELEASE = "5.5.0"
+
+
+def scenario_newstore(h: Harness) -> None:
+    """What releases after 5.3.3 write (docs/formats.md#releases-after-533), on one broker of
+    5.5.0 or later: the message RocksDB's three families on (``indexRocksDBEnable``,
+    ``timerRocksDBEnable`` with the timer wheel, ``transRocksDBEnable`` without
+    ``transWriteOriginTransHalfEnable``), a ``PRIORITY`` topic
+    (RIP-80) and a ``LITE`` topic (RIP-83). Plain messages with keys go to one topic, which a
+    tag group receives; timer messages due an hour later, transactions committed and left
+    unresolved, priority messages (priorities 0 to 6 over 4 queues) and Lite messages go to
+    theirs; then the store is copied. ``broker.json`` gets ``newstore`` = the topics' names."""
+    if tuple(map(int, h.version.split("."))) < tuple(map(int, NEWSTORE_RELEASE.split("."))):
+        raise HarnessError(f"scenario newstore needs RocketMQ {NEWSTORE_RELEASE} or later, not {h.version}")
+    h.start_namesrv()
+    h.add_broker("broker-a", timerWheelEnable="true", timerRocksDBEnable="true", transRocksDBEnable="true",
+                 transWriteOriginTransHalfEnable="false",    # else the halves still go to the 5.3.3 topics
+                 indexRocksDBEnable="true", enableLmq="true", enableMultiDispatch="true",
+                 flushConsumerOffsetInterval=500)
+    h.start_broker("broker-a")
+    h.start_client()
+    h.create_topic(NEWSTORE_TOPIC, 2)
+    h.create_topic(NEWSTORE_PRIORITY_TOPIC, NEWSTORE_PRIORITY_QUEUES, attributes={"+message.type": "PRIORITY"})
+    h.create_topic(NEWSTORE_LITE_TOPIC, 1, attributes={"+message.type": "LITE"})
+    h.subscribe(NEWSTORE_GROUP, NEWSTORE_TOPIC, "TAG", "*", "live")
+    plain = [{"topic": NEWSTORE_TOPIC, "tags": "TagA", "keys": [f"new-{i}"], "body": f"new {i}"} for i in range(20)]
+    h.send(plain)
+    h.send([{"topic": NEWSTORE_TOPIC, "tags": "TagT", "keys": [f"new-timer-{i}"], "body": f"timer {i}",
+             "timer_delay_ms": 3_600_000} for i in range(3)])
+    h.client("tx_send", out=h.sent_path, messages=[
+        {"topic": NEWSTORE_TOPIC, "tags": "TagX", "keys": [f"new-tx-{i}"], "body": f"tx {i}",
+         "tx": ("commit", "unknown")[i % 2]} for i in range(4)])
+    h.send([{"topic": NEWSTORE_PRIORITY_TOPIC, "tags": "TagP", "keys": [f"new-priority-{p}"], "body": f"priority {p}",
+             "priority": p} for p in range(7)])
+    h.send([{"topic": NEWSTORE_LITE_TOPIC, "tags": "TagL", "keys": [f"new-lite-{i}"], "body": f"lite {i}",
+             "lite_topic": NEWSTORE_LITE_CHILD} for i in range(5)])
+    h.drain([NEWSTORE_GROUP])
+    h.unsubscribe([NEWSTORE_GROUP])
+    time.sleep(2)
+    h.snapshot(restart=False)
+    h.extra["newstore"] = {"topic": NEWSTORE_TOPIC, "priority_topic": NEWSTORE_PRIORITY_TOPIC,
+                           "priority_queues": NEWSTORE_PRIORITY_QUEUES, "lite_topic": NEWSTORE_LITE_TOPIC,
+                           "lite_child": NEWSTORE_LITE_CHILD}
+
+
+def run(scenario: str, out: Path, rocketmq: str | None = None, **kwargs) -> Path:
+    """Builds the harness against release ``rocketmq`` (default :data:`DEFAULT_RELEASE`) if needed
+    and runs one scenario on it into ``out`` (emptied first)."""
     if scenario not in SCENARIOS:
         raise HarnessError(f"unknown scenario {scenario!r} (known: {', '.join(SCENARIOS)})")
-    build()
+    build(rocketmq)
     out = Path(out)
     if out.exists():
         shutil.rmtree(out)
     out.mkdir(parents=True)
-    with Harness(out, quick_start=scenario != "throughput") as h:
+    with Harness(out, quick_start=scenario != "throughput", rocketmq=rocketmq) as h:
         globals()[f"scenario_{scenario}"](h, **kwargs)
         h.write_broker_json()
         h.discard_stores = scenario != "live"     # the live test reads broker-a's store afterwards
@@ -1144,14 +1222,18 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("scenario", choices=(*SCENARIOS, "build"), help="a scenario, or build: only build")
     parser.add_argument("--out", type=Path)
+    parser.add_argument("--rocketmq", metavar="VERSION",
+                        help=f"the RocketMQ release to run on (default {DEFAULT_RELEASE}; pinned: {', '.join(RELEASES)}); "
+                             "with build: build only that one (default: every pinned release)")
     args = parser.parse_args(argv)
     if args.scenario != "build" and args.out is None:
         parser.error("--out DIR is required to run a scenario")
     try:
         if args.scenario == "build":
-            build()
+            for version in [args.rocketmq] if args.rocketmq else RELEASES:
+                build(version)
             return 0
-        run(args.scenario, args.out)
+        run(args.scenario, args.out, rocketmq=args.rocketmq)
     except HarnessError as e:
         print(f"run.py {args.scenario}: {e}", file=sys.stderr)
         return 1

@@ -15,6 +15,7 @@ from broker_support import (
     assert_inspect_offsets_are_the_brokers,
     assert_same_units,
     harness,
+    release,
     scenario_fixtures,
 )
 
@@ -55,7 +56,7 @@ def received(run, group: str) -> dict:
 
 
 def test_the_store_holds_a_batch_cq_topic_and_lmq_queues(run, store):
-    assert run.broker["rocketmq_version"] == harness.rocketmq_version()
+    assert run.broker["rocketmq_version"] == release("batch")
     layout = store.layout
     assert layout.batch_cq_topics == (harness.BATCH_TOPIC,)
     assert layout.lmq_queues == tuple(sorted(harness.LMQ_GROUPS))

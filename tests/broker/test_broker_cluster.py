@@ -13,7 +13,7 @@ from __future__ import annotations
 import json
 
 import pytest
-from broker_support import assert_same_units, harness, scenario
+from broker_support import assert_same_units, harness, release, scenario
 from test_broker_filters import run_cli, spread
 
 import cq
@@ -52,7 +52,7 @@ def received(run, group: str) -> dict[tuple[str, int, int], dict]:
 
 def test_the_scenario_exercises_what_it_should(run, cluster):
     """Both brokers hold the topic and served every group in both phases; the stores name their brokers."""
-    assert run.broker["rocketmq_version"] == harness.rocketmq_version()
+    assert run.broker["rocketmq_version"] == release("cluster")
     assert cluster.brokers == BROKERS
     assert cluster.named_by == {b: "topics.json" for b in BROKERS}    # not the directory names
     assert cluster.brokers_of(TOPIC) == BROKERS

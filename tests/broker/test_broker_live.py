@@ -11,7 +11,7 @@ import os
 import time
 
 import pytest
-from broker_support import RUNS, harness, load, require_tools
+from broker_support import RUNS, harness, load, release, require_tools
 
 import cq
 
@@ -36,8 +36,8 @@ def read(store: cq.Store) -> dict[int, list]:
 
 def test_reads_while_the_broker_writes_are_consistent_cuts():
     require_tools()
-    harness.build()
-    out = RUNS / "live"
+    harness.build(release("live"))
+    out = RUNS / f"live-{release('live')}"
     reads: list[dict[int, list]] = []
 
     def during(root, deadline):
@@ -55,7 +55,7 @@ def test_reads_while_the_broker_writes_are_consistent_cuts():
         finally:
             following.close()
 
-    harness.run("live", out, during=during)
+    harness.run("live", out, rocketmq=release("live"), during=during)
     run = load(out)
     seen: dict[tuple[int, int], str] = {}
     previous: dict[int, int] = {}

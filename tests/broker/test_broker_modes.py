@@ -16,6 +16,7 @@ from broker_support import (
     assert_data_source_is_what_the_consumers_received,
     assert_inspect_offsets_are_the_brokers,
     harness,
+    release,
     scenario_fixtures,
 )
 
@@ -30,7 +31,7 @@ run, store = scenario_fixtures("modes")
 
 
 def test_the_broker_wrote_a_dledger_log(run, store):
-    assert run.broker["rocketmq_version"] == harness.rocketmq_version()
+    assert run.broker["rocketmq_version"] == release("modes")
     assert store.layout.commit_log == "dledger" and not (run.store_path() / "commitlog").exists()
     log = store.commit_log
     assert isinstance(log, cq.DLedgerCommitLog) and len(log.files) > 1  # entries cross file ends

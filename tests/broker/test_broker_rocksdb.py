@@ -28,6 +28,7 @@ from broker_support import (
     assert_data_source_is_what_the_consumers_received,
     assert_inspect_offsets_are_the_brokers,
     harness,
+    release,
     scenario_fixtures,
 )
 from helpers import tree_snapshot
@@ -82,7 +83,7 @@ def _topic(run: Run) -> str:
 
 
 def test_the_broker_kept_its_queues_and_metadata_in_rocksdb(run, store):
-    assert run.broker["rocketmq_version"] == harness.rocketmq_version()
+    assert run.broker["rocketmq_version"] == release("rocksdb")
     layout = store.layout
     assert (layout.consume_queues, set(layout.rocksdb_tables)) == (
         "rocksdb", {"consumerOffsets", "subscriptionGroups", "topics"})

@@ -1,6 +1,8 @@
 package rmqfilter.harness;
 
 import java.io.PrintStream;
+import java.lang.reflect.InvocationTargetException;
+import java.lang.reflect.Method;
 import org.apache.rocketmq.broker.BrokerController;
 import org.apache.rocketmq.broker.BrokerStartup;
 
@@ -29,7 +31,7 @@ public final class Broker {
 
     /** Builds, initializes and starts the broker of {@code properties} in this JVM. */
     static BrokerController start(String properties) throws Exception {
-        BrokerController controller = BrokerStartup.buildBrokerController(new String[] {"-c", properties});
+        BrokerController controller = build(new String[] {"-c", properties});
         if (!controller.initialize()) {
             controller.shutdown();
             throw new IllegalStateException("broker of " + properties + " failed to initialize (see its log)");
@@ -37,6 +39,27 @@ public final class Broker {
         controller.start();
         registerNow(controller);
         return controller;
+    }
+
+    /**
+     * {@code BrokerStartup.buildBrokerController} of the command line {@code args}, on either API
+     * the pinned releases have (docs/testing.md#releases): up to 5.3.x it takes the command line;
+     * from 5.4.0 it takes the {@code ConfigContext} that {@code BrokerStartup.parseCmdLine} makes of
+     * it. Looked up by reflection so that one source compiles against both.
+     */
+    static BrokerController build(String[] args) throws Exception {
+        try {
+            try {
+                Method direct = BrokerStartup.class.getMethod("buildBrokerController", String[].class);
+                return (BrokerController) direct.invoke(null, (Object) args);
+            } catch (NoSuchMethodException newer) {
+                Object context = BrokerStartup.class.getMethod("parseCmdLine", String[].class).invoke(null, (Object) args);
+                Method fromContext = BrokerStartup.class.getMethod("buildBrokerController", context.getClass());
+                return (BrokerController) fromContext.invoke(null, context);
+            }
+        } catch (InvocationTargetException e) {
+            throw e.getCause() instanceof Exception cause ? cause : e;
+        }
     }
 
     /**

@@ -355,6 +355,15 @@ public final class Client {
             MessageAccessor.putProperty(msg, MessageConst.PROPERTY_INNER_MULTI_DISPATCH,
                 String.join(MixAll.LMQ_DISPATCH_SEPARATOR, lmq.toJavaList(String.class)));
         }
+        // 5.4+ priority (RIP-80) and 5.5+ Lite topic (RIP-83) messages: reserved properties from
+        // those releases on, set past putUserProperty; named here, not by MessageConst, so that the
+        // source compiles against 5.3.3 too (docs/formats.md#releases-after-533).
+        if (m.containsKey("priority")) {
+            MessageAccessor.putProperty(msg, "_SYS_MSG_PRIORITY_", String.valueOf(m.getIntValue("priority")));
+        }
+        if (m.containsKey("lite_topic")) {
+            MessageAccessor.putProperty(msg, "__LITE_TOPIC", m.getString("lite_topic"));
+        }
         if (m.containsKey("delay_level")) {
             msg.setDelayTimeLevel(m.getIntValue("delay_level"));
         }
