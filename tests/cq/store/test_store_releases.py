@@ -12,11 +12,11 @@ import pytest
 from helpers import DATA
 
 import cq
+import rmqfilter as cli
 from cq import format as fmt
 from cq.analyses.paths import why_every_copy
 from cq.analyses.pending import pending
 from cq.store.releases import check_message_rocksdb, message_rocksdb_families, written_by
-from pyspark_udfs import cli
 
 GOLDEN = DATA / "golden_store"
 TOPIC = "GoldenFilterTopic"
