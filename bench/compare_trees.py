@@ -8,7 +8,8 @@ there; ``git worktree add --detach DIR COMMIT`` gives a tree of any commit). Eve
 one fresh process per tree, old then new, each timing its best of several calls: a kernel
 over synthetic data (tag scan of 1 M ConsumeQueue units for 40 codes, the Bloom check of 10 M
 ext units, ``decode_record`` of 100 k records) and, with ``--store``, ``Store.consume`` of the
-benchmarks' sample store's SQL92 group. The best of the rounds per tree is printed, with the
+benchmarks' sample store's SQL92 group and a tag group, and the data source's group decisions over
+every unit of the topic (both groups). The best of the rounds per tree is printed, with the
 ratio new / old of the time per item (below 1: the new tree is faster).
 
 ``--one-process`` loads OLD's kernels beside this tree's in one process (OLD from before the
@@ -27,6 +28,7 @@ import time
 
 TOPIC, GROUP = "SampleTopic", "GID_PRIORITY"
 SQL = "priority >= 4 AND region IN ('cn-hangzhou', 'cn-beijing')"
+TAG_GROUP, TAGS = "GID_TAGS", "TagA || TagB"
 
 
 def _best(fn, rounds: int) -> float:
@@ -143,7 +145,46 @@ def measure(tree: str, store: str | None) -> dict[str, float]:
                 s.close()
         delivered = consume()
         out[f"Store.consume SQL92 group ({delivered:,} delivered)"] = _best(consume, 3) / delivered * 1e9
+
+        def consume_tags() -> int:
+            s = cq.Store(store)
+            try:
+                return sum(1 for _ in s.consume(TOPIC, TAG_GROUP, tags=TAGS))
+            finally:
+                s.close()
+        delivered = consume_tags()
+        out[f"Store.consume tag group ({delivered:,} delivered)"] = _best(consume_tags, 3) / delivered * 1e9
+        out.update(_reader_decisions(store))
     return out
+
+
+def _reader_decisions(path: str) -> dict[str, float]:
+    """ns per unit of the data source's group decisions (its ``_GroupFilter.decide`` over every unit of
+    each queue of the topic: layer 1, presence, layer 2, the re-check), for the SQL92 and the tag group;
+    the reader's private names, which trees since the data source's ``_GroupFilter`` share."""
+    import cq
+    from pyspark_udfs import _reader
+    from pyspark_udfs._source import ReadOptions
+
+    s = cq.Store(path)
+    try:
+        cols = {}
+        for q in s.queue_ids(TOPIC):
+            cqueue = s.consume_queue(TOPIC, q)
+            cols[q] = cqueue.read_columns(0, cqueue.max_offset)
+        units = sum(len(c["size"]) for c in cols.values())
+        out = {}
+        for label, kw, group in (("SQL92", {"sql": SQL}, GROUP), ("tag", {"tags": TAGS}, TAG_GROUP)):
+            options = ReadOptions(path=path, group=group, **kw)
+
+            def decide() -> None:
+                for q, c in cols.items():
+                    tags_code, known, _, ext_batch, _ = _reader._resolve_ext(s, TOPIC, q, c["tags_code"])
+                    _reader._GroupFilter(s, options, TOPIC).decide(c, tags_code, known, ext_batch, known | True)
+            out[f"reader group decisions, {label} group ({units:,} units)"] = _best(decide, 3) / units * 1e9
+        return out
+    finally:
+        s.close()
 
 
 def main(argv: list[str] | None = None) -> int:

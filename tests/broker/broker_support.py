@@ -56,14 +56,14 @@ def require_tools() -> None:
 SCENARIO_RELEASES = {
     "filters": "5.3.3",
     "modes": "5.3.3",
-    "rocksdb": "5.5.0",
-    "batch": "5.5.0",
+    "rocksdb": "5.5.1",
+    "batch": "5.5.1",
     "cluster": "5.3.3",
-    "lifecycle": "5.5.0",
-    "crash": "5.5.0",
+    "lifecycle": "5.5.1",
+    "crash": "5.5.1",
     "housekeeping": "5.3.3",
-    "live": "5.5.0",
-    "newstore": "5.5.0",
+    "live": "5.5.1",
+    "newstore": "5.5.1",
 }
 # Runs every scenario on this release instead of its SCENARIO_RELEASES one.
 RELEASE_ENV = "RMQFILTER_ROCKETMQ"

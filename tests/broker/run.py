@@ -42,8 +42,16 @@ TARGET = HERE / "target"
 # The RocketMQ releases the harness pins (docs/testing.md#releases): 5.3.3, the release rmqfilter
 # was first held against, and the newest 5.x release Maven Central serves. `run.py build` (and so
 # `make harness`) builds every one; a run picks one with --rocketmq (default: the first).
-RELEASES = ("5.3.3", "5.5.0")
+RELEASES = ("5.3.3", "5.5.1")
 DEFAULT_RELEASE = RELEASES[0]
+# Maven Central serves 5.5.1's server jars (broker, store, common, remoting, controller,
+# tiered-store) but not its client-side ones (client, namesrv, tools, srvutil, filter, auth), which
+# the 5.5.1 broker's own pom asks for: a 5.5.1 run takes those from 5.5.0, the newest release that
+# has them (pom.xml's rocketmq.client.version; docs/testing.md#releases).
+CLIENT_RELEASE = {"5.5.1": "5.5.0"}
+# 5.5.1's server jars moved to fastjson2 alone; 5.5.0's client-side jars (and the harness) still
+# need fastjson 1, at 5.5.0's own version (pom.xml's client-fastjson profile).
+CLIENT_FASTJSON = {"5.5.1": "1.2.83"}
 LOOPBACK = "127.0.0.1"
 JVM_HEAP = ["-Xms64m", "-Xmx384m", "-XX:MaxDirectMemorySize=256m", "-XX:+UseSerialGC"]
 # The client's JVM also hosts the NameServer and the brokers that are never killed (Harness.spawn).
@@ -66,6 +74,12 @@ def rocketmq_version(version: str | None = None) -> str:
     return version
 
 
+def client_release(version: str | None = None) -> str:
+    """The release of a run's client-side jars (:data:`CLIENT_RELEASE`; the run's own release elsewhere)."""
+    version = rocketmq_version(version)
+    return CLIENT_RELEASE.get(version, version)
+
+
 def target(version: str | None = None) -> Path:
     """The release's own Maven build directory (``target/<version>/``): builds of different
     releases live side by side, so runs on both can go on at once."""
@@ -75,7 +89,7 @@ def target(version: str | None = None) -> Path:
 def source_hash(version: str | None = None) -> str:
     """Hash of everything that decides a run: the release, the pom, the Java sources and this driver."""
     h = hashlib.sha256()
-    h.update(rocketmq_version(version).encode())
+    h.update(f"{rocketmq_version(version)}/{client_release(version)}".encode())
     files = [HERE / "pom.xml", Path(__file__).resolve(), *sorted((HERE / "src").rglob("*.java"))]
     for f in files:
         h.update(str(f.relative_to(HERE)).encode())
@@ -96,7 +110,8 @@ def build(version: str | None = None) -> None:
     version = rocketmq_version(version)
     out = target(version)
     stamp = out / ".harness-stamp"
-    h = hashlib.sha256(version.encode())
+    client = client_release(version)
+    h = hashlib.sha256(f"{version}/{client}".encode())
     for f in [HERE / "pom.xml", *sorted((HERE / "src").rglob("*.java"))]:
         h.update(f.read_bytes())
     want = h.hexdigest()
@@ -108,7 +123,10 @@ def build(version: str | None = None) -> None:
         if stamp.exists() and stamp.read_text() == want and (out / "lib").is_dir():
             return
         shutil.rmtree(out / "lib", ignore_errors=True)   # no jar of an earlier build stays on the classpath
-        proc = subprocess.run(["mvn", "-q", "-B", f"-Drocketmq.version={version}", "package"], cwd=HERE,
+        proc = subprocess.run(["mvn", "-q", "-B", f"-Drocketmq.version={version}",
+                               f"-Drocketmq.client.version={client}",
+                               *([f"-Dharness.fastjson={CLIENT_FASTJSON[version]}"] if version in CLIENT_FASTJSON else []),
+                               "package"], cwd=HERE,
                               capture_output=True, text=True, check=False)
         if proc.returncode != 0:
             raise HarnessError(f"mvn package against RocketMQ {version} failed in {HERE}:\n"
@@ -455,6 +473,7 @@ class Harness:
     def write_broker_json(self) -> None:
         doc = {
             "rocketmq_version": self.version,
+            "rocketmq_client_version": client_release(self.version),
             "harness_hash": source_hash(self.version),
             "snapshot_ms": self.snapshot_ms,
             "copied_ms": self.copied_ms,
