@@ -177,7 +177,7 @@ def _reader_decisions(path: str) -> dict[str, float]:
         for label, kw, group in (("SQL92", {"sql": SQL}, GROUP), ("tag", {"tags": TAGS}, TAG_GROUP)):
             options = ReadOptions(path=path, group=group, **kw)
 
-            def decide() -> None:
+            def decide(options=options) -> None:
                 for q, c in cols.items():
                     tags_code, known, _, ext_batch, _ = _reader._resolve_ext(s, TOPIC, q, c["tags_code"])
                     _reader._GroupFilter(s, options, TOPIC).decide(c, tags_code, known, ext_batch, known | True)

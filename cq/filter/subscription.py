@@ -95,6 +95,10 @@ def registration_filter(registration: RegisteredFilter, bloom_filter: Any = DEFA
         warnings.warn(f"group {r.group!r} on topic {r.topic!r}: {problem}; the broker keeps no "
                       f"compiled expression and lets every message through", ConfigWarning, stacklevel=2)
         return TagFilter(None)
+    if r.bloom_data is None:
+        # a registration persisted without bloom data (a 5.5.1+ broker with bitmaps off,
+        # docs/config-and-index.md#no-bloom-data) has none on the broker either: layer 1 passes
+        bf = None
     return SqlFilter(r.group, r.topic, r.expression, bf, born_time=r.born_time,
                      bloom_data=r.bloom_data if bf is not None else None, compiled=compiled)
 

@@ -569,14 +569,15 @@ def read_registered_filters(path: str | os.PathLike, bloom_filter: Any = None,
     """Every registration in a ``consumerFilter.json`` (or its ``.bak``), in file order.
 
     Warns (:class:`ConfigWarning`, naming the group) for each entry whose bloom data is not
-    what ``bloom_filter`` (default ``bloom.BloomFilter()``) computes for ``"{group}#{topic}"``.
-    A missing file gives ``[]``.
+    what ``bloom_filter`` (default ``bloom.BloomFilter()``) computes for ``"{group}#{topic}"``;
+    an entry without bloom data, as a 5.5.1+ broker with ``enableCalcFilterBitMap=false`` writes
+    it, is read without one (docs/config-and-index.md#no-bloom-data). A missing file gives ``[]``.
     """
     bf = bloom.BloomFilter() if bloom_filter is None else bloom_filter
     loaded = load_config(path, lambda parsed, src: _registered_filters(parsed, src, bf))
     filters = [f for f in (loaded.data or []) if topic is None or f.topic == topic]
     for f in filters:
-        if not f.bloom_matches:
+        if not f.bloom_matches and f.bloom_data is not None:
             warnings.warn(
                 f"{loaded.source}: group {f.group!r} on topic {f.topic!r} has bloom data {f.bloom_data} but the "
                 f"broker's filter ({bf}) computes {bf.generate(f.bloom_key)} for {f.bloom_key!r}: a broker "

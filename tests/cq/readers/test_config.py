@@ -254,6 +254,18 @@ def test_bloom_data_that_does_not_match_warns_naming_the_group(store_root):
     assert registration_filter(filters[1]).bit_positions == [1, 2, 3]
 
 
+def test_a_registration_without_bloom_data_reads_without_a_warning(store_root, recwarn):
+    # what a RocketMQ 5.5.1 broker with enableCalcFilterBitMap=false writes
+    # (docs/config-and-index.md#no-bloom-data): no bloomFilterData at all
+    bare = filter_entry("GID_BARE", "TopicTest", "a > 5")
+    del bare["bloomFilterData"]
+    write(store_root / "config" / "consumerFilter.json", dumps_fastjson(filter_document(bare)))
+    (f,) = cq.Store(store_root).registered_filters()
+    assert not [w for w in recwarn if issubclass(w.category, ConfigWarning)]
+    assert f.bloom_data is None and not f.bloom_matches
+    assert registration_filter(f).bit_positions is None    # layer 1 passes every unit
+
+
 def test_subscription_groups_and_topic_configs(store_root):
     write_subscription_groups(store_root, {"GID_A": {"consumeEnable": False}, "GID_B": {}})
     write_topic_configs(store_root, {"TopicTest": 8})
