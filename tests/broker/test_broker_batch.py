@@ -8,6 +8,8 @@ as the broker and its clients did (docs/formats.md#batch-consume-queue, docs/for
 """
 from __future__ import annotations
 
+import warnings
+
 import pytest
 from broker_support import (
     assert_backlog_is_what_the_drain_received,
@@ -147,3 +149,12 @@ def test_cli_consume_of_a_batch_cq_topic(run, capsys):
 def test_data_source_with_group_gives_the_same_rows(spark, run, group):
     """An LMQ's rows at their LMQ offsets (queue 0); a BatchCQ's one row per message of a batch."""
     assert_data_source_is_what_the_consumers_received(spark, run, group)
+
+
+def test_the_sql92_registrations_read_without_a_warning(store):
+    # This broker computes no bitmaps (enableCalcFilterBitMap off): from 5.5.1 it persists its SQL92
+    # registrations without bloom data, which is no filter change (docs/config-and-index.md#no-bloom-data)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", cq.ConfigWarning)
+        registered = store.registered_filters(harness.BATCH_TOPIC)
+    assert {r.group for r in registered} >= {g for g, (kind, _) in harness.BATCH_GROUPS.items() if kind == "SQL92"}
