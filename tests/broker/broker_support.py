@@ -92,6 +92,13 @@ def _out(name: str) -> Path:
     return RUNS / f"{name}-{harness.source_hash()}"
 
 
+def runnable(name: str) -> tuple[str, dict]:
+    """A cached run's scenario and arguments: ``random-N`` is scenario ``random`` with seed N
+    (tests/broker/test_broker_random.py), any other name the scenario itself."""
+    base, _, seed = name.partition("-")
+    return (base, {"seed": int(seed)}) if base == "random" and seed.isdigit() else (name, {})
+
+
 # How many scenarios run at once, across both of ``make test``'s sessions: each is a NameServer,
 # one or more brokers and a client JVM, and on CI's two cores seven at once beside the tests left
 # brokers too slow to answer their clients in time.
@@ -154,12 +161,13 @@ def _run_into_cache(name: str) -> None:
             for old in RUNS.glob(f"{name}-*"):  # runs of older sources, or one a killed session left
                 shutil.rmtree(old, ignore_errors=True)
             with _slot(name):
+                scenario_name, args = runnable(name)
                 try:
-                    harness.run(name, partial)
+                    harness.run(scenario_name, partial, **args)
                 except harness.HarnessError as first:
                     print(f"broker harness, scenario {name}: {first}; running it again", file=sys.stderr)
                     try:
-                        harness.run(name, partial)
+                        harness.run(scenario_name, partial, **args)
                     except harness.HarnessError as second:
                         raise harness.HarnessError(f"{second} (and on the first attempt: {first})") from second
             partial.rename(out)
