@@ -30,7 +30,7 @@ from ..readers.timer import TimerFiles
 from ..store.store import Store
 from .paths import _delay_offsets, _lookup, _message_at, _parse_offset_msg_id, _resolved_halves
 from .pop import read_revive_log
-from .why import _records
+from .why import _records, unit_tags_code
 
 __all__ = ["COLUMNS", "TABLES", "pending"]
 
@@ -83,8 +83,9 @@ def _int(text: str | None) -> int | None:
 def scheduled_rows(store: Store) -> list[dict]:
     delay = _delay_offsets(store)
     rows = []
-    for q, m, due in _records(store, fmt.SCHEDULE_TOPIC):
+    for q, m, slot in _records(store, fmt.SCHEDULE_TOPIC):
         level = q + 1
+        due = unit_tags_code(store, fmt.SCHEDULE_TOPIC, q, slot)    # docs/formats.md#tagscode-slot
         p = m.properties
         rows.append({
             "kind": KIND_DELAY, "delay_level": level, "queue_offset": m.queue_offset,
