@@ -149,8 +149,8 @@ def resolve_subscription(store: Store, topic: str, group: str, *, sql: str | Non
     """
     if sql is not None or tags is not None:
         flt = store.make_filter(topic, group, sql=sql, tags=tags, bloom_filter=bloom_filter)
-        if sql is not None:
-            sub = Subscription(EXPRESSION_TYPE_SQL92, sql, "given")
+        if sql is not None:   # the group's registration when sql is its expression (Store.make_filter)
+            sub = Subscription(EXPRESSION_TYPE_SQL92, sql, "given", store.registration_of(topic, group, sql))
         else:
             sub = Subscription(EXPRESSION_TYPE_TAG, tags, "given")
     else:
@@ -304,7 +304,9 @@ def _source_text(sub: Subscription) -> str:
         return "given, not looked up in config/consumerFilter.json"
     dead = f", dead since {r.dead_time}" if r.is_dead else ""
     bloom = "" if r.bloom_matches else ", bloom data does NOT match the broker's filter"
-    return f"registered in {sub.source}: bornTime {r.born_time}{dead}{bloom}"
+    where = (f"given, the expression registered in config/{CONSUMER_FILTER_FILE}" if sub.source == "given"
+             else f"registered in {sub.source}")   # docs/filtering.md#born-time
+    return f"{where}: bornTime {r.born_time}{dead}{bloom}"
 
 
 def _retry_filter_text(sub: Subscription, group: str | None) -> str:

@@ -27,6 +27,7 @@ from ..readers.ext import ConsumeQueueExt
 from ..readers.rocksdb import RocksDBConsumeQueue, RocksDBQueueTable, metadata_table, pull_offset_table
 from ..readers.rocksdb import offset_table as rocksdb_offset_table
 from ..readers.skipping import decode_skipping
+from ..tags import EXPRESSION_TYPE_SQL92
 from . import undispatched
 from .batches import BatchDecisions
 from .modes import detect_layout
@@ -464,6 +465,16 @@ class Store:
         raise UnknownGroupError(group, topic, [f.group for f in filters],
                                 self.config_path(cfg.CONSUMER_FILTER_FILE))
 
+    def registration_of(self, topic: str, group: str, sql: str) -> cfg.RegisteredFilter | None:
+        """``group``'s registration for ``topic`` when ``sql`` is the SQL92 expression it registered
+        (the same text), else None: a filter given that expression is the group's own, bornTime and
+        all (docs/filtering.md#born-time)."""
+        try:
+            reg = self.registered_filter(topic, group)
+        except UnknownGroupError:
+            return None
+        return reg if reg.expression_type == EXPRESSION_TYPE_SQL92 and reg.expression == sql else None
+
     def committed_offsets(self, group: str, topic: str) -> dict[int, int]:
         """``config/consumerOffset.json``: queue id -> the next offset ``group`` will consume in ``topic``.
 
@@ -750,11 +761,14 @@ class Store:
 
     # ------------------------------------------------------------ consume
     def make_filter(self, topic: str, group: str, *, sql: str | None = None, tags: str | None = None,
-                    bloom_filter="default", born_time: int = 0, bloom_data=None):
+                    bloom_filter="default", born_time: int | None = None, bloom_data=None):
         """The filter :meth:`consume` uses: a :class:`SqlFilter` for ``sql``, a :class:`TagFilter` for
         ``tags``; neither: the group's registration in ``config/consumerFilter.json``
         (:meth:`registered_filter`: its expression, bornTime and bloom data, as the broker pulls
-        with them), :class:`cq.UnknownGroupError` when there is none."""
+        with them), :class:`cq.UnknownGroupError` when there is none. A ``sql`` that is the
+        group's registered expression, with no ``born_time`` or ``bloom_data`` given, is that
+        registration's filter too (:meth:`registration_of`); another ``sql`` has bornTime
+        ``born_time`` (default 0: every bitmap trusted)."""
         if sql is not None and tags is not None:
             raise ValueError("give sql or tags, not both")
         if bloom_filter == "default":
@@ -762,13 +776,17 @@ class Store:
         if sql is None and tags is None:
             return self.registered_filter(topic, group, bloom_filter=bloom_filter).make_filter(bloom_filter)
         if sql is not None:
-            return SqlFilter(group, topic, sql, bloom_filter, born_time=born_time,
+            if born_time is None and bloom_data is None:
+                reg = self.registration_of(topic, group, sql)
+                if reg is not None:
+                    return reg.make_filter(bloom_filter)
+            return SqlFilter(group, topic, sql, bloom_filter, born_time=born_time or 0,
                              bloom_data=bloom_data if bloom_filter is not None else None)
         return TagFilter(tags)
 
     def consume(self, topic: str, group: str, *, sql: str | None = None, tags: str | None = None,
                 queue_ids: Iterable[int] | None = None, filter=None, bloom_filter="default",
-                born_time: int = 0, verify_crc: bool | str = False,
+                born_time: int | None = None, verify_crc: bool | str = False,
                 progress: Callable[[int, int], None] | None = None,
                 ranges: Mapping[int, tuple[int, int | None]] | None = None,
                 message_filter=None, on_filter_error: str = "fail", cut: StoreCut | None = None) -> ConsumeResult:
@@ -792,8 +810,9 @@ class Store:
             other callable), the same as ``message_filter=``.
         bloom_filter : bloom.BloomFilter, "default" or None
             For sql: the broker's Bloom filter; None = no bloom data (layer 1 passes all).
-        born_time : int
-            For sql: the filter's bornTime (ms).
+        born_time : int, optional
+            For sql: the filter's bornTime (ms). Default: the group's registered bornTime when
+            ``sql`` is the expression it registered (the group's own answer), else 0.
         verify_crc : bool or {"body", "property"}
             Check the CRC of each delivered message (see :func:`cq.readers.commitlog.decode_message`).
         progress : callable(units_done, units_total), optional
