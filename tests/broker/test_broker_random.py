@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 from pathlib import Path
 
 import pytest
@@ -47,6 +48,16 @@ def uncovered(draws: list[dict]) -> list[tuple[str, object]]:
 
 def test_the_covering_seeds_cover_every_axis():
     assert uncovered([harness.random_draw(s) for s in COVERING_SEEDS]) == []
+
+
+def test_the_docs_table_is_the_codes():
+    """docs/testing.md#random declares the same axes and values as run.py."""
+    text = (Path(__file__).resolve().parents[2] / "docs" / "testing.md").read_text()
+    rows = re.findall(r"^\| (config|workload) \| `(\w+)` \| (.*?) \| ", text, re.MULTILINE)
+    assert {(part, axis): [json.loads(v) for v in re.findall(r"`([^`]*)`", values)] for part, axis, values in rows} == {
+        (part, axis): list(values) for part, axes in (("config", harness.RANDOM_CONFIG_AXES),
+                                                     ("workload", harness.RANDOM_WORKLOAD_AXES))
+        for axis, values in axes.items()}
 
 
 def test_a_draw_is_the_seeds_alone():
