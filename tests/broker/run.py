@@ -1140,7 +1140,7 @@ RANDOM_CONFIG_AXES: dict[str, tuple] = {
     "ext_file_kib": (16, 64),                             # mappedFileSizeConsumeQueueExt (with ext)
     "index_file": ("small", "default"),                   # maxIndexNum/maxHashSlotNum 300/64 or 4000/1000
     "delay_levels": ("1s 2s 1s 2s 3s 10m 1h 2h",          # messageDelayLevel: levels 1-5 in seconds (the
-                     "2s 1s 2s 1s 2s 1s 5m 30m 1h 3h",    # short delays and the retries), the others far
+                     "2s 1s 2s 1s 2s 5m 30m 1h 3h",       # short delays and the retries), the others far
                      "1s 1s 3s 2s 1s 90s 20m 6h"),        # (still scheduled when the store is copied)
     "timer_wheel": (False, True),                         # timerWheelEnable (recallMessageEnable with it)
     "tx_check_interval_ms": (2000, 6000),                 # transactionCheckInterval (transactionCheckMax 1000)
