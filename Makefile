@@ -7,7 +7,7 @@ STAMP := $(VENV)/.rmqfilter-installed
 export PYSPARK_PYTHON := $(abspath $(PY))
 export PYSPARK_DRIVER_PYTHON := $(abspath $(PY))
 
-.PHONY: setup build harness test test-cython test-python demo bench fuzz lint docs clean
+.PHONY: setup build harness test test-cython test-python matrix demo bench fuzz lint docs clean
 
 setup: $(STAMP) build
 
@@ -67,6 +67,14 @@ test:
 # Without Java or Maven only CI stops here; elsewhere the broker tests then skip, loudly.
 harness: $(STAMP)
 	$(PY) tests/broker/run.py build || test -z "$$CI"
+
+# Generated broker runs (tests/broker/matrix.py, docs/testing.md#matrix): each seed's random
+# scenario and the random checks against it; a summary names each failing seed and check.
+# SEEDS="3 17 ...", default 30 fresh seeds; ROCKETMQ=VERSION is passed to run.py.
+SEEDS ?=
+ROCKETMQ ?=
+matrix: setup harness
+	$(PY) tests/broker/matrix.py $(SEEDS) $(if $(ROCKETMQ),--rocketmq $(ROCKETMQ))
 
 test-cython:
 	$(PY) -m pytest -q tests

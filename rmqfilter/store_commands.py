@@ -63,8 +63,9 @@ def add_parsers(subparsers) -> None:
     add_message_output_args(consume)
     consume.add_argument("--no-bloom", action="store_true",
                          help="SQL92: ignore ext bitmaps (the group's filter has no bloom data)")
-    consume.add_argument("--born-time", type=int, default=0,
-                         help="SQL92: the filter's bornTime in ms; older bitmaps are not trusted (default 0)")
+    consume.add_argument("--born-time", type=int, default=None,
+                         help="SQL92: the filter's bornTime in ms; older bitmaps are not trusted (default: the "
+                              "group's registered bornTime when --sql is the expression it registered, else 0)")
     consume.add_argument("--verify-crc", action="store_true", help="check the body CRC of each delivered message")
     add_progress_arg(consume)
     consume.set_defaults(func=_run_consume)

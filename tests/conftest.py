@@ -211,8 +211,12 @@ def pytest_collection_finish(session) -> None:
         broker_support = _broker_support()
         # the scenarios of the selected modules (test_broker_<scenario>.py); an in-test
         # scenario's set-up only where its tests will run (not skipped here)
+        # test_broker_random.py's covering seeds: one cached run each, on each release (random-N[@V])
+        seeds = {s for i in session.items if i.module.__name__.endswith("test_broker_random")
+                 and not os.environ.get("RMQFILTER_RANDOM_RUN") for s in i.module.covering_runs()}
         broker_support.start_in_background([n for n in broker_support.CACHED_SCENARIOS
-                                            if any(m.endswith(f"test_broker_{n}") for m in modules)])
+                                            if any(m.endswith(f"test_broker_{n}") for m in modules)]
+                                           + sorted(seeds))
         runnable = {i.module.__name__ for i in session.items if not _skipped_here(i)}
         broker_support.start_in_test([n for n in broker_support.IN_TEST_SCENARIOS
                                       if any(m.endswith(f"test_broker_{n}") for m in runnable)])

@@ -6,7 +6,8 @@ there is the two-layer filter replayed over ``[committedOffset, maxOffset)``: th
 runs :meth:`cq.Store.consume` over exactly that range of each queue (the same code, so the
 same answer). A queue without a committed offset (absent from ``consumerOffset.json``, or
 -1) has no lag the store can tell: where its consumer starts depends on its
-``ConsumeFromWhere`` setting (``docs/config-and-index.md``). A committed offset below the queue's
+``ConsumeFromWhere`` setting (``docs/config-and-index.md``), except on the group's ``%RETRY%``
+topic, whose queues a push consumer starts at their first offset (docs/paths.md#retry-start). A committed offset below the queue's
 minimum (the broker expired those units since the group committed) is lost, not backlog: the
 broker moves such a consumer to the minimum; those units are counted as ``expired``
 (``docs/live.md``).
@@ -44,7 +45,10 @@ class QueueBacklog:
     min_offset, max_offset : int
         The queue's first unit and the offset the next unit will get.
     lag : int or None
-        The broker's lag, ``max_offset - committed_offset``.
+        The broker's lag, ``max_offset - committed_offset``. A queue of a ``%RETRY%`` topic without
+        a committed offset is counted from its first offset, where a push consumer starts it
+        (docs/paths.md#retry-start): its ``committed_offset`` is None, its lag and
+        ``will_receive`` are not.
     will_receive : int or None
         Messages of ``[committed_offset, max_offset)`` the group's filter delivers (of a BatchCQ
         topic, from the start of the batch holding the committed offset: the broker serves that
@@ -152,7 +156,10 @@ class Backlog:
         lines = [f"group {self.group} on {self.topic}: {sub.type} {sub.expression!r} ({sub.source})",
                  row("broker", head), rule]
         for q in self.queues:
-            if q.committed_offset is None:
+            if q.committed_offset is None and q.will_receive is not None:   # a retry queue, from its first offset
+                rest = (f"{q.queue_id:>5} {'none':>12} {q.max_offset:>12,} {q.lag:>12,} "
+                        f"{q.will_receive:>13,} {q.lag - q.will_receive:>13,}")
+            elif q.committed_offset is None:
                 rest = f"{q.queue_id:>5} {'none':>12} {q.max_offset:>12,} {'-':>12} {'-':>13} {'-':>13}"
             else:
                 rest = (f"{q.queue_id:>5} {q.committed_offset:>12,} {q.max_offset:>12,} {q.lag:>12,} "
@@ -161,7 +168,7 @@ class Backlog:
         lines.append(rule)
         lines.append(row("", f"{'total':>5} {'':>12} {'':>12} {self.lag:>12,} {self.will_receive:>13,} "
                              f"{self.lag - self.will_receive:>13,}"))
-        if any(q.committed_offset is None for q in self.queues):
+        if any(q.committed_offset is None and q.will_receive is None for q in self.queues):
             lines.append("none: no committed offset; where the consumer starts depends on its ConsumeFromWhere")
         if self.expired:
             lost = ", ".join(f"{q.broker + ' ' if q.broker else ''}{q.queue_id}: {q.expired:,}"
@@ -238,16 +245,20 @@ def backlog(store: Store | Cluster, topic: str, group: str, *, sql: str | None =
     # hold one queue's files at a time): units past it are not counted
     cut = store.cut(topic, list(queue_ids) if queue_ids is not None else None)
     out = []
+    # a push consumer starts a retry queue without a committed offset at its first offset
+    # (docs/paths.md#retry-start); any other queue without one has no start the store can tell
+    retry_start = topic.startswith(fmt.RETRY_GROUP_TOPIC_PREFIX)
     for _, q, lo, hi in cut.queues:
         c = committed.get(q)
-        if c is None:
+        if c is None and not retry_start:
             out.append(QueueBacklog(q, None, lo, hi, None, None))
             continue
-        result = store.consume(topic, group, filter=flt, queue_ids=[q], ranges={q: (c, hi)}, cut=cut)
+        start = min(lo, hi) if c is None else c
+        result = store.consume(topic, group, filter=flt, queue_ids=[q], ranges={q: (start, hi)}, cut=cut)
         for _ in result:
             pass
-        expired = max(0, min(lo, hi) - c) + result.stats.commit_log_missing
-        out.append(QueueBacklog(q, c, lo, hi, hi - c, result.stats.delivered, expired))
+        expired = max(0, min(lo, hi) - start) + result.stats.commit_log_missing
+        out.append(QueueBacklog(q, c, lo, hi, hi - start, result.stats.delivered, expired))
     if not later:
         return Backlog(topic, group, sub, out)
     retry_topic = fmt.RETRY_GROUP_TOPIC_PREFIX + group

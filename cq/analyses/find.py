@@ -11,6 +11,7 @@ analyses that do import this module, never the reverse.
 """
 from __future__ import annotations
 
+import os
 import struct
 from collections.abc import Callable, Iterator, Sequence
 
@@ -39,6 +40,7 @@ __all__ = [
     "query_index",
     "scan_topic",
     "topic_records",
+    "unit_tags_code",
 ]
 
 
@@ -151,6 +153,22 @@ def topic_records(store: Store, topic: str) -> Iterator[tuple[int, Message, int]
                 phys, size, slot = cqueue.unit(off)
                 if log.min_offset <= phys and phys + size <= log.max_offset:
                     yield q, log.read_message(phys), slot
+
+
+def unit_tags_code(store: Store, topic: str, queue_id: int, slot: int) -> int:
+    """A ConsumeQueue unit's tags code (on ``SCHEDULE_TOPIC_XXXX``, the delivery time): the unit's
+    slot, or, when the slot holds an ext address (the broker's ``enableConsumeQueueExt``), the
+    value of the ext unit it names (docs/formats.md#tagscode-slot). :class:`cq.StoreFormatError`
+    naming the queue and the address when that ext unit cannot be read."""
+    if not fmt.is_ext_addr(slot):
+        return slot
+    ext = store.ext(topic, queue_id)
+    unit = ext.get(slot) if ext is not None else None
+    if unit is None:
+        where = os.path.join(store.root, fmt.CONSUME_QUEUE_EXT_DIR, topic, str(queue_id))
+        raise StoreFormatError(f"a {topic} queue {queue_id} unit holds ext address {slot} "
+                               f"(ext offset {fmt.undecorate(slot)}), and no ext unit is there", where)
+    return unit.tags_code
 
 
 # ------------------------------------------------------------------ the IndexFiles

@@ -33,6 +33,7 @@ from .find import (
     parse_offset_msg_id,
     query_index,
     scan_topic,
+    unit_tags_code,
 )
 from .pop import ReviveLog, pop_retry_topics, read_revive_log
 from .why import (
@@ -364,7 +365,8 @@ def _scheduled_copy(store: Store, c: Copy, delay: dict[int, int]) -> tuple[bool,
     m = c.message
     level = m.queue_id + 1
     cqueue = store.consume_queue(fmt.SCHEDULE_TOPIC, m.queue_id)
-    due = cqueue.unit(m.queue_offset)[2] if cqueue.min_offset <= m.queue_offset < cqueue.max_offset else None
+    due = (unit_tags_code(store, fmt.SCHEDULE_TOPIC, m.queue_id, cqueue.unit(m.queue_offset)[2])   # formats.md#tagscode-slot
+           if cqueue.min_offset <= m.queue_offset < cqueue.max_offset else None)
     next_offset = delay.get(level, 0)
     ev = {"level": level, "queue_offset": m.queue_offset, "delay_offset": next_offset, "due_at_ms": due,
           "real_topic": c.real_topic}

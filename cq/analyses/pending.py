@@ -28,7 +28,7 @@ from .. import format as fmt
 from ..readers.commitlog import Message
 from ..store.releases import check_message_rocksdb
 from ..store.store import Store
-from .find import message_at, parse_offset_msg_id, topic_records
+from .find import message_at, parse_offset_msg_id, topic_records, unit_tags_code
 from .paths import _delay_offsets, _lookup, _resolved_halves
 from .pop import read_revive_log
 
@@ -83,8 +83,9 @@ def _int(text: str | None) -> int | None:
 def scheduled_rows(store: Store) -> list[dict]:
     delay = _delay_offsets(store)
     rows = []
-    for q, m, due in topic_records(store, fmt.SCHEDULE_TOPIC):
+    for q, m, slot in topic_records(store, fmt.SCHEDULE_TOPIC):
         level = q + 1
+        due = unit_tags_code(store, fmt.SCHEDULE_TOPIC, q, slot)    # docs/formats.md#tagscode-slot
         p = m.properties
         rows.append({
             "kind": KIND_DELAY, "delay_level": level, "queue_offset": m.queue_offset,

@@ -141,8 +141,8 @@ def resolve_subscription(store: Store, topic: str, group: str, *, sql: str | Non
     check_lite(store, topic, group, "the group's view of the topic")
     if sql is not None or tags is not None:
         flt = store.make_filter(topic, group, sql=sql, tags=tags, bloom_filter=bloom_filter)
-        if sql is not None:
-            sub = Subscription(EXPRESSION_TYPE_SQL92, sql, "given")
+        if sql is not None:   # the group's registration when sql is its expression (Store.make_filter)
+            sub = Subscription(EXPRESSION_TYPE_SQL92, sql, "given", store.registration_of(topic, group, sql))
         else:
             sub = Subscription(EXPRESSION_TYPE_TAG, tags, "given")
     else:

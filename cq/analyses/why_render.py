@@ -9,6 +9,7 @@ from __future__ import annotations
 import binascii
 
 from ..filter.layers import retry_group
+from ..readers.config import CONSUMER_FILTER_FILE
 from ..tags import EXPRESSION_TYPE_SQL92
 from .why_codes import (
     DROP,
@@ -64,8 +65,11 @@ def source_text(sub) -> str:
     if r is None:
         return "given, not looked up in config/consumerFilter.json"
     dead = f", dead since {r.dead_time}" if r.is_dead else ""
-    bloom = "" if r.bloom_matches else ", bloom data does NOT match the broker's filter"
-    return f"registered in {sub.source}: bornTime {r.born_time}{dead}{bloom}"
+    bloom = ("" if r.bloom_matches else ", no bloom data (layer 1 passes every unit)" if r.bloom_data is None
+             else ", bloom data does NOT match the broker's filter")
+    where = (f"given, the expression registered in config/{CONSUMER_FILTER_FILE}" if sub.source == "given"
+             else f"registered in {sub.source}")   # docs/filtering.md#born-time
+    return f"{where}: bornTime {r.born_time}{dead}{bloom}"
 
 
 def retry_filter_text(sub, group: str | None) -> str:

@@ -24,11 +24,12 @@ from typing import Any
 import bloom
 import selector
 
+from ..errors import UnknownGroupError
 from ..readers.config import ConfigWarning, RegisteredFilter
 from ..tags import EXPRESSION_TYPE_SQL92
 from .layers import Layers, RetrySqlFilter, SqlFilter, TagFilter
 
-__all__ = ["DEFAULT_BLOOM", "NO_BLOOM", "FilterRegistry", "broker_bloom", "group_filter", "registration_filter",
+__all__ = ["DEFAULT_BLOOM", "NO_BLOOM", "FilterRegistry", "broker_bloom", "group_filter", "registered_as", "registration_filter",
            "retry_filter", "subscription_filter"]
 
 #: ``bloom_filter=`` value naming the broker's default Bloom filter (``bloom.BloomFilter()``: f=20, n=32).
@@ -104,17 +105,38 @@ def registration_filter(registration: RegisteredFilter, bloom_filter: Any = DEFA
 
 
 def group_filter(topic: str, group: str, registered: Callable[[Any], RegisteredFilter], *, sql: str | None = None,
-                 tags: str | None = None, bloom_filter: Any = DEFAULT_BLOOM, born_time: int = 0, bloom_data=None):
+                 tags: str | None = None, bloom_filter: Any = DEFAULT_BLOOM, born_time: int | None = None,
+                 bloom_data=None):
     """The filter :meth:`cq.Store.consume` uses: :func:`subscription_filter` for ``sql`` or ``tags``;
     neither: the group's registration (``registered(bloom_filter)``, which raises
-    :class:`cq.UnknownGroupError` when there is none) through :func:`registration_filter`."""
+    :class:`cq.UnknownGroupError` when there is none) through :func:`registration_filter`.
+
+    A ``sql`` that is the group's registered expression, with neither ``born_time`` nor ``bloom_data``
+    given, is that registration's filter too (:func:`registered_as`: its bornTime and bloom data, the
+    group's own answer); another ``sql`` has bornTime ``born_time`` (default 0: every bitmap
+    trusted; docs/filtering.md#born-time)."""
     if sql is not None and tags is not None:
         raise ValueError("give sql or tags, not both")
     bf = broker_bloom(bloom_filter)
     if sql is None and tags is None:
         return registration_filter(registered(bf), bf)
-    return subscription_filter(topic, group, sql=sql, tags=tags, bloom_filter=bf, born_time=born_time,
+    if sql is not None and born_time is None and bloom_data is None:
+        reg = registered_as(registered, sql, bf)
+        if reg is not None:
+            return registration_filter(reg, bf)
+    return subscription_filter(topic, group, sql=sql, tags=tags, bloom_filter=bf, born_time=born_time or 0,
                                bloom_data=bloom_data)
+
+
+def registered_as(registered: Callable[[Any], RegisteredFilter], sql: str,
+                  bloom_filter: Any = DEFAULT_BLOOM) -> RegisteredFilter | None:
+    """The group's registration (``registered(bloom_filter)``) when ``sql`` is the SQL92 expression it
+    registered (the same text), else None (no registration, or another expression)."""
+    try:
+        reg = registered(bloom_filter)
+    except UnknownGroupError:
+        return None
+    return reg if reg.expression_type == EXPRESSION_TYPE_SQL92 and reg.expression == sql else None
 
 
 class FilterRegistry(Mapping):

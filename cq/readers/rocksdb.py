@@ -208,7 +208,8 @@ class RocksDBQueueTable:
                 highs[topic, queue_id] = queue_offset + 1
             elif kind == fmt.ROCKSDB_CQ_MIN and commit_log_offset >= 0:  # -1: no unit yet
                 lows[topic, queue_id] = queue_offset
-        return {key: (min(lows.get(key, high), high), high) for key, high in highs.items()}
+        # no min record: the queue starts at unit 0 (docs/formats.md#rocksdb-no-min)
+        return {key: (min(lows.get(key, 0), high), high) for key, high in highs.items()}
 
     def close(self) -> None:
         self._opened.close()

@@ -129,18 +129,20 @@ class ConsumeRoom:
     """The :class:`cq.Store` methods that decide and deliver what a group receives."""
 
     def make_filter(self, topic: str, group: str, *, sql: str | None = None, tags: str | None = None,
-                    bloom_filter=DEFAULT_BLOOM, born_time: int = 0, bloom_data=None):
+                    bloom_filter=DEFAULT_BLOOM, born_time: int | None = None, bloom_data=None):
         """The filter :meth:`consume` uses: a :class:`SqlFilter` for ``sql``, a :class:`TagFilter` for
         ``tags``; neither: the group's registration in ``config/consumerFilter.json``
         (:meth:`registered_filter`: its expression, bornTime and bloom data, as the broker pulls
-        with them), :class:`cq.UnknownGroupError` when there is none
+        with them), :class:`cq.UnknownGroupError` when there is none. A ``sql`` that is the group's
+        registered expression, with no ``born_time`` or ``bloom_data`` given, is that registration's
+        filter too (:meth:`registration_of`); another ``sql`` has bornTime ``born_time`` (default 0)
         (:func:`cq.filter.subscription.group_filter`)."""
         return group_filter(topic, group, lambda bf: self.registered_filter(topic, group, bloom_filter=bf), sql=sql,
                             tags=tags, bloom_filter=bloom_filter, born_time=born_time, bloom_data=bloom_data)
 
     def consume(self, topic: str, group: str, *, sql: str | None = None, tags: str | None = None,
                 queue_ids: Iterable[int] | None = None, filter=None, bloom_filter=DEFAULT_BLOOM,
-                born_time: int = 0, verify_crc: bool | str = False,
+                born_time: int | None = None, verify_crc: bool | str = False,
                 progress: Callable[[int, int], None] | None = None,
                 ranges: Mapping[int, tuple[int, int | None]] | None = None,
                 message_filter=None, on_filter_error: str = "fail", cut: StoreCut | None = None) -> ConsumeResult:
@@ -164,8 +166,9 @@ class ConsumeRoom:
             other callable), the same as ``message_filter=``.
         bloom_filter : bloom.BloomFilter, "default" or None
             For sql: the broker's Bloom filter; None = no bloom data (layer 1 passes all).
-        born_time : int
-            For sql: the filter's bornTime (ms).
+        born_time : int, optional
+            For sql: the filter's bornTime (ms). Default: the group's registered bornTime when
+            ``sql`` is the expression it registered (the group's own answer), else 0.
         verify_crc : bool or {"body", "property"}
             Check the CRC of each delivered message (see :func:`cq.readers.commitlog.decode_message`).
         progress : callable(units_done, units_total), optional

@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 
 from ..errors import UnknownGroupError, UnsupportedLayoutError
+from ..filter.subscription import registered_as
 from ..readers import config as cfg
 from ..readers.indexfile import IndexFiles
 from ..readers.rocksdb import metadata_table, pull_offset_table
@@ -65,6 +66,12 @@ class MetadataRoom:
                 return f
         raise UnknownGroupError(group, topic, [f.group for f in filters],
                                 self.config_path(cfg.CONSUMER_FILTER_FILE))
+
+    def registration_of(self, topic: str, group: str, sql: str) -> cfg.RegisteredFilter | None:
+        """``group``'s registration for ``topic`` when ``sql`` is the SQL92 expression it registered
+        (the same text), else None: a filter given that expression is the group's own, bornTime and
+        all (docs/filtering.md#born-time)."""
+        return registered_as(lambda _bf: self.registered_filter(topic, group), sql)
 
     def committed_offsets(self, group: str, topic: str) -> dict[int, int]:
         """``config/consumerOffset.json``: queue id -> the next offset ``group`` will consume in ``topic``.

@@ -70,9 +70,11 @@ RELEASE_ENV = "RMQFILTER_ROCKETMQ"
 
 
 def release(name: str) -> str:
-    """The RocketMQ release scenario ``name`` runs on: ``$RMQFILTER_ROCKETMQ`` if set, else its
-    :data:`SCENARIO_RELEASES` entry (the harness's default release for a scenario not in it)."""
-    return harness.rocketmq_version(os.environ.get(RELEASE_ENV) or SCENARIO_RELEASES.get(name))
+    """The RocketMQ release scenario ``name`` runs on: ``$RMQFILTER_ROCKETMQ`` if set, else the release
+    a ``random-N@V`` name gives, else its :data:`SCENARIO_RELEASES` entry (the harness's default
+    release for a scenario not in it)."""
+    pinned = name.partition("@")[2] or SCENARIO_RELEASES.get(name)    # random-N@V: seed N on release V
+    return harness.rocketmq_version(os.environ.get(RELEASE_ENV) or pinned)
 
 
 @dataclass
@@ -139,6 +141,14 @@ def _stale_runs(name: str) -> list[Path]:
     return stale
 
 
+def runnable(name: str) -> tuple[str, dict]:
+    """A cached run's scenario and arguments: ``random-N`` (or ``random-N@V``, on release V) is
+    scenario ``random`` with seed N (tests/broker/test_broker_random.py), any other name the
+    scenario itself."""
+    base, _, seed = name.partition("@")[0].partition("-")
+    return (base, {"seed": int(seed)}) if base == "random" and seed.isdigit() else (name, {})
+
+
 # How many scenarios run at once, across both of ``make test``'s sessions: each is a NameServer,
 # one or more brokers and a client JVM, and on CI's two cores seven at once beside the tests left
 # brokers too slow to answer their clients in time.
@@ -201,12 +211,13 @@ def _run_into_cache(name: str) -> None:
             for old in _stale_runs(name):
                 shutil.rmtree(old, ignore_errors=True)
             with _slot(name):
+                scenario_name, args = runnable(name)
                 try:
-                    harness.run(name, partial, rocketmq=release(name))
+                    harness.run(scenario_name, partial, rocketmq=release(name), **args)
                 except harness.HarnessError as first:
                     print(f"broker harness, scenario {name}: {first}; running it again", file=sys.stderr)
                     try:
-                        harness.run(name, partial, rocketmq=release(name))
+                        harness.run(scenario_name, partial, rocketmq=release(name), **args)
                     except harness.HarnessError as second:
                         raise harness.HarnessError(f"{second} (and on the first attempt: {first})") from second
             partial.rename(out)

@@ -58,7 +58,7 @@ JVM_HEAP = ["-Xms64m", "-Xmx384m", "-XX:MaxDirectMemorySize=256m", "-XX:+UseSeri
 CLIENT_JVM_HEAP = ["-Xms64m", "-Xmx1g", "-XX:MaxDirectMemorySize=768m", "-XX:+UseSerialGC"]
 QUICK_START = ["-XX:TieredStopAtLevel=1"]  # C1 only: starts faster; not for the throughput scenario
 SCENARIOS = ("filters", "crash", "live", "housekeeping", "throughput", "modes", "cluster", "lifecycle", "rocksdb",
-             "batch", "newstore")
+             "batch", "newstore", "random")
 
 
 class HarnessError(RuntimeError):
@@ -1218,6 +1218,302 @@ def scenario_newstore(h: Harness) -> None:
                            "lite_child": NEWSTORE_LITE_CHILD}
 
 
+# -- random: a generated configuration and workload (docs/testing.md#random) ----------------------
+
+RANDOM_TOPIC = "RandTopic"
+RANDOM_QUEUES = 3
+#: The space ``random`` draws from, one axis a line: name -> its values. docs/testing.md#random holds
+#: the same table. A value that does not apply to a drawn configuration (``applies``) is not drawn:
+#: ``generated`` leaves the axis out rather than record a setting the run ignores.
+RANDOM_CONFIG_AXES: dict[str, tuple] = {
+    "commitlog": ("classic", "dledger"),                  # enableDLegerCommitLog, a one-node group per broker
+    "store_type": ("files", "rocksdb"),                   # storeType default / defaultRocksDB
+    "consume_queue_ext": (False, True),                   # enableConsumeQueueExt (files only: RocksDB keeps none)
+    "calc_filter_bitmap": (False, True),                  # enableCalcFilterBitMap
+    "property_filter": (False, True),                     # enablePropertyFilter (SQL92 groups need it)
+    "commitlog_file_kib": (64, 1024),                     # mappedFileSizeCommitLog
+    "cq_file_units": (40, 400),                           # mappedFileSizeConsumeQueue / 20
+    "ext_file_kib": (16, 64),                             # mappedFileSizeConsumeQueueExt (with ext)
+    "index_file": ("small", "default"),                   # maxIndexNum/maxHashSlotNum 300/64 or 4000/1000
+    "delay_levels": ("1s 2s 1s 2s 3s 10m 1h 2h",          # messageDelayLevel: levels 1-5 in seconds (the
+                     "2s 1s 2s 1s 2s 5m 30m 1h 3h",       # short delays and the retries), the others far
+                     "1s 1s 3s 2s 1s 90s 20m 6h"),        # (still scheduled when the store is copied)
+    "timer_wheel": (False, True),                         # timerWheelEnable (recallMessageEnable with it)
+    "tx_check_interval_ms": (2000, 6000),                 # transactionCheckInterval (transactionCheckMax 1000)
+    "max_reconsume_times": (1, 2),                        # the failing groups' maxReconsumeTimes
+    "brokers": (1, 2),                                    # one broker, or two of one cluster serving the topic
+}
+RANDOM_WORKLOAD_AXES: dict[str, tuple] = {
+    "messages": (40, 120),                                # plain messages of the first batch
+    "tags": ("plain", "collision", "long_non_ascii"),     # TagA..TagC and none; + Aa/BB; + a 300-char and a non-ASCII tag
+    "tag_groups": ("star_only", "lists"),                 # tag groups: "*" alone, or "*" and || lists
+    "sql_groups": (1, 3),                                 # SQL92 groups over every property type (property_filter only)
+    "keys": ("own", "shared"),                            # one key per message, or a key several carry too
+    "delays": (False, True),                              # delay-level messages: short ones and far ones
+    "timers": ("fire", "recall"),                         # timer messages (timer_wheel only): short and far, far ones recalled
+    "transactions": (False, True),                        # committed, rolled back and unresolved halves
+    "fail_share": (0.0, 0.3),                             # share of plain messages GID_RND_FAIL fails (retries, DLQ)
+    "late_group": (False, True),                          # a group registered after the first batch
+    "disabled_group": (False, True),                      # a group disabled through the admin API
+    "retry_never_committed": (False, True),               # a group that fails, never pulls its retry queues (fail_share > 0)
+    "copy_at": (0.0, 0.5, 1.0),                           # share of the last batch sent before the store is copied
+}
+RANDOM_INDEX_FILE = {"small": (300, 64), "default": (4000, 1000)}
+RANDOM_SHORT_LEVELS = (1, 2)       # the short delay-level messages' levels (seconds in every string)
+RANDOM_FAR_TIMER_MS = 540_000      # far timers: due nine minutes after they are sent (a due bucket's middle)
+RANDOM_FAIL_GROUP = "GID_RND_FAIL"
+RANDOM_NC_GROUP = "GID_RND_NC"
+RANDOM_OFF_GROUP = "GID_RND_OFF"
+RANDOM_LATE_GROUP = "GID_RND_LATE"
+RANDOM_LONG_TAG = "L" * 300
+RANDOM_NON_ASCII_TAG = "标签-ü"
+
+
+def random_applies(axis: str, drawn: dict) -> bool:
+    """Whether ``axis`` applies to what was drawn before it (else it is not drawn)."""
+    if axis == "consume_queue_ext":
+        return drawn["store_type"] == "files"
+    if axis == "ext_file_kib":
+        return drawn.get("consume_queue_ext") is True
+    if axis == "sql_groups":
+        return drawn["property_filter"]
+    if axis == "timers":
+        return drawn["timer_wheel"]
+    if axis == "retry_never_committed":
+        return drawn["fail_share"] > 0
+    return True
+
+
+def random_draw(seed: int) -> dict:
+    """``{"seed", "config", "workload"}`` drawn from the axes; the same seed draws the same run.
+
+    Every axis takes one value from the seed's stream, whether or not it applies, so an axis
+    added or left out changes only its own value, not the others'."""
+    rng = random.Random(seed)
+    drawn: dict = {}
+    out: dict = {"seed": seed, "config": {}, "workload": {}}
+    for part, axes in (("config", RANDOM_CONFIG_AXES), ("workload", RANDOM_WORKLOAD_AXES)):
+        for axis, values in axes.items():
+            value = values[rng.randrange(len(values))]
+            if random_applies(axis, drawn):
+                drawn[axis] = out[part][axis] = value
+    out["message_seed"] = rng.randrange(2**31)
+    return out
+
+
+def random_broker_settings(config: dict, name: str) -> dict:
+    """The broker properties of a drawn configuration."""
+    index_num, slot_num = RANDOM_INDEX_FILE[config["index_file"]]
+    s = {
+        "mappedFileSizeCommitLog": config["commitlog_file_kib"] * 1024,
+        "mappedFileSizeConsumeQueue": 20 * config["cq_file_units"],
+        "maxIndexNum": index_num, "maxHashSlotNum": slot_num,
+        "enablePropertyFilter": str(config["property_filter"]).lower(),
+        "enableCalcFilterBitMap": str(config["calc_filter_bitmap"]).lower(),
+        "enableConsumeQueueExt": str(config.get("consume_queue_ext", False)).lower(),
+        "messageDelayLevel": config["delay_levels"],
+        "timerWheelEnable": str(config["timer_wheel"]).lower(),
+        "transactionCheckInterval": config["tx_check_interval_ms"], "transactionTimeOut": 1000,
+        "transactionCheckMax": 1000,
+        "flushConsumerOffsetInterval": 500, "flushDelayOffsetInterval": 500,
+    }
+    if "ext_file_kib" in config:
+        s["mappedFileSizeConsumeQueueExt"] = config["ext_file_kib"] * 1024
+    if config["store_type"] == "rocksdb":
+        s["storeType"] = "defaultRocksDB"
+    if config["timer_wheel"]:
+        s.update(recallMessageEnable="true", timerFlushIntervalMs=1000, mappedFileSizeTimerLog=4096)
+    if config["commitlog"] == "dledger":
+        s.update(enableDLegerCommitLog="true", dLegerGroup=name, dLegerPeers=f"n0-{LOOPBACK}:{free_port()}",
+                 dLegerSelfId="n0")
+    return s
+
+
+def random_groups(gen: dict) -> dict[str, dict]:
+    """The groups of a drawn workload: name -> {type, expression, role}."""
+    w, c = gen["workload"], gen["config"]
+    groups = {"GID_RND_ALL": {"type": "TAG", "expression": "*", "role": "plain"}}
+    if w["tag_groups"] == "lists":
+        groups["GID_RND_AB"] = {"type": "TAG", "expression": "TagA || TagB", "role": "plain"}
+        if w["tags"] == "collision":
+            groups["GID_RND_AA"] = {"type": "TAG", "expression": "Aa", "role": "plain"}
+        if w["tags"] == "long_non_ascii":
+            groups["GID_RND_WIDE"] = {"type": "TAG", "expression": f"{RANDOM_NON_ASCII_TAG} || {RANDOM_LONG_TAG}",
+                                      "role": "plain"}
+    for g in list(FILTER_SQL_GROUPS)[:w.get("sql_groups", 0)]:
+        groups[g.replace("GID_SQL", "GID_RND_SQL")] = {"type": "SQL92", "expression": FILTER_SQL_GROUPS[g],
+                                                       "role": "plain"}
+    if w["fail_share"] > 0:
+        groups[RANDOM_FAIL_GROUP] = {"type": "TAG", "expression": "*", "role": "fail"}
+    if w.get("retry_never_committed"):
+        groups[RANDOM_NC_GROUP] = {"type": "TAG", "expression": "*", "role": "never_commits_retry"}
+    if w["disabled_group"]:
+        groups[RANDOM_OFF_GROUP] = {"type": "TAG", "expression": "*", "role": "disabled"}
+    if w["late_group"]:
+        late = ({"type": "SQL92", "expression": LATE_SQL_GROUP[1]} if c["property_filter"]
+                else {"type": "TAG", "expression": "TagB || TagC"})
+        groups[RANDOM_LATE_GROUP] = {**late, "role": "late"}
+    return groups
+
+
+def random_messages(rng: random.Random, gen: dict, prefix: str, n: int) -> list[dict]:
+    """Plain messages of the drawn tags, keys and properties (every type the grammar reads, some
+    malformed, as in ``filters``); a ``fail_share`` of them carry ``fail=true``."""
+    w = gen["workload"]
+    tags = ["TagA", "TagB", "TagC", None]
+    if w["tags"] == "collision":
+        tags += ["Aa", "BB"]
+    elif w["tags"] == "long_non_ascii":
+        tags += [RANDOM_LONG_TAG, RANDOM_NON_ASCII_TAG]
+    out = []
+    for i, m in enumerate(filter_messages(rng, RANDOM_TOPIC, 0, n)):
+        keys = [f"{prefix}-{i}"] + ([f"shared-{i % 7}"] if w["keys"] == "shared" and i % 3 == 0 else [])
+        props = m["properties"]
+        if rng.random() < w["fail_share"]:
+            props["fail"] = "true"
+        out.append(m | {"tags": rng.choice(tags), "keys": keys, "body": f"{prefix} message {i}"})
+    return out
+
+
+def _first_key(received: dict) -> str | None:
+    """A received line's first key (the client joins a message's keys with spaces)."""
+    return received["keys"].split(" ")[0] if received.get("keys") else None
+
+
+def _random_wait(h: Harness, what: str, done, timeout_s: float) -> None:
+    deadline = time.time() + timeout_s
+    while not done(_life_received(h)):
+        if time.time() > deadline:
+            raise HarnessError(f"random: {what} did not happen in {timeout_s:.0f} s")
+        time.sleep(0.3)
+
+
+def scenario_random(h: Harness, seed: int = 0) -> None:
+    """A configuration and a workload drawn from :data:`RANDOM_CONFIG_AXES` and
+    :data:`RANDOM_WORKLOAD_AXES` by ``seed`` (:func:`random_draw`), run on the real broker.
+
+    Every group consumes while a first batch is sent (plain messages, short delay-level and timer
+    messages, transactions); the late group subscribes after it and a second batch follows. The
+    failing group fails the ``fail=true`` messages until its DLQ; the group that never commits on
+    its retry queue fails them once and stops. The consumers drain and stop; a last batch (plain
+    messages, far delays and timers, some recalled) is sent, ``copy_at`` of it before the stores are
+    copied and the rest after; every group then drains, the retries waiting included.
+    ``broker.json`` gets ``generated`` = the draw (enough to replay it from the seed) and
+    ``random`` = ``{topic, groups, delay_levels_ms, recalls}``.
+    """
+    gen = random_draw(seed)
+    gen["rocketmq"] = h.version
+    c, w = gen["config"], gen["workload"]
+    rng = random.Random(gen["message_seed"])
+    names = ["broker-a", "broker-b"][:c["brokers"]]
+    h.start_namesrv()
+    for name in names:
+        h.add_broker(name, **random_broker_settings(c, name))
+        h.start_broker(name)
+    h.start_client()
+    h.create_topic(RANDOM_TOPIC, RANDOM_QUEUES)
+    groups = random_groups(gen)
+    addrs = [b["addr"] for b in h.brokers.values()]
+    if RANDOM_OFF_GROUP in groups:
+        h.client("disable_group", group=RANDOM_OFF_GROUP, brokers=addrs)
+    max_rc = c["max_reconsume_times"]
+
+    def subscribe(g: str, phase: str) -> None:
+        spec = groups[g]
+        tuning = {}
+        if phase == "live" and spec["role"] == "fail":
+            tuning = {"fail_property": "fail", "max_reconsume_times": max_rc}
+        elif spec["role"] == "fail":
+            tuning = {"max_reconsume_times": max_rc}
+        h.subscribe(g, RANDOM_TOPIC, spec["type"], spec["expression"], phase, **tuning)
+
+    early = [g for g, s in groups.items() if s["role"] not in ("late", "never_commits_retry")]
+    for g in early:
+        subscribe(g, "live")
+    time.sleep(3)                  # the SQL filters registered before the first message
+    plain = random_messages(rng, gen, "plain", w["messages"])
+    h.send(plain)
+    if w["delays"]:
+        h.send([m | {"delay_level": RANDOM_SHORT_LEVELS[i % 2]}
+                for i, m in enumerate(random_messages(rng, gen, "delay", 6))])
+    if "timers" in w:
+        h.send([m | {"timer_delay_ms": 1500 + 400 * i} for i, m in enumerate(random_messages(rng, gen, "timer", 4))])
+    if w["transactions"]:
+        txs = random_messages(rng, gen, "tx", 9)
+        for i, m in enumerate(txs):
+            m["tx"] = ("commit", "rollback", "unknown")[i % 3]
+            m["properties"].pop("fail", None)
+        h.client("tx_send", out=h.sent_path, messages=txs)
+    if RANDOM_LATE_GROUP in groups:
+        subscribe(RANDOM_LATE_GROUP, "live")
+        time.sleep(3)
+        h.send(random_messages(rng, gen, "late", w["messages"] // 2))
+    fails = {m["keys"][0] for m in plain if m["properties"].get("fail")}
+    if RANDOM_FAIL_GROUP in groups:
+        _random_wait(h, "the failed messages' last retry", lambda rs: fails <= {
+            _first_key(r) for r in rs if r["group"] == RANDOM_FAIL_GROUP and r["reconsume_times"] == max_rc}, 120)
+    if RANDOM_NC_GROUP in groups:
+        # a pull consumer reads the topic, sends the fail=true messages back and commits the topic's
+        # queues only: the group never pulls (so never commits on) its retry queues
+        h.groups.append({"group": RANDOM_NC_GROUP, "topic": RANDOM_TOPIC, "type": "TAG", "expression": "*",
+                         "consumer": "push"})
+        h.client("pull_fail", group=RANDOM_NC_GROUP, topic=RANDOM_TOPIC, fail_property="fail", phase="live",
+                 out=h.received_path)
+    time.sleep(3)                  # the short delays and timers delivered, the DLQ written, a check or two
+    consuming = [g for g, s in groups.items() if s["role"] not in ("disabled", "never_commits_retry")]
+    h.drain(consuming)
+    h.unsubscribe([g for g in groups if groups[g]["role"] != "never_commits_retry"])
+    last = random_messages(rng, gen, "last", w["messages"] // 2)
+    far: list[dict] = []
+    levels = c["delay_levels"].split()
+    if w["delays"]:
+        far += [m | {"delay_level": 6 + i % (len(levels) - 5)} for i, m in enumerate(random_messages(rng, gen, "far", 4))]
+    if "timers" in w:
+        far += [m | {"timer_delay_ms": RANDOM_FAR_TIMER_MS + 1000 * i}
+                for i, m in enumerate(random_messages(rng, gen, "far-timer", 4))]
+    before = int(len(last) * w["copy_at"])
+    h.send(last[:before] + far)
+    recalls = []
+    if w.get("timers") == "recall":
+        sent = [r for r in _life_sent(h, "far-timer-")]
+        asked = sent[::2]
+        answers = h.client("recall", topic=RANDOM_TOPIC, handles=[r["recall_handle"] for r in asked])["recalls"]
+        recalls = [{"keys": r["keys"][0], "uniq_key": r["uniq_key"], "deliver_ms": r["deliver_ms"], **a}
+                   for r, a in zip(asked, answers)]
+        if not all(r["ok"] for r in recalls):
+            raise HarnessError(f"random: the broker refused a recall: {recalls}")
+        time.sleep(1.5)            # the timer wheel flushed after the recalls
+    time.sleep(1.5)                # consumerOffset.json and delayOffset.json flushed
+    h.snapshot()
+    h.send(last[before:])          # after the copy: the drain receives them, the copy has none
+    for g in groups:
+        if groups[g]["role"] != "disabled":
+            subscribe(g, "drain")
+    short = max(int(x[:-1]) * {"s": 1, "m": 60, "h": 3600}[x[-1]] for x in levels[:5])
+    time.sleep(short + 3)          # the retries scheduled at the copy came due
+    drained = [g for g, s in groups.items() if s["role"] != "disabled"]
+    h.drain(drained)
+    if RANDOM_NC_GROUP in groups:  # its retries come through its retry topic, which the drain does not wait on
+        _random_wait(h, "the never-committing group's retries", lambda rs: fails <= {
+            _first_key(r) for r in rs if r["group"] == RANDOM_NC_GROUP and r["phase"] == "drain"
+            and r["reconsume_times"] >= 1}, 60)
+    h.unsubscribe([g for g in groups if groups[g]["role"] != "disabled"])
+    for g in h.groups:
+        g["role"] = groups[g["group"]]["role"]
+    h.extra["generated"] = gen
+    h.extra["random"] = {"topic": RANDOM_TOPIC, "fail_group": RANDOM_FAIL_GROUP, "max_reconsume_times": max_rc,
+                         "delay_levels_ms": [delay_ms(x) for x in levels], "far_timer_ms": RANDOM_FAR_TIMER_MS,
+                         "recalls": recalls, "sent_after_copy": len(last) - before}
+    for name in names[1:]:
+        h.stop_broker(name)
+        shutil.rmtree(h.work / name / "store", ignore_errors=True)
+
+
+def delay_ms(level: str) -> int:
+    """One ``messageDelayLevel`` entry (``"90s"``, ``"10m"``, ``"2h"``, ``"1d"``) in milliseconds."""
+    return int(level[:-1]) * {"s": 1000, "m": 60_000, "h": 3_600_000, "d": 86_400_000}[level[-1]]
+
+
 def run(scenario: str, out: Path, rocketmq: str | None = None, **kwargs) -> Path:
     """Builds the harness against release ``rocketmq`` (default :data:`DEFAULT_RELEASE`) if needed
     and runs one scenario on it into ``out`` (emptied first)."""
@@ -1244,7 +1540,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--rocketmq", metavar="VERSION",
                         help=f"the RocketMQ release to run on (default {DEFAULT_RELEASE}; pinned: {', '.join(RELEASES)}); "
                              "with build: build only that one (default: every pinned release)")
+    parser.add_argument("--seed", type=int, help="random: the seed that draws the configuration and workload")
     args = parser.parse_args(argv)
+    if args.scenario == "random" and args.seed is None:
+        parser.error("random needs --seed N")
     if args.scenario != "build" and args.out is None:
         parser.error("--out DIR is required to run a scenario")
     try:
@@ -1252,7 +1551,8 @@ def main(argv: list[str] | None = None) -> int:
             for version in [args.rocketmq] if args.rocketmq else RELEASES:
                 build(version)
             return 0
-        run(args.scenario, args.out, rocketmq=args.rocketmq)
+        kwargs = {"seed": args.seed} if args.scenario == "random" else {}
+        run(args.scenario, args.out, rocketmq=args.rocketmq, **kwargs)
     except HarnessError as e:
         print(f"run.py {args.scenario}: {e}", file=sys.stderr)
         return 1

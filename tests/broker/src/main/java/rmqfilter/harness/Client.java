@@ -202,6 +202,7 @@ public final class Client {
             case "batch_send" -> answer.put("sent", batchSend(cmd));
             case "lmq_pull" -> answer.put("received", lmqPull(cmd));
             case "lmq_progress" -> answer.put("progress", lmqProgress(cmd));
+            case "pull_fail" -> answer.put("received", pullFail(cmd));
             case "tx_send" -> answer.put("sent", txSend(cmd));
             case "tx_checks" -> {
                 JSONObject checks = new JSONObject(true);
@@ -949,6 +950,58 @@ public final class Client {
         }
         c.updateConsumeOffset(mq, offset);
         c.getDefaultMQPullConsumerImpl().getOffsetStore().persist(mq);
+        return n;
+    }
+
+    /**
+     * A pull consumer of {@code group} reads every queue of {@code topic} from its committed offset
+     * (the queue's minimum if none) to its end, sends each message whose user property
+     * {@code fail_property} is "true" back to the broker (sendMessageBack, delay level 0: the
+     * broker's 3 + reconsumeTimes, into the group's %RETRY% topic), commits each queue's end and
+     * shuts down. It never pulls the retry topic, so the group has no committed offset there.
+     * Each message is a received line with {@code consumer} "pull" and {@code result}.
+     */
+    private int pullFail(JSONObject cmd) throws Exception {
+        String group = cmd.getString("group");
+        String failProperty = cmd.getString("fail_property");
+        Writer w = file(cmd.getString("out"));
+        DefaultMQPullConsumer c = pullConsumer(group, cmd.getString("topic"));
+        int n = 0;
+        try {
+            for (MessageQueue mq : c.fetchSubscribeMessageQueues(cmd.getString("topic"))) {
+                long offset = c.fetchConsumeOffset(mq, true);
+                if (offset < 0) {
+                    offset = c.minOffset(mq);
+                }
+                long max = c.maxOffset(mq);
+                while (offset < max) {
+                    PullResult r = c.pull(mq, "*", offset, 32);
+                    if (r.getPullStatus() == PullStatus.FOUND) {
+                        for (MessageExt msg : r.getMsgFoundList()) {
+                            boolean fail = "true".equals(msg.getUserProperty(failProperty));
+                            if (fail) {
+                                c.sendMessageBack(msg, 0, mq.getBrokerName());
+                            }
+                            Map<String, Object> line = receivedLine(group, msg.getTopic(), mq.getQueueId(),
+                                msg.getQueueOffset(), msg, mq.getBrokerName(), cmd.getString("phase"));
+                            line.put("consumer", "pull");
+                            line.put("result", fail ? "failed" : "consumed");
+                            write(w, line);
+                            n++;
+                        }
+                    }
+                    if (r.getNextBeginOffset() <= offset) {
+                        throw new IllegalStateException("pull of " + mq + " at " + offset + " did not move: " + r);
+                    }
+                    offset = r.getNextBeginOffset();
+                }
+                c.updateConsumeOffset(mq, offset);
+                c.getDefaultMQPullConsumerImpl().getOffsetStore().persist(mq);
+            }
+        } finally {
+            pullConsumers.remove(group);
+            c.shutdown();
+        }
         return n;
     }
 

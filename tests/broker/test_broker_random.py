@@ -1,0 +1,352 @@
+"""Generated broker configurations and workloads, held against the real broker (docs/testing.md#random).
+
+``run.py random --seed N`` draws a configuration and a workload from the space declared in
+``run.py`` (``RANDOM_CONFIG_AXES``, ``RANDOM_WORKLOAD_AXES``; the same table is in docs/testing.md)
+and runs it. The checks here are the written scenarios' checks, driven by a run's outputs alone
+(``sent.jsonl``, ``received.jsonl``, ``broker.json``): every broker's copied store is read on its
+own and compared with what its consumers received and what its admin API reported.
+
+``make test`` runs :data:`COVERING_SEEDS` (every value of every axis drawn at least once:
+:func:`uncovered`); ``make matrix SEEDS=...`` runs the same checks on any seeds, one run directory
+at a time (``RMQFILTER_RANDOM_RUN``, set by tests/broker/matrix.py).
+"""
+from __future__ import annotations
+
+import json
+import os
+import re
+from pathlib import Path
+
+import pytest
+from broker_support import assert_same_units, harness, load, scenario
+
+import cq
+import rmqfilter as cli
+from cq.analyses.backlog import DUE_BUCKETS
+from cq.analyses.paths import why_every_copy
+from cq.analyses.pending import pending
+
+pytestmark = pytest.mark.broker
+
+#: Seeds ``make test`` runs: together they draw every value of every axis
+#: (test_the_covering_seeds_cover_every_axis). Pinned seeds that once failed are among them, each with what it found.
+PINNED_SEEDS = {
+    # found: with enableConsumeQueueExt, pending/backlog read SCHEDULE_TOPIC_XXXX's ext address as the due time
+    26: "ext on, delay levels still due: due_at_ms near Long.MIN_VALUE, backlog counted them overdue",
+    # found: %RETRY% queues with no committed offset counted 0, and RocksDB queues without a min record read as empty
+    13: "retry never committed: backlog's retry 0 against 7 drained; RocksDB %DLQ% queue without min: no dead letters",
+}
+COVERING_SEEDS = (*PINNED_SEEDS, 94, 51)
+
+
+def uncovered(draws: list[dict]) -> list[tuple[str, object]]:
+    """The (axis, value) pairs of the declared space that no draw in ``draws`` holds."""
+    seen = {(axis, json.dumps(v)) for d in draws for part in ("config", "workload") for axis, v in d[part].items()}
+    return [(axis, v) for axes in (harness.RANDOM_CONFIG_AXES, harness.RANDOM_WORKLOAD_AXES)
+            for axis, values in axes.items() for v in values if (axis, json.dumps(v)) not in seen]
+
+
+def test_the_covering_seeds_cover_every_axis():
+    assert uncovered([harness.random_draw(s) for s in COVERING_SEEDS]) == []
+
+
+def test_the_docs_table_is_the_codes():
+    """docs/testing.md#random declares the same axes and values as run.py."""
+    text = (Path(__file__).resolve().parents[2] / "docs" / "testing.md").read_text()
+    rows = re.findall(r"^\| (config|workload) \| `(\w+)` \| (.*?) \| ", text, re.MULTILINE)
+    assert {(part, axis): [json.loads(v) for v in re.findall(r"`([^`]*)`", values)] for part, axis, values in rows} == {
+        (part, axis): list(values) for part, axes in (("config", harness.RANDOM_CONFIG_AXES),
+                                                     ("workload", harness.RANDOM_WORKLOAD_AXES))
+        for axis, values in axes.items()}
+
+
+def test_every_delay_string_has_five_short_levels_then_far_ones():
+    """Levels 1-5 carry the short delays and the retries (delivered before the copy); the others
+    are the far delays, still due once the stores are copied (seed 559976 drew a 1 s level 6)."""
+    for levels in harness.RANDOM_CONFIG_AXES["delay_levels"]:
+        ms = [harness.delay_ms(x) for x in levels.split()]
+        assert max(ms[:5]) <= 3000 and min(ms[5:]) >= 90_000, levels
+
+
+def test_a_draw_is_the_seeds_alone():
+    assert harness.random_draw(7) == harness.random_draw(7) != harness.random_draw(8)
+
+
+# -- the run under test ---------------------------------------------------------------------------
+
+def covering_runs() -> list[str]:
+    """The cached runs ``make test`` holds: every covering seed on every pinned release
+    (``random-N`` on the default one, ``random-N@V`` on the others)."""
+    return [f"random-{s}" + ("" if v == harness.DEFAULT_RELEASE else f"@{v}")
+            for v in harness.RELEASES for s in COVERING_SEEDS]
+
+
+def _seeds() -> list:
+    one = os.environ.get("RMQFILTER_RANDOM_RUN")
+    return [Path(one)] if one else covering_runs()
+
+
+@pytest.fixture(scope="module", params=_seeds(), ids=str)
+def run(request):
+    if isinstance(request.param, Path):
+        return load(request.param)
+    return scenario(request.param)
+
+
+class Broker:
+    """One broker of a run: its copied store, and the sends and deliveries that concern it."""
+
+    def __init__(self, run, name: str):
+        self.name = name
+        self.store = cq.Store(str(run.store_path(name)))
+        self.topic = run.broker["random"]["topic"]
+        stats = next(t["queues"] for t in run.broker["topics"] if t["topic"] == self.topic)
+        #: queue id -> the admin API's max offset at the copy: units at or past it are not in the copy
+        self.copy_max = {q["queue_id"]: q["max_offset"] for q in stats if q.get("broker", name) == name}
+        self.queues = [q for q in stats if q.get("broker", name) == name]
+        self.sent = [s for s in run.sent if s.get("broker") == name and s["topic"] == self.topic]
+        self.received = [r for r in run.received if r["broker"] == name]
+
+
+@pytest.fixture(scope="module")
+def brokers(run):
+    out = [Broker(run, b["name"]) for b in run.broker["brokers"]]
+    yield out
+    for b in out:
+        b.store.close()
+
+
+def groups(run, *roles) -> list[dict]:
+    return [g for g in run.broker["groups"] if not roles or g["role"] in roles]
+
+
+def subscription(g: dict) -> dict:
+    return {} if g["type"] == "SQL92" else {"tags": g["expression"]}
+
+
+def in_copy(run, s: dict) -> bool:
+    """Whether a send is in the copied stores (sent before the snapshot began)."""
+    return s["outcome"] == "sent" and s["sent_ms"] < run.broker["snapshot_ms"]
+
+
+def due_after_copy(run, due_ms: int) -> bool:
+    """Whether a message due at ``due_ms`` still waited in the copy (the broker delivers until its
+    store shuts down, between ``snapshot_ms`` and ``copied_ms``: a due time there is undecided)."""
+    start, end = run.broker["snapshot_ms"], run.broker["copied_ms"]
+    assert not start - 1000 <= due_ms <= end + 1000, (due_ms, start, end)
+    return due_ms > end
+
+
+def due_ms(run, s: dict) -> int | None:
+    """When a delayed or timer message was due: the send time plus its level's delay, or the time
+    the producer asked for."""
+    if s.get("delay_level"):
+        return s["sent_ms"] + run.broker["random"]["delay_levels_ms"][s["delay_level"] - 1]
+    return s.get("deliver_ms")
+
+
+def recalled(run) -> set[str]:
+    return {r["uniq_key"] for r in run.broker["random"]["recalls"] if r["ok"]}
+
+
+def committed(run, group: str, broker: str, queue_id: int) -> int:
+    g = next(x for x in run.broker["groups"] if x["group"] == group)
+    return next((p["consumer_offset"] for p in g.get("progress", [])
+                 if p["queue_id"] == queue_id and p["broker"] == broker), 0)
+
+
+def expected_state(run, s: dict, g: dict) -> str:
+    """What happened to ``s`` for group ``g`` on the real broker, from the run's records alone."""
+    rnd = run.broker["random"]
+    if s.get("tx") == "rollback":
+        return "rolled_back"
+    if s.get("tx") == "unknown":
+        return "uncommitted"
+    due = due_ms(run, s)
+    if s.get("delay_level") and due_after_copy(run, due):
+        return "scheduled"
+    if s["uniq_key"] in recalled(run):
+        return "recalled"
+    if s.get("timer_delay_ms") and due_after_copy(run, due):
+        return "scheduled"
+    lines = [r for r in run.received if r["group"] == g["group"] and r["uniq_key"] == s["uniq_key"]]
+    if g["role"] == "disabled":
+        assert not lines      # a disabled group receives nothing
+        return "gated"
+    if not lines:
+        return "filtered"
+    live = [r for r in lines if r["phase"] == "live"]
+    if not live:
+        return "pending"
+    if g["role"] in ("fail", "never_commits_retry") and all(r.get("result") == "failed" for r in live):
+        last = max(r["reconsume_times"] for r in live)
+        return "dead_letter" if g["role"] == "fail" and last == rnd["max_reconsume_times"] else "retrying"
+    first = next((r for r in live if r["topic"] == rnd["topic"] and r["reconsume_times"] == 0), None)
+    if first is not None and committed(run, g["group"], first["broker"], first["queue_id"]) <= first["queue_offset"]:
+        # received, but the consumer's last commit had not reached the broker when it stopped
+        assert any(r["phase"] == "drain" for r in lines), (g["group"], s["keys"])
+        return "pending"
+    return "consumed"
+
+
+# -- the checks -----------------------------------------------------------------------------------
+
+def test_the_run_is_its_draw(run):
+    """broker.json's generated is the seed's draw, and the brokers ran its configuration."""
+    gen = run.broker["generated"]
+    assert {k: gen[k] for k in ("seed", "config", "workload", "message_seed")} == harness.random_draw(gen["seed"])
+    assert len(run.broker["brokers"]) == gen["config"]["brokers"]
+    for b in run.broker["brokers"]:
+        assert b["config"]["messageDelayLevel"] == gen["config"]["delay_levels"]
+
+
+def test_consume_is_what_the_consumers_received(run, brokers):
+    """Store.consume of every group (SQL92 groups by their registration alone) gives, unit for unit,
+    what its consumers first received from each broker's topic queues, up to the copy's end."""
+    for b in brokers:
+        for g in groups(run, "plain", "late", "fail", "never_commits_retry"):
+            want = {}
+            for r in b.received:
+                key = (r["queue_id"], r["queue_offset"])
+                if r["group"] == g["group"] and r["topic"] == b.topic and r["reconsume_times"] == 0 \
+                    and r["queue_offset"] < b.copy_max[r["queue_id"]]:
+                    want.setdefault(key, (r["uniq_key"], r["msg_id"]))
+            result = b.store.consume(b.topic, g["group"], **subscription(g))
+            got = {(m.queue_id, m.queue_offset): (m.properties.get("UNIQ_KEY"), m.msg_id) for m in result}
+            assert_same_units(got, want, f"{b.name}: Store.consume({g['group']})")
+            assert result.stats.commit_log_missing == 0
+
+
+def test_consume_with_the_registered_expression_given_is_the_groups(run, brokers):
+    """``--sql`` with the expression a SQL92 group registered answers as the group (its bornTime)."""
+    for b in brokers:
+        for g in groups(run):
+            if g["type"] == "SQL92" and g["role"] != "disabled":
+                given = b.store.consume(b.topic, g["group"], sql=g["expression"])
+                registered = b.store.consume(b.topic, g["group"])
+                assert [(m.queue_id, m.queue_offset) for m in given] == [
+                    (m.queue_id, m.queue_offset) for m in registered], (b.name, g["group"])
+
+
+def test_backlog_is_what_the_drain_received(run, brokers):
+    """Per queue: the admin API's committed and max offsets, and will_receive the units of the copy
+    the drain received from that queue; the retry topic and the scheduled copies due to it are the
+    retries the drain received; the scheduled copies due to the topic (tag groups: by their tags)
+    and their due buckets are the sends still due, from their send times."""
+    snap = run.broker["snapshot_ms"]
+    for b in brokers:
+        for g in groups(run, "plain", "late", "fail", "never_commits_retry"):
+            group = g["group"]
+            bl = cq.backlog(b.store, b.topic, group, later=True, now_ms=snap, **subscription(g))
+            progress = {p["queue_id"]: p for p in g["progress"] if p["broker"] == b.name}
+            assert sorted(q.queue_id for q in bl.queues) == sorted(progress)
+            drain = [r for r in b.received if r["group"] == group and r["phase"] == "drain"]
+            for q in bl.queues:
+                p = progress[q.queue_id]
+                assert (q.committed_offset, q.max_offset) == (p["consumer_offset"], p["broker_offset"]), (b.name, group, q)
+                got = {r["queue_offset"] for r in drain if r["topic"] == b.topic and r["queue_id"] == q.queue_id
+                       and r["reconsume_times"] == 0 and q.committed_offset <= r["queue_offset"] < q.max_offset}
+                assert q.will_receive == len(got), (b.name, group, q)
+            retries = {r["uniq_key"] for r in drain if r["reconsume_times"] >= 1}
+            in_retry = bl.retry.will_receive if bl.retry is not None else 0
+            assert in_retry + bl.scheduled["to_retry"] == len(retries), (b.name, group, "retry", bl.to_dict())
+            assert sum(bl.scheduled["buckets"].values()) == bl.scheduled["will_receive"]
+            if g["type"] == "TAG" and bl.scheduled["to_retry"] == 0:
+                tags = {t.strip() for t in g["expression"].split("||")}
+                due = [due_ms(run, s) for s in b.sent if in_copy(run, s) and (s.get("delay_level") or s.get("timer_delay_ms"))
+                       and expected_state(run, s, g) == "scheduled" and ("*" in tags or s["tags"] in tags)]
+                assert bl.scheduled["to_topic"] == len(due), (b.name, group)
+                want = dict.fromkeys(bl.scheduled["buckets"], 0)
+                for d in due:
+                    want[next(lb for lb, limit in DUE_BUCKETS if limit is None or d - snap <= limit)] += 1
+                assert bl.scheduled["buckets"] == want, (b.name, group, "due buckets")
+
+
+def test_backlog_cli_text_and_json_are_the_same_figures(run, brokers, capsys):
+    for b in brokers[:1]:
+        for g in groups(run, "plain", "fail", "never_commits_retry")[:3]:
+            base = ["backlog", str(run.store_path(b.name)), "--topic", b.topic, "--group", g["group"],
+                    *(["--tags", g["expression"]] if g["type"] == "TAG" else [])]
+            capsys.readouterr()
+            assert cli.main([*base, "--json"]) == 0
+            doc = json.loads(capsys.readouterr().out)
+            want = cq.backlog(b.store, b.topic, g["group"], later=True, **subscription(g)).to_dict()
+            for key in ("queues", "total", "retry"):
+                assert doc[key] == want[key], key
+            assert doc["scheduled"]["will_receive"] == want["scheduled"]["will_receive"]
+            assert cli.main(base) == 0
+            text = capsys.readouterr().out
+            retry = want["retry"]
+            if retry is not None:
+                assert f"retry:     {retry['total']['will_receive']:,} message(s) wait in {retry['topic']}" in text
+
+
+def test_why_state_is_what_the_broker_did(run, brokers):
+    wrong = []
+    for b in brokers:
+        for s in b.sent:
+            if not in_copy(run, s):
+                continue
+            for g in groups(run):
+                paths = why_every_copy(b.store, b.topic, g["group"], msg_id=s["uniq_key"], **subscription(g))
+                want = expected_state(run, s, g)
+                if [p.state for p in paths] != [want]:
+                    wrong.append((b.name, g["group"], s["keys"][0], [p.state for p in paths], want))
+    assert not wrong, wrong[:20]
+
+
+def test_pending_rows_and_due_times_are_the_sends(run, brokers):
+    """Scheduled rows are the sends still due at the copy, each due at its send time plus its delay
+    (the time the producer asked for, for a timer); transactions by the producer's decision; the
+    failing group's dead letters."""
+    fail = next((g for g in groups(run, "fail")), None)
+    decided = {"commit": "committed", "rollback": "rolled_back", "unknown": "unresolved"}
+    for b in brokers:
+        sent = {s["uniq_key"]: s for s in b.sent}
+        rows = [r for r in pending(b.store, "scheduled") if r["real_topic"] == b.topic]
+        for kind, field in (("delay_level", "delay_level"), ("timer", "timer_delay_ms")):
+            still = {r["uniq_key"] for r in rows if r["status"] == "scheduled" and r["kind"] == kind}
+            assert still == {s["uniq_key"] for s in b.sent if s.get(field) and in_copy(run, s)
+                             and s["uniq_key"] not in recalled(run) and due_after_copy(run, due_ms(run, s))}, (b.name, kind)
+        for r in rows:
+            assert abs(r["due_at_ms"] - due_ms(run, sent[r["uniq_key"]])) < 1000, (b.name, r)
+        for r in pending(b.store, "scheduled"):   # retries' copies too: due at store time + their level's delay
+            if r["kind"] == "delay_level":
+                level_ms = run.broker["random"]["delay_levels_ms"][r["delay_level"] - 1]
+                assert r["due_at_ms"] == r["store_timestamp"] + level_ms, (b.name, r)
+        assert {r["uniq_key"] for r in rows if r["status"] == "recalled"} == {
+            u for u in recalled(run) if u in sent}
+        txs = {r["uniq_key"]: r["status"] for r in pending(b.store, "transactions")}
+        assert txs == {s["uniq_key"]: decided[s["tx"]] for s in b.sent if "tx" in s}, b.name
+        dead = {(r["group"], r["uniq_key"]) for r in pending(b.store, "dead_letters")}
+        assert dead == ({(fail["group"], s["uniq_key"]) for s in b.sent if in_copy(run, s)
+                         and expected_state(run, s, fail) == "dead_letter"} if fail else set()), b.name
+
+
+def test_inspect_offsets_are_the_admin_apis(run, brokers, capsys):
+    for b in brokers:
+        capsys.readouterr()
+        assert cli.main(["inspect", str(run.store_path(b.name)), "--json"]) == 0
+        topics = json.loads(capsys.readouterr().out)["topics"]
+        for q in b.queues:
+            mine = topics[b.topic][str(q["queue_id"])]
+            assert (mine["min_offset"], mine["max_offset"]) == (q["min_offset"], q["max_offset"]), (b.name, q)
+
+
+@pytest.mark.spark
+def test_data_source_is_what_the_consumers_received(spark, run, brokers):
+    """The data source with each group's subscription gives the units it first received (first broker)."""
+    b = brokers[0]
+    for g in groups(run, "plain", "late"):
+        reader = spark.read.format("rocketmq").option("topic", b.topic).option("group", g["group"])
+        if g["type"] == "TAG":
+            reader = reader.option("tags", g["expression"])
+        rows = reader.load(str(run.store_path(b.name))).selectExpr(
+            "queue_id", "queue_offset", "properties['UNIQ_KEY'] AS uniq").collect()
+        got = {(r.queue_id, r.queue_offset): r.uniq for r in rows}
+        want = {}
+        for r in b.received:
+            if r["group"] == g["group"] and r["topic"] == b.topic and r["reconsume_times"] == 0 \
+                    and r["queue_offset"] < b.copy_max[r["queue_id"]]:
+                want.setdefault((r["queue_id"], r["queue_offset"]), r["uniq_key"])
+        assert_same_units(got, want, f"data source, {b.name} group {g['group']}")
