@@ -9,6 +9,7 @@ import sys
 import time
 
 import cq
+from cq.filter.subscription import DEFAULT_BLOOM, NO_BLOOM
 from cq.readers import config as cfg
 from cq.store.topics import registered_groups, topic_store
 from cq.writer.sample import generate_sample_store
@@ -338,7 +339,7 @@ def _run_consume(args: argparse.Namespace) -> int:
                               [(b, q) for b in store.brokers_of(args.topic) for q in args.queue_ids]}
                 result = store.consume(
                     args.topic, group, sql=args.sql, tags=args.tags, **queues,
-                    bloom_filter=None if args.no_bloom else "default", born_time=args.born_time,
+                    bloom_filter=NO_BLOOM if args.no_bloom else DEFAULT_BLOOM, born_time=args.born_time,
                     verify_crc=args.verify_crc, progress=progress, message_filter=message_filter,
                 )
                 for delivered, m in enumerate(result, 1):

@@ -20,6 +20,7 @@ from typing import Any
 
 from .. import format as fmt
 from ..errors import StoreFormatError
+from ..filter.subscription import DEFAULT_BLOOM
 from ..readers import config as cfg
 from ..readers.commitlog import Message
 from ..store.cluster import Cluster
@@ -574,7 +575,7 @@ def _before_topic(store: Store, topic: str, group: str, uniq: str | None, by_rol
 # ------------------------------------------------------------------ entry point
 def why_every_copy(store: Store | Cluster, topic: str, group: str, *, sql: str | None = None, tags: str | None = None,
                    queue_id: int | None = None, queue_offset: int | None = None, msg_id: str | None = None,
-                   key: str | None = None, bloom_filter="default", filter_support_retry: bool = False,
+                   key: str | None = None, bloom_filter=DEFAULT_BLOOM, filter_support_retry: bool = False,
                    now_ms: int | None = None, broker: str | None = None) -> list[MessagePath]:
     """Every copy of a message and its state for ``group`` (docs/paths.md).
 

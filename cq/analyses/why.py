@@ -653,7 +653,7 @@ def why(store: Store | Cluster, topic: str, group: str, *, sql: str | None = Non
         a ``UNIQ_KEY`` (found through the IndexFiles, else by a scan of the topic).
     key : str, optional
         A key of ``KEYS`` (IndexFiles, else a scan).
-    bloom_filter : bloom.BloomFilter, "default" or None
+    bloom_filter : bloom.BloomFilter, DEFAULT_BLOOM or NO_BLOOM
         The broker's Bloom filter, as for :meth:`cq.Store.consume`.
     filter_support_retry : bool
         The broker's ``filterSupportRetry`` (default off, as on the broker; its config is not

@@ -162,8 +162,9 @@ class ConsumeRoom:
         filter : TagFilter, SqlFilter or callable, optional
             A ready-made broker filter instead of sql/tags; or a custom message filter (any
             other callable), the same as ``message_filter=``.
-        bloom_filter : bloom.BloomFilter, "default" or None
-            For sql: the broker's Bloom filter; None = no bloom data (layer 1 passes all).
+        bloom_filter : bloom.BloomFilter, DEFAULT_BLOOM or NO_BLOOM
+            For sql: the broker's Bloom filter (DEFAULT_BLOOM, ``"default"``: ``bloom.BloomFilter()``);
+            NO_BLOOM (None) = no bloom data (layer 1 passes all).
         born_time : int
             For sql: the filter's bornTime (ms).
         verify_crc : bool or {"body", "property"}
