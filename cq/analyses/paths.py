@@ -266,7 +266,9 @@ def _resolved_halves(store: Store) -> dict[int, Message]:
 
 # ------------------------------------------------------------------ the state
 def _step(name: str, title: str, reason: str, detail: str, evidence: dict | None = None) -> WhyStep:
-    return WhyStep(name, title, INFO, reason, detail, evidence or {})
+    """A step of a message's path, worded here (why_render's ``step_title`` / ``step_detail`` read the words
+    from its ``data``): paths' steps are state the analysis found, not the broker's filter steps."""
+    return WhyStep(name, INFO, reason, evidence or {}, {"title": title, "detail": detail})
 
 
 def _config_source(store: Store, name: str) -> str:
