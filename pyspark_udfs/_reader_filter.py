@@ -1,5 +1,6 @@
 """Executor side of the ``rocketmq`` data source, option ``filter``: the custom message filter on the rows a
-group receives (docs/custom-filters.md), after the broker's path (:mod:`cq.store.decide`) decided them.
+group receives (docs/custom-filters.md), after the broker's path (:mod:`cq.store.decide`) decided them; the
+filter runs as that path's last step (:func:`cq.store.decide.decide_custom`), over the reader's columns.
 Imported by :mod:`pyspark_udfs._reader` only."""
 from __future__ import annotations
 
@@ -8,6 +9,7 @@ import pyarrow as pa
 
 from cq.filter.custom import MessageFilter, filter_record_batch
 from cq.readers.batchcq import expand_batch
+from cq.store.decide import decide_custom
 
 _MESSAGE_FILTERS: dict[tuple[str, str], object] = {}  # per worker: each filter imported once
 
@@ -49,15 +51,13 @@ def apply_message_filter(options, store, topic: str, queue_id: int, columns: dic
     skipped = np.zeros(n, dtype=np.bool_)
     offsets = columns["commit_log_offset"].to_numpy()
     queue_offsets = columns["queue_offset"].to_numpy()
-    batch = filter_record_batch(columns)
-    for start in range(0, len(candidates), FILTER_BATCH_ROWS):
-        rows = candidates[start:start + FILTER_BATCH_ROWS]
-        if mf.batch:
-            k, s = mf.apply_record_batch(batch.take(pa.array(rows)), (topic, queue_id, int(queue_offsets[rows[0]])),
-                                         (topic, queue_id, int(queue_offsets[rows[-1]])))
-        else:
-            k, s = mf.apply(_messages_at(store.commit_log, offsets[rows], queue_offsets[rows], batches))
-        keep[rows], skipped[rows] = k, s
+    batch = filter_record_batch(columns) if mf.batch else None
+    keep[candidates], skipped[candidates] = decide_custom(
+        mf, len(candidates), chunk=FILTER_BATCH_ROWS,
+        messages=lambda run: _messages_at(store.commit_log, offsets[candidates[run]], queue_offsets[candidates[run]],
+                                          batches),
+        batch=lambda run: batch.take(pa.array(candidates[run])),
+        where=lambda i: (topic, queue_id, int(queue_offsets[candidates[i]])))
     if decided:
         return {**columns, "delivered": pa.array(keep), "filter_skipped": pa.array(skipped)}
     mask = pa.array(keep)

@@ -14,7 +14,6 @@ import time
 from collections.abc import Iterable, Sequence
 from typing import Any
 
-import bloom
 import cq
 from cq.analyses.cost import (
     CostGroup,
@@ -29,6 +28,7 @@ from cq.analyses.cost import (
     resolve_reported,
     tally_range,
 )
+from cq.filter.subscription import DEFAULT_BLOOM, broker_bloom
 from cq.store.cluster import each_store
 
 from ._plan import file_ranges, pack_ranges, share_size
@@ -80,7 +80,7 @@ def _spark_pass(spark, store: cq.Store, topic: str, groups, bf, first: StorePass
 def filter_cost_spark(spark, store_path: str | os.PathLike | Sequence[str | os.PathLike], topic: str,
                       groups: Iterable[str | CostGroup] | None = None, *,
                       alternatives: Iterable[tuple[int, int]] | None = None, fp_target: float | None = None,
-                      bloom_filter: Any = None, timing: bool = True,
+                      bloom_filter: Any = DEFAULT_BLOOM, timing: bool = True,
                       partition_units: int = DEFAULT_PARTITION_UNITS) -> CostReport:
     """:func:`cq.analyses.cost.filter_cost` with the pass over the units on Spark (same arguments, same report).
 
@@ -97,7 +97,7 @@ def filter_cost_spark(spark, store_path: str | os.PathLike | Sequence[str | os.P
     t0 = time.perf_counter()
     paths = os.path.abspath(os.fspath(store_path)) if isinstance(store_path, (str, os.PathLike)) else [
         os.path.abspath(os.fspath(p)) for p in store_path]
-    bf = bloom_filter if bloom_filter is not None else bloom.BloomFilter()
+    bf = broker_bloom(bloom_filter, required="the cost report")
     store = cq.open_stores(paths)
     try:
         held = store.brokers_of(topic) if isinstance(store, cq.Cluster) else None

@@ -9,7 +9,9 @@ import sys
 import time
 
 import cq
+from cq.filter.subscription import DEFAULT_BLOOM, NO_BLOOM
 from cq.readers import config as cfg
+from cq.store.describe import describe
 from cq.store.topics import registered_groups, topic_store
 from cq.writer.sample import generate_sample_store
 from selector.errors import SelectorSyntaxError
@@ -134,58 +136,6 @@ def _run_gen_store(args: argparse.Namespace) -> int:
 
 
 # ---------------------------------------------------------------- inspect
-def _inspect(path: str, count_messages: bool) -> dict:
-    store = cq.Store(path)
-    log = store.commit_log
-    info = {
-        "store": store.root,
-        "layout": store.layout.as_dict(),
-        "written_by": cq.written_by(store.root, store.layout).as_dict(),
-        "commit_log": {
-            "files": len(log.files),
-            "file_size": log.file_size,
-            "min_offset": log.min_offset,
-            "max_offset": log.max_offset,
-        },
-        "topics": {},
-    }
-    if count_messages:
-        info["commit_log"]["messages"] = log.count_records()
-    for topic in store.topics():
-        queues = {}
-        for qid in store.queue_ids(topic):
-            with store.queue_readers(topic, qid) as (cqueue, ext):  # one queue's files open at a time
-                queues[str(qid)] = {
-                    "min_offset": cqueue.min_offset,
-                    "max_offset": cqueue.max_offset,
-                    "messages": len(cqueue),
-                    "files": len(cqueue.files),
-                    "file_size": cqueue.file_size,
-                    "ext_bytes": None if ext is None else ext.max_offset - (ext.files[0][0] if ext.files else 0),
-                    "ext_file_size": None if ext is None else ext.file_size,
-                }
-        info["topics"][topic] = queues
-    table = store.offset_table()  # read once (the JSON file, or its RocksDB table)
-    info["registered_groups"] = [
-        {"group": f.group, "topic": f.topic, "expression": f.expression, "expression_type": f.expression_type,
-         "born_time": f.born_time, "dead_time": f.dead_time, "is_dead": f.is_dead,
-         "client_version": f.client_version, "bloom_matches": f.bloom_matches,
-         "committed_offsets": {str(q): o for q, o in cfg.committed_from_table(table, f.group, f.topic).items()}}
-        for f in store.registered_filters()
-    ]
-    info["committed_offsets"] = [
-        {"topic": topic, "group": group, "offsets": {str(q): o for q, o in sorted(queues.items())}}
-        for (topic, group), queues in table.items()
-    ]
-    info["config"] = {name: store.layout.rocksdb_table_of(name) or store.config_file(name).source for name in
-                      (cfg.CONSUMER_FILTER_FILE, cfg.CONSUMER_OFFSET_FILE, cfg.SUBSCRIPTION_GROUP_FILE, cfg.TOPICS_FILE)}
-    lmq = store.config_file(cfg.LMQ_CONSUMER_OFFSET_FILE).source  # where a broker with enableLmq keeps them all
-    if lmq is not None:
-        info["config"][cfg.LMQ_CONSUMER_OFFSET_FILE] = lmq
-    store.close()
-    return info
-
-
 def _run_inspect(args: argparse.Namespace) -> int:
     prog = "rmqfilter inspect"
     if len(args.store) > 1 or any(glob.has_magic(p) for p in args.store):
@@ -197,7 +147,7 @@ def _run_inspect(args: argparse.Namespace) -> int:
                 print(f"Store {layout.root}")
                 print(f"Mode: {layout.describe()}")
                 print(f"Written by: {cq.written_by(layout.root, layout).describe()}")
-            info = _inspect(args.store[0], args.count_messages)
+            info = describe(args.store[0], count_messages=args.count_messages)
     except cq.StoreFormatError as exc:
         return fail(prog, exc)
     if args.json:
@@ -216,7 +166,8 @@ def _inspect_cluster(prog: str, args: argparse.Namespace) -> int:
             cluster = cq.Cluster(args.store)
             try:
                 infos = [{"broker": name, "named_by": cluster.named_by[name],
-                          **_inspect(store.root, args.count_messages)} for name, store in cluster.stores.items()]
+                          **describe(store, count_messages=args.count_messages)}
+                         for name, store in cluster.stores.items()]
             finally:
                 cluster.close()
     except cq.StoreFormatError as exc:
@@ -339,7 +290,7 @@ def _run_consume(args: argparse.Namespace) -> int:
                               [(b, q) for b in store.brokers_of(args.topic) for q in args.queue_ids]}
                 result = store.consume(
                     args.topic, group, sql=args.sql, tags=args.tags, **queues,
-                    bloom_filter=None if args.no_bloom else "default", born_time=args.born_time,
+                    bloom_filter=NO_BLOOM if args.no_bloom else DEFAULT_BLOOM, born_time=args.born_time,
                     verify_crc=args.verify_crc, progress=progress, message_filter=message_filter,
                 )
                 for delivered, m in enumerate(result, 1):

@@ -19,6 +19,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from .. import format as fmt
+from ..filter.subscription import DEFAULT_BLOOM
 from ..store.cluster import Cluster
 from ..store.store import Store
 from ..tags import tags_code
@@ -192,7 +193,7 @@ class Backlog:
 
 
 def backlog(store: Store | Cluster, topic: str, group: str, *, sql: str | None = None, tags: str | None = None,
-            queue_ids=None, bloom_filter="default", later: bool = False, now_ms: int | None = None) -> Backlog:
+            queue_ids=None, bloom_filter=DEFAULT_BLOOM, later: bool = False, now_ms: int | None = None) -> Backlog:
     """Per queue: the group's committed offset, the max offset, the broker's lag and how many
     of those units the group will actually receive (its filter replayed over
     ``[committed, max)``, by :func:`cq.Store.consume`).

@@ -25,14 +25,13 @@ from typing import Any
 
 import numpy as np
 
-import bloom
 import selector
 from selector.quoted import BROKER_EVALUATE_NS
 
 from .. import format as fmt
 from ..errors import UnknownGroupError
 from ..filter.layers import Layers
-from ..filter.subscription import subscription_filter
+from ..filter.subscription import DEFAULT_BLOOM, broker_bloom, subscription_filter
 from ..store.cluster import Cluster, each_store, open_stores
 from ..store.decide import decide_units, records_present
 from ..store.store import CONSUME_BATCH, ConsumeStats, Store, StoreCut
@@ -273,7 +272,7 @@ class CostReport:
 
 # ------------------------------------------------------------------ groups
 def resolve_groups(store: Store, topic: str, groups: Iterable[str | CostGroup] | None = None, *,
-                   bloom_filter: Any = None) -> tuple[list[CostGroup], list[CostGroup]]:
+                   bloom_filter: Any = DEFAULT_BLOOM) -> tuple[list[CostGroup], list[CostGroup]]:
     """``(reported, registered)``: the groups to report on, and the topic's registered SQL92 groups.
 
     Registered groups are those of ``config/consumerFilter.json`` for ``topic`` (dead ones too:
@@ -283,7 +282,7 @@ def resolve_groups(store: Store, topic: str, groups: Iterable[str | CostGroup] |
     (:class:`cq.UnknownGroupError` otherwise). ``groups=None``: every registered group and
     every explicit one.
     """
-    bf = bloom_filter if bloom_filter is not None else bloom.BloomFilter()
+    bf = broker_bloom(bloom_filter, required="the cost report")
     explicit = [g for g in (groups or []) if isinstance(g, CostGroup)]
     names = [g for g in (groups or []) if not isinstance(g, CostGroup)]
     from_file = [
@@ -325,13 +324,13 @@ def _make_filter(g: CostGroup, topic: str, bf: Any):
 
 # ------------------------------------------------------------------ one pass
 def tally_range(store: Store, topic: str, reported: Sequence[CostGroup], registered: Sequence[CostGroup], *,
-                queue_id: int, start: int | None = None, end: int | None = None, bloom_filter: Any = None) -> Tally:
+                queue_id: int, start: int | None = None, end: int | None = None, bloom_filter: Any = DEFAULT_BLOOM) -> Tally:
     """Count queue offsets ``[start, end)`` of one queue for every group (the unit of work of a pass).
 
     Layer 1 runs through :class:`cq.filter.layers.Layers` with the store's ext bitmaps; each distinct selector
     is evaluated once per batch on every message present in the CommitLog.
     """
-    bf = bloom_filter if bloom_filter is not None else bloom.BloomFilter()
+    bf = broker_bloom(bloom_filter, required="the cost report")
     all_groups = list(reported) + [g for g in registered if g.group not in {r.group for r in reported}]
     names = [g.group for g in all_groups]
     reg_names = [g.group for g in registered]
@@ -500,7 +499,7 @@ def _store_pass(store: Store, topic: str, groups, bf, first: StorePass | None, t
 def filter_cost(store: Store | Cluster | str | os.PathLike | Sequence[str | os.PathLike], topic: str,
                 groups: Iterable[str | CostGroup] | None = None, *,
                 alternatives: Iterable[tuple[int, int]] | None = None, fp_target: float | None = None,
-                bloom_filter: Any = None, timing: bool = True, raise_without_ext: bool = False) -> CostReport:
+                bloom_filter: Any = DEFAULT_BLOOM, timing: bool = True, raise_without_ext: bool = False) -> CostReport:
     """The filtering-cost report of ``topic``: per group, per layer, with and without the bitmap.
 
     Parameters
@@ -519,8 +518,8 @@ def filter_cost(store: Store | Cluster | str | os.PathLike | Sequence[str | os.P
     fp_target : float, optional
         A false-positive rate (0..1): the report names the smallest bitmap among the replayed
         ``f``/``n`` whose rate stays under it.
-    bloom_filter : bloom.BloomFilter, optional
-        The broker's filter (default ``BloomFilter(20, 32)``: k=3, m=112).
+    bloom_filter : bloom.BloomFilter or DEFAULT_BLOOM
+        The broker's filter (DEFAULT_BLOOM: ``BloomFilter(20, 32)``, k=3, m=112); NO_BLOOM is a ValueError.
     timing : bool
         Measure each selector's CPU per evaluation (False: leave those fields None); over
         several stores, on the first broker's messages.
@@ -542,7 +541,7 @@ def filter_cost(store: Store | Cluster | str | os.PathLike | Sequence[str | os.P
     own = not isinstance(store, (Store, Cluster))
     store = open_stores(store) if own else store
     try:
-        bf = bloom_filter if bloom_filter is not None else bloom.BloomFilter()
+        bf = broker_bloom(bloom_filter, required="the cost report")
         held = store.brokers_of(topic) if isinstance(store, Cluster) else None
         passes = {}
         for broker, s in each_store(store):
@@ -561,7 +560,7 @@ def filter_cost(store: Store | Cluster | str | os.PathLike | Sequence[str | os.P
     return report
 
 
-def finish_cluster_report(root: str, topic: str, passes: dict[str | None, StorePass], *, bloom_filter: Any = None,
+def finish_cluster_report(root: str, topic: str, passes: dict[str | None, StorePass], *, bloom_filter: Any = DEFAULT_BLOOM,
                           alternatives: Iterable[tuple[int, int]] | None = None,
                           fp_target: float | None = None) -> CostReport:
     """The report of one store's pass (``passes`` ``{None: pass}``), or of each broker's of a cluster
@@ -638,7 +637,7 @@ def _ms(count: int | None, ns: float | None) -> float | None:
 
 
 def finish_report(root: str, topic: str, reported: Sequence[CostGroup], registered: Sequence[CostGroup],
-                  tally: Tally, *, bloom_filter: Any = None, alternatives: Iterable[tuple[int, int]] | None = None,
+                  tally: Tally, *, bloom_filter: Any = DEFAULT_BLOOM, alternatives: Iterable[tuple[int, int]] | None = None,
                   fp_target: float | None = None, ns_per_evaluation: dict[str, float] | None = None,
                   timed_messages: int = 0, group_rows: dict[str, GroupCost] | None = None,
                   dispatch_evaluations: int | None = None) -> CostReport:
@@ -646,7 +645,7 @@ def finish_report(root: str, topic: str, reported: Sequence[CostGroup], register
 
     ``group_rows`` (brokers with different groups): each group's row as given, the sum of its brokers'
     rows, and ``dispatch_evaluations`` the sum of the brokers' (each broker evaluates its own groups)."""
-    bf = bloom_filter if bloom_filter is not None else bloom.BloomFilter()
+    bf = broker_bloom(bloom_filter, required="the cost report")
     ns_per_evaluation = ns_per_evaluation or {}
     bitmap_available = tally.queues_without_ext < tally.queues
     records = tally.records

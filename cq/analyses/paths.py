@@ -20,6 +20,7 @@ from typing import Any
 
 from .. import format as fmt
 from ..errors import StoreFormatError
+from ..filter.subscription import DEFAULT_BLOOM
 from ..readers import config as cfg
 from ..readers.commitlog import Message
 from ..store.cluster import Cluster
@@ -266,7 +267,9 @@ def _resolved_halves(store: Store) -> dict[int, Message]:
 
 # ------------------------------------------------------------------ the state
 def _step(name: str, title: str, reason: str, detail: str, evidence: dict | None = None) -> WhyStep:
-    return WhyStep(name, title, INFO, reason, detail, evidence or {})
+    """A step of a message's path, worded here (why_render's ``step_title`` / ``step_detail`` read the words
+    from its ``data``): paths' steps are state the analysis found, not the broker's filter steps."""
+    return WhyStep(name, INFO, reason, evidence or {}, {"title": title, "detail": detail})
 
 
 def _config_source(store: Store, name: str) -> str:
@@ -576,7 +579,7 @@ def _before_topic(store: Store, topic: str, group: str, uniq: str | None, by_rol
 # ------------------------------------------------------------------ entry point
 def why_every_copy(store: Store | Cluster, topic: str, group: str, *, sql: str | None = None, tags: str | None = None,
                    queue_id: int | None = None, queue_offset: int | None = None, msg_id: str | None = None,
-                   key: str | None = None, bloom_filter="default", filter_support_retry: bool = False,
+                   key: str | None = None, bloom_filter=DEFAULT_BLOOM, filter_support_retry: bool = False,
                    now_ms: int | None = None, broker: str | None = None) -> list[MessagePath]:
     """Every copy of a message and its state for ``group`` (docs/paths.md).
 

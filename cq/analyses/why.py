@@ -65,9 +65,7 @@ from .why_codes import (
     NOT_REACHED,
     PASS,
 )
-from .why_render import LAYER1_TEXT as _LAYER1_TEXT
-from .why_render import bits_text as _bits_text
-from .why_render import format_why, verdict_line
+from .why_render import format_why, step_detail, step_title, verdict_line
 
 __all__ = [
     "MessageNotFoundError",
@@ -169,24 +167,36 @@ class WhyStep:
     name : str
         ``"consume_queue_unit"``, ``"consume_queue"`` (layer 1), ``"is_msg_in_live"``,
         ``"commit_log_record"``, ``"commit_log"`` (layer 2), ``"client"``.
-    title : str
-        What a person calls it.
     result : str
         ``"pass"``, ``"drop"``, ``"not_reached"`` or ``"info"``.
     reason : str
         A reason code (layer 1: :meth:`cq.SqlFilter.explain_consume_queue`'s codes).
-    detail : str
-        One or a few lines saying why.
     evidence : dict
         The facts read (JSON-ready).
+    data : dict
+        What the step's wording needs besides the evidence (not in ``to_dict()``; e.g. layer 2's
+        ``selector.Explanation``); a step worded by its maker (paths) carries ``title`` and ``detail`` here.
+    title : str
+        What a person calls it (:func:`cq.analyses.why_render.step_title`).
+    detail : str
+        One or a few lines saying why (:func:`cq.analyses.why_render.step_detail`).
     """
 
     name: str
-    title: str
     result: str
     reason: str
-    detail: str
     evidence: dict = field(default_factory=dict)
+    data: dict = field(default_factory=dict, compare=False, repr=False)
+
+    @property
+    def title(self) -> str:
+        """What a person calls the step (worded by :mod:`cq.analyses.why_render`)."""
+        return step_title(self)
+
+    @property
+    def detail(self) -> str:
+        """Why the step went as it did, in words (:mod:`cq.analyses.why_render`)."""
+        return step_detail(self)
 
     def to_dict(self) -> dict[str, Any]:
         return {"step": self.name, "title": self.title, "result": self.result, "reason": self.reason,
@@ -263,18 +273,14 @@ class Why:
         return format_why(self)
 
 
-def _layer1_sql(flt: SqlFilter, sub: Subscription, ext_unit, reason: str,
-                address: int | None) -> tuple[dict, list[str]]:
+def _layer1_sql(flt: SqlFilter, sub: Subscription, ext_unit, address: int | None) -> tuple[dict, dict]:
+    """Layer 1's facts for a SQL92 filter: ``(evidence, data)`` (the ext unit, the group's bits and which are set)."""
     evidence: dict[str, Any] = {"bloom_key": bloom_key(flt.group, flt.topic), "born_time": flt.born_time}
-    lines = [_LAYER1_TEXT[reason]]
     if ext_unit is not None:
         evidence["ext_unit"] = {"address": address, "ext_offset": fmt.undecorate(address),
                                 "size": ext_unit.size, "tags_code": ext_unit.tags_code,
                                 "msg_store_time": ext_unit.msg_store_time, "bit_map_size": ext_unit.bit_map_size,
                                 "bitmap": None if ext_unit.filter_bitmap is None else ext_unit.filter_bitmap.hex()}
-        lines.append(f"ext unit at ext offset {fmt.undecorate(address)}: size {ext_unit.size}, tags code "
-                     f"{ext_unit.tags_code}, msgStoreTime {ext_unit.msg_store_time}, bitmap "
-                     f"({ext_unit.bit_map_size} bytes) {_bits_text(ext_unit.filter_bitmap)}")
     if flt.bloom_data is not None:
         positions = list(flt.bloom_data.bit_pos)
         evidence["bit_positions"] = positions
@@ -283,17 +289,9 @@ def _layer1_sql(flt: SqlFilter, sub: Subscription, ext_unit, reason: str,
         if bitmap is not None:
             n = len(bitmap) * 8
             is_set = [bool(0 <= p < n and bitmap[p >> 3] & (1 << (p & 7))) for p in positions]
-            missing = [p for p, ok in zip(positions, is_set) if not ok]
             evidence["bits_set"] = is_set
-            evidence["bits_missing"] = missing
-            lines.append(f"bits of {bloom_key(flt.group, flt.topic)} (k={len(positions)}, m={flt.bloom_data.bit_num}): "
-                         + ", ".join(f"{p} {'set' if ok else 'CLEAR'}" for p, ok in zip(positions, is_set))
-                         + (f"; missing: {missing}" if missing else ""))
-        else:
-            lines.append(f"bits of {bloom_key(flt.group, flt.topic)}: {positions} (m={flt.bloom_data.bit_num})")
-    if sub.registration is None and Layers(flt).sql92:
-        lines.append(f"bornTime {flt.born_time} assumed (subscription given, not looked up)")
-    return evidence, lines
+            evidence["bits_missing"] = [p for p, ok in zip(positions, is_set) if not ok]
+    return evidence, {"kind": "sql", "born_time_assumed": sub.registration is None and Layers(flt).sql92}
 
 
 def why_unit(store: Store, topic: str, group: str, flt, sub: Subscription, queue_id: int, queue_offset: int, *,
@@ -316,10 +314,8 @@ def why_unit(store: Store, topic: str, group: str, flt, sub: Subscription, queue
     is_ext = fmt.is_ext_addr(slot)
     unit_ev = {"commit_log_offset": phys, "size": size, "tags_code_slot": slot, "is_ext_address": is_ext,
                "file": path, "file_position": pos}
-    unit_text = f"{path} at byte {pos}: commitLogOffset {phys}, size {size}, tagsCode slot {slot}"
-    if is_ext:
-        unit_text += f" (an ext address: ext offset {fmt.undecorate(slot)})"
-    steps.append(WhyStep("consume_queue_unit", "ConsumeQueue unit", INFO, "read", unit_text, unit_ev))
+    steps.append(WhyStep("consume_queue_unit", INFO, "read", unit_ev,
+                         {"ext_offset": fmt.undecorate(slot) if is_ext else None}))
 
     # ---- the decisions: the pipeline consume runs (cq.store.decide), so the verdict is consume's;
     # the steps below explain each of them
@@ -332,30 +328,20 @@ def why_unit(store: Store, topic: str, group: str, flt, sub: Subscription, queue
         sub_data = flt.subscription
         ev = {"tags_code": tags_code,
               "code_set": sorted(sub_data.code_set) if sub_data is not None else None}
-        lines = [_LAYER1_TEXT[reason]]
         if tags_code is not None:
-            low = low_int32(tags_code)
-            ev["tags_code_int32"] = low
-            src = "from the ext unit" if is_ext else "from the unit"
-            lines.append(f"tags code {tags_code} ({src}); compared as int {low}")
-        if sub_data is not None and sub_data.sub_string != "*":
-            lines.append("subscription code set: " + ", ".join(
-                f"{t}={code}" for t, code in sorted((t, _tag_hash(t)) for t in sub_data.tags_set)))
+            ev["tags_code_int32"] = low_int32(tags_code)
+        data = {"kind": "tags", "from_ext": is_ext, "code_set": (
+            sorted((t, _tag_hash(t)) for t in sub_data.tags_set)
+            if sub_data is not None and sub_data.sub_string != "*" else None)}
     else:
         matched, reason = flt.explain_consume_queue(None, ext_unit)
-        ev, lines = _layer1_sql(flt, sub, ext_unit, reason, slot if ext_unit is not None else None)
+        ev, data = _layer1_sql(flt, sub, ext_unit, slot if ext_unit is not None else None)
     matched = bool(found.consume_queue[0])
-    steps.append(WhyStep("consume_queue", "Layer 1: ConsumeQueue (isMatchedByConsumeQueue)",
-                         PASS if matched else DROP, reason, "\n".join(lines), ev))
+    steps.append(WhyStep("consume_queue", PASS if matched else DROP, reason, ev, data))
     if Layers(flt).sql92 and sub.registration is not None and ext_unit is not None:
         live = ext_unit.msg_store_time > flt.born_time
-        steps.append(WhyStep(
-            "is_msg_in_live", "isMsgInLive (the bitmap was computed for this filter version)", INFO,
-            "live" if live else "not_live",
-            f"msgStoreTime {ext_unit.msg_store_time} {'>' if live else '<='} bornTime {flt.born_time}: "
-            + ("the group's bits in this bitmap can be trusted" if live else
-               "stored before the filter was built, so layer 1 does not use the bitmap"),
-            {"msg_store_time": ext_unit.msg_store_time, "born_time": flt.born_time, "in_live": live}))
+        steps.append(WhyStep("is_msg_in_live", INFO, "live" if live else "not_live",
+                             {"msg_store_time": ext_unit.msg_store_time, "born_time": flt.born_time, "in_live": live}))
 
     delivered, dropped_by, explanation, msg_id = False, None, None, None
     log = store.commit_log
@@ -369,28 +355,23 @@ def why_unit(store: Store, topic: str, group: str, flt, sub: Subscription, queue
             msg_id = None
     if not matched:
         dropped_by = DROPPED_BY_CONSUME_QUEUE
-        _not_reached(steps, "commit_log", "Layer 2: CommitLog (isMatchedByCommitLog)")
-        _not_reached(steps, "client", "Client re-check (PullAPIWrapper)")
+        _not_reached(steps, "commit_log", "client")
     else:
         if not present:
             dropped_by = DROPPED_BY_EXPIRY if expired else DROPPED_BY_COMMIT_LOG
-            steps.append(WhyStep(
-                "commit_log", "Layer 2: CommitLog (isMatchedByCommitLog)", DROP,
-                "expired" if expired else "record_missing",
-                f"the record [{phys}, {phys + size}) is not in the CommitLog [{log.min_offset}, {log.max_offset}) "
-                f"({'the broker expired it' if expired else 'past its end'}): the broker skips the unit",
-                {"commit_log_min_offset": log.min_offset, "commit_log_max_offset": log.max_offset}))
-            _not_reached(steps, "client", "Client re-check (PullAPIWrapper)")
+            steps.append(WhyStep("commit_log", DROP, "expired" if expired else "record_missing",
+                                 {"commit_log_min_offset": log.min_offset, "commit_log_max_offset": log.max_offset},
+                                 {"missing": (phys, size, log.min_offset, log.max_offset)}))
+            _not_reached(steps, "client")
         else:
             msg = log.read_message(phys)
             msg_id = msg.msg_id
-            matched2, reason2, detail, ev2, explanation = _layer2(flt, sub, msg, log, phys)
+            _, reason2, data2, ev2, explanation = _layer2(flt, sub, msg, log, phys)
             matched2 = bool(found.commit_log[0])
-            steps.append(WhyStep("commit_log", "Layer 2: CommitLog (isMatchedByCommitLog)",
-                                 PASS if matched2 else DROP, reason2, detail, ev2))
+            steps.append(WhyStep("commit_log", PASS if matched2 else DROP, reason2, ev2, data2))
             if not matched2:
                 dropped_by = DROPPED_BY_COMMIT_LOG
-                _not_reached(steps, "client", "Client re-check (PullAPIWrapper)")
+                _not_reached(steps, "client")
             else:
                 ok, step = _client_step(flt, reason, msg, ok=bool(found.delivered[0]))
                 steps.append(step)
@@ -415,30 +396,16 @@ def _decide(flt, log, phys: int, size: int, slot: int, ext):
         return found
 
 
-def _client_step(flt, reason: str, msg: Message, why_passed: str | None = None, *,
-                 ok: bool | None = None) -> tuple[bool, WhyStep]:
-    """The client's tag re-check of ``msg`` (``reason``: layer 1's), as a step; ``ok`` the decision when the
-    pipeline made it already."""
+def _client_step(flt, reason: str, msg: Message, batch: bool = False, *, ok: bool | None = None) -> tuple[bool, WhyStep]:
+    """The client's tag re-check of ``msg`` (``reason``: layer 1's; ``batch``: a message unwrapped from a batch
+    record), as a step; ``ok`` the decision when the pipeline made it already."""
     if ok is None:
         ok = flt.is_matched_by_client(msg.tags)
     tags_set = sorted(flt.subscription.tags_set) if Layers(flt).kind == "tags" and \
         flt.subscription is not None else []
-    if not tags_set:
-        detail = "the subscription's tag set is empty (SQL92, \"*\" or none): the client keeps every message"
-        reason3 = "no_recheck"
-    elif ok:
-        detail = f"TAGS {msg.tags!r} is in the subscription's tags {tags_set}"
-        reason3 = "tag_in_set"
-    else:
-        if why_passed is None:
-            why_passed = ("its tags code equals a subscribed tag's: a hash collision"
-                          if reason == "tags_code_in_set" else "layer 1 could not compare its tags code")
-        what = "the message has no TAGS" if msg.tags is None else \
-            f"TAGS {msg.tags!r} is not in the subscription's tags {tags_set} ({why_passed})"
-        detail = what + ": the client drops it"
-        reason3 = "tag_not_in_set"
-    return ok, WhyStep("client", "Client re-check (PullAPIWrapper)", PASS if ok else DROP, reason3, detail,
-                       {"tags": msg.tags, "tags_set": tags_set})
+    reason3 = "no_recheck" if not tags_set else "tag_in_set" if ok else "tag_not_in_set"
+    return ok, WhyStep("client", PASS if ok else DROP, reason3, {"tags": msg.tags, "tags_set": tags_set},
+                       {"layer1_reason": reason, "batch": batch})
 
 
 def why_batch_message(store: Store, topic: str, group: str, flt, sub: Subscription, queue_id: int,
@@ -461,18 +428,12 @@ def why_batch_message(store: Store, topic: str, group: str, flt, sub: Subscripti
     phys, size, code = int(unit["commit_log_offset"]), int(unit["size"]), int(unit["tags_code"])
     base, count = int(unit["base_offset"]), int(unit["batch_size"])
     path, pos = cqueue.file_position(queue_offset)
-    steps = [WhyStep("consume_queue_unit", "BatchConsumeQueue unit", INFO, "read",
-                     f"{path} at byte {pos}: commitLogOffset {phys}, size {size}, tagsCode {code}, a batch of "
-                     f"{count} message(s) from queue offset {base}; this is message {queue_offset - base} of it",
+    steps = [WhyStep("consume_queue_unit", INFO, "read",
                      {"commit_log_offset": phys, "size": size, "tags_code": code, "base_offset": base,
-                      "batch_size": count, "file": path, "file_position": pos})]
-    if Layers(flt).kind == "tags":
-        matched, reason = flt.explain_consume_queue(code, None)
-        detail = (f"{_LAYER1_TEXT[reason]}\nthe batch's tags code {code} (the record's own TAGS, none for a "
-                  "batch: 0), compared for the whole batch")
-    else:
-        matched, reason = flt.explain_consume_queue(None, None)
-        detail = "a BatchCQ keeps no ext units (no bitmap): layer 1 passes the batch"
+                      "batch_size": count, "file": path, "file_position": pos},
+                     {"batch": True, "index": queue_offset - base})]
+    kind = "tags" if Layers(flt).kind == "tags" else "sql"
+    _, reason = flt.explain_consume_queue(code if kind == "tags" else None, None)
     # the decisions Store.consume makes over this batch's unit (cq.store.decide); the steps explain them
     try:
         found = store.batch_decisions(topic, queue_id, flt, queue_offset, queue_offset + 1, cut=cut)
@@ -480,34 +441,31 @@ def why_batch_message(store: Store, topic: str, group: str, flt, sub: Subscripti
         found = store.batch_decisions(topic, queue_id, flt, queue_offset, queue_offset + 1, cut=cut, layer2=False)
         found.commit_log = np.zeros(1, dtype=bool)
     matched = bool(found.consume_queue[0])
-    steps.append(WhyStep("consume_queue", "Layer 1: ConsumeQueue (isMatchedByConsumeQueue)",
-                         PASS if matched else DROP, reason, detail, {"tags_code": code}))
+    steps.append(WhyStep("consume_queue", PASS if matched else DROP, reason, {"tags_code": code},
+                         {"batch": True, "kind": kind}))
     delivered, dropped_by, explanation, msg_id = False, None, None, None
     log = store.commit_log
     present = bool(found.present[0])
     if not matched:
         dropped_by = DROPPED_BY_CONSUME_QUEUE
-        _not_reached(steps, "commit_log", "Layer 2: CommitLog (isMatchedByCommitLog)")
-        _not_reached(steps, "client", "Client re-check (PullAPIWrapper)")
+        _not_reached(steps, "commit_log", "client")
     elif not present:
         dropped_by = DROPPED_BY_EXPIRY if phys < log.min_offset else DROPPED_BY_COMMIT_LOG
-        steps.append(WhyStep("commit_log", "Layer 2: CommitLog (isMatchedByCommitLog)", DROP, "record_missing",
-                             f"the batch record [{phys}, {phys + size}) is not in the CommitLog "
-                             f"[{log.min_offset}, {log.max_offset}): the broker skips the unit", {}))
-        _not_reached(steps, "client", "Client re-check (PullAPIWrapper)")
+        steps.append(WhyStep("commit_log", DROP, "record_missing", {},
+                             {"batch": True, "missing": (phys, size, log.min_offset, log.max_offset)}))
+        _not_reached(steps, "client")
     else:
         record = log.read_message(phys)
         msg_id = record.msg_id
-        matched2, reason2, detail2, ev2, explanation = _layer2(flt, sub, record, log, phys)
+        _, reason2, data2, ev2, explanation = _layer2(flt, sub, record, log, phys)
         matched2 = bool(found.commit_log[0])
-        steps.append(WhyStep("commit_log", "Layer 2: CommitLog (isMatchedByCommitLog)", PASS if matched2 else DROP,
-                             reason2, "on the batch record's own properties, not the message's\n" + detail2, ev2))
+        steps.append(WhyStep("commit_log", PASS if matched2 else DROP, reason2, ev2, {**data2, "batch": True}))
         if not matched2:
             dropped_by = DROPPED_BY_COMMIT_LOG
-            _not_reached(steps, "client", "Client re-check (PullAPIWrapper)")
+            _not_reached(steps, "client")
         else:
             msg = expand_batch(record)[queue_offset - base]
-            ok, step = _client_step(flt, reason, msg, "the batch's tags code passed layer 1 for every message of it")
+            ok, step = _client_step(flt, reason, msg, batch=True)
             steps.append(step)
             delivered, dropped_by = ok, None if ok else DROPPED_BY_CLIENT
     return Why(topic, group, sub, queue_id, queue_offset, phys, size, msg_id, found_by, delivered, dropped_by,
@@ -524,22 +482,17 @@ def _expired_unit(store: Store, topic: str, group: str, flt, sub: Subscription, 
             phys, size, _ = cqueue.unit(queue_offset)
     except (StoreFormatError, IndexError, ValueError):
         pass
-    where = f" (it pointed at CommitLog offset {phys}, now below the CommitLog's first byte " \
-            f"{store.commit_log.min_offset})" if phys >= 0 else " (its ConsumeQueue file is deleted too)"
-    steps = [WhyStep("consume_queue_unit", "ConsumeQueue unit", DROP, DROPPED_BY_EXPIRY,
-                     f"queue offset {queue_offset} is below queue {topic}/{queue_id}'s minimum {lo}: the broker "
-                     f"expired it{where}; a consumer asking for it is moved to offset {lo}, so the group never "
-                     "receives it", {"min_offset": lo, "commit_log_offset": phys, "size": size,
-                                     "commit_log_min_offset": store.commit_log.min_offset})]
-    _not_reached(steps, "consume_queue", "Layer 1: ConsumeQueue (isMatchedByConsumeQueue)")
-    _not_reached(steps, "commit_log", "Layer 2: CommitLog (isMatchedByCommitLog)")
-    _not_reached(steps, "client", "Client re-check (PullAPIWrapper)")
+    steps = [WhyStep("consume_queue_unit", DROP, DROPPED_BY_EXPIRY,
+                     {"min_offset": lo, "commit_log_offset": phys, "size": size,
+                      "commit_log_min_offset": store.commit_log.min_offset},
+                     {"topic": topic, "queue_id": queue_id, "queue_offset": queue_offset})]
+    _not_reached(steps, "consume_queue", "commit_log", "client")
     return Why(topic, group, sub, queue_id, queue_offset, phys, size, None, found_by, False, DROPPED_BY_EXPIRY,
                steps, None, note)
 
 
-def _layer2(flt, sub: Subscription, msg: Message, log, phys: int) -> tuple[bool, str, str, dict, Any]:
-    """Layer 2 for the record ``msg`` read at ``phys``: ``(matched, reason, detail, evidence, explanation)``."""
+def _layer2(flt, sub: Subscription, msg: Message, log, phys: int) -> tuple[bool, str, dict, dict, Any]:
+    """Layer 2 for the record ``msg`` read at ``phys``: ``(matched, reason, data, evidence, explanation)``."""
     ev: dict[str, Any] = {"record_topic": msg.topic, "store_timestamp": msg.store_timestamp,
                           "tags": msg.tags, "keys": msg.keys}
     if Layers(flt).kind == "retry":
@@ -547,87 +500,67 @@ def _layer2(flt, sub: Subscription, msg: Message, log, phys: int) -> tuple[bool,
         props = log.gather_properties([phys], absent_as_none=True)[0]
         return _layer2_retry(flt, msg, ev, props)
     if Layers(flt).sql92:
-        matched, reason, detail, explanation = _layer2_sql(flt, flt.sql, msg, ev)
-        if retry_group(flt.topic) is not None:
+        matched, reason, data, explanation = _layer2_sql(flt, flt.sql, msg, ev)
+        if retry_group(flt.topic) is not None:  # filterSupportRetry off: the group's own expression decides
             ev["retry"] = {"filter_support_retry": False, "retry_topic": msg.properties.get(fmt.PROPERTY_RETRY_TOPIC)}
-            first, rest = detail.split("\n", 1)
-            detail = (f"{first}\nfilterSupportRetry is off (the broker's default): the group's own expression decides, "
-                      f"not the filter registered for the message's RETRY_TOPIC\n{rest}")
-        return matched, reason, detail, ev, explanation
+        return matched, reason, data, ev, explanation
     matched = flt.is_matched_by_commit_log(msg.properties)
-    detail = "TAG subscriptions: the CommitLog layer always matches"
-    if sub.retry_filter:
-        detail += " (the retry filter too: a TAG subscription never reaches its RETRY_TOPIC lookup)"
-    return matched, "tag_subscription", detail, ev, None
+    return matched, "tag_subscription", {"kind": "tags", "retry_filter": sub.retry_filter}, ev, None
 
 
-def _layer2_sql(flt, sql: str, msg: Message, ev: dict, matched: bool | None = None) -> tuple[bool, str, str, Any]:
+def _layer2_sql(flt, sql: str, msg: Message, ev: dict, matched: bool | None = None,
+                kind: str = "sql") -> tuple[bool, str, dict, Any]:
     """SQL92 layer 2: the decision (``flt``'s, unless ``matched`` is given) and the selector's tree."""
     if matched is None:
         matched = flt.is_matched_by_commit_log(msg.properties)
     explanation = selector.explain(sql, msg.properties)
     ev["explain"] = explanation.to_dict()
     ev["value"] = explanation.value
-    head = f"selector {explanation.value}: " + ("matched" if matched else "not matched (the broker delivers only TRUE)")
-    return matched, "selector_" + explanation.value.lower(), head + "\n" + str(explanation), explanation
+    return matched, "selector_" + explanation.value.lower(), {"kind": kind, "matched": matched,
+                                                              "explanation": explanation}, explanation
 
 
 def _layer2_retry(flt: RetrySqlFilter, msg: Message, ev: dict,
-                  props: dict[str, str] | None) -> tuple[bool, str, str, dict, Any]:
+                  props: dict[str, str] | None) -> tuple[bool, str, dict, dict, Any]:
     """Layer 2 of the retry filter: which registered filter decided (:meth:`cq.RetrySqlFilter.lookup`) and how;
     ``props`` the record's properties, None when it stores none."""
     group = retry_group(flt.topic)
     retry: dict[str, Any] = {"filter_support_retry": True, "retry_topic": None, "group": group, "lookup": None,
                              "decided_by": None, "registration": None, "expression": None}
     ev["retry"] = retry
+    data = {"kind": "retry"}
     try:
         look = flt.lookup(props)
     except RetryPropertiesError:
         retry["decided_by"] = "no_properties"
-        return False, "retry_no_properties", (
-            "retry filter: the record has no properties, so no RETRY_TOPIC: the broker's lookup throws (the filter "
-            "does not catch it) and the pull that reaches this record fails instead of delivering it"), ev, None
+        return False, "retry_no_properties", data, ev, None
     retry.update(retry_topic=look.retry_topic, decided_by=look.reason,
                  lookup=list(look.key) if look.key is not None else None)
     matched = flt.is_matched_by_commit_log(props)
     if look.reason == RETRY_REGISTERED:
-        topic, _ = look.key
         registration = getattr(flt.registry, "registration", None)  # a FilterRegistry knows its entries
         reg = registration(*look.key) if registration is not None else None
-        head = f"retry filter: RETRY_TOPIC {look.retry_topic!r}, so the filter registered for ({topic}, {group}) decides"
-        where = ""
         if reg is not None:
             retry["registration"] = _registration_dict(reg)
-            where = f" (config/{CONSUMER_FILTER_FILE}: bornTime {reg.born_time}" + (
-                f", dead since {reg.dead_time})" if reg.is_dead else ")")
         target = look.filter
         if not Layers(target).sql92:
-            return matched, "retry_registered_no_expression", (
-                f"{head}: it has no compiled expression (not SQL92, or it does not compile), so the broker delivers "
-                f"it{where}"), ev, None
+            return matched, "retry_registered_no_expression", data, ev, None
         retry["expression"] = target.sql
-        matched, reason, detail, explanation = _layer2_sql(target, target.sql, msg, ev, matched)
-        first, rest = detail.split("\n", 1)
-        return matched, "retry_" + reason, f"{head}: {first}\nregistered SQL92 {target.sql!r}{where}\n{rest}", ev, \
-            explanation
-    if look.reason == RETRY_NOT_REGISTERED:
-        return matched, "retry_not_registered", (
-            f"retry filter: RETRY_TOPIC {look.retry_topic!r}: no filter registered for ({look.retry_topic}, {group}): "
-            "the broker delivers it"), ev, None
-    if look.reason == RETRY_NO_RETRY_TOPIC:
-        return matched, "retry_no_retry_topic", (
-            "retry filter: the record has no RETRY_TOPIC property, so no (topic, group) registration can be found "
-            "for it: it matches"), ev, None
-    if look.reason == RETRY_CLASS_FILTER_MODE:
-        return matched, "class_filter_mode", "class filter mode: the CommitLog layer matches everything", ev, None
+        matched, reason, data, explanation = _layer2_sql(target, target.sql, msg, ev, matched, "retry")
+        return matched, "retry_" + reason, data, ev, explanation
+    reasons = {RETRY_NOT_REGISTERED: "retry_not_registered", RETRY_NO_RETRY_TOPIC: "retry_no_retry_topic",
+               RETRY_CLASS_FILTER_MODE: "class_filter_mode"}
+    if look.reason in reasons:
+        return matched, reasons[look.reason], data, ev, None
     # RETRY_NOT_RETRY_TOPIC (resolve_subscription builds the retry filter only for %RETRY% topics): the
     # filter's own expression decides
-    matched, reason, detail, explanation = _layer2_sql(flt, flt.sql, msg, ev, matched)
-    return matched, reason, detail, ev, explanation
+    matched, reason, data, explanation = _layer2_sql(flt, flt.sql, msg, ev, matched, "retry")
+    return matched, reason, data, ev, explanation
 
 
-def _not_reached(steps: list[WhyStep], name: str, title: str) -> None:
-    steps.append(WhyStep(name, title, NOT_REACHED, "not_reached", "not reached", {}))
+def _not_reached(steps: list[WhyStep], *names: str) -> None:
+    """The steps ``names``, not reached (an earlier step dropped the message)."""
+    steps.extend(WhyStep(name, NOT_REACHED, "not_reached") for name in names)
 
 
 def why(store: Store | Cluster, topic: str, group: str, *, sql: str | None = None, tags: str | None = None,
@@ -653,7 +586,7 @@ def why(store: Store | Cluster, topic: str, group: str, *, sql: str | None = Non
         a ``UNIQ_KEY`` (found through the IndexFiles, else by a scan of the topic).
     key : str, optional
         A key of ``KEYS`` (IndexFiles, else a scan).
-    bloom_filter : bloom.BloomFilter, "default" or None
+    bloom_filter : bloom.BloomFilter, DEFAULT_BLOOM or NO_BLOOM
         The broker's Bloom filter, as for :meth:`cq.Store.consume`.
     filter_support_retry : bool
         The broker's ``filterSupportRetry`` (default off, as on the broker; its config is not
@@ -723,14 +656,10 @@ def _why_message(store: Store, topic: str, group: str, flt, sub: Subscription, m
         return why_unit(store, topic, group, flt, sub, queue_id, queue_offset, found_by=found_by, note=note)
     # the record exists but no unit points at it: never dispatched (a prepared or rolled-back
     # transaction), or its unit is gone
-    detail = (f"no ConsumeQueue unit of queue {topic}/{msg.queue_id} at offset {msg.queue_offset} points at "
-              f"CommitLog offset {msg.commit_log_offset} (transaction type {msg.transaction_type:#x}): the broker "
-              "never serves this record to consumers")
-    steps = [WhyStep("consume_queue_unit", "ConsumeQueue unit", DROP, "no_unit", detail,
-                     {"commit_log_offset": msg.commit_log_offset, "queue_offset": msg.queue_offset})]
-    _not_reached(steps, "consume_queue", "Layer 1: ConsumeQueue (isMatchedByConsumeQueue)")
-    _not_reached(steps, "commit_log", "Layer 2: CommitLog (isMatchedByCommitLog)")
-    _not_reached(steps, "client", "Client re-check (PullAPIWrapper)")
+    steps = [WhyStep("consume_queue_unit", DROP, "no_unit",
+                     {"commit_log_offset": msg.commit_log_offset, "queue_offset": msg.queue_offset},
+                     {"topic": topic, "queue_id": msg.queue_id, "transaction_type": msg.transaction_type})]
+    _not_reached(steps, "consume_queue", "commit_log", "client")
     return Why(topic, group, sub, msg.queue_id, msg.queue_offset, msg.commit_log_offset, msg.store_size,
                msg.msg_id, found_by, False, DROPPED_BY_CONSUME_QUEUE, steps, None, note)
 

@@ -38,13 +38,17 @@ DEFAULT_BLOOM = "default"
 NO_BLOOM = None
 
 
-def broker_bloom(bloom_filter: Any = DEFAULT_BLOOM):
+def broker_bloom(bloom_filter: Any = DEFAULT_BLOOM, *, required: str | None = None):
     """The :class:`bloom.BloomFilter` a ``bloom_filter=`` value names (:data:`DEFAULT_BLOOM`: a new default
-    filter; a filter: itself), or None for :data:`NO_BLOOM`."""
+    filter; a filter: itself), or None for :data:`NO_BLOOM`. ``required`` names a caller that needs a real
+    filter (the cost report replays bitmaps): :data:`NO_BLOOM` there is a ValueError naming it."""
     if isinstance(bloom_filter, str):
         if bloom_filter != DEFAULT_BLOOM:
             raise ValueError(f"bloom_filter must be a bloom.BloomFilter, {DEFAULT_BLOOM!r} or None, got {bloom_filter!r}")
         return bloom.BloomFilter()
+    if bloom_filter is NO_BLOOM and required is not None:
+        raise ValueError(f"{required} needs the broker's Bloom filter: bloom_filter must be a bloom.BloomFilter "
+                         f"or {DEFAULT_BLOOM!r} (DEFAULT_BLOOM), not None (NO_BLOOM)")
     return bloom_filter
 
 

@@ -19,7 +19,7 @@ from ..readers.batchcq import BatchConsumeQueue, expand_batch
 from ..readers.commitlog import Message
 from ..readers.consumequeue import ConsumeQueue
 from .cuts import StoreCut
-from .decide import BatchDecisions, UnitDecisions, decide_records, decide_units, decodes_once
+from .decide import BatchDecisions, UnitDecisions, decide_custom, decide_records, decide_units, decodes_once
 
 #: Units handled per batch by :meth:`Store.consume`.
 CONSUME_BATCH = 1 << 16
@@ -164,8 +164,9 @@ class ConsumeRoom:
         filter : TagFilter, SqlFilter or callable, optional
             A ready-made broker filter instead of sql/tags; or a custom message filter (any
             other callable), the same as ``message_filter=``.
-        bloom_filter : bloom.BloomFilter, "default" or None
-            For sql: the broker's Bloom filter; None = no bloom data (layer 1 passes all).
+        bloom_filter : bloom.BloomFilter, DEFAULT_BLOOM or NO_BLOOM
+            For sql: the broker's Bloom filter (DEFAULT_BLOOM, ``"default"``: ``bloom.BloomFilter()``);
+            NO_BLOOM (None) = no bloom data (layer 1 passes all).
         born_time : int, optional
             For sql: the filter's bornTime (ms). Default: the group's registered bornTime when
             ``sql`` is the expression it registered (the group's own answer), else 0.
@@ -274,9 +275,10 @@ class ConsumeRoom:
         stats.passed_commit_log += int(np.count_nonzero(ok))
         if batch_custom:
             yield from self._deliver_batch_filtered(layers, log, idx[ok], offs[ok], stats, verify_crc, custom, units,
-                                                    ext)
+                                                    ext, found)
             return
         pending: list[Message] = []
+        units_of = None  # the unit of each pending message, where known
         if verify_crc:  # record by record: the messages before a bad CRC are delivered before the error
             checked = self._client_checked(layers, (log.read_message(off, verify_crc=verify_crc)
                                                     for off in offs[ok].tolist()), stats)
@@ -298,16 +300,17 @@ class ConsumeRoom:
                 yield _objects.Delivered.built(Message, cols.columns, *log.message_args(offs, rows), stats)
             else:
                 pending = log.messages_from_columns(cols, offs, rows)
+            units_of = idx[rows]  # the unit of each pending message
         if pending:
-            yield _objects.Delivered(self._custom_kept(custom, pending, stats), stats)
+            yield _objects.Delivered(self._custom_kept(custom, pending, stats, found, units_of), stats)
 
     @staticmethod
-    def _custom_kept(custom, msgs: list[Message], stats: ConsumeStats) -> list[Message]:
-        """The messages of ``msgs`` the custom filter keeps, counting those it skips and rejects: it
-        narrows what both layers and the client's re-check delivered (docs/custom-filters.md)."""
-        keep, skipped = custom.apply(msgs)
-        stats.filter_skipped += int(skipped.sum())
-        stats.filter_rejected += int((~keep & ~skipped).sum())
+    def _custom_kept(custom, msgs: list[Message], stats: ConsumeStats, found: UnitDecisions | None = None,
+                     units_of: np.ndarray | None = None) -> list[Message]:
+        """The messages of ``msgs`` the custom filter keeps (:func:`cq.store.decide.decide_custom`, counting
+        those it skips and rejects; recorded on ``found`` for units ``units_of`` when given)."""
+        keep, _ = decide_custom(custom, len(msgs), messages=msgs.__getitem__,
+                                d=found if units_of is not None else None, rows=units_of, stats=stats)
         return [msg for msg, ok in zip(msgs, keep.tolist()) if ok]
 
     @staticmethod
@@ -320,7 +323,7 @@ class ConsumeRoom:
                 stats.client_filtered += 1
 
     @staticmethod
-    def _deliver_batch_filtered(layers: Layers, log, idx, offs, stats, verify_crc, custom, units, ext):
+    def _deliver_batch_filtered(layers: Layers, log, idx, offs, stats, verify_crc, custom, units, ext, found=None):
         """The client re-check and a batch custom filter over the decoder's columns of the records at
         ``offs`` (units ``idx``), then the messages it keeps, decoded as :class:`Message` (only those).
 
@@ -342,13 +345,13 @@ class ConsumeRoom:
         if len(rows) < len(records):
             batch = batch.take(rows)
 
-        def where(row: int) -> tuple[str, int, int]:
+        def where(i: int) -> tuple[str, int, int]:
+            row = int(rows[i])
             return (records.value("topic", row), records.value("queue_id", row), records.value("queue_offset", row))
 
         # the custom filter narrows what both layers delivered (docs/custom-filters.md)
-        keep, skipped = custom.apply_record_batch(batch, where(int(rows[0])), where(int(rows[-1])))
-        stats.filter_skipped += int(skipped.sum())
-        stats.filter_rejected += int((~keep & ~skipped).sum())
+        keep, _ = decide_custom(custom, len(rows), batch=lambda _run: batch, where=where, d=found, rows=idx[rows],
+                                stats=stats)
         kept = rows[keep]
         msgs = [checked[i] for i in kept.tolist()] if checked is not None else log.read_messages(offs[kept])
         yield _objects.Delivered(msgs, stats)

@@ -3,27 +3,32 @@
 Every unit a group pulls takes the same steps on the broker: layer 1 on the ConsumeQueue unit (its tags
 code, or the ext unit's Bloom bitmap), then, where it passed, is the record still in the CommitLog
 (:func:`records_present`), then layer 2 on the record's properties, then the client's exact tag
-re-check (``PullAPIWrapper``); a custom message filter, if any, narrows what is left. The rules of
-each layer live in :class:`cq.filter.layers.Layers`; this module chains them.
+re-check (``PullAPIWrapper``); a custom message filter, if any, narrows what is left
+(:func:`decide_custom`). The rules of each layer live in :class:`cq.filter.layers.Layers` (the custom
+filter's call in :class:`cq.filter.custom.MessageFilter`); this module chains them.
 
 :func:`decide_units` decides a run of units through those steps into a :class:`UnitDecisions` (one
 bool per unit and step). :meth:`cq.Store.consume`, :meth:`cq.Store.batch_decisions`, the
 ``rocketmq`` data source, :func:`cq.analyses.cost.tally_range` and :func:`cq.why` all decide through
-it, so their answers cannot drift apart. :func:`decodes_once` is the one rule for when a reader decodes
+it, and ``consume`` and the data source run the custom filter through :func:`decide_custom`, so their
+answers cannot drift apart. :func:`decodes_once` is the one rule for when a reader decodes
 each record whole once (layer 2, the re-check and the output from the same decode) instead of
 decoding the properties for layer 2 first.
 """
 from __future__ import annotations
 
+from collections.abc import Callable, Sequence
+
 import numpy as np
 
 from .. import format as fmt
 from ..errors import StoreFileDeleted, StoreFormatError
+from ..filter.custom import MessageFilter
 from ..filter.layers import Layers, RetryPropertiesError
 from ..readers.skipping import decode_skipping
 
-__all__ = ["BatchDecisions", "UnitDecisions", "decide_records", "decide_units", "decodes_once", "in_range",
-           "records_present"]
+__all__ = ["BatchDecisions", "UnitDecisions", "decide_custom", "decide_records", "decide_units", "decodes_once",
+           "in_range", "records_present"]
 
 class UnitDecisions:
     """The broker's decisions over a run of units, one bool per unit and step (:func:`decide_units`).
@@ -51,6 +56,11 @@ class UnitDecisions:
     skipped : ndarray
         Layer 2 could not decode the record (only when asked to skip); ``errors`` holds
         ``(unit index, StoreFormatError)`` of each.
+    custom : ndarray or None
+        The custom message filter kept the delivered message (:func:`decide_custom`); None when no
+        custom filter ran on these units.
+    filter_skipped : ndarray
+        The custom filter failed on the delivered message and it was dropped (``on_filter_error="skip"``).
     """
 
     def __init__(self, units: np.ndarray | None, consume_queue: np.ndarray, present: np.ndarray,
@@ -65,6 +75,8 @@ class UnitDecisions:
         self.delivered: np.ndarray | None = None
         self.skipped = np.zeros(n, dtype=bool)
         self.errors: list[tuple[int, StoreFormatError]] = []
+        self.custom: np.ndarray | None = None
+        self.filter_skipped = np.zeros(n, dtype=bool)
 
     def __len__(self) -> int:
         return len(self.consume_queue)
@@ -241,6 +253,55 @@ def decide_records(layers: Layers, log, d: UnitDecisions, rows: np.ndarray, offs
     if client:
         d.delivered[rows] = layer2 & keep
     return d
+
+
+def decide_custom(custom: MessageFilter, n: int, *, messages: Callable[[slice], Sequence] | None = None,
+                  batch: Callable[[slice], object] | None = None,
+                  where: Callable[[int], tuple[str, int, int]] | None = None, chunk: int | None = None,
+                  d: UnitDecisions | None = None, rows: np.ndarray | None = None,
+                  stats=None) -> tuple[np.ndarray, np.ndarray]:
+    """The last step of the path: the custom message filter on ``n`` rows the client's re-check delivered
+    (docs/custom-filters.md); ``(kept, skipped)``, bool arrays of ``n`` (``skipped``: the filter failed on
+    the row, ``on_filter_error="skip"``; with ``"fail"`` a :class:`cq.FilterError` names the message).
+
+    Parameters
+    ----------
+    custom : cq.filter.custom.MessageFilter
+    n : int
+        Rows to decide.
+    messages : callable(slice) -> sequence of cq.Message, optional
+        The messages of rows ``slice`` (a per-message filter gets them; a batch filter too when ``batch``
+        is not given, as one ``RecordBatch`` built from them).
+    batch : callable(slice) -> pyarrow.RecordBatch, optional
+        For a batch filter: the ``RecordBatch`` of rows ``slice`` (:data:`cq.filter.custom.MESSAGE_COLUMNS`),
+        with ``where(row)`` the ``(topic, queue id, queue offset)`` of a row, naming the batch's first and
+        last message in an error.
+    chunk : int, optional
+        Call the filter on runs of at most this many rows (default: all ``n`` at once).
+    d, rows : UnitDecisions and unit indices, optional
+        Record the answer on ``d``: :attr:`UnitDecisions.custom` and ``filter_skipped`` of units ``rows``
+        (row ``i`` is unit ``rows[i]``).
+    stats : cq.ConsumeStats, optional
+        Count ``filter_skipped`` and ``filter_rejected`` (kept by no error and rejected by the filter).
+    """
+    kept = np.zeros(n, dtype=bool)
+    skipped = np.zeros(n, dtype=bool)
+    step = chunk or max(n, 1)
+    for start in range(0, n, step):
+        run = slice(start, min(n, start + step))
+        if custom.batch and batch is not None:
+            kept[run], skipped[run] = custom.apply_record_batch(batch(run), where(run.start), where(run.stop - 1))
+        else:
+            kept[run], skipped[run] = custom.apply(messages(run))
+    if d is not None:
+        if d.custom is None:
+            d.custom = np.zeros(len(d), dtype=bool)
+        d.custom[rows] = kept
+        d.filter_skipped[rows] = skipped
+    if stats is not None:
+        stats.filter_skipped += int(skipped.sum())
+        stats.filter_rejected += int((~kept & ~skipped).sum())
+    return kept, skipped
 
 
 def _layer2_dicts(layers: Layers, log, offs: np.ndarray, props) -> np.ndarray:

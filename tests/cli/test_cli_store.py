@@ -40,6 +40,22 @@ def test_inspect_json(capsys):
     assert (q["min_offset"], q["max_offset"], q["messages"], q["ext_bytes"]) == (0, 100, 100, 3412)
 
 
+def test_inspect_json_prints_the_stores_description(capsys):
+    """``inspect --json`` renders cq.store.describe.describe, of a path or of an open Store alike."""
+    import cq
+    from cq.store.describe import describe
+
+    assert rmqfilter.main(["inspect", GOLDEN, "--json"]) == 0
+    printed = json.loads(capsys.readouterr().out)
+    store = cq.Store(GOLDEN)
+    try:
+        assert describe(store) == describe(GOLDEN) == printed
+        assert describe(store, count_messages=True)["commit_log"]["messages"] == 300
+        assert store.topics()  # describe leaves a Store it was given open
+    finally:
+        store.close()
+
+
 def test_inspect_not_a_store(tmp_path, capsys):
     assert rmqfilter.main(["inspect", str(tmp_path)]) == 2
     assert "not a RocketMQ store" in capsys.readouterr().err

@@ -227,6 +227,25 @@ def test_tag_group_and_golden_store():
     store.close()
 
 
+def test_bloom_filter_is_the_named_default_and_no_bloom_is_a_clear_error():
+    """cost's bloom_filter defaults to DEFAULT_BLOOM (the broker's BloomFilter()); NO_BLOOM cannot replay
+    bitmaps, so it is a ValueError naming the cost report, not a silent default."""
+    from cq.filter.subscription import DEFAULT_BLOOM, NO_BLOOM
+
+    groups = [CostGroup("GID_SQL_A", "a > 5 AND b = 'abc'")]
+    args = (DATA / "golden_store", "GoldenFilterTopic", groups)
+    def answer(**kw):
+        d = filter_cost(*args, timing=False, **kw).to_dict()
+        return {k: v for k, v in d.items() if k not in ("seconds", "machine")}
+
+    plain = answer()
+    assert plain["groups"][0]["passed_consume_queue"] > 0
+    for bf in (DEFAULT_BLOOM, bloom.BloomFilter()):
+        assert answer(bloom_filter=bf) == plain
+    with pytest.raises(ValueError, match="the cost report needs the broker's Bloom filter"):
+        filter_cost(*args, timing=False, bloom_filter=NO_BLOOM)
+
+
 # ------------------------------------------------------------------ CLI
 def _cli(argv, capsys):
     code = rmqfilter.main([str(a) for a in argv])

@@ -465,3 +465,36 @@ def test_why_agrees_with_consume_on_a_damaged_store(tmp_path, damage):
                    if w.steps[2].reason == "record_missing"]
         assert missing and all(w.dropped_by == "commit_log" for w in missing)
     store.close()
+
+
+def test_steps_are_facts_and_the_renderer_words_them():
+    """why's steps hold codes, evidence and data; why_render words them (the branches no store above reaches)."""
+    from cq.analyses.why import WhyStep
+    from cq.analyses.why_codes import DROP, INFO, PASS
+
+    no_unit = WhyStep("consume_queue_unit", DROP, "no_unit", {"commit_log_offset": 500, "queue_offset": 7},
+                      {"topic": "T", "queue_id": 1, "transaction_type": 4})
+    assert no_unit.title == "ConsumeQueue unit" and no_unit.detail == (
+        "no ConsumeQueue unit of queue T/1 at offset 7 points at CommitLog offset 500 (transaction type 0x4): "
+        "the broker never serves this record to consumers")
+    assert no_unit.to_dict() == {"step": "consume_queue_unit", "title": "ConsumeQueue unit", "result": "drop",
+                                 "reason": "no_unit", "detail": no_unit.detail,
+                                 "evidence": {"commit_log_offset": 500, "queue_offset": 7}}
+    gone = WhyStep("commit_log", DROP, "record_missing", {}, {"batch": True, "missing": (100, 20, 200, 900)})
+    assert gone.detail == "the batch record [100, 120) is not in the CommitLog [200, 900): the broker skips the unit"
+    retry = {"filter_support_retry": True, "retry_topic": "Orders", "group": "G", "lookup": ["Orders", "G"],
+             "decided_by": "registered", "expression": None,
+             "registration": {"born_time": 5, "dead_time": 9, "is_dead": True}}
+    step = WhyStep("commit_log", PASS, "retry_registered_no_expression", {"retry": retry}, {"kind": "retry"})
+    assert step.detail == ("retry filter: RETRY_TOPIC 'Orders', so the filter registered for (Orders, G) decides: it "
+                           "has no compiled expression (not SQL92, or it does not compile), so the broker delivers "
+                           "it (config/consumerFilter.json: bornTime 5, dead since 9)")
+    mode = WhyStep("commit_log", PASS, "class_filter_mode", {"retry": dict(retry, decided_by="class_filter_mode")},
+                   {"kind": "retry"})
+    assert mode.detail == "class filter mode: the CommitLog layer matches everything"
+    batch = WhyStep("client", DROP, "tag_not_in_set", {"tags": "B", "tags_set": ["A"]},
+                    {"layer1_reason": "tags_code_in_set", "batch": True})
+    assert batch.detail == ("TAGS 'B' is not in the subscription's tags ['A'] (the batch's tags code passed layer 1 "
+                            "for every message of it): the client drops it")
+    worded = WhyStep("state", INFO, "x", {}, {"title": "A title", "detail": "said by its maker"})
+    assert (worded.title, worded.detail) == ("A title", "said by its maker")

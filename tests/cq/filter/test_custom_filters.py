@@ -245,6 +245,28 @@ def test_skip_counts_the_messages_it_drops(store):
     assert result.stats.filter_skipped == 200 - len(got) and result.stats.filter_rejected == 0
 
 
+def test_decide_custom_is_the_paths_last_step_and_records_it_on_the_decisions(store):
+    """decide_custom (the pipeline's custom-filter step) keeps what consume keeps, in chunks or at once,
+    records kept and skipped rows on UnitDecisions and counts them as consume does."""
+    from cq.store.decide import UnitDecisions, decide_custom
+
+    msgs = list(store.consume(TOPIC, "G", tags="*"))
+    n = len(msgs)
+    d = UnitDecisions(None, np.ones(n + 2, bool), np.ones(n + 2, bool))
+    rows = np.arange(1, n + 1)
+    stats = cq.ConsumeStats()
+    kept, skipped = decide_custom(cq.MessageFilter(ff.boom, on_error="skip"), n, messages=msgs.__getitem__,
+                                  chunk=7, d=d, rows=rows, stats=stats)
+    assert kept.tolist() == [m.queue_offset % 3 != 0 for m in msgs] and (skipped == ~kept).all()
+    assert d.custom[rows].tolist() == kept.tolist() and not d.custom[0] and not d.custom[-1]
+    assert d.filter_skipped[rows].tolist() == skipped.tolist() and not d.filter_skipped[[0, -1]].any()
+    result = store.consume(TOPIC, "G", tags="*", filter=ff.boom, on_filter_error="skip")
+    assert _keys(result) == _keys(m for m, k in zip(msgs, kept) if k)
+    assert (stats.filter_skipped, stats.filter_rejected) == (result.stats.filter_skipped, 0)
+    with pytest.raises(cq.FilterError, match="queue 0 offset 0"):
+        decide_custom(cq.MessageFilter(ff.boom), n, messages=msgs.__getitem__)
+
+
 @pytest.mark.parametrize("fn,needle", [(ff.not_a_bool, "not a bool"), (ff.wrong_length, "201 values"),
                                        ])
 def test_a_result_that_is_not_a_bool_is_a_filter_error(store, fn, needle):

@@ -1,0 +1,94 @@
+"""A store described as one dict: what ``rmqfilter inspect --json`` prints (docs/cli.md#stores).
+
+:func:`describe` reads the store's layout, the release that wrote it, its CommitLog's range, every
+queue's range and files (one queue's files open at a time), the SQL92 registrations of
+``config/consumerFilter.json`` with their committed offsets, every committed offset, and which file
+(or RocksDB table) each config file was read from. The CLI only renders this dict.
+"""
+from __future__ import annotations
+
+import os
+from typing import Any
+
+from ..readers import config as cfg
+from .releases import written_by
+from .store import Store
+
+__all__ = ["describe"]
+
+
+def describe(store: Store | str | os.PathLike, *, count_messages: bool = False) -> dict[str, Any]:
+    """The description of ``store`` (a :class:`cq.Store`, or a path, opened and closed here).
+
+    Parameters
+    ----------
+    store : cq.Store or path
+    count_messages : bool
+        Also count the CommitLog's records (``commit_log.messages``; reads the whole log).
+
+    Returns
+    -------
+    dict
+        ``store`` (its root), ``layout``, ``written_by``, ``commit_log`` (files, file size, offsets),
+        ``topics`` (per topic, per queue id as a string: offsets, messages, files, ext bytes),
+        ``registered_groups``, ``committed_offsets`` and ``config`` (each config file's source, None
+        when absent): JSON-ready, keys in this order.
+    """
+    own = not isinstance(store, Store)
+    if own:
+        store = Store(store)
+    try:
+        return _describe(store, count_messages)
+    finally:
+        if own:
+            store.close()
+
+
+def _describe(store: Store, count_messages: bool) -> dict[str, Any]:
+    log = store.commit_log
+    info: dict[str, Any] = {
+        "store": store.root,
+        "layout": store.layout.as_dict(),
+        "written_by": written_by(store.root, store.layout).as_dict(),
+        "commit_log": {
+            "files": len(log.files),
+            "file_size": log.file_size,
+            "min_offset": log.min_offset,
+            "max_offset": log.max_offset,
+        },
+        "topics": {},
+    }
+    if count_messages:
+        info["commit_log"]["messages"] = log.count_records()
+    for topic in store.topics():
+        queues = {}
+        for qid in store.queue_ids(topic):
+            with store.queue_readers(topic, qid) as (cqueue, ext):  # one queue's files open at a time
+                queues[str(qid)] = {
+                    "min_offset": cqueue.min_offset,
+                    "max_offset": cqueue.max_offset,
+                    "messages": len(cqueue),
+                    "files": len(cqueue.files),
+                    "file_size": cqueue.file_size,
+                    "ext_bytes": None if ext is None else ext.max_offset - (ext.files[0][0] if ext.files else 0),
+                    "ext_file_size": None if ext is None else ext.file_size,
+                }
+        info["topics"][topic] = queues
+    table = store.offset_table()  # read once (the JSON file, or its RocksDB table)
+    info["registered_groups"] = [
+        {"group": f.group, "topic": f.topic, "expression": f.expression, "expression_type": f.expression_type,
+         "born_time": f.born_time, "dead_time": f.dead_time, "is_dead": f.is_dead,
+         "client_version": f.client_version, "bloom_matches": f.bloom_matches,
+         "committed_offsets": {str(q): o for q, o in cfg.committed_from_table(table, f.group, f.topic).items()}}
+        for f in store.registered_filters()
+    ]
+    info["committed_offsets"] = [
+        {"topic": topic, "group": group, "offsets": {str(q): o for q, o in sorted(queues.items())}}
+        for (topic, group), queues in table.items()
+    ]
+    info["config"] = {name: store.layout.rocksdb_table_of(name) or store.config_file(name).source for name in
+                      (cfg.CONSUMER_FILTER_FILE, cfg.CONSUMER_OFFSET_FILE, cfg.SUBSCRIPTION_GROUP_FILE, cfg.TOPICS_FILE)}
+    lmq = store.config_file(cfg.LMQ_CONSUMER_OFFSET_FILE).source  # where a broker with enableLmq keeps them all
+    if lmq is not None:
+        info["config"][cfg.LMQ_CONSUMER_OFFSET_FILE] = lmq
+    return info
