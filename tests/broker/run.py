@@ -1520,7 +1520,7 @@ def run(scenario: str, out: Path, rocketmq: str | None = None, **kwargs) -> Path
     if scenario not in SCENARIOS:
         raise HarnessError(f"unknown scenario {scenario!r} (known: {', '.join(SCENARIOS)})")
     build(rocketmq)
-    out = Path(out)
+    out = Path(out).resolve()    # the JVMs run elsewhere: a relative --out would name another place
     if out.exists():
         shutil.rmtree(out)
     out.mkdir(parents=True)
