@@ -137,23 +137,15 @@ def measure(tree: str, store: str | None) -> dict[str, float]:
     for step, (items, call) in _steps(cq, record, _inputs()).items():
         out[step] = _best(call, calls[step]) / items * 1e9
     if store:
-        def consume() -> int:
-            s = cq.Store(store)
-            try:
-                return sum(1 for _ in s.consume(TOPIC, GROUP, sql=SQL))
-            finally:
-                s.close()
-        delivered = consume()
-        out[f"Store.consume SQL92 group ({delivered:,} delivered)"] = _best(consume, 3) / delivered * 1e9
-
-        def consume_tags() -> int:
-            s = cq.Store(store)
-            try:
-                return sum(1 for _ in s.consume(TOPIC, TAG_GROUP, tags=TAGS))
-            finally:
-                s.close()
-        delivered = consume_tags()
-        out[f"Store.consume tag group ({delivered:,} delivered)"] = _best(consume_tags, 3) / delivered * 1e9
+        for label, group, kw in (("SQL92", GROUP, {"sql": SQL}), ("tag", TAG_GROUP, {"tags": TAGS})):
+            def consume(group=group, kw=kw) -> int:
+                s = cq.Store(store)
+                try:
+                    return sum(1 for _ in s.consume(TOPIC, group, **kw))
+                finally:
+                    s.close()
+            delivered = consume()
+            out[f"Store.consume {label} group ({delivered:,} delivered)"] = _best(consume, 3) / delivered * 1e9
         out.update(_reader_decisions(store))
     return out
 
