@@ -897,6 +897,9 @@ ROCKSDB_TRANS_OP_HALF_TOPIC = "RMQ_SYS_ROCKSDB_TRANS_OP_HALF_TOPIC"
 #: that release refuses the value, so a topic table holding it was written by that release or later.
 MESSAGE_TYPE_ATTRIBUTE = "message.type"
 MESSAGE_TYPE_RELEASES = {"PRIORITY": "5.4.0", "LITE": "5.5.0"}
+#: From 5.5.1 a broker with ``enableCalcFilterBitMap=false`` persists SQL92 registrations without
+#: ``bloomFilterData``; every earlier release wrote it (docs/config-and-index.md#no-bloom-data).
+NO_BLOOM_DATA_RELEASE = "5.5.1"
 #: RIP-80 (5.4.0+): a priority message's priority; the broker stores it in queue
 #: ``min(priority, writeQueueNums - 1)`` of its topic, an ordinary unit of an ordinary queue.
 PROPERTY_PRIORITY = "_SYS_MSG_PRIORITY_"

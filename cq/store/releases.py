@@ -87,10 +87,26 @@ def written_by(root: str | os.PathLike, layout: StoreLayout | None = None) -> Wr
         if os.path.isdir(os.path.join(queues, topic)):
             found.append((fmt.MESSAGE_ROCKSDB_RELEASE, f"{fmt.CONSUME_QUEUE_DIR}/{topic}/: transRocksDBEnable"))
             break
+    bare = _registrations_without_bloom_data(root)
+    if bare:
+        evidence = f"config/{cfg.CONSUMER_FILTER_FILE}: {bare} registration(s) without bloomFilterData"
+        found.append((fmt.NO_BLOOM_DATA_RELEASE, evidence))
     if not found:
         return WrittenBy(None)
     found.sort(key=lambda f: _release_key(f[0]), reverse=True)
     return WrittenBy(found[0][0], tuple(text for _, text in found))
+
+
+def _registrations_without_bloom_data(root: str) -> int:
+    """How many SQL92 registrations of ``config/consumerFilter.json`` carry no bloom data (what a
+    5.5.1+ broker with bitmaps off writes); 0 where the file is missing or unreadable (no evidence)."""
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", cfg.ConfigWarning)
+            registered = cfg.read_registered_filters(os.path.join(root, cfg.CONFIG_DIR, cfg.CONSUMER_FILTER_FILE))
+    except cfg.ConfigFormatError:
+        return 0
+    return sum(1 for r in registered if r.bloom_data is None)
 
 
 def message_rocksdb_families(root: str | os.PathLike) -> tuple[str, ...]:

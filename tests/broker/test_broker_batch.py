@@ -24,6 +24,7 @@ from broker_support import (
 import cq
 import rmqfilter
 from cq import format as fmt
+from cq.store.releases import written_by
 
 pytestmark = pytest.mark.broker
 
@@ -151,10 +152,14 @@ def test_data_source_with_group_gives_the_same_rows(spark, run, group):
     assert_data_source_is_what_the_consumers_received(spark, run, group)
 
 
-def test_the_sql92_registrations_read_without_a_warning(store):
+def test_the_sql92_registrations_read_without_a_warning(run, store):
     # This broker computes no bitmaps (enableCalcFilterBitMap off): from 5.5.1 it persists its SQL92
     # registrations without bloom data, which is no filter change (docs/config-and-index.md#no-bloom-data)
     with warnings.catch_warnings():
         warnings.simplefilter("error", cq.ConfigWarning)
         registered = store.registered_filters(harness.BATCH_TOPIC)
     assert {r.group for r in registered} >= {g for g, (kind, _) in harness.BATCH_GROUPS.items() if kind == "SQL92"}
+    # ... and that is what shows a 5.5.1 store (inspect's "Written by")
+    bare = all(r.bloom_data is None for r in registered)
+    assert bare == (tuple(map(int, run.release.split("."))) >= (5, 5, 1))
+    assert (written_by(run.store_path()).release == "5.5.1") == bare

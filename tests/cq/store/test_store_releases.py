@@ -91,6 +91,21 @@ def test_a_topic_of_a_newer_message_type_shows_its_release(copy, kind, release):
     assert found.evidence == (f"topic P: message.type={kind}",)
 
 
+def test_registrations_without_bloom_data_show_5_5_1(copy):
+    # docs/config-and-index.md#no-bloom-data: only a 5.5.1+ broker, bitmaps off, writes them so
+    entry = {"consumerGroup": GROUP, "topic": TOPIC, "expression": "a > 1", "expressionType": "SQL92",
+             "bornTime": 1, "deadTime": 0, "clientVersion": 1}
+    with_bloom = dict(entry, consumerGroup="GID_OLD", bloomFilterData={"bitPos": [1, 2, 3], "bitNum": 112})
+    table = {TOPIC: {"topic": TOPIC, "groupFilterData": {GROUP: entry, "GID_OLD": with_bloom}}}
+    _write_config(copy, "consumerFilter.json", "filterDataByTopic", table)
+    found = written_by(copy)
+    assert found.release == "5.5.1"
+    assert found.evidence == ("config/consumerFilter.json: 1 registration(s) without bloomFilterData",)
+    del table[TOPIC]["groupFilterData"][GROUP]
+    _write_config(copy, "consumerFilter.json", "filterDataByTopic", table)
+    assert written_by(copy).release is None     # bloom data that does not match is no release's sign
+
+
 def test_the_strongest_evidence_comes_first(copy):
     _message_rocksdb(copy, {})
     _write_config(copy, "topics.json", "topicConfigTable", {"L": _topic("L", **{"message.type": "LITE"})})
