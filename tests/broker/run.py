@@ -303,6 +303,7 @@ class Harness:
             "namesrvAddr": self.namesrv,
             "listenPort": port,
             "haListenPort": port + 1,
+            "bindAddress": LOOPBACK,     # its remoting servers (port and port - 2) listen on loopback only
             "storePathRootDir": str(root),
             "storePathCommitLog": str(root / "commitlog"),
             "autoCreateTopicEnable": "false",

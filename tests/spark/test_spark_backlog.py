@@ -67,9 +67,13 @@ def test_group_alone_carries_born_time_and_equals_consume(spark, golden_b):
     delivered = sorted(m.commit_log_offset for m in looked_up)
     df = spark.read.format("rocketmq").option("topic", TOPIC).option("group", "GID_SQL_B").load(str(golden_b))
     assert sorted(r["commit_log_offset"] for r in df.select("commit_log_offset").collect()) == delivered
-    # the scan job counts each layer with the registered bornTime: fewer units pruned than with the SQL given
-    given = store.consume(TOPIC, "GID_SQL_B", sql=SQL_B)
+    # the scan job counts each layer with the registered bornTime: fewer units pruned than with the SQL
+    # given with bornTime 0 (given without one, the registered expression is the registration's filter)
+    given = store.consume(TOPIC, "GID_SQL_B", sql=SQL_B, born_time=0)
     list(given)
+    as_registered = store.consume(TOPIC, "GID_SQL_B", sql=SQL_B)
+    list(as_registered)
+    assert as_registered.stats == looked_up.stats
     (scan,) = [job.scan(spark, str(golden_b), TOPIC, g) for g in job.registered_group_scans(str(golden_b), TOPIC)]
     assert scan.passed_consume_queue == looked_up.stats.passed_consume_queue > given.stats.passed_consume_queue
     assert scan.delivered == len(delivered) == given.stats.delivered
