@@ -477,8 +477,7 @@ def _timer_state(store: Store, topic: str, uniq: str | None, by_role: dict,
                if c.message.properties.get(fmt.PROPERTY_TIMER_DEL_UNIQKEY) in keys]
     if not timers and not markers:
         return None
-    check_message_rocksdb(store.root, "timer", "the timer's state")
-    with store.timer_files() as files:
+    with store.timer_files("the timer's state") as files:
         check = files.checkpoint
         progress = (f"config/{fmt.TIMER_CHECK_FILE}: the timer has fired everything due before "
                     f"{check.last_read_time_ms} and read {fmt.TIMER_TOPIC} up to queue offset "

@@ -101,8 +101,7 @@ def scheduled_rows(store: Store) -> list[dict]:
                 if fmt.PROPERTY_TIMER_DEL_UNIQKEY in m.properties}
     check = None
     if timers:
-        check_message_rocksdb(store.root, "timer", "the timer's due times")   # docs/formats.md#message-rocksdb
-        with store.timer_files() as files:
+        with store.timer_files("the timer's due times") as files:   # docs/formats.md#message-rocksdb
             check = files.checkpoint
     for m in timers:
         p = m.properties

@@ -11,6 +11,7 @@ from ..readers.indexfile import IndexFiles
 from ..readers.rocksdb import metadata_table, pull_offset_table
 from ..readers.rocksdb import offset_table as rocksdb_offset_table
 from ..readers.timer import TimerFiles
+from .releases import check_message_rocksdb
 
 
 class MetadataRoom:
@@ -126,7 +127,10 @@ class MetadataRoom:
         (:class:`cq.IndexFiles`; :class:`cq.StoreFormatError` when they cannot be read)."""
         return IndexFiles(self.root)
 
-    def timer_files(self) -> TimerFiles:
+    def timer_files(self, reading: str = "the timer's files") -> TimerFiles:
         """The store's 5.x timer files (timercheck, timerlog, timerwheel), opened now; a context manager
-        (:class:`cq.TimerFiles`)."""
+        (:class:`cq.TimerFiles`). :class:`cq.UnsupportedLayoutError` where a 5.4+ broker kept the
+        timer's timeline in its message RocksDB instead, which ``reading`` (what the caller reads
+        them for) would miss (docs/formats.md#message-rocksdb)."""
+        check_message_rocksdb(self.root, "timer", reading)
         return TimerFiles(self.root)
