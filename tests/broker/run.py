@@ -87,10 +87,12 @@ def target(version: str | None = None) -> Path:
 
 
 def source_hash(version: str | None = None) -> str:
-    """Hash of everything that decides a run: the release, the pom, the Java sources and this driver."""
+    """Hash of everything that decides a run: the release, the pom, the Java sources, this driver and
+    the scenarios kept in their own modules (``scenario_<name>.py``)."""
     h = hashlib.sha256()
     h.update(f"{rocketmq_version(version)}/{client_release(version)}".encode())
-    files = [HERE / "pom.xml", Path(__file__).resolve(), *sorted((HERE / "src").rglob("*.java"))]
+    files = [HERE / "pom.xml", Path(__file__).resolve(), *sorted(HERE.glob("scenario_*.py")),
+             *sorted((HERE / "src").rglob("*.java"))]
     for f in files:
         h.update(str(f.relative_to(HERE)).encode())
         h.update(f.read_bytes())
