@@ -26,6 +26,7 @@ from .kernels import ENGINE as _SCAN_ENGINE
 from .kernels import check_bitmaps, check_ext_batch, scan_tags
 from .readers.batchcq import BatchConsumeQueue
 from .readers.commitlog import CommitLog, Message
+from .readers.compaction import CompactionConsumeQueue, CompactionLog, read_position_checkpoint
 from .readers.config import ConfigFormatError, ConfigWarning, RegisteredFilter
 from .readers.consumequeue import ConsumeQueue
 from .readers.dledger import DLedgerCommitLog
@@ -50,6 +51,8 @@ __all__ = [
     "Cluster",
     "ClusterCut",
     "CommitLog",
+    "CompactionConsumeQueue",
+    "CompactionLog",
     "ConfigFormatError",
     "ConfigWarning",
     "ConsumeQueue",
@@ -94,6 +97,7 @@ __all__ = [
     "load_filter",
     "open_stores",
     "parse_tag_subscription",
+    "read_position_checkpoint",
     "scan_tags",
     "tags_code",
     "tags_code_many",

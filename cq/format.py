@@ -193,6 +193,18 @@ INNER_PROPERTIES_LENGTH_STRUCT = struct.Struct(">h")
 #: A batch record's own properties: its message count and the queue offset of its first message.
 PROPERTY_INNER_NUM = "INNER_NUM"
 PROPERTY_INNER_BASE = "INNER_BASE"
+#: The compaction store (docs/formats.md#compaction-store): a topic whose ``cleanup.policy`` attribute is
+#: ``COMPACTION`` (``TopicAttributes.CLEANUP_POLICY_ATTRIBUTE``) is served from ``compaction/``: per queue,
+#: a compaction log (CommitLog records, their PHYSICALOFFSET their compaction log position) in
+#: ``compactionLog/{topic}/{queueId}/`` and a sparse compaction CQ of :data:`BCQ_UNIT_DTYPE` units in
+#: ``compactionCq/{topic}/{queueId}/``, one CQ file per log file, of the same name; and the position
+#: checkpoint, ``{"queueOffsetMap": {"{topic}_{queueId}": offset}}``.
+CLEANUP_POLICY_ATTRIBUTE = "cleanup.policy"
+CLEANUP_POLICY_COMPACTION = "COMPACTION"
+COMPACTION_DIR = "compaction"
+COMPACTION_LOG_DIR = "compactionLog"
+COMPACTION_CQ_DIR = "compactionCq"
+COMPACTION_CHECKPOINT_FILE = "position-checkpoint"
 #: LMQ (docs/formats.md#lmq): queues named ``%LMQ%...`` (one queue, id 0) whose units point at
 #: records of other topics; a record names them in ``INNER_MULTI_DISPATCH`` and its offset in each
 #: in ``INNER_MULTI_QUEUE_OFFSET`` (both joined by ``,``); their committed offsets are kept in
@@ -837,14 +849,16 @@ def list_queue_files(directory: str | os.PathLike) -> list[tuple[int, str]]:
 
 
 def check_queue_files(
-    files: list[tuple[int, str]], file_size: int | None, *, kind: str, unit: int = 1
+    files: list[tuple[int, str]], file_size: int | None, *, kind: str, unit: int = 1, contiguous: bool = True
 ) -> tuple[list[tuple[int, str]], int]:
     """Validate a mapped-file queue as the broker's load does; returns ``(files, file_size)``.
 
     A trailing 0-byte file is dropped. ``file_size`` defaults to the size most
     files share. Every file must have that size, start at a multiple of it, and
     follow its predecessor by exactly one file size; otherwise
-    :class:`StoreFormatError` names the file.
+    :class:`StoreFormatError` names the file. ``contiguous=False`` (the compaction store's files,
+    docs/formats.md#compaction-store): the sizes alone are checked, names may skip and need not be
+    multiples of the size.
     """
     files = list(files)
     if files and os.path.getsize(files[-1][1]) == 0:
@@ -869,6 +883,8 @@ def check_queue_files(
                 path,
                 min(actual, file_size),
             )
+        if not contiguous:
+            continue
         if start % file_size:
             raise StoreFormatError(f"{kind} file start {start} is not a multiple of {file_size}", path, 0)
         if prev is not None and start != prev + file_size:

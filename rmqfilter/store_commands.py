@@ -200,6 +200,11 @@ def _print_inspect(info: dict) -> None:
             print(f"{topic:<32} {qid:>5} {q['min_offset']:>12,} {q['max_offset']:>12,} "
                   f"{q['messages']:>12,} {ext:>12}")
             total += q["messages"]
+            c = q.get("compaction")
+            if c is not None:  # docs/reading.md#compaction-topics: what the broker serves instead
+                position = "none yet" if c["position"] is None else f"{c['position']:,}"
+                print(f"{'':<32} {'':>5}   served from the compaction store: {c['units']:,} message(s) in "
+                      f"[{c['min_offset']:,}, {c['max_offset']:,}), compacted up to offset {position}")
     print(f"{len(info['topics'])} topic(s), {total:,} message(s) in consume queues")
     used = {name: src for name, src in info["config"].items() if src is not None}
     if used:

@@ -258,7 +258,10 @@ def backlog(store: Store | Cluster, topic: str, group: str, *, sql: str | None =
         result = store.consume(topic, group, filter=flt, queue_ids=[q], ranges={q: (start, hi)}, cut=cut)
         for _ in result:
             pass
-        expired = max(0, min(lo, hi) - start) + result.stats.commit_log_missing
+        # a compaction topic's offsets below its compaction CQ's minimum were compacted, not expired
+        # (docs/reading.md#compaction-topics)
+        below = 0 if topic in store.layout.compaction_topics else max(0, min(lo, hi) - start)
+        expired = below + result.stats.commit_log_missing
         out.append(QueueBacklog(q, c, lo, hi, hi - start, result.stats.delivered, expired))
     if not later:
         return Backlog(topic, group, sub, out)

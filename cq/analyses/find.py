@@ -11,6 +11,8 @@ analyses that do import this module, never the reverse.
 """
 from __future__ import annotations
 
+import contextlib
+
 import os
 import struct
 from collections.abc import Callable, Iterator, Sequence
@@ -125,13 +127,22 @@ def key_matches(msg_props: dict, key: str | None, uniq_key: str | None) -> bool:
     return False
 
 
+@contextlib.contextmanager
+def _queue_only(store: Store, topic: str, queue_id: int) -> Iterator:
+    """A queue's reader for one pass, without its ext files."""
+    with store.queue_readers(topic, queue_id, ext=False) as (cqueue, _ext):
+        yield cqueue
+
+
 def scan_topic(store: Store, topic: str, key: str | None, uniq_key: str | None) -> list[Message]:
     """Every message of ``topic`` (through its ConsumeQueues) whose key or UNIQ_KEY is the one asked."""
     log = store.commit_log
     lo, hi = log.min_offset, log.max_offset
     found = []
+    compaction = topic in store.layout.compaction_topics  # docs/reading.md#compaction-topics
     for q in store.queue_ids(topic):
-        with store.queue_readers(topic, q, ext=False) as (cqueue, _ext):  # one queue's files open at a time
+        # one queue's files open at a time; a compaction topic's every message, compacted or not
+        with (store.dispatched_queue(topic, q) if compaction else _queue_only(store, topic, q)) as cqueue:
             for _first, units in cqueue.iter_batches(1 << 16):
                 offs = units["commit_log_offset"].astype(np.int64)
                 ok = (offs >= lo) & (offs + units["size"].astype(np.int64) <= hi)

@@ -59,6 +59,7 @@ from .why_codes import (
     DROP,
     DROPPED_BY_CLIENT,
     DROPPED_BY_COMMIT_LOG,
+    DROPPED_BY_COMPACTION,
     DROPPED_BY_CONSUME_QUEUE,
     DROPPED_BY_EXPIRY,
     INFO,
@@ -472,6 +473,88 @@ def why_batch_message(store: Store, topic: str, group: str, flt, sub: Subscripti
                steps, explanation, note)
 
 
+def why_compacted(store: Store, topic: str, group: str, flt, sub: Subscription, queue_id: int, queue_offset: int, *,
+                  found_by: str = "queue_offset", note: str | None = None) -> Why:
+    """Walk the message at (``queue_id``, ``queue_offset``) of compaction topic ``topic`` through ``flt``
+    (docs/reading.md#compaction-topics): the broker serves the queue from its compaction store without its
+    two layers, so a message its compaction CQ holds reaches the client's re-check; one it does not hold
+    was compacted (a newer message with the same KEYS replaced it, where the ConsumeQueue shows one)."""
+    try:
+        cut = store.cut(topic, [queue_id])
+        lo, hi = cut.queue_range(topic, queue_id)
+    except (KeyError, TypeError) as exc:
+        raise MessageNotFoundError(f"no queue {topic}/{queue_id} in {store.root}") from exc
+    found = store.compacted_decisions(topic, queue_id, flt, queue_offset, queue_offset + 1, cut=cut)
+    if not len(found.units) or int(found.units["base_offset"][0]) != queue_offset:
+        return _compacted_unit(store, topic, group, sub, queue_id, queue_offset, (lo, hi), found_by, note)
+    unit = found.units[0]
+    phys, size, code = int(unit["commit_log_offset"]), int(unit["size"]), int(unit["tags_code"])
+    with store.queue_readers(topic, queue_id, ext=False) as (cqueue, _):
+        path, pos = cqueue.file_position(queue_offset)
+    steps = [WhyStep("consume_queue_unit", INFO, "read", {"commit_log_offset": phys, "size": size, "tags_code": code,
+                                                          "file": path, "file_position": pos}, {"compaction": True}),
+             WhyStep("consume_queue", PASS, "compaction_no_filter", {"tags_code": code}, {"compaction": True})]
+    delivered, dropped_by, msg_id = False, None, None
+    if not found.present[0]:
+        dropped_by = DROPPED_BY_COMMIT_LOG
+        steps.append(WhyStep("commit_log", DROP, "record_missing", {}, {"compaction": True, "missing": (phys, size)}))
+        _not_reached(steps, "client")
+    else:
+        with store.compaction_log(topic, queue_id) as log:
+            msg = log.read_message(phys)
+        msg_id = msg.msg_id
+        steps.append(WhyStep("commit_log", PASS, "compaction_no_filter",
+                             {"record_topic": msg.topic, "tags": msg.tags, "keys": msg.keys}, {"compaction": True}))
+        ok, step = _client_step(flt, "compaction_no_filter", msg, ok=bool(found.delivered[0]))
+        steps.append(step)
+        delivered, dropped_by = ok, None if ok else DROPPED_BY_CLIENT
+    return Why(topic, group, sub, queue_id, queue_offset, phys, size, msg_id, found_by, delivered, dropped_by,
+               steps, None, note)
+
+
+def _compacted_unit(store: Store, topic: str, group: str, sub: Subscription, queue_id: int, queue_offset: int,
+                    served: tuple[int, int], found_by: str, note: str | None) -> Why:
+    """The Why of a compaction topic's message its compaction CQ does not hold: the message the ConsumeQueue
+    has at that offset (its KEYS), and the newer messages of the same KEYS there (the one the compaction CQ
+    still holds, if any)."""
+    try:
+        with store.dispatched_queue(topic, queue_id) as dispatched:
+            if not dispatched.min_offset <= queue_offset < dispatched.max_offset:
+                raise MessageNotFoundError(
+                    f"queue offset {queue_offset} is outside queue {topic}/{queue_id}'s units "
+                    f"[{dispatched.min_offset}, {dispatched.max_offset}) in {store.root}")
+            later = dispatched.read(queue_offset, dispatched.max_offset - queue_offset)
+    except KeyError as exc:
+        raise MessageNotFoundError(str(exc.args[0]) if exc.args else str(exc)) from None
+    log = store.commit_log
+    offs = later["commit_log_offset"].astype(np.int64)
+    present = store.records_present(offs, later["size"].astype(np.int64))
+    phys, size = int(offs[0]), int(later["size"][0])
+    keys = msg_id = None
+    newer: list[int] = []
+    if present[0]:
+        rows = np.flatnonzero(present)
+        cols = log.decode_columns(offs[rows], ["keys"])
+        texts = cols.texts("keys")
+        keys = texts[0]
+        msg_id = log.read_message(phys).msg_id
+        newer = [queue_offset + int(r) for r, k in zip(rows[1:].tolist(), texts[1:]) if keys and k == keys]
+    kept = None
+    if newer:
+        with store.queue_readers(topic, queue_id, ext=False) as (cqueue, _):
+            held = np.intersect1d(cqueue.offsets, np.array(newer, dtype=np.int64))
+        kept = int(held[-1]) if len(held) else None
+    reason = "compacted" if newer else "compacted_no_newer"
+    steps = [WhyStep("consume_queue_unit", DROP, reason,
+                     {"keys": keys, "newer_offsets": newer, "kept_offset": kept, "compaction_min_offset": served[0],
+                      "compaction_max_offset": served[1], "commit_log_offset": phys, "size": size,
+                      "record_present": bool(present[0])},
+                     {"topic": topic, "queue_id": queue_id, "queue_offset": queue_offset, "compaction": True})]
+    _not_reached(steps, "consume_queue", "commit_log", "client")
+    return Why(topic, group, sub, queue_id, queue_offset, phys, size, msg_id, found_by, False, DROPPED_BY_COMPACTION,
+               steps, None, note)
+
+
 def _expired_unit(store: Store, topic: str, group: str, flt, sub: Subscription, cqueue, queue_id: int,
                   queue_offset: int, lo: int, found_by: str, note: str | None) -> Why:
     """The Why of a unit below its queue's minimum: the broker expired it (its record, and maybe its
@@ -626,6 +709,12 @@ def why(store: Store | Cluster, topic: str, group: str, *, sql: str | None = Non
         raise ValueError("broker= is for a cq.Cluster; a Store is one broker")
     flt, sub = resolve_subscription(store, topic, group, sql=sql, tags=tags, bloom_filter=bloom_filter,
                                     filter_support_retry=filter_support_retry)
+    if topic in store.layout.compaction_topics:  # docs/reading.md#compaction-topics
+        if given[0]:
+            return why_compacted(store, topic, group, flt, sub, int(queue_id), int(queue_offset))
+        messages, found_by, note = find_messages(store, topic, msg_id=msg_id, key=key)
+        return [why_compacted(store, topic, group, flt, sub, *position(m, topic), found_by=found_by, note=note)
+                for m in messages]
     if topic in store.layout.batch_cq_topics:  # docs/reading.md#batchcq
         if given[0]:
             return why_batch_message(store, topic, group, flt, sub, int(queue_id), int(queue_offset))

@@ -19,6 +19,7 @@ from .why_codes import (
     DROP,
     DROPPED_BY_CLIENT,
     DROPPED_BY_COMMIT_LOG,
+    DROPPED_BY_COMPACTION,
     DROPPED_BY_CONSUME_QUEUE,
     DROPPED_BY_EXPIRY,
     INFO,
@@ -54,6 +55,8 @@ LAYER1_TEXT = {
                              "matches): the unit passes",
     "bloom_hit": "every one of the group's bits is set (a Bloom hit; layer 2 decides)",
     "bloom_miss": "some of the group's bits are clear: the broker skips the unit without reading the CommitLog",
+    "compaction_no_filter": "a compaction topic is served from the compaction store, which ignores the group's "
+                            "filter: the unit passes",
 }
 
 
@@ -61,7 +64,8 @@ LAYER1_TEXT = {
 DROPPED_BY_TEXT = {DROPPED_BY_CONSUME_QUEUE: "the ConsumeQueue layer (layer 1)",
             DROPPED_BY_COMMIT_LOG: "the CommitLog layer (layer 2)",
             DROPPED_BY_CLIENT: "the client's tag re-check",
-            DROPPED_BY_EXPIRY: "the broker's expiry of old files"}
+            DROPPED_BY_EXPIRY: "the broker's expiry of old files",
+            DROPPED_BY_COMPACTION: "the broker's compaction"}
 
 
 def source_text(sub) -> str:
@@ -139,6 +143,8 @@ def step_title(step) -> str:
         return step.data["title"]
     if step.name == "consume_queue_unit" and step.data.get("batch"):
         return "BatchConsumeQueue unit"
+    if step.name == "consume_queue_unit" and step.data.get("compaction"):
+        return "Compaction CQ unit"
     return STEP_TITLES[step.name]
 
 
@@ -160,11 +166,25 @@ def _unit_detail(reason: str, ev: dict, data: dict) -> str:
         return (f"queue offset {data['queue_offset']} is below queue {data['topic']}/{data['queue_id']}'s minimum "
                 f"{lo}: the broker expired it{where}; a consumer asking for it is moved to offset {lo}, so the group "
                 "never receives it")
+    if reason in ("compacted", "compacted_no_newer"):  # a compaction topic's (DROPPED_BY_COMPACTION)
+        where = f"queue {data['topic']}/{data['queue_id']} offset {data['queue_offset']}"
+        keys = f"KEYS {ev['keys']!r}" if ev["keys"] is not None else "its KEYS (its record is gone)"
+        if reason == "compacted":
+            kept = (f"; the compaction store keeps offset {ev['kept_offset']}" if ev["kept_offset"] is not None
+                    else "; none of them is in the compaction store now (each was replaced in turn)")
+            return (f"compacted: a newer message with the same key replaced it ({keys}, newer at queue offset(s) "
+                    f"{', '.join(map(str, ev['newer_offsets'][:5]))}{', ...' if len(ev['newer_offsets']) > 5 else ''}"
+                    f"{kept}): the compaction CQ of {where.split(' offset')[0]} has no unit at offset "
+                    f"{data['queue_offset']}, so the group never receives it")
+        return (f"compacted: the compaction CQ has no unit at {where} and no newer message has {keys} (an empty "
+                "body deletes its key): the group never receives it")
     if reason == "no_unit":
         return (f"no ConsumeQueue unit of queue {data['topic']}/{data['queue_id']} at offset {ev['queue_offset']} "
                 f"points at CommitLog offset {ev['commit_log_offset']} (transaction type "
                 f"{data['transaction_type']:#x}): the broker never serves this record to consumers")
     head = f"{ev['file']} at byte {ev['file_position']}: commitLogOffset {ev['commit_log_offset']}, size {ev['size']}"
+    if data.get("compaction"):
+        return f"{head} (a compaction log position), tagsCode {ev['tags_code']}"
     if data.get("batch"):
         return (f"{head}, tagsCode {ev['tags_code']}, a batch of {ev['batch_size']} message(s) from queue offset "
                 f"{ev['base_offset']}; this is message {data['index']} of it")
@@ -175,6 +195,8 @@ def _unit_detail(reason: str, ev: dict, data: dict) -> str:
 
 
 def _layer1_detail(reason: str, ev: dict, data: dict) -> str:
+    if data.get("compaction"):
+        return LAYER1_TEXT[reason]
     if data.get("batch"):
         if data["kind"] == "tags":
             return (f"{LAYER1_TEXT[reason]}\nthe batch's tags code {ev['tags_code']} (the record's own TAGS, none "
@@ -216,6 +238,12 @@ def _live_detail(reason: str, ev: dict, data: dict) -> str:
 
 
 def _layer2_detail(reason: str, ev: dict, data: dict) -> str:
+    if data.get("compaction"):
+        if "missing" in data:
+            phys, size = data["missing"]
+            return f"the record [{phys}, {phys + size}) is in no file of the compaction log: the broker skips the unit"
+        return ("a compaction topic is served from the compaction store, which ignores the group's filter: the "
+                f"record passes (TAGS {ev['tags']!r}, KEYS {ev['keys']!r})")
     if "missing" in data:  # the record is not in the CommitLog: layer 2 never reads it
         phys, size, lo, hi = data["missing"]
         if data.get("batch"):
@@ -288,6 +316,8 @@ def _client_detail(reason: str, ev: dict, data: dict) -> str:
         return f"TAGS {tags!r} is in the subscription's tags {tags_set}"
     if data.get("batch"):
         why_passed = "the batch's tags code passed layer 1 for every message of it"
+    elif data["layer1_reason"] == "compaction_no_filter":
+        why_passed = "the compaction store served it unfiltered"
     elif data["layer1_reason"] == "tags_code_in_set":
         why_passed = "its tags code equals a subscribed tag's: a hash collision"
     else:

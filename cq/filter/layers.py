@@ -421,10 +421,16 @@ class Layers:
     Parameters
     ----------
     flt : TagFilter, SqlFilter, RetrySqlFilter or a filter with the per-unit methods
+    broker : bool, default True
+        False for a queue the broker serves without its two layers: a compaction topic's, read from
+        the compaction store, where the pull ignores the group's filter and only the client's re-check
+        applies (docs/reading.md#compaction-topics). Layer 1 and layer 2 then pass every unit.
     """
 
-    def __init__(self, flt) -> None:
+    def __init__(self, flt, *, broker: bool = True) -> None:
         self.filter = flt
+        #: Whether the broker's two layers run (False: a compaction topic's queue).
+        self.broker = bool(broker)
         #: ``"tags"``, ``"sql92"``, ``"retry"`` (a :class:`RetrySqlFilter`) or ``"units"`` (another class).
         self.kind = next((k for cls, k in _KINDS if isinstance(flt, cls)), "units")
         if self.kind == "tags":
@@ -439,6 +445,8 @@ class Layers:
     def passes_all(self) -> bool:
         """Layer 1 passes every unit (no tags to compare, ``"*"``, class-filter mode, no valid bloom data)."""
         f = self.filter
+        if not self.broker:
+            return True
         if self.kind == "tags":
             sub = f.subscription
             return sub is None or f.class_filter_mode or sub.sub_string == "*"
@@ -449,24 +457,26 @@ class Layers:
     @property
     def layer1_decides(self) -> bool:
         """Layer 1 nearly decides alone: a tag code match, or a Bloom bitmap of the group's expression,
-        so the records it lets through are mostly delivered (docs/data-path.md#consume)."""
-        return self.kind == "tags" or (self.kind in ("sql92", "retry") and self.filter.uses_bitmap())
+        so the records it lets through are mostly delivered (docs/data-path.md#consume); without the
+        broker's layers (:attr:`broker` False) every record reaches the client, so it is decoded once."""
+        return not self.broker or self.kind == "tags" or (self.kind in ("sql92", "retry") and self.filter.uses_bitmap())
 
     @property
     def has_layer2(self) -> bool:
-        """Layer 2 can drop a record (a SQL92 selector); a tag filter's layer 2 is always true."""
-        return self.kind != "tags"
+        """Layer 2 can drop a record (a SQL92 selector); a tag filter's layer 2 is always true, and so is
+        every layer without the broker's (:attr:`broker` False)."""
+        return self.broker and self.kind != "tags"
 
     @property
     def plain_sql(self) -> bool:
         """Layer 2 is the selector alone, and the client keeps everything: a SQL92 filter, not a retry one,
         not in class-filter mode (what Spark may evaluate instead of the broker's layer 2)."""
-        return self.kind == "sql92" and not self.filter.class_filter_mode
+        return self.broker and self.kind == "sql92" and not self.filter.class_filter_mode
 
     def layer2_fields(self) -> list[str] | None:
         """Record fields layer 2 and the client re-check read over columns (None: they decide
         record by record, on property dicts)."""
-        if self.kind == "tags":
+        if self.kind == "tags" or not self.broker:
             return ["tags"]
         if self.kind == "sql92" and hasattr(self.filter.compiled, "matches_arrow"):
             return ["properties"]
@@ -545,13 +555,15 @@ class Layers:
 
     def layer2_columns(self, cols) -> np.ndarray:
         """Layer 2 over decoded records holding :meth:`layer2_fields` (bool per record)."""
-        if self.kind == "tags":
+        if self.kind == "tags" or not self.broker:
             return np.ones(len(cols), dtype=bool)
         return np.asarray(self.filter.is_matched_by_commit_log_columns(cols), dtype=bool)
 
     def layer2_properties(self, props) -> np.ndarray:
         """Layer 2 over property dicts (None: a record without properties), bool per record."""
         f = self.filter
+        if not self.broker:
+            return np.ones(len(props), dtype=bool)
         many = getattr(f, "is_matched_by_commit_log_many", None)
         if many is not None:
             return np.asarray(many(props), dtype=bool)
@@ -562,6 +574,8 @@ class Layers:
         column where the filter can (``cols``, when given, the records decoded already), else over
         property dicts. A retry record without properties raises :class:`RetryPropertiesError`
         naming the CommitLog file and byte (docs/filtering.md#retry-filter)."""
+        if not self.broker:
+            return np.ones(len(offs), dtype=bool)
         if self.kind in ("tags", "sql92"):
             try:
                 return self.layer2_columns(cols if cols is not None else log.decode_columns(offs, ["properties"]))

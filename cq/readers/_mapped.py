@@ -52,6 +52,9 @@ class MappedFileQueue:
 
     _files: list[tuple[int, str]]
     _maps: dict[int, memoryview]
+    #: Files follow each other by one file size (``fmt.check_queue_files``); False for the compaction
+    #: store's files, whose names may skip (docs/formats.md#compaction-store).
+    _CONTIGUOUS = True
 
     def _open(self, directory, file_size: int | None, kind: str, unit: int | None = None) -> None:
         """List and check the queue's files (docs/formats.md#mapped-file-queues); nothing is mapped yet."""
@@ -75,7 +78,7 @@ class MappedFileQueue:
         for attempt in range(3):
             try:
                 return fmt.check_queue_files(fmt.list_queue_files(self.directory), file_size,
-                                             kind=self._kind, unit=self._unit)
+                                             kind=self._kind, unit=self._unit, contiguous=self._CONTIGUOUS)
             except FileNotFoundError:
                 if attempt == 2:
                     raise
@@ -192,11 +195,15 @@ class MappedFileQueue:
         """Index of the listed file holding each offset of the queue's logical space, -1 where none does.
 
         Files are contiguous, each one file size after the one before (``fmt.check_queue_files``),
-        so a file is a division away.
+        so a file is a division away; where names may skip (``_CONTIGUOUS`` False), a bisection.
         """
         offsets = np.asarray(offsets, dtype=np.int64)
         if not self._files:
             return np.full(len(offsets), -1, dtype=np.int64)
+        if not self._CONTIGUOUS:  # names may skip: the last file starting at or below each offset
+            idx = np.searchsorted(self._starts, offsets, side="right").astype(np.int64) - 1
+            idx[(idx >= 0) & (offsets >= self._starts[np.maximum(idx, 0)] + self.file_size)] = -1
+            return idx
         idx = (offsets - self._starts[0]) // self.file_size
         idx[(idx < 0) | (idx >= len(self._files))] = -1
         return idx

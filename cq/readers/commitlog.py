@@ -311,10 +311,13 @@ class CommitLog(MappedFileQueue):
         pre-allocated with zeros) and only the CRC rejects it.
     """
 
+    #: What errors call the files (a subclass reads records of the same layout elsewhere).
+    _KIND = "CommitLog"
+
     def __init__(self, directory: str | os.PathLike, *, file_size: int | None = None,
                  check_crc_on_recover: bool = True) -> None:
         self.check_crc_on_recover = bool(check_crc_on_recover)
-        self._open(directory, file_size, "CommitLog")
+        self._open(directory, file_size, self._KIND)
         self._start_list = [s for s, _ in self._files]
         self._arrays: dict[int, np.ndarray] = {}
         self._max_offset: int | None = None

@@ -17,6 +17,7 @@ from ..filter.subscription import DEFAULT_BLOOM, group_filter
 from ..kernels import _objects
 from ..readers.batchcq import BatchConsumeQueue, expand_batch
 from ..readers.commitlog import Message
+from ..readers.compaction import CompactionConsumeQueue
 from ..readers.consumequeue import ConsumeQueue
 from .cuts import StoreCut
 from .decide import BatchDecisions, UnitDecisions, decide_custom, decide_records, decide_units, decodes_once
@@ -247,7 +248,9 @@ class ConsumeRoom:
                 cqueue.refresh()
                 if ext is not None:
                     ext.refresh()
-            if isinstance(cqueue, BatchConsumeQueue):
+            if isinstance(cqueue, CompactionConsumeQueue):
+                yield from self._consume_compacted(cqueue, flt, stats, verify_crc, progress, total, bounds, custom)
+            elif isinstance(cqueue, BatchConsumeQueue):
                 yield from self._consume_batches(cqueue, flt, stats, verify_crc, progress, total, cut, bounds, custom)
             else:
                 yield from self._consume_units(cqueue, ext, flt, stats, verify_crc, progress, total, cut, bounds,
@@ -375,6 +378,65 @@ class ConsumeRoom:
         yield _objects.Delivered(msgs, stats)
         if progress is not None:
             progress(stats.units_scanned, total)
+
+    def _consume_compacted(self, cqueue: CompactionConsumeQueue, flt, stats, verify_crc, progress, total, bounds,
+                           custom=None):
+        """One queue of a compaction topic (docs/reading.md#compaction-topics): the broker serves every
+        unit of its compaction CQ in ``bounds`` from the compaction log, without its two layers; the
+        client's tag re-check and a custom filter narrow what it received. ``units_scanned`` counts the
+        compaction CQ's units (the queue offsets compaction removed are not read)."""
+        with self.compaction_log(cqueue.topic, cqueue.queue_id) as log:
+            found = self._compacted_decisions(cqueue, log, flt, bounds)
+            units = found.units
+            stats.units_scanned += len(units)
+            stats.passed_consume_queue += len(units)
+            stats.commit_log_missing += int(np.count_nonzero(~found.present))
+            stats.passed_commit_log += int(np.count_nonzero(found.commit_log))
+            offs = units["commit_log_offset"].astype(np.int64)
+            if verify_crc:
+                msgs = list(self._client_checked(Layers(flt, broker=False),
+                                                 (log.read_message(off, verify_crc=verify_crc)
+                                                  for off in offs[found.commit_log].tolist()), stats))
+            else:
+                stats.client_filtered += int(np.count_nonzero(found.commit_log & ~found.delivered))
+                msgs = log.read_messages(offs[found.delivered])
+            if custom is not None and msgs:
+                msgs = self._custom_kept(custom, msgs, stats)
+            yield _objects.Delivered(msgs, stats)
+        if progress is not None:
+            progress(stats.units_scanned, total)
+
+    @staticmethod
+    def _compacted_decisions(cqueue: CompactionConsumeQueue, log, flt, bounds, *, skip: bool = False) -> UnitDecisions:
+        """The decisions over the units of queue offsets ``bounds`` of a compaction topic's queue, records
+        in compaction log ``log`` (the one home of consume's, why's and the data source's): no broker
+        layer (:class:`Layers` with ``broker=False``), a record present where a listed file of the log
+        holds it, then the client's re-check (docs/reading.md#compaction-topics)."""
+        units = cqueue.units_between(*bounds)
+        offs = units["commit_log_offset"].astype(np.int64)
+        present = log.file_indices(offs) >= 0
+        present &= (offs - log.file_starts[np.maximum(log.file_indices(offs), 0)] + units["size"]) <= log.file_size
+        return decide_units(Layers(flt, broker=False), log, offs, units["size"], units["tags_code"].astype(np.int64),
+                            units=units, present=present, skip=skip)
+
+    def compacted_decisions(self, topic: str, queue_id: int, flt, start: int, end: int, *,
+                            cut: StoreCut | None = None, skip: bool = False) -> UnitDecisions:
+        """The broker's decisions over the units of compaction topic ``topic``'s queue ``queue_id`` in queue
+        offsets ``[start, end)`` inside ``cut`` (default: one taken now), as :meth:`consume` makes them
+        (docs/reading.md#compaction-topics): a :class:`UnitDecisions` whose ``units`` are the compaction
+        CQ's (their ``commit_log_offset`` a compaction log position); read the records with
+        :meth:`compaction_log`."""
+        if cut is None:
+            cut = self.cut(topic, [queue_id])
+        r = cut.queue_range(topic, queue_id)
+        lo, hi = (0, 0) if r is None else (max(r[0], int(start)), min(r[1], int(end)))
+        with self.queue_readers(topic, queue_id, ext=False) as (cqueue, _):
+            if not isinstance(cqueue, CompactionConsumeQueue):
+                raise TypeError(f"topic {topic!r} is not a compaction topic")
+            if cqueue.max_offset < hi:
+                cqueue.refresh()
+            with self.compaction_log(topic, queue_id) as log:
+                return self._compacted_decisions(cqueue, log, flt, (lo, max(lo, hi)), skip=skip)
 
     def _batch_decisions(self, cqueue: BatchConsumeQueue, layers: Layers, cut, bounds, *, layer2: bool = True,
                          skip: bool = False) -> BatchDecisions:

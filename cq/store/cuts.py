@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass
 
+from ..readers.compaction import CompactionConsumeQueue
 from ..readers.consumequeue import ConsumeQueue
 
 
@@ -137,8 +138,10 @@ class CutRoom:
             for t, q, lo, hi, cqueue in ranges:
                 if not live and cqueue is not None:
                     # the first view of a queue in a Store that never refreshes: units whose
-                    # records came after the view's CommitLog end lie outside it, for good
-                    hi = _clip_to_log(cqueue, lo, hi, end)
+                    # records came after the view's CommitLog end lie outside it, for good (a
+                    # compaction CQ's records are in its compaction log, written before its units)
+                    if not isinstance(cqueue, CompactionConsumeQueue):
+                        hi = _clip_to_log(cqueue, lo, hi, end)
                     self._release(t, q, cqueue, self._exts.get((t, q)))
                     self._frozen[t, q] = (lo, max(lo, hi))
                 queues.append((t, q, lo, max(lo, hi)))

@@ -11,6 +11,7 @@ import os
 from typing import Any
 
 from ..readers import config as cfg
+from ..readers.compaction import read_position_checkpoint
 from .releases import written_by
 from .store import Store
 
@@ -44,6 +45,23 @@ def describe(store: Store | str | os.PathLike, *, count_messages: bool = False) 
             store.close()
 
 
+def _compaction_queue(store: Store, topic: str, queue_id: int, served: dict, positions: dict) -> dict[str, Any]:
+    """A compaction topic's queue: ``min_offset``, ``max_offset`` and ``messages`` of its ConsumeQueue (what the
+    broker's admin API reports), and under ``compaction`` what the broker serves: its compaction CQ's range,
+    units and files, and the queue's compaction position (the checkpoint's; None before the first round)."""
+    try:
+        with store.dispatched_queue(topic, queue_id) as dispatched:
+            row = {"min_offset": dispatched.min_offset, "max_offset": dispatched.max_offset,
+                   "messages": len(dispatched), "files": len(dispatched.files), "file_size": dispatched.file_size}
+    except KeyError:
+        row = {"min_offset": 0, "max_offset": 0, "messages": 0, "files": 0, "file_size": 0}
+    row.update(ext_bytes=None, ext_file_size=None,
+               compaction={"min_offset": served["min_offset"], "max_offset": served["max_offset"],
+                           "units": served["messages"], "files": served["files"], "file_size": served["file_size"],
+                           "position": positions.get((topic, int(queue_id)))})
+    return row
+
+
 def _describe(store: Store, count_messages: bool) -> dict[str, Any]:
     log = store.commit_log
     info: dict[str, Any] = {
@@ -60,6 +78,7 @@ def _describe(store: Store, count_messages: bool) -> dict[str, Any]:
     }
     if count_messages:
         info["commit_log"]["messages"] = log.count_records()
+    positions = read_position_checkpoint(store.root) if store.layout.compaction_topics else {}
     for topic in store.topics():
         queues = {}
         for qid in store.queue_ids(topic):
@@ -73,6 +92,8 @@ def _describe(store: Store, count_messages: bool) -> dict[str, Any]:
                     "ext_bytes": None if ext is None else ext.max_offset - (ext.files[0][0] if ext.files else 0),
                     "ext_file_size": None if ext is None else ext.file_size,
                 }
+            if topic in store.layout.compaction_topics:  # docs/reading.md#compaction-topics
+                queues[str(qid)] = _compaction_queue(store, topic, qid, queues[str(qid)], positions)
         info["topics"][topic] = queues
     table = store.offset_table()  # read once (the JSON file, or its RocksDB table)
     info["registered_groups"] = [

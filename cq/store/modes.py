@@ -54,6 +54,9 @@ class StoreLayout:
     batch_cq_topics : tuple of str
         Topics whose consume queue is a BatchCQ (``queue.type=BatchCQ`` in ``topics.json``, or
         a ``batchconsumequeue/{topic}`` directory; docs/formats.md#batch-consume-queue).
+    compaction_topics : tuple of str
+        Compaction topics (``cleanup.policy=COMPACTION`` in the topic table), which the broker serves
+        from its compaction store (docs/formats.md#compaction-store, docs/reading.md#compaction-topics).
     lmq_queues : tuple of str
         LMQ queues (``consumequeue/%LMQ%...``; docs/formats.md#lmq), whose units point at records of
         other topics.
@@ -78,6 +81,7 @@ class StoreLayout:
     lmq_queues: tuple[str, ...] = ()
     rocksdb_tables: tuple[str, ...] = field(default=())
     rocksdb_config: str | None = None
+    compaction_topics: tuple[str, ...] = ()
 
     def describe(self) -> str:
         """One line naming the modes, as ``rmqfilter inspect`` prints it."""
@@ -90,6 +94,8 @@ class StoreLayout:
                   "files+rocksdb": "files and RocksDB (not supported)"}[self.consume_queues]
         if self.batch_cq_topics:
             queues += f"; BatchCQ topics: {', '.join(self.batch_cq_topics)}"
+        if self.compaction_topics:
+            queues += f"; compaction topics: {', '.join(self.compaction_topics)}"
         if self.lmq_queues:
             shown = ", ".join(self.lmq_queues[:_LMQ_SHOWN]) + (", ..." if len(self.lmq_queues) > _LMQ_SHOWN else "")
             queues += f"; {len(self.lmq_queues)} LMQ queue(s): {shown}"
@@ -105,7 +111,8 @@ class StoreLayout:
         """The layout as plain values (``rmqfilter inspect --json``)."""
         return {"commit_log": self.commit_log, "commit_log_dir": self.commit_log_dir,
                 "dledger_dir": self.dledger_dir, "consume_queues": self.consume_queues,
-                "batch_cq_topics": list(self.batch_cq_topics), "lmq_queues": list(self.lmq_queues),
+                "batch_cq_topics": list(self.batch_cq_topics), "compaction_topics": list(self.compaction_topics),
+                "lmq_queues": list(self.lmq_queues),
                 "metadata": self.metadata,
                 "rocksdb_tables": list(self.rocksdb_tables), "rocksdb_config": self.rocksdb_config}
 
@@ -205,6 +212,18 @@ def _batch_cq_topics(root: str, topics_db: str | None) -> tuple[str, ...]:
     return tuple(sorted(topics))
 
 
+def _compaction_topics(root: str, topics_db: str | None) -> tuple[str, ...]:
+    """Compaction topics: those the topic table marks ``cleanup.policy=COMPACTION`` (:func:`topic_attributes`),
+    and those with a ``compaction/compactionCq/{topic}`` directory (the broker makes one for a compaction
+    topic alone), table or not: the broker serves them from its compaction store
+    (docs/formats.md#compaction-store), so none is ever read as a classic topic."""
+    cq_dir = os.path.join(root, fmt.COMPACTION_DIR, fmt.COMPACTION_CQ_DIR)
+    topics = {t for t in os.listdir(cq_dir) if os.path.isdir(os.path.join(cq_dir, t))} if os.path.isdir(cq_dir) else set()
+    topics.update(name for name, values in topic_attributes(root, topics_db).items()
+                  if values.get(fmt.CLEANUP_POLICY_ATTRIBUTE) == fmt.CLEANUP_POLICY_COMPACTION)
+    return tuple(sorted(topics))
+
+
 def detect_layout(root: str | os.PathLike) -> StoreLayout:
     """Look at store root ``root`` and say which CommitLog, consume queues and metadata it holds.
 
@@ -253,4 +272,6 @@ def detect_layout(root: str | os.PathLike) -> StoreLayout:
     layout = StoreLayout(root=root, commit_log=log, commit_log_dir=classic, dledger_dir=dledger,
                          consume_queues=queues, metadata=metadata, rocksdb_tables=tables, rocksdb_config=version,
                          lmq_queues=lmq)
-    return replace(layout, batch_cq_topics=_batch_cq_topics(root, layout.rocksdb_table_of(cfg.TOPICS_FILE)))
+    topics_db = layout.rocksdb_table_of(cfg.TOPICS_FILE)
+    return replace(layout, batch_cq_topics=_batch_cq_topics(root, topics_db),
+                   compaction_topics=_compaction_topics(root, topics_db))

@@ -16,6 +16,7 @@ from .. import format as fmt
 from ..errors import StoreFormatError
 from ..readers.batchcq import BatchConsumeQueue
 from ..readers.commitlog import SEALED_AGE_NS, CommitLog
+from ..readers.compaction import CompactionConsumeQueue, CompactionLog, compaction_queue_dirs
 from ..readers.consumequeue import ConsumeQueue
 from ..readers.dledger import DLedgerCommitLog
 from ..readers.ext import ConsumeQueueExt
@@ -105,9 +106,72 @@ class ReaderRoom:
                 raise KeyError(f"topic {topic!r} has no consume queues in {self.root}")
             return ids
         d = os.path.join(self.root, fmt.CONSUME_QUEUE_DIR, topic)
-        if not os.path.isdir(d):
+        dirs = [d]
+        if topic in self.layout.compaction_topics:  # its queues may have compaction files alone
+            dirs.append(os.path.dirname(compaction_queue_dirs(self.root, topic, 0)[1]))
+        found = {int(q) for top in dirs if os.path.isdir(top)
+                 for q in os.listdir(top) if q.isdigit() and os.path.isdir(os.path.join(top, q))}
+        if not any(os.path.isdir(top) for top in dirs):
             raise KeyError(f"topic {topic!r} has no consume queues in {self.root}")
-        return sorted(int(q) for q in os.listdir(d) if q.isdigit() and os.path.isdir(os.path.join(d, q)))
+        return sorted(found)
+
+    def compaction_log(self, topic: str, queue_id: int) -> CompactionLog:
+        """The :class:`cq.CompactionLog` of a compaction topic's queue, opened now (the caller closes it):
+        what the broker reads that queue's messages from (docs/formats.md#compaction-store).
+
+        Raises :class:`StoreFormatError` naming the first file of the compaction log or the compaction CQ
+        that has no file of the same name in the other, as the broker's load refuses such a queue.
+        """
+        log_dir, cq_dir = compaction_queue_dirs(self.root, topic, queue_id)
+        log = CompactionLog(log_dir)
+        names = {start for start, _ in fmt.list_queue_files(cq_dir)}
+        for start, path in log.files:
+            if start not in names:
+                log.close()
+                raise StoreFormatError("compaction log file has no compaction CQ file of the same name", path, 0)
+        held = {start for start, _ in log.files}
+        for start, path in fmt.list_queue_files(cq_dir):
+            if start not in held and os.path.getsize(path):
+                log.close()
+                raise StoreFormatError("compaction CQ file has no compaction log file of the same name", path, 0)
+        return log
+
+    @contextlib.contextmanager
+    def dispatched_queue(self, topic: str, queue_id: int) -> Iterator[ConsumeQueue]:
+        """The ConsumeQueue of a compaction topic's queue, opened for one pass: every message the broker
+        dispatched, before compaction (the broker serves the compaction CQ instead; what ``why`` and
+        ``inspect`` compare it with, docs/reading.md#compaction-topics). KeyError when it has none."""
+        d = os.path.join(self.root, fmt.CONSUME_QUEUE_DIR, topic, str(int(queue_id)))
+        if not os.path.isdir(d):
+            raise KeyError(f"no consume queue {topic}/{queue_id} in {self.root}")
+        cqueue = ConsumeQueue(d, file_size=self._cq_size, topic=topic, queue_id=int(queue_id))
+        try:
+            if self.commit_log.files and self.commit_log.min_offset > 0:
+                cqueue.correct_min_offset(self.commit_log.min_offset)
+            yield cqueue
+        finally:
+            cqueue.close()
+
+    def _compaction_queue(self, topic: str, queue_id: int) -> CompactionConsumeQueue:
+        """The compaction CQ of a compaction topic's queue; an error when the queue holds messages in its
+        ConsumeQueue but has no compaction CQ (the broker would serve them from one; a broker with
+        ``enableCompaction=false`` is not supported: docs/reading.md#compaction-topics)."""
+        cq_dir = compaction_queue_dirs(self.root, topic, queue_id)[1]
+        if not os.path.isdir(cq_dir):
+            classic = os.path.join(self.root, fmt.CONSUME_QUEUE_DIR, topic, str(int(queue_id)))
+            if not os.path.isdir(classic):
+                raise KeyError(f"no consume queue {topic}/{queue_id} in {self.root}")
+            units = ConsumeQueue(classic, file_size=self._cq_size, topic=topic, queue_id=int(queue_id))
+            try:
+                held = units.max_offset > units.min_offset
+            finally:
+                units.close()
+            if held:
+                raise StoreFormatError(
+                    f"compaction topic {topic!r} queue {queue_id} holds messages in its ConsumeQueue but has no "
+                    "compaction CQ: the broker serves a compaction topic from its compaction store "
+                    "(a broker with enableCompaction=false is not supported)", cq_dir)
+        return CompactionConsumeQueue(cq_dir, topic=topic, queue_id=int(queue_id))
 
     def consume_queue(self, topic: str, queue_id: int) -> ConsumeQueue:
         """The :class:`ConsumeQueue` of (topic, queue_id).
@@ -132,6 +196,8 @@ class ReaderRoom:
 
     def _new_consume_queue(self, topic: str, queue_id: int) -> ConsumeQueue:
         """A new reader of one queue, as the broker sees the queue (every reader comes from here)."""
+        if topic in self.layout.compaction_topics:  # docs/reading.md#compaction-topics
+            return self._compaction_queue(topic, queue_id)
         if topic in self.layout.batch_cq_topics:  # docs/formats.md#batch-consume-queue
             d = os.path.join(self.root, fmt.BATCH_CONSUME_QUEUE_DIR, topic, str(int(queue_id)))
             if not os.path.isdir(d):
@@ -187,8 +253,8 @@ class ReaderRoom:
         if key in self._cqs:
             return self._cqs[key], self.ext(topic, queue_id) if with_ext else None
         cqueue = self._new_consume_queue(topic, queue_id)
-        if isinstance(cqueue, BatchConsumeQueue):
-            return cqueue, None  # a BatchCQ keeps no ext files
+        if isinstance(cqueue, (BatchConsumeQueue, CompactionConsumeQueue)):
+            return cqueue, None  # a BatchCQ keeps no ext files, nor does a compaction CQ
         if not with_ext or key in self._exts:
             return cqueue, self._exts[key] if with_ext else None
         d = os.path.join(self.root, fmt.CONSUME_QUEUE_EXT_DIR, topic, str(int(queue_id)))

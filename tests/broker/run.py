@@ -25,6 +25,7 @@ import argparse
 import atexit
 import fcntl
 import hashlib
+import importlib
 import json
 import os
 import random
@@ -58,7 +59,7 @@ JVM_HEAP = ["-Xms64m", "-Xmx384m", "-XX:MaxDirectMemorySize=256m", "-XX:+UseSeri
 CLIENT_JVM_HEAP = ["-Xms64m", "-Xmx1g", "-XX:MaxDirectMemorySize=768m", "-XX:+UseSerialGC"]
 QUICK_START = ["-XX:TieredStopAtLevel=1"]  # C1 only: starts faster; not for the throughput scenario
 SCENARIOS = ("filters", "crash", "live", "housekeeping", "throughput", "modes", "cluster", "lifecycle", "rocksdb",
-             "batch", "newstore", "random")
+             "batch", "newstore", "random", "compaction")
 
 
 class HarnessError(RuntimeError):
@@ -1517,6 +1518,16 @@ def delay_ms(level: str) -> int:
     return int(level[:-1]) * {"s": 1000, "m": 60_000, "h": 3_600_000, "d": 86_400_000}[level[-1]]
 
 
+def _scenario(name: str):
+    """The function of scenario ``name``: in this module, or in its own ``scenario_<name>.py`` beside it."""
+    found = globals().get(f"scenario_{name}")
+    if found is None:
+        if str(HERE) not in sys.path:
+            sys.path.insert(0, str(HERE))
+        found = getattr(importlib.import_module(f"scenario_{name}"), f"scenario_{name}")
+    return found
+
+
 def run(scenario: str, out: Path, rocketmq: str | None = None, **kwargs) -> Path:
     """Builds the harness against release ``rocketmq`` (default :data:`DEFAULT_RELEASE`) if needed
     and runs one scenario on it into ``out`` (emptied first)."""
@@ -1528,7 +1539,7 @@ def run(scenario: str, out: Path, rocketmq: str | None = None, **kwargs) -> Path
         shutil.rmtree(out)
     out.mkdir(parents=True)
     with Harness(out, quick_start=scenario != "throughput", rocketmq=rocketmq) as h:
-        globals()[f"scenario_{scenario}"](h, **kwargs)
+        _scenario(scenario)(h, **kwargs)
         h.write_broker_json()
         h.discard_stores = scenario != "live"     # the live test reads broker-a's store afterwards
     if scenario != "live":
