@@ -50,10 +50,11 @@ from cq.filter.layers import Layers, TagFilter
 from cq.kernels import gather_spans, properties_columns, split_records
 from cq.readers.batchcq import BatchConsumeQueue, expand_batch
 from cq.readers.columns import MessageColumns
+from cq.readers.compaction import CompactionConsumeQueue
 from cq.readers.skipping import decode_skipping
 from cq.store.decide import UnitDecisions, decide_records, decide_units, decodes_once, in_range
 from pyspark_udfs._reader_filter import apply_message_filter
-from pyspark_udfs._source import RECORD_COLUMNS, TagsCodes, batch_cq_layer2_error
+from pyspark_udfs._source import RECORD_COLUMNS, TagsCodes, batch_cq_layer2_error, compaction_layer2_error
 from rmqfilter_arrow import binary_array
 
 # Opened stores, per worker process: a worker reads many slices of a few stores. Each use
@@ -384,6 +385,9 @@ def _read_slice(options, schema, part, tags_code_sets, skips: Skips) -> Iterator
         if isinstance(cqueue, BatchConsumeQueue):
             yield from _read_batch_cq_slice(options, schema, store, part, tags_code_sets, skips)
             return
+        if isinstance(cqueue, CompactionConsumeQueue):
+            yield from _read_compaction_slice(options, schema, store, part, tags_code_sets)
+            return
         start = max(part.start, cqueue.min_offset)  # the broker may have expired files since planning
         if start > part.start:  # lost, as for the broker's consumer: said, not silent (docs/live.md)
             on = "" if options.broker is None else f" on broker {options.broker!r}"  # several stores
@@ -501,6 +505,57 @@ def _schema_batch(schema: pa.Schema, columns: dict[str, pa.Array]) -> pa.RecordB
         arr = columns[field.name]
         arrays.append(arr if arr.type == field.type else arr.cast(field.type))
     return pa.RecordBatch.from_arrays(arrays, schema=schema)
+
+
+def _read_compaction_slice(options, schema, store, part, tags_code_sets) -> Iterator[pa.RecordBatch]:
+    """Queue offsets ``[part.start, part.end)`` of a compaction topic's queue (docs/reading.md#compaction-topics):
+    one row per unit of its compaction CQ, the records decoded from its compaction log (``commit_log_offset``
+    is the compaction log position, as the consumer's offset message id), every table and option as for a
+    ConsumeQueue but ``layer2=spark``. The decisions are :meth:`cq.Store.compacted_decisions`' (the ones
+    ``Store.consume`` makes: no broker layer, the client's re-check); ``msg_store_time``, ``ext_address``
+    and ``filter_bitmap`` are NULL (no ext units). A compaction file that cannot be read fails the read,
+    naming it, whatever ``on_corrupt`` says."""
+    topic, queue_id = part.topic, part.queue_id
+    if options.layer2 == "spark":
+        raise compaction_layer2_error(topic)
+    grouped = options.group is not None
+    flt = _GroupFilter(store, options, topic, part).filter if grouped else TagFilter("*")
+    found = store.compacted_decisions(topic, queue_id, flt, part.start, part.end)
+    units = found.units
+    tags_code = units["tags_code"].astype(np.int64)
+    keep = found.present.copy()
+    for codes in tags_code_sets:
+        keep &= np.isin(tags_code, np.fromiter(codes, dtype=np.int64, count=len(codes)))
+    if grouped and not options.decisions:
+        keep &= found.delivered
+    rows = np.flatnonzero(keep)
+    if not len(rows):
+        return
+    wanted = set(schema.names)
+    if options.message_filter is not None:
+        wanted |= {f.name for f in message_schema()}
+    record_fields = [name for name in RECORD_COLUMNS if name in wanted]
+    fields = {"commit_log_offset": units["commit_log_offset"], "size": units["size"], "tags_code": units["tags_code"]}
+    queue_offsets = units["base_offset"].astype(np.int64)
+    known, is_ext = np.ones(len(units), dtype=bool), np.zeros(len(units), dtype=bool)
+    with store.compaction_log(topic, queue_id) as log:
+        for a, b in batch_bounds(units["size"][rows] if record_fields else None, len(rows)):
+            batch_rows = rows[a:b]
+            columns = _unit_columns(wanted, topic, queue_id, queue_offsets, fields, tags_code, known, is_ext, None,
+                                    batch_rows)
+            if "broker" in wanted:
+                columns["broker"] = _topic_column(options.broker, len(batch_rows))
+            if record_fields:
+                records = log.decode_columns(fields["commit_log_offset"][batch_rows].astype(np.int64), record_fields,
+                                             decompress_body=options.body == "uncompressed")
+                columns.update(_record_columns(records, record_fields, np.ones(len(batch_rows), dtype=bool)))
+            if grouped and options.decisions:
+                columns["matched_by_consume_queue"] = pa.array(found.consume_queue[batch_rows])
+                columns["matched_by_commit_log"] = pa.array(found.commit_log[batch_rows])
+                columns["delivered"] = pa.array(found.delivered[batch_rows])
+            if options.message_filter is not None:
+                columns = apply_message_filter(options, store, topic, queue_id, columns)
+            yield _schema_batch(schema, columns)
 
 
 def _read_batch_cq_slice(options, schema, store, part, tags_code_sets, skips: Skips) -> Iterator[pa.RecordBatch]:

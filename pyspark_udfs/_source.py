@@ -110,6 +110,13 @@ def batch_cq_layer2_error(topic: str) -> ValueError:
                       "layer2=spark (docs/reading.md#batchcq)")
 
 
+def compaction_layer2_error(topic: str) -> ValueError:
+    """The error of ``layer2=spark`` on compaction topic ``topic`` (docs/reading.md#compaction-topics)."""
+    return ValueError(f"rocketmq: topic {topic!r} is a compaction topic: the broker serves it from its compaction "
+                      "store without either filter layer, so there is no layer 2 for Spark to evaluate; read it "
+                      "with layer2=reader (docs/reading.md#compaction-topics)")
+
+
 class TagsCodes(frozenset):
     """Tag codes of a pushed-down filter on ``tags`` (candidates by hash; Spark re-checks the tags):
     a BatchCQ topic's reader ignores them, its units' tags code being the batch's, not a message's

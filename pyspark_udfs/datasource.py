@@ -62,6 +62,7 @@ from ._source import (
     SlicesPartition,
     TagsCodes,
     batch_cq_layer2_error,
+    compaction_layer2_error,
 )
 
 __all__ = ["BODY", "LAYER2", "ON_CORRUPT", "ON_FILTER_ERROR", "TABLES", "ConsumeQueueSlice", "ReadOptions", "RocketMQDataSource", "RocketMQPushdownReader",
@@ -241,6 +242,8 @@ class RocketMQReader(DataSourceReader):
                         lo, hi = queue.min_offset, queue.max_offset
                         if committed is not None:  # the group's backlog: from its committed offset on
                             lo = min(max(lo, committed[queue_id]), hi)
+                        if isinstance(queue, cq.CompactionConsumeQueue) and opts.layer2 == "spark":
+                            raise compaction_layer2_error(topic)
                         if isinstance(queue, cq.BatchConsumeQueue):
                             if opts.layer2 == "spark" and opts.table == "messages":
                                 raise batch_cq_layer2_error(topic)

@@ -215,7 +215,7 @@ def pytest_collection_finish(session) -> None:
         seeds = {s for i in session.items if i.module.__name__.endswith("test_broker_random")
                  and not os.environ.get("RMQFILTER_RANDOM_RUN") for s in i.module.covering_runs()}
         broker_support.start_in_background([n for n in broker_support.CACHED_SCENARIOS
-                                            if any(m.endswith(f"test_broker_{n}") for m in modules)]
+                                            if any(m.endswith(f"test_broker_{n.partition('@')[0]}") for m in modules)]
                                            + sorted(seeds))
         runnable = {i.module.__name__ for i in session.items if not _skipped_here(i)}
         broker_support.start_in_test([n for n in broker_support.IN_TEST_SCENARIOS

@@ -12,7 +12,6 @@ analyses that do import this module, never the reverse.
 from __future__ import annotations
 
 import contextlib
-
 import os
 import struct
 from collections.abc import Callable, Iterator, Sequence

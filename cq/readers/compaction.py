@@ -180,6 +180,18 @@ class CompactionConsumeQueue(MappedFileQueue):
         base = self.units["base_offset"]
         return self.units[int(np.searchsorted(base, start, side="left")):int(np.searchsorted(base, end, side="left"))]
 
+    @property
+    def file_units(self) -> list[tuple[int, int]]:
+        """``(first, end)`` queue offsets of each listed file's units (``end`` the next file's first, or the
+        queue's end), ascending: what a reader splits a queue's reads by; files without a unit left out."""
+        units, where = self.units, self._where
+        out = []
+        for i in range(len(self._files)):
+            rows = np.flatnonzero(where[:, 0] == i)
+            if len(rows):
+                out.append(int(units["base_offset"][rows[0]]))
+        return [(first, out[k + 1] if k + 1 < len(out) else self.max_offset) for k, first in enumerate(out)]
+
     def file_position(self, queue_offset: int) -> tuple[str, int]:
         """``(path, byte_offset)`` of the unit of ``queue_offset``, or of the first unit after it (the
         directory and 0 when there is none)."""

@@ -177,7 +177,7 @@ def test_a_compaction_topic_without_its_compaction_cq_is_an_error(copy):
 
 def test_a_compaction_log_file_without_its_cq_file_is_an_error(copy):
     log_dir, cq_dir = compaction_queue_dirs(copy, TOPIC, 0)
-    last = sorted((copy / cq_dir).iterdir())[-1]
+    last = max((copy / cq_dir).iterdir())
     last.unlink()
     with closing(cq.Store(copy)) as s, pytest.raises(cq.StoreFormatError, match="no compaction CQ file") as info:
         list(s.consume(TOPIC, "G", tags="*", queue_ids=[0]))
@@ -186,7 +186,7 @@ def test_a_compaction_log_file_without_its_cq_file_is_an_error(copy):
 
 def test_units_out_of_order_name_the_file_and_unit(copy):
     cq_dir = compaction_queue_dirs(copy, TOPIC, 0)[1]
-    first = sorted((copy / cq_dir).iterdir())[0]
+    first = min((copy / cq_dir).iterdir())
     unit = np.fromfile(first, dtype=fmt.BCQ_UNIT_DTYPE, count=2)
     patch_file(first, fmt.BCQ_STORE_UNIT_SIZE + 28, int(unit["base_offset"][0]).to_bytes(8, "big"))
     with pytest.raises(cq.StoreFormatError, match="is not above the unit before it") as info:
