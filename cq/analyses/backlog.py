@@ -60,6 +60,10 @@ class QueueBacklog:
         is gone (``commit_log_missing``).
     broker : str or None
         The broker holding the queue, for the backlog of a :class:`cq.Cluster` (None for one store).
+    compacted : int or None
+        A compaction topic's offsets of ``[committed_offset, max_offset)`` the broker's compaction
+        removed (docs/reading.md#compaction-topics): part of the lag, never received, not expired;
+        None for any other topic.
     """
 
     queue_id: int
@@ -70,11 +74,14 @@ class QueueBacklog:
     will_receive: int | None
     expired: int | None = None
     broker: str | None = None
+    compacted: int | None = None
 
     def to_dict(self) -> dict[str, Any]:
         out = {"queue_id": self.queue_id, "committed_offset": self.committed_offset,
                "max_offset": self.max_offset, "lag": self.lag, "will_receive": self.will_receive,
                "min_offset": self.min_offset, "expired": self.expired}
+        if self.compacted is not None:  # a compaction topic's
+            out["compacted"] = self.compacted
         return out if self.broker is None else {"broker": self.broker, **out}
 
 
@@ -171,6 +178,11 @@ class Backlog:
                              f"{self.lag - self.will_receive:>13,}"))
         if any(q.committed_offset is None and q.will_receive is None for q in self.queues):
             lines.append("none: no committed offset; where the consumer starts depends on its ConsumeFromWhere")
+        gone = [q for q in self.queues if q.compacted]
+        if gone:
+            lost = ", ".join(f"{q.broker + ' ' if q.broker else ''}{q.queue_id}: {q.compacted:,}" for q in gone)
+            lines.append(f"compacted: {sum(q.compacted for q in gone):,} offset(s) of the broker lag the broker's "
+                         f"compaction removed (queue {lost}); never received")
         if self.expired:
             lost = ", ".join(f"{q.broker + ' ' if q.broker else ''}{q.queue_id}: {q.expired:,}"
                              for q in self.queues if q.expired)
@@ -258,11 +270,13 @@ def backlog(store: Store | Cluster, topic: str, group: str, *, sql: str | None =
         result = store.consume(topic, group, filter=flt, queue_ids=[q], ranges={q: (start, hi)}, cut=cut)
         for _ in result:
             pass
-        # a compaction topic's offsets below its compaction CQ's minimum were compacted, not expired
-        # (docs/reading.md#compaction-topics)
-        below = 0 if topic in store.layout.compaction_topics else max(0, min(lo, hi) - start)
+        # a compaction topic's offsets without a compaction CQ unit (below its minimum too) were compacted,
+        # not expired (docs/reading.md#compaction-topics)
+        compaction = topic in store.layout.compaction_topics
+        below = 0 if compaction else max(0, min(lo, hi) - start)
         expired = below + result.stats.commit_log_missing
-        out.append(QueueBacklog(q, c, lo, hi, hi - start, result.stats.delivered, expired))
+        compacted = max(0, hi - start) - result.stats.units_scanned if compaction else None
+        out.append(QueueBacklog(q, c, lo, hi, hi - start, result.stats.delivered, expired, compacted=compacted))
     if not later:
         return Backlog(topic, group, sub, out)
     retry_topic = fmt.RETRY_GROUP_TOPIC_PREFIX + group

@@ -38,6 +38,7 @@ from .find import (
 )
 from .pop import ReviveLog, pop_retry_topics, read_revive_log
 from .why import (
+    DROPPED_BY_COMPACTION,
     DROPPED_BY_EXPIRY,
     INFO,
     Subscription,
@@ -60,8 +61,9 @@ __all__ = [
 CONSUMED, PENDING, FILTERED, SCHEDULED = "consumed", "pending", "filtered", "scheduled"
 UNCOMMITTED, ROLLED_BACK, RETRYING, DEAD_LETTER = "uncommitted", "rolled_back", "retrying", "dead_letter"
 IN_FLIGHT, GATED, EXPIRED, RECALLED = "in_flight", "gated", "expired", "recalled"
+COMPACTED = "compacted"
 STATES = (CONSUMED, PENDING, FILTERED, SCHEDULED, RECALLED, UNCOMMITTED, ROLLED_BACK, RETRYING, DEAD_LETTER,
-          IN_FLIGHT, GATED, EXPIRED)
+          IN_FLIGHT, GATED, EXPIRED, COMPACTED)
 
 #: ``PermName.PERM_READ``: a topic without it serves no pulls.
 PERM_READ = 1 << 2
@@ -321,6 +323,10 @@ def _state_of(store: Store, topic: str, group: str, flt, sub: Subscription, uniq
     if w.dropped_by == DROPPED_BY_EXPIRY:
         return EXPIRED, (f"the broker deleted the file that held it (queue {topic}/{seed.queue_id} offset "
                          f"{seed.queue_offset}) before {group} consumed it: it is lost for this group"), \
+            {"dropped_by": w.dropped_by}, steps, w
+    if w.dropped_by == DROPPED_BY_COMPACTION:  # docs/reading.md#compaction-topics
+        return COMPACTED, (f"the broker's compaction removed it from compaction topic {topic} (queue {seed.queue_id} "
+                           f"offset {seed.queue_offset}): {w.steps[0].detail}"), \
             {"dropped_by": w.dropped_by}, steps, w
     if not w.delivered:
         return FILTERED, (f"{group}'s filter drops it ({DROPPED_BY_TEXT[w.dropped_by]}, the steps below say why): the "
@@ -648,7 +654,7 @@ def why_every_copy(store: Store | Cluster, topic: str, group: str, *, sql: str |
         uniq = msg.properties.get(fmt.PROPERTY_UNIQ_KEY) if msg is not None else None
         note = f"queue {topic}/{queue_id} offset {queue_offset}"
         if msg is None:   # its record is gone: the filter's verdict says expired (or missing)
-            state = EXPIRED if w.dropped_by == DROPPED_BY_EXPIRY else FILTERED
+            state = {DROPPED_BY_EXPIRY: EXPIRED, DROPPED_BY_COMPACTION: COMPACTED}.get(w.dropped_by, FILTERED)
             return [MessagePath(topic, group, sub, None, state, w.verdict, {"dropped_by": w.dropped_by}, [], [], w,
                                 "queue_offset", note)]
         seeds.append((uniq, [msg], "queue_offset", note))

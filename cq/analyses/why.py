@@ -214,7 +214,8 @@ class Why:
     subscription : Subscription
     queue_id, queue_offset : int
     commit_log_offset : int
-        From the ConsumeQueue unit.
+        From the ConsumeQueue unit (a compaction topic's: the CommitLog record its compaction store copied,
+        where the ConsumeQueue still holds it; else the compaction log position).
     size : int
         The unit's record size.
     msg_id : str or None
@@ -224,8 +225,9 @@ class Why:
     delivered : bool
         Whether the group receives the message.
     dropped_by : str or None
-        ``None`` (delivered), ``"consume_queue"``, ``"commit_log"``, ``"client"``, or ``"expired"``
-        (the broker deleted it: the unit is below its queue's minimum, or its record is gone).
+        ``None`` (delivered), ``"consume_queue"``, ``"commit_log"``, ``"client"``, ``"expired"``
+        (the broker deleted it: the unit is below its queue's minimum, or its record is gone), or
+        ``"compaction"`` (a compaction topic's message its compaction store no longer holds).
     steps : list of WhyStep
     explanation : selector.Explanation or None
         Layer 2's evaluation tree (SQL92 only, when layer 2 ran).
@@ -297,7 +299,10 @@ def _layer1_sql(flt: SqlFilter, sub: Subscription, ext_unit, address: int | None
 
 def why_unit(store: Store, topic: str, group: str, flt, sub: Subscription, queue_id: int, queue_offset: int, *,
              found_by: str = "queue_offset", note: str | None = None) -> Why:
-    """Walk the unit at (``queue_id``, ``queue_offset``) of ``topic`` through ``flt``."""
+    """Walk the unit at (``queue_id``, ``queue_offset``) of ``topic`` through ``flt`` (a compaction topic's
+    through the broker's compaction store: :func:`why_compacted`)."""
+    if topic in store.layout.compaction_topics:  # docs/reading.md#compaction-topics
+        return why_compacted(store, topic, group, flt, sub, queue_id, queue_offset, found_by=found_by, note=note)
     try:
         # a read: it follows the broker first (a cut), so a minimum the broker moved is seen
         lo, hi = store.cut(topic, [queue_id]).queue_range(topic, queue_id)
@@ -491,8 +496,11 @@ def why_compacted(store: Store, topic: str, group: str, flt, sub: Subscription, 
     phys, size, code = int(unit["commit_log_offset"]), int(unit["size"]), int(unit["tags_code"])
     with store.queue_readers(topic, queue_id, ext=False) as (cqueue, _):
         path, pos = cqueue.file_position(queue_offset)
+    record = _dispatched_record(store, topic, queue_id, queue_offset)
     steps = [WhyStep("consume_queue_unit", INFO, "read", {"commit_log_offset": phys, "size": size, "tags_code": code,
-                                                          "file": path, "file_position": pos}, {"compaction": True}),
+                                                          "file": path, "file_position": pos,
+                                                          "dispatched_commit_log_offset": record},
+                     {"compaction": True}),
              WhyStep("consume_queue", PASS, "compaction_no_filter", {"tags_code": code}, {"compaction": True})]
     delivered, dropped_by, msg_id = False, None, None
     if not found.present[0]:
@@ -508,8 +516,22 @@ def why_compacted(store: Store, topic: str, group: str, flt, sub: Subscription, 
         ok, step = _client_step(flt, "compaction_no_filter", msg, ok=bool(found.delivered[0]))
         steps.append(step)
         delivered, dropped_by = ok, None if ok else DROPPED_BY_CLIENT
-    return Why(topic, group, sub, queue_id, queue_offset, phys, size, msg_id, found_by, delivered, dropped_by,
-               steps, None, note)
+    # commit_log_offset: the record's CommitLog offset (where the compaction store copied it from); the
+    # compaction log position, which the consumer's offset message id names, is the unit step's
+    return Why(topic, group, sub, queue_id, queue_offset, phys if record is None else record, size, msg_id, found_by,
+               delivered, dropped_by, steps, None, note)
+
+
+def _dispatched_record(store: Store, topic: str, queue_id: int, queue_offset: int) -> int | None:
+    """The CommitLog offset of the ConsumeQueue unit at ``queue_offset`` of a compaction topic's queue (None
+    when the ConsumeQueue no longer holds it)."""
+    try:
+        with store.dispatched_queue(topic, queue_id) as dispatched:
+            if dispatched.min_offset <= queue_offset < dispatched.max_offset:
+                return int(dispatched.read(queue_offset, 1)["commit_log_offset"][0])
+    except KeyError:
+        pass
+    return None
 
 
 def _compacted_unit(store: Store, topic: str, group: str, sub: Subscription, queue_id: int, queue_offset: int,

@@ -20,7 +20,7 @@ from collections.abc import Iterator
 import numpy as np
 
 from .. import format as fmt
-from ..errors import StoreFormatError
+from ..errors import StoreFormatError, UnsupportedLayoutError
 from ._mapped import MappedFileQueue
 from .commitlog import CommitLog, Message, decode_message
 from .entry import ReaderEntry, last_queue, queue_files
@@ -200,6 +200,18 @@ class CompactionConsumeQueue(MappedFileQueue):
         if i >= len(units):
             return self.directory, 0
         return self._files[int(self._where[i, 0])][1], int(self._where[i, 1])
+
+    # What a classic ConsumeQueue reader offers and a compaction CQ must not answer: their callers read
+    # the CommitLog at a unit's offset, which here is a compaction log position. A read that does not
+    # follow the compaction store is refused, naming the queue, never answered from the wrong file.
+    def _refuse(self, *_args, **_kwargs):
+        raise UnsupportedLayoutError(
+            f"compaction topic {self.topic!r} queue {self.queue_id} (its units point into the compaction log, "
+            "not the CommitLog)", self.directory,
+            "this read does not follow the broker's compaction store; consume, why, backlog, inspect and the "
+            "data source do (docs/reading.md#compaction-topics)")
+
+    unit = read = read_columns = raw_chunks = iter_batches = _refuse
 
     def correct_min_offset(self, commit_log_min_offset: int) -> int:
         """``min_offset``: the compaction log keeps its records when the broker expires CommitLog files."""

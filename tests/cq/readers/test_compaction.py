@@ -121,6 +121,10 @@ def test_backlog_is_what_the_drain_received(store, group):
         assert (q.committed_offset, q.max_offset) == (progress[q.queue_id]["consumer_offset"],
                                                       progress[q.queue_id]["broker_offset"])
         assert q.will_receive == want.get(q.queue_id, 0) and q.expired == 0
+        with closing(cq.Store(STORE)) as s:
+            served = len(s.consume_queue(TOPIC, q.queue_id).units_between(q.committed_offset, q.max_offset))
+        assert q.compacted == q.lag - served and q.to_dict()["compacted"] == q.compacted
+    assert "offset(s) of the broker lag the broker's compaction removed" in str(backlog)
 
 
 def test_why_says_compacted_for_replaced_messages_and_delivered_for_served_ones(store):
@@ -200,3 +204,31 @@ def test_a_broken_checkpoint_names_its_file(copy):
     with pytest.raises(cq.StoreFormatError, match="not a compaction position checkpoint") as info:
         cq.read_position_checkpoint(copy)
     assert info.value.path == str(path)
+
+
+def test_reads_that_do_not_follow_the_compaction_store_are_refused(store):
+    """A classic queue read of a compaction CQ would read the CommitLog at compaction log positions: the
+    cost report (which replays the broker's classic path) is refused, naming the queue."""
+    from cq.analyses import cost
+
+    queue = store.consume_queue(TOPIC, 0)
+    with pytest.raises(cq.UnsupportedLayoutError, match="compaction topic 'CompactTopic' queue 0") as info:
+        queue.unit(queue.min_offset)
+    assert info.value.path == queue.directory
+    with pytest.raises(cq.UnsupportedLayoutError, match="compaction topic"):
+        cost.filter_cost(store, TOPIC, groups=[cost.CostGroup("G", "TagA", "TAG")], timing=False)
+
+
+def test_the_path_of_a_compacted_message_says_compacted(store):
+    """``rmqfilter why``'s state (docs/paths.md#states): ``compacted`` for a replaced message, ``pending`` for a
+    served one above the committed offset; the copy in the topic is the CommitLog record."""
+    from cq.analyses.paths import why_every_copy
+
+    (path,) = why_every_copy(store, TOPIC, "GID_COMPACT_TAG", tags="TagA", queue_id=0, queue_offset=3)
+    assert path.state == "compacted" and "a newer message with the same key replaced it" in path.sentence
+    served = int(store.consume_queue(TOPIC, 0).offsets[-1])
+    (path,) = why_every_copy(store, TOPIC, "GID_COMPACT_STAR", tags="*", queue_id=0, queue_offset=served)
+    assert path.state == "pending" and path.why.delivered
+    with store.dispatched_queue(TOPIC, 0) as dispatched:
+        assert path.why.commit_log_offset == int(dispatched.read(served, 1)["commit_log_offset"][0])
+    assert [c.message.queue_offset for c in path.copies] == [served]
