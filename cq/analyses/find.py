@@ -227,6 +227,26 @@ def query_index(store: Store, topics: Sequence[str], key: str | None, uniq_key: 
 
 
 # ------------------------------------------------------------------ find_messages
+def compaction_positions(store: Store, topic: str, msg_id: str) -> list[tuple[int, int]]:
+    """``(queue id, queue offset)`` of each message of compaction topic ``topic`` whose offset message id, as
+    its consumer sees it (store host and compaction log position, docs/reading.md#compaction-topics), is
+    ``msg_id``: one per queue whose compaction CQ has a unit at that position (each queue's log has its own
+    positions, so several queues may)."""
+    parsed = parse_offset_msg_id(msg_id)
+    if parsed is None:
+        return []
+    wanted, out = msg_id.strip().upper(), []
+    for q in store.queue_ids(topic):
+        with store.queue_readers(topic, q, ext=False) as (cqueue, _ext):
+            rows = np.flatnonzero(cqueue.units["commit_log_offset"] == parsed[1])
+            offsets = cqueue.units["base_offset"][rows].tolist()
+        if offsets:
+            with store.compaction_log(topic, q) as log:
+                if log.read_message(parsed[1]).msg_id == wanted:
+                    out += [(q, int(o)) for o in offsets]
+    return out
+
+
 def find_messages(store: Store | Cluster, topic: str, *, msg_id: str | None = None,
                   key: str | None = None) -> tuple[list[Message], str, str]:
     """Messages of ``topic`` by offset message id, ``UNIQ_KEY`` (given as ``msg_id``) or key.

@@ -30,6 +30,7 @@ from .find import (
     MessageNotFoundError,
     brokers_to_ask,
     check_message_args,
+    compaction_positions,
     message_at,
     parse_offset_msg_id,
     query_index,
@@ -642,6 +643,14 @@ def why_every_copy(store: Store | Cluster, topic: str, group: str, *, sql: str |
         return out
     if broker is not None:
         raise ValueError("broker= is for a cq.Cluster; a Store is one broker")
+    if msg_id is not None and topic in store.layout.compaction_topics:
+        # a consumer's offset message id of a compaction topic names a compaction log position
+        # (docs/reading.md#compaction-topics): the message at each queue offset it names
+        served = compaction_positions(store, topic, msg_id)
+        if served:
+            return [p for q, o in served for p in why_every_copy(
+                store, topic, group, sql=sql, tags=tags, queue_id=q, queue_offset=o, bloom_filter=bloom_filter,
+                filter_support_retry=filter_support_retry, now_ms=now_ms)]
     flt, sub = resolve_subscription(store, topic, group, sql=sql, tags=tags, bloom_filter=bloom_filter,
                                     filter_support_retry=filter_support_retry)
     # 5.4+'s transRocksDBEnable keeps the halves where group_topics does not look (docs/formats.md#message-rocksdb)

@@ -49,6 +49,7 @@ from .find import (  # MessageNotFoundError and find_messages: public here too (
     MessageNotFoundError,
     brokers_to_ask,
     check_message_args,
+    compaction_positions,
     find_batch_messages,
     find_messages,
     message_at,
@@ -734,6 +735,11 @@ def why(store: Store | Cluster, topic: str, group: str, *, sql: str | None = Non
     if topic in store.layout.compaction_topics:  # docs/reading.md#compaction-topics
         if given[0]:
             return why_compacted(store, topic, group, flt, sub, int(queue_id), int(queue_offset))
+        # an offset message id a consumer of the topic saw names a compaction log position
+        served = compaction_positions(store, topic, msg_id) if msg_id is not None else []
+        if served:
+            note = f"offset message id of the compaction log position {parse_offset_msg_id(msg_id)[1]}"
+            return [why_compacted(store, topic, group, flt, sub, q, o, found_by="msg_id", note=note) for q, o in served]
         messages, found_by, note = find_messages(store, topic, msg_id=msg_id, key=key)
         return [why_compacted(store, topic, group, flt, sub, *position(m, topic), found_by=found_by, note=note)
                 for m in messages]

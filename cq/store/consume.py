@@ -10,7 +10,7 @@ from dataclasses import dataclass, fields
 import numpy as np
 
 from .. import format as fmt
-from ..errors import StoreFileDeleted, UnknownGroupError
+from ..errors import StoreFileDeleted, StoreFormatError, UnknownGroupError
 from ..filter.custom import BATCH_RECORD_FIELDS, ON_FILTER_ERROR, as_message_filter, records_record_batch
 from ..filter.layers import Layers, TagFilter
 from ..filter.subscription import DEFAULT_BLOOM, group_filter
@@ -414,8 +414,19 @@ class ConsumeRoom:
         holds it, then the client's re-check (docs/reading.md#compaction-topics)."""
         units = cqueue.units_between(*bounds)
         offs = units["commit_log_offset"].astype(np.int64)
-        present = log.file_indices(offs) >= 0
-        present &= (offs - log.file_starts[np.maximum(log.file_indices(offs), 0)] + units["size"]) <= log.file_size
+        index = log.file_indices(offs)
+        present = (index >= 0) & (offs - log.file_starts[np.maximum(index, 0)] + units["size"] <= log.file_size)
+        held = np.flatnonzero(present)
+        if len(held):  # a record is its unit's: a compaction round replaces files of the same names
+            got = log.decode_columns(offs[held], ["queue_offset"]).columns["queue_offset"]
+            wrong = np.flatnonzero(np.asarray(got, dtype=np.int64) != units["base_offset"][held])
+            if len(wrong):
+                at = int(offs[held[wrong[0]]])
+                start, path = log.files[int(index[held[wrong[0]]])]
+                raise StoreFormatError(
+                    f"compaction log record at position {at} has queue offset {int(got[wrong[0]])}, but its compaction "
+                    f"CQ unit says {int(units['base_offset'][held[wrong[0]]])} (a compaction round replaced the files "
+                    "while they were read: read again)", path, at - start)
         return decide_units(Layers(flt, broker=False), log, offs, units["size"], units["tags_code"].astype(np.int64),
                             units=units, present=present, skip=skip)
 

@@ -122,3 +122,24 @@ def test_cli_consume_of_a_compaction_topic(run, store, capsys):
                            "--tags", g["expression"], "--format", "jsonl"]) == 0
     want = len(list(store.consume(COMPACTION_TOPIC, g["group"], tags=g["expression"])))
     assert capsys.readouterr().out.count("\n") == want > 0
+
+
+def test_why_by_the_offset_message_id_the_consumers_saw(run, store):
+    for r in [r for r in run.received if r["phase"] == "drain" and r["group"] == "GID_COMPACT_STAR"][:8]:
+        answers = cq.why(store, COMPACTION_TOPIC, "GID_COMPACT_STAR", tags="*", msg_id=r["msg_id"])
+        assert (r["queue_id"], r["queue_offset"]) in {(w.queue_id, w.queue_offset) for w in answers}
+
+
+@pytest.mark.spark
+@pytest.mark.parametrize("group", ["GID_COMPACT_TAG", "GID_COMPACT_SQL"])
+def test_data_source_from_committed_is_what_the_drain_received(spark, run, group):
+    g = run.group(group)
+    reader = (spark.read.format("rocketmq").option("topic", COMPACTION_TOPIC).option("group", group)
+              .option("from_committed", "true"))
+    if g["type"] == "TAG":
+        reader = reader.option("tags", g["expression"])
+    rows = reader.load(str(run.store_path())).selectExpr("queue_id", "queue_offset", "properties['UNIQ_KEY'] AS uniq",
+                                                        "commit_log_offset").collect()
+    got = {(r.queue_id, r.queue_offset): r.uniq for r in rows}
+    assert len(got) == len(rows)
+    assert_same_units(got, {k: u for k, (u, _) in drained(run, group).items()}, f"data source, group {group}")

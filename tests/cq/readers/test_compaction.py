@@ -232,3 +232,28 @@ def test_the_path_of_a_compacted_message_says_compacted(store):
     with store.dispatched_queue(TOPIC, 0) as dispatched:
         assert path.why.commit_log_offset == int(dispatched.read(served, 1)["commit_log_offset"][0])
     assert [c.message.queue_offset for c in path.copies] == [served]
+
+
+def test_why_by_the_offset_message_id_a_consumer_saw(store):
+    """A consumer's offset message id names the compaction log position (docs/reading.md#compaction-topics):
+    ``why`` finds the message it names in its queue."""
+    for r in [r for r in FACTS["received"] if r["phase"] == "drain" and r["group"] == "GID_COMPACT_STAR"][:6]:
+        answers = cq.why(store, TOPIC, "GID_COMPACT_STAR", tags="*", msg_id=r["msg_id"])
+        assert (r["queue_id"], r["queue_offset"]) in {(w.queue_id, w.queue_offset) for w in answers}
+        assert all(w.delivered and w.msg_id == r["msg_id"] for w in answers)
+    from cq.analyses.paths import why_every_copy
+
+    paths = why_every_copy(store, TOPIC, "GID_COMPACT_STAR", tags="*", msg_id=r["msg_id"])
+    assert (r["queue_id"], r["queue_offset"]) in {(p.why.queue_id, p.why.queue_offset) for p in paths}
+
+
+def test_a_record_that_is_not_its_units_names_the_log_file(copy):
+    """A compaction round replaces files of the same names: a unit whose record has another queue offset
+    (here a unit moved onto the next record) is an error naming the log file and byte, not another message."""
+    log_dir, cq_dir = compaction_queue_dirs(copy, TOPIC, 0)
+    first = min((copy / cq_dir).iterdir())
+    units = np.fromfile(first, dtype=fmt.BCQ_UNIT_DTYPE, count=2)
+    patch_file(first, 0, int(units["commit_log_offset"][1]).to_bytes(8, "big"))
+    with closing(cq.Store(copy)) as s, pytest.raises(cq.StoreFormatError, match="a compaction round replaced") as info:
+        list(s.consume(TOPIC, "G", tags="*", queue_ids=[0]))
+    assert (info.value.path, info.value.offset) == (str(copy / log_dir / first.name), int(units["commit_log_offset"][1]))
