@@ -211,7 +211,8 @@ class RocketMQStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         ranges = []  # a range's key is (broker, topic): packing sees it as one opaque name
         for b, cut in cuts.items():
             first, last = starts.get(b, {}), ends.get(b, {})
-            for t, q, s, lo in stream.expired(first, cut):  # the stream fell behind the broker's expiry: said
+            compacted = self._stores[b].layout.compaction_topics
+            for t, q, s, lo in stream.expired(first, cut, compacted):  # fell behind the broker's expiry: said
                 _LOG.warning("rocketmq streaming: %s", stream.lost_text(
                     t, q, min(lo, int(last.get(t, {}).get(str(q), lo))) - s,
                     f"offsets [{s}, {lo}) expired by the broker before this micro-batch read them", b))

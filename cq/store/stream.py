@@ -35,7 +35,7 @@ from __future__ import annotations
 import json
 import time
 import warnings
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterator, Mapping, Sequence
 
 import numpy as np
 
@@ -321,12 +321,18 @@ def _whole_batches(starts: np.ndarray, s: int, grant: int) -> int:
     return (end if end > s else batch_end(starts, s)) - s
 
 
-def expired(start: Mapping[str, Mapping[str, int]], cut: StoreCut) -> list[tuple[str, int, int, int]]:
+def expired(start: Mapping[str, Mapping[str, int]], cut: StoreCut,
+            compacted: Collection[str] = ()) -> list[tuple[str, int, int, int]]:
     """``(topic, queue_id, next, min)`` of each queue whose next offset in ``start`` is below its
     minimum in ``cut``: the broker expired units ``[next, min)`` before the stream read them. They
-    are lost (a batch goes on from the minimum, as the broker moves its consumer); a stream says so."""
+    are lost (a batch goes on from the minimum, as the broker moves its consumer); a stream says so.
+    The queues of ``compacted`` topics (a store's ``layout.compaction_topics``) are left out: below a
+    compaction CQ's minimum the broker's compaction removed the messages, which no consumer of the
+    topic receives (docs/reading.md#compaction-topics)."""
     out = []
     for t, q, lo, _hi in cut.queues:
+        if t in compacted:
+            continue
         s = start.get(t, {}).get(str(q))
         if s is not None and int(s) < lo:
             out.append((t, q, int(s), lo))
@@ -368,7 +374,7 @@ class _Follower:
         self.offsets = starting_offsets(store, cut, starting, group=group, broker=broker)
         if starting == "committed":  # the group committed units the broker expired since: lost, said
             committed = {topic: {str(q): c for q, c in store.committed_offsets(group, topic).items()}}
-            for t, q, c, lo in expired(committed, cut):
+            for t, q, c, lo in expired(committed, cut, store.layout.compaction_topics):
                 self.lost(t, q, lo - c, f"the group's committed offset {c} is below the queue's minimum {lo} "
                                         "(expired by the broker before the group read them)")
 
@@ -386,7 +392,7 @@ class _Follower:
                 self.current.close()
             self.current = self.store.reopen()
         cut = self.current.cut(self.topic, keep_readers=True)
-        for t, q, s, lo in expired(self.offsets, cut):
+        for t, q, s, lo in expired(self.offsets, cut, self.current.layout.compaction_topics):
             self.lost(t, q, lo - s, f"offsets [{s}, {lo}) expired by the broker before they were read")
         batches = batch_starts(self.current, cut, self.topic)  # a BatchCQ topic: whole batches, each once
         end = next_offsets(self.offsets, cut, batches=batches)
