@@ -535,43 +535,59 @@ def _dispatched_record(store: Store, topic: str, queue_id: int, queue_offset: in
     return None
 
 
+#: How many newer offsets of the same KEYS a compacted message's Why lists (the scan stops there).
+_NEWER_SHOWN = 5
+#: ConsumeQueue units read per step of that scan.
+_NEWER_CHUNK = 1 << 14
+
+
 def _compacted_unit(store: Store, topic: str, group: str, sub: Subscription, queue_id: int, queue_offset: int,
                     served: tuple[int, int], found_by: str, note: str | None) -> Why:
     """The Why of a compaction topic's message its compaction CQ does not hold: the message the ConsumeQueue
-    has at that offset (its KEYS), and the newer messages of the same KEYS there (the one the compaction CQ
-    still holds, if any)."""
+    has at that offset (its KEYS), the first newer messages of the same KEYS there (:data:`_NEWER_SHOWN`,
+    read in chunks from the ConsumeQueue and CommitLog until found), and the newest message of those KEYS
+    the compaction store serves after it (its served units' records, from the compaction log)."""
+    log = store.commit_log
     try:
         with store.dispatched_queue(topic, queue_id) as dispatched:
-            if not dispatched.min_offset <= queue_offset < dispatched.max_offset:
+            lo, hi = dispatched.min_offset, dispatched.max_offset
+            if not lo <= queue_offset < hi:
                 raise MessageNotFoundError(
-                    f"queue offset {queue_offset} is outside queue {topic}/{queue_id}'s units "
-                    f"[{dispatched.min_offset}, {dispatched.max_offset}) in {store.root}")
-            later = dispatched.read(queue_offset, dispatched.max_offset - queue_offset)
+                    f"queue offset {queue_offset} is outside queue {topic}/{queue_id}'s units [{lo}, {hi}) in "
+                    f"{store.root}")
+            first = dispatched.read(queue_offset, 1)
+            phys, size = int(first["commit_log_offset"][0]), int(first["size"][0])
+            present = bool(store.records_present(first["commit_log_offset"].astype(np.int64),
+                                                 first["size"].astype(np.int64))[0])
+            keys = msg_id = None
+            newer: list[int] = []
+            if present:
+                msg = log.read_message(phys)
+                keys, msg_id = msg.keys, msg.msg_id
+            at = queue_offset + 1
+            while keys and at < hi and len(newer) < _NEWER_SHOWN:
+                units = dispatched.read(at, min(_NEWER_CHUNK, hi - at))
+                offs = units["commit_log_offset"].astype(np.int64)
+                rows = np.flatnonzero(store.records_present(offs, units["size"].astype(np.int64)))
+                texts = log.decode_columns(offs[rows], ["keys"]).texts("keys") if len(rows) else []
+                newer += [at + int(r) for r, k in zip(rows.tolist(), texts) if k == keys][:_NEWER_SHOWN - len(newer)]
+                at += len(units)
     except KeyError as exc:
         raise MessageNotFoundError(str(exc.args[0]) if exc.args else str(exc)) from None
-    log = store.commit_log
-    offs = later["commit_log_offset"].astype(np.int64)
-    present = store.records_present(offs, later["size"].astype(np.int64))
-    phys, size = int(offs[0]), int(later["size"][0])
-    keys = msg_id = None
-    newer: list[int] = []
-    if present[0]:
-        rows = np.flatnonzero(present)
-        cols = log.decode_columns(offs[rows], ["keys"])
-        texts = cols.texts("keys")
-        keys = texts[0]
-        msg_id = log.read_message(phys).msg_id
-        newer = [queue_offset + int(r) for r, k in zip(rows[1:].tolist(), texts[1:]) if keys and k == keys]
     kept = None
-    if newer:
+    if newer:  # the newest message of these KEYS the compaction store serves after it
         with store.queue_readers(topic, queue_id, ext=False) as (cqueue, _):
-            held = np.intersect1d(cqueue.offsets, np.array(newer, dtype=np.int64))
-        kept = int(held[-1]) if len(held) else None
+            units = cqueue.units_between(queue_offset + 1, cqueue.max_offset)
+        if len(units):
+            with store.compaction_log(topic, queue_id) as clog:
+                texts = clog.decode_columns(units["commit_log_offset"].astype(np.int64), ["keys"]).texts("keys")
+            same = [int(o) for o, k in zip(units["base_offset"].tolist(), texts) if k == keys]
+            kept = same[-1] if same else None
     reason = "compacted" if newer else "compacted_no_newer"
     steps = [WhyStep("consume_queue_unit", DROP, reason,
                      {"keys": keys, "newer_offsets": newer, "kept_offset": kept, "compaction_min_offset": served[0],
                       "compaction_max_offset": served[1], "commit_log_offset": phys, "size": size,
-                      "record_present": bool(present[0])},
+                      "record_present": present},
                      {"topic": topic, "queue_id": queue_id, "queue_offset": queue_offset, "compaction": True})]
     _not_reached(steps, "consume_queue", "commit_log", "client")
     return Why(topic, group, sub, queue_id, queue_offset, phys, size, msg_id, found_by, False, DROPPED_BY_COMPACTION,

@@ -170,12 +170,12 @@ def _unit_detail(reason: str, ev: dict, data: dict) -> str:
         where = f"queue {data['topic']}/{data['queue_id']} offset {data['queue_offset']}"
         keys = f"KEYS {ev['keys']!r}" if ev["keys"] is not None else "its KEYS (its record is gone)"
         if reason == "compacted":
-            kept = (f"; the compaction store keeps offset {ev['kept_offset']}" if ev["kept_offset"] is not None
-                    else "; none of them is in the compaction store now (each was replaced in turn)")
+            kept = (f"; the compaction store serves offset {ev['kept_offset']}" if ev["kept_offset"] is not None
+                    else "; the compaction store serves none of its KEYS after it (each was replaced in turn)")
             return (f"compacted: a newer message with the same key replaced it ({keys}, newer at queue offset(s) "
-                    f"{', '.join(map(str, ev['newer_offsets'][:5]))}{', ...' if len(ev['newer_offsets']) > 5 else ''}"
-                    f"{kept}): the compaction CQ of {where.split(' offset')[0]} has no unit at offset "
-                    f"{data['queue_offset']}, so the group never receives it")
+                    f"{', '.join(map(str, ev['newer_offsets']))}{kept}): the compaction CQ of queue "
+                    f"{data['topic']}/{data['queue_id']} has no unit at offset {data['queue_offset']}, so the group "
+                    "never receives it")
         return (f"compacted: the compaction CQ has no unit at {where} and no newer message has {keys} (an empty "
                 "body deletes its key): the group never receives it")
     if reason == "no_unit":
