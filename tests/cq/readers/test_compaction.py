@@ -274,3 +274,26 @@ def test_tail_from_committed_is_what_the_drain_received_without_a_lost_warning(c
     rows = [json.loads(line) for line in out.splitlines()]
     assert {(r["queue_id"], r["queue_offset"]): (r["properties"]["UNIQ_KEY"], r["msg_id"]) for r in rows} == want
     assert "lost" not in err
+
+
+def test_the_commands_leave_the_compaction_store_unchanged(copy, capsys):
+    """Readers open the compaction files read-only: every byte, size and modification time stays."""
+    import hashlib
+    import os
+
+    import rmqfilter
+
+    def state():
+        return {p: (hashlib.sha256(p.read_bytes()).hexdigest(), os.stat(p).st_mtime_ns)
+                for p in sorted(copy.rglob("*")) if p.is_file()}
+
+    before = state()
+    store = str(copy)
+    for argv in (["consume", store, "--topic", TOPIC, "--group", "GID_COMPACT_SQL"],
+                 ["why", store, "--topic", TOPIC, "--group", "GID_COMPACT_TAG", "--tags", "TagA", "--key", "k3"],
+                 ["backlog", store, "--topic", TOPIC, "--group", "GID_COMPACT_TAG", "--tags", "TagA"],
+                 ["inspect", store, "--json"],
+                 ["tail", store, "--topic", TOPIC, "--group", "G", "--tags", "*", "--from", "earliest", "--limit", "3"]):
+        assert rmqfilter.main(argv) == 0, argv
+    capsys.readouterr()
+    assert state() == before
