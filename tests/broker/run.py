@@ -25,6 +25,7 @@ import argparse
 import atexit
 import fcntl
 import hashlib
+import importlib
 import json
 import os
 import random
@@ -36,6 +37,9 @@ import sys
 import threading
 import time
 from pathlib import Path
+
+if __name__ == "__main__":  # a scenario module's ``from run import ...`` gets this module, not a second copy
+    sys.modules.setdefault("run", sys.modules[__name__])
 
 HERE = Path(__file__).resolve().parent
 TARGET = HERE / "target"
@@ -58,7 +62,7 @@ JVM_HEAP = ["-Xms64m", "-Xmx384m", "-XX:MaxDirectMemorySize=256m", "-XX:+UseSeri
 CLIENT_JVM_HEAP = ["-Xms64m", "-Xmx1g", "-XX:MaxDirectMemorySize=768m", "-XX:+UseSerialGC"]
 QUICK_START = ["-XX:TieredStopAtLevel=1"]  # C1 only: starts faster; not for the throughput scenario
 SCENARIOS = ("filters", "crash", "live", "housekeeping", "throughput", "modes", "cluster", "lifecycle", "rocksdb",
-             "batch", "newstore", "random")
+             "batch", "newstore", "random", "tiered")
 
 
 class HarnessError(RuntimeError):
@@ -1528,7 +1532,10 @@ def run(scenario: str, out: Path, rocketmq: str | None = None, **kwargs) -> Path
         shutil.rmtree(out)
     out.mkdir(parents=True)
     with Harness(out, quick_start=scenario != "throughput", rocketmq=rocketmq) as h:
-        globals()[f"scenario_{scenario}"](h, **kwargs)
+        fn = globals().get(f"scenario_{scenario}")
+        if fn is None:  # lazy: a scenario in its own module (scenario_<name>.py) imports this one
+            fn = getattr(importlib.import_module(f"scenario_{scenario}"), f"scenario_{scenario}")
+        fn(h, **kwargs)
         h.write_broker_json()
         h.discard_stores = scenario != "live"     # the live test reads broker-a's store afterwards
     if scenario != "live":
