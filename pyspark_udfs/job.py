@@ -509,6 +509,8 @@ def format_skipped(results: Sequence[ScanResult]) -> str:
 def run_scan(args: argparse.Namespace) -> int:
     """Body of ``rmqfilter scan`` and of spark-submit ``job.py``."""
     prog = "rmqfilter scan"
+    if getattr(args, "tier", None) is not None:
+        return fail(prog, "--tier: the scan job does not read a tier yet (docs/reading.md#tiered-storage)")
     stores = [os.path.abspath(s) for s in ([args.store] if isinstance(args.store, str) else args.store)]
     if len(stores) == 1 and not glob.has_magic(stores[0]) and not os.path.isdir(stores[0]):
         return fail(prog, f"store {args.store[0]!r} is not a directory")

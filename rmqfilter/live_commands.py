@@ -46,6 +46,9 @@ def add_parsers(subparsers) -> None:
 
 
 def _run_tail(args: argparse.Namespace) -> int:
+    if getattr(args, "tier", None) is not None:
+        print("rmqfilter tail: error: --tier: tail does not read a tier yet (docs/reading.md#tiered-storage)", file=sys.stderr)
+        return 2
     if args.interval <= 0:
         print(f"rmqfilter tail: error: --interval must be > 0, got {args.interval}", file=sys.stderr)
         return 2

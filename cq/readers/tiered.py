@@ -314,6 +314,17 @@ class TieredConsumeQueue(MappedFileQueue):
         base, path, _ = self._segments[max(index, 0)]
         return path, byte - base
 
+    def file_position(self, queue_offset: int) -> tuple[str, int]:
+        """:meth:`position`, named as :meth:`cq.ConsumeQueue.file_position` is."""
+        return self.position(queue_offset)
+
+    def unit(self, queue_offset: int) -> tuple[int, int, int]:
+        """``(commit_log_offset, size, tags_code)`` of one unit inside the tier's range."""
+        if not self.min_offset <= queue_offset < self.max_offset:
+            raise IndexError(f"queue offset {queue_offset} is outside the tier's [{self.min_offset}, {self.max_offset})")
+        u = self.read(queue_offset, 1)[0]
+        return int(u["commit_log_offset"]), int(u["size"]), int(u["tags_code"])
+
     def read(self, start: int = 0, count: int | None = None) -> np.ndarray:
         """Units from queue offset ``start`` (clamped), at most ``count``, native order."""
         parts = [np.frombuffer(raw, dtype=fmt.CQ_UNIT_DTYPE) for _, raw in self.raw_chunks(start, count)]

@@ -64,6 +64,7 @@ SCENARIO_RELEASES = {
     "housekeeping": "5.3.3",
     "live": "5.5.1",
     "newstore": "5.5.1",
+    "tiered": "5.3.3",
 }
 # Runs every scenario on this release instead of its SCENARIO_RELEASES one.
 RELEASE_ENV = "RMQFILTER_ROCKETMQ"
@@ -121,7 +122,8 @@ _RUNNING: dict[str, threading.Thread] = {}
 _FAILED: dict[str, str] = {}
 # The scenarios whose outputs the tests read afterwards (live is read while it runs), longest
 # first: they take the run slots (:func:`_slot`) in this order, so the last to finish is a short one.
-CACHED_SCENARIOS = ("lifecycle", "rocksdb", "cluster", "filters", "modes", "crash", "batch", "newstore")
+CACHED_SCENARIOS = ("lifecycle", "rocksdb", "cluster", "filters", "modes", "crash", "batch", "newstore", "tiered",
+                    "tiered@5.5.1")
 
 
 def _out(name: str) -> Path:
@@ -146,7 +148,7 @@ def runnable(name: str) -> tuple[str, dict]:
     scenario ``random`` with seed N (tests/broker/test_broker_random.py), any other name the
     scenario itself."""
     base, _, seed = name.partition("@")[0].partition("-")
-    return (base, {"seed": int(seed)}) if base == "random" and seed.isdigit() else (name, {})
+    return (base, {"seed": int(seed)}) if base == "random" and seed.isdigit() else (name.partition("@")[0], {})
 
 
 # How many scenarios run at once, across both of ``make test``'s sessions: each is a NameServer,
