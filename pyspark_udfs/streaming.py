@@ -84,6 +84,8 @@ class StreamOptions:
         read = read if read is not None else ReadOptions.parse(options)
         if read.from_committed:
             raise ValueError("rocketmq streaming: use startingOffsets=committed instead of from_committed")
+        if read.tier is not None:
+            raise ValueError("rocketmq option 'tier': a stream does not read a tier yet (docs/reading.md#tiered-storage)")
         starting = stream.parse_starting_offsets(lower.get("startingoffsets", "latest"),
                                                  [b for b, _ in read.brokers] or None)
         if starting == "committed" and read.group is None:

@@ -117,3 +117,19 @@ def test_a_filter_the_tier_and_the_local_bitmap_disagree_on_is_refused(store):
     local minimum the bitmaps drop what the tier passes, and a pull that starts in the tier reads on there."""
     with pytest.raises(cq.TieredStoreError, match="depends on its pull batches"):
         list(store.consume(TOPIC, "G", sql="TAGS IN ('TagB') OR a = 1", born_time=0))
+
+
+def test_why_finds_a_message_of_the_tier_by_key_and_by_msg_id(capsys):
+    """The local IndexFiles and records hold only the local range: a message the broker serves from the tier
+    is found there, by its key, its UNIQ_KEY and the offset msg id a consumer saw (its flat CommitLog offset)."""
+    q, o, uniq, _ = next(r for r in FACTS["received"]["GID_TIER_STAR"] if r[1] < 500)
+    with closing(cq.Store(STORE, tier=TIER)) as s:
+        msg = s.tier_queue(TOPIC, q).messages(o, o + 1)[0]
+    base = ["why", str(STORE), "--tier", str(TIER), "--topic", TOPIC, "--group", "GID_TIER_TAG", "--tags",
+            "TagA || TagB", "--json"]
+    for how in (["--msg-id", msg.msg_id], ["--msg-id", uniq], ["--key", msg.keys]):
+        assert rmqfilter.main(base + how) == 0, how
+        doc = json.loads(capsys.readouterr().out)
+        doc = doc[0] if isinstance(doc, list) else doc
+        assert [(c["queue_id"], c["queue_offset"]) for c in doc["copies"]] == [(q, o)], how
+        assert doc["state"] in ("consumed", "filtered"), how
