@@ -137,3 +137,20 @@ def test_a_filter_the_tier_and_the_local_bitmap_disagree_on_is_refused(run, stor
     g = run.group("GID_TIER_SQL_TAGS")
     with pytest.raises(cq.TieredStoreError, match="depends on its pull batches"):
         list(store.consume(run.broker["tiered"]["topic"], g["group"], sql=g["expression"], born_time=0))
+
+
+@pytest.mark.spark
+def test_the_data_source_with_the_tier_is_what_the_consumers_received(spark, run):
+    topic = run.broker["tiered"]["topic"]
+    for name in ("GID_TIER_STAR", "GID_TIER_TAG", "GID_TIER_SQL"):
+        g = run.group(name)
+        reader = spark.read.format("rocketmq").option("topic", topic).option("group", name) \
+            .option("tier", tier_of(run))
+        if g["type"] == "TAG":
+            reader = reader.option("tags", g["expression"])
+        rows = reader.load(str(run.store_path())).selectExpr("queue_id", "queue_offset",
+                                                             "properties['UNIQ_KEY'] AS uniq").collect()
+        got = {(r.queue_id, r.queue_offset): r.uniq for r in rows}
+        assert len(got) == len(rows)
+        assert_same_units(got, {k: r["uniq_key"] for k, r in run.first.get(name, {}).items()},
+                          f"data source with the tier, group {name}")
