@@ -398,6 +398,13 @@ def _read_slice(options, schema, part, tags_code_sets, skips: Skips) -> Iterator
         store = _store(options.path, part, options.tier)
         if getattr(part, "tier", False):  # a range the broker serves from its tier (docs/reading.md#tiered-storage)
             tier = store.tier_queue(topic, queue_id)
+            if tier is None or tier.end_offset < part.end:  # the worker's view predates the plan: follow the tier
+                store.refresh_tier()
+                tier = store.tier_queue(topic, queue_id)
+            if tier is None or tier.end_offset < part.end or tier.min_offset > part.start:
+                raise StoreFormatError(f"the tier no longer holds offsets [{part.start}, {part.end}) of queue "
+                                       f"{topic}/{queue_id} planned from it (its queue was destroyed or expired "
+                                       "since the read was planned)", options.tier)
             units = tier.units(part.start, part.end)
             fields = {name: np.ascontiguousarray(units[name]) for name in units.dtype.names}
             queue_offsets = np.arange(part.start, part.start + len(units), dtype=np.int64)

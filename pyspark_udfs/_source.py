@@ -266,7 +266,7 @@ OPTIONS: dict[str, str] = {
     "tier": (
         "The tier directory (``tieredStoreFilePath``) of a store whose broker ran RocketMQ's tiered store: "
         "queue ranges the broker serves from the tier are read there (docs/reading.md#tiered-storage). "
-        "Required for such a store (it is refused without); one store path only; not for readStream."
+        "Required for such a store (it is refused without); one store path only; readStream too."
     ),
     "stale_after": (
         "Seconds (default 60; 0: always): a task reading a cut planned longer ago than this, of a store"

@@ -46,9 +46,6 @@ def add_parsers(subparsers) -> None:
 
 
 def _run_tail(args: argparse.Namespace) -> int:
-    if getattr(args, "tier", None) is not None:
-        print("rmqfilter tail: error: --tier: tail does not read a tier yet (docs/reading.md#tiered-storage)", file=sys.stderr)
-        return 2
     if args.interval <= 0:
         print(f"rmqfilter tail: error: --interval must be > 0, got {args.interval}", file=sys.stderr)
         return 2
@@ -75,7 +72,7 @@ def _tail(args: argparse.Namespace, stop) -> int:
     out = sys.stdout
     with contextlib.ExitStack() as stack:
         try:
-            store = stack.enter_context(topic_store(args.store, args.topic))
+            store = stack.enter_context(topic_store(args.store, args.topic, tier=getattr(args, "tier", None)))
             # several stores: offsets per broker (docs/live.md#offsets-per-broker)
             brokers = store.brokers if isinstance(store, cq.Cluster) else None
             starting = stream.parse_starting_offsets(args.starting, brokers)

@@ -4,8 +4,8 @@ The layout and the rules read here are docs/formats.md#tiered-storage: the local
 ``config/tieredStoreMetadata.json`` (``DefaultMetadataStore``) lists each queue's segments; the
 segments live under the tier directory (``tieredStoreFilePath``) at
 ``{md5(cluster)[:8]}_{cluster}/{broker}/{topic}/{queueId}/{COMMIT_LOG|CONSUME_QUEUE}/{md5(offset)[:8]}{offset:020}``.
-A queue's flat CommitLog holds its records back to back (copied byte for byte from the local
-CommitLog, no blank record at a segment's end) at offsets of its own; its flat ConsumeQueue holds
+A queue's flat CommitLog holds its records back to back (copied from the local CommitLog, PHYSICALOFFSET
+rewritten to the flat offset, no blank record at a segment's end) at offsets of its own; its flat ConsumeQueue holds
 20-byte units as the local one does, with the flat CommitLog's offsets and the resolved tags code.
 
 :class:`TieredMetadata` reads the metadata file, :class:`Tier` finds the tier's cluster directory
@@ -482,6 +482,15 @@ class Tier:
             if queue is None:
                 queue = self._queues[key] = TieredQueue(self, topic, int(queue_id), broker)
         return queue
+
+    def refresh(self) -> None:
+        """Follow the broker (docs/live.md): read the metadata again and forget the queues opened (their
+        segment lists and committed ends were read when they were opened); each is opened again on next use."""
+        with self._lock:
+            self.metadata = TieredMetadata(self.store_root)
+            for queue in self._queues.values():
+                queue.close()
+            self._queues.clear()
 
     def close(self) -> None:
         """Release every queue's mapped segments."""

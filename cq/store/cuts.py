@@ -130,6 +130,7 @@ class CutRoom:
         with self._open_lock:
             if live:
                 self._check_root()
+                self.refresh_tier()  # the tier's metadata and ends, read before the queues' (docs/live.md)
                 if self._commit_log is not None:
                     self._commit_log.refresh_files()
             log = self.commit_log

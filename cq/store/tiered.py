@@ -71,6 +71,12 @@ class TierRoom:
         lo = queue.min_offset
         return (lo, bound) if bound > lo else None
 
+    def refresh_tier(self) -> None:
+        """Follow the broker's tier (:meth:`cq.Tier.refresh`): what each read with ``refresh="always"`` does when
+        it takes its cut, so no view of the tier outlives the read that took it (docs/live.md)."""
+        if self.tier is not None:
+            self.tier.refresh()
+
     def _close_tier(self) -> None:
         if self.tier is not None:
             self.tier.close()

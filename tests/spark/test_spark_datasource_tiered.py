@@ -8,6 +8,7 @@ from contextlib import closing
 
 import pytest
 from helpers import DATA
+from live_support import stream_to_the_end
 
 import cq
 
@@ -59,11 +60,16 @@ def test_a_read_the_tier_and_the_bitmaps_disagree_on_is_refused(spark):
         _read(spark, group="G", sql="TAGS IN ('TagB') OR a = 1", tier=TIER).count()
 
 
-def test_a_stream_refuses_the_tier(spark):
-    query = spark.readStream.format("rocketmq").option("topic", TOPIC).option("tier", TIER).load(STORE) \
-        .writeStream.format("memory").queryName("tiered_refused").start()
-    try:
-        with pytest.raises(Exception, match="a stream does not read a tier yet"):
-            query.awaitTermination(120)
-    finally:
-        query.stop()
+def test_a_stream_reads_the_tier_as_the_batch_source_does(spark, tmp_path):
+    """``readStream`` with ``tier``, from the earliest offsets (the broker's minimums, the tier's), in micro-batches
+    of 300 units: what the group received, each unit once."""
+    out, ck = str(tmp_path / "out"), str(tmp_path / "ck")
+    df = spark.readStream.format("rocketmq").option("topic", TOPIC).option("group", "GID_TIER_TAG") \
+        .option("tags", "TagA || TagB").option("tier", TIER).option("startingOffsets", "earliest") \
+        .option("maxUnitsPerTrigger", "300").load(STORE).selectExpr("queue_id", "queue_offset",
+                                                                      "properties['UNIQ_KEY'] AS uniq")
+    stream_to_the_end(df, out, ck)
+    rows = spark.read.parquet(out).collect()
+    got = {(r.queue_id, r.queue_offset): r.uniq for r in rows}
+    assert len(got) == len(rows)
+    assert got == {(q, o): u for q, o, u, _ in FACTS["received"]["GID_TIER_TAG"]}

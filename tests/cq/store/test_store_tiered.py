@@ -133,3 +133,12 @@ def test_why_finds_a_message_of_the_tier_by_key_and_by_msg_id(capsys):
         doc = doc[0] if isinstance(doc, list) else doc
         assert [(c["queue_id"], c["queue_offset"]) for c in doc["copies"]] == [(q, o)], how
         assert doc["state"] in ("consumed", "filtered"), how
+
+
+def test_tail_reads_the_tier_from_the_earliest_offsets(capsys):
+    want = received("GID_TIER_TAG")
+    argv = ["tail", str(STORE), "--tier", str(TIER), "--topic", TOPIC, "--group", "G", "--tags", "TagA || TagB",
+            "--from", "earliest", "--limit", str(len(want)), "--format", "jsonl", "--interval", "0.1"]
+    assert rmqfilter.main(argv) == 0
+    lines = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
+    assert {(m["queue_id"], m["queue_offset"]): m["properties"]["UNIQ_KEY"] for m in lines} == want
