@@ -73,3 +73,14 @@ def test_a_stream_reads_the_tier_as_the_batch_source_does(spark, tmp_path):
     got = {(r.queue_id, r.queue_offset): r.uniq for r in rows}
     assert len(got) == len(rows)
     assert got == {(q, o): u for q, o, u, _ in FACTS["received"]["GID_TIER_TAG"]}
+
+
+@pytest.mark.parametrize("layer2", ["native", "python"])
+def test_the_scan_job_counts_the_tier(spark, layer2):
+    from pyspark_udfs.job import GroupScan, scan
+
+    g = FACTS["groups"]["GID_TIER_SQL"]
+    result = scan(spark, STORE, TOPIC, GroupScan("GID_TIER_SQL", sql=g["expression"], registered=True),
+                  layer2=layer2, tier=TIER)
+    assert result.units_scanned == 1160
+    assert result.delivered == len(FACTS["received"]["GID_TIER_SQL"])
