@@ -276,18 +276,17 @@ class RocketMQReader(DataSourceReader):
             return lo
         if not from_committed:  # the queue's minimum is the broker's: the smaller of the local and the tier's
             lo = min(lo, tier.min_offset)
-        served = store.tier_served(topic, queue_id, local_min)
-        if served is None:
-            return lo
-        a, b = max(lo, served[0]), min(hi, served[1])
-        ranges += [((broker, topic, TIER_RANGE), queue_id, s, min(b, s + SLICE_UNITS))
-                   for s in range(a, b, SLICE_UNITS)]
         opts = self.options
-        if b > a and hi > served[1] and opts.group is not None:
-            flt = store.make_filter(topic, opts.group, sql=opts.sql, tags=opts.tags, born_time=opts.born_time,
-                                    bloom_data=opts.bloom_data)
-            store.check_read_ahead(topic, queue_id, flt, served[1], hi, store.cut(topic, [queue_id]))
-        return max(lo, served[1])
+        flt = None if opts.group is None else store.make_filter(
+            topic, opts.group, sql=opts.sql, tags=opts.tags, born_time=opts.born_time, bloom_data=opts.bloom_data)
+        local = lo
+        for a, b, from_tier in store.tier_runs(topic, queue_id, store.tier_served(topic, queue_id, local_min), lo, hi,
+                                               flt=flt):
+            if from_tier:
+                ranges += [((broker, topic, TIER_RANGE), queue_id, s, min(b, s + SLICE_UNITS))
+                           for s in range(a, b, SLICE_UNITS)]
+                local = b
+        return local
 
     # ---------------------------------------------------------------- reading
     def read(self, partition: SlicesPartition):

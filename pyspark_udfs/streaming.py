@@ -232,19 +232,13 @@ class RocketMQStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         TIER_RANGE)``, read from the tier's flat files), then the local part; a read crossing into the local
         range checked as ``Store.consume`` checks it (docs/reading.md#tiered-storage)."""
         served = cut.tier_range(topic, queue_id)
-        if served is None or start >= served[1]:
+        if served is None:
             return [((broker, topic), queue_id, start, end)]
-        a, b = max(start, served[0]), min(end, served[1])
-        out = [((broker, topic, TIER_RANGE), queue_id, a, b)] if b > a else []
-        read = self.options.read
-        if b > a and end > served[1] and read.group is not None:
-            store = self._stores[broker]
-            flt = store.make_filter(topic, read.group, sql=read.sql, tags=read.tags, born_time=read.born_time,
-                                    bloom_data=read.bloom_data)
-            store.check_read_ahead(topic, queue_id, flt, served[1], end, cut)
-        if end > served[1]:
-            out.append(((broker, topic), queue_id, max(start, served[1]), end))
-        return out
+        read, store = self.options.read, self._stores[broker]
+        flt = None if read.group is None else store.make_filter(
+            topic, read.group, sql=read.sql, tags=read.tags, born_time=read.born_time, bloom_data=read.bloom_data)
+        return [((broker, topic, TIER_RANGE) if from_tier else (broker, topic), queue_id, a, b)
+                for a, b, from_tier in store.tier_runs(topic, queue_id, served, start, end, flt=flt, cut=cut)]
 
     def read(self, partition: StreamPartition):
         """The partition's rows, each slice read as the batch source reads it (heavy imports happen here)."""

@@ -243,17 +243,17 @@ class ConsumeRoom:
 
     def _consume_queue(self, topic, queue_id, flt, stats, verify_crc, progress, total, cut, bounds,
                        custom=None):
-        served = cut.tier_range(topic, queue_id)
-        if served is not None:  # pulls below the local minimum: from the tier (docs/reading.md#tiered-storage)
-            lo, hi = max(bounds[0], served[0]), min(bounds[1], served[1])
-            if hi > lo:
-                if bounds[1] > served[1]:
-                    self.check_read_ahead(topic, queue_id, flt, served[1], bounds[1], cut)
+        # pulls below the local minimum: from the tier (docs/reading.md#tiered-storage)
+        for lo, hi, from_tier in self.tier_runs(topic, queue_id, cut.tier_range(topic, queue_id), *bounds, flt=flt,
+                                                cut=cut):
+            if from_tier:
                 yield from self._consume_units(None, None, flt, stats, verify_crc, progress, total, None, (lo, hi),
                                                custom, tier=self.tier_queue(topic, queue_id))
-                bounds = (max(bounds[0], hi), bounds[1])
-                if bounds[1] <= bounds[0]:
-                    return
+            else:
+                yield from self._consume_local(topic, queue_id, flt, stats, verify_crc, progress, total, cut,
+                                               (lo, hi), custom)
+
+    def _consume_local(self, topic, queue_id, flt, stats, verify_crc, progress, total, cut, bounds, custom=None):
         cqueue, ext = self._queue_readers(topic, queue_id)
         try:
             if cqueue.max_offset < bounds[1]:  # opened before the cut was taken (refresh="never" never is)
@@ -445,7 +445,7 @@ class ConsumeRoom:
                 q = cqueue.min_offset
 
     def tier_and_local_decisions(self, topic: str, queue_id: int, flt, start: int, end: int,
-                                 cut: StoreCut) -> tuple[np.ndarray, UnitDecisions, UnitDecisions]:
+                                 cut: StoreCut | None) -> tuple[np.ndarray, UnitDecisions, UnitDecisions]:
         """The broker's decisions over queue offsets ``[start, end)`` both ways: served from the tier (its
         flat files, no ext file) and from the local store (with its ext file). ``(offsets, tier, local)``,
         over the offsets both hold (docs/reading.md#tiered-storage)."""
@@ -463,7 +463,8 @@ class ConsumeRoom:
                               present_all=True)
         return np.arange(lo, hi, dtype=np.int64), theirs, mine
 
-    def check_read_ahead(self, topic: str, queue_id: int, flt, local_min: int, end: int, cut: StoreCut) -> None:
+    def check_read_ahead(self, topic: str, queue_id: int, flt, local_min: int, end: int,
+                         cut: StoreCut | None) -> None:
         """A pull served from the tier reads on past the local minimum, up to :data:`READ_AHEAD_UNITS` units
         from where it started, filtering there without bitmaps; which offsets a consumer gets that way depends
         on its pull batches. Where the group's filter gives the same messages from both (a tag filter always;

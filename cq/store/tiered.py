@@ -71,6 +71,28 @@ class TierRoom:
         lo = queue.min_offset
         return (lo, bound) if bound > lo else None
 
+    def tier_runs(self, topic: str, queue_id: int, served: tuple[int, int] | None, start: int, end: int, *,
+                  flt=None, cut=None) -> list[tuple[int, int, bool]]:
+        """Queue offsets ``[start, end)`` as ``(lo, hi, from_tier)`` runs, in order: the part of ``served`` (the
+        offsets the broker serves from its tier, :meth:`tier_served`) read from the tier, the rest from the
+        local files. Every reader of a tiered queue splits its range here (``consume``, the data source's
+        planning, its stream).
+
+        With the group's filter ``flt``, a range that goes on past the tier's part is checked as a pull
+        that started in the tier reads on (:meth:`cq.Store.check_read_ahead`, against ``cut``'s local range):
+        a :class:`cq.TieredStoreError` where the two sides would deliver differently.
+        """
+        if served is None or start >= served[1] or end <= served[0]:
+            return [(start, end, False)] if end > start else []
+        lo, hi = max(start, served[0]), min(end, served[1])
+        runs = [(start, lo, False)] if start < lo else []   # below the tier's minimum: local (expired there)
+        runs.append((lo, hi, True))
+        if end > hi:
+            if flt is not None:
+                self.check_read_ahead(topic, queue_id, flt, hi, end, cut)
+            runs.append((hi, end, False))
+        return runs
+
     def refresh_tier(self) -> None:
         """Follow the broker's tier (:meth:`cq.Tier.refresh`): what each read with ``refresh="always"`` does when
         it takes its cut, so no view of the tier outlives the read that took it (docs/live.md)."""
