@@ -43,6 +43,7 @@ from ..store.cluster import Cluster
 from ..store.decide import decide_units
 from ..store.releases import check_lite
 from ..store.store import Store
+from ..store.tiered import READ_AHEAD_UNITS
 from ..tags import EXPRESSION_TYPE_SQL92, EXPRESSION_TYPE_TAG
 from ..tags import tags_code as _tag_hash
 from .find import (  # MessageNotFoundError and find_messages: public here too (cq.why's API)
@@ -313,6 +314,9 @@ def why_unit(store: Store, topic: str, group: str, flt, sub: Subscription, queue
     if not lo <= queue_offset < hi:
         raise MessageNotFoundError(
             f"queue offset {queue_offset} is outside queue {topic}/{queue_id}'s units [{lo}, {hi}) in {store.root}")
+    if served is not None and not from_tier and served[1] <= queue_offset < served[1] + READ_AHEAD_UNITS - 1:
+        # a pull that started in the tier may read this offset there: as consume, exact only where both agree
+        store.check_read_ahead(topic, queue_id, flt, served[1], queue_offset + 1, cut)
     steps: list[WhyStep] = []
     log, ext = store.commit_log, store.ext(topic, queue_id)
     if from_tier:  # the broker serves this pull from its tier: its flat files, no ext file there

@@ -142,3 +142,11 @@ def test_tail_reads_the_tier_from_the_earliest_offsets(capsys):
     assert rmqfilter.main(argv) == 0
     lines = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
     assert {(m["queue_id"], m["queue_offset"]): m["properties"]["UNIQ_KEY"] for m in lines} == want
+
+
+def test_why_refuses_an_offset_a_tier_read_may_reach_where_the_two_sides_disagree(store):
+    """Past the local minimum, within a tier pull's read-ahead, as consume: exact where both sides agree."""
+    agree = cq.why(store, TOPIC, "G", tags="TagA || TagB", queue_id=0, queue_offset=540)
+    assert agree.steps[0].name == "consume_queue_unit"
+    with pytest.raises(cq.TieredStoreError, match="depends on its pull batches"):
+        cq.why(store, TOPIC, "G", sql="TAGS IN ('TagB') OR a = 1", queue_id=0, queue_offset=540)
