@@ -80,6 +80,10 @@ def add_store_arg(parser: argparse.ArgumentParser, *, several: bool = False) -> 
     parser.add_argument("store", metavar="STORE", nargs="+" if several else None,
                         help="broker store root directory (holds commitlog/, consumequeue/ and, for SQL92 "
                              "groups, consumequeue_ext/); only read")
+    parser.add_argument("--tier", metavar="DIR",
+                        help="the tier directory (tieredStoreFilePath) of a broker that ran RocketMQ's tiered "
+                             "store: pulls below a queue's local minimum are read from there, as the broker "
+                             "serves them (docs/reading.md#tiered-storage); only read")
 
 
 def add_topic_arg(parser: argparse.ArgumentParser) -> None:

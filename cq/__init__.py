@@ -32,6 +32,7 @@ from .readers.consumequeue import ConsumeQueue
 from .readers.dledger import DLedgerCommitLog
 from .readers.ext import ConsumeQueueExt, CqExtUnit
 from .readers.indexfile import IndexFile, IndexFiles
+from .readers.tiered import Tier, TieredMetadata, TieredQueue, TieredStoreError
 from .readers.timer import TimerCheckpoint, TimerFiles, TimerLog, TimerWheel
 from .store.cache import StoreCache
 from .store.cluster import Cluster, ClusterCut, open_stores
@@ -79,6 +80,10 @@ __all__ = [
     "SubscriptionData",
     "TagFilter",
     "TagSubscriptionError",
+    "Tier",
+    "TieredMetadata",
+    "TieredQueue",
+    "TieredStoreError",
     "TimerCheckpoint",
     "TimerFiles",
     "TimerLog",

@@ -13,7 +13,7 @@ import numpy as np
 import cq
 from cq.readers.batchcq import batch_start  # the broker's rule, one home: re-exported here
 
-__all__ = ["DEFAULT_PARTITION_UNITS", "GROUP_PARTITION_UNITS", "MIN_SHARE_UNITS", "SLICE_UNITS",
+__all__ = ["DEFAULT_PARTITION_UNITS", "GROUP_PARTITION_UNITS", "MIN_SHARE_UNITS", "SLICE_UNITS", "TIER_RANGE",
            "UNITS_ONLY_PARTITION_UNITS", "align_to_batches", "batch_start", "default_min_partitions", "file_ranges",
            "pack_ranges", "share_size"]
 
@@ -27,6 +27,9 @@ UNITS_ONLY_PARTITION_UNITS = 8_000_000
 MIN_SHARE_UNITS = 50_000
 #: Most units one queue range of a partition holds (what the reader holds in memory at once).
 SLICE_UNITS = 300_000
+#: The third part of a planned range's key when the broker serves the range from its tier
+#: (docs/reading.md#tiered-storage): ``(broker, topic, TIER_RANGE)``.
+TIER_RANGE = "tier"
 
 
 def default_min_partitions() -> int:

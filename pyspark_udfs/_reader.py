@@ -52,7 +52,14 @@ from cq.readers.batchcq import BatchConsumeQueue, expand_batch
 from cq.readers.columns import MessageColumns
 from cq.readers.compaction import CompactionConsumeQueue
 from cq.readers.skipping import decode_skipping
-from cq.store.decide import UnitDecisions, decide_records, decide_units, decodes_once, in_range
+from cq.store.decide import (
+    UnitDecisions,
+    decide_records,
+    decide_units,
+    decodes_once,
+    in_range,
+    records_present,
+)
 from pyspark_udfs._reader_filter import apply_message_filter
 from pyspark_udfs._source import RECORD_COLUMNS, TagsCodes, batch_cq_layer2_error, compaction_layer2_error
 from rmqfilter_arrow import binary_array
@@ -63,9 +70,10 @@ from rmqfilter_arrow import binary_array
 _STORES = cq.StoreCache()
 
 
-def _store(path: str, part=None) -> cq.Store:
-    """The worker's Store of ``path``, checked current and caught up with the cut ``part`` was planned in."""
-    store = _STORES.get(path)
+def _store(path: str, part=None, tier: str | None = None) -> cq.Store:
+    """The worker's Store of ``path`` (read with ``tier``, docs/reading.md#tiered-storage), checked current and
+    caught up with the cut ``part`` was planned in."""
+    store = _STORES.get(path, tier=tier)
     if part is not None and part.commit_log_end is not None:
         store.follow(part.topic, part.queue_id, part.end, part.commit_log_end)
     return store
@@ -193,13 +201,17 @@ def _resolve_ext(store, topic: str, queue_id: int, slots: np.ndarray, skips: Ski
     return tags_code, known, is_ext, batch, skipped
 
 
-def _in_commit_log(store, offsets: np.ndarray, sizes: np.ndarray, part=None) -> np.ndarray:
+def _in_commit_log(store, offsets: np.ndarray, sizes: np.ndarray, part=None, tier=None) -> np.ndarray:
     """Units whose record is inside the cut's CommitLog range, as ``cq.Store.consume`` decides.
 
     Records below the first file were deleted and records past the recovered
-    end were never completed; the broker skips their units (docs/live.md).
+    end were never completed; the broker skips their units (docs/live.md). ``tier``: the units of a range the
+    broker serves from its tier, whose records lie in the tier's flat CommitLog (docs/reading.md#tiered-storage).
     """
-    present = store.records_present(offsets, sizes, _cut(part))
+    if tier is not None:
+        present = records_present(tier.commit_log, offsets, sizes)
+    else:
+        present = store.records_present(offsets, sizes, _cut(part))
     missing = len(present) - int(np.count_nonzero(present))
     if missing and part is not None:  # counted, as Store.consume counts them (stats.commit_log_missing)
         _LOG.warning("rocketmq: %d unit(s) of %s queue %s in offsets [%s, %s) skipped: their CommitLog records are "
@@ -211,9 +223,12 @@ def _in_commit_log(store, offsets: np.ndarray, sizes: np.ndarray, part=None) -> 
 class _GroupFilter:
     """The filter ``cq.Store.make_filter`` builds for the group, applied to a slice of units."""
 
-    def __init__(self, store, options, topic: str, part=None) -> None:
+    def __init__(self, store, options, topic: str, part=None, tier=None) -> None:
         self.store = store
         self.part = part
+        # a range the broker serves from its tier: its flat CommitLog, no ext (docs/reading.md#tiered-storage)
+        self.tier = tier
+        self.log = tier.commit_log if tier is not None else store.commit_log
         self.filter = store.make_filter(topic, options.group, sql=options.sql, tags=options.tags,
                                         born_time=options.born_time, bloom_data=options.bloom_data)
         self.layers = Layers(self.filter)
@@ -239,8 +254,8 @@ class _GroupFilter:
         them with :meth:`layer2_rows` or :meth:`delivered`).
         """
         offsets = units["commit_log_offset"]
-        present = _in_commit_log(self.store, offsets, units["size"], self.part)
-        d = decide_units(self.layers, self.store.commit_log, offsets, units["size"], tags_code, known=known,
+        present = _in_commit_log(self.store, offsets, units["size"], self.part, self.tier)
+        d = decide_units(self.layers, self.log, offsets, units["size"], tags_code, known=known,
                          ext_batch=ext_batch, candidates=candidates, present=present, layer2=False)
         if self.layer2_in_spark or not layer2:
             # Layer 2 comes later (Spark's, on the properties column, or the caller's, batch by batch):
@@ -254,7 +269,7 @@ class _GroupFilter:
         CommitLog offset), filling ``d`` (:func:`cq.store.decide.decide_records`); the records it cannot
         decode are recorded in ``skips`` (``on_corrupt="skip"``)."""
         before = len(d.errors)
-        decide_records(self.layers, self.store.commit_log, d, rows, offsets, skip=skips is not None and skips.enabled)
+        decide_records(self.layers, self.log, d, rows, offsets, skip=skips is not None and skips.enabled)
         if len(d.errors) > before:
             bad, errors = zip(*d.errors[before:])
             skips.add_units(queue_offsets[np.asarray(bad, dtype=np.int64)], list(errors))
@@ -362,7 +377,7 @@ def read_slice(options, spark_schema, part, tags_code_sets: Iterable[frozenset[i
         yield from _read_slice(options, schema, part, tags_code_sets, skips)
     finally:
         skips.report()
-        store = _STORES.peek(options.path)
+        store = _STORES.peek(options.path, tier=options.tier)
         if store is not None:  # the worker keeps the queue's readers, not its files (docs/limits.md)
             store.release_queue(part.topic, part.queue_id)
 
@@ -379,27 +394,45 @@ def _read_slice(options, schema, part, tags_code_sets, skips: Skips) -> Iterator
     if options.message_filter is not None:
         # the custom filter sees every column of the messages table (docs/custom-filters.md)
         wanted |= {f.name for f in message_schema()}
+    tier = None
     try:
-        store = _store(options.path, part)
-        cqueue = store.consume_queue(topic, queue_id)
+        store = _store(options.path, part, options.tier)
+        if getattr(part, "tier", False):  # a range the broker serves from its tier (docs/reading.md#tiered-storage)
+            tier = store.tier_queue(topic, queue_id)
+            if tier is None or tier.end_offset < part.end:  # the worker's view predates the plan: follow the tier
+                store.refresh_tier()
+                tier = store.tier_queue(topic, queue_id)
+            if tier is None or tier.end_offset < part.end or tier.min_offset > part.start:
+                raise StoreFormatError(f"the tier no longer holds offsets [{part.start}, {part.end}) of queue "
+                                       f"{topic}/{queue_id} planned from it (its queue was destroyed or expired "
+                                       "since the read was planned)", options.tier)
+            units = tier.units(part.start, part.end)
+            fields = {name: np.ascontiguousarray(units[name]) for name in units.dtype.names}
+            queue_offsets = np.arange(part.start, part.start + len(units), dtype=np.int64)
+            tags_code, known, is_ext, ext_batch, skipped = _resolve_ext(
+                store, topic, queue_id, fields["tags_code"], skips, queue_offsets)
+            cqueue = None
+        else:
+            cqueue = store.consume_queue(topic, queue_id)
         if isinstance(cqueue, BatchConsumeQueue):
             yield from _read_batch_cq_slice(options, schema, store, part, tags_code_sets, skips)
             return
         if isinstance(cqueue, CompactionConsumeQueue):
             yield from _read_compaction_slice(options, schema, store, part, tags_code_sets)
             return
-        start = max(part.start, cqueue.min_offset)  # the broker may have expired files since planning
-        if start > part.start:  # lost, as for the broker's consumer: said, not silent (docs/live.md)
+        start = max(part.start, cqueue.min_offset) if tier is None else part.start  # the broker may have expired
+        if start > part.start:  # files since planning  # lost, as for the broker's consumer: said, not silent (docs/live.md)
             on = "" if options.broker is None else f" on broker {options.broker!r}"  # several stores
             _LOG.warning("rocketmq: %d unit(s) of %s queue %s%s in offsets [%s, %s) expired by the broker since the "
                          "read was planned (the queue's minimum is now %s): not read", min(start, part.end) - part.start,
                          topic, queue_id, on, part.start, part.end, start)
-        # the unit fields as contiguous columns: a batch takes slices of them (views), not gathers
-        # from the 20-byte units
-        fields = cqueue.read_columns(start, max(0, part.end - start))
-        queue_offsets = np.arange(start, start + len(fields["size"]), dtype=np.int64)
-        tags_code, known, is_ext, ext_batch, skipped = _resolve_ext(
-            store, topic, queue_id, fields["tags_code"], skips, queue_offsets)
+        if tier is None:
+            # the unit fields as contiguous columns: a batch takes slices of them (views), not gathers
+            # from the 20-byte units
+            fields = cqueue.read_columns(start, max(0, part.end - start))
+            queue_offsets = np.arange(start, start + len(fields["size"]), dtype=np.int64)
+            tags_code, known, is_ext, ext_batch, skipped = _resolve_ext(
+                store, topic, queue_id, fields["tags_code"], skips, queue_offsets)
     except StoreFormatError as exc:
         # A queue or ext file that cannot be opened: nothing of this range can be read.
         if not skips.enabled:
@@ -414,7 +447,7 @@ def _read_slice(options, schema, part, tags_code_sets, skips: Skips) -> Iterator
     record_fields = [name for name in RECORD_COLUMNS if name in wanted]
     decisions = fused = None
     if options.group is not None:
-        group = _GroupFilter(store, options, topic, part)
+        group = _GroupFilter(store, options, topic, part, tier)
         fused = group if group.fuses_layer2(options, record_fields) else None
         decisions = group.decide(fields, tags_code, known, ext_batch, keep, skips, queue_offsets,
                                  layer2=fused is None)
@@ -424,14 +457,14 @@ def _read_slice(options, schema, part, tags_code_sets, skips: Skips) -> Iterator
     if messages and decisions is None:
         # Records no longer in the CommitLog have no message to show (the broker skips them).
         cut = _cut(part)
-        if record_fields or cut is None:
-            keep &= _in_commit_log(store, fields["commit_log_offset"], fields["size"], part)
+        if record_fields or cut is None or tier is not None:
+            keep &= _in_commit_log(store, fields["commit_log_offset"], fields["size"], part, tier)
         else:  # no record is decoded: the cut's range decides, and no CommitLog file is opened
             keep &= in_range(fields["commit_log_offset"], fields["size"], cut.commit_log_min, cut.commit_log_end)
     rows = np.flatnonzero(keep)
     # With decisions=true the broker reads only the records layer 1 let through: NULL elsewhere.
     reached = decisions.reached if decisions is not None else None
-    log = store.commit_log if record_fields else None
+    log = (tier.commit_log if tier is not None else store.commit_log) if record_fields else None
 
     def decode(offsets: np.ndarray):
         return log.decode_columns(offsets, record_fields, decompress_body=options.body == "uncompressed")

@@ -270,6 +270,11 @@ OPTIONS: dict[str, str] = {
         "one JSON-lines file per partition (a retried task replaces its own file, so nothing is counted"
         " twice)."
     ),
+    "tier": (
+        "The tier directory (``tieredStoreFilePath``) of a store whose broker ran RocketMQ's tiered store: "
+        "queue ranges the broker serves from the tier are read there (docs/reading.md#tiered-storage). "
+        "Required for such a store (it is refused without); one store path only; readStream too."
+    ),
     "stale_after": (
         "Seconds (default 60; 0: always): a task reading a cut planned longer ago than this, of a store"
         " that has moved on since, logs a WARNING (logger ``rmqfilter.datasource``, once per plan and "
@@ -316,6 +321,8 @@ class ReadOptions:
     registrations: tuple[tuple[str, int, tuple[int, ...] | None, int | None], ...] = ()
     #: set by :meth:`for_broker`: the broker of the store ``path`` is, for the ``broker`` column
     broker: str | None = None
+    #: the tier directory of a store whose broker ran the tiered store (docs/reading.md#tiered-storage)
+    tier: str | None = None
 
     def for_broker(self, broker: str) -> ReadOptions:
         """These options for one broker of a read of several stores: ``path`` its root, the group's
@@ -390,7 +397,8 @@ class ReadOptions:
             if clash:
                 raise ValueError(f"rocketmq option table={table!r} reads the broker's pending work of the whole "
                                  f"store: option(s) {', '.join(clash)} do not apply to it")
-            return cls(path=os.path.abspath(path), table=table)
+            return cls(path=os.path.abspath(path), table=table, tier=_tier_option(options, brokers))
+        tier = _tier_option(options, brokers)
         partition_units = positive_int_option(options, "partition_units")
         min_partitions = positive_int_option(options, "min_partitions")
         stale_after = _seconds_option(options, "stale_after", DEFAULT_STALE_AFTER)
@@ -419,7 +427,7 @@ class ReadOptions:
             if brokers:
                 sql, tags, registered = _registered_cluster_group(brokers, topic, group)
             else:
-                sql, tags, registered = _registered_group(path, topic, group)
+                sql, tags, registered = _registered_group(path, topic, group, tier)
         from_committed = _bool_option(options, "from_committed", False)
         if from_committed and (group is None or topic is None):
             raise ValueError("rocketmq option from_committed=true needs 'group' and 'topic' (committed offsets "
@@ -470,6 +478,7 @@ class ReadOptions:
             from_committed=from_committed,
             body=body,
             stale_after=stale_after,
+            tier=tier,
             **registered,
         )
 
@@ -527,13 +536,27 @@ def _registered_cluster_group(brokers, topic: str | None, group: str) -> tuple[s
     return sql, tags, {"registrations": registrations}
 
 
-def _registered_group(path: str, topic: str | None, group: str) -> tuple[str | None, str | None, dict]:
+def _tier_option(options: dict, brokers) -> str | None:
+    """Option ``tier``: an existing directory, for a read of one store (docs/reading.md#tiered-storage)."""
+    tier = options.get("tier") or None
+    if tier is None:
+        return None
+    if brokers:
+        raise ValueError("rocketmq option 'tier': give it with one store path (a read of several stores does not "
+                         "read a tier yet)")
+    if not os.path.isdir(tier):
+        raise ValueError(f"rocketmq option 'tier': {tier!r} is not a directory")
+    return os.path.abspath(tier)
+
+
+def _registered_group(path: str, topic: str | None, group: str,
+                      tier: str | None = None) -> tuple[str | None, str | None, dict]:
     """``(sql, tags, fields)`` of ``group``'s registration in the store's consumerFilter.json."""
     if topic is None:
         raise ValueError(f"rocketmq option 'group' ({group!r}) without 'sql' or 'tags' needs 'topic': the group's "
                          "registration in config/consumerFilter.json is per topic")
     try:
-        reg = cq.Store(path).registered_filter(topic, group)
+        reg = cq.Store(path, tier=tier).registered_filter(topic, group)
     except (cq.UnknownGroupError, cq.StoreFormatError) as exc:
         raise ValueError(f"rocketmq option 'group': {exc}") from exc
     if not Layers(registration_filter(reg)).has_layer2:  # not a SQL92 registration
@@ -571,6 +594,9 @@ class ConsumeQueueSlice(InputPartition):
     planned_at: float | None = None
     #: The broker whose store holds the queue, in a read of several stores (docs/reading.md#clusters).
     broker: str | None = None
+    #: The range is one the broker serves from its tier: read from the tier's flat files
+    #: (docs/reading.md#tiered-storage).
+    tier: bool = False
 
 
 @dataclasses.dataclass(frozen=True)

@@ -46,6 +46,8 @@ from pyspark.sql.types import (
 import cq
 
 from ._plan import (
+    SLICE_UNITS,
+    TIER_RANGE,
     align_to_batches,
     batch_start,
     file_ranges,
@@ -201,7 +203,7 @@ class RocketMQReader(DataSourceReader):
         batch_starts: dict[tuple, np.ndarray] = {}  # ((broker, topic), queue id) -> a BatchCQ queue's batch starts
         held = False
         for broker, root in brokers:
-            store = cq.Store(root)
+            store = cq.Store(root, tier=opts.tier)
             try:
                 if opts.topic is not None and opts.topic not in {*store.topics(), *store.layout.batch_cq_topics}:
                     if opts.brokers:
@@ -216,8 +218,9 @@ class RocketMQReader(DataSourceReader):
         # a range's key is (broker, topic): packing sees it as one opaque name; a BatchCQ queue's
         # ranges then start at batch starts, so each batch is read whole, once (docs/reading.md#batchcq)
         packed = align_to_batches(opts.pack(self.schema, ranges), batch_starts)
-        parts = [[ConsumeQueueSlice(t, q, s, e, broker=b, **cuts[b]) for (b, t), q, s, e in group]
-                 for group in packed]
+        # a range the broker serves from its tier is keyed (broker, topic, TIER_RANGE) (docs/reading.md#tiered-storage)
+        parts = [[ConsumeQueueSlice(key[1], q, s, e, broker=key[0], tier=len(key) > 2, **cuts[key[0]])
+                  for key, q, s, e in group] for group in packed]
         if unreadable:  # read first, by the first task: each reports its queue skipped
             parts[:1] = [[*(dataclasses.replace(s, **cuts[s.broker]) for s in unreadable), *(parts[0] if parts else [])]]
         # Spark needs at least one partition; an empty one reads nothing.
@@ -251,6 +254,9 @@ class RocketMQReader(DataSourceReader):
                             starts = queue.batch_starts()
                             batch_starts[(broker, topic), queue_id] = starts
                             lo = batch_start(starts, lo)
+                        elif store.tier is not None:  # ranges below the local minimum: the tier's
+                            lo = self._plan_tier(store, broker, topic, queue_id, queue.min_offset, lo, hi,
+                                                 committed is not None, ranges)
                         ranges += [((broker, t), q, s, e) for t, q, s, e in file_ranges(queue, topic, queue_id, lo, hi)]
                 except cq.StoreFormatError as exc:
                     if opts.on_corrupt != "skip":
@@ -263,6 +269,27 @@ class RocketMQReader(DataSourceReader):
         log = store.commit_log
         end = log.refresh()  # the CommitLog end read after every queue's end (it opened with the first queue)
         return {"commit_log_min": log.min_offset, "commit_log_end": end, "planned_at": planned_at}
+
+    def _plan_tier(self, store: cq.Store, broker, topic: str, queue_id: int, local_min: int, lo: int, hi: int,
+                   from_committed: bool, ranges: list) -> int:
+        """Add the ranges of a queue the broker serves from its tier (:meth:`cq.Store.tier_served`), checked as
+        ``Store.consume`` checks a read crossing into the local range; returns where the local ranges start."""
+        tier = store.tier_queue(topic, queue_id)
+        if tier is None:
+            return lo
+        if not from_committed:  # the queue's minimum is the broker's: the smaller of the local and the tier's
+            lo = min(lo, tier.min_offset)
+        opts = self.options
+        flt = None if opts.group is None else store.make_filter(
+            topic, opts.group, sql=opts.sql, tags=opts.tags, born_time=opts.born_time, bloom_data=opts.bloom_data)
+        local = lo
+        for a, b, from_tier in store.tier_runs(topic, queue_id, store.tier_served(topic, queue_id, local_min), lo, hi,
+                                               flt=flt):
+            if from_tier:
+                ranges += [((broker, topic, TIER_RANGE), queue_id, s, min(b, s + SLICE_UNITS))
+                           for s in range(a, b, SLICE_UNITS)]
+                local = b
+        return local
 
     # ---------------------------------------------------------------- reading
     def read(self, partition: SlicesPartition):

@@ -251,7 +251,8 @@ class ScanResult:
         return d
 
 
-def registered_group_scans(store: str | Sequence[str], topic: str, group: str | None = None) -> list[GroupScan]:
+def registered_group_scans(store: str | Sequence[str], topic: str, group: str | None = None, *,
+                           tier: str | None = None) -> list[GroupScan]:
     """The :class:`GroupScan` of ``group``'s registration (all of the topic's when None); several
     stores (a cluster's brokers): each group once, each broker's registration looked up by the data
     source.
@@ -259,7 +260,7 @@ def registered_group_scans(store: str | Sequence[str], topic: str, group: str | 
     Raises ``cq.UnknownGroupError`` (a ValueError naming the registered groups) when ``group``
     has none, and ValueError when the topic has no registered group at all.
     """
-    st = cq.open_stores(store)
+    st = cq.open_stores(store, **({"tier": tier} if tier is not None else {}))
     try:
         if group is not None:
             return [GroupScan(group, sql=st.registered_filter(topic, group).expression, registered=True)]
@@ -301,7 +302,7 @@ def _reader(spark, store: str, topic: str, group: GroupScan, *, columns: str | N
 def scan(spark, store: str | Sequence[str], topic: str, group: GroupScan, *, out: str | None = None,
          out_format: str = "parquet", on_corrupt: str = "fail", skipped_log: str | None = None,
          layer2: str = LAYER2_DEFAULT, message_filter: str | None = None,
-         on_filter_error: str = "fail") -> ScanResult:
+         on_filter_error: str = "fail", tier: str | None = None) -> ScanResult:
     """Run the broker's filter for ``group`` over ``topic`` and count each layer.
 
     Parameters
@@ -339,6 +340,9 @@ def scan(spark, store: str | Sequence[str], topic: str, group: GroupScan, *, out
         ``package.module:function``, a custom filter run in the reader after both layers
         (docs/custom-filters.md); layer 2 then runs in the reader too.
     on_filter_error : {"fail", "skip"}
+    tier : str, optional
+        The tier directory of a store whose broker ran the tiered store (the data source's option ``tier``,
+        docs/reading.md#tiered-storage).
 
     Returns
     -------
@@ -372,11 +376,13 @@ def scan(spark, store: str | Sequence[str], topic: str, group: GroupScan, *, out
     t0 = time.perf_counter()
     # Counting needs no CommitLog fields beyond the properties layer 2 reads itself.
     filtered = {} if message_filter is None else {"filter": message_filter, "on_filter_error": on_filter_error}
+    if tier is not None:  # every read of the store reads its tier (not a skip option: ``options`` says those)
+        filtered["tier"] = os.path.abspath(tier)
     lead = "broker string, " if brokers else ""  # several stores: counted per broker
     if native:
         decisions = _reader(spark, store, topic, group, decisions="true", table="consumequeue", layer2="spark",
                             columns=lead + "matched_by_consume_queue boolean, reached_commit_log boolean, "
-                                           "properties map<string,string>", **options)
+                                           "properties map<string,string>", **options, **filtered)
         # Layer 2 where the broker reads the record; a plain SQL92 group's client check keeps everything.
         matched = F.when(F.col("reached_commit_log"), selector_column(group.sql, "properties"))
         delivered_col = F.coalesce(matched, F.lit(False))
@@ -384,12 +390,12 @@ def scan(spark, store: str | Sequence[str], topic: str, group: GroupScan, *, out
         # the custom filter needs decoded messages (the reader decodes them for it); counting
         # otherwise asks for the decision columns only
         columns = (lead + "matched_by_consume_queue boolean, matched_by_commit_log boolean, delivered boolean"
-                   + (", filter_skipped boolean" if filtered else ""))
+                   + (", filter_skipped boolean" if message_filter is not None else ""))
         decisions = _reader(spark, store, topic, group, decisions="true",
-                            table="messages" if filtered else "consumequeue", columns=columns,
+                            table="messages" if message_filter is not None else "consumequeue", columns=columns,
                             **options, **filtered)
         matched, delivered_col = F.col("matched_by_commit_log"), F.col("delivered")
-    skipped_col = F.col("filter_skipped") if filtered else F.lit(False)
+    skipped_col = F.col("filter_skipped") if message_filter is not None else F.lit(False)
     counted = decisions.groupBy(*(["broker"] if brokers else [])).agg(
         F.sum(skipped_col.cast("long")).alias("filter_skipped"),
         F.count(F.lit(1)).alias("units_scanned"),
@@ -407,7 +413,8 @@ def scan(spark, store: str | Sequence[str], topic: str, group: GroupScan, *, out
         if options:
             options["skipped_log"] = os.path.join(log_root, "out")
         if native:
-            delivered = _reader(spark, store, topic, group, layer2="spark", **options).where(
+            delivered = _reader(spark, store, topic, group, layer2="spark", **options,
+                                **({"tier": filtered["tier"]} if tier is not None else {})).where(
                 selector_column(group.sql, "properties"))
         else:
             delivered = _reader(spark, store, topic, group, **options, **filtered)
@@ -513,7 +520,7 @@ def run_scan(args: argparse.Namespace) -> int:
     if len(stores) == 1 and not glob.has_magic(stores[0]) and not os.path.isdir(stores[0]):
         return fail(prog, f"store {args.store[0]!r} is not a directory")
     try:  # a root that is not a store, two roots of one broker name, a topic on no broker: as the other commands
-        with topic_store(stores[0] if len(stores) == 1 else stores, args.topic):
+        with topic_store(stores[0] if len(stores) == 1 else stores, args.topic, tier=getattr(args, "tier", None)):
             pass
     except (cq.StoreFormatError, LookupError, ValueError) as exc:
         return fail(prog, error_text(exc))
@@ -534,7 +541,8 @@ def run_scan(args: argparse.Namespace) -> int:
         if args.sql is not None or args.tags is not None:
             groups = [GroupScan(args.group, sql=args.sql, tags=args.tags)]
         else:
-            groups = registered_group_scans(stores, args.topic, None if args.all_groups else args.group)
+            groups = registered_group_scans(stores, args.topic, None if args.all_groups else args.group,
+                                            tier=getattr(args, "tier", None))
     except ValueError as exc:  # unknown group (listing the registered ones), malformed config file
         return fail(prog, exc)
     if args.message_filter is not None:
@@ -548,7 +556,7 @@ def run_scan(args: argparse.Namespace) -> int:
         results = [scan(spark, stores, args.topic, group, out=args.out,
                         out_format=args.out_format, on_corrupt=args.on_corrupt, skipped_log=args.skipped_log,
                         layer2=args.layer2, message_filter=args.message_filter,
-                        on_filter_error=args.on_filter_error) for group in groups]
+                        on_filter_error=args.on_filter_error, tier=getattr(args, "tier", None)) for group in groups]
     except Exception as exc:  # a failing custom filter surfaces inside Spark's exception
         if args.message_filter is not None and "FilterError" in str(exc):
             text = str(exc)

@@ -61,7 +61,7 @@ from pyspark.sql.types import StructType
 import cq
 from cq.store import stream
 
-from ._plan import align_to_batches, pack_ranges
+from ._plan import TIER_RANGE, align_to_batches, pack_ranges
 from ._source import ConsumeQueueSlice, ReadOptions, SlicesPartition, positive_int_option
 
 __all__ = ["RocketMQStreamReader", "StreamOptions", "StreamPartition", "pack_ranges"]
@@ -142,7 +142,7 @@ class RocketMQStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
                 store.close()  # the directory or a mapped file was replaced: open it again
                 store = None
             if store is None:
-                store = self._stores[broker] = cq.Store(root)
+                store = self._stores[broker] = cq.Store(root, tier=self.options.read.tier)
             # keep_readers: each queue's recovery goes on from the previous trigger's end
             cut = store.cut(topic, keep_readers=True)  # a store directory deleted meanwhile fails, named
         except cq.StoreFormatError as exc:
@@ -218,13 +218,28 @@ class RocketMQStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
                     f"offsets [{s}, {lo}) expired by the broker before this micro-batch read them", b))
             # from each queue's minimum (the rest is lost, said), a BatchCQ queue's from a batch start
             begin = stream.next_offsets(first, cut, max_units=0, batches=batches[b])
-            ranges += [((b, topic), q, s, e) for topic in sorted(last)
-                       for q, (s, e) in sorted(stream.ranges(begin, last, topic).items())]
-        return [StreamPartition(tuple(ConsumeQueueSlice(t, q, s, e, broker=b, commit_log_min=cuts[b].commit_log_min,
-                                                        commit_log_end=cuts[b].commit_log_end)
-                                      for (b, t), q, s, e in group))
+            for topic in sorted(last):
+                for q, (s, e) in sorted(stream.ranges(begin, last, topic).items()):
+                    ranges += self._tier_split(b, cut, topic, q, s, e)
+        return [StreamPartition(tuple(ConsumeQueueSlice(key[1], q, s, e, broker=key[0], tier=len(key) > 2,
+                                                        commit_log_min=cuts[key[0]].commit_log_min,
+                                                        commit_log_end=cuts[key[0]].commit_log_end)
+                                      for key, q, s, e in group))
                 for group in align_to_batches(self.options.read.pack(self.schema, ranges), {
                     ((b, t), q): starts for b, own in batches.items() for (t, q), starts in own.items()})]
+
+    def _tier_split(self, broker, cut: cq.StoreCut, topic: str, queue_id: int, start: int, end: int) -> list[tuple]:
+        """A queue's ``[start, end)`` as ranges: the part the broker serves from its tier (keyed ``(broker, topic,
+        TIER_RANGE)``, read from the tier's flat files), then the local part; a read crossing into the local
+        range checked as ``Store.consume`` checks it (docs/reading.md#tiered-storage)."""
+        served = cut.tier_range(topic, queue_id)
+        if served is None:
+            return [((broker, topic), queue_id, start, end)]
+        read, store = self.options.read, self._stores[broker]
+        flt = None if read.group is None else store.make_filter(
+            topic, read.group, sql=read.sql, tags=read.tags, born_time=read.born_time, bloom_data=read.bloom_data)
+        return [((broker, topic, TIER_RANGE) if from_tier else (broker, topic), queue_id, a, b)
+                for a, b, from_tier in store.tier_runs(topic, queue_id, served, start, end, flt=flt, cut=cut)]
 
     def read(self, partition: StreamPartition):
         """The partition's rows, each slice read as the batch source reads it (heavy imports happen here)."""

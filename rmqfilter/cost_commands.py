@@ -74,6 +74,8 @@ def _error(message: str) -> int:
 
 
 def _run_cost(args: argparse.Namespace) -> int:
+    if args.tier is not None:
+        return _error("--tier: cost does not read a tier yet (docs/reading.md#tiered-storage)")
     if len(args.fs) != len(args.ns):
         return _error(f"--f and --n come in pairs: got {len(args.fs)} --f and {len(args.ns)} --n")
     try:

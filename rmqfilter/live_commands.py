@@ -72,7 +72,7 @@ def _tail(args: argparse.Namespace, stop) -> int:
     out = sys.stdout
     with contextlib.ExitStack() as stack:
         try:
-            store = stack.enter_context(topic_store(args.store, args.topic))
+            store = stack.enter_context(topic_store(args.store, args.topic, tier=getattr(args, "tier", None)))
             # several stores: offsets per broker (docs/live.md#offsets-per-broker)
             brokers = store.brokers if isinstance(store, cq.Cluster) else None
             starting = stream.parse_starting_offsets(args.starting, brokers)

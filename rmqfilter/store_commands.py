@@ -147,7 +147,7 @@ def _run_inspect(args: argparse.Namespace) -> int:
                 print(f"Store {layout.root}")
                 print(f"Mode: {layout.describe()}")
                 print(f"Written by: {cq.written_by(layout.root, layout).describe()}")
-            info = describe(args.store[0], count_messages=args.count_messages)
+            info = describe(args.store[0], count_messages=args.count_messages, tier=args.tier)
     except cq.StoreFormatError as exc:
         return fail(prog, exc)
     if args.json:
@@ -163,7 +163,7 @@ def _inspect_cluster(prog: str, args: argparse.Namespace) -> int:
     (docs/reading.md#clusters); ``--json``: ``{"brokers": [{"broker": name, ...}, ...]}``."""
     try:
         with reported_warnings(prog):
-            cluster = cq.Cluster(args.store)
+            cluster = cq.Cluster(args.store, **({"tier": args.tier} if args.tier else {}))
             try:
                 infos = [{"broker": name, "named_by": cluster.named_by[name],
                           **describe(store, count_messages=args.count_messages)}
@@ -206,6 +206,15 @@ def _print_inspect(info: dict) -> None:
                 print(f"{'':<32} {'':>5}   served from the compaction store: {c['units']:,} message(s) in "
                       f"[{c['min_offset']:,}, {c['max_offset']:,}), compacted up to offset {position}")
     print(f"{len(info['topics'])} topic(s), {total:,} message(s) in consume queues")
+    if "tier" in info:  # docs/reading.md#tiered-storage
+        print(f"\nTier {info['tier']['path']} (cluster {info['tier']['cluster']}):")
+        for topic, queues in info["topics"].items():
+            for qid, q in queues.items():
+                t = q["tier"]
+                if t is not None:
+                    served = "none" if t["served"] is None else f"[{t['served'][0]:,}, {t['served'][1]:,})"
+                    print(f"  {topic} {qid}: tier [{t['min_offset']:,}, {t['max_offset']:,}), local minimum "
+                          f"{q['local_min_offset']:,}, served from the tier {served}")
     used = {name: src for name, src in info["config"].items() if src is not None}
     if used:
         print("\nConfig files: " + ", ".join(
@@ -283,7 +292,7 @@ def _run_consume(args: argparse.Namespace) -> int:
         if args.message_filter is not None:
             _import_from_cwd()
             message_filter = cq.MessageFilter(args.message_filter, on_error=args.on_filter_error)
-        with reported_warnings(prog), topic_store(args.store, args.topic) as store:
+        with reported_warnings(prog), topic_store(args.store, args.topic, tier=args.tier) as store:
             groups = registered_groups(store, args.topic) if args.all_groups else [args.group]
             out = sys.stdout
             for group in groups:

@@ -249,6 +249,7 @@ def test_page_cli_examples(path, tmp_path, monkeypatch, sample_store_path):
     data = tmp_path / "tests" / "data"
     data.mkdir(parents=True)
     (data / "golden_store").symlink_to(GOLDEN, target_is_directory=True)
+    (data / "tiered_store").symlink_to(GOLDEN.parent / "tiered_store", target_is_directory=True)
     (tmp_path / "sample-store").symlink_to(sample_store_path, target_is_directory=True)
     monkeypatch.chdir(tmp_path)
     checker = doctest.OutputChecker()

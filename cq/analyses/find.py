@@ -152,6 +152,26 @@ def scan_topic(store: Store, topic: str, key: str | None, uniq_key: str | None) 
     return found
 
 
+def scan_tier(store: Store, topic: str, key: str | None, uniq_key: str | None,
+              offset_id: tuple[str, int] | None = None) -> list[Message]:
+    """The messages of ``topic`` the broker serves from its tier (below each queue's local minimum,
+    docs/reading.md#tiered-storage) whose key or UNIQ_KEY is the one asked, or (``offset_id``) whose offset
+    message id names their flat CommitLog offset; nothing for a store read without a tier."""
+    if store.tier is None:
+        return []
+    found = []
+    for t, q, lo, hi in store.cut(topic).tiers:
+        tier = store.tier_queue(t, q)
+        offs = tier.units(lo, hi)["commit_log_offset"].astype(np.int64)
+        if offset_id is not None:
+            found += [m for m in tier.commit_log.read_messages(offs[offs == offset_id[1]])]
+            continue
+        for off, props in zip(offs.tolist(), tier.commit_log.gather_properties(offs)):
+            if props is not None and key_matches(props, key, uniq_key):
+                found.append(tier.commit_log.read_message(off))
+    return found
+
+
 def topic_records(store: Store, topic: str) -> Iterator[tuple[int, Message, int]]:
     """(queue id, record, the unit's tags code) of every unit of ``topic`` whose record is present."""
     if topic not in store.topics():
@@ -278,24 +298,33 @@ def find_messages(store: Store | Cluster, topic: str, *, msg_id: str | None = No
                     raise MessageNotFoundError(f"message {msg_id} (CommitLog offset {parsed[1]}) is on topic "
                                                f"{msg.topic!r}, not {topic!r}")
                 return [msg], "msg_id", f"offset message id: store host {parsed[0]}, CommitLog offset {parsed[1]}"
+            tiered = [m for m in scan_tier(store, topic, None, None, parsed) if m.msg_id == msg_id.strip().upper()]
+            if tiered:  # a record the broker serves from its tier carries its flat CommitLog offset
+                return tiered, "msg_id", (f"offset message id: store host {parsed[0]}, offset {parsed[1]} in the "
+                                          f"tier's flat CommitLog of queue {tiered[0].queue_id}")
     uniq_key = msg_id
     wanted = msg_id if msg_id is not None else key
     what = f"UNIQ_KEY {wanted!r}" if msg_id is not None else f"key {wanted!r}"
+    # the messages the broker serves from its tier first (older than the local ones); the local
+    # IndexFiles and records hold only the local range (docs/reading.md#tiered-storage)
+    tiered = scan_tier(store, topic, key, uniq_key)
+    in_tier = f"; {len(tiered)} in the tier" if store.tier is not None else ""
     indexed, candidates, why_scan = query_index(store, [topic], key, uniq_key)
     if indexed is not None:
         found = sorted((msg for _off, msg in indexed), key=lambda m: m.commit_log_offset)
-        if found:
-            return found, "index", (f"{what} found in the index files ({candidates} hash candidate(s), "
-                                    f"{len(found)} confirmed by the record's own key)")
+        if found or tiered:
+            return tiered + found, "index", (f"{what} found in the index files ({candidates} hash candidate(s), "
+                                             f"{len(found)} confirmed by the record's own key){in_tier}")
         why_scan = f"{what} is not in the index files ({candidates} hash candidate(s), none confirmed)"
     found = scan_topic(store, topic, key, uniq_key)
-    if not found:
+    if not found and not tiered:
         looked = ("it names no record of the topic as an offset message id; "
                   if msg_id is not None and parse_offset_msg_id(msg_id) else "")
-        raise MessageNotFoundError(f"no message of topic {topic!r} has {what} in {store.root}: {looked}{why_scan}, "
-                                   "and a scan of the topic found none")
+        tier = f" and its tier {store.tier_path}" if store.tier is not None else ""
+        raise MessageNotFoundError(f"no message of topic {topic!r} has {what} in {store.root}{tier}: {looked}"
+                                   f"{why_scan}, and a scan of the topic found none")
     found.sort(key=lambda m: m.commit_log_offset)
-    return found, "scan", f"{what} found by scanning topic {topic}: {why_scan}"
+    return tiered + found, "scan", f"{what} found by scanning topic {topic}: {why_scan}{in_tier}"
 
 
 def _find_in_cluster(cluster: Cluster, topic: str, msg_id: str | None, key: str | None):

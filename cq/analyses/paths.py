@@ -34,6 +34,7 @@ from .find import (
     message_at,
     parse_offset_msg_id,
     query_index,
+    scan_tier,
     scan_topic,
     unit_tags_code,
 )
@@ -219,16 +220,18 @@ def _lookup(store: Store, topics: list[str], key: str | None, uniq_key: str | No
     each record once, and of its own topic (``find.query_index``, ``find.scan_topic``)."""
     wanted = uniq_key if uniq_key is not None else key
     what = f"UNIQ_KEY {wanted!r}" if uniq_key is not None else f"key {wanted!r}"
+    present = [t for t in topics if t in store.topics()]
+    # the records the broker serves from its tier: neither the local IndexFiles nor its files hold them
+    tiered = [m for t in present for m in scan_tier(store, t, key, uniq_key)]
     indexed, _candidates, why_scan = query_index(store, topics, key, uniq_key,
                                                  served_from=lambda msg, t: msg.topic == t)
     if indexed is not None:
         found = dict(indexed)  # a record indexed under two of its keys, once
-        if found:
-            where = sorted({m.topic for m in found.values()})
-            return list(found.values()), "index", f"{what} found in the index files under {', '.join(where)}"
+        if found or tiered:
+            where = sorted({m.topic for m in [*tiered, *found.values()]})
+            return [*tiered, *found.values()], "index", f"{what} found in the index files under {', '.join(where)}"
         why_scan = f"{what} is not in the index files under {', '.join(topics)}"
-    present = [t for t in topics if t in store.topics()]
-    found_list = [m for t in present for m in scan_topic(store, t, key, uniq_key)]
+    found_list = tiered + [m for t in present for m in scan_topic(store, t, key, uniq_key)]
     if not found_list:
         return [], "scan", f"a scan of topic {', '.join(present)} found no {what} ({why_scan})"
     where = sorted({m.topic for m in found_list})
@@ -659,7 +662,10 @@ def why_every_copy(store: Store | Cluster, topic: str, group: str, *, sql: str |
     seeds: list[tuple[str | None, list[Message], str, str]] = []   # (uniq key, known copies, found_by, note)
     if given[0]:
         w = why_unit(store, topic, group, flt, sub, int(queue_id), int(queue_offset))
-        msg = message_at(store, w.commit_log_offset)
+        if w.steps and w.steps[0].name == "tier":  # served from the tier: the record is the tier's
+            msg = store.tier_queue(topic, int(queue_id)).commit_log.read_message(w.commit_log_offset)
+        else:
+            msg = message_at(store, w.commit_log_offset)
         uniq = msg.properties.get(fmt.PROPERTY_UNIQ_KEY) if msg is not None else None
         note = f"queue {topic}/{queue_id} offset {queue_offset}"
         if msg is None:   # its record is gone: the filter's verdict says expired (or missing)
@@ -670,6 +676,10 @@ def why_every_copy(store: Store | Cluster, topic: str, group: str, *, sql: str |
     elif msg_id is not None:
         parsed = parse_offset_msg_id(msg_id)
         msg = message_at(store, parsed[1]) if parsed is not None else None
+        if (msg is None or msg.msg_id != msg_id.strip().upper()) and parsed is not None:
+            # a record the broker serves from its tier carries its flat CommitLog offset in its msg id
+            msg = next((m for t in topics if t in store.topics() for m in scan_tier(store, t, None, None, parsed)
+                        if m.msg_id == msg_id.strip().upper()), msg)
         if msg is not None and msg.msg_id == msg_id.strip().upper():
             if _role(msg, topic, group) is None:
                 raise MessageNotFoundError(f"message {msg_id} (CommitLog offset {parsed[1]}) is on topic {msg.topic!r}, "
@@ -694,7 +704,8 @@ def why_every_copy(store: Store | Cluster, topic: str, group: str, *, sql: str |
             found, how, text = _lookup(store, topics, None, uniq)
             if not found_by:
                 found_by, note = how, text
-            known = {m.commit_log_offset: m for m in [*known, *found]}.values()
+            # each record once (a tier's flat CommitLog offsets are its own: the queue tells them apart)
+            known = {(m.topic, m.queue_id, m.queue_offset, m.commit_log_offset): m for m in [*known, *found]}.values()
         copies = [Copy(role[0], m, role[1]) for m in sorted(known, key=lambda m: m.commit_log_offset)
                   for role in [_role(m, topic, group)] if role is not None]
         if not copies:

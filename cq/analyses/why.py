@@ -43,6 +43,7 @@ from ..store.cluster import Cluster
 from ..store.decide import decide_units
 from ..store.releases import check_lite
 from ..store.store import Store
+from ..store.tiered import READ_AHEAD_UNITS
 from ..tags import EXPRESSION_TYPE_SQL92, EXPRESSION_TYPE_TAG
 from ..tags import tags_code as _tag_hash
 from .find import (  # MessageNotFoundError and find_messages: public here too (cq.why's API)
@@ -306,18 +307,35 @@ def why_unit(store: Store, topic: str, group: str, flt, sub: Subscription, queue
         return why_compacted(store, topic, group, flt, sub, queue_id, queue_offset, found_by=found_by, note=note)
     try:
         # a read: it follows the broker first (a cut), so a minimum the broker moved is seen
-        lo, hi = store.cut(topic, [queue_id]).queue_range(topic, queue_id)
+        cut = store.cut(topic, [queue_id])
+        lo, hi = cut.queue_range(topic, queue_id)
         cqueue = store.consume_queue(topic, queue_id)
     except KeyError as exc:
         raise MessageNotFoundError(str(exc.args[0]) if exc.args else str(exc)) from None
-    if 0 <= queue_offset < lo:
-        return _expired_unit(store, topic, group, flt, sub, cqueue, queue_id, queue_offset, lo, found_by, note)
+    served = cut.tier_range(topic, queue_id)
+    from_tier = served is not None and served[0] <= queue_offset < served[1]
+    if 0 <= queue_offset < lo or (not from_tier and lo <= queue_offset < cqueue.min_offset):
+        # below the minimum, or below the local one where the tier does not serve it (docs/reading.md#tiered-storage)
+        return _expired_unit(store, topic, group, flt, sub, cqueue, queue_id, queue_offset,
+                             max(lo, cqueue.min_offset) if queue_offset >= lo else lo, found_by, note)
     if not lo <= queue_offset < hi:
         raise MessageNotFoundError(
             f"queue offset {queue_offset} is outside queue {topic}/{queue_id}'s units [{lo}, {hi}) in {store.root}")
+    if served is not None and not from_tier and served[1] <= queue_offset < served[1] + READ_AHEAD_UNITS - 1:
+        # a pull that started in the tier may read this offset there: as consume, exact only where both agree
+        store.check_read_ahead(topic, queue_id, flt, served[1], queue_offset + 1, cut)
+    steps: list[WhyStep] = []
+    log, ext = store.commit_log, store.ext(topic, queue_id)
+    if from_tier:  # the broker serves this pull from its tier: its flat files, no ext file there
+        tier = store.tier_queue(topic, queue_id)
+        cqueue, log, ext = tier.consume_queue, tier.commit_log, None
+        steps.append(WhyStep("tier", INFO, "served_from_tier",
+                             {"tier_min_offset": tier.min_offset, "tier_end_offset": tier.end_offset,
+                              "local_min_offset": served[1] if served[1] < tier.end_offset else None,
+                              "directory": tier.directory},
+                             {"topic": topic, "queue_id": queue_id, "queue_offset": queue_offset}))
     phys, size, slot = cqueue.unit(queue_offset)
     path, pos = cqueue.file_position(queue_offset)
-    steps: list[WhyStep] = []
     is_ext = fmt.is_ext_addr(slot)
     unit_ev = {"commit_log_offset": phys, "size": size, "tags_code_slot": slot, "is_ext_address": is_ext,
                "file": path, "file_position": pos}
@@ -326,8 +344,7 @@ def why_unit(store: Store, topic: str, group: str, flt, sub: Subscription, queue
 
     # ---- the decisions: the pipeline consume runs (cq.store.decide), so the verdict is consume's;
     # the steps below explain each of them
-    ext = store.ext(topic, queue_id)
-    found = _decide(flt, store.commit_log, phys, size, slot, ext)
+    found = _decide(flt, log, phys, size, slot, ext)
     ext_unit = ext.get(slot) if (is_ext and ext is not None) else None
     if Layers(flt).kind == "tags":
         tags_code = slot if not is_ext else (ext_unit.tags_code if ext_unit is not None else None)
@@ -351,7 +368,6 @@ def why_unit(store: Store, topic: str, group: str, flt, sub: Subscription, queue
                              {"msg_store_time": ext_unit.msg_store_time, "born_time": flt.born_time, "in_live": live}))
 
     delivered, dropped_by, explanation, msg_id = False, None, None, None
-    log = store.commit_log
     present = bool(found.present[0])
     expired = phys < log.min_offset
     if present and not matched:

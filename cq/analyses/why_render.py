@@ -129,6 +129,7 @@ def format_why(w) -> str:
 # ------------------------------------------------------------------ the steps' words
 #: Each step's title, by its name (a BatchCQ unit's: ``data["batch"]``).
 STEP_TITLES = {
+    "tier": "Tiered store (TieredMessageStore.fetchFromCurrentStore)",
     "consume_queue_unit": "ConsumeQueue unit",
     "consume_queue": "Layer 1: ConsumeQueue (isMatchedByConsumeQueue)",
     "is_msg_in_live": "isMsgInLive (the bitmap was computed for this filter version)",
@@ -327,5 +328,14 @@ def _client_detail(reason: str, ev: dict, data: dict) -> str:
     return what + ": the client drops it"
 
 
-_DETAILS = {"consume_queue_unit": _unit_detail, "consume_queue": _layer1_detail, "is_msg_in_live": _live_detail,
+def _tier_detail(reason: str, ev: dict, data: dict) -> str:
+    local = ev["local_min_offset"]
+    below = (f"below the local minimum {local}, so its record is not in the local store"
+             if local is not None else "inside the tier's range")
+    return (f"queue offset {data['queue_offset']} of {data['topic']}/{data['queue_id']} is {below}: the broker "
+            f"serves it from the tier (holding [{ev['tier_min_offset']}, {ev['tier_end_offset']}) in "
+            f"{ev['directory']}), where layer 1 has no ext unit and no bitmap")
+
+
+_DETAILS = {"tier": _tier_detail, "consume_queue_unit": _unit_detail, "consume_queue": _layer1_detail, "is_msg_in_live": _live_detail,
             "commit_log": _layer2_detail, "client": _client_detail}

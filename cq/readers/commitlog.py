@@ -335,16 +335,21 @@ class CommitLog(MappedFileQueue):
             arr = self._arrays.setdefault(index, arr)  # atomic: racing threads share one array
         return arr
 
+    def _file_limit(self, index: int) -> int:
+        """The readable bytes of file ``index``: the file size (a tier's flat CommitLog segments differ,
+        docs/formats.md#tiered-storage)."""
+        return self.file_size
+
     def file_index(self, physical_offset: int) -> int | None:
         """Index of the file holding ``physical_offset``, or None.
 
         An offset past the last file listed lists the files again first: the
         broker may have started a new file since (docs/live.md).
         """
-        if self._files and physical_offset >= self._files[-1][0] + self.file_size:
+        if self._files and physical_offset >= self._files[-1][0] + self._file_limit(len(self._files) - 1):
             self.refresh_files()
         i = bisect.bisect_right(self._start_list, physical_offset) - 1
-        if i < 0 or physical_offset >= self._files[i][0] + self.file_size:
+        if i < 0 or physical_offset >= self._files[i][0] + self._file_limit(i):
             return None
         return i
 
@@ -476,7 +481,7 @@ class CommitLog(MappedFileQueue):
                 physical_offset,
             )
         start, path = self._files[index]
-        return decode_message(self._u8(index), physical_offset - start, self.file_size,
+        return decode_message(self._u8(index), physical_offset - start, self._file_limit(index),
                               path=path, file_start=start, verify_crc=verify_crc)
 
     def decode_columns(self, physical_offsets, fields=None, *, decompress_body: bool = False) -> MessageColumns:
@@ -539,7 +544,7 @@ class CommitLog(MappedFileQueue):
                 self.read_message(int(offs[a]))  # raises the outside-the-log error
             start, path = self._files[index]
             pos = np.ascontiguousarray(offs[a:b] - start)
-            cols, err = _decode.decode_columns(self._u8(index), pos, self.file_size, mask)
+            cols, err = _decode.decode_columns(self._u8(index), pos, self._file_limit(index), mask)
             if err is not None:
                 raise StoreFormatError(err[1], path, int(err[2]))
             if inflate:
@@ -809,7 +814,7 @@ class CommitLog(MappedFileQueue):
             pos = np.ascontiguousarray(offs[sel] - self._files[index][0])
             buf = np.frombuffer(self._map(int(index)), dtype=np.uint8)
             try:
-                props = _record.gather_properties(buf, pos, self.file_size, absent_as_none)
+                props = _record.gather_properties(buf, pos, self._file_limit(int(index)), absent_as_none)
             except ValueError as exc:
                 k, _, reason = str(exc).partition(": ")
                 raise StoreFormatError(reason, self._files[index][1], int(pos[int(k)])) from None

@@ -26,6 +26,12 @@ DEFAULT_MAX_STORES = 4
 _LOG = logging.getLogger("rmqfilter.storecache")
 
 
+def _key(root: str | os.PathLike, tier: str | os.PathLike | None) -> str:
+    """A cached Store's key: its root, and its tier when read with one."""
+    key = os.path.abspath(os.fspath(root))
+    return key if tier is None else f"{key}\0{os.path.abspath(os.fspath(tier))}"
+
+
 class StoreCache:
     """At most ``max_stores`` open :class:`~cq.store.store.Store` objects by root, least recently used closed first.
 
@@ -58,8 +64,9 @@ class StoreCache:
         self._stores: OrderedDict[str, Store] = OrderedDict()
         self._lock = threading.Lock()
 
-    def get(self, root: str | os.PathLike) -> Store:
-        """The Store of ``root``: the cached one if it still reads the store there, else a new one.
+    def get(self, root: str | os.PathLike, *, tier: str | os.PathLike | None = None) -> Store:
+        """The Store of ``root`` (read with ``tier``, docs/reading.md#tiered-storage): the cached one if it still
+        reads the store there, else a new one.
 
         Raises
         ------
@@ -67,7 +74,7 @@ class StoreCache:
             ``root`` is not a store, or the cached Store's directory was deleted
             (the Store is dropped from the cache).
         """
-        key = os.path.abspath(os.fspath(root))
+        key = _key(root, tier)
         with self._lock:
             store = self._stores.pop(key, None)
             if store is not None:
@@ -81,16 +88,16 @@ class StoreCache:
                     store.close()
                     store = None
             if store is None:
-                store = Store(root)
+                store = Store(root, tier=tier)
             self._stores[key] = store
             while len(self._stores) > self.max_stores:
                 _, old = self._stores.popitem(last=False)
                 old.close()
             return store
 
-    def peek(self, root: str | os.PathLike) -> Store | None:
-        """The cached Store of ``root`` as it is (not checked, not opened), or None."""
-        return self._stores.get(os.path.abspath(os.fspath(root)))
+    def peek(self, root: str | os.PathLike, *, tier: str | os.PathLike | None = None) -> Store | None:
+        """The cached Store of ``root`` (and ``tier``) as it is (not checked, not opened), or None."""
+        return self._stores.get(_key(root, tier))
 
     def clear(self) -> None:
         """Close and forget every cached Store."""

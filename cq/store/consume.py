@@ -19,8 +19,10 @@ from ..readers.batchcq import BatchConsumeQueue, expand_batch
 from ..readers.commitlog import Message
 from ..readers.compaction import CompactionConsumeQueue
 from ..readers.consumequeue import ConsumeQueue
+from ..readers.tiered import TieredStoreError
 from .cuts import StoreCut
 from .decide import BatchDecisions, UnitDecisions, decide_custom, decide_records, decide_units, decodes_once
+from .tiered import READ_AHEAD_UNITS
 
 #: Units handled per batch by :meth:`Store.consume`.
 CONSUME_BATCH = 1 << 16
@@ -242,6 +244,17 @@ class ConsumeRoom:
 
     def _consume_queue(self, topic, queue_id, flt, stats, verify_crc, progress, total, cut, bounds,
                        custom=None):
+        # pulls below the local minimum: from the tier (docs/reading.md#tiered-storage)
+        for lo, hi, from_tier in self.tier_runs(topic, queue_id, cut.tier_range(topic, queue_id), *bounds, flt=flt,
+                                                cut=cut):
+            if from_tier:
+                yield from self._consume_units(None, None, flt, stats, verify_crc, progress, total, None, (lo, hi),
+                                               custom, tier=self.tier_queue(topic, queue_id))
+            else:
+                yield from self._consume_local(topic, queue_id, flt, stats, verify_crc, progress, total, cut,
+                                               (lo, hi), custom)
+
+    def _consume_local(self, topic, queue_id, flt, stats, verify_crc, progress, total, cut, bounds, custom=None):
         cqueue, ext = self._queue_readers(topic, queue_id)
         try:
             if cqueue.max_offset < bounds[1]:  # opened before the cut was taken (refresh="never" never is)
@@ -504,14 +517,57 @@ class ConsumeRoom:
                     raise
                 q = cqueue.min_offset
 
+    def tier_and_local_decisions(self, topic: str, queue_id: int, flt, start: int, end: int,
+                                 cut: StoreCut | None) -> tuple[np.ndarray, UnitDecisions, UnitDecisions]:
+        """The broker's decisions over queue offsets ``[start, end)`` both ways: served from the tier (its
+        flat files, no ext file) and from the local store (with its ext file). ``(offsets, tier, local)``,
+        over the offsets both hold (docs/reading.md#tiered-storage)."""
+        tier = self.tier_queue(topic, queue_id)
+        layers = Layers(flt)
+        lo, hi = max(start, tier.min_offset), min(end, tier.end_offset)
+        with self.queue_readers(topic, queue_id) as (cqueue, ext):
+            lo = max(lo, cqueue.min_offset)
+            hi = max(lo, min(hi, cqueue.max_offset))
+            here = cqueue.read(lo, hi - lo)
+            there = tier.units(lo, hi)
+            mine = decide_units(layers, self.commit_log, here["commit_log_offset"], here["size"], here["tags_code"],
+                                cut=cut, ext=ext, present_all=True)
+        theirs = decide_units(layers, tier.commit_log, there["commit_log_offset"], there["size"], there["tags_code"],
+                              present_all=True)
+        return np.arange(lo, hi, dtype=np.int64), theirs, mine
+
+    def check_read_ahead(self, topic: str, queue_id: int, flt, local_min: int, end: int,
+                         cut: StoreCut | None) -> None:
+        """A pull served from the tier reads on past the local minimum, up to :data:`READ_AHEAD_UNITS` units
+        from where it started, filtering there without bitmaps; which offsets a consumer gets that way depends
+        on its pull batches. Where the group's filter gives the same messages from both (a tag filter always;
+        a SQL92 filter unless a local bitmap drops what its selector takes) the answer is exact; otherwise
+        :class:`cq.TieredStoreError` names the offsets (docs/reading.md#tiered-storage)."""
+        offsets, tier, local = self.tier_and_local_decisions(topic, queue_id, flt, local_min,
+                                                             min(end, local_min + READ_AHEAD_UNITS - 1), cut)
+        differ = np.flatnonzero(tier.delivered != local.delivered)
+        if len(differ):
+            tq = self.tier_queue(topic, queue_id)
+            raise TieredStoreError(
+                f"queue {topic}/{queue_id}: offsets {offsets[differ][:5].tolist()} (of {len(differ)}) at or after "
+                f"the local minimum {local_min} give the group other messages read from the tier (no bitmap) than "
+                "from the local store (its bitmap), and a pull that starts below the local minimum reads them from "
+                "the tier: what the consumer gets depends on its pull batches", tq.directory)
+
     def _consume_units(self, cqueue, ext, flt, stats, verify_crc, progress, total, cut, bounds,
-                       custom=None):
-        log = self.commit_log
-        if not log.files or log.files[-1][0] + log.file_size < cut.commit_log_end:
-            log.refresh_files()
+                       custom=None, *, tier=None):
+        """One queue's units ``bounds`` through the broker's path: from the local files, or (``tier``, a
+        :class:`cq.TieredQueue`) from the tier's flat files, with no ext file and the tier's own CommitLog
+        (docs/filtering.md#tiered-filter)."""
+        if tier is not None:
+            log, chunks = tier.commit_log, tier.raw_chunks(*bounds)
+        else:
+            log, chunks = self.commit_log, self._raw_chunks(cqueue, *bounds)
+            if not log.files or log.files[-1][0] + log.file_size < cut.commit_log_end:
+                log.refresh_files()
         layers = Layers(flt)
         expected = bounds[0]  # the next queue offset of the cut: one the chunks pass over went away
-        for first, raw in self._raw_chunks(cqueue, *bounds):
+        for first, raw in chunks:
             if first > expected:  # below the queue's minimum now: the broker expired them (docs/live.md)
                 stats.units_scanned += first - expected
                 stats.commit_log_missing += first - expected

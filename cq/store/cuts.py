@@ -7,6 +7,7 @@ from dataclasses import dataclass
 
 from ..readers.compaction import CompactionConsumeQueue
 from ..readers.consumequeue import ConsumeQueue
+from ..readers.tiered import TieredStoreError
 
 
 def _clip_to_log(cqueue: ConsumeQueue, lo: int, hi: int, commit_log_end: int) -> int:
@@ -48,12 +49,25 @@ class StoreCut:
         Physical offsets: the first byte of the first CommitLog file and the
         recovered end of the data, when the cut was taken.
     queues : tuple of (topic, queue_id, min_offset, end_offset)
-        Queue offsets ``[min_offset, end_offset)`` of each queue in the cut.
+        Queue offsets ``[min_offset, end_offset)`` of each queue in the cut; for a tiered store the
+        minimum is the smaller of the local and the tier's, as the broker gives it.
+    tiers : tuple of (topic, queue_id, lo, hi)
+        For a store read with its tier: the queue offsets ``[lo, hi)`` of each queue that the broker
+        serves from the tier (:meth:`cq.Store.tier_served`).
     """
 
     commit_log_min: int
     commit_log_end: int
     queues: tuple[tuple[str, int, int, int], ...] = ()
+    tiers: tuple[tuple[str, int, int, int], ...] = ()
+
+    def tier_range(self, topic: str, queue_id: int) -> tuple[int, int] | None:
+        """``(lo, hi)``: the queue offsets of a queue the broker serves from its tier in this cut, or None
+        (docs/reading.md#tiered-storage)."""
+        for t, q, lo, hi in self.tiers:
+            if t == topic and q == int(queue_id):
+                return lo, hi
+        return None
 
     def queue_range(self, topic: str, queue_id: int) -> tuple[int, int] | None:
         """``(min_offset, end_offset)`` of a queue in the cut, or None when the cut does not hold it."""
@@ -70,6 +84,19 @@ class StoreCut:
 
 class CutRoom:
     """The :class:`cq.Store` method that takes a cut."""
+
+    def _check_tier_queues(self, topics: list[str], queue_ids, queues: list[tuple[str, int, int, int]]) -> None:
+        """A queue the tier holds that the local store has no consume queue for cannot be read as the
+        broker reads it: an error naming the tier, never a queue left out."""
+        if getattr(self, "tier", None) is None:
+            return
+        held = {(t, q) for t, q, _, _ in queues}
+        asked = None if queue_ids is None else {int(q) for q in queue_ids}
+        missing = [(t, q) for t, q in self.tier.queues()
+                   if t in topics and (asked is None or q in asked) and (t, q) not in held]
+        if missing:
+            raise TieredStoreError(f"the tier holds queue(s) {missing} that have no local consume queue; "
+                                   "rmqfilter reads a tiered queue beside its local one", self.tier.path)
 
     def _init_cuts(self) -> None:
         self._frozen: dict[tuple[str, int], tuple[int, int]] = {}  # refresh="never": each queue's first view
@@ -100,9 +127,11 @@ class CutRoom:
             CommitLog end (units written later lie outside it).
         """
         live = self.refresh_mode == "always"
+        queue_ids = list(queue_ids) if queue_ids is not None else None
         with self._open_lock:
             if live:
                 self._check_root()
+                self.refresh_tier()  # the tier's metadata and ends, read before the queues' (docs/live.md)
                 if self._commit_log is not None:
                     self._commit_log.refresh_files()
             log = self.commit_log
@@ -134,8 +163,14 @@ class CutRoom:
                     if live or keep_readers:  # a kept reader keeps its ends and file list; its maps go
                         self._release(t, q, cqueue, ext, cached=keep_readers)
             end = log.refresh() if live else log.max_offset
-            queues = []
+            queues, tiers = [], []
             for t, q, lo, hi, cqueue in ranges:
+                tier_queue = self.tier_queue(t, q)
+                if tier_queue is not None:  # docs/reading.md#tiered-storage
+                    served = self.tier_served(t, q, lo)
+                    if served is not None:
+                        tiers.append((t, q, *served))
+                    lo = min(lo, tier_queue.min_offset)
                 if not live and cqueue is not None:
                     # the first view of a queue in a Store that never refreshes: units whose
                     # records came after the view's CommitLog end lie outside it, for good (a
@@ -145,4 +180,5 @@ class CutRoom:
                     self._release(t, q, cqueue, self._exts.get((t, q)))
                     self._frozen[t, q] = (lo, max(lo, hi))
                 queues.append((t, q, lo, max(lo, hi)))
-            return StoreCut(log.min_offset, end, tuple(queues))
+            self._check_tier_queues(topics, queue_ids if topic is not None else None, queues)
+            return StoreCut(log.min_offset, end, tuple(queues), tuple(tiers))

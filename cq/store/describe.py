@@ -18,7 +18,8 @@ from .store import Store
 __all__ = ["describe"]
 
 
-def describe(store: Store | str | os.PathLike, *, count_messages: bool = False) -> dict[str, Any]:
+def describe(store: Store | str | os.PathLike, *, count_messages: bool = False,
+             tier: str | os.PathLike | None = None) -> dict[str, Any]:
     """The description of ``store`` (a :class:`cq.Store`, or a path, opened and closed here).
 
     Parameters
@@ -26,6 +27,8 @@ def describe(store: Store | str | os.PathLike, *, count_messages: bool = False) 
     store : cq.Store or path
     count_messages : bool
         Also count the CommitLog's records (``commit_log.messages``; reads the whole log).
+    tier : path, optional
+        A path's tier directory (a tiered store, docs/reading.md#tiered-storage).
 
     Returns
     -------
@@ -33,11 +36,14 @@ def describe(store: Store | str | os.PathLike, *, count_messages: bool = False) 
         ``store`` (its root), ``layout``, ``written_by``, ``commit_log`` (files, file size, offsets),
         ``topics`` (per topic, per queue id as a string: offsets, messages, files, ext bytes),
         ``registered_groups``, ``committed_offsets`` and ``config`` (each config file's source, None
-        when absent): JSON-ready, keys in this order.
+        when absent): JSON-ready, keys in this order. A store read with its tier also has ``tier`` (its
+        directory and cluster), and each queue ``local_min_offset`` and ``tier`` (the tier's ``min_offset``,
+        ``max_offset`` and the offsets ``served`` from it, or None): its ``min_offset`` is then the
+        broker's, the smaller of the local and the tier's (docs/formats.md#tiered-offsets).
     """
     own = not isinstance(store, Store)
     if own:
-        store = Store(store)
+        store = Store(store, tier=tier)
     try:
         return _describe(store, count_messages)
     finally:
@@ -62,6 +68,18 @@ def _compaction_queue(store: Store, topic: str, queue_id: int, served: dict, pos
     return row
 
 
+def _tier_range(store: Store, topic: str, queue_id: int, local_min: int) -> dict[str, Any]:
+    """A queue's offsets with its tier: the broker's minimum, the local one, the tier's range and the offsets
+    served from it (docs/reading.md#tiered-storage)."""
+    queue = store.tier_queue(topic, queue_id)
+    if queue is None:
+        return {"local_min_offset": local_min, "tier": None}
+    served = store.tier_served(topic, queue_id, local_min)
+    return {"min_offset": min(local_min, queue.min_offset), "local_min_offset": local_min,
+            "tier": {"min_offset": queue.min_offset, "max_offset": queue.end_offset,
+                     "served": None if served is None else list(served)}}
+
+
 def _describe(store: Store, count_messages: bool) -> dict[str, Any]:
     log = store.commit_log
     info: dict[str, Any] = {
@@ -76,6 +94,8 @@ def _describe(store: Store, count_messages: bool) -> dict[str, Any]:
         },
         "topics": {},
     }
+    if store.tier is not None:
+        info["tier"] = {"path": store.tier.path, "cluster": store.tier.cluster, "metadata": store.tier.metadata.path}
     if count_messages:
         info["commit_log"]["messages"] = log.count_records()
     positions = read_position_checkpoint(store.root) if store.layout.compaction_topics else {}
@@ -94,6 +114,8 @@ def _describe(store: Store, count_messages: bool) -> dict[str, Any]:
                 }
             if topic in store.layout.compaction_topics:  # docs/reading.md#compaction-topics
                 queues[str(qid)] = _compaction_queue(store, topic, qid, queues[str(qid)], positions)
+            elif store.tier is not None:
+                queues[str(qid)].update(_tier_range(store, topic, qid, queues[str(qid)]["min_offset"]))
         info["topics"][topic] = queues
     table = store.offset_table()  # read once (the JSON file, or its RocksDB table)
     info["registered_groups"] = [

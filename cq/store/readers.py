@@ -335,6 +335,7 @@ class ReaderRoom:
         """
         with self._open_lock:
             self._check_root()
+            self.refresh_tier()
             if self._commit_log is not None:
                 self._commit_log.refresh()
             for key, cqueue in list(self._cqs.items()):

@@ -15,6 +15,7 @@ from .cuts import CutRoom, StoreCut
 from .metadata import MetadataRoom
 from .modes import detect_layout
 from .readers import ReaderRoom
+from .tiered import TierRoom
 
 __all__ = ["CONSUME_BATCH", "REFRESH", "ConsumeResult", "ConsumeStats", "Store", "StoreCut"]
 
@@ -26,7 +27,7 @@ def _reopen_store(root: str, kwargs: dict) -> Store:
     return Store(root, **kwargs)
 
 
-class Store(ReaderRoom, MetadataRoom, CutRoom, ConsumeRoom):
+class Store(ReaderRoom, MetadataRoom, CutRoom, ConsumeRoom, TierRoom):
     """Read-only view of a RocketMQ broker store directory.
 
     Parameters
@@ -35,6 +36,11 @@ class Store(ReaderRoom, MetadataRoom, CutRoom, ConsumeRoom):
         The ``storePathRootDir`` (holding ``commitlog/``, ``consumequeue/``, ...).
     commit_log_file_size, consume_queue_file_size, ext_file_size : int, optional
         Override the file sizes; by default each is inferred from the files present.
+    tier : str or os.PathLike, optional
+        The tier directory (``tieredStoreFilePath``) of a broker that ran RocketMQ's tiered store with its
+        POSIX back end: reads below a queue's local minimum come from there, as the broker serves them
+        (docs/reading.md#tiered-storage). A store whose ``config/tieredStoreMetadata.json`` lists tiered
+        segments cannot be opened without it (:class:`cq.TieredStoreError`).
     refresh : {"always", "never"}, default "always"
         ``"always"``: each read (:meth:`consume`, :meth:`cut`) first follows the
         broker (:meth:`refresh`), so it sees the store as it is when it starts.
@@ -60,7 +66,7 @@ class Store(ReaderRoom, MetadataRoom, CutRoom, ConsumeRoom):
 
     def __init__(self, root: str | os.PathLike, *, commit_log_file_size: int | None = None,
                  consume_queue_file_size: int | None = None, ext_file_size: int | None = None,
-                 refresh: str = "always") -> None:
+                 refresh: str = "always", tier: str | os.PathLike | None = None) -> None:
         if refresh not in REFRESH:
             raise ValueError(f"refresh must be one of {', '.join(REFRESH)}, got {refresh!r}")
         self.refresh_mode = refresh
@@ -71,13 +77,19 @@ class Store(ReaderRoom, MetadataRoom, CutRoom, ConsumeRoom):
         self.layout.check_consume_queues()
         self._init_readers(commit_log_file_size, consume_queue_file_size, ext_file_size)
         self._init_cuts()
+        self._init_tier(tier)
 
     def __reduce__(self):
         # a Store pickles as its root and options: the copy opens the files again
         return _reopen_store, (self.root, {"commit_log_file_size": self._cl_size,
                                            "consume_queue_file_size": self._cq_size,
                                            "ext_file_size": self._ext_size,
-                                           "refresh": self.refresh_mode})
+                                           "refresh": self.refresh_mode, "tier": self.tier_path})
 
     def __repr__(self) -> str:
-        return f"Store({self.root!r})"
+        return f"Store({self.root!r})" if self.tier is None else f"Store({self.root!r}, tier={self.tier_path!r})"
+
+    def close(self) -> None:
+        """Release every mapped file (the tier's segments too)."""
+        super().close()
+        self._close_tier()

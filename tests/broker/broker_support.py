@@ -65,6 +65,7 @@ SCENARIO_RELEASES = {
     "live": "5.5.1",
     "newstore": "5.5.1",
     "compaction": "5.3.3",
+    "tiered": "5.3.3",
 }
 # Runs every scenario on this release instead of its SCENARIO_RELEASES one.
 RELEASE_ENV = "RMQFILTER_ROCKETMQ"
@@ -122,8 +123,8 @@ _RUNNING: dict[str, threading.Thread] = {}
 _FAILED: dict[str, str] = {}
 # The scenarios whose outputs the tests read afterwards (live is read while it runs), longest
 # first: they take the run slots (:func:`_slot`) in this order, so the last to finish is a short one.
-CACHED_SCENARIOS = ("lifecycle", "rocksdb", "cluster", "filters", "modes", "crash", "batch", "newstore", "compaction",
-                    "compaction@5.5.1")
+CACHED_SCENARIOS = ("lifecycle", "rocksdb", "cluster", "filters", "modes", "crash", "batch", "newstore", "tiered",
+                    "tiered@5.5.1", "compaction", "compaction@5.5.1")
 
 
 def _out(name: str) -> Path:

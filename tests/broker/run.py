@@ -38,6 +38,9 @@ import threading
 import time
 from pathlib import Path
 
+if __name__ == "__main__":  # a scenario module's ``from run import ...`` gets this module, not a second copy
+    sys.modules.setdefault("run", sys.modules[__name__])
+
 HERE = Path(__file__).resolve().parent
 TARGET = HERE / "target"
 # The RocketMQ releases the harness pins (docs/testing.md#releases): 5.3.3, the release rmqfilter
@@ -59,7 +62,7 @@ JVM_HEAP = ["-Xms64m", "-Xmx384m", "-XX:MaxDirectMemorySize=256m", "-XX:+UseSeri
 CLIENT_JVM_HEAP = ["-Xms64m", "-Xmx1g", "-XX:MaxDirectMemorySize=768m", "-XX:+UseSerialGC"]
 QUICK_START = ["-XX:TieredStopAtLevel=1"]  # C1 only: starts faster; not for the throughput scenario
 SCENARIOS = ("filters", "crash", "live", "housekeeping", "throughput", "modes", "cluster", "lifecycle", "rocksdb",
-             "batch", "newstore", "random", "compaction")
+             "batch", "newstore", "random", "compaction", "tiered")
 
 
 class HarnessError(RuntimeError):

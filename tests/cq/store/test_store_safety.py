@@ -23,6 +23,7 @@ from helpers import DATA, tree_snapshot
 import cq
 import rmqfilter
 from cq.readers.registry import READERS
+from cq.readers.tiered import TEST_TIER_DIR
 
 TOPIC = "GoldenFilterTopic"
 SQL = "a > 5 AND b = 'abc'"
@@ -185,7 +186,8 @@ def test_every_library_read_path_leaves_the_store_unchanged(read_only_store):
 def test_readers_of_other_stores_leave_them_unchanged(read_only_store, request):
     """The registered readers whose generic tests read another store (a DLedger one) read it read-only."""
     _read_registered(read_only_store, request.node.callspec.params["read_only_store"])
-    with contextlib.closing(cq.Store(read_only_store)) as store:
+    tier = os.path.join(read_only_store, TEST_TIER_DIR)  # a tiered store's tier (docs/reading.md#tiered-storage)
+    with contextlib.closing(cq.Store(read_only_store, tier=tier if os.path.isdir(tier) else None)) as store:
         for topic in store.topics():
             assert list(store.consume(topic, "G", tags="*", verify_crc=True))
 

@@ -1,0 +1,86 @@
+"""The ``rocketmq`` data source over a store whose broker ran the tiered store (docs/reading.md#tiered-storage):
+with option ``tier`` it reads the ranges the broker serves from the tier there and gives what ``cq.Store.consume``
+and the broker's consumers gave (tests/data/TIERED_STORE.md); without it the store is refused."""
+from __future__ import annotations
+
+import json
+from contextlib import closing
+
+import pytest
+from helpers import DATA
+from live_support import stream_to_the_end
+
+import cq
+
+pytestmark = pytest.mark.spark
+
+STORE = str(DATA / "tiered_store")
+TIER = str(DATA / "tiered_store" / "tier")
+FACTS = json.loads((DATA / "tiered_store.json").read_text())
+TOPIC = "TieredTopic"
+
+
+def _read(spark, **options):
+    reader = spark.read.format("rocketmq").option("topic", TOPIC)
+    for name, value in options.items():
+        reader = reader.option(name, value)
+    return reader.load(STORE)
+
+
+def test_without_its_tier_the_store_is_refused(spark):
+    with pytest.raises(Exception, match="give the tier directory"):
+        _read(spark).count()
+
+
+def test_every_message_from_the_brokers_minimum(spark):
+    rows = _read(spark, tier=TIER).select("queue_id", "queue_offset", "commit_log_offset").collect()
+    got = sorted((r.queue_id, r.queue_offset) for r in rows)
+    assert got == sorted((q, o) for q in (0, 1) for o in range(580))
+    with closing(cq.Store(STORE, tier=TIER)) as store:
+        # below the local minimum the records are the tier's (their offset is the flat CommitLog's)
+        tier0 = store.tier_queue(TOPIC, 0).messages(0, 3)
+    first = {(r.queue_id, r.queue_offset): r.commit_log_offset for r in rows}
+    assert [first[0, o] for o in range(3)] == [m.commit_log_offset for m in tier0]
+
+
+@pytest.mark.parametrize("group", ["GID_TIER_TAG", "GID_TIER_SQL", "GID_TIER_STAR", "GID_TIER_TAG_C"])
+def test_a_groups_read_is_what_it_received(spark, group):
+    g = FACTS["groups"][group]
+    options = {"group": group, "tier": TIER}
+    if g["type"] == "TAG":
+        options["tags"] = g["expression"]
+    rows = _read(spark, **options).selectExpr("queue_id", "queue_offset", "properties['UNIQ_KEY'] AS uniq").collect()
+    got = {(r.queue_id, r.queue_offset): r.uniq for r in rows}
+    assert len(got) == len(rows)
+    assert got == {(q, o): u for q, o, u, _ in FACTS["received"][group]}
+
+
+def test_a_read_the_tier_and_the_bitmaps_disagree_on_is_refused(spark):
+    with pytest.raises(Exception, match="depends on its pull batches"):
+        _read(spark, group="G", sql="TAGS IN ('TagB') OR a = 1", tier=TIER).count()
+
+
+def test_a_stream_reads_the_tier_as_the_batch_source_does(spark, tmp_path):
+    """``readStream`` with ``tier``, from the earliest offsets (the broker's minimums, the tier's), in micro-batches
+    of 300 units: what the group received, each unit once."""
+    out, ck = str(tmp_path / "out"), str(tmp_path / "ck")
+    df = spark.readStream.format("rocketmq").option("topic", TOPIC).option("group", "GID_TIER_TAG") \
+        .option("tags", "TagA || TagB").option("tier", TIER).option("startingOffsets", "earliest") \
+        .option("maxUnitsPerTrigger", "300").load(STORE).selectExpr("queue_id", "queue_offset",
+                                                                      "properties['UNIQ_KEY'] AS uniq")
+    stream_to_the_end(df, out, ck)
+    rows = spark.read.parquet(out).collect()
+    got = {(r.queue_id, r.queue_offset): r.uniq for r in rows}
+    assert len(got) == len(rows)
+    assert got == {(q, o): u for q, o, u, _ in FACTS["received"]["GID_TIER_TAG"]}
+
+
+@pytest.mark.parametrize("layer2", ["native", "python"])
+def test_the_scan_job_counts_the_tier(spark, layer2):
+    from pyspark_udfs.job import GroupScan, scan
+
+    g = FACTS["groups"]["GID_TIER_SQL"]
+    result = scan(spark, STORE, TOPIC, GroupScan("GID_TIER_SQL", sql=g["expression"], registered=True),
+                  layer2=layer2, tier=TIER)
+    assert result.units_scanned == 1160
+    assert result.delivered == len(FACTS["received"]["GID_TIER_SQL"])
