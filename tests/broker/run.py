@@ -1312,6 +1312,8 @@ def random_applies(axis: str, drawn: dict) -> bool:
         return drawn["store_type"] == "files"
     if axis == "lmq":
         return drawn["brokers"] == 1    # the harness's LMQ pull consumers read one broker's queues
+    if axis == "pop_group":
+        return drawn["timer_wheel"]     # the broker refuses every pop without its timer wheel
     return True
 
 
