@@ -1321,7 +1321,8 @@ def random_draw(seed: int) -> dict:
     """``{"seed", "config", "workload"}`` drawn from the axes; the same seed draws the same run.
 
     Every axis takes one value from the seed's stream, whether or not it applies, so an axis
-    added or left out changes only its own value, not the others'."""
+    left out of a draw changes no other's value; the axes of :data:`RANDOM_LATER_AXES` come after
+    ``message_seed``, so adding them changed no earlier draw."""
     rng = random.Random(seed)
     drawn: dict = {}
     out: dict = {"seed": seed, "config": {}, "workload": {}}
@@ -1489,8 +1490,16 @@ def scenario_random(h: Harness, seed: int = 0) -> None:
     its retry queue fails them once and stops. The consumers drain and stop; a last batch (plain
     messages, far delays and timers, some recalled) is sent, ``copy_at`` of it before the stores are
     copied and the rest after; every group then drains, the retries waiting included.
+
+    The later axes (:data:`RANDOM_LATER_AXES`): batch sends to the BatchCQ topic (its groups in
+    :data:`RANDOM_BATCH_GROUPS`) and LMQ messages go with the first and the last batch, the LMQ
+    pull consumers read their queues after each drain; the POP group pops every broker once the
+    first batch is drained (:func:`_random_pop`); with ``tx_check_max`` below
+    :data:`RANDOM_TX_CHECK_MAX_DEFAULT` the run waits, before the last batch, until the broker has
+    discarded every unresolved half (:func:`_random_wait_check_limit`).
     ``broker.json`` gets ``generated`` = the draw (enough to replay it from the seed) and
-    ``random`` = ``{topic, groups, delay_levels_ms, recalls}``.
+    ``random`` = ``{topic, fail_group, max_reconsume_times, delay_levels_ms, far_timer_ms, recalls,
+    sent_after_copy, tx_check_max, batch_topic, lmq_groups, pop_group}``.
     """
     gen = random_draw(seed)
     gen["rocketmq"] = h.version

@@ -4,7 +4,9 @@
 ``run.py`` (``RANDOM_CONFIG_AXES``, ``RANDOM_WORKLOAD_AXES``; the same table is in docs/testing.md)
 and runs it. The checks here are the written scenarios' checks, driven by a run's outputs alone
 (``sent.jsonl``, ``received.jsonl``, ``broker.json``): every broker's copied store is read on its
-own and compared with what its consumers received and what its admin API reported.
+own and compared with what its consumers received and what its admin API reported, on every topic
+the run created (the random topic, and when drawn the BatchCQ topic and the LMQ queues), for every
+kind of group (push, pull, POP).
 
 ``make test`` runs :data:`COVERING_SEEDS` (every value of every axis drawn at least once:
 :func:`uncovered`); ``make matrix SEEDS=...`` runs the same checks on any seeds, one run directory
