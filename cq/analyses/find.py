@@ -28,6 +28,7 @@ from ..store.store import Store
 
 __all__ = [
     "MessageNotFoundError",
+    "batch_message_at",
     "brokers_to_ask",
     "check_message_args",
     "find_batch_messages",
@@ -134,11 +135,20 @@ def _queue_only(store: Store, topic: str, queue_id: int) -> Iterator:
 
 
 def scan_topic(store: Store, topic: str, key: str | None, uniq_key: str | None) -> list[Message]:
-    """Every message of ``topic`` (through its ConsumeQueues) whose key or UNIQ_KEY is the one asked."""
+    """Every message of ``topic`` (through its ConsumeQueues) whose key or UNIQ_KEY is the one asked;
+    on a BatchCQ topic, the messages inside its batch records (docs/reading.md#batchcq)."""
     log = store.commit_log
     lo, hi = log.min_offset, log.max_offset
     found = []
     compaction = topic in store.layout.compaction_topics  # docs/reading.md#compaction-topics
+    if topic in store.layout.batch_cq_topics:
+        for q in store.queue_ids(topic):
+            with store.queue_readers(topic, q, ext=False) as (cqueue, _ext):
+                for off in cqueue.units["commit_log_offset"].tolist():
+                    record = message_at(store, off)
+                    if record is not None:
+                        found += [m for m in expand_batch(record) if key_matches(m.properties, key, uniq_key)]
+        return found
     for q in store.queue_ids(topic):
         # one queue's files open at a time; a compaction topic's every message, compacted or not
         with (store.dispatched_queue(topic, q) if compaction else _queue_only(store, topic, q)) as cqueue:
@@ -345,6 +355,22 @@ def _find_in_cluster(cluster: Cluster, topic: str, msg_id: str | None, key: str 
     if not found:
         raise MessageNotFoundError("no broker of the cluster holds it; " + "; ".join(misses))
     return found, how[0][0], "; ".join(note for _, note in how)
+
+
+def batch_message_at(store: Store, topic: str, queue_id: int, queue_offset: int) -> Message | None:
+    """The message at (``queue_id``, ``queue_offset``) of BatchCQ topic ``topic``, taken out of its
+    batch record (docs/reading.md#batchcq); None when the record is no longer in the CommitLog.
+    :class:`MessageNotFoundError` when the queue has no such offset."""
+    try:
+        cqueue = store.consume_queue(topic, queue_id)
+    except KeyError as exc:
+        raise MessageNotFoundError(str(exc.args[0]) if exc.args else str(exc)) from None
+    if not cqueue.min_offset <= queue_offset < cqueue.max_offset:
+        raise MessageNotFoundError(f"queue offset {queue_offset} is outside BatchCQ queue {topic}/{queue_id}'s "
+                                   f"messages [{cqueue.min_offset}, {cqueue.max_offset}) in {store.root}")
+    unit = cqueue.units_between(queue_offset, queue_offset + 1)[0]
+    record = message_at(store, int(unit["commit_log_offset"]))
+    return None if record is None else expand_batch(record)[queue_offset - int(unit["base_offset"])]
 
 
 def find_batch_messages(store: Store, topic: str, msg_id: str | None, key: str | None) -> list[tuple[int, int]]:

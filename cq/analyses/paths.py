@@ -28,11 +28,15 @@ from ..store.releases import check_message_rocksdb
 from ..store.store import Store
 from .find import (
     MessageNotFoundError,
+    batch_message_at,
     brokers_to_ask,
     check_message_args,
     compaction_positions,
+    find_batch_messages,
+    in_topic,
     message_at,
     parse_offset_msg_id,
+    position,
     query_index,
     scan_tier,
     scan_topic,
@@ -47,6 +51,7 @@ from .why import (
     Why,
     WhyStep,
     resolve_subscription,
+    why_batch_message,
     why_unit,
 )
 from .why_render import DROPPED_BY_TEXT
@@ -196,7 +201,7 @@ def _role(msg: Message, topic: str, group: str) -> tuple[str, str | None] | None
     """The copy's role for (``topic``, ``group``), or None when it belongs to another topic."""
     real = msg.properties.get(fmt.PROPERTY_REAL_TOPIC)
     retry_topic = fmt.RETRY_GROUP_TOPIC_PREFIX + group
-    if msg.topic == topic:
+    if in_topic(msg, topic):     # its own topic, or an LMQ it was dispatched to (docs/formats.md#lmq)
         return ROLE_TOPIC, real
     if msg.topic == fmt.SCHEDULE_TOPIC and real in (topic, retry_topic):
         return ROLE_SCHEDULED, real
@@ -323,10 +328,14 @@ def _state_of(store: Store, topic: str, group: str, flt, sub: Subscription, uniq
     if not topic_copies:
         return _before_topic(store, topic, group, uniq, by_role, steps, now_ms)
     seed = topic_copies[0].message
-    w = why_unit(store, topic, group, flt, sub, seed.queue_id, seed.queue_offset)
+    queue_id, queue_offset = position(seed, topic)     # an LMQ's record: its place in the LMQ
+    if topic in store.layout.batch_cq_topics:   # a message of a batch record (docs/reading.md#batchcq)
+        w = why_batch_message(store, topic, group, flt, sub, queue_id, queue_offset)
+    else:
+        w = why_unit(store, topic, group, flt, sub, queue_id, queue_offset)
     if w.dropped_by == DROPPED_BY_EXPIRY:
-        return EXPIRED, (f"the broker deleted the file that held it (queue {topic}/{seed.queue_id} offset "
-                         f"{seed.queue_offset}) before {group} consumed it: it is lost for this group"), \
+        return EXPIRED, (f"the broker deleted the file that held it (queue {topic}/{queue_id} offset "
+                         f"{queue_offset}) before {group} consumed it: it is lost for this group"), \
             {"dropped_by": w.dropped_by}, steps, w
     if w.dropped_by == DROPPED_BY_COMPACTION:  # docs/reading.md#compaction-topics
         return COMPACTED, (f"the broker's compaction removed it from compaction topic {topic} (queue {seed.queue_id} "
@@ -357,19 +366,19 @@ def _state_of(store: Store, topic: str, group: str, flt, sub: Subscription, uniq
     pop = _pop_state(store, group, topic_copies[0], by_role, steps)
     if pop is not None:
         return (*pop, steps, w)
-    committed = _committed(store, group, topic, seed.queue_id)
-    ev = {"committed_offset": committed, "queue_offset": seed.queue_offset}
-    if committed is not None and committed > seed.queue_offset:
+    committed = _committed(store, group, topic, queue_id)
+    ev = {"committed_offset": committed, "queue_offset": queue_offset}
+    if committed is not None and committed > queue_offset:
         steps.append(_step("committed_offset", "The group's committed offset", "past",
-                           f"config/{cfg.CONSUMER_OFFSET_FILE}: {topic}@{group} queue {seed.queue_id} is at "
-                           f"{committed} > {seed.queue_offset}", ev))
-        return CONSUMED, f"{group} consumed it (its committed offset {committed} is past offset {seed.queue_offset})", \
+                           f"config/{cfg.CONSUMER_OFFSET_FILE}: {topic}@{group} queue {queue_id} is at "
+                           f"{committed} > {queue_offset}", ev))
+        return CONSUMED, f"{group} consumed it (its committed offset {committed} is past offset {queue_offset})", \
             {"committed_offset": committed}, steps, w
     where = "has no committed offset for the queue" if committed is None else f"is at {committed}"
     steps.append(_step("committed_offset", "The group's committed offset", "not_past",
-                       f"config/{cfg.CONSUMER_OFFSET_FILE}: {topic}@{group} queue {seed.queue_id} {where}", ev))
-    return PENDING, (f"{group} will receive it: it passes the filter and waits in queue {seed.queue_id} at offset "
-                     f"{seed.queue_offset}; start (or catch up) the group's consumers"), \
+                       f"config/{cfg.CONSUMER_OFFSET_FILE}: {topic}@{group} queue {queue_id} {where}", ev))
+    return PENDING, (f"{group} will receive it: it passes the filter and waits in queue {queue_id} at offset "
+                     f"{queue_offset}; start (or catch up) the group's consumers"), \
         {"committed_offset": committed}, steps, w
 
 
@@ -660,7 +669,21 @@ def why_every_copy(store: Store | Cluster, topic: str, group: str, *, sql: str |
     check_message_rocksdb(store.root, "trans", "a message's path (its transaction half)")
     topics = group_topics(topic, group)
     seeds: list[tuple[str | None, list[Message], str, str]] = []   # (uniq key, known copies, found_by, note)
-    if given[0]:
+    if topic in store.layout.batch_cq_topics:
+        # the IndexFiles and the offset message id name a batch record, not its messages: each message
+        # asked for, found in its batch record (docs/reading.md#batchcq)
+        places = ([(int(queue_id), int(queue_offset))] if given[0] else find_batch_messages(store, topic, msg_id, key))
+        for q, o in places:
+            msg = batch_message_at(store, topic, q, o)
+            note = f"queue {topic}/{q} offset {o} (in its batch record)"
+            if msg is None:    # its record is gone: the filter's verdict says expired (or missing)
+                w = why_batch_message(store, topic, group, flt, sub, q, o)
+                state = EXPIRED if w.dropped_by == DROPPED_BY_EXPIRY else FILTERED
+                return [MessagePath(topic, group, sub, None, state, w.verdict, {"dropped_by": w.dropped_by}, [], [],
+                                    w, "queue_offset", note)]
+            seeds.append((msg.properties.get(fmt.PROPERTY_UNIQ_KEY), [msg], "queue_offset" if given[0] else "scan",
+                          note))
+    elif given[0]:
         w = why_unit(store, topic, group, flt, sub, int(queue_id), int(queue_offset))
         if w.steps and w.steps[0].name == "tier":  # served from the tier: the record is the tier's
             msg = store.tier_queue(topic, int(queue_id)).commit_log.read_message(w.commit_log_offset)

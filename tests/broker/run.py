@@ -1249,6 +1249,10 @@ RANDOM_CONFIG_AXES: dict[str, tuple] = {
     "tx_check_interval_ms": (2000, 6000),                 # transactionCheckInterval (transactionCheckMax 1000)
     "max_reconsume_times": (1, 2),                        # the failing groups' maxReconsumeTimes
     "brokers": (1, 2),                                    # one broker, or two of one cluster serving the topic
+    "tx_check_max": (1, 2, 1000),                         # transactionCheckMax: past it an unresolved half goes
+                                                          # to TRANS_CHECK_MAX_TIME_TOPIC (transactions only)
+    "batch_topic": (False, True),                         # a second topic, BatchCQ, of batch sends (classic, files)
+    "lmq": (False, True),                                 # enableLmq + enableMultiDispatch: LMQ queues, pull groups
 }
 RANDOM_WORKLOAD_AXES: dict[str, tuple] = {
     "messages": (40, 120),                                # plain messages of the first batch
@@ -1264,7 +1268,11 @@ RANDOM_WORKLOAD_AXES: dict[str, tuple] = {
     "disabled_group": (False, True),                      # a group disabled through the admin API
     "retry_never_committed": (False, True),               # a group that fails, never pulls its retry queues (fail_share > 0)
     "copy_at": (0.0, 0.5, 1.0),                           # share of the last batch sent before the store is copied
+    "pop_group": (False, True),                           # a POP group on the topic, some of its pops un-acked
 }
+#: Axes added after the first seeds were pinned: each seed draws them after ``message_seed``, so every
+#: earlier axis and the messages of a seed stay what they were (PINNED_SEEDS keep what they found).
+RANDOM_LATER_AXES = ("tx_check_max", "batch_topic", "lmq", "pop_group")
 RANDOM_INDEX_FILE = {"small": (300, 64), "default": (4000, 1000)}
 RANDOM_SHORT_LEVELS = (1, 2)       # the short delay-level messages' levels (seconds in every string)
 RANDOM_FAR_TIMER_MS = 540_000      # far timers: due nine minutes after they are sent (a due bucket's middle)
@@ -1272,6 +1280,18 @@ RANDOM_FAIL_GROUP = "GID_RND_FAIL"
 RANDOM_NC_GROUP = "GID_RND_NC"
 RANDOM_OFF_GROUP = "GID_RND_OFF"
 RANDOM_LATE_GROUP = "GID_RND_LATE"
+RANDOM_POP_GROUP = "GID_RND_POP"
+#: The POP group pops with this invisible time and leaves every RANDOM_POP_UNACKED_EVERY-th message
+#: un-acked: those are in flight at the copy, due long after it.
+RANDOM_POP_INVISIBLE_MS = 900_000
+RANDOM_POP_UNACKED_EVERY = 4
+#: The BatchCQ topic's groups (topic BATCH_TOPIC, batch sends of ``batch_messages``): name -> (type, expression).
+RANDOM_BATCH_GROUPS = {"GID_RND_BATCH_STAR": ("TAG", "*"), "GID_RND_BATCH_ZERO": ("TAG", f"TagA || {ZERO_HASH_TAG}")}
+RANDOM_BATCH_SQL_GROUP = ("GID_RND_BATCH_SQL", "a IS NULL OR a > 8")     # with property_filter
+#: transactionCheckMax when the draw has no tx_check_max: far above the checks a run makes.
+RANDOM_TX_CHECK_MAX_DEFAULT = 1000
+TRANS_CHECK_MAX_TIME_TOPIC = "TRANS_CHECK_MAX_TIME_TOPIC"    # where the broker discards a half past the limit
+RANDOM_EXTRA_STREAM = 0x5EED    # the later axes' messages: random.Random(message_seed ^ this)
 RANDOM_LONG_TAG = "L" * 300
 RANDOM_NON_ASCII_TAG = "标签-ü"
 
@@ -1288,6 +1308,18 @@ def random_applies(axis: str, drawn: dict) -> bool:
         return drawn["timer_wheel"]
     if axis == "retry_never_committed":
         return drawn["fail_share"] > 0
+    if axis == "tx_check_max":
+        return drawn["transactions"]
+    if axis == "batch_topic":
+        # a defaultRocksDB store keeps every queue in RocksDB, which has no BatchCQ: the broker would
+        # store the inner batches in a plain queue; a DLedger CommitLog dispatches an inner batch
+        # as one message, so its BatchCQ units do not follow and its consumers never drain (seed
+        # 185843; docs/testing.md#random)
+        return drawn["store_type"] == "files" and drawn["commitlog"] == "classic"
+    if axis == "lmq":
+        return drawn["brokers"] == 1    # the harness's LMQ pull consumers read one broker's queues
+    if axis == "pop_group":
+        return drawn["timer_wheel"]     # the broker refuses every pop without its timer wheel
     return True
 
 
@@ -1295,16 +1327,26 @@ def random_draw(seed: int) -> dict:
     """``{"seed", "config", "workload"}`` drawn from the axes; the same seed draws the same run.
 
     Every axis takes one value from the seed's stream, whether or not it applies, so an axis
-    added or left out changes only its own value, not the others'."""
+    left out of a draw changes no other's value; the axes of :data:`RANDOM_LATER_AXES` come after
+    ``message_seed``, so adding them changed no earlier draw."""
     rng = random.Random(seed)
     drawn: dict = {}
     out: dict = {"seed": seed, "config": {}, "workload": {}}
-    for part, axes in (("config", RANDOM_CONFIG_AXES), ("workload", RANDOM_WORKLOAD_AXES)):
-        for axis, values in axes.items():
-            value = values[rng.randrange(len(values))]
-            if random_applies(axis, drawn):
-                drawn[axis] = out[part][axis] = value
+    parts = [(part, axis, values) for part, axes in (("config", RANDOM_CONFIG_AXES), ("workload", RANDOM_WORKLOAD_AXES))
+             for axis, values in axes.items()]
+
+    def draw(part: str, axis: str, values: tuple) -> None:
+        value = values[rng.randrange(len(values))]
+        if random_applies(axis, drawn):
+            drawn[axis] = out[part][axis] = value
+
+    for part, axis, values in parts:
+        if axis not in RANDOM_LATER_AXES:
+            draw(part, axis, values)
     out["message_seed"] = rng.randrange(2**31)
+    for part, axis, values in parts:
+        if axis in RANDOM_LATER_AXES:
+            draw(part, axis, values)
     return out
 
 
@@ -1321,7 +1363,7 @@ def random_broker_settings(config: dict, name: str) -> dict:
         "messageDelayLevel": config["delay_levels"],
         "timerWheelEnable": str(config["timer_wheel"]).lower(),
         "transactionCheckInterval": config["tx_check_interval_ms"], "transactionTimeOut": 1000,
-        "transactionCheckMax": 1000,
+        "transactionCheckMax": config.get("tx_check_max", RANDOM_TX_CHECK_MAX_DEFAULT),
         "flushConsumerOffsetInterval": 500, "flushDelayOffsetInterval": 500,
     }
     if "ext_file_kib" in config:
@@ -1333,11 +1375,15 @@ def random_broker_settings(config: dict, name: str) -> dict:
     if config["commitlog"] == "dledger":
         s.update(enableDLegerCommitLog="true", dLegerGroup=name, dLegerPeers=f"n0-{LOOPBACK}:{free_port()}",
                  dLegerSelfId="n0")
+    if config.get("batch_topic"):
+        s["mapperFileSizeBatchConsumeQueue"] = 46 * 20      # small BatchCQ files, as in batch
+    if config.get("lmq"):
+        s.update(enableLmq="true", enableMultiDispatch="true")
     return s
 
 
 def random_groups(gen: dict) -> dict[str, dict]:
-    """The groups of a drawn workload: name -> {type, expression, role}."""
+    """The push groups of a drawn workload: name -> {type, expression, role, topic}."""
     w, c = gen["workload"], gen["config"]
     groups = {"GID_RND_ALL": {"type": "TAG", "expression": "*", "role": "plain"}}
     if w["tag_groups"] == "lists":
@@ -1360,6 +1406,14 @@ def random_groups(gen: dict) -> dict[str, dict]:
         late = ({"type": "SQL92", "expression": LATE_SQL_GROUP[1]} if c["property_filter"]
                 else {"type": "TAG", "expression": "TagB || TagC"})
         groups[RANDOM_LATE_GROUP] = {**late, "role": "late"}
+    for g in groups.values():
+        g["topic"] = RANDOM_TOPIC
+    if c.get("batch_topic"):
+        batch = dict(RANDOM_BATCH_GROUPS)
+        if c["property_filter"]:
+            batch[RANDOM_BATCH_SQL_GROUP[0]] = ("SQL92", RANDOM_BATCH_SQL_GROUP[1])
+        for g, (type_, expression) in batch.items():
+            groups[g] = {"type": type_, "expression": expression, "role": "plain", "topic": BATCH_TOPIC}
     return groups
 
 
@@ -1395,6 +1449,43 @@ def _random_wait(h: Harness, what: str, done, timeout_s: float) -> None:
         time.sleep(0.3)
 
 
+def _random_pop(h: Harness, names: list[str]) -> None:
+    """The POP group pops every queue of the topic on each broker until a pop finds nothing
+    (Client.java ``pop``, invisible :data:`RANDOM_POP_INVISIBLE_MS`), acking all but every
+    :data:`RANDOM_POP_UNACKED_EVERY`-th message: those are in flight at the copy."""
+    h.groups.append({"group": RANDOM_POP_GROUP, "topic": RANDOM_TOPIC, "type": "TAG", "expression": "*",
+                     "consumer": "pop", "role": "pop"})
+    for name in names:
+        h.client("pop", group=RANDOM_POP_GROUP, topic=RANDOM_TOPIC, addr=h.brokers[name]["addr"], broker=name,
+                 max_nums=8, phase="live", out=h.received_path, invisible_ms=RANDOM_POP_INVISIBLE_MS,
+                 unacked_every=RANDOM_POP_UNACKED_EVERY, until_empty=True)
+
+
+def _random_wait_check_limit(h: Harness, names: list[str], limit: int, interval_ms: int,
+                             timeout_s: float = 120) -> None:
+    """Until the broker has discarded every unresolved half past ``limit`` checks: the producer
+    answered ``limit`` checks of each (UNKNOW), a check pass later its copy went to
+    TRANS_CHECK_MAX_TIME_TOPIC (docs/paths.md#transactions). Halves of resolved transactions may go
+    there too (the broker re-puts them when its check runs before their op records), so each
+    broker's topic must hold at least its unresolved ones, one check interval after the last check."""
+    unknown = [s for s in _life_sent(h, "tx-") if s.get("tx") == "unknown"]
+    deadline = time.time() + timeout_s
+    while not all(h.client("tx_checks")["checks"].get(s["uniq_key"], 0) >= limit for s in unknown):
+        if time.time() > deadline:
+            raise HarnessError(f"random: the broker did not check the unresolved transactions {limit} times in "
+                               f"{timeout_s:.0f} s")
+        time.sleep(0.5)
+    time.sleep(interval_ms / 1000 + 1.5)     # the next check pass discards them
+    for name in names:
+        want = sum(1 for s in unknown if s.get("broker") == name)
+        while h.client("max_offset", addr=h.brokers[name]["addr"], broker=name, topic=TRANS_CHECK_MAX_TIME_TOPIC,
+                       queue_id=0)["max_offset"] < want:
+            if time.time() > deadline:
+                raise HarnessError(f"random: {name} did not discard its {want} unresolved transaction(s) past "
+                                   f"transactionCheckMax {limit} in {timeout_s:.0f} s")
+            time.sleep(0.5)
+
+
 def scenario_random(h: Harness, seed: int = 0) -> None:
     """A configuration and a workload drawn from :data:`RANDOM_CONFIG_AXES` and
     :data:`RANDOM_WORKLOAD_AXES` by ``seed`` (:func:`random_draw`), run on the real broker.
@@ -1405,8 +1496,16 @@ def scenario_random(h: Harness, seed: int = 0) -> None:
     its retry queue fails them once and stops. The consumers drain and stop; a last batch (plain
     messages, far delays and timers, some recalled) is sent, ``copy_at`` of it before the stores are
     copied and the rest after; every group then drains, the retries waiting included.
+
+    The later axes (:data:`RANDOM_LATER_AXES`): batch sends to the BatchCQ topic (its groups in
+    :data:`RANDOM_BATCH_GROUPS`) and LMQ messages go with the first and the last batch, the LMQ
+    pull consumers read their queues after each drain; the POP group pops every broker once the
+    first batch is drained (:func:`_random_pop`); with ``tx_check_max`` below
+    :data:`RANDOM_TX_CHECK_MAX_DEFAULT` the run waits, before the last batch, until the broker has
+    discarded every unresolved half (:func:`_random_wait_check_limit`).
     ``broker.json`` gets ``generated`` = the draw (enough to replay it from the seed) and
-    ``random`` = ``{topic, groups, delay_levels_ms, recalls}``.
+    ``random`` = ``{topic, fail_group, max_reconsume_times, delay_levels_ms, far_timer_ms, recalls,
+    sent_after_copy, tx_check_max, batch_topic, lmq_groups, pop_group}``.
     """
     gen = random_draw(seed)
     gen["rocketmq"] = h.version
@@ -1419,6 +1518,28 @@ def scenario_random(h: Harness, seed: int = 0) -> None:
         h.start_broker(name)
     h.start_client()
     h.create_topic(RANDOM_TOPIC, RANDOM_QUEUES)
+    # the later axes' messages come from a stream of their own: a seed that draws none of them sends
+    # what it sent before they were added
+    extra = random.Random(gen["message_seed"] ^ RANDOM_EXTRA_STREAM)
+    if c.get("batch_topic"):
+        h.create_topic(BATCH_TOPIC, 2, attributes={"+queue.type": "BatchCQ"})
+    if c.get("lmq"):
+        h.create_topic(LMQ_PARENT_TOPIC, 2)
+        for queue, group in LMQ_GROUPS.items():
+            h.groups.append({"group": group, "topic": queue, "type": "TAG", "expression": "*", "consumer": "lmq-pull",
+                             "parent_topic": LMQ_PARENT_TOPIC, "broker": names[0], "role": "lmq"})
+
+    def pull_lmq(phase: str) -> None:
+        for queue, group in LMQ_GROUPS.items() if c.get("lmq") else ():
+            h.client("lmq_pull", group=group, queue=queue, parent_topic=LMQ_PARENT_TOPIC, broker=names[0],
+                     phase=phase, out=h.received_path)
+
+    def send_extra(start: int, batches: int, lmq: int) -> None:
+        if c.get("batch_topic"):
+            h.client("batch_send", out=h.sent_path, batches=batch_messages(extra, start, batches))
+        if c.get("lmq"):
+            h.send(lmq_messages(extra, start, lmq))
+
     groups = random_groups(gen)
     addrs = [b["addr"] for b in h.brokers.values()]
     if RANDOM_OFF_GROUP in groups:
@@ -1432,7 +1553,7 @@ def scenario_random(h: Harness, seed: int = 0) -> None:
             tuning = {"fail_property": "fail", "max_reconsume_times": max_rc}
         elif spec["role"] == "fail":
             tuning = {"max_reconsume_times": max_rc}
-        h.subscribe(g, RANDOM_TOPIC, spec["type"], spec["expression"], phase, **tuning)
+        h.subscribe(g, spec["topic"], spec["type"], spec["expression"], phase, **tuning)
 
     early = [g for g, s in groups.items() if s["role"] not in ("late", "never_commits_retry")]
     for g in early:
@@ -1451,6 +1572,7 @@ def scenario_random(h: Harness, seed: int = 0) -> None:
             m["tx"] = ("commit", "rollback", "unknown")[i % 3]
             m["properties"].pop("fail", None)
         h.client("tx_send", out=h.sent_path, messages=txs)
+    send_extra(0, 12, 20)
     if RANDOM_LATE_GROUP in groups:
         subscribe(RANDOM_LATE_GROUP, "live")
         time.sleep(3)
@@ -1469,7 +1591,12 @@ def scenario_random(h: Harness, seed: int = 0) -> None:
     time.sleep(3)                  # the short delays and timers delivered, the DLQ written, a check or two
     consuming = [g for g, s in groups.items() if s["role"] not in ("disabled", "never_commits_retry")]
     h.drain(consuming)
+    pull_lmq("live")
+    if w.get("pop_group"):
+        _random_pop(h, names)
     h.unsubscribe([g for g in groups if groups[g]["role"] != "never_commits_retry"])
+    if c.get("tx_check_max", RANDOM_TX_CHECK_MAX_DEFAULT) < RANDOM_TX_CHECK_MAX_DEFAULT:
+        _random_wait_check_limit(h, names, c["tx_check_max"], c["tx_check_interval_ms"])
     last = random_messages(rng, gen, "last", w["messages"] // 2)
     far: list[dict] = []
     levels = c["delay_levels"].split()
@@ -1480,6 +1607,7 @@ def scenario_random(h: Harness, seed: int = 0) -> None:
                 for i, m in enumerate(random_messages(rng, gen, "far-timer", 4))]
     before = int(len(last) * w["copy_at"])
     h.send(last[:before] + far)
+    send_extra(10000, 6, 10)       # pending at the copy: the drain receives them
     recalls = []
     if w.get("timers") == "recall":
         sent = [r for r in _life_sent(h, "far-timer-")]
@@ -1500,17 +1628,22 @@ def scenario_random(h: Harness, seed: int = 0) -> None:
     time.sleep(short + 3)          # the retries scheduled at the copy came due
     drained = [g for g, s in groups.items() if s["role"] != "disabled"]
     h.drain(drained)
+    pull_lmq("drain")
     if RANDOM_NC_GROUP in groups:  # its retries come through its retry topic, which the drain does not wait on
         _random_wait(h, "the never-committing group's retries", lambda rs: fails <= {
             _first_key(r) for r in rs if r["group"] == RANDOM_NC_GROUP and r["phase"] == "drain"
             and r["reconsume_times"] >= 1}, 60)
     h.unsubscribe([g for g in groups if groups[g]["role"] != "disabled"])
     for g in h.groups:
-        g["role"] = groups[g["group"]]["role"]
+        g.setdefault("role", groups.get(g["group"], {}).get("role"))
     h.extra["generated"] = gen
     h.extra["random"] = {"topic": RANDOM_TOPIC, "fail_group": RANDOM_FAIL_GROUP, "max_reconsume_times": max_rc,
                          "delay_levels_ms": [delay_ms(x) for x in levels], "far_timer_ms": RANDOM_FAR_TIMER_MS,
-                         "recalls": recalls, "sent_after_copy": len(last) - before}
+                         "recalls": recalls, "sent_after_copy": len(last) - before,
+                         "tx_check_max": c.get("tx_check_max", RANDOM_TX_CHECK_MAX_DEFAULT),
+                         "batch_topic": BATCH_TOPIC if c.get("batch_topic") else None,
+                         "lmq_groups": LMQ_GROUPS if c.get("lmq") else {},
+                         "pop_group": RANDOM_POP_GROUP if w.get("pop_group") else None}
     for name in names[1:]:
         h.stop_broker(name)
         shutil.rmtree(h.work / name / "store", ignore_errors=True)
