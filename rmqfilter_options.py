@@ -80,6 +80,11 @@ def add_store_arg(parser: argparse.ArgumentParser, *, several: bool = False) -> 
     parser.add_argument("store", metavar="STORE", nargs="+" if several else None,
                         help="broker store root directory (holds commitlog/, consumequeue/ and, for SQL92 "
                              "groups, consumequeue_ext/); only read")
+    if several:  # several stores of one broker name are its replicas (docs/reading.md#replicas)
+        parser.add_argument("--replica", action="append", metavar="ROOT",
+                            help="with several STOREs of one broker name (a master and its slaves): the one "
+                                 "to read (its root or directory name; once per broker); default: the "
+                                 "highest epoch, else the CommitLog that reaches furthest")
 
 
 def add_topic_arg(parser: argparse.ArgumentParser) -> None:

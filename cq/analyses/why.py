@@ -13,6 +13,7 @@ text a person reads is written by :mod:`cq.analyses.why_render`. ``docs/why.md``
 """
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -42,6 +43,7 @@ from ..readers.config import CONSUMER_FILTER_FILE, RegisteredFilter
 from ..store.cluster import Cluster
 from ..store.decide import decide_units
 from ..store.releases import check_lite
+from ..store.replicas import replica_place
 from ..store.store import Store
 from ..tags import EXPRESSION_TYPE_SQL92, EXPRESSION_TYPE_TAG
 from ..tags import tags_code as _tag_hash
@@ -232,6 +234,12 @@ class Why:
         How the message was found (index, or a scan and why).
     broker : str or None
         The broker holding the message, when asked of a :class:`cq.Cluster` (None for one store).
+    replica : str or None
+        For a broker given as several replicas: the store root this walk read (the replica a
+        read takes, or the one that alone holds the message; docs/reading.md#replicas).
+    replica_note : str or None
+        For a broker given as several replicas: which replicas hold the message, and whether a
+        consumer reading the replica read receives it at all.
     """
 
     topic: str
@@ -249,6 +257,8 @@ class Why:
     explanation: Any = None
     note: str | None = None
     broker: str | None = None
+    replica: str | None = None
+    replica_note: str | None = None
 
     @property
     def verdict(self) -> str:
@@ -260,6 +270,7 @@ class Why:
         ``commit_log_offset``, ``steps`` (each with its evidence), and more."""
         return {
             **({} if self.broker is None else {"broker": self.broker}),
+            **({} if self.replica is None else {"replica": self.replica, "replica_note": self.replica_note}),
             "topic": self.topic, "group": self.group, "subscription": self.subscription.to_dict(),
             "queue_id": self.queue_id, "queue_offset": self.queue_offset,
             "commit_log_offset": self.commit_log_offset, "size": self.size, "msg_id": self.msg_id,
@@ -669,8 +680,8 @@ def _why_cluster(cluster: Cluster, topic: str, group: str, broker: str | None, *
     """:func:`why` over the brokers of a cluster holding ``topic``, each with its own registration."""
     names = brokers_to_ask(cluster, topic, broker, queue_id)
     if queue_id is not None:
-        w = why(cluster.stores[names[0]], topic, group, queue_id=queue_id, queue_offset=queue_offset, **subscription)
-        return replace(w, broker=names[0])
+        return _ask_replicas(cluster, names[0], topic, lambda store: [
+            why(store, topic, group, queue_id=queue_id, queue_offset=queue_offset, **subscription)])[0]
     parsed = parse_offset_msg_id(msg_id) if msg_id is not None else None
     if parsed is not None:
         # an offset message id names one record of one broker (its store host): ask that broker alone
@@ -682,11 +693,42 @@ def _why_cluster(cluster: Cluster, topic: str, group: str, broker: str | None, *
     misses = []
     for name in names:
         try:
-            answers = why(cluster.stores[name], topic, group, msg_id=msg_id, key=key, **subscription)
+            found += _ask_replicas(cluster, name, topic, lambda store: why(store, topic, group, msg_id=msg_id,
+                                                                            key=key, **subscription))
         except MessageNotFoundError as exc:
             misses.append(f"{name}: {exc}")
-            continue
-        found += [replace(w, broker=name) for w in answers]
     if not found:
         raise MessageNotFoundError("no broker of the cluster holds it; " + "; ".join(misses))
     return found
+
+
+def _ask_replicas(cluster: Cluster, name: str, topic: str, ask: Callable[[Store], list[Why]]) -> list[Why]:
+    """``ask`` of broker ``name``'s store; for a broker given as several replicas, of the replica read
+    first, then of the others for what the replica read lacks (docs/reading.md#replicas): each
+    :class:`Why` says which replica it read and where the message lies among them.
+    MessageNotFoundError when no replica holds it (the replica read's own message)."""
+    replicas = cluster.replicas.get(name)
+    if replicas is None:
+        return [replace(w, broker=name) for w in ask(cluster.stores[name])]
+    read = replicas.read
+    try:
+        answers = [(read, w) for w in ask(read.store)]
+        missing = None
+    except MessageNotFoundError as exc:
+        answers, missing = [], exc
+    seen = {(w.queue_id, w.queue_offset) for _, w in answers}
+    for other in replicas.replicas:
+        if other is read:
+            continue
+        try:
+            more = ask(other.store)
+        except MessageNotFoundError:
+            continue
+        for w in more:
+            if (w.queue_id, w.queue_offset) not in seen:
+                seen.add((w.queue_id, w.queue_offset))
+                answers.append((other, w))
+    if not answers:
+        raise missing
+    return [replace(w, broker=name, replica=r.root, replica_note=replica_place(replicas, topic, w, r.root))
+            for r, w in answers]

@@ -19,9 +19,11 @@ __all__ = ["registered_groups", "topic_store"]
 
 
 @contextlib.contextmanager
-def topic_store(path: str | os.PathLike | Sequence[str], topic: str) -> Iterator[Store | Cluster]:
+def topic_store(path: str | os.PathLike | Sequence[str], topic: str, *,
+                replica=None) -> Iterator[Store | Cluster]:
     """The store at ``path``, opened for one read of ``topic`` and closed after it; several paths (or
-    a glob pattern): a :class:`~cq.store.cluster.Cluster` of those brokers (docs/reading.md#clusters).
+    a glob pattern): a :class:`~cq.store.cluster.Cluster` of those brokers (docs/reading.md#clusters),
+    ``replica`` picking the replica read of a broker given as several (docs/reading.md#replicas).
 
     Raises
     ------
@@ -30,7 +32,7 @@ def topic_store(path: str | os.PathLike | Sequence[str], topic: str) -> Iterator
     cq.StoreFormatError
         A root that is not a readable store, named (with its place among several).
     """
-    store = open_stores(path)
+    store = open_stores(path, replica=replica)
     try:
         if topic not in store.topics():
             raise LookupError(f"topic {topic!r} has no consume queues in {store.root}")
