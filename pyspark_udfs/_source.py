@@ -162,11 +162,6 @@ OPTIONS: dict[str, str] = {
     "topic": (
         "Topic to read; every topic of the store when absent."
     ),
-    "replica": (
-        "With several store roots of one broker name (a master and its slaves, docs/reading.md#replicas):"
-        " the replica to read, its root or the root's directory name (comma-separated: one per broker);"
-        " by default the highest epoch, else the CommitLog that reaches furthest, as ``cq.Cluster``."
-    ),
     "table": (
         "``messages`` (default): each ConsumeQueue unit joined to its CommitLog record. "
         "``consumequeue``: the units and their ConsumeQueueExt fields only (the CommitLog is not read)."
@@ -273,6 +268,11 @@ OPTIONS: dict[str, str] = {
         " that has moved on since, logs a WARNING (logger ``rmqfilter.datasource``, once per plan and "
         "worker) naming the cut and its age. Spark plans a DataFrame's read once: every later action on"
         " it reads that first cut (docs/spark.md#reused-dataframes)."
+    ),
+    "replica": (
+        "With several store roots of one broker name (a master and its slaves, docs/reading.md#replicas):"
+        " the replica to read, its root or the root's directory name (comma-separated: one per broker);"
+        " by default the highest epoch, else the CommitLog that reaches furthest, as ``cq.Cluster``."
     ),
 }
 
