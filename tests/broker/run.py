@@ -58,7 +58,7 @@ JVM_HEAP = ["-Xms64m", "-Xmx384m", "-XX:MaxDirectMemorySize=256m", "-XX:+UseSeri
 CLIENT_JVM_HEAP = ["-Xms64m", "-Xmx1g", "-XX:MaxDirectMemorySize=768m", "-XX:+UseSerialGC"]
 QUICK_START = ["-XX:TieredStopAtLevel=1"]  # C1 only: starts faster; not for the throughput scenario
 SCENARIOS = ("filters", "crash", "live", "housekeeping", "throughput", "modes", "cluster", "lifecycle", "rocksdb",
-             "batch", "newstore", "random")
+             "batch", "newstore", "random", "replicas")
 
 
 class HarnessError(RuntimeError):
@@ -1515,6 +1515,9 @@ def scenario_random(h: Harness, seed: int = 0) -> None:
 def delay_ms(level: str) -> int:
     """One ``messageDelayLevel`` entry (``"90s"``, ``"10m"``, ``"2h"``, ``"1d"``) in milliseconds."""
     return int(level[:-1]) * {"s": 1000, "m": 60_000, "h": 3_600_000, "d": 86_400_000}[level[-1]]
+
+
+from scenario_replicas import scenario_replicas  # noqa: F401  (dispatched by name in run(); it reads this module at run time)
 
 
 def run(scenario: str, out: Path, rocketmq: str | None = None, **kwargs) -> Path:
