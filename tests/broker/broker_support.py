@@ -64,6 +64,7 @@ SCENARIO_RELEASES = {
     "housekeeping": "5.3.3",
     "live": "5.5.1",
     "newstore": "5.5.1",
+    "replicas": "5.3.3",     # and replicas@5.5.1 (tests/broker/test_broker_replicas.py)
 }
 # Runs every scenario on this release instead of its SCENARIO_RELEASES one.
 RELEASE_ENV = "RMQFILTER_ROCKETMQ"
@@ -121,7 +122,7 @@ _RUNNING: dict[str, threading.Thread] = {}
 _FAILED: dict[str, str] = {}
 # The scenarios whose outputs the tests read afterwards (live is read while it runs), longest
 # first: they take the run slots (:func:`_slot`) in this order, so the last to finish is a short one.
-CACHED_SCENARIOS = ("lifecycle", "rocksdb", "cluster", "filters", "modes", "crash", "batch", "newstore")
+CACHED_SCENARIOS = ("lifecycle", "rocksdb", "cluster", "filters", "modes", "crash", "batch", "newstore", "replicas")
 
 
 def _out(name: str) -> Path:
@@ -144,9 +145,9 @@ def _stale_runs(name: str) -> list[Path]:
 def runnable(name: str) -> tuple[str, dict]:
     """A cached run's scenario and arguments: ``random-N`` (or ``random-N@V``, on release V) is
     scenario ``random`` with seed N (tests/broker/test_broker_random.py), any other name the
-    scenario itself."""
+    scenario itself (``NAME@V``: on release V)."""
     base, _, seed = name.partition("@")[0].partition("-")
-    return (base, {"seed": int(seed)}) if base == "random" and seed.isdigit() else (name, {})
+    return (base, {"seed": int(seed)}) if base == "random" and seed.isdigit() else (name.partition("@")[0], {})
 
 
 # How many scenarios run at once, across both of ``make test``'s sessions: each is a NameServer,
