@@ -181,9 +181,13 @@ def test_the_command_line_names_the_replica_and_the_tail(run, capsys):
     assert code == 0
     assert {(json.loads(x)["queue_id"], json.loads(x)["queue_offset"]) for x in out.splitlines()} == set(
         from_slave(run, group))
-    for t in tails(run)[:2]:        # a message of the master's tail, asked of the slave read
-        w = cq.why(open_both(run, replica=both[1]), TOPIC, group, queue_id=t.queue_id, queue_offset=t.start,
-                   broker=REPLICAS_BROKER)
+    # a message of the master's tail, asked of the slave read, is walked on the master; the
+    # subscription given (a killed 5.5.1 master's consumerFilter.json holds no registration yet)
+    for t in tails(run)[:2]:
+        c = open_both(run, replica=both[1])
+        w = cq.why(c, TOPIC, group, queue_id=t.queue_id, queue_offset=t.start, broker=REPLICAS_BROKER,
+                   sql=REPLICAS_GROUPS[group][1])
+        c.close()
         assert w.replica == both[0] and f"a consumer reading {both[1]}, the replica read, does not receive it" \
             in w.replica_note
 

@@ -6,7 +6,6 @@ the same offsets, the same units at the same queue offsets); so the master's tai
 """
 from __future__ import annotations
 
-import os
 import pickle
 import shutil
 import struct
@@ -14,63 +13,23 @@ import warnings
 import zlib
 
 import pytest
+from helpers import replica_pair
 
 import cq
 import rmqfilter
 from cq.errors import ReplicaWarning
 from cq.readers.replica import read_broker_identity, read_epoch_file, read_store_checkpoint
-from cq.writer.sample import SAMPLE_GROUPS, SAMPLE_TOPICS, generate_sample_store
+from cq.writer.sample import SAMPLE_GROUPS, SAMPLE_TOPICS
 
 SMALL = {"commit_log_file_size": 1 << 20, "ext_file_size": 1 << 16, "consume_queue_file_size": 20_000}
 TOPIC = SAMPLE_TOPICS[0]
 GROUP, SQL = SAMPLE_GROUPS[0]
 
 
-def cut_back(root, end: int) -> None:
-    """Make ``root`` hold what a slave that copied its master up to CommitLog offset ``end`` holds."""
-    log = os.path.join(root, "commitlog")
-    for name in sorted(os.listdir(log)):
-        start = int(name)
-        path = os.path.join(log, name)
-        size = os.path.getsize(path)
-        if start >= end:
-            os.remove(path)
-        elif start + size > end:
-            with open(path, "r+b") as f:
-                f.seek(end - start)
-                f.write(b"\0" * (start + size - end))
-    base = os.path.join(root, "consumequeue")
-    for topic in os.listdir(base):
-        for qid in os.listdir(os.path.join(base, topic)):
-            qdir = os.path.join(base, topic, qid)
-            for name in sorted(os.listdir(qdir)):
-                path = os.path.join(qdir, name)
-                with open(path, "rb") as f:
-                    raw = bytearray(f.read())
-                for i in range(len(raw) // 20):
-                    off, = struct.unpack_from(">q", raw, i * 20)
-                    size, = struct.unpack_from(">i", raw, i * 20 + 8)
-                    if size and off >= end:
-                        raw[i * 20:] = b"\0" * (len(raw) - i * 20)
-                        break
-                with open(path, "wb") as f:
-                    f.write(raw)
-
-
 @pytest.fixture(scope="module")
 def pair(tmp_path_factory):
     """``(master, slave, end)``: one broker name (``broker-x``) twice; the slave ends at ``end``."""
-    base = tmp_path_factory.mktemp("replicas")
-    master = base / "m" / "broker-x"
-    generate_sample_store(master, messages=1500, seed=5, **SMALL)
-    store = cq.Store(master)
-    offsets = [m.commit_log_offset for m in store.commit_log.messages()]
-    store.close()
-    end = offsets[len(offsets) * 4 // 5]
-    slave = base / "s" / "broker-x"
-    shutil.copytree(master, slave)
-    cut_back(slave, end)
-    return master, slave, end
+    return replica_pair(tmp_path_factory.mktemp("replicas"), **SMALL)
 
 
 def units(result) -> dict:
