@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from ..readers.consumequeue import ConsumeQueue
 
 
-def _clip_to_log(cqueue: ConsumeQueue, lo: int, hi: int, commit_log_end: int) -> int:
+def first_unit_past(cqueue: ConsumeQueue, lo: int, hi: int, commit_log_end: int) -> int:
     """First queue offset in ``[lo, hi)`` whose record ends past ``commit_log_end`` (``hi`` if none).
 
     A queue's CommitLog offsets grow with its queue offsets, so this is a bisection.
@@ -138,7 +138,7 @@ class CutRoom:
                 if not live and cqueue is not None:
                     # the first view of a queue in a Store that never refreshes: units whose
                     # records came after the view's CommitLog end lie outside it, for good
-                    hi = _clip_to_log(cqueue, lo, hi, end)
+                    hi = first_unit_past(cqueue, lo, hi, end)
                     self._release(t, q, cqueue, self._exts.get((t, q)))
                     self._frozen[t, q] = (lo, max(lo, hi))
                 queues.append((t, q, lo, max(lo, hi)))

@@ -23,6 +23,7 @@ from ..readers.replica import (
     read_epoch_file,
     read_store_checkpoint,
 )
+from .cuts import StoreCut, first_unit_past
 from .store import Store
 
 __all__ = ["PICKED_BY", "Replica", "ReplicaSet", "ReplicaTail", "pick_replica", "replica_place"]
@@ -189,60 +190,115 @@ class ReplicaSet:
         return (f"broker {self.broker}: {len(self.replicas)} replicas; reading {self.read.root} ({why}; "
                 f"CommitLog ends: {ends}); pick another with replica=ROOT (--replica on the command line)")
 
-    def ranges(self, topic: str | None = None) -> dict[str, dict[tuple[str, int], tuple[int, int]]]:
-        """Each replica's queue ranges ``{root: {(topic, queue_id): (min, end)}}``, one cut each."""
-        out = {}
+    def cuts(self, topic: str | None = None) -> dict[str, StoreCut | None]:
+        """One cut per replica (``topic``'s queues; None where the replica lacks the topic)."""
+        out: dict[str, StoreCut | None] = {}
         for r in self.replicas:
             try:
-                cut = r.store.cut(topic) if topic is None or topic in r.store.topics() else None
+                out[r.root] = r.store.cut(topic) if topic is None or topic in r.store.topics() else None
             except KeyError:
-                cut = None
-            out[r.root] = {} if cut is None else {(t, q): (lo, hi) for t, q, lo, hi in cut.queues}
+                out[r.root] = None
         return out
 
-    def tails(self, topic: str | None = None,
-              ranges: dict[str, dict[tuple[str, int], tuple[int, int]]] | None = None) -> list[ReplicaTail]:
-        """What each replica holds beyond another's queue end, queue by queue: for every pair, the
-        offsets ``[lacking's end, holder's end)`` where the holder's end is further (a queue the
-        lacking replica does not have at all counts from the holder's minimum)."""
-        ranges = self.ranges(topic) if ranges is None else ranges
-        keys = sorted(set().union(*(r.keys() for r in ranges.values())))
+    def ranges(self, topic: str | None = None,
+               cuts: dict[str, StoreCut | None] | None = None) -> dict[str, dict[tuple[str, int], tuple[int, int]]]:
+        """Each replica's queue ranges ``{root: {(topic, queue_id): (min, end)}}``, one cut each."""
+        cuts = self.cuts(topic) if cuts is None else cuts
+        return {root: {} if cut is None else {(t, q): (lo, hi) for t, q, lo, hi in cut.queues}
+                for root, cut in cuts.items()}
+
+    def consistent_offset(self, a: Replica, b: Replica, ends: dict[str, int]) -> int:
+        """The CommitLog offset below which replicas ``a`` and ``b`` hold the same records
+        (docs/formats.md#replicas): with both epoch files, the end of the newest epoch both hold
+        from the same start offset (what the broker's ``findConsistentPoint`` computes; 0 when
+        none is shared); otherwise the smaller CommitLog end (a slave's log is a prefix of its
+        master's)."""
+        if a.epochs and b.epochs:
+            theirs = {e.epoch: i for i, e in enumerate(b.epochs)}
+            for i in range(len(a.epochs) - 1, -1, -1):
+                j = theirs.get(a.epochs[i].epoch)
+                if j is not None and b.epochs[j].start_offset == a.epochs[i].start_offset:
+                    end_a = a.epochs[i + 1].start_offset if i + 1 < len(a.epochs) else ends[a.root]
+                    end_b = b.epochs[j + 1].start_offset if j + 1 < len(b.epochs) else ends[b.root]
+                    return min(end_a, end_b)
+            return 0
+        return min(ends[a.root], ends[b.root])
+
+    def tails(self, topic: str | None = None, cuts: dict[str, StoreCut | None] | None = None) -> list[ReplicaTail]:
+        """What each replica holds that another does not, queue by queue: for every pair, the
+        holder's units from its first record at or past their :meth:`consistent_offset` to its
+        queue end (in classic HA: the offsets past the lacking replica's queue end)."""
+        cuts = self.cuts(topic) if cuts is None else cuts
+        ends = {root: (0 if cut is None else cut.commit_log_end) for root, cut in cuts.items()}
         out = []
-        for key in keys:
-            for holder in self.replicas:
-                h = ranges[holder.root].get(key)
-                if h is None:
+        for holder in self.replicas:
+            cut = cuts[holder.root]
+            if cut is None:
+                continue
+            for lacking in self.replicas:
+                if lacking is holder:
                     continue
-                for lacking in self.replicas:
-                    if lacking is holder:
+                consistent = self.consistent_offset(holder, lacking, ends)
+                for t, q, lo, hi in sorted(cut.queues):
+                    if hi <= lo:
                         continue
-                    x = ranges[lacking.root].get(key)
-                    start = h[0] if x is None else max(x[1], h[0])
-                    if h[1] > start:
-                        out.append(ReplicaTail(key[0], key[1], holder.root, lacking.root, start, h[1]))
-        return out
+                    with holder.store.queue_readers(t, q, ext=False) as (cqueue, _):
+                        start = first_unit_past(cqueue, lo, hi, consistent)
+                    if start < hi:
+                        out.append(ReplicaTail(t, q, holder.root, lacking.root, start, hi))
+        return sorted(out, key=lambda x: (x.topic, x.queue_id, x.holder, x.lacking))
 
-    def holders(self, topic: str, queue_id: int, queue_offset: int) -> list[str]:
-        """The replicas whose queue ``topic``/``queue_id`` holds ``queue_offset`` (inside ``[min, end)``)."""
+    def unconfirmed(self, topic: str | None = None,
+                    cuts: dict[str, StoreCut | None] | None = None) -> list[ReplicaTail]:
+        """Controller mode: each replica's units whose record lies at or past its own confirm
+        offset (``checkpoint``; docs/formats.md#replicas), as a :class:`ReplicaTail` whose
+        ``lacking`` is ``"confirm offset N"``: what its in-sync replicas had not all acknowledged."""
+        cuts = self.cuts(topic) if cuts is None else cuts
         out = []
         for r in self.replicas:
-            if topic not in r.store.topics():
+            cut, confirm = cuts[r.root], r.confirm_offset
+            if cut is None or confirm is None:
                 continue
-            got = r.store.cut(topic).queue_range(topic, queue_id)
-            if got is not None and got[0] <= queue_offset < got[1]:
+            for t, q, lo, hi in sorted(cut.queues):
+                if hi <= lo:
+                    continue
+                with r.store.queue_readers(t, q, ext=False) as (cqueue, _):
+                    start = first_unit_past(cqueue, lo, hi, confirm)
+                if start < hi:
+                    out.append(ReplicaTail(t, q, r.root, f"confirm offset {confirm}", start, hi))
+        return out
+
+    def holders(self, topic: str, queue_id: int, queue_offset: int, found_on: str) -> list[str]:
+        """The replicas that hold the unit ``topic``/``queue_id``/``queue_offset`` of replica
+        ``found_on``: itself, and each other whose queue holds that offset for a record below their
+        :meth:`consistent_offset` (the same message there)."""
+        cuts = self.cuts(topic)
+        ends = {root: (0 if cut is None else cut.commit_log_end) for root, cut in cuts.items()}
+        own = next(r for r in self.replicas if r.root == found_on)
+        with own.store.queue_readers(topic, queue_id, ext=False) as (cqueue, _):
+            unit = cqueue.unit(queue_offset)
+        record_end = int(unit[0]) + int(unit[1])
+        out = []
+        for r in self.replicas:
+            got = None if cuts[r.root] is None else cuts[r.root].queue_range(topic, queue_id)
+            if r is own or (got is not None and got[0] <= queue_offset < got[1]
+                            and record_end <= self.consistent_offset(own, r, ends)):
                 out.append(r.root)
         return out
 
     def describe(self, topic: str | None = None) -> dict:
-        """JSON-ready: the replica read and why, each replica's files and queue ranges, the tails."""
-        ranges = self.ranges(topic)
+        """JSON-ready: the replica read and why, each replica's files and queue ranges, the tails
+        and, in controller mode, each replica's unconfirmed units."""
+        cuts = self.cuts(topic)
+        ranges = self.ranges(topic, cuts)
         return {
             "broker": self.broker, "read": self.read.root, "picked_by": self.picked_by,
             "replicas": [{**r.to_dict(), "commit_log_end": self.commit_log_ends.get(r.root),
                           "queues": [{"topic": t, "queue_id": q, "min_offset": lo, "max_offset": hi}
                                      for (t, q), (lo, hi) in sorted(ranges[r.root].items())]}
                          for r in self.replicas],
-            "tails": [t.to_dict() for t in self.tails(topic, ranges)],
+            "tails": [t.to_dict() for t in self.tails(topic, cuts)],
+            "unconfirmed": [t.to_dict() for t in self.unconfirmed(topic, cuts)],
         }
 
 
@@ -250,7 +306,7 @@ def replica_place(replicas: ReplicaSet, topic: str, w, root: str) -> str:
     """Where the message of ``w`` (a :class:`cq.analyses.why.Why` read from replica ``root``) lies
     among ``replicas``, in one sentence: on every replica, or only on some, each lacking one's queue
     end, and what that means for a consumer reading the replica read (docs/reading.md#replicas)."""
-    holders = replicas.holders(topic, w.queue_id, w.queue_offset)
+    holders = replicas.holders(topic, w.queue_id, w.queue_offset, root)
     read = replicas.read.root
     if len(holders) == len(replicas.replicas):
         return f"on every replica ({', '.join(holders)}); read from {read}"
@@ -260,7 +316,9 @@ def replica_place(replicas: ReplicaSet, topic: str, w, root: str) -> str:
             continue
         got = r.store.cut(topic).queue_range(topic, w.queue_id) if topic in r.store.topics() else None
         end = "no such queue" if got is None else (
-            f"its queue ends at offset {got[1]}" if w.queue_offset >= got[1] else f"its queue starts at offset {got[0]}")
+            f"its queue ends at offset {got[1]}" if w.queue_offset >= got[1] else
+            f"its queue starts at offset {got[0]}" if w.queue_offset < got[0] else
+            "its record there is another: their CommitLogs part before this one")
         lacking.append(f"{r.root} ({end})")
     text = f"only on {', '.join(holders) or root}; not on {', '.join(lacking)}"
     if read in holders:

@@ -216,3 +216,43 @@ def test_the_command_line_reads_the_replica_asked(pair, capsys):
     assert rmqfilter.main(["consume", str(master), str(slave), "--topic", TOPIC, "--group", GROUP,
                            "--replica", "/nowhere"]) == 2
     assert "no replica is '/nowhere'" in capsys.readouterr().err
+
+
+def test_epochs_say_where_two_replicas_part(pair, tmp_path):
+    """Controller mode: a new master elected in epoch 2 at offset X wrote its own records from X on,
+    so neither replica holds the other's records past X, whatever their queue ends say; and a
+    replica's units at or past its confirm offset are its unconfirmed ones."""
+    master, _, end = pair
+    old, new = tmp_path / "old" / "broker-x", tmp_path / "new" / "broker-x"
+    shutil.copytree(master, old)
+    shutil.copytree(master, new)         # the same queue ends: only the epochs tell them apart
+    write_epochs(old, [(1, 0)])
+    write_epochs(new, [(1, 0), (2, end)])
+    page = bytearray(4096)
+    struct.pack_into(">5q", page, 0, 0, 0, 0, 0, end)
+    (old / "checkpoint").write_bytes(bytes(page))
+    c = open_quietly([old, new])
+    rs = c.replicas["broker-x"]
+    assert rs.read.root == str(new) and rs.picked_by == "epoch"
+    ends = {r.root: r.store.cut().commit_log_end for r in rs.replicas}
+    assert rs.consistent_offset(rs.replicas[0], rs.replicas[1], ends) == end
+    tails = rs.tails(TOPIC)
+    assert {(t.holder, t.lacking) for t in tails} == {(str(old), str(new)), (str(new), str(old))}
+    m = cq.Store(master)
+    for t in tails:
+        cqueue = m.consume_queue(TOPIC, t.queue_id)
+        assert int(cqueue.unit(t.start)[0]) >= end and (t.start == 0 or int(cqueue.unit(t.start - 1)[0]) < end)
+    unconfirmed = rs.unconfirmed(TOPIC)
+    assert [(u.queue_id, u.start, u.end) for u in unconfirmed] == [
+        (t.queue_id, t.start, t.end) for t in tails if t.holder == str(old)]
+    assert all(u.holder == str(old) and u.lacking == f"confirm offset {end}" for u in unconfirmed)
+    # why: a unit past X on the replica read is its own; the same offset on the other is another message
+    t = next(x for x in tails if x.holder == str(new))
+    w = cq.why(c, TOPIC, GROUP, queue_id=t.queue_id, queue_offset=t.start)
+    assert w.replica == str(new) and f"not on {old} (its record there is another" in w.replica_note
+    w = cq.why(c, TOPIC, GROUP, queue_id=t.queue_id, queue_offset=t.start - 1)
+    assert w.replica_note.startswith("on every replica")
+    text = rmqfilter_inspect([str(old), str(new)])
+    assert f"Unconfirmed: {TOPIC} queue {t.queue_id} offsets [{t.start:,}, " in text
+    m.close()
+    c.close()
