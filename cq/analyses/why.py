@@ -680,7 +680,7 @@ def _why_cluster(cluster: Cluster, topic: str, group: str, broker: str | None, *
     """:func:`why` over the brokers of a cluster holding ``topic``, each with its own registration."""
     names = brokers_to_ask(cluster, topic, broker, queue_id)
     if queue_id is not None:
-        return _ask_replicas(cluster, names[0], topic, lambda store: [
+        return ask_replicas(cluster, names[0], topic, lambda store: [
             why(store, topic, group, queue_id=queue_id, queue_offset=queue_offset, **subscription)])[0]
     parsed = parse_offset_msg_id(msg_id) if msg_id is not None else None
     if parsed is not None:
@@ -693,8 +693,8 @@ def _why_cluster(cluster: Cluster, topic: str, group: str, broker: str | None, *
     misses = []
     for name in names:
         try:
-            found += _ask_replicas(cluster, name, topic, lambda store: why(store, topic, group, msg_id=msg_id,
-                                                                            key=key, **subscription))
+            found += ask_replicas(cluster, name, topic, lambda store: why(store, topic, group, msg_id=msg_id,
+                                                                           key=key, **subscription))
         except MessageNotFoundError as exc:
             misses.append(f"{name}: {exc}")
     if not found:
@@ -702,21 +702,32 @@ def _why_cluster(cluster: Cluster, topic: str, group: str, broker: str | None, *
     return found
 
 
-def _ask_replicas(cluster: Cluster, name: str, topic: str, ask: Callable[[Store], list[Why]]) -> list[Why]:
+def _tag_why(w: Why, broker: str, root: str | None, note: str | None) -> Why:
+    return replace(w, broker=broker, replica=root, replica_note=note)
+
+
+def ask_replicas(cluster: Cluster, name: str, topic: str, ask: Callable[[Store], list], *,
+                 why_of: Callable[[Any], Why | None] = lambda w: w,
+                 tag: Callable[[Any, str, str | None, str | None], Any] = _tag_why) -> list:
     """``ask`` of broker ``name``'s store; for a broker given as several replicas, of the replica read
-    first, then of the others for what the replica read lacks (docs/reading.md#replicas): each
-    :class:`Why` says which replica it read and where the message lies among them.
-    MessageNotFoundError when no replica holds it (the replica read's own message)."""
+    first, then of the others for the messages the replica read lacks (docs/reading.md#replicas).
+
+    Each answer (a :class:`Why`, or what ``why_of`` finds one in) is returned through ``tag(answer,
+    broker, replica root, replica note)``: which replica answered and where the message lies among
+    them (:func:`cq.store.replicas.replica_place`; ``None`` for one store). Answers without a Why
+    come from the replica read only. MessageNotFoundError when no replica holds it (the replica
+    read's own).
+    """
     replicas = cluster.replicas.get(name)
     if replicas is None:
-        return [replace(w, broker=name) for w in ask(cluster.stores[name])]
+        return [tag(a, name, None, None) for a in ask(cluster.stores[name])]
     read = replicas.read
     try:
-        answers = [(read, w) for w in ask(read.store)]
+        answers = [(read, a) for a in ask(read.store)]
         missing = None
     except MessageNotFoundError as exc:
         answers, missing = [], exc
-    seen = {(w.queue_id, w.queue_offset) for _, w in answers}
+    seen = {(w.queue_id, w.queue_offset) for _, a in answers if (w := why_of(a)) is not None}
     for other in replicas.replicas:
         if other is read:
             continue
@@ -724,11 +735,12 @@ def _ask_replicas(cluster: Cluster, name: str, topic: str, ask: Callable[[Store]
             more = ask(other.store)
         except MessageNotFoundError:
             continue
-        for w in more:
-            if (w.queue_id, w.queue_offset) not in seen:
+        for a in more:
+            w = why_of(a)
+            if w is not None and (w.queue_id, w.queue_offset) not in seen:
                 seen.add((w.queue_id, w.queue_offset))
-                answers.append((other, w))
+                answers.append((other, a))
     if not answers:
         raise missing
-    return [replace(w, broker=name, replica=r.root, replica_note=replica_place(replicas, topic, w, r.root))
-            for r, w in answers]
+    return [tag(a, name, r.root, None if (w := why_of(a)) is None else replica_place(replicas, topic, w, r.root))
+            for r, a in answers]

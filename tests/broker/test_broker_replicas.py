@@ -190,6 +190,11 @@ def test_the_command_line_names_the_replica_and_the_tail(run, capsys):
         c.close()
         assert w.replica == both[0] and f"a consumer reading {both[1]}, the replica read, does not receive it" \
             in w.replica_note
+        code, out = run_cli(capsys, "why", *both, "--topic", TOPIC, "--group", group, "--sql",
+                            REPLICAS_GROUPS[group][1], "--broker", REPLICAS_BROKER, "--queue", t.queue_id,
+                            "--offset", t.start, "--replica", both[1])
+        assert code == 0 and f"replica   only on {both[0]}; not on {both[1]} (its queue ends at offset {t.start})" \
+            in out
 
 
 def test_harness_lists_the_scenario():

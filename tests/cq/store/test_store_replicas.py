@@ -6,6 +6,7 @@ the same offsets, the same units at the same queue offsets); so the master's tai
 """
 from __future__ import annotations
 
+import json
 import pickle
 import shutil
 import struct
@@ -256,3 +257,16 @@ def test_epochs_say_where_two_replicas_part(pair, tmp_path):
     assert f"Unconfirmed: {TOPIC} queue {t.queue_id} offsets [{t.start:,}, " in text
     m.close()
     c.close()
+
+
+def test_the_why_command_walks_the_tail_on_the_replica_that_holds_it(pair, capsys):
+    master, slave, _ = pair
+    c = open_quietly([master, slave])
+    t = c.replicas["broker-x"].tails(TOPIC)[0]
+    c.close()
+    assert rmqfilter.main(["why", str(master), str(slave), "--topic", TOPIC, "--group", GROUP, "--broker",
+                           "broker-x", "--queue", str(t.queue_id), "--offset", str(t.start), "--replica",
+                           str(slave), "--json"]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    assert doc["broker"] == "broker-x" and doc["replica"] == str(master)
+    assert f"a consumer reading {slave}, the replica read, does not receive it" in doc["replica_note"]
