@@ -197,5 +197,22 @@ def test_the_command_line_names_the_replica_and_the_tail(run, capsys):
             in out
 
 
+@pytest.mark.spark
+@pytest.mark.parametrize("group", ["GID_REP_SQL_MOD", "GID_REP_TAG_OR"])
+def test_data_source_over_both_replicas_reads_the_slave_asked(spark, run, group):
+    """``load([master, slave])`` with ``replica`` = the slave gives what the group got from it."""
+    g = run.group(group)
+    reader = spark.read.format("rocketmq").option("topic", TOPIC).option("group", group) \
+        .option("replica", roots(run)[1])
+    if g["type"] == "TAG":
+        reader = reader.option("tags", g["expression"])
+    rows = reader.load(roots(run)).selectExpr("broker", "queue_id", "queue_offset",
+                                              "properties['UNIQ_KEY'] AS uniq").collect()
+    got = {(r.queue_id, r.queue_offset): r.uniq for r in rows}
+    assert len(got) == len(rows) and {r.broker for r in rows} == {REPLICAS_BROKER}
+    assert_same_units(got, {k: r["uniq_key"] for k, r in from_slave(run, group).items()},
+                      f"data source, group {group}, the slave")
+
+
 def test_harness_lists_the_scenario():
     assert "replicas" in harness.SCENARIOS
