@@ -219,9 +219,6 @@ def _print_replicas(rs: dict) -> None:
     for t in rs["tails"]:
         print(f"  Tail: {t['topic']} queue {t['queue_id']} offsets [{t['start']:,}, {t['end']:,}) "
               f"({t['messages']:,} messages): on {t['holder']}, not on {t['lacking']}")
-    for t in rs["unconfirmed"]:
-        print(f"  Unconfirmed: {t['topic']} queue {t['queue_id']} offsets [{t['start']:,}, {t['end']:,}) "
-              f"({t['messages']:,} messages) on {t['holder']}: at or past its {t['lacking']}")
 
 
 def _print_inspect(info: dict) -> None:

@@ -76,8 +76,9 @@ class Replica:
 
     @property
     def confirm_offset(self) -> int | None:
-        """The CommitLog's confirm offset from ``checkpoint``, in controller mode only (outside it
-        the slot is not kept up to date: docs/formats.md#replicas)."""
+        """The confirm offset ``checkpoint`` holds, in controller mode only: the value last *set*,
+        shown as a fact, not judged by (a master's stays where its election set it;
+        docs/formats.md#replicas)."""
         if not self.controller_mode or self.checkpoint is None:
             return None
         return self.checkpoint.confirm_phy_offset
@@ -248,26 +249,6 @@ class ReplicaSet:
                         out.append(ReplicaTail(t, q, holder.root, lacking.root, start, hi))
         return sorted(out, key=lambda x: (x.topic, x.queue_id, x.holder, x.lacking))
 
-    def unconfirmed(self, topic: str | None = None,
-                    cuts: dict[str, StoreCut | None] | None = None) -> list[ReplicaTail]:
-        """Controller mode: each replica's units whose record lies at or past its own confirm
-        offset (``checkpoint``; docs/formats.md#replicas), as a :class:`ReplicaTail` whose
-        ``lacking`` is ``"confirm offset N"``: what its in-sync replicas had not all acknowledged."""
-        cuts = self.cuts(topic) if cuts is None else cuts
-        out = []
-        for r in self.replicas:
-            cut, confirm = cuts[r.root], r.confirm_offset
-            if cut is None or confirm is None:
-                continue
-            for t, q, lo, hi in sorted(cut.queues):
-                if hi <= lo:
-                    continue
-                with r.store.queue_readers(t, q, ext=False) as (cqueue, _):
-                    start = first_unit_past(cqueue, lo, hi, confirm)
-                if start < hi:
-                    out.append(ReplicaTail(t, q, r.root, f"confirm offset {confirm}", start, hi))
-        return out
-
     def holders(self, topic: str, queue_id: int, queue_offset: int, found_on: str) -> list[str]:
         """The replicas that hold the unit ``topic``/``queue_id``/``queue_offset`` of replica
         ``found_on``: itself, and each other whose queue holds that offset for a record below their
@@ -287,8 +268,7 @@ class ReplicaSet:
         return out
 
     def describe(self, topic: str | None = None) -> dict:
-        """JSON-ready: the replica read and why, each replica's files and queue ranges, the tails
-        and, in controller mode, each replica's unconfirmed units."""
+        """JSON-ready: the replica read and why, each replica's files and queue ranges, the tails."""
         cuts = self.cuts(topic)
         ranges = self.ranges(topic, cuts)
         return {
@@ -298,7 +278,6 @@ class ReplicaSet:
                                      for (t, q), (lo, hi) in sorted(ranges[r.root].items())]}
                          for r in self.replicas],
             "tails": [t.to_dict() for t in self.tails(topic, cuts)],
-            "unconfirmed": [t.to_dict() for t in self.unconfirmed(topic, cuts)],
         }
 
 

@@ -65,6 +65,7 @@ SCENARIO_RELEASES = {
     "live": "5.5.1",
     "newstore": "5.5.1",
     "replicas": "5.3.3",     # and replicas@5.5.1 (tests/broker/test_broker_replicas.py)
+    "replicas_controller": "5.3.3",
 }
 # Runs every scenario on this release instead of its SCENARIO_RELEASES one.
 RELEASE_ENV = "RMQFILTER_ROCKETMQ"
@@ -122,7 +123,8 @@ _RUNNING: dict[str, threading.Thread] = {}
 _FAILED: dict[str, str] = {}
 # The scenarios whose outputs the tests read afterwards (live is read while it runs), longest
 # first: they take the run slots (:func:`_slot`) in this order, so the last to finish is a short one.
-CACHED_SCENARIOS = ("lifecycle", "rocksdb", "cluster", "filters", "modes", "crash", "batch", "newstore", "replicas")
+CACHED_SCENARIOS = ("lifecycle", "rocksdb", "cluster", "filters", "modes", "crash", "batch", "newstore", "replicas",
+                    "replicas_controller")
 
 
 def _out(name: str) -> Path:

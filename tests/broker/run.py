@@ -58,7 +58,7 @@ JVM_HEAP = ["-Xms64m", "-Xmx384m", "-XX:MaxDirectMemorySize=256m", "-XX:+UseSeri
 CLIENT_JVM_HEAP = ["-Xms64m", "-Xmx1g", "-XX:MaxDirectMemorySize=768m", "-XX:+UseSerialGC"]
 QUICK_START = ["-XX:TieredStopAtLevel=1"]  # C1 only: starts faster; not for the throughput scenario
 SCENARIOS = ("filters", "crash", "live", "housekeeping", "throughput", "modes", "cluster", "lifecycle", "rocksdb",
-             "batch", "newstore", "random", "replicas")
+             "batch", "newstore", "random", "replicas", "replicas_controller")
 
 
 class HarnessError(RuntimeError):
@@ -1517,7 +1517,7 @@ def delay_ms(level: str) -> int:
     return int(level[:-1]) * {"s": 1000, "m": 60_000, "h": 3_600_000, "d": 86_400_000}[level[-1]]
 
 
-from scenario_replicas import scenario_replicas  # noqa: F401  (dispatched by name in run(); it reads this module at run time)
+from scenario_replicas import scenario_replicas, scenario_replicas_controller  # noqa: F401  (dispatched by name in run(); it reads this module at run time)
 
 
 def run(scenario: str, out: Path, rocketmq: str | None = None, **kwargs) -> Path:

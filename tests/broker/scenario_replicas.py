@@ -60,11 +60,11 @@ def _has_topic(root) -> bool:
         return False
 
 
-def _drained(h, group: str) -> bool:
-    """Whether the slave says ``group`` committed every queue's end (the admin's consume stats, which
-    go to the slave once the master is gone)."""
-    rows = [r for r in h.client("progress", group=group)["progress"] if r["topic"] == REPLICAS_TOPIC]
-    return len(rows) == 3 and all(r["consumer_offset"] == r["broker_offset"] for r in rows)
+def _drained(h, group: str, topic: str = REPLICAS_TOPIC, queues: int = 3) -> bool:
+    """Whether the broker serving ``topic`` says ``group`` committed every queue's end (the admin's
+    consume stats, which go to the slave once the master is gone)."""
+    rows = [r for r in h.client("progress", group=group)["progress"] if r["topic"] == topic]
+    return len(rows) == queues and all(r["consumer_offset"] == r["broker_offset"] for r in rows)
 
 
 def scenario_replicas(h) -> None:
@@ -113,3 +113,91 @@ def scenario_replicas(h) -> None:
                            "loop_sent": loop.get("sent"), "loop_failed": loop.get("failed")}
     for name in (REPLICAS_BROKER, REPLICAS_SLAVE):     # copied above; run() removes broker-a's only
         shutil.rmtree(h.store_root(name), ignore_errors=True)
+
+
+CONTROLLER_BROKER = "broker-c"
+CONTROLLER_SECOND = "broker-c-2"       # the harness's name for the second replica (brokerName CONTROLLER_BROKER)
+CONTROLLER_TOPIC = "ControllerTopic"
+CONTROLLER_GROUPS = {g: REPLICAS_GROUPS[g] for g in ("GID_REP_SQL_MOD", "GID_REP_TAG_OR", "GID_REP_STAR")}
+
+
+def _commit_log_end(root) -> int:
+    """The recovered CommitLog end of a live store, as rmqfilter reads it (docs/live.md)."""
+    import cq  # lazy: the harness imports nothing of rmqfilter but here
+    store = cq.Store(root)
+    try:
+        return store.cut(CONTROLLER_TOPIC).commit_log_end
+    finally:
+        store.close()
+
+
+def scenario_replicas_controller(h) -> None:
+    """Controller mode (docs/reading.md#replicas): a one-node controller (DLedger) in the client's JVM,
+    two brokers of one name with ``enableControllerMode`` (the first registered is elected master,
+    in its own JVM; the second its slave), a batch sent and copied to the slave, then a send loop
+    during which the master is SIGKILLed: the controller elects the slave (epoch 2), the loop's
+    sends go to it, and the groups then read every queue from it. Stores: ``stores/old`` (the
+    killed master, as the kill left it) and ``stores/new`` (the elected one, after a clean stop).
+    ``broker.json`` gets ``replicas_controller`` = ``{topic, broker, old, new, loop_sent, loop_failed}``."""
+    run = sys.modules[type(h).__module__]
+    h.start_namesrv()
+    port, raft_port = run.free_port(), run.free_port()
+    home = h.work / "controller"
+    home.mkdir()
+    h.client("controller_start", port=port, raft_port=raft_port, home=str(home), timeout=120)
+    settings = {**FILTER_SETTINGS, "enableControllerMode": "true",
+                # the DLedger controller serves brokers on its raft group's address
+                "controllerAddr": f"{run.LOOPBACK}:{raft_port}",
+                "controllerHeartBeatTimeoutMills": 3000, "brokerHeartbeatInterval": 1000,
+                "syncBrokerMetadataPeriod": 1000, "checkSyncStateSetPeriod": 1000}
+    h.add_broker(CONTROLLER_BROKER, own_jvm=True, **settings)
+    h.start_broker(CONTROLLER_BROKER)
+    h.add_broker(CONTROLLER_SECOND, brokerName=CONTROLLER_BROKER, **settings)
+    h.start_broker(CONTROLLER_SECOND)
+    h.start_client()
+    h.client("wait_brokers", names=[CONTROLLER_BROKER])
+    h.topics[CONTROLLER_TOPIC] = []
+    h.client("create_topic", topic=CONTROLLER_TOPIC, queues=2, attributes=None,
+             brokers=[b["addr"] for b in h.brokers.values()])
+    for g, (type_, expression) in CONTROLLER_GROUPS.items():
+        h.subscribe(g, CONTROLLER_TOPIC, type_, expression, "register")
+    time.sleep(3)
+    h.unsubscribe(list(CONTROLLER_GROUPS))
+    batch = run.filter_messages(random.Random(40), CONTROLLER_TOPIC, 0, 300)
+    _wait(run, "the master's election", lambda: _sent(h, batch), 60)
+    old_root, new_root = h.store_root(CONTROLLER_BROKER), h.store_root(CONTROLLER_SECOND)
+    _wait(run, "the slave's copy of the batch",
+          lambda: _commit_log_end(new_root) >= _commit_log_end(old_root) > 0, 60)
+    h.client("send_loop_start", out=h.sent_path, topic=CONTROLLER_TOPIC, prefix="loop",
+             tags=["TagA", "TagB", "TagC"], pause_ms=2, threads=2)
+    time.sleep(1.5)
+    h.kill_broker(CONTROLLER_BROKER)
+    before = h.client("send_loop_count")["sent"]
+    _wait(run, "the election of the slave", lambda: h.client("send_loop_count")["sent"] > before + 200, 60)
+    loop = h.client("send_loop_stop")
+    h.copy_store(CONTROLLER_BROKER, "old")
+    for g, (type_, expression) in CONTROLLER_GROUPS.items():
+        h.subscribe(g, CONTROLLER_TOPIC, type_, expression, "after")
+    _wait(run, "the groups' drain", lambda: all(_drained(h, g, CONTROLLER_TOPIC, 2) for g in CONTROLLER_GROUPS), 240)
+    h.unsubscribe(list(CONTROLLER_GROUPS))
+    h.record_progress()
+    h.snapshot_ms = int(time.time() * 1000)
+    h.client("broker_stop", name=CONTROLLER_BROKER, timeout=180)    # the elected one, in the client's JVM
+    h.copy_store(CONTROLLER_SECOND, "new")
+    h.copied_ms = int(time.time() * 1000)
+    h.brokers[CONTROLLER_BROKER]["store"] = "stores/old"
+    h.brokers[CONTROLLER_SECOND]["store"] = "stores/new"
+    h.extra["replicas_controller"] = {"topic": CONTROLLER_TOPIC, "broker": CONTROLLER_BROKER, "old": "stores/old",
+                                      "new": "stores/new", "loop_sent": loop.get("sent"),
+                                      "loop_failed": loop.get("failed")}
+    for name in (CONTROLLER_BROKER, CONTROLLER_SECOND):
+        shutil.rmtree(h.store_root(name), ignore_errors=True)
+
+
+def _sent(h, batch: list[dict]) -> bool:
+    """Sends ``batch``; False while the brokers refuse it (no master elected yet)."""
+    try:
+        h.send(batch)
+        return True
+    except sys.modules[type(h).__module__].HarnessError:
+        return False
