@@ -124,9 +124,14 @@ CONTROLLER_GROUPS = {g: REPLICAS_GROUPS[g] for g in ("GID_REP_SQL_MOD", "GID_REP
 def _commit_log_end(root) -> int:
     """The recovered CommitLog end of a live store, as rmqfilter reads it (docs/live.md)."""
     import cq  # lazy: the harness imports nothing of rmqfilter but here
-    store = cq.Store(root)
     try:
-        return store.cut(CONTROLLER_TOPIC).commit_log_end
+        store = cq.Store(root)
+    except (cq.StoreFormatError, OSError):      # its files not made yet
+        return -1
+    try:   # -1 until the replica dispatched the topic at all
+        return store.cut(CONTROLLER_TOPIC).commit_log_end if CONTROLLER_TOPIC in store.topics() else -1
+    except (cq.StoreFormatError, OSError, KeyError):
+        return -1
     finally:
         store.close()
 

@@ -15,6 +15,7 @@ import warnings
 import pytest
 from broker_support import assert_same_units, scenario
 from scenario_replicas import CONTROLLER_BROKER, CONTROLLER_GROUPS, CONTROLLER_TOPIC
+from test_broker_replicas import assert_tail_reached_no_one
 
 import cq
 from cq.errors import ReplicaWarning
@@ -81,18 +82,13 @@ def test_the_replicas_part_at_the_new_epochs_start_and_the_old_tail_reached_no_o
     assert point == new.epochs[-1].start_offset <= ends[old.root]
     tails = rs.tails(TOPIC)
     assert {(t.holder, t.lacking) for t in tails} <= {(old.root, new.root), (new.root, old.root)}
-    tail_keys = set()
     for t in tails:
         store = old.store if t.holder == old.root else new.store
         for o in range(t.start, t.end):
             m = store.commit_log.read_message(int(store.consume_queue(TOPIC, t.queue_id).unit(o)[0]))
             assert m.commit_log_offset >= point
-            if t.holder == old.root:
-                tail_keys.add(m.properties["UNIQ_KEY"])
-    star = {r["uniq_key"] for r in received(run, "GID_REP_STAR").values()}
-    stored = {s["uniq_key"] for s in run.sent if s["outcome"] == "sent"}
-    assert not (tail_keys & star) and tail_keys <= stored
-    assert stored - star == tail_keys, (len(stored), len(star), len(tail_keys))
+    assert_tail_reached_no_one(run, [(t, old.store) for t in tails if t.holder == old.root],
+                               received(run, "GID_REP_STAR"))
 
 
 def test_why_says_the_same_offset_is_another_message_on_the_killed_master(run, cluster):
