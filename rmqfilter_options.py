@@ -84,6 +84,11 @@ def add_store_arg(parser: argparse.ArgumentParser, *, several: bool = False) -> 
                         help="the tier directory (tieredStoreFilePath) of a broker that ran RocketMQ's tiered "
                              "store: pulls below a queue's local minimum are read from there, as the broker "
                              "serves them (docs/reading.md#tiered-storage); only read")
+    if several:  # several stores of one broker name are its replicas (docs/reading.md#replicas)
+        parser.add_argument("--replica", action="append", metavar="ROOT",
+                            help="with several STOREs of one broker name (a master and its slaves): the one "
+                                 "to read (its root or directory name; once per broker); default: the "
+                                 "highest epoch, else the CommitLog that reaches furthest")
 
 
 def add_topic_arg(parser: argparse.ArgumentParser) -> None:

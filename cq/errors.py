@@ -37,6 +37,11 @@ class UnitsLostWarning(UserWarning):
     """A stream fell behind the broker's expiry: units it had not read yet were deleted (docs/live.md)."""
 
 
+class ReplicaWarning(UserWarning):
+    """Several stores of one broker name were given: which replica a read takes, and why
+    (docs/reading.md#replicas)."""
+
+
 class TagSubscriptionError(ValueError):
     """``FilterAPI.buildSubscriptionData`` refused a tag subscription ("subString split error")."""
 

@@ -167,6 +167,23 @@ TIMER_CHECK_DTYPE = np.dtype([("last_read_time_ms", ">i8"), ("flush_pos", ">i8")
                               ("master_timer_queue_offset", ">i8"), ("state_version", ">i8"),
                               ("data_version_timestamp", ">i8"), ("data_version_counter", ">i8")])
 
+# ---------------------------------------------------------- replicas (docs/formats.md#replicas)
+#: ``{root}/checkpoint`` (``StoreCheckpoint``): one mapped OS page starting with five i64.
+STORE_CHECKPOINT_FILE = "checkpoint"
+STORE_CHECKPOINT_DTYPE = np.dtype([("physic_msg_timestamp", ">i8"), ("logics_msg_timestamp", ">i8"),
+                                   ("index_msg_timestamp", ">i8"), ("master_flushed_offset", ">i8"),
+                                   ("confirm_phy_offset", ">i8")])
+#: ``{root}/epochFileCheckpoint`` (controller mode): the epoch entries, text; the broker's previous
+#: copy has ``.bak`` (:data:`cq.readers.config.BAK_SUFFIX`).
+EPOCH_FILE = "epochFileCheckpoint"
+#: ``{root}/brokerIdentity`` (controller mode): ``clusterName#brokerName#brokerId``.
+BROKER_IDENTITY_FILE = "brokerIdentity"
+BROKER_IDENTITY_SEPARATOR = "#"
+#: An epoch entry's line: ``epoch-startOffset``.
+EPOCH_ENTRY_SEPARATOR = "-"
+#: ``CheckpointFile``'s CRC: ``UtilAll.crc32`` keeps the low 31 bits; 0 means "not checked".
+EPOCH_CRC_MASK = 0x7FFFFFFF
+
 # ---------------------------------------------------------- store modes
 # Which CommitLog, consume queues and metadata a store root holds (docs/reading.md#store-modes).
 #: A DLedger CommitLog lives in ``{root}/dledger-{dLegerSelfId}/data/`` (docs/formats.md#dledger-commitlog).

@@ -281,6 +281,11 @@ OPTIONS: dict[str, str] = {
         "worker) naming the cut and its age. Spark plans a DataFrame's read once: every later action on"
         " it reads that first cut (docs/spark.md#reused-dataframes)."
     ),
+    "replica": (
+        "With several store roots of one broker name (a master and its slaves, docs/reading.md#replicas):"
+        " the replica to read, its root or the root's directory name (comma-separated: one per broker);"
+        " by default the highest epoch, else the CommitLog that reaches furthest, as ``cq.Cluster``."
+    ),
 }
 
 
@@ -375,7 +380,8 @@ class ReadOptions:
             path = json.loads(options["paths"])
         if not path:
             raise ValueError("rocketmq: no store path; use spark.read.format('rocketmq').load('/path/to/store')")
-        brokers = _broker_roots(path)
+        replica = [r.strip() for r in str(options.get("replica") or "").split(",") if r.strip()] or None
+        brokers = _broker_roots(path, replica)
         if brokers:
             return cls._parse(options, ", ".join(root for _, root in brokers), brokers)
         return cls._parse(options, path, ())
@@ -498,20 +504,27 @@ class ReadOptions:
         return StructType(fields)
 
 
-def _broker_roots(path: str | list[str]) -> tuple[tuple[str, str], ...]:
+def _broker_roots(path: str | list[str], replica: list[str] | None = None) -> tuple[tuple[str, str], ...]:
     """``(broker, root)`` of each store of a read of several stores (a list, or a glob pattern), named
-    as :class:`cq.Cluster` names them; ``()`` for one store root. ``ValueError`` naming a bad root."""
+    as :class:`cq.Cluster` names them (a broker given as several replicas: the one ``replica`` names,
+    else the one :class:`cq.Cluster` reads); ``()`` for one store root. ``ValueError`` naming a bad
+    root or replica."""
     several = not isinstance(path, str) and len(path) > 1
     if not several and not (isinstance(path, str) and glob.has_magic(path)):
+        if replica:
+            raise ValueError("rocketmq option 'replica': it picks among several store roots of one broker name; "
+                             f"one store root was given ({path if isinstance(path, str) else path[0]})")
         return ()
     try:
         roots = store_roots(path)
         for root in roots:
             if not os.path.isdir(root):
                 raise cq.StoreFormatError("not a directory", root)
-        cluster = cq.Cluster([os.path.abspath(r) for r in roots])
+        cluster = cq.Cluster([os.path.abspath(r) for r in roots], replica=replica)
     except cq.StoreFormatError as exc:
         raise ValueError(f"rocketmq: store path {exc}") from exc
+    except KeyError as exc:
+        raise ValueError(f"rocketmq option 'replica': {exc.args[0]}") from exc
     brokers = tuple((name, store.root) for name, store in cluster.stores.items())
     cluster.close()
     return brokers

@@ -31,6 +31,7 @@ import shutil
 import sys
 import tempfile
 import time
+import warnings
 from collections.abc import Sequence
 from typing import Any
 
@@ -38,7 +39,9 @@ from pyspark.sql import SparkSession
 from pyspark.sql import functions as F
 
 import cq
+from cq.errors import ReplicaWarning
 from cq.filter.custom import load_filter
+from cq.store.cluster import read_roots
 from cq.store.topics import registered_groups, topic_store
 from pyspark_udfs.datasource import skipped_ranges
 from pyspark_udfs.functions import register
@@ -519,9 +522,14 @@ def run_scan(args: argparse.Namespace) -> int:
     stores = [os.path.abspath(s) for s in ([args.store] if isinstance(args.store, str) else args.store)]
     if len(stores) == 1 and not glob.has_magic(stores[0]) and not os.path.isdir(stores[0]):
         return fail(prog, f"store {args.store[0]!r} is not a directory")
-    try:  # a root that is not a store, two roots of one broker name, a topic on no broker: as the other commands
-        with topic_store(stores[0] if len(stores) == 1 else stores, args.topic, tier=getattr(args, "tier", None)):
-            pass
+    try:  # a root that is not a store, a replica that is none, a topic on no broker: as the other commands
+        with warnings.catch_warnings(record=True) as said:
+            warnings.simplefilter("always", ReplicaWarning)
+            with topic_store(stores[0] if len(stores) == 1 else stores, args.topic, replica=args.replica,
+                            tier=getattr(args, "tier", None)) as opened:
+                stores = read_roots(opened) if args.replica else stores   # a broker's replica read
+        for w in said:      # which replica of a broker is read (docs/reading.md#replicas), said once, here
+            print(f"{prog}: warning: {w.message}", file=sys.stderr)
     except (cq.StoreFormatError, LookupError, ValueError) as exc:
         return fail(prog, error_text(exc))
     conflict = subscription_conflict(args)
@@ -553,10 +561,12 @@ def run_scan(args: argparse.Namespace) -> int:
     owned = owns_session()
     spark = spark_session(args.master, app_name=f"rmqfilter scan {args.group or 'all groups'}", remote=remote)
     try:
-        results = [scan(spark, stores, args.topic, group, out=args.out,
-                        out_format=args.out_format, on_corrupt=args.on_corrupt, skipped_log=args.skipped_log,
-                        layer2=args.layer2, message_filter=args.message_filter,
-                        on_filter_error=args.on_filter_error, tier=getattr(args, "tier", None)) for group in groups]
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", ReplicaWarning)      # said above, before Spark started
+            results = [scan(spark, stores, args.topic, group, out=args.out,
+                            out_format=args.out_format, on_corrupt=args.on_corrupt, skipped_log=args.skipped_log,
+                            layer2=args.layer2, message_filter=args.message_filter,
+                            on_filter_error=args.on_filter_error, tier=getattr(args, "tier", None)) for group in groups]
     except Exception as exc:  # a failing custom filter surfaces inside Spark's exception
         if args.message_filter is not None and "FilterError" in str(exc):
             text = str(exc)

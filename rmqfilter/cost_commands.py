@@ -13,9 +13,10 @@ import cq
 import selector
 from cq.analyses.cost import CostGroup, NoExtUnitsError, filter_cost, resolve_groups
 from cq.analyses.cost_render import format_table, render_html
+from cq.store.cluster import read_roots
 from cq.store.topics import topic_store
 
-from ._common import error_text, fail
+from ._common import error_text, fail, reported_warnings
 from ._options import add_group_args, add_json_file_arg, add_master_arg, add_store_arg, add_topic_arg
 
 
@@ -76,6 +77,11 @@ def _error(message: str) -> int:
 def _run_cost(args: argparse.Namespace) -> int:
     if args.tier is not None:
         return _error("--tier: cost does not read a tier yet (docs/reading.md#tiered-storage)")
+    with reported_warnings("rmqfilter cost"):
+        return _cost(args)
+
+
+def _cost(args: argparse.Namespace) -> int:
     if len(args.fs) != len(args.ns):
         return _error(f"--f and --n come in pairs: got {len(args.fs)} --f and {len(args.ns)} --n")
     try:
@@ -103,19 +109,21 @@ def _run_cost(args: argparse.Namespace) -> int:
             from pyspark_udfs.cost import filter_cost_spark  # lazy: pyspark, only --spark runs Spark
             from pyspark_udfs.job import owns_session, spark_session  # lazy: pyspark, as above
 
-            with topic_store(args.store, args.topic) as store:  # bad input fails before Spark starts
+            with topic_store(args.store, args.topic, replica=args.replica) as store:  # bad input fails before Spark starts
                 resolve_groups(store, args.topic, groups)
+                roots = read_roots(store)      # a broker's replica read, as the local path reads it
             owned = owns_session()
             spark = spark_session(args.master, app_name=f"rmqfilter cost {args.topic}", progress=False)
             try:
-                report = filter_cost_spark(spark, args.store, args.topic, groups,
+                report = filter_cost_spark(spark, roots if args.replica else args.store, args.topic, groups,
                                            alternatives=alternatives, fp_target=target, timing=not args.no_timing)
             finally:
                 if owned:
                     spark.stop()
         else:
-            report = filter_cost(args.store, args.topic, groups, alternatives=alternatives, fp_target=target,
-                                 timing=not args.no_timing)
+            with topic_store(args.store, args.topic, replica=args.replica) as store:
+                report = filter_cost(store, args.topic, groups, alternatives=alternatives, fp_target=target,
+                                     timing=not args.no_timing)
     except cq.UnknownGroupError as exc:
         return _error(f"{exc} (here: --sql-group {exc.group} SQL or --tag-group {exc.group} TAGS)")
     except (LookupError, ValueError, OSError) as exc:  # StoreFormatError, SelectorSyntaxError, bad f/n: ValueErrors
@@ -134,7 +142,7 @@ def _run_cost(args: argparse.Namespace) -> int:
 
 def _registered(args: argparse.Namespace) -> list[str]:
     """``--all-groups``: the topic's registered groups, each once (every broker of a cluster registers them)."""
-    store = cq.open_stores(args.store)
+    store = cq.open_stores(args.store, replica=args.replica)
     try:
         return list(dict.fromkeys(f.group for f in store.registered_filters(args.topic)))
     finally:

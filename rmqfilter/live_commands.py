@@ -18,7 +18,7 @@ from cq.store import stream
 from cq.store.topics import topic_store
 from selector.errors import SelectorSyntaxError
 
-from ._common import error_text, fail
+from ._common import error_text, fail, reported_warnings
 from ._options import add_consumer_args, add_message_output_args
 from .store_commands import message_json
 
@@ -72,7 +72,9 @@ def _tail(args: argparse.Namespace, stop) -> int:
     out = sys.stdout
     with contextlib.ExitStack() as stack:
         try:
-            store = stack.enter_context(topic_store(args.store, args.topic, tier=getattr(args, "tier", None)))
+            with reported_warnings("rmqfilter tail"):     # the replica read, said before the first message
+                store = stack.enter_context(topic_store(args.store, args.topic, replica=args.replica,
+                                                             tier=getattr(args, "tier", None)))
             # several stores: offsets per broker (docs/live.md#offsets-per-broker)
             brokers = store.brokers if isinstance(store, cq.Cluster) else None
             starting = stream.parse_starting_offsets(args.starting, brokers)

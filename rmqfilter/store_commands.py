@@ -163,10 +163,11 @@ def _inspect_cluster(prog: str, args: argparse.Namespace) -> int:
     (docs/reading.md#clusters); ``--json``: ``{"brokers": [{"broker": name, ...}, ...]}``."""
     try:
         with reported_warnings(prog):
-            cluster = cq.Cluster(args.store, **({"tier": args.tier} if args.tier else {}))
+            cluster = cq.Cluster(args.store, replica=args.replica, **({"tier": args.tier} if args.tier else {}))
             try:
                 infos = [{"broker": name, "named_by": cluster.named_by[name],
-                          **describe(store, count_messages=args.count_messages)}
+                          **describe(store, count_messages=args.count_messages),
+                          **({"replicas": cluster.replicas[name].describe()} if name in cluster.replicas else {})}
                          for name, store in cluster.stores.items()]
             finally:
                 cluster.close()
@@ -181,8 +182,43 @@ def _inspect_cluster(prog: str, args: argparse.Namespace) -> int:
         layout = cq.detect_layout(info["store"])
         print(f"Mode: {layout.describe()}")
         print(f"Written by: {cq.written_by(layout.root, layout).describe()}")
+        if "replicas" in info:
+            _print_replicas(info["replicas"])
         _print_inspect(info)
     return 0
+
+
+def _print_replicas(rs: dict) -> None:
+    """A broker's replicas (docs/reading.md#replicas): each one's files and CommitLog end, the one
+    read, each queue's range per replica, and the tails one holds beyond another."""
+    print(f"Replicas: {len(rs['replicas'])}; read {rs['read']} (picked: {rs['picked_by']})")
+    for r in rs["replicas"]:
+        facts = [r["mode"]]
+        if r["broker_id"] is not None:
+            facts.append(f"brokerId {r['broker_id']}")
+        if r["epochs"] is not None:
+            facts.append("epochs " + (", ".join(f"{e}@{o:,}" for e, o in r["epochs"]) or "none"))
+        if r["confirm_offset"] is not None:
+            facts.append(f"confirm offset {r['confirm_offset']:,}")
+        print(f"  {'*' if r['root'] == rs['read'] else ' '} {r['root']}: CommitLog end {r['commit_log_end']:,}; "
+              + "; ".join(facts))
+    roots = [r["root"] for r in rs["replicas"]]
+    ranges = {}
+    for i, r in enumerate(rs["replicas"]):
+        for q in r["queues"]:
+            ranges.setdefault((q["topic"], q["queue_id"]), {})[i] = (q["min_offset"], q["max_offset"])
+    header = f"  {'topic':<32} {'queue':>5} " + " ".join(f"{'replica ' + str(i + 1):>21}" for i in range(len(roots)))
+    print(header)
+    for (topic, qid), by in sorted(ranges.items()):
+        cells = " ".join(f"{f'[{by[i][0]}, {by[i][1]})' if i in by else '-':>21}" for i in range(len(roots)))
+        print(f"  {topic:<32} {qid:>5} {cells}")
+    for i, root in enumerate(roots):
+        print(f"  replica {i + 1}: {root}")
+    if not rs["tails"]:
+        print("  Tails: none (every replica's queues end at the same offsets)")
+    for t in rs["tails"]:
+        print(f"  Tail: {t['topic']} queue {t['queue_id']} offsets [{t['start']:,}, {t['end']:,}) "
+              f"({t['messages']:,} messages): on {t['holder']}, not on {t['lacking']}")
 
 
 def _print_inspect(info: dict) -> None:
@@ -292,7 +328,7 @@ def _run_consume(args: argparse.Namespace) -> int:
         if args.message_filter is not None:
             _import_from_cwd()
             message_filter = cq.MessageFilter(args.message_filter, on_error=args.on_filter_error)
-        with reported_warnings(prog), topic_store(args.store, args.topic, tier=args.tier) as store:
+        with reported_warnings(prog), topic_store(args.store, args.topic, replica=args.replica, tier=args.tier) as store:
             groups = registered_groups(store, args.topic) if args.all_groups else [args.group]
             out = sys.stdout
             for group in groups:

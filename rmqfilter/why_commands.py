@@ -116,7 +116,7 @@ def _run_why(args: argparse.Namespace) -> int:
     if (args.queue is None) != (args.offset is None):
         return fail(prog, "--queue and --offset go together")
     try:
-        with reported_warnings(prog), topic_store(args.store, args.topic, tier=args.tier) as store:
+        with reported_warnings(prog), topic_store(args.store, args.topic, replica=args.replica, tier=args.tier) as store:
             result = why_every_copy(store, args.topic, args.group, sql=args.sql, tags=args.tags, queue_id=args.queue,
                                     queue_offset=args.offset, msg_id=args.msg_id, key=args.key,
                                     filter_support_retry=args.filter_support_retry, broker=args.broker)
@@ -139,7 +139,7 @@ def _run_backlog(args: argparse.Namespace) -> int:
     if conflict:
         return fail(prog, conflict)
     try:
-        with reported_warnings(prog), topic_store(args.store, args.topic, tier=args.tier) as store:
+        with reported_warnings(prog), topic_store(args.store, args.topic, replica=args.replica, tier=args.tier) as store:
             groups = registered_groups(store, args.topic) if args.all_groups else [args.group]
             results = [cq.backlog(store, args.topic, g, sql=args.sql, tags=args.tags, later=True) for g in groups]
     except _errors() as exc:

@@ -11,6 +11,7 @@ import json
 import os
 import shutil
 import stat
+import struct
 from pathlib import Path
 
 import pytest
@@ -206,3 +207,55 @@ def tree_snapshot(root) -> dict[str, tuple]:
     st = os.lstat(root)
     out["."] = (stat.S_IFMT(st.st_mode), stat.S_IMODE(st.st_mode), st.st_mtime_ns)
     return out
+
+
+def replica_cut_back(root, end: int) -> None:
+    """Make store ``root`` hold what a slave that copied its master up to CommitLog offset ``end``
+    holds (docs/formats.md#replicas: the same bytes at the same offsets, the units of the records
+    below ``end`` at the same queue offsets); the ext units past it stay, unreferenced."""
+    log = os.path.join(root, "commitlog")
+    for name in sorted(os.listdir(log)):
+        start = int(name)
+        path = os.path.join(log, name)
+        size = os.path.getsize(path)
+        if start >= end:
+            os.remove(path)
+        elif start + size > end:
+            with open(path, "r+b") as f:
+                f.seek(end - start)
+                f.write(b"\0" * (start + size - end))
+    base = os.path.join(root, "consumequeue")
+    for topic in os.listdir(base):
+        for qid in os.listdir(os.path.join(base, topic)):
+            qdir = os.path.join(base, topic, qid)
+            for name in sorted(os.listdir(qdir)):
+                path = os.path.join(qdir, name)
+                with open(path, "rb") as f:
+                    raw = bytearray(f.read())
+                for i in range(len(raw) // 20):
+                    off, size = struct.unpack_from(">qi", raw, i * 20)
+                    if size and off >= end:
+                        raw[i * 20:] = b"\0" * (len(raw) - i * 20)
+                        break
+                with open(path, "wb") as f:
+                    f.write(raw)
+
+
+def replica_pair(base, **sizes):
+    """``(master, slave, end)`` under ``base``: a sample store (``m/broker-x``) and its slave
+    (``s/broker-x``, one broker name) cut back to the record four fifths into its CommitLog."""
+    import shutil
+
+    import cq
+    from cq.writer.sample import generate_sample_store
+
+    master = Path(base) / "m" / "broker-x"
+    generate_sample_store(master, messages=1500, seed=5, **sizes)
+    store = cq.Store(master)
+    offsets = [m.commit_log_offset for m in store.commit_log.messages()]
+    store.close()
+    end = offsets[len(offsets) * 4 // 5]
+    slave = Path(base) / "s" / "broker-x"
+    shutil.copytree(master, slave)
+    replica_cut_back(slave, end)
+    return master, slave, end

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import os
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from .. import format as fmt
@@ -50,6 +50,7 @@ from .why import (
     Subscription,
     Why,
     WhyStep,
+    ask_replicas,
     resolve_subscription,
     why_batch_message,
     why_unit,
@@ -595,6 +596,14 @@ def _before_topic(store: Store, topic: str, group: str, uniq: str | None, by_rol
 
 
 # ------------------------------------------------------------------ entry point
+def _tag_path(path: MessagePath, broker: str, root: str | None, note: str | None) -> MessagePath:
+    """A cluster's answer: its ``broker`` in the fields, and its walk naming the replica it read."""
+    path.fields["broker"] = broker
+    if path.why is None:
+        return path
+    return replace(path, why=replace(path.why, broker=broker, replica=root, replica_note=note))
+
+
 def why_every_copy(store: Store | Cluster, topic: str, group: str, *, sql: str | None = None, tags: str | None = None,
                    queue_id: int | None = None, queue_offset: int | None = None, msg_id: str | None = None,
                    key: str | None = None, bloom_filter=DEFAULT_BLOOM, filter_support_retry: bool = False,
@@ -640,16 +649,13 @@ def why_every_copy(store: Store | Cluster, topic: str, group: str, *, sql: str |
         out: list[MessagePath] = []
         misses = []
         for name in names:
-            try:
-                paths = why_every_copy(store.stores[name], topic, group, sql=sql, tags=tags, queue_id=queue_id,
-                                       queue_offset=queue_offset, msg_id=msg_id, key=key, bloom_filter=bloom_filter,
-                                       filter_support_retry=filter_support_retry, now_ms=now_ms)
+            try:   # a broker given as several replicas: the replica read, then what it lacks (docs/reading.md#replicas)
+                out += ask_replicas(store, name, topic, lambda s: why_every_copy(
+                    s, topic, group, sql=sql, tags=tags, queue_id=queue_id, queue_offset=queue_offset, msg_id=msg_id,
+                    key=key, bloom_filter=bloom_filter, filter_support_retry=filter_support_retry, now_ms=now_ms),
+                    why_of=lambda p: p.why, tag=_tag_path)
             except MessageNotFoundError as exc:
                 misses.append(f"{name}: {exc}")
-                continue
-            for path in paths:
-                path.fields["broker"] = name
-            out += paths
         if not out:
             raise MessageNotFoundError("no broker of the cluster holds it; " + "; ".join(misses))
         return out

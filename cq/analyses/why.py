@@ -13,6 +13,7 @@ text a person reads is written by :mod:`cq.analyses.why_render`. ``docs/why.md``
 """
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -42,6 +43,7 @@ from ..readers.config import CONSUMER_FILTER_FILE, RegisteredFilter
 from ..store.cluster import Cluster
 from ..store.decide import decide_units
 from ..store.releases import check_lite
+from ..store.replicas import replica_place
 from ..store.store import Store
 from ..store.tiered import READ_AHEAD_UNITS
 from ..tags import EXPRESSION_TYPE_SQL92, EXPRESSION_TYPE_TAG
@@ -237,6 +239,12 @@ class Why:
         How the message was found (index, or a scan and why).
     broker : str or None
         The broker holding the message, when asked of a :class:`cq.Cluster` (None for one store).
+    replica : str or None
+        For a broker given as several replicas: the store root this walk read (the replica a
+        read takes, or the one that alone holds the message; docs/reading.md#replicas).
+    replica_note : str or None
+        For a broker given as several replicas: which replicas hold the message, and whether a
+        consumer reading the replica read receives it at all.
     """
 
     topic: str
@@ -254,6 +262,8 @@ class Why:
     explanation: Any = None
     note: str | None = None
     broker: str | None = None
+    replica: str | None = None
+    replica_note: str | None = None
 
     @property
     def verdict(self) -> str:
@@ -265,6 +275,7 @@ class Why:
         ``commit_log_offset``, ``steps`` (each with its evidence), and more."""
         return {
             **({} if self.broker is None else {"broker": self.broker}),
+            **({} if self.replica is None else {"replica": self.replica, "replica_note": self.replica_note}),
             "topic": self.topic, "group": self.group, "subscription": self.subscription.to_dict(),
             "queue_id": self.queue_id, "queue_offset": self.queue_offset,
             "commit_log_offset": self.commit_log_offset, "size": self.size, "msg_id": self.msg_id,
@@ -818,8 +829,8 @@ def _why_cluster(cluster: Cluster, topic: str, group: str, broker: str | None, *
     """:func:`why` over the brokers of a cluster holding ``topic``, each with its own registration."""
     names = brokers_to_ask(cluster, topic, broker, queue_id)
     if queue_id is not None:
-        w = why(cluster.stores[names[0]], topic, group, queue_id=queue_id, queue_offset=queue_offset, **subscription)
-        return replace(w, broker=names[0])
+        return ask_replicas(cluster, names[0], topic, lambda store: [
+            why(store, topic, group, queue_id=queue_id, queue_offset=queue_offset, **subscription)])[0]
     parsed = parse_offset_msg_id(msg_id) if msg_id is not None else None
     if parsed is not None:
         # an offset message id names one record of one broker (its store host): ask that broker alone
@@ -831,11 +842,54 @@ def _why_cluster(cluster: Cluster, topic: str, group: str, broker: str | None, *
     misses = []
     for name in names:
         try:
-            answers = why(cluster.stores[name], topic, group, msg_id=msg_id, key=key, **subscription)
+            found += ask_replicas(cluster, name, topic, lambda store: why(store, topic, group, msg_id=msg_id,
+                                                                           key=key, **subscription))
         except MessageNotFoundError as exc:
             misses.append(f"{name}: {exc}")
-            continue
-        found += [replace(w, broker=name) for w in answers]
     if not found:
         raise MessageNotFoundError("no broker of the cluster holds it; " + "; ".join(misses))
     return found
+
+
+def _tag_why(w: Why, broker: str, root: str | None, note: str | None) -> Why:
+    return replace(w, broker=broker, replica=root, replica_note=note)
+
+
+def ask_replicas(cluster: Cluster, name: str, topic: str, ask: Callable[[Store], list], *,
+                 why_of: Callable[[Any], Why | None] = lambda w: w,
+                 tag: Callable[[Any, str, str | None, str | None], Any] = _tag_why) -> list:
+    """``ask`` of broker ``name``'s store; for a broker given as several replicas, of the replica read
+    first, then of the others for the messages the replica read lacks (docs/reading.md#replicas).
+
+    Each answer (a :class:`Why`, or what ``why_of`` finds one in) is returned through ``tag(answer,
+    broker, replica root, replica note)``: which replica answered and where the message lies among
+    them (:func:`cq.store.replicas.replica_place`; ``None`` for one store). Answers without a Why
+    come from the replica read only. MessageNotFoundError when no replica holds it (the replica
+    read's own).
+    """
+    replicas = cluster.replicas.get(name)
+    if replicas is None:
+        return [tag(a, name, None, None) for a in ask(cluster.stores[name])]
+    read = replicas.read
+    try:
+        answers = [(read, a) for a in ask(read.store)]
+        missing = None
+    except MessageNotFoundError as exc:
+        answers, missing = [], exc
+    seen = {(w.queue_id, w.queue_offset) for _, a in answers if (w := why_of(a)) is not None}
+    for other in replicas.replicas:
+        if other is read:
+            continue
+        try:
+            more = ask(other.store)
+        except MessageNotFoundError:
+            continue
+        for a in more:
+            w = why_of(a)
+            if w is not None and (w.queue_id, w.queue_offset) not in seen:
+                seen.add((w.queue_id, w.queue_offset))
+                answers.append((other, a))
+    if not answers:
+        raise missing
+    return [tag(a, name, r.root, None if (w := why_of(a)) is None else replica_place(replicas, topic, w, r.root))
+            for r, a in answers]

@@ -116,6 +116,8 @@ def format_why(w) -> str:
         lines.append(f"filter    {retry_filter_text(sub, retry_group(w.topic))}")
     if w.note:
         lines.append(f"found     {w.note}")
+    if w.replica is not None:
+        lines.append(f"replica   {w.replica_note}")
     lines.append("")
     for i, s in enumerate(w.steps, 1):
         mark = STEP_MARKS[s.result]

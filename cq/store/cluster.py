@@ -12,20 +12,27 @@ Each store root is one broker; its name is read from the store itself: the syste
 ``rmq_sys_SYNC_BROKER_MEMBER_<brokerName>`` every 5.x broker keeps in ``config/topics.json``.
 A store without it (a 4.x broker, a store ``rmqfilter gen-store`` wrote) is named after its
 directory; names can also be given (a mapping ``{name: root}``).
+
+Several roots of one broker name are replicas of it, a master and its slaves
+(docs/reading.md#replicas): a :class:`~cq.store.replicas.ReplicaSet` picks the one every read of
+the broker takes (``replica=``, else the default rule), and :attr:`Cluster.replicas` keeps them all
+for ``inspect`` and ``why``.
 """
 from __future__ import annotations
 
 import glob
 import os
+import warnings
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, fields
 
-from ..errors import StoreFormatError, UnknownGroupError
+from ..errors import ReplicaWarning, StoreFormatError, UnknownGroupError
 from ..readers import config as cfg
 from ..readers.commitlog import Message
+from .replicas import ReplicaSet
 from .store import REFRESH, ConsumeResult, ConsumeStats, Store, StoreCut
 
-__all__ = ["Cluster", "ClusterCut", "broker_name", "each_store", "open_stores", "store_roots"]
+__all__ = ["Cluster", "ClusterCut", "broker_name", "each_store", "open_stores", "read_roots", "store_roots"]
 
 #: The system topic a 5.x broker creates for itself, named ``<prefix><brokerName>``
 #: (docs/reading.md#clusters).
@@ -110,9 +117,13 @@ class Cluster:
 
     Parameters
     ----------
-    roots : path, iterable of paths or glob patterns, or mapping of broker name to path
-        One store root per broker (:func:`store_roots` expands patterns). Each broker's name
-        comes from its store (:func:`broker_name`) unless a mapping gives it.
+    roots : path, iterable of paths or glob patterns, or mapping of broker name to path(s)
+        One store root per broker, or several per broker: its replicas (:func:`store_roots`
+        expands patterns). Each broker's name comes from its store (:func:`broker_name`) unless a
+        mapping gives it (a list of roots as a value: that broker's replicas).
+    replica : root, iterable of roots, or mapping of broker name to root, optional
+        For a broker with several replicas, the one to read (its root, or the root's directory
+        name); by default :func:`cq.store.replicas.pick_replica`'s rule (docs/reading.md#replicas).
     **store_options
         Passed to each :class:`~cq.store.store.Store` (``refresh``, file sizes).
 
@@ -120,7 +131,14 @@ class Cluster:
     ------
     cq.StoreFormatError
         A root that is not a store it can read: the message names the root and the broker it
-        would be. Two roots with one broker name: both named, with what to do.
+        would be.
+    KeyError
+        A ``replica`` that names none (or several) of a broker's replicas.
+
+    Warns
+    -----
+    cq.errors.ReplicaWarning
+        For each broker with several replicas: the one read, and why.
 
     Notes
     -----
@@ -128,21 +146,27 @@ class Cluster:
     (:meth:`queues`, :meth:`committed_offsets`, ``ranges`` and ``queues`` of :meth:`consume`),
     a cut is a :class:`ClusterCut`, and each message :meth:`consume` yields has
     :attr:`cq.Message.broker` set. :func:`cq.backlog` and :func:`cq.why` take a Cluster too.
-    A Cluster pickles as its brokers' roots and options.
+    A broker with several replicas is read from one (:attr:`stores` holds it; :attr:`replicas`
+    the :class:`~cq.store.replicas.ReplicaSet`). A Cluster pickles as its brokers' roots, the
+    replicas read and its options.
     """
 
-    def __init__(self, roots, **store_options) -> None:
+    def __init__(self, roots, *, replica=None, **store_options) -> None:
         refresh = store_options.get("refresh", "always")
         if refresh not in REFRESH:
             raise ValueError(f"refresh must be one of {', '.join(REFRESH)}, got {refresh!r}")
         named = isinstance(roots, Mapping)
-        pairs = [(str(n), os.fspath(r)) for n, r in roots.items()] if named else \
+        pairs = [(str(n), os.fspath(r)) for n, rs in roots.items()
+                 for r in ([rs] if isinstance(rs, (str, os.PathLike)) else rs)] if named else \
             [(None, r) for r in store_roots(roots)]
         if not pairs:
             raise ValueError("a Cluster needs at least one store root")
         self._options = dict(store_options)
         self.stores: dict[str, Store] = {}
         self.named_by: dict[str, str] = {}
+        #: broker name -> its ReplicaSet, for a broker given as several store roots
+        self.replicas: dict[str, ReplicaSet] = {}
+        held: dict[str, list[Store]] = {}
         try:
             for i, (name, root) in enumerate(pairs, 1):
                 try:
@@ -156,23 +180,40 @@ class Cluster:
                     raise StoreFormatError(f"store root {root} (broker {i} of {len(pairs)}): {reason}",
                                            path if inside else None,
                                            getattr(exc, "offset", None) if inside else None) from exc
-                if name in self.stores:
-                    store.close()
-                    raise StoreFormatError(
-                        f"two store roots are broker {name!r}: {self.stores[name].root} and {root} "
-                        f"(named from {how}); give each root its broker name: Cluster({{name: root}})", root)
-                self.stores[name] = store
-                self.named_by[name] = how
+                held.setdefault(name, []).append(store)
+                self.named_by.setdefault(name, how)
+            _check_replicas_named(held, replica)
+            for name, stores in held.items():
+                if len(stores) == 1:
+                    self.stores[name] = stores.pop()
+                    continue
+                # several roots of one broker name: its replicas (docs/reading.md#replicas)
+                given = _given_replica(replica, name, stores)
+                replicas = ReplicaSet.open(name, stores, given)
+                stores.clear()
+                self.replicas[name] = replicas
+                self.stores[name] = replicas.read.store
+                warnings.warn(replicas.note(), ReplicaWarning, stacklevel=2)
         except BaseException:
+            for stores in held.values():
+                for s in stores:
+                    s.close()
             self.close()
             raise
 
     # ------------------------------------------------------------ what it holds
     def __reduce__(self):
-        return _reopen_cluster, ({n: s.root for n, s in self.stores.items()}, self._options)
+        roots = {n: [r.root for r in self.replicas[n].replicas] if n in self.replicas else s.root
+                 for n, s in self.stores.items()}
+        return _reopen_cluster, (roots, {**self._options, "replica": self.replica_read})
 
     def __repr__(self) -> str:
         return f"Cluster({ {n: s.root for n, s in self.stores.items()}!r})"
+
+    @property
+    def replica_read(self) -> dict[str, str]:
+        """``{broker: root}`` of each broker with several replicas: the replica its reads take."""
+        return {n: rs.read.root for n, rs in self.replicas.items()}
 
     @property
     def brokers(self) -> list[str]:
@@ -220,6 +261,8 @@ class Cluster:
         """Close every broker's store."""
         for s in getattr(self, "stores", {}).values():
             s.close()
+        for rs in getattr(self, "replicas", {}).values():
+            rs.close()
 
     # ------------------------------------------------------------ reads
     def cut(self, topic: str | None = None, *, brokers: Iterable[str] | None = None) -> ClusterCut:
@@ -305,17 +348,63 @@ class Cluster:
         raise UnknownGroupError(group, topic, sorted(set(registered)), " and ".join(paths))
 
 
-def _reopen_cluster(roots: dict[str, str], options: dict) -> Cluster:
-    return Cluster(roots, **options)
+def _reopen_cluster(roots: dict, options: dict) -> Cluster:
+    with warnings.catch_warnings():        # the replica read was said when the Cluster was made
+        warnings.simplefilter("ignore", ReplicaWarning)
+        return Cluster(roots, **options)
 
 
-def open_stores(paths, **store_options) -> Store | Cluster:
+def _given_replica(replica, broker: str, stores: list[Store]):
+    """The ``replica=`` of :class:`Cluster` that names one of ``broker``'s ``stores``, or None."""
+    if replica is None:
+        return None
+    if isinstance(replica, Mapping):
+        return replica.get(broker)
+    names = [replica] if isinstance(replica, (str, os.PathLike)) else list(replica)
+    roots = {os.path.abspath(s.root) for s in stores}
+    bases = {os.path.basename(os.path.normpath(s.root)) for s in stores}
+    mine = [n for n in names if os.path.abspath(os.fspath(n)) in roots or os.fspath(n) in bases]
+    if len(mine) > 1:
+        raise KeyError(f"replica= names {len(mine)} replicas of broker {broker!r}: {', '.join(map(str, mine))}")
+    return mine[0] if mine else None
+
+
+def _check_replicas_named(held: dict[str, list[Store]], replica) -> None:
+    """Every replica ``replica=`` names must be one of a broker's several roots (``held``: broker name
+    -> its stores): a name that matches none is a KeyError naming the replicas there are."""
+    several = {n: stores for n, stores in held.items() if len(stores) > 1}
+    every = [s.root for stores in several.values() for s in stores]
+    if replica is None or isinstance(replica, Mapping):
+        for broker, name in (replica or {}).items():
+            if broker not in several:
+                raise KeyError(f"replica= names broker {broker!r}, which has no several replicas "
+                               f"(brokers with replicas: {', '.join(several) or 'none'})")
+            if _given_replica([name], broker, several[broker]) is None:
+                raise KeyError(f"no replica is {os.fspath(name)!r} (replicas: {', '.join(every)})")
+        return
+    names = [replica] if isinstance(replica, (str, os.PathLike)) else list(replica)
+    for n in names:
+        if not any(_given_replica([n], b, stores) is not None for b, stores in several.items()):
+            raise KeyError(f"no replica is {os.fspath(n)!r} (replicas: "
+                           f"{', '.join(every) or 'none: no two stores share a broker name'})")
+
+
+def open_stores(paths, *, replica=None, **store_options) -> Store | Cluster:
     """A :class:`~cq.store.store.Store` for one store root, a :class:`Cluster` for several (or a glob
-    pattern matching several): what the CLI opens for its ``STORE`` arguments."""
+    pattern matching several): what the CLI opens for its ``STORE`` arguments. ``replica``: as
+    :class:`Cluster`'s (for one root, it must name that root)."""
     roots = store_roots(paths)
     if len(roots) == 1 and not (isinstance(paths, (str, os.PathLike)) and glob.has_magic(os.fspath(paths))):
+        if replica is not None:
+            raise KeyError(f"replica= is for several stores of one broker name; {roots[0]} is one store")
         return Store(roots[0], **store_options)
-    return Cluster(roots, **store_options)
+    return Cluster(roots, replica=replica, **store_options)
+
+
+def read_roots(store: Store | Cluster) -> list[str]:
+    """The store root each broker's reads take: a Store's root, or each broker's of a Cluster (for a
+    broker with several replicas, the replica read: docs/reading.md#replicas)."""
+    return [s.root for _, s in each_store(store)]
 
 
 def each_store(store: Store | Cluster) -> Iterator[tuple[str | None, Store]]:

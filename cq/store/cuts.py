@@ -10,7 +10,7 @@ from ..readers.consumequeue import ConsumeQueue
 from ..readers.tiered import TieredStoreError
 
 
-def _clip_to_log(cqueue: ConsumeQueue, lo: int, hi: int, commit_log_end: int) -> int:
+def first_unit_past(cqueue: ConsumeQueue, lo: int, hi: int, commit_log_end: int) -> int:
     """First queue offset in ``[lo, hi)`` whose record ends past ``commit_log_end`` (``hi`` if none).
 
     A queue's CommitLog offsets grow with its queue offsets, so this is a bisection.
@@ -176,7 +176,7 @@ class CutRoom:
                     # records came after the view's CommitLog end lie outside it, for good (a
                     # compaction CQ's records are in its compaction log, written before its units)
                     if not isinstance(cqueue, CompactionConsumeQueue):
-                        hi = _clip_to_log(cqueue, lo, hi, end)
+                        hi = first_unit_past(cqueue, lo, hi, end)
                     self._release(t, q, cqueue, self._exts.get((t, q)))
                     self._frozen[t, q] = (lo, max(lo, hi))
                 queues.append((t, q, lo, max(lo, hi)))

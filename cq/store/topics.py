@@ -20,9 +20,10 @@ __all__ = ["registered_groups", "topic_store"]
 
 @contextlib.contextmanager
 def topic_store(path: str | os.PathLike | Sequence[str], topic: str, *,
-                tier: str | os.PathLike | None = None) -> Iterator[Store | Cluster]:
+                tier: str | os.PathLike | None = None, replica=None) -> Iterator[Store | Cluster]:
     """The store at ``path``, opened for one read of ``topic`` and closed after it; several paths (or
-    a glob pattern): a :class:`~cq.store.cluster.Cluster` of those brokers (docs/reading.md#clusters).
+    a glob pattern): a :class:`~cq.store.cluster.Cluster` of those brokers (docs/reading.md#clusters),
+    ``replica`` picking the replica read of a broker given as several (docs/reading.md#replicas).
     ``tier``: the tier directory of a tiered store (docs/reading.md#tiered-storage; a cluster's brokers
     share one: the tier names each broker's directory).
 
@@ -33,7 +34,7 @@ def topic_store(path: str | os.PathLike | Sequence[str], topic: str, *,
     cq.StoreFormatError
         A root that is not a readable store, named (with its place among several).
     """
-    store = open_stores(path, **({"tier": tier} if tier is not None else {}))
+    store = open_stores(path, replica=replica, **({"tier": tier} if tier is not None else {}))
     try:
         if topic not in store.topics():
             raise LookupError(f"topic {topic!r} has no consume queues in {store.root}")

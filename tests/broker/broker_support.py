@@ -66,6 +66,8 @@ SCENARIO_RELEASES = {
     "newstore": "5.5.1",
     "compaction": "5.3.3",
     "tiered": "5.3.3",
+    "replicas": "5.3.3",     # and replicas@5.5.1 (tests/broker/test_broker_replicas.py)
+    "replicas_controller": "5.3.3",
 }
 # Runs every scenario on this release instead of its SCENARIO_RELEASES one.
 RELEASE_ENV = "RMQFILTER_ROCKETMQ"
@@ -124,7 +126,8 @@ _FAILED: dict[str, str] = {}
 # The scenarios whose outputs the tests read afterwards (live is read while it runs), longest
 # first: they take the run slots (:func:`_slot`) in this order, so the last to finish is a short one.
 CACHED_SCENARIOS = ("lifecycle", "rocksdb", "cluster", "filters", "modes", "crash", "batch", "newstore", "tiered",
-                    "tiered@5.5.1", "compaction", "compaction@5.5.1")
+                    "tiered@5.5.1", "compaction", "compaction@5.5.1", "replicas", "replicas@5.5.1",
+                    "replicas_controller", "replicas_controller@5.5.1")
 
 
 def _out(name: str) -> Path:
@@ -147,10 +150,9 @@ def _stale_runs(name: str) -> list[Path]:
 def runnable(name: str) -> tuple[str, dict]:
     """A cached run's scenario and arguments: ``random-N`` (or ``random-N@V``, on release V) is
     scenario ``random`` with seed N (tests/broker/test_broker_random.py), any other name the
-    scenario itself."""
-    scenario = name.partition("@")[0]  # name@V: the scenario on release V
-    base, _, seed = scenario.partition("-")
-    return (base, {"seed": int(seed)}) if base == "random" and seed.isdigit() else (scenario, {})
+    scenario itself (``NAME@V``: on release V)."""
+    base, _, seed = name.partition("@")[0].partition("-")
+    return (base, {"seed": int(seed)}) if base == "random" and seed.isdigit() else (name.partition("@")[0], {})
 
 
 # How many scenarios run at once, across both of ``make test``'s sessions: each is a NameServer,

@@ -62,7 +62,7 @@ JVM_HEAP = ["-Xms64m", "-Xmx384m", "-XX:MaxDirectMemorySize=256m", "-XX:+UseSeri
 CLIENT_JVM_HEAP = ["-Xms64m", "-Xmx1g", "-XX:MaxDirectMemorySize=768m", "-XX:+UseSerialGC"]
 QUICK_START = ["-XX:TieredStopAtLevel=1"]  # C1 only: starts faster; not for the throughput scenario
 SCENARIOS = ("filters", "crash", "live", "housekeeping", "throughput", "modes", "cluster", "lifecycle", "rocksdb",
-             "batch", "newstore", "random", "compaction", "tiered")
+             "batch", "newstore", "random", "compaction", "tiered", "replicas", "replicas_controller")
 
 
 class HarnessError(RuntimeError):
@@ -1662,6 +1662,9 @@ def _scenario(name: str):
             sys.path.insert(0, str(HERE))
         found = getattr(importlib.import_module(f"scenario_{name}"), f"scenario_{name}")
     return found
+
+
+from scenario_replicas import scenario_replicas, scenario_replicas_controller  # noqa: F401  (dispatched by name in run(); it reads this module at run time)
 
 
 def run(scenario: str, out: Path, rocketmq: str | None = None, **kwargs) -> Path:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import shutil
 
 import pytest
-from helpers import DATA
+from helpers import DATA, replica_pair
 
 import cq
 from cq.writer.sample import SAMPLE_GROUPS, SAMPLE_TOPICS, generate_sample_store
@@ -79,3 +79,21 @@ def test_a_bad_root_among_several_fails_at_load_naming_it(spark, golden_brokers,
         spark.read.format("rocketmq").load([str(golden_brokers / "broker-a"), missing]).count()
     with pytest.raises(Exception, match="no topic 'NoTopic'"):
         spark.read.format("rocketmq").option("topic", "NoTopic").load(str(golden_brokers / "broker-*")).count()
+
+
+def test_replicas_of_one_broker_read_the_replica_read_with_its_name(spark, tmp_path_factory):
+    """A master and its slave (docs/reading.md#replicas): the master by default, the slave with the
+    ``replica`` option, each with the broker's name; a replica that is none fails naming the option."""
+    master, slave, _ = replica_pair(tmp_path_factory.mktemp("replicas"), **SMALL)
+    group = SAMPLE_GROUPS[0][0]
+    topic = SAMPLE_TOPICS[0]
+    reader = spark.read.format("rocketmq").option("topic", topic).option("group", group)
+    for option, root in ((None, master), (str(slave), slave)):
+        alone = cq.Store(root)
+        want = {("broker-x", m.queue_id, m.queue_offset) for m in alone.consume(topic, group)}
+        alone.close()
+        r = reader if option is None else reader.option("replica", option)
+        rows = r.load([str(master), str(slave)]).select("broker", "queue_id", "queue_offset").collect()
+        assert {tuple(x) for x in rows} == want and len(rows) == len(want) > 0
+    with pytest.raises(Exception, match="rocketmq option 'replica': no replica is '/nowhere'"):
+        reader.option("replica", "/nowhere").load([str(master), str(slave)]).count()

@@ -68,14 +68,15 @@ def test_the_broker_name_comes_from_the_brokers_own_system_topic(tmp_path):
     c.close()
 
 
-def test_two_roots_of_one_broker_name_are_an_error_naming_both(tmp_path):
+def test_two_roots_of_one_broker_name_are_its_replicas_and_names_given_make_two_brokers(tmp_path):
+    """Replicas in detail: tests/cq/store/test_store_replicas.py (docs/reading.md#replicas)."""
     for parent in ("a", "b"):
         shutil.copytree(DATA / "golden_store", tmp_path / parent / "store")
-    with pytest.raises(cq.StoreFormatError) as info:
-        cq.Cluster([tmp_path / "a" / "store", tmp_path / "b" / "store"])
-    text = str(info.value)
-    assert "two store roots are broker 'store'" in text
-    assert str(tmp_path / "a" / "store") in text and str(tmp_path / "b" / "store") in text
+    with pytest.warns(cq.errors.ReplicaWarning, match="broker store: 2 replicas; reading .*/a/store "
+                                                      r"\(every replica's CommitLog reaches as far"):
+        c = cq.Cluster([tmp_path / "a" / "store", tmp_path / "b" / "store"])
+    assert c.brokers == ["store"] and c.replica_read == {"store": str(tmp_path / "a" / "store")}
+    c.close()
     # names given: the same stores are two brokers
     c = cq.Cluster({"a": tmp_path / "a" / "store", "b": tmp_path / "b" / "store"})
     assert c.brokers == ["a", "b"] and c.named_by == {"a": "given", "b": "given"}
@@ -246,16 +247,24 @@ def test_cli_names_a_bad_root_among_several_with_exit_status_2(capsys, brokers, 
         assert str(bad) in err and "broker 2 of 2" in err and "Traceback" not in err, (command, err)
 
 
-def test_cli_names_two_roots_of_one_broker_with_exit_status_2(capsys, tmp_path):
+def test_cli_reads_two_roots_of_one_broker_as_replicas_and_names_the_one_read(capsys, tmp_path):
     for parent in ("a", "b"):
         shutil.copytree(DATA / "golden_store", tmp_path / parent / "store")
     roots = [tmp_path / "a" / "store", tmp_path / "b" / "store"]
+    for command in (["consume", "--group", "g", "--tags", "*"], ["backlog", "--group", "g", "--tags", "*"],
+                    ["cost", "--tag-group", "g", "*"], ["why", "--group", "g", "--tags", "*", "--broker", "store",
+                                                        "--queue", "0", "--offset", "0"]):
+        code, out, err = run(capsys, command[0], *roots, "--topic", "GoldenFilterTopic", *command[1:],
+                             "--replica", str(roots[1]))
+        assert code == 0 and out, (command, err)
+        assert f"rmqfilter {command[0]}: warning: broker store: 2 replicas; reading {roots[1]} (as asked" in err
     errors = {}
     for command in (["consume", "--group", "g", "--tags", "*"], ["scan", "--group", "g", "--tags", "*"],
                     ["cost", "--tag-group", "g", "*"], ["tail", "--group", "g", "--tags", "*"]):
-        code, out, err = run(capsys, command[0], *roots, "--topic", "GoldenFilterTopic", *command[1:])
+        code, out, err = run(capsys, command[0], *roots, "--topic", "GoldenFilterTopic", *command[1:],
+                             "--replica", str(tmp_path / "c"))
         assert code == 2 and out == "" and "Traceback" not in err, (command, err)
-        assert err.startswith(f"rmqfilter {command[0]}: error: ") and "two store roots are broker 'store'" in err
+        assert err.startswith(f"rmqfilter {command[0]}: error: ") and "no replica is" in err
         assert str(roots[0]) in err and str(roots[1]) in err
         errors[command[0]] = err.split(": error: ", 1)[1]
     assert errors["scan"] == errors["consume"] == errors["cost"] == errors["tail"]  # the same words everywhere

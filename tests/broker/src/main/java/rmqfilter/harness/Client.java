@@ -153,6 +153,8 @@ public final class Client {
                 }
                 namesrvController = Namesrv.start(cmd.getIntValue("port"), cmd.getString("home"));
             }
+            case "controller_start" -> Controller.start(cmd.getIntValue("port"), cmd.getIntValue("raft_port"),
+                cmd.getString("home"));
             case "broker_start" -> {
                 BrokerController controller = Broker.start(cmd.getString("properties"));
                 String name = controller.getBrokerConfig().getBrokerName();
