@@ -25,6 +25,7 @@ COMMAND_MODULES = (
     "rmqfilter.store_commands",  # inspect, gen-store, consume
     "rmqfilter.cost_commands",  # cost (its --spark branch imports pyspark inside the command)
     "rmqfilter.why_commands",  # why, backlog, pending
+    "rmqfilter.find_commands",  # find (its --spark branch imports pyspark inside the command)
     "rmqfilter.live_commands",  # tail
     "rmqfilter.spark_commands",  # scan, demo
 )

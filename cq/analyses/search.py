@@ -278,9 +278,12 @@ def _by_index(store: Store, broker: str, topics: list[str], key: str | None, uni
     if lo < covered[0]:
         _scan_log(store, broker, topics, key, uniq, lo, min(covered[0], hi),
                   f"no index file covers the CommitLog before offset {covered[0]} (the first index entry)", found, q)
-    if covered[1] < hi:
-        _scan_log(store, broker, topics, key, uniq, max(covered[1], lo), hi,
-                  f"no index file covers the CommitLog after offset {covered[1]} (the last index entry)", found, q)
+    last_indexed = message_at(store, covered[1])  # the last record indexed: the scan starts past it
+    after = covered[1] + last_indexed.store_size if last_indexed is not None else covered[1]
+    if after < hi:
+        _scan_log(store, broker, topics, key, uniq, max(after, lo), hi,
+                  f"no index file covers the CommitLog from offset {after} on (past the record of the last index "
+                  f"entry, at {covered[1]})", found, q)
     return found
 
 
