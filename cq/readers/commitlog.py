@@ -83,8 +83,7 @@ class Message:
     @property
     def msg_id(self) -> str:
         """The offset message id: store-host address, port and commit-log offset, in upper-case hex."""
-        raw = fmt.encode_host(self.store_host)
-        return (raw + struct.pack(">q", self.commit_log_offset)).hex().upper()
+        return fmt.offset_msg_id(self.store_host, self.commit_log_offset)
 
     @property
     def transaction_type(self) -> int:
