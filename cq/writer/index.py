@@ -24,7 +24,8 @@ import numpy as np
 
 from .. import format as fmt
 from ..readers.commitlog import CommitLog
-from ..readers.indexfile import INDEX_DIR, INVALID_INDEX, index_key, index_key_hash
+from ..readers.indexfile import INDEX_DIR, index_key
+from ..tags import tags_code_many
 
 __all__ = ["write_index_files"]
 
@@ -39,38 +40,30 @@ def _time_name(ms: int) -> str:
     return t.strftime("%Y%m%d%H%M%S") + f"{ms % 1000:03d}"
 
 
-class _File:
-    """One IndexFile being filled in memory."""
-
-    def __init__(self, slots: int, num: int) -> None:
-        self.slots = np.zeros(slots, dtype=">i4")
-        self.entries = np.zeros(num, dtype=_ENTRY_DTYPE)
-        self.count = 1  # indexCount starts at 1: entry 0 is never used
-        self.slot_count = 0
-        self.begin_ts = self.end_ts = 0
-        self.begin_phy = self.end_phy = 0
-
-    def put(self, key_hash: int, phy: int, ts: int) -> None:
-        slot = key_hash % len(self.slots)
-        head = int(self.slots[slot])
-        if head <= INVALID_INDEX or head > self.count:
-            head = INVALID_INDEX
-        diff = 0 if self.begin_ts <= 0 else min(max((ts - self.begin_ts) // 1000, 0), _INT_MAX)
-        self.entries[self.count] = (key_hash, phy, diff, head)
-        self.slots[slot] = self.count
-        if self.count <= 1:
-            self.begin_phy, self.begin_ts = phy, ts
-        if head == INVALID_INDEX:
-            self.slot_count += 1
-        self.count += 1
-        self.end_phy, self.end_ts = phy, ts
-
-    def write(self, path: str) -> None:
-        with open(path, "wb") as f:
-            f.write(_HEADER.pack(self.begin_ts, self.end_ts, self.begin_phy, self.end_phy, self.slot_count,
-                                 self.count))
-            f.write(self.slots.tobytes())
-            f.write(self.entries.tobytes())
+def _file_bytes(hashes: np.ndarray, phys: np.ndarray, times: np.ndarray, slots: int, num: int) -> bytes:
+    """One IndexFile holding the entries ``hashes``/``phys``/``times`` (in the order put), as ``putKey`` leaves it."""
+    k = len(hashes)
+    index = np.arange(1, k + 1, dtype=np.int64)
+    slot = hashes.astype(np.int64) % slots
+    order = np.lexsort((index, slot))  # by slot, then by index: each entry's previous in its slot comes before it
+    prev = np.zeros(k, dtype=np.int64)
+    same = slot[order][1:] == slot[order][:-1]
+    prev[order[1:][same]] = index[order[:-1][same]]
+    begin_ts, begin_phy = int(times[0]), int(phys[0])
+    # the first entry is put before the header has a beginTimestamp: its timeDiff is 0
+    diff = np.zeros(k, dtype=np.int64) if begin_ts <= 0 else np.clip((times - begin_ts) // 1000, 0, _INT_MAX)
+    diff[0] = 0
+    entries = np.zeros(num, dtype=_ENTRY_DTYPE)
+    entries["key_hash"][1:k + 1] = hashes
+    entries["phy_offset"][1:k + 1] = phys
+    entries["time_diff"][1:k + 1] = diff
+    entries["prev_index"][1:k + 1] = prev
+    heads = np.zeros(slots, dtype=">i4")
+    last = np.ones(k, dtype=bool)
+    last[order[:-1][same]] = False  # an entry another of its slot follows is not the head
+    heads[slot[last]] = index[last]
+    header = _HEADER.pack(begin_ts, int(times[-1]), begin_phy, int(phys[-1]), int(last.sum()), k + 1)
+    return header + heads.tobytes() + entries.tobytes()
 
 
 def write_index_files(root: str | os.PathLike, *, hash_slot_num: int = 64, index_num: int = 512,
@@ -101,40 +94,44 @@ def write_index_files(root: str | os.PathLike, *, hash_slot_num: int = 64, index
         if name.isdigit():
             os.remove(os.path.join(directory, name))
     log = CommitLog(os.path.join(root, fmt.COMMIT_LOG_DIR))
-    files: list[_File] = []
-    current: _File | None = None
+    keys: list[str] = []
+    phys: list[int] = []
+    times: list[int] = []
     fields = ["store_size", "commit_log_offset", "sys_flag", "store_timestamp", "topic", "properties"]
     try:
         end = log.max_offset if up_to is None else min(int(up_to), log.max_offset)
         for batch in log.record_batches(log.min_offset, end, fields):
             offs = batch.columns["commit_log_offset"].tolist()
             flags = batch.columns["sys_flag"].tolist()
-            times = batch.columns["store_timestamp"].tolist()
+            stamps = batch.columns["store_timestamp"].tolist()
             topics = batch.texts("topic")
             for i, props in enumerate(batch.dicts()):
                 if offs[i] >= end:
                     break
                 if flags[i] & fmt.TRANSACTION_TYPE_MASK == fmt.TRANSACTION_ROLLBACK_TYPE:
                     continue
-                keys = []
-                if props.get(fmt.PROPERTY_UNIQ_KEY) is not None:
-                    keys.append(props[fmt.PROPERTY_UNIQ_KEY])
-                keys += [k for k in (props.get(fmt.PROPERTY_KEYS) or "").split(fmt.KEY_SEPARATOR) if k]
-                for k in keys:
-                    if current is None or current.count >= index_num:
-                        current = _File(hash_slot_num, index_num)
-                        files.append(current)
-                    current.put(index_key_hash(index_key(topics[i], k)), offs[i], times[i])
+                mine = [props[fmt.PROPERTY_UNIQ_KEY]] if props.get(fmt.PROPERTY_UNIQ_KEY) is not None else []
+                mine += [k for k in (props.get(fmt.PROPERTY_KEYS) or "").split(fmt.KEY_SEPARATOR) if k]
+                keys += [index_key(topics[i], k) for k in mine]
+                phys += [offs[i]] * len(mine)
+                times += [stamps[i]] * len(mine)
     finally:
         log.close()
+    # keyHash = abs(String.hashCode(key)), Integer.MIN_VALUE becoming 0 (docs/config-and-index.md#index-file)
+    hashes = np.abs(tags_code_many(keys).astype(np.int64)) if keys else np.zeros(0, np.int64)
+    hashes[hashes > _INT_MAX] = 0
+    phys_arr, times_arr = np.asarray(phys, dtype=np.int64), np.asarray(times, dtype=np.int64)
+    per_file = index_num - 1  # entries 1 .. indexNum - 1: a file is full when indexCount reaches indexNum
     paths = []
     last = ""
-    for f in files:
-        name = _time_name(f.begin_ts)
+    for a in range(0, len(keys), per_file):
+        b = min(a + per_file, len(keys))
+        name = _time_name(int(times_arr[a]))
         while name <= last:  # two files begun in one millisecond: keep the names apart and in order
             name = str(int(name) + 1)
         last = name
         path = os.path.join(directory, name)
-        f.write(path)
+        with open(path, "wb") as f:
+            f.write(_file_bytes(hashes[a:b].astype(np.int32), phys_arr[a:b], times_arr[a:b], hash_slot_num, index_num))
         paths.append(path)
     return paths
