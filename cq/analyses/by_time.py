@@ -84,9 +84,14 @@ def time_range(cqueue, log: CommitLog, search: QueueSearch, begin: int | None, e
     the first whose store time is ``> end`` (one past the broker's UPPER boundary of ``end``).
     """
     def stamp(q: int) -> int:
-        phys, size, _slot = cqueue.unit(q)
+        u = cqueue.read(q, 1)  # inside the queue's range: the search never leaves it
+        phys, size = int(u["commit_log_offset"][0]), int(u["size"][0])
         search.probes += 1
-        return int(store_timestamps(log, np.array([phys]), np.array([size]), lo, hi)[0])
+        if phys < lo:
+            return _BEFORE
+        if phys + size > hi:
+            return _AFTER
+        return log.pickup_store_timestamp(phys)
 
     def first_at_least(t: int, a: int, b: int) -> int:
         while a < b:  # invariant: every offset below a is earlier than t, every one from b on is not

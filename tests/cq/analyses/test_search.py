@@ -245,3 +245,12 @@ def test_store_timestamps_of_records_outside_the_cut():
 
     out = store_timestamps(None, np.array([5, 100]), np.array([10, 10]), 50, 105)
     assert out[0] < 0 and out[1] > 2**62
+
+
+def test_a_probe_that_hits_no_record_names_the_file_and_offset(indexed):
+    root, written = indexed
+    with closing(cq.Store(root)) as store:
+        log = store.commit_log
+        assert log.pickup_store_timestamp(written[5]["offset"]) == written[5]["t"]
+        with pytest.raises(cq.StoreFormatError, match="commitlog"):
+            log.pickup_store_timestamp(written[5]["offset"] + 3)
