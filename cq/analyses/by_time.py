@@ -15,10 +15,12 @@ and keeps exactly the records inside the window. Nothing here decides a filter.
 """
 from __future__ import annotations
 
+import bisect
 from dataclasses import dataclass
 
 import numpy as np
 
+from .. import format as fmt
 from ..readers.commitlog import CommitLog
 
 __all__ = ["QueueSearch", "store_timestamps", "time_range"]
@@ -83,9 +85,14 @@ def time_range(cqueue, log: CommitLog, search: QueueSearch, begin: int | None, e
     step: the first offset whose store time is ``>= begin`` (the broker's LOWER boundary of ``begin``) and
     the first whose store time is ``> end`` (one past the broker's UPPER boundary of ``end``).
     """
+    a, b = search.min_offset, search.max_offset
+    # zero-copy views of the queue's files over [a, b): a probe reads one unit, nothing is copied or clamped
+    views = [(q, np.frombuffer(raw, dtype=fmt.CQ_UNIT_DTYPE)) for q, raw in cqueue.raw_chunks(a, b - a)]
+    starts = [q for q, _ in views]
+
     def stamp(q: int) -> int:
-        u = cqueue.read(q, 1)  # inside the queue's range: the search never leaves it
-        phys, size = int(u["commit_log_offset"][0]), int(u["size"][0])
+        first, units = views[bisect.bisect_right(starts, q) - 1]
+        phys, size = int(units["commit_log_offset"][q - first]), int(units["size"][q - first])
         search.probes += 1
         if phys < lo:
             return _BEFORE
@@ -102,7 +109,6 @@ def time_range(cqueue, log: CommitLog, search: QueueSearch, begin: int | None, e
                 b = mid
         return a
 
-    a, b = search.min_offset, search.max_offset
     first = a if begin is None else first_at_least(begin, a, b)
     last = b if end is None or end >= _AFTER - 1 else first_at_least(end + 1, first, b)
     search.first, search.end = first, last
