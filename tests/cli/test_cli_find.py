@@ -3,6 +3,10 @@ and bad input (exit status 2, one line naming what was wrong)."""
 from __future__ import annotations
 
 import json
+import os
+import subprocess
+import sys
+from pathlib import Path
 
 import pytest
 
@@ -108,3 +112,15 @@ def test_bad_input_is_one_clear_line(capsys, stores, argv, message):
     err = capsys.readouterr().err
     assert code == 2 and message in err
     assert err.splitlines()[-1].startswith("rmqfilter find: error:")
+
+
+def test_find_without_spark_imports_no_spark():
+    root = str(Path(__file__).resolve().parents[2])
+    golden = os.path.join(root, "tests", "data", "golden_store")
+    code = ("import sys, rmqfilter; "
+            f"rmqfilter.main(['find', {golden!r}, '--topic', 'GoldenFilterTopic', '--key', 'order-115', '--json']); "
+            "bad = [m for m in sys.modules if m.split('.')[0] in ('pyspark', 'pyspark_udfs', 'pyarrow')]; "
+            "sys.exit(1 if bad else 0)")
+    proc = subprocess.run([sys.executable, "-c", code], check=False, cwd=root, capture_output=True, text=True,
+                          env={**os.environ, "PYTHONPATH": root})
+    assert proc.returncode == 0, proc.stderr
