@@ -18,7 +18,7 @@ from cq.analyses.search import COLUMNS, FindResult, find
 from cq.store.cluster import open_stores
 
 from ._common import error_text, fail, reported_warnings, stdout_closed
-from ._options import add_json_flag, add_master_arg, add_store_arg, add_subscription_args
+from ._options import add_json_flag, add_master_arg, add_store_arg, add_subscription_args, add_topic_arg
 
 __all__ = ["add_parsers", "parse_time"]
 
@@ -73,7 +73,7 @@ def add_parsers(subparsers) -> None:
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     add_store_arg(p, several=True)
-    p.add_argument("--topic", help="only this topic (default: every topic of the store)")
+    add_topic_arg(p, required=False)
     p.add_argument("--key", metavar="K", help="a message key (one of KEYS)")
     which = p.add_mutually_exclusive_group()
     which.add_argument("--uniq-key", metavar="U", help="the UNIQ_KEY (the client's message id)")
