@@ -181,15 +181,26 @@ def find(store: Store | Cluster, *, topic: str | None = None, key: str | None = 
     now_ms = int(time.time() * 1000) if now_ms is None else now_ms
     rows: list[FindRow] = []
     holders = 0
+    named = _holding_msg_id(store, msg_id)  # an offset message id names one broker's record: ask it alone
     for name, one in each_store(store):
         broker = name if name is not None else broker_name(one)[0]
-        if topic is not None and topic not in one.topics():
+        if topic is not None and topic not in one.topics() or named and name not in named:
             continue
         holders += 1
         rows += _find_in_store(one, broker, q, now_ms)
     if topic is not None and not holders:
         raise LookupError(f"topic {topic!r} has no consume queues in {store.root}")
     return FindResult(rows, q.notes, q.stats, group)
+
+
+def _holding_msg_id(store: Store | Cluster, msg_id: str | None) -> set[str]:
+    """The brokers of a cluster holding the record ``msg_id`` names as an offset message id (empty: ask every one)."""
+    parsed = parse_offset_msg_id(msg_id) if msg_id is not None else None
+    if parsed is None or not isinstance(store, Cluster):
+        return set()
+    wanted = msg_id.strip().upper()
+    return {name for name, one in each_store(store)
+            if (m := message_at(one, parsed[1])) is not None and m.msg_id == wanted}
 
 
 # ------------------------------------------------------------------ one broker

@@ -60,6 +60,7 @@ def test_find_by_uniq_key_and_msg_id_is_the_message_sent(run, cluster):
         assert rows_of(find(cluster, topic=TOPIC, uniq_key=s["uniq_key"])) == want
         by_id = find(cluster, msg_id=s["msg_id"])
         assert rows_of(by_id) == want and by_id.rows[0].found_by == "msg_id"
+        assert [n.split(":")[0] for n in by_id.notes] == [s["broker"]]  # the id names its broker: asked alone
 
 
 def test_a_time_window_is_a_brute_force_walk_and_logarithmic(run, cluster):
