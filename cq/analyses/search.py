@@ -207,7 +207,9 @@ def _holding_msg_id(store: Store | Cluster, msg_id: str | None) -> set[str]:
 def _find_in_store(store: Store, broker: str, q: _Query, now_ms: int) -> list[FindRow]:
     """The rows of one broker's store."""
     log = store.commit_log
-    lo, hi = log.min_offset, log.max_offset  # the cut: records wholly inside it are read
+    # one consistent cut (docs/live.md): the queues' ends, then the CommitLog's; records wholly inside it are read
+    cut = store.cut(q.topic)
+    lo, hi = cut.commit_log_min, cut.commit_log_end
     topics = [q.topic] if q.topic is not None else store.topics()
     batch = set(store.layout.batch_cq_topics) & set(topics)
     if batch and q.topic is not None:
@@ -232,9 +234,9 @@ def _find_in_store(store: Store, broker: str, q: _Query, now_ms: int) -> list[Fi
     if not found and (uniq is not None or q.key is not None):
         found = _by_index(store, broker, topics, q.key, uniq, lo, hi, q)
     elif not found and q.begin is not None:
-        found = _by_time(store, broker, topics, q, lo, hi)
+        found = _by_time(store, broker, topics, q, cut)
     elif not found:
-        found = _every_unit(store, broker, topics, lo, hi, q)
+        found = _every_unit(store, broker, topics, cut, q)
     offsets = sorted(found)
     rows = []
     wanted = set(topics)
@@ -320,12 +322,12 @@ def _scan_log(store: Store, broker: str, topics: Iterable[str], key: str | None,
 
 
 # ------------------------------------------------------------------ store time
-def _by_time(store: Store, broker: str, topics: list[str], q: _Query, lo: int, hi: int) -> dict[int, str]:
+def _by_time(store: Store, broker: str, topics: list[str], q: _Query, cut) -> dict[int, str]:
     """CommitLog offsets of the units of ``topics`` whose records' store times are in the window: each queue's
     range by the broker's search (:func:`cq.analyses.by_time.time_range`), then each record of it read."""
     found: dict[int, str] = {}
     log = store.commit_log
-    cut = store.cut(q.topic)
+    lo, hi = cut.commit_log_min, cut.commit_log_end
     searched = probes = units = 0
     for t, qid, qlo, qhi in cut.queues:
         if t not in topics or qhi <= qlo:
@@ -352,10 +354,10 @@ def _by_time(store: Store, broker: str, topics: list[str], q: _Query, lo: int, h
     return found
 
 
-def _every_unit(store: Store, broker: str, topics: list[str], lo: int, hi: int, q: _Query) -> dict[int, str]:
+def _every_unit(store: Store, broker: str, topics: list[str], cut, q: _Query) -> dict[int, str]:
     """CommitLog offsets of every unit of ``topics`` whose record is in the cut (no key, id or window to narrow)."""
     found: dict[int, str] = {}
-    cut = store.cut(q.topic)
+    lo, hi = cut.commit_log_min, cut.commit_log_end
     records = 0
     for t, qid, qlo, qhi in cut.queues:
         if t not in topics or qhi <= qlo:
@@ -381,7 +383,7 @@ def _for_group(store: Store, rows: list[FindRow], q: _Query, now_ms: int) -> lis
     flt, _sub = resolve_subscription(store, q.topic, q.group, sql=q.sql, tags=q.tags)
     layers = Layers(flt)
     log = store.commit_log
-    cut = store.cut(q.topic)
+    cut = store.cut(q.topic)  # the group's view: a cut of its own, as why takes for each unit
     kept: list[FindRow] = []
     by_queue: dict[int, list[FindRow]] = {}
     for r in rows:
