@@ -207,10 +207,12 @@ def _holding_msg_id(store: Store | Cluster, msg_id: str | None) -> set[str]:
 def _find_in_store(store: Store, broker: str, q: _Query, now_ms: int) -> list[FindRow]:
     """The rows of one broker's store."""
     log = store.commit_log
-    # one consistent cut (docs/live.md): the queues' ends, then the CommitLog's; records wholly inside it are read
-    cut = store.cut(q.topic)
-    lo, hi = cut.commit_log_min, cut.commit_log_end
     topics = [q.topic] if q.topic is not None else store.topics()
+    # one consistent cut (docs/live.md): the queues' ends, then the CommitLog's; records wholly inside it are read.
+    # A key or an id reads the CommitLog alone: its cut opens no queue.
+    by_record = q.msg_id is not None or q.key is not None or q.uniq_key is not None
+    cut = store.cut(topics[0], []) if by_record and topics else store.cut(q.topic)
+    lo, hi = cut.commit_log_min, cut.commit_log_end
     batch = set(store.layout.batch_cq_topics) & set(topics)
     if batch and q.topic is not None:
         raise ValueError(f"topic {q.topic!r} is a BatchCQ topic: find does not read BatchCQ queues yet "
