@@ -37,7 +37,7 @@ from ..store.cluster import Cluster, broker_name, each_store
 from ..store.decide import decide_units
 from ..store.store import Store
 from .by_time import QueueSearch, store_timestamps, time_range
-from .find import key_matches, message_at, open_index, parse_offset_msg_id
+from .find import in_topic, key_matches, message_at, open_index, parse_offset_msg_id, position
 from .paths import why_every_copy
 from .why import resolve_subscription
 
@@ -72,9 +72,12 @@ class FindRow:
     state: str | None = None
 
     @classmethod
-    def of(cls, broker: str, msg: Message, found_by: str) -> FindRow:
+    def of(cls, broker: str, msg: Message, found_by: str, topic: str | None = None) -> FindRow:
+        """The row of record ``msg``, in ``topic`` (default its own; an LMQ it was dispatched to: its place there)."""
         p = msg.properties
-        return cls(broker, msg.topic, msg.queue_id, msg.queue_offset, msg.commit_log_offset, msg.msg_id,
+        topic = msg.topic if topic is None else topic
+        queue_id, queue_offset = position(msg, topic)
+        return cls(broker, topic, queue_id, queue_offset, msg.commit_log_offset, msg.msg_id,
                    p.get(fmt.PROPERTY_UNIQ_KEY), p.get(fmt.PROPERTY_KEYS), p.get(fmt.PROPERTY_TAGS),
                    msg.store_timestamp, msg.born_timestamp, found_by)
 
@@ -210,7 +213,8 @@ def _find_in_store(store: Store, broker: str, q: _Query, now_ms: int) -> list[Fi
     topics = [q.topic] if q.topic is not None else store.topics()
     # one consistent cut (docs/live.md): the queues' ends, then the CommitLog's; records wholly inside it are read.
     # A key or an id reads the CommitLog alone: its cut opens no queue.
-    by_record = q.msg_id is not None or q.key is not None or q.uniq_key is not None
+    lmq = q.topic is not None and q.topic.startswith(fmt.LMQ_PREFIX)  # docs/formats.md#lmq
+    by_record = (q.msg_id is not None or q.key is not None or q.uniq_key is not None) and not lmq
     cut = store.cut(topics[0], []) if by_record and topics else store.cut(q.topic)
     lo, hi = cut.commit_log_min, cut.commit_log_end
     batch = set(store.layout.batch_cq_topics) & set(topics)
@@ -233,7 +237,10 @@ def _find_in_store(store: Store, broker: str, q: _Query, now_ms: int) -> list[Fi
             uniq = q.msg_id.strip()
             q.notes.append(f"{broker}: {q.msg_id!r} names no record of this store as an offset message id: "
                            "looked up as a UNIQ_KEY")
-    if not found and (uniq is not None or q.key is not None):
+    if not found and lmq and (uniq is not None or q.key is not None):
+        # the IndexFiles hold a record under its own topic only, never under an LMQ it was dispatched to
+        found = _every_unit(store, broker, topics, cut, q)
+    elif not found and (uniq is not None or q.key is not None):
         found = _by_index(store, broker, topics, q.key, uniq, lo, hi, q)
     elif not found and q.begin is not None:
         found = _by_time(store, broker, topics, q, cut)
@@ -242,19 +249,27 @@ def _find_in_store(store: Store, broker: str, q: _Query, now_ms: int) -> list[Fi
     offsets = sorted(found)
     rows = []
     wanted = set(topics)
+    lmqs = [t for t in wanted if t.startswith(fmt.LMQ_PREFIX)]
     for start in range(0, len(offsets), _CHUNK):
         msgs = log.read_messages(offsets[start:start + _CHUNK])
-        keep = [m for m in msgs if m.topic in wanted
+        keep = [m for m in msgs if (m.topic in wanted or any(in_topic(m, t) for t in lmqs))
                 and (q.key is None or key_matches(m.properties, q.key, None))
                 and (uniq is None or key_matches(m.properties, None, uniq))
                 and (q.begin is None or q.begin <= m.store_timestamp <= q.end)]
         if q.where is not None and keep:
             ok = q.where.matches_many([m.properties for m in keep])
             keep = [m for m, k in zip(keep, ok.tolist()) if k]
-        rows += [FindRow.of(broker, m, found[m.commit_log_offset]) for m in keep]
+        rows += [FindRow.of(broker, m, found[m.commit_log_offset], _served_from(m, wanted, lmqs)) for m in keep]
     if q.group is not None:
         rows = _for_group(store, rows, q, now_ms)
     return rows
+
+
+def _served_from(msg: Message, wanted: set[str], lmqs: list[str]) -> str:
+    """The topic a kept record is listed in: its own when asked, else the first LMQ asked it was dispatched to."""
+    if msg.topic in wanted:
+        return msg.topic
+    return next(t for t in lmqs if in_topic(msg, t))
 
 
 # ------------------------------------------------------------------ the IndexFiles

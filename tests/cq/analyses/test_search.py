@@ -254,3 +254,20 @@ def test_a_probe_that_hits_no_record_names_the_file_and_offset(indexed):
         assert log.pickup_store_timestamp(written[5]["offset"]) == written[5]["t"]
         with pytest.raises(cq.StoreFormatError, match="commitlog"):
             log.pickup_store_timestamp(written[5]["offset"] + 3)
+
+
+def test_an_lmq_lists_the_records_dispatched_to_it_at_their_place_there():
+    """docs/formats.md#lmq: a record's unit in an LMQ is not in the record's own topic; the index holds it under
+    its own topic only, so a key in an LMQ reads the LMQ's units."""
+    from helpers import DATA
+
+    lmq = "%LMQ%alpha"
+    with closing(cq.Store(DATA / "batch_store")) as store:
+        units = store.consume_queue(lmq, 0).read()
+        r = find(store, topic=lmq, between=(0, 2**62))
+        assert [(row.topic, row.queue_id, row.queue_offset, row.commit_log_offset) for row in r.rows] == \
+            [(lmq, 0, o, int(u["commit_log_offset"])) for o, u in enumerate(units)]
+        key = r.rows[3].keys.split(" ")[0]
+        by_key = find(store, topic=lmq, key=key)
+        assert [row.commit_log_offset for row in by_key.rows] == [r.rows[3].commit_log_offset]
+        assert by_key.rows[0].queue_offset == 3 and by_key.stats["index_files"] == 0
