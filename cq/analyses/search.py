@@ -239,7 +239,8 @@ def _find_in_store(store: Store, broker: str, q: _Query, now_ms: int) -> list[Fi
                            "looked up as a UNIQ_KEY")
     if not found and lmq and (uniq is not None or q.key is not None):
         # the IndexFiles hold a record under its own topic only, never under an LMQ it was dispatched to
-        found = _every_unit(store, broker, topics, cut, q)
+        found = _every_unit(store, broker, topics, cut, q,
+                            "the IndexFiles hold a record under its own topic, never under an LMQ (docs/find.md#limits)")
     elif not found and (uniq is not None or q.key is not None):
         found = _by_index(store, broker, topics, q.key, uniq, lo, hi, q)
     elif not found and q.begin is not None:
@@ -371,7 +372,8 @@ def _by_time(store: Store, broker: str, topics: list[str], q: _Query, cut) -> di
     return found
 
 
-def _every_unit(store: Store, broker: str, topics: list[str], cut, q: _Query) -> dict[int, str]:
+def _every_unit(store: Store, broker: str, topics: list[str], cut, q: _Query,
+                why: str = "no key, message id or time window narrows it") -> dict[int, str]:
     """CommitLog offsets of every unit of ``topics`` whose record is in the cut (no key, id or window to narrow)."""
     found: dict[int, str] = {}
     lo, hi = cut.commit_log_min, cut.commit_log_end
@@ -387,7 +389,6 @@ def _every_unit(store: Store, broker: str, topics: list[str], cut, q: _Query) ->
                 for off in offs[ok].tolist():
                     found[off] = BY_SCAN
     q.stats["scanned_records"] += records
-    why = "no key, message id or time window narrows it"
     q.stats["scans"].append({"broker": broker, "from": lo, "to": hi, "records": records, "why": why})
     q.notes.append(f"{broker}: read every unit of {len(topics)} topic(s) ({records} record(s)): {why}")
     return found
