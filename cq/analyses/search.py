@@ -309,27 +309,38 @@ def _by_index(store: Store, broker: str, topics: list[str], key: str | None, uni
     if lo < covered[0]:
         _scan_log(store, broker, topics, key, uniq, lo, min(covered[0], hi),
                   f"no index file covers the CommitLog before offset {covered[0]} (the first index entry)", found, q)
-    last_indexed = message_at(store, covered[1])  # the last record indexed: the scan starts past it
-    after = covered[1] + last_indexed.store_size if last_indexed is not None else covered[1]
-    if after < hi:
-        _scan_log(store, broker, topics, key, uniq, max(after, lo), hi,
-                  f"no index file covers the CommitLog from offset {after} on (past the record of the last index "
-                  f"entry, at {covered[1]})", found, q)
+    last_indexed = message_at(store, covered[1])  # the last record indexed: the scan reads what follows it
+    if last_indexed is None:
+        _scan_log(store, broker, topics, key, uniq, lo, hi,
+                  f"the last index entry's record (CommitLog offset {covered[1]}) is not in the CommitLog", found, q)
+    elif covered[1] + last_indexed.store_size < hi:
+        _scan_log(store, broker, topics, key, uniq, covered[1], hi,
+                  f"no index file covers the CommitLog after the record at offset {covered[1]} (the last index "
+                  "entry's)", found, q, skip_first=True)
     return found
 
 
 def _scan_log(store: Store, broker: str, topics: Iterable[str], key: str | None, uniq: str | None, start: int,
-              stop: int, why: str, found: dict[int, str], q: _Query) -> None:
-    """Add the records of ``[start, stop)`` of the CommitLog with the key, and say that (and why) they were scanned."""
+              stop: int, why: str, found: dict[int, str], q: _Query, *, skip_first: bool = False) -> None:
+    """Add the records of ``[start, stop)`` of the CommitLog with the key, and say that (and why) they were scanned.
+
+    ``start`` is a record's start (``skip_first``: that record is not read), or the log's first byte: the log's
+    own walk then finds its first record (a DLedger entry's record lies past the entry's header)."""
     wanted = set(topics)
     log = store.commit_log
+    fields = ["store_size", "commit_log_offset", "topic", "properties"]
+    batches = log.column_batches(fields) if start <= log.min_offset else log.record_batches(start, stop, fields)
     records = 0
-    for cols in log.record_batches(start, stop, ["store_size", "commit_log_offset", "topic", "properties"]):
+    for cols in batches:
         offs = cols.columns["commit_log_offset"].tolist()
+        if offs and offs[0] >= stop:
+            break
         sizes = cols.columns["store_size"].tolist()
         for off, size, t, props in zip(offs, sizes, cols.texts("topic"), cols.dicts()):
             if off >= stop:
                 break
+            if skip_first and off == start:
+                continue
             records += 1
             if t in wanted and off + size <= stop and key_matches(props, key if uniq is None else None, uniq) \
                     and (uniq is None or key is None or key_matches(props, key, None)):

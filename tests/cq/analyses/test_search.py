@@ -104,9 +104,9 @@ def test_the_part_no_index_covers_is_scanned_and_said(tmp_path):
         expected = [w["offset"] for w in written if w["topic"] == TOPIC and "k3" in w["keys"]]
         assert offsets(r) == expected
         (scan,) = r.stats["scans"]
-        assert scan["from"] == cut_at and scan["to"] == store.commit_log.max_offset
-        assert scan["records"] == len(written) - 700
-        assert "no index file covers the CommitLog from offset" in scan["why"]
+        assert scan["from"] == written[699]["offset"] and scan["to"] == store.commit_log.max_offset
+        assert scan["records"] == len(written) - 700  # the records after the last one indexed
+        assert "no index file covers the CommitLog after the record at offset" in scan["why"]
         assert any("scanned CommitLog" in n for n in r.notes)
         assert {row.found_by for row in r.rows if row.commit_log_offset >= cut_at} == {"scan"}
         assert {row.found_by for row in r.rows if row.commit_log_offset < written[699]["offset"]} == {"index"}
@@ -271,3 +271,15 @@ def test_an_lmq_lists_the_records_dispatched_to_it_at_their_place_there():
         by_key = find(store, topic=lmq, key=key)
         assert [row.commit_log_offset for row in by_key.rows] == [r.rows[3].commit_log_offset]
         assert by_key.rows[0].queue_offset == 3 and by_key.stats["index_files"] == 0
+
+
+@pytest.mark.parametrize("name", ["dledger_store", "dledger_migrated_store"])
+def test_a_scan_without_an_index_walks_a_dledger_log_too(name):
+    """A DLedger CommitLog's records lie past each entry's header: the scan takes the log's own walk."""
+    from helpers import DATA
+
+    with closing(cq.Store(DATA / "golden_store")) as golden, closing(cq.Store(DATA / name)) as store:
+        want = [(r.topic, r.queue_id, r.queue_offset, r.uniq_key) for r in find(golden, key="order-115").rows]
+        r = find(store, key="order-115")
+        assert [(x.topic, x.queue_id, x.queue_offset, x.uniq_key) for x in r.rows] == want and len(want) == 2
+        assert r.stats["scans"][0]["records"] == 300 and {x.found_by for x in r.rows} == {"scan"}
