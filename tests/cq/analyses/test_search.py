@@ -283,3 +283,14 @@ def test_a_scan_without_an_index_walks_a_dledger_log_too(name):
         r = find(store, key="order-115")
         assert [(x.topic, x.queue_id, x.queue_offset, x.uniq_key) for x in r.rows] == want and len(want) == 2
         assert r.stats["scans"][0]["records"] == 300 and {x.found_by for x in r.rows} == {"scan"}
+
+
+def test_a_probe_reads_the_store_time_past_an_ipv6_born_host(tmp_path):
+    root = tmp_path / "s"
+    with StoreWriter(root, **SMALL) as w:
+        for i, host in enumerate(["10.0.0.1:1", "[::1]:2", "[fe80::1]:3", "10.0.0.2:4"]):
+            w.append(TOPIC, b"x", born_host=host, store_host=host, store_timestamp=T0 + i)
+    with closing(cq.Store(root)) as store:
+        log = store.commit_log
+        assert [log.pickup_store_timestamp(m.commit_log_offset) for m in log.messages()] == [T0 + i for i in range(4)]
+        assert [r.store_timestamp for r in find(store, topic=TOPIC, between=(T0 + 1, T0 + 2)).rows] == [T0 + 1, T0 + 2]
