@@ -32,6 +32,7 @@ import selector
 
 from .. import format as fmt
 from ..filter.layers import Layers
+from ..readers.batchcq import expand_batch
 from ..readers.commitlog import Message
 from ..store.cluster import Cluster, broker_name, each_store
 from ..store.decide import decide_units
@@ -217,13 +218,15 @@ def _find_in_store(store: Store, broker: str, q: _Query, now_ms: int) -> list[Fi
     by_record = (q.msg_id is not None or q.key is not None or q.uniq_key is not None) and not lmq
     cut = store.cut(topics[0], []) if by_record and topics else store.cut(q.topic)
     lo, hi = cut.commit_log_min, cut.commit_log_end
-    batch = set(store.layout.batch_cq_topics) & set(topics)
-    if batch and q.topic is not None:
-        raise ValueError(f"topic {q.topic!r} is a BatchCQ topic: find does not read BatchCQ queues yet "
+    batch = [t for t in topics if t in set(store.layout.batch_cq_topics)]  # docs/find.md#batchcq
+    if batch and q.group is not None:
+        raise ValueError(f"topic {q.topic!r} is a BatchCQ topic: find --group does not read BatchCQ queues yet "
                          "(docs/find.md#limits)")
-    if batch:
-        q.notes.append(f"{broker}: BatchCQ topic(s) {', '.join(sorted(batch))} left out (docs/find.md#limits)")
-        topics = [t for t in topics if t not in batch]
+    batch_rows = sorted((r for t in batch for r in _batch_rows(store, broker, t, q, lo, hi)),
+                        key=lambda r: (r.commit_log_offset, r.queue_offset))
+    topics = [t for t in topics if t not in batch]
+    if not topics:
+        return batch_rows
     uniq = q.uniq_key
     found: dict[int, str] = {}  # CommitLog offset -> how it was found
     if q.msg_id is not None:
@@ -263,6 +266,43 @@ def _find_in_store(store: Store, broker: str, q: _Query, now_ms: int) -> list[Fi
         rows += [FindRow.of(broker, m, found[m.commit_log_offset], _served_from(m, wanted, lmqs)) for m in keep]
     if q.group is not None:
         rows = _for_group(store, rows, q, now_ms)
+    return sorted(rows + batch_rows, key=lambda r: (r.commit_log_offset, r.queue_offset)) if batch_rows else rows
+
+
+def _batch_rows(store: Store, broker: str, topic: str, q: _Query, lo: int, hi: int) -> list[FindRow]:
+    """The messages of BatchCQ topic ``topic`` answering ``q`` (docs/find.md#batchcq): a unit is a batch record,
+    found by its own store time where only a window is asked (a binary search of the units, which hold it, as
+    the broker's BatchConsumeQueue searches), else every unit's record read; each record's messages unwrapped
+    and kept one by one (the IndexFiles hold a batch record's keys, not its messages')."""
+    log = store.commit_log
+    by_time = q.begin is not None and q.key is None and q.uniq_key is None and q.msg_id is None
+    wanted_id = q.msg_id.strip().upper() if q.msg_id is not None else None
+    uniq = q.uniq_key if q.uniq_key is not None else (q.msg_id.strip() if q.msg_id is not None else None)
+    rows, records = [], 0
+    for qid in store.queue_ids(topic):
+        with store.queue_readers(topic, qid, ext=False) as (bcq, _ext):
+            units = bcq.units
+            a, b = 0, len(units)
+            if by_time:
+                stamps = units["store_timestamp"]
+                a, b = int(np.searchsorted(stamps, q.begin, "left")), int(np.searchsorted(stamps, q.end, "right"))
+            for off, size in zip(units["commit_log_offset"][a:b].tolist(), units["size"][a:b].tolist()):
+                if off < lo or off + size > hi:
+                    continue
+                record = log.read_message(off)
+                records += 1
+                for m in expand_batch(record):
+                    if (q.begin is not None and not q.begin <= m.store_timestamp <= q.end) \
+                            or (q.key is not None and not key_matches(m.properties, q.key, None)) \
+                            or (uniq is not None and record.msg_id != wanted_id
+                                and not key_matches(m.properties, None, uniq)) \
+                            or (q.where is not None and not q.where.matches(m.properties)):
+                        continue
+                    rows.append(FindRow.of(broker, m, BY_TIME if by_time else BY_SCAN))
+    how = "found by the units' own store time" if by_time else "every batch record read"
+    q.stats["scanned_records"] += records
+    q.notes.append(f"{broker}: BatchCQ topic {topic}: {records} batch record(s) read, {how}, their messages "
+                   "unwrapped (docs/find.md#batchcq)")
     return rows
 
 

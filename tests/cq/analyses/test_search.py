@@ -294,3 +294,26 @@ def test_a_probe_reads_the_store_time_past_an_ipv6_born_host(tmp_path):
         log = store.commit_log
         assert [log.pickup_store_timestamp(m.commit_log_offset) for m in log.messages()] == [T0 + i for i in range(4)]
         assert [r.store_timestamp for r in find(store, topic=TOPIC, between=(T0 + 1, T0 + 2)).rows] == [T0 + 1, T0 + 2]
+
+
+def test_a_batchcq_topic_gives_each_message_the_broker_stored():
+    """docs/find.md#batchcq: the messages of the batch_store's BatchCQ topic, as RocketMQ's broker reported sending
+    them (tests/data/BATCH_STORE.md), by store time, key, UNIQ_KEY and the batch record's msg id."""
+    import json
+
+    from helpers import DATA
+
+    sent = [s for s in json.loads((DATA / "batch_store.json").read_text())["sent"] if s["topic"] == "BatchTopic"]
+    with closing(cq.Store(DATA / "batch_store")) as store:
+        r = find(store, topic="BatchTopic", between=(0, 2**62))
+        got = sorted((row.queue_id, row.queue_offset, row.uniq_key) for row in r.rows)
+        assert got == sorted((s["queue_id"], s["queue_offset"], s["uniq_key"]) for s in sent) and len(got) == 55
+        s = sent[17]
+        assert [(x.queue_id, x.queue_offset) for x in find(store, topic="BatchTopic", uniq_key=s["uniq_key"]).rows] \
+            == [(s["queue_id"], s["queue_offset"])]
+        assert (s["queue_id"], s["queue_offset"]) in \
+            [(x.queue_id, x.queue_offset) for x in find(store, topic="BatchTopic", key=s["keys"][0]).rows]
+        same_batch = sorted(x["queue_offset"] for x in sent if x["msg_id"] == s["msg_id"])
+        assert sorted(x.queue_offset for x in find(store, msg_id=s["msg_id"]).rows) == same_batch
+        with pytest.raises(ValueError, match="BatchCQ"):
+            find(store, topic="BatchTopic", between=(0, 2**62), group="G", tags="*")
