@@ -26,7 +26,7 @@ from cq.filter.custom import ON_FILTER_ERROR
 from selector.errors import SelectorSyntaxError
 
 __all__ = ["BAD_INPUT", "BODY", "LAYER2_AUTO", "LAYER2_CHOICES", "LAYER2_DEFAULT", "ON_CORRUPT", "OUT_FORMATS",
-           "add_consumer_args", "add_filter_args", "add_group_args", "add_json_file_arg", "add_master_arg",
+           "TOPIC_OPTIONAL_HELP", "add_consumer_args", "add_filter_args", "add_group_args", "add_json_file_arg", "add_master_arg",
            "add_scan_args", "add_store_arg", "add_subscription_args", "add_topic_arg", "error_text", "fail",
            "subscription_conflict"]
 
@@ -91,9 +91,15 @@ def add_store_arg(parser: argparse.ArgumentParser, *, several: bool = False) -> 
                                  "highest epoch, else the CommitLog that reaches furthest")
 
 
-def add_topic_arg(parser: argparse.ArgumentParser) -> None:
-    """``--topic``, required: a topic with consume queues in ``STORE``."""
-    parser.add_argument("--topic", required=True, help="topic to read (it must have consume queues in STORE)")
+#: What ``--topic`` says where a command may go without it (``find``: every topic of the store).
+TOPIC_OPTIONAL_HELP = "; without it, every topic of STORE"
+
+
+def add_topic_arg(parser: argparse.ArgumentParser, *, required: bool = True) -> None:
+    """``--topic``: a topic with consume queues in ``STORE``; required unless ``required=False``
+    (the help then says what the command reads without it)."""
+    parser.add_argument("--topic", required=required, help="topic to read (it must have consume queues in STORE)"
+                        + ("" if required else TOPIC_OPTIONAL_HELP))
 
 
 def add_group_args(parser: argparse.ArgumentParser, *, all_groups: bool = False, repeatable: bool = False,

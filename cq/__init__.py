@@ -11,6 +11,7 @@ would receive. See :mod:`cq.format` for the file formats.
 import importlib
 
 from .analyses.backlog import backlog
+from .analyses.search import find
 from .analyses.why import MessageNotFoundError, find_messages, why
 from .errors import (
     StoreFileDeleted,
@@ -97,6 +98,7 @@ __all__ = [
     "check_ext_batch",
     "decorate",
     "detect_layout",
+    "find",
     "find_messages",
     "is_ext_addr",
     "load_filter",

@@ -642,6 +642,12 @@ def encode_host(host: str) -> bytes:
     return parse_host(host, any_port=True)[0]
 
 
+def offset_msg_id(store_host: str, commit_log_offset: int) -> str:
+    """The broker's offset message id: the store host's bytes then the CommitLog offset (int64), upper-case hex
+    (docs/config-and-index.md#message-ids)."""
+    return (encode_host(store_host) + struct.pack(">q", commit_log_offset)).hex().upper()
+
+
 def body_crc(body: bytes) -> int:
     """BODYCRC: CRC-32 of the stored body with the sign bit cleared."""
     return zlib.crc32(body) & 0x7FFFFFFF

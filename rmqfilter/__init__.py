@@ -2,8 +2,9 @@
 
 Each group of sub-commands lives in its own module of this package with an ``add_parsers``
 function, listed in :data:`COMMAND_MODULES` (with the commands each adds). Only ``scan``,
-``demo`` and ``cost --spark`` run Spark; the other commands read or write stores and selectors with ``cq``,
-``selector`` and ``bloom`` and never import pyspark, so a user without Java can still run them.
+``demo``, ``cost --spark`` and ``find --spark`` run Spark; the other commands read or write stores and
+selectors with ``cq``, ``selector`` and ``bloom`` and never import pyspark, so a user without Java can
+still run them.
 ``spark_commands`` and ``cost_commands`` import :mod:`pyspark_udfs.job`, which imports pyspark
 only inside the functions that run a job (marked ``# lazy``). This package imports
 ``pyspark_udfs``; nothing in ``pyspark_udfs`` imports it (docs/contributing.md#layers).
@@ -25,6 +26,7 @@ COMMAND_MODULES = (
     "rmqfilter.store_commands",  # inspect, gen-store, consume
     "rmqfilter.cost_commands",  # cost (its --spark branch imports pyspark inside the command)
     "rmqfilter.why_commands",  # why, backlog, pending
+    "rmqfilter.find_commands",  # find (its --spark branch imports pyspark inside the command)
     "rmqfilter.live_commands",  # tail
     "rmqfilter.spark_commands",  # scan, demo
 )

@@ -22,6 +22,8 @@ from .columns import MessageColumns
 from .entry import ReaderEntry
 
 _HOSTS: dict[tuple[bytes, int], str] = {}
+_I32_BE = struct.Struct(">i")
+_I64_BE = struct.Struct(">q")
 
 
 def _host(ip: bytes, port: int) -> str:
@@ -83,8 +85,7 @@ class Message:
     @property
     def msg_id(self) -> str:
         """The offset message id: store-host address, port and commit-log offset, in upper-case hex."""
-        raw = fmt.encode_host(self.store_host)
-        return (raw + struct.pack(">q", self.commit_log_offset)).hex().upper()
+        return fmt.offset_msg_id(self.store_host, self.commit_log_offset)
 
     @property
     def transaction_type(self) -> int:
@@ -483,6 +484,31 @@ class CommitLog(MappedFileQueue):
         start, path = self._files[index]
         return decode_message(self._u8(index), physical_offset - start, self._file_limit(index),
                               path=path, file_start=start, verify_crc=verify_crc)
+
+    def pickup_store_timestamp(self, physical_offset: int) -> int:
+        """STORETIMESTAMP of the record at ``physical_offset``, read alone (the broker's
+        ``CommitLog.pickupStoreTimestamp``, what its search of a queue by store time reads per probe,
+        docs/find.md#by-time): SYSFLAG gives the born host's width, the store time follows it.
+
+        Raises
+        ------
+        StoreFormatError
+            No file holds the offset, or no record with a known magic code starts there (file and byte).
+        """
+        index = self.file_index(physical_offset)
+        if index is None:
+            return self.read_message(physical_offset).store_timestamp  # raises the outside-the-log error
+        start = self._files[index][0]
+        buf = self._map(index)
+        pos = physical_offset - start
+        if pos + fmt.RECORD_BORN_HOST_POSITION + 28 > len(buf):
+            return self.read_message(physical_offset).store_timestamp  # raises read_message's error
+        _size, magic = fmt.RECORD_HEAD_STRUCT.unpack_from(buf, pos)
+        if magic not in (fmt.MESSAGE_MAGIC_CODE_V1, fmt.MESSAGE_MAGIC_CODE_V2):
+            return self.read_message(physical_offset).store_timestamp  # raises, naming the magic code
+        sys_flag = _I32_BE.unpack_from(buf, pos + fmt.RECORD_SYS_FLAG_POSITION)[0]
+        at = pos + fmt.RECORD_BORN_HOST_POSITION + fmt.host_width(sys_flag, store=False)
+        return _I64_BE.unpack_from(buf, at)[0]
 
     def decode_columns(self, physical_offsets, fields=None, *, decompress_body: bool = False) -> MessageColumns:
         """Decode the records at ``physical_offsets`` straight into Arrow buffers: the data path's decoder.

@@ -11,6 +11,7 @@ import pytest
 from helpers import DATA
 
 import rmqfilter
+from rmqfilter_options import TOPIC_OPTIONAL_HELP
 
 GOLDEN = str(DATA / "golden_store")
 TOPIC = "GoldenFilterTopic"
@@ -28,7 +29,11 @@ def _commands() -> dict[str, argparse.ArgumentParser]:
 
 def _declaration(action: argparse.Action) -> tuple:
     check = getattr(action.type, "__qualname__", action.type)
-    return (action.dest, action.default, action.choices, action.metavar, action.help, check, action.required)
+    help_text, required = action.help, action.required
+    if action.dest == "topic" and not required:  # find's --topic: the shared one, optional, saying so
+        assert help_text.endswith(TOPIC_OPTIONAL_HELP), help_text
+        help_text, required = help_text.removesuffix(TOPIC_OPTIONAL_HELP), True
+    return (action.dest, action.default, action.choices, action.metavar, help_text, check, required)
 
 
 def test_every_command_has_help(capsys):
@@ -50,11 +55,11 @@ def test_a_shared_option_reads_the_same_in_every_command():
     for key, by_command in seen.items():
         assert len(by_command) >= 2, key
         assert len(set(by_command.values())) == 1, (key, by_command)
-    assert set(seen["store"]) == {"inspect", "consume", "cost", "why", "backlog", "pending", "tail", "scan"}
+    assert set(seen["store"]) == {"inspect", "consume", "cost", "why", "backlog", "pending", "tail", "scan", "find"}
     # the commands that read a cluster take several stores (docs/reading.md#clusters), the others one
     several = {name for name, parser in _commands().items() for action in parser._actions
                if action.dest == "store" and action.nargs == "+"}
-    assert several == {"inspect", "consume", "why", "backlog", "scan", "cost", "tail"}
+    assert several == {"inspect", "consume", "why", "backlog", "scan", "cost", "tail", "find"}
 
 
 @pytest.mark.parametrize("argv", [

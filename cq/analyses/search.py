@@ -1,0 +1,483 @@
+"""``rmqfilter find``: every message of one store or a cluster by key, unique key, message id, store time,
+properties and a group's view (docs/find.md).
+
+:func:`find` takes its candidates from the cheapest source the question allows, then keeps exactly
+the records that answer it:
+
+* a ``UNIQ_KEY`` or key goes through the IndexFiles the broker wrote (every entry, no cap; each hash
+  candidate confirmed against the record's own key), and where no index file covers part of the
+  CommitLog (before the first entry, after the last, or no index at all) that part is scanned, and
+  the answer says so (docs/find.md#keys);
+* an offset message id names its record (store host and CommitLog offset), else it is looked up as
+  a ``UNIQ_KEY``;
+* a store-time window alone is the broker's binary search of each queue by store time
+  (:mod:`cq.analyses.by_time`, docs/find.md#by-time), then the records of the range found;
+* nothing of those: every unit of the topic(s).
+
+Then, over the candidates: the topic, the key, the window (exactly, on each record's store time),
+``where`` (a SQL92 selector over the record's properties, compiled by :func:`selector.compile`) and,
+for ``group``, the broker's decision for the group (:func:`cq.store.decide.decide_units`, the one
+pipeline) and each kept message's state (:func:`cq.analyses.paths.why_every_copy`, ``why``'s).
+"""
+from __future__ import annotations
+
+import time
+from collections.abc import Iterable
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+import numpy as np
+
+import selector
+
+from .. import format as fmt
+from ..filter.layers import Layers
+from ..readers.batchcq import expand_batch
+from ..readers.commitlog import Message
+from ..store.cluster import Cluster, broker_name, each_store
+from ..store.decide import decide_units
+from ..store.store import Store
+from .by_time import QueueSearch, store_timestamps, time_range
+from .find import in_topic, key_matches, message_at, open_index, parse_offset_msg_id, position
+from .paths import why_every_copy
+from .why import resolve_subscription
+
+__all__ = ["COLUMNS", "FindResult", "FindRow", "find"]
+
+#: The columns of a row, in table order (``state`` only with a group).
+COLUMNS = ("broker", "topic", "queue_id", "queue_offset", "commit_log_offset", "msg_id", "uniq_key", "keys", "tags",
+           "store_timestamp", "born_timestamp", "found_by", "state")
+
+#: How a row's record was found.
+BY_MSG_ID, BY_INDEX, BY_SCAN, BY_TIME = "msg_id", "index", "scan", "time_search"
+#: Records decoded at a time while reading a range.
+_CHUNK = 1 << 16
+
+
+@dataclass
+class FindRow:
+    """One message found (a record of the CommitLog and its place in its queue)."""
+
+    broker: str
+    topic: str
+    queue_id: int
+    queue_offset: int
+    commit_log_offset: int
+    msg_id: str
+    uniq_key: str | None
+    keys: str | None
+    tags: str | None
+    store_timestamp: int
+    born_timestamp: int
+    found_by: str
+    state: str | None = None
+
+    @classmethod
+    def of(cls, broker: str, msg: Message, found_by: str, topic: str | None = None) -> FindRow:
+        """The row of record ``msg``, in ``topic`` (default its own; an LMQ it was dispatched to: its place there)."""
+        p = msg.properties
+        topic = msg.topic if topic is None else topic
+        queue_id, queue_offset = position(msg, topic)
+        return cls(broker, topic, queue_id, queue_offset, msg.commit_log_offset, msg.msg_id,
+                   p.get(fmt.PROPERTY_UNIQ_KEY), p.get(fmt.PROPERTY_KEYS), p.get(fmt.PROPERTY_TAGS),
+                   msg.store_timestamp, msg.born_timestamp, found_by)
+
+    def to_dict(self, group: bool = False) -> dict[str, Any]:
+        d = asdict(self)
+        if not group:
+            del d["state"]
+        return d
+
+
+@dataclass
+class FindResult:
+    """What :func:`find` found, how, and what it read.
+
+    Attributes
+    ----------
+    rows : list of FindRow
+        Per broker (in the cluster's order), in CommitLog order.
+    notes : list of str
+        How each broker's candidates were found; a scan says which CommitLog range and why.
+    stats : dict
+        ``index_files``, ``index_candidates``, ``index_confirmed``; ``scanned_records`` and ``scans``
+        (broker, ``from``, ``to``, ``records``, ``why``); ``queues`` (each queue's time search:
+        ``units``, ``probes``, ``first``, ``end``), ``probes`` and ``range_units`` summed, ``units``
+        (every searched queue's units).
+    group : str or None
+    """
+
+    rows: list[FindRow]
+    notes: list[str]
+    stats: dict[str, Any]
+    group: str | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"rows": [r.to_dict(self.group is not None) for r in self.rows], "notes": self.notes,
+                "stats": self.stats}
+
+
+@dataclass
+class _Query:
+    topic: str | None
+    key: str | None
+    uniq_key: str | None
+    msg_id: str | None
+    begin: int | None
+    end: int | None
+    where: Any
+    group: str | None
+    sql: str | None
+    tags: str | None
+    stats: dict = field(default_factory=lambda: {
+        "index_files": 0, "index_candidates": 0, "index_confirmed": 0, "scanned_records": 0, "scans": [],
+        "queues": [], "probes": 0, "range_units": 0, "units": 0})
+    notes: list = field(default_factory=list)
+
+
+def find(store: Store | Cluster, *, topic: str | None = None, key: str | None = None, uniq_key: str | None = None,
+         msg_id: str | None = None, between: tuple[int, int] | None = None, where: str | None = None,
+         group: str | None = None, sql: str | None = None, tags: str | None = None,
+         now_ms: int | None = None) -> FindResult:
+    """Every message of ``store`` (a Store or a Cluster) answering the question (docs/find.md).
+
+    Parameters
+    ----------
+    store : cq.Store or cq.Cluster
+        Each row names its broker (the store's own name for one store, :func:`cq.store.cluster.broker_name`).
+    topic : str, optional
+        Only this topic (default every topic of the store).
+    key, uniq_key : str, optional
+        A key of ``KEYS`` and / or the ``UNIQ_KEY`` (both: records carrying both).
+    msg_id : str, optional
+        An offset message id (store host + CommitLog offset), else taken as a ``UNIQ_KEY`` (not with ``uniq_key``).
+    between : (int, int), optional
+        Store times ``[begin, end]`` in ms, both included.
+    where : str, optional
+        A SQL92 selector over each record's properties (:class:`selector.SelectorSyntaxError`, with its
+        position, when it does not parse); a record is kept where the broker's evaluation is true.
+    group : str, optional
+        Keep what this group received or would receive (its filter on the topic: ``sql`` / ``tags``, else
+        its registration), each row with its ``why`` state (:data:`cq.analyses.paths.STATES`). Needs ``topic``.
+    now_ms : int, optional
+        The time the states count to (default now).
+
+    Raises
+    ------
+    ValueError
+        Arguments that do not go together, a window whose end is before its begin.
+    LookupError
+        ``topic`` has no consume queues in the store (on no broker of a cluster).
+    """
+    if uniq_key is not None and msg_id is not None:
+        raise ValueError("give uniq_key or msg_id, not both")
+    begin, end = between if between is not None else (None, None)
+    if between is not None and begin > end:
+        raise ValueError(f"the time window ends ({end}) before it begins ({begin})")
+    if group is None and (sql is not None or tags is not None):
+        raise ValueError("sql and tags are a group's subscription: give group too")
+    if sql is not None and tags is not None:
+        raise ValueError("give sql or tags, not both")
+    if group is not None and topic is None:
+        raise ValueError("group needs topic (a group's filter is per topic)")
+    q = _Query(topic, key, uniq_key, msg_id, begin, end, selector.compile(where) if where is not None else None,
+               group, sql, tags)
+    now_ms = int(time.time() * 1000) if now_ms is None else now_ms
+    rows: list[FindRow] = []
+    holders = 0
+    named = _holding_msg_id(store, msg_id)  # an offset message id names one broker's record: ask it alone
+    for name, one in each_store(store):
+        broker = name if name is not None else broker_name(one)[0]
+        if topic is not None and topic not in one.topics() or named and name not in named:
+            continue
+        holders += 1
+        rows += _find_in_store(one, broker, q, now_ms)
+    if topic is not None and not holders:
+        raise LookupError(f"topic {topic!r} has no consume queues in {store.root}")
+    return FindResult(rows, q.notes, q.stats, group)
+
+
+def _holding_msg_id(store: Store | Cluster, msg_id: str | None) -> set[str]:
+    """The brokers of a cluster holding the record ``msg_id`` names as an offset message id (empty: ask every one)."""
+    parsed = parse_offset_msg_id(msg_id) if msg_id is not None else None
+    if parsed is None or not isinstance(store, Cluster):
+        return set()
+    wanted = msg_id.strip().upper()
+    return {name for name, one in each_store(store)
+            if (m := message_at(one, parsed[1])) is not None and m.msg_id == wanted}
+
+
+# ------------------------------------------------------------------ one broker
+def _find_in_store(store: Store, broker: str, q: _Query, now_ms: int) -> list[FindRow]:
+    """The rows of one broker's store."""
+    log = store.commit_log
+    topics = [q.topic] if q.topic is not None else store.topics()
+    # one consistent cut (docs/live.md): the queues' ends, then the CommitLog's; records wholly inside it are read.
+    # A key or an id reads the CommitLog alone: its cut opens no queue.
+    lmq = q.topic is not None and q.topic.startswith(fmt.LMQ_PREFIX)  # docs/formats.md#lmq
+    by_record = (q.msg_id is not None or q.key is not None or q.uniq_key is not None) and not lmq
+    cut = store.cut(topics[0], []) if by_record and topics else store.cut(q.topic)
+    lo, hi = cut.commit_log_min, cut.commit_log_end
+    batch = [t for t in topics if t in set(store.layout.batch_cq_topics)]  # docs/find.md#batchcq
+    if batch and q.group is not None:
+        raise ValueError(f"topic {q.topic!r} is a BatchCQ topic: find --group does not read BatchCQ queues yet "
+                         "(docs/find.md#limits)")
+    batch_rows = sorted((r for t in batch for r in _batch_rows(store, broker, t, q, lo, hi)),
+                        key=lambda r: (r.commit_log_offset, r.queue_offset))
+    topics = [t for t in topics if t not in batch]
+    if not topics:
+        return batch_rows
+    uniq = q.uniq_key
+    found: dict[int, str] = {}  # CommitLog offset -> how it was found
+    if q.msg_id is not None:
+        parsed = parse_offset_msg_id(q.msg_id)
+        msg = message_at(store, parsed[1]) if parsed is not None else None
+        if msg is not None and msg.msg_id == q.msg_id.strip().upper():
+            found[msg.commit_log_offset] = BY_MSG_ID
+            q.notes.append(f"{broker}: offset message id {q.msg_id}: store host {parsed[0]}, CommitLog offset "
+                           f"{parsed[1]}")
+        else:
+            uniq = q.msg_id.strip()
+            q.notes.append(f"{broker}: {q.msg_id!r} names no record of this store as an offset message id: "
+                           "looked up as a UNIQ_KEY")
+    if not found and lmq and (uniq is not None or q.key is not None):
+        # the IndexFiles hold a record under its own topic only, never under an LMQ it was dispatched to
+        found = _every_unit(store, broker, topics, cut, q,
+                            "the IndexFiles hold a record under its own topic, never under an LMQ (docs/find.md#limits)")
+    elif not found and (uniq is not None or q.key is not None):
+        found = _by_index(store, broker, topics, q.key, uniq, lo, hi, q)
+    elif not found and q.begin is not None:
+        found = _by_time(store, broker, topics, q, cut)
+    elif not found:
+        found = _every_unit(store, broker, topics, cut, q)
+    offsets = sorted(found)
+    rows = []
+    wanted = set(topics)
+    lmqs = [t for t in wanted if t.startswith(fmt.LMQ_PREFIX)]
+    for start in range(0, len(offsets), _CHUNK):
+        msgs = log.read_messages(offsets[start:start + _CHUNK])
+        keep = [m for m in msgs if (m.topic in wanted or any(in_topic(m, t) for t in lmqs))
+                and (q.key is None or key_matches(m.properties, q.key, None))
+                and (uniq is None or key_matches(m.properties, None, uniq))
+                and (q.begin is None or q.begin <= m.store_timestamp <= q.end)]
+        if q.where is not None and keep:
+            ok = q.where.matches_many([m.properties for m in keep])
+            keep = [m for m, k in zip(keep, ok.tolist()) if k]
+        rows += [FindRow.of(broker, m, found[m.commit_log_offset], _served_from(m, wanted, lmqs)) for m in keep]
+    if q.group is not None:
+        rows = _for_group(store, rows, q, now_ms)
+    return sorted(rows + batch_rows, key=lambda r: (r.commit_log_offset, r.queue_offset)) if batch_rows else rows
+
+
+def _batch_rows(store: Store, broker: str, topic: str, q: _Query, lo: int, hi: int) -> list[FindRow]:
+    """The messages of BatchCQ topic ``topic`` answering ``q`` (docs/find.md#batchcq): a unit is a batch record,
+    found by its own store time where only a window is asked (a binary search of the units, which hold it, as
+    the broker's BatchConsumeQueue searches), else every unit's record read; each record's messages unwrapped
+    and kept one by one (the IndexFiles hold a batch record's keys, not its messages')."""
+    log = store.commit_log
+    by_time = q.begin is not None and q.key is None and q.uniq_key is None and q.msg_id is None
+    wanted_id = q.msg_id.strip().upper() if q.msg_id is not None else None
+    uniq = q.uniq_key if q.uniq_key is not None else (q.msg_id.strip() if q.msg_id is not None else None)
+    rows, records = [], 0
+    for qid in store.queue_ids(topic):
+        with store.queue_readers(topic, qid, ext=False) as (bcq, _ext):
+            units = bcq.units
+            a, b = 0, len(units)
+            if by_time:
+                stamps = units["store_timestamp"]
+                a, b = int(np.searchsorted(stamps, q.begin, "left")), int(np.searchsorted(stamps, q.end, "right"))
+            for off, size in zip(units["commit_log_offset"][a:b].tolist(), units["size"][a:b].tolist()):
+                if off < lo or off + size > hi:
+                    continue
+                record = log.read_message(off)
+                records += 1
+                for m in expand_batch(record):
+                    if (q.begin is not None and not q.begin <= m.store_timestamp <= q.end) \
+                            or (q.key is not None and not key_matches(m.properties, q.key, None)) \
+                            or (uniq is not None and record.msg_id != wanted_id
+                                and not key_matches(m.properties, None, uniq)) \
+                            or (q.where is not None and not q.where.matches(m.properties)):
+                        continue
+                    rows.append(FindRow.of(broker, m, BY_TIME if by_time else BY_SCAN))
+    how = "found by the units' own store time" if by_time else "every batch record read"
+    q.stats["scanned_records"] += records
+    q.notes.append(f"{broker}: BatchCQ topic {topic}: {records} batch record(s) read, {how}, their messages "
+                   "unwrapped (docs/find.md#batchcq)")
+    return rows
+
+
+def _served_from(msg: Message, wanted: set[str], lmqs: list[str]) -> str:
+    """The topic a kept record is listed in: its own when asked, else the first LMQ asked it was dispatched to."""
+    if msg.topic in wanted:
+        return msg.topic
+    return next(t for t in lmqs if in_topic(msg, t))
+
+
+# ------------------------------------------------------------------ the IndexFiles
+def _by_index(store: Store, broker: str, topics: list[str], key: str | None, uniq: str | None, lo: int, hi: int,
+              q: _Query) -> dict[int, str]:
+    """CommitLog offsets of the records of ``topics`` with ``uniq`` (else ``key``): the IndexFiles' hash candidates
+    confirmed by the record, and a scan of the CommitLog no index file covers (docs/find.md#keys)."""
+    wanted = uniq if uniq is not None else key
+    what = f"UNIQ_KEY {wanted!r}" if uniq is not None else f"key {wanted!r}"
+    found: dict[int, str] = {}
+    index, why_scan = open_index(store)
+    if index is None or not len(index):
+        if index is not None:
+            index.close()
+        _scan_log(store, broker, topics, key, uniq, lo, hi, why_scan, found, q)
+        return found
+    try:
+        first, last = index.files[0], index.files[-1]
+        covered = (first.header.begin_phy_offset, last.header.end_phy_offset)
+        candidates = confirmed = 0
+        for t in topics:
+            for off in index.query(t, wanted):  # every hash candidate of every file: no cap
+                candidates += 1
+                msg = message_at(store, off)
+                if msg is not None and msg.topic == t and off + msg.store_size <= hi and \
+                        key_matches(msg.properties, key if uniq is None else None, uniq):
+                    confirmed += 1
+                    found[off] = BY_INDEX
+        q.stats["index_files"] += len(index)
+        q.stats["index_candidates"] += candidates
+        q.stats["index_confirmed"] += confirmed
+        q.notes.append(f"{broker}: {what} through {len(index)} index file(s): {candidates} hash candidate(s), "
+                       f"{confirmed} confirmed by the record's own key")
+    finally:
+        index.close()
+    if lo < covered[0]:
+        _scan_log(store, broker, topics, key, uniq, lo, min(covered[0], hi),
+                  f"no index file covers the CommitLog before offset {covered[0]} (the first index entry)", found, q)
+    last_indexed = message_at(store, covered[1])  # the last record indexed: the scan reads what follows it
+    if last_indexed is None:
+        _scan_log(store, broker, topics, key, uniq, lo, hi,
+                  f"the last index entry's record (CommitLog offset {covered[1]}) is not in the CommitLog", found, q)
+    elif covered[1] + last_indexed.store_size < hi:
+        _scan_log(store, broker, topics, key, uniq, covered[1], hi,
+                  f"no index file covers the CommitLog after the record at offset {covered[1]} (the last index "
+                  "entry's)", found, q, skip_first=True)
+    return found
+
+
+def _scan_log(store: Store, broker: str, topics: Iterable[str], key: str | None, uniq: str | None, start: int,
+              stop: int, why: str, found: dict[int, str], q: _Query, *, skip_first: bool = False) -> None:
+    """Add the records of ``[start, stop)`` of the CommitLog with the key, and say that (and why) they were scanned.
+
+    ``start`` is a record's start (``skip_first``: that record is not read), or the log's first byte: the log's
+    own walk then finds its first record (a DLedger entry's record lies past the entry's header)."""
+    wanted = set(topics)
+    log = store.commit_log
+    fields = ["store_size", "commit_log_offset", "topic", "properties"]
+    batches = log.column_batches(fields) if start <= log.min_offset else log.record_batches(start, stop, fields)
+    records = 0
+    for cols in batches:
+        offs = cols.columns["commit_log_offset"].tolist()
+        if offs and offs[0] >= stop:
+            break
+        sizes = cols.columns["store_size"].tolist()
+        for off, size, t, props in zip(offs, sizes, cols.texts("topic"), cols.dicts()):
+            if off >= stop:
+                break
+            if skip_first and off == start:
+                continue
+            records += 1
+            if t in wanted and off + size <= stop and key_matches(props, key if uniq is None else None, uniq) \
+                    and (uniq is None or key is None or key_matches(props, key, None)):
+                found.setdefault(off, BY_SCAN)
+    q.stats["scanned_records"] += records
+    q.stats["scans"].append({"broker": broker, "from": start, "to": stop, "records": records, "why": why})
+    q.notes.append(f"{broker}: scanned CommitLog [{start}, {stop}) ({records} record(s)): {why}")
+
+
+# ------------------------------------------------------------------ store time
+def _by_time(store: Store, broker: str, topics: list[str], q: _Query, cut) -> dict[int, str]:
+    """CommitLog offsets of the units of ``topics`` whose records' store times are in the window: each queue's
+    range by the broker's search (:func:`cq.analyses.by_time.time_range`), then each record of it read."""
+    found: dict[int, str] = {}
+    log = store.commit_log
+    lo, hi = cut.commit_log_min, cut.commit_log_end
+    searched = probes = units = 0
+    for t, qid, qlo, qhi in cut.queues:
+        if t not in topics or qhi <= qlo:
+            continue
+        search = QueueSearch(t, qid, qlo, qhi)
+        with store.queue_readers(t, qid, ext=False) as (cqueue, _ext):
+            time_range(cqueue, log, search, q.begin, q.end, lo, hi)
+            count = search.end - search.first
+            for _first, units_arr in (cqueue.iter_batches(_CHUNK, search.first, count) if count > 0 else ()):
+                offs = units_arr["commit_log_offset"].astype(np.int64)
+                stamps = store_timestamps(log, offs, units_arr["size"], lo, hi)
+                inside = (stamps >= q.begin) & (stamps <= q.end)
+                for off in offs[inside].tolist():
+                    found[off] = BY_TIME
+        searched += 1
+        probes += search.probes
+        units += search.units
+        q.stats["queues"].append({"broker": broker, **search.to_dict()})
+        q.stats["range_units"] += search.end - search.first
+    q.stats["probes"] += probes
+    q.stats["units"] += units
+    q.notes.append(f"{broker}: store times [{q.begin}, {q.end}] by the broker's search of {searched} queue(s) by "
+                   f"store time: {probes} record(s) probed among {units} unit(s)")
+    return found
+
+
+def _every_unit(store: Store, broker: str, topics: list[str], cut, q: _Query,
+                why: str = "no key, message id or time window narrows it") -> dict[int, str]:
+    """CommitLog offsets of every unit of ``topics`` whose record is in the cut (no key, id or window to narrow)."""
+    found: dict[int, str] = {}
+    lo, hi = cut.commit_log_min, cut.commit_log_end
+    records = 0
+    for t, qid, qlo, qhi in cut.queues:
+        if t not in topics or qhi <= qlo:
+            continue
+        with store.queue_readers(t, qid, ext=False) as (cqueue, _ext):
+            for _first, units_arr in cqueue.iter_batches(_CHUNK, qlo, qhi - qlo):
+                offs = units_arr["commit_log_offset"].astype(np.int64)
+                ok = (offs >= lo) & (offs + units_arr["size"].astype(np.int64) <= hi)
+                records += int(ok.sum())
+                for off in offs[ok].tolist():
+                    found[off] = BY_SCAN
+    q.stats["scanned_records"] += records
+    q.stats["scans"].append({"broker": broker, "from": lo, "to": hi, "records": records, "why": why})
+    q.notes.append(f"{broker}: read every unit of {len(topics)} topic(s) ({records} record(s)): {why}")
+    return found
+
+
+# ------------------------------------------------------------------ a group's view
+def _for_group(store: Store, rows: list[FindRow], q: _Query, now_ms: int) -> list[FindRow]:
+    """The rows ``q.group`` received or would receive (the broker's path for each row's unit, decided by
+    :func:`cq.store.decide.decide_units`), each with its state (:func:`cq.analyses.paths.why_every_copy`)."""
+    flt, _sub = resolve_subscription(store, q.topic, q.group, sql=q.sql, tags=q.tags)
+    layers = Layers(flt)
+    log = store.commit_log
+    cut = store.cut(q.topic)  # the group's view: a cut of its own, as why takes for each unit
+    kept: list[FindRow] = []
+    by_queue: dict[int, list[FindRow]] = {}
+    for r in rows:
+        by_queue.setdefault(r.queue_id, []).append(r)
+    for qid, queue_rows in by_queue.items():
+        rng = cut.queue_range(q.topic, qid)
+        if rng is None:
+            continue
+        cqueue = store.consume_queue(q.topic, qid)
+        units, mine = [], []
+        for r in queue_rows:
+            if rng[0] <= r.queue_offset < rng[1]:
+                unit = cqueue.unit(r.queue_offset)
+                if unit[0] == r.commit_log_offset:  # the unit is this record's (a half has none)
+                    units.append(unit)
+                    mine.append(r)
+        if not units:
+            continue
+        arr = np.array(units, dtype=np.int64)
+        d = decide_units(layers, log, arr[:, 0], arr[:, 1], arr[:, 2], ext=store.ext(q.topic, qid), present_all=True)
+        for r, ok in zip(mine, d.delivered.tolist()):
+            if ok:
+                path = why_every_copy(store, q.topic, q.group, sql=q.sql, tags=q.tags, queue_id=qid,
+                                      queue_offset=r.queue_offset, now_ms=now_ms)[0]
+                r.state = path.state
+                kept.append(r)
+    kept.sort(key=lambda r: r.commit_log_offset)
+    return kept
