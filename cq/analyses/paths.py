@@ -43,18 +43,9 @@ from .find import (
     unit_tags_code,
 )
 from .pop import ReviveLog, pop_retry_topics, read_revive_log
-from .why import (
-    DROPPED_BY_COMPACTION,
-    DROPPED_BY_EXPIRY,
-    INFO,
-    Subscription,
-    Why,
-    WhyStep,
-    ask_replicas,
-    resolve_subscription,
-    why_batch_message,
-    why_unit,
-)
+from .why import Subscription, Why, WhyStep, ask_replicas, resolve_subscription, why_unit
+from .why_codes import DROPPED_BY_COMPACTION, DROPPED_BY_EXPIRY, INFO
+from .why_places import why_batch_message
 from .why_render import DROPPED_BY_TEXT
 
 __all__ = [
