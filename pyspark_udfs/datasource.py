@@ -59,6 +59,7 @@ from ._source import (
     ON_FILTER_ERROR,
     PENDING_TABLES,
     TABLES,
+    TRACE_TABLE,
     ConsumeQueueSlice,
     ReadOptions,
     SlicesPartition,
@@ -91,6 +92,8 @@ class RocketMQDataSource(DataSource):
         # pushes none (docs/spark.md#pushdown). Spark refuses a reader that
         # implements pushFilters while spark.sql.python.filterPushdown.enabled is false.
         check_schema(self.read_options, schema)
+        if self.read_options.table == TRACE_TABLE:
+            return TraceReader(self.read_options, schema)
         if self.read_options.table in PENDING_TABLES:
             return PendingReader(self.read_options, schema)
         if self.read_options.pushdown:
@@ -99,7 +102,7 @@ class RocketMQDataSource(DataSource):
 
     def streamReader(self, schema: StructType):
         """``spark.readStream.format("rocketmq")``: see :mod:`pyspark_udfs.streaming`."""
-        if self.read_options.table in PENDING_TABLES:
+        if self.read_options.table in (*PENDING_TABLES, TRACE_TABLE):
             raise ValueError(f"rocketmq option table={self.read_options.table!r} is a batch table (the broker's "
                              "pending work at one moment), not a stream")
         from pyspark_udfs.streaming import (  # lazy: batch reads never load it
@@ -131,6 +134,33 @@ class PendingReader(DataSourceReader):
             store.close()
         for r in rows:
             yield tuple(r[n] for n in self.names)
+
+
+class TraceReader(DataSourceReader):
+    """``table`` = ``trace``: the rows of :func:`cq.analyses.trace.trace` (those ``rmqfilter trace`` prints),
+    read in one task; a record that does not read fails the read naming its place (docs/trace.md#spark)."""
+
+    def __init__(self, options: ReadOptions, schema: StructType) -> None:
+        self.options = options
+        self.names = [f.name for f in schema.fields]
+
+    def partitions(self) -> Sequence[InputPartition]:
+        return [InputPartition(0)]
+
+    def read(self, partition: InputPartition):
+        from cq.analyses.trace import trace  # lazy: only trace reads need it
+
+        store = cq.Store(self.options.path)
+        try:
+            result = trace(store, topic=self.options.trace_topic)
+        finally:
+            store.close()
+        if result.errors:
+            raise ValueError(f"rocketmq table=trace: {len(result.errors)} trace record(s) do not read; the first: "
+                             f"{result.errors[0]} (rmqfilter trace lists them all)")
+        for r in result.rows:
+            d = r.to_dict()
+            yield tuple(d[n] for n in self.names)
 
 
 def check_schema(options: ReadOptions, schema: StructType) -> None:
