@@ -16,6 +16,7 @@ from cq.analyses.trace import TRACE_TOPIC, ClientTrace, TraceResult, trace
 from cq.store.cluster import open_stores
 
 from ._common import error_text, fail, reported_warnings
+from ._options import add_json_flag, add_store_arg
 from .find_commands import _emit, time_text
 
 __all__ = ["add_parsers", "client_trace_text"]
@@ -31,7 +32,7 @@ def add_parsers(subparsers) -> None:
         "trace",
         help="decode the message-trace records clients wrote (sends, deliveries, answers, transactions, recalls)",
         description=textwrap.fill(
-            "Decode the records of the message-trace topic (RMQ_SYS_TRACE_TOPIC, or the one given) of one store or "
+            "Decode the records of the message-trace topic (RMQ_SYS_TRACE_TOPIC, or --trace-topic) of one store or "
             "a cluster: Pub (a send), SubBefore (a delivery to a listener), SubAfter (its answer), EndTransaction, "
             "Recall; each with the client that wrote it (the trace message's born host). --msg-id/--uniq-key/--key "
             "find one message's records through the IndexFiles (the trace messages' keys hold the ids and keys "
@@ -43,28 +44,27 @@ def add_parsers(subparsers) -> None:
                "docs/trace.md describes each column.",
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    p.add_argument("store", nargs="+", metavar="STORE",
-                   help="a broker's store directory; several: a cluster's brokers, read as one")
-    p.add_argument("--replica", metavar="NAME", default=None,
-                   help="with several stores of one broker name: the replica to read (as every command)")
-    p.add_argument("--topic", default=None, help=f"the trace topic (default {TRACE_TOPIC})")
+    add_store_arg(p, several=True)
+    p.add_argument("--trace-topic", metavar="T", default=None,
+                   help=f"the trace topic (default {TRACE_TOPIC}; --topic in other commands is a topic of messages)")
     which = p.add_mutually_exclusive_group()
     which.add_argument("--msg-id", metavar="ID",
                        help="a traced message's offset message id (of a record in STORE) or UNIQ_KEY")
     which.add_argument("--uniq-key", metavar="U", help="a traced message's UNIQ_KEY (the client's message id)")
     which.add_argument("--key", metavar="K", help="a key of the traced messages")
-    p.add_argument("--json", action="store_true",
-                   help="print JSON: {\"topic\", \"trace_messages\", \"rows\": [...], \"errors\": [...], \"notes\"}")
+    add_json_flag(p, '{"topic", "trace_messages", "rows": [...], "errors": [...], "notes": [...]}')
     p.set_defaults(func=_run_trace)
 
 
 def _run_trace(args: argparse.Namespace) -> int:
     prog = "rmqfilter trace"
+    if args.tier is not None:   # docs/trace.md#limits: the tier's files are not searched, as find
+        return fail(prog, "--tier: trace does not search a tier yet (docs/reading.md#tiered-storage)")
     try:
         with reported_warnings(prog):
             store = open_stores(args.store, replica=args.replica)
             try:
-                result = trace(store, topic=args.topic, msg_id=args.msg_id, uniq_key=args.uniq_key, key=args.key)
+                result = trace(store, topic=args.trace_topic, msg_id=args.msg_id, uniq_key=args.uniq_key, key=args.key)
             finally:
                 store.close()
     except (cq.StoreFormatError, LookupError, ValueError) as exc:

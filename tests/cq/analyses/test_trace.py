@@ -199,3 +199,16 @@ def test_cli_why_without_a_trace_topic_is_unchanged(capsys, tmp_path):
     code, _out, err = run(capsys, "why", tmp_path / "s", "--topic", TOPIC, "--group", "CG", "--tags", "*",
                           "--queue", "0", "--offset", "0", "--trace-topic", "Nope")
     assert code == 2 and "Nope" in err
+
+
+def test_cli_trace_of_a_cluster_with_its_own_trace_topic(capsys, tmp_path):
+    write_store(tmp_path / "broker-a", trace_topic="MyTrace")
+    with StoreWriter(tmp_path / "broker-b") as w:
+        w.append(TOPIC, b"y", properties={"UNIQ_KEY": "U9"})
+    code, out, err = run(capsys, "trace", tmp_path / "broker-a", tmp_path / "broker-b", "--trace-topic", "MyTrace",
+                         "--key", "k1")
+    assert code == 0 and err == ""
+    assert [ln.split()[:2] for ln in out.splitlines()[1:2]] == [["broker-a", "Pub"]]
+    assert "1 record(s) in 1 trace message(s) of MyTrace" in out
+    code, _out, err = run(capsys, "trace", tmp_path / "broker-b")
+    assert code == 2 and "traceTopicEnable" in err
