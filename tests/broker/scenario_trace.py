@@ -5,12 +5,16 @@ One broker. The client's producer, its transaction producer and three push consu
 ``enableTrace``: a tag group receiving everything, a SQL92 group, and a group that fails
 (``RECONSUME_LATER``) every message with ``fail=true``, so those come back through its ``%RETRY%`` topic
 once (``max_reconsume_times`` 1) and then go to its DLQ. Plain messages are sent (every fifth with
-``fail=true``), then two transactional ones (one committed, one rolled back). Once every group has
+``fail=true``), then two transactional ones (one committed, one rolled back), then two timer messages
+due a minute later (the timer wheel on, ``recallMessageEnable=true``), the first recalled at once (the
+client's recall hook writes a ``Recall`` record when the JVM property
+``com.rocketmq.recall.default.trace.enable`` is true, which the harness sets with trace). Once every group has
 received what it will and the failing group's retries came and failed, the consumers stop (their trace
 dispatchers flush), the harness waits until the trace topic has not grown for longer than the
 dispatchers' flush interval (5 s), and the store is copied. Each received line carries ``received_ms``
 (the trace's ``SubBefore`` is stamped just before the listener). ``broker.json`` gets ``trace`` =
-``{topic, trace_topic, fail_group, max_reconsume_times, broker_addr}``.
+``{topic, trace_topic, fail_group, max_reconsume_times, broker_addr, recalls}`` (``recalls``: the
+recall asked, with the message's ``UNIQ_KEY`` and whether the broker took it).
 """
 from __future__ import annotations
 
@@ -26,6 +30,8 @@ GROUPS = {
     FAIL_GROUP: ("TAG", "*"),
 }
 MAX_RECONSUME = 1
+#: The timer messages' delay: still scheduled when the store is copied.
+TIMER_DELAY_MS = 60_000
 #: AsyncTraceDispatcher's flushTraceInterval (ms): a context waits at most this long before it is sent.
 FLUSH_INTERVAL_MS = 5000
 
@@ -62,7 +68,8 @@ def _trace_end(h) -> int:
 def scenario_trace(h) -> None:
     """See the module docstring."""
     h.start_namesrv()
-    h.add_broker("broker-a", enablePropertyFilter="true", traceTopicEnable="true", flushConsumerOffsetInterval=500)
+    h.add_broker("broker-a", enablePropertyFilter="true", traceTopicEnable="true", flushConsumerOffsetInterval=500,
+                 timerWheelEnable="true", recallMessageEnable="true")
     h.start_broker("broker-a")
     h.client("init", namesrv=h.namesrv, trace=True)     # start_client, with message trace on every client
     h.create_topic(TOPIC, 2)
@@ -77,6 +84,17 @@ def scenario_trace(h) -> None:
         m["tx"] = decision
         m["properties"].pop("fail", None)
     h.client("tx_send", out=h.sent_path, messages=txs)
+    timers = traced_messages("timer", 2)
+    for m in timers:
+        m["properties"].pop("fail", None)
+        m["timer_delay_ms"] = TIMER_DELAY_MS
+    h.send(timers)
+    with open(h.sent_path, encoding="utf-8") as f:
+        first = next(s for s in map(json.loads, f) if s["keys"] == ["timer-0"])
+    answers = h.client("recall", topic=TOPIC, handles=[first["recall_handle"]])["recalls"]
+    recalls = [{"uniq_key": first["uniq_key"], "ok": a["ok"], "recall_ms": a["recall_ms"]} for a in answers]
+    if not all(r["ok"] for r in recalls):
+        raise RuntimeError(f"trace: the broker refused the recall: {answers}")
     fails = {m["keys"][0] for m in plain if m["properties"].get("fail")}
     _wait("the failing group's retries", lambda: fails <= {
         r["keys"] for r in _received(h) if r["group"] == FAIL_GROUP and r["reconsume_times"] == MAX_RECONSUME})
@@ -90,4 +108,5 @@ def scenario_trace(h) -> None:
             last, since = now, time.time()
     h.snapshot(restart=False)
     h.extra["trace"] = {"topic": TOPIC, "trace_topic": TRACE_TOPIC, "fail_group": FAIL_GROUP,
-                        "max_reconsume_times": MAX_RECONSUME, "broker_addr": h.brokers["broker-a"]["addr"]}
+                        "max_reconsume_times": MAX_RECONSUME, "broker_addr": h.brokers["broker-a"]["addr"],
+                        "recalls": recalls}

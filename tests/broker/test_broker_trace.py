@@ -52,7 +52,7 @@ def test_every_record_reads(run, records):
     assert run.release in {release(name) for name in RUNS}
     assert records.errors == []
     assert records.trace_messages > 0
-    assert {r.trace_type for r in records.rows} == {"Pub", "SubBefore", "SubAfter", "EndTransaction"}
+    assert {r.trace_type for r in records.rows} == {"Pub", "SubBefore", "SubAfter", "EndTransaction", "Recall"}
 
 
 def test_each_send_is_a_pub_record_beside_the_store(run, store, records):
@@ -63,10 +63,14 @@ def test_each_send_is_a_pub_record_beside_the_store(run, store, records):
     # a transaction's send result carries no offset id (TransactionSendResult): its half's is checked below
     got = sorted((r.msg_id, None if r.msg_type == "Trans_Msg_Half" else r.offset_msg_id, r.tags, r.keys,
                   r.store_host, r.success, r.msg_type, r.group) for r in pubs)
+    # a timer message is Delay_Msg from the 5.5.0 client on (docs/formats.md#trace-records), Normal_Msg before
+    client = tuple(int(x) for x in run.broker["rocketmq_client_version"].split("."))
+    timer = "Delay_Msg" if client >= (5, 5, 0) else "Normal_Msg"
     want = sorted((s["uniq_key"], s["msg_id"], s["tags"], " ".join(s["keys"]), info(run)["broker_addr"],
-                   s["send_status"] == "SEND_OK", "Trans_Msg_Half" if "tx" in s else "Normal_Msg",
+                   s["send_status"] == "SEND_OK",
+                   "Trans_Msg_Half" if "tx" in s else timer if "timer_delay_ms" in s else "Normal_Msg",
                    "harness_tx_producer" if "tx" in s else "harness_producer") for s in sent)
-    assert got == want and len(got) == 22
+    assert got == want and len(got) == 24
     sent_ms = {s["uniq_key"]: s["sent_ms"] for s in sent}
     for r in pubs:
         assert r.timestamp <= sent_ms[r.msg_id]
@@ -87,6 +91,15 @@ def test_each_transaction_end_is_the_producers_decision(run, records):
         assert (r.group, r.topic, r.msg_type, r.from_transaction_check) == \
             ("harness_tx_producer", info(run)["topic"], "Trans_msg_Commit", False)
         assert r.transaction_id
+
+
+def test_each_recall_is_a_recall_record(run, records):
+    """The producer's recall of a timer message: one Recall record, its group, topic, id and the broker's answer."""
+    got = sorted((r.group, r.topic, r.msg_id, r.success) for r in records.rows if r.trace_type == "Recall")
+    want = sorted(("harness_producer", info(run)["topic"], r["uniq_key"], r["ok"]) for r in info(run)["recalls"])
+    assert got == want and len(got) == 1
+    (rec,) = (r for r in records.rows if r.trace_type == "Recall")
+    assert info(run)["recalls"][0]["recall_ms"] <= rec.timestamp  # stamped when the broker answered
 
 
 def deliveries(run) -> collections.Counter:

@@ -183,6 +183,9 @@ public final class Client {
                 admin.setInstanceName("harness-admin");
                 admin.start();
                 trace = cmd.getBooleanValue("trace");
+                if (trace) {    // DefaultRecallMessageTraceHook writes Recall records only with this property
+                    System.setProperty("com.rocketmq.recall.default.trace.enable", "true");
+                }
                 producer = new DefaultMQProducer("harness_producer");
                 producer.setEnableTrace(trace);
                 producer.setNamesrvAddr(namesrv);
