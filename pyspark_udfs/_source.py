@@ -26,6 +26,7 @@ import bloom
 import cq
 import selector
 from cq.analyses.pending import COLUMNS as PENDING_COLUMNS
+from cq.analyses.trace import COLUMNS as TRACE_COLUMNS
 from cq.filter.custom import ON_FILTER_ERROR, load_filter
 from cq.filter.layers import Layers
 from cq.filter.subscription import registration_filter
@@ -45,8 +46,10 @@ from ._plan import (
 #: The broker's pending work (cq.analyses.pending, docs/paths.md#pending): whole-store tables, one row per
 #: scheduled copy, transaction or dead letter, the same rows ``rmqfilter pending`` prints.
 PENDING_TABLES = tuple(PENDING_COLUMNS)
-TABLES = ("messages", "consumequeue", *PENDING_TABLES)
-_PENDING_TYPES = {"string": StringType(), "int": IntegerType(), "long": LongType()}
+#: The clients' message-trace records (cq.analyses.trace, docs/trace.md#spark): a whole-store table too.
+TRACE_TABLE = "trace"
+TABLES = ("messages", "consumequeue", *PENDING_TABLES, TRACE_TABLE)
+_PENDING_TYPES = {"string": StringType(), "int": IntegerType(), "long": LongType(), "boolean": BooleanType()}
 LAYER2 = ("reader", "spark")
 #: ``stale_after``'s default: a task reading a cut planned a minute ago, of a store that moved on, says so
 DEFAULT_STALE_AFTER = 60.0
@@ -175,7 +178,12 @@ OPTIONS: dict[str, str] = {
         " ``scheduled``, ``transactions``, ``dead_letters``, ``pops``: the broker's pending work in the"
         " whole store (delay-level copies with their due time and status, transaction halves with their"
         " status, dead letters with their origin, POP groups' pops with theirs), the rows ``rmqfilter "
-        "pending`` prints (docs/paths.md#pending); they take no other option."
+        "pending`` prints (docs/paths.md#pending); they take no other option. ``trace``: the clients' "
+        "message-trace records of the trace topic, the rows ``rmqfilter trace`` prints (docs/trace.md#spark); "
+        "it takes ``trace_topic`` alone."
+    ),
+    "trace_topic": (
+        "With ``table=trace``: the trace topic (default ``RMQ_SYS_TRACE_TOPIC``)."
     ),
     "group": (
         "With ``sql`` or ``tags``: apply the broker's two-layer filter for that consumer group inside "
@@ -328,6 +336,8 @@ class ReadOptions:
     broker: str | None = None
     #: the tier directory of a store whose broker ran the tiered store (docs/reading.md#tiered-storage)
     tier: str | None = None
+    #: ``table=trace``: the trace topic (None: RMQ_SYS_TRACE_TOPIC)
+    trace_topic: str | None = None
 
     def for_broker(self, broker: str) -> ReadOptions:
         """These options for one broker of a read of several stores: ``path`` its root, the group's
@@ -397,6 +407,8 @@ class ReadOptions:
         table = options.get("table", "messages").strip().lower()
         if table not in TABLES:
             raise ValueError(f"rocketmq option 'table': expected one of {', '.join(TABLES)}, got {table!r}")
+        if table == TRACE_TABLE or options.get("trace_topic") not in (None, ""):
+            return cls._parse_trace(options, path, table, brokers)
         if table in PENDING_TABLES:
             clash = sorted(k for k in ("topic", "group", "sql", "tags", "decisions", "from_committed", "filter",
                                        "pushdown", "layer2") if options.get(k) not in (None, ""))
@@ -488,8 +500,23 @@ class ReadOptions:
             **registered,
         )
 
+    @classmethod
+    def _parse_trace(cls, options: dict, path: str, table: str, brokers) -> ReadOptions:
+        """``table=trace`` (docs/trace.md#spark): one store's trace topic; ``trace_topic`` alone."""
+        if table != TRACE_TABLE:
+            raise ValueError(f"rocketmq option 'trace_topic' is for table=trace, not table={table!r}")
+        clash = sorted(k for k in ("topic", "group", "sql", "tags", "decisions", "from_committed", "filter",
+                                   "pushdown", "layer2", "tier") if options.get(k) not in (None, ""))
+        if clash or brokers:
+            raise ValueError(f"rocketmq option table='trace' reads one store's trace topic: option(s) "
+                             f"{', '.join(clash or ['several stores'])} do not apply to it")
+        topic = (options.get("trace_topic") or "").strip() or None
+        return cls(path=os.path.abspath(path), table=table, trace_topic=topic)
+
     def schema(self) -> StructType:
         """The Spark schema these options produce."""
+        if self.table == TRACE_TABLE:
+            return StructType([StructField(n, _PENDING_TYPES[t], True) for n, t in TRACE_COLUMNS])
         if self.table in PENDING_TABLES:
             return StructType([StructField(n, _PENDING_TYPES[t], True) for n, t in PENDING_COLUMNS[self.table]])
         fields = list(_MESSAGE_FIELDS if self.table == "messages" else _CONSUMEQUEUE_FIELDS)

@@ -44,6 +44,8 @@ from pyspark.sql.types import (
 )
 
 import cq
+from cq.analyses.by_time import QueueSearch, time_range
+from cq.analyses.search import find
 
 from ._plan import (
     SLICE_UNITS,
@@ -59,6 +61,7 @@ from ._source import (
     ON_FILTER_ERROR,
     PENDING_TABLES,
     TABLES,
+    TRACE_TABLE,
     ConsumeQueueSlice,
     ReadOptions,
     SlicesPartition,
@@ -91,6 +94,8 @@ class RocketMQDataSource(DataSource):
         # pushes none (docs/spark.md#pushdown). Spark refuses a reader that
         # implements pushFilters while spark.sql.python.filterPushdown.enabled is false.
         check_schema(self.read_options, schema)
+        if self.read_options.table == TRACE_TABLE:
+            return TraceReader(self.read_options, schema)
         if self.read_options.table in PENDING_TABLES:
             return PendingReader(self.read_options, schema)
         if self.read_options.pushdown:
@@ -99,7 +104,7 @@ class RocketMQDataSource(DataSource):
 
     def streamReader(self, schema: StructType):
         """``spark.readStream.format("rocketmq")``: see :mod:`pyspark_udfs.streaming`."""
-        if self.read_options.table in PENDING_TABLES:
+        if self.read_options.table in (*PENDING_TABLES, TRACE_TABLE):
             raise ValueError(f"rocketmq option table={self.read_options.table!r} is a batch table (the broker's "
                              "pending work at one moment), not a stream")
         from pyspark_udfs.streaming import (  # lazy: batch reads never load it
@@ -131,6 +136,33 @@ class PendingReader(DataSourceReader):
             store.close()
         for r in rows:
             yield tuple(r[n] for n in self.names)
+
+
+class TraceReader(DataSourceReader):
+    """``table`` = ``trace``: the rows of :func:`cq.analyses.trace.trace` (those ``rmqfilter trace`` prints),
+    read in one task; a record that does not read fails the read naming its place (docs/trace.md#spark)."""
+
+    def __init__(self, options: ReadOptions, schema: StructType) -> None:
+        self.options = options
+        self.names = [f.name for f in schema.fields]
+
+    def partitions(self) -> Sequence[InputPartition]:
+        return [InputPartition(0)]
+
+    def read(self, partition: InputPartition):
+        from cq.analyses.trace import trace  # lazy: only trace reads need it
+
+        store = cq.Store(self.options.path)
+        try:
+            result = trace(store, topic=self.options.trace_topic)
+        finally:
+            store.close()
+        if result.errors:
+            raise ValueError(f"rocketmq table=trace: {len(result.errors)} trace record(s) do not read; the first: "
+                             f"{result.errors[0]} (rmqfilter trace lists them all)")
+        for r in result.rows:
+            d = r.to_dict()
+            yield tuple(d[n] for n in self.names)
 
 
 def check_schema(options: ReadOptions, schema: StructType) -> None:
@@ -167,6 +199,35 @@ _QUEUE_ID_TESTS = {
 }
 
 
+_LOWER_BOUNDS = ("GreaterThan", "GreaterThanOrEqual")
+_UPPER_BOUNDS = ("LessThan", "LessThanOrEqual")
+
+
+def _time_range(store: cq.Store, queue, topic: str, queue_id: int, lo: int, hi: int,
+                window: tuple[int | None, int | None]) -> tuple[int, int]:
+    """``[lo, hi)`` narrowed to the units whose records were stored in ``window``, by the broker's search by
+    store time (:func:`cq.analyses.by_time.time_range`, docs/find.md#by-time)."""
+    begin, end = window
+    if begin is not None and end is not None and begin > end:
+        return lo, lo
+    log = store.commit_log
+    search = QueueSearch(topic, queue_id, lo, hi)
+    time_range(queue, log, search, begin, end, log.min_offset, log.refresh())
+    return search.first, max(search.first, search.end)
+
+
+def _runs(offsets: Sequence[int], lo: int, hi: int) -> list[tuple[int, int]]:
+    """The sorted ``offsets`` inside ``[lo, hi)`` as runs ``[start, end)`` of consecutive offsets."""
+    out: list[list[int]] = []
+    for o in offsets:
+        if lo <= o < hi:
+            if out and out[-1][1] == o:
+                out[-1][1] = o + 1
+            else:
+                out.append([o, o + 1])
+    return [(a, b) for a, b in out]
+
+
 def _attribute(f: Filter) -> str | None:
     attr = getattr(f, "attribute", None)
     return attr[0] if attr is not None and len(attr) == 1 else None
@@ -181,6 +242,29 @@ class RocketMQReader(DataSourceReader):
         # Pushed-down conditions, ANDed: queue id predicates, allowed tag codes.
         self.queue_id_filters: list[tuple[str, Any]] = []
         self.tags_code_sets: list[frozenset[int]] = []
+        # Pushed-down row conditions the reader applies exactly to what it read (docs/spark.md#pushdown):
+        # (column, operator, value) on store_timestamp (planned by the search by store time) and keys
+        # (planned through the IndexFiles).
+        self.row_conditions: list[tuple[str, str, Any]] = []
+
+    def _time_window(self) -> tuple[int | None, int | None] | None:
+        """``[begin, end]`` of the pushed store_timestamp conditions (None: none pushed)."""
+        conds = [(op, v) for c, op, v in self.row_conditions if c == "store_timestamp"]
+        if not conds:
+            return None
+        begin = max((v + (op == "GreaterThan") for op, v in conds if op in _LOWER_BOUNDS), default=None)
+        end = min((v - (op == "LessThan") for op, v in conds if op in _UPPER_BOUNDS), default=None)
+        return begin, end
+
+    def _key_lookup(self) -> frozenset[str] | None:
+        """The keys an IndexFile lookup asks for (the first of each pushed ``keys`` value's space-separated
+        keys, from the smallest pushed set), or None when no ``keys`` condition can be looked up."""
+        sets = [frozenset(v) for c, op, v in self.row_conditions if c == "keys"]
+        if not sets:
+            return None
+        smallest = min(sets, key=len)
+        firsts = {v.split(" ")[0] for v in smallest}
+        return None if "" in firsts else frozenset(firsts)
 
     def _queue_id_allowed(self, queue_id: int) -> bool:
         return all(_QUEUE_ID_TESTS[op](queue_id, value) for op, value in self.queue_id_filters)
@@ -234,6 +318,7 @@ class RocketMQReader(DataSourceReader):
         # A fresh Store: the cut is the store as it is now. Queue ends are read first, the
         # CommitLog end last, so every unit planned has its record inside the cut (docs/live.md).
         topics = [opts.topic] if opts.topic is not None else list(store.topics())
+        window, keyed = self._time_window(), self._key_positions(store, topics)
         for topic in topics:
             committed = store.committed_offsets(opts.group, topic) if opts.from_committed else None
             for queue_id in store.queue_ids(topic):
@@ -257,6 +342,14 @@ class RocketMQReader(DataSourceReader):
                         elif store.tier is not None:  # ranges below the local minimum: the tier's
                             lo = self._plan_tier(store, broker, topic, queue_id, queue.min_offset, lo, hi,
                                                  committed is not None, ranges)
+                        elif type(queue) is cq.ConsumeQueue:  # docs/spark.md#pushdown: narrowed by time and keys
+                            if window is not None:
+                                lo, hi = _time_range(store, queue, topic, queue_id, lo, hi, window)
+                            if keyed is not None:
+                                ranges += [((broker, t), q, s2, e2)
+                                           for s, e in _runs(keyed.get((topic, queue_id), ()), lo, hi)
+                                           for t, q, s2, e2 in file_ranges(queue, topic, queue_id, s, e)]
+                                continue
                         ranges += [((broker, t), q, s, e) for t, q, s, e in file_ranges(queue, topic, queue_id, lo, hi)]
                 except cq.StoreFormatError as exc:
                     if opts.on_corrupt != "skip":
@@ -269,6 +362,19 @@ class RocketMQReader(DataSourceReader):
         log = store.commit_log
         end = log.refresh()  # the CommitLog end read after every queue's end (it opened with the first queue)
         return {"commit_log_min": log.min_offset, "commit_log_end": end, "planned_at": planned_at}
+
+    def _key_positions(self, store: cq.Store, topics: list[str]) -> dict[tuple[str, int], list[int]] | None:
+        """``(topic, queue id) -> queue offsets`` of the records holding a pushed key, found as ``find --key``
+        finds them (the IndexFiles, a scan where no index covers; docs/find.md#keys); None: no key pushed."""
+        keys = self._key_lookup()
+        if keys is None:
+            return None
+        found: dict[tuple[str, int], set[int]] = {}
+        for topic in topics:
+            for key in sorted(keys):
+                for r in find(store, topic=topic, key=key).rows:
+                    found.setdefault((r.topic, r.queue_id), set()).add(r.queue_offset)
+        return {k: sorted(v) for k, v in found.items()}
 
     def _plan_tier(self, store: cq.Store, broker, topic: str, queue_id: int, local_min: int, lo: int, hi: int,
                    from_committed: bool, ranges: list) -> int:
@@ -297,7 +403,23 @@ class RocketMQReader(DataSourceReader):
         # lazy: the heavy imports (pyarrow, the store readers) run on the executor, as Spark's own sources do
         from pyspark_udfs import _reader
 
-        yield from _reader.read_partition(self.options, self.schema, partition, self.tags_code_sets)
+        batches = _reader.read_partition(self.options, self.schema, partition, self.tags_code_sets)
+        if not self.row_conditions:
+            yield from batches
+            return
+        import pyarrow as pa  # lazy: as above
+        import pyarrow.compute as pc  # lazy: as above
+
+        compare = {"GreaterThan": pc.greater, "GreaterThanOrEqual": pc.greater_equal, "LessThan": pc.less,
+                   "LessThanOrEqual": pc.less_equal}
+        for batch in batches:  # the pushed conditions, exactly: Spark no longer checks them
+            mask = None
+            for column, op, value in self.row_conditions:
+                col = batch.column(batch.schema.get_field_index(column))
+                m = pc.is_in(col, value_set=pa.array(sorted(value), pa.string())) if op == "In" \
+                    else compare[op](col, value)
+                mask = m if mask is None else pc.and_(mask, m)
+            yield batch.filter(mask)  # a NULL (a record not read) is dropped, as Spark's filter drops it
 
 
 def skipped_ranges(skipped_log: str | os.PathLike) -> list[dict]:
@@ -346,6 +468,20 @@ class RocketMQPushdownReader(RocketMQReader):
                 values = f.value if isinstance(f, In) else (f.value,)
                 self.tags_code_sets.append(frozenset(int(v) for v in values if v is not None))
                 continue
+            if name == "store_timestamp" and self.options.table == "messages" and isinstance(
+                    f, (EqualTo, GreaterThan, GreaterThanOrEqual, LessThan, LessThanOrEqual)) \
+                    and isinstance(f.value, int) and not isinstance(f.value, bool):
+                if isinstance(f, EqualTo):
+                    self.row_conditions += [("store_timestamp", "GreaterThanOrEqual", f.value),
+                                            ("store_timestamp", "LessThanOrEqual", f.value)]
+                else:
+                    self.row_conditions.append(("store_timestamp", type(f).__name__, f.value))
+                continue
+            if name == "keys" and self.options.table == "messages" and isinstance(f, (EqualTo, In)):
+                values = f.value if isinstance(f, In) else (f.value,)
+                if all(isinstance(v, str) for v in values):
+                    self.row_conditions.append(("keys", "In", frozenset(values)))
+                    continue
             if name == "tags" and isinstance(f, (EqualTo, In)):
                 # Tag codes select candidate units (hash collisions included);
                 # Spark still checks the tag string exactly.

@@ -7,8 +7,8 @@ the ``where`` selector matches (:func:`pyspark_udfs.functions.selector_match`, t
 is the data source's ``group`` option (its ``sql``/``tags``, else its registration): the reader decides
 through the broker's one pipeline (cq.store.decide), and the driver adds each kept row's state as ``find``
 does. The rows are those of :func:`~cq.analyses.search.find` for every record that has a ConsumeQueue unit
-(the data source reads units); the IndexFiles and the search by store time are not used (the data source's
-pushdowns of issue 38 will).
+(the data source reads units). A window without a message id is pushed into the data source
+(``pushdown=true``): each queue's range is the broker's search by store time (docs/spark.md#pushdown).
 """
 from __future__ import annotations
 
@@ -66,6 +66,10 @@ def find_spark(stores: str | Sequence[str], *, spark=None, master: str | None = 
         spark = spark_session(master, app_name="rmqfilter find", progress=False)
     try:
         reader = spark.read.format("rocketmq")
+        # one query on this DataFrame (docs/spark.md#pushdown): the window plans each queue's range by store time
+        pushed = between is not None and msg_id is None
+        if pushed:
+            reader = reader.option("pushdown", "true")
         if topic is not None:
             reader = reader.option("topic", topic)
         if group is not None:
@@ -113,7 +117,8 @@ def find_spark(stores: str | Sequence[str], *, spark=None, master: str | None = 
     if group is not None:
         _states(roots, names, rows, topic, group, sql, tags, now_ms)
     what = f"topic {topic}" if topic else "the store"
-    note = (f"on Spark: the rocketmq data source read every unit of {what} of {len(roots)} store(s); Spark kept "
+    read = ("the units the search by store time found in each queue" if pushed else "every unit")
+    note = (f"on Spark: the rocketmq data source read {read} of {what} of {len(roots)} store(s); Spark kept "
             f"{len(rows)} row(s)")
     stats = {"index_files": 0, "index_candidates": 0, "index_confirmed": 0, "scanned_records": 0, "scans": [],
              "queues": [], "probes": 0, "range_units": 0, "units": 0, "spark": True}

@@ -27,6 +27,7 @@ COMMAND_MODULES = (
     "rmqfilter.cost_commands",  # cost (its --spark branch imports pyspark inside the command)
     "rmqfilter.why_commands",  # why, backlog, pending
     "rmqfilter.find_commands",  # find (its --spark branch imports pyspark inside the command)
+    "rmqfilter.trace_commands",  # trace
     "rmqfilter.live_commands",  # tail
     "rmqfilter.spark_commands",  # scan, demo
 )

@@ -14,10 +14,12 @@ import cq
 import selector
 from cq.analyses.paths import why_every_copy
 from cq.analyses.pending import COLUMNS, pending
+from cq.analyses.trace import TRACE_TOPIC, client_trace, has_trace_topic
 from cq.store.topics import registered_groups, topic_store
 
 from ._common import error_text, fail, reported_warnings, stdout_closed
 from ._options import add_consumer_args, add_json_flag, add_store_arg, subscription_conflict
+from .trace_commands import client_trace_text
 
 
 def add_parsers(subparsers) -> None:
@@ -58,6 +60,9 @@ def add_parsers(subparsers) -> None:
                      help="the broker runs with filterSupportRetry=true (its config is not in the store): in a "
                           "%%RETRY%% topic, layer 2 of a SQL92 group evaluates the filter registered for the "
                           "message's RETRY_TOPIC")
+    why.add_argument("--trace-topic", metavar="T", default=None,
+                     help=f"the message-trace topic whose records show what the clients reported (default "
+                          f"{TRACE_TOPIC}, read when a store holds it; docs/trace.md#why)")
     add_json_flag(why, "an object for --queue/--offset, a list for --msg-id/--key")
     why.set_defaults(func=_run_why)
 
@@ -120,17 +125,36 @@ def _run_why(args: argparse.Namespace) -> int:
             result = why_every_copy(store, args.topic, args.group, sql=args.sql, tags=args.tags, queue_id=args.queue,
                                     queue_offset=args.offset, msg_id=args.msg_id, key=args.key,
                                     filter_support_retry=args.filter_support_retry, broker=args.broker)
+            if args.queue is not None:
+                result = result[:1]
+            traced = _client_traces(store, result, args)
     except _errors() as exc:
         return fail(prog, error_text(exc))
-    if args.queue is not None:
-        result = result[0]
     if args.json:
-        doc = [w.to_dict() for w in result] if isinstance(result, list) else result.to_dict()
-        return _emit(json.dumps(doc, indent=2, ensure_ascii=False))
-    if isinstance(result, list):
-        head = f"{len(result)} messages match; each in turn:\n\n" if len(result) > 1 else ""
-        return _emit(head + "\n\n".join(str(w) for w in result))
-    return _emit(str(result))
+        docs = [w.to_dict() for w in result]
+        for doc, (ct, _stored) in zip(docs, traced):
+            if ct is not None:
+                doc["client_trace"] = ct.to_dict()
+        return _emit(json.dumps(docs[0] if args.queue is not None else docs, indent=2, ensure_ascii=False))
+    texts = [str(w) + ("" if ct is None else "\n\n" + client_trace_text(ct, stored))
+             for w, (ct, stored) in zip(result, traced)]
+    head = f"{len(result)} messages match; each in turn:\n\n" if len(result) > 1 and args.queue is None else ""
+    return _emit(head + "\n\n".join(texts))
+
+
+def _client_traces(store, paths: list, args: argparse.Namespace) -> list[tuple]:
+    """For each path: (what the clients reported about its message for the group, its store time in the topic),
+    or (None, None) where no store holds the trace topic or the message has no UNIQ_KEY (docs/trace.md#why)."""
+    if not has_trace_topic(store, args.trace_topic):
+        if args.trace_topic is not None:
+            raise LookupError(f"--trace-topic: no store holds topic {args.trace_topic!r}")
+        return [(None, None)] * len(paths)
+    out = []
+    for p in paths:
+        stored = next((c.message.store_timestamp for c in p.copies if c.role == "topic"), None)
+        out.append((client_trace(store, p.uniq_key, group=p.group, topic=args.trace_topic), stored)
+                   if p.uniq_key else (None, None))
+    return out
 
 
 def _run_backlog(args: argparse.Namespace) -> int:

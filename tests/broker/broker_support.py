@@ -68,6 +68,7 @@ SCENARIO_RELEASES = {
     "tiered": "5.3.3",
     "replicas": "5.3.3",     # and replicas@5.5.1 (tests/broker/test_broker_replicas.py)
     "replicas_controller": "5.3.3",
+    "trace": "5.3.3",        # and trace@5.5.1 (tests/broker/test_broker_trace.py)
 }
 # Runs every scenario on this release instead of its SCENARIO_RELEASES one.
 RELEASE_ENV = "RMQFILTER_ROCKETMQ"
@@ -127,7 +128,7 @@ _FAILED: dict[str, str] = {}
 # first: they take the run slots (:func:`_slot`) in this order, so the last to finish is a short one.
 CACHED_SCENARIOS = ("lifecycle", "rocksdb", "cluster", "filters", "modes", "crash", "batch", "newstore", "tiered",
                     "tiered@5.5.1", "compaction", "compaction@5.5.1", "replicas", "replicas@5.5.1",
-                    "replicas_controller", "replicas_controller@5.5.1")
+                    "replicas_controller", "replicas_controller@5.5.1", "trace", "trace@5.5.1")
 
 
 def _out(name: str) -> Path:

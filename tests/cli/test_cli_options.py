@@ -55,11 +55,12 @@ def test_a_shared_option_reads_the_same_in_every_command():
     for key, by_command in seen.items():
         assert len(by_command) >= 2, key
         assert len(set(by_command.values())) == 1, (key, by_command)
-    assert set(seen["store"]) == {"inspect", "consume", "cost", "why", "backlog", "pending", "tail", "scan", "find"}
+    assert set(seen["store"]) == {"inspect", "consume", "cost", "why", "backlog", "pending", "tail", "scan", "find",
+                                  "trace"}
     # the commands that read a cluster take several stores (docs/reading.md#clusters), the others one
     several = {name for name, parser in _commands().items() for action in parser._actions
                if action.dest == "store" and action.nargs == "+"}
-    assert several == {"inspect", "consume", "why", "backlog", "scan", "cost", "tail", "find"}
+    assert several == {"inspect", "consume", "why", "backlog", "scan", "cost", "tail", "find", "trace"}
 
 
 @pytest.mark.parametrize("argv", [

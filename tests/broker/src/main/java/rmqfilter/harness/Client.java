@@ -93,6 +93,8 @@ public final class Client {
     private String namesrv;
     private DefaultMQProducer producer;
     private TransactionMQProducer txProducer;
+    /** Message trace on every producer and consumer made after {@code init} (its {@code trace}). */
+    private boolean trace;
     private final Map<String, AtomicLong> txChecks = new ConcurrentHashMap<>();
     private DefaultMQAdminExt admin;
     private final Map<String, DefaultMQPushConsumer> consumers = new ConcurrentHashMap<>();
@@ -180,7 +182,12 @@ public final class Client {
                 admin.setNamesrvAddr(namesrv);
                 admin.setInstanceName("harness-admin");
                 admin.start();
+                trace = cmd.getBooleanValue("trace");
+                if (trace) {    // DefaultRecallMessageTraceHook writes Recall records only with this property
+                    System.setProperty("com.rocketmq.recall.default.trace.enable", "true");
+                }
                 producer = new DefaultMQProducer("harness_producer");
+                producer.setEnableTrace(trace);
                 producer.setNamesrvAddr(namesrv);
                 producer.setInstanceName("harness-producer");
                 producer.setPollNameServerInterval(1000);
@@ -444,6 +451,7 @@ public final class Client {
     private int txSend(JSONObject cmd) throws Exception {
         if (txProducer == null) {
             txProducer = new TransactionMQProducer("harness_tx_producer");
+            txProducer.setEnableTrace(trace);
             txProducer.setNamesrvAddr(namesrv);
             txProducer.setInstanceName("harness-tx-producer");
             txProducer.setPollNameServerInterval(1000);
@@ -570,6 +578,7 @@ public final class Client {
         Writer w = file(cmd.getString("out"));
         AtomicLong count = receivedCount.computeIfAbsent(group, g -> new AtomicLong());
         DefaultMQPushConsumer c = new DefaultMQPushConsumer(group);
+        c.setEnableTrace(trace);
         c.setNamesrvAddr(namesrv);
         c.setInstanceName(group + "-" + phase);
         c.setConsumeFromWhere(ConsumeFromWhere.CONSUME_FROM_FIRST_OFFSET);
@@ -604,6 +613,9 @@ public final class Client {
                         msg.getQueueOffset(), msg, msg.getBrokerName(), phase);
                     if (failProperty != null) {
                         line.put("result", fail ? "failed" : "consumed");
+                    }
+                    if (trace) {    // the trace's SubBefore is stamped just before the listener runs
+                        line.put("received_ms", System.currentTimeMillis());
                     }
                     write(w, line);
                 }
