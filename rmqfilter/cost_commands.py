@@ -75,8 +75,9 @@ def _error(message: str) -> int:
 
 
 def _run_cost(args: argparse.Namespace) -> int:
-    if args.tier is not None:
-        return _error("--tier: cost does not read a tier yet (docs/reading.md#tiered-storage)")
+    if args.tier is not None and args.spark:
+        return _error("--tier: cost --spark does not read a tier yet; without --spark cost reads it "
+                      "(docs/reading.md#tiered-storage)")
     with reported_warnings("rmqfilter cost"):
         return _cost(args)
 
@@ -121,7 +122,7 @@ def _cost(args: argparse.Namespace) -> int:
                 if owned:
                     spark.stop()
         else:
-            with topic_store(args.store, args.topic, replica=args.replica) as store:
+            with topic_store(args.store, args.topic, replica=args.replica, tier=args.tier) as store:
                 report = filter_cost(store, args.topic, groups, alternatives=alternatives, fp_target=target,
                                      timing=not args.no_timing)
     except cq.UnknownGroupError as exc:
@@ -142,7 +143,7 @@ def _cost(args: argparse.Namespace) -> int:
 
 def _registered(args: argparse.Namespace) -> list[str]:
     """``--all-groups``: the topic's registered groups, each once (every broker of a cluster registers them)."""
-    store = cq.open_stores(args.store, replica=args.replica)
+    store = cq.open_stores(args.store, replica=args.replica, **({"tier": args.tier} if args.tier else {}))
     try:
         return list(dict.fromkeys(f.group for f in store.registered_filters(args.topic)))
     finally:

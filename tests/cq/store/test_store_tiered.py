@@ -14,6 +14,7 @@ from helpers import DATA
 
 import cq
 import rmqfilter
+from cq.analyses.cost import CostGroup, filter_cost
 from cq.readers.tiered import tier_file_name, tier_hash
 
 STORE = DATA / "tiered_store"
@@ -150,3 +151,47 @@ def test_why_refuses_an_offset_a_tier_read_may_reach_where_the_two_sides_disagre
     assert agree.steps[0].name == "consume_queue_unit"
     with pytest.raises(cq.TieredStoreError, match="depends on its pull batches"):
         cq.why(store, TOPIC, "G", sql="TAGS IN ('TagB') OR a = 1", queue_id=0, queue_offset=540)
+
+
+def _cost_group(group: str):
+    """The group as ``cost`` is given it: by name where the store registers it, else explicitly."""
+    g = FACTS["groups"][group]
+    if g["type"] == "TAG":
+        return CostGroup(group, g["expression"], "TAG", registered=False)
+    if g["progress"]:
+        return group
+    return CostGroup(group, g["expression"], born_time=COPIED_MS, registered=False)
+
+
+def test_cost_counts_the_tier_as_consume_does(store):
+    """cost over a tiered store: the units the tier serves tallied from its flat files (no bitmap there), each
+    group's delivered count equal to consume's and to what the consumers received."""
+    groups = sorted(FACTS["received"])
+    report = filter_cost(store, TOPIC, [_cost_group(g) for g in groups], timing=False)
+    units = sum(hi - lo for _, _, lo, hi in store.cut(TOPIC).queues)
+    assert (report.units, report.messages, report.commit_log_missing) == (units, units, 0)
+    for group in groups:
+        stats = store.consume(TOPIC, group, **subscription(group))
+        delivered = sum(1 for _ in stats)
+        row = report.group(group)
+        assert row.delivered == delivered == len(received(group)), group
+        assert row.passed_consume_queue == stats.stats.passed_consume_queue, group
+        assert row.bloom_false_positives == stats.stats.bloom_false_positives, group
+
+
+def test_cost_refuses_a_filter_the_tier_and_the_local_bitmap_disagree_on(store):
+    with pytest.raises(cq.TieredStoreError, match="depends on its pull batches"):
+        filter_cost(store, TOPIC, [CostGroup("G", "TAGS IN ('TagB') OR a = 1", born_time=0, registered=False)],
+                    timing=False)
+
+
+def test_cost_command_reads_the_tier(capsys):
+    argv = ["cost", str(STORE), "--topic", TOPIC, "--group", "GID_TIER_SQL", "--tag-group", "GID_TIER_TAG",
+            "TagA || TagB", "--no-timing"]
+    assert rmqfilter.main(argv) == 2                 # without its tier: refused, naming the metadata file
+    assert "tieredStoreMetadata.json" in capsys.readouterr().err
+    assert rmqfilter.main(argv + ["--tier", str(TIER)]) == 0
+    out = capsys.readouterr().out
+    assert "GID_TIER_TAG" in out and f"{len(received('GID_TIER_TAG')):,}" in out
+    assert rmqfilter.main(argv + ["--tier", str(TIER), "--spark"]) == 2
+    assert "cost --spark does not read a tier yet" in capsys.readouterr().err
