@@ -7,7 +7,7 @@ import json
 from contextlib import closing
 
 import pytest
-from helpers import DATA
+from helpers import DATA, tiered_cluster
 from live_support import stream_to_the_end
 
 import cq
@@ -84,3 +84,19 @@ def test_the_scan_job_counts_the_tier(spark, layer2):
                   layer2=layer2, tier=TIER)
     assert result.units_scanned == 1160
     assert result.delivered == len(FACTS["received"]["GID_TIER_SQL"])
+
+
+def test_several_tiered_stores_read_with_their_shared_tier(spark, tmp_path):
+    """load([root_a, root_b]) with option tier: each broker's ranges below its local minimum read from its own
+    flat files in the shared tier; each broker's rows are what its consumer received."""
+    roots, tier = tiered_cluster(tmp_path)
+    group = "GID_TIER_SQL"
+    rows = (spark.read.format("rocketmq").option("topic", TOPIC).option("group", group).option("tier", str(tier))
+            .load([str(r) for r in roots])
+            .selectExpr("broker", "queue_id", "queue_offset", "properties['UNIQ_KEY'] AS uniq").collect())
+    want = {(q, o): u for q, o, u, _ in FACTS["received"][group]}
+    for broker in ("broker-a", "broker-b"):
+        assert {(r.queue_id, r.queue_offset): r.uniq for r in rows if r.broker == broker} == want
+    assert len(rows) == 2 * len(want)
+    with pytest.raises(Exception, match="give the tier directory"):
+        spark.read.format("rocketmq").option("topic", TOPIC).load([str(r) for r in roots]).count()

@@ -10,7 +10,7 @@ import shutil
 from contextlib import closing
 
 import pytest
-from helpers import DATA
+from helpers import DATA, tiered_cluster
 
 import cq
 import rmqfilter
@@ -195,3 +195,50 @@ def test_cost_command_reads_the_tier(capsys):
     assert "GID_TIER_TAG" in out and f"{len(received('GID_TIER_TAG')):,}" in out
     assert rmqfilter.main(argv + ["--tier", str(TIER), "--spark"]) == 2
     assert "cost --spark does not read a tier yet" in capsys.readouterr().err
+
+
+def test_a_cluster_of_tiered_brokers_reads_each_brokers_tier(tmp_path):
+    """cq.Cluster(roots, tier=DIR): the brokers share one tier, each reading its own flat files there (its
+    name's directory): consume, backlog and inspect as on each store alone, per broker."""
+    roots, tier = tiered_cluster(tmp_path)
+    cq_dir = next(tier.iterdir()) / "broker-b" / TOPIC / "0" / "CONSUME_QUEUE"
+    with open(cq_dir / tier_file_name(9000), "r+b") as f:
+        f.truncate(20 * 10)                       # broker-b's tier of queue 0 now ends at offset 460
+    with closing(cq.Cluster(roots, tier=tier)) as cluster:
+        assert [(b, c.tiers) for b, c in cluster.cut(TOPIC).brokers] == [
+            ("broker-a", ((TOPIC, 0, 0, 530), (TOPIC, 1, 0, 529))),
+            ("broker-b", ((TOPIC, 0, 0, 460), (TOPIC, 1, 0, 529)))]
+        group = "GID_TIER_TAG"
+        want = received(group)
+        result = cluster.consume(TOPIC, group, **subscription(group))
+        got = {}
+        for m in result:
+            got.setdefault(m.broker, {})[m.queue_id, m.queue_offset] = m.properties["UNIQ_KEY"]
+        assert got["broker-a"] == want
+        assert got["broker-b"] == {k: u for k, u in want.items() if not (k[0] == 0 and 460 <= k[1] < 530)}
+        assert result.broker_stats["broker-b"].commit_log_missing == 530 - 460
+        backlog = cq.backlog(cluster, TOPIC, group, **subscription(group))
+        assert {(q.broker, q.queue_id): q.will_receive for q in backlog.queues} == {
+            (b, q): sum(1 for k in got[b] if k[0] == q and k[1] >= 100) for b in got for q in (0, 1)}
+
+
+def test_the_inspect_command_of_a_tiered_cluster_shows_each_brokers_tier(tmp_path, capsys):
+    roots, tier = tiered_cluster(tmp_path)
+    assert rmqfilter.main(["inspect", *map(str, roots), "--tier", str(tier)]) == 0
+    out = capsys.readouterr().out
+    for broker in ("broker-a", "broker-b"):
+        part = out[out.index(f"Broker {broker}"):]
+        assert "TieredTopic 0: tier [0, 550), local minimum 530, served from the tier [0, 530)" in part
+    assert rmqfilter.main(["consume", *map(str, roots), "--topic", TOPIC, "--group", "G", "--tags", "*",
+                           "--format", "none"]) == 2   # without the tier: refused, naming the broker's store
+    err = capsys.readouterr().err
+    assert "broker-a" in err and "give the tier directory" in err
+
+
+def test_a_tier_given_to_a_cluster_with_a_broker_that_ran_none_names_that_broker(tmp_path):
+    roots, tier = tiered_cluster(tmp_path)
+    plain = tmp_path / "broker-c"
+    shutil.copytree(DATA / "golden_store", plain)
+    with pytest.raises(cq.StoreFormatError, match="did not run the tiered store") as e:
+        cq.Cluster([*roots, plain], tier=tier)
+    assert "broker 3 of 3" in str(e.value)
