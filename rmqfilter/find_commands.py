@@ -116,8 +116,10 @@ def _run_find(args: argparse.Namespace) -> int:
             selector.compile(args.where)
         except selector.SelectorSyntaxError as exc:
             return fail(prog, f"--where: {error_text(exc)}")
-    if getattr(args, "tier", None) is not None:   # docs/find.md: the tier's files are not searched yet
-        return fail(prog, "--tier: find does not search a tier yet (docs/reading.md#tiered-storage)")
+    tier = getattr(args, "tier", None)
+    if tier is not None and args.spark:   # docs/find.md#limits
+        return fail(prog, "--tier: find --spark does not search a tier yet; without --spark find searches it "
+                          "(docs/find.md#tiered)")
     replica = getattr(args, "replica", None)
     if args.spark and replica:
         return fail(prog, "--replica: find --spark reads every store given; name only the replica to read")
@@ -130,7 +132,7 @@ def _run_find(args: argparse.Namespace) -> int:
                 from pyspark_udfs.find import find_spark  # lazy: pyspark, only --spark runs Spark
                 result = find_spark(args.store, master=args.master, **query)
             else:
-                store = open_stores(args.store, replica=replica)
+                store = open_stores(args.store, replica=replica, **({"tier": tier} if tier is not None else {}))
                 try:
                     result = find(store, **query)
                 finally:

@@ -15,6 +15,7 @@ from helpers import DATA, tiered_cluster
 import cq
 import rmqfilter
 from cq.analyses.cost import CostGroup, filter_cost
+from cq.analyses.search import find
 from cq.readers.tiered import tier_file_name, tier_hash
 
 STORE = DATA / "tiered_store"
@@ -242,3 +243,61 @@ def test_a_tier_given_to_a_cluster_with_a_broker_that_ran_none_names_that_broker
     with pytest.raises(cq.StoreFormatError, match="did not run the tiered store") as e:
         cq.Cluster([*roots, plain], tier=tier)
     assert "broker 3 of 3" in str(e.value)
+
+
+def _everything(store) -> dict:
+    return {(m.queue_id, m.queue_offset): m for m in store.consume(TOPIC, "G", tags="*")}
+
+
+def test_find_searches_the_tier_by_key_uniq_key_and_msg_id(store):
+    """find's lookups read the tier's flat files where the broker serves a queue from it: the local IndexFiles
+    hold only the local range. Each row from the tier says so (found_by "tier")."""
+    q, o, uniq, _ = next(r for r in FACTS["received"]["GID_TIER_STAR"] if r[1] < 500)
+    msg = store.tier_queue(TOPIC, q).messages(o, o + 1)[0]
+    for how in ({"key": msg.keys.split(" ")[0]}, {"uniq_key": uniq}, {"msg_id": msg.msg_id}, {"msg_id": uniq}):
+        result = find(store, topic=TOPIC, **how)
+        every = _everything(store)
+        want = sorted(k for k, m in every.items() if (how.get("key") in (m.keys or "").split(" "))
+                      or m.properties.get("UNIQ_KEY") in (how.get("uniq_key"), how.get("msg_id")))
+        if "msg_id" in how and how["msg_id"] == msg.msg_id:
+            # each queue's flat CommitLog has offsets of its own: one offset msg id may name a record of each
+            want = sorted(k for k, m in every.items() if m.msg_id == msg.msg_id)
+            assert (q, o) in want
+        assert sorted((r.queue_id, r.queue_offset) for r in result.rows) == want, how
+        tiered = {(t[1], o_) for t in store.cut(TOPIC).tiers for o_ in range(t[2], t[3])}
+        assert all((r.found_by == "tier") == ((r.queue_id, r.queue_offset) in tiered) for r in result.rows), how
+        assert any("the tier" in n for n in result.notes)
+
+
+def test_find_by_store_time_searches_the_tiers_flat_consume_queues(store):
+    every = _everything(store)
+    stamps = sorted(m.store_timestamp for m in every.values())
+    for begin, end in ((stamps[10], stamps[400]), (stamps[500], stamps[1100]), (stamps[0], stamps[-1])):
+        result = find(store, topic=TOPIC, between=(begin, end))
+        want = sorted(k for k, m in every.items() if begin <= m.store_timestamp <= end)
+        assert sorted((r.queue_id, r.queue_offset) for r in result.rows) == want
+        assert any(s.get("tier") for s in result.stats["queues"])
+    assert sorted((r.queue_id, r.queue_offset) for r in find(store, topic=TOPIC).rows) == sorted(every)
+
+
+def test_find_a_groups_view_across_the_tier_is_what_it_received(store):
+    """--group over a window across the local minimum: the tier's rows decided from its flat files, the
+    local ones with their bitmaps, each what the group received."""
+    every = _everything(store)
+    begin, end = every[0, 500].store_timestamp, every[0, 560].store_timestamp
+    inside = {k for k, m in every.items() if begin <= m.store_timestamp <= end}
+    for group in ("GID_TIER_TAG", "GID_TIER_SQL"):
+        result = find(store, topic=TOPIC, group=group, between=(begin, end), **subscription(group))
+        got = {(r.queue_id, r.queue_offset): r.uniq_key for r in result.rows}
+        assert got == {k: u for k, u in received(group).items() if k in inside}, group
+        assert {r.found_by for r in result.rows} == {"tier", "time_search"}, group
+
+
+def test_the_find_command_searches_the_tier(capsys):
+    q, o, uniq, _ = next(r for r in FACTS["received"]["GID_TIER_STAR"] if r[1] < 500)
+    argv = ["find", str(STORE), "--topic", TOPIC, "--uniq-key", uniq, "--json"]
+    assert rmqfilter.main(argv) == 2                         # without its tier: refused, naming the metadata
+    assert "tieredStoreMetadata.json" in capsys.readouterr().err
+    assert rmqfilter.main(argv + ["--tier", str(TIER)]) == 0
+    lines = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
+    assert [(d["queue_id"], d["queue_offset"], d["found_by"]) for d in lines[:-1]] == [(q, o, "tier")]
