@@ -75,9 +75,6 @@ def _error(message: str) -> int:
 
 
 def _run_cost(args: argparse.Namespace) -> int:
-    if args.tier is not None and args.spark:
-        return _error("--tier: cost --spark does not read a tier yet; without --spark cost reads it "
-                      "(docs/reading.md#tiered-storage)")
     with reported_warnings("rmqfilter cost"):
         return _cost(args)
 
@@ -110,14 +107,15 @@ def _cost(args: argparse.Namespace) -> int:
             from pyspark_udfs.cost import filter_cost_spark  # lazy: pyspark, only --spark runs Spark
             from pyspark_udfs.job import owns_session, spark_session  # lazy: pyspark, as above
 
-            with topic_store(args.store, args.topic, replica=args.replica) as store:  # bad input fails before Spark starts
+            with topic_store(args.store, args.topic, replica=args.replica, tier=args.tier) as store:  # bad input fails before Spark starts
                 resolve_groups(store, args.topic, groups)
                 roots = read_roots(store)      # a broker's replica read, as the local path reads it
             owned = owns_session()
             spark = spark_session(args.master, app_name=f"rmqfilter cost {args.topic}", progress=False)
             try:
                 report = filter_cost_spark(spark, roots if args.replica else args.store, args.topic, groups,
-                                           alternatives=alternatives, fp_target=target, timing=not args.no_timing)
+                                           alternatives=alternatives, fp_target=target, timing=not args.no_timing,
+                                           tier=args.tier)
             finally:
                 if owned:
                     spark.stop()

@@ -59,6 +59,7 @@ __all__ = [
     "finish_report",
     "in_order_of",
     "predicted_fp_rate",
+    "queue_runs",
     "resolve_groups",
     "tally_range",
 ]
@@ -512,15 +513,7 @@ def _store_pass(store: Store, topic: str, groups, bf, first: StorePass | None, t
                 broker: str | None = None) -> StorePass:
     reported, registered = in_order_of(first, *resolve_reported(store, topic, groups, bloom_filter=bf, broker=broker))
     tally = None
-    cut = store.cut(topic)  # one cut: what the broker expires meanwhile is counted
-    checks = [_make_filter(g, topic, bf) for g in reported] if store.tier is not None else []
-    for _, q, lo, hi in cut.queues:
-        # a tiered queue's range split where the broker serves it, as consume splits it (docs/reading.md#tiered-storage);
-        # each reported group's filter runs the read-ahead check a pull crossing into the local range needs
-        served = cut.tier_range(topic, q)
-        for flt in checks:
-            store.tier_runs(topic, q, served, lo, hi, flt=flt, cut=cut)
-        runs = store.tier_runs(topic, q, served, lo, hi) or [(lo, hi, False)]
+    for q, runs in queue_runs(store, topic, reported, bf):  # one cut: what the broker expires meanwhile is counted
         for a, b, from_tier in runs:
             part = tally_range(store, topic, reported, registered, queue_id=q, start=a, end=b, bloom_filter=bf,
                                from_tier=from_tier)
@@ -533,6 +526,25 @@ def _store_pass(store: Store, topic: str, groups, bf, first: StorePass | None, t
     if timing:
         ns, timed = measure_ns_per_evaluation(store, topic, [g.expression for g in reported + registered if g.is_sql])
     return StorePass(store.root, reported, registered, tally or empty_tally(reported, registered), ns, timed)
+
+
+def queue_runs(store: Store, topic: str, reported: Sequence[CostGroup], bloom_filter: Any = DEFAULT_BLOOM,
+               ) -> list[tuple[int, list[tuple[int, int, bool]]]]:
+    """``(queue_id, runs)`` of each queue of one cut of ``topic``: its range as ``(start, end, from_tier)`` runs,
+    split where the broker serves it from its tier as ``consume`` splits it (:meth:`cq.Store.tier_runs`,
+    docs/reading.md#tiered-storage), with the read-ahead check of each reported group's filter (a
+    :class:`cq.TieredStoreError` where a pull crossing into the local range depends on its batches); a queue
+    without units is one empty local run. The one split of the local pass and the Spark one."""
+    bf = broker_bloom(bloom_filter, required="the cost report")
+    cut = store.cut(topic)
+    checks = [_make_filter(g, topic, bf) for g in reported] if store.tier is not None else []
+    out = []
+    for _, q, lo, hi in cut.queues:
+        served = cut.tier_range(topic, q)
+        for flt in checks:
+            store.tier_runs(topic, q, served, lo, hi, flt=flt, cut=cut)
+        out.append((q, store.tier_runs(topic, q, served, lo, hi) or [(lo, hi, False)]))
+    return out
 
 
 def filter_cost(store: Store | Cluster | str | os.PathLike | Sequence[str | os.PathLike], topic: str,

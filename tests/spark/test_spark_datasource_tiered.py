@@ -100,3 +100,20 @@ def test_several_tiered_stores_read_with_their_shared_tier(spark, tmp_path):
     assert len(rows) == 2 * len(want)
     with pytest.raises(Exception, match="give the tier directory"):
         spark.read.format("rocketmq").option("topic", TOPIC).load([str(r) for r in roots]).count()
+
+
+def test_cost_on_spark_tallies_the_tier_as_the_local_pass(spark):
+    """filter_cost_spark with the tier: the ranges the broker serves from it tallied on the executors from its
+    flat files, the report's counts those of filter_cost (which equal consume's)."""
+    from cq.analyses.cost import CostGroup, filter_cost
+    from pyspark_udfs.cost import filter_cost_spark
+
+    groups = ["GID_TIER_SQL", CostGroup("GID_TIER_TAG", "TagA || TagB", "TAG", registered=False)]
+    with closing(cq.Store(STORE, tier=TIER)) as store:
+        local = filter_cost(store, TOPIC, groups, timing=False)
+    on_spark = filter_cost_spark(spark, STORE, TOPIC, groups, timing=False, partition_units=200, tier=TIER)
+    numbers = ("units", "passed_consume_queue", "bloom_tested", "bloom_false_positives", "delivered")
+    assert [[getattr(g, k) for k in numbers] for g in on_spark.groups] == \
+        [[getattr(g, k) for k in numbers] for g in local.groups]
+    assert on_spark.group("GID_TIER_TAG").delivered == len(FACTS["received"]["GID_TIER_TAG"])
+    assert (on_spark.units, on_spark.messages, on_spark.ext) == (local.units, local.messages, local.ext)

@@ -194,8 +194,6 @@ def test_cost_command_reads_the_tier(capsys):
     assert rmqfilter.main(argv + ["--tier", str(TIER)]) == 0
     out = capsys.readouterr().out
     assert "GID_TIER_TAG" in out and f"{len(received('GID_TIER_TAG')):,}" in out
-    assert rmqfilter.main(argv + ["--tier", str(TIER), "--spark"]) == 2
-    assert "cost --spark does not read a tier yet" in capsys.readouterr().err
 
 
 def test_a_cluster_of_tiered_brokers_reads_each_brokers_tier(tmp_path):
