@@ -117,9 +117,6 @@ def _run_find(args: argparse.Namespace) -> int:
         except selector.SelectorSyntaxError as exc:
             return fail(prog, f"--where: {error_text(exc)}")
     tier = getattr(args, "tier", None)
-    if tier is not None and args.spark:   # docs/find.md#limits
-        return fail(prog, "--tier: find --spark does not search a tier yet; without --spark find searches it "
-                          "(docs/find.md#tiered)")
     replica = getattr(args, "replica", None)
     if args.spark and replica:
         return fail(prog, "--replica: find --spark reads every store given; name only the replica to read")
@@ -130,7 +127,7 @@ def _run_find(args: argparse.Namespace) -> int:
         with reported_warnings(prog):
             if args.spark:
                 from pyspark_udfs.find import find_spark  # lazy: pyspark, only --spark runs Spark
-                result = find_spark(args.store, master=args.master, **query)
+                result = find_spark(args.store, master=args.master, tier=tier, **query)
             else:
                 store = open_stores(args.store, replica=replica, **({"tier": tier} if tier is not None else {}))
                 try:

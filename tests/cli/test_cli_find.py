@@ -103,7 +103,6 @@ def test_stats_where_group_and_parquet(capsys, stores, tmp_path):
     (["--topic", TOPIC, "--tags", "TagA"], "give --group too"),
     (["--topic", "Nowhere", "--key", "k"], "'Nowhere' has no consume queues"),
     (["--key", "k", "--tier", "/nonexistent"], "did not run the tiered store"),
-    (["--key", "k", "--tier", "/nonexistent", "--spark"], "--tier: find --spark does not search a tier yet"),
     (["--key", "k", "--replica", "x", "--spark"], "--replica: find --spark reads every store given"),
 ])
 def test_bad_input_is_one_clear_line(capsys, stores, argv, message):

@@ -117,3 +117,19 @@ def test_cost_on_spark_tallies_the_tier_as_the_local_pass(spark):
         [[getattr(g, k) for k in numbers] for g in local.groups]
     assert on_spark.group("GID_TIER_TAG").delivered == len(FACTS["received"]["GID_TIER_TAG"])
     assert (on_spark.units, on_spark.messages, on_spark.ext) == (local.units, local.messages, local.ext)
+
+
+def test_find_on_spark_gives_finds_rows_for_a_tiered_store(spark):
+    """find_spark with the tier: the data source reads the tier's ranges; the same rows as find, a tier's rows
+    marked found_by "tier"."""
+    from cq.analyses.search import find
+    from pyspark_udfs.find import find_spark
+
+    with closing(cq.Store(STORE, tier=TIER)) as store:
+        every = {(m.queue_id, m.queue_offset): m for m in store.consume(TOPIC, "G", tags="*")}
+        begin, end = every[0, 500].store_timestamp, every[0, 560].store_timestamp
+        local = find(store, topic=TOPIC, between=(begin, end))
+    on_spark = find_spark(STORE, spark=spark, topic=TOPIC, between=(begin, end), tier=TIER)
+    assert [(r.queue_id, r.queue_offset, r.msg_id, r.found_by == "tier") for r in on_spark.rows] == \
+        [(r.queue_id, r.queue_offset, r.msg_id, r.found_by == "tier") for r in local.rows]
+    assert {r.found_by for r in on_spark.rows} == {"tier", "spark"}
