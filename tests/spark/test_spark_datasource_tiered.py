@@ -133,3 +133,20 @@ def test_find_on_spark_gives_finds_rows_for_a_tiered_store(spark):
     assert [(r.queue_id, r.queue_offset, r.msg_id, r.found_by == "tier") for r in on_spark.rows] == \
         [(r.queue_id, r.queue_offset, r.msg_id, r.found_by == "tier") for r in local.rows]
     assert {r.found_by for r in on_spark.rows} == {"tier", "spark"}
+
+
+def test_a_stream_over_two_tiered_brokers_reads_each_ones_tier(spark, tmp_path):
+    """readStream over two tiered brokers sharing one tier (a glob), from the earliest offsets: each broker's
+    rows what the group received, each unit once."""
+    roots, tier = tiered_cluster(tmp_path / "stores")
+    out, ck = str(tmp_path / "out"), str(tmp_path / "ck")
+    df = spark.readStream.format("rocketmq").option("topic", TOPIC).option("group", "GID_TIER_TAG") \
+        .option("tags", "TagA || TagB").option("tier", str(tier)).option("startingOffsets", "earliest") \
+        .option("maxUnitsPerTrigger", "500").load(str(tmp_path / "stores" / "broker-*")) \
+        .selectExpr("broker", "queue_id", "queue_offset", "properties['UNIQ_KEY'] AS uniq")
+    stream_to_the_end(df, out, ck)
+    rows = spark.read.parquet(out).collect()
+    want = {(q, o): u for q, o, u, _ in FACTS["received"]["GID_TIER_TAG"]}
+    assert len(rows) == 2 * len(want)
+    for broker in ("broker-a", "broker-b"):
+        assert {(r.queue_id, r.queue_offset): r.uniq for r in rows if r.broker == broker} == want
