@@ -138,7 +138,7 @@ def test_find_on_spark_gives_finds_rows_for_a_tiered_store(spark):
 def test_a_stream_over_two_tiered_brokers_reads_each_ones_tier(spark, tmp_path):
     """readStream over two tiered brokers sharing one tier (a glob), from the earliest offsets: each broker's
     rows what the group received, each unit once."""
-    roots, tier = tiered_cluster(tmp_path / "stores")
+    _roots, tier = tiered_cluster(tmp_path / "stores")
     out, ck = str(tmp_path / "out"), str(tmp_path / "ck")
     df = spark.readStream.format("rocketmq").option("topic", TOPIC).option("group", "GID_TIER_TAG") \
         .option("tags", "TagA || TagB").option("tier", str(tier)).option("startingOffsets", "earliest") \
