@@ -52,6 +52,8 @@ __all__ = [
     "parse_double",
     "parse_int",
     "parse_long",
+    "read_lines",
+    "split_literal",
     "string_hash",
     "utf8_bytes",
 ]
@@ -85,6 +87,30 @@ def string_hash(s: str) -> int:
     for (unit,) in struct.iter_unpack(">H", data):
         h = (31 * h + unit) & 0xFFFFFFFF
     return h - (1 << 32) if h & 0x80000000 else h
+
+
+_LINE_BREAK = re.compile(r"\r\n|\r|\n")
+
+
+def read_lines(text: str) -> list[str]:
+    """The lines ``BufferedReader.readLine`` returns one by one: split at ``\\n``, ``\\r`` or ``\\r\\n`` only
+    (not at the other breaks ``str.splitlines`` knows), without their breaks; text after the last break is
+    a last line, an empty text none."""
+    lines = _LINE_BREAK.split(text)
+    if lines and lines[-1] == "":
+        lines.pop()
+    return lines
+
+
+def split_literal(s: str, sep: str) -> list[str]:
+    """``s.split(sep)`` for a one-character separator that is no regex metacharacter (Java's fast path):
+    every part, trailing empty parts removed (``"1-".split("-")`` is ``["1"]``, ``"-".split("-")`` is empty)."""
+    parts = s.split(sep)
+    if not s:
+        return [s]
+    while parts and parts[-1] == "":
+        parts.pop()
+    return parts
 
 
 def utf8_bytes(s: str) -> bytes:

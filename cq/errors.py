@@ -42,6 +42,12 @@ class ReplicaWarning(UserWarning):
     (docs/reading.md#replicas)."""
 
 
+class CompactionWarning(UserWarning):
+    """A compaction topic's queue was read while a compaction round or a slave's copy of its master's
+    compaction log was writing beside it: the answer is what the broker served then
+    (docs/reading.md#compaction-topics)."""
+
+
 class TagSubscriptionError(ValueError):
     """``FilterAPI.buildSubscriptionData`` refused a tag subscription ("subString split error")."""
 

@@ -222,6 +222,13 @@ COMPACTION_DIR = "compaction"
 COMPACTION_LOG_DIR = "compactionLog"
 COMPACTION_CQ_DIR = "compactionCq"
 COMPACTION_CHECKPOINT_FILE = "position-checkpoint"
+#: Sub-directories of a queue's compaction log and CQ directories (docs/formats.md#compaction-rounds): a
+#: compaction round writes its output in ``compacting/``, a slave copies its master's compaction log into
+#: ``replicating/``; each is then swapped into the queue's directory, the files it replaces first renamed
+#: with :data:`DELETED_FILE_SUFFIX`.
+COMPACTING_SUB_DIR = "compacting"
+REPLICATING_SUB_DIR = "replicating"
+DELETED_FILE_SUFFIX = ".delete"
 #: LMQ (docs/formats.md#lmq): queues named ``%LMQ%...`` (one queue, id 0) whose units point at
 #: records of other topics; a record names them in ``INNER_MULTI_DISPATCH`` and its offset in each
 #: in ``INNER_MULTI_QUEUE_OFFSET`` (both joined by ``,``); their committed offsets are kept in

@@ -281,7 +281,8 @@ OPTIONS: dict[str, str] = {
     "tier": (
         "The tier directory (``tieredStoreFilePath``) of a store whose broker ran RocketMQ's tiered store: "
         "queue ranges the broker serves from the tier are read there (docs/reading.md#tiered-storage). "
-        "Required for such a store (it is refused without); one store path only; readStream too."
+        "Required for such a store (it is refused without); over several stores, the tier the brokers share (each "
+        "broker's flat files under its own name there); readStream too."
     ),
     "stale_after": (
         "Seconds (default 60; 0: always): a task reading a cut planned longer ago than this, of a store"
@@ -391,7 +392,7 @@ class ReadOptions:
         if not path:
             raise ValueError("rocketmq: no store path; use spark.read.format('rocketmq').load('/path/to/store')")
         replica = [r.strip() for r in str(options.get("replica") or "").split(",") if r.strip()] or None
-        brokers = _broker_roots(path, replica)
+        brokers = _broker_roots(path, replica, _tier_option(options))
         if brokers:
             return cls._parse(options, ", ".join(root for _, root in brokers), brokers)
         return cls._parse(options, path, ())
@@ -415,8 +416,8 @@ class ReadOptions:
             if clash:
                 raise ValueError(f"rocketmq option table={table!r} reads the broker's pending work of the whole "
                                  f"store: option(s) {', '.join(clash)} do not apply to it")
-            return cls(path=os.path.abspath(path), table=table, tier=_tier_option(options, brokers))
-        tier = _tier_option(options, brokers)
+            return cls(path=os.path.abspath(path), table=table, tier=_tier_option(options))
+        tier = _tier_option(options)
         partition_units = positive_int_option(options, "partition_units")
         min_partitions = positive_int_option(options, "min_partitions")
         stale_after = _seconds_option(options, "stale_after", DEFAULT_STALE_AFTER)
@@ -443,7 +444,7 @@ class ReadOptions:
         registered = {}
         if group is not None and sql is None and tags is None:
             if brokers:
-                sql, tags, registered = _registered_cluster_group(brokers, topic, group)
+                sql, tags, registered = _registered_cluster_group(brokers, topic, group, tier)
             else:
                 sql, tags, registered = _registered_group(path, topic, group, tier)
         from_committed = _bool_option(options, "from_committed", False)
@@ -531,11 +532,12 @@ class ReadOptions:
         return StructType(fields)
 
 
-def _broker_roots(path: str | list[str], replica: list[str] | None = None) -> tuple[tuple[str, str], ...]:
+def _broker_roots(path: str | list[str], replica: list[str] | None = None,
+                  tier: str | None = None) -> tuple[tuple[str, str], ...]:
     """``(broker, root)`` of each store of a read of several stores (a list, or a glob pattern), named
     as :class:`cq.Cluster` names them (a broker given as several replicas: the one ``replica`` names,
-    else the one :class:`cq.Cluster` reads); ``()`` for one store root. ``ValueError`` naming a bad
-    root or replica."""
+    else the one :class:`cq.Cluster` reads; each store opened with ``tier``, the brokers' shared tier);
+    ``()`` for one store root. ``ValueError`` naming a bad root or replica."""
     several = not isinstance(path, str) and len(path) > 1
     if not several and not (isinstance(path, str) and glob.has_magic(path)):
         if replica:
@@ -547,7 +549,8 @@ def _broker_roots(path: str | list[str], replica: list[str] | None = None) -> tu
         for root in roots:
             if not os.path.isdir(root):
                 raise cq.StoreFormatError("not a directory", root)
-        cluster = cq.Cluster([os.path.abspath(r) for r in roots], replica=replica)
+        cluster = cq.Cluster([os.path.abspath(r) for r in roots], replica=replica,
+                             **({"tier": tier} if tier is not None else {}))
     except cq.StoreFormatError as exc:
         raise ValueError(f"rocketmq: store path {exc}") from exc
     except KeyError as exc:
@@ -557,16 +560,17 @@ def _broker_roots(path: str | list[str], replica: list[str] | None = None) -> tu
     return brokers
 
 
-def _registered_cluster_group(brokers, topic: str | None, group: str) -> tuple[str | None, str | None, dict]:
+def _registered_cluster_group(brokers, topic: str | None, group: str,
+                              tier: str | None = None) -> tuple[str | None, str | None, dict]:
     """:func:`_registered_group` on each broker holding ``topic``: the expression of the first, and
     each broker's own bornTime and bloom data (``registrations``)."""
     found = []
     for name, root in brokers:
-        store = cq.Store(root)
+        store = cq.Store(root, tier=tier)
         held = topic is None or topic in store.topics()
         store.close()
         if held:
-            found.append((name, *_registered_group(root, topic, group)))
+            found.append((name, *_registered_group(root, topic, group, tier)))
     if not found:
         raise ValueError(f"rocketmq option 'topic': no topic {topic!r} in stores "
                          f"{', '.join(r for _, r in brokers)}")
@@ -576,14 +580,12 @@ def _registered_cluster_group(brokers, topic: str | None, group: str) -> tuple[s
     return sql, tags, {"registrations": registrations}
 
 
-def _tier_option(options: dict, brokers) -> str | None:
-    """Option ``tier``: an existing directory, for a read of one store (docs/reading.md#tiered-storage)."""
+def _tier_option(options: dict) -> str | None:
+    """Option ``tier``: an existing directory (docs/reading.md#tiered-storage). Over several stores it is the
+    tier the brokers share: each broker's flat files lie under its own name there."""
     tier = options.get("tier") or None
     if tier is None:
         return None
-    if brokers:
-        raise ValueError("rocketmq option 'tier': give it with one store path (a read of several stores does not "
-                         "read a tier yet)")
     if not os.path.isdir(tier):
         raise ValueError(f"rocketmq option 'tier': {tier!r} is not a directory")
     return os.path.abspath(tier)

@@ -25,26 +25,28 @@ from cq.analyses.cost import (
     finish_cluster_report,
     in_order_of,
     measure_ns_per_evaluation,
+    queue_runs,
     resolve_reported,
     tally_range,
 )
 from cq.filter.subscription import DEFAULT_BLOOM, broker_bloom
 from cq.store.cluster import each_store
 
-from ._plan import file_ranges, pack_ranges, share_size
+from ._plan import SLICE_UNITS, TIER_RANGE, file_ranges, pack_ranges, share_size
 
 __all__ = ["filter_cost_spark"]
 
 DEFAULT_PARTITION_UNITS = 1_000_000
 
 
-def _tally_task(path: str, topic: str, reported, registered, bloom_filter, part) -> Tally:
-    store = cq.Store(path)
+def _tally_task(path: str, topic: str, reported, registered, bloom_filter, part, tier: str | None = None) -> Tally:
+    store = cq.Store(path, tier=tier)
     try:
         tally = None
-        for _, queue_id, start, end in part:
+        for key, queue_id, start, end in part:
+            # a range the broker serves from its tier is keyed (topic, TIER_RANGE) (docs/reading.md#tiered-storage)
             one = tally_range(store, topic, reported, registered, queue_id=queue_id, start=start, end=end,
-                              bloom_filter=bloom_filter)
+                              bloom_filter=bloom_filter, from_tier=isinstance(key, tuple))
             if tally is None:
                 tally = one
             else:
@@ -56,12 +58,28 @@ def _tally_task(path: str, topic: str, reported, registered, bloom_filter, part)
     return tally
 
 
+def _ranges(store: cq.Store, topic: str, reported: list[CostGroup], bf) -> list[tuple]:
+    """The topic's queue ranges of one pass: each queue's, split where the broker serves it from its tier as
+    the local pass splits it (``Store.tier_runs``, with each reported group's read-ahead check); a tier range
+    keyed ``(topic, TIER_RANGE)``, at most ``SLICE_UNITS`` long."""
+    if store.tier is None:
+        return [r for q in store.queue_ids(topic) for r in file_ranges(store.consume_queue(topic, q), topic, q)]
+    out = []
+    for q, runs in queue_runs(store, topic, reported, bf):
+        for a, b, from_tier in runs:
+            if from_tier:
+                out += [((topic, TIER_RANGE), q, s, min(b, s + SLICE_UNITS)) for s in range(a, b, SLICE_UNITS)]
+            else:
+                out += file_ranges(store.consume_queue(topic, q), topic, q, a, b)
+    return out
+
+
 def _spark_pass(spark, store: cq.Store, topic: str, groups, bf, first: StorePass | None, timing: bool,
                 partition_units: int, broker: str | None = None) -> StorePass:
     """One store's pass on Spark: its queue ranges tallied on the executors, added on the driver."""
-    path = store.root
+    path, tier = store.root, store.tier_path
     reported, registered = in_order_of(first, *resolve_reported(store, topic, groups, bloom_filter=bf, broker=broker))
-    ranges = [r for q in store.queue_ids(topic) for r in file_ranges(store.consume_queue(topic, q), topic, q)]
+    ranges = _ranges(store, topic, reported, bf)
     total = sum(e - s for _, _, s, e in ranges)
     parts = pack_ranges(ranges, share_size(total, partition_units, spark.sparkContext.defaultParallelism))
     queue_ids = store.queue_ids(topic)
@@ -71,7 +89,7 @@ def _spark_pass(spark, store: cq.Store, topic: str, groups, bf, first: StorePass
     tally = empty_tally(reported, registered)
     if parts:
         rdd = spark.sparkContext.parallelize(parts, len(parts))
-        for part in rdd.map(lambda p: _tally_task(path, topic, reported, registered, bf, p)).collect():
+        for part in rdd.map(lambda p: _tally_task(path, topic, reported, registered, bf, p, tier)).collect():
             tally.add(part)
     tally.queues, tally.queues_without_ext = len(queue_ids), without_ext
     return StorePass(path, reported, registered, tally, ns, timed)
@@ -81,7 +99,7 @@ def filter_cost_spark(spark, store_path: str | os.PathLike | Sequence[str | os.P
                       groups: Iterable[str | CostGroup] | None = None, *,
                       alternatives: Iterable[tuple[int, int]] | None = None, fp_target: float | None = None,
                       bloom_filter: Any = DEFAULT_BLOOM, timing: bool = True,
-                      partition_units: int = DEFAULT_PARTITION_UNITS) -> CostReport:
+                      partition_units: int = DEFAULT_PARTITION_UNITS, tier: str | os.PathLike | None = None) -> CostReport:
     """:func:`cq.analyses.cost.filter_cost` with the pass over the units on Spark (same arguments, same report).
 
     Parameters
@@ -93,12 +111,15 @@ def filter_cost_spark(spark, store_path: str | os.PathLike | Sequence[str | os.P
     partition_units : int
         Largest number of ConsumeQueue units per task (fewer, in equal shares, to give every
         core of ``spark`` a task).
+    tier : str or path, optional
+        The tier directory of a store whose broker ran the tiered store, the same path on every executor: the
+        ranges the broker serves from it are tallied from its flat files (docs/cost.md#tiered).
     """
     t0 = time.perf_counter()
     paths = os.path.abspath(os.fspath(store_path)) if isinstance(store_path, (str, os.PathLike)) else [
         os.path.abspath(os.fspath(p)) for p in store_path]
     bf = broker_bloom(bloom_filter, required="the cost report")
-    store = cq.open_stores(paths)
+    store = cq.open_stores(paths, **({"tier": os.path.abspath(os.fspath(tier))} if tier is not None else {}))
     try:
         held = store.brokers_of(topic) if isinstance(store, cq.Cluster) else None
         passes: dict[str | None, StorePass] = {}

@@ -12,6 +12,7 @@ does. The rows are those of :func:`~cq.analyses.search.find` for every record th
 """
 from __future__ import annotations
 
+import os
 import time
 from collections.abc import Sequence
 
@@ -22,7 +23,7 @@ import selector
 from cq import format as fmt
 from cq.analyses.find import parse_offset_msg_id
 from cq.analyses.paths import why_every_copy
-from cq.analyses.search import FindResult, FindRow
+from cq.analyses.search import BY_TIER, FindResult, FindRow
 from cq.store.cluster import broker_name
 
 from .functions import selector_match
@@ -37,9 +38,12 @@ _COLUMNS = ["topic", "queue_id", "queue_offset", "commit_log_offset", "store_hos
 def find_spark(stores: str | Sequence[str], *, spark=None, master: str | None = None, topic: str | None = None,
                key: str | None = None, uniq_key: str | None = None, msg_id: str | None = None,
                between: tuple[int, int] | None = None, where: str | None = None, group: str | None = None,
-               sql: str | None = None, tags: str | None = None, now_ms: int | None = None) -> FindResult:
+               sql: str | None = None, tags: str | None = None, now_ms: int | None = None,
+               tier: str | None = None) -> FindResult:
     """:func:`cq.analyses.search.find` on Spark: the same arguments and rows (each row's ``found_by`` is
-    ``"spark"``). ``spark``: a session to use (default: one made for ``master`` and stopped after)."""
+    ``"spark"``, or ``"tier"`` for a message the broker serves from its tier). ``spark``: a session to use
+    (default: one made for ``master`` and stopped after). ``tier``: the tier directory of stores whose brokers
+    ran the tiered store (the data source's option ``tier``, docs/find.md#tiered)."""
     roots = [stores] if isinstance(stores, str) else list(stores)
     if uniq_key is not None and msg_id is not None:
         raise ValueError("give uniq_key or msg_id, not both")
@@ -52,11 +56,14 @@ def find_spark(stores: str | Sequence[str], *, spark=None, master: str | None = 
     if where is not None:
         selector.compile(where)  # a selector that does not parse fails here, with its position
     names = {}
+    served: dict[str, set] = {}  # per broker, the (topic, queue, offset range) its tier serves
     for root in roots:
-        store = cq.Store(root)
+        store = cq.Store(root, tier=tier)
         try:
             names[root] = broker_name(store)[0]
             holds = topic is None or topic in store.topics()
+            if tier is not None and holds:
+                served[names[root]] = {(t, q, lo, hi) for t, q, lo, hi in store.cut(topic).tiers}
         finally:
             store.close()
         if not holds and len(roots) == 1:
@@ -70,6 +77,8 @@ def find_spark(stores: str | Sequence[str], *, spark=None, master: str | None = 
         pushed = between is not None and msg_id is None
         if pushed:
             reader = reader.option("pushdown", "true")
+        if tier is not None:
+            reader = reader.option("tier", os.path.abspath(tier))
         if topic is not None:
             reader = reader.option("topic", topic)
         if group is not None:
@@ -108,14 +117,19 @@ def find_spark(stores: str | Sequence[str], *, spark=None, master: str | None = 
     for r in collected:
         d = r.asDict()
         props = d["properties"] or {}
-        rows.append(FindRow(d["broker"] if single is None else single, d["topic"], d["queue_id"], d["queue_offset"],
+        broker = d["broker"] if single is None else single
+        from_tier = any(t == d["topic"] and q == d["queue_id"] and lo <= d["queue_offset"] < hi
+                        for t, q, lo, hi in served.get(broker, ()))
+        rows.append(FindRow(broker, d["topic"], d["queue_id"], d["queue_offset"],
                             d["commit_log_offset"], fmt.offset_msg_id(d["store_host"], d["commit_log_offset"]),
                             props.get(fmt.PROPERTY_UNIQ_KEY), d["keys"], d["tags"], d["store_timestamp"],
-                            d["born_timestamp"], "spark"))
+                            d["born_timestamp"], BY_TIER if from_tier else "spark"))
     order = {n: i for i, n in enumerate(names.values())}
-    rows.sort(key=lambda r: (order.get(r.broker, 0), r.commit_log_offset))
+    # a tier's rows first (its flat CommitLog offsets are its own), as find lists them (docs/find.md#tiered)
+    rows.sort(key=lambda r: (order.get(r.broker, 0), r.found_by != BY_TIER,
+                             (r.queue_id, r.queue_offset) if r.found_by == BY_TIER else (0, r.commit_log_offset)))
     if group is not None:
-        _states(roots, names, rows, topic, group, sql, tags, now_ms)
+        _states(roots, names, rows, topic, group, sql, tags, now_ms, tier)
     what = f"topic {topic}" if topic else "the store"
     read = ("the units the search by store time found in each queue" if pushed else "every unit")
     note = (f"on Spark: the rocketmq data source read {read} of {what} of {len(roots)} store(s); Spark kept "
@@ -125,11 +139,11 @@ def find_spark(stores: str | Sequence[str], *, spark=None, master: str | None = 
     return FindResult(rows, [note], stats, group)
 
 
-def _states(roots, names, rows, topic, group, sql, tags, now_ms) -> None:
+def _states(roots, names, rows, topic, group, sql, tags, now_ms, tier=None) -> None:
     """Each row's state for ``group`` (:func:`cq.analyses.paths.why_every_copy`, as ``find`` gives it)."""
     now_ms = int(time.time() * 1000) if now_ms is None else now_ms
     for root in roots:
-        store = cq.Store(root)
+        store = cq.Store(root, tier=tier)
         try:
             for r in rows:
                 if r.broker == names[root]:

@@ -75,8 +75,6 @@ def _error(message: str) -> int:
 
 
 def _run_cost(args: argparse.Namespace) -> int:
-    if args.tier is not None:
-        return _error("--tier: cost does not read a tier yet (docs/reading.md#tiered-storage)")
     with reported_warnings("rmqfilter cost"):
         return _cost(args)
 
@@ -109,19 +107,20 @@ def _cost(args: argparse.Namespace) -> int:
             from pyspark_udfs.cost import filter_cost_spark  # lazy: pyspark, only --spark runs Spark
             from pyspark_udfs.job import owns_session, spark_session  # lazy: pyspark, as above
 
-            with topic_store(args.store, args.topic, replica=args.replica) as store:  # bad input fails before Spark starts
+            with topic_store(args.store, args.topic, replica=args.replica, tier=args.tier) as store:  # bad input fails before Spark starts
                 resolve_groups(store, args.topic, groups)
                 roots = read_roots(store)      # a broker's replica read, as the local path reads it
             owned = owns_session()
             spark = spark_session(args.master, app_name=f"rmqfilter cost {args.topic}", progress=False)
             try:
                 report = filter_cost_spark(spark, roots if args.replica else args.store, args.topic, groups,
-                                           alternatives=alternatives, fp_target=target, timing=not args.no_timing)
+                                           alternatives=alternatives, fp_target=target, timing=not args.no_timing,
+                                           tier=args.tier)
             finally:
                 if owned:
                     spark.stop()
         else:
-            with topic_store(args.store, args.topic, replica=args.replica) as store:
+            with topic_store(args.store, args.topic, replica=args.replica, tier=args.tier) as store:
                 report = filter_cost(store, args.topic, groups, alternatives=alternatives, fp_target=target,
                                      timing=not args.no_timing)
     except cq.UnknownGroupError as exc:
@@ -142,7 +141,7 @@ def _cost(args: argparse.Namespace) -> int:
 
 def _registered(args: argparse.Namespace) -> list[str]:
     """``--all-groups``: the topic's registered groups, each once (every broker of a cluster registers them)."""
-    store = cq.open_stores(args.store, replica=args.replica)
+    store = cq.open_stores(args.store, replica=args.replica, **({"tier": args.tier} if args.tier else {}))
     try:
         return list(dict.fromkeys(f.group for f in store.registered_filters(args.topic)))
     finally:

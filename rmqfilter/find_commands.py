@@ -116,8 +116,7 @@ def _run_find(args: argparse.Namespace) -> int:
             selector.compile(args.where)
         except selector.SelectorSyntaxError as exc:
             return fail(prog, f"--where: {error_text(exc)}")
-    if getattr(args, "tier", None) is not None:   # docs/find.md: the tier's files are not searched yet
-        return fail(prog, "--tier: find does not search a tier yet (docs/reading.md#tiered-storage)")
+    tier = getattr(args, "tier", None)
     replica = getattr(args, "replica", None)
     if args.spark and replica:
         return fail(prog, "--replica: find --spark reads every store given; name only the replica to read")
@@ -128,9 +127,9 @@ def _run_find(args: argparse.Namespace) -> int:
         with reported_warnings(prog):
             if args.spark:
                 from pyspark_udfs.find import find_spark  # lazy: pyspark, only --spark runs Spark
-                result = find_spark(args.store, master=args.master, **query)
+                result = find_spark(args.store, master=args.master, tier=tier, **query)
             else:
-                store = open_stores(args.store, replica=replica)
+                store = open_stores(args.store, replica=replica, **({"tier": tier} if tier is not None else {}))
                 try:
                     result = find(store, **query)
                 finally:

@@ -19,7 +19,7 @@ import pytest
 from rmqfilter_engine import PUREPYTHON
 
 __all__ = ["DATA", "ENGINE_CASES", "PUREPYTHON", "RETRY_MESSAGES", "SPARK_TEST_JAVA_OPTIONS", "entry_root", "kernels",
-           "load_jsonl", "patch_file", "tasks_passed_on_retry", "tree_snapshot", "use_kernels",
+           "load_jsonl", "patch_file", "tasks_passed_on_retry", "tiered_cluster", "tree_snapshot", "use_kernels",
            "write_retry_store"]
 
 #: The conformance cases and the golden store (copied from ../shared so the suite stands alone).
@@ -259,3 +259,22 @@ def replica_pair(base, **sizes):
     shutil.copytree(master, slave)
     replica_cut_back(slave, end)
     return master, slave, end
+
+
+def tiered_cluster(base) -> tuple[list[Path], Path]:
+    """Two brokers of one cluster that ran the tiered store, sharing one tier (docs/reading.md#tiered-storage):
+    ``tests/data/tiered_store`` as ``broker-a`` and again renamed ``broker-b`` (its ``topics.json`` member topic,
+    its tier metadata and its directory in the tier). ``([root_a, root_b], tier)`` under ``base``."""
+    store = DATA / "tiered_store"
+    tier = Path(base) / "tier"
+    cluster_dir = next((store / "tier").iterdir())          # {md5(cluster)[:8]}_{cluster}
+    roots = []
+    for name in ("broker-a", "broker-b"):
+        root = Path(base) / name
+        shutil.copytree(store, root, ignore=shutil.ignore_patterns("tier"))
+        for f in ("topics.json", "tieredStoreMetadata.json"):
+            p = root / "config" / f
+            p.write_text(p.read_text().replace("broker-a", name))
+        shutil.copytree(cluster_dir / "broker-a", tier / cluster_dir.name / name)
+        roots.append(root)
+    return roots, tier

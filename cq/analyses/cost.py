@@ -59,6 +59,7 @@ __all__ = [
     "finish_report",
     "in_order_of",
     "predicted_fp_rate",
+    "queue_runs",
     "resolve_groups",
     "tally_range",
 ]
@@ -324,19 +325,45 @@ def _make_filter(g: CostGroup, topic: str, bf: Any):
 
 # ------------------------------------------------------------------ one pass
 def tally_range(store: Store, topic: str, reported: Sequence[CostGroup], registered: Sequence[CostGroup], *,
-                queue_id: int, start: int | None = None, end: int | None = None, bloom_filter: Any = DEFAULT_BLOOM) -> Tally:
+                queue_id: int, start: int | None = None, end: int | None = None, bloom_filter: Any = DEFAULT_BLOOM,
+                from_tier: bool = False) -> Tally:
     """Count queue offsets ``[start, end)`` of one queue for every group (the unit of work of a pass).
 
     Layer 1 runs through :class:`cq.filter.layers.Layers` with the store's ext bitmaps; each distinct selector
     is evaluated once per batch on every message present in the CommitLog.
+
+    ``from_tier``: the range is one the broker serves from its tier (a run of :meth:`cq.Store.tier_runs`,
+    docs/reading.md#tiered-storage): its units and records are the tier's flat files, with no ext file
+    (docs/filtering.md#tiered-filter). Such a tally counts no queue (the queue's local run counts it).
     """
     bf = broker_bloom(bloom_filter, required="the cost report")
     all_groups = list(reported) + [g for g in registered if g.group not in {r.group for r in reported}]
     names = [g.group for g in all_groups]
     reg_names = [g.group for g in registered]
-    tally = Tally(names, reg_names, queues=1)
+    tally = Tally(names, reg_names, queues=0 if from_tier else 1)
     filters = [_make_filter(g, topic, bf) for g in all_groups]
     reg_index = [names.index(n) for n in reg_names]
+    if from_tier:
+        tier = store.tier_queue(topic, queue_id)
+        if tier is None:
+            raise ValueError(f"queue {topic}/{queue_id} has no flat files in the tier of {store.root}")
+        log = tier.commit_log
+        lo = tier.min_offset if start is None else int(start)
+        hi = tier.end_offset if end is None else int(end)
+        cut = StoreCut(log.min_offset, log.max_offset)
+        expected = lo
+        for first, raw in tier.raw_chunks(lo, hi):
+            if first > expected:  # below the tier's minimum now: gone, as for the broker
+                tally.units += first - expected
+                tally.commit_log_missing += first - expected
+            expected = first + len(raw) // fmt.CQ_STORE_UNIT_SIZE
+            for b in range(0, len(raw) // fmt.CQ_STORE_UNIT_SIZE, CONSUME_BATCH):
+                chunk = raw[b * fmt.CQ_STORE_UNIT_SIZE:(b + CONSUME_BATCH) * fmt.CQ_STORE_UNIT_SIZE]
+                _tally_batch(log, tally, chunk, filters, reg_index, None, cut)
+        if expected < hi:
+            tally.units += hi - expected
+            tally.commit_log_missing += hi - expected
+        return tally
     log = store.commit_log
     cut = StoreCut(log.min_offset, log.max_offset)  # the CommitLog range read; files expiring meanwhile leave it
     with store.queue_readers(topic, queue_id) as (cqueue, ext):
@@ -353,17 +380,16 @@ def tally_range(store: Store, topic: str, reported: Sequence[CostGroup], registe
         for _first, raw in cqueue.raw_chunks(start, count):
             for b in range(0, len(raw) // fmt.CQ_STORE_UNIT_SIZE, CONSUME_BATCH):
                 chunk = raw[b * fmt.CQ_STORE_UNIT_SIZE:(b + CONSUME_BATCH) * fmt.CQ_STORE_UNIT_SIZE]
-                _tally_batch(store, tally, chunk, filters, reg_index, ext, cut)
+                _tally_batch(log, tally, chunk, filters, reg_index, ext, cut)
                 log.drop_resident()
     return tally
 
 
-def _tally_batch(store, tally: Tally, chunk, filters, reg_index, ext, cut: StoreCut) -> None:
+def _tally_batch(log, tally: Tally, chunk, filters, reg_index, ext, cut: StoreCut) -> None:
     units = np.frombuffer(chunk, dtype=fmt.CQ_UNIT_DTYPE)
     n = len(units)
     offs = units["commit_log_offset"].astype(np.int64)
     sizes = units["size"].astype(np.int64)
-    log = store.commit_log
     present = records_present(log, offs, sizes, cut)  # as Store.consume decides: expired ones are missing
     tally.units += n
     tally.commit_log_missing += int(n - present.sum())
@@ -487,13 +513,38 @@ def _store_pass(store: Store, topic: str, groups, bf, first: StorePass | None, t
                 broker: str | None = None) -> StorePass:
     reported, registered = in_order_of(first, *resolve_reported(store, topic, groups, bloom_filter=bf, broker=broker))
     tally = None
-    for _, q, lo, hi in store.cut(topic).queues:  # one cut: what the broker expires meanwhile is counted
-        part = tally_range(store, topic, reported, registered, queue_id=q, start=lo, end=hi, bloom_filter=bf)
-        tally = part if tally is None else tally.add(part)
+    for q, runs in queue_runs(store, topic, reported, bf):  # one cut: what the broker expires meanwhile is counted
+        for a, b, from_tier in runs:
+            part = tally_range(store, topic, reported, registered, queue_id=q, start=a, end=b, bloom_filter=bf,
+                               from_tier=from_tier)
+            tally = part if tally is None else tally.add(part)
+        if all(from_tier for _, _, from_tier in runs):  # no local run counted the queue
+            tally.queues += 1
+            with store.queue_readers(topic, q) as (_cqueue, ext):
+                tally.queues_without_ext += ext is None
     ns, timed = ({}, 0)
     if timing:
         ns, timed = measure_ns_per_evaluation(store, topic, [g.expression for g in reported + registered if g.is_sql])
     return StorePass(store.root, reported, registered, tally or empty_tally(reported, registered), ns, timed)
+
+
+def queue_runs(store: Store, topic: str, reported: Sequence[CostGroup], bloom_filter: Any = DEFAULT_BLOOM,
+               ) -> list[tuple[int, list[tuple[int, int, bool]]]]:
+    """``(queue_id, runs)`` of each queue of one cut of ``topic``: its range as ``(start, end, from_tier)`` runs,
+    split where the broker serves it from its tier as ``consume`` splits it (:meth:`cq.Store.tier_runs`,
+    docs/reading.md#tiered-storage), with the read-ahead check of each reported group's filter (a
+    :class:`cq.TieredStoreError` where a pull crossing into the local range depends on its batches); a queue
+    without units is one empty local run. The one split of the local pass and the Spark one."""
+    bf = broker_bloom(bloom_filter, required="the cost report")
+    cut = store.cut(topic)
+    checks = [_make_filter(g, topic, bf) for g in reported] if store.tier is not None else []
+    out = []
+    for _, q, lo, hi in cut.queues:
+        served = cut.tier_range(topic, q)
+        for flt in checks:
+            store.tier_runs(topic, q, served, lo, hi, flt=flt, cut=cut)
+        out.append((q, store.tier_runs(topic, q, served, lo, hi) or [(lo, hi, False)]))
+    return out
 
 
 def filter_cost(store: Store | Cluster | str | os.PathLike | Sequence[str | os.PathLike], topic: str,

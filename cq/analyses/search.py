@@ -48,8 +48,9 @@ __all__ = ["COLUMNS", "FindResult", "FindRow", "find"]
 COLUMNS = ("broker", "topic", "queue_id", "queue_offset", "commit_log_offset", "msg_id", "uniq_key", "keys", "tags",
            "store_timestamp", "born_timestamp", "found_by", "state")
 
-#: How a row's record was found.
-BY_MSG_ID, BY_INDEX, BY_SCAN, BY_TIME = "msg_id", "index", "scan", "time_search"
+#: How a row's record was found; ``tier``: in the tier's flat files, read where the broker serves the queue
+#: from its tier (docs/reading.md#tiered-storage; the note says how).
+BY_MSG_ID, BY_INDEX, BY_SCAN, BY_TIME, BY_TIER = "msg_id", "index", "scan", "time_search", "tier"
 #: Records decoded at a time while reading a range.
 _CHUNK = 1 << 16
 
@@ -200,8 +201,8 @@ def find(store: Store | Cluster, *, topic: str | None = None, key: str | None = 
 def _holding_msg_id(store: Store | Cluster, msg_id: str | None) -> set[str]:
     """The brokers of a cluster holding the record ``msg_id`` names as an offset message id (empty: ask every one)."""
     parsed = parse_offset_msg_id(msg_id) if msg_id is not None else None
-    if parsed is None or not isinstance(store, Cluster):
-        return set()
+    if parsed is None or not isinstance(store, Cluster) or any(one.tier is not None for _, one in each_store(store)):
+        return set()  # a tier's record carries its flat CommitLog offset: every broker is asked
     wanted = msg_id.strip().upper()
     return {name for name, one in each_store(store)
             if (m := message_at(one, parsed[1])) is not None and m.msg_id == wanted}
@@ -229,17 +230,27 @@ def _find_in_store(store: Store, broker: str, q: _Query, now_ms: int) -> list[Fi
         return batch_rows
     uniq = q.uniq_key
     found: dict[int, str] = {}  # CommitLog offset -> how it was found
+    tier_rows: list[FindRow] = []
     if q.msg_id is not None:
         parsed = parse_offset_msg_id(q.msg_id)
         msg = message_at(store, parsed[1]) if parsed is not None else None
+        if msg is None or msg.msg_id != q.msg_id.strip().upper():
+            # a record the broker serves from its tier carries its flat CommitLog offset in its msg id
+            tier_rows = _tier_rows(store, broker, topics, q, None, parsed) if parsed is not None else []
         if msg is not None and msg.msg_id == q.msg_id.strip().upper():
             found[msg.commit_log_offset] = BY_MSG_ID
             q.notes.append(f"{broker}: offset message id {q.msg_id}: store host {parsed[0]}, CommitLog offset "
                            f"{parsed[1]}")
+        elif tier_rows:
+            return _for_group(store, tier_rows, q, now_ms) if q.group is not None else tier_rows
         else:
             uniq = q.msg_id.strip()
             q.notes.append(f"{broker}: {q.msg_id!r} names no record of this store as an offset message id: "
                            "looked up as a UNIQ_KEY")
+    if store.tier is not None and not lmq and not found:
+        # the messages the broker serves from its tier first (older than the local ones): the local IndexFiles
+        # and records hold only the local range (docs/reading.md#tiered-storage)
+        tier_rows = _tier_rows(store, broker, topics, q, uniq, None)
     if not found and lmq and (uniq is not None or q.key is not None):
         # the IndexFiles hold a record under its own topic only, never under an LMQ it was dispatched to
         found = _every_unit(store, broker, topics, cut, q,
@@ -264,9 +275,70 @@ def _find_in_store(store: Store, broker: str, q: _Query, now_ms: int) -> list[Fi
             ok = q.where.matches_many([m.properties for m in keep])
             keep = [m for m, k in zip(keep, ok.tolist()) if k]
         rows += [FindRow.of(broker, m, found[m.commit_log_offset], _served_from(m, wanted, lmqs)) for m in keep]
+    rows = tier_rows + rows
     if q.group is not None:
         rows = _for_group(store, rows, q, now_ms)
     return sorted(rows + batch_rows, key=lambda r: (r.commit_log_offset, r.queue_offset)) if batch_rows else rows
+
+
+def _tier_rows(store: Store, broker: str, topics: list[str], q: _Query, uniq: str | None,
+               offset_id: tuple[str, int] | None) -> list[FindRow]:
+    """The rows of the messages the broker serves from its tier (each queue's range below its local minimum,
+    ``StoreCut.tiers``; docs/reading.md#tiered-storage) answering ``q``, ``found_by`` :data:`BY_TIER`, in queue
+    order. An offset message id (``offset_id``) names a record by its flat CommitLog offset; a key or unique key
+    reads each range's properties; a window alone is the broker's search of the tier's flat ConsumeQueue by
+    store time (:func:`cq.analyses.by_time.time_range`), then the range found read; else every unit."""
+    if store.tier is None:
+        return []
+    wanted = set(topics)
+    cut = store.cut(q.topic) if q.topic is not None else store.cut()
+    by_key = q.key is not None or uniq is not None
+    by_time = offset_id is None and not by_key and q.begin is not None
+    wanted_id = q.msg_id.strip().upper() if offset_id is not None else None
+    rows: list[FindRow] = []
+    records = ranges = 0
+    for t, qid, lo, hi in cut.tiers:
+        if t not in wanted:
+            continue
+        tier = store.tier_queue(t, qid)
+        log = tier.commit_log
+        ranges += 1
+        if by_time:
+            search = QueueSearch(t, qid, lo, hi)
+            time_range(tier.consume_queue, log, search, q.begin, q.end, log.min_offset, log.max_offset)
+            lo, hi = search.first, search.end
+            q.stats["queues"].append({"broker": broker, "tier": True, **search.to_dict()})
+            q.stats["probes"] += search.probes
+            q.stats["units"] += search.units
+            q.stats["range_units"] += hi - lo
+        if hi <= lo:
+            continue
+        offs = tier.units(lo, hi)["commit_log_offset"].astype(np.int64)
+        if offset_id is not None:
+            offs = offs[offs == offset_id[1]]
+        elif by_key:  # the properties first: only the records holding the key are read whole
+            props = log.gather_properties(offs)
+            keep = [p is not None and (q.key is None or key_matches(p, q.key, None))
+                    and (uniq is None or key_matches(p, None, uniq)) for p in props]
+            records += len(offs)
+            offs = offs[np.array(keep, dtype=bool)] if len(offs) else offs
+        for start in range(0, len(offs), _CHUNK):
+            msgs = log.read_messages(offs[start:start + _CHUNK])
+            if not by_key:
+                records += len(msgs)
+            keep = [m for m in msgs if (wanted_id is None or m.msg_id == wanted_id)
+                    and (q.begin is None or q.begin <= m.store_timestamp <= q.end)]
+            if q.where is not None and keep:
+                ok = q.where.matches_many([m.properties for m in keep])
+                keep = [m for m, k in zip(keep, ok.tolist()) if k]
+            rows += [FindRow.of(broker, m, BY_TIER) for m in keep]
+    how = ("offset message id in the flat CommitLogs" if offset_id is not None else
+           "the key read from each record's properties" if by_key else
+           "the broker's search of the flat ConsumeQueues by store time" if by_time else "every unit")
+    q.stats["scanned_records"] += records
+    q.notes.append(f"{broker}: the tier {store.tier_path}: {len(rows)} message(s) in {ranges} queue range(s) the "
+                   f"broker serves from it, {how} ({records} record(s) read)")
+    return rows
 
 
 def _batch_rows(store: Store, broker: str, topic: str, q: _Query, lo: int, hi: int) -> list[FindRow]:
@@ -401,8 +473,9 @@ def _by_time(store: Store, broker: str, topics: list[str], q: _Query, cut) -> di
     for t, qid, qlo, qhi in cut.queues:
         if t not in topics or qhi <= qlo:
             continue
-        search = QueueSearch(t, qid, qlo, qhi)
         with store.queue_readers(t, qid, ext=False) as (cqueue, _ext):
+            # the local units: below them, a tiered store's tier (its rows: _tier_rows)
+            search = QueueSearch(t, qid, max(qlo, min(cqueue.min_offset, qhi)), qhi)
             time_range(cqueue, log, search, q.begin, q.end, lo, hi)
             count = search.end - search.first
             for _first, units_arr in (cqueue.iter_batches(_CHUNK, search.first, count) if count > 0 else ()):
@@ -433,6 +506,7 @@ def _every_unit(store: Store, broker: str, topics: list[str], cut, q: _Query,
         if t not in topics or qhi <= qlo:
             continue
         with store.queue_readers(t, qid, ext=False) as (cqueue, _ext):
+            qlo = max(qlo, min(cqueue.min_offset, qhi))  # the local units (a tier's: _tier_rows)
             for _first, units_arr in cqueue.iter_batches(_CHUNK, qlo, qhi - qlo):
                 offs = units_arr["commit_log_offset"].astype(np.int64)
                 ok = (offs >= lo) & (offs + units_arr["size"].astype(np.int64) <= hi)
@@ -461,23 +535,40 @@ def _for_group(store: Store, rows: list[FindRow], q: _Query, now_ms: int) -> lis
         rng = cut.queue_range(q.topic, qid)
         if rng is None:
             continue
-        cqueue = store.consume_queue(q.topic, qid)
-        units, mine = [], []
-        for r in queue_rows:
-            if rng[0] <= r.queue_offset < rng[1]:
-                unit = cqueue.unit(r.queue_offset)
-                if unit[0] == r.commit_log_offset:  # the unit is this record's (a half has none)
-                    units.append(unit)
-                    mine.append(r)
-        if not units:
-            continue
-        arr = np.array(units, dtype=np.int64)
-        d = decide_units(layers, log, arr[:, 0], arr[:, 1], arr[:, 2], ext=store.ext(q.topic, qid), present_all=True)
-        for r, ok in zip(mine, d.delivered.tolist()):
-            if ok:
-                path = why_every_copy(store, q.topic, q.group, sql=q.sql, tags=q.tags, queue_id=qid,
-                                      queue_offset=r.queue_offset, now_ms=now_ms)[0]
-                r.state = path.state
-                kept.append(r)
-    kept.sort(key=lambda r: r.commit_log_offset)
+        for from_tier in (True, False):
+            # a row of the tier: its unit in the tier's flat ConsumeQueue, decided with its flat CommitLog and no
+            # ext file, as the broker serves it (docs/filtering.md#tiered-filter)
+            rows_here = [r for r in queue_rows if (r.found_by == BY_TIER) == from_tier]
+            if not rows_here:
+                continue
+            tier = store.tier_queue(q.topic, qid) if from_tier else None
+            cqueue = tier.consume_queue if from_tier else store.consume_queue(q.topic, qid)
+            units, mine = [], []
+            for r in rows_here:
+                if rng[0] <= r.queue_offset < rng[1]:
+                    unit = cqueue.unit(r.queue_offset)
+                    if unit[0] == r.commit_log_offset:  # the unit is this record's (a half has none)
+                        units.append(unit)
+                        mine.append(r)
+            if not units:
+                continue
+            arr = np.array(units, dtype=np.int64)
+            d = decide_units(layers, tier.commit_log if from_tier else log, arr[:, 0], arr[:, 1], arr[:, 2],
+                             ext=None if from_tier else store.ext(q.topic, qid), present_all=True)
+            kept += _with_state(store, q, qid, mine, d.delivered.tolist(), now_ms)
+    kept.sort(key=lambda r: (r.found_by != BY_TIER, r.commit_log_offset if r.found_by != BY_TIER else 0,
+                             r.queue_id, r.queue_offset))
+    return kept
+
+
+def _with_state(store: Store, q: _Query, qid: int, rows: list[FindRow], delivered: list[bool],
+                now_ms: int) -> list[FindRow]:
+    """The rows the group's decision delivers, each with its ``why`` state."""
+    kept = []
+    for r, ok in zip(rows, delivered):
+        if ok:
+            path = why_every_copy(store, q.topic, q.group, sql=q.sql, tags=q.tags, queue_id=qid,
+                                  queue_offset=r.queue_offset, now_ms=now_ms)[0]
+            r.state = path.state
+            kept.append(r)
     return kept

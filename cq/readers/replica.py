@@ -9,16 +9,19 @@ from __future__ import annotations
 
 import os
 import zlib
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 
 import numpy as np
+
+from rmqfilter_java import parse_int, parse_long, read_lines, split_literal
 
 from .. import format as fmt
 from ..errors import StoreFormatError
 from .config import BAK_SUFFIX
+from .entry import ReaderEntry
 
-__all__ = ["BrokerIdentity", "EpochEntry", "StoreCheckpoint", "read_broker_identity", "read_epoch_file",
-           "read_store_checkpoint"]
+__all__ = ["BrokerIdentity", "EpochEntry", "ReplicaFiles", "StoreCheckpoint", "read_broker_identity",
+           "read_epoch_file", "read_store_checkpoint"]
 
 
 @dataclass(frozen=True)
@@ -66,39 +69,42 @@ def read_store_checkpoint(root: str | os.PathLike) -> StoreCheckpoint | None:
 
 
 def _parse_epoch_text(path: str, data: bytes) -> list[EpochEntry]:
-    """The entries of one epoch file's bytes, checked as ``CheckpointFile.read`` checks them."""
+    """The entries of one epoch file's bytes, checked as ``CheckpointFile.read`` checks them: lines as
+    ``BufferedReader.readLine`` splits them, numbers as ``Integer.parseInt`` / ``Long.parseLong`` read them
+    (no blanks around), an entry's fields as ``String.split("-")`` parts them (docs/formats.md#replicas)."""
     try:
         text = data.decode("utf-8")
     except UnicodeDecodeError as exc:
         raise StoreFormatError(f"not UTF-8 text ({exc.reason})", path, exc.start) from exc
-    lines = text.splitlines(keepends=True)
+    lines = read_lines(text)
     if len(lines) < 2:
         raise StoreFormatError("no entry count and CRC lines", path, 0)
-    offset = 0
+    # byte offset of each line's start: its text and the break after it (\r\n, \r or \n)
+    starts, at = [], 0
+    for line in lines:
+        starts.append(at)
+        at += len(line.encode("utf-8"))
+        at += 2 if data[at:at + 2] == b"\r\n" else 1
     head = []
-    for line in lines[:2]:
+    for line, offset in zip(lines[:2], starts):
         try:
-            head.append(int(line.strip()))
+            head.append(parse_int(line))
         except ValueError:
-            raise StoreFormatError(f"expected a decimal number, found {line.strip()!r}", path, offset) from None
-        offset += len(line.encode("utf-8"))
+            raise StoreFormatError(f"expected a decimal int32, found {line[:40]!r}", path, offset) from None
     count, crc = head
-    entries, body = [], []
-    for line in lines[2:]:
-        stripped = line.rstrip("\r\n")
-        body.append(stripped)
-        parts = stripped.split(fmt.EPOCH_ENTRY_SEPARATOR)
+    entries = []
+    for line, offset in zip(lines[2:], starts[2:]):
+        parts = split_literal(line, fmt.EPOCH_ENTRY_SEPARATOR)
         if len(parts) == 2:          # the broker skips a line that is not two fields
             try:
-                entries.append(EpochEntry(int(parts[0]), int(parts[1])))
+                entries.append(EpochEntry(parse_int(parts[0]), int(parse_long(parts[1]))))
             except ValueError:
-                raise StoreFormatError(f"epoch entry {stripped!r} is not epoch-startOffset", path, offset) from None
-        offset += len(line.encode("utf-8"))
+                raise StoreFormatError(f"epoch entry {line[:40]!r} is not epoch-startOffset", path, offset) from None
     if len(entries) != count:
         raise StoreFormatError(f"the file says {count} entries, found {len(entries)}", path, 0)
     # the broker's CRC covers each line with the line separator it wrote (System.lineSeparator)
-    sep = "\r\n" if lines[2:] and lines[2].endswith("\r\n") else "\n"
-    got = zlib.crc32("".join(b + sep for b in body).encode("utf-8")) & fmt.EPOCH_CRC_MASK
+    sep = "\r\n" if "\r\n" in text else "\n"
+    got = zlib.crc32("".join(b + sep for b in lines[2:]).encode("utf-8")) & fmt.EPOCH_CRC_MASK
     if crc != 0 and got != crc:
         raise StoreFormatError(f"entries CRC32 {got} does not match the file's {crc}", path, 0)
     return entries
@@ -150,3 +156,39 @@ def read_broker_identity(root: str | os.PathLike) -> BrokerIdentity | None:
         return BrokerIdentity(parts[0], parts[1], int(parts[2]))
     except ValueError:
         raise StoreFormatError(f"expected clusterName#brokerName#brokerId, found {text[:80]!r}", path, 0) from None
+
+
+@dataclass(frozen=True)
+class ReplicaFiles:
+    """The files of one store root that say what the replica holds (docs/formats.md#replicas), read whole
+    by :meth:`read`: ``checkpoint``, ``epochFileCheckpoint`` (or its ``.bak``) and ``brokerIdentity``.
+    Nothing is held open; it pickles as its root."""
+
+    root: str
+
+    def files(self) -> list[str]:
+        """The files of these kinds the root holds."""
+        names = (fmt.STORE_CHECKPOINT_FILE, fmt.EPOCH_FILE, fmt.EPOCH_FILE + BAK_SUFFIX, fmt.BROKER_IDENTITY_FILE)
+        return [p for p in (os.path.join(self.root, n) for n in names) if os.path.isfile(p)]
+
+    def read(self) -> tuple[StoreCheckpoint | None, tuple[list[EpochEntry], str] | None, BrokerIdentity | None]:
+        """``(checkpoint, epochs, identity)``, each None where the file is absent."""
+        return read_store_checkpoint(self.root), read_epoch_file(self.root), read_broker_identity(self.root)
+
+    def close(self) -> None:
+        """Nothing to release (each file is read whole and closed)."""
+
+
+def _read_replica_files(files: ReplicaFiles) -> list:
+    checkpoint, epochs, identity = files.read()
+    return [asdict(checkpoint) if checkpoint else None,
+            None if epochs is None else ([asdict(e) for e in epochs[0]], os.path.basename(epochs[1])),
+            asdict(identity) if identity else None]
+
+
+# This reader's registry entry (docs/contributing.md#add-a-reader): the replica store of tests/data is a
+# controller-mode replica RocketMQ 5.3.3 wrote (tests/data/REPLICA_STORE.md).
+READERS = (
+    ReaderEntry("ReplicaFiles", ReplicaFiles, lambda root: ReplicaFiles(root).files(), _read_replica_files,
+                store="replica_store"),
+)

@@ -7,13 +7,14 @@ import contextlib
 import os
 import threading
 import time
+import warnings
 from collections.abc import Iterator
 from typing import TYPE_CHECKING, Self
 
 import numpy as np
 
 from .. import format as fmt
-from ..errors import StoreFormatError
+from ..errors import CompactionWarning, StoreFormatError
 from ..readers.batchcq import BatchConsumeQueue
 from ..readers.commitlog import SEALED_AGE_NS, CommitLog
 from ..readers.compaction import CompactionConsumeQueue, CompactionLog, compaction_queue_dirs
@@ -171,7 +172,37 @@ class ReaderRoom:
                     f"compaction topic {topic!r} queue {queue_id} holds messages in its ConsumeQueue but has no "
                     "compaction CQ: the broker serves a compaction topic from its compaction store "
                     "(a broker with enableCompaction=false is not supported)", cq_dir)
+        self._check_compaction_round(topic, queue_id)
         return CompactionConsumeQueue(cq_dir, topic=topic, queue_id=int(queue_id))
+
+    def _check_compaction_round(self, topic: str, queue_id: int) -> None:
+        """A round writing beside a queue's compaction files (docs/formats.md#compaction-rounds): before it swaps
+        its output in, the broker serves the queue's own files, which are read (a :class:`cq.CompactionWarning`
+        says so); a swap under way (a file renamed ``.delete``, or the log's output moved and the CQ's not) is a
+        :class:`StoreFormatError` naming the file or directory, never a mix of two rounds."""
+        log_dir, cq_dir = compaction_queue_dirs(self.root, topic, queue_id)
+        for d in (log_dir, cq_dir):
+            gone = sorted(n for n in (os.listdir(d) if os.path.isdir(d) else ()) if n.endswith(fmt.DELETED_FILE_SUFFIX))
+            if gone:
+                raise StoreFormatError(
+                    f"compaction topic {topic!r} queue {queue_id}: a compaction round (or a slave's copy of its "
+                    "master's compaction log) was swapping its files in when the store was read (a file it "
+                    "replaces is renamed before removal): read the store again once it is done",
+                    os.path.join(d, gone[0]))
+        for sub, what in ((fmt.COMPACTING_SUB_DIR, "a compaction round is writing its output"),
+                          (fmt.REPLICATING_SUB_DIR, "this slave is copying its master's compaction log")):
+            names = [sorted(os.listdir(p)) if os.path.isdir(p) else [] for p in
+                     (os.path.join(log_dir, sub), os.path.join(cq_dir, sub))]
+            if names[0] != names[1]:
+                raise StoreFormatError(
+                    f"compaction topic {topic!r} queue {queue_id}: {what} in {sub}/, and its compaction log files "
+                    f"{names[0]} and CQ files {names[1]} there differ: the output was being swapped in when the "
+                    "store was read; read the store again once it is done", os.path.join(log_dir, sub))
+            if names[0]:
+                warnings.warn(CompactionWarning(
+                    f"compaction topic {topic!r} queue {queue_id}: {what} in {os.path.join(log_dir, sub)} "
+                    f"({len(names[0])} file(s)); until it swaps them in, the broker serves the queue's own files, "
+                    "which are what is read"), stacklevel=2)
 
     def consume_queue(self, topic: str, queue_id: int) -> ConsumeQueue:
         """The :class:`ConsumeQueue` of (topic, queue_id).

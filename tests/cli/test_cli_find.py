@@ -102,7 +102,7 @@ def test_stats_where_group_and_parquet(capsys, stores, tmp_path):
     (["--group", "G"], "--group needs --topic"),
     (["--topic", TOPIC, "--tags", "TagA"], "give --group too"),
     (["--topic", "Nowhere", "--key", "k"], "'Nowhere' has no consume queues"),
-    (["--key", "k", "--tier", "/nonexistent"], "--tier: find does not search a tier yet"),
+    (["--key", "k", "--tier", "/nonexistent"], "did not run the tiered store"),
     (["--key", "k", "--replica", "x", "--spark"], "--replica: find --spark reads every store given"),
 ])
 def test_bad_input_is_one_clear_line(capsys, stores, argv, message):

@@ -7,7 +7,7 @@ import json
 from contextlib import closing
 
 import pytest
-from helpers import DATA
+from helpers import DATA, tiered_cluster
 from live_support import stream_to_the_end
 
 import cq
@@ -84,3 +84,69 @@ def test_the_scan_job_counts_the_tier(spark, layer2):
                   layer2=layer2, tier=TIER)
     assert result.units_scanned == 1160
     assert result.delivered == len(FACTS["received"]["GID_TIER_SQL"])
+
+
+def test_several_tiered_stores_read_with_their_shared_tier(spark, tmp_path):
+    """load([root_a, root_b]) with option tier: each broker's ranges below its local minimum read from its own
+    flat files in the shared tier; each broker's rows are what its consumer received."""
+    roots, tier = tiered_cluster(tmp_path)
+    group = "GID_TIER_SQL"
+    rows = (spark.read.format("rocketmq").option("topic", TOPIC).option("group", group).option("tier", str(tier))
+            .load([str(r) for r in roots])
+            .selectExpr("broker", "queue_id", "queue_offset", "properties['UNIQ_KEY'] AS uniq").collect())
+    want = {(q, o): u for q, o, u, _ in FACTS["received"][group]}
+    for broker in ("broker-a", "broker-b"):
+        assert {(r.queue_id, r.queue_offset): r.uniq for r in rows if r.broker == broker} == want
+    assert len(rows) == 2 * len(want)
+    with pytest.raises(Exception, match="give the tier directory"):
+        spark.read.format("rocketmq").option("topic", TOPIC).load([str(r) for r in roots]).count()
+
+
+def test_cost_on_spark_tallies_the_tier_as_the_local_pass(spark):
+    """filter_cost_spark with the tier: the ranges the broker serves from it tallied on the executors from its
+    flat files, the report's counts those of filter_cost (which equal consume's)."""
+    from cq.analyses.cost import CostGroup, filter_cost
+    from pyspark_udfs.cost import filter_cost_spark
+
+    groups = ["GID_TIER_SQL", CostGroup("GID_TIER_TAG", "TagA || TagB", "TAG", registered=False)]
+    with closing(cq.Store(STORE, tier=TIER)) as store:
+        local = filter_cost(store, TOPIC, groups, timing=False)
+    on_spark = filter_cost_spark(spark, STORE, TOPIC, groups, timing=False, partition_units=200, tier=TIER)
+    numbers = ("units", "passed_consume_queue", "bloom_tested", "bloom_false_positives", "delivered")
+    assert [[getattr(g, k) for k in numbers] for g in on_spark.groups] == \
+        [[getattr(g, k) for k in numbers] for g in local.groups]
+    assert on_spark.group("GID_TIER_TAG").delivered == len(FACTS["received"]["GID_TIER_TAG"])
+    assert (on_spark.units, on_spark.messages, on_spark.ext) == (local.units, local.messages, local.ext)
+
+
+def test_find_on_spark_gives_finds_rows_for_a_tiered_store(spark):
+    """find_spark with the tier: the data source reads the tier's ranges; the same rows as find, a tier's rows
+    marked found_by "tier"."""
+    from cq.analyses.search import find
+    from pyspark_udfs.find import find_spark
+
+    with closing(cq.Store(STORE, tier=TIER)) as store:
+        every = {(m.queue_id, m.queue_offset): m for m in store.consume(TOPIC, "G", tags="*")}
+        begin, end = every[0, 500].store_timestamp, every[0, 560].store_timestamp
+        local = find(store, topic=TOPIC, between=(begin, end))
+    on_spark = find_spark(STORE, spark=spark, topic=TOPIC, between=(begin, end), tier=TIER)
+    assert [(r.queue_id, r.queue_offset, r.msg_id, r.found_by == "tier") for r in on_spark.rows] == \
+        [(r.queue_id, r.queue_offset, r.msg_id, r.found_by == "tier") for r in local.rows]
+    assert {r.found_by for r in on_spark.rows} == {"tier", "spark"}
+
+
+def test_a_stream_over_two_tiered_brokers_reads_each_ones_tier(spark, tmp_path):
+    """readStream over two tiered brokers sharing one tier (a glob), from the earliest offsets: each broker's
+    rows what the group received, each unit once."""
+    _roots, tier = tiered_cluster(tmp_path / "stores")
+    out, ck = str(tmp_path / "out"), str(tmp_path / "ck")
+    df = spark.readStream.format("rocketmq").option("topic", TOPIC).option("group", "GID_TIER_TAG") \
+        .option("tags", "TagA || TagB").option("tier", str(tier)).option("startingOffsets", "earliest") \
+        .option("maxUnitsPerTrigger", "500").load(str(tmp_path / "stores" / "broker-*")) \
+        .selectExpr("broker", "queue_id", "queue_offset", "properties['UNIQ_KEY'] AS uniq")
+    stream_to_the_end(df, out, ck)
+    rows = spark.read.parquet(out).collect()
+    want = {(q, o): u for q, o, u, _ in FACTS["received"]["GID_TIER_TAG"]}
+    assert len(rows) == 2 * len(want)
+    for broker in ("broker-a", "broker-b"):
+        assert {(r.queue_id, r.queue_offset): r.uniq for r in rows if r.broker == broker} == want

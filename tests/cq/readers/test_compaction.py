@@ -297,3 +297,50 @@ def test_the_commands_leave_the_compaction_store_unchanged(copy, capsys):
         assert rmqfilter.main(argv) == 0, argv
     capsys.readouterr()
     assert state() == before
+
+
+def _served(store_root) -> dict:
+    with closing(cq.Store(store_root)) as s:
+        return {(m.queue_id, m.queue_offset): m.properties["UNIQ_KEY"] for m in s.consume(TOPIC, "G", tags="*")}
+
+
+@pytest.mark.parametrize("sub", [fmt.COMPACTING_SUB_DIR, fmt.REPLICATING_SUB_DIR])
+def test_a_round_writing_beside_the_queue_reads_what_the_broker_serves_and_says_so(copy, sub):
+    """RocketMQ's CompactionLog writes a round's output (compacting/) or a slave's copy of its master's log
+    (replicating/) beside the queue's files and serves those files until it swaps the output in: they are
+    read, and a warning names the directory."""
+    want = _served(STORE)
+    log_dir, cq_dir = compaction_queue_dirs(copy, TOPIC, 0)
+    for d in (log_dir, cq_dir):
+        (copy / d / sub).mkdir()
+        shutil.copy(copy / d / fmt.file_name(0), copy / d / sub / fmt.file_name(0))
+    with pytest.warns(cq.errors.CompactionWarning, match=f"queue 0: .* in .*compactionLog/{TOPIC}/0/{sub} "
+                                                          r"\(1 file\(s\)\); until it swaps them in"):
+        assert _served(copy) == want
+
+
+def test_a_swap_under_way_is_an_error_naming_the_file_never_two_rounds_mixed(copy):
+    log_dir, cq_dir = compaction_queue_dirs(copy, TOPIC, 1)
+    # the round's log output moved in, its CQ output not yet: the two compacting/ directories differ
+    (copy / cq_dir / fmt.COMPACTING_SUB_DIR).mkdir()
+    shutil.copy(copy / cq_dir / fmt.file_name(0), copy / cq_dir / fmt.COMPACTING_SUB_DIR / fmt.file_name(0))
+    (copy / log_dir / fmt.COMPACTING_SUB_DIR).mkdir()
+    with closing(cq.Store(copy)) as s, pytest.raises(cq.StoreFormatError, match="was being swapped in") as info:
+        list(s.consume(TOPIC, "G", tags="*"))
+    assert info.value.path.endswith(f"compactionLog/{TOPIC}/1/{fmt.COMPACTING_SUB_DIR}")
+    shutil.rmtree(copy / cq_dir / fmt.COMPACTING_SUB_DIR)
+    # a file the swap replaces, renamed before its removal
+    name = fmt.file_name(0)
+    (copy / cq_dir / name).rename(copy / cq_dir / (name + fmt.DELETED_FILE_SUFFIX))
+    with closing(cq.Store(copy)) as s, pytest.raises(cq.StoreFormatError, match="swapping its files in") as info:
+        list(s.consume(TOPIC, "G", tags="*"))
+    assert info.value.path.endswith(f"compactionCq/{TOPIC}/1/{name}.delete")
+
+
+def test_a_compaction_topic_a_broker_served_from_its_consume_queue_is_refused_by_name(copy):
+    """enableCompaction=false: the broker serves the topic from its ConsumeQueue and writes no compaction files,
+    a setting the store does not record: a queue holding messages without them is refused, naming it."""
+    shutil.rmtree(copy / fmt.COMPACTION_DIR)
+    with closing(cq.Store(copy)) as s, pytest.raises(cq.StoreFormatError, match="enableCompaction=false") as info:
+        list(s.consume(TOPIC, "G", tags="*"))
+    assert info.value.path.endswith(f"compactionCq/{TOPIC}/0")

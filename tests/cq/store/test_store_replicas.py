@@ -14,12 +14,12 @@ import warnings
 import zlib
 
 import pytest
-from helpers import replica_pair
+from helpers import DATA, replica_pair
 
 import cq
 import rmqfilter
 from cq.errors import ReplicaWarning
-from cq.readers.replica import read_broker_identity, read_epoch_file, read_store_checkpoint
+from cq.readers.replica import BrokerIdentity, read_broker_identity, read_epoch_file, read_store_checkpoint
 from cq.writer.sample import SAMPLE_GROUPS, SAMPLE_TOPICS
 
 SMALL = {"commit_log_file_size": 1 << 20, "ext_file_size": 1 << 16, "consume_queue_file_size": 20_000}
@@ -265,3 +265,41 @@ def test_the_why_command_walks_the_tail_on_the_replica_that_holds_it(pair, capsy
     doc = json.loads(capsys.readouterr().out)
     assert doc["broker"] == "broker-x" and doc["replica"] == str(master)
     assert f"a consumer reading {slave}, the replica read, does not receive it" in doc["replica_note"]
+
+
+def test_the_files_a_real_controller_mode_replica_wrote(tmp_path):
+    """tests/data/replica_store (RocketMQ 5.3.3, elected master in epoch 2): its epoch file, the broker's
+    previous copy, its identity and checkpoint, read as the broker reads them."""
+    root = DATA / "replica_store"
+    entries, path = read_epoch_file(root)
+    assert [(e.epoch, e.start_offset) for e in entries] == [(1, 0), (2, 312936)] and path.endswith("Checkpoint")
+    assert read_broker_identity(root) == BrokerIdentity("HarnessCluster", "broker-c", 2)
+    assert read_store_checkpoint(root).confirm_phy_offset == 312936
+    shutil.copytree(root, tmp_path / "r")
+    (tmp_path / "r" / "epochFileCheckpoint").unlink()       # gone: the broker's previous copy is read
+    entries, path = read_epoch_file(tmp_path / "r")
+    assert [(e.epoch, e.start_offset) for e in entries] == [(1, 0)] and path.endswith(".bak")
+
+
+@pytest.mark.parametrize(("text", "entries"), [
+    ("2\r\n0\r\n1-0\r\n2-500\r\n", [(1, 0), (2, 500)]),     # \r\n and \r end a line, as readLine's
+    ("2\r0\r1-0\r2-500", [(1, 0), (2, 500)]),
+    ("2\n0\n1-0\n2-500-\n", [(1, 0), (2, 500)]),            # String.split drops a trailing empty field
+    ("2\n0\n1-0\n-\n2-500\n", [(1, 0), (2, 500)]),          # a line of no two fields is skipped
+])
+def test_epoch_lines_and_fields_split_as_the_broker_splits_them(tmp_path, text, entries):
+    (tmp_path / "epochFileCheckpoint").write_text(text, newline="")
+    assert [(e.epoch, e.start_offset) for e in read_epoch_file(tmp_path)[0]] == entries
+
+
+@pytest.mark.parametrize(("text", "message", "offset"), [
+    ("2\n0\n1-0\x0b2-500\n", "the file says 2 entries, found 0", 0),   # a vertical tab breaks no line in Java
+    (" 2\n0\n1-0\n2-500\n", r"expected a decimal int32, found ' 2'", 0),  # Integer.parseInt trims nothing
+    ("2\n0\n1-0\n2-5_0\n", r"epoch entry '2-5_0' is not epoch-startOffset", 8),
+    ("1\n0\n2147483648-0\n", r"epoch entry '2147483648-0' is not epoch-startOffset", 4),
+])
+def test_epoch_text_java_does_not_read_is_named_with_its_offset(tmp_path, text, message, offset):
+    (tmp_path / "epochFileCheckpoint").write_text(text, newline="")
+    with pytest.raises(cq.StoreFormatError, match=message) as e:
+        read_epoch_file(tmp_path)
+    assert e.value.offset == offset
