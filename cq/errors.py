@@ -92,3 +92,25 @@ class UnsupportedLayoutError(StoreFormatError):
         self.layout = layout
         self.advice = advice
         super().__init__(f"{layout}: not supported by this rmqfilter; {advice}", path)
+
+
+class ObjectStoreError(ValueError):
+    """A store in object storage could not be read (docs/object-storage.md#errors).
+
+    Raised for a missing bucket or prefix, a denied request, an object shorter than its listing:
+    the message names the URI and, where one was being read, the byte range; never a credential.
+
+    Attributes
+    ----------
+    uri : str
+        The object (or store root) that was being read.
+    byte_range : tuple of int or None
+        ``(start, end)`` of the bytes asked for, end exclusive; None for a listing.
+    """
+
+    def __init__(self, message: str, uri: str, byte_range: tuple[int, int] | None = None) -> None:
+        self.uri = uri
+        self.byte_range = byte_range
+        where = uri + (f" bytes [{byte_range[0]}, {byte_range[1]})" if byte_range is not None else "")
+        super().__init__(f"{where}: {message}")
+        self.reason = message
