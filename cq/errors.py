@@ -94,11 +94,13 @@ class UnsupportedLayoutError(StoreFormatError):
         super().__init__(f"{layout}: not supported by this rmqfilter; {advice}", path)
 
 
-class ObjectStoreError(ValueError):
+class ObjectStoreError(StoreFormatError):
     """A store in object storage could not be read (docs/object-storage.md#errors).
 
     Raised for a missing bucket or prefix, a denied request, an object shorter than its listing:
     the message names the URI and, where one was being read, the byte range; never a credential.
+    A :class:`StoreFormatError` (``path`` is the URI, ``offset`` the range's start), so every
+    command reports it as it reports a bad store file.
 
     Attributes
     ----------
@@ -109,8 +111,9 @@ class ObjectStoreError(ValueError):
     """
 
     def __init__(self, message: str, uri: str, byte_range: tuple[int, int] | None = None) -> None:
-        self.uri = uri
+        self.uri = self.path = uri
         self.byte_range = byte_range
+        self.offset = byte_range[0] if byte_range is not None else None
         where = uri + (f" bytes [{byte_range[0]}, {byte_range[1]})" if byte_range is not None else "")
-        super().__init__(f"{where}: {message}")
+        ValueError.__init__(self, f"{where}: {message}")
         self.reason = message

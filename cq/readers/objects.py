@@ -18,12 +18,12 @@ from dataclasses import dataclass
 import numpy as np
 
 from .. import format as fmt
-from ..errors import ObjectStoreError, StoreFormatError
+from ..errors import ObjectStoreError, StoreFormatError, UnsupportedLayoutError
 from .commitlog import Message, decode_message
 from .consumequeue import ConsumeQueue
 from .ext import ConsumeQueueExt
 
-__all__ = ["BATCH_BYTES", "COALESCE_GAP", "ObjectDir", "ObjectStore", "coalesce", "is_object_uri"]
+__all__ = ["BATCH_BYTES", "COALESCE_GAP", "ObjectDir", "ObjectStore", "coalesce", "is_object_uri", "refuse_object_uri"]
 
 #: Records closer than this many bytes are fetched in one request (docs/object-storage.md#coalescing).
 COALESCE_GAP = 256 * 1024
@@ -35,6 +35,16 @@ BATCH_BYTES = 32 * 1024 * 1024
 def is_object_uri(path) -> bool:
     """True for a store path that names object storage (``s3://...``, any ``scheme://`` but ``file://``)."""
     return isinstance(path, str) and "://" in path and not path.startswith("file://")
+
+
+def refuse_object_uri(path) -> None:
+    """Raise :class:`ObjectStoreError` for a store path in object storage where only local stores are
+    read yet (``Store``, ``Cluster``, the commands, the data source: docs/object-storage.md#what-is-left),
+    so it is never read as a missing local directory."""
+    if is_object_uri(path):
+        raise ObjectStoreError("a store in object storage is read by cq.ObjectStore; Store, Cluster, the "
+                               "commands and the data source do not read one yet "
+                               "(docs/object-storage.md#what-is-left)", path)
 
 
 def coalesce(offsets, sizes, file_starts, *, gap: int = COALESCE_GAP,
@@ -59,6 +69,7 @@ def coalesce(offsets, sizes, file_starts, *, gap: int = COALESCE_GAP,
     if not len(offsets):
         return np.zeros((0, 3), dtype=np.int64)
     order = np.lexsort((-sizes, offsets))
+    order = order[np.r_[True, np.diff(offsets[order]) != 0]]  # each offset once, its largest size
     off, end = offsets[order], offsets[order] + sizes[order]
     files = np.searchsorted(np.asarray(file_starts, dtype=np.int64), off, side="right") - 1
     reach = np.maximum.accumulate(end)  # the furthest byte any record so far needs
@@ -71,9 +82,10 @@ def coalesce(offsets, sizes, file_starts, *, gap: int = COALESCE_GAP,
     for a, b in zip(heads.tolist(), tails.tolist()):
         i = a
         while i < b:  # greedy within the run: as many records as fit the budget from record i
-            j = i + int(np.searchsorted(reach[i:b], off[i] + budget, side="right"))
-            j = max(j, i + 1)
-            out.append((int(off[i]), int(reach[j - 1]), int(files[i])))
+            j = max(i + int(np.searchsorted(reach[i:b], off[i] + budget, side="right")), i + 1)
+            stop = int(reach[j - 1])
+            j = i + int(np.searchsorted(reach[i:b], stop, side="right"))  # and what lies inside it
+            out.append((int(off[i]), stop, int(files[i])))
             i = j
     return np.array(out, dtype=np.int64)
 
@@ -200,13 +212,30 @@ class ObjectStore:
         prefix = self._root.rstrip("/") + "/"
         listing = {i.path[len(prefix):]: int(i.size) for i in infos
                    if i.type == pafs.FileType.File and i.path.startswith(prefix)}
+        # a key that other keys lie under is a directory marker some servers list as an object
+        # (s3proxy's filesystem back end lists each directory with its inode size), never a store file
+        dirs = {k[:i] for k in listing for i in range(len(k)) if k[i] == "/"}
+        listing = {k: v for k, v in listing.items() if k not in dirs}
         if not listing:
             raise ObjectStoreError("no store under this prefix (nothing is stored there)", self.uri)
         if not any(k.startswith((fmt.COMMIT_LOG_DIR + "/", fmt.CONSUME_QUEUE_DIR + "/", "config/")) for k in listing):
             raise ObjectStoreError(
                 f"not a broker store: no {fmt.COMMIT_LOG_DIR}/, {fmt.CONSUME_QUEUE_DIR}/ or config/ objects "
                 f"among the {len(listing)} under this prefix", self.uri)
+        self._check_layout(listing)
         return listing
+
+    def _check_layout(self, listing: dict[str, int]) -> None:
+        """Refuse, by name, a layout this source does not read yet, rather than answer empty
+        (docs/object-storage.md#what-is-left)."""
+        if f"{fmt.CONSUME_QUEUE_DIR}/CURRENT" in listing:
+            raise UnsupportedLayoutError("RocksDB consume queue", self.uri_of(fmt.CONSUME_QUEUE_DIR),
+                                         "a store in object storage is read with file consume queues only")
+        dledger = sorted({k.split("/", 1)[0] for k in listing
+                          if k.startswith(fmt.DLEDGER_DIR_PREFIX) and f"/{fmt.DLEDGER_DATA_DIR}/" in k})
+        if dledger:
+            raise UnsupportedLayoutError("DLedger CommitLog", self.uri_of(dledger[0]),
+                                         "a store in object storage is read with a classic CommitLog only")
 
     @property
     def keys(self) -> list[str]:
