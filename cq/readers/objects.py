@@ -12,6 +12,7 @@ filesystem, so a pickled :class:`ObjectStore` carries its URI and options only.
 """
 from __future__ import annotations
 
+import os
 import threading
 from dataclasses import dataclass
 
@@ -19,17 +20,40 @@ import numpy as np
 
 from .. import format as fmt
 from ..errors import ObjectStoreError, StoreFormatError, UnsupportedLayoutError
-from .commitlog import Message, decode_message
+from ..kernels import _decode
+from .columns import MessageColumns
+from .commitlog import CommitLog, Message, decode_message
 from .consumequeue import ConsumeQueue
 from .ext import ConsumeQueueExt
 
-__all__ = ["BATCH_BYTES", "COALESCE_GAP", "ObjectDir", "ObjectStore", "coalesce", "is_object_uri", "refuse_object_uri"]
+__all__ = ["BATCH_BYTES", "COALESCE_GAP", "ObjectCommitLog", "ObjectDir", "ObjectStore", "coalesce", "is_object_uri",
+           "name_uris", "refuse_object_uri", "register_mirror"]
 
 #: Records closer than this many bytes are fetched in one request (docs/object-storage.md#coalescing).
 COALESCE_GAP = 256 * 1024
 #: The most bytes one CommitLog request fetches: the data source's batch budget
 #: (docs/object-storage.md#options, docs/data-path.md#batches-sized-by-bytes).
 BATCH_BYTES = 32 * 1024 * 1024
+
+
+#: mirror directory -> the URI of the store it mirrors (cq.Store of a bucket): what messages show
+_MIRRORS: dict[str, str] = {}
+
+
+def register_mirror(directory: str, uri: str | None) -> None:
+    """Name ``directory`` by ``uri`` in messages (:func:`name_uris`); ``uri`` None forgets it."""
+    if uri is None:
+        _MIRRORS.pop(directory, None)
+    else:
+        _MIRRORS[directory] = uri
+
+
+def name_uris(text: str) -> str:
+    """``text`` with each open mirror directory of a store in object storage replaced by the store's
+    URI: an error about a file read from the bucket names the object, not a temporary path."""
+    for directory, uri in list(_MIRRORS.items()):
+        text = text.replace(directory, uri)
+    return text
 
 
 def is_object_uri(path) -> bool:
@@ -160,7 +184,7 @@ class ObjectStore:
         scheme, _, rest = self.uri.partition("://")
         if not rest:
             raise ObjectStoreError("not an object-storage URI (expected scheme://bucket/prefix)", self.uri)
-        if scheme == "s3":
+        if scheme == "s3" and (self._options["endpoint"] or self._options["region"]):
             kwargs = {}
             endpoint, region = self._options["endpoint"], self._options["region"]
             if endpoint:
@@ -193,6 +217,8 @@ class ObjectStore:
             why = "the bucket does not exist"
         elif isinstance(exc, FileNotFoundError) or "NoSuchKey" in text or "NOT_FOUND" in text:
             why = "no such object (deleted since the listing?)" if byte_range is not None else "no such object"
+        elif "NETWORK_CONNECTION" in text or "curlCode" in text:
+            why = "cannot reach the endpoint (the endpoint option, or AWS_ENDPOINT_URL)"
         else:
             why = f"the request failed ({type(exc).__name__})"
         return ObjectStoreError(why, uri, byte_range)
@@ -378,3 +404,68 @@ class ObjectStore:
                 msg._file_offset = off - file_start
                 decoded[off] = msg
         return [decoded[o] for o in offsets.tolist()]
+
+    def mirror(self, directory: str) -> str:
+        """Fetch every object but the CommitLog's whole into ``directory`` (a private, fresh
+        directory), one request each, and make an empty ``commitlog/`` there: the local view
+        :class:`cq.Store` reads a store in object storage through, its CommitLog staying in the
+        bucket (:class:`ObjectCommitLog`, docs/object-storage.md#costs). Returns ``directory``."""
+        os.makedirs(os.path.join(directory, fmt.COMMIT_LOG_DIR), exist_ok=True)
+        for key in sorted(self._listing):
+            if key.startswith(fmt.COMMIT_LOG_DIR + "/"):
+                continue
+            kind = key.split("/", 1)[0] if "/" in key else key
+            path = os.path.join(directory, *key.split("/"))
+            os.makedirs(os.path.dirname(path), exist_ok=True)
+            with open(path, "wb") as out:
+                out.write(self.read_object(key, kind=kind))
+        return directory
+
+
+class ObjectCommitLog(CommitLog):
+    """A CommitLog whose files are objects of an :class:`ObjectStore` (docs/object-storage.md#costs).
+
+    Its records are decoded by the CommitLog's own code. :meth:`decode_copied` (records whose sizes
+    the units give) fetches them by the coalesced ranges of :func:`coalesce`, never one request per
+    record; every other read (recovery's walk of the last three files, reads by offset alone)
+    fetches the objects it touches whole, once per read.
+    """
+
+    def __init__(self, directory: ObjectDir, *, file_size: int | None = None,
+                 check_crc_on_recover: bool = True) -> None:
+        super().__init__(directory, file_size=file_size, check_crc_on_recover=check_crc_on_recover)
+
+    def decode_copied(self, physical_offsets, sizes):
+        """:meth:`CommitLog.decode_copied` from coalesced ranges of the objects (every field); where
+        a fetched record is not of its unit's size, or does not decode, :meth:`decode_columns`,
+        which reads the whole objects and raises their errors."""
+        offs = np.asarray(physical_offsets, dtype=np.int64).reshape(-1)
+        sizes = np.asarray(sizes, dtype=np.int64).reshape(-1)
+        if len(offs) == 0 or len(sizes) != len(offs) or int(self.file_indices(offs).min()) < 0:
+            return self.decode_columns(offs)
+        source = self._source
+        ranges = coalesce(offs, sizes, self._starts, gap=source.coalesce_gap, budget=source.batch_bytes)
+        parts, bases, base = [], [], 0
+        for lo, hi, index in ranges.tolist():
+            if index in self._maps:  # already whole in memory: no request
+                part = bytes(self._maps[index][lo - self._starts[index]:hi - self._starts[index]])
+            else:
+                start, key = self._files[index]
+                part = source.read_range(key, lo - start, hi - start, kind=self._kind)
+            parts.append(part)
+            bases.append(base)
+            base += len(part)
+        data = np.frombuffer(b"".join(parts), dtype=np.uint8)
+        which = np.searchsorted(ranges[:, 0], offs, side="right") - 1
+        pos = np.asarray(bases, dtype=np.int64)[which] + offs - ranges[which, 0]
+        ends = np.asarray(bases, dtype=np.int64)[which] + ranges[which, 1] - ranges[which, 0]
+        if (pos + sizes > ends).any() or (sizes < 4).any():
+            return self.decode_columns(offs)
+        stored = data[(pos[:, None] + np.arange(4)).reshape(-1)].reshape(-1, 4).astype(np.int64)
+        total = (stored[:, 0] << 24) | (stored[:, 1] << 16) | (stored[:, 2] << 8) | stored[:, 3]
+        if not np.array_equal(total, sizes):  # a unit's size is not its record's: the whole-object path
+            return self.decode_columns(offs)
+        cols, err = _decode.decode_columns(data, np.ascontiguousarray(pos), len(data), fmt.ALL_RECORD_FIELDS)
+        if err is not None:
+            return self.decode_columns(offs)
+        return MessageColumns(cols, len(offs))

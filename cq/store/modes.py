@@ -15,7 +15,6 @@ from dataclasses import dataclass, field, replace
 from .. import format as fmt
 from ..errors import StoreFormatError, UnsupportedLayoutError
 from ..readers import config as cfg
-from ..readers.objects import refuse_object_uri
 from ..readers.rocksdb import V2_LAYOUT, metadata_table, require_binding
 
 __all__ = ["StoreLayout", "detect_layout"]
@@ -234,7 +233,6 @@ def detect_layout(root: str | os.PathLike) -> StoreLayout:
     ``consumequeue/``; the ``check_*`` methods of the result raise for what cannot be read.
     """
     root = os.fspath(root)
-    refuse_object_uri(root)
     if not os.path.isdir(root):
         raise StoreFormatError("not a directory", root)
     classic = os.path.join(root, fmt.COMMIT_LOG_DIR)

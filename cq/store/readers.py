@@ -20,6 +20,7 @@ from ..readers.compaction import CompactionConsumeQueue, CompactionLog, compacti
 from ..readers.consumequeue import ConsumeQueue
 from ..readers.dledger import DLedgerCommitLog
 from ..readers.ext import ConsumeQueueExt
+from ..readers.objects import ObjectCommitLog, ObjectDir
 from ..readers.rocksdb import RocksDBConsumeQueue, RocksDBQueueTable
 from . import undispatched
 from .decide import records_present
@@ -67,6 +68,8 @@ class ReaderRoom:
     def _open_commit_log(self) -> CommitLog:
         layout = self.layout
         layout.check_commit_log()
+        if getattr(self, "source", None) is not None:  # the CommitLog stays in the bucket
+            return ObjectCommitLog(ObjectDir(self.source, fmt.COMMIT_LOG_DIR), file_size=self._cl_size)
         if layout.dledger_dir is not None:
             return DLedgerCommitLog(layout.dledger_dir, classic_directory=layout.commit_log_dir,
                                     file_size=self._cl_size)

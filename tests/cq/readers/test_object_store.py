@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 import pickle
+import re
 import subprocess
 import sys
 from contextlib import closing
@@ -16,6 +17,7 @@ from cluster_stores import write_brokers
 from helpers import DATA
 
 import cq
+import rmqfilter
 from cq.readers.objects import COALESCE_GAP, ObjectStore, coalesce
 
 ROOT = Path(__file__).resolve().parents[3]
@@ -175,7 +177,7 @@ def test_truncated_object_names_uri_and_range(s3_server):
 
 
 @pytest.mark.objectstore
-def test_denied_request_names_uri_and_no_secret(s3_server, monkeypatch):
+def test_denied_request_names_uri_and_no_secret(s3_server, monkeypatch, capsys):
     uri = s3_server.upload(DATA / "golden_store", "denied", "golden")
     wrong = "wrong-" + s3_server.secret_key[::-1]
     for k, v in s3_server.env(secret_key=wrong).items():
@@ -186,6 +188,12 @@ def test_denied_request_names_uri_and_no_secret(s3_server, monkeypatch):
     assert uri in text
     for secret in (wrong, s3_server.secret_key):
         assert secret not in text
+    # a command: the error names the URI, no traceback, no secret
+    monkeypatch.setenv("AWS_ENDPOINT_URL", s3_server.endpoint)
+    monkeypatch.setenv("AWS_DEFAULT_REGION", "us-east-1")
+    code, out, err = _run(capsys, ["backlog", uri, "--topic", "T", "--group", "G", "--sql", "a > 5"])
+    assert code != 0 and uri in err and "access denied" in err and "Traceback" not in err
+    assert wrong not in out + err and s3_server.secret_key not in out + err
     # the right credentials: the store, its readers and their pickles carry no secret either
     for k, v in s3_server.env().items():
         monkeypatch.setenv(k, v)
@@ -197,14 +205,86 @@ def test_denied_request_names_uri_and_no_secret(s3_server, monkeypatch):
     assert np.array_equal(again.read(), cqueue.read())
 
 
+def _cached_cluster_run() -> Path | None:
+    runs = sorted(p for p in (ROOT / "build" / "broker-runs").glob("cluster-*")
+                  if p.is_dir() and not p.name.endswith(".partial") and (p / "broker.json").exists())
+    return runs[-1] / "stores" if runs else None
+
+
+def _run(capsys, argv: list[str]) -> tuple[int, str, str]:
+    code = rmqfilter.main(argv)
+    out = capsys.readouterr()
+    return code, out.out, re.sub(r"\d+\.\d+ s\b", "(time) s", out.err)  # timings differ, nothing else
+
+
+def _same_answers(capsys, s3_server, local: list[Path], uris: list[str], commands: list[list[str]]) -> None:
+    for command in commands:
+        got = _run(capsys, [command[0], *uris, *command[1:]])
+        want = _run(capsys, [command[0], *map(str, local), *command[1:]])
+        text = got[1] + got[2]
+        for uri, root in zip(uris, local):
+            text = text.replace(uri, str(root))
+        assert (got[0], text) == (want[0], want[1] + want[2]), command
+        assert s3_server.secret_key not in got[1] + got[2]
+
+
 @pytest.mark.objectstore
-def test_commands_refuse_an_object_storage_path_by_name(s3_server):
+def test_commands_read_a_bucket_as_the_local_copy(s3_server, capsys, monkeypatch):
+    """inspect, consume, why, backlog, cost, pending: the same output from the bucket as from the
+    local copy (the URI in place of the path), the endpoint from AWS_ENDPOINT_URL as pyarrow reads it."""
+    monkeypatch.setenv("AWS_ENDPOINT_URL", s3_server.endpoint)
+    monkeypatch.setenv("AWS_DEFAULT_REGION", "us-east-1")
+    golden = DATA / "golden_store"
+    uri = s3_server.upload(golden, "commands", "golden")
+    topic = "GoldenFilterTopic"
+    _same_answers(capsys, s3_server, [golden], [uri], [
+        ["inspect"],
+        ["consume", "--topic", topic, "--group", "G", "--sql", "a > 5", "--format", "jsonl"],
+        ["consume", "--topic", "GoldenPlainTopic", "--group", "G", "--tags", "TagA || TagB", "--format", "jsonl"],
+        ["why", "--topic", topic, "--group", "G", "--sql", "a > 5", "--queue", "0", "--offset", "3"],
+        ["backlog", "--topic", topic, "--group", "G", "--sql", "a > 5"],
+        ["cost", "--topic", topic, "--sql-group", "G", "a > 5", "--no-timing"],
+        ["pending"],
+    ])
+    with closing(cq.Store(uri)) as remote, closing(cq.Store(golden)) as local:
+        assert repr(remote) == f"Store({uri!r})"
+        mirror = remote.root
+        got = list(remote.consume(topic, "G", sql="a > 5 AND b = 'abc'"))
+        assert got == list(local.consume(topic, "G", sql="a > 5 AND b = 'abc'"))
+        again = pickle.loads(pickle.dumps(remote))  # the URI and options: its own listing and mirror
+        assert again.root != mirror and list(again.consume(topic, "G", sql="a > 5 AND b = 'abc'")) == got
+        again.close()
+    assert not os.path.exists(mirror)  # the private copy of the small objects goes with the Store
+
+
+@pytest.mark.objectstore
+def test_cluster_commands_from_the_bucket(s3_server, capsys, monkeypatch):
+    """The real broker's two stores of the harness's ``cluster`` scenario, read from the bucket as a
+    cluster by every command that takes several stores, when a run is cached."""
+    stores = _cached_cluster_run()
+    if stores is None:
+        pytest.skip("no cached run of the cluster scenario in build/broker-runs")
+    monkeypatch.setenv("AWS_ENDPOINT_URL", s3_server.endpoint)
+    monkeypatch.setenv("AWS_DEFAULT_REGION", "us-east-1")
+    local = sorted(stores.iterdir())
+    uris = [s3_server.upload(root, "clusterrun", root.name) for root in local]
+    with closing(cq.Store(local[0])) as one:
+        topics = [t for t in one.topics() if not t.startswith(("rmq_sys", "%", "SCHEDULE", "RMQ_SYS", "TBW"))]
+    commands = [["inspect"]]
+    for topic in topics[:2]:
+        commands += [["backlog", "--topic", topic, "--all-groups"], ["cost", "--topic", topic, "--all-groups",
+                                                                    "--no-timing"]]
+    _same_answers(capsys, s3_server, local, uris, commands)
+    for root, uri in zip(local, uris):
+        _same_answers(capsys, s3_server, [root], [uri], [["inspect"], ["pending"]])
+
+
+@pytest.mark.objectstore
+def test_the_data_source_refuses_an_object_storage_path_by_name(s3_server):
     uri = s3_server.upload(DATA / "golden_store", "cli", "golden")
-    with pytest.raises(cq.ObjectStoreError, match="object-storage.md"):
-        cq.Store(uri)
-    env = {**os.environ, "PYTHONPATH": str(ROOT)}
-    proc = subprocess.run([sys.executable, "-m", "rmqfilter", "inspect", uri], capture_output=True, text=True,
-                          env=env, cwd=ROOT, check=False, timeout=300)
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "AWS_ENDPOINT_URL": s3_server.endpoint}
+    proc = subprocess.run([sys.executable, "-m", "rmqfilter", "scan", uri, "--topic", "T", "--group", "G"],
+                          capture_output=True, text=True, env=env, cwd=ROOT, check=False, timeout=300)
     assert proc.returncode != 0
-    assert uri in proc.stderr and "Traceback" not in proc.stderr
+    assert uri in proc.stderr and "object-storage.md" in proc.stderr and "Traceback" not in proc.stderr
     assert s3_server.secret_key not in proc.stderr + proc.stdout
