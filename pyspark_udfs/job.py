@@ -41,7 +41,7 @@ from pyspark.sql import functions as F
 import cq
 from cq.errors import ReplicaWarning
 from cq.filter.custom import load_filter
-from cq.readers.objects import refuse_object_uri
+from cq.readers.objects import NOT_READ_BY_THE_DATA_SOURCE, refuse_object_uri
 from cq.store.cluster import read_roots
 from cq.store.topics import registered_groups, topic_store
 from pyspark_udfs.datasource import skipped_ranges
@@ -523,7 +523,7 @@ def run_scan(args: argparse.Namespace) -> int:
     given = [args.store] if isinstance(args.store, str) else args.store
     try:
         for s in given:
-            refuse_object_uri(s)
+            refuse_object_uri(s, NOT_READ_BY_THE_DATA_SOURCE)
     except ValueError as exc:
         return fail(prog, str(exc))
     stores = [os.path.abspath(s) for s in given]

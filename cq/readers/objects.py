@@ -26,8 +26,20 @@ from .commitlog import CommitLog, Message, decode_message
 from .consumequeue import ConsumeQueue
 from .ext import ConsumeQueueExt
 
-__all__ = ["BATCH_BYTES", "COALESCE_GAP", "ObjectCommitLog", "ObjectDir", "ObjectStore", "coalesce", "is_object_uri",
-           "name_uris", "refuse_object_uri", "register_mirror"]
+__all__ = [
+    "BATCH_BYTES",
+    "COALESCE_GAP",
+    "NOT_READ_BY_THE_DATA_SOURCE",
+    "NO_TAIL",
+    "ObjectCommitLog",
+    "ObjectDir",
+    "ObjectStore",
+    "coalesce",
+    "is_object_uri",
+    "name_uris",
+    "refuse_object_uri",
+    "register_mirror",
+]
 
 #: Records closer than this many bytes are fetched in one request (docs/object-storage.md#coalescing).
 COALESCE_GAP = 256 * 1024
@@ -61,14 +73,18 @@ def is_object_uri(path) -> bool:
     return isinstance(path, str) and "://" in path and not path.startswith("file://")
 
 
-def refuse_object_uri(path) -> None:
-    """Raise :class:`ObjectStoreError` for a store path in object storage where only local stores are
-    read yet (``Store``, ``Cluster``, the commands, the data source: docs/object-storage.md#what-is-left),
-    so it is never read as a missing local directory."""
+#: Why a reader refuses a store in object storage (:func:`refuse_object_uri`).
+NOT_READ_BY_THE_DATA_SOURCE = ("the rocketmq data source (and rmqfilter scan) does not read a store in object "
+                               "storage yet; cq.Store and the other commands do (docs/object-storage.md#what-is-left)")
+NO_TAIL = ("a store in object storage is a snapshot (its objects are written whole): there is no tail to follow; "
+           "read it with consume (docs/object-storage.md#a-snapshot)")
+
+
+def refuse_object_uri(path, reason: str) -> None:
+    """Raise :class:`ObjectStoreError` naming ``path`` and ``reason`` when ``path`` is in object
+    storage and the caller does not read such a store, so it is never read as a missing local directory."""
     if is_object_uri(path):
-        raise ObjectStoreError("a store in object storage is read by cq.ObjectStore; Store, Cluster, the "
-                               "commands and the data source do not read one yet "
-                               "(docs/object-storage.md#what-is-left)", path)
+        raise ObjectStoreError(reason, path)
 
 
 def coalesce(offsets, sizes, file_starts, *, gap: int = COALESCE_GAP,
@@ -176,7 +192,7 @@ class ObjectStore:
 
     # ------------------------------------------------------------ the filesystem
     def _open_filesystem(self, filesystem):
-        # lazy: pyarrow is an optional dependency of cq (docs/contributing-rules.md#imports)
+        # lazy: pyarrow is an optional dependency of cq
         import pyarrow.fs as pafs
 
         if filesystem is not None:

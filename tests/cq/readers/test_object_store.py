@@ -288,3 +288,10 @@ def test_the_data_source_refuses_an_object_storage_path_by_name(s3_server):
     assert proc.returncode != 0
     assert uri in proc.stderr and "object-storage.md" in proc.stderr and "Traceback" not in proc.stderr
     assert s3_server.secret_key not in proc.stderr + proc.stdout
+
+
+@pytest.mark.objectstore
+def test_tail_refuses_a_snapshot(s3_server, capsys):
+    uri = s3_server.upload(DATA / "golden_store", "cli", "golden")
+    code, _out, err = _run(capsys, ["tail", uri, "--topic", "GoldenFilterTopic", "--group", "G", "--sql", "a > 5"])
+    assert code != 0 and uri in err and "snapshot" in err and "Traceback" not in err
