@@ -264,20 +264,24 @@ class ObjectStore:
             raise ObjectStoreError(
                 f"not a broker store: no {fmt.COMMIT_LOG_DIR}/, {fmt.CONSUME_QUEUE_DIR}/ or config/ objects "
                 f"among the {len(listing)} under this prefix", self.uri)
-        self._check_layout(listing)
         return listing
 
-    def _check_layout(self, listing: dict[str, int]) -> None:
-        """Refuse, by name, a layout this source does not read yet, rather than answer empty
-        (docs/object-storage.md#what-is-left)."""
-        if f"{fmt.CONSUME_QUEUE_DIR}/CURRENT" in listing:
+    @property
+    def dledger(self) -> str | None:
+        """The first ``dledger-*`` directory holding DLedger data, None for a classic CommitLog."""
+        found = sorted({k.split("/", 1)[0] for k in self._listing
+                        if k.startswith(fmt.DLEDGER_DIR_PREFIX) and f"/{fmt.DLEDGER_DATA_DIR}/" in k})
+        return found[0] if found else None
+
+    def _check_layout(self, what: str) -> None:
+        """Refuse, by name, a layout this byte source's own reads (queues, records) do not take yet,
+        rather than answer empty; ``cq.Store`` of a bucket reads both (docs/object-storage.md#costs)."""
+        if f"{fmt.CONSUME_QUEUE_DIR}/CURRENT" in self._listing and what == "queues":
             raise UnsupportedLayoutError("RocksDB consume queue", self.uri_of(fmt.CONSUME_QUEUE_DIR),
-                                         "a store in object storage is read with file consume queues only")
-        dledger = sorted({k.split("/", 1)[0] for k in listing
-                          if k.startswith(fmt.DLEDGER_DIR_PREFIX) and f"/{fmt.DLEDGER_DATA_DIR}/" in k})
-        if dledger:
-            raise UnsupportedLayoutError("DLedger CommitLog", self.uri_of(dledger[0]),
-                                         "a store in object storage is read with a classic CommitLog only")
+                                         "cq.ObjectStore reads file consume queues only; cq.Store reads it")
+        if self.dledger is not None and what == "records":
+            raise UnsupportedLayoutError("DLedger CommitLog", self.uri_of(self.dledger),
+                                         "cq.ObjectStore reads a classic CommitLog only; cq.Store reads it")
 
     @property
     def keys(self) -> list[str]:
@@ -363,14 +367,17 @@ class ObjectStore:
     # ------------------------------------------------------------ the store's files
     def topics(self) -> list[str]:
         """Topics with a ConsumeQueue directory in the store."""
+        self._check_layout("queues")
         return self.subdirs(fmt.CONSUME_QUEUE_DIR)
 
     def queue_ids(self, topic: str) -> list[int]:
         """The queue ids of ``topic`` with ConsumeQueue files."""
+        self._check_layout("queues")
         return sorted(int(q) for q in self.subdirs(f"{fmt.CONSUME_QUEUE_DIR}/{topic}") if q.isdigit())
 
     def consume_queue(self, topic: str, queue_id: int, *, file_size: int | None = None) -> ConsumeQueue:
         """The queue's :class:`ConsumeQueue`, its files read whole from the bucket on first use."""
+        self._check_layout("queues")
         return ConsumeQueue(ObjectDir(self, f"{fmt.CONSUME_QUEUE_DIR}/{topic}/{int(queue_id)}"), file_size=file_size)
 
     def ext(self, topic: str, queue_id: int, *, file_size: int | None = None) -> ConsumeQueueExt | None:
@@ -386,6 +393,7 @@ class ObjectStore:
 
     def commit_log_files(self) -> list[tuple[int, str]]:
         """``(start_offset, key)`` of the CommitLog's objects, ascending."""
+        self._check_layout("records")
         return self.list_dir_files(fmt.COMMIT_LOG_DIR)
 
     def read_messages(self, offsets, sizes, *, verify_crc: bool | str = False) -> list[Message]:
@@ -425,10 +433,13 @@ class ObjectStore:
         """Fetch every object but the CommitLog's whole into ``directory`` (a private, fresh
         directory), one request each, and make an empty ``commitlog/`` there: the local view
         :class:`cq.Store` reads a store in object storage through, its CommitLog staying in the
-        bucket (:class:`ObjectCommitLog`, docs/object-storage.md#costs). Returns ``directory``."""
-        os.makedirs(os.path.join(directory, fmt.COMMIT_LOG_DIR), exist_ok=True)
+        bucket (:class:`ObjectCommitLog`, docs/object-storage.md#costs). A store with DLedger data
+        is fetched whole, its classic CommitLog too. Returns ``directory``."""
+        classic = self.dledger is None  # a DLedger (or migrated) store's logs are fetched whole too
+        if classic:
+            os.makedirs(os.path.join(directory, fmt.COMMIT_LOG_DIR), exist_ok=True)
         for key in sorted(self._listing):
-            if key.startswith(fmt.COMMIT_LOG_DIR + "/"):
+            if classic and key.startswith(fmt.COMMIT_LOG_DIR + "/"):
                 continue
             kind = key.split("/", 1)[0] if "/" in key else key
             path = os.path.join(directory, *key.split("/"))

@@ -68,7 +68,7 @@ class ReaderRoom:
     def _open_commit_log(self) -> CommitLog:
         layout = self.layout
         layout.check_commit_log()
-        if getattr(self, "source", None) is not None:  # the CommitLog stays in the bucket
+        if getattr(self, "source", None) is not None and layout.dledger_dir is None:  # stays in the bucket
             return ObjectCommitLog(ObjectDir(self.source, fmt.COMMIT_LOG_DIR), file_size=self._cl_size)
         if layout.dledger_dir is not None:
             return DLedgerCommitLog(layout.dledger_dir, classic_directory=layout.commit_log_dir,

@@ -140,12 +140,25 @@ def test_cluster_broker_run_from_the_bucket(s3_server):
 
 
 @pytest.mark.objectstore
-@pytest.mark.parametrize(("store", "layout"), [("dledger_store", "DLedger CommitLog"),
-                                                ("rocksdb_store", "RocksDB consume queue")])
-def test_layouts_not_read_from_a_bucket_are_refused_by_name(s3_server, store, layout):
+@pytest.mark.parametrize(("store", "layout", "topic"), [("dledger_store", "DLedger CommitLog", "GoldenFilterTopic"),
+                                                         ("rocksdb_store", "RocksDB consume queue", "ModesTopic")])
+def test_dledger_and_rocksdb_stores_from_the_bucket(s3_server, capsys, monkeypatch, store, layout, topic):
+    """cq.Store and the commands read them (a DLedger store's logs, a RocksDB database fetched whole);
+    the byte source's own reads refuse the layout by name rather than answer empty."""
+    monkeypatch.setenv("AWS_ENDPOINT_URL", s3_server.endpoint)
+    monkeypatch.setenv("AWS_DEFAULT_REGION", "us-east-1")
     uri = s3_server.upload(DATA / store, "layouts", store)
+    _same_answers(capsys, s3_server, [DATA / store], [uri], [
+        ["inspect"],
+        ["consume", "--topic", topic, "--group", "G", "--sql", "a > 5", "--format", "jsonl"],
+        ["consume", "--topic", topic, "--group", "G", "--tags", "*", "--format", "jsonl"],
+        ["backlog", "--topic", topic, "--group", "G", "--sql", "a > 5"],
+        ["why", "--topic", topic, "--group", "G", "--tags", "*", "--queue", "0", "--offset", "1"],
+        ["pending"],
+    ])
+    source = ObjectStore(uri, endpoint=s3_server.endpoint, region="us-east-1")
     with pytest.raises(cq.UnsupportedLayoutError, match=layout) as info:
-        ObjectStore(uri, endpoint=s3_server.endpoint, region="us-east-1")
+        source.read_messages([0], [100]) if store == "dledger_store" else source.topics()
     assert uri in str(info.value)
 
 
