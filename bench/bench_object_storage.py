@@ -90,8 +90,10 @@ def main(argv: list[str] | None = None) -> int:
             requests = sum(r for r, _ in stats.values())
             fetched = sum(b for _, b in stats.values())
             for where, (t, n, nb, _) in best.items():
-                extra = (f"{requests:>9,} {fetched / 1e6:>11.1f} {requests / max(n, 1):>11.4f} "
-                         f"{requests / max(nb / (4 << 20), 1e-9):>9.2f} {lt / t:>6.2f}") if where == "bucket" else ""
+                per_record = f"{requests / n:>11.4f}" if n else f"{'-':>11}"
+                per_4mib = f"{requests / (nb / (4 << 20)):>9.2f}" if nb else f"{'-':>9}"
+                extra = (f"{requests:>9,} {fetched / 1e6:>11.1f} {per_record} {per_4mib} {lt / t:>6.2f}"
+                         if where == "bucket" else "")
                 print(f"{kind:<10} {where:<6} {t:>8.3f} {n:>9,} {n / t:>10,.0f} {extra}")
             print(f"{'':<10} bucket requests by kind: "
                   + ", ".join(f"{k} {r:,} ({b / 1e6:.1f} MB)" for k, (r, b) in sorted(stats.items())))

@@ -430,8 +430,9 @@ class ObjectStore:
         return [decoded[o] for o in offsets.tolist()]
 
     def mirror(self, directory: str) -> str:
-        """Fetch every object but the CommitLog's whole into ``directory`` (a private, fresh
-        directory), one request each, and make an empty ``commitlog/`` there: the local view
+        """Fetch every object but the CommitLog's and the ext's whole into ``directory`` (a private,
+        fresh directory), one request each, and make an empty ``commitlog/`` and each queue's empty ext
+        directory there (the ext objects are read queue by queue, :class:`ObjectDir`): the local view
         :class:`cq.Store` reads a store in object storage through, its CommitLog staying in the
         bucket (:class:`ObjectCommitLog`, docs/object-storage.md#costs). A store with DLedger data
         is fetched whole, its classic CommitLog too. Returns ``directory``."""
@@ -440,6 +441,9 @@ class ObjectStore:
             os.makedirs(os.path.join(directory, fmt.COMMIT_LOG_DIR), exist_ok=True)
         for key in sorted(self._listing):
             if classic and key.startswith(fmt.COMMIT_LOG_DIR + "/"):
+                continue
+            if key.startswith(fmt.CONSUME_QUEUE_EXT_DIR + "/"):  # read from the bucket, queue by queue
+                os.makedirs(os.path.join(directory, *key.split("/")[:-1]), exist_ok=True)
                 continue
             kind = key.split("/", 1)[0] if "/" in key else key
             path = os.path.join(directory, *key.split("/"))
