@@ -308,3 +308,26 @@ def test_tail_refuses_a_snapshot(s3_server, capsys):
     uri = s3_server.upload(DATA / "golden_store", "cli", "golden")
     code, _out, err = _run(capsys, ["tail", uri, "--topic", "GoldenFilterTopic", "--group", "G", "--sql", "a > 5"])
     assert code != 0 and uri in err and "snapshot" in err and "Traceback" not in err
+
+
+@pytest.mark.objectstore
+def test_store_commit_log_reads_records_by_coalesced_ranges(s3_server, tmp_path):
+    """``ObjectCommitLog.decode_copied`` (consume's path where the units give sizes): the local
+    decoder's columns, one request per coalesced range before any object is held whole."""
+    root = write_brokers(tmp_path, messages=3000, commit_log_file_size=1 << 18)[0]
+    uri = s3_server.upload(root, "ranges", "east")
+    with closing(cq.Store(uri, object_options={"endpoint": s3_server.endpoint, "region": "us-east-1"})) as remote, \
+            closing(cq.Store(root)) as local:
+        topic = local.topics()[0]
+        units = local.consume_queue(topic, 0).read()
+        offs, sizes = units["commit_log_offset"].astype(np.int64), units["size"].astype(np.int64)
+        got = remote.commit_log.decode_copied(offs, sizes)
+        want = local.commit_log.decode_columns(offs)
+        assert got.dicts() == want.dicts()
+        ranges = coalesce(offs, sizes, local.commit_log.file_starts)
+        assert remote.source.stats()["CommitLog"] == (len(ranges), int((ranges[:, 1] - ranges[:, 0]).sum()))
+        assert 1 < len(ranges) < len(offs) / 10
+        # a unit whose size is not its record's: the whole-object path, as the local decoder reads it
+        wrong = sizes.copy()
+        wrong[0] += 1
+        assert remote.commit_log.decode_copied(offs, wrong).dicts() == want.dicts()
