@@ -14,7 +14,9 @@ local disk (``cq.Store(path)``), the best of ``--rounds``:
 * **full read**: every message of the main topic, ``Store.consume`` with the tag subscription ``*``
   (records by coalesced ranges: the units give their sizes);
 * **SQL92 group read**: what ``GID_RED_CHEAP`` (``color = 'red' AND price < 20.0``) receives,
-  ``Store.consume`` through both layers (layer 2 reads records by offset: whole objects).
+  ``Store.consume`` through both layers (layer 2 reads records by offset: whole objects);
+* **records**: the byte source alone, every record of the main topic's units as ``cq.Message``
+  objects, ``cq.ObjectStore.read_messages`` (coalesced ranges) beside ``CommitLog.read_messages``.
 
 Each read opens its own Store (a read is one cut). Per read, for the bucket: requests, bytes fetched,
 requests per record and per 4 MiB of records delivered; the answers are checked equal. The
@@ -28,7 +30,10 @@ import os
 import sys
 import tempfile
 import time
+from contextlib import closing
 from pathlib import Path
+
+import numpy as np
 
 import cq
 from cq.writer.sample import generate_sample_store
@@ -56,6 +61,24 @@ def read(path: str, topic: str, kind: str) -> tuple[float, int, int, dict]:
         store.close()
 
 
+def read_records(path: str, local: str, topic: str) -> tuple[float, int, int, dict]:
+    """The byte source alone: every record of the topic's units as ``cq.Message`` objects, locally
+    (``CommitLog.read_messages``) or from the bucket by coalesced ranges (``cq.ObjectStore.read_messages``)."""
+    with closing(cq.Store(local)) as store:
+        units = np.concatenate([store.consume_queue(topic, q).read() for q in store.queue_ids(topic)])
+    offs, sizes = units["commit_log_offset"].astype(np.int64), units["size"].astype(np.int64)
+    t0 = time.perf_counter()
+    if path == local:
+        with closing(cq.Store(local)) as store:
+            msgs = store.commit_log.read_messages(offs)
+        stats = {}
+    else:
+        source = cq.ObjectStore(path)
+        msgs = source.read_messages(offs, sizes)
+        stats = source.stats()
+    return time.perf_counter() - t0, len(msgs), sum(m.store_size for m in msgs), stats
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n", 1)[0])
     ap.add_argument("--messages", type=int, default=200_000)
@@ -79,10 +102,11 @@ def main(argv: list[str] | None = None) -> int:
         print(f"uploaded to {uri} in {time.perf_counter() - t0:.1f} s (s3proxy {s3_server.VERSION}, loopback)")
         print(f"{'read':<10} {'where':<6} {'best s':>8} {'messages':>9} {'msg/s':>10} {'requests':>9} "
               f"{'MB fetched':>11} {'req/record':>11} {'req/4MiB':>9} {'ratio':>6}")
-        for kind in ("open", "full", "sql92"):
+        for kind in ("open", "full", "sql92", "records"):
             best = {}
             for where, path in (("local", str(local)), ("bucket", uri)):
-                runs = [read(path, topic, kind) for _ in range(args.rounds)]
+                runs = [read_records(path, str(local), topic) if kind == "records" else read(path, topic, kind)
+                        for _ in range(args.rounds)]
                 best[where] = min(runs, key=lambda r: r[0])
             (lt, ln, lb, _), (_, bn, bb, stats) = best["local"], best["bucket"]
             if (ln, lb) != (bn, bb):
