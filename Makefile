@@ -7,7 +7,7 @@ STAMP := $(VENV)/.rmqfilter-installed
 export PYSPARK_PYTHON := $(abspath $(PY))
 export PYSPARK_DRIVER_PYTHON := $(abspath $(PY))
 
-.PHONY: setup build harness test test-cython test-python matrix demo bench fuzz lint docs clean
+.PHONY: setup build harness s3proxy test test-cython test-python matrix demo bench fuzz lint docs clean
 
 setup: $(STAMP) build
 
@@ -49,9 +49,9 @@ SIDE_TESTS = tests/cli/test_fd_bounds.py tests/spark/test_cluster.py tests/test_
 	tests/cq/readers/test_store_corrupt.py tests/cli/test_cli_why.py tests/cq/store/test_live_tail.py \
 	tests/cq/store/test_live_store.py
 # setup and harness run side by side (-j2): the extensions compile while Maven fetches and
-# compiles the broker harness.
+# compiles the broker harness (and fetches s3proxy, the object-storage tests' S3 server).
 test:
-	@$(MAKE) --no-print-directory -j2 setup harness
+	@$(MAKE) --no-print-directory -j2 setup harness s3proxy
 	@mkdir -p build; \
 	( $(MAKE) --no-print-directory test-python; a=$$?; $(PY) -m pytest -q $(SIDE_TESTS); b=$$?; \
 	  [ $$a -eq 0 ] && [ $$b -eq 0 ] ) \
@@ -67,6 +67,11 @@ test:
 # Without Java or Maven only CI stops here; elsewhere the broker tests then skip, loudly.
 harness: $(STAMP)
 	$(PY) tests/broker/run.py build || test -z "$$CI"
+
+# The S3-compatible server the object-storage tests read stores from (org.gaul:s3proxy from Maven
+# Central into build/s3proxy/; docs/object-storage.md). Without Java or Maven only CI stops here.
+s3proxy: $(STAMP)
+	$(PY) tests/s3_server.py fetch
 
 # Generated broker runs (tests/broker/matrix.py, docs/testing.md#matrix): each seed's random
 # scenario and the random checks against it; a summary names each failing seed and check.

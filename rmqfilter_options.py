@@ -23,6 +23,7 @@ import argparse
 import sys
 
 from cq.filter.custom import ON_FILTER_ERROR
+from cq.readers.objects import name_uris
 from selector.errors import SelectorSyntaxError
 
 __all__ = ["BAD_INPUT", "BODY", "LAYER2_AUTO", "LAYER2_CHOICES", "LAYER2_DEFAULT", "ON_CORRUPT", "OUT_FORMATS",
@@ -57,7 +58,7 @@ _TAGS_HELP = 'tag subscription, e.g. "TagA || TagB" or "*"'
 # ---------------------------------------------------------------- bad input
 def fail(prog: str, message: object) -> int:
     """Print ``prog: error: message`` to stderr; returns :data:`BAD_INPUT` for the command to return."""
-    print(f"{prog}: error: {message}", file=sys.stderr)
+    print(f"{prog}: error: {name_uris(str(message))}", file=sys.stderr)  # a bucket's store by its URI
     return BAD_INPUT
 
 

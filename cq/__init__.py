@@ -14,6 +14,7 @@ from .analyses.backlog import backlog
 from .analyses.search import find
 from .analyses.why import MessageNotFoundError, find_messages, why
 from .errors import (
+    ObjectStoreError,
     StoreFileDeleted,
     StoreFormatError,
     TagSubscriptionError,
@@ -33,6 +34,7 @@ from .readers.consumequeue import ConsumeQueue
 from .readers.dledger import DLedgerCommitLog
 from .readers.ext import ConsumeQueueExt, CqExtUnit
 from .readers.indexfile import IndexFile, IndexFiles
+from .readers.objects import ObjectStore
 from .readers.tiered import Tier, TieredMetadata, TieredQueue, TieredStoreError
 from .readers.timer import TimerCheckpoint, TimerFiles, TimerLog, TimerWheel
 from .store.cache import StoreCache
@@ -69,6 +71,8 @@ __all__ = [
     "Message",
     "MessageFilter",
     "MessageNotFoundError",
+    "ObjectStore",
+    "ObjectStoreError",
     "RegisteredFilter",
     "RetrySqlFilter",
     "SqlFilter",

@@ -98,3 +98,28 @@ class UnsupportedLayoutError(StoreFormatError):
         self.layout = layout
         self.advice = advice
         super().__init__(f"{layout}: not supported by this rmqfilter; {advice}", path)
+
+
+class ObjectStoreError(StoreFormatError):
+    """A store in object storage could not be read (docs/object-storage.md#errors).
+
+    Raised for a missing bucket or prefix, a denied request, an object shorter than its listing:
+    the message names the URI and, where one was being read, the byte range; never a credential.
+    A :class:`StoreFormatError` (``path`` is the URI, ``offset`` the range's start), so every
+    command reports it as it reports a bad store file.
+
+    Attributes
+    ----------
+    uri : str
+        The object (or store root) that was being read.
+    byte_range : tuple of int or None
+        ``(start, end)`` of the bytes asked for, end exclusive; None for a listing.
+    """
+
+    def __init__(self, message: str, uri: str, byte_range: tuple[int, int] | None = None) -> None:
+        self.uri = self.path = uri
+        self.byte_range = byte_range
+        self.offset = byte_range[0] if byte_range is not None else None
+        where = uri + (f" bytes [{byte_range[0]}, {byte_range[1]})" if byte_range is not None else "")
+        ValueError.__init__(self, f"{where}: {message}")
+        self.reason = message

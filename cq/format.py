@@ -879,7 +879,8 @@ def list_queue_files(directory: str | os.PathLike) -> list[tuple[int, str]]:
 
 
 def check_queue_files(
-    files: list[tuple[int, str]], file_size: int | None, *, kind: str, unit: int = 1, contiguous: bool = True
+    files: list[tuple[int, str]], file_size: int | None, *, kind: str, unit: int = 1, contiguous: bool = True,
+    size_of=os.path.getsize,
 ) -> tuple[list[tuple[int, str]], int]:
     """Validate a mapped-file queue as the broker's load does; returns ``(files, file_size)``.
 
@@ -888,16 +889,17 @@ def check_queue_files(
     follow its predecessor by exactly one file size; otherwise
     :class:`StoreFormatError` names the file. ``contiguous=False`` (the compaction store's files,
     docs/formats.md#compaction-store): the sizes alone are checked, names may skip and need not be
-    multiples of the size.
+    multiples of the size. ``size_of(path)`` gives a file's size (an object store's listing,
+    docs/object-storage.md#a-snapshot).
     """
     files = list(files)
-    if files and os.path.getsize(files[-1][1]) == 0:
+    if files and size_of(files[-1][1]) == 0:
         files.pop()
     if not files:
         return files, file_size or 0
     if file_size is None:
         # the size most files share (ties: the larger), so one truncated file is named as such
-        sizes = [os.path.getsize(p) for _, p in files]
+        sizes = [size_of(p) for _, p in files]
         file_size = max(set(sizes), key=lambda s: (sizes.count(s), s))
     if file_size <= 0 or file_size % unit:
         raise StoreFormatError(
@@ -905,7 +907,7 @@ def check_queue_files(
         )
     prev = None
     for start, path in files:
-        actual = os.path.getsize(path)
+        actual = size_of(path)
         if actual != file_size:
             raise StoreFormatError(
                 f"{kind} file is {actual} bytes, expected {file_size} like the others "

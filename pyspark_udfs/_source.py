@@ -30,6 +30,7 @@ from cq.analyses.trace import COLUMNS as TRACE_COLUMNS
 from cq.filter.custom import ON_FILTER_ERROR, load_filter
 from cq.filter.layers import Layers
 from cq.filter.subscription import registration_filter
+from cq.readers.objects import NOT_READ_BY_THE_DATA_SOURCE, refuse_object_uri
 from cq.store.cluster import store_roots
 from rmqfilter_options import BODY, ON_CORRUPT
 
@@ -399,6 +400,7 @@ class ReadOptions:
 
     @classmethod
     def _parse(cls, options: dict, path: str, brokers: tuple[tuple[str, str], ...]) -> ReadOptions:
+        refuse_object_uri(path, NOT_READ_BY_THE_DATA_SOURCE)
         if not brokers and not os.path.isdir(path):
             # Under Spark Connect the client's working directory is not the server's (a local
             # server runs Python in a per-session directory): docs/spark-connect.md#limits.
@@ -547,6 +549,7 @@ def _broker_roots(path: str | list[str], replica: list[str] | None = None,
     try:
         roots = store_roots(path)
         for root in roots:
+            refuse_object_uri(root, NOT_READ_BY_THE_DATA_SOURCE)
             if not os.path.isdir(root):
                 raise cq.StoreFormatError("not a directory", root)
         cluster = cq.Cluster([os.path.abspath(r) for r in roots], replica=replica,

@@ -41,6 +41,7 @@ from pyspark.sql import functions as F
 import cq
 from cq.errors import ReplicaWarning
 from cq.filter.custom import load_filter
+from cq.readers.objects import NOT_READ_BY_THE_DATA_SOURCE, refuse_object_uri
 from cq.store.cluster import read_roots
 from cq.store.topics import registered_groups, topic_store
 from pyspark_udfs.datasource import skipped_ranges
@@ -519,7 +520,13 @@ def format_skipped(results: Sequence[ScanResult]) -> str:
 def run_scan(args: argparse.Namespace) -> int:
     """Body of ``rmqfilter scan`` and of spark-submit ``job.py``."""
     prog = "rmqfilter scan"
-    stores = [os.path.abspath(s) for s in ([args.store] if isinstance(args.store, str) else args.store)]
+    given = [args.store] if isinstance(args.store, str) else args.store
+    try:
+        for s in given:
+            refuse_object_uri(s, NOT_READ_BY_THE_DATA_SOURCE)
+    except ValueError as exc:
+        return fail(prog, str(exc))
+    stores = [os.path.abspath(s) for s in given]
     if len(stores) == 1 and not glob.has_magic(stores[0]) and not os.path.isdir(stores[0]):
         return fail(prog, f"store {args.store[0]!r} is not a directory")
     try:  # a root that is not a store, a replica that is none, a topic on no broker: as the other commands

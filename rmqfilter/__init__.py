@@ -17,6 +17,9 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import sys
+
+from cq.readers.objects import is_object_uri, name_uris
 
 __all__ = ["COMMAND_MODULES", "build_parser", "main"]
 
@@ -52,7 +55,31 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+class _NamingStream:
+    """``sys.stdout`` / ``sys.stderr`` while a command reads a store in object storage: each file read
+    from the bucket is named by its object's URI, not by the private copy's path
+    (docs/object-storage.md#naming-a-store)."""
+
+    def __init__(self, stream) -> None:
+        self._stream = stream
+
+    def write(self, text: str) -> int:
+        return self._stream.write(name_uris(text))
+
+    def __getattr__(self, name: str):
+        return getattr(self._stream, name)
+
+
 def main(argv: list[str] | None = None) -> int:
     """Run the command line; returns the process exit code."""
     args = build_parser().parse_args(argv)
-    return int(args.func(args) or 0)
+    stores = getattr(args, "store", None)
+    stores = [stores] if isinstance(stores, str) else list(stores or [])
+    if not any(is_object_uri(s) for s in stores):
+        return int(args.func(args) or 0)
+    out, err = sys.stdout, sys.stderr
+    sys.stdout, sys.stderr = _NamingStream(out), _NamingStream(err)
+    try:
+        return int(args.func(args) or 0)
+    finally:
+        sys.stdout, sys.stderr = out, err

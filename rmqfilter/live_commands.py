@@ -14,6 +14,7 @@ import sys
 import threading
 
 import cq
+from cq.readers.objects import NO_TAIL, refuse_object_uri
 from cq.store import stream
 from cq.store.topics import topic_store
 from selector.errors import SelectorSyntaxError
@@ -72,6 +73,8 @@ def _tail(args: argparse.Namespace, stop) -> int:
     out = sys.stdout
     with contextlib.ExitStack() as stack:
         try:
+            for root in [args.store] if isinstance(args.store, str) else args.store:
+                refuse_object_uri(root, NO_TAIL)
             with reported_warnings("rmqfilter tail"):     # the replica read, said before the first message
                 store = stack.enter_context(topic_store(args.store, args.topic, replica=args.replica,
                                                              tier=getattr(args, "tier", None)))

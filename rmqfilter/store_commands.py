@@ -11,6 +11,7 @@ import time
 import cq
 from cq.filter.subscription import DEFAULT_BLOOM, NO_BLOOM
 from cq.readers import config as cfg
+from cq.readers.objects import is_object_uri
 from cq.store.describe import describe
 from cq.store.topics import registered_groups, topic_store
 from cq.writer.sample import generate_sample_store
@@ -140,16 +141,23 @@ def _run_inspect(args: argparse.Namespace) -> int:
     prog = "rmqfilter inspect"
     if len(args.store) > 1 or any(glob.has_magic(p) for p in args.store):
         return _inspect_cluster(prog, args)
+    opened = None
     try:
         with reported_warnings(prog):
-            layout = cq.detect_layout(args.store[0])
+            if is_object_uri(args.store[0]):  # opened once: its listing is the read's cut (docs/object-storage.md)
+                opened = cq.Store(args.store[0], **({"tier": args.tier} if args.tier else {}))
+            layout = opened.layout if opened is not None else cq.detect_layout(args.store[0])
             if not args.json:  # the mode first: it explains an error the rest of the store gives
-                print(f"Store {layout.root}")
+                print(f"Store {args.store[0] if opened is not None else layout.root}")
                 print(f"Mode: {layout.describe()}")
                 print(f"Written by: {cq.written_by(layout.root, layout).describe()}")
-            info = describe(args.store[0], count_messages=args.count_messages, tier=args.tier)
+            info = describe(opened if opened is not None else args.store[0], count_messages=args.count_messages,
+                            tier=None if opened is not None else args.tier)
     except cq.StoreFormatError as exc:
         return fail(prog, exc)
+    finally:
+        if opened is not None:
+            opened.close()
     if args.json:
         json.dump(info, sys.stdout, indent=2, ensure_ascii=False)
         print()
@@ -169,6 +177,9 @@ def _inspect_cluster(prog: str, args: argparse.Namespace) -> int:
                           **describe(store, count_messages=args.count_messages),
                           **({"replicas": cluster.replicas[name].describe()} if name in cluster.replicas else {})}
                          for name, store in cluster.stores.items()]
+                # the modes while the stores are open (a bucket's store is read from a private copy)
+                modes = {name: (store.layout.describe(), cq.written_by(store.layout.root, store.layout).describe())
+                         for name, store in cluster.stores.items()}
             finally:
                 cluster.close()
     except cq.StoreFormatError as exc:
@@ -179,9 +190,9 @@ def _inspect_cluster(prog: str, args: argparse.Namespace) -> int:
         return 0
     for i, info in enumerate(infos):
         print(("\n" if i else "") + f"Broker {info['broker']} (named from {info['named_by']}): store {info['store']}")
-        layout = cq.detect_layout(info["store"])
-        print(f"Mode: {layout.describe()}")
-        print(f"Written by: {cq.written_by(layout.root, layout).describe()}")
+        mode, written = modes[info["broker"]]
+        print(f"Mode: {mode}")
+        print(f"Written by: {written}")
         if "replicas" in info:
             _print_replicas(info["replicas"])
         _print_inspect(info)

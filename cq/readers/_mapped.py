@@ -64,8 +64,15 @@ class MappedFileQueue:
 
     def _set_files(self, directory, kind: str, unit: int | None) -> None:
         """The reader's state before any file is listed or mapped: no files yet (and none ever for
-        a queue whose units are held elsewhere, such as a RocksDB consume queue's)."""
-        self.directory = os.fspath(directory)
+        a queue whose units are held elsewhere, such as a RocksDB consume queue's).
+
+        ``directory`` is a local path, or a directory of a store in object storage (an object with
+        ``source``, ``uri`` and ``list_files()``, :class:`cq.readers.objects.ObjectDir`): its files are
+        then listed from the store's listing and each read whole by one request
+        (docs/object-storage.md#costs)."""
+        self._source = getattr(directory, "source", None)
+        self._directory_arg = directory if self._source is not None else None
+        self.directory = directory.uri if self._source is not None else os.fspath(directory)
         self._kind, self._unit = kind, unit or 1
         self._files, self.file_size = [], 0
         self._starts = np.zeros(0, dtype=np.int64)
@@ -75,6 +82,10 @@ class MappedFileQueue:
 
     def _list_files(self, file_size: int | None) -> tuple[list[tuple[int, str]], int]:
         # A broker may delete a front file between the listing and the size check: list again.
+        if self._source is not None:  # a snapshot: listed once, sizes from the listing
+            return fmt.check_queue_files(self._directory_arg.list_files(), file_size, kind=self._kind,
+                                         unit=self._unit, contiguous=self._CONTIGUOUS,
+                                         size_of=self._source.size_of)
         for attempt in range(3):
             try:
                 return fmt.check_queue_files(fmt.list_queue_files(self.directory), file_size,
@@ -122,7 +133,7 @@ class MappedFileQueue:
         return {"file_size": self.file_size or None}
 
     def __reduce__(self):
-        return _reopen, (type(self), self.directory, self._reopen_kwargs())
+        return _reopen, (type(self), self._directory_arg or self.directory, self._reopen_kwargs())
 
     @property
     def files(self) -> list[tuple[int, str]]:
@@ -141,6 +152,9 @@ class MappedFileQueue:
                 m = self._maps.get(index)
                 if m is None:
                     path = self._files[index][1]
+                    if self._source is not None:  # one GET of the whole object
+                        m = self._maps[index] = memoryview(self._source.read_object(path, kind=self._kind))
+                        return m
                     try:
                         m, self._identities[path] = fmt.map_file_identity(path)
                     except FileNotFoundError as exc:

@@ -21,6 +21,7 @@ from ..readers.compaction import CompactionConsumeQueue, CompactionLog, compacti
 from ..readers.consumequeue import ConsumeQueue
 from ..readers.dledger import DLedgerCommitLog
 from ..readers.ext import ConsumeQueueExt
+from ..readers.objects import ObjectCommitLog, ObjectDir
 from ..readers.rocksdb import RocksDBConsumeQueue, RocksDBQueueTable
 from . import undispatched
 from .decide import records_present
@@ -68,6 +69,8 @@ class ReaderRoom:
     def _open_commit_log(self) -> CommitLog:
         layout = self.layout
         layout.check_commit_log()
+        if getattr(self, "source", None) is not None and layout.dledger_dir is None:  # stays in the bucket
+            return ObjectCommitLog(ObjectDir(self.source, fmt.COMMIT_LOG_DIR), file_size=self._cl_size)
         if layout.dledger_dir is not None:
             return DLedgerCommitLog(layout.dledger_dir, classic_directory=layout.commit_log_dir,
                                     file_size=self._cl_size)
@@ -271,9 +274,20 @@ class ReaderRoom:
         if key not in self._exts:
             with self._open_lock:
                 if key not in self._exts:
-                    d = os.path.join(self.root, fmt.CONSUME_QUEUE_EXT_DIR, topic, str(int(queue_id)))
-                    self._exts[key] = ConsumeQueueExt(d, file_size=self._ext_size) if os.path.isdir(d) else None
+                    self._exts[key] = self._new_ext(topic, queue_id)
         return self._exts[key]
+
+    def _new_ext(self, topic: str, queue_id: int) -> ConsumeQueueExt | None:
+        """A new :class:`ConsumeQueueExt` of the queue, None where the store has no ext files for it. A
+        store in a bucket reads the queue's ext objects from there, each whole on first use
+        (docs/object-storage.md#costs): its private copy holds their directory only."""
+        rel = (fmt.CONSUME_QUEUE_EXT_DIR, topic, str(int(queue_id)))
+        d = os.path.join(self.root, *rel)
+        if not os.path.isdir(d):
+            return None
+        if getattr(self, "source", None) is not None:
+            return ConsumeQueueExt(ObjectDir(self.source, "/".join(rel)), file_size=self._ext_size)
+        return ConsumeQueueExt(d, file_size=self._ext_size)
 
     def _queue_readers(self, topic: str, queue_id: int, with_ext: bool = True) -> tuple[ConsumeQueue,
                                                                                        ConsumeQueueExt | None]:
@@ -288,8 +302,7 @@ class ReaderRoom:
             return cqueue, None  # a BatchCQ keeps no ext files, nor does a compaction CQ
         if not with_ext or key in self._exts:
             return cqueue, self._exts[key] if with_ext else None
-        d = os.path.join(self.root, fmt.CONSUME_QUEUE_EXT_DIR, topic, str(int(queue_id)))
-        return cqueue, ConsumeQueueExt(d, file_size=self._ext_size) if os.path.isdir(d) else None
+        return cqueue, self._new_ext(topic, queue_id)
 
     @contextlib.contextmanager
     def queue_readers(self, topic: str, queue_id: int, *,

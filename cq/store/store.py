@@ -9,7 +9,11 @@
 from __future__ import annotations
 
 import os
+import shutil
+import tempfile
+import weakref
 
+from ..readers.objects import ObjectStore, is_object_uri, register_mirror
 from .consume import CONSUME_BATCH, ConsumeResult, ConsumeRoom, ConsumeStats
 from .cuts import CutRoom, StoreCut
 from .metadata import MetadataRoom
@@ -21,6 +25,11 @@ __all__ = ["CONSUME_BATCH", "REFRESH", "ConsumeResult", "ConsumeStats", "Store",
 
 #: Values of ``Store(refresh=...)``.
 REFRESH = ("always", "never")
+
+
+def _remove_mirror(directory: str) -> None:
+    # its name stays registered: an error raised inside the read is often printed after the close
+    shutil.rmtree(directory, ignore_errors=True)
 
 
 def _reopen_store(root: str, kwargs: dict) -> Store:
@@ -66,11 +75,16 @@ class Store(ReaderRoom, MetadataRoom, CutRoom, ConsumeRoom, TierRoom):
 
     def __init__(self, root: str | os.PathLike, *, commit_log_file_size: int | None = None,
                  consume_queue_file_size: int | None = None, ext_file_size: int | None = None,
-                 refresh: str = "always", tier: str | os.PathLike | None = None) -> None:
+                 refresh: str = "always", tier: str | os.PathLike | None = None,
+                 object_options: dict | None = None) -> None:
         if refresh not in REFRESH:
             raise ValueError(f"refresh must be one of {', '.join(REFRESH)}, got {refresh!r}")
         self.refresh_mode = refresh
         self.root = os.fspath(root)
+        self.uri: str | None = None  # a store in object storage: its URI (docs/object-storage.md)
+        self.source: ObjectStore | None = None
+        if is_object_uri(self.root):
+            self._open_object_store(self.root, object_options or {})
         # which CommitLog, consume queues and metadata the root holds (docs/reading.md#store-modes):
         # a layout rmqfilter cannot read is an error here, never an empty answer later
         self.layout = detect_layout(self.root)
@@ -79,7 +93,29 @@ class Store(ReaderRoom, MetadataRoom, CutRoom, ConsumeRoom, TierRoom):
         self._init_cuts()
         self._init_tier(tier)
 
+    def _open_object_store(self, uri: str, options: dict) -> None:
+        """Open a store in object storage (docs/object-storage.md): list it once (the snapshot read),
+        fetch what is not the CommitLog into a private temporary directory, removed on close or
+        when the Store is collected, and read the CommitLog from the bucket."""
+        self.source = ObjectStore(uri, **options)
+        self.uri = uri
+        self._object_options = dict(options)
+        mirror = tempfile.mkdtemp(prefix="rmqfilter-object-store-")
+        register_mirror(mirror, uri)
+        self._mirror_cleanup = weakref.finalize(self, _remove_mirror, mirror)
+        try:
+            self.source.mirror(mirror)
+        except BaseException:
+            self._mirror_cleanup()
+            raise
+        self.root = mirror
+
     def __reduce__(self):
+        if self.uri is not None:  # the URI and options, never the mirror nor a credential
+            return _reopen_store, (self.uri, {"commit_log_file_size": self._cl_size,
+                                              "consume_queue_file_size": self._cq_size,
+                                              "ext_file_size": self._ext_size, "refresh": self.refresh_mode,
+                                              "tier": self.tier_path, "object_options": self._object_options})
         # a Store pickles as its root and options: the copy opens the files again
         return _reopen_store, (self.root, {"commit_log_file_size": self._cl_size,
                                            "consume_queue_file_size": self._cq_size,
@@ -87,9 +123,13 @@ class Store(ReaderRoom, MetadataRoom, CutRoom, ConsumeRoom, TierRoom):
                                            "refresh": self.refresh_mode, "tier": self.tier_path})
 
     def __repr__(self) -> str:
+        if self.uri is not None:
+            return f"Store({self.uri!r})"
         return f"Store({self.root!r})" if self.tier is None else f"Store({self.root!r}, tier={self.tier_path!r})"
 
     def close(self) -> None:
         """Release every mapped file (the tier's segments too)."""
         super().close()
         self._close_tier()
+        if self.uri is not None:
+            self._mirror_cleanup()
