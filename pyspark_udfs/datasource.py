@@ -115,9 +115,8 @@ class RocketMQDataSource(DataSource):
         return RocketMQStreamReader(StreamOptions.parse(self.options, self.read_options), schema)
 
 
-class PendingReader(DataSourceReader):
-    """``table`` = ``scheduled``, ``transactions`` or ``dead_letters``: the rows of
-    :func:`cq.analyses.pending.pending` (the same ``rmqfilter pending`` prints), read in one task."""
+class _StoreTableReader(DataSourceReader):
+    """A table read whole in one task from one store: :meth:`rows` gives its rows as dicts."""
 
     def __init__(self, options: ReadOptions, schema: StructType) -> None:
         self.options = options
@@ -126,43 +125,41 @@ class PendingReader(DataSourceReader):
     def partitions(self) -> Sequence[InputPartition]:
         return [InputPartition(0)]
 
-    def read(self, partition: InputPartition):
-        from cq.analyses.pending import pending  # lazy: only pending reads need it
+    def rows(self, store: cq.Store) -> list[dict]:
+        raise NotImplementedError
 
+    def read(self, partition: InputPartition):
         store = cq.Store(self.options.path)
         try:
-            rows = pending(store, self.options.table)
+            rows = self.rows(store)
         finally:
             store.close()
         for r in rows:
             yield tuple(r[n] for n in self.names)
 
 
-class TraceReader(DataSourceReader):
+class PendingReader(_StoreTableReader):
+    """``table`` = ``scheduled``, ``transactions`` or ``dead_letters``: the rows of
+    :func:`cq.analyses.pending.pending` (the same ``rmqfilter pending`` prints), read in one task."""
+
+    def rows(self, store: cq.Store) -> list[dict]:
+        from cq.analyses.pending import pending  # lazy: only pending reads need it
+
+        return pending(store, self.options.table)
+
+
+class TraceReader(_StoreTableReader):
     """``table`` = ``trace``: the rows of :func:`cq.analyses.trace.trace` (those ``rmqfilter trace`` prints),
     read in one task; a record that does not read fails the read naming its place (docs/trace.md#spark)."""
 
-    def __init__(self, options: ReadOptions, schema: StructType) -> None:
-        self.options = options
-        self.names = [f.name for f in schema.fields]
-
-    def partitions(self) -> Sequence[InputPartition]:
-        return [InputPartition(0)]
-
-    def read(self, partition: InputPartition):
+    def rows(self, store: cq.Store) -> list[dict]:
         from cq.analyses.trace import trace  # lazy: only trace reads need it
 
-        store = cq.Store(self.options.path)
-        try:
-            result = trace(store, topic=self.options.trace_topic)
-        finally:
-            store.close()
+        result = trace(store, topic=self.options.trace_topic)
         if result.errors:
             raise ValueError(f"rocketmq table=trace: {len(result.errors)} trace record(s) do not read; the first: "
                              f"{result.errors[0]} (rmqfilter trace lists them all)")
-        for r in result.rows:
-            d = r.to_dict()
-            yield tuple(d[n] for n in self.names)
+        return [r.to_dict() for r in result.rows]
 
 
 def check_schema(options: ReadOptions, schema: StructType) -> None:

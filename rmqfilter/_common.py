@@ -15,7 +15,17 @@ from collections.abc import Iterator
 
 from rmqfilter_options import BAD_INPUT, error_text, fail
 
-__all__ = ["BAD_INPUT", "error_text", "fail", "reported_warnings", "stdout_closed"]
+__all__ = ["BAD_INPUT", "bad_input_errors", "error_text", "fail", "reported_warnings", "stdout_closed"]
+
+
+def bad_input_errors() -> tuple[type[BaseException], ...]:
+    """The exceptions a store command's bad input raises (each names what was wrong): exit status
+    :data:`BAD_INPUT`, one line on stderr (docs/cli.md)."""
+    import cq  # lazy: the commands that read no store never import the store package
+    import selector
+
+    return (cq.StoreFormatError, cq.UnknownGroupError, cq.TagSubscriptionError, selector.SelectorSyntaxError,
+            LookupError, ValueError)
 
 
 def stdout_closed() -> int:

@@ -12,12 +12,11 @@ import json
 import sys
 import textwrap
 
-import cq
 import selector
 from cq.analyses.search import COLUMNS, FindResult, find
 from cq.store.cluster import open_stores
 
-from ._common import error_text, fail, reported_warnings, stdout_closed
+from ._common import bad_input_errors, error_text, fail, reported_warnings, stdout_closed
 from ._options import add_json_flag, add_master_arg, add_store_arg, add_subscription_args, add_topic_arg
 
 __all__ = ["add_parsers", "parse_time"]
@@ -97,11 +96,6 @@ def add_parsers(subparsers) -> None:
     p.set_defaults(func=_run_find)
 
 
-def _errors():
-    """The exceptions bad input raises (each names what was wrong): exit status 2."""
-    return (cq.StoreFormatError, cq.UnknownGroupError, cq.TagSubscriptionError, selector.SelectorSyntaxError,
-            LookupError, ValueError)
-
 
 def _run_find(args: argparse.Namespace) -> int:
     prog = "rmqfilter find"
@@ -134,7 +128,7 @@ def _run_find(args: argparse.Namespace) -> int:
                     result = find(store, **query)
                 finally:
                     store.close()
-    except _errors() as exc:
+    except bad_input_errors() as exc:
         return fail(prog, error_text(exc))
     if args.out:
         write_parquet(result, args.out)

@@ -11,13 +11,12 @@ import sys
 import textwrap
 
 import cq
-import selector
 from cq.analyses.paths import why_every_copy
 from cq.analyses.pending import COLUMNS, pending
 from cq.analyses.trace import TRACE_TOPIC, client_trace, has_trace_topic
 from cq.store.topics import registered_groups, topic_store
 
-from ._common import error_text, fail, reported_warnings, stdout_closed
+from ._common import bad_input_errors, error_text, fail, reported_warnings, stdout_closed
 from ._options import add_consumer_args, add_json_flag, add_store_arg, subscription_conflict
 from .trace_commands import client_trace_text
 
@@ -110,11 +109,6 @@ def add_parsers(subparsers) -> None:
     pend.set_defaults(func=_run_pending)
 
 
-def _errors():
-    """The exceptions bad input raises (each names what was wrong): exit status 2."""
-    return (cq.StoreFormatError, cq.UnknownGroupError, cq.TagSubscriptionError, selector.SelectorSyntaxError,
-            LookupError, ValueError)
-
 
 def _run_why(args: argparse.Namespace) -> int:
     prog = "rmqfilter why"
@@ -128,7 +122,7 @@ def _run_why(args: argparse.Namespace) -> int:
             if args.queue is not None:
                 result = result[:1]
             traced = _client_traces(store, result, args)
-    except _errors() as exc:
+    except bad_input_errors() as exc:
         return fail(prog, error_text(exc))
     if args.json:
         docs = [w.to_dict() for w in result]
@@ -166,7 +160,7 @@ def _run_backlog(args: argparse.Namespace) -> int:
         with reported_warnings(prog), topic_store(args.store, args.topic, replica=args.replica, tier=args.tier) as store:
             groups = registered_groups(store, args.topic) if args.all_groups else [args.group]
             results = [cq.backlog(store, args.topic, g, sql=args.sql, tags=args.tags, later=True) for g in groups]
-    except _errors() as exc:
+    except bad_input_errors() as exc:
         return fail(prog, error_text(exc))
     if args.json:
         doc = [b.to_dict() for b in results] if args.all_groups else results[0].to_dict()
@@ -184,7 +178,7 @@ def _run_pending(args: argparse.Namespace) -> int:
                 doc = {t: pending(store, t) for t in tables}
             finally:
                 store.close()
-    except _errors() as exc:
+    except bad_input_errors() as exc:
         return fail(prog, error_text(exc))
     if args.json:
         return _emit(json.dumps(doc, indent=2, ensure_ascii=False))
