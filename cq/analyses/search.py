@@ -217,7 +217,10 @@ def _find_in_store(store: Store, broker: str, q: _Query, now_ms: int) -> list[Fi
     # A key or an id reads the CommitLog alone: its cut opens no queue.
     lmq = q.topic is not None and q.topic.startswith(fmt.LMQ_PREFIX)  # docs/formats.md#lmq
     by_record = (q.msg_id is not None or q.key is not None or q.uniq_key is not None) and not lmq
-    cut = store.cut(topics[0], []) if by_record and topics else store.cut(q.topic)
+    # a window or a scan of one topic reads the queues its cut opened: kept, not opened and recovered again
+    # (every topic's queues are not: a store of thousands of queues would hold them all open)
+    cut = (store.cut(topics[0], []) if by_record and topics
+           else store.cut(q.topic, keep_readers=q.topic is not None))
     lo, hi = cut.commit_log_min, cut.commit_log_end
     batch = [t for t in topics if t in set(store.layout.batch_cq_topics)]  # docs/find.md#batchcq
     if batch and q.group is not None:

@@ -104,6 +104,11 @@ class ConsumeQueue(MappedFileQueue):
                 first = self._files[0][0] // fmt.CQ_STORE_UNIT_SIZE
                 units = self._units_of_file(0)
                 limit = min(len(units), self._files_end() - first)
+                head = units[:1]  # the usual head is a real unit: one unit read, not the whole file's mask
+                if limit and not (head["commit_log_offset"][0] == 0 and head["size"][0] == fmt.PLACEHOLDER_SIZE
+                                  and head["tags_code"][0] == 0):
+                    self._min_offset = first
+                    return first
                 filler = (
                     (units["commit_log_offset"][:limit] == 0)
                     & (units["size"][:limit] == fmt.PLACEHOLDER_SIZE)
