@@ -15,7 +15,7 @@ from collections.abc import Iterator
 
 from rmqfilter_options import BAD_INPUT, error_text, fail
 
-__all__ = ["BAD_INPUT", "bad_input_errors", "error_text", "fail", "reported_warnings", "stdout_closed"]
+__all__ = ["BAD_INPUT", "bad_input_errors", "emit", "error_text", "fail", "reported_warnings", "stdout_closed"]
 
 
 def bad_input_errors() -> tuple[type[BaseException], ...]:
@@ -31,6 +31,16 @@ def bad_input_errors() -> tuple[type[BaseException], ...]:
 def stdout_closed() -> int:
     """After a BrokenPipeError on stdout (``| head``): end quietly, as Unix tools do; returns 0."""
     os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+    return 0
+
+
+def emit(text: str) -> int:
+    """Print ``text``; a closed pipe (``| head``) ends quietly, as Unix tools do. Returns 0."""
+    try:
+        print(text)
+        sys.stdout.flush()
+    except BrokenPipeError:
+        return stdout_closed()
     return 0
 
 

@@ -9,14 +9,13 @@ from __future__ import annotations
 import argparse
 import datetime
 import json
-import sys
 import textwrap
 
 import selector
 from cq.analyses.search import COLUMNS, FindResult, find
 from cq.store.cluster import open_stores
 
-from ._common import bad_input_errors, error_text, fail, reported_warnings, stdout_closed
+from ._common import bad_input_errors, emit, error_text, fail, reported_warnings
 from ._options import add_json_flag, add_master_arg, add_store_arg, add_subscription_args, add_topic_arg
 
 __all__ = ["add_parsers", "parse_time"]
@@ -132,13 +131,13 @@ def _run_find(args: argparse.Namespace) -> int:
         return fail(prog, error_text(exc))
     if args.out:
         write_parquet(result, args.out)
-        return _emit(f"{len(result.rows)} message(s) written to {args.out}\n" + _notes_text(result, args.stats))
+        return emit(f"{len(result.rows)} message(s) written to {args.out}\n" + _notes_text(result, args.stats))
     if args.json:
         lines = [json.dumps(r.to_dict(result.group is not None), ensure_ascii=False) for r in result.rows]
         lines.append(json.dumps({"summary": {"rows": len(result.rows), "notes": result.notes,
                                              "stats": result.stats}}, ensure_ascii=False))
-        return _emit("\n".join(lines))
-    return _emit(table_text(result) + "\n" + _notes_text(result, args.stats))
+        return emit("\n".join(lines))
+    return emit(table_text(result) + "\n" + _notes_text(result, args.stats))
 
 
 def _columns(result: FindResult) -> list[str]:
@@ -184,12 +183,3 @@ def write_parquet(result: FindResult, path: str) -> None:
     schema = pa.schema([(n, types.get(n, pa.string())) for n in names])
     pq.write_table(pa.table({n: [d[n] for d in rows] for n in names}, schema=schema), path)
 
-
-def _emit(text: str) -> int:
-    """Print ``text``; a closed pipe (``| head``) ends quietly, as Unix tools do."""
-    try:
-        print(text)
-        sys.stdout.flush()
-    except BrokenPipeError:
-        return stdout_closed()
-    return 0

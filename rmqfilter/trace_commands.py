@@ -15,9 +15,9 @@ import cq
 from cq.analyses.trace import TRACE_TOPIC, ClientTrace, TraceResult, trace
 from cq.store.cluster import open_stores
 
-from ._common import error_text, fail, reported_warnings
+from ._common import emit, error_text, fail, reported_warnings
 from ._options import add_json_flag, add_store_arg
-from .find_commands import _emit, time_text
+from .find_commands import time_text
 
 __all__ = ["add_parsers", "client_trace_text"]
 
@@ -70,9 +70,9 @@ def _run_trace(args: argparse.Namespace) -> int:
     except (cq.StoreFormatError, LookupError, ValueError) as exc:
         return fail(prog, error_text(exc))
     if args.json:
-        status = _emit(json.dumps(result.to_dict(), ensure_ascii=False, indent=2))
+        status = emit(json.dumps(result.to_dict(), ensure_ascii=False, indent=2))
     else:
-        status = _emit(table_text(result))
+        status = emit(table_text(result))
     return status or (1 if result.errors else 0)
 
 

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import sys
 import textwrap
 
 import cq
@@ -16,7 +15,7 @@ from cq.analyses.pending import COLUMNS, pending
 from cq.analyses.trace import TRACE_TOPIC, client_trace, has_trace_topic
 from cq.store.topics import registered_groups, topic_store
 
-from ._common import bad_input_errors, error_text, fail, reported_warnings, stdout_closed
+from ._common import bad_input_errors, emit, error_text, fail, reported_warnings
 from ._options import add_consumer_args, add_json_flag, add_store_arg, subscription_conflict
 from .trace_commands import client_trace_text
 
@@ -129,11 +128,11 @@ def _run_why(args: argparse.Namespace) -> int:
         for doc, (ct, _stored) in zip(docs, traced):
             if ct is not None:
                 doc["client_trace"] = ct.to_dict()
-        return _emit(json.dumps(docs[0] if args.queue is not None else docs, indent=2, ensure_ascii=False))
+        return emit(json.dumps(docs[0] if args.queue is not None else docs, indent=2, ensure_ascii=False))
     texts = [str(w) + ("" if ct is None else "\n\n" + client_trace_text(ct, stored))
              for w, (ct, stored) in zip(result, traced)]
     head = f"{len(result)} messages match; each in turn:\n\n" if len(result) > 1 and args.queue is None else ""
-    return _emit(head + "\n\n".join(texts))
+    return emit(head + "\n\n".join(texts))
 
 
 def _client_traces(store, paths: list, args: argparse.Namespace) -> list[tuple]:
@@ -164,8 +163,8 @@ def _run_backlog(args: argparse.Namespace) -> int:
         return fail(prog, error_text(exc))
     if args.json:
         doc = [b.to_dict() for b in results] if args.all_groups else results[0].to_dict()
-        return _emit(json.dumps(doc, indent=2, ensure_ascii=False))
-    return _emit("\n\n".join(str(b) for b in results))
+        return emit(json.dumps(doc, indent=2, ensure_ascii=False))
+    return emit("\n\n".join(str(b) for b in results))
 
 
 def _run_pending(args: argparse.Namespace) -> int:
@@ -181,7 +180,7 @@ def _run_pending(args: argparse.Namespace) -> int:
     except bad_input_errors() as exc:
         return fail(prog, error_text(exc))
     if args.json:
-        return _emit(json.dumps(doc, indent=2, ensure_ascii=False))
+        return emit(json.dumps(doc, indent=2, ensure_ascii=False))
     parts = []
     for table, rows in doc.items():
         names = [n for n, _ in COLUMNS[table]]
@@ -190,15 +189,6 @@ def _run_pending(args: argparse.Namespace) -> int:
         lines = [f"{table}: {len(rows)} row(s)"]
         lines += ["  " + "  ".join(c.ljust(w) for c, w in zip(row, widths)).rstrip() for row in cells] if rows else []
         parts.append("\n".join(lines))
-    return _emit("\n\n".join(parts))
+    return emit("\n\n".join(parts))
 
-
-def _emit(text: str) -> int:
-    """Print ``text``; a closed pipe (``| head``) ends quietly, as Unix tools do."""
-    try:
-        print(text)
-        sys.stdout.flush()
-    except BrokenPipeError:
-        return stdout_closed()
-    return 0
 
