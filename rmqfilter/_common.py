@@ -49,6 +49,9 @@ def reported_warnings(prog: str) -> Iterator[None]:
     """Print warnings (a config file read from its .bak, bloom data that does not match) to stderr, once each."""
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
+        # A ResourceWarning is the interpreter collecting some other object's file (a caller's pipe,
+        # in a process that runs the command in-line), not something the command has to say.
+        warnings.simplefilter("ignore", ResourceWarning)
         try:
             yield
         finally:
