@@ -16,6 +16,7 @@ and keeps exactly the records inside the window. Nothing here decides a filter.
 from __future__ import annotations
 
 import bisect
+import struct
 from dataclasses import dataclass
 
 import numpy as np
@@ -24,6 +25,10 @@ from .. import format as fmt
 from ..readers.commitlog import CommitLog
 
 __all__ = ["QueueSearch", "store_timestamps", "time_range"]
+
+#: A ConsumeQueue unit's CommitLog offset and size, as a probe reads them (fmt.CQ_UNIT_DTYPE's first two fields).
+_UNIT_HEAD = struct.Struct(">qi")
+assert _UNIT_HEAD.size == fmt.CQ_UNIT_DTYPE["commit_log_offset"].itemsize + fmt.CQ_UNIT_DTYPE["size"].itemsize
 
 #: What a probe reads for a unit whose record is not in the cut: before (expired) or after (written later).
 _BEFORE, _AFTER = -(2**63), 2**63 - 1
@@ -87,12 +92,14 @@ def time_range(cqueue, log: CommitLog, search: QueueSearch, begin: int | None, e
     """
     a, b = search.min_offset, search.max_offset
     # zero-copy views of the queue's files over [a, b): a probe reads one unit, nothing is copied or clamped
-    views = [(q, np.frombuffer(raw, dtype=fmt.CQ_UNIT_DTYPE)) for q, raw in cqueue.raw_chunks(a, b - a)]
+    views = list(cqueue.raw_chunks(a, b - a))
     starts = [q for q, _ in views]
+    unit = fmt.CQ_STORE_UNIT_SIZE
+    head = _UNIT_HEAD.unpack_from
 
     def stamp(q: int) -> int:
-        first, units = views[bisect.bisect_right(starts, q) - 1]
-        phys, size = int(units["commit_log_offset"][q - first]), int(units["size"][q - first])
+        first, raw = views[bisect.bisect_right(starts, q) - 1]
+        phys, size = head(raw, (q - first) * unit)
         search.probes += 1
         if phys < lo:
             return _BEFORE

@@ -22,7 +22,7 @@ pipeline) and each kept message's state (:func:`cq.analyses.paths.why_every_copy
 from __future__ import annotations
 
 import time
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
@@ -32,17 +32,18 @@ import selector
 
 from .. import format as fmt
 from ..filter.layers import Layers
+from ..kernels import _objects
 from ..readers.batchcq import expand_batch
-from ..readers.commitlog import Message
+from ..readers.commitlog import CommitLog, Message
 from ..store.cluster import Cluster, broker_name, each_store
 from ..store.decide import decide_units
 from ..store.store import Store
-from .by_time import QueueSearch, store_timestamps, time_range
+from .by_time import QueueSearch, time_range
 from .find import in_topic, key_matches, message_at, open_index, parse_offset_msg_id, position
 from .paths import why_every_copy
 from .why import resolve_subscription
 
-__all__ = ["COLUMNS", "FindResult", "FindRow", "find"]
+__all__ = ["COLUMNS", "FindResult", "FindRow", "FindRows", "find"]
 
 #: The columns of a row, in table order (``state`` only with a group).
 COLUMNS = ("broker", "topic", "queue_id", "queue_offset", "commit_log_offset", "msg_id", "uniq_key", "keys", "tags",
@@ -90,13 +91,93 @@ class FindRow:
         return d
 
 
+class _RecordRows:
+    """Rows of records decoded as columns (``CommitLog.decode_columns``, every field): no object per row until
+    :meth:`rows` builds them (:class:`FindRow` by :meth:`FindRow.of`, as for a record read whole)."""
+
+    __slots__ = ("args", "broker", "columns", "found_by")
+
+    def __init__(self, broker: str, columns, args: tuple, found_by: str) -> None:
+        self.broker, self.columns, self.args, self.found_by = broker, columns, args, found_by
+
+    def __len__(self) -> int:
+        return len(self.args[0])
+
+    def column(self, name: str) -> np.ndarray:
+        """An integer field of the kept rows (a record field: the row's own queue, never an LMQ's)."""
+        return np.asarray(self.columns.columns[name])[self.args[0]]
+
+    def rows(self) -> list[FindRow]:
+        msgs = _objects.message_objects(Message, self.columns.columns, *self.args)
+        return [FindRow.of(self.broker, m, self.found_by) for m in msgs]
+
+
+class FindRows(Sequence):
+    """The rows :func:`find` found, in order: a sequence of :class:`FindRow`.
+
+    The data path keeps the records it read as columns; a :class:`FindRow` is made for each row only when the
+    rows are read as objects (iterated, indexed, compared, printed), all at once, and kept. :meth:`column` reads
+    an integer field of every row without making them.
+    """
+
+    __slots__ = ("_made", "_parts")
+
+    def __init__(self, parts: Iterable = ()) -> None:
+        #: lists of FindRow and _RecordRows, in order
+        self._parts: list = [p for p in parts if len(p)]
+        self._made: list[FindRow] | None = None
+
+    @classmethod
+    def of_records(cls, log: CommitLog, broker: str, offsets, found_by: str) -> FindRows:
+        """The rows of the records at CommitLog ``offsets`` (in that order), each ``found_by`` that, as columns."""
+        offs = np.asarray(offsets, dtype=np.int64).reshape(-1)
+        return cls(_RecordRows(broker, log.decode_columns(offs[a:a + _CHUNK]),
+                               log.message_args(offs[a:a + _CHUNK]), found_by) for a in range(0, len(offs), _CHUNK))
+
+    def _rows(self) -> list[FindRow]:
+        if self._made is None:
+            made: list[FindRow] = []
+            for part in self._parts:
+                made += part.rows() if isinstance(part, _RecordRows) else part
+            self._made, self._parts = made, [made]
+        return self._made
+
+    def __len__(self) -> int:
+        return len(self._made) if self._made is not None else sum(len(p) for p in self._parts)
+
+    def __getitem__(self, i):
+        return self._rows()[i]
+
+    def __iter__(self):
+        return iter(self._rows())
+
+    def __eq__(self, other) -> bool:
+        if isinstance(other, (FindRows, list)):
+            return self._rows() == list(other)
+        return NotImplemented
+
+    __hash__ = None  # type: ignore[assignment]
+
+    def __repr__(self) -> str:
+        return f"FindRows({len(self)} rows)"
+
+    def column(self, name: str) -> np.ndarray:
+        """Field ``name`` of every row (an integer one: ``queue_id``, ``queue_offset``, ``commit_log_offset``,
+        ``store_timestamp``, ``born_timestamp``) as an int64 array, without making the rows."""
+        if name not in ("queue_id", "queue_offset", "commit_log_offset", "store_timestamp", "born_timestamp"):
+            raise ValueError(f"FindRows.column reads an integer field, not {name!r}")
+        parts = [p.column(name) if isinstance(p, _RecordRows) else np.array([getattr(r, name) for r in p])
+                 for p in self._parts]
+        return np.concatenate(parts).astype(np.int64) if parts else np.empty(0, dtype=np.int64)
+
+
 @dataclass
 class FindResult:
     """What :func:`find` found, how, and what it read.
 
     Attributes
     ----------
-    rows : list of FindRow
+    rows : FindRows or list of FindRow
         Per broker (in the cluster's order), in CommitLog order.
     notes : list of str
         How each broker's candidates were found; a scan says which CommitLog range and why.
@@ -108,7 +189,7 @@ class FindResult:
     group : str or None
     """
 
-    rows: list[FindRow]
+    rows: FindRows | list[FindRow]
     notes: list[str]
     stats: dict[str, Any]
     group: str | None = None
@@ -184,7 +265,7 @@ def find(store: Store | Cluster, *, topic: str | None = None, key: str | None = 
     q = _Query(topic, key, uniq_key, msg_id, begin, end, selector.compile(where) if where is not None else None,
                group, sql, tags)
     now_ms = int(time.time() * 1000) if now_ms is None else now_ms
-    rows: list[FindRow] = []
+    parts: list = []
     holders = 0
     named = _holding_msg_id(store, msg_id)  # an offset message id names one broker's record: ask it alone
     for name, one in each_store(store):
@@ -192,10 +273,10 @@ def find(store: Store | Cluster, *, topic: str | None = None, key: str | None = 
         if topic is not None and topic not in one.topics() or named and name not in named:
             continue
         holders += 1
-        rows += _find_in_store(one, broker, q, now_ms)
+        parts += _find_in_store(one, broker, q, now_ms)
     if topic is not None and not holders:
         raise LookupError(f"topic {topic!r} has no consume queues in {store.root}")
-    return FindResult(rows, q.notes, q.stats, group)
+    return FindResult(FindRows(parts), q.notes, q.stats, group)
 
 
 def _holding_msg_id(store: Store | Cluster, msg_id: str | None) -> set[str]:
@@ -209,8 +290,8 @@ def _holding_msg_id(store: Store | Cluster, msg_id: str | None) -> set[str]:
 
 
 # ------------------------------------------------------------------ one broker
-def _find_in_store(store: Store, broker: str, q: _Query, now_ms: int) -> list[FindRow]:
-    """The rows of one broker's store."""
+def _find_in_store(store: Store, broker: str, q: _Query, now_ms: int) -> list:
+    """The rows of one broker's store, as parts of :class:`FindRows` (lists of FindRow, :class:`_RecordRows`)."""
     log = store.commit_log
     topics = [q.topic] if q.topic is not None else store.topics()
     # one consistent cut (docs/live.md): the queues' ends, then the CommitLog's; records wholly inside it are read.
@@ -230,7 +311,7 @@ def _find_in_store(store: Store, broker: str, q: _Query, now_ms: int) -> list[Fi
                         key=lambda r: (r.commit_log_offset, r.queue_offset))
     topics = [t for t in topics if t not in batch]
     if not topics:
-        return batch_rows
+        return [batch_rows]
     uniq = q.uniq_key
     found: dict[int, str] = {}  # CommitLog offset -> how it was found
     tier_rows: list[FindRow] = []
@@ -245,7 +326,7 @@ def _find_in_store(store: Store, broker: str, q: _Query, now_ms: int) -> list[Fi
             q.notes.append(f"{broker}: offset message id {q.msg_id}: store host {parsed[0]}, CommitLog offset "
                            f"{parsed[1]}")
         elif tier_rows:
-            return _for_group(store, tier_rows, q, now_ms) if q.group is not None else tier_rows
+            return [_for_group(store, tier_rows, q, now_ms) if q.group is not None else tier_rows]
         else:
             uniq = q.msg_id.strip()
             q.notes.append(f"{broker}: {q.msg_id!r} names no record of this store as an offset message id: "
@@ -254,20 +335,41 @@ def _find_in_store(store: Store, broker: str, q: _Query, now_ms: int) -> list[Fi
         # the messages the broker serves from its tier first (older than the local ones): the local IndexFiles
         # and records hold only the local range (docs/reading.md#tiered-storage)
         tier_rows = _tier_rows(store, broker, topics, q, uniq, None)
+    units = None  # the candidates of a queue's units: CommitLog offsets and the topic (of topics) of each
     if not found and lmq and (uniq is not None or q.key is not None):
         # the IndexFiles hold a record under its own topic only, never under an LMQ it was dispatched to
-        found = _every_unit(store, broker, topics, cut, q,
-                            "the IndexFiles hold a record under its own topic, never under an LMQ (docs/find.md#limits)")
+        offs, _topic = _every_unit(store, broker, topics, cut, q,
+                                   "the IndexFiles hold a record under its own topic, never under an LMQ "
+                                   "(docs/find.md#limits)")
+        found = dict.fromkeys(offs.tolist(), BY_SCAN)
     elif not found and (uniq is not None or q.key is not None):
         found = _by_index(store, broker, topics, q.key, uniq, lo, hi, q)
     elif not found and q.begin is not None:
-        found = _by_time(store, broker, topics, q, cut)
+        units, how = _by_time(store, broker, topics, q, cut), BY_TIME
     elif not found:
-        found = _every_unit(store, broker, topics, cut, q)
-    offsets = sorted(found)
-    rows = []
+        units, how = _every_unit(store, broker, topics, cut, q), BY_SCAN
     wanted = set(topics)
     lmqs = [t for t in wanted if t.startswith(fmt.LMQ_PREFIX)]
+    if units is not None and not lmqs:
+        parts = _unit_rows(log, broker, topics, *units, how, q)
+    else:
+        if units is not None:
+            found = dict.fromkeys(units[0].tolist(), how)
+        parts = [_record_rows(log, broker, found, wanted, lmqs, uniq, q)]
+    if q.group is not None:  # (never with a BatchCQ topic: refused above)
+        return [_for_group(store, tier_rows + FindRows(parts)._rows(), q, now_ms)]
+    if batch_rows:
+        rows = tier_rows + FindRows(parts)._rows()
+        return [sorted(rows + batch_rows, key=lambda r: (r.commit_log_offset, r.queue_offset))]
+    return [tier_rows, *parts]
+
+
+def _record_rows(log: CommitLog, broker: str, found: dict[int, str], wanted: set[str], lmqs: list[str],
+                 uniq: str | None, q: _Query) -> list[FindRow]:
+    """The rows of the records at the CommitLog offsets ``found`` (each with how it was found) answering ``q``:
+    each record read whole (a key's, an id's, an LMQ's candidates)."""
+    offsets = sorted(found)
+    rows = []
     for start in range(0, len(offsets), _CHUNK):
         msgs = log.read_messages(offsets[start:start + _CHUNK])
         keep = [m for m in msgs if (m.topic in wanted or any(in_topic(m, t) for t in lmqs))
@@ -278,10 +380,49 @@ def _find_in_store(store: Store, broker: str, q: _Query, now_ms: int) -> list[Fi
             ok = q.where.matches_many([m.properties for m in keep])
             keep = [m for m, k in zip(keep, ok.tolist()) if k]
         rows += [FindRow.of(broker, m, found[m.commit_log_offset], _served_from(m, wanted, lmqs)) for m in keep]
-    rows = tier_rows + rows
-    if q.group is not None:
-        rows = _for_group(store, rows, q, now_ms)
-    return sorted(rows + batch_rows, key=lambda r: (r.commit_log_offset, r.queue_offset)) if batch_rows else rows
+    return rows
+
+
+def _unit_rows(log: CommitLog, broker: str, topics: list[str], offsets: np.ndarray, topic_of: np.ndarray,
+               how: str, q: _Query) -> list[_RecordRows]:
+    """The rows of queue units' records (``offsets``, each unit's topic ``topics[topic_of[i]]``) answering
+    ``q`` (its window, its ``where``), in CommitLog order, as columns: each record decoded once, the record's
+    topic and store time compared as arrays; a Python object per row only for ``where`` (its properties)."""
+    offsets, first = np.unique(offsets, return_index=True)  # CommitLog order, each record once
+    topic_of = topic_of[first]
+    names = [t.encode() for t in topics]
+    lengths = np.array([len(n) for n in names], dtype=np.int64)
+    table = np.zeros((len(names), max(1, int(lengths.max(initial=0)))), dtype=np.uint8)
+    for i, n in enumerate(names):
+        table[i, :len(n)] = np.frombuffer(n, dtype=np.uint8)
+    parts = []
+    for a in range(0, len(offsets), _CHUNK):
+        offs, want = offsets[a:a + _CHUNK], topic_of[a:a + _CHUNK]
+        cols = log.decode_columns(offs)
+        keep = _topic_is(cols.columns["topic"], want, lengths, table)
+        if q.begin is not None:
+            stamps = cols.columns["store_timestamp"]
+            keep &= (stamps >= q.begin) & (stamps <= q.end)
+        rows = np.flatnonzero(keep)
+        if q.where is not None and len(rows):
+            rows = rows[np.asarray(q.where.matches_many(cols.dicts(rows)), dtype=bool)]
+        if len(rows):
+            parts.append(_RecordRows(broker, cols, log.message_args(offs, rows), how))
+    return parts
+
+
+def _topic_is(topic_col: tuple, want: np.ndarray, lengths: np.ndarray, table: np.ndarray) -> np.ndarray:
+    """Whether each row's decoded topic (a text column) is the topic ``want`` names (row ``want[i]`` of ``table``,
+    the topics' UTF-8 bytes, ``lengths`` long): compared byte by byte over all rows at once."""
+    ends, data, _valid = topic_col
+    ends = np.asarray(ends, dtype=np.int64)
+    starts, sizes = ends[:-1], np.diff(ends)
+    need = lengths[want]
+    ok = sizes == need
+    for j in range(int(need.max(initial=0))):
+        rows = np.flatnonzero(ok & (need > j))
+        ok[rows] = np.asarray(data)[starts[rows] + j] == table[want[rows], j]
+    return ok
 
 
 def _tier_rows(store: Store, broker: str, topics: list[str], q: _Query, uniq: str | None,
@@ -466,15 +607,17 @@ def _scan_log(store: Store, broker: str, topics: Iterable[str], key: str | None,
 
 
 # ------------------------------------------------------------------ store time
-def _by_time(store: Store, broker: str, topics: list[str], q: _Query, cut) -> dict[int, str]:
-    """CommitLog offsets of the units of ``topics`` whose records' store times are in the window: each queue's
-    range by the broker's search (:func:`cq.analyses.by_time.time_range`), then each record of it read."""
-    found: dict[int, str] = {}
-    log = store.commit_log
+def _by_time(store: Store, broker: str, topics: list[str], q: _Query, cut) -> tuple[np.ndarray, np.ndarray]:
+    """The units of ``topics`` the broker's search of each queue by store time finds for the window
+    (:func:`cq.analyses.by_time.time_range`) whose records are in the cut: their CommitLog offsets and the index
+    in ``topics`` of each one's topic (the caller keeps the records whose store times are in the window)."""
     lo, hi = cut.commit_log_min, cut.commit_log_end
+    log = store.commit_log
+    offs, topic_of = [], []
+    index = {t: i for i, t in enumerate(topics)}
     searched = probes = units = 0
     for t, qid, qlo, qhi in cut.queues:
-        if t not in topics or qhi <= qlo:
+        if t not in index or qhi <= qlo:
             continue
         with store.queue_readers(t, qid, ext=False) as (cqueue, _ext):
             # the local units: below them, a tiered store's tier (its rows: _tier_rows)
@@ -482,11 +625,10 @@ def _by_time(store: Store, broker: str, topics: list[str], q: _Query, cut) -> di
             time_range(cqueue, log, search, q.begin, q.end, lo, hi)
             count = search.end - search.first
             for _first, units_arr in (cqueue.iter_batches(_CHUNK, search.first, count) if count > 0 else ()):
-                offs = units_arr["commit_log_offset"].astype(np.int64)
-                stamps = store_timestamps(log, offs, units_arr["size"], lo, hi)
-                inside = (stamps >= q.begin) & (stamps <= q.end)
-                for off in offs[inside].tolist():
-                    found[off] = BY_TIME
+                o = units_arr["commit_log_offset"].astype(np.int64)
+                o = o[(o >= lo) & (o + units_arr["size"].astype(np.int64) <= hi)]
+                offs.append(o)
+                topic_of.append(np.full(len(o), index[t], dtype=np.int64))
         searched += 1
         probes += search.probes
         units += search.units
@@ -496,30 +638,38 @@ def _by_time(store: Store, broker: str, topics: list[str], q: _Query, cut) -> di
     q.stats["units"] += units
     q.notes.append(f"{broker}: store times [{q.begin}, {q.end}] by the broker's search of {searched} queue(s) by "
                    f"store time: {probes} record(s) probed among {units} unit(s)")
-    return found
+    return _joined(offs, topic_of)
+
+
+def _joined(offs: list[np.ndarray], topic_of: list[np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
+    if not offs:
+        return np.empty(0, dtype=np.int64), np.empty(0, dtype=np.int64)
+    return np.concatenate(offs), np.concatenate(topic_of)
 
 
 def _every_unit(store: Store, broker: str, topics: list[str], cut, q: _Query,
-                why: str = "no key, message id or time window narrows it") -> dict[int, str]:
-    """CommitLog offsets of every unit of ``topics`` whose record is in the cut (no key, id or window to narrow)."""
-    found: dict[int, str] = {}
+                why: str = "no key, message id or time window narrows it") -> tuple[np.ndarray, np.ndarray]:
+    """Every unit of ``topics`` whose record is in the cut (no key, id or window to narrow): their CommitLog
+    offsets and the index in ``topics`` of each one's topic."""
     lo, hi = cut.commit_log_min, cut.commit_log_end
+    offs, topic_of = [], []
+    index = {t: i for i, t in enumerate(topics)}
     records = 0
     for t, qid, qlo, qhi in cut.queues:
-        if t not in topics or qhi <= qlo:
+        if t not in index or qhi <= qlo:
             continue
         with store.queue_readers(t, qid, ext=False) as (cqueue, _ext):
             qlo = max(qlo, min(cqueue.min_offset, qhi))  # the local units (a tier's: _tier_rows)
             for _first, units_arr in cqueue.iter_batches(_CHUNK, qlo, qhi - qlo):
-                offs = units_arr["commit_log_offset"].astype(np.int64)
-                ok = (offs >= lo) & (offs + units_arr["size"].astype(np.int64) <= hi)
-                records += int(ok.sum())
-                for off in offs[ok].tolist():
-                    found[off] = BY_SCAN
+                o = units_arr["commit_log_offset"].astype(np.int64)
+                o = o[(o >= lo) & (o + units_arr["size"].astype(np.int64) <= hi)]
+                records += len(o)
+                offs.append(o)
+                topic_of.append(np.full(len(o), index[t], dtype=np.int64))
     q.stats["scanned_records"] += records
     q.stats["scans"].append({"broker": broker, "from": lo, "to": hi, "records": records, "why": why})
     q.notes.append(f"{broker}: read every unit of {len(topics)} topic(s) ({records} record(s)): {why}")
-    return found
+    return _joined(offs, topic_of)
 
 
 # ------------------------------------------------------------------ a group's view
