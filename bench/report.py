@@ -2,9 +2,11 @@
 
 Usage (what ``make bench`` runs)::
 
-    .venv/bin/python bench/report.py                 # run bench/ and write the report
+    .venv/bin/python bench/report.py                 # run bench/ and the whole-store scripts, write the report
     .venv/bin/python bench/report.py --json run.json # only rebuild the report from a saved run
     .venv/bin/python bench/report.py -- -k bloom     # pass arguments on to pytest
+    .venv/bin/python bench/report.py --scripts-only  # rerun the scripts alone, rewrite their section
+    .venv/bin/python bench/report.py --scripts-only --script-args "bench_find.py=--messages 2000000"
 
 Benchmarks describe themselves through pytest-benchmark's ``extra_info``
 (see ``bench/conftest.py``): ``items`` per round, ``role`` ("ours",
@@ -13,6 +15,13 @@ Benchmarks describe themselves through pytest-benchmark's ``extra_info``
 chart of throughput against size, one line per benchmark and role). Every figure in the report is
 a median over rounds measured in this run; the min–max range is shown beside
 it, because this machine has two cores shared with whatever else is running.
+
+Whole-store benchmarks (:data:`SCRIPTS`) are scripts, not pytest modules: each writes a large store
+first. Each is run with ``--report FILE`` and writes a Markdown fragment under its own ``###``
+heading; the report puts the fragments in its section "Whole-store benchmarks", between two
+markers, so that ``--scripts-only`` reruns the scripts and rewrites that section alone. A script
+that cannot run here (no ``--report`` option, a tool it needs missing) is skipped, and the
+section says so.
 """
 from __future__ import annotations
 
@@ -22,6 +31,7 @@ import json
 import os
 import platform
 import re
+import shlex
 import statistics
 import subprocess
 import sys
@@ -39,6 +49,17 @@ QUOTED = [
     *[(f"selector evaluate `{sql}`", f"{ns} ns/evaluate") for sql, ns in BROKER_EVALUATE_NS.items()],
     ("Bloom bit positions", f"~{BROKER_BLOOM_POSITIONS_NS} ns/key"),
 ]
+
+
+#: The whole-store benchmark scripts of bench/: (script, what it measures, the arguments it runs with by default).
+SCRIPTS = [
+    ("bench_find.py", "`rmqfilter find` by store time and by key against scans (issue 38)",
+     ["--messages", "10000000"]),
+    ("bench_object_storage.py", "a store read from S3-compatible object storage against local disk (issue 37)", []),
+]
+#: The markers around the section ``--scripts-only`` rewrites.
+SCRIPTS_BEGIN = "<!-- whole-store benchmarks: bench/report.py --scripts-only rewrites from here -->"
+SCRIPTS_END = "<!-- whole-store benchmarks: to here -->"
 
 
 def _rate(value: float) -> str:
@@ -372,7 +393,92 @@ def machine() -> str:
             f"numpy {numpy.__version__}, {platform.system()} {platform.release()}")
 
 
-def write_report(run: dict, out: Path) -> None:
+def _script_env() -> dict[str, str]:
+    """The environment a script runs in: this checkout's packages first."""
+    return dict(os.environ, PYTHONPATH=os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")]).rstrip(os.pathsep))
+
+
+def script_unready(script: str) -> str | None:
+    """Why ``script`` cannot run here (it has no ``--report`` option, or a tool it needs is missing), or None."""
+    path = HERE / script
+    if not path.exists():
+        return f"`bench/{script}` does not exist"
+    if script == "bench_object_storage.py":
+        sys.path.insert(0, str(ROOT / "tests"))
+        try:
+            import s3_server  # the tests' s3proxy helper (not a package)
+        finally:
+            sys.path.pop(0)
+        missing = s3_server.missing_tools()  # (the jar itself it fetches with Maven, as `make s3proxy` does)
+        if missing:
+            return f"s3proxy cannot run here: {', '.join(missing)} missing"
+    env = _script_env()
+    helped = subprocess.run([sys.executable, str(path), "--help"], cwd=ROOT, env=env, capture_output=True, text=True,
+                            check=False)
+    if helped.returncode != 0:
+        return f"`bench/{script} --help` failed (exit {helped.returncode}): {helped.stderr.strip()[-300:]}"
+    if "--report" not in helped.stdout:
+        return f"`bench/{script}` has no `--report FILE` option yet"
+    return None
+
+
+def run_scripts(extra: dict[str, list[str]]) -> list[str]:
+    """Run every whole-store script with ``--report`` and return the report's section: their fragments, or why
+    each was skipped. ``extra``: per script, the arguments that replace its defaults (:data:`SCRIPTS`)."""
+    lines = [SCRIPTS_BEGIN, "## Whole-store benchmarks", "",
+             "Scripts of `bench/` that write a large store first, run by `bench/report.py` (not by pytest): each",
+             "section below is what the script wrote with `--report`; `bench/report.py --scripts-only` reruns them.",
+             ""]
+    env = _script_env()
+    for script, what, defaults in SCRIPTS:
+        why = script_unready(script)
+        if why is not None:
+            print(f"skipping bench/{script}: {why}", file=sys.stderr)
+            lines += [f"### {script.removeprefix('bench_').removesuffix('.py')}", "",
+                      f"{what}: not run in this report ({why}).", ""]
+            continue
+        argv = extra.get(script, defaults)
+        with tempfile.TemporaryDirectory() as tmp:
+            fragment = Path(tmp) / "fragment.md"
+            cmd = [sys.executable, str(HERE / script), *argv, "--report", str(fragment)]
+            print(f"running {' '.join(shlex.quote(c) for c in cmd[1:])}", file=sys.stderr)
+            proc = subprocess.run(cmd, cwd=ROOT, env=env, check=False)
+            if proc.returncode != 0 or not fragment.exists():
+                lines += [f"### {script.removeprefix('bench_').removesuffix('.py')}", "",
+                          f"{what}: `bench/{script} {shlex.join(argv)}` failed (exit {proc.returncode}); no figures.",
+                          ""]
+                continue
+            lines += [fragment.read_text(encoding="utf-8").rstrip("\n"), ""]
+    return [*lines, SCRIPTS_END, ""]
+
+
+def scripts_section(text: str) -> list[str] | None:
+    """The whole-store section of a report's text (markers included), or None."""
+    if SCRIPTS_BEGIN not in text or SCRIPTS_END not in text:
+        return None
+    body = text[text.index(SCRIPTS_BEGIN):text.index(SCRIPTS_END) + len(SCRIPTS_END)]
+    return [*body.split("\n"), ""]
+
+
+def replace_scripts_section(out: Path, section: list[str]) -> None:
+    """Write ``section`` in place of the whole-store section of the report ``out`` (before its reference
+    section where it has none yet; the report alone where there is no report)."""
+    text = out.read_text(encoding="utf-8") if out.exists() else "# Benchmark results\n"
+    new = "\n".join(section)
+    if scripts_section(text) is not None:
+        text = text[:text.index(SCRIPTS_BEGIN)] + new.rstrip("\n") + text[text.index(SCRIPTS_END) + len(SCRIPTS_END):]
+    elif "\n## Reference:" in text:
+        at = text.index("\n## Reference:") + 1
+        text = text[:at] + new + text[at:]
+    else:
+        text = text.rstrip("\n") + "\n\n" + new
+    out.write_text(text, encoding="utf-8")
+    print(f"wrote the whole-store section of {out}")
+
+
+def write_report(run: dict, out: Path, scripts: list[str] | None = None) -> None:
+    """Write the report of ``run`` to ``out``, with the whole-store section ``scripts`` (None: the one ``out``
+    holds now, if any)."""
     rows = summarise(run)
     date = run.get("datetime", dt.datetime.now(dt.timezone.utc).isoformat())[:10]
     lines = [
@@ -395,6 +501,9 @@ def write_report(run: dict, out: Path) -> None:
                   "interleaved benchmark (each round runs ours, then the alternative), its median per-round",
                   "ratio decides, the ratio of the two separate tests' medians shown beside it.", "", *goals, ""]
     lines += peer_section(rows)
+    if scripts is None and out.exists():
+        scripts = scripts_section(out.read_text(encoding="utf-8"))
+    lines += scripts or []
     profile = profile_chart(rows, out.parent / "charts")
     if profile:
         lines += ["## Where a store → Arrow read's time goes", "",
@@ -420,10 +529,24 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--json", type=Path, help="report from a saved pytest-benchmark JSON instead of running")
     parser.add_argument("--out", type=Path, default=HERE / "RESULTS.md")
+    parser.add_argument("--scripts-only", action="store_true",
+                        help="run only the whole-store scripts and rewrite their section of the report")
+    parser.add_argument("--script-args", action="append", default=[], metavar="SCRIPT=ARGS",
+                        help="the arguments a whole-store script runs with instead of its defaults, e.g. "
+                             "'bench_find.py=--messages 2000000' (repeatable)")
     parser.add_argument("pytest_args", nargs="*", help="arguments for pytest (after --)")
     args = parser.parse_args(argv)
+    extra = {}
+    for item in args.script_args:
+        script, sep, rest = item.partition("=")
+        if not sep or script not in {name for name, _, _ in SCRIPTS}:
+            parser.error(f"--script-args {item!r}: give SCRIPT=ARGS, SCRIPT one of {', '.join(n for n, _, _ in SCRIPTS)}")
+        extra[script] = shlex.split(rest)
+    if args.scripts_only:
+        replace_scripts_section(args.out, run_scripts(extra))
+        return 0
     run = json.loads(args.json.read_text()) if args.json else run_benchmarks(args.pytest_args)
-    write_report(run, args.out)
+    write_report(run, args.out, None if args.json else run_scripts(extra))
     return 0
 
 

@@ -413,15 +413,17 @@ def _unit_rows(log: CommitLog, broker: str, topics: list[str], offsets: np.ndarr
 
 def _topic_is(topic_col: tuple, want: np.ndarray, lengths: np.ndarray, table: np.ndarray) -> np.ndarray:
     """Whether each row's decoded topic (a text column) is the topic ``want`` names (row ``want[i]`` of ``table``,
-    the topics' UTF-8 bytes, ``lengths`` long): compared byte by byte over all rows at once."""
+    the topics' UTF-8 bytes, ``lengths`` long): every row's bytes compared at once, as a rows x width array."""
     ends, data, _valid = topic_col
     ends = np.asarray(ends, dtype=np.int64)
-    starts, sizes = ends[:-1], np.diff(ends)
+    data = np.asarray(data)
     need = lengths[want]
-    ok = sizes == need
-    for j in range(int(need.max(initial=0))):
-        rows = np.flatnonzero(ok & (need > j))
-        ok[rows] = np.asarray(data)[starts[rows] + j] == table[want[rows], j]
+    ok = np.diff(ends) == need
+    if not len(data) or not ok.any():
+        return ok
+    width = np.arange(table.shape[1])
+    at = np.minimum(ends[:-1, None] + width, len(data) - 1)  # (bytes past a topic are not compared)
+    ok &= ((data[at] == table[want]) | (width >= need[:, None])).all(axis=1)
     return ok
 
 

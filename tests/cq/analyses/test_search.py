@@ -317,3 +317,43 @@ def test_a_batchcq_topic_gives_each_message_the_broker_stored():
         assert sorted(x.queue_offset for x in find(store, msg_id=s["msg_id"]).rows) == same_batch
         with pytest.raises(ValueError, match="BatchCQ"):
             find(store, topic="BatchTopic", between=(0, 2**62), group="G", tags="*")
+
+
+def test_rows_stay_columns_until_read(indexed):
+    """A window's rows are columns (FindRows) until read; read, they are the rows of the records read whole."""
+    root, written = indexed
+    begin, end = written[300]["t"], written[1200]["t"]
+    with closing(cq.Store(root)) as store:
+        result = find(store, topic=TOPIC, between=(begin, end))
+        rows = result.rows
+        assert rows._made is None and len(rows) > 0  # counted without making the rows
+        want = [w["offset"] for w in written if w["topic"] == TOPIC and begin <= w["t"] <= end]
+        assert rows.column("commit_log_offset").tolist() == want
+        msgs = store.commit_log.read_messages(want)
+    # made after the store closed: the columns are the read's own copy
+    assert [(r.commit_log_offset, r.queue_id, r.queue_offset, r.msg_id, r.uniq_key, r.keys, r.tags,
+             r.store_timestamp, r.born_timestamp, r.found_by) for r in rows] == \
+        [(m.commit_log_offset, m.queue_id, m.queue_offset, m.msg_id, m.properties.get("UNIQ_KEY"),
+          m.properties.get("KEYS"), m.properties.get("TAGS"), m.store_timestamp, m.born_timestamp, "time_search")
+         for m in msgs]
+    assert rows == list(rows) and rows[0] == next(iter(rows))
+
+
+def test_topic_compared_as_arrays(indexed):
+    """The array check of a record's topic against the topic its unit was read for (lengths and bytes differ)."""
+    from cq.analyses.search import _topic_is
+
+    root, written = indexed
+    with closing(cq.Store(root)) as store:
+        offs = np.array([w["offset"] for w in written[:40]], dtype=np.int64)
+        cols = store.commit_log.decode_columns(offs, ["topic"])
+    topics = [TOPIC, "Other", "Orderz", "O"]
+    table = np.zeros((len(topics), 6), dtype=np.uint8)
+    for i, t in enumerate(topics):
+        table[i, :len(t)] = np.frombuffer(t.encode(), dtype=np.uint8)
+    lengths = np.array([len(t) for t in topics])
+    rnd = random.Random(3)
+    want = np.array([rnd.randrange(len(topics)) for _ in offs], dtype=np.int64)
+    got = _topic_is(cols.columns["topic"], want, lengths, table)
+    assert got.tolist() == [w["topic"] == topics[k] for w, k in zip(written[:40], want.tolist())]
+    assert got.any() and not got.all()
