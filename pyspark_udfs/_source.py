@@ -505,16 +505,17 @@ class ReadOptions:
 
     @classmethod
     def _parse_trace(cls, options: dict, path: str, table: str, brokers) -> ReadOptions:
-        """``table=trace`` (docs/trace.md#spark): one store's trace topic; ``trace_topic`` alone."""
+        """``table=trace`` (docs/trace.md#spark): the trace topic of one store or of several (a cluster, each row with
+        its broker); ``trace_topic`` alone."""
         if table != TRACE_TABLE:
             raise ValueError(f"rocketmq option 'trace_topic' is for table=trace, not table={table!r}")
         clash = sorted(k for k in ("topic", "group", "sql", "tags", "decisions", "from_committed", "filter",
                                    "pushdown", "layer2", "tier") if options.get(k) not in (None, ""))
-        if clash or brokers:
-            raise ValueError(f"rocketmq option table='trace' reads one store's trace topic: option(s) "
-                             f"{', '.join(clash or ['several stores'])} do not apply to it")
+        if clash:
+            raise ValueError(f"rocketmq option table='trace' reads the stores' trace topic: option(s) "
+                             f"{', '.join(clash)} do not apply to it")
         topic = (options.get("trace_topic") or "").strip() or None
-        return cls(path=os.path.abspath(path), table=table, trace_topic=topic)
+        return cls(path=path if brokers else os.path.abspath(path), table=table, trace_topic=topic, brokers=brokers)
 
     def schema(self) -> StructType:
         """The Spark schema these options produce."""

@@ -128,8 +128,12 @@ class _StoreTableReader(DataSourceReader):
     def rows(self, store: cq.Store) -> list[dict]:
         raise NotImplementedError
 
+    def open(self) -> cq.Store | cq.Cluster:
+        """The store read (one store; :class:`TraceReader`: the cluster of a read of several)."""
+        return cq.Store(self.options.path)
+
     def read(self, partition: InputPartition):
-        store = cq.Store(self.options.path)
+        store = self.open()
         try:
             rows = self.rows(store)
         finally:
@@ -150,7 +154,13 @@ class PendingReader(_StoreTableReader):
 
 class TraceReader(_StoreTableReader):
     """``table`` = ``trace``: the rows of :func:`cq.analyses.trace.trace` (those ``rmqfilter trace`` prints),
-    read in one task; a record that does not read fails the read naming its place (docs/trace.md#spark)."""
+    read in one task; a record that does not read fails the read naming its place (docs/trace.md#spark). Over
+    several stores, the cluster's (each row with its broker, as ``rmqfilter trace`` over a cluster prints)."""
+
+    def open(self) -> cq.Store | cq.Cluster:
+        if self.options.brokers:
+            return cq.Cluster([root for _name, root in self.options.brokers])
+        return cq.Store(self.options.path)
 
     def rows(self, store: cq.Store) -> list[dict]:
         from cq.analyses.trace import trace  # lazy: only trace reads need it
