@@ -179,7 +179,7 @@ def write_report(args, rows: list[tuple], n: int, log_bytes: int, search_line: s
         "### find",
         "",
         (f"`bench/bench_find.py --messages {n:,} --queues {args.queues} --keys {args.keys:,} "
-        f"--window-ms {args.window_ms}`: a store of **{n:,} messages** ({log_bytes / 2**30:.2f} GiB of CommitLog) "
+        f"--window-ms {args.window_ms}`: a store of **{n:,} messages** ({log_bytes / 2**30:.2f} GiB of CommitLog files) "
         f"over {args.queues} queues of one topic, one message per ms of store time, written by `cq.writer` with "
         "the IndexFiles of the broker's default geometry. Each lookup against a scan answering the same question "
         f"(the rows checked equal); each time the fastest of at least {args.rounds} rounds and {MIN_SECONDS:.0f} s; {platform.python_implementation()} "

@@ -435,7 +435,7 @@ def run_scripts(extra: dict[str, list[str]]) -> list[str]:
         if why is not None:
             print(f"skipping bench/{script}: {why}", file=sys.stderr)
             lines += [f"### {script.removeprefix('bench_').removesuffix('.py')}", "",
-                      f"{what}: not run in this report ({why}).", ""]
+                      f"{what[0].upper()}{what[1:]}: not run in this report ({why}).", ""]
             continue
         argv = extra.get(script, defaults)
         with tempfile.TemporaryDirectory() as tmp:
@@ -445,11 +445,11 @@ def run_scripts(extra: dict[str, list[str]]) -> list[str]:
             proc = subprocess.run(cmd, cwd=ROOT, env=env, check=False)
             if proc.returncode != 0 or not fragment.exists():
                 lines += [f"### {script.removeprefix('bench_').removesuffix('.py')}", "",
-                          f"{what}: `bench/{script} {shlex.join(argv)}` failed (exit {proc.returncode}); no figures.",
+                          f"{what[0].upper()}{what[1:]}: `bench/{script} {shlex.join(argv)}` failed (exit {proc.returncode}); no figures.",
                           ""]
                 continue
             lines += [fragment.read_text(encoding="utf-8").rstrip("\n"), ""]
-    return [*lines, SCRIPTS_END, ""]
+    return [*lines, SCRIPTS_END, "", ""]
 
 
 def scripts_section(text: str) -> list[str] | None:

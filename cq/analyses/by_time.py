@@ -15,7 +15,6 @@ and keeps exactly the records inside the window. Nothing here decides a filter.
 """
 from __future__ import annotations
 
-import bisect
 import struct
 from dataclasses import dataclass
 
@@ -91,15 +90,22 @@ def time_range(cqueue, log: CommitLog, search: QueueSearch, begin: int | None, e
     the first whose store time is ``> end`` (one past the broker's UPPER boundary of ``end``).
     """
     a, b = search.min_offset, search.max_offset
-    # zero-copy views of the queue's files over [a, b): a probe reads one unit, nothing is copied or clamped
-    views = list(cqueue.raw_chunks(a, b - a))
-    starts = [q for q, _ in views]
+    # zero-copy views of the queue's files, each mapped when a probe first falls in it (a search of a queue of
+    # many files maps a few): a probe reads one unit, nothing is copied or clamped
+    views: list[tuple[int, int, memoryview]] = []  # (first offset, end offset, the file's units from first)
     unit = fmt.CQ_STORE_UNIT_SIZE
     head = _UNIT_HEAD.unpack_from
 
+    def unit_at(q: int) -> tuple[int, int]:
+        for first, stop, raw in views:
+            if first <= q < stop:
+                return head(raw, (q - first) * unit)
+        first, raw = next(cqueue.raw_chunks(q, b - q))  # the units of q's file from q on
+        views.append((first, first + len(raw) // unit, raw))
+        return head(raw, 0)
+
     def stamp(q: int) -> int:
-        first, raw = views[bisect.bisect_right(starts, q) - 1]
-        phys, size = head(raw, (q - first) * unit)
+        phys, size = unit_at(q)
         search.probes += 1
         if phys < lo:
             return _BEFORE
