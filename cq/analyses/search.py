@@ -32,7 +32,6 @@ import selector
 
 from .. import format as fmt
 from ..filter.layers import Layers
-from ..kernels import _objects
 from ..readers.batchcq import expand_batch
 from ..readers.commitlog import CommitLog, Message
 from ..store.cluster import Cluster, broker_name, each_store
@@ -54,6 +53,9 @@ COLUMNS = ("broker", "topic", "queue_id", "queue_offset", "commit_log_offset", "
 BY_MSG_ID, BY_INDEX, BY_SCAN, BY_TIME, BY_TIER = "msg_id", "index", "scan", "time_search", "tier"
 #: Records decoded at a time while reading a range.
 _CHUNK = 1 << 16
+#: The record fields a row is made of (:meth:`FindRow.made`), in its argument order: what the columns path decodes.
+ROW_FIELDS = ("topic", "queue_id", "queue_offset", "commit_log_offset", "store_host", "properties", "store_timestamp",
+              "born_timestamp")
 
 
 @dataclass
@@ -77,12 +79,20 @@ class FindRow:
     @classmethod
     def of(cls, broker: str, msg: Message, found_by: str, topic: str | None = None) -> FindRow:
         """The row of record ``msg``, in ``topic`` (default its own; an LMQ it was dispatched to: its place there)."""
-        p = msg.properties
         topic = msg.topic if topic is None else topic
         queue_id, queue_offset = position(msg, topic)
-        return cls(broker, topic, queue_id, queue_offset, msg.commit_log_offset, msg.msg_id,
-                   p.get(fmt.PROPERTY_UNIQ_KEY), p.get(fmt.PROPERTY_KEYS), p.get(fmt.PROPERTY_TAGS),
-                   msg.store_timestamp, msg.born_timestamp, found_by)
+        return cls.made(broker, topic, queue_id, queue_offset, msg.commit_log_offset, msg.store_host, msg.properties,
+                        msg.store_timestamp, msg.born_timestamp, found_by)
+
+    @classmethod
+    def made(cls, broker: str, topic: str, queue_id: int, queue_offset: int, commit_log_offset: int, store_host: str,
+             properties: dict, store_timestamp: int, born_timestamp: int, found_by: str) -> FindRow:
+        """The row of a record from its fields (:data:`ROW_FIELDS`, as decoded): its place in ``topic``, its offset
+        message id (:attr:`cq.Message.msg_id`), its keys and tags from its properties."""
+        p = properties
+        return cls(broker, topic, queue_id, queue_offset, commit_log_offset,
+                   fmt.offset_msg_id(store_host, commit_log_offset), p.get(fmt.PROPERTY_UNIQ_KEY),
+                   p.get(fmt.PROPERTY_KEYS), p.get(fmt.PROPERTY_TAGS), store_timestamp, born_timestamp, found_by)
 
     def to_dict(self, group: bool = False) -> dict[str, Any]:
         d = asdict(self)
@@ -92,24 +102,27 @@ class FindRow:
 
 
 class _RecordRows:
-    """Rows of records decoded as columns (``CommitLog.decode_columns``, every field): no object per row until
-    :meth:`rows` builds them (:class:`FindRow` by :meth:`FindRow.of`, as for a record read whole)."""
+    """Rows of records decoded as columns (``CommitLog.decode_columns`` of :data:`ROW_FIELDS`; no body): no object
+    per row until :meth:`rows` makes them (:meth:`FindRow.made`, as for a record read whole)."""
 
-    __slots__ = ("args", "broker", "columns", "found_by")
+    __slots__ = ("broker", "columns", "found_by", "rows_kept")
 
-    def __init__(self, broker: str, columns, args: tuple, found_by: str) -> None:
-        self.broker, self.columns, self.args, self.found_by = broker, columns, args, found_by
+    def __init__(self, broker: str, columns, rows_kept: np.ndarray, found_by: str) -> None:
+        self.broker, self.columns, self.rows_kept, self.found_by = broker, columns, rows_kept, found_by
 
     def __len__(self) -> int:
-        return len(self.args[0])
+        return len(self.rows_kept)
 
     def column(self, name: str) -> np.ndarray:
         """An integer field of the kept rows (a record field: the row's own queue, never an LMQ's)."""
-        return np.asarray(self.columns.columns[name])[self.args[0]]
+        return np.asarray(self.columns.columns[name])[self.rows_kept]
 
     def rows(self) -> list[FindRow]:
-        msgs = _objects.message_objects(Message, self.columns.columns, *self.args)
-        return [FindRow.of(self.broker, m, self.found_by) for m in msgs]
+        cols, kept = self.columns, self.rows_kept
+        fields = {name: (cols.texts(name, rows=kept) if name in ("topic", "store_host") else
+                         cols.dicts(kept) if name == "properties" else self.column(name).tolist())
+                  for name in ROW_FIELDS}
+        return [FindRow.made(self.broker, *values, self.found_by) for values in zip(*fields.values())]
 
 
 class FindRows(Sequence):
@@ -131,8 +144,9 @@ class FindRows(Sequence):
     def of_records(cls, log: CommitLog, broker: str, offsets, found_by: str) -> FindRows:
         """The rows of the records at CommitLog ``offsets`` (in that order), each ``found_by`` that, as columns."""
         offs = np.asarray(offsets, dtype=np.int64).reshape(-1)
-        return cls(_RecordRows(broker, log.decode_columns(offs[a:a + _CHUNK]),
-                               log.message_args(offs[a:a + _CHUNK]), found_by) for a in range(0, len(offs), _CHUNK))
+        return cls(_RecordRows(broker, log.decode_columns(offs[a:a + _CHUNK], ROW_FIELDS),
+                               np.arange(len(offs[a:a + _CHUNK]), dtype=np.int64), found_by)
+                   for a in range(0, len(offs), _CHUNK))
 
     def _rows(self) -> list[FindRow]:
         if self._made is None:
@@ -398,7 +412,7 @@ def _unit_rows(log: CommitLog, broker: str, topics: list[str], offsets: np.ndarr
     parts = []
     for a in range(0, len(offsets), _CHUNK):
         offs, want = offsets[a:a + _CHUNK], topic_of[a:a + _CHUNK]
-        cols = log.decode_columns(offs)
+        cols = log.decode_columns(offs, ROW_FIELDS)
         keep = _topic_is(cols.columns["topic"], want, lengths, table)
         if q.begin is not None:
             stamps = cols.columns["store_timestamp"]
@@ -407,7 +421,7 @@ def _unit_rows(log: CommitLog, broker: str, topics: list[str], offsets: np.ndarr
         if q.where is not None and len(rows):
             rows = rows[np.asarray(q.where.matches_many(cols.dicts(rows)), dtype=bool)]
         if len(rows):
-            parts.append(_RecordRows(broker, cols, log.message_args(offs, rows), how))
+            parts.append(_RecordRows(broker, cols, rows.astype(np.int64), how))
     return parts
 
 
