@@ -185,12 +185,13 @@ def main(argv: list[str] | None = None) -> int:
 def write_report(args, rows: list[tuple], n: int, log_bytes: int, search_line: str, t_scan: tuple, t_find: tuple,
                  most_units: int, load: float) -> None:
     """The figures as a Markdown fragment: a ``### find`` heading, the store, one table and the verdict on issue 38's
-    target (bench/report.py). The verdict takes the wall-time ratio; where only the CPU-time ratio holds while the
-    machine ran more than it has cores, it says so and shows both."""
+    target (bench/report.py). The verdict takes the lower of the wall- and CPU-time ratios (the machine's other work
+    lengthens either side's wall time: the scan's, which runs for seconds, most); where only the CPU-time ratio
+    holds while the machine ran more than it has cores, it says so."""
     wall, cpu = t_scan[0] / t_find[0], t_scan[1] / max(t_find[1], 1e-9)
     few = most_units <= 500
     cores = os.cpu_count() or 1
-    if few and wall >= 100:
+    if few and min(wall, cpu) >= 100:
         verdict = "held"
     elif few and cpu >= 100 and load > cores:
         verdict = (f"held by CPU time; the wall-time ratio fell with the machine's other work (load average {load:.1f} "
@@ -215,7 +216,7 @@ def write_report(args, rows: list[tuple], n: int, log_bytes: int, search_line: s
         "",
         (f"{search_line.replace('time search: ', 'Time search: ')}. Target (issue 38): at most a few hundred units "
         f"per queue ({most_units} at most) and at least 100x faster than the scan ({wall:.0f}x by wall time, "
-        f"{cpu:.0f}x by CPU time): {verdict}."),
+        f"{cpu:.0f}x by CPU time; the lower decides): {verdict}."),
         "",
     ]
     with open(args.report, "w", encoding="utf-8") as f:
