@@ -12,6 +12,9 @@ filesystem, so a pickled :class:`ObjectStore` carries its URI and options only.
 """
 from __future__ import annotations
 
+import bisect
+import contextlib
+import mmap
 import os
 import threading
 from dataclasses import dataclass
@@ -20,7 +23,6 @@ import numpy as np
 
 from .. import format as fmt
 from ..errors import ObjectStoreError, StoreFormatError, UnsupportedLayoutError
-from ..kernels import _decode
 from .columns import MessageColumns
 from .commitlog import CommitLog, Message, decode_message
 from .consumequeue import ConsumeQueue
@@ -31,6 +33,7 @@ __all__ = [
     "COALESCE_GAP",
     "NOT_READ_BY_THE_DATA_SOURCE",
     "NO_TAIL",
+    "RECORD_PROBE",
     "ObjectCommitLog",
     "ObjectDir",
     "ObjectStore",
@@ -46,6 +49,12 @@ COALESCE_GAP = 256 * 1024
 #: The most bytes one CommitLog request fetches: the data source's batch budget
 #: (docs/object-storage.md#options, docs/data-path.md#batches-sized-by-bytes).
 BATCH_BYTES = 32 * 1024 * 1024
+#: A record read by offset alone (no unit gives its size) is fetched as its first this many bytes, then
+#: the rest by its TOTALSIZE where it is longer (docs/object-storage.md#coalescing).
+RECORD_PROBE = 4096
+#: The smallest record fetched by its size: a record's fixed head up to its born host
+#: (docs/formats.md#commitlog); one shorter is read from its whole object.
+RECORD_PROBE_MIN = fmt.RECORD_BORN_HOST_POSITION + 8
 
 
 #: mirror directory -> the URI of the store it mirrors (cq.Store of a bucket): what messages show
@@ -456,47 +465,211 @@ class ObjectStore:
 class ObjectCommitLog(CommitLog):
     """A CommitLog whose files are objects of an :class:`ObjectStore` (docs/object-storage.md#costs).
 
-    Its records are decoded by the CommitLog's own code. :meth:`decode_copied` (records whose sizes
-    the units give) fetches them by the coalesced ranges of :func:`coalesce`, never one request per
-    record; every other read (recovery's walk of the last three files, reads by offset alone)
-    fetches the objects it touches whole, once per read.
+    Its records are decoded by the CommitLog's own code, over one buffer per object (an anonymous
+    map of the object's size, pages taken only where bytes are written) that holds the byte ranges
+    fetched so far. Reads by offset (:meth:`read_message`, :meth:`decode_columns`,
+    :meth:`gather_properties`, :meth:`pickup_store_timestamp`, :meth:`hold_records`,
+    :meth:`decode_copied`) fetch the coalesced ranges of the records they need that are not held
+    yet (:func:`coalesce`, docs/object-storage.md#coalescing), never one request per record; walks
+    (recovery's walk of the last three objects, a scan of the log) fetch the objects they walk whole.
+    The listing is the read's cut, so held bytes stay valid until :meth:`close`.
     """
 
     def __init__(self, directory: ObjectDir, *, file_size: int | None = None,
                  check_crc_on_recover: bool = True) -> None:
         super().__init__(directory, file_size=file_size, check_crc_on_recover=check_crc_on_recover)
+        self._bufs: dict[int, mmap.mmap] = {}  # file index -> its buffer
+        self._held: dict[int, list[tuple[int, int]]] = {}  # file index -> held [lo, hi), ascending, disjoint
+        self._fetch_lock = threading.RLock()
+        self._local = threading.local()  # a read by offset in progress in this thread
 
-    def decode_copied(self, physical_offsets, sizes):
-        """:meth:`CommitLog.decode_copied` from coalesced ranges of the objects (every field); where
-        a fetched record is not of its unit's size, or does not decode, :meth:`decode_columns`,
-        which reads the whole objects and raises their errors."""
+    # ------------------------------------------------------------ buffers and held ranges
+    def _buffer_of(self, index: int) -> mmap.mmap:
+        buf = self._bufs.get(index)
+        if buf is None:
+            with self._fetch_lock:
+                buf = self._bufs.get(index)
+                if buf is None:
+                    size = self._source.size_of(self._files[index][1])
+                    buf = self._bufs[index] = mmap.mmap(-1, max(size, 1))
+        return buf
+
+    def _object_size(self, index: int) -> int:
+        return self._source.size_of(self._files[index][1])
+
+    def _object_sizes(self) -> np.ndarray:
+        """Each listed object's size, from the listing (the cut), as an int64 array."""
+        files = self._files
+        cached = getattr(self, "_sizes_of", None)
+        if cached is None or cached[0] is not files:
+            cached = self._sizes_of = (files, np.array([self._source.size_of(k) for _, k in files], dtype=np.int64))
+        return cached[1]
+
+    def _fill(self, index: int, lo: int, hi: int) -> None:
+        """Fetch bytes ``[lo, hi)`` of object ``index`` (one request) into its buffer; hold them."""
+        key = self._files[index][1]
+        data = self._source.read_range(key, lo, hi, kind=self._kind)
+        buf = self._buffer_of(index)
+        buf[lo:hi] = data
+        spans = self._held.setdefault(index, [])
+        bisect.insort(spans, (lo, hi))
+        merged: list[tuple[int, int]] = []
+        for a, b in spans:
+            if merged and a <= merged[-1][1]:
+                merged[-1] = (merged[-1][0], max(merged[-1][1], b))
+            else:
+                merged.append((a, b))
+        self._held[index] = merged
+
+    def _is_held(self, index: int, pos: np.ndarray, end: np.ndarray) -> np.ndarray:
+        """Which records ``[pos, end)`` of object ``index`` its held ranges cover."""
+        spans = self._held.get(index)
+        if not spans:
+            return np.zeros(len(pos), dtype=bool)
+        los = np.array([a for a, _ in spans], dtype=np.int64)
+        his = np.array([b for _, b in spans], dtype=np.int64)
+        at = np.searchsorted(los, pos, side="right") - 1
+        return (at >= 0) & (end <= his[np.maximum(at, 0)])
+
+    def _fetch_ranges(self, offs: np.ndarray, ends: np.ndarray) -> None:
+        """Fetch the coalesced ranges of the records ``[offs, ends)`` (log offsets) not held yet."""
+        idx = self.file_indices(offs)
+        want = np.zeros(len(offs), dtype=bool)
+        for index in np.unique(idx).tolist():
+            sel = idx == index
+            start = int(self._starts[index])
+            want[sel] = ~self._is_held(index, offs[sel] - start, ends[sel] - start)
+        if not want.any():
+            return
+        ranges = coalesce(offs[want], ends[want] - offs[want], self._starts,
+                          gap=self._source.coalesce_gap, budget=self._source.batch_bytes)
+        for lo, hi, index in ranges.tolist():
+            start = int(self._starts[index])
+            self._fill(index, lo - start, min(hi - start, self._object_size(index)))
+
+    def _need(self, offsets, sizes=None) -> None:
+        """Hold every byte the records at ``offsets`` span (docs/object-storage.md#coalescing).
+
+        With ``sizes`` (the units'), their coalesced ranges are fetched; without, each record's first
+        :data:`RECORD_PROBE` bytes, then the rest of those longer than that, by their TOTALSIZE. A
+        record whose head is not a message's, whose size runs past its object, or that is shorter than
+        a record's head, gets its whole object: the local decoder's error then reads the same bytes.
+        Offsets outside the log are left to the local reader's error."""
+        offs = np.asarray(offsets, dtype=np.int64).reshape(-1)
+        if not len(offs) or not self._files:
+            return
+        idx = self.file_indices(offs)
+        inside = idx >= 0
+        offs, idx = offs[inside], idx[inside]
+        if not len(offs):
+            return
+        file_end = self._starts[idx] + self._object_sizes()[idx]
+        with self._fetch_lock:
+            if sizes is not None:
+                first = np.asarray(sizes, dtype=np.int64).reshape(-1)[inside]
+                first = np.maximum(first, RECORD_PROBE_MIN)
+            else:
+                first = np.full(len(offs), RECORD_PROBE, dtype=np.int64)
+            self._fetch_ranges(offs, np.minimum(offs + first, file_end))
+            # each record's own TOTALSIZE and MAGICCODE, from the bytes held now
+            whole: set[int] = set()
+            totals = np.zeros(len(offs), dtype=np.int64)
+            for index in np.unique(idx).tolist():
+                sel = np.flatnonzero(idx == index)
+                buf = np.frombuffer(self._buffer_of(index), dtype=np.uint8)
+                pos = offs[sel] - self._starts[index]
+                short = pos + 8 > file_end[sel] - self._starts[index]
+                if short.any():
+                    whole.add(index)
+                p = pos[~short]
+                head = buf[(p[:, None] + np.arange(8)).reshape(-1)].reshape(-1, 8).astype(np.int64)
+                total = (head[:, 0] << 24) | (head[:, 1] << 16) | (head[:, 2] << 8) | head[:, 3]
+                magic = (head[:, 4] << 24) | (head[:, 5] << 16) | (head[:, 6] << 8) | head[:, 7]
+                magic = np.where(magic >= 1 << 31, magic - (1 << 32), magic)
+                ok = (np.isin(magic, (fmt.MESSAGE_MAGIC_CODE_V1, fmt.MESSAGE_MAGIC_CODE_V2))
+                      & (total >= RECORD_PROBE_MIN) & (p + total <= file_end[sel][~short] - self._starts[index]))
+                if not ok.all():
+                    whole.add(index)
+                totals[sel[~short]] = np.where(ok, total, 0)
+            rest = totals > 0
+            if rest.any():
+                self._fetch_ranges(offs[rest], offs[rest] + totals[rest])
+            for index in sorted(whole):
+                self._hold_whole(index)
+
+    def _hold_whole(self, index: int) -> None:
+        with self._fetch_lock:
+            size = self._object_size(index)
+            if self._held.get(index) != [(0, size)]:
+                self._fill(index, 0, size)
+
+    @contextlib.contextmanager
+    def _by_offset(self, offsets, sizes=None):
+        """A read by offset: fetch what the records need, and let this thread's reads of the
+        buffers within take them as they are (not whole)."""
+        self._need(offsets, sizes)
+        depth = getattr(self._local, "depth", 0)
+        self._local.depth = depth + 1
+        try:
+            yield
+        finally:
+            self._local.depth = depth
+
+    # ------------------------------------------------------------ the CommitLog's buffer access
+    def _map(self, index: int) -> memoryview:
+        """The buffer of object ``index``: inside a read by offset as held, else fetched whole first
+        (a walk reads every byte)."""
+        if not getattr(self._local, "depth", 0):
+            self._hold_whole(index)
+        return memoryview(self._buffer_of(index))
+
+    def _u8(self, index: int) -> np.ndarray:
+        return np.frombuffer(self._map(index), np.uint8)
+
+    def drop_resident(self, index: int | None = None) -> None:
+        """Nothing: the buffers hold fetched bytes, not pages of a file to fault in again."""
+
+    def drop_resident_range(self, lo: int, hi: int) -> None:
+        """Nothing, as :meth:`drop_resident`."""
+
+    # ------------------------------------------------------------ reads by offset: ranges only
+    def hold_records(self, offsets: np.ndarray, sizes: np.ndarray) -> None:
+        """Fetch the coalesced ranges of the records ``(offsets, sizes)`` not held yet: layer 2 then
+        reads them from the buffers (docs/object-storage.md#coalescing)."""
+        self._need(offsets, sizes)
+
+    def read_message(self, physical_offset: int, *, verify_crc: bool | str = False) -> Message:
+        """:meth:`CommitLog.read_message`, the record's bytes fetched by range."""
+        with self._by_offset([physical_offset]):
+            return super().read_message(physical_offset, verify_crc=verify_crc)
+
+    def pickup_store_timestamp(self, physical_offset: int) -> int:
+        """:meth:`CommitLog.pickup_store_timestamp`, the record's bytes fetched by range."""
+        with self._by_offset([physical_offset]):
+            return super().pickup_store_timestamp(physical_offset)
+
+    def decode_columns(self, physical_offsets, fields=None, *, decompress_body: bool = False) -> MessageColumns:
+        """:meth:`CommitLog.decode_columns`, the records' bytes fetched by coalesced ranges."""
+        with self._by_offset(physical_offsets):
+            return super().decode_columns(physical_offsets, fields, decompress_body=decompress_body)
+
+    def gather_properties(self, physical_offsets, *, absent_as_none: bool = False) -> list[dict | None]:
+        """:meth:`CommitLog.gather_properties`, the records' bytes fetched by coalesced ranges."""
+        with self._by_offset(physical_offsets):
+            return super().gather_properties(physical_offsets, absent_as_none=absent_as_none)
+
+    def decode_copied(self, physical_offsets, sizes) -> MessageColumns:
+        """:meth:`CommitLog.decode_copied`: every field of the records, their bytes fetched by the
+        coalesced ranges of the units' sizes (a record not of its unit's size by its own TOTALSIZE;
+        a record that does not decode from its whole object, raising the local decoder's error)."""
         offs = np.asarray(physical_offsets, dtype=np.int64).reshape(-1)
         sizes = np.asarray(sizes, dtype=np.int64).reshape(-1)
-        if len(offs) == 0 or len(sizes) != len(offs) or int(self.file_indices(offs).min()) < 0:
-            return self.decode_columns(offs)
-        source = self._source
-        ranges = coalesce(offs, sizes, self._starts, gap=source.coalesce_gap, budget=source.batch_bytes)
-        parts, bases, base = [], [], 0
-        for lo, hi, index in ranges.tolist():
-            if index in self._maps:  # already whole in memory: no request
-                part = bytes(self._maps[index][lo - self._starts[index]:hi - self._starts[index]])
-            else:
-                start, key = self._files[index]
-                part = source.read_range(key, lo - start, hi - start, kind=self._kind)
-            parts.append(part)
-            bases.append(base)
-            base += len(part)
-        data = np.frombuffer(b"".join(parts), dtype=np.uint8)
-        which = np.searchsorted(ranges[:, 0], offs, side="right") - 1
-        pos = np.asarray(bases, dtype=np.int64)[which] + offs - ranges[which, 0]
-        ends = np.asarray(bases, dtype=np.int64)[which] + ranges[which, 1] - ranges[which, 0]
-        if (pos + sizes > ends).any() or (sizes < 4).any():
-            return self.decode_columns(offs)
-        stored = data[(pos[:, None] + np.arange(4)).reshape(-1)].reshape(-1, 4).astype(np.int64)
-        total = (stored[:, 0] << 24) | (stored[:, 1] << 16) | (stored[:, 2] << 8) | stored[:, 3]
-        if not np.array_equal(total, sizes):  # a unit's size is not its record's: the whole-object path
-            return self.decode_columns(offs)
-        cols, err = _decode.decode_columns(data, np.ascontiguousarray(pos), len(data), fmt.ALL_RECORD_FIELDS)
-        if err is not None:
-            return self.decode_columns(offs)
-        return MessageColumns(cols, len(offs))
+        with self._by_offset(offs, sizes if len(sizes) == len(offs) else None):
+            return super().decode_columns(offs)
+
+    def close(self) -> None:
+        """Release the buffers and forget what they held."""
+        with self._fetch_lock:
+            super().close()
+            self._held.clear()
+            self._bufs.clear()
