@@ -152,9 +152,9 @@ class ObjectDir:
         return self.source.uri_of(self.relpath)
 
     def list_files(self) -> list[tuple[int, str]]:
-        """``(start_offset, relative key)`` of the store files directly in this directory, ascending
-        (names of 20 decimal digits, as ``fmt.list_queue_files``)."""
-        return self.source.list_dir_files(self.relpath)
+        """``(start_offset, URI)`` of the store files directly in this directory, ascending (names of
+        20 decimal digits, as ``fmt.list_queue_files``): messages name each file by its object's URI."""
+        return [(start, self.source.uri_of(key)) for start, key in self.source.list_dir_files(self.relpath)]
 
 
 def _reopen(uri: str, options: dict) -> ObjectStore:
@@ -438,10 +438,30 @@ class ObjectStore:
                 decoded[off] = msg
         return [decoded[o] for o in offsets.tolist()]
 
+    def fetch_files(self, relpath: str, directory: str) -> None:
+        """Fetch the store files directly under ``relpath`` whole, one request each, into the same
+        place under ``directory`` (a private copy, :meth:`mirror`): a queue's ConsumeQueue objects when
+        a read first asks for the queue (kind ``ConsumeQueue`` in :meth:`stats`)."""
+        for _, key in self.list_dir_files(relpath):
+            path = os.path.join(directory, *key.split("/"))
+            os.makedirs(os.path.dirname(path), exist_ok=True)
+            data = self.read_object(key, kind="ConsumeQueue")
+            with open(path, "wb") as out:
+                out.write(data)
+
+    @staticmethod
+    def _is_queue_file(key: str) -> bool:
+        """A ConsumeQueue file: ``consumequeue/<topic>/<queueId>/<20 digits>`` (not a RocksDB
+        consume queue's database, which lies directly in ``consumequeue/``)."""
+        parts = key.split("/")
+        return (len(parts) == 4 and parts[0] == fmt.CONSUME_QUEUE_DIR and parts[2].isdigit()
+                and fmt.parse_file_name(parts[3]) is not None)
+
     def mirror(self, directory: str) -> str:
-        """Fetch every object but the CommitLog's and the ext's whole into ``directory`` (a private,
-        fresh directory), one request each, and make an empty ``commitlog/`` and each queue's empty ext
-        directory there (the ext objects are read queue by queue, :class:`ObjectDir`): the local view
+        """Fetch every object but the CommitLog's, the ConsumeQueues' and the ext's whole into
+        ``directory`` (a private, fresh directory), one request each, and make an empty ``commitlog/``
+        and each queue's empty ConsumeQueue and ext directories there (a queue's objects are read when a
+        read asks for the queue, :class:`ObjectDir`): the local view
         :class:`cq.Store` reads a store in object storage through, its CommitLog staying in the
         bucket (:class:`ObjectCommitLog`, docs/object-storage.md#costs). A store with DLedger data
         is fetched whole, its classic CommitLog too. Returns ``directory``."""
@@ -451,7 +471,8 @@ class ObjectStore:
         for key in sorted(self._listing):
             if classic and key.startswith(fmt.COMMIT_LOG_DIR + "/"):
                 continue
-            if key.startswith(fmt.CONSUME_QUEUE_EXT_DIR + "/"):  # read from the bucket, queue by queue
+            if key.startswith(fmt.CONSUME_QUEUE_EXT_DIR + "/") or self._is_queue_file(key):
+                # read from the bucket, queue by queue, when a read asks for the queue
                 os.makedirs(os.path.join(directory, *key.split("/")[:-1]), exist_ok=True)
                 continue
             kind = key.split("/", 1)[0] if "/" in key else key

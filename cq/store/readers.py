@@ -56,6 +56,8 @@ class ReaderRoom:
         self._undispatched: dict[tuple[str, int], tuple[int, bytes]] | None = None
         # readers are opened lazily; the lock makes threads sharing a Store open each one once
         self._open_lock = threading.RLock()
+        # a store in a bucket: the queues whose ConsumeQueue objects its private copy holds
+        self._fetched_queues: set[tuple[str, ...]] = set()
 
     @property
     def commit_log(self) -> CommitLog:
@@ -148,7 +150,8 @@ class ReaderRoom:
         d = os.path.join(self.root, fmt.CONSUME_QUEUE_DIR, topic, str(int(queue_id)))
         if not os.path.isdir(d):
             raise KeyError(f"no consume queue {topic}/{queue_id} in {self.root}")
-        cqueue = ConsumeQueue(d, file_size=self._cq_size, topic=topic, queue_id=int(queue_id))
+        cqueue = ConsumeQueue(self._consume_queue_dir(topic, queue_id), file_size=self._cq_size, topic=topic,
+                              queue_id=int(queue_id))
         try:
             if self.commit_log.files and self.commit_log.min_offset > 0:
                 cqueue.correct_min_offset(self.commit_log.min_offset)
@@ -165,7 +168,8 @@ class ReaderRoom:
             classic = os.path.join(self.root, fmt.CONSUME_QUEUE_DIR, topic, str(int(queue_id)))
             if not os.path.isdir(classic):
                 raise KeyError(f"no consume queue {topic}/{queue_id} in {self.root}")
-            units = ConsumeQueue(classic, file_size=self._cq_size, topic=topic, queue_id=int(queue_id))
+            units = ConsumeQueue(self._consume_queue_dir(topic, queue_id), file_size=self._cq_size, topic=topic,
+                                 queue_id=int(queue_id))
             try:
                 held = units.max_offset > units.min_offset
             finally:
@@ -228,6 +232,19 @@ class ReaderRoom:
             self._cqs[key] = cq
         return cq
 
+    def _consume_queue_dir(self, topic: str, queue_id: int):
+        """The directory a queue's :class:`ConsumeQueue` opens, under the root. For a store in a bucket,
+        the queue's objects are fetched whole into the private copy the first time a read asks for the
+        queue, once for the Store's life (the listing is its snapshot, docs/object-storage.md#costs)."""
+        rel = (fmt.CONSUME_QUEUE_DIR, topic, str(int(queue_id)))
+        source = getattr(self, "source", None)
+        if source is not None:
+            with self._open_lock:
+                if rel not in self._fetched_queues:
+                    source.fetch_files("/".join(rel), self.root)
+                    self._fetched_queues.add(rel)
+        return os.path.join(self.root, *rel)
+
     def _new_consume_queue(self, topic: str, queue_id: int) -> ConsumeQueue:
         """A new reader of one queue, as the broker sees the queue (every reader comes from here)."""
         if topic in self.layout.compaction_topics:  # docs/reading.md#compaction-topics
@@ -247,7 +264,8 @@ class ReaderRoom:
             d = os.path.join(self.root, fmt.CONSUME_QUEUE_DIR, topic, str(int(queue_id)))
             if not os.path.isdir(d):
                 raise KeyError(f"no consume queue {topic}/{queue_id} in {self.root}")
-            cq = ConsumeQueue(d, file_size=self._cq_size, topic=topic, queue_id=int(queue_id))
+            cq = ConsumeQueue(self._consume_queue_dir(topic, queue_id), file_size=self._cq_size, topic=topic,
+                              queue_id=int(queue_id))
         end, units = self._undispatched_units().get((topic, int(queue_id)), (None, b""))
         if units and cq.max_offset == end:
             cq.set_undispatched(units)  # what the broker's recovery dispatches (docs/reliability.md#undispatched)
@@ -265,7 +283,8 @@ class ReaderRoom:
             if undispatched.crashed(self.root) and self.commit_log.files and self.layout.consume_queues == "files":
                 log = self.commit_log
                 self._undispatched = undispatched.undispatched_units(self.root, log, log.max_offset,
-                                                                     cq_file_size=self._cq_size)
+                                                                     cq_file_size=self._cq_size,
+                                                                     queue_dir=self._consume_queue_dir)
         return self._undispatched
 
     def ext(self, topic: str, queue_id: int) -> ConsumeQueueExt | None:

@@ -389,3 +389,34 @@ def test_sql92_group_read_from_the_bucket_is_ranged(s3_server, tmp_path):
     assert requests >= 3 + (fetched - 3 * size) // budget
     assert requests > 2 * files
     assert fetched <= files * size + 3 * size
+
+
+@pytest.mark.objectstore
+def test_store_fetches_a_queue_when_a_read_asks_for_it(s3_server, tmp_path):
+    """Opening ``cq.Store`` of a bucket fetches no ConsumeQueue object; a read fetches the objects of the
+    queues it reads, whole, once, and nothing of the other topics' queues; the answers are the local ones."""
+    root = write_brokers(tmp_path, messages=3000, consume_queue_file_size=20 * 200)[0]
+    uri = s3_server.upload(root, "lazyqueues", "east")
+    opts = {"endpoint": s3_server.endpoint, "region": "us-east-1"}
+    with closing(cq.Store(uri, object_options=opts)) as remote, closing(cq.Store(root)) as local:
+        topics = local.topics()
+        assert remote.topics() == topics and len(topics) > 1
+        assert [remote.queue_ids(t) for t in topics] == [local.queue_ids(t) for t in topics]
+        kinds = remote.source.stats()
+        assert "ConsumeQueue" not in kinds and "consumequeue" not in kinds
+        keys = [k for k in remote.source.keys if k.startswith("consumequeue/")]
+        sizes = {k: remote.source.size_of(k) for k in keys}
+
+        def of(topic, queue=None):
+            prefix = f"consumequeue/{topic}/" + ("" if queue is None else f"{queue}/")
+            mine = [k for k in keys if k.startswith(prefix)]
+            return len(mine), sum(sizes[k] for k in mine)
+
+        topic = max(topics, key=lambda t: of(t)[0])
+        assert of(topic, 0)[0] > 1  # several files in the queue
+        assert np.array_equal(remote.consume_queue(topic, 0).read(), local.consume_queue(topic, 0).read())
+        assert remote.source.stats()["ConsumeQueue"] == of(topic, 0)
+        got = list(remote.consume(topic, "G", tags="*"))
+        assert got == list(local.consume(topic, "G", tags="*"))
+        # every queue of the topic once (queue 0's reader is cached by the Store), no other topic's
+        assert remote.source.stats()["ConsumeQueue"] == of(topic)
