@@ -31,6 +31,7 @@ from .ext import ConsumeQueueExt
 __all__ = [
     "BATCH_BYTES",
     "COALESCE_GAP",
+    "HEAD_FIRST",
     "NOT_READ_BY_THE_DATA_SOURCE",
     "NO_TAIL",
     "RECORD_PROBE",
@@ -49,6 +50,10 @@ COALESCE_GAP = 256 * 1024
 #: The most bytes one CommitLog request fetches: the data source's batch budget
 #: (docs/object-storage.md#options, docs/data-path.md#batches-sized-by-bytes).
 BATCH_BYTES = 32 * 1024 * 1024
+#: The first head of a queue's last ConsumeQueue or ext object a Store fetches; then twice as much each
+#: time until the head holds the end of the queue's data (docs/object-storage.md#costs). A multiple of
+#: the ConsumeQueue's 20-byte unit.
+HEAD_FIRST = 20 * 52429
 #: A record read by offset alone (no unit gives its size) is fetched as its first this many bytes, then
 #: the rest by its TOTALSIZE where it is longer (docs/object-storage.md#coalescing).
 RECORD_PROBE = 4096
@@ -438,16 +443,31 @@ class ObjectStore:
                 decoded[off] = msg
         return [decoded[o] for o in offsets.tolist()]
 
-    def fetch_files(self, relpath: str, directory: str) -> None:
-        """Fetch the store files directly under ``relpath`` whole, one request each, into the same
-        place under ``directory`` (a private copy, :meth:`mirror`): a queue's ConsumeQueue objects when
-        a read first asks for the queue (kind ``ConsumeQueue`` in :meth:`stats`)."""
-        for _, key in self.list_dir_files(relpath):
+    def fetch_files(self, relpath: str, directory: str, *, kind: str, enough=None) -> None:
+        """Copy the store files directly under ``relpath`` into the same place under ``directory`` (a
+        private copy, :meth:`mirror`), each whole in one request: a queue's ConsumeQueue or ext objects
+        when a read first asks for the queue (``kind`` in :meth:`stats`).
+
+        ``enough(head)``, when given, says whether the head of the last file holds everything a read
+        takes from that file (its readers stop at the end of the data): the last file is then fetched
+        by its head alone, :data:`HEAD_FIRST` bytes and then twice as many each time until ``enough``,
+        and the copy is the object's size with the rest left a hole of zeros (docs/object-storage.md#costs).
+        """
+        files = self.list_dir_files(relpath)
+        for n, (_, key) in enumerate(files):
             path = os.path.join(directory, *key.split("/"))
             os.makedirs(os.path.dirname(path), exist_ok=True)
-            data = self.read_object(key, kind="ConsumeQueue")
+            size = self.size_of(key)
+            if enough is None or n + 1 < len(files):
+                data = self.read_object(key, kind=kind)
+            else:
+                data, step = b"", HEAD_FIRST
+                while len(data) < size and not (data and enough(data)):
+                    data += self.read_range(key, len(data), min(size, len(data) + step), kind=kind)
+                    step *= 2
             with open(path, "wb") as out:
                 out.write(data)
+                out.truncate(size)
 
     @staticmethod
     def _is_queue_file(key: str) -> bool:

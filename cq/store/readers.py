@@ -15,6 +15,8 @@ import numpy as np
 
 from .. import format as fmt
 from ..errors import CompactionWarning, StoreFormatError
+from ..readers import consumequeue
+from ..readers import ext as ext_reader
 from ..readers.batchcq import BatchConsumeQueue
 from ..readers.commitlog import SEALED_AGE_NS, CommitLog
 from ..readers.compaction import CompactionConsumeQueue, CompactionLog, compaction_queue_dirs
@@ -232,16 +234,21 @@ class ReaderRoom:
             self._cqs[key] = cq
         return cq
 
-    def _consume_queue_dir(self, topic: str, queue_id: int):
-        """The directory a queue's :class:`ConsumeQueue` opens, under the root. For a store in a bucket,
-        the queue's objects are fetched whole into the private copy the first time a read asks for the
-        queue, once for the Store's life (the listing is its snapshot, docs/object-storage.md#costs)."""
-        rel = (fmt.CONSUME_QUEUE_DIR, topic, str(int(queue_id)))
+    def _consume_queue_dir(self, topic: str, queue_id: int) -> str:
+        """The directory a queue's :class:`ConsumeQueue` opens, under the root (:meth:`_queue_copy`)."""
+        return self._queue_copy((fmt.CONSUME_QUEUE_DIR, topic, str(int(queue_id))), "ConsumeQueue",
+                                consumequeue.data_ends_within)
+
+    def _queue_copy(self, rel: tuple[str, ...], kind: str, enough) -> str:
+        """The directory ``rel`` under the root. For a store in a bucket, its objects are fetched into
+        the private copy the first time a read asks for the queue, once for the Store's life (the listing
+        is its snapshot): whole, but the last file by the head that holds the end of the queue's data
+        (``enough``, :meth:`cq.ObjectStore.fetch_files`, docs/object-storage.md#costs)."""
         source = getattr(self, "source", None)
         if source is not None:
             with self._open_lock:
                 if rel not in self._fetched_queues:
-                    source.fetch_files("/".join(rel), self.root)
+                    source.fetch_files("/".join(rel), self.root, kind=kind, enough=enough)
                     self._fetched_queues.add(rel)
         return os.path.join(self.root, *rel)
 
@@ -298,15 +305,13 @@ class ReaderRoom:
 
     def _new_ext(self, topic: str, queue_id: int) -> ConsumeQueueExt | None:
         """A new :class:`ConsumeQueueExt` of the queue, None where the store has no ext files for it. A
-        store in a bucket reads the queue's ext objects from there, each whole on first use
-        (docs/object-storage.md#costs): its private copy holds their directory only."""
+        store in a bucket fetches the queue's ext objects into its private copy when a read first asks
+        for them, the last by the head that holds the end of its data (:meth:`_queue_copy`)."""
         rel = (fmt.CONSUME_QUEUE_EXT_DIR, topic, str(int(queue_id)))
-        d = os.path.join(self.root, *rel)
-        if not os.path.isdir(d):
+        if not os.path.isdir(os.path.join(self.root, *rel)):
             return None
-        if getattr(self, "source", None) is not None:
-            return ConsumeQueueExt(ObjectDir(self.source, "/".join(rel)), file_size=self._ext_size)
-        return ConsumeQueueExt(d, file_size=self._ext_size)
+        return ConsumeQueueExt(self._queue_copy(rel, "ConsumeQueueExt", ext_reader.data_ends_within),
+                               file_size=self._ext_size)
 
     def _queue_readers(self, topic: str, queue_id: int, with_ext: bool = True) -> tuple[ConsumeQueue,
                                                                                        ConsumeQueueExt | None]:

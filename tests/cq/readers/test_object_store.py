@@ -18,7 +18,7 @@ from helpers import DATA
 
 import cq
 import rmqfilter
-from cq.readers.objects import COALESCE_GAP, RECORD_PROBE, ObjectStore, coalesce
+from cq.readers.objects import COALESCE_GAP, HEAD_FIRST, RECORD_PROBE, ObjectStore, coalesce
 from cq.writer.sample import generate_sample_store
 
 ROOT = Path(__file__).resolve().parents[3]
@@ -382,8 +382,16 @@ def test_sql92_group_read_from_the_bucket_is_ranged(s3_server, tmp_path):
         files, size = len(local.commit_log.files), local.commit_log.file_size
     with closing(cq.Store(uri, object_options=opts)) as remote:
         got = list(remote.consume(topic, "GID_RED_CHEAP", sql=SAMPLE_SQL))
-        requests, fetched = remote.source.stats()["CommitLog"]
+        stats = remote.source.stats()
+        requests, fetched = stats["CommitLog"]
+        listing = {k: remote.source.size_of(k) for k in remote.source.keys}
     assert got == want and 0 < len(got) < 3000
+    # each queue's ConsumeQueue and ext objects: the heads holding their data, one request each here,
+    # not the preallocated objects (6,000,000 and 48 MiB bytes at the broker's default)
+    for kind, top in (("ConsumeQueue", "consumequeue"), ("ConsumeQueueExt", "consumequeue_ext")):
+        objects = [k for k in listing if k.startswith(f"{top}/{topic}/")]
+        assert stats[kind] == (len(objects), sum(min(HEAD_FIRST, listing[k]) for k in objects)), kind
+        assert all(listing[k] > HEAD_FIRST for k in objects)
     # the recovery walks the last three objects whole; every other request is at most the budget
     # (these records are far smaller), and no byte is fetched twice
     assert requests >= 3 + (fetched - 3 * size) // budget
@@ -420,3 +428,37 @@ def test_store_fetches_a_queue_when_a_read_asks_for_it(s3_server, tmp_path):
         assert got == list(local.consume(topic, "G", tags="*"))
         # every queue of the topic once (queue 0's reader is cached by the Store), no other topic's
         assert remote.source.stats()["ConsumeQueue"] == of(topic)
+
+
+@pytest.mark.objectstore
+def test_last_queue_objects_fetched_by_growing_heads(s3_server, tmp_path, monkeypatch):
+    """A queue's last ConsumeQueue and ext objects are fetched by heads twice as long each time until one
+    holds the end of the queue's data: the same answers as the local copy, and the requests counted."""
+    from cq.readers import consumequeue, ext, objects
+
+    monkeypatch.setattr(objects, "HEAD_FIRST", 20 * 8)
+    root = tmp_path / "store"
+    topic = generate_sample_store(root, messages=3000, seed=2, commit_log_file_size=1 << 18).main_topic
+    uri = s3_server.upload(root, "heads", "east")
+    opts = {"endpoint": s3_server.endpoint, "region": "us-east-1"}
+
+    def heads(path: Path, enough) -> tuple[int, int]:
+        data, size, step, requests = path.read_bytes(), path.stat().st_size, 20 * 8, 0
+        got = 0
+        while got < size and not (got and enough(data[:got])):
+            got, step, requests = min(size, got + step), step * 2, requests + 1
+        return requests, got
+
+    with closing(cq.Store(uri, object_options=opts)) as remote, closing(cq.Store(root)) as local:
+        for group, kw in (("G", {"tags": "*"}), ("GID_RED_CHEAP", {"sql": SAMPLE_SQL})):
+            assert list(remote.consume(topic, group, **kw)) == list(local.consume(topic, group, **kw))
+        for q in local.queue_ids(topic):
+            mine, theirs = remote.consume_queue(topic, q), local.consume_queue(topic, q)
+            assert (mine.min_offset, mine.max_offset) == (theirs.min_offset, theirs.max_offset)
+            assert remote.ext(topic, q).max_offset == local.ext(topic, q).max_offset
+        stats = remote.source.stats()
+    for kind, top, enough in (("ConsumeQueue", "consumequeue", consumequeue.data_ends_within),
+                              ("ConsumeQueueExt", "consumequeue_ext", ext.data_ends_within)):
+        want = [heads(f, enough) for f in sorted((root / top / topic).glob("*/*"))]
+        assert all(r > 2 for r, _ in want)  # several heads each
+        assert stats[kind] == (sum(r for r, _ in want), sum(b for _, b in want)), kind
