@@ -35,6 +35,7 @@ __all__ = [
     "NOT_READ_BY_THE_DATA_SOURCE",
     "NO_TAIL",
     "RECORD_PROBE",
+    "CopiedDir",
     "ObjectCommitLog",
     "ObjectDir",
     "ObjectStore",
@@ -160,6 +161,21 @@ class ObjectDir:
         """``(start_offset, URI)`` of the store files directly in this directory, ascending (names of
         20 decimal digits, as ``fmt.list_queue_files``): messages name each file by its object's URI."""
         return [(start, self.source.uri_of(key)) for start, key in self.source.list_dir_files(self.relpath)]
+
+
+@dataclass(frozen=True)
+class CopiedDir(ObjectDir):
+    """A queue directory of a store in object storage that :class:`cq.Store` reads through its private
+    copy: listed from the store's listing, its files copied (:meth:`ObjectStore.fetch_files`) by
+    ``copy()`` the first time a reader maps one of them, then mapped from the copy; a reader that
+    never maps a file (an ext a read does not consult) fetches nothing (docs/object-storage.md#costs)."""
+
+    copy: object = None  # () -> the local directory holding the copy, fetched on the first call
+
+    def open_file(self, path: str) -> memoryview:
+        """The mapped bytes of the queue's file ``path`` (its URI), from the copy."""
+        local = os.path.join(self.copy(), path.rsplit("/", 1)[-1])
+        return fmt.map_file_identity(local)[0]
 
 
 def _reopen(uri: str, options: dict) -> ObjectStore:

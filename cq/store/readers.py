@@ -4,6 +4,7 @@ after each pass so thousands of queues hold one queue's files at a time (docs/li
 from __future__ import annotations
 
 import contextlib
+import functools
 import os
 import threading
 import time
@@ -23,7 +24,7 @@ from ..readers.compaction import CompactionConsumeQueue, CompactionLog, compacti
 from ..readers.consumequeue import ConsumeQueue
 from ..readers.dledger import DLedgerCommitLog
 from ..readers.ext import ConsumeQueueExt
-from ..readers.objects import ObjectCommitLog, ObjectDir
+from ..readers.objects import CopiedDir, ObjectCommitLog, ObjectDir
 from ..readers.rocksdb import RocksDBConsumeQueue, RocksDBQueueTable
 from . import undispatched
 from .decide import records_present
@@ -308,10 +309,13 @@ class ReaderRoom:
         store in a bucket fetches the queue's ext objects into its private copy when a read first asks
         for them, the last by the head that holds the end of its data (:meth:`_queue_copy`)."""
         rel = (fmt.CONSUME_QUEUE_EXT_DIR, topic, str(int(queue_id)))
-        if not os.path.isdir(os.path.join(self.root, *rel)):
+        d = os.path.join(self.root, *rel)
+        if not os.path.isdir(d):
             return None
-        return ConsumeQueueExt(self._queue_copy(rel, "ConsumeQueueExt", ext_reader.data_ends_within),
-                               file_size=self._ext_size)
+        if getattr(self, "source", None) is not None:  # fetched when a read first maps one of its files
+            copy = functools.partial(self._queue_copy, rel, "ConsumeQueueExt", ext_reader.data_ends_within)
+            return ConsumeQueueExt(CopiedDir(self.source, "/".join(rel), copy), file_size=self._ext_size)
+        return ConsumeQueueExt(d, file_size=self._ext_size)
 
     def _queue_readers(self, topic: str, queue_id: int, with_ext: bool = True) -> tuple[ConsumeQueue,
                                                                                        ConsumeQueueExt | None]:
