@@ -263,6 +263,9 @@ class ObjectStore:
             why = "the bucket does not exist"
         elif isinstance(exc, FileNotFoundError) or "NoSuchKey" in text or "NOT_FOUND" in text:
             why = "no such object (deleted since the listing?)" if byte_range is not None else "no such object"
+        elif "InvalidRange" in text or "HTTP status 416" in text or "past end of file" in text:
+            why = ("object is shorter than listed: the range starts past its end "
+                   "(truncated or overwritten since the listing)")
         elif "NETWORK_CONNECTION" in text or "curlCode" in text:
             why = "cannot reach the endpoint (the endpoint option, or AWS_ENDPOINT_URL)"
         else:

@@ -464,3 +464,31 @@ def test_last_queue_objects_fetched_by_growing_heads(s3_server, tmp_path, monkey
         want = [heads(f, enough) for f in sorted((root / top / topic).glob("*/*"))]
         assert all(r > 2 for r, _ in want)  # several heads each
         assert stats[kind] == (sum(r for r, _ in want), sum(b for _, b in want)), kind
+
+
+@pytest.mark.objectstore
+def test_truncated_objects_in_ranged_reads_name_uri_and_range(s3_server, tmp_path):
+    """An object overwritten shorter after the listing: a record read by range, and a queue's head, fail
+    naming the object's URI and the byte range asked, never a short answer; no secret in the message."""
+    root = write_brokers(tmp_path, messages=3000, commit_log_file_size=1 << 18)[0]
+    uri = s3_server.upload(root, "truncranges", "east")
+    opts = {"endpoint": s3_server.endpoint, "region": "us-east-1"}
+    with closing(cq.Store(uri, object_options=opts)) as remote, closing(cq.Store(root)) as local:
+        topic = local.topics()[0]
+        units = local.consume_queue(topic, 0).read()
+        first = local.commit_log.files[0][0]
+        off = int(units["commit_log_offset"][units["commit_log_offset"] >= first + 4096][0])
+        key = remote.source.list_dir_files("commitlog")[0][1]
+        cq_key = remote.source.list_dir_files(f"consumequeue/{topic}/1")[-1][1]
+        fs = s3_server.filesystem()
+        for k in (key, cq_key):
+            with fs.open_output_stream(f"truncranges/east/{k}") as out:
+                out.write(b"\0" * 100)
+        with pytest.raises(cq.ObjectStoreError, match="shorter than listed") as info:
+            remote.commit_log.read_message(off)
+        assert info.value.uri == f"{uri}/{key}"
+        assert info.value.byte_range == (off - first, off - first + RECORD_PROBE)
+        with pytest.raises(cq.ObjectStoreError, match="shorter than listed") as info:
+            remote.consume_queue(topic, 1).read()
+        assert info.value.uri == f"{uri}/{cq_key}" and info.value.byte_range[0] == 0
+        assert s3_server.secret_key not in str(info.value)
