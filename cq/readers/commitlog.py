@@ -450,7 +450,10 @@ class CommitLog(MappedFileQueue):
         With ``check_crc`` a record whose body CRC does not match ends the data (status 2;
         ``records`` then counts only up to the window that held it).
         """
-        buf = np.frombuffer(self._map(index), np.uint8)
+        return self._walk_buffer(index, np.frombuffer(self._map(index), np.uint8), check_crc, pos)
+
+    def _walk_buffer(self, index: int, buf: np.ndarray, check_crc: bool, pos: int) -> tuple[int, int, int]:
+        """:meth:`_walk_file` over ``buf``, file ``index``'s bytes (all of them, or a head of them)."""
         n = len(buf)
         records = 0
         while True:

@@ -692,6 +692,50 @@ class ObjectCommitLog(CommitLog):
     def drop_resident_range(self, lo: int, hi: int) -> None:
         """Nothing, as :meth:`drop_resident`."""
 
+    # ------------------------------------------------------------ the recovery walk: by growing heads
+    def _walk_file(self, index: int, check_crc: bool, pos: int = 0) -> tuple[int, int, int]:
+        """:meth:`CommitLog._walk_file` over the object's head, fetched :data:`HEAD_FIRST` bytes past
+        ``pos`` first and twice as many each time the walk runs out of fetched bytes, so the walk to the
+        end of the data (the broker's recovery, docs/object-storage.md#costs) never fetches the
+        preallocated rest of the last object. The walk stops where it stops over the whole object: it
+        goes on while the record it stopped at is not wholly fetched."""
+        size = self._object_size(index)
+        have = self._head_held(index)
+        want = have if have >= pos + 8 else min(size, pos + HEAD_FIRST)  # a walk again from its end: no request
+        records = 0
+        while True:
+            self._hold_head(index, want)
+            buf = np.frombuffer(self._buffer_of(index), np.uint8)[:want]
+            p, status, r = self._walk_buffer(index, buf, check_crc, pos)
+            records += r
+            if want >= size or status == 1 or not self._cut_short(buf, p):
+                return p, status, records
+            pos, want = p, min(size, 2 * want)
+
+    def _head_held(self, index: int) -> int:
+        """The end of the bytes held from the start of object ``index`` (0: none)."""
+        spans = self._held.get(index) or []
+        return spans[0][1] if spans and spans[0][0] == 0 else 0
+
+    def _hold_head(self, index: int, end: int) -> None:
+        """Hold bytes ``[0, end)`` of object ``index``: the part not held yet from the start, one request."""
+        with self._fetch_lock:
+            have = self._head_held(index)
+            if have < end:
+                self._fill(index, have, end)
+
+    @staticmethod
+    def _cut_short(buf: np.ndarray, p: int) -> bool:
+        """Whether a walk over the head ``buf`` stopped at ``p`` only because the head ends: fewer than a
+        record head's bytes left, or a record whose magic code is a message's or the blank's and whose
+        TOTALSIZE runs past the head."""
+        n = len(buf)
+        if p + 8 > n:
+            return True
+        total, magic = fmt.RECORD_HEAD_STRUCT.unpack_from(buf, p)
+        magics = (fmt.MESSAGE_MAGIC_CODE_V1, fmt.MESSAGE_MAGIC_CODE_V2, fmt.BLANK_MAGIC_CODE)
+        return magic in magics and total > 0 and p + total > n
+
     # ------------------------------------------------------------ reads by offset: ranges only
     def hold_records(self, offsets: np.ndarray, sizes: np.ndarray) -> None:
         """Fetch the coalesced ranges of the records ``(offsets, sizes)`` not held yet: layer 2 then

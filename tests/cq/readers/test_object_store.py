@@ -492,3 +492,19 @@ def test_truncated_objects_in_ranged_reads_name_uri_and_range(s3_server, tmp_pat
             remote.consume_queue(topic, 1).read()
         assert info.value.uri == f"{uri}/{cq_key}" and info.value.byte_range[0] == 0
         assert s3_server.secret_key not in str(info.value)
+
+
+@pytest.mark.objectstore
+def test_recovery_walk_fetches_heads_not_preallocated_objects(s3_server, tmp_path):
+    """The CommitLog's end (the broker's recovery walk, every read's cut) from a bucket: the local end,
+    from the head of the last object that holds the data, not the preallocated object whole."""
+    root = write_brokers(tmp_path, messages=3000, commit_log_file_size=16 << 20)[0]
+    uri = s3_server.upload(root, "recovery", "east")
+    opts = {"endpoint": s3_server.endpoint, "region": "us-east-1"}
+    with closing(cq.Store(uri, object_options=opts)) as remote, closing(cq.Store(root)) as local:
+        assert len(local.commit_log.files) == 1 and local.commit_log.max_offset + 8 < HEAD_FIRST
+        assert remote.commit_log.max_offset == local.commit_log.max_offset
+        assert remote.source.stats()["CommitLog"] == (1, HEAD_FIRST)
+        topic = local.topics()[0]
+        assert list(remote.consume(topic, "G", sql="a > 5")) == list(local.consume(topic, "G", sql="a > 5"))
+        assert remote.source.stats()["CommitLog"] == (1, HEAD_FIRST)  # every record lies in that head
