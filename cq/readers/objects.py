@@ -694,14 +694,15 @@ class ObjectCommitLog(CommitLog):
 
     # ------------------------------------------------------------ the recovery walk: by growing heads
     def _walk_file(self, index: int, check_crc: bool, pos: int = 0) -> tuple[int, int, int]:
-        """:meth:`CommitLog._walk_file` over the object's head, fetched :data:`HEAD_FIRST` bytes past
-        ``pos`` first and twice as many each time the walk runs out of fetched bytes, so the walk to the
-        end of the data (the broker's recovery, docs/object-storage.md#costs) never fetches the
-        preallocated rest of the last object. The walk stops where it stops over the whole object: it
+        """:meth:`CommitLog._walk_file` over the object's head, fetched ``batch_bytes`` (the budget of a
+        request) past ``pos`` first and as many again each time the walk runs out of fetched bytes, so the
+        walk to the end of the data (the broker's recovery, docs/object-storage.md#costs) never fetches
+        the preallocated rest of the last object. The walk stops where it stops over the whole object: it
         goes on while the record it stopped at is not wholly fetched."""
         size = self._object_size(index)
+        step = self._source.batch_bytes
         have = self._head_held(index)
-        want = have if have >= pos + 8 else min(size, pos + HEAD_FIRST)  # a walk again from its end: no request
+        want = have if have >= pos + 8 else min(size, pos + step)  # a walk again from its end: no request
         records = 0
         while True:
             self._hold_head(index, want)
@@ -710,7 +711,7 @@ class ObjectCommitLog(CommitLog):
             records += r
             if want >= size or status == 1 or not self._cut_short(buf, p):
                 return p, status, records
-            pos, want = p, min(size, 2 * want)
+            pos, want = p, min(size, want + step)
 
     def _head_held(self, index: int) -> int:
         """The end of the bytes held from the start of object ``index`` (0: none)."""
