@@ -26,6 +26,7 @@ from ..errors import ObjectStoreError, StoreFormatError, UnsupportedLayoutError
 from .columns import MessageColumns
 from .commitlog import CommitLog, Message, decode_message
 from .consumequeue import ConsumeQueue
+from .dledger import DLedgerCommitLog
 from .ext import ConsumeQueueExt
 
 __all__ = [
@@ -37,8 +38,10 @@ __all__ = [
     "RECORD_PROBE",
     "CopiedDir",
     "ObjectCommitLog",
+    "ObjectDLedgerCommitLog",
     "ObjectDir",
     "ObjectStore",
+    "RangedLog",
     "coalesce",
     "is_object_uri",
     "name_uris",
@@ -489,6 +492,12 @@ class ObjectStore:
                 out.truncate(size)
 
     @staticmethod
+    def _is_log_file(key: str, dledger: str) -> bool:
+        """A file of the DLedger log: ``<dledger-dir>/data/<20 digits>``."""
+        head, _, name = key.rpartition("/")
+        return head == f"{dledger}/{fmt.DLEDGER_DATA_DIR}" and fmt.parse_file_name(name) is not None
+
+    @staticmethod
     def _is_queue_file(key: str) -> bool:
         """A ConsumeQueue file: ``consumequeue/<topic>/<queueId>/<20 digits>`` (not a RocksDB
         consume queue's database, which lies directly in ``consumequeue/``)."""
@@ -503,12 +512,15 @@ class ObjectStore:
         read asks for the queue, :class:`ObjectDir`): the local view
         :class:`cq.Store` reads a store in object storage through, its CommitLog staying in the
         bucket (:class:`ObjectCommitLog`, docs/object-storage.md#costs). A store with DLedger data
-        is fetched whole, its classic CommitLog too. Returns ``directory``."""
-        classic = self.dledger is None  # a DLedger (or migrated) store's logs are fetched whole too
-        if classic:
+        reads its logs, classic and DLedger, from the bucket too (:class:`ObjectDLedgerCommitLog`); the copy
+        holds their directories. Returns ``directory``."""
+        dledger = self.dledger
+        if dledger is None:
             os.makedirs(os.path.join(directory, fmt.COMMIT_LOG_DIR), exist_ok=True)
         for key in sorted(self._listing):
-            if classic and key.startswith(fmt.COMMIT_LOG_DIR + "/"):
+            if key.startswith(fmt.COMMIT_LOG_DIR + "/") or (dledger is not None and self._is_log_file(key, dledger)):
+                if dledger is not None:  # its directory: the layout is read from the copy
+                    os.makedirs(os.path.join(directory, *key.split("/")[:-1]), exist_ok=True)
                 continue
             if key.startswith(fmt.CONSUME_QUEUE_EXT_DIR + "/") or self._is_queue_file(key):
                 # read from the bucket, queue by queue, when a read asks for the queue
@@ -522,22 +534,24 @@ class ObjectStore:
         return directory
 
 
-class ObjectCommitLog(CommitLog):
-    """A CommitLog whose files are objects of an :class:`ObjectStore` (docs/object-storage.md#costs).
+class RangedLog:
+    """What a CommitLog whose files are objects of an :class:`ObjectStore` reads through
+    (docs/object-storage.md#costs): mixed in before :class:`CommitLog` (:class:`ObjectCommitLog`) or
+    :class:`DLedgerCommitLog` (:class:`ObjectDLedgerCommitLog`).
 
-    Its records are decoded by the CommitLog's own code, over one buffer per object (an anonymous
-    map of the object's size, pages taken only where bytes are written) that holds the byte ranges
-    fetched so far. Reads by offset (:meth:`read_message`, :meth:`decode_columns`,
-    :meth:`gather_properties`, :meth:`pickup_store_timestamp`, :meth:`hold_records`,
-    :meth:`decode_copied`) fetch the coalesced ranges of the records they need that are not held
-    yet (:func:`coalesce`, docs/object-storage.md#coalescing), never one request per record; walks
-    (recovery's walk of the last three objects, a scan of the log) fetch the objects they walk whole.
-    The listing is the read's cut, so held bytes stay valid until :meth:`close`.
+    Its records are decoded by the log's own code, over one buffer per object (an anonymous map of the
+    object's size, pages taken only where bytes are written) that holds the byte ranges fetched so far.
+    Reads by offset (:meth:`read_message`, :meth:`decode_columns`, :meth:`gather_properties`,
+    :meth:`pickup_store_timestamp`, :meth:`hold_records`, :meth:`decode_copied`) fetch the coalesced
+    ranges of the records they need that are not held yet (:func:`coalesce`,
+    docs/object-storage.md#coalescing), never one request per record; the recovery walk of a classic
+    object fetches it by heads up to the end of its data; other walks (a DLedger object's entries, a
+    scan of the log) fetch the objects they walk whole. The listing is the read's cut, so held bytes
+    stay valid until :meth:`close`.
     """
 
-    def __init__(self, directory: ObjectDir, *, file_size: int | None = None,
-                 check_crc_on_recover: bool = True) -> None:
-        super().__init__(directory, file_size=file_size, check_crc_on_recover=check_crc_on_recover)
+    def __init__(self, directory, **kwargs) -> None:
+        super().__init__(directory, **kwargs)
         self._bufs: dict[int, mmap.mmap] = {}  # file index -> its buffer
         self._held: dict[int, list[tuple[int, int]]] = {}  # file index -> held [lo, hi), ascending, disjoint
         self._fetch_lock = threading.RLock()
@@ -699,6 +713,9 @@ class ObjectCommitLog(CommitLog):
         walk to the end of the data (the broker's recovery, docs/object-storage.md#costs) never fetches
         the preallocated rest of the last object. The walk stops where it stops over the whole object: it
         goes on while the record it stopped at is not wholly fetched."""
+        is_dledger = getattr(self, "_is_dledger", None)
+        if is_dledger is not None and is_dledger(index):  # DLedger entries: the object whole
+            return super()._walk_file(index, check_crc, pos)
         size = self._object_size(index)
         step = self._source.batch_bytes
         have = self._head_held(index)
@@ -778,3 +795,12 @@ class ObjectCommitLog(CommitLog):
             super().close()
             self._held.clear()
             self._bufs.clear()
+
+
+class ObjectCommitLog(RangedLog, CommitLog):
+    """A classic CommitLog whose files are objects of an :class:`ObjectStore` (:class:`RangedLog`)."""
+
+
+class ObjectDLedgerCommitLog(RangedLog, DLedgerCommitLog):
+    """A DLedger CommitLog (and the classic one below it in a migrated store) whose files are objects of
+    an :class:`ObjectStore` (:class:`RangedLog`): records read by ranges, entries walked whole."""

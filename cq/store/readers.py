@@ -24,7 +24,7 @@ from ..readers.compaction import CompactionConsumeQueue, CompactionLog, compacti
 from ..readers.consumequeue import ConsumeQueue
 from ..readers.dledger import DLedgerCommitLog
 from ..readers.ext import ConsumeQueueExt
-from ..readers.objects import CopiedDir, ObjectCommitLog, ObjectDir
+from ..readers.objects import CopiedDir, ObjectCommitLog, ObjectDir, ObjectDLedgerCommitLog
 from ..readers.rocksdb import RocksDBConsumeQueue, RocksDBQueueTable
 from . import undispatched
 from .decide import records_present
@@ -74,8 +74,14 @@ class ReaderRoom:
     def _open_commit_log(self) -> CommitLog:
         layout = self.layout
         layout.check_commit_log()
-        if getattr(self, "source", None) is not None and layout.dledger_dir is None:  # stays in the bucket
-            return ObjectCommitLog(ObjectDir(self.source, fmt.COMMIT_LOG_DIR), file_size=self._cl_size)
+        source = getattr(self, "source", None)
+        if source is not None:  # stays in the bucket, read by ranges (docs/object-storage.md#costs)
+            classic = ObjectDir(source, fmt.COMMIT_LOG_DIR)
+            if source.dledger is None:
+                return ObjectCommitLog(classic, file_size=self._cl_size)
+            return ObjectDLedgerCommitLog(ObjectDir(source, f"{source.dledger}/{fmt.DLEDGER_DATA_DIR}"),
+                                          classic_directory=classic if classic.list_files() else None,
+                                          file_size=self._cl_size)
         if layout.dledger_dir is not None:
             return DLedgerCommitLog(layout.dledger_dir, classic_directory=layout.commit_log_dir,
                                     file_size=self._cl_size)
