@@ -152,8 +152,11 @@ class MappedFileQueue:
                 m = self._maps.get(index)
                 if m is None:
                     path = self._files[index][1]
-                    if self._source is not None:  # one GET of the whole object
-                        m = self._maps[index] = memoryview(self._source.read_object(path, kind=self._kind))
+                    if self._source is not None:  # one GET of the whole object, or the Store's copy of it
+                        opener = getattr(self._directory_arg, "open_file", None)
+                        m = opener(path) if opener is not None else memoryview(
+                            self._source.read_object(path, kind=self._kind))
+                        self._maps[index] = m
                         return m
                     try:
                         m, self._identities[path] = fmt.map_file_identity(path)

@@ -358,6 +358,24 @@ class CommitLog(MappedFileQueue):
         """The mapped bytes of file ``index`` (read-only)."""
         return self._map(index)
 
+    def hold_records(self, offsets: np.ndarray, sizes: np.ndarray) -> None:
+        """Make the records ``(offsets, sizes)`` readable until the reader closes: what
+        :func:`cq.store.decide.records_present` asks before layer 2 reads them. Here every listed file
+        from the first record's to the last's is mapped (files are contiguous: one that holds none of
+        them costs a map and no read, and the broker expires files oldest first, so one gone means
+        every record before it is gone too); :class:`StoreFileDeleted` where one was expired. A
+        CommitLog in object storage fetches the records' coalesced ranges instead
+        (docs/object-storage.md#coalescing)."""
+        offsets = np.asarray(offsets, dtype=np.int64)
+        if not len(offsets):
+            return
+        starts = self.file_starts
+        first = max(0, int(np.searchsorted(starts, offsets.min(), side="right")) - 1)
+        for off in starts[first:int(np.searchsorted(starts, offsets.max(), side="right"))].tolist():
+            index = self.file_index(off)
+            if index is not None:
+                self.buffer(index)
+
     @property
     def min_offset(self) -> int:
         """Physical offset of the first byte of the first file."""
@@ -432,7 +450,10 @@ class CommitLog(MappedFileQueue):
         With ``check_crc`` a record whose body CRC does not match ends the data (status 2;
         ``records`` then counts only up to the window that held it).
         """
-        buf = np.frombuffer(self._map(index), np.uint8)
+        return self._walk_buffer(index, np.frombuffer(self._map(index), np.uint8), check_crc, pos)
+
+    def _walk_buffer(self, index: int, buf: np.ndarray, check_crc: bool, pos: int) -> tuple[int, int, int]:
+        """:meth:`_walk_file` over ``buf``, file ``index``'s bytes (all of them, or a head of them)."""
         n = len(buf)
         records = 0
         while True:

@@ -16,6 +16,19 @@ _RECOVER_FIRST_CHUNK = 204
 _RECOVER_CHUNK = 16384
 
 
+def ends_data(units: np.ndarray) -> np.ndarray:
+    """Bool mask: the units that end a queue's data in its recovery (``commit_log_offset < 0`` or
+    ``size <= 0``, docs/formats.md#consumequeue)."""
+    return (units["commit_log_offset"] < 0) | (units["size"] <= 0)
+
+
+def data_ends_within(data) -> bool:
+    """Whether bytes ``data`` (the head of a ConsumeQueue file) hold the unit that ends the queue's data:
+    the recovery reads nothing past it, so a copy of a file needs no more (docs/object-storage.md#costs)."""
+    whole = len(data) // fmt.CQ_STORE_UNIT_SIZE * fmt.CQ_STORE_UNIT_SIZE
+    return bool(ends_data(np.frombuffer(data, dtype=fmt.CQ_UNIT_DTYPE, count=whole // fmt.CQ_STORE_UNIT_SIZE)).any())
+
+
 class ConsumeQueue(MappedFileQueue):
     """Read-only view of one ``consumequeue/{topic}/{queueId}/`` directory.
 
@@ -175,8 +188,7 @@ class ConsumeQueue(MappedFileQueue):
             i, chunk = skip, _RECOVER_FIRST_CHUNK
             skip = 0
             while i < len(units):
-                part = units[i:i + chunk]
-                bad = (part["commit_log_offset"] < 0) | (part["size"] <= 0)
+                bad = ends_data(units[i:i + chunk])
                 if bad.any():
                     return start // fmt.CQ_STORE_UNIT_SIZE + i + int(np.argmax(bad))
                 i += chunk

@@ -53,7 +53,9 @@ class DLedgerCommitLog(CommitLog):
 
     def __init__(self, directory: str | os.PathLike, *, classic_directory: str | os.PathLike | None = None,
                  file_size: int | None = None, check_crc_on_recover: bool = True) -> None:
-        self.classic_directory = None if classic_directory is None else os.fspath(classic_directory)
+        # a directory of a store in object storage (cq.readers.objects.ObjectDir) stays as it is
+        self.classic_directory = None if classic_directory is None else (
+            classic_directory if hasattr(classic_directory, "list_files") else os.fspath(classic_directory))
         super().__init__(directory, file_size=file_size, check_crc_on_recover=check_crc_on_recover)
 
     def __repr__(self) -> str:
@@ -64,21 +66,27 @@ class DLedgerCommitLog(CommitLog):
         return {**super()._reopen_kwargs(), "classic_directory": self.classic_directory}
 
     def _list_files(self, file_size: int | None) -> tuple[list[tuple[int, str]], int]:
+        if self._source is not None:  # a store in object storage: its listing (a snapshot), listed once
+            classic = self.classic_directory.list_files() if self.classic_directory is not None else []
+            return self._divide(self._directory_arg.list_files(), classic, file_size, self._source.size_of)
         for attempt in range(3):
             try:
-                entries = fmt.list_queue_files(self.directory)
-                divided = entries[0][0] if entries else None
-                classic = []
-                if self.classic_directory is not None:
-                    classic = [(s, p) for s, p in fmt.list_queue_files(self.classic_directory)
-                               if divided is None or s < divided]
-                self._divided = divided if divided is not None else (
-                    classic[-1][0] + os.path.getsize(classic[-1][1]) if classic else 0)
-                return fmt.check_queue_files(classic + entries, file_size, kind="CommitLog")
+                classic = fmt.list_queue_files(self.classic_directory) if self.classic_directory is not None else []
+                return self._divide(fmt.list_queue_files(self.directory), classic, file_size, None)
             except FileNotFoundError:
                 if attempt == 2:
                     raise
         raise AssertionError("unreachable")  # pragma: no cover
+
+    def _divide(self, entries, classic, file_size: int | None, size_of) -> tuple[list[tuple[int, str]], int]:
+        """The log's files: the classic files below the first DLedger file, then the DLedger files
+        (docs/formats.md#dledger-commitlog); sets :attr:`divided_offset`. ``size_of`` gives a file's size
+        (None: the local file's)."""
+        divided = entries[0][0] if entries else None
+        classic = [(s, p) for s, p in classic if divided is None or s < divided]
+        size = size_of or os.path.getsize
+        self._divided = divided if divided is not None else (classic[-1][0] + size(classic[-1][1]) if classic else 0)
+        return fmt.check_queue_files(classic + entries, file_size, kind="CommitLog", size_of=size)
 
     @property
     def divided_offset(self) -> int:

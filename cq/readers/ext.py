@@ -99,6 +99,14 @@ def _no_units(k: int) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
     return np.zeros(k, dtype=bool), np.zeros(k, dtype=np.int64), np.zeros(k, dtype=np.int64), np.zeros(k, dtype=np.int16)
 
 
+def data_ends_within(data) -> bool:
+    """Whether bytes ``data`` (the head of the last ext file) hold the whole walk to the end of the ext's
+    data and the size field that ends it: nothing past that is read in the last file (every read stops at
+    :meth:`ConsumeQueueExt.limit`), so a copy of the file needs no more (docs/object-storage.md#costs)."""
+    end, status = _ext.ext_walk(np.frombuffer(data, dtype=np.uint8), 0)
+    return status == 0 and end + 2 <= len(data)
+
+
 class ConsumeQueueExt(MappedFileQueue):
     """Read-only view of one ``consumequeue_ext/{topic}/{queueId}/`` directory.
 

@@ -12,6 +12,9 @@ filesystem, so a pickled :class:`ObjectStore` carries its URI and options only.
 """
 from __future__ import annotations
 
+import bisect
+import contextlib
+import mmap
 import os
 import threading
 from dataclasses import dataclass
@@ -20,20 +23,25 @@ import numpy as np
 
 from .. import format as fmt
 from ..errors import ObjectStoreError, StoreFormatError, UnsupportedLayoutError
-from ..kernels import _decode
 from .columns import MessageColumns
 from .commitlog import CommitLog, Message, decode_message
 from .consumequeue import ConsumeQueue
+from .dledger import DLedgerCommitLog
 from .ext import ConsumeQueueExt
 
 __all__ = [
     "BATCH_BYTES",
     "COALESCE_GAP",
+    "HEAD_FIRST",
     "NOT_READ_BY_THE_DATA_SOURCE",
     "NO_TAIL",
+    "RECORD_PROBE",
+    "CopiedDir",
     "ObjectCommitLog",
+    "ObjectDLedgerCommitLog",
     "ObjectDir",
     "ObjectStore",
+    "RangedLog",
     "coalesce",
     "is_object_uri",
     "name_uris",
@@ -46,6 +54,16 @@ COALESCE_GAP = 256 * 1024
 #: The most bytes one CommitLog request fetches: the data source's batch budget
 #: (docs/object-storage.md#options, docs/data-path.md#batches-sized-by-bytes).
 BATCH_BYTES = 32 * 1024 * 1024
+#: The first head of a queue's last ConsumeQueue or ext object a Store fetches; then twice as much each
+#: time until the head holds the end of the queue's data (docs/object-storage.md#costs). A multiple of
+#: the ConsumeQueue's 20-byte unit.
+HEAD_FIRST = 20 * 52429
+#: A record read by offset alone (no unit gives its size) is fetched as its first this many bytes, then
+#: the rest by its TOTALSIZE where it is longer (docs/object-storage.md#coalescing).
+RECORD_PROBE = 4096
+#: The smallest record fetched by its size: a record's fixed head up to its born host
+#: (docs/formats.md#commitlog); one shorter is read from its whole object.
+RECORD_PROBE_MIN = fmt.RECORD_BORN_HOST_POSITION + 8
 
 
 #: mirror directory -> the URI of the store it mirrors (cq.Store of a bucket): what messages show
@@ -143,9 +161,24 @@ class ObjectDir:
         return self.source.uri_of(self.relpath)
 
     def list_files(self) -> list[tuple[int, str]]:
-        """``(start_offset, relative key)`` of the store files directly in this directory, ascending
-        (names of 20 decimal digits, as ``fmt.list_queue_files``)."""
-        return self.source.list_dir_files(self.relpath)
+        """``(start_offset, URI)`` of the store files directly in this directory, ascending (names of
+        20 decimal digits, as ``fmt.list_queue_files``): messages name each file by its object's URI."""
+        return [(start, self.source.uri_of(key)) for start, key in self.source.list_dir_files(self.relpath)]
+
+
+@dataclass(frozen=True)
+class CopiedDir(ObjectDir):
+    """A queue directory of a store in object storage that :class:`cq.Store` reads through its private
+    copy: listed from the store's listing, its files copied (:meth:`ObjectStore.fetch_files`) by
+    ``copy()`` the first time a reader maps one of them, then mapped from the copy; a reader that
+    never maps a file (an ext a read does not consult) fetches nothing (docs/object-storage.md#costs)."""
+
+    copy: object = None  # () -> the local directory holding the copy, fetched on the first call
+
+    def open_file(self, path: str) -> memoryview:
+        """The mapped bytes of the queue's file ``path`` (its URI), from the copy."""
+        local = os.path.join(self.copy(), path.rsplit("/", 1)[-1])
+        return fmt.map_file_identity(local)[0]
 
 
 def _reopen(uri: str, options: dict) -> ObjectStore:
@@ -233,6 +266,9 @@ class ObjectStore:
             why = "the bucket does not exist"
         elif isinstance(exc, FileNotFoundError) or "NoSuchKey" in text or "NOT_FOUND" in text:
             why = "no such object (deleted since the listing?)" if byte_range is not None else "no such object"
+        elif "InvalidRange" in text or "HTTP status 416" in text or "past end of file" in text:
+            why = ("object is shorter than listed: the range starts past its end "
+                   "(truncated or overwritten since the listing)")
         elif "NETWORK_CONNECTION" in text or "curlCode" in text:
             why = "cannot reach the endpoint (the endpoint option, or AWS_ENDPOINT_URL)"
         else:
@@ -429,20 +465,65 @@ class ObjectStore:
                 decoded[off] = msg
         return [decoded[o] for o in offsets.tolist()]
 
+    def fetch_files(self, relpath: str, directory: str, *, kind: str, enough=None) -> None:
+        """Copy the store files directly under ``relpath`` into the same place under ``directory`` (a
+        private copy, :meth:`mirror`), each whole in one request: a queue's ConsumeQueue or ext objects
+        when a read first asks for the queue (``kind`` in :meth:`stats`).
+
+        ``enough(head)``, when given, says whether the head of the last file holds everything a read
+        takes from that file (its readers stop at the end of the data): the last file is then fetched
+        by its head alone, :data:`HEAD_FIRST` bytes and then twice as many each time until ``enough``,
+        and the copy is the object's size with the rest left a hole of zeros (docs/object-storage.md#costs).
+        """
+        files = self.list_dir_files(relpath)
+        for n, (_, key) in enumerate(files):
+            path = os.path.join(directory, *key.split("/"))
+            os.makedirs(os.path.dirname(path), exist_ok=True)
+            size = self.size_of(key)
+            if enough is None or n + 1 < len(files):
+                data = self.read_object(key, kind=kind)
+            else:
+                data, step = b"", HEAD_FIRST
+                while len(data) < size and not (data and enough(data)):
+                    data += self.read_range(key, len(data), min(size, len(data) + step), kind=kind)
+                    step *= 2
+            with open(path, "wb") as out:
+                out.write(data)
+                out.truncate(size)
+
+    @staticmethod
+    def _is_log_file(key: str, dledger: str) -> bool:
+        """A file of the DLedger log: ``<dledger-dir>/data/<20 digits>``."""
+        head, _, name = key.rpartition("/")
+        return head == f"{dledger}/{fmt.DLEDGER_DATA_DIR}" and fmt.parse_file_name(name) is not None
+
+    @staticmethod
+    def _is_queue_file(key: str) -> bool:
+        """A ConsumeQueue file: ``consumequeue/<topic>/<queueId>/<20 digits>`` (not a RocksDB
+        consume queue's database, which lies directly in ``consumequeue/``)."""
+        parts = key.split("/")
+        return (len(parts) == 4 and parts[0] == fmt.CONSUME_QUEUE_DIR and parts[2].isdigit()
+                and fmt.parse_file_name(parts[3]) is not None)
+
     def mirror(self, directory: str) -> str:
-        """Fetch every object but the CommitLog's and the ext's whole into ``directory`` (a private,
-        fresh directory), one request each, and make an empty ``commitlog/`` and each queue's empty ext
-        directory there (the ext objects are read queue by queue, :class:`ObjectDir`): the local view
+        """Fetch every object but the CommitLog's, the ConsumeQueues' and the ext's whole into
+        ``directory`` (a private, fresh directory), one request each, and make an empty ``commitlog/``
+        and each queue's empty ConsumeQueue and ext directories there (a queue's objects are read when a
+        read asks for the queue, :class:`ObjectDir`): the local view
         :class:`cq.Store` reads a store in object storage through, its CommitLog staying in the
         bucket (:class:`ObjectCommitLog`, docs/object-storage.md#costs). A store with DLedger data
-        is fetched whole, its classic CommitLog too. Returns ``directory``."""
-        classic = self.dledger is None  # a DLedger (or migrated) store's logs are fetched whole too
-        if classic:
+        reads its logs, classic and DLedger, from the bucket too (:class:`ObjectDLedgerCommitLog`); the copy
+        holds their directories. Returns ``directory``."""
+        dledger = self.dledger
+        if dledger is None:
             os.makedirs(os.path.join(directory, fmt.COMMIT_LOG_DIR), exist_ok=True)
         for key in sorted(self._listing):
-            if classic and key.startswith(fmt.COMMIT_LOG_DIR + "/"):
+            if key.startswith(fmt.COMMIT_LOG_DIR + "/") or (dledger is not None and self._is_log_file(key, dledger)):
+                if dledger is not None:  # its directory: the layout is read from the copy
+                    os.makedirs(os.path.join(directory, *key.split("/")[:-1]), exist_ok=True)
                 continue
-            if key.startswith(fmt.CONSUME_QUEUE_EXT_DIR + "/"):  # read from the bucket, queue by queue
+            if key.startswith(fmt.CONSUME_QUEUE_EXT_DIR + "/") or self._is_queue_file(key):
+                # read from the bucket, queue by queue, when a read asks for the queue
                 os.makedirs(os.path.join(directory, *key.split("/")[:-1]), exist_ok=True)
                 continue
             kind = key.split("/", 1)[0] if "/" in key else key
@@ -453,50 +534,273 @@ class ObjectStore:
         return directory
 
 
-class ObjectCommitLog(CommitLog):
-    """A CommitLog whose files are objects of an :class:`ObjectStore` (docs/object-storage.md#costs).
+class RangedLog:
+    """What a CommitLog whose files are objects of an :class:`ObjectStore` reads through
+    (docs/object-storage.md#costs): mixed in before :class:`CommitLog` (:class:`ObjectCommitLog`) or
+    :class:`DLedgerCommitLog` (:class:`ObjectDLedgerCommitLog`).
 
-    Its records are decoded by the CommitLog's own code. :meth:`decode_copied` (records whose sizes
-    the units give) fetches them by the coalesced ranges of :func:`coalesce`, never one request per
-    record; every other read (recovery's walk of the last three files, reads by offset alone)
-    fetches the objects it touches whole, once per read.
+    Its records are decoded by the log's own code, over one buffer per object (an anonymous map of the
+    object's size, pages taken only where bytes are written) that holds the byte ranges fetched so far.
+    Reads by offset (:meth:`read_message`, :meth:`decode_columns`, :meth:`gather_properties`,
+    :meth:`pickup_store_timestamp`, :meth:`hold_records`, :meth:`decode_copied`) fetch the coalesced
+    ranges of the records they need that are not held yet (:func:`coalesce`,
+    docs/object-storage.md#coalescing), never one request per record; the recovery walk of a classic
+    object fetches it by heads up to the end of its data; other walks (a DLedger object's entries, a
+    scan of the log) fetch the objects they walk whole. The listing is the read's cut, so held bytes
+    stay valid until :meth:`close`.
     """
 
-    def __init__(self, directory: ObjectDir, *, file_size: int | None = None,
-                 check_crc_on_recover: bool = True) -> None:
-        super().__init__(directory, file_size=file_size, check_crc_on_recover=check_crc_on_recover)
+    def __init__(self, directory, **kwargs) -> None:
+        super().__init__(directory, **kwargs)
+        self._bufs: dict[int, mmap.mmap] = {}  # file index -> its buffer
+        self._held: dict[int, list[tuple[int, int]]] = {}  # file index -> held [lo, hi), ascending, disjoint
+        self._fetch_lock = threading.RLock()
+        self._local = threading.local()  # a read by offset in progress in this thread
 
-    def decode_copied(self, physical_offsets, sizes):
-        """:meth:`CommitLog.decode_copied` from coalesced ranges of the objects (every field); where
-        a fetched record is not of its unit's size, or does not decode, :meth:`decode_columns`,
-        which reads the whole objects and raises their errors."""
+    # ------------------------------------------------------------ buffers and held ranges
+    def _buffer_of(self, index: int) -> mmap.mmap:
+        buf = self._bufs.get(index)
+        if buf is None:
+            with self._fetch_lock:
+                buf = self._bufs.get(index)
+                if buf is None:
+                    size = self._source.size_of(self._files[index][1])
+                    buf = self._bufs[index] = mmap.mmap(-1, max(size, 1))
+        return buf
+
+    def _object_size(self, index: int) -> int:
+        return self._source.size_of(self._files[index][1])
+
+    def _object_sizes(self) -> np.ndarray:
+        """Each listed object's size, from the listing (the cut), as an int64 array."""
+        files = self._files
+        cached = getattr(self, "_sizes_of", None)
+        if cached is None or cached[0] is not files:
+            cached = self._sizes_of = (files, np.array([self._source.size_of(k) for _, k in files], dtype=np.int64))
+        return cached[1]
+
+    def _fill(self, index: int, lo: int, hi: int) -> None:
+        """Fetch bytes ``[lo, hi)`` of object ``index`` (one request) into its buffer; hold them."""
+        key = self._files[index][1]
+        data = self._source.read_range(key, lo, hi, kind=self._kind)
+        buf = self._buffer_of(index)
+        buf[lo:hi] = data
+        spans = self._held.setdefault(index, [])
+        bisect.insort(spans, (lo, hi))
+        merged: list[tuple[int, int]] = []
+        for a, b in spans:
+            if merged and a <= merged[-1][1]:
+                merged[-1] = (merged[-1][0], max(merged[-1][1], b))
+            else:
+                merged.append((a, b))
+        self._held[index] = merged
+
+    def _is_held(self, index: int, pos: np.ndarray, end: np.ndarray) -> np.ndarray:
+        """Which records ``[pos, end)`` of object ``index`` its held ranges cover."""
+        spans = self._held.get(index)
+        if not spans:
+            return np.zeros(len(pos), dtype=bool)
+        los = np.array([a for a, _ in spans], dtype=np.int64)
+        his = np.array([b for _, b in spans], dtype=np.int64)
+        at = np.searchsorted(los, pos, side="right") - 1
+        return (at >= 0) & (end <= his[np.maximum(at, 0)])
+
+    def _fetch_ranges(self, offs: np.ndarray, ends: np.ndarray) -> None:
+        """Fetch the coalesced ranges of the records ``[offs, ends)`` (log offsets) not held yet."""
+        idx = self.file_indices(offs)
+        want = np.zeros(len(offs), dtype=bool)
+        for index in np.unique(idx).tolist():
+            sel = idx == index
+            start = int(self._starts[index])
+            want[sel] = ~self._is_held(index, offs[sel] - start, ends[sel] - start)
+        if not want.any():
+            return
+        ranges = coalesce(offs[want], ends[want] - offs[want], self._starts,
+                          gap=self._source.coalesce_gap, budget=self._source.batch_bytes)
+        for lo, hi, index in ranges.tolist():
+            start = int(self._starts[index])
+            self._fill(index, lo - start, min(hi - start, self._object_size(index)))
+
+    def _need(self, offsets, sizes=None) -> None:
+        """Hold every byte the records at ``offsets`` span (docs/object-storage.md#coalescing).
+
+        With ``sizes`` (the units'), their coalesced ranges are fetched; without, each record's first
+        :data:`RECORD_PROBE` bytes, then the rest of those longer than that, by their TOTALSIZE. A
+        record whose head is not a message's, whose size runs past its object, or that is shorter than
+        a record's head, gets its whole object: the local decoder's error then reads the same bytes.
+        Offsets outside the log are left to the local reader's error."""
+        offs = np.asarray(offsets, dtype=np.int64).reshape(-1)
+        if not len(offs) or not self._files:
+            return
+        idx = self.file_indices(offs)
+        inside = idx >= 0
+        offs, idx = offs[inside], idx[inside]
+        if not len(offs):
+            return
+        file_end = self._starts[idx] + self._object_sizes()[idx]
+        with self._fetch_lock:
+            if sizes is not None:
+                first = np.asarray(sizes, dtype=np.int64).reshape(-1)[inside]
+                first = np.maximum(first, RECORD_PROBE_MIN)
+            else:
+                first = np.full(len(offs), RECORD_PROBE, dtype=np.int64)
+            self._fetch_ranges(offs, np.minimum(offs + first, file_end))
+            # each record's own TOTALSIZE and MAGICCODE, from the bytes held now
+            whole: set[int] = set()
+            totals = np.zeros(len(offs), dtype=np.int64)
+            for index in np.unique(idx).tolist():
+                sel = np.flatnonzero(idx == index)
+                buf = np.frombuffer(self._buffer_of(index), dtype=np.uint8)
+                pos = offs[sel] - self._starts[index]
+                short = pos + 8 > file_end[sel] - self._starts[index]
+                if short.any():
+                    whole.add(index)
+                p = pos[~short]
+                head = buf[(p[:, None] + np.arange(8)).reshape(-1)].reshape(-1, 8).astype(np.int64)
+                total = (head[:, 0] << 24) | (head[:, 1] << 16) | (head[:, 2] << 8) | head[:, 3]
+                magic = (head[:, 4] << 24) | (head[:, 5] << 16) | (head[:, 6] << 8) | head[:, 7]
+                magic = np.where(magic >= 1 << 31, magic - (1 << 32), magic)
+                ok = (np.isin(magic, (fmt.MESSAGE_MAGIC_CODE_V1, fmt.MESSAGE_MAGIC_CODE_V2))
+                      & (total >= RECORD_PROBE_MIN) & (p + total <= file_end[sel][~short] - self._starts[index]))
+                if not ok.all():
+                    whole.add(index)
+                totals[sel[~short]] = np.where(ok, total, 0)
+            rest = totals > 0
+            if rest.any():
+                self._fetch_ranges(offs[rest], offs[rest] + totals[rest])
+            for index in sorted(whole):
+                self._hold_whole(index)
+
+    def _hold_whole(self, index: int) -> None:
+        with self._fetch_lock:
+            size = self._object_size(index)
+            if self._held.get(index) != [(0, size)]:
+                self._fill(index, 0, size)
+
+    @contextlib.contextmanager
+    def _by_offset(self, offsets, sizes=None):
+        """A read by offset: fetch what the records need, and let this thread's reads of the
+        buffers within take them as they are (not whole)."""
+        self._need(offsets, sizes)
+        depth = getattr(self._local, "depth", 0)
+        self._local.depth = depth + 1
+        try:
+            yield
+        finally:
+            self._local.depth = depth
+
+    # ------------------------------------------------------------ the CommitLog's buffer access
+    def _map(self, index: int) -> memoryview:
+        """The buffer of object ``index``: inside a read by offset as held, else fetched whole first
+        (a walk reads every byte)."""
+        if not getattr(self._local, "depth", 0):
+            self._hold_whole(index)
+        return memoryview(self._buffer_of(index))
+
+    def _u8(self, index: int) -> np.ndarray:
+        return np.frombuffer(self._map(index), np.uint8)
+
+    def drop_resident(self, index: int | None = None) -> None:
+        """Nothing: the buffers hold fetched bytes, not pages of a file to fault in again."""
+
+    def drop_resident_range(self, lo: int, hi: int) -> None:
+        """Nothing, as :meth:`drop_resident`."""
+
+    # ------------------------------------------------------------ the recovery walk: by growing heads
+    def _walk_file(self, index: int, check_crc: bool, pos: int = 0) -> tuple[int, int, int]:
+        """:meth:`CommitLog._walk_file` over the object's head, fetched ``batch_bytes`` (the budget of a
+        request) past ``pos`` first and as many again each time the walk runs out of fetched bytes, so the
+        walk to the end of the data (the broker's recovery, docs/object-storage.md#costs) never fetches
+        the preallocated rest of the last object. The walk stops where it stops over the whole object: it
+        goes on while the record it stopped at is not wholly fetched."""
+        is_dledger = getattr(self, "_is_dledger", None)
+        if is_dledger is not None and is_dledger(index):  # DLedger entries: the object whole
+            return super()._walk_file(index, check_crc, pos)
+        size = self._object_size(index)
+        step = self._source.batch_bytes
+        have = self._head_held(index)
+        want = have if have >= pos + 8 else min(size, pos + step)  # a walk again from its end: no request
+        records = 0
+        while True:
+            self._hold_head(index, want)
+            buf = np.frombuffer(self._buffer_of(index), np.uint8)[:want]
+            p, status, r = self._walk_buffer(index, buf, check_crc, pos)
+            records += r
+            if want >= size or status == 1 or not self._cut_short(buf, p):
+                return p, status, records
+            pos, want = p, min(size, want + step)
+
+    def _head_held(self, index: int) -> int:
+        """The end of the bytes held from the start of object ``index`` (0: none)."""
+        spans = self._held.get(index) or []
+        return spans[0][1] if spans and spans[0][0] == 0 else 0
+
+    def _hold_head(self, index: int, end: int) -> None:
+        """Hold bytes ``[0, end)`` of object ``index``: the part not held yet from the start, one request."""
+        with self._fetch_lock:
+            have = self._head_held(index)
+            if have < end:
+                self._fill(index, have, end)
+
+    @staticmethod
+    def _cut_short(buf: np.ndarray, p: int) -> bool:
+        """Whether a walk over the head ``buf`` stopped at ``p`` only because the head ends: fewer than a
+        record head's bytes left, or a record whose magic code is a message's or the blank's and whose
+        TOTALSIZE runs past the head."""
+        n = len(buf)
+        if p + 8 > n:
+            return True
+        total, magic = fmt.RECORD_HEAD_STRUCT.unpack_from(buf, p)
+        magics = (fmt.MESSAGE_MAGIC_CODE_V1, fmt.MESSAGE_MAGIC_CODE_V2, fmt.BLANK_MAGIC_CODE)
+        return magic in magics and total > 0 and p + total > n
+
+    # ------------------------------------------------------------ reads by offset: ranges only
+    def hold_records(self, offsets: np.ndarray, sizes: np.ndarray) -> None:
+        """Fetch the coalesced ranges of the records ``(offsets, sizes)`` not held yet: layer 2 then
+        reads them from the buffers (docs/object-storage.md#coalescing)."""
+        self._need(offsets, sizes)
+
+    def read_message(self, physical_offset: int, *, verify_crc: bool | str = False) -> Message:
+        """:meth:`CommitLog.read_message`, the record's bytes fetched by range."""
+        with self._by_offset([physical_offset]):
+            return super().read_message(physical_offset, verify_crc=verify_crc)
+
+    def pickup_store_timestamp(self, physical_offset: int) -> int:
+        """:meth:`CommitLog.pickup_store_timestamp`, the record's bytes fetched by range."""
+        with self._by_offset([physical_offset]):
+            return super().pickup_store_timestamp(physical_offset)
+
+    def decode_columns(self, physical_offsets, fields=None, *, decompress_body: bool = False) -> MessageColumns:
+        """:meth:`CommitLog.decode_columns`, the records' bytes fetched by coalesced ranges."""
+        with self._by_offset(physical_offsets):
+            return super().decode_columns(physical_offsets, fields, decompress_body=decompress_body)
+
+    def gather_properties(self, physical_offsets, *, absent_as_none: bool = False) -> list[dict | None]:
+        """:meth:`CommitLog.gather_properties`, the records' bytes fetched by coalesced ranges."""
+        with self._by_offset(physical_offsets):
+            return super().gather_properties(physical_offsets, absent_as_none=absent_as_none)
+
+    def decode_copied(self, physical_offsets, sizes) -> MessageColumns:
+        """:meth:`CommitLog.decode_copied`: every field of the records, their bytes fetched by the
+        coalesced ranges of the units' sizes (a record not of its unit's size by its own TOTALSIZE;
+        a record that does not decode from its whole object, raising the local decoder's error)."""
         offs = np.asarray(physical_offsets, dtype=np.int64).reshape(-1)
         sizes = np.asarray(sizes, dtype=np.int64).reshape(-1)
-        if len(offs) == 0 or len(sizes) != len(offs) or int(self.file_indices(offs).min()) < 0:
-            return self.decode_columns(offs)
-        source = self._source
-        ranges = coalesce(offs, sizes, self._starts, gap=source.coalesce_gap, budget=source.batch_bytes)
-        parts, bases, base = [], [], 0
-        for lo, hi, index in ranges.tolist():
-            if index in self._maps:  # already whole in memory: no request
-                part = bytes(self._maps[index][lo - self._starts[index]:hi - self._starts[index]])
-            else:
-                start, key = self._files[index]
-                part = source.read_range(key, lo - start, hi - start, kind=self._kind)
-            parts.append(part)
-            bases.append(base)
-            base += len(part)
-        data = np.frombuffer(b"".join(parts), dtype=np.uint8)
-        which = np.searchsorted(ranges[:, 0], offs, side="right") - 1
-        pos = np.asarray(bases, dtype=np.int64)[which] + offs - ranges[which, 0]
-        ends = np.asarray(bases, dtype=np.int64)[which] + ranges[which, 1] - ranges[which, 0]
-        if (pos + sizes > ends).any() or (sizes < 4).any():
-            return self.decode_columns(offs)
-        stored = data[(pos[:, None] + np.arange(4)).reshape(-1)].reshape(-1, 4).astype(np.int64)
-        total = (stored[:, 0] << 24) | (stored[:, 1] << 16) | (stored[:, 2] << 8) | stored[:, 3]
-        if not np.array_equal(total, sizes):  # a unit's size is not its record's: the whole-object path
-            return self.decode_columns(offs)
-        cols, err = _decode.decode_columns(data, np.ascontiguousarray(pos), len(data), fmt.ALL_RECORD_FIELDS)
-        if err is not None:
-            return self.decode_columns(offs)
-        return MessageColumns(cols, len(offs))
+        with self._by_offset(offs, sizes if len(sizes) == len(offs) else None):
+            return super().decode_columns(offs)
+
+    def close(self) -> None:
+        """Release the buffers and forget what they held."""
+        with self._fetch_lock:
+            super().close()
+            self._held.clear()
+            self._bufs.clear()
+
+
+class ObjectCommitLog(RangedLog, CommitLog):
+    """A classic CommitLog whose files are objects of an :class:`ObjectStore` (:class:`RangedLog`)."""
+
+
+class ObjectDLedgerCommitLog(RangedLog, DLedgerCommitLog):
+    """A DLedger CommitLog (and the classic one below it in a migrated store) whose files are objects of
+    an :class:`ObjectStore` (:class:`RangedLog`): records read by ranges, entries walked whole."""

@@ -125,15 +125,7 @@ def records_present(log, offsets: np.ndarray, sizes: np.ndarray, cut=None) -> np
         try:
             held = offsets[present]
             if len(held):
-                # every listed file from the first record's to the last's (files are contiguous):
-                # one that holds none of them costs a map and no read, and the broker expires
-                # files oldest first, so one gone means every record before it is gone too
-                starts = log.file_starts
-                first = max(0, int(np.searchsorted(starts, held.min(), side="right")) - 1)
-                for off in starts[first:int(np.searchsorted(starts, held.max(), side="right"))].tolist():
-                    index = log.file_index(off)
-                    if index is not None:
-                        log.buffer(index)
+                log.hold_records(held, np.asarray(sizes, dtype=np.int64)[present])
             return present
         except StoreFileDeleted:
             log.refresh_files()

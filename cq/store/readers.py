@@ -4,6 +4,7 @@ after each pass so thousands of queues hold one queue's files at a time (docs/li
 from __future__ import annotations
 
 import contextlib
+import functools
 import os
 import threading
 import time
@@ -15,13 +16,15 @@ import numpy as np
 
 from .. import format as fmt
 from ..errors import CompactionWarning, StoreFormatError
+from ..readers import consumequeue
+from ..readers import ext as ext_reader
 from ..readers.batchcq import BatchConsumeQueue
 from ..readers.commitlog import SEALED_AGE_NS, CommitLog
 from ..readers.compaction import CompactionConsumeQueue, CompactionLog, compaction_queue_dirs
 from ..readers.consumequeue import ConsumeQueue
 from ..readers.dledger import DLedgerCommitLog
 from ..readers.ext import ConsumeQueueExt
-from ..readers.objects import ObjectCommitLog, ObjectDir
+from ..readers.objects import CopiedDir, ObjectCommitLog, ObjectDir, ObjectDLedgerCommitLog
 from ..readers.rocksdb import RocksDBConsumeQueue, RocksDBQueueTable
 from . import undispatched
 from .decide import records_present
@@ -56,6 +59,8 @@ class ReaderRoom:
         self._undispatched: dict[tuple[str, int], tuple[int, bytes]] | None = None
         # readers are opened lazily; the lock makes threads sharing a Store open each one once
         self._open_lock = threading.RLock()
+        # a store in a bucket: the queues whose ConsumeQueue objects its private copy holds
+        self._fetched_queues: set[tuple[str, ...]] = set()
 
     @property
     def commit_log(self) -> CommitLog:
@@ -69,8 +74,14 @@ class ReaderRoom:
     def _open_commit_log(self) -> CommitLog:
         layout = self.layout
         layout.check_commit_log()
-        if getattr(self, "source", None) is not None and layout.dledger_dir is None:  # stays in the bucket
-            return ObjectCommitLog(ObjectDir(self.source, fmt.COMMIT_LOG_DIR), file_size=self._cl_size)
+        source = getattr(self, "source", None)
+        if source is not None:  # stays in the bucket, read by ranges (docs/object-storage.md#costs)
+            classic = ObjectDir(source, fmt.COMMIT_LOG_DIR)
+            if source.dledger is None:
+                return ObjectCommitLog(classic, file_size=self._cl_size)
+            return ObjectDLedgerCommitLog(ObjectDir(source, f"{source.dledger}/{fmt.DLEDGER_DATA_DIR}"),
+                                          classic_directory=classic if classic.list_files() else None,
+                                          file_size=self._cl_size)
         if layout.dledger_dir is not None:
             return DLedgerCommitLog(layout.dledger_dir, classic_directory=layout.commit_log_dir,
                                     file_size=self._cl_size)
@@ -148,7 +159,8 @@ class ReaderRoom:
         d = os.path.join(self.root, fmt.CONSUME_QUEUE_DIR, topic, str(int(queue_id)))
         if not os.path.isdir(d):
             raise KeyError(f"no consume queue {topic}/{queue_id} in {self.root}")
-        cqueue = ConsumeQueue(d, file_size=self._cq_size, topic=topic, queue_id=int(queue_id))
+        cqueue = ConsumeQueue(self._consume_queue_dir(topic, queue_id), file_size=self._cq_size, topic=topic,
+                              queue_id=int(queue_id))
         try:
             if self.commit_log.files and self.commit_log.min_offset > 0:
                 cqueue.correct_min_offset(self.commit_log.min_offset)
@@ -165,7 +177,8 @@ class ReaderRoom:
             classic = os.path.join(self.root, fmt.CONSUME_QUEUE_DIR, topic, str(int(queue_id)))
             if not os.path.isdir(classic):
                 raise KeyError(f"no consume queue {topic}/{queue_id} in {self.root}")
-            units = ConsumeQueue(classic, file_size=self._cq_size, topic=topic, queue_id=int(queue_id))
+            units = ConsumeQueue(self._consume_queue_dir(topic, queue_id), file_size=self._cq_size, topic=topic,
+                                 queue_id=int(queue_id))
             try:
                 held = units.max_offset > units.min_offset
             finally:
@@ -228,6 +241,24 @@ class ReaderRoom:
             self._cqs[key] = cq
         return cq
 
+    def _consume_queue_dir(self, topic: str, queue_id: int) -> str:
+        """The directory a queue's :class:`ConsumeQueue` opens, under the root (:meth:`_queue_copy`)."""
+        return self._queue_copy((fmt.CONSUME_QUEUE_DIR, topic, str(int(queue_id))), "ConsumeQueue",
+                                consumequeue.data_ends_within)
+
+    def _queue_copy(self, rel: tuple[str, ...], kind: str, enough) -> str:
+        """The directory ``rel`` under the root. For a store in a bucket, its objects are fetched into
+        the private copy the first time a read asks for the queue, once for the Store's life (the listing
+        is its snapshot): whole, but the last file by the head that holds the end of the queue's data
+        (``enough``, :meth:`cq.ObjectStore.fetch_files`, docs/object-storage.md#costs)."""
+        source = getattr(self, "source", None)
+        if source is not None:
+            with self._open_lock:
+                if rel not in self._fetched_queues:
+                    source.fetch_files("/".join(rel), self.root, kind=kind, enough=enough)
+                    self._fetched_queues.add(rel)
+        return os.path.join(self.root, *rel)
+
     def _new_consume_queue(self, topic: str, queue_id: int) -> ConsumeQueue:
         """A new reader of one queue, as the broker sees the queue (every reader comes from here)."""
         if topic in self.layout.compaction_topics:  # docs/reading.md#compaction-topics
@@ -247,7 +278,8 @@ class ReaderRoom:
             d = os.path.join(self.root, fmt.CONSUME_QUEUE_DIR, topic, str(int(queue_id)))
             if not os.path.isdir(d):
                 raise KeyError(f"no consume queue {topic}/{queue_id} in {self.root}")
-            cq = ConsumeQueue(d, file_size=self._cq_size, topic=topic, queue_id=int(queue_id))
+            cq = ConsumeQueue(self._consume_queue_dir(topic, queue_id), file_size=self._cq_size, topic=topic,
+                              queue_id=int(queue_id))
         end, units = self._undispatched_units().get((topic, int(queue_id)), (None, b""))
         if units and cq.max_offset == end:
             cq.set_undispatched(units)  # what the broker's recovery dispatches (docs/reliability.md#undispatched)
@@ -265,7 +297,8 @@ class ReaderRoom:
             if undispatched.crashed(self.root) and self.commit_log.files and self.layout.consume_queues == "files":
                 log = self.commit_log
                 self._undispatched = undispatched.undispatched_units(self.root, log, log.max_offset,
-                                                                     cq_file_size=self._cq_size)
+                                                                     cq_file_size=self._cq_size,
+                                                                     queue_dir=self._consume_queue_dir)
         return self._undispatched
 
     def ext(self, topic: str, queue_id: int) -> ConsumeQueueExt | None:
@@ -279,14 +312,15 @@ class ReaderRoom:
 
     def _new_ext(self, topic: str, queue_id: int) -> ConsumeQueueExt | None:
         """A new :class:`ConsumeQueueExt` of the queue, None where the store has no ext files for it. A
-        store in a bucket reads the queue's ext objects from there, each whole on first use
-        (docs/object-storage.md#costs): its private copy holds their directory only."""
+        store in a bucket fetches the queue's ext objects into its private copy when a read first asks
+        for them, the last by the head that holds the end of its data (:meth:`_queue_copy`)."""
         rel = (fmt.CONSUME_QUEUE_EXT_DIR, topic, str(int(queue_id)))
         d = os.path.join(self.root, *rel)
         if not os.path.isdir(d):
             return None
-        if getattr(self, "source", None) is not None:
-            return ConsumeQueueExt(ObjectDir(self.source, "/".join(rel)), file_size=self._ext_size)
+        if getattr(self, "source", None) is not None:  # fetched when a read first maps one of its files
+            copy = functools.partial(self._queue_copy, rel, "ConsumeQueueExt", ext_reader.data_ends_within)
+            return ConsumeQueueExt(CopiedDir(self.source, "/".join(rel), copy), file_size=self._ext_size)
         return ConsumeQueueExt(d, file_size=self._ext_size)
 
     def _queue_readers(self, topic: str, queue_id: int, with_ext: bool = True) -> tuple[ConsumeQueue,

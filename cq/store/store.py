@@ -8,11 +8,13 @@
 """
 from __future__ import annotations
 
+import dataclasses
 import os
 import shutil
 import tempfile
 import weakref
 
+from .. import format as fmt
 from ..readers.objects import ObjectStore, is_object_uri, register_mirror
 from .consume import CONSUME_BATCH, ConsumeResult, ConsumeRoom, ConsumeStats
 from .cuts import CutRoom, StoreCut
@@ -88,6 +90,11 @@ class Store(ReaderRoom, MetadataRoom, CutRoom, ConsumeRoom, TierRoom):
         # which CommitLog, consume queues and metadata the root holds (docs/reading.md#store-modes):
         # a layout rmqfilter cannot read is an error here, never an empty answer later
         self.layout = detect_layout(self.root)
+        if self.source is not None and self.layout.dledger_dir is not None:
+            # the copy holds the logs' directories, not their files: whether classic files lie below
+            # the DLedger ones (a migrated store) is the listing's to say
+            migrated = bool(self.source.list_dir_files(fmt.COMMIT_LOG_DIR))
+            self.layout = dataclasses.replace(self.layout, commit_log="dledger+classic" if migrated else "dledger")
         self.layout.check_consume_queues()
         self._init_readers(commit_log_file_size, consume_queue_file_size, ext_file_size)
         self._init_cuts()

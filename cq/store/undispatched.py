@@ -70,10 +70,12 @@ def crashed(root: str) -> bool:
     return os.path.exists(os.path.join(root, ABORT_FILE)) and held_by_a_process(root) is False
 
 
-def _queue_ends(root: str, cq_file_size: int | None) -> tuple[dict[tuple[str, int], int], int]:
+def _queue_ends(root: str, cq_file_size: int | None, queue_dir=None) -> tuple[dict[tuple[str, int], int], int]:
     """Each queue's end and the dispatch frontier (the furthest record end a unit points at).
 
-    Opens one queue at a time (its files are closed before the next is opened).
+    Opens one queue at a time (its files are closed before the next is opened). ``queue_dir(topic,
+    queue_id)``, when given, is the directory each queue's reader opens (a store in object storage:
+    its queue's objects, docs/object-storage.md#costs); else the directory under ``root``.
     """
     top = os.path.join(root, fmt.CONSUME_QUEUE_DIR)
     ends: dict[tuple[str, int], int] = {}
@@ -85,7 +87,8 @@ def _queue_ends(root: str, cq_file_size: int | None) -> tuple[dict[tuple[str, in
         for q in sorted(os.listdir(tdir)):
             if not q.isdigit():
                 continue
-            queue = ConsumeQueue(os.path.join(tdir, q), file_size=cq_file_size, topic=topic, queue_id=int(q))
+            where = queue_dir(topic, int(q)) if queue_dir is not None else os.path.join(tdir, q)
+            queue = ConsumeQueue(where, file_size=cq_file_size, topic=topic, queue_id=int(q))
             try:
                 end = queue.max_offset
                 ends[topic, int(q)] = end
@@ -97,16 +100,17 @@ def _queue_ends(root: str, cq_file_size: int | None) -> tuple[dict[tuple[str, in
     return ends, frontier
 
 
-def undispatched_units(root: str, log: CommitLog, commit_log_end: int, *,
-                       cq_file_size: int | None = None) -> dict[tuple[str, int], tuple[int, bytes]]:
+def undispatched_units(root: str, log: CommitLog, commit_log_end: int, *, cq_file_size: int | None = None,
+                       queue_dir=None) -> dict[tuple[str, int], tuple[int, bytes]]:
     """The units a broker's recovery would add to each queue of a crashed store: ``{(topic, queue):
     (queue end, 20-byte big-endian units)}``, the units following the queue's last one (at its
     end), for records below ``commit_log_end``.
 
     Queues that have no directory yet (their first unit was never written) get none, nor does
     ``SCHEDULE_TOPIC_XXXX`` (its units hold delivery times, from the broker's delay levels).
+    ``queue_dir`` as :func:`_queue_ends`.
     """
-    ends, frontier = _queue_ends(root, cq_file_size)
+    ends, frontier = _queue_ends(root, cq_file_size, queue_dir)
     if frontier >= commit_log_end or not ends:
         return {}
     keys = list(ends)

@@ -18,9 +18,12 @@ from helpers import DATA
 
 import cq
 import rmqfilter
-from cq.readers.objects import COALESCE_GAP, ObjectStore, coalesce
+from cq.readers.objects import COALESCE_GAP, HEAD_FIRST, RECORD_PROBE, ObjectStore, coalesce
+from cq.writer.sample import generate_sample_store
 
 ROOT = Path(__file__).resolve().parents[3]
+#: A SQL92 group of the sample store (cq.writer.sample), as bench/bench_object_storage.py reads it.
+SAMPLE_SQL = "color = 'red' AND price < 20.0"
 
 
 # ------------------------------------------------------------------ the coalescing rule, alone
@@ -141,6 +144,8 @@ def test_cluster_broker_run_from_the_bucket(s3_server):
 
 @pytest.mark.objectstore
 @pytest.mark.parametrize(("store", "layout", "topic"), [("dledger_store", "DLedger CommitLog", "GoldenFilterTopic"),
+                                                         ("dledger_migrated_store", "DLedger CommitLog",
+                                                          "GoldenFilterTopic"),
                                                          ("rocksdb_store", "RocksDB consume queue", "ModesTopic")])
 def test_dledger_and_rocksdb_stores_from_the_bucket(s3_server, capsys, monkeypatch, store, layout, topic):
     """cq.Store and the commands read them (a DLedger store's logs, a RocksDB database fetched whole);
@@ -156,9 +161,19 @@ def test_dledger_and_rocksdb_stores_from_the_bucket(s3_server, capsys, monkeypat
         ["why", "--topic", topic, "--group", "G", "--tags", "*", "--queue", "0", "--offset", "1"],
         ["pending"],
     ])
+    if store.startswith("dledger"):  # its records by ranges too: one read alone asks its first bytes only
+        with closing(cq.Store(uri)) as remote, closing(cq.Store(DATA / store)) as local:
+            units = local.consume_queue(topic, 0).read()
+            one = int(units["commit_log_offset"][len(units) // 2])
+            assert remote.commit_log.read_message(one) == local.commit_log.read_message(one)
+            key = remote.commit_log.files[remote.commit_log.file_index(one)][1]
+            start = remote.commit_log.files[remote.commit_log.file_index(one)][0]
+            probe = min(RECORD_PROBE, remote.source.size_of(key) - (one - start))
+            assert remote.source.stats()["CommitLog"] == (1, probe)
+            assert probe < remote.source.size_of(key)
     source = ObjectStore(uri, endpoint=s3_server.endpoint, region="us-east-1")
     with pytest.raises(cq.UnsupportedLayoutError, match=layout) as info:
-        source.read_messages([0], [100]) if store == "dledger_store" else source.topics()
+        source.read_messages([0], [100]) if store.startswith("dledger") else source.topics()
     assert uri in str(info.value)
 
 
@@ -331,3 +346,180 @@ def test_store_commit_log_reads_records_by_coalesced_ranges(s3_server, tmp_path)
         wrong = sizes.copy()
         wrong[0] += 1
         assert remote.commit_log.decode_copied(offs, wrong).dicts() == want.dicts()
+
+
+@pytest.mark.objectstore
+def test_reads_by_offset_fetch_ranges_not_objects(s3_server, tmp_path):
+    """Reads by offset alone (layer 2 of a SQL92 group, ``why``, ``cost``): the local decoder's answers,
+    from the coalesced ranges of the records asked (each record's first ``RECORD_PROBE`` bytes when no
+    unit gives its size), never whole objects: the requests and bytes are counted."""
+    root = write_brokers(tmp_path, messages=3000, commit_log_file_size=1 << 18)[0]
+    uri = s3_server.upload(root, "byoffset", "east")
+    opts = {"endpoint": s3_server.endpoint, "region": "us-east-1"}
+    with closing(cq.Store(uri, object_options=opts)) as remote, closing(cq.Store(root)) as local:
+        log = local.commit_log
+        topic = local.topics()[0]
+        units = local.consume_queue(topic, 0).read()
+        offs = units["commit_log_offset"].astype(np.int64)
+        assert len(log.files) > 3 and int(units["size"].max()) < RECORD_PROBE
+        starts = log.file_starts
+        ends = np.minimum(offs + RECORD_PROBE, starts[log.file_indices(offs)] + log.file_size)
+        probes = coalesce(offs, ends - offs, starts)
+        got = remote.commit_log.gather_properties(offs, absent_as_none=True)
+        assert got == log.gather_properties(offs, absent_as_none=True)
+        assert remote.source.stats()["CommitLog"] == (len(probes), int((probes[:, 1] - probes[:, 0]).sum()))
+        assert 1 < len(probes) < len(offs) / 10
+        # held now: decoding the same records whole asks nothing more
+        assert remote.commit_log.decode_columns(offs).dicts() == log.decode_columns(offs).dicts()
+        assert remote.source.stats()["CommitLog"][0] == len(probes)
+    # one record read alone (why), in a fresh Store: one request of its first RECORD_PROBE bytes
+    with closing(cq.Store(uri, object_options=opts)) as remote, closing(cq.Store(root)) as local:
+        one = int(offs[len(offs) // 2])
+        assert remote.commit_log.read_message(one) == local.commit_log.read_message(one)
+        assert remote.source.stats()["CommitLog"] == (1, RECORD_PROBE)
+
+
+@pytest.mark.objectstore
+def test_sql92_group_read_from_the_bucket_is_ranged(s3_server, tmp_path):
+    """A SQL92 group's consume (layer 2 reads properties by offset): the local answer, the records
+    fetched by the ranges their units give (a small budget makes many small requests, where whole
+    objects would be one request per object), and nothing fetched twice."""
+    root = tmp_path / "store"
+    topic = generate_sample_store(root, messages=3000, seed=1, commit_log_file_size=1 << 18).main_topic
+    uri = s3_server.upload(root, "sqlgroup", "east")
+    budget = 16384
+    opts = {"endpoint": s3_server.endpoint, "region": "us-east-1", "batch_bytes": budget}
+    with closing(cq.Store(root)) as local:
+        want = list(local.consume(topic, "GID_RED_CHEAP", sql=SAMPLE_SQL))
+        files, size = len(local.commit_log.files), local.commit_log.file_size
+    with closing(cq.Store(uri, object_options=opts)) as remote:
+        got = list(remote.consume(topic, "GID_RED_CHEAP", sql=SAMPLE_SQL))
+        stats = remote.source.stats()
+        requests, fetched = stats["CommitLog"]
+        listing = {k: remote.source.size_of(k) for k in remote.source.keys}
+    assert got == want and 0 < len(got) < 3000
+    # each queue's ConsumeQueue and ext objects: the heads holding their data, one request each here,
+    # not the preallocated objects (6,000,000 and 48 MiB bytes at the broker's default)
+    for kind, top in (("ConsumeQueue", "consumequeue"), ("ConsumeQueueExt", "consumequeue_ext")):
+        objects = [k for k in listing if k.startswith(f"{top}/{topic}/")]
+        assert stats[kind] == (len(objects), sum(min(HEAD_FIRST, listing[k]) for k in objects)), kind
+        assert all(listing[k] > HEAD_FIRST for k in objects)
+    # the recovery walks the last three objects whole; every other request is at most the budget
+    # (these records are far smaller), and no byte is fetched twice
+    assert requests >= 3 + (fetched - 3 * size) // budget
+    assert requests > 2 * files
+    assert fetched <= files * size + 3 * size
+
+
+@pytest.mark.objectstore
+def test_store_fetches_a_queue_when_a_read_asks_for_it(s3_server, tmp_path):
+    """Opening ``cq.Store`` of a bucket fetches no ConsumeQueue object; a read fetches the objects of the
+    queues it reads, whole, once, and nothing of the other topics' queues; the answers are the local ones."""
+    root = write_brokers(tmp_path, messages=3000, consume_queue_file_size=20 * 200)[0]
+    uri = s3_server.upload(root, "lazyqueues", "east")
+    opts = {"endpoint": s3_server.endpoint, "region": "us-east-1"}
+    with closing(cq.Store(uri, object_options=opts)) as remote, closing(cq.Store(root)) as local:
+        topics = local.topics()
+        assert remote.topics() == topics and len(topics) > 1
+        assert [remote.queue_ids(t) for t in topics] == [local.queue_ids(t) for t in topics]
+        kinds = remote.source.stats()
+        assert "ConsumeQueue" not in kinds and "consumequeue" not in kinds
+        keys = [k for k in remote.source.keys if k.startswith("consumequeue/")]
+        sizes = {k: remote.source.size_of(k) for k in keys}
+
+        def of(topic, queue=None):
+            prefix = f"consumequeue/{topic}/" + ("" if queue is None else f"{queue}/")
+            mine = [k for k in keys if k.startswith(prefix)]
+            return len(mine), sum(sizes[k] for k in mine)
+
+        topic = max(topics, key=lambda t: of(t)[0])
+        assert of(topic, 0)[0] > 1  # several files in the queue
+        assert np.array_equal(remote.consume_queue(topic, 0).read(), local.consume_queue(topic, 0).read())
+        assert remote.source.stats()["ConsumeQueue"] == of(topic, 0)
+        got = list(remote.consume(topic, "G", tags="*"))
+        assert got == list(local.consume(topic, "G", tags="*"))
+        # every queue of the topic once (queue 0's reader is cached by the Store), no other topic's
+        assert remote.source.stats()["ConsumeQueue"] == of(topic)
+
+
+@pytest.mark.objectstore
+def test_last_queue_objects_fetched_by_growing_heads(s3_server, tmp_path, monkeypatch):
+    """A queue's last ConsumeQueue and ext objects are fetched by heads twice as long each time until one
+    holds the end of the queue's data: the same answers as the local copy, and the requests counted."""
+    from cq.readers import consumequeue, ext, objects
+
+    monkeypatch.setattr(objects, "HEAD_FIRST", 20 * 8)
+    root = tmp_path / "store"
+    topic = generate_sample_store(root, messages=3000, seed=2, commit_log_file_size=1 << 18).main_topic
+    uri = s3_server.upload(root, "heads", "east")
+    opts = {"endpoint": s3_server.endpoint, "region": "us-east-1"}
+
+    def heads(path: Path, enough) -> tuple[int, int]:
+        data, size, step, requests = path.read_bytes(), path.stat().st_size, 20 * 8, 0
+        got = 0
+        while got < size and not (got and enough(data[:got])):
+            got, step, requests = min(size, got + step), step * 2, requests + 1
+        return requests, got
+
+    with closing(cq.Store(uri, object_options=opts)) as remote, closing(cq.Store(root)) as local:
+        assert list(remote.consume(topic, "G", tags="*")) == list(local.consume(topic, "G", tags="*"))
+        assert "ConsumeQueueExt" not in remote.source.stats()  # a read that never consults the ext
+        want = list(local.consume(topic, "GID_RED_CHEAP", sql=SAMPLE_SQL))
+        assert list(remote.consume(topic, "GID_RED_CHEAP", sql=SAMPLE_SQL)) == want
+        for q in local.queue_ids(topic):
+            mine, theirs = remote.consume_queue(topic, q), local.consume_queue(topic, q)
+            assert (mine.min_offset, mine.max_offset) == (theirs.min_offset, theirs.max_offset)
+            assert remote.ext(topic, q).max_offset == local.ext(topic, q).max_offset
+        stats = remote.source.stats()
+    for kind, top, enough in (("ConsumeQueue", "consumequeue", consumequeue.data_ends_within),
+                              ("ConsumeQueueExt", "consumequeue_ext", ext.data_ends_within)):
+        want = [heads(f, enough) for f in sorted((root / top / topic).glob("*/*"))]
+        assert all(r > 2 for r, _ in want)  # several heads each
+        assert stats[kind] == (sum(r for r, _ in want), sum(b for _, b in want)), kind
+
+
+@pytest.mark.objectstore
+def test_truncated_objects_in_ranged_reads_name_uri_and_range(s3_server, tmp_path):
+    """An object overwritten shorter after the listing: a record read by range, and a queue's head, fail
+    naming the object's URI and the byte range asked, never a short answer; no secret in the message."""
+    root = write_brokers(tmp_path, messages=3000, commit_log_file_size=1 << 18)[0]
+    uri = s3_server.upload(root, "truncranges", "east")
+    opts = {"endpoint": s3_server.endpoint, "region": "us-east-1"}
+    with closing(cq.Store(uri, object_options=opts)) as remote, closing(cq.Store(root)) as local:
+        topic = local.topics()[0]
+        units = local.consume_queue(topic, 0).read()
+        first = local.commit_log.files[0][0]
+        off = int(units["commit_log_offset"][units["commit_log_offset"] >= first + 4096][0])
+        key = remote.source.list_dir_files("commitlog")[0][1]
+        cq_key = remote.source.list_dir_files(f"consumequeue/{topic}/1")[-1][1]
+        fs = s3_server.filesystem()
+        for k in (key, cq_key):
+            with fs.open_output_stream(f"truncranges/east/{k}") as out:
+                out.write(b"\0" * 100)
+        with pytest.raises(cq.ObjectStoreError, match="shorter than listed") as info:
+            remote.commit_log.read_message(off)
+        assert info.value.uri == f"{uri}/{key}"
+        assert info.value.byte_range == (off - first, off - first + RECORD_PROBE)
+        with pytest.raises(cq.ObjectStoreError, match="shorter than listed") as info:
+            remote.consume_queue(topic, 1).read()
+        assert info.value.uri == f"{uri}/{cq_key}" and info.value.byte_range[0] == 0
+        assert s3_server.secret_key not in str(info.value)
+
+
+@pytest.mark.objectstore
+def test_recovery_walk_fetches_heads_not_preallocated_objects(s3_server, tmp_path):
+    """The CommitLog's end (the broker's recovery walk, every read's cut) from a bucket: the local end,
+    from the head of the last object that holds the data, not the preallocated object whole."""
+    root = write_brokers(tmp_path, messages=3000, commit_log_file_size=16 << 20)[0]
+    uri = s3_server.upload(root, "recovery", "east")
+    step = 256 << 10  # the budget of a request: the walk's head grows by as much
+    opts = {"endpoint": s3_server.endpoint, "region": "us-east-1", "batch_bytes": step}
+    with closing(cq.Store(uri, object_options=opts)) as remote, closing(cq.Store(root)) as local:
+        end = local.commit_log.max_offset
+        assert len(local.commit_log.files) == 1 and end > 2 * step
+        assert remote.commit_log.max_offset == end
+        heads = end // step + 1  # the walk stops at the unwritten space after the end, in the last head
+        assert remote.source.stats()["CommitLog"] == (heads, heads * step)
+        topic = local.topics()[0]
+        assert list(remote.consume(topic, "G", sql="a > 5")) == list(local.consume(topic, "G", sql="a > 5"))
+        assert remote.source.stats()["CommitLog"] == (heads, heads * step)  # every record lies in the heads
