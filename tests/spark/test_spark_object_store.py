@@ -151,6 +151,17 @@ def test_the_real_brokers_cluster_from_the_bucket(spark, bucket):
                      [{"table": t} for t in ("scheduled", "transactions", "dead_letters", "pops")])
 
 
+def test_the_trace_table_from_the_bucket(spark, bucket):
+    """The harness's ``trace`` scenario's store (the clients' trace records), when a run is cached."""
+    runs = sorted(p for p in (ROOT / "build" / "broker-runs").glob("trace-*")
+                  if p.is_dir() and not p.name.endswith(".partial") and (p / "broker.json").exists())
+    if not runs:
+        pytest.skip("no cached run of the trace scenario in build/broker-runs")
+    root = runs[-1] / "stores" / "broker-a"
+    uri = bucket.upload(root, "sparktrace", "broker-a")
+    assert _same_tables(spark, bucket, str(root), uri, [{"table": "trace"}]) > 0
+
+
 def test_the_plan_carries_no_credential(spark, bucket):
     """Options, partitions and the query plan hold the URI and the endpoint, never a key."""
     uri = bucket.upload(DATA / "golden_store", "plan", "golden")
