@@ -140,9 +140,10 @@ class ObjectDir:
         return self.source.uri_of(self.relpath)
 
     def list_files(self) -> list[tuple[int, str]]:
-        """``(start_offset, relative key)`` of the store files directly in this directory, ascending
-        (names of 20 decimal digits, as ``fmt.list_queue_files``)."""
-        return self.source.list_dir_files(self.relpath)
+        """``(start_offset, URI)`` of the store files directly in this directory, ascending (names of 20
+        decimal digits, as ``fmt.list_queue_files``): a reader's error names the object by its URI,
+        wherever the read runs (a Spark task's too)."""
+        return [(start, self.source.uri_of(key)) for start, key in self.source.list_dir_files(self.relpath)]
 
 
 def _reopen(uri: str, options: dict) -> ObjectStore:

@@ -292,3 +292,31 @@ def test_scan_of_a_missing_prefix_or_with_denied_credentials_names_the_uri(bucke
     code, out, err = _scan(capsys, [uri, *argv])
     assert code != 0 and uri in err and "access denied" in err and "Traceback" not in err
     assert wrong not in out + err and bucket.secret_key not in out + err
+
+
+def test_an_object_truncated_after_the_plan_fails_the_task_naming_it(bucket):
+    """The executor's side, in this process: a CommitLog object rewritten shorter between the plan and
+    the task fails the task with an error naming the object's URI and the byte offset, never a short
+    answer."""
+    from pyspark_udfs import _reader
+
+    uri = bucket.upload(DATA / "golden_store", "truncated", "golden")
+    options = ReadOptions.parse({"path": uri, **_opts(bucket)})
+    reader = RocketMQReader(options, options.schema())
+    parts = reader.partitions()
+    fs = bucket.filesystem()
+    with contextlib.closing(cq.Store(DATA / "golden_store")) as local:
+        _, path = local.commit_log.files[-1]
+    name = Path(path).name
+    data = Path(path).read_bytes()
+    with fs.open_output_stream(f"truncated/golden/commitlog/{name}") as out:
+        out.write(data[: len(data) // 3])
+    try:
+        with pytest.raises(cq.StoreFormatError) as info:
+            for p in parts:
+                list(reader.read(p))
+        assert f"{uri}/commitlog/{name}" in str(info.value) and "byte" in str(info.value)
+    finally:
+        for store in _reader._BUCKETS.values():
+            store.close()
+        _reader._BUCKETS.clear()
