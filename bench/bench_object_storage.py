@@ -159,21 +159,22 @@ def _row(kind: str, best: dict, stats: dict) -> list[list[str]]:
         raise SystemExit(f"{kind}: the bucket's answer differs: {bn} messages ({bb} bytes) vs {ln} ({lb}) locally")
     requests = sum(r for r, _ in stats.values())
     fetched = sum(b for _, b in stats.values())
+    log_requests = stats.get("CommitLog", (0, 0))[0]
     rows = []
     for where, (t, n, nb, _) in best.items():
         cells = [kind, where, f"{t:.3f}", f"{n:,}", f"{n / t:,.0f}" if t else "-"]
         if where == "bucket":
             cells += [f"{requests:,}", f"{fetched / 1e6:.1f}", f"{requests / n:.4f}" if n else "-",
                       f"{fetched / n:,.0f}" if n else "-", f"{requests / (nb / (4 << 20)):.2f}" if nb else "-",
-                      f"{lt / t:.2f}"]
+                      f"{log_requests / (nb / (4 << 20)):.2f}" if nb else "-", f"{lt / t:.2f}"]
         else:
-            cells += [""] * 6
+            cells += [""] * 7
         rows.append(cells)
     return rows
 
 
 HEAD = ["read", "where", "best s", "messages", "msg/s", "requests", "MB fetched", "req/record",
-        "bytes fetched/record", "req/4MiB", "bucket/local"]
+        "bytes fetched/record", "req/4MiB", "CommitLog req/4MiB", "bucket/local"]
 
 
 def _print(rows: list[list[str]]) -> None:
@@ -270,7 +271,8 @@ def _report(args, size: int, store_rows, spark_rows, kinds) -> str:
         f"{args.messages:,} messages ({size / 1e6:.1f} MB, CommitLog files of {args.commit_log_file_size >> 20} MiB) "
         f"read from a bucket of s3proxy {s3_server.VERSION} on loopback and from local disk, best of "
         f"{args.rounds}, on {cores} cores (docs/object-storage.md). `req/4MiB`: requests per 4 MiB of the records "
-        "the read delivered; `bucket/local`: the bucket's throughput over the local one's."),
+        "the read delivered (`CommitLog req/4MiB`: the CommitLog's requests alone); `bucket/local`: the "
+        "bucket's throughput over the local one's."),
         "",
         "`cq.Store` (one process):",
         "",
