@@ -320,3 +320,24 @@ def test_an_object_truncated_after_the_plan_fails_the_task_naming_it(bucket):
         for store in _reader._BUCKETS.values():
             store.close()
         _reader._BUCKETS.clear()
+
+
+def test_cost_and_find_on_spark_from_the_bucket_equal_the_local_copy(spark, bucket, monkeypatch, capsys):
+    """``rmqfilter cost --spark`` (tasks that open the store themselves) and ``rmqfilter find --spark``
+    (the data source): the same output from the bucket as from the local copy, the URI in place of the path."""
+    import rmqfilter
+
+    monkeypatch.setenv("AWS_ENDPOINT_URL", bucket.endpoint)
+    monkeypatch.setenv("AWS_DEFAULT_REGION", "us-east-1")
+    local = str(DATA / "golden_store")
+    uri = bucket.upload(DATA / "golden_store", "costfind", "golden_store")  # the broker named as locally
+    for command in (["cost", "--topic", "GoldenFilterTopic", "--sql-group", "G", "a > 5", "--no-timing", "--spark"],
+                    ["find", "--topic", "GoldenFilterTopic", "--where", "a > 5", "--spark", "--json"]):
+        answers = []
+        for store in (local, uri):
+            code = rmqfilter.main([command[0], store, *command[1:]])
+            out = capsys.readouterr()
+            # Spark gives find's rows in no set order
+            answers.append((code, sorted(out.out.replace(store, "STORE").splitlines())))
+            assert bucket.secret_key not in out.out + out.err
+        assert answers[1] == answers[0] and answers[0][0] == 0 and answers[0][1], command
