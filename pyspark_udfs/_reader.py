@@ -29,7 +29,9 @@ from __future__ import annotations
 
 import datetime
 import logging
+import threading
 import time
+from collections import OrderedDict
 from collections.abc import Iterable, Iterator
 
 import numpy as np
@@ -48,7 +50,9 @@ from cq.kernels import gather_spans, properties_columns, split_records
 from cq.readers.batchcq import BatchConsumeQueue, expand_batch
 from cq.readers.columns import MessageColumns
 from cq.readers.compaction import CompactionConsumeQueue
+from cq.readers.objects import is_object_uri
 from cq.readers.skipping import decode_skipping
+from cq.store.cache import DEFAULT_MAX_STORES
 from cq.store.decide import (
     UnitDecisions,
     decide_records,
@@ -68,13 +72,46 @@ from rmqfilter_arrow import binary_array
 _STORES = cq.StoreCache()
 
 
-def _store(path: str, part=None, tier: str | None = None) -> cq.Store:
-    """The worker's Store of ``path`` (read with ``tier``, docs/reading.md#tiered-storage), checked current and
-    caught up with the cut ``part`` was planned in."""
-    store = _STORES.get(path, tier=tier)
+def _store(options, part=None) -> cq.Store:
+    """The worker's Store of ``options.path`` (read with ``options.tier``, docs/reading.md#tiered-storage; a store
+    in object storage opened by this worker from the options ``endpoint`` and ``region``, its credentials
+    from this worker's environment, docs/object-storage.md#spark), checked current and caught up with the
+    cut ``part`` was planned in."""
+    if is_object_uri(options.path):
+        return _bucket_store(options, getattr(part, "planned_at", None))
+    store = _STORES.get(options.path, tier=options.tier)
     if part is not None and part.commit_log_end is not None:
         store.follow(part.topic, part.queue_id, part.end, part.commit_log_end)
     return store
+
+
+# Stores in object storage, per worker process, by URI and the time of the plan that reads them: a
+# query's tasks share the listing one worker took for it, and a later query (a new plan) lists the
+# bucket again, so no listing outlives the query it was taken for (docs/object-storage.md#spark).
+_BUCKETS: OrderedDict[tuple, cq.Store] = OrderedDict()
+_BUCKETS_LOCK = threading.Lock()
+
+
+def _bucket_store(options, planned_at: float | None) -> cq.Store:
+    """The worker's Store of the store in object storage ``options.path`` for the plan of ``planned_at``:
+    opened on first use from the options ``endpoint`` and ``region``, its credentials read from this
+    worker's environment by pyarrow, never from the plan."""
+    key = (options.path, options.tier, options.object_options, planned_at)
+    with _BUCKETS_LOCK:
+        store = _BUCKETS.pop(key, None)
+        if store is None:
+            store = options.open_store()
+        _BUCKETS[key] = store
+        while len(_BUCKETS) > DEFAULT_MAX_STORES:
+            _BUCKETS.popitem(last=False)[1].close()
+        return store
+
+
+def _peek(options, part) -> cq.Store | None:
+    """The worker's cached Store of the slice's store as it is, or None."""
+    if is_object_uri(options.path):
+        return _BUCKETS.get((options.path, options.tier, options.object_options, getattr(part, "planned_at", None)))
+    return _STORES.peek(options.path, tier=options.tier)
 
 
 def _cut(part) -> cq.StoreCut | None:
@@ -93,13 +130,13 @@ def _warn_if_stale(options, part) -> None:
     ``stale_after`` seconds ago of a store that has moved on since: Spark plans a DataFrame's read
     once and every later action on it reads that cut (docs/spark.md#reused-dataframes)."""
     planned = getattr(part, "planned_at", None)
-    if planned is None or part.commit_log_end is None:
-        return
+    if planned is None or part.commit_log_end is None or is_object_uri(options.path):
+        return  # a store in object storage is a snapshot, listed again by each plan
     age = time.time() - planned
     key = (options.path, planned)
     if age < options.stale_after or key in _STALE_SAID:
         return
-    log = _store(options.path).commit_log
+    log = _store(options).commit_log
     end = log.refresh()
     if end <= part.commit_log_end and log.min_offset <= part.commit_log_min:
         return  # the store has not moved: the old cut is the store as it is now
@@ -322,7 +359,7 @@ def read_slice(options, spark_schema, part, tags_code_sets: Iterable[frozenset[i
         yield from _read_slice(options, schema, part, tags_code_sets, skips)
     finally:
         skips.report()
-        store = _STORES.peek(options.path, tier=options.tier)
+        store = _peek(options, part)
         if store is not None:  # the worker keeps the queue's readers, not its files (docs/limits.md)
             store.release_queue(part.topic, part.queue_id)
 
@@ -341,7 +378,7 @@ def _read_slice(options, schema, part, tags_code_sets, skips: Skips) -> Iterator
         wanted |= {f.name for f in message_schema()}
     tier = None
     try:
-        store = _store(options.path, part, options.tier)
+        store = _store(options, part)
         if getattr(part, "tier", False):  # a range the broker serves from its tier (docs/reading.md#tiered-storage)
             tier = store.tier_queue(topic, queue_id)
             if tier is None or tier.end_offset < part.end:  # the worker's view predates the plan: follow the tier

@@ -30,7 +30,7 @@ from cq.analyses.trace import COLUMNS as TRACE_COLUMNS
 from cq.filter.custom import ON_FILTER_ERROR, load_filter
 from cq.filter.layers import Layers
 from cq.filter.subscription import registration_filter
-from cq.readers.objects import NOT_READ_BY_THE_DATA_SOURCE, refuse_object_uri
+from cq.readers.objects import is_object_uri
 from cq.store.cluster import store_roots
 from rmqfilter_options import BODY, ON_CORRUPT
 
@@ -52,6 +52,9 @@ TRACE_TABLE = "trace"
 TABLES = ("messages", "consumequeue", *PENDING_TABLES, TRACE_TABLE)
 _PENDING_TYPES = {"string": StringType(), "int": IntegerType(), "long": LongType(), "boolean": BooleanType()}
 LAYER2 = ("reader", "spark")
+#: Why the stream source refuses a store in object storage (docs/object-storage.md#a-snapshot).
+NOT_STREAMED = ("a store in object storage is a snapshot (its objects are written whole): there is no tail for "
+                "readStream to follow; read it with spark.read, a batch (docs/object-storage.md#a-snapshot)")
 #: ``stale_after``'s default: a task reading a cut planned a minute ago, of a store that moved on, says so
 DEFAULT_STALE_AFTER = 60.0
 _UNIT_FIELDS = [
@@ -291,6 +294,18 @@ OPTIONS: dict[str, str] = {
         "worker) naming the cut and its age. Spark plans a DataFrame's read once: every later action on"
         " it reads that first cut (docs/spark.md#reused-dataframes)."
     ),
+    "endpoint": (
+        "A store in object storage (an ``s3://bucket/prefix`` path, docs/object-storage.md#spark): the S3 "
+        "endpoint, ``http://host:port`` for a local or on-premises server (default: ``AWS_ENDPOINT_URL`` as "
+        "pyarrow reads it on each process). Each task opens its own filesystem from this option and "
+        "``region``; credentials are never options: every process reads its own from its environment as "
+        "pyarrow does (``spark.executorEnv.AWS_ACCESS_KEY_ID``/``AWS_SECRET_ACCESS_KEY``, an instance "
+        "role), so no secret travels in the plan."
+    ),
+    "region": (
+        "With an ``s3://`` path: the bucket's region (default: ``AWS_DEFAULT_REGION`` / pyarrow's "
+        "resolution; docs/object-storage.md#spark)."
+    ),
     "replica": (
         "With several store roots of one broker name (a master and its slaves, docs/reading.md#replicas):"
         " the replica to read, its root or the root's directory name (comma-separated: one per broker);"
@@ -340,6 +355,15 @@ class ReadOptions:
     tier: str | None = None
     #: ``table=trace``: the trace topic (None: RMQ_SYS_TRACE_TOPIC)
     trace_topic: str | None = None
+    #: a store in object storage: ``(name, value)`` of the options ``endpoint`` and ``region`` given
+    #: (docs/object-storage.md#spark); never a credential, which each process reads from its environment
+    object_options: tuple[tuple[str, str], ...] = ()
+
+    def open_store(self, root: str | None = None) -> cq.Store:
+        """A fresh :class:`cq.Store` of ``root`` (default ``path``), read with the tier and, for a store in
+        object storage, opened from the ``endpoint``/``region`` options (docs/object-storage.md#spark)."""
+        return cq.Store(self.path if root is None else root, tier=self.tier,
+                        object_options=dict(self.object_options) or None)
 
     def for_broker(self, broker: str) -> ReadOptions:
         """These options for one broker of a read of several stores: ``path`` its root, the group's
@@ -393,15 +417,20 @@ class ReadOptions:
         if not path:
             raise ValueError("rocketmq: no store path; use spark.read.format('rocketmq').load('/path/to/store')")
         replica = [r.strip() for r in str(options.get("replica") or "").split(",") if r.strip()] or None
-        brokers = _broker_roots(path, replica, _tier_option(options))
+        objects = _object_options(options, path)
+        brokers = _broker_roots(path, replica, _tier_option(options), objects)
         if brokers:
-            return cls._parse(options, ", ".join(root for _, root in brokers), brokers)
-        return cls._parse(options, path, ())
+            read = cls._parse(options, ", ".join(root for _, root in brokers), brokers, objects)
+        else:
+            read = cls._parse(options, path if isinstance(path, str) else path[0], (), objects)
+        return dataclasses.replace(read, object_options=tuple(sorted(objects.items())))
 
     @classmethod
-    def _parse(cls, options: dict, path: str, brokers: tuple[tuple[str, str], ...]) -> ReadOptions:
-        refuse_object_uri(path, NOT_READ_BY_THE_DATA_SOURCE)
-        if not brokers and not os.path.isdir(path):
+    def _parse(cls, options: dict, path: str, brokers: tuple[tuple[str, str], ...],
+               objects: dict | None = None) -> ReadOptions:
+        if not brokers and is_object_uri(path):
+            _check_bucket_store(path, objects or {})
+        elif not brokers and not os.path.isdir(path):
             # Under Spark Connect the client's working directory is not the server's (a local
             # server runs Python in a per-session directory): docs/spark-connect.md#limits.
             where = "" if os.path.isabs(path) else (f" (a relative path is resolved in {os.getcwd()!r}, where "
@@ -418,7 +447,7 @@ class ReadOptions:
             if clash:
                 raise ValueError(f"rocketmq option table={table!r} reads the broker's pending work of the whole "
                                  f"store: option(s) {', '.join(clash)} do not apply to it")
-            return cls(path=os.path.abspath(path), table=table, tier=_tier_option(options))
+            return cls(path=_root(path), table=table, tier=_tier_option(options))
         tier = _tier_option(options)
         partition_units = positive_int_option(options, "partition_units")
         min_partitions = positive_int_option(options, "min_partitions")
@@ -446,9 +475,9 @@ class ReadOptions:
         registered = {}
         if group is not None and sql is None and tags is None:
             if brokers:
-                sql, tags, registered = _registered_cluster_group(brokers, topic, group, tier)
+                sql, tags, registered = _registered_cluster_group(brokers, topic, group, tier, objects)
             else:
-                sql, tags, registered = _registered_group(path, topic, group, tier)
+                sql, tags, registered = _registered_group(path, topic, group, tier, objects)
         from_committed = _bool_option(options, "from_committed", False)
         if from_committed and (group is None or topic is None):
             raise ValueError("rocketmq option from_committed=true needs 'group' and 'topic' (committed offsets "
@@ -480,7 +509,7 @@ class ReadOptions:
                                  "table=messages and layer2=reader")
             load_filter(message_filter)  # now, on the driver: a clear error at load() (ValueError naming it)
         return cls(
-            path=path if brokers else os.path.abspath(path),
+            path=path if brokers else _root(path),
             brokers=brokers,
             topic=topic,
             table=table,
@@ -515,7 +544,7 @@ class ReadOptions:
             raise ValueError(f"rocketmq option table='trace' reads the stores' trace topic: option(s) "
                              f"{', '.join(clash)} do not apply to it")
         topic = (options.get("trace_topic") or "").strip() or None
-        return cls(path=path if brokers else os.path.abspath(path), table=table, trace_topic=topic, brokers=brokers)
+        return cls(path=path if brokers else _root(path), table=table, trace_topic=topic, brokers=brokers)
 
     def schema(self) -> StructType:
         """The Spark schema these options produce."""
@@ -535,8 +564,35 @@ class ReadOptions:
         return StructType(fields)
 
 
+def _root(path: str) -> str:
+    """A store root as the executors name it: an absolute local path, or a store in object storage's URI."""
+    return path if is_object_uri(path) else os.path.abspath(path)
+
+
+def _object_options(options: dict, path) -> dict[str, str]:
+    """The options ``endpoint`` and ``region`` given (docs/object-storage.md#spark); ``ValueError``
+    when given for a read with no store in object storage."""
+    given = {k: str(options[k]).strip() for k in ("endpoint", "region") if options.get(k) not in (None, "")}
+    paths = [path] if isinstance(path, str) else list(path)
+    if given and not any(is_object_uri(p) for p in paths):
+        raise ValueError(f"rocketmq option(s) {', '.join(sorted(given))}: for a store in object storage "
+                         "(an s3:// path, docs/object-storage.md#spark); the path is a local one")
+    return given
+
+
+def _check_bucket_store(uri: str, objects: dict) -> None:
+    """List the store at ``uri`` once, on the driver, so a missing bucket or prefix or a denied request
+    fails ``load()`` naming the URI (docs/object-storage.md#errors), never an empty read later."""
+    from cq.readers.objects import ObjectStore  # lazy: pyarrow.fs is loaded for a bucket only
+
+    try:
+        ObjectStore(uri, **objects)
+    except cq.StoreFormatError as exc:
+        raise ValueError(f"rocketmq: store path {exc}") from None
+
+
 def _broker_roots(path: str | list[str], replica: list[str] | None = None,
-                  tier: str | None = None) -> tuple[tuple[str, str], ...]:
+                  tier: str | None = None, objects: dict | None = None) -> tuple[tuple[str, str], ...]:
     """``(broker, root)`` of each store of a read of several stores (a list, or a glob pattern), named
     as :class:`cq.Cluster` names them (a broker given as several replicas: the one ``replica`` names,
     else the one :class:`cq.Cluster` reads; each store opened with ``tier``, the brokers' shared tier);
@@ -550,31 +606,32 @@ def _broker_roots(path: str | list[str], replica: list[str] | None = None,
     try:
         roots = store_roots(path)
         for root in roots:
-            refuse_object_uri(root, NOT_READ_BY_THE_DATA_SOURCE)
-            if not os.path.isdir(root):
+            if not is_object_uri(root) and not os.path.isdir(root):
                 raise cq.StoreFormatError("not a directory", root)
-        cluster = cq.Cluster([os.path.abspath(r) for r in roots], replica=replica,
-                             **({"tier": tier} if tier is not None else {}))
+        cluster = cq.Cluster([_root(r) for r in roots], replica=replica,
+                             **({"tier": tier} if tier is not None else {}),
+                             **({"object_options": objects} if objects else {}))
     except cq.StoreFormatError as exc:
-        raise ValueError(f"rocketmq: store path {exc}") from exc
+        raise ValueError(f"rocketmq: store path {exc}") from None
     except KeyError as exc:
         raise ValueError(f"rocketmq option 'replica': {exc.args[0]}") from exc
-    brokers = tuple((name, store.root) for name, store in cluster.stores.items())
+    # a store in object storage by its URI, never the private copy this process read it through
+    brokers = tuple((name, store.uri or store.root) for name, store in cluster.stores.items())
     cluster.close()
     return brokers
 
 
-def _registered_cluster_group(brokers, topic: str | None, group: str,
-                              tier: str | None = None) -> tuple[str | None, str | None, dict]:
+def _registered_cluster_group(brokers, topic: str | None, group: str, tier: str | None = None,
+                              objects: dict | None = None) -> tuple[str | None, str | None, dict]:
     """:func:`_registered_group` on each broker holding ``topic``: the expression of the first, and
     each broker's own bornTime and bloom data (``registrations``)."""
     found = []
     for name, root in brokers:
-        store = cq.Store(root, tier=tier)
+        store = cq.Store(root, tier=tier, object_options=objects or None)
         held = topic is None or topic in store.topics()
         store.close()
         if held:
-            found.append((name, *_registered_group(root, topic, group, tier)))
+            found.append((name, *_registered_group(root, topic, group, tier, objects)))
     if not found:
         raise ValueError(f"rocketmq option 'topic': no topic {topic!r} in stores "
                          f"{', '.join(r for _, r in brokers)}")
@@ -595,14 +652,18 @@ def _tier_option(options: dict) -> str | None:
     return os.path.abspath(tier)
 
 
-def _registered_group(path: str, topic: str | None, group: str,
-                      tier: str | None = None) -> tuple[str | None, str | None, dict]:
+def _registered_group(path: str, topic: str | None, group: str, tier: str | None = None,
+                      objects: dict | None = None) -> tuple[str | None, str | None, dict]:
     """``(sql, tags, fields)`` of ``group``'s registration in the store's consumerFilter.json."""
     if topic is None:
         raise ValueError(f"rocketmq option 'group' ({group!r}) without 'sql' or 'tags' needs 'topic': the group's "
                          "registration in config/consumerFilter.json is per topic")
     try:
-        reg = cq.Store(path, tier=tier).registered_filter(topic, group)
+        store = cq.Store(path, tier=tier, object_options=objects or None)
+        try:
+            reg = store.registered_filter(topic, group)
+        finally:
+            store.close()
     except (cq.UnknownGroupError, cq.StoreFormatError) as exc:
         raise ValueError(f"rocketmq option 'group': {exc}") from exc
     if not Layers(registration_filter(reg)).has_layer2:  # not a SQL92 registration

@@ -30,17 +30,22 @@ from cq.analyses.cost import (
     tally_range,
 )
 from cq.filter.subscription import DEFAULT_BLOOM, broker_bloom
+from cq.readers.objects import is_object_uri
 from cq.store.cluster import each_store
 
 from ._plan import SLICE_UNITS, TIER_RANGE, file_ranges, pack_ranges, share_size
+from .job import object_storage_options
 
 __all__ = ["filter_cost_spark"]
 
 DEFAULT_PARTITION_UNITS = 1_000_000
 
 
-def _tally_task(path: str, topic: str, reported, registered, bloom_filter, part, tier: str | None = None) -> Tally:
-    store = cq.Store(path, tier=tier)
+def _tally_task(path: str, topic: str, reported, registered, bloom_filter, part, tier: str | None = None,
+                objects: dict | None = None) -> Tally:
+    # a store in object storage: opened by the task from its URI and ``objects`` (endpoint, region), its
+    # credentials from the executor's environment (docs/object-storage.md#spark)
+    store = cq.Store(path, tier=tier, object_options=objects or None)
     try:
         tally = None
         for key, queue_id, start, end in part:
@@ -77,7 +82,8 @@ def _ranges(store: cq.Store, topic: str, reported: list[CostGroup], bf) -> list[
 def _spark_pass(spark, store: cq.Store, topic: str, groups, bf, first: StorePass | None, timing: bool,
                 partition_units: int, broker: str | None = None) -> StorePass:
     """One store's pass on Spark: its queue ranges tallied on the executors, added on the driver."""
-    path, tier = store.root, store.tier_path
+    path, tier = store.uri or store.root, store.tier_path  # a store in object storage by its URI
+    objects = object_storage_options(path)
     reported, registered = in_order_of(first, *resolve_reported(store, topic, groups, bloom_filter=bf, broker=broker))
     ranges = _ranges(store, topic, reported, bf)
     total = sum(e - s for _, _, s, e in ranges)
@@ -89,10 +95,16 @@ def _spark_pass(spark, store: cq.Store, topic: str, groups, bf, first: StorePass
     tally = empty_tally(reported, registered)
     if parts:
         rdd = spark.sparkContext.parallelize(parts, len(parts))
-        for part in rdd.map(lambda p: _tally_task(path, topic, reported, registered, bf, p, tier)).collect():
+        for part in rdd.map(lambda p: _tally_task(path, topic, reported, registered, bf, p, tier, objects)).collect():
             tally.add(part)
     tally.queues, tally.queues_without_ext = len(queue_ids), without_ext
     return StorePass(path, reported, registered, tally, ns, timed)
+
+
+def _root(path: str | os.PathLike) -> str:
+    """A store root as every executor names it: absolute, or a store in object storage's URI."""
+    path = os.fspath(path)
+    return path if is_object_uri(path) else os.path.abspath(path)
 
 
 def filter_cost_spark(spark, store_path: str | os.PathLike | Sequence[str | os.PathLike], topic: str,
@@ -116,8 +128,7 @@ def filter_cost_spark(spark, store_path: str | os.PathLike | Sequence[str | os.P
         ranges the broker serves from it are tallied from its flat files (docs/cost.md#tiered).
     """
     t0 = time.perf_counter()
-    paths = os.path.abspath(os.fspath(store_path)) if isinstance(store_path, (str, os.PathLike)) else [
-        os.path.abspath(os.fspath(p)) for p in store_path]
+    paths = _root(store_path) if isinstance(store_path, (str, os.PathLike)) else [_root(p) for p in store_path]
     bf = broker_bloom(bloom_filter, required="the cost report")
     store = cq.open_stores(paths, **({"tier": os.path.abspath(os.fspath(tier))} if tier is not None else {}))
     try:

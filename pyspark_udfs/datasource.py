@@ -46,6 +46,7 @@ from pyspark.sql.types import (
 import cq
 from cq.analyses.by_time import QueueSearch, time_range
 from cq.analyses.search import find
+from cq.readers.objects import is_object_uri
 
 from ._plan import (
     SLICE_UNITS,
@@ -57,6 +58,7 @@ from ._plan import (
 from ._source import (
     BODY,
     LAYER2,
+    NOT_STREAMED,
     ON_CORRUPT,
     ON_FILTER_ERROR,
     PENDING_TABLES,
@@ -107,6 +109,10 @@ class RocketMQDataSource(DataSource):
         if self.read_options.table in (*PENDING_TABLES, TRACE_TABLE):
             raise ValueError(f"rocketmq option table={self.read_options.table!r} is a batch table (the broker's "
                              "pending work at one moment), not a stream")
+        bucket = [root for _, root in self.read_options.brokers or ((None, self.read_options.path),)
+                  if is_object_uri(root)]
+        if bucket:  # docs/object-storage.md#a-snapshot
+            raise ValueError(f"rocketmq: store path {bucket[0]}: {NOT_STREAMED}")
         from pyspark_udfs.streaming import (  # lazy: batch reads never load it
             RocketMQStreamReader,
             StreamOptions,
@@ -130,7 +136,7 @@ class _StoreTableReader(DataSourceReader):
 
     def open(self) -> cq.Store | cq.Cluster:
         """The store read (one store; :class:`TraceReader`: the cluster of a read of several)."""
-        return cq.Store(self.options.path)
+        return self.options.open_store()
 
     def read(self, partition: InputPartition):
         store = self.open()
@@ -160,7 +166,7 @@ class TraceReader(_StoreTableReader):
     def open(self) -> cq.Store | cq.Cluster:
         if self.options.brokers:
             return cq.Cluster([root for _name, root in self.options.brokers])
-        return cq.Store(self.options.path)
+        return super().open()
 
     def rows(self, store: cq.Store) -> list[dict]:
         from cq.analyses.trace import trace  # lazy: only trace reads need it
@@ -294,7 +300,7 @@ class RocketMQReader(DataSourceReader):
         batch_starts: dict[tuple, np.ndarray] = {}  # ((broker, topic), queue id) -> a BatchCQ queue's batch starts
         held = False
         for broker, root in brokers:
-            store = cq.Store(root, tier=opts.tier)
+            store = opts.open_store(root)
             try:
                 if opts.topic is not None and opts.topic not in {*store.topics(), *store.layout.batch_cq_topics}:
                     if opts.brokers:

@@ -27,7 +27,7 @@ from cq.analyses.search import BY_TIER, FindResult, FindRow
 from cq.store.cluster import broker_name
 
 from .functions import selector_match
-from .job import owns_session, spark_session
+from .job import object_storage_options, owns_session, spark_session
 
 __all__ = ["find_spark"]
 
@@ -79,6 +79,7 @@ def find_spark(stores: str | Sequence[str], *, spark=None, master: str | None = 
             reader = reader.option("pushdown", "true")
         if tier is not None:
             reader = reader.option("tier", os.path.abspath(tier))
+        reader = reader.options(**object_storage_options(roots))  # stores in object storage: their endpoint
         if topic is not None:
             reader = reader.option("topic", topic)
         if group is not None:

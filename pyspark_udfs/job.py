@@ -41,8 +41,8 @@ from pyspark.sql import functions as F
 import cq
 from cq.errors import ReplicaWarning
 from cq.filter.custom import load_filter
-from cq.readers.objects import NOT_READ_BY_THE_DATA_SOURCE, refuse_object_uri
-from cq.store.cluster import read_roots
+from cq.readers.objects import is_object_uri
+from cq.store.cluster import each_store
 from cq.store.topics import registered_groups, topic_store
 from pyspark_udfs.datasource import skipped_ranges
 from pyspark_udfs.functions import register
@@ -288,6 +288,18 @@ def default_parallelism(spark) -> int | None:
         return None
 
 
+def object_storage_options(store: str | Sequence[str]) -> dict[str, str]:
+    """The data source options ``endpoint`` and ``region`` for a read of stores in object storage: the
+    ones this process reads (``AWS_ENDPOINT_URL``, ``AWS_DEFAULT_REGION`` or ``AWS_REGION``), so every
+    executor opens the same endpoint (docs/object-storage.md#spark); ``{}`` for local stores. Never a
+    credential: each executor reads its own from its environment."""
+    if not any(is_object_uri(s) for s in ([store] if isinstance(store, str) else store)):
+        return {}
+    found = {"endpoint": os.environ.get("AWS_ENDPOINT_URL"),
+             "region": os.environ.get("AWS_DEFAULT_REGION") or os.environ.get("AWS_REGION")}
+    return {k: v for k, v in found.items() if v}
+
+
 def _reader(spark, store: str, topic: str, group: GroupScan, *, columns: str | None = None, **options: str):
     # columns: a DDL schema, so the reader decodes only those columns (docs/data-path.md)
     r = spark.read.format("rocketmq").option("topic", topic).option("group", group.group)
@@ -382,11 +394,12 @@ def scan(spark, store: str | Sequence[str], topic: str, group: GroupScan, *, out
     filtered = {} if message_filter is None else {"filter": message_filter, "on_filter_error": on_filter_error}
     if tier is not None:  # every read of the store reads its tier (not a skip option: ``options`` says those)
         filtered["tier"] = os.path.abspath(tier)
+    where = object_storage_options(store)  # every read of a store in object storage
     lead = "broker string, " if brokers else ""  # several stores: counted per broker
     if native:
         decisions = _reader(spark, store, topic, group, decisions="true", table="consumequeue", layer2="spark",
                             columns=lead + "matched_by_consume_queue boolean, reached_commit_log boolean, "
-                                           "properties map<string,string>", **options, **filtered)
+                                           "properties map<string,string>", **options, **filtered, **where)
         # Layer 2 where the broker reads the record; a plain SQL92 group's client check keeps everything.
         matched = F.when(F.col("reached_commit_log"), selector_column(group.sql, "properties"))
         delivered_col = F.coalesce(matched, F.lit(False))
@@ -397,7 +410,7 @@ def scan(spark, store: str | Sequence[str], topic: str, group: GroupScan, *, out
                    + (", filter_skipped boolean" if message_filter is not None else ""))
         decisions = _reader(spark, store, topic, group, decisions="true",
                             table="messages" if message_filter is not None else "consumequeue", columns=columns,
-                            **options, **filtered)
+                            **options, **filtered, **where)
         matched, delivered_col = F.col("matched_by_commit_log"), F.col("delivered")
     skipped_col = F.col("filter_skipped") if message_filter is not None else F.lit(False)
     counted = decisions.groupBy(*(["broker"] if brokers else [])).agg(
@@ -417,11 +430,11 @@ def scan(spark, store: str | Sequence[str], topic: str, group: GroupScan, *, out
         if options:
             options["skipped_log"] = os.path.join(log_root, "out")
         if native:
-            delivered = _reader(spark, store, topic, group, layer2="spark", **options,
+            delivered = _reader(spark, store, topic, group, layer2="spark", **options, **where,
                                 **({"tier": filtered["tier"]} if tier is not None else {})).where(
                 selector_column(group.sql, "properties"))
         else:
-            delivered = _reader(spark, store, topic, group, **options, **filtered)
+            delivered = _reader(spark, store, topic, group, **options, **filtered, **where)
         delivered.write.mode("overwrite").format(out_format).save(out)
     seconds = time.perf_counter() - t0
     skipped: list[dict] = []
@@ -521,20 +534,18 @@ def run_scan(args: argparse.Namespace) -> int:
     """Body of ``rmqfilter scan`` and of spark-submit ``job.py``."""
     prog = "rmqfilter scan"
     given = [args.store] if isinstance(args.store, str) else args.store
-    try:
-        for s in given:
-            refuse_object_uri(s, NOT_READ_BY_THE_DATA_SOURCE)
-    except ValueError as exc:
-        return fail(prog, str(exc))
-    stores = [os.path.abspath(s) for s in given]
-    if len(stores) == 1 and not glob.has_magic(stores[0]) and not os.path.isdir(stores[0]):
+    # a store in object storage by its URI (docs/object-storage.md#spark), a local one by its absolute path
+    stores = [s if is_object_uri(s) else os.path.abspath(s) for s in given]
+    if len(stores) == 1 and not is_object_uri(stores[0]) and not glob.has_magic(stores[0]) \
+            and not os.path.isdir(stores[0]):
         return fail(prog, f"store {args.store[0]!r} is not a directory")
     try:  # a root that is not a store, a replica that is none, a topic on no broker: as the other commands
         with warnings.catch_warnings(record=True) as said:
             warnings.simplefilter("always", ReplicaWarning)
             with topic_store(stores[0] if len(stores) == 1 else stores, args.topic, replica=args.replica,
                             tier=getattr(args, "tier", None)) as opened:
-                stores = read_roots(opened) if args.replica else stores   # a broker's replica read
+                if args.replica:  # a broker's replica read, a store in object storage by its URI
+                    stores = [st.uri or st.root for _, st in each_store(opened)]
         for w in said:      # which replica of a broker is read (docs/reading.md#replicas), said once, here
             print(f"{prog}: warning: {w.message}", file=sys.stderr)
     except (cq.StoreFormatError, LookupError, ValueError) as exc:

@@ -33,7 +33,6 @@ __all__ = [
     "BATCH_BYTES",
     "COALESCE_GAP",
     "HEAD_FIRST",
-    "NOT_READ_BY_THE_DATA_SOURCE",
     "NO_TAIL",
     "RECORD_PROBE",
     "CopiedDir",
@@ -91,9 +90,7 @@ def is_object_uri(path) -> bool:
     return isinstance(path, str) and "://" in path and not path.startswith("file://")
 
 
-#: Why a reader refuses a store in object storage (:func:`refuse_object_uri`).
-NOT_READ_BY_THE_DATA_SOURCE = ("the rocketmq data source (and rmqfilter scan) does not read a store in object "
-                               "storage yet; cq.Store and the other commands do (docs/object-storage.md#what-is-left)")
+#: Why ``rmqfilter tail`` refuses a store in object storage (:func:`refuse_object_uri`).
 NO_TAIL = ("a store in object storage is a snapshot (its objects are written whole): there is no tail to follow; "
            "read it with consume (docs/object-storage.md#a-snapshot)")
 

@@ -45,7 +45,8 @@ def broker_name(store: Store) -> tuple[str, str]:
     """``(name, how)``: the broker name a store holds, and where it was found (:data:`NAMED_BY`).
 
     ``config/topics.json``'s ``rmq_sys_SYNC_BROKER_MEMBER_<brokerName>`` topic when there is
-    exactly one; otherwise the store root's directory name (``how`` is ``"directory"``).
+    exactly one; otherwise the store root's directory name (``how`` is ``"directory"``): for a store in
+    object storage, the last name of its URI (docs/object-storage.md#naming-a-store).
     """
     try:
         topics = store.topic_configs()
@@ -54,6 +55,8 @@ def broker_name(store: Store) -> tuple[str, str]:
     names = [t[len(SYNC_BROKER_MEMBER_PREFIX):] for t in topics if t.startswith(SYNC_BROKER_MEMBER_PREFIX)]
     if len(names) == 1 and names[0]:
         return names[0], "topics.json"
+    if getattr(store, "uri", None) is not None:  # never the private copy it is read through
+        return store.uri.rstrip("/").rsplit("/", 1)[-1], "directory"
     return os.path.basename(os.path.normpath(os.path.abspath(store.root))), "directory"
 
 

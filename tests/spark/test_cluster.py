@@ -128,3 +128,52 @@ def test_scan_job_on_standalone_cluster_gives_what_the_group_receives(standalone
     key = ["queue_id", "queue_offset", "commit_log_offset", "tags", "keys"]
     written = [json.loads(line) for part in sorted(out_dir.glob("part-*")) for line in part.read_text().splitlines()]
     assert sorted(tuple(row.get(k) for k in key) for row in written) == sorted(received)
+
+
+@pytest.mark.objectstore
+def test_scan_job_on_standalone_cluster_reads_the_bucket_with_no_shared_path(s3_server, standalone_cluster, tmp_path):
+    """The same job over ``s3://`` (docs/object-storage.md#spark): the store's local copy is deleted
+    before the job starts, so the executor reads the bucket alone; the endpoint and region reach it as
+    data source options (the worker's environment has neither), the credentials through the worker's
+    environment; no secret in the job's output or the executor's log."""
+    import cq
+    from pyspark_udfs import job
+
+    url, env = standalone_cluster
+    assert "AWS_ENDPOINT_URL" not in env and env.get("AWS_SECRET_ACCESS_KEY") == s3_server.secret_key
+    copy = tmp_path / "golden-copy"
+    shutil.copytree(DATA / "golden_store", copy)
+    uri = s3_server.upload(copy, "cluster", "golden")
+    store = cq.Store(copy)
+    try:
+        result = store.consume(TOPIC, GROUP, sql=SQL)
+        received = [(m.queue_id, m.queue_offset, m.commit_log_offset, m.tags, m.keys) for m in result]
+    finally:
+        store.close()
+    shutil.rmtree(copy)  # no path holds the store now: only the bucket does
+    out_dir, summary = tmp_path / "cluster-out", tmp_path / "summary.json"
+    cmd = [str(_spark_bin() / "spark-submit"), "--master", url,
+           "--conf", "spark.executor.memory=768m", "--conf", "spark.ui.enabled=false",
+           "--conf", f"spark.driver.extraJavaOptions={SPARK_TEST_JAVA_OPTIONS}",
+           "--conf", f"spark.executor.extraJavaOptions={SPARK_TEST_JAVA_OPTIONS}",
+           "--conf", f"spark.executorEnv.PYSPARK_PYTHON={sys.executable}",
+           job.__file__, uri, "--topic", TOPIC, "--group", GROUP,
+           "--sql", SQL, "--out", str(out_dir), "--format", "json", "--json", str(summary)]
+    driver_env = dict(env, AWS_ENDPOINT_URL=s3_server.endpoint, AWS_DEFAULT_REGION="us-east-1",
+                      PYTHONPATH=os.pathsep.join([str(Path(job.__file__).resolve().parents[1]),
+                                                  env.get("PYTHONPATH", "")]))
+    proc = subprocess.run(cmd, check=False, env=driver_env, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    logs = list((tmp_path / "work").glob("app-*/0/stderr"))
+    assert logs, "no executor ran on the standalone worker"
+    for text in (proc.stdout, proc.stderr, *(p.read_text(errors="replace") for p in logs)):
+        assert s3_server.secret_key not in text
+    cluster = json.loads(summary.read_text())
+    stats = result.stats
+    assert cluster["units_scanned"] == stats.units_scanned > 0
+    assert cluster["passed_consume_queue"] == stats.passed_consume_queue
+    assert cluster["passed_commit_log"] == stats.passed_commit_log > 0
+    assert cluster["delivered"] == stats.delivered == len(received)
+    key = ["queue_id", "queue_offset", "commit_log_offset", "tags", "keys"]
+    written = [json.loads(line) for part in sorted(out_dir.glob("part-*")) for line in part.read_text().splitlines()]
+    assert sorted(tuple(row.get(k) for k in key) for row in written) == sorted(received)

@@ -220,9 +220,10 @@ def test_pushdown_true_leaks_a_pushed_filter_into_a_later_query_on_the_dataframe
         ({"layer2": "jvm", "group": "G", "sql": "a > 1"}, "option 'layer2': expected reader or spark"),
         ({"layer2": "spark", "group": "G", "tags": "A"}, "layer2=spark needs 'group' with 'sql'"),
         ({"path": str(DATA / "nope")}, "not a directory"),
-        # docs/object-storage.md#what-is-left: refused by name, never read as a missing directory
-        ({"path": "s3://bucket/prefix/broker-a"}, "s3://bucket/prefix/broker-a: the rocketmq data source"),
-        ({"path": ["s3://bucket/a", "s3://bucket/b"]}, "s3://bucket/a: the rocketmq data source"),
+        # docs/object-storage.md#spark: listed at load(), never read as a missing directory
+        ({"path": "s3://bucket/prefix/broker-a", "endpoint": "http://127.0.0.1:9", "region": "us-east-1"},
+         "s3://bucket/prefix/broker-a: cannot reach the endpoint"),
+        ({"endpoint": "http://127.0.0.1:9"}, "option.s. endpoint: for a store in object storage"),
         ({"path": ""}, "no store path"),
     ],
 )

@@ -6,8 +6,6 @@ from __future__ import annotations
 import os
 import pickle
 import re
-import subprocess
-import sys
 from contextlib import closing
 from pathlib import Path
 
@@ -305,17 +303,6 @@ def test_cluster_commands_from_the_bucket(s3_server, capsys, monkeypatch):
     _same_answers(capsys, s3_server, local, uris, commands)
     for root, uri in zip(local, uris):
         _same_answers(capsys, s3_server, [root], [uri], [["inspect"], ["pending"]])
-
-
-@pytest.mark.objectstore
-def test_the_data_source_refuses_an_object_storage_path_by_name(s3_server):
-    uri = s3_server.upload(DATA / "golden_store", "cli", "golden")
-    env = {**os.environ, "PYTHONPATH": str(ROOT), "AWS_ENDPOINT_URL": s3_server.endpoint}
-    proc = subprocess.run([sys.executable, "-m", "rmqfilter", "scan", uri, "--topic", "T", "--group", "G"],
-                          capture_output=True, text=True, env=env, cwd=ROOT, check=False, timeout=300)
-    assert proc.returncode != 0
-    assert uri in proc.stderr and "object-storage.md" in proc.stderr and "Traceback" not in proc.stderr
-    assert s3_server.secret_key not in proc.stderr + proc.stdout
 
 
 @pytest.mark.objectstore
