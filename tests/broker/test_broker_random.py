@@ -48,6 +48,8 @@ PINNED_RELEASE_SEEDS = {
     # found: LMQ dispatch on a DLedger CommitLog with RocksDB queues: the broker assigned no LMQ offsets
     # and served nothing there, and the LMQ check read a queue that does not exist
     (199836, "5.5.1"): "DLedger + RocksDB + LMQ: no INNER_MULTI_QUEUE_OFFSET, LMQ max offset 0; the check assumed units",
+    # found: two brokers with RocksDB stores in the harness's one JVM: the JVM died in RocksDB's native code
+    (175990, "5.3.3"): "two RocksDB brokers in one JVM: SIGSEGV in librocksdbjni (ScheduleMessageTimerThread)",
 }
 
 
