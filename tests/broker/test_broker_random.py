@@ -368,9 +368,9 @@ def test_retries_sent_through_the_other_broker_are_why_retrying(run, brokers, cl
              if r["group"] == nc["group"] and r["reconsume_times"] >= 1 and r["uniq_key"] in failed}
     assert moved == failed, (sorted(failed - moved)[:5], "retries not received from broker-a")
     for uniq in sorted(moved)[:10]:
-        [path] = why_every_copy(cluster, nc["topic"], nc["group"], msg_id=uniq, broker=home.name)
+        [path] = why_every_copy(cluster, nc["topic"], nc["group"], msg_id=uniq, broker=home.name, **subscription(nc))
         assert (path.state, path.fields["copy_broker"]) == ("retrying", other.name), path.sentence
-        [alone] = why_every_copy(home.store, nc["topic"], nc["group"], msg_id=uniq)
+        [alone] = why_every_copy(home.store, nc["topic"], nc["group"], msg_id=uniq, **subscription(nc))
         assert alone.state == "consumed", alone.sentence
 
 
