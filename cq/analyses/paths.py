@@ -38,6 +38,7 @@ from .find import (
     parse_offset_msg_id,
     position,
     query_index,
+    records_by_uniq_key,
     scan_tier,
     scan_topic,
     unit_tags_code,
@@ -612,12 +613,8 @@ def _with_copies_elsewhere(cluster: Cluster, path: MessagePath, group: str) -> M
         if name == home:
             continue
         store = cluster.stores[name]
-        topics = [t for t in (retry_topic, fmt.SCHEDULE_TOPIC, dlq_topic) if t in store.topics()]
-        if not topics:
-            continue
-        records, _how, _text = _lookup(store, topics, None, path.uniq_key)
         by_role: dict[str, list[Copy]] = {}
-        for m in sorted(records, key=lambda m: m.commit_log_offset):
+        for m in records_by_uniq_key(store, (retry_topic, fmt.SCHEDULE_TOPIC, dlq_topic), path.uniq_key):
             role = _role(m, path.topic, group)
             if role is not None and role[0] in (ROLE_RETRY, ROLE_SCHEDULED, ROLE_DLQ) and \
                     (role[0] != ROLE_SCHEDULED or role[1] == retry_topic):

@@ -264,7 +264,7 @@ class Cluster:
         for rs in getattr(self, "replicas", {}).values():
             rs.close()
 
-    def __enter__(self) -> Cluster:
+    def __enter__(self):
         return self
 
     def __exit__(self, *exc) -> None:
