@@ -134,9 +134,13 @@ def _queue_only(store: Store, topic: str, queue_id: int) -> Iterator:
         yield cqueue
 
 
-def scan_topic(store: Store, topic: str, key: str | None, uniq_key: str | None) -> list[Message]:
+def scan_topic(store: Store, topic: str, key: str | None, uniq_key: str | None, *,
+               skip: tuple[int, int] | None = None) -> list[Message]:
     """Every message of ``topic`` (through its ConsumeQueues) whose key or UNIQ_KEY is the one asked;
-    on a BatchCQ topic, the messages inside its batch records (docs/reading.md#batchcq)."""
+    on a BatchCQ topic, the messages inside its batch records (docs/reading.md#batchcq).
+
+    ``skip=(begin, end)``: leave out the records at CommitLog offsets ``begin`` to ``end`` (both
+    included; what the IndexFiles covered, :func:`records_by_uniq_key`)."""
     log = store.commit_log
     lo, hi = log.min_offset, log.max_offset
     found = []
@@ -155,6 +159,8 @@ def scan_topic(store: Store, topic: str, key: str | None, uniq_key: str | None) 
             for _first, units in cqueue.iter_batches(1 << 16):
                 offs = units["commit_log_offset"].astype(np.int64)
                 ok = (offs >= lo) & (offs + units["size"].astype(np.int64) <= hi)
+                if skip is not None:
+                    ok &= (offs < skip[0]) | (offs > skip[1])
                 offs = offs[ok]
                 for off, props in zip(offs.tolist(), log.gather_properties(offs)):
                     if props is not None and key_matches(props, key, uniq_key):
@@ -254,6 +260,28 @@ def query_index(store: Store, topics: Sequence[str], key: str | None, uniq_key: 
     finally:
         index.close()
     return found, candidates, why_scan
+
+
+def records_by_uniq_key(store: Store, topics: Sequence[str], uniq_key: str) -> list[Message]:
+    """The records of ``topics`` (those the store has; not BatchCQ ones) whose ``UNIQ_KEY`` is ``uniq_key``:
+    the IndexFiles' candidates confirmed by the record, and a scan of the units no index file covers
+    (before the first entry, after the last); every unit when the store has no readable index files."""
+    present = [t for t in topics if t in store.topics()]
+    index, _why = open_index(store)
+    if index is None or not len(index):
+        if index is not None:
+            index.close()
+        return [m for t in present for m in scan_topic(store, t, None, uniq_key)]
+    try:
+        covered = (index.files[0].header.begin_phy_offset, index.files[-1].header.end_phy_offset)
+        found = {off: msg for t in present for off in index.query(t, uniq_key)
+                 for msg in [message_at(store, off)]
+                 if msg is not None and msg.topic == t and key_matches(msg.properties, None, uniq_key)}
+    finally:
+        index.close()
+    for t in present:
+        found.update((m.commit_log_offset, m) for m in scan_topic(store, t, None, uniq_key, skip=covered))
+    return [found[off] for off in sorted(found)]
 
 
 # ------------------------------------------------------------------ find_messages

@@ -38,6 +38,7 @@ from .find import (
     parse_offset_msg_id,
     position,
     query_index,
+    records_by_uniq_key,
     scan_tier,
     scan_topic,
     unit_tags_code,
@@ -595,6 +596,61 @@ def _tag_path(path: MessagePath, broker: str, root: str | None, note: str | None
     return replace(path, why=replace(path.why, broker=broker, replica=root, replica_note=note))
 
 
+def _with_copies_elsewhere(cluster: Cluster, path: MessagePath, group: str) -> MessagePath:
+    """A cluster's answer with the group's retry and dead-letter copies the other brokers hold.
+
+    A consumer whose send-back fails (its broker refused it: read-only, or gone) sends the retry
+    through the client's producer to any broker serving the group's retry topic
+    (docs/paths.md#retries-on-another-broker): the message's own broker then shows it consumed,
+    while its retry waits, or its dead letter lies, elsewhere. Those copies decide as they would on
+    the message's own broker: a dead letter first, then a retry still waiting."""
+    home = path.fields.get("broker")
+    if path.state not in (CONSUMED, PENDING) or path.uniq_key is None or len(cluster.brokers) < 2:
+        return path
+    retry_topic, dlq_topic = fmt.RETRY_GROUP_TOPIC_PREFIX + group, fmt.DLQ_GROUP_TOPIC_PREFIX + group
+    found: list[tuple[str, Store, dict[str, list[Copy]]]] = []
+    for name in cluster.brokers:
+        if name == home:
+            continue
+        store = cluster.stores[name]
+        by_role: dict[str, list[Copy]] = {}
+        for m in records_by_uniq_key(store, (retry_topic, fmt.SCHEDULE_TOPIC, dlq_topic), path.uniq_key):
+            role = _role(m, path.topic, group)
+            if role is not None and role[0] in (ROLE_RETRY, ROLE_SCHEDULED, ROLE_DLQ) and \
+                    (role[0] != ROLE_SCHEDULED or role[1] == retry_topic):
+                by_role.setdefault(role[0], []).append(Copy(role[0], m, role[1]))
+        if by_role:
+            found.append((name, store, by_role))
+    if not found:
+        return path
+    copies = [*path.copies, *(c for _n, _s, by_role in found for cs in by_role.values() for c in cs)]
+    steps = list(path.steps)
+    for name, _store, by_role in found:
+        for d in by_role.get(ROLE_DLQ, ()):
+            m = d.message
+            steps.append(_step("dead_letter_elsewhere", f"Dead-letter queue on {name}", "dlq_copy",
+                               f"{name} holds a copy in {m.topic} queue {m.queue_id} offset {m.queue_offset} (stored "
+                               f"{m.store_timestamp}, reconsumeTimes {m.reconsume_times}): the group's retry was sent "
+                               f"through another broker than {home}, and the broker never delivers a dead letter",
+                               {"broker": name, "queue_offset": m.queue_offset, "reconsume_times": m.reconsume_times}))
+            return replace(path, state=DEAD_LETTER, copies=copies, steps=steps,
+                           sentence=f"{group} failed it {m.reconsume_times} times and {name} moved it to {m.topic}: "
+                                    "fix the consumer, then resend it from the DLQ",
+                           fields={**path.fields, "reconsume_times": m.reconsume_times,
+                                   "dlq_store_ms": m.store_timestamp, "copy_broker": name})
+    for name, store, by_role in found:
+        retry = _retry_state(store, group, by_role, steps)
+        if retry is not None:
+            state, sentence, fields = retry
+            last = steps[-1]
+            steps[-1] = _step(last.name, f"{last.title} on {name}", last.reason,
+                              f"on {name} (the send-back went through another broker than {home}): {last.detail}",
+                              {**last.evidence, "broker": name})
+            return replace(path, state=state, copies=copies, steps=steps, sentence=f"{sentence} on {name}",
+                           fields={**path.fields, **fields, "copy_broker": name})
+    return replace(path, copies=copies)
+
+
 def why_every_copy(store: Store | Cluster, topic: str, group: str, *, sql: str | None = None, tags: str | None = None,
                    queue_id: int | None = None, queue_offset: int | None = None, msg_id: str | None = None,
                    key: str | None = None, bloom_filter=DEFAULT_BLOOM, filter_support_retry: bool = False,
@@ -649,7 +705,7 @@ def why_every_copy(store: Store | Cluster, topic: str, group: str, *, sql: str |
                 misses.append(f"{name}: {exc}")
         if not out:
             raise MessageNotFoundError("no broker of the cluster holds it; " + "; ".join(misses))
-        return out
+        return [_with_copies_elsewhere(store, p, group) for p in out]
     if broker is not None:
         raise ValueError("broker= is for a cq.Cluster; a Store is one broker")
     if msg_id is not None and topic in store.layout.compaction_topics:

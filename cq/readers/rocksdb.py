@@ -453,11 +453,37 @@ def _v2_named_table(directory: str | os.PathLike, table: str) -> dict[str, dict]
     return out
 
 
+def database_stamp(path: str | os.PathLike) -> tuple:
+    """The names, sizes and modification times of the files of the RocksDB database in ``path``,
+    sorted. RocksDB writes new files and appends to its log, never rewriting a file in place: an
+    equal stamp is an unchanged database, so what was read from it is still current."""
+    try:
+        with os.scandir(path) as entries:
+            return tuple(sorted((e.name, st.st_size, st.st_mtime_ns) for e in entries
+                                if e.is_file() for st in [e.stat()]))
+    except FileNotFoundError:
+        return ()
+
+
+#: (database path, table) -> (database_stamp when read, the table): reused only while the stamp is equal
+_METADATA_READ: dict[tuple[str, str], tuple[tuple, dict[str, dict]]] = {}
+
+
 def metadata_table(directory: str | os.PathLike, table: str) -> dict[str, dict]:
     """Metadata table ``table`` (``subscriptionGroups``, ``topics``) of a RocksDB metadata database:
     v1's ``config/{table}`` (:func:`read_metadata_table`) or v2's ``config/rdb``: name -> its JSON
-    settings, as the JSON files' tables give them."""
-    return _v2_named_table(directory, table) if is_v2(directory) else read_metadata_table(directory, table)
+    settings, as the JSON files' tables give them.
+
+    Opening the database costs milliseconds: the table read last is returned again (a new dict) while
+    the database's :func:`database_stamp` is the same."""
+    key = (os.path.abspath(os.fspath(directory)), table)
+    stamp = database_stamp(key[0])
+    kept = _METADATA_READ.get(key)
+    if kept is not None and stamp and kept[0] == stamp:
+        return dict(kept[1])
+    read = _v2_named_table(directory, table) if is_v2(directory) else read_metadata_table(directory, table)
+    _METADATA_READ[key] = (stamp, read)
+    return dict(read)
 
 
 def pull_offset_table(directory: str | os.PathLike) -> dict[tuple[str, str], dict[int, int]]:

@@ -267,6 +267,12 @@ class Cluster:
         for rs in getattr(self, "replicas", {}).values():
             rs.close()
 
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
     # ------------------------------------------------------------ reads
     def cut(self, topic: str | None = None, *, brokers: Iterable[str] | None = None) -> ClusterCut:
         """One consistent cut per broker (:meth:`cq.Store.cut`), taken broker by broker.

@@ -25,7 +25,7 @@ from ..readers.consumequeue import ConsumeQueue
 from ..readers.dledger import DLedgerCommitLog
 from ..readers.ext import ConsumeQueueExt
 from ..readers.objects import CopiedDir, ObjectCommitLog, ObjectDir, ObjectDLedgerCommitLog
-from ..readers.rocksdb import RocksDBConsumeQueue, RocksDBQueueTable
+from ..readers.rocksdb import RocksDBConsumeQueue, RocksDBQueueTable, database_stamp
 from . import undispatched
 from .decide import records_present
 
@@ -61,6 +61,8 @@ class ReaderRoom:
         self._open_lock = threading.RLock()
         # a store in a bucket: the queues whose ConsumeQueue objects its private copy holds
         self._fetched_queues: set[tuple[str, ...]] = set()
+        # a RocksDB consume queue's queues, with the database files' names, sizes and times they were read at
+        self._rocks_queues: tuple[tuple, list[tuple[str, int]]] | None = None
 
     @property
     def commit_log(self) -> CommitLog:
@@ -91,8 +93,16 @@ class ReaderRoom:
         """The queues of a RocksDB consume queue, read now (one cut); None for queue files."""
         if self.layout.consume_queues != "rocksdb":
             return None
-        with RocksDBQueueTable(os.path.join(self.root, fmt.CONSUME_QUEUE_DIR)) as table:
-            return sorted(table.ends)
+        path = os.path.join(self.root, fmt.CONSUME_QUEUE_DIR)
+        # opening the database costs milliseconds a call: the list is kept while the database is unchanged
+        stamp = database_stamp(path)
+        kept = self._rocks_queues
+        if kept is not None and kept[0] == stamp:
+            return kept[1]
+        with RocksDBQueueTable(path) as table:
+            queues = sorted(table.ends)
+        self._rocks_queues = (stamp, queues)
+        return queues
 
     def topics(self) -> list[str]:
         """Topics that have a ConsumeQueue directory (LMQ queues, ``%LMQ%...``, included) or a

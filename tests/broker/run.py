@@ -436,6 +436,11 @@ class Harness:
         self.client("consumer_start", group=group, topic=topic, type=type_, expression=expression,
                     phase=phase, out=self.received_path, **tuning)
 
+    def broker_permission(self, name: str, perm: int) -> None:
+        """Set broker ``name``'s brokerPermission through the admin API, returning once the name
+        server's route shows it (PERM_READ 4 alone: producers and send-backs refused; 6: both)."""
+        self.client("broker_permission", broker=name, addr=self.brokers[name]["addr"], perm=perm, topic=RANDOM_TOPIC)
+
     def drain(self, groups: list[str], timeout_s: float = 300) -> None:
         self.client("consumer_wait_drained", groups=groups, timeout_ms=int(timeout_s * 1000),
                     timeout=timeout_s + 60)
@@ -1269,11 +1274,14 @@ RANDOM_WORKLOAD_AXES: dict[str, tuple] = {
     "retry_never_committed": (False, True),               # a group that fails, never pulls its retry queues (fail_share > 0)
     "copy_at": (0.0, 0.5, 1.0),                           # share of the last batch sent before the store is copied
     "pop_group": (False, True),                           # a POP group on the topic, some of its pops un-acked
+    "read_only_send_back": (False, True),                 # broker-b read-only while GID_RND_NC sends failures
+                                                          # back: the client's own send puts them on broker-a
 }
 #: Axes added after the first seeds were pinned: each seed draws them after ``message_seed``, so every
 #: earlier axis and the messages of a seed stay what they were (PINNED_SEEDS keep what they found).
-RANDOM_LATER_AXES = ("tx_check_max", "batch_topic", "lmq", "pop_group")
+RANDOM_LATER_AXES = ("tx_check_max", "batch_topic", "lmq", "pop_group", "read_only_send_back")
 RANDOM_INDEX_FILE = {"small": (300, 64), "default": (4000, 1000)}
+RANDOM_READ_ONLY_PERM, RANDOM_READ_WRITE_PERM = 4, 6    # brokerPermission: PERM_READ, PERM_READ | PERM_WRITE
 RANDOM_SHORT_LEVELS = (1, 2)       # the short delay-level messages' levels (seconds in every string)
 RANDOM_FAR_TIMER_MS = 540_000      # far timers: due nine minutes after they are sent (a due bucket's middle)
 RANDOM_FAIL_GROUP = "GID_RND_FAIL"
@@ -1320,6 +1328,8 @@ def random_applies(axis: str, drawn: dict) -> bool:
         return drawn["brokers"] == 1    # the harness's LMQ pull consumers read one broker's queues
     if axis == "pop_group":
         return drawn["timer_wheel"]     # the broker refuses every pop without its timer wheel
+    if axis == "read_only_send_back":
+        return drawn["brokers"] == 2 and drawn.get("retry_never_committed") is True
     return True
 
 
@@ -1513,8 +1523,11 @@ def scenario_random(h: Harness, seed: int = 0) -> None:
     rng = random.Random(gen["message_seed"])
     names = ["broker-a", "broker-b"][:c["brokers"]]
     h.start_namesrv()
+    # two RocksDB stores in one JVM are not isolated: 5.3.3's JVM died in RocksDB's native code
+    # (SIGSEGV in ScheduleMessageTimerThread; seeds 114436 and 175990), so each such broker gets its own
+    own_jvm = c["brokers"] > 1 and c["store_type"] == "rocksdb"
     for name in names:
-        h.add_broker(name, **random_broker_settings(c, name))
+        h.add_broker(name, own_jvm=own_jvm, **random_broker_settings(c, name))
         h.start_broker(name)
     h.start_client()
     h.create_topic(RANDOM_TOPIC, RANDOM_QUEUES)
@@ -1586,8 +1599,19 @@ def scenario_random(h: Harness, seed: int = 0) -> None:
         # queues only: the group never pulls (so never commits on) its retry queues
         h.groups.append({"group": RANDOM_NC_GROUP, "topic": RANDOM_TOPIC, "type": "TAG", "expression": "*",
                          "consumer": "push"})
+        if w.get("read_only_send_back"):
+            # broker-b refuses the send-backs of its messages (NO_PERMISSION): the client sends each
+            # retry through its own producer, to the brokers the retry topic's route says are writable
+            # (docs/paths.md#retries-on-another-broker); broker-b is writable again after. The client
+            # needs that route: broker-a gets the retry topic as a broker makes it (one queue, read and
+            # write), which it would otherwise make at the group's first send-back there
+            h.client("create_topic", topic=f"%RETRY%{RANDOM_NC_GROUP}", queues=1, attributes=None,
+                     brokers=[h.brokers[names[0]]["addr"]])
+            h.broker_permission(names[1], RANDOM_READ_ONLY_PERM)
         h.client("pull_fail", group=RANDOM_NC_GROUP, topic=RANDOM_TOPIC, fail_property="fail", phase="live",
                  out=h.received_path)
+        if w.get("read_only_send_back"):
+            h.broker_permission(names[1], RANDOM_READ_WRITE_PERM)
     time.sleep(3)                  # the short delays and timers delivered, the DLQ written, a check or two
     consuming = [g for g, s in groups.items() if s["role"] not in ("disabled", "never_commits_retry")]
     h.drain(consuming)

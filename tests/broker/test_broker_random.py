@@ -42,12 +42,14 @@ PINNED_SEEDS = {
     # found: %RETRY% queues with no committed offset counted 0, and RocksDB queues without a min record read as empty
     13: "retry never committed: backlog's retry 0 against 7 drained; RocksDB %DLQ% queue without min: no dead letters",
 }
-COVERING_SEEDS = (*PINNED_SEEDS, 94, 1354)
+COVERING_SEEDS = (*PINNED_SEEDS, 9192, 1354)
 # Seeds pinned on one release only: (seed, release) -> what it found.
 PINNED_RELEASE_SEEDS = {
     # found: LMQ dispatch on a DLedger CommitLog with RocksDB queues: the broker assigned no LMQ offsets
     # and served nothing there, and the LMQ check read a queue that does not exist
     (199836, "5.5.1"): "DLedger + RocksDB + LMQ: no INNER_MULTI_QUEUE_OFFSET, LMQ max offset 0; the check assumed units",
+    # found: two brokers with RocksDB stores in the harness's one JVM: the JVM died in RocksDB's native code
+    (175990, "5.3.3"): "two RocksDB brokers in one JVM: SIGSEGV in librocksdbjni (ScheduleMessageTimerThread)",
 }
 
 
@@ -320,7 +322,21 @@ def test_backlog_cli_text_and_json_are_the_same_figures(run, brokers, capsys):
                 assert f"retry:     {retry['total']['will_receive']:,} message(s) wait in {retry['topic']}" in text
 
 
-def test_why_state_is_what_the_broker_did(run, brokers):
+@pytest.fixture(scope="module")
+def cluster(run, brokers):
+    """The run's brokers as one cq.Cluster (None for one broker)."""
+    if len(brokers) < 2:
+        yield None
+        return
+    c = cq.Cluster({b.name: str(run.store_path(b.name)) for b in brokers})
+    yield c
+    c.close()
+
+
+def test_why_state_is_what_the_broker_did(run, brokers, cluster):
+    """``why`` of every send for every group is what the broker did with it; with two brokers it
+    asks the cluster (the message's broker), since a retry the client could not send back through
+    the message's broker went to the other (read_only_send_back; docs/paths.md#retries-on-another-broker)."""
     wrong = []
     for b in brokers:
         for g in groups(run):
@@ -329,11 +345,33 @@ def test_why_state_is_what_the_broker_did(run, brokers):
             for s in b.sent_to(g["topic"]):
                 if not in_copy(run, s):
                     continue
-                paths = why_every_copy(b.store, g["topic"], g["group"], msg_id=s["uniq_key"], **subscription(g))
+                target, only = (b.store, {}) if cluster is None else (cluster, {"broker": b.name})
+                paths = why_every_copy(target, g["topic"], g["group"], msg_id=s["uniq_key"], **only, **subscription(g))
                 want = expected_state(run, s, g)
                 if [p.state for p in paths] != [want]:
                     wrong.append((b.name, g["group"], s["keys"][0], [p.state for p in paths], want))
     assert not wrong, wrong[:20]
+
+
+def test_retries_sent_through_the_other_broker_are_why_retrying(run, brokers, cluster):
+    """With broker-b read-only while GID_RND_NC sent its failures back, each such retry is on
+    broker-a (the drain received it from there), and ``why`` over the cluster says retrying and
+    names broker-a; broker-b's store alone says consumed."""
+    if not run.broker["generated"]["workload"].get("read_only_send_back"):
+        pytest.skip("the draw has no read_only_send_back")
+    home, other = brokers[1], brokers[0]
+    nc = next(g for g in groups(run) if g["group"] == harness.RANDOM_NC_GROUP)
+    failed = {r["uniq_key"] for r in home.received
+              if r["group"] == nc["group"] and r["phase"] == "live" and r.get("result") == "failed"}
+    assert failed, "GID_RND_NC failed no message of broker-b"
+    moved = {r["uniq_key"] for r in other.received
+             if r["group"] == nc["group"] and r["reconsume_times"] >= 1 and r["uniq_key"] in failed}
+    assert moved == failed, (sorted(failed - moved)[:5], "retries not received from broker-a")
+    for uniq in sorted(moved)[:10]:
+        [path] = why_every_copy(cluster, nc["topic"], nc["group"], msg_id=uniq, broker=home.name, **subscription(nc))
+        assert (path.state, path.fields["copy_broker"]) == ("retrying", other.name), path.sentence
+        [alone] = why_every_copy(home.store, nc["topic"], nc["group"], msg_id=uniq, **subscription(nc))
+        assert alone.state == "consumed", alone.sentence
 
 
 def test_pending_rows_and_due_times_are_the_sends(run, brokers):

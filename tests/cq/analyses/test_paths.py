@@ -252,3 +252,46 @@ def test_damaged_timer_files_are_an_error_for_why_pending_and_backlog(tmp_path, 
         assert f"{path} at byte offset {offset}: {text}" in err, err
         assert "Traceback" not in err
     assert tree_snapshot(root) == before
+
+
+def _two_brokers(tmp_path, elsewhere: str):
+    """broker-a holds OrderTopic's U-moved, consumed by GID_ORDERS; broker-b holds what the client sent
+    through its own producer when broker-a refused the send-back: a retry (``elsewhere`` "retry",
+    uncommitted) or a dead letter ("dlq") of the same UNIQ_KEY (docs/paths.md#retries-on-another-broker)."""
+    a, b = tmp_path / "broker-a", tmp_path / "broker-b"
+    with cq.StoreWriter(a, cluster=None) as w:
+        w.append(TOPIC, b"moved", tags="TagA", properties={"UNIQ_KEY": "U-moved"}, store_timestamp=T0)
+        w.append(TOPIC, b"kept", tags="TagA", properties={"UNIQ_KEY": "U-kept"}, store_timestamp=T0 + 1)
+    with cq.StoreWriter(b, cluster=None) as w:
+        w.append(TOPIC, b"other", tags="TagA", properties={"UNIQ_KEY": "U-other"}, store_timestamp=T0)
+        topic = "%RETRY%GID_ORDERS" if elsewhere == "retry" else "%DLQ%GID_ORDERS"
+        w.append(topic, b"moved", tags="TagA", reconsume_times=1 if elsewhere == "retry" else 3,
+                 properties={"UNIQ_KEY": "U-moved", "RETRY_TOPIC": TOPIC, "ORIGIN_MESSAGE_ID": "AB"},
+                 store_timestamp=T0 + 100)
+    for root in (a, b):
+        os.makedirs(root / "config", exist_ok=True)
+        with open(root / "config" / "consumerOffset.json", "w") as f:
+            json.dump({"offsetTable": {f"{TOPIC}@{GROUP}": {"0": 2 if root == a else 1}}}, f)
+    return a, b
+
+
+@pytest.mark.parametrize(("elsewhere", "want"), [("retry", "retrying"), ("dlq", "dead_letter")])
+def test_a_retry_the_client_sent_through_another_broker(tmp_path, capsys, elsewhere, want):
+    """Over the cluster the copy on broker-b decides (named in the sentence, the copies and
+    ``copy_broker``); broker-a's store alone says consumed; a message without such a copy stays consumed."""
+    a, b = _two_brokers(tmp_path, elsewhere)
+    with cq.Cluster([str(a), str(b)]) as cluster:
+        [p] = why_every_copy(cluster, TOPIC, GROUP, tags="*", msg_id="U-moved", now_ms=T0 + 10_000)
+        assert (p.state, p.fields["broker"], p.fields["copy_broker"]) == (want, "broker-a", "broker-b")
+        assert "broker-b" in p.sentence and {c.message.topic for c in p.copies} == {
+            TOPIC, "%RETRY%GID_ORDERS" if elsewhere == "retry" else "%DLQ%GID_ORDERS"}
+        [kept] = why_every_copy(cluster, TOPIC, GROUP, tags="*", msg_id="U-kept", now_ms=T0 + 10_000)
+        assert kept.state == "consumed" and "copy_broker" not in kept.fields
+    [alone] = why_every_copy(cq.Store(str(a)), TOPIC, GROUP, tags="*", msg_id="U-moved")
+    assert alone.state == "consumed"
+    capsys.readouterr()
+    assert rmqfilter.main(["why", str(a), str(b), "--topic", TOPIC, "--group", GROUP, "--tags", "*",
+                           "--msg-id", "U-moved", "--json"]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    doc = doc[0] if isinstance(doc, list) else doc
+    assert (doc["state"], doc["copy_broker"]) == (want, "broker-b")

@@ -207,3 +207,28 @@ def test_a_batch_cq_topic_known_only_from_the_rocksdb_topic_table_is_flagged_and
     opts = ReadOptions.parse({"path": str(root), "topic": "EmptyBatch"})
     parts = RocketMQReader(opts, opts.schema()).partitions()
     assert [b for p in parts for b in _reader.read_partition(opts, opts.schema(), p, [])] == []
+
+
+def test_a_database_read_again_after_it_changed(tmp_path):
+    """Store.topics() and the metadata tables reuse what they read only while the database's files are
+    unchanged: a topic and a queue the broker adds between two calls on one open Store are seen by the second."""
+    import rocksdict
+
+    root = tmp_path / "store"
+    shutil.copytree(STORE, root)
+    raw = rocksdict.Options(raw_mode=True)
+    with closing(cq.Store(str(root))) as s:
+        before_topics, before_configs = s.topics(), s.topic_configs()
+        assert s.topics() == before_topics and s.topic_configs() == before_configs
+        path = str(root / "config" / "topics")
+        db = rocksdict.Rdict(path, options=raw, column_families={n: raw for n in rocksdict.Rdict.list_cf(path)})
+        db[b"AddedTopic"] = json.dumps({"topicName": "AddedTopic", "readQueueNums": 1, "writeQueueNums": 1}).encode()
+        db.close()
+        assert set(s.topic_configs()) - set(before_configs) == {"AddedTopic"}
+        queues = str(root / fmt.CONSUME_QUEUE_DIR)
+        db = rocksdict.Rdict(queues, options=raw, column_families={n: raw for n in rocksdict.Rdict.list_cf(queues)})
+        name = b"AddedTopic"
+        max_key = struct.pack(">i", len(name)) + b"\x01" + name + b"\x01" + b"max" + b"\x01" + struct.pack(">i", 0)
+        db.get_column_family(fmt.ROCKSDB_CQ_OFFSET_FAMILY).put(max_key, struct.pack(">qq", 0, 0))
+        db.close()
+        assert set(s.topics()) - set(before_topics) == {"AddedTopic"}

@@ -18,6 +18,7 @@ import java.util.HashMap;
 import java.util.LinkedHashMap;
 import java.util.List;
 import java.util.Map;
+import java.util.Properties;
 import java.util.concurrent.Callable;
 import java.util.concurrent.CompletableFuture;
 import java.util.concurrent.ConcurrentHashMap;
@@ -50,6 +51,7 @@ import org.apache.rocketmq.client.producer.TransactionMQProducer;
 import org.apache.rocketmq.common.MixAll;
 import org.apache.rocketmq.common.TopicConfig;
 import org.apache.rocketmq.common.constant.ConsumeInitMode;
+import org.apache.rocketmq.common.constant.PermName;
 import org.apache.rocketmq.common.consumer.ConsumeFromWhere;
 import org.apache.rocketmq.common.filter.ExpressionType;
 import org.apache.rocketmq.common.message.Message;
@@ -231,6 +233,7 @@ public final class Client {
                     });
                 }
             }
+            case "broker_permission" -> brokerPermission(cmd);
             case "send_loop_start" -> startLoop(cmd);
             case "bulk_send" -> answer.put("sent", bulkSend(cmd));
             case "send_loop_stop" -> {
@@ -1017,6 +1020,31 @@ public final class Client {
             c.shutdown();
         }
         return n;
+    }
+
+    /**
+     * Sets broker {@code broker}'s brokerPermission to {@code perm} through the admin API
+     * (updateBrokerConfig: the broker registers again at once) and waits until the name server's
+     * route of {@code topic} shows that broker's queues writable or not as {@code perm} says.
+     */
+    private void brokerPermission(JSONObject cmd) throws Exception {
+        String name = cmd.getString("broker");
+        String topic = cmd.getString("topic");
+        int perm = cmd.getIntValue("perm");
+        Properties properties = new Properties();
+        properties.setProperty("brokerPermission", String.valueOf(perm));
+        patiently(() -> {
+            admin.updateBrokerConfig(cmd.getString("addr"), properties);
+            return null;
+        });
+        long deadline = System.currentTimeMillis() + 30_000;
+        while (!patiently(() -> admin.examineTopicRouteInfo(topic)).getQueueDatas().stream().anyMatch(
+                q -> q.getBrokerName().equals(name) && PermName.isWriteable(q.getPerm()) == PermName.isWriteable(perm))) {
+            if (System.currentTimeMillis() > deadline) {
+                throw new IllegalStateException("the route of " + topic + " never showed " + name + " with permission " + perm);
+            }
+            Thread.sleep(200);
+        }
     }
 
     /** An LMQ group's progress as the broker reports it: the queue's min and max and the committed offset. */
