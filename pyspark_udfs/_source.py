@@ -81,6 +81,7 @@ _MESSAGE_FIELDS = [
     *_UNIT_FIELDS,
     StructField("tags", StringType(), True),
     StructField("keys", StringType(), True),
+    StructField("uniq_key", StringType(), True),
     StructField("properties", MapType(StringType(), StringType(), True), True),
     StructField("body", BinaryType(), True),
     StructField("born_timestamp", LongType(), True),
@@ -94,6 +95,9 @@ _MESSAGE_FIELDS = [
 #: Columns of the messages table decoded from the CommitLog record (the rest come from the units).
 RECORD_COLUMNS = ("tags", "keys", "properties", "body", "born_timestamp", "born_host", "store_timestamp",
                   "store_host", "sys_flag", "reconsume_times")
+#: Columns of the messages table that are one property of the record (NULL where absent), taken from the
+#: ``properties`` the reader decodes anyway: column -> property (docs/spark.md#data-source).
+PROPERTY_COLUMNS = {"uniq_key": cq.format.PROPERTY_UNIQ_KEY}
 #: The first column of a read of several stores (a cluster's brokers): the broker holding the unit.
 _BROKER_FIELD = StructField("broker", StringType(), False)
 _PROPERTIES_FIELD = StructField("properties", MapType(StringType(), StringType(), True), True)
@@ -392,7 +396,8 @@ class ReadOptions:
         if cap is None:
             if self.group is not None and self.message_filter is None:
                 cap = GROUP_PARTITION_UNITS
-            elif schema is None or any(f.name in RECORD_COLUMNS for f in schema.fields) or self.message_filter:
+            elif schema is None or any(f.name in RECORD_COLUMNS or f.name in PROPERTY_COLUMNS
+                                                      for f in schema.fields) or self.message_filter:
                 cap = DEFAULT_PARTITION_UNITS
             else:
                 cap = UNITS_ONLY_PARTITION_UNITS
