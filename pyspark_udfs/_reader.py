@@ -36,15 +36,16 @@ from collections.abc import Iterable, Iterator
 
 import numpy as np
 import pyarrow as pa
-import pyarrow.compute as pc
 from pyspark.sql.pandas.types import to_arrow_schema
 
 import cq
 from cq import format as fmt
 from cq.errors import StoreFormatError
 from cq.filter.custom import (
+    PROPERTY_COLUMNS,
     ext_columns,
     message_schema,
+    property_column,
 )
 from cq.filter.layers import Layers, TagFilter
 from cq.kernels import gather_spans, properties_columns, split_records
@@ -65,7 +66,6 @@ from cq.store.decide import (
 from pyspark_udfs._reader_filter import apply_message_filter
 from pyspark_udfs._reader_skips import Skips
 from pyspark_udfs._source import (
-    PROPERTY_COLUMNS,
     RECORD_COLUMNS,
     TagsCodes,
     batch_cq_layer2_error,
@@ -530,13 +530,13 @@ def _wanted(options, schema: pa.Schema) -> set[str]:
 
 def _schema_batch(schema: pa.Schema, columns: dict[str, pa.Array]) -> pa.RecordBatch:
     """The batch of ``schema``'s columns, in its order and types, from ``columns`` by name; a column that
-    is one property (:data:`~pyspark_udfs._source.PROPERTY_COLUMNS`) looked up in the ``properties`` map
-    the reader decoded (NULL where absent; a map holds a key once, docs/data-path.md)."""
+    is one property (:data:`cq.filter.custom.PROPERTY_COLUMNS`) looked up in the ``properties`` map the
+    reader decoded."""
     arrays = []
     for field in schema:
         arr = columns.get(field.name)
         if arr is None and field.name in PROPERTY_COLUMNS:
-            arr = pc.map_lookup(columns["properties"], PROPERTY_COLUMNS[field.name], "first")
+            arr = property_column(columns["properties"], field.name)
         if arr is None:
             raise KeyError(field.name)
         arrays.append(arr if arr.type == field.type else arr.cast(field.type))

@@ -27,7 +27,7 @@ import cq
 import selector
 from cq.analyses.pending import COLUMNS as PENDING_COLUMNS
 from cq.analyses.trace import COLUMNS as TRACE_COLUMNS
-from cq.filter.custom import ON_FILTER_ERROR, load_filter
+from cq.filter.custom import ON_FILTER_ERROR, PROPERTY_COLUMNS, load_filter
 from cq.filter.layers import Layers
 from cq.filter.subscription import registration_filter
 from cq.readers.objects import is_object_uri
@@ -95,9 +95,6 @@ _MESSAGE_FIELDS = [
 #: Columns of the messages table decoded from the CommitLog record (the rest come from the units).
 RECORD_COLUMNS = ("tags", "keys", "properties", "body", "born_timestamp", "born_host", "store_timestamp",
                   "store_host", "sys_flag", "reconsume_times")
-#: Columns of the messages table that are one property of the record (NULL where absent), taken from the
-#: ``properties`` the reader decodes anyway: column -> property (docs/spark.md#data-source).
-PROPERTY_COLUMNS = {"uniq_key": cq.format.PROPERTY_UNIQ_KEY}
 #: The first column of a read of several stores (a cluster's brokers): the broker holding the unit.
 _BROKER_FIELD = StructField("broker", StringType(), False)
 _PROPERTIES_FIELD = StructField("properties", MapType(StringType(), StringType(), True), True)

@@ -14,7 +14,10 @@ Filters on ``queue_id``, ``tags_code`` and ``tags`` (``=``, ``IN``, and for
 ``queue_id`` comparisons) are pushed into the reader when
 ``spark.sql.python.filterPushdown.enabled`` is true: ``queue_id`` prunes
 partitions, ``tags_code`` and ``tags`` select units by their tag code before
-any CommitLog record is read (``tags`` is then re-checked exactly by Spark).
+any CommitLog record is read (``tags`` is then re-checked exactly by Spark). On the
+messages table, ``store_timestamp`` ranges are planned by the broker's search by store
+time and ``keys`` / ``uniq_key`` equality through the IndexFiles, and the reader applies
+them exactly (docs/spark.md#pushdown).
 """
 from __future__ import annotations
 
