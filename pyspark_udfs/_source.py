@@ -393,8 +393,8 @@ class ReadOptions:
         if cap is None:
             if self.group is not None and self.message_filter is None:
                 cap = GROUP_PARTITION_UNITS
-            elif schema is None or any(f.name in RECORD_COLUMNS or f.name in PROPERTY_COLUMNS
-                                                      for f in schema.fields) or self.message_filter:
+            elif schema is None or self.message_filter or any(
+                    f.name in RECORD_COLUMNS or f.name in PROPERTY_COLUMNS for f in schema.fields):
                 cap = DEFAULT_PARTITION_UNITS
             else:
                 cap = UNITS_ONLY_PARTITION_UNITS
