@@ -42,8 +42,10 @@ import cq
 from cq import format as fmt
 from cq.errors import StoreFormatError
 from cq.filter.custom import (
+    PROPERTY_COLUMNS,
     ext_columns,
     message_schema,
+    property_column,
 )
 from cq.filter.layers import Layers, TagFilter
 from cq.kernels import gather_spans, properties_columns, split_records
@@ -63,7 +65,12 @@ from cq.store.decide import (
 )
 from pyspark_udfs._reader_filter import apply_message_filter
 from pyspark_udfs._reader_skips import Skips
-from pyspark_udfs._source import RECORD_COLUMNS, TagsCodes, batch_cq_layer2_error, compaction_layer2_error
+from pyspark_udfs._source import (
+    RECORD_COLUMNS,
+    TagsCodes,
+    batch_cq_layer2_error,
+    compaction_layer2_error,
+)
 from rmqfilter_arrow import binary_array
 
 # Opened stores, per worker process: a worker reads many slices of a few stores. Each use
@@ -372,10 +379,7 @@ def _read_slice(options, schema, part, tags_code_sets, skips: Skips) -> Iterator
         return
     topic, queue_id = part.topic, part.queue_id
     messages = options.table == "messages"
-    wanted = set(schema.names)
-    if options.message_filter is not None:
-        # the custom filter sees every column of the messages table (docs/custom-filters.md)
-        wanted |= {f.name for f in message_schema()}
+    wanted = _wanted(options, schema)
     tier = None
     try:
         store = _store(options, part)
@@ -513,11 +517,28 @@ def _read_slice(options, schema, part, tags_code_sets, skips: Skips) -> Iterator
         yield _schema_batch(schema, columns)
 
 
+def _wanted(options, schema: pa.Schema) -> set[str]:
+    """The columns a read of ``schema`` makes: its own, every column of the messages table for a custom
+    filter (docs/custom-filters.md), and ``properties`` for a column that is one property (``uniq_key``)."""
+    wanted = set(schema.names)
+    if options.message_filter is not None:
+        wanted |= {f.name for f in message_schema()}
+    if not wanted.isdisjoint(PROPERTY_COLUMNS):
+        wanted.add("properties")
+    return wanted
+
+
 def _schema_batch(schema: pa.Schema, columns: dict[str, pa.Array]) -> pa.RecordBatch:
-    """The batch of ``schema``'s columns, in its order and types, from ``columns`` by name."""
+    """The batch of ``schema``'s columns, in its order and types, from ``columns`` by name; a column that
+    is one property (:data:`cq.filter.custom.PROPERTY_COLUMNS`) looked up in the ``properties`` map the
+    reader decoded."""
     arrays = []
     for field in schema:
-        arr = columns[field.name]
+        arr = columns.get(field.name)
+        if arr is None and field.name in PROPERTY_COLUMNS:
+            arr = property_column(columns["properties"], field.name)
+        if arr is None:
+            raise KeyError(field.name)
         arrays.append(arr if arr.type == field.type else arr.cast(field.type))
     return pa.RecordBatch.from_arrays(arrays, schema=schema)
 
@@ -546,9 +567,7 @@ def _read_compaction_slice(options, schema, store, part, tags_code_sets) -> Iter
     rows = np.flatnonzero(keep)
     if not len(rows):
         return
-    wanted = set(schema.names)
-    if options.message_filter is not None:
-        wanted |= {f.name for f in message_schema()}
+    wanted = _wanted(options, schema)
     record_fields = [name for name in RECORD_COLUMNS if name in wanted]
     fields = {"commit_log_offset": units["commit_log_offset"], "size": units["size"], "tags_code": units["tags_code"]}
     queue_offsets = units["base_offset"].astype(np.int64)
@@ -629,9 +648,7 @@ def _read_batch_cq_slice(options, schema, store, part, tags_code_sets, skips: Sk
             keep &= found.commit_log
         # the messages' columns where layer 2 read the record; the client's re-check where it passed
         unwrap = keep & (found.reached if messages else found.commit_log)
-    wanted = set(schema.names)
-    if options.message_filter is not None:
-        wanted |= {f.name for f in message_schema()}
+    wanted = _wanted(options, schema)
     record_fields = [name for name in _BATCH_RECORD_FIELDS if name in wanted]
     inner_fields = ["tags", *(name for name in ("keys", "properties") if name in wanted)]
     log = store.commit_log
@@ -695,7 +712,7 @@ def _read_batch_cq_slice(options, schema, store, part, tags_code_sets, skips: Sk
             columns.update(got.columns(wanted, at, opened_msg))
         elif messages:
             columns.update({name: pa.nulls(n, field.type) for name, field in zip(schema.names, schema)
-                            if name in RECORD_COLUMNS})
+                            if name in RECORD_COLUMNS or name in PROPERTY_COLUMNS})
         if record_properties:  # the batch record's own, NULL where layer 2 does not read it
             reached = found.reached[unit]
             at_read = np.searchsorted(read, np.where(reached, unit, read[0] if len(read) else 0))

@@ -27,7 +27,7 @@ import cq
 import selector
 from cq.analyses.pending import COLUMNS as PENDING_COLUMNS
 from cq.analyses.trace import COLUMNS as TRACE_COLUMNS
-from cq.filter.custom import ON_FILTER_ERROR, load_filter
+from cq.filter.custom import ON_FILTER_ERROR, PROPERTY_COLUMNS, load_filter
 from cq.filter.layers import Layers
 from cq.filter.subscription import registration_filter
 from cq.readers.objects import is_object_uri
@@ -81,6 +81,7 @@ _MESSAGE_FIELDS = [
     *_UNIT_FIELDS,
     StructField("tags", StringType(), True),
     StructField("keys", StringType(), True),
+    StructField("uniq_key", StringType(), True),
     StructField("properties", MapType(StringType(), StringType(), True), True),
     StructField("body", BinaryType(), True),
     StructField("born_timestamp", LongType(), True),
@@ -392,7 +393,8 @@ class ReadOptions:
         if cap is None:
             if self.group is not None and self.message_filter is None:
                 cap = GROUP_PARTITION_UNITS
-            elif schema is None or any(f.name in RECORD_COLUMNS for f in schema.fields) or self.message_filter:
+            elif schema is None or self.message_filter or any(
+                    f.name in RECORD_COLUMNS or f.name in PROPERTY_COLUMNS for f in schema.fields):
                 cap = DEFAULT_PARTITION_UNITS
             else:
                 cap = UNITS_ONLY_PARTITION_UNITS

@@ -14,7 +14,10 @@ Filters on ``queue_id``, ``tags_code`` and ``tags`` (``=``, ``IN``, and for
 ``queue_id`` comparisons) are pushed into the reader when
 ``spark.sql.python.filterPushdown.enabled`` is true: ``queue_id`` prunes
 partitions, ``tags_code`` and ``tags`` select units by their tag code before
-any CommitLog record is read (``tags`` is then re-checked exactly by Spark).
+any CommitLog record is read (``tags`` is then re-checked exactly by Spark). On the
+messages table, ``store_timestamp`` ranges are planned by the broker's search by store
+time and ``keys`` / ``uniq_key`` equality through the IndexFiles, and the reader applies
+them exactly (docs/spark.md#pushdown).
 """
 from __future__ import annotations
 
@@ -256,8 +259,8 @@ class RocketMQReader(DataSourceReader):
         self.queue_id_filters: list[tuple[str, Any]] = []
         self.tags_code_sets: list[frozenset[int]] = []
         # Pushed-down row conditions the reader applies exactly to what it read (docs/spark.md#pushdown):
-        # (column, operator, value) on store_timestamp (planned by the search by store time) and keys
-        # (planned through the IndexFiles).
+        # (column, operator, value) on store_timestamp (planned by the search by store time), keys and
+        # uniq_key (planned through the IndexFiles).
         self.row_conditions: list[tuple[str, str, Any]] = []
 
     def _time_window(self) -> tuple[int | None, int | None] | None:
@@ -269,15 +272,22 @@ class RocketMQReader(DataSourceReader):
         end = min((v - (op == "LessThan") for op, v in conds if op in _UPPER_BOUNDS), default=None)
         return begin, end
 
-    def _key_lookup(self) -> frozenset[str] | None:
-        """The keys an IndexFile lookup asks for (the first of each pushed ``keys`` value's space-separated
-        keys, from the smallest pushed set), or None when no ``keys`` condition can be looked up."""
-        sets = [frozenset(v) for c, op, v in self.row_conditions if c == "keys"]
-        if not sets:
-            return None
-        smallest = min(sets, key=len)
-        firsts = {v.split(" ")[0] for v in smallest}
-        return None if "" in firsts else frozenset(firsts)
+    def _index_lookup(self) -> tuple[str, frozenset[str]] | None:
+        """What an IndexFile lookup asks for (:func:`cq.analyses.search.find`'s argument ``key`` or ``uniq_key``
+        and its values), from the pushed ``keys`` or ``uniq_key`` condition with the fewest values, or None when
+        none can be looked up. A ``keys`` value asks for its first space-separated key (a value whose first key
+        is empty cannot be looked up); a ``uniq_key`` value for itself, an empty one for nothing: a property is
+        never empty (docs/formats.md#properties), so no row holds it."""
+        lookups = []
+        for column, _op, values in self.row_conditions:
+            if column == "keys":
+                firsts = frozenset(v.split(" ")[0] for v in values)
+                if "" not in firsts:
+                    lookups.append(("key", firsts))
+            elif column == "uniq_key":
+                lookups.append(("uniq_key", frozenset(v for v in values if v)))
+        # a tie goes to uniq_key: a unique key names one message, a key often many
+        return min(lookups, key=lambda lookup: (len(lookup[1]), lookup[0] == "key"), default=None)
 
     def _queue_id_allowed(self, queue_id: int) -> bool:
         return all(_QUEUE_ID_TESTS[op](queue_id, value) for op, value in self.queue_id_filters)
@@ -377,15 +387,17 @@ class RocketMQReader(DataSourceReader):
         return {"commit_log_min": log.min_offset, "commit_log_end": end, "planned_at": planned_at}
 
     def _key_positions(self, store: cq.Store, topics: list[str]) -> dict[tuple[str, int], list[int]] | None:
-        """``(topic, queue id) -> queue offsets`` of the records holding a pushed key, found as ``find --key``
-        finds them (the IndexFiles, a scan where no index covers; docs/find.md#keys); None: no key pushed."""
-        keys = self._key_lookup()
-        if keys is None:
+        """``(topic, queue id) -> queue offsets`` of the records holding a pushed key or unique key
+        (:meth:`_index_lookup`), found as ``find --key`` / ``--uniq-key`` finds them (the IndexFiles, a scan
+        where no index covers; docs/find.md#keys); None: nothing pushed can be looked up."""
+        lookup = self._index_lookup()
+        if lookup is None:
             return None
+        argument, values = lookup
         found: dict[tuple[str, int], set[int]] = {}
         for topic in topics:
-            for key in sorted(keys):
-                for r in find(store, topic=topic, key=key).rows:
+            for value in sorted(values):
+                for r in find(store, topic=topic, **{argument: value}).rows:
                     found.setdefault((r.topic, r.queue_id), set()).add(r.queue_offset)
         return {k: sorted(v) for k, v in found.items()}
 
@@ -470,7 +482,8 @@ class RocketMQPushdownReader(RocketMQReader):
     """
 
     def pushFilters(self, filters: list[Filter]) -> Iterator[Filter]:
-        """Take filters on ``queue_id``, ``tags_code`` and ``tags``; hand the rest back to Spark."""
+        """Take filters on ``queue_id``, ``tags_code`` and ``tags``, and on the messages table ``store_timestamp``
+        ranges and ``keys`` / ``uniq_key`` equality (docs/spark.md#pushdown); hand the rest back to Spark."""
         for f in filters:
             name = _attribute(f)
             if name == "queue_id" and isinstance(f, (EqualTo, In, GreaterThan, GreaterThanOrEqual,
@@ -490,10 +503,10 @@ class RocketMQPushdownReader(RocketMQReader):
                 else:
                     self.row_conditions.append(("store_timestamp", type(f).__name__, f.value))
                 continue
-            if name == "keys" and self.options.table == "messages" and isinstance(f, (EqualTo, In)):
+            if name in ("keys", "uniq_key") and self.options.table == "messages" and isinstance(f, (EqualTo, In)):
                 values = f.value if isinstance(f, In) else (f.value,)
                 if all(isinstance(v, str) for v in values):
-                    self.row_conditions.append(("keys", "In", frozenset(values)))
+                    self.row_conditions.append((name, "In", frozenset(values)))
                     continue
             if name == "tags" and isinstance(f, (EqualTo, In)):
                 # Tag codes select candidate units (hash collisions included);

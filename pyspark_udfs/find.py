@@ -7,8 +7,9 @@ the ``where`` selector matches (:func:`pyspark_udfs.functions.selector_match`, t
 is the data source's ``group`` option (its ``sql``/``tags``, else its registration): the reader decides
 through the broker's one pipeline (cq.store.decide), and the driver adds each kept row's state as ``find``
 does. The rows are those of :func:`~cq.analyses.search.find` for every record that has a ConsumeQueue unit
-(the data source reads units). A window without a message id is pushed into the data source
-(``pushdown=true``): each queue's range is the broker's search by store time (docs/spark.md#pushdown).
+(the data source reads units). A window or a unique key without a message id is pushed into the data source
+(``pushdown=true``): each queue's range is the broker's search by store time, the ``uniq_key`` column's value
+the units the IndexFiles give (docs/spark.md#pushdown).
 """
 from __future__ import annotations
 
@@ -31,8 +32,8 @@ from .job import object_storage_options, owns_session, spark_session
 
 __all__ = ["find_spark"]
 
-_COLUMNS = ["topic", "queue_id", "queue_offset", "commit_log_offset", "store_host", "properties", "keys", "tags",
-            "store_timestamp", "born_timestamp"]
+_COLUMNS = ["topic", "queue_id", "queue_offset", "commit_log_offset", "store_host", "properties", "keys", "uniq_key",
+            "tags", "store_timestamp", "born_timestamp"]
 
 
 def find_spark(stores: str | Sequence[str], *, spark=None, master: str | None = None, topic: str | None = None,
@@ -73,8 +74,9 @@ def find_spark(stores: str | Sequence[str], *, spark=None, master: str | None = 
         spark = spark_session(master, app_name="rmqfilter find", progress=False)
     try:
         reader = spark.read.format("rocketmq")
-        # one query on this DataFrame (docs/spark.md#pushdown): the window plans each queue's range by store time
-        pushed = between is not None and msg_id is None
+        # one query on this DataFrame (docs/spark.md#pushdown): the window plans each queue's range by store time,
+        # a unique key the units the IndexFiles give
+        pushed = (between is not None or uniq_key is not None) and msg_id is None
         if pushed:
             reader = reader.option("pushdown", "true")
         if tier is not None:
@@ -106,7 +108,7 @@ def find_spark(stores: str | Sequence[str], *, spark=None, master: str | None = 
             else:
                 uniq = msg_id.strip()
         if uniq is not None:
-            df = df.where(F.col("properties").getItem(fmt.PROPERTY_UNIQ_KEY) == uniq)
+            df = df.where(F.col("uniq_key") == uniq)
         if where is not None:
             df = df.where(selector_match(where, F.col("properties")))
         collected = df.collect()
@@ -117,13 +119,12 @@ def find_spark(stores: str | Sequence[str], *, spark=None, master: str | None = 
     rows = []
     for r in collected:
         d = r.asDict()
-        props = d["properties"] or {}
         broker = d["broker"] if single is None else single
         from_tier = any(t == d["topic"] and q == d["queue_id"] and lo <= d["queue_offset"] < hi
                         for t, q, lo, hi in served.get(broker, ()))
         rows.append(FindRow(broker, d["topic"], d["queue_id"], d["queue_offset"],
                             d["commit_log_offset"], fmt.offset_msg_id(d["store_host"], d["commit_log_offset"]),
-                            props.get(fmt.PROPERTY_UNIQ_KEY), d["keys"], d["tags"], d["store_timestamp"],
+                            d["uniq_key"], d["keys"], d["tags"], d["store_timestamp"],
                             d["born_timestamp"], BY_TIER if from_tier else "spark"))
     order = {n: i for i, n in enumerate(names.values())}
     # a tier's rows first (its flat CommitLog offsets are its own), as find lists them (docs/find.md#tiered)

@@ -34,7 +34,7 @@ from ..kernels import gather_spans
 from ..readers.columns import MessageColumns
 from ..readers.commitlog import Message
 
-__all__ = ["BATCH_RECORD_FIELDS", "MESSAGE_COLUMNS", "ON_FILTER_ERROR", "UNIT_COLUMNS", "FilterError", "MessageFilter", "as_message_filter",
+__all__ = ["BATCH_RECORD_FIELDS", "MESSAGE_COLUMNS", "ON_FILTER_ERROR", "PROPERTY_COLUMNS", "UNIT_COLUMNS", "FilterError", "MessageFilter", "as_message_filter",
            "batch_filter", "ext_columns", "filter_record_batch", "load_filter", "message_schema",
            "messages_record_batch", "records_record_batch"]
 
@@ -45,7 +45,7 @@ _BATCH_MARK = "__rmqfilter_batch__"
 #: ``rocketmq`` data source's ``table=messages`` schema; a test keeps the two equal).
 MESSAGE_COLUMNS: tuple[tuple[str, str], ...] = (
     ("topic", "string"), ("queue_id", "int32"), ("queue_offset", "int64"), ("commit_log_offset", "int64"),
-    ("store_size", "int32"), ("tags_code", "int64"), ("tags", "string"), ("keys", "string"),
+    ("store_size", "int32"), ("tags_code", "int64"), ("tags", "string"), ("keys", "string"), ("uniq_key", "string"),
     ("properties", "map<string, string>"), ("body", "binary"), ("born_timestamp", "int64"),
     ("born_host", "string"), ("store_timestamp", "int64"), ("store_host", "string"), ("sys_flag", "int32"),
     ("reconsume_times", "int32"), ("msg_store_time", "int64"), ("filter_bitmap", "binary"),
@@ -53,8 +53,12 @@ MESSAGE_COLUMNS: tuple[tuple[str, str], ...] = (
 #: The columns of :data:`MESSAGE_COLUMNS` that come from the ConsumeQueue unit (and its ext unit);
 #: every other one is a field of the CommitLog record (``cq.format.RECORD_FIELDS``).
 UNIT_COLUMNS = ("tags_code", "msg_store_time", "filter_bitmap")
+#: The columns of :data:`MESSAGE_COLUMNS` that are one property of the record (NULL where absent), taken from
+#: the ``properties`` map (:func:`property_column`): column -> property (docs/spark.md#data-source).
+PROPERTY_COLUMNS = {"uniq_key": fmt.PROPERTY_UNIQ_KEY}
 #: The record fields a batch filter's batch is decoded from (what :func:`records_record_batch` needs).
-BATCH_RECORD_FIELDS = tuple(name for name, _ in MESSAGE_COLUMNS if name not in UNIT_COLUMNS)
+BATCH_RECORD_FIELDS = tuple(name for name, _ in MESSAGE_COLUMNS if name not in UNIT_COLUMNS
+                            and name not in PROPERTY_COLUMNS)
 
 
 class FilterError(ValueError):
@@ -268,9 +272,9 @@ def messages_record_batch(messages: Sequence[Message], units: dict[str, Any] | N
     keys = pa.array([k for m in messages for k in m.properties], pa.string())
     values = pa.array([v for m in messages for v in m.properties.values()], pa.string())
     schema = message_schema()
-    arrays = {f.name: pa.array(cols[f.name], f.type) for f in schema if f.name != "properties"}
+    arrays = {f.name: pa.array(cols[f.name], f.type) for f in schema if f.name in cols and f.name != "properties"}
     arrays["properties"] = pa.MapArray.from_arrays(pa.array(offsets), keys, values)
-    return pa.RecordBatch.from_arrays([arrays[f.name] for f in schema], schema=schema)
+    return filter_record_batch(arrays)
 
 
 @functools.cache
@@ -292,9 +296,19 @@ def filter_record_batch(columns: Mapping[str, Any]):
     schema = message_schema()
     arrays = []
     for field in schema:
-        arr = columns[field.name]
+        arr = columns[field.name] if field.name not in PROPERTY_COLUMNS or field.name in columns \
+            else property_column(columns["properties"], field.name)
         arrays.append(arr if arr.type == field.type else arr.cast(field.type))
     return pa.RecordBatch.from_arrays(arrays, schema=schema)
+
+
+def property_column(properties, name: str):
+    """Column ``name`` of :data:`PROPERTY_COLUMNS` (``uniq_key``) from a ``properties`` map array: the
+    property's value, NULL where absent (a map holds a key once, docs/data-path.md), with no Python
+    object per row."""
+    import pyarrow.compute as pc  # deliberate lazy import: only the batch form and the data source need pyarrow
+
+    return pc.map_lookup(properties, PROPERTY_COLUMNS[name], "first")
 
 
 def ext_columns(ext_batch, rows: np.ndarray | slice) -> dict:

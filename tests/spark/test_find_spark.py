@@ -27,6 +27,7 @@ def test_find_on_spark_gives_finds_rows(spark):
     questions = [
         {"topic": TOPIC, "between": (times[50], times[200]), "where": "a > 5"},
         {"topic": TOPIC, "key": "order-115"},
+        {"topic": TOPIC, "uniq_key": "FD0000000000000000000000000000024D885FFD2B276BB0AC90003F"},
         {"topic": TOPIC, "between": (times[0], times[-1]), "group": "GID_TAGS", "tags": "TagA || TagB"},
         {"msg_id": "0A00030700002A9F0000000000011184"},
     ]

@@ -45,6 +45,7 @@ def test_messages_table_equals_golden_store_lines(spark):
         assert r["store_size"] == g["storeSize"], where
         assert r["tags_code"] == g["tagsCodeComputed"], where
         assert r["tags"] == g["tags"] and r["keys"] == g["keys"], where
+        assert r["uniq_key"] == g["uniqKey"], where
         assert r["properties"] == g["properties"], where
         assert bytes(r["body"]) == base64.b64decode(g["body_b64"]), where
         assert (r["born_timestamp"], r["born_host"]) == (g["bornTimestamp"], g["bornHost"]), where

@@ -1,10 +1,11 @@
-"""The data source's pushdowns of ``store_timestamp`` ranges and ``keys`` equality (``pushdown=true``,
-docs/spark.md#pushdown): the planned ranges are the broker's search by store time and the IndexFiles'
-answer (docs/find.md), the reader applies the conditions exactly, the rows equal those Spark's own filter
-gives without pushdown, and the plan's description shows the pushed filters."""
+"""The data source's pushdowns of ``store_timestamp`` ranges and ``keys`` / ``uniq_key`` equality
+(``pushdown=true``, docs/spark.md#pushdown): the planned ranges are the broker's search by store time and the
+IndexFiles' answer (docs/find.md), the reader applies the conditions exactly, the rows equal those Spark's own
+filter gives without pushdown, and the plan's description shows the pushed filters."""
 from __future__ import annotations
 
 import pytest
+from helpers import DATA
 from pyspark.sql.datasource import EqualTo, GreaterThan, GreaterThanOrEqual, In, LessThan, LessThanOrEqual
 
 from cq.writer import StoreWriter
@@ -68,6 +69,24 @@ def test_a_key_value_with_no_key_is_not_looked_up(root):
     assert left == [] and units == N    # every unit read; the reader's exact test keeps none
 
 
+def test_uniq_keys_plan_the_units_the_index_and_the_scan_find(root):
+    units, left = planned(root, EqualTo(("uniq_key",), "U5"))
+    assert left == [] and units == 1                       # one unit of 900
+    # U850 lies past the last indexed record: found by the scan find falls back to
+    units, left = planned(root, In(("uniq_key",), ("U1", "U850", "nope")))
+    assert left == [] and units == 2
+    units, _ = planned(root, EqualTo(("keys",), "k3"), EqualTo(("uniq_key",), "U10"))
+    assert units == 1                                      # the condition with the fewer values is looked up
+    units, _ = planned(root, EqualTo(("uniq_key",), "U10"), LessThan(("store_timestamp",), T0 + 50))
+    assert units == 0                                      # U10 was stored at T0 + 100
+
+
+@pytest.mark.parametrize("value", ["nope", ""])
+def test_a_uniq_key_absent_from_the_store_plans_no_unit(root, value):
+    units, left = planned(root, EqualTo(("uniq_key",), value))
+    assert left == [] and units == 0    # "": a property is never empty (docs/formats.md#properties)
+
+
 @pytest.mark.spark
 @pytest.mark.parametrize("where", [
     f"store_timestamp >= {T0 + 1000} AND store_timestamp < {T0 + 2000}",
@@ -78,21 +97,59 @@ def test_a_key_value_with_no_key_is_not_looked_up(root):
     "keys IN ('k1', 'k5 extra', 'nope')",
     f"keys = 'k2' AND store_timestamp <= {T0 + 3000} AND queue_id = 1",
     "keys = ''",
+    "uniq_key = 'U5'",
+    "uniq_key IN ('U1', 'U850', 'nope')",
+    "uniq_key = 'U10' AND keys = 'k3'",
+    "uniq_key = 'nope'",
 ])
 def test_rows_equal_those_without_pushdown_and_explain_shows_them(spark, root, where):
     def rows(pushdown: str) -> tuple[list, object]:
         df = (spark.read.format("rocketmq").option("topic", TOPIC).option("pushdown", pushdown).load(str(root))
               .where(where))
-        return sorted((r.queue_id, r.queue_offset, r.keys, r.store_timestamp) for r in df.collect()), df
+        return sorted((r.queue_id, r.queue_offset, r.keys, r.uniq_key, r.store_timestamp) for r in df.collect()), df
 
     want, _ = rows("false")
     got, df = rows("true")
     assert got == want
+    assert (want == []) == (where in ("keys = ''", "uniq_key = 'nope'"))   # an absent uniq_key: no row
     # what df.explain(mode="formatted") prints: the scan's PushedFilters are what the reader took
     plan = df._sc._jvm.PythonSQLUtils.explainString(df._jdf.queryExecution(), "formatted")
     pushed = next(line for line in plan.splitlines() if line.startswith("PushedFilters:"))
-    for column in ("store_timestamp", "keys"):
+    for column in ("store_timestamp", "keys", "uniq_key"):
         if column in where:
             assert f"({column}," in pushed, pushed
     condition = next((line for line in plan.splitlines() if line.startswith("Condition")), "")  # no Filter: ""
-    assert f"{T0}" not in condition and "= k" not in condition   # Spark's Filter no longer tests them
+    assert f"{T0}" not in condition and "= k" not in condition and "= U" not in condition and " IN (" not in condition
+    # (Spark's Filter no longer tests them)
+
+
+#: Stores of tests/data, and one of two of them: ConsumeQueues narrowed through their IndexFiles, a BatchCQ,
+#: compaction and RocksDB queues read whole and filtered (docs/spark.md#pushdown).
+STORES = [["golden_store"], ["timer_store"], ["batch_store"], ["compaction_store"], ["rocksdb_store"],
+          ["golden_store", "timer_store"]]
+
+
+@pytest.mark.spark
+@pytest.mark.parametrize("names", STORES, ids="+".join)
+def test_uniq_key_rows_equal_those_without_pushdown_on_the_stores_of_tests_data(spark, names):
+    roots = [str(DATA / n) for n in names]
+    path = roots[0] if len(roots) == 1 else roots
+    cols = "broker, topic, queue_id, queue_offset" if len(roots) > 1 else "topic, queue_id, queue_offset"
+    every = spark.read.format("rocketmq").load(path)
+    # the column is the record's UNIQ_KEY property, NULL where it has none
+    assert every.where("NOT (uniq_key <=> properties['UNIQ_KEY'])").count() == 0
+    present = sorted(r.uniq_key for r in every.where("uniq_key IS NOT NULL").select("uniq_key").distinct().collect())
+    assert present, names
+    where = f"uniq_key IN ('{present[0]}', '{present[-1]}', 'absent')"
+
+    def rows(pushdown: str):
+        df = spark.read.format("rocketmq").option("pushdown", pushdown).load(path).where(where)
+        return sorted(tuple(r) for r in df.selectExpr(*cols.split(", "), "uniq_key").collect()), df
+
+    want, _ = rows("false")
+    got, df = rows("true")
+    assert got == want and {r[-1] for r in want} == {present[0], present[-1]}
+    plan = df._sc._jvm.PythonSQLUtils.explainString(df._jdf.queryExecution(), "formatted")
+    assert "(uniq_key," in next(line for line in plan.splitlines() if line.startswith("PushedFilters:"))
+    absent = spark.read.format("rocketmq").option("pushdown", "true").load(path).where("uniq_key = 'absent'")
+    assert absent.count() == 0
