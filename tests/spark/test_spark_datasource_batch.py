@@ -45,7 +45,8 @@ def _expected(root, topic, queue_id, *, messages=True):
         }
         if messages:
             m = log.read_message(row["commit_log_offset"])
-            row.update(tags=m.tags, keys=m.keys, properties=list(m.properties.items()), body=m.body,
+            row.update(tags=m.tags, keys=m.keys, uniq_key=m.properties.get(fmt.PROPERTY_UNIQ_KEY),
+                       properties=list(m.properties.items()), body=m.body,
                        born_timestamp=m.born_timestamp, born_host=m.born_host,
                        store_timestamp=m.store_timestamp, store_host=m.store_host,
                        sys_flag=m.sys_flag, reconsume_times=m.reconsume_times)
