@@ -694,7 +694,9 @@ public final class Client {
                     f.completeExceptionally(e);
                 }
             });
-            PopResult r = f.get(15, TimeUnit.SECONDS);
+            // the request's own timeout ends it (onException); waiting less failed a pop the broker was
+            // still answering on a loaded machine (seed 17798 on 5.5.1)
+            PopResult r = f.get(TIMEOUT_MS + 5_000L, TimeUnit.MILLISECONDS);
             if (r.getPopStatus() != PopStatus.FOUND || r.getMsgFoundList() == null || r.getMsgFoundList().isEmpty()) {
                 if (untilEmpty) {
                     break;
@@ -782,7 +784,7 @@ public final class Client {
     }
 
     private static void checkAck(CompletableFuture<AckResult> done, Object what) throws Exception {
-        AckResult r = done.get(15, TimeUnit.SECONDS);
+        AckResult r = done.get(TIMEOUT_MS + 5_000L, TimeUnit.MILLISECONDS);
         if (r.getStatus() != AckStatus.OK) {
             throw new IllegalStateException("the broker did not take the ack of " + what + ": " + r);
         }
