@@ -57,7 +57,9 @@ CLIENT_RELEASE = {"5.5.1": "5.5.0"}
 # need fastjson 1, at 5.5.0's own version (pom.xml's client-fastjson profile).
 CLIENT_FASTJSON = {"5.5.1": "1.2.83"}
 LOOPBACK = "127.0.0.1"
-JVM_HEAP = ["-Xms64m", "-Xmx384m", "-XX:MaxDirectMemorySize=256m", "-XX:+UseSerialGC"]
+# A broker in its own JVM gets the direct memory the client's JVM gives the brokers it hosts: with 256 MiB,
+# a 5.5.1 broker on RocksDB queues failed pops with "Cannot reserve ... direct buffer memory" (seed 17798)
+JVM_HEAP = ["-Xms64m", "-Xmx384m", "-XX:MaxDirectMemorySize=768m", "-XX:+UseSerialGC"]
 # The client's JVM also hosts the NameServer and the brokers that are never killed (Harness.spawn).
 CLIENT_JVM_HEAP = ["-Xms64m", "-Xmx1g", "-XX:MaxDirectMemorySize=768m", "-XX:+UseSerialGC"]
 QUICK_START = ["-XX:TieredStopAtLevel=1"]  # C1 only: starts faster; not for the throughput scenario
