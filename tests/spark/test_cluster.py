@@ -92,7 +92,6 @@ def standalone_cluster(tmp_path):
 
 
 def test_scan_job_on_standalone_cluster_gives_what_the_group_receives(standalone_cluster, tmp_path):
-    import cq
     from pyspark_udfs import job
 
     url, env = standalone_cluster
@@ -112,19 +111,30 @@ def test_scan_job_on_standalone_cluster_gives_what_the_group_receives(standalone
 
     # What the group receives, from the library (no SparkSession in this process: the job's
     # local-mode equality with the library is tests/spark/test_spark_job.py's).
-    cluster = json.loads(summary.read_text())
-    store = cq.Store(DATA / "golden_store")
+    _same_as_the_library(summary, out_dir, *_the_groups_messages(DATA / "golden_store"))
+
+
+def _the_groups_messages(root) -> tuple:
+    """The library's consume of the group on the store at ``root``: its stats and (queue id, queue offset,
+    CommitLog offset, tags, keys) of each message."""
+    import cq
+
+    store = cq.Store(root)
     try:
         result = store.consume(TOPIC, GROUP, sql=SQL)
         received = [(m.queue_id, m.queue_offset, m.commit_log_offset, m.tags, m.keys) for m in result]
     finally:
         store.close()
-    stats = result.stats
+    return result.stats, received
+
+
+def _same_as_the_library(summary: Path, out_dir: Path, stats, received: list) -> None:
+    """The job's summary and written rows are the library's answer."""
+    cluster = json.loads(summary.read_text())
     assert cluster["units_scanned"] == stats.units_scanned > 0
     assert cluster["passed_consume_queue"] == stats.passed_consume_queue
     assert cluster["passed_commit_log"] == stats.passed_commit_log > 0
     assert cluster["delivered"] == stats.delivered == len(received)
-
     key = ["queue_id", "queue_offset", "commit_log_offset", "tags", "keys"]
     written = [json.loads(line) for part in sorted(out_dir.glob("part-*")) for line in part.read_text().splitlines()]
     assert sorted(tuple(row.get(k) for k in key) for row in written) == sorted(received)
@@ -136,7 +146,6 @@ def test_scan_job_on_standalone_cluster_reads_the_bucket_with_no_shared_path(s3_
     before the job starts, so the executor reads the bucket alone; the endpoint and region reach it as
     data source options (the worker's environment has neither), the credentials through the worker's
     environment; no secret in the job's output or the executor's log."""
-    import cq
     from pyspark_udfs import job
 
     url, env = standalone_cluster
@@ -144,12 +153,7 @@ def test_scan_job_on_standalone_cluster_reads_the_bucket_with_no_shared_path(s3_
     copy = tmp_path / "golden-copy"
     shutil.copytree(DATA / "golden_store", copy)
     uri = s3_server.upload(copy, "cluster", "golden")
-    store = cq.Store(copy)
-    try:
-        result = store.consume(TOPIC, GROUP, sql=SQL)
-        received = [(m.queue_id, m.queue_offset, m.commit_log_offset, m.tags, m.keys) for m in result]
-    finally:
-        store.close()
+    stats, received = _the_groups_messages(copy)
     shutil.rmtree(copy)  # no path holds the store now: only the bucket does
     out_dir, summary = tmp_path / "cluster-out", tmp_path / "summary.json"
     cmd = [str(_spark_bin() / "spark-submit"), "--master", url,
@@ -168,12 +172,4 @@ def test_scan_job_on_standalone_cluster_reads_the_bucket_with_no_shared_path(s3_
     assert logs, "no executor ran on the standalone worker"
     for text in (proc.stdout, proc.stderr, *(p.read_text(errors="replace") for p in logs)):
         assert s3_server.secret_key not in text
-    cluster = json.loads(summary.read_text())
-    stats = result.stats
-    assert cluster["units_scanned"] == stats.units_scanned > 0
-    assert cluster["passed_consume_queue"] == stats.passed_consume_queue
-    assert cluster["passed_commit_log"] == stats.passed_commit_log > 0
-    assert cluster["delivered"] == stats.delivered == len(received)
-    key = ["queue_id", "queue_offset", "commit_log_offset", "tags", "keys"]
-    written = [json.loads(line) for part in sorted(out_dir.glob("part-*")) for line in part.read_text().splitlines()]
-    assert sorted(tuple(row.get(k) for k in key) for row in written) == sorted(received)
+    _same_as_the_library(summary, out_dir, stats, received)
