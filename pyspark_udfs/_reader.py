@@ -43,9 +43,6 @@ from cq import format as fmt
 from cq.errors import StoreFormatError
 from cq.filter.custom import (
     PROPERTY_COLUMNS,
-    ext_columns,
-    message_schema,
-    property_column,
 )
 from cq.filter.layers import Layers, TagFilter
 from cq.kernels import gather_spans, properties_columns, split_records
@@ -62,6 +59,13 @@ from cq.store.decide import (
     decodes_once,
     in_range,
     records_present,
+)
+from pyspark_udfs._reader_columns import (
+    record_columns,
+    schema_batch,
+    topic_column,
+    unit_columns,
+    wanted_columns,
 )
 from pyspark_udfs._reader_filter import apply_message_filter
 from pyspark_udfs._reader_skips import Skips
@@ -379,7 +383,7 @@ def _read_slice(options, schema, part, tags_code_sets, skips: Skips) -> Iterator
         return
     topic, queue_id = part.topic, part.queue_id
     messages = options.table == "messages"
-    wanted = _wanted(options, schema)
+    wanted = wanted_columns(options, schema)
     tier = None
     try:
         store = _store(options, part)
@@ -493,16 +497,16 @@ def _read_slice(options, schema, part, tags_code_sets, skips: Skips) -> Iterator
             continue
         # the rows of a batch are often consecutive units (a full read): slices instead of gathers
         consecutive = int(batch_rows[-1]) - int(batch_rows[0]) == len(batch_rows) - 1
-        columns = _unit_columns(wanted, topic, queue_id, queue_offsets, fields, tags_code, known, is_ext,
+        columns = unit_columns(wanted, topic, queue_id, queue_offsets, fields, tags_code, known, is_ext,
                                 ext_batch, slice(int(batch_rows[0]), int(batch_rows[-1]) + 1) if consecutive
                                 else batch_rows)
         if "broker" in wanted:
-            columns["broker"] = _topic_column(options.broker, len(batch_rows))
+            columns["broker"] = topic_column(options.broker, len(batch_rows))
         if records is not None:
-            record_columns = _record_columns(records, record_fields, read)
+            from_records = record_columns(records, record_fields, read)
             if delivered is not None:
-                record_columns = {name: arr.filter(delivered) for name, arr in record_columns.items()}
-            columns.update(record_columns)
+                from_records = {name: arr.filter(delivered) for name, arr in from_records.items()}
+            columns.update(from_records)
         d = decisions
         if d is not None and options.decisions and options.layer2 == "spark":
             columns["matched_by_consume_queue"] = pa.array(d.consume_queue[batch_rows])
@@ -514,33 +518,7 @@ def _read_slice(options, schema, part, tags_code_sets, skips: Skips) -> Iterator
             columns["delivered"] = pa.array(d.delivered[batch_rows])
         if options.message_filter is not None:
             columns = apply_message_filter(options, store, topic, queue_id, columns)
-        yield _schema_batch(schema, columns)
-
-
-def _wanted(options, schema: pa.Schema) -> set[str]:
-    """The columns a read of ``schema`` makes: its own, every column of the messages table for a custom
-    filter (docs/custom-filters.md), and ``properties`` for a column that is one property (``uniq_key``)."""
-    wanted = set(schema.names)
-    if options.message_filter is not None:
-        wanted |= {f.name for f in message_schema()}
-    if not wanted.isdisjoint(PROPERTY_COLUMNS):
-        wanted.add("properties")
-    return wanted
-
-
-def _schema_batch(schema: pa.Schema, columns: dict[str, pa.Array]) -> pa.RecordBatch:
-    """The batch of ``schema``'s columns, in its order and types, from ``columns`` by name; a column that
-    is one property (:data:`cq.filter.custom.PROPERTY_COLUMNS`) looked up in the ``properties`` map the
-    reader decoded."""
-    arrays = []
-    for field in schema:
-        arr = columns.get(field.name)
-        if arr is None and field.name in PROPERTY_COLUMNS:
-            arr = property_column(columns["properties"], field.name)
-        if arr is None:
-            raise KeyError(field.name)
-        arrays.append(arr if arr.type == field.type else arr.cast(field.type))
-    return pa.RecordBatch.from_arrays(arrays, schema=schema)
+        yield schema_batch(schema, columns)
 
 
 def _read_compaction_slice(options, schema, store, part, tags_code_sets) -> Iterator[pa.RecordBatch]:
@@ -567,7 +545,7 @@ def _read_compaction_slice(options, schema, store, part, tags_code_sets) -> Iter
     rows = np.flatnonzero(keep)
     if not len(rows):
         return
-    wanted = _wanted(options, schema)
+    wanted = wanted_columns(options, schema)
     record_fields = [name for name in RECORD_COLUMNS if name in wanted]
     fields = {"commit_log_offset": units["commit_log_offset"], "size": units["size"], "tags_code": units["tags_code"]}
     queue_offsets = units["base_offset"].astype(np.int64)
@@ -575,21 +553,21 @@ def _read_compaction_slice(options, schema, store, part, tags_code_sets) -> Iter
     with store.compaction_log(topic, queue_id) as log:
         for a, b in batch_bounds(units["size"][rows] if record_fields else None, len(rows)):
             batch_rows = rows[a:b]
-            columns = _unit_columns(wanted, topic, queue_id, queue_offsets, fields, tags_code, known, is_ext, None,
+            columns = unit_columns(wanted, topic, queue_id, queue_offsets, fields, tags_code, known, is_ext, None,
                                     batch_rows)
             if "broker" in wanted:
-                columns["broker"] = _topic_column(options.broker, len(batch_rows))
+                columns["broker"] = topic_column(options.broker, len(batch_rows))
             if record_fields:
                 records = log.decode_columns(fields["commit_log_offset"][batch_rows].astype(np.int64), record_fields,
                                              decompress_body=options.body == "uncompressed")
-                columns.update(_record_columns(records, record_fields, np.ones(len(batch_rows), dtype=bool)))
+                columns.update(record_columns(records, record_fields, np.ones(len(batch_rows), dtype=bool)))
             if grouped and options.decisions:
                 columns["matched_by_consume_queue"] = pa.array(found.consume_queue[batch_rows])
                 columns["matched_by_commit_log"] = pa.array(found.commit_log[batch_rows])
                 columns["delivered"] = pa.array(found.delivered[batch_rows])
             if options.message_filter is not None:
                 columns = apply_message_filter(options, store, topic, queue_id, columns)
-            yield _schema_batch(schema, columns)
+            yield schema_batch(schema, columns)
 
 
 def _read_batch_cq_slice(options, schema, store, part, tags_code_sets, skips: Skips) -> Iterator[pa.RecordBatch]:
@@ -648,7 +626,7 @@ def _read_batch_cq_slice(options, schema, store, part, tags_code_sets, skips: Sk
             keep &= found.commit_log
         # the messages' columns where layer 2 read the record; the client's re-check where it passed
         unwrap = keep & (found.reached if messages else found.commit_log)
-    wanted = _wanted(options, schema)
+    wanted = wanted_columns(options, schema)
     record_fields = [name for name in _BATCH_RECORD_FIELDS if name in wanted]
     inner_fields = ["tags", *(name for name in ("keys", "properties") if name in wanted)]
     log = store.commit_log
@@ -698,7 +676,7 @@ def _read_batch_cq_slice(options, schema, store, part, tags_code_sets, skips: Sk
             continue
         n = len(unit)
         columns = {
-            "topic": _topic_column(topic, n),
+            "topic": topic_column(topic, n),
             "queue_id": pa.array(np.full(n, queue_id, dtype=np.int32)),
             "queue_offset": pa.array(queue_offsets),
             "commit_log_offset": pa.array(offs[unit]),
@@ -719,7 +697,7 @@ def _read_batch_cq_slice(options, schema, store, part, tags_code_sets, skips: Sk
             columns["properties"] = (pa.nulls(n, schema.field("properties").type) if props is None else
                                      props.arrow("properties").take(pa.array(at_read, mask=~reached)))
         if "broker" in wanted:
-            columns["broker"] = _topic_column(options.broker, n)
+            columns["broker"] = topic_column(options.broker, n)
         if options.decisions:
             columns["matched_by_consume_queue"] = pa.array(found.consume_queue[unit])
             if spark_layer2:
@@ -729,7 +707,7 @@ def _read_batch_cq_slice(options, schema, store, part, tags_code_sets, skips: Sk
                 columns["delivered"] = pa.array(delivered)
         if options.message_filter is not None:
             columns = apply_message_filter(options, store, topic, queue_id, columns, batches=True)
-        yield _schema_batch(schema, columns)
+        yield schema_batch(schema, columns)
 
 
 #: The batch records' fields each of their messages repeats (what ``expand_batch`` copies).
@@ -800,49 +778,3 @@ class _Unwrapped:
             rec = pa.array(np.where(opened, self.rec[np.where(opened, at, 0)], 0), mask=~opened)
             out.update({name: self.records.arrow(name).take(rec) for name in self.record_fields})
         return out
-
-
-_TOPIC_COLUMNS: dict[str, pa.Array] = {}  # per worker: the longest topic column made, sliced for each batch
-
-
-def _topic_column(topic: str, n: int) -> pa.Array:
-    """``n`` rows of ``topic`` (or a broker's name): a zero-copy slice of one column per name (a batch of
-    a slice of a topic would otherwise repeat the name again)."""
-    col = _TOPIC_COLUMNS.get(topic)
-    if col is None or len(col) < n:
-        col = _TOPIC_COLUMNS[topic] = pa.repeat(pa.scalar(topic, pa.string()), max(n, 1 << 16))
-    return col.slice(0, n)
-
-
-def _unit_columns(wanted, topic, queue_id, queue_offsets, units, tags_code, known, is_ext, ext_batch,
-                  rows) -> dict[str, pa.Array]:
-    """The asked-for columns that come from ConsumeQueue (and ext) units, for ``rows`` (indices, or
-    ``slice(start, stop)`` of consecutive units: the columns are then views). ``units`` maps each
-    ConsumeQueue field to its column."""
-    n = rows.stop - rows.start if isinstance(rows, slice) else len(rows)
-
-    def masked(values: np.ndarray, valid: np.ndarray) -> pa.Array:
-        return pa.array(values) if valid.all() else pa.array(values, mask=~valid)
-
-    makers = {
-        "topic": lambda: _topic_column(topic, n),
-        "queue_id": lambda: pa.array(np.full(n, queue_id, dtype=np.int32)),
-        "queue_offset": lambda: pa.array(queue_offsets[rows]),
-        "commit_log_offset": lambda: pa.array(units["commit_log_offset"][rows].astype(np.int64, copy=False)),
-        "store_size": lambda: pa.array(units["size"][rows].astype(np.int32, copy=False)),
-        "tags_code": lambda: masked(tags_code[rows], known[rows]),
-        "ext_address": lambda: masked(units["tags_code"][rows].astype(np.int64, copy=False), is_ext[rows]),
-    }
-    out = {name: make() for name, make in makers.items() if name in wanted}
-    if "msg_store_time" in wanted or "filter_bitmap" in wanted:
-        out.update({k: v for k, v in ext_columns(ext_batch, rows).items() if k in wanted})
-    return out
-
-
-def _record_columns(records, names: list[str], read: np.ndarray) -> dict[str, pa.Array]:
-    """Arrow columns of the decoded ``records``; rows where ``read`` is False are NULL."""
-    out = {name: records.arrow(name) for name in names}
-    if not read.all():  # put the NULLs back where no record was read
-        take = pa.array(np.cumsum(read) - 1, mask=~read)
-        out = {name: arr.take(take) for name, arr in out.items()}
-    return out
