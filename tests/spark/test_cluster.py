@@ -91,18 +91,25 @@ def standalone_cluster(tmp_path):
                 p.wait()
 
 
-def test_scan_job_on_standalone_cluster_gives_what_the_group_receives(standalone_cluster, tmp_path):
+def _submit_the_job(url: str, store: str, out_dir: Path, summary: Path) -> list[str]:
+    """``spark-submit`` of the main job on the cluster at ``url``: the group's SQL92 read of ``store``,
+    rows as JSON into ``out_dir``, the counts into ``summary``."""
     from pyspark_udfs import job
+
+    return [str(_spark_bin() / "spark-submit"), "--master", url,
+            "--conf", "spark.executor.memory=768m", "--conf", "spark.ui.enabled=false",
+            "--conf", f"spark.driver.extraJavaOptions={SPARK_TEST_JAVA_OPTIONS}",
+            "--conf", f"spark.executor.extraJavaOptions={SPARK_TEST_JAVA_OPTIONS}",
+            "--conf", f"spark.executorEnv.PYSPARK_PYTHON={sys.executable}",
+            job.__file__, store, "--topic", TOPIC, "--group", GROUP,
+            "--sql", SQL, "--out", str(out_dir), "--format", "json", "--json", str(summary)]
+
+
+def test_scan_job_on_standalone_cluster_gives_what_the_group_receives(standalone_cluster, tmp_path):
 
     url, env = standalone_cluster
     out_dir, summary = tmp_path / "cluster-out", tmp_path / "summary.json"
-    cmd = [str(_spark_bin() / "spark-submit"), "--master", url,
-           "--conf", "spark.executor.memory=768m", "--conf", "spark.ui.enabled=false",
-           "--conf", f"spark.driver.extraJavaOptions={SPARK_TEST_JAVA_OPTIONS}",
-           "--conf", f"spark.executor.extraJavaOptions={SPARK_TEST_JAVA_OPTIONS}",
-           "--conf", f"spark.executorEnv.PYSPARK_PYTHON={sys.executable}",
-           job.__file__, str(DATA / "golden_store"), "--topic", TOPIC, "--group", GROUP,
-           "--sql", SQL, "--out", str(out_dir), "--format", "json", "--json", str(summary)]
+    cmd = _submit_the_job(url, str(DATA / "golden_store"), out_dir, summary)
     proc = subprocess.run(cmd, check=False, env=env, capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stderr[-4000:]
     assert "GID_SQL_B" in proc.stdout and "passed CL" in proc.stdout
@@ -156,13 +163,7 @@ def test_scan_job_on_standalone_cluster_reads_the_bucket_with_no_shared_path(s3_
     stats, received = _the_groups_messages(copy)
     shutil.rmtree(copy)  # no path holds the store now: only the bucket does
     out_dir, summary = tmp_path / "cluster-out", tmp_path / "summary.json"
-    cmd = [str(_spark_bin() / "spark-submit"), "--master", url,
-           "--conf", "spark.executor.memory=768m", "--conf", "spark.ui.enabled=false",
-           "--conf", f"spark.driver.extraJavaOptions={SPARK_TEST_JAVA_OPTIONS}",
-           "--conf", f"spark.executor.extraJavaOptions={SPARK_TEST_JAVA_OPTIONS}",
-           "--conf", f"spark.executorEnv.PYSPARK_PYTHON={sys.executable}",
-           job.__file__, uri, "--topic", TOPIC, "--group", GROUP,
-           "--sql", SQL, "--out", str(out_dir), "--format", "json", "--json", str(summary)]
+    cmd = _submit_the_job(url, uri, out_dir, summary)
     driver_env = dict(env, AWS_ENDPOINT_URL=s3_server.endpoint, AWS_DEFAULT_REGION="us-east-1",
                       PYTHONPATH=os.pathsep.join([str(Path(job.__file__).resolve().parents[1]),
                                                   env.get("PYTHONPATH", "")]))
