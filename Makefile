@@ -40,8 +40,10 @@ build: $(STAMP)
 # so `test` hands slow, self-contained files that need no SparkSession (SIDE_TESTS: descriptor
 # bounds over 3,000 queues, the standalone Spark cluster, the docs' examples, the store fuzz
 # sweeps, the live broker, killed writers, the kernels against their twins, the conformance
-# cases, corruption, live stores, ...) to the pure pass's process once that pass is done,
-# still under the compiled engines; `make test-cython` alone runs every file.
+# cases, corruption, live stores, ...) to the pure pass's process, still under the compiled
+# engines, before that pass: both passes end with the broker checks, which wait for the scenario
+# runs, so the side files run while the brokers do (docs/contributing.md#suite-time);
+# `make test-cython` alone runs every file.
 SIDE_TESTS = tests/cli/test_fd_bounds.py tests/spark/test_cluster.py tests/test_docs.py tests/cq/readers/test_store_fuzz.py \
 	tests/broker/test_broker_live.py tests/cq/writer/test_writer_interrupted.py tests/cq/kernels/test_cq_engines.py \
 	tests/cq/analyses/test_why.py tests/selector/test_selector_parser.py tests/cq/readers/test_data_path.py \
@@ -53,12 +55,12 @@ SIDE_TESTS = tests/cli/test_fd_bounds.py tests/spark/test_cluster.py tests/test_
 test:
 	@$(MAKE) --no-print-directory -j2 setup harness s3proxy
 	@mkdir -p build; \
-	( $(MAKE) --no-print-directory test-python; a=$$?; $(PY) -m pytest -q $(SIDE_TESTS); b=$$?; \
+	( $(PY) -m pytest -q $(SIDE_TESTS); b=$$?; $(MAKE) --no-print-directory test-python; a=$$?; \
 	  [ $$a -eq 0 ] && [ $$b -eq 0 ] ) \
 		> build/test-python.log 2>&1 & pure=$$!; \
 	$(PY) -m pytest -q --durations=12 $(addprefix --ignore=,$(SIDE_TESTS)) tests; cython=$$?; \
 	wait $$pure; python=$$?; \
-	echo "---- the pure-Python pass, then $(SIDE_TESTS) (build/test-python.log):"; \
+	echo "---- $(SIDE_TESTS), then the pure-Python pass (build/test-python.log):"; \
 	if [ $$python -eq 0 ]; then grep -E "^[0-9]+ passed" build/test-python.log; else cat build/test-python.log; fi; \
 	[ $$cython -eq 0 ] && [ $$python -eq 0 ]
 
