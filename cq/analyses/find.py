@@ -15,6 +15,7 @@ import contextlib
 import os
 import struct
 from collections.abc import Callable, Iterator, Sequence
+from typing import NamedTuple
 
 import numpy as np
 
@@ -27,6 +28,7 @@ from ..store.cluster import Cluster
 from ..store.store import Store
 
 __all__ = [
+    "IndexAnswer",
     "MessageNotFoundError",
     "batch_message_at",
     "brokers_to_ask",
@@ -226,40 +228,51 @@ def open_index(store: Store) -> tuple[IndexFiles | None, str]:
         return None, f"its index files cannot be read ({exc})"
 
 
+class IndexAnswer(NamedTuple):
+    """What the IndexFiles answer for a key (:func:`query_index`)."""
+    #: ``(CommitLog offset, record)`` confirmed by the record's own key, in the index's order (a record
+    #: indexed under two of its keys comes twice); None when the store has no index to ask
+    found: list[tuple[int, Message]] | None
+    #: how many hash candidates the index gave
+    candidates: int
+    #: why a scan must replace the index (when ``found`` is None)
+    why_scan: str
+    #: the CommitLog range the index files cover: ``(begin_phy_offset of the first, end_phy_offset of the
+    #: last)``, the offset of the first and of the last record indexed; None without an index
+    covered: tuple[int, int] | None = None
+    #: how many index files were asked
+    files: int = 0
+
+
 def query_index(store: Store, topics: Sequence[str], key: str | None, uniq_key: str | None, *,
-                served_from: Callable[[Message, str], bool] = in_topic
-                ) -> tuple[list[tuple[int, Message]] | None, int, str]:
+                served_from: Callable[[Message, str], bool] = in_topic) -> IndexAnswer:
     """The records of ``topics`` the IndexFiles give for ``uniq_key`` (else ``key``), each confirmed by
-    its own ``UNIQ_KEY`` or ``KEYS`` (an index entry is a hash candidate, docs/config-and-index.md#index-file).
+    its own ``UNIQ_KEY`` or ``KEYS`` (an index entry is a hash candidate, docs/config-and-index.md#index-file),
+    and the CommitLog range the index covers (what a scan must add, docs/find.md#keys).
 
     ``served_from(record, topic)`` says whether a record read at a candidate belongs to the topic
     asked (:func:`in_topic`: its own topic or an LMQ it was dispatched to).
-
-    Returns
-    -------
-    (found, candidates, why_scan)
-        ``found``: ``(CommitLog offset, record)`` in the index's order (a record indexed under two of
-        its keys comes twice), or None when the store has no index to ask; ``candidates``: how many
-        hash candidates the index gave; ``why_scan``: why a scan must replace the index (when
-        ``found`` is None).
     """
     index, why_scan = open_index(store)
     if index is None or not len(index):
-        return None, 0, why_scan
+        if index is not None:
+            index.close()
+        return IndexAnswer(None, 0, why_scan)
     wanted = uniq_key if uniq_key is not None else key
     found: list[tuple[int, Message]] = []
     candidates = 0
     try:
+        covered = (index.files[0].header.begin_phy_offset, index.files[-1].header.end_phy_offset)
         for topic in topics:
-            offsets = index.query(topic, wanted)
+            offsets = index.query(topic, wanted)  # every hash candidate of every file: no cap
             candidates += len(offsets)
             for off in offsets:
                 msg = message_at(store, off)
                 if msg is not None and served_from(msg, topic) and key_matches(msg.properties, key, uniq_key):
                     found.append((off, msg))
+        return IndexAnswer(found, candidates, why_scan, covered, len(index))
     finally:
         index.close()
-    return found, candidates, why_scan
 
 
 def records_by_uniq_key(store: Store, topics: Sequence[str], uniq_key: str) -> list[Message]:
@@ -267,20 +280,12 @@ def records_by_uniq_key(store: Store, topics: Sequence[str], uniq_key: str) -> l
     the IndexFiles' candidates confirmed by the record, and a scan of the units no index file covers
     (before the first entry, after the last); every unit when the store has no readable index files."""
     present = [t for t in topics if t in store.topics()]
-    index, _why = open_index(store)
-    if index is None or not len(index):
-        if index is not None:
-            index.close()
+    answer = query_index(store, present, None, uniq_key, served_from=lambda msg, t: msg.topic == t)
+    if answer.found is None:
         return [m for t in present for m in scan_topic(store, t, None, uniq_key)]
-    try:
-        covered = (index.files[0].header.begin_phy_offset, index.files[-1].header.end_phy_offset)
-        found = {off: msg for t in present for off in index.query(t, uniq_key)
-                 for msg in [message_at(store, off)]
-                 if msg is not None and msg.topic == t and key_matches(msg.properties, None, uniq_key)}
-    finally:
-        index.close()
+    found = dict(answer.found)
     for t in present:
-        found.update((m.commit_log_offset, m) for m in scan_topic(store, t, None, uniq_key, skip=covered))
+        found.update((m.commit_log_offset, m) for m in scan_topic(store, t, None, uniq_key, skip=answer.covered))
     return [found[off] for off in sorted(found)]
 
 
@@ -347,7 +352,7 @@ def find_messages(store: Store | Cluster, topic: str, *, msg_id: str | None = No
     # IndexFiles and records hold only the local range (docs/reading.md#tiered-storage)
     tiered = scan_tier(store, topic, key, uniq_key)
     in_tier = f"; {len(tiered)} in the tier" if store.tier is not None else ""
-    indexed, candidates, why_scan = query_index(store, [topic], key, uniq_key)
+    indexed, candidates, why_scan, _covered, _files = query_index(store, [topic], key, uniq_key)
     if indexed is not None:
         found = sorted((msg for _off, msg in indexed), key=lambda m: m.commit_log_offset)
         if found or tiered:

@@ -221,8 +221,8 @@ def _lookup(store: Store, topics: list[str], key: str | None, uniq_key: str | No
     present = [t for t in topics if t in store.topics()]
     # the records the broker serves from its tier: neither the local IndexFiles nor its files hold them
     tiered = [m for t in present for m in scan_tier(store, t, key, uniq_key)]
-    indexed, _candidates, why_scan = query_index(store, topics, key, uniq_key,
-                                                 served_from=lambda msg, t: msg.topic == t)
+    indexed, _candidates, why_scan, _covered, _files = query_index(store, topics, key, uniq_key,
+                                                                   served_from=lambda msg, t: msg.topic == t)
     if indexed is not None:
         found = dict(indexed)  # a record indexed under two of its keys, once
         if found or tiered:

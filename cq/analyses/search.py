@@ -38,7 +38,7 @@ from ..store.cluster import Cluster, broker_name, each_store
 from ..store.decide import decide_units
 from ..store.store import Store
 from .by_time import QueueSearch, time_range
-from .find import in_topic, key_matches, message_at, open_index, parse_offset_msg_id, position
+from .find import in_topic, key_matches, message_at, parse_offset_msg_id, position, query_index
 from .paths import why_every_copy
 from .why import resolve_subscription
 
@@ -553,31 +553,18 @@ def _by_index(store: Store, broker: str, topics: list[str], key: str | None, uni
     wanted = uniq if uniq is not None else key
     what = f"UNIQ_KEY {wanted!r}" if uniq is not None else f"key {wanted!r}"
     found: dict[int, str] = {}
-    index, why_scan = open_index(store)
-    if index is None or not len(index):
-        if index is not None:
-            index.close()
-        _scan_log(store, broker, topics, key, uniq, lo, hi, why_scan, found, q)
+    answer = query_index(store, topics, key if uniq is None else None, uniq, served_from=lambda msg, t: msg.topic == t)
+    if answer.found is None:
+        _scan_log(store, broker, topics, key, uniq, lo, hi, answer.why_scan, found, q)
         return found
-    try:
-        first, last = index.files[0], index.files[-1]
-        covered = (first.header.begin_phy_offset, last.header.end_phy_offset)
-        candidates = confirmed = 0
-        for t in topics:
-            for off in index.query(t, wanted):  # every hash candidate of every file: no cap
-                candidates += 1
-                msg = message_at(store, off)
-                if msg is not None and msg.topic == t and off + msg.store_size <= hi and \
-                        key_matches(msg.properties, key if uniq is None else None, uniq):
-                    confirmed += 1
-                    found[off] = BY_INDEX
-        q.stats["index_files"] += len(index)
-        q.stats["index_candidates"] += candidates
-        q.stats["index_confirmed"] += confirmed
-        q.notes.append(f"{broker}: {what} through {len(index)} index file(s): {candidates} hash candidate(s), "
-                       f"{confirmed} confirmed by the record's own key")
-    finally:
-        index.close()
+    confirmed = [off for off, msg in answer.found if off + msg.store_size <= hi]
+    found.update(dict.fromkeys(confirmed, BY_INDEX))
+    q.stats["index_files"] += answer.files
+    q.stats["index_candidates"] += answer.candidates
+    q.stats["index_confirmed"] += len(confirmed)
+    q.notes.append(f"{broker}: {what} through {answer.files} index file(s): {answer.candidates} hash candidate(s), "
+                   f"{len(confirmed)} confirmed by the record's own key")
+    covered = answer.covered
     if lo < covered[0]:
         _scan_log(store, broker, topics, key, uniq, lo, min(covered[0], hi),
                   f"no index file covers the CommitLog before offset {covered[0]} (the first index entry)", found, q)

@@ -61,7 +61,7 @@ def test_query_index_confirms_candidates_and_keeps_each_topic_apart(store):
     row = next(r for r in golden_rows() if r["keys"])
     key = row["keys"].split(" ")[0]
     topics = sorted({r["topic"] for r in golden_rows()})
-    found, candidates, _ = query_index(store, topics, key, None, served_from=lambda m, t: m.topic == t)
+    found, candidates, *_ = query_index(store, topics, key, None, served_from=lambda m, t: m.topic == t)
     assert found and candidates >= len(found)
     assert all(key in m.keys.split(" ") for _off, m in found)
     assert {off for off, _m in found} == {r["commitLogOffset"] for r in golden_rows()
@@ -72,7 +72,7 @@ def test_without_index_files_query_index_says_why_and_find_messages_scans(sample
     s = cq.Store(sample_store)
     try:
         topic = s.topics()[0]
-        found, candidates, why_scan = query_index(s, [topic], "any-key", None)
+        found, candidates, why_scan, *_ = query_index(s, [topic], "any-key", None)
         assert found is None and candidates == 0 and why_scan == "the store has no index files"
         msg = next(iter(s.consume(topic, "G", tags="*")))
         got, how, note = find_messages(s, topic, msg_id=msg.properties["UNIQ_KEY"])
