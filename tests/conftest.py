@@ -214,6 +214,9 @@ def pytest_collection_modifyitems(session, config, items) -> None:
     items.sort(key=lambda item: item.get_closest_marker("broker") is not None)  # stable: order kept within
     if not any(i.get_closest_marker("broker") for i in items):
         return
+    # the broker modules in the order their scenarios run (broker_support.module_rank)
+    rank = _broker_support().module_rank
+    items.sort(key=lambda item: rank(item.module.__name__) if item.get_closest_marker("broker") else -1)
     in_test = {f"test_broker_{n}" for n in _broker_support().IN_TEST_SCENARIOS}
     early = [i for i in items if i.module.__name__.rsplit(".", 1)[-1] in in_test]
     if early:

@@ -177,6 +177,17 @@ def _rank(name: str) -> float:
     return RANDOM_RANK if name.startswith("random-") else len(CACHED_SCENARIOS)
 
 
+def module_rank(module: str) -> float:
+    """Where the checks of test module ``module`` (``test_broker_<scenario>``) go among a session's
+    broker tests: in the order their scenarios take the run slots, so that a pass reaching its broker
+    tests checks each run as it is done rather than waiting on one of the last behind a finished
+    one; modules of no cached scenario last."""
+    base = module.rsplit(".", 1)[-1].removeprefix("test_broker_")
+    if base == "random":
+        return RANDOM_RANK
+    return min((_rank(n) for n in CACHED_SCENARIOS if n.partition("@")[0] == base), default=len(CACHED_SCENARIOS))
+
+
 @contextlib.contextmanager
 def _slot(name: str):
     """Holds one of :data:`PARALLEL` slot locks (files under ``build/broker-runs``, so the two
