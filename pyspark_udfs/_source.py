@@ -606,7 +606,7 @@ def _broker_roots(path: str | list[str], replica: list[str] | None = None,
                              f"one store root was given ({path if isinstance(path, str) else path[0]})")
         return ()
     try:
-        roots = store_roots(path)
+        roots = store_roots(path, object_options=objects)
         for root in roots:
             if not is_object_uri(root) and not os.path.isdir(root):
                 raise cq.StoreFormatError("not a directory", root)

@@ -14,6 +14,8 @@ from __future__ import annotations
 
 import bisect
 import contextlib
+import fnmatch
+import glob
 import mmap
 import os
 import threading
@@ -178,6 +180,93 @@ class CopiedDir(ObjectDir):
         return fmt.map_file_identity(local)[0]
 
 
+def open_filesystem(uri: str, *, filesystem=None, endpoint: str | None = None,
+                    region: str | None = None) -> tuple[object, str]:
+    """``(pyarrow filesystem, path inside it)`` of an object-storage URI: ``filesystem`` itself when given,
+    an S3 filesystem from ``endpoint`` and ``region`` (docs/object-storage.md#options), else the URI's own
+    (``pyarrow.fs.FileSystem.from_uri``, which reads the environment). Credentials are never arguments."""
+    # lazy: pyarrow is an optional dependency of cq
+    import pyarrow.fs as pafs
+
+    if filesystem is not None:
+        return filesystem, uri.split("://", 1)[-1]
+    scheme, _, rest = uri.partition("://")
+    if not rest:
+        raise ObjectStoreError("not an object-storage URI (expected scheme://bucket/prefix)", uri)
+    if scheme == "s3" and (endpoint or region):
+        kwargs = {}
+        if endpoint:
+            ep_scheme, sep, host = endpoint.partition("://")
+            kwargs["endpoint_override"] = host if sep else endpoint
+            if sep:
+                kwargs["scheme"] = ep_scheme
+        if region:
+            kwargs["region"] = region
+        return pafs.S3FileSystem(**kwargs), rest
+    try:
+        return pafs.FileSystem.from_uri(uri)
+    except (OSError, ValueError, TypeError) as exc:
+        raise ObjectStoreError(f"cannot open a filesystem for this URI ({type(exc).__name__})", uri) from None
+
+
+def expand_pattern(pattern: str, *, filesystem=None, endpoint: str | None = None,
+                   region: str | None = None) -> list[str]:
+    """The URIs of the prefixes a glob pattern over a bucket names (``s3://backups/brokers/broker-*``),
+    sorted, as :func:`glob.glob` names local directories (docs/object-storage.md#naming-a-store).
+
+    Each segment with a wildcard (``*``, ``?``, ``[...]``) is matched against the prefixes one listing
+    (one LIST request, delimited by ``/``) finds under each prefix matched so far; a segment without one
+    is taken as it is. A wildcard in the bucket's name is refused (listing buckets is another
+    permission). Only prefixes match, never single objects; an empty list when none does."""
+    # lazy: pyarrow is an optional dependency of cq
+    import pyarrow.fs as pafs
+
+    scheme, _, rest = pattern.partition("://")
+    bucket, _, key = rest.partition("/")
+    if not bucket or glob.has_magic(bucket):
+        raise ObjectStoreError("a pattern needs the bucket's own name (no wildcard there)", pattern)
+    fs, _root = open_filesystem(f"{scheme}://{bucket}", filesystem=filesystem, endpoint=endpoint, region=region)
+    found = [bucket]
+    for segment in [s for s in key.split("/") if s]:
+        if not glob.has_magic(segment):
+            found = [f"{p}/{segment}" for p in found]
+            continue
+        matched: set[str] = set()
+        for prefix in found:
+            try:
+                infos = fs.get_file_info(pafs.FileSelector(prefix, recursive=False))
+            except FileNotFoundError:
+                continue
+            except OSError as exc:
+                raise request_error(exc, f"{scheme}://{prefix}", None) from None
+            matched.update(i.path.rstrip("/") for i in infos if i.type == pafs.FileType.Directory
+                           and fnmatch.fnmatchcase(i.path.rstrip("/").rsplit("/", 1)[-1], segment))
+        found = sorted(matched)
+    return [f"{scheme}://{p}" for p in found]
+
+
+def request_error(exc: BaseException, uri: str, byte_range: tuple[int, int] | None) -> ObjectStoreError:
+    """The error for a failed request: what went wrong, by kind, without the filesystem's own
+    text (which may quote request headers)."""
+    text = str(exc)
+    if isinstance(exc, PermissionError) or any(
+            code in text for code in ("ACCESS_DENIED", "AccessDenied", "Forbidden", "InvalidAccessKeyId",
+                                      "SignatureDoesNotMatch", "HTTP status 403")):
+        why = "access denied (check the credentials pyarrow reads from the environment)"
+    elif "NO_SUCH_BUCKET" in text or "NoSuchBucket" in text:
+        why = "the bucket does not exist"
+    elif isinstance(exc, FileNotFoundError) or "NoSuchKey" in text or "NOT_FOUND" in text:
+        why = "no such object (deleted since the listing?)" if byte_range is not None else "no such object"
+    elif "InvalidRange" in text or "HTTP status 416" in text or "past end of file" in text:
+        why = ("object is shorter than listed: the range starts past its end "
+               "(truncated or overwritten since the listing)")
+    elif "NETWORK_CONNECTION" in text or "curlCode" in text:
+        why = "cannot reach the endpoint (the endpoint option, or AWS_ENDPOINT_URL)"
+    else:
+        why = f"the request failed ({type(exc).__name__})"
+    return ObjectStoreError(why, uri, byte_range)
+
+
 def _reopen(uri: str, options: dict) -> ObjectStore:
     return ObjectStore(uri, **options)
 
@@ -222,55 +311,15 @@ class ObjectStore:
 
     # ------------------------------------------------------------ the filesystem
     def _open_filesystem(self, filesystem):
-        # lazy: pyarrow is an optional dependency of cq
-        import pyarrow.fs as pafs
-
-        if filesystem is not None:
-            return filesystem, self.uri.split("://", 1)[-1]
-        scheme, _, rest = self.uri.partition("://")
-        if not rest:
-            raise ObjectStoreError("not an object-storage URI (expected scheme://bucket/prefix)", self.uri)
-        if scheme == "s3" and (self._options["endpoint"] or self._options["region"]):
-            kwargs = {}
-            endpoint, region = self._options["endpoint"], self._options["region"]
-            if endpoint:
-                ep_scheme, sep, host = endpoint.partition("://")
-                kwargs["endpoint_override"] = host if sep else endpoint
-                if sep:
-                    kwargs["scheme"] = ep_scheme
-            if region:
-                kwargs["region"] = region
-            return pafs.S3FileSystem(**kwargs), rest
-        try:
-            fs, root = pafs.FileSystem.from_uri(self.uri)
-        except (OSError, ValueError, TypeError) as exc:
-            raise ObjectStoreError(f"cannot open a filesystem for this URI ({type(exc).__name__})", self.uri) from None
-        return fs, root
+        return open_filesystem(self.uri, filesystem=filesystem, endpoint=self._options["endpoint"],
+                               region=self._options["region"])
 
     def uri_of(self, relpath: str) -> str:
         """The URI of an object (or directory) of the store, from its key relative to the store root."""
         return f"{self.uri}/{relpath}" if relpath else self.uri
 
     def _fail(self, exc: BaseException, uri: str, byte_range: tuple[int, int] | None) -> ObjectStoreError:
-        """The error for a failed request: what went wrong, by kind, without the filesystem's own
-        text (which may quote request headers)."""
-        text = str(exc)
-        if isinstance(exc, PermissionError) or any(
-                code in text for code in ("ACCESS_DENIED", "AccessDenied", "Forbidden", "InvalidAccessKeyId",
-                                          "SignatureDoesNotMatch", "HTTP status 403")):
-            why = "access denied (check the credentials pyarrow reads from the environment)"
-        elif "NO_SUCH_BUCKET" in text or "NoSuchBucket" in text:
-            why = "the bucket does not exist"
-        elif isinstance(exc, FileNotFoundError) or "NoSuchKey" in text or "NOT_FOUND" in text:
-            why = "no such object (deleted since the listing?)" if byte_range is not None else "no such object"
-        elif "InvalidRange" in text or "HTTP status 416" in text or "past end of file" in text:
-            why = ("object is shorter than listed: the range starts past its end "
-                   "(truncated or overwritten since the listing)")
-        elif "NETWORK_CONNECTION" in text or "curlCode" in text:
-            why = "cannot reach the endpoint (the endpoint option, or AWS_ENDPOINT_URL)"
-        else:
-            why = f"the request failed ({type(exc).__name__})"
-        return ObjectStoreError(why, uri, byte_range)
+        return request_error(exc, uri, byte_range)
 
     # ------------------------------------------------------------ listing
     def _list(self) -> dict[str, int]:

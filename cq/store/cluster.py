@@ -29,6 +29,7 @@ from dataclasses import dataclass, fields
 from ..errors import ReplicaWarning, StoreFormatError, UnknownGroupError
 from ..readers import config as cfg
 from ..readers.commitlog import Message
+from ..readers.objects import expand_pattern, is_object_uri
 from .replicas import ReplicaSet
 from .store import REFRESH, ConsumeResult, ConsumeStats, Store, StoreCut
 
@@ -60,16 +61,22 @@ def broker_name(store: Store) -> tuple[str, str]:
     return os.path.basename(os.path.normpath(os.path.abspath(store.root))), "directory"
 
 
-def store_roots(paths: str | os.PathLike | Iterable[str | os.PathLike]) -> list[str]:
-    """The store roots ``paths`` names: one path, several, or glob patterns (``stores/broker-*``),
-    each expanded in sorted order. A pattern that matches nothing is an error naming it."""
+def store_roots(paths: str | os.PathLike | Iterable[str | os.PathLike], *,
+                object_options: dict | None = None) -> list[str]:
+    """The store roots ``paths`` names: one path, several, or glob patterns (``stores/broker-*``, or
+    ``s3://bucket/brokers/broker-*`` over a bucket, listed with ``object_options``:
+    docs/object-storage.md#naming-a-store), each expanded in sorted order. A pattern that matches
+    nothing is an error naming it."""
     if isinstance(paths, (str, os.PathLike)):
         paths = [paths]
     roots: list[str] = []
     for p in paths:
         p = os.fspath(p)
         if glob.has_magic(p):
-            matched = sorted(m for m in glob.glob(p) if os.path.isdir(m))
+            if is_object_uri(p):
+                matched = expand_pattern(p, **(object_options or {}))
+            else:
+                matched = sorted(m for m in glob.glob(p) if os.path.isdir(m))
             if not matched:
                 raise StoreFormatError("the pattern matches no store directory", p)
             roots += matched
@@ -161,7 +168,7 @@ class Cluster:
         named = isinstance(roots, Mapping)
         pairs = [(str(n), os.fspath(r)) for n, rs in roots.items()
                  for r in ([rs] if isinstance(rs, (str, os.PathLike)) else rs)] if named else \
-            [(None, r) for r in store_roots(roots)]
+            [(None, r) for r in store_roots(roots, object_options=store_options.get("object_options"))]
         if not pairs:
             raise ValueError("a Cluster needs at least one store root")
         self._options = dict(store_options)
@@ -402,7 +409,7 @@ def open_stores(paths, *, replica=None, **store_options) -> Store | Cluster:
     """A :class:`~cq.store.store.Store` for one store root, a :class:`Cluster` for several (or a glob
     pattern matching several): what the CLI opens for its ``STORE`` arguments. ``replica``: as
     :class:`Cluster`'s (for one root, it must name that root)."""
-    roots = store_roots(paths)
+    roots = store_roots(paths, object_options=store_options.get("object_options"))
     if len(roots) == 1 and not (isinstance(paths, (str, os.PathLike)) and glob.has_magic(os.fspath(paths))):
         if replica is not None:
             raise KeyError(f"replica= is for several stores of one broker name; {roots[0]} is one store")

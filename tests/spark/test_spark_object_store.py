@@ -126,6 +126,8 @@ def test_a_registered_group_and_several_stores_from_the_bucket(spark, bucket, tm
     assert rows > 0
     assert {r.broker for r in spark.read.format("rocketmq").options(**_opts(bucket)).load(uris)
             .select("broker").distinct().collect()} == {"broker-a", "broker-b"}
+    # a glob over the bucket names the same stores (docs/object-storage.md#naming-a-store)
+    assert _table(spark, "s3://severalstores/broker-*", _opts(bucket)) == _table(spark, uris, _opts(bucket))
 
 
 def _cached_cluster_run() -> list[Path] | None:

@@ -17,6 +17,7 @@ from helpers import DATA
 import cq
 import rmqfilter
 from cq.readers.objects import COALESCE_GAP, HEAD_FIRST, RECORD_PROBE, ObjectStore, coalesce
+from cq.store.cluster import store_roots
 from cq.writer.sample import generate_sample_store
 
 ROOT = Path(__file__).resolve().parents[3]
@@ -510,3 +511,31 @@ def test_recovery_walk_fetches_heads_not_preallocated_objects(s3_server, tmp_pat
         topic = local.topics()[0]
         assert list(remote.consume(topic, "G", sql="a > 5")) == list(local.consume(topic, "G", sql="a > 5"))
         assert remote.source.stats()["CommitLog"] == (heads, heads * step)  # every record lies in the heads
+
+
+@pytest.mark.objectstore
+def test_a_glob_over_a_bucket_names_its_stores(s3_server, tmp_path, capsys, monkeypatch):
+    """``s3://bucket/brokers/*`` names the stores under the prefix as a local glob names
+    directories: a Cluster, the commands and the data source's planning read them as the URIs listed one
+    by one; a pattern matching nothing, or a wildcard in the bucket, is an error naming the pattern."""
+    local = write_brokers(tmp_path, messages=400)
+    uris = [s3_server.upload(root, "globbed", f"brokers/broker-{root.parent.name}") for root in local]
+    s3_server.upload(local[0], "globbed", "elsewhere/broker-x")  # under another prefix: not matched
+    options = {"endpoint": s3_server.endpoint, "region": "us-east-1"}
+    assert store_roots("s3://globbed/brokers/broker-*", object_options=options) == uris
+    assert store_roots("s3://globbed/*/broker-[ex]*", object_options=options) == sorted(
+        [uris[0], "s3://globbed/elsewhere/broker-x"])
+    with closing(cq.Cluster("s3://globbed/brokers/*", object_options=options)) as by_pattern, \
+            closing(cq.Cluster(uris, object_options=options)) as by_uris:
+        assert list(by_pattern.stores) == list(by_uris.stores)
+        topic = by_uris.topics()[0]
+        assert [(m.broker, m.commit_log_offset) for m in by_pattern.consume(topic, "G", tags="*")] == \
+            [(m.broker, m.commit_log_offset) for m in by_uris.consume(topic, "G", tags="*")]
+    for bad in ("s3://globbed/brokers/nobody-*", "s3://glob*/brokers/broker-a"):
+        with pytest.raises(cq.StoreFormatError) as err:
+            store_roots(bad, object_options=options)
+        assert bad in str(err.value) and s3_server.secret_key not in str(err.value)
+    monkeypatch.setenv("AWS_ENDPOINT_URL", s3_server.endpoint)
+    monkeypatch.setenv("AWS_DEFAULT_REGION", "us-east-1")
+    got = _run(capsys, ["inspect", "s3://globbed/brokers/broker-*"])
+    assert got == _run(capsys, ["inspect", *uris]) and got[0] == 0
