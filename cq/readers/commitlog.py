@@ -399,10 +399,8 @@ class CommitLog(MappedFileQueue):
         if first is None:
             first = max(0, len(self._files) - 3)
         last = len(self._files) - 1
-        identities = {index: self._sealed_identity(index) for index in range(first, last)}
-        if pos:
-            identities[first] = None
-        self._before_walk([i for i in range(first, last + 1) if identities.get(i) not in _SEALED], pos)
+        identities, walked = self._walk_order(first, pos)
+        self._before_walk(walked, pos)
         for index in range(first, len(self._files)):
             start, _path = self._files[index]
             identity = identities.get(index)
@@ -417,6 +415,16 @@ class CommitLog(MappedFileQueue):
                 return start + pos
             pos = 0
         return self._files[-1][0]  # pragma: no cover - the loop always returns
+
+    def _walk_order(self, first: int, pos: int) -> tuple[dict[int, tuple | None], list[int]]:
+        """For a recovery walk from file ``first`` (at ``pos``): the sealed-file identity of each file before
+        the last (None for the first when the walk starts inside it), and the files it walks, in order: all
+        but those walked before and unchanged since (docs/live.md#sealed-files)."""
+        last = len(self._files) - 1
+        identities = {index: self._sealed_identity(index) for index in range(first, last)}
+        if pos:
+            identities[first] = None
+        return identities, [i for i in range(first, last + 1) if identities.get(i) not in _SEALED]
 
     def _sealed_identity(self, index: int) -> tuple | None:
         """What names file ``index`` unchanged for the sealed-file rule (docs/live.md#sealed-files): its

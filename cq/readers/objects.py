@@ -894,8 +894,32 @@ class RangedLog:
         """Fetch the first head of each object the recovery walk is about to walk (the first from ``pos``)
         concurrently, as :meth:`_walk_file` would one after the other: the same requests, at once. A walk
         that ends before the last of them (a record not valid) has fetched the heads after it for nothing."""
-        if len(indices) < 2:
+        if len(indices) > 1:
+            self._fetch_walk_heads(indices, pos)
+
+    def take_end(self, end: int) -> None:
+        """Take ``end`` as the CommitLog's recovered end, with no walk: the end another process's walk
+        found over the same listing (a Spark plan's cut, which its tasks read with the plan's listing,
+        docs/object-storage.md#spark). Nothing when the end is known already; ``ValueError`` for an end
+        outside the listed objects."""
+        if self._max_offset is not None:
             return
+        first = int(self._starts[0]) if self._files else 0
+        last = int(self._starts[-1]) + self._object_size(len(self._files) - 1) if self._files else 0
+        if not first <= int(end) <= last:
+            raise ValueError(f"CommitLog end {end} outside the listed objects [{first}, {last}] of {self.directory}")
+        self._max_offset = int(end)
+
+    def prefetch_recovery(self) -> None:
+        """Fetch at once the heads a cold recovery walk (the CommitLog's end, every read's cut) will read:
+        those of the last three objects but the sealed ones, as the walk fetches them (nothing when the
+        end is known already). What :meth:`cq.Store.prefetch` runs beside a read's queues."""
+        if self._max_offset is not None or not self._files:
+            return
+        self._fetch_walk_heads(self._walk_order(max(0, len(self._files) - 3), 0)[1], 0)
+
+    def _fetch_walk_heads(self, indices: list[int], pos: int) -> None:
+        """The first head of each object ``indices`` a walk reads (the first from ``pos``), at once."""
         is_dledger = getattr(self, "_is_dledger", None)
         spans = []
         with self._fetch_lock:

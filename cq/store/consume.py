@@ -219,6 +219,8 @@ class ConsumeRoom:
             flt = self.make_filter(topic, group, sql=sql, tags=tags, bloom_filter=bloom_filter, born_time=born_time)
         qids = list(queue_ids) if queue_ids is not None else None
         if cut is None:
+            # a store in a bucket: the queues' objects and the recovery walk's heads at once (docs/object-storage.md#costs)
+            self.prefetch(topic, qids, ext=not Layers(flt).passes_all)
             cut = self.cut(topic, qids)
         if qids is None:
             qids = sorted(cut.ends(topic))

@@ -274,6 +274,39 @@ class ReaderRoom:
                     self._fetched_queues.add(rel)
         return os.path.join(self.root, *rel)
 
+    def prefetch(self, topic: str, queue_ids=None, *, ext: bool = False) -> None:
+        """For a store in a bucket, fetch at once what a read of ``topic``'s queues ``queue_ids`` (default:
+        all) asks first: their ConsumeQueue objects (with ``ext``, then the ext objects their units
+        address), and beside them the heads the CommitLog's recovery walk reads (every read's cut), rather
+        than one after the other as the read reaches each (docs/object-storage.md#costs). ``consume`` and
+        the data source's planning call it; nothing for a local store or a topic the store does not hold.
+
+        Raises
+        ------
+        cq.ObjectStoreError
+            A request failed (naming the object's URI and byte range).
+        """
+        if getattr(self, "source", None) is None or topic not in self.topics():
+            return
+        qids = self.queue_ids(topic) if queue_ids is None else list(queue_ids)
+        log = self.commit_log
+        failed: list[Exception] = []
+
+        def recovery_heads() -> None:
+            try:
+                log.prefetch_recovery()
+            except Exception as exc:  # noqa: BLE001  (raised below, in the caller, once the queues are fetched)
+                failed.append(exc)
+
+        walk = threading.Thread(target=recovery_heads, name="rmqfilter-recovery-heads", daemon=True)
+        walk.start()
+        try:
+            self._prefetch_queues([(topic, q) for q in qids], ext=ext)
+        finally:
+            walk.join()
+        if failed:
+            raise failed[0]
+
     def _prefetch_queues(self, keys, *, ext: bool = False) -> None:
         """For a store in a bucket: fetch the ConsumeQueue objects (with ``ext``, then the ext objects of
         those whose ConsumeQueue addresses ext units) of the queues ``keys`` (``(topic, queue id)``) a read
