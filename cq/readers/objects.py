@@ -648,7 +648,6 @@ class ObjectStore:
         return directory
 
 
-
 class _FileCopies:
     """Files of a private copy written by fetches straight into them: :meth:`open` makes the file of an
     object at its listed size (a hole of zeros until written) and returns a writable map of it; the maps
