@@ -6,6 +6,7 @@ from __future__ import annotations
 import os
 import pickle
 import re
+import time
 from contextlib import closing
 from pathlib import Path
 
@@ -547,3 +548,67 @@ def test_recovery_walk_fetches_heads_not_preallocated_objects(s3_server, tmp_pat
         topic = local.topics()[0]
         assert list(remote.consume(topic, "G", sql="a > 5")) == list(local.consume(topic, "G", sql="a > 5"))
         assert remote.source.stats()["CommitLog"] == (heads, heads * step)  # every record lies in the heads
+
+
+@pytest.mark.objectstore
+def test_recovery_walk_heads_at_once_and_sealed_objects_walked_once(s3_server, tmp_path, monkeypatch):
+    """The recovery walk's three objects: their first heads fetched at once, the end the local one; a later
+    Store of this process walks the last object alone while the listing gives the others the same size and
+    time (the sealed-file rule, docs/live.md#sealed-files), and every object again once they are uploaded
+    anew. The answers are the local ones throughout."""
+    from cq.readers import commitlog, objects
+
+    monkeypatch.setattr(commitlog, "SEALED_AGE_NS", -(10**12))  # every object old enough to be noted
+    monkeypatch.setattr(commitlog, "_SEALED", {})
+    root = write_brokers(tmp_path, messages=3000, commit_log_file_size=1 << 18)[0]
+    uri = s3_server.upload(root, "sealed", "east")
+    opts = {"endpoint": s3_server.endpoint, "region": "us-east-1"}
+    with closing(cq.Store(root)) as local:
+        end, files = local.commit_log.max_offset, local.commit_log.files
+        topic = local.topics()[0]
+        want = list(local.consume(topic, "G", sql="a > 5"))
+    assert len(files) > 3
+    walked = []
+    walk = objects.RangedLog._walk_file
+
+    def counted(self, index, check_crc, pos=0):
+        walked.append(index)
+        return walk(self, index, check_crc, pos)
+
+    monkeypatch.setattr(objects.RangedLog, "_walk_file", counted)
+    last = len(files) - 1
+    for expected in ([last - 2, last - 1, last], [last], [last]):
+        walked.clear()
+        with closing(cq.Store(uri, object_options=opts)) as remote:
+            assert remote.commit_log.max_offset == end
+            assert walked == expected
+            if expected != [last]:  # the three heads, whole objects here, one request each
+                assert remote.source.stats()["CommitLog"] == (3, 3 * (1 << 18))
+            assert list(remote.consume(topic, "G", sql="a > 5")) == want
+    time.sleep(1.1)  # a new upload: a later modification time (listed to the second)
+    s3_server.upload(root, "sealed", "east")
+    walked.clear()
+    with closing(cq.Store(uri, object_options=opts)) as remote:
+        assert remote.commit_log.max_offset == end and walked == [last - 2, last - 1, last]
+
+
+@pytest.mark.objectstore
+def test_a_failed_request_among_concurrent_ones_names_its_object(s3_server, tmp_path):
+    """Requests made at once (a batch's ranges over several objects): one object overwritten shorter after
+    the listing fails the read with an error naming that object's URI and the byte range asked, once the
+    others have ended; no secret in the message."""
+    root = write_brokers(tmp_path, messages=3000, commit_log_file_size=1 << 18)[0]
+    uri = s3_server.upload(root, "concurrent", "east")
+    opts = {"endpoint": s3_server.endpoint, "region": "us-east-1"}
+    with closing(cq.Store(uri, object_options=opts)) as remote, closing(cq.Store(root)) as local:
+        topic = local.topics()[0]
+        units = local.consume_queue(topic, 0).read()
+        offs, sizes = units["commit_log_offset"].astype(np.int64), units["size"].astype(np.int64)
+        keys = [k for _, k in remote.source.list_dir_files("commitlog")]
+        assert len(keys) > 3
+        with s3_server.filesystem().open_output_stream(f"concurrent/east/{keys[1]}") as out:
+            out.write(b"\0" * 100)
+        with pytest.raises(cq.ObjectStoreError, match="shorter than listed") as info:
+            remote.commit_log.decode_copied(offs, sizes)
+        assert info.value.uri == f"{uri}/{keys[1]}" and info.value.byte_range is not None
+        assert s3_server.secret_key not in str(info.value)
