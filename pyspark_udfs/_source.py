@@ -712,8 +712,9 @@ class ConsumeQueueSlice(InputPartition):
     #: A store in object storage: the listing the plan's cut was taken from (``cq.ObjectStore.listing()``:
     #: keys, sizes and times, never a credential), which the task reads instead of listing the bucket again
     #: (docs/object-storage.md#spark); None when the store has more than :data:`LISTING_IN_PLAN` objects
-    #: (the task lists it) or is local. One tuple shared by the slices of a plan (pickled once per task).
-    listing: tuple | None = dataclasses.field(default=None, repr=False)
+    #: (the task lists it) or is local. One tuple shared by the slices of a plan (pickled once per task);
+    #: not compared (the cut and ``planned_at`` say which plan).
+    listing: tuple | None = dataclasses.field(default=None, repr=False, compare=False)
 
 
 #: A store in object storage of at most this many objects travels with its plan's listing (one LIST page):
