@@ -254,6 +254,7 @@ class ObjectStore:
         self._lock = threading.Lock()
         self._stats: dict[str, list[int]] = {}
         self._modified: dict[str, int | None] = {}  # key -> its modification time listed (ns), where known
+        self._copied: dict[str, int] = {}  # key -> the bytes from its start fetch_queues copied
         # the read's cut: every object and its size, taken once
         self._listing = self._take(self._list() if listing is None else listing)
 
@@ -588,20 +589,26 @@ class ObjectStore:
                     head = int(head) if head else HEAD_FIRST
                 for n, (_, key) in enumerate(files):
                     size = self.size_of(key)
-                    out = copies.open(key, size)
+                    copies.open(key, size)
                     end = size if head is None or n + 1 < len(files) else min(size, head)
                     if end:
-                        requests.append((key, 0, end, out[:end], kind))
+                        requests.append((key, 0, end, copies.region(key, 0, end), kind))
                     if end < size:
-                        growing.append((key, size, end, kind, enough, out))
+                        growing.append((key, size, end, kind, enough))
             self.read_ranges_into(requests)
-            for key, size, got, kind, enough, out in growing:
+            self._copied.update((key, end) for key, _, end, _, _ in requests)
+            for key, size, got, kind, enough in growing:
                 step = got
-                while got < size and not (got and enough(out[:got])):
+                while got < size and not (got and enough(copies.written(key, got))):
                     step *= 2
                     end = min(size, got + step)
-                    self.read_range_into(key, got, end, out[got:end], kind=kind)
-                    got = end
+                    self.read_range_into(key, got, end, copies.region(key, got, end), kind=kind)
+                    got = self._copied[key] = end
+
+    def copied(self, key: str) -> int | None:
+        """The bytes from the start of object ``key`` that :meth:`fetch_queues` copied (None: not copied):
+        all of it, or the head holding its queue's data (the rest of the copy is a hole)."""
+        return self._copied.get(self._relative(key))
 
     @staticmethod
     def _is_log_file(key: str, dledger: str) -> bool:
@@ -642,38 +649,54 @@ class ObjectStore:
             copies.append(key)
         # one request each, concurrently, straight into the copy; an empty object (the lock file) needs none
         with _FileCopies(directory) as files:
-            self.read_ranges_into([(key, 0, self.size_of(key), files.open(key, self.size_of(key)),
-                                    key.split("/", 1)[0] if "/" in key else key)
-                                   for key in copies if self.size_of(key)])
+            requests = []
+            for key in copies:
+                size = self.size_of(key)
+                files.open(key, size)
+                if size:
+                    requests.append((key, 0, size, files.region(key, 0, size), key.split("/", 1)[0] if "/" in key else key))
+            self.read_ranges_into(requests)
         return directory
 
 
 class _FileCopies:
     """Files of a private copy written by fetches straight into them: :meth:`open` makes the file of an
-    object at its listed size (a hole of zeros until written) and returns a writable map of it; the maps
-    close on exit (their pages are the file's, in the page cache, not this process's memory)."""
+    object at its listed size (a hole of zeros until written), :meth:`region` gives writable bytes of it
+    (a map whose pages are the file's, in the page cache, not this process's memory); the maps close on
+    exit."""
 
     def __init__(self, directory: str) -> None:
         self.directory = directory
-        self._maps: dict[str, memoryview] = {}
+        self._maps: dict[str, tuple[str, memoryview]] = {}
         self._held: list[mmap.mmap] = []
 
-    def open(self, key: str, size: int) -> memoryview:
-        """The writable bytes of the copy of object ``key`` (``size`` bytes), made on first use."""
-        out = self._maps.get(key)
-        if out is None:
-            path = os.path.join(self.directory, *key.split("/"))
-            os.makedirs(os.path.dirname(path), exist_ok=True)
-            with open(path, "wb+") as f:
-                f.truncate(size)
-                if size:
-                    m = mmap.mmap(f.fileno(), size)
-                    self._held.append(m)
-                    out = memoryview(m)
-                else:
-                    out = memoryview(bytearray())
-            self._maps[key] = out
-        return out
+    def open(self, key: str, size: int) -> None:
+        """Make the copy of object ``key`` (``size`` bytes, a hole), once."""
+        if key in self._maps:
+            return
+        path = os.path.join(self.directory, *key.split("/"))
+        os.makedirs(os.path.dirname(path), exist_ok=True)
+        with open(path, "wb+") as f:
+            f.truncate(size)
+            out = memoryview(bytearray())
+            if size:
+                m = mmap.mmap(f.fileno(), size)
+                self._held.append(m)
+                out = memoryview(m)
+        self._maps[key] = (path, out)
+
+    def region(self, key: str, lo: int, hi: int) -> memoryview:
+        """Bytes ``[lo, hi)`` of the copy of ``key`` to write, their disk space taken first: a full disk is
+        an ``OSError`` here, never a fault when the map is written."""
+        path, out = self._maps[key]
+        if hi > lo:
+            with open(path, "r+b") as f:
+                os.posix_fallocate(f.fileno(), lo, hi - lo)
+        return out[lo:hi]
+
+    def written(self, key: str, hi: int) -> memoryview:
+        """Bytes ``[0, hi)`` of the copy of ``key``, as written so far."""
+        return self._maps[key][1][:hi]
 
     def __enter__(self) -> Self:
         return self

@@ -324,10 +324,12 @@ class ReaderRoom:
                 self._fetch_copies([((fmt.CONSUME_QUEUE_DIR, t, str(q)), "ConsumeQueue", consumequeue.data_ends_within,
                                      None) for t, q in group])
                 if ext:  # after the ConsumeQueues: an ext's first head comes from its ConsumeQueue's copy
-                    heads = {(t, q): self._ext_first_head(t, q) for t, q in group}
+                    heads = {(t, q): self._ext_first_head(t, q) for t, q in group
+                             if (fmt.CONSUME_QUEUE_EXT_DIR, t, str(q)) not in self._fetched_queues}
+                    heads = {k: v for k, v in heads.items() if v is not None}
                     self._fetch_copies([((fmt.CONSUME_QUEUE_EXT_DIR, t, str(q)), "ConsumeQueueExt",
-                                         ext_reader.data_ends_within, functools.partial(int, heads[t, q]))
-                                        for t, q in group if heads[t, q] is not None])
+                                         ext_reader.data_ends_within, functools.partial(int, head))
+                                        for (t, q), head in heads.items()])
 
     def _fetch_copies(self, specs: list[tuple]) -> None:
         """Fetch the queue directories ``specs`` (``(rel, kind, enough, first_head)``) not copied yet, at once."""
@@ -345,8 +347,10 @@ class ReaderRoom:
         queue_files = self.source.list_dir_files("/".join(rel))
         if rel not in self._fetched_queues or not files or not queue_files:
             return None
-        path = os.path.join(self.root, *queue_files[-1][1].split("/"))
-        units = np.fromfile(path, dtype=fmt.CQ_UNIT_DTYPE, count=os.path.getsize(path) // fmt.CQ_STORE_UNIT_SIZE)
+        key = queue_files[-1][1]
+        copied = self.source.copied(key)  # the head holding the queue's data: the rest is a hole
+        units = np.fromfile(os.path.join(self.root, *key.split("/")), dtype=fmt.CQ_UNIT_DTYPE,
+                            count=(self.source.size_of(key) if copied is None else copied) // fmt.CQ_STORE_UNIT_SIZE)
         start, key = files[-1]
         return ext_reader.head_holding(units["tags_code"], start, self.source.size_of(key))
 
