@@ -89,7 +89,7 @@ def _store(options, part=None) -> cq.Store:
     from this worker's environment, docs/object-storage.md#spark), checked current and caught up with the
     cut ``part`` was planned in."""
     if is_object_uri(options.path):
-        return _bucket_store(options, getattr(part, "planned_at", None))
+        return _bucket_store(options, part)
     store = _STORES.get(options.path, tier=options.tier)
     if part is not None and part.commit_log_end is not None:
         store.follow(part.topic, part.queue_id, part.end, part.commit_log_end)
@@ -103,15 +103,21 @@ _BUCKETS: OrderedDict[tuple, cq.Store] = OrderedDict()
 _BUCKETS_LOCK = threading.Lock()
 
 
-def _bucket_store(options, planned_at: float | None) -> cq.Store:
-    """The worker's Store of the store in object storage ``options.path`` for the plan of ``planned_at``:
-    opened on first use from the options ``endpoint`` and ``region``, its credentials read from this
-    worker's environment by pyarrow, never from the plan."""
+def _bucket_store(options, part=None) -> cq.Store:
+    """The worker's Store of the store in object storage ``options.path`` for the plan ``part`` was cut in
+    (its ``planned_at``): opened on first use from the options ``endpoint`` and ``region``, its credentials
+    read from this worker's environment by pyarrow, never from the plan. A slice carrying its plan's
+    listing opens the Store at that listing (no listing of its own) with the plan's CommitLog end as the
+    log's (no recovery walk of its own): the slice's cut is the read's cut (docs/object-storage.md#spark)."""
+    planned_at = getattr(part, "planned_at", None)
     key = (options.path, options.tier, options.object_options, planned_at)
     with _BUCKETS_LOCK:
         store = _BUCKETS.pop(key, None)
         if store is None:
-            store = options.open_store()
+            listing = getattr(part, "listing", None)
+            store = options.open_store(listing=listing)
+            if listing is not None and part.commit_log_end is not None:
+                store.commit_log.take_end(part.commit_log_end)
         _BUCKETS[key] = store
         while len(_BUCKETS) > DEFAULT_MAX_STORES:
             _BUCKETS.popitem(last=False)[1].close()

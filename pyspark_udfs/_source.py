@@ -360,11 +360,14 @@ class ReadOptions:
     #: (docs/object-storage.md#spark); never a credential, which each process reads from its environment
     object_options: tuple[tuple[str, str], ...] = ()
 
-    def open_store(self, root: str | None = None) -> cq.Store:
+    def open_store(self, root: str | None = None, *, listing: tuple | None = None) -> cq.Store:
         """A fresh :class:`cq.Store` of ``root`` (default ``path``), read with the tier and, for a store in
-        object storage, opened from the ``endpoint``/``region`` options (docs/object-storage.md#spark)."""
-        return cq.Store(self.path if root is None else root, tier=self.tier,
-                        object_options=dict(self.object_options) or None)
+        object storage, opened from the ``endpoint``/``region`` options (docs/object-storage.md#spark) and,
+        with ``listing`` (a plan's, ``cq.ObjectStore.listing()``), read at that listing's cut."""
+        objects = dict(self.object_options)
+        if listing is not None:
+            objects["listing"] = listing
+        return cq.Store(self.path if root is None else root, tier=self.tier, object_options=objects or None)
 
     def for_broker(self, broker: str) -> ReadOptions:
         """These options for one broker of a read of several stores: ``path`` its root, the group's
@@ -706,6 +709,17 @@ class ConsumeQueueSlice(InputPartition):
     #: The range is one the broker serves from its tier: read from the tier's flat files
     #: (docs/reading.md#tiered-storage).
     tier: bool = False
+    #: A store in object storage: the listing the plan's cut was taken from (``cq.ObjectStore.listing()``:
+    #: keys, sizes and times, never a credential), which the task reads instead of listing the bucket again
+    #: (docs/object-storage.md#spark); None when the store has more than :data:`LISTING_IN_PLAN` objects
+    #: (the task lists it) or is local. One tuple shared by the slices of a plan (pickled once per task);
+    #: not compared (the cut and ``planned_at`` say which plan).
+    listing: tuple | None = dataclasses.field(default=None, repr=False, compare=False)
+
+
+#: A store in object storage of at most this many objects travels with its plan's listing (one LIST page):
+#: each task then reads the plan's cut without a listing of its own (docs/object-storage.md#spark).
+LISTING_IN_PLAN = 1000
 
 
 @dataclasses.dataclass(frozen=True)

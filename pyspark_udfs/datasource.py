@@ -61,6 +61,7 @@ from ._plan import (
 from ._source import (
     BODY,
     LAYER2,
+    LISTING_IN_PLAN,
     NOT_STREAMED,
     ON_CORRUPT,
     ON_FILTER_ERROR,
@@ -344,9 +345,12 @@ class RocketMQReader(DataSourceReader):
         window, keyed = self._time_window(), self._key_positions(store, topics)
         for topic in topics:
             committed = store.committed_offsets(opts.group, topic) if opts.from_committed else None
-            for queue_id in store.queue_ids(topic):
-                if not self._queue_id_allowed(queue_id) or (committed is not None and queue_id not in committed):
-                    continue
+            queue_ids = [q for q in store.queue_ids(topic)
+                         if self._queue_id_allowed(q) and (committed is None or q in committed)]
+            # a store in a bucket: the queues' objects and the recovery walk's heads at once
+            # (docs/object-storage.md#spark); nothing for a local store
+            store.prefetch(topic, queue_ids)
+            for queue_id in queue_ids:
                 try:
                     # one queue's files open at a time: thousands of queues fit a common descriptor limit
                     with store.queue_readers(topic, queue_id, ext=False) as (queue, _ext):
@@ -384,7 +388,11 @@ class RocketMQReader(DataSourceReader):
         # CommitLog byte, and every executor reads the same cut (docs/live.md).
         log = store.commit_log
         end = log.refresh()  # the CommitLog end read after every queue's end (it opened with the first queue)
-        return {"commit_log_min": log.min_offset, "commit_log_end": end, "planned_at": planned_at}
+        cut = {"commit_log_min": log.min_offset, "commit_log_end": end, "planned_at": planned_at}
+        listing = store.source.listing() if store.source is not None else ()
+        if 0 < len(listing) <= LISTING_IN_PLAN:  # the tasks read this listing's cut (docs/object-storage.md#spark)
+            cut["listing"] = listing
+        return cut
 
     def _key_positions(self, store: cq.Store, topics: list[str]) -> dict[tuple[str, int], list[int]] | None:
         """``(topic, queue id) -> queue offsets`` of the records holding a pushed key or unique key

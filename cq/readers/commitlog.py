@@ -399,13 +399,15 @@ class CommitLog(MappedFileQueue):
         if first is None:
             first = max(0, len(self._files) - 3)
         last = len(self._files) - 1
+        identities, walked = self._walk_order(first, pos)
+        self._before_walk(walked, pos)
         for index in range(first, len(self._files)):
-            start, path = self._files[index]
-            identity = _file_identity(path, self.check_crc_on_recover) if pos == 0 and index < last else None
+            start, _path = self._files[index]
+            identity = identities.get(index)
             if identity is not None and identity in _SEALED:
                 continue  # walked before, valid to its blank end record, unchanged since
             pos, status, _ = self._walk_file(index, self.check_crc_on_recover, pos)
-            if status == 1 and identity is not None and time.time_ns() - identity[4] > SEALED_AGE_NS:
+            if status == 1 and identity is not None and time.time_ns() - identity[-2] > SEALED_AGE_NS:
                 if len(_SEALED) >= _SEALED_MAX:
                     _SEALED.clear()
                 _SEALED[identity] = True
@@ -413,6 +415,24 @@ class CommitLog(MappedFileQueue):
                 return start + pos
             pos = 0
         return self._files[-1][0]  # pragma: no cover - the loop always returns
+
+    def _walk_order(self, first: int, pos: int) -> tuple[dict[int, tuple | None], list[int]]:
+        """For a recovery walk from file ``first`` (at ``pos``): the sealed-file identity of each file before
+        the last (None for the first when the walk starts inside it), and the files it walks, in order: all
+        but those walked before and unchanged since (docs/live.md#sealed-files)."""
+        last = len(self._files) - 1
+        identities = {index: self._sealed_identity(index) for index in range(first, last)}
+        if pos:
+            identities[first] = None
+        return identities, [i for i in range(first, last + 1) if identities.get(i) not in _SEALED]
+
+    def _sealed_identity(self, index: int) -> tuple | None:
+        """What names file ``index`` unchanged for the sealed-file rule (docs/live.md#sealed-files): its
+        path, device, inode, size and modification time (the time second to last), or None."""
+        return _file_identity(self._files[index][1], self.check_crc_on_recover)
+
+    def _before_walk(self, indices: list[int], pos: int) -> None:
+        """Hook: the recovery walk is about to walk files ``indices`` (the first from ``pos``), in order."""
 
     def refresh(self) -> int:
         """Follow the broker: list the files again and move :attr:`max_offset` (docs/live.md).

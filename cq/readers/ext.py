@@ -107,6 +107,22 @@ def data_ends_within(data) -> bool:
     return status == 0 and end + 2 <= len(data)
 
 
+def head_holding(slots: np.ndarray, file_start: int, file_size: int) -> int | None:
+    """The bytes from the start of the ext file at ``file_start`` (``file_size`` bytes) that hold the unit
+    at the largest ext address among the ConsumeQueue ``slots`` (its ``tags_code`` column), whatever its
+    size (at most ``MAX_EXT_UNIT_SIZE``), and the size field after it: where the ext's data ends when its
+    last unit is that one, what a copy of the file fetches first (docs/object-storage.md#costs). None
+    when no slot addresses a byte of that file."""
+    slots = np.asarray(slots, dtype=np.int64)
+    ext = slots[slots <= fmt.MAX_ADDR]
+    if not len(ext):
+        return None
+    pos = fmt.undecorate(int(ext.max())) - int(file_start)
+    if not 0 <= pos < file_size:
+        return None
+    return min(int(file_size), pos + fmt.MAX_EXT_UNIT_SIZE + 2)
+
+
 class ConsumeQueueExt(MappedFileQueue):
     """Read-only view of one ``consumequeue_ext/{topic}/{queueId}/`` directory.
 

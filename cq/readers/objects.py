@@ -19,7 +19,9 @@ import glob
 import mmap
 import os
 import threading
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
+from typing import Self
 
 import numpy as np
 
@@ -34,6 +36,7 @@ from .ext import ConsumeQueueExt
 __all__ = [
     "BATCH_BYTES",
     "COALESCE_GAP",
+    "FETCH_THREADS",
     "HEAD_FIRST",
     "NO_TAIL",
     "RECORD_PROBE",
@@ -65,6 +68,24 @@ RECORD_PROBE = 4096
 #: The smallest record fetched by its size: a record's fixed head up to its born host
 #: (docs/formats.md#commitlog); one shorter is read from its whole object.
 RECORD_PROBE_MIN = fmt.RECORD_BORN_HOST_POSITION + 8
+
+
+#: Requests a process makes at once: the independent ranges of one step of a read (a batch's coalesced
+#: CommitLog ranges, a queue's objects, the recovery walk's objects, the small objects a Store copies when
+#: it opens) are fetched by this many threads (docs/object-storage.md#costs); pyarrow's reads release the GIL.
+FETCH_THREADS = 4
+_POOL: tuple[int, ThreadPoolExecutor] | None = None  # (the process it was made in, the pool)
+_POOL_LOCK = threading.Lock()
+
+
+def _fetch_pool() -> ThreadPoolExecutor:
+    """The process's pool of :data:`FETCH_THREADS` fetching threads (a forked child, such as a Spark
+    Python worker, makes its own: threads do not survive a fork)."""
+    global _POOL
+    with _POOL_LOCK:
+        if _POOL is None or _POOL[0] != os.getpid():
+            _POOL = (os.getpid(), ThreadPoolExecutor(FETCH_THREADS, thread_name_prefix="rmqfilter-fetch"))
+        return _POOL[1]
 
 
 #: mirror directory -> the URI of the store it mirrors (cq.Store of a bucket): what messages show
@@ -104,14 +125,18 @@ def refuse_object_uri(path, reason: str) -> None:
         raise ObjectStoreError(reason, path)
 
 
-def coalesce(offsets, sizes, file_starts, *, gap: int = COALESCE_GAP,
+def coalesce(offsets, sizes, file_starts, file_sizes=None, *, gap: int = COALESCE_GAP,
              budget: int = BATCH_BYTES) -> np.ndarray:
     """Ranges of the log that hold the records ``(offsets, sizes)`` (docs/object-storage.md#coalescing).
 
     ``file_starts`` are the ascending start offsets of the log's files (objects); a range never
     crosses one. Records are sorted; a record joins the range before it when it lies in the same
     file, starts less than ``gap`` bytes past the range's end, and the range with it stays within
-    ``budget`` bytes (a record larger than ``budget`` is a range of its own).
+    ``budget`` bytes (a record larger than ``budget`` is a range of its own). With ``file_sizes`` (each
+    file's size), a range at least ``gap`` long (a run of a batch's records, not a record read alone) that
+    starts less than ``gap`` bytes past its file's start starts there, and one that ends less than ``gap``
+    bytes before its file's end ends there, where the range stays within ``budget``: a later batch's
+    records at the file's edges ask nothing more.
 
     Returns
     -------
@@ -125,10 +150,11 @@ def coalesce(offsets, sizes, file_starts, *, gap: int = COALESCE_GAP,
         raise ValueError(f"coalesce: {len(offsets)} offsets but {len(sizes)} sizes")
     if not len(offsets):
         return np.zeros((0, 3), dtype=np.int64)
+    starts = np.asarray(file_starts, dtype=np.int64)
     order = np.lexsort((-sizes, offsets))
     order = order[np.r_[True, np.diff(offsets[order]) != 0]]  # each offset once, its largest size
     off, end = offsets[order], offsets[order] + sizes[order]
-    files = np.searchsorted(np.asarray(file_starts, dtype=np.int64), off, side="right") - 1
+    files = np.searchsorted(starts, off, side="right") - 1
     reach = np.maximum.accumulate(end)  # the furthest byte any record so far needs
     # where a new range must start whatever the budget: another file, or a gap of `gap` or more
     cut = np.ones(len(off), dtype=bool)
@@ -142,8 +168,19 @@ def coalesce(offsets, sizes, file_starts, *, gap: int = COALESCE_GAP,
             j = max(i + int(np.searchsorted(reach[i:b], off[i] + budget, side="right")), i + 1)
             stop = int(reach[j - 1])
             j = i + int(np.searchsorted(reach[i:b], stop, side="right"))  # and what lies inside it
-            out.append((int(off[i]), stop, int(files[i])))
+            out.append([int(off[i]), stop, int(files[i])])
             i = j
+    if file_sizes is not None and out:
+        lengths = np.asarray(file_sizes, dtype=np.int64)
+        for r in out:
+            lo, hi, f = r
+            if f < 0 or hi - lo < gap:
+                continue
+            first, last = int(starts[f]), int(starts[f]) + int(lengths[f])
+            if 0 < lo - first < gap and hi - first <= budget:
+                r[0] = lo = first
+            if 0 < last - hi < gap and last - lo <= budget:
+                r[1] = last
     return np.array(out, dtype=np.int64)
 
 
@@ -287,10 +324,15 @@ class ObjectStore:
         Credentials come from the environment, as pyarrow reads them; they are never options.
     coalesce_gap, batch_bytes : int
         The coalescing rule's gap and budget (docs/object-storage.md#coalescing).
+    listing : tuple, optional
+        The listing another ObjectStore of the same URI took (:meth:`listing`), read as this one's cut
+        instead of listing the prefix again: how a Spark task reads the cut its query planned
+        (docs/object-storage.md#spark). Not pickled.
     """
 
     def __init__(self, uri: str, *, filesystem=None, endpoint: str | None = None, region: str | None = None,
-                 coalesce_gap: int = COALESCE_GAP, batch_bytes: int = BATCH_BYTES) -> None:
+                 coalesce_gap: int = COALESCE_GAP, batch_bytes: int = BATCH_BYTES,
+                 listing: tuple | None = None) -> None:
         if coalesce_gap < 0 or batch_bytes <= 0:
             raise ValueError(f"coalesce_gap must be >= 0 and batch_bytes > 0, got {coalesce_gap} and {batch_bytes}")
         self.uri = uri.rstrip("/")
@@ -300,7 +342,10 @@ class ObjectStore:
         self._fs, self._root = self._open_filesystem(filesystem)
         self._lock = threading.Lock()
         self._stats: dict[str, list[int]] = {}
-        self._listing = self._list()  # the read's cut: every object and its size, taken once
+        self._modified: dict[str, int | None] = {}  # key -> its modification time listed (ns), where known
+        self._copied: dict[str, int] = {}  # key -> the bytes from its start fetch_queues copied
+        # the read's cut: every object and its size, taken once
+        self._listing = self._take(self._list() if listing is None else listing)
 
     def __repr__(self) -> str:
         return f"ObjectStore({self.uri!r})"
@@ -322,7 +367,8 @@ class ObjectStore:
         return request_error(exc, uri, byte_range)
 
     # ------------------------------------------------------------ listing
-    def _list(self) -> dict[str, int]:
+    def _list(self) -> list[tuple[str, int, int | None]]:
+        """One listing of the prefix: ``(key, size, modification time in ns or None)`` of each object."""
         # lazy: pyarrow is an optional dependency of cq
         import pyarrow.fs as pafs
 
@@ -334,8 +380,12 @@ class ObjectStore:
             raise self._fail(exc, self.uri, None) from None
         self._count("list", 0)
         prefix = self._root.rstrip("/") + "/"
-        listing = {i.path[len(prefix):]: int(i.size) for i in infos
-                   if i.type == pafs.FileType.File and i.path.startswith(prefix)}
+        return [(i.path[len(prefix):], int(i.size), i.mtime_ns) for i in infos
+                if i.type == pafs.FileType.File and i.path.startswith(prefix)]
+
+    def _take(self, entries) -> dict[str, int]:
+        """The listing ``entries`` (``(key, size, mtime_ns)``) as the store's cut, checked to be a store's."""
+        listing = {str(k): int(v) for k, v, _ in entries}
         # a key that other keys lie under is a directory marker some servers list as an object
         # (s3proxy's filesystem back end lists each directory with its inode size), never a store file
         dirs = {k[:i] for k in listing for i in range(len(k)) if k[i] == "/"}
@@ -346,7 +396,23 @@ class ObjectStore:
             raise ObjectStoreError(
                 f"not a broker store: no {fmt.COMMIT_LOG_DIR}/, {fmt.CONSUME_QUEUE_DIR}/ or config/ objects "
                 f"among the {len(listing)} under this prefix", self.uri)
+        self._modified = {str(k): (None if m is None else int(m)) for k, _, m in entries if k in listing}
         return listing
+
+    def listing(self) -> tuple[tuple[str, int, int | None], ...]:
+        """The store's listing (its cut): ``(key, size, modification time in ns or None)`` of each object,
+        sorted; what ``listing=`` takes (a Spark plan hands it to its tasks, docs/object-storage.md#spark)."""
+        return tuple((k, self._listing[k], self._modified.get(k)) for k in sorted(self._listing))
+
+    def identity_of(self, key: str) -> tuple | None:
+        """What names an object of the listing unchanged, for the sealed-file rule
+        (docs/object-storage.md#costs): its URI, the endpoint, its listed size and modification time
+        (second to last); None where the listing gives no modification time."""
+        rel = self._relative(key)
+        modified = self._modified.get(rel)
+        if modified is None:
+            return None
+        return ("object", self.uri_of(rel), self._options["endpoint"], self.size_of(rel), modified)
 
     @property
     def dledger(self) -> str | None:
@@ -422,27 +488,59 @@ class ObjectStore:
         """Bytes fetched so far."""
         return sum(b for _, b in self.stats().values())
 
-    def read_range(self, key: str, start: int, end: int, *, kind: str = "object") -> bytes:
+    def read_range(self, key: str, start: int, end: int, *, kind: str = "object") -> bytearray:
         """Bytes ``[start, end)`` of an object, one request; exactly that many or an
         :class:`ObjectStoreError` naming the object's URI and the range."""
+        out = bytearray(max(end - start, 0))
+        self.read_range_into(key, start, end, memoryview(out), kind=kind)
+        return out
+
+    def read_range_into(self, key: str, start: int, end: int, out: memoryview, *, kind: str = "object") -> None:
+        """Bytes ``[start, end)`` of an object into ``out`` (a writable buffer of ``end - start`` bytes), one
+        request, read straight into it; exactly that many or an :class:`ObjectStoreError` naming the
+        object's URI and the range. Thread-safe (each request opens its own file)."""
         rel = self._relative(key)
         uri = self.uri_of(rel)
         size = self.size_of(rel)
         if start < 0 or end > size or start > end:
             raise ObjectStoreError(f"range outside the object's {size} listed bytes", uri, (start, end))
+        if len(out) != end - start:
+            raise ValueError(f"read_range_into: a buffer of {len(out)} bytes for the {end - start} of [{start}, {end})")
+        got = 0
         try:
             with self._fs.open_input_file(f"{self._root}/{rel}") as f:
-                data = f.read_at(end - start, start)
+                if end > start:
+                    f.seek(start)
+                    while got < end - start:  # a read may return less than asked: go on to the end
+                        n = f.readinto(out[got:])
+                        if not n:
+                            break
+                        got += n
         except OSError as exc:
             raise self._fail(exc, uri, (start, end)) from None
-        self._count(kind, len(data))
-        if len(data) != end - start:
+        self._count(kind, got)
+        if got != end - start:
             raise ObjectStoreError(
-                f"object is shorter than listed: got {len(data)} of {end - start} bytes "
+                f"object is shorter than listed: got {got} of {end - start} bytes "
                 "(truncated or overwritten since the listing)", uri, (start, end))
-        return data
 
-    def read_object(self, key: str, *, kind: str = "object") -> bytes:
+    def read_ranges_into(self, requests: list[tuple[str, int, int, memoryview, str]]) -> None:
+        """Each ``(key, start, end, out, kind)`` as :meth:`read_range_into`, at most :data:`FETCH_THREADS`
+        at once: independent ranges fetched concurrently. Every request has ended when this returns; the
+        first that failed (in the order given) raises its :class:`ObjectStoreError`."""
+        if len(requests) <= 1:
+            for key, start, end, out, kind in requests:
+                self.read_range_into(key, start, end, out, kind=kind)
+            return
+        pool = _fetch_pool()
+        futures = [pool.submit(self.read_range_into, key, start, end, out, kind=kind)
+                   for key, start, end, out, kind in requests]
+        errors = [f.exception() for f in futures]  # waits for each: no request is left writing
+        for exc in errors:
+            if exc is not None:
+                raise exc
+
+    def read_object(self, key: str, *, kind: str = "object") -> bytearray:
         """A whole object, one request (ConsumeQueue, ext, config, checkpoint and IndexFile objects)."""
         return self.read_range(key, 0, self.size_of(key), kind=kind)
 
@@ -467,7 +565,7 @@ class ObjectStore:
         rel = f"{fmt.CONSUME_QUEUE_EXT_DIR}/{topic}/{int(queue_id)}"
         return ConsumeQueueExt(ObjectDir(self, rel), file_size=file_size) if self.list_dir_files(rel) else None
 
-    def read_file(self, relpath: str) -> bytes:
+    def read_file(self, relpath: str) -> bytearray:
         """A file of the store other than a queue's (``config/topics.json``, ``checkpoint``,
         ``index/<name>``), read whole; kind ``config``, ``checkpoint`` or ``index`` in :meth:`stats`."""
         kind = relpath.split("/", 1)[0] if "/" in relpath else relpath
@@ -491,7 +589,8 @@ class ObjectStore:
         if not files:
             raise ObjectStoreError("the store has no CommitLog objects", self.uri_of(fmt.COMMIT_LOG_DIR))
         starts = np.array([s for s, _ in files], dtype=np.int64)
-        ranges = coalesce(offsets, sizes, starts, gap=self.coalesce_gap, budget=self.batch_bytes)
+        ranges = coalesce(offsets, sizes, starts, [self.size_of(k) for _, k in files], gap=self.coalesce_gap,
+                          budget=self.batch_bytes)
         decoded: dict[int, Message] = {}
         for lo, hi, index in ranges.tolist():
             if index < 0:
@@ -511,31 +610,54 @@ class ObjectStore:
                 decoded[off] = msg
         return [decoded[o] for o in offsets.tolist()]
 
-    def fetch_files(self, relpath: str, directory: str, *, kind: str, enough=None) -> None:
+    def fetch_files(self, relpath: str, directory: str, *, kind: str, enough=None, first_head=None) -> None:
         """Copy the store files directly under ``relpath`` into the same place under ``directory`` (a
-        private copy, :meth:`mirror`), each whole in one request: a queue's ConsumeQueue or ext objects
-        when a read first asks for the queue (``kind`` in :meth:`stats`).
+        private copy, :meth:`mirror`): a queue's ConsumeQueue or ext objects when a read first asks for
+        the queue (``kind`` in :meth:`stats`), one request each, concurrently; :meth:`fetch_queues` of one."""
+        self.fetch_queues([(relpath, kind, enough, first_head)], directory)
 
-        ``enough(head)``, when given, says whether the head of the last file holds everything a read
-        takes from that file (its readers stop at the end of the data): the last file is then fetched
-        by its head alone, :data:`HEAD_FIRST` bytes and then twice as many each time until ``enough``,
-        and the copy is the object's size with the rest left a hole of zeros (docs/object-storage.md#costs).
+    def fetch_queues(self, queues, directory: str) -> None:
+        """Copy the objects of several queue directories into ``directory`` (the private copy): each
+        ``(relpath, kind, enough, first_head)`` as :meth:`fetch_files` describes, every object's first
+        request at once (:data:`FETCH_THREADS` at a time), then the heads that did not hold enough.
+
+        Each object is fetched whole in one request, but the last of a queue with ``enough(head)``
+        (whether the head holds everything a read takes from that file: its readers stop at the end of
+        the data), fetched by its head alone: ``first_head()`` bytes (when given and it knows, such as the
+        ext's head from its ConsumeQueue's last ext address) or :data:`HEAD_FIRST`, then twice as many
+        each time until ``enough``; the copy is the object's size with the rest left a hole of zeros
+        (docs/object-storage.md#costs).
         """
-        files = self.list_dir_files(relpath)
-        for n, (_, key) in enumerate(files):
-            path = os.path.join(directory, *key.split("/"))
-            os.makedirs(os.path.dirname(path), exist_ok=True)
-            size = self.size_of(key)
-            if enough is None or n + 1 < len(files):
-                data = self.read_object(key, kind=kind)
-            else:
-                data, step = b"", HEAD_FIRST
-                while len(data) < size and not (data and enough(data)):
-                    data += self.read_range(key, len(data), min(size, len(data) + step), kind=kind)
+        with _FileCopies(directory) as copies:
+            requests, growing = [], []
+            for relpath, kind, enough, first_head in queues:
+                files = self.list_dir_files(relpath)
+                head = None
+                if enough is not None and files:
+                    head = first_head() if first_head is not None else None
+                    head = int(head) if head else HEAD_FIRST
+                for n, (_, key) in enumerate(files):
+                    size = self.size_of(key)
+                    copies.open(key, size)
+                    end = size if head is None or n + 1 < len(files) else min(size, head)
+                    if end:
+                        requests.append((key, 0, end, copies.region(key, 0, end), kind))
+                    if end < size:
+                        growing.append((key, size, end, kind, enough))
+            self.read_ranges_into(requests)
+            self._copied.update((key, end) for key, _, end, _, _ in requests)
+            for key, size, got, kind, enough in growing:
+                step = got
+                while got < size and not (got and enough(copies.written(key, got))):
                     step *= 2
-            with open(path, "wb") as out:
-                out.write(data)
-                out.truncate(size)
+                    end = min(size, got + step)
+                    self.read_range_into(key, got, end, copies.region(key, got, end), kind=kind)
+                    got = self._copied[key] = end
+
+    def copied(self, key: str) -> int | None:
+        """The bytes from the start of object ``key`` that :meth:`fetch_queues` copied (None: not copied):
+        all of it, or the head holding its queue's data (the rest of the copy is a hole)."""
+        return self._copied.get(self._relative(key))
 
     @staticmethod
     def _is_log_file(key: str, dledger: str) -> bool:
@@ -563,6 +685,7 @@ class ObjectStore:
         dledger = self.dledger
         if dledger is None:
             os.makedirs(os.path.join(directory, fmt.COMMIT_LOG_DIR), exist_ok=True)
+        copies: list[str] = []
         for key in sorted(self._listing):
             if key.startswith(fmt.COMMIT_LOG_DIR + "/") or (dledger is not None and self._is_log_file(key, dledger)):
                 if dledger is not None:  # its directory: the layout is read from the copy
@@ -572,12 +695,67 @@ class ObjectStore:
                 # read from the bucket, queue by queue, when a read asks for the queue
                 os.makedirs(os.path.join(directory, *key.split("/")[:-1]), exist_ok=True)
                 continue
-            kind = key.split("/", 1)[0] if "/" in key else key
-            path = os.path.join(directory, *key.split("/"))
-            os.makedirs(os.path.dirname(path), exist_ok=True)
-            with open(path, "wb") as out:
-                out.write(self.read_object(key, kind=kind))
+            copies.append(key)
+        # one request each, concurrently, straight into the copy; an empty object (the lock file) needs none
+        with _FileCopies(directory) as files:
+            requests = []
+            for key in copies:
+                size = self.size_of(key)
+                files.open(key, size)
+                if size:
+                    requests.append((key, 0, size, files.region(key, 0, size), key.split("/", 1)[0] if "/" in key else key))
+            self.read_ranges_into(requests)
         return directory
+
+
+class _FileCopies:
+    """Files of a private copy written by fetches straight into them: :meth:`open` makes the file of an
+    object at its listed size (a hole of zeros until written), :meth:`region` gives writable bytes of it
+    (a map whose pages are the file's, in the page cache, not this process's memory); the maps close on
+    exit."""
+
+    def __init__(self, directory: str) -> None:
+        self.directory = directory
+        self._maps: dict[str, tuple[str, memoryview]] = {}
+        self._held: list[mmap.mmap] = []
+
+    def open(self, key: str, size: int) -> None:
+        """Make the copy of object ``key`` (``size`` bytes, a hole), once."""
+        if key in self._maps:
+            return
+        path = os.path.join(self.directory, *key.split("/"))
+        os.makedirs(os.path.dirname(path), exist_ok=True)
+        with open(path, "wb+") as f:
+            f.truncate(size)
+            out = memoryview(bytearray())
+            if size:
+                m = mmap.mmap(f.fileno(), size)
+                self._held.append(m)
+                out = memoryview(m)
+        self._maps[key] = (path, out)
+
+    def region(self, key: str, lo: int, hi: int) -> memoryview:
+        """Bytes ``[lo, hi)`` of the copy of ``key`` to write, their disk space taken first: a full disk is
+        an ``OSError`` here, never a fault when the map is written."""
+        path, out = self._maps[key]
+        if hi > lo:
+            with open(path, "r+b") as f:
+                os.posix_fallocate(f.fileno(), lo, hi - lo)
+        return out[lo:hi]
+
+    def written(self, key: str, hi: int) -> memoryview:
+        """Bytes ``[0, hi)`` of the copy of ``key``, as written so far."""
+        return self._maps[key][1][:hi]
+
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self._maps.clear()
+        for m in self._held:  # a view still held somewhere keeps its map until it is collected
+            with contextlib.suppress(BufferError):
+                m.close()
+        self._held.clear()
 
 
 class RangedLog:
@@ -627,19 +805,27 @@ class RangedLog:
 
     def _fill(self, index: int, lo: int, hi: int) -> None:
         """Fetch bytes ``[lo, hi)`` of object ``index`` (one request) into its buffer; hold them."""
-        key = self._files[index][1]
-        data = self._source.read_range(key, lo, hi, kind=self._kind)
-        buf = self._buffer_of(index)
-        buf[lo:hi] = data
-        spans = self._held.setdefault(index, [])
-        bisect.insort(spans, (lo, hi))
-        merged: list[tuple[int, int]] = []
-        for a, b in spans:
-            if merged and a <= merged[-1][1]:
-                merged[-1] = (merged[-1][0], max(merged[-1][1], b))
-            else:
-                merged.append((a, b))
-        self._held[index] = merged
+        self._fill_many([(index, lo, hi)])
+
+    def _fill_many(self, spans: list[tuple[int, int, int]]) -> None:
+        """Fetch each ``(index, lo, hi)`` (bytes ``[lo, hi)`` of object ``index``, one request each,
+        concurrently: :meth:`ObjectStore.read_ranges_into`) straight into the objects' buffers; hold
+        them once every request has ended (a failed request holds none)."""
+        spans = [(i, lo, hi) for i, lo, hi in spans if hi > lo]
+        if not spans:
+            return
+        self._source.read_ranges_into([(self._files[i][1], lo, hi, memoryview(self._buffer_of(i))[lo:hi], self._kind)
+                                       for i, lo, hi in spans])
+        for index, lo, hi in spans:
+            held = self._held.setdefault(index, [])
+            bisect.insort(held, (lo, hi))
+            merged: list[tuple[int, int]] = []
+            for a, b in held:
+                if merged and a <= merged[-1][1]:
+                    merged[-1] = (merged[-1][0], max(merged[-1][1], b))
+                else:
+                    merged.append((a, b))
+            self._held[index] = merged
 
     def _is_held(self, index: int, pos: np.ndarray, end: np.ndarray) -> np.ndarray:
         """Which records ``[pos, end)`` of object ``index`` its held ranges cover."""
@@ -661,11 +847,11 @@ class RangedLog:
             want[sel] = ~self._is_held(index, offs[sel] - start, ends[sel] - start)
         if not want.any():
             return
-        ranges = coalesce(offs[want], ends[want] - offs[want], self._starts,
+        ranges = coalesce(offs[want], ends[want] - offs[want], self._starts, self._object_sizes(),
                           gap=self._source.coalesce_gap, budget=self._source.batch_bytes)
-        for lo, hi, index in ranges.tolist():
-            start = int(self._starts[index])
-            self._fill(index, lo - start, min(hi - start, self._object_size(index)))
+        self._fill_many([(index, lo - int(self._starts[index]), min(hi - int(self._starts[index]),
+                                                                     self._object_size(index)))
+                         for lo, hi, index in ranges.tolist()])
 
     def _need(self, offsets, sizes=None) -> None:
         """Hold every byte the records at ``offsets`` span (docs/object-storage.md#coalescing).
@@ -688,26 +874,28 @@ class RangedLog:
             if sizes is not None:
                 first = np.asarray(sizes, dtype=np.int64).reshape(-1)[inside]
                 first = np.maximum(first, RECORD_PROBE_MIN)
-            else:
+            else:  # a record whose head is held already is fetched by its own TOTALSIZE, not probed
                 first = np.full(len(offs), RECORD_PROBE, dtype=np.int64)
+                for index in np.unique(idx).tolist():
+                    sel = np.flatnonzero(idx == index)
+                    pos = offs[sel] - self._starts[index]
+                    end = file_end[sel] - self._starts[index]
+                    known = (pos + 8 <= end) & self._is_held(index, pos, pos + 8)
+                    if known.any():
+                        total, ok = self._record_heads(index, pos[known], end[known])
+                        first[sel[known][ok]] = total[ok]
             self._fetch_ranges(offs, np.minimum(offs + first, file_end))
             # each record's own TOTALSIZE and MAGICCODE, from the bytes held now
             whole: set[int] = set()
             totals = np.zeros(len(offs), dtype=np.int64)
             for index in np.unique(idx).tolist():
                 sel = np.flatnonzero(idx == index)
-                buf = np.frombuffer(self._buffer_of(index), dtype=np.uint8)
                 pos = offs[sel] - self._starts[index]
-                short = pos + 8 > file_end[sel] - self._starts[index]
+                end = file_end[sel] - self._starts[index]
+                short = pos + 8 > end
                 if short.any():
                     whole.add(index)
-                p = pos[~short]
-                head = buf[(p[:, None] + np.arange(8)).reshape(-1)].reshape(-1, 8).astype(np.int64)
-                total = (head[:, 0] << 24) | (head[:, 1] << 16) | (head[:, 2] << 8) | head[:, 3]
-                magic = (head[:, 4] << 24) | (head[:, 5] << 16) | (head[:, 6] << 8) | head[:, 7]
-                magic = np.where(magic >= 1 << 31, magic - (1 << 32), magic)
-                ok = (np.isin(magic, (fmt.MESSAGE_MAGIC_CODE_V1, fmt.MESSAGE_MAGIC_CODE_V2))
-                      & (total >= RECORD_PROBE_MIN) & (p + total <= file_end[sel][~short] - self._starts[index]))
+                total, ok = self._record_heads(index, pos[~short], end[~short])
                 if not ok.all():
                     whole.add(index)
                 totals[sel[~short]] = np.where(ok, total, 0)
@@ -716,6 +904,19 @@ class RangedLog:
                 self._fetch_ranges(offs[rest], offs[rest] + totals[rest])
             for index in sorted(whole):
                 self._hold_whole(index)
+
+    def _record_heads(self, index: int, pos: np.ndarray, end: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """The TOTALSIZE of the records at positions ``pos`` of object ``index`` (their first 8 bytes held),
+        and whether each is a message's record of at least a record's fixed head that ends by ``end``
+        (docs/formats.md#commitlog)."""
+        buf = np.frombuffer(self._buffer_of(index), dtype=np.uint8)
+        head = buf[(pos[:, None] + np.arange(8)).reshape(-1)].reshape(-1, 8).astype(np.int64)
+        total = (head[:, 0] << 24) | (head[:, 1] << 16) | (head[:, 2] << 8) | head[:, 3]
+        magic = (head[:, 4] << 24) | (head[:, 5] << 16) | (head[:, 6] << 8) | head[:, 7]
+        magic = np.where(magic >= 1 << 31, magic - (1 << 32), magic)
+        ok = (np.isin(magic, (fmt.MESSAGE_MAGIC_CODE_V1, fmt.MESSAGE_MAGIC_CODE_V2))
+              & (total >= RECORD_PROBE_MIN) & (pos + total <= end))
+        return total, ok
 
     def _hold_whole(self, index: int) -> None:
         with self._fetch_lock:
@@ -753,6 +954,58 @@ class RangedLog:
         """Nothing, as :meth:`drop_resident`."""
 
     # ------------------------------------------------------------ the recovery walk: by growing heads
+    def _sealed_identity(self, index: int) -> tuple | None:
+        """The object's identity from the listing (:meth:`ObjectStore.identity_of`), for the sealed-file
+        rule: an object walked valid to its blank end record is not walked again by a later Store of this
+        process while it is listed with the same size and modification time (docs/live.md#sealed-files)."""
+        identity = self._source.identity_of(self._files[index][1])
+        return None if identity is None else (*identity, self.check_crc_on_recover)
+
+    def _before_walk(self, indices: list[int], pos: int) -> None:
+        """Fetch the first head of each object the recovery walk is about to walk (the first from ``pos``)
+        concurrently, as :meth:`_walk_file` would one after the other: the same requests, at once. A walk
+        that ends before the last of them (a record not valid) has fetched the heads after it for nothing."""
+        if len(indices) > 1:
+            self._fetch_walk_heads(indices, pos)
+
+    def take_end(self, end: int) -> None:
+        """Take ``end`` as the CommitLog's recovered end, with no walk: the end another process's walk
+        found over the same listing (a Spark plan's cut, which its tasks read with the plan's listing,
+        docs/object-storage.md#spark). Nothing when the end is known already; ``ValueError`` for an end
+        outside the listed objects."""
+        if self._max_offset is not None:
+            return
+        first = int(self._starts[0]) if self._files else 0
+        last = int(self._starts[-1]) + self._object_size(len(self._files) - 1) if self._files else 0
+        if not first <= int(end) <= last:
+            raise ValueError(f"CommitLog end {end} outside the listed objects [{first}, {last}] of {self.directory}")
+        self._max_offset = int(end)
+
+    def prefetch_recovery(self) -> None:
+        """Fetch at once the heads a cold recovery walk (the CommitLog's end, every read's cut) will read:
+        those of the last three objects but the sealed ones, as the walk fetches them (nothing when the
+        end is known already). What :meth:`cq.Store.prefetch` runs beside a read's queues."""
+        if self._max_offset is not None or not self._files:
+            return
+        self._fetch_walk_heads(self._walk_order(max(0, len(self._files) - 3), 0)[1], 0)
+
+    def _fetch_walk_heads(self, indices: list[int], pos: int) -> None:
+        """The first head of each object ``indices`` a walk reads (the first from ``pos``), at once."""
+        is_dledger = getattr(self, "_is_dledger", None)
+        spans = []
+        with self._fetch_lock:
+            for n, index in enumerate(indices):
+                size = self._object_size(index)
+                if is_dledger is not None and is_dledger(index):  # DLedger entries: walked whole
+                    if self._held.get(index) != [(0, size)]:
+                        spans.append((index, 0, size))
+                    continue
+                start = pos if n == 0 else 0
+                have = self._head_held(index)
+                if have < start + 8:
+                    spans.append((index, have, min(size, start + self._source.batch_bytes)))
+            self._fill_many(spans)
+
     def _walk_file(self, index: int, check_crc: bool, pos: int = 0) -> tuple[int, int, int]:
         """:meth:`CommitLog._walk_file` over the object's head, fetched ``batch_bytes`` (the budget of a
         request) past ``pos`` first and as many again each time the walk runs out of fetched bytes, so the

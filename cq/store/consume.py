@@ -219,6 +219,8 @@ class ConsumeRoom:
             flt = self.make_filter(topic, group, sql=sql, tags=tags, bloom_filter=bloom_filter, born_time=born_time)
         qids = list(queue_ids) if queue_ids is not None else None
         if cut is None:
+            # a store in a bucket: the queues' objects and the recovery walk's heads at once (docs/object-storage.md#costs)
+            self.prefetch(topic, qids, ext=not Layers(flt).passes_all)
             cut = self.cut(topic, qids)
         if qids is None:
             qids = sorted(cut.ends(topic))
@@ -236,6 +238,8 @@ class ConsumeRoom:
                 if hi > lo:
                     bounds.append((q, (lo, hi)))
             total = sum(hi - lo for _, (lo, hi) in bounds)
+            # a store in a bucket: the queues' objects layer 1 reads, many at once (docs/object-storage.md#costs)
+            self._prefetch_queues([(topic, q) for q, _ in bounds], ext=not Layers(flt).passes_all)
             for q, b in bounds:
                 yield from self._consume_queue(topic, q, flt, stats, verify_crc, progress, total, cut, b,
                                                custom)

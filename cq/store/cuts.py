@@ -136,10 +136,14 @@ class CutRoom:
                     self._commit_log.refresh_files()
             log = self.commit_log
             topics = [topic] if topic is not None else self.topics()
+            listed = {t: list(queue_ids) if queue_ids is not None and topic is not None else self.queue_ids(t)
+                      for t in topics}
+            # a store in a bucket: the queues' ConsumeQueue objects, many at once (docs/object-storage.md#costs)
+            self._prefetch_queues([(t, q) for t, qids in listed.items() for q in qids
+                                   if live or (t, int(q)) not in self._frozen])
             ranges = []
             for t in topics:
-                qids = list(queue_ids) if queue_ids is not None and topic is not None else self.queue_ids(t)
-                for q in qids:
+                for q in listed[t]:
                     if not live and (t, int(q)) in self._frozen:
                         ranges.append((t, int(q), *self._frozen[t, int(q)], None))
                         continue

@@ -39,6 +39,11 @@ def _dir_identity(st: os.stat_result) -> tuple[int, int, int]:
     return st.st_dev, st.st_ino, st.st_ctime_ns
 
 
+#: Queues whose objects one step of :meth:`ReaderRoom._prefetch_queues` fetches at once (their requests
+#: :data:`cq.readers.objects.FETCH_THREADS` at a time): a topic of thousands of queues is copied in steps.
+_PREFETCH_QUEUES = 64
+
+
 class ReaderRoom:
     """The :class:`cq.Store` methods that open, cache, follow and release its readers."""
 
@@ -256,18 +261,98 @@ class ReaderRoom:
         return self._queue_copy((fmt.CONSUME_QUEUE_DIR, topic, str(int(queue_id))), "ConsumeQueue",
                                 consumequeue.data_ends_within)
 
-    def _queue_copy(self, rel: tuple[str, ...], kind: str, enough) -> str:
+    def _queue_copy(self, rel: tuple[str, ...], kind: str, enough, first_head=None) -> str:
         """The directory ``rel`` under the root. For a store in a bucket, its objects are fetched into
         the private copy the first time a read asks for the queue, once for the Store's life (the listing
         is its snapshot): whole, but the last file by the head that holds the end of the queue's data
-        (``enough``, :meth:`cq.ObjectStore.fetch_files`, docs/object-storage.md#costs)."""
+        (``enough``, ``first_head``: :meth:`cq.ObjectStore.fetch_files`, docs/object-storage.md#costs)."""
         source = getattr(self, "source", None)
         if source is not None:
             with self._open_lock:
                 if rel not in self._fetched_queues:
-                    source.fetch_files("/".join(rel), self.root, kind=kind, enough=enough)
+                    source.fetch_files("/".join(rel), self.root, kind=kind, enough=enough, first_head=first_head)
                     self._fetched_queues.add(rel)
         return os.path.join(self.root, *rel)
+
+    def prefetch(self, topic: str, queue_ids=None, *, ext: bool = False) -> None:
+        """For a store in a bucket, fetch at once what a read of ``topic``'s queues ``queue_ids`` (default:
+        all) asks first: their ConsumeQueue objects (with ``ext``, then the ext objects their units
+        address), and beside them the heads the CommitLog's recovery walk reads (every read's cut), rather
+        than one after the other as the read reaches each (docs/object-storage.md#costs). ``consume`` and
+        the data source's planning call it; nothing for a local store or a topic the store does not hold.
+
+        Raises
+        ------
+        cq.ObjectStoreError
+            A request failed (naming the object's URI and byte range).
+        """
+        if getattr(self, "source", None) is None or topic not in self.topics():
+            return
+        qids = self.queue_ids(topic) if queue_ids is None else list(queue_ids)
+        log = self.commit_log
+        failed: list[Exception] = []
+
+        def recovery_heads() -> None:
+            try:
+                log.prefetch_recovery()
+            except Exception as exc:  # noqa: BLE001  (raised below, in the caller, once the queues are fetched)
+                failed.append(exc)
+
+        walk = threading.Thread(target=recovery_heads, name="rmqfilter-recovery-heads", daemon=True)
+        walk.start()
+        try:
+            self._prefetch_queues([(topic, q) for q in qids], ext=ext)
+        finally:
+            walk.join()
+        if failed:
+            raise failed[0]
+
+    def _prefetch_queues(self, keys, *, ext: bool = False) -> None:
+        """For a store in a bucket: fetch the ConsumeQueue objects (with ``ext``, then the ext objects of
+        those whose ConsumeQueue addresses ext units) of the queues ``keys`` (``(topic, queue id)``) a read
+        is about to read that are not copied yet, each queue's objects as :meth:`_queue_copy` fetches them,
+        many queues' at once (:meth:`cq.ObjectStore.fetch_queues`, docs/object-storage.md#costs). Nothing
+        for a local store, nor for queues that are not file consume queues (BatchCQ, compaction, RocksDB)."""
+        source = getattr(self, "source", None)
+        if source is None or self.layout.consume_queues != "files":
+            return
+        skip = {*self.layout.batch_cq_topics, *self.layout.compaction_topics}
+        keys = [(t, int(q)) for t, q in keys if t not in skip]
+        with self._open_lock:
+            for n in range(0, len(keys), _PREFETCH_QUEUES):
+                group = keys[n:n + _PREFETCH_QUEUES]
+                self._fetch_copies([((fmt.CONSUME_QUEUE_DIR, t, str(q)), "ConsumeQueue", consumequeue.data_ends_within,
+                                     None) for t, q in group])
+                if ext:  # after the ConsumeQueues: an ext's first head comes from its ConsumeQueue's copy
+                    heads = {(t, q): self._ext_first_head(t, q) for t, q in group
+                             if (fmt.CONSUME_QUEUE_EXT_DIR, t, str(q)) not in self._fetched_queues}
+                    heads = {k: v for k, v in heads.items() if v is not None}
+                    self._fetch_copies([((fmt.CONSUME_QUEUE_EXT_DIR, t, str(q)), "ConsumeQueueExt",
+                                         ext_reader.data_ends_within, functools.partial(int, head))
+                                        for (t, q), head in heads.items()])
+
+    def _fetch_copies(self, specs: list[tuple]) -> None:
+        """Fetch the queue directories ``specs`` (``(rel, kind, enough, first_head)``) not copied yet, at once."""
+        specs = [spec for spec in specs if spec[0] not in self._fetched_queues]
+        if specs:
+            self.source.fetch_queues([("/".join(rel), *rest) for rel, *rest in specs], self.root)
+            self._fetched_queues.update(rel for rel, *_ in specs)
+
+    def _ext_first_head(self, topic: str, queue_id: int) -> int | None:
+        """For a store in a bucket, the first head of the queue's last ext object to fetch: the bytes that
+        hold the unit its ConsumeQueue's copy addresses last (:func:`cq.readers.ext.head_holding`), None
+        when the ConsumeQueue is not copied yet or addresses no ext unit in that object."""
+        rel = (fmt.CONSUME_QUEUE_DIR, topic, str(int(queue_id)))
+        files = self.source.list_dir_files(f"{fmt.CONSUME_QUEUE_EXT_DIR}/{topic}/{int(queue_id)}")
+        queue_files = self.source.list_dir_files("/".join(rel))
+        if rel not in self._fetched_queues or not files or not queue_files:
+            return None
+        key = queue_files[-1][1]
+        copied = self.source.copied(key)  # the head holding the queue's data: the rest is a hole
+        units = np.fromfile(os.path.join(self.root, *key.split("/")), dtype=fmt.CQ_UNIT_DTYPE,
+                            count=(self.source.size_of(key) if copied is None else copied) // fmt.CQ_STORE_UNIT_SIZE)
+        start, key = files[-1]
+        return ext_reader.head_holding(units["tags_code"], start, self.source.size_of(key))
 
     def _new_consume_queue(self, topic: str, queue_id: int) -> ConsumeQueue:
         """A new reader of one queue, as the broker sees the queue (every reader comes from here)."""
@@ -329,7 +414,8 @@ class ReaderRoom:
         if not os.path.isdir(d):
             return None
         if getattr(self, "source", None) is not None:  # fetched when a read first maps one of its files
-            copy = functools.partial(self._queue_copy, rel, "ConsumeQueueExt", ext_reader.data_ends_within)
+            copy = functools.partial(self._queue_copy, rel, "ConsumeQueueExt", ext_reader.data_ends_within,
+                                     functools.partial(self._ext_first_head, topic, int(queue_id)))
             return ConsumeQueueExt(CopiedDir(self.source, "/".join(rel), copy), file_size=self._ext_size)
         return ConsumeQueueExt(d, file_size=self._ext_size)
 

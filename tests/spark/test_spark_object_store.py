@@ -179,6 +179,42 @@ def test_the_plan_carries_no_credential(spark, bucket):
         assert bucket.access_key.encode() not in blob
 
 
+def test_a_task_reads_the_plans_listing_and_cut(bucket, monkeypatch):
+    """Each slice carries the listing its plan's cut was taken from; a task opens its Store at that listing
+    with the plan's CommitLog end: no listing and no recovery walk of its own (docs/object-storage.md#spark),
+    and the rows are the local read's. Replayed in this process, as a Python worker runs it."""
+    from cq.readers.commitlog import CommitLog
+    from pyspark_udfs import _reader
+
+    uri = bucket.upload(DATA / "golden_store", "tasklisting", "golden")
+    read = {"group": "G", "sql": "a > 5"}
+    options = ReadOptions.parse({"path": uri, **read, **_opts(bucket)})
+    reader = RocketMQReader(options, options.schema())
+    parts = reader.partitions()
+    slices = [s for p in parts for s in p.slices]
+    assert slices and all(s.listing == cq.ObjectStore(uri, **_opts(bucket)).listing() for s in slices)
+    assert "listing" not in repr(slices[0])
+
+    def walked(self, *args, **kwargs):
+        raise AssertionError("a task walked the CommitLog")
+
+    monkeypatch.setattr(CommitLog, "_recover", walked)
+    _reader._BUCKETS.clear()
+    try:
+        rows = sum(batch.num_rows for p in parts for batch in reader.read(p))
+        stores = list(_reader._BUCKETS.values())
+        assert len(stores) == 1 and "list" not in stores[0].source.stats()
+        assert stores[0].commit_log.max_offset == slices[0].commit_log_end
+    finally:
+        for store in _reader._BUCKETS.values():
+            store.close()
+        _reader._BUCKETS.clear()
+    monkeypatch.undo()
+    local_options = ReadOptions.parse({"path": str(DATA / "golden_store"), **read})
+    local = RocketMQReader(local_options, local_options.schema())
+    assert rows == sum(batch.num_rows for p in local.partitions() for batch in local.read(p)) > 0
+
+
 def test_options_endpoint_and_region_are_for_a_bucket(spark):
     with pytest.raises(Exception, match="for a store in object storage"):
         spark.read.format("rocketmq").option("endpoint", "http://127.0.0.1:1").load(str(DATA / "golden_store"))

@@ -6,6 +6,7 @@ from __future__ import annotations
 import os
 import pickle
 import re
+import time
 from contextlib import closing
 from pathlib import Path
 
@@ -16,6 +17,7 @@ from helpers import DATA
 
 import cq
 import rmqfilter
+from cq.readers.ext import head_holding as ext_head
 from cq.readers.objects import COALESCE_GAP, HEAD_FIRST, RECORD_PROBE, ObjectStore, coalesce
 from cq.store.cluster import store_roots
 from cq.writer.sample import generate_sample_store
@@ -49,7 +51,32 @@ def test_coalesce_keeps_ranges_within_the_budget_and_one_file():
     assert coalesce([], [], [0]).shape == (0, 3)
 
 
+def test_coalesce_reaches_a_file_edge_closer_than_the_gap():
+    """With the files' sizes, a range at least the gap long that starts less than the gap past its file's
+    start starts there, and one that ends less than the gap before its file's end ends there, within the
+    budget: a later batch's records at the edges ask nothing more. A shorter range (a record read alone)
+    stays as its records need it."""
+    gap = 1000
+    starts, sizes = [0, 10_000], [10_000, 10_000]
+    # [500, 1_600) is 500 past file 0's start: from 0; [8_000, 9_500) ends 500 before its end: to 10_000;
+    # [12_000, 13_100) is 2_000 past file 1's start and 6_900 before its end: unchanged
+    got = coalesce([500, 1_000, 8_000, 9_000, 12_000], [100, 600, 100, 500, 1_100], starts, sizes, gap=gap)
+    assert got.tolist() == [[0, 1_600, 0], [8_000, 10_000, 0], [12_000, 13_100, 1]]
+    # a range the edge would take past the budget stays as the records need it
+    assert coalesce([500], [1_100], starts, sizes, gap=gap, budget=1_500).tolist() == [[500, 1_600, 0]]
+    assert coalesce([500], [1_100], starts, sizes, gap=gap, budget=1_600).tolist() == [[0, 1_600, 0]]
+    # shorter than the gap (a record read alone), at the edge already, or without the sizes: unchanged
+    assert coalesce([500, 9_900], [100, 100], starts, sizes, gap=gap).tolist() == [[500, 600, 0], [9_900, 10_000, 0]]
+    assert coalesce([0], [5_000], starts, sizes, gap=gap).tolist() == [[0, 5_000, 0]]
+    assert coalesce([500], [1_100], starts, gap=gap).tolist() == [[500, 1_600, 0]]
+
+
 # ------------------------------------------------------------------ a real S3 server
+
+
+def _file_sizes(log) -> list[int]:
+    """The sizes of a local CommitLog's files (what a bucket's listing gives for its objects)."""
+    return [Path(path).stat().st_size for _, path in log.files]
 
 
 def _bucket_store(s3_server, local: Path, bucket: str, prefix: str, **options) -> ObjectStore:
@@ -92,8 +119,8 @@ def test_golden_store_from_the_bucket_equals_the_local_read(s3_server):
     remote = _bucket_store(s3_server, DATA / "golden_store", "stores", "golden")
     with closing(cq.Store(DATA / "golden_store")) as local:
         records = _assert_same_store(remote, local)
-        starts = local.commit_log.file_starts
-        ranges = [coalesce(u["commit_log_offset"], u["size"], starts)
+        starts, lengths = local.commit_log.file_starts, _file_sizes(local.commit_log)
+        ranges = [coalesce(u["commit_log_offset"], u["size"], starts, lengths)
                   for u in (local.consume_queue(t, q).read() for t in local.topics() for q in local.queue_ids(t))]
     assert "checkpoint" in remote.keys and any(k.startswith("index/") for k in remote.keys)
     stats = remote.stats()
@@ -117,13 +144,13 @@ def test_multi_file_cluster_stores_and_coalesced_requests(s3_server, tmp_path):
             log = local.commit_log
             topic = local.topics()[0]
             units = local.consume_queue(topic, 0).read()
-            starts = np.array([s for s, _ in log.files])
+            starts, lengths = np.array([s for s, _ in log.files]), _file_sizes(log)
         requests = remote.stats()["CommitLog"][0]
         assert requests < records / 10
-        expected = coalesce(units["commit_log_offset"], units["size"], starts)
+        expected = coalesce(units["commit_log_offset"], units["size"], starts, lengths)
         small = ObjectStore(remote.uri, endpoint=s3_server.endpoint, region="us-east-1", batch_bytes=4096)
         small.read_messages(units["commit_log_offset"], units["size"])
-        narrow = coalesce(units["commit_log_offset"], units["size"], starts, budget=4096)
+        narrow = coalesce(units["commit_log_offset"], units["size"], starts, lengths, budget=4096)
         assert small.stats()["CommitLog"] == (len(narrow), int((narrow[:, 1] - narrow[:, 0]).sum()))
         assert len(narrow) > len(expected)
 
@@ -327,7 +354,7 @@ def test_store_commit_log_reads_records_by_coalesced_ranges(s3_server, tmp_path)
         got = remote.commit_log.decode_copied(offs, sizes)
         want = local.commit_log.decode_columns(offs)
         assert got.dicts() == want.dicts()
-        ranges = coalesce(offs, sizes, local.commit_log.file_starts)
+        ranges = coalesce(offs, sizes, local.commit_log.file_starts, _file_sizes(local.commit_log))
         assert remote.source.stats()["CommitLog"] == (len(ranges), int((ranges[:, 1] - ranges[:, 0]).sum()))
         assert 1 < len(ranges) < len(offs) / 10
         # a unit whose size is not its record's: the whole-object path, as the local decoder reads it
@@ -352,7 +379,7 @@ def test_reads_by_offset_fetch_ranges_not_objects(s3_server, tmp_path):
         assert len(log.files) > 3 and int(units["size"].max()) < RECORD_PROBE
         starts = log.file_starts
         ends = np.minimum(offs + RECORD_PROBE, starts[log.file_indices(offs)] + log.file_size)
-        probes = coalesce(offs, ends - offs, starts)
+        probes = coalesce(offs, ends - offs, starts, _file_sizes(log))
         got = remote.commit_log.gather_properties(offs, absent_as_none=True)
         assert got == log.gather_properties(offs, absent_as_none=True)
         assert remote.source.stats()["CommitLog"] == (len(probes), int((probes[:, 1] - probes[:, 0]).sum()))
@@ -380,6 +407,14 @@ def test_sql92_group_read_from_the_bucket_is_ranged(s3_server, tmp_path):
     with closing(cq.Store(root)) as local:
         want = list(local.consume(topic, "GID_RED_CHEAP", sql=SAMPLE_SQL))
         files, size = len(local.commit_log.files), local.commit_log.file_size
+        # each ext's one head: the bytes holding the unit its ConsumeQueue addresses last, whatever its size
+        ext_heads = []
+        for q in local.queue_ids(topic):
+            ext_files = local.ext(topic, q).files
+            head = ext_head(local.consume_queue(topic, q).read()["tags_code"], ext_files[-1][0],
+                            Path(ext_files[-1][1]).stat().st_size)
+            ext_heads.append(head)
+            assert head < HEAD_FIRST and len(ext_files) == 1
     with closing(cq.Store(uri, object_options=opts)) as remote:
         got = list(remote.consume(topic, "GID_RED_CHEAP", sql=SAMPLE_SQL))
         stats = remote.source.stats()
@@ -390,7 +425,8 @@ def test_sql92_group_read_from_the_bucket_is_ranged(s3_server, tmp_path):
     # not the preallocated objects (6,000,000 and 48 MiB bytes at the broker's default)
     for kind, top in (("ConsumeQueue", "consumequeue"), ("ConsumeQueueExt", "consumequeue_ext")):
         objects = [k for k in listing if k.startswith(f"{top}/{topic}/")]
-        assert stats[kind] == (len(objects), sum(min(HEAD_FIRST, listing[k]) for k in objects)), kind
+        heads = [min(HEAD_FIRST, listing[k]) for k in objects] if kind == "ConsumeQueue" else ext_heads
+        assert stats[kind] == (len(objects), sum(heads)), kind
         assert all(listing[k] > HEAD_FIRST for k in objects)
     # the recovery walks the last three objects whole; every other request is at most the budget
     # (these records are far smaller), and no byte is fetched twice
@@ -437,6 +473,8 @@ def test_last_queue_objects_fetched_by_growing_heads(s3_server, tmp_path, monkey
     from cq.readers import consumequeue, ext, objects
 
     monkeypatch.setattr(objects, "HEAD_FIRST", 20 * 8)
+    # an ext's first head, from its ConsumeQueue's last ext address, made as short: the heads grow as well
+    monkeypatch.setattr(ext, "head_holding", lambda *args: 20 * 8)
     root = tmp_path / "store"
     topic = generate_sample_store(root, messages=3000, seed=2, commit_log_file_size=1 << 18).main_topic
     uri = s3_server.upload(root, "heads", "east")
@@ -539,3 +577,64 @@ def test_a_glob_over_a_bucket_names_its_stores(s3_server, tmp_path, capsys, monk
     monkeypatch.setenv("AWS_DEFAULT_REGION", "us-east-1")
     got = _run(capsys, ["inspect", "s3://globbed/brokers/broker-*"])
     assert got == _run(capsys, ["inspect", *uris]) and got[0] == 0
+def test_recovery_walk_heads_at_once_and_sealed_objects_walked_once(s3_server, tmp_path, monkeypatch):
+    """The recovery walk's three objects: their first heads fetched at once, the end the local one; a later
+    Store of this process walks the last object alone while the listing gives the others the same size and
+    time (the sealed-file rule, docs/live.md#sealed-files), and every object again once they are uploaded
+    anew. The answers are the local ones throughout."""
+    from cq.readers import commitlog, objects
+
+    monkeypatch.setattr(commitlog, "SEALED_AGE_NS", -(10**12))  # every object old enough to be noted
+    monkeypatch.setattr(commitlog, "_SEALED", {})
+    root = write_brokers(tmp_path, messages=3000, commit_log_file_size=1 << 18)[0]
+    uri = s3_server.upload(root, "sealed", "east")
+    opts = {"endpoint": s3_server.endpoint, "region": "us-east-1"}
+    with closing(cq.Store(root)) as local:
+        end, files = local.commit_log.max_offset, local.commit_log.files
+        topic = local.topics()[0]
+        want = list(local.consume(topic, "G", sql="a > 5"))
+    assert len(files) > 3
+    walked = []
+    walk = objects.RangedLog._walk_file
+
+    def counted(self, index, check_crc, pos=0):
+        walked.append(index)
+        return walk(self, index, check_crc, pos)
+
+    monkeypatch.setattr(objects.RangedLog, "_walk_file", counted)
+    last = len(files) - 1
+    for expected in ([last - 2, last - 1, last], [last], [last]):
+        walked.clear()
+        with closing(cq.Store(uri, object_options=opts)) as remote:
+            assert remote.commit_log.max_offset == end
+            assert walked == expected
+            if expected != [last]:  # the three heads, whole objects here, one request each
+                assert remote.source.stats()["CommitLog"] == (3, 3 * (1 << 18))
+            assert list(remote.consume(topic, "G", sql="a > 5")) == want
+    time.sleep(1.1)  # a new upload: a later modification time (listed to the second)
+    s3_server.upload(root, "sealed", "east")
+    walked.clear()
+    with closing(cq.Store(uri, object_options=opts)) as remote:
+        assert remote.commit_log.max_offset == end and walked == [last - 2, last - 1, last]
+
+
+@pytest.mark.objectstore
+def test_a_failed_request_among_concurrent_ones_names_its_object(s3_server, tmp_path):
+    """Requests made at once (a batch's ranges over several objects): one object overwritten shorter after
+    the listing fails the read with an error naming that object's URI and the byte range asked, once the
+    others have ended; no secret in the message."""
+    root = write_brokers(tmp_path, messages=3000, commit_log_file_size=1 << 18)[0]
+    uri = s3_server.upload(root, "concurrent", "east")
+    opts = {"endpoint": s3_server.endpoint, "region": "us-east-1"}
+    with closing(cq.Store(uri, object_options=opts)) as remote, closing(cq.Store(root)) as local:
+        topic = local.topics()[0]
+        units = local.consume_queue(topic, 0).read()
+        offs, sizes = units["commit_log_offset"].astype(np.int64), units["size"].astype(np.int64)
+        keys = [k for _, k in remote.source.list_dir_files("commitlog")]
+        assert len(keys) > 3
+        with s3_server.filesystem().open_output_stream(f"concurrent/east/{keys[1]}") as out:
+            out.write(b"\0" * 100)
+        with pytest.raises(cq.ObjectStoreError, match="shorter than listed") as info:
+            remote.commit_log.decode_copied(offs, sizes)
+        assert info.value.uri == f"{uri}/{keys[1]}" and info.value.byte_range is not None
+        assert s3_server.secret_key not in str(info.value)
