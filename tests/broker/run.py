@@ -29,6 +29,7 @@ import importlib
 import json
 import os
 import random
+import re
 import shutil
 import signal
 import socket
@@ -222,6 +223,7 @@ class Client:
         self.proc = harness.spawn("client", ["rmqfilter.harness.Client"], stdin=subprocess.PIPE,
                                   heap=CLIENT_JVM_HEAP)
         self.stray_log = harness.logs / "client-stdout.log"
+        self.work = harness.work
 
     def __call__(self, cmd: str, timeout: float = 600.0, **args) -> dict:
         started = time.time()
@@ -244,7 +246,8 @@ class Client:
             with open(self.stray_log, "a", encoding="utf-8") as f:
                 f.write(f"-- before the answer to {cmd!r}:\n{''.join(stray)}")
         if reader.is_alive() or not answer[0]:
-            raise HarnessError(f"client command {cmd!r}: no answer (timeout {timeout:.0f} s or client died)")
+            crash = jvm_crash(self.work, self.proc)
+            raise HarnessError(f"client command {cmd!r}: " + (crash or f"no answer (timeout {timeout:.0f} s or client died)"))
         try:
             reply = json.loads(answer[0])
         except ValueError:
@@ -254,6 +257,30 @@ class Client:
         if not reply.pop("ok"):
             raise HarnessError(f"client command {cmd!r} failed: {reply['error']}")
         return reply
+
+
+#: The start of :func:`jvm_crash`'s message: the judge itself died (tests/broker/matrix.py runs such a seed again).
+JVM_CRASHED = "the JVM crashed in native code"
+
+
+def jvm_crash(work: Path, proc: subprocess.Popen, wait_s: float = 30.0) -> str | None:
+    """What the JVM ``proc`` (working in ``work``) said as it crashed: its fatal-error report's problematic
+    frame and thread (``work/hs_err_pid<pid>.log``, written as the JVM dies), or None when it did not.
+    RocketMQ 5.3.3's RocksDB brokers crash so at times (SIGSEGV in librocksdbjni under
+    ScheduleMessageTimerThread, docs/testing.md#matrix): the broker's defect, not the harness's."""
+    report = Path(work) / f"hs_err_pid{proc.pid}.log"
+    deadline = time.time() + wait_s
+    while proc.poll() is None and time.time() < deadline:  # the JVM writes its report, then exits
+        time.sleep(0.2)
+    if not report.exists():
+        return None
+    text = report.read_text(errors="replace")
+    frame = re.search(r"^# Problematic frame:\n#\s*(.+)$", text, re.MULTILINE)
+    thread = re.search(r'^Current thread .*?JavaThread "([^"]+)"', text, re.MULTILINE)
+    signal_line = re.search(r"^#\s+(SIG\w+ \(\w+\))", text, re.MULTILINE)
+    return (f"{JVM_CRASHED} ({signal_line.group(1) if signal_line else 'fatal error'}"
+            f"{' in ' + frame.group(1).strip()[:200] if frame else ''}"
+            f"{', thread ' + thread.group(1) if thread else ''}; report {report})")
 
 
 class Harness:

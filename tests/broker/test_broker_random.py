@@ -85,6 +85,27 @@ def test_every_delay_string_has_five_short_levels_then_far_ones():
         assert max(ms[:5]) <= 3000 and min(ms[5:]) >= 90_000, levels
 
 
+def test_a_crashed_judge_is_named_by_its_fatal_error_report(tmp_path):
+    """A client JVM that died in native code (matrix seeds 325541 and 95933: RocketMQ 5.3.3's RocksDB
+    under ScheduleMessageTimerThread) is reported by its hs_err report's frame and thread, a harness
+    error that make test and make matrix run again, never a JSON error on the report's lines."""
+    class Dead:
+        pid = 4242
+
+        def poll(self):
+            return 134
+
+    assert harness.jvm_crash(tmp_path, Dead(), wait_s=0) is None
+    (tmp_path / "hs_err_pid4242.log").write_text(
+        "#\n# A fatal error has been detected by the Java Runtime Environment:\n#\n"
+        "#  SIGSEGV (0xb) at pc=0x00007f7fe99d505f, pid=4242, tid=6122\n#\n# Problematic frame:\n"
+        "# C  [librocksdbjni1.so+0x3d505f]  rocksdb::DBImpl::FailIfTsMismatchCf()+0x2f\n#\n"
+        'Current thread (0x00007f8018008b30):  JavaThread "ScheduleMessageTimerThread_4" [_thread_in_native]\n')
+    said = harness.jvm_crash(tmp_path, Dead(), wait_s=0)
+    assert said.startswith(harness.JVM_CRASHED) and "SIGSEGV (0xb)" in said
+    assert "FailIfTsMismatchCf" in said and "ScheduleMessageTimerThread_4" in said
+
+
 def test_a_draw_is_the_seeds_alone():
     assert harness.random_draw(7) == harness.random_draw(7) != harness.random_draw(8)
 
