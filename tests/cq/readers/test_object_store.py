@@ -84,6 +84,13 @@ def _bucket_store(s3_server, local: Path, bucket: str, prefix: str, **options) -
     return ObjectStore(uri, endpoint=s3_server.endpoint, region="us-east-1", **options)
 
 
+def _multi_file_store(s3_server, tmp_path, bucket: str) -> tuple[Path, str, dict]:
+    """A store of several 256 KiB CommitLog files (the first broker of ``write_brokers``) uploaded under
+    ``s3://BUCKET/east``: ``(local root, URI, object options)``."""
+    root = write_brokers(tmp_path, messages=3000, commit_log_file_size=1 << 18)[0]
+    return root, s3_server.upload(root, bucket, "east"), {"endpoint": s3_server.endpoint, "region": "us-east-1"}
+
+
 def _assert_same_store(remote: ObjectStore, local: cq.Store) -> int:
     """Every queue's units, ext units and records read from the bucket equal the local readers';
     returns the number of records compared."""
@@ -344,9 +351,8 @@ def test_tail_refuses_a_snapshot(s3_server, capsys):
 def test_store_commit_log_reads_records_by_coalesced_ranges(s3_server, tmp_path):
     """``ObjectCommitLog.decode_copied`` (consume's path where the units give sizes): the local
     decoder's columns, one request per coalesced range before any object is held whole."""
-    root = write_brokers(tmp_path, messages=3000, commit_log_file_size=1 << 18)[0]
-    uri = s3_server.upload(root, "ranges", "east")
-    with closing(cq.Store(uri, object_options={"endpoint": s3_server.endpoint, "region": "us-east-1"})) as remote, \
+    root, uri, opts = _multi_file_store(s3_server, tmp_path, "ranges")
+    with closing(cq.Store(uri, object_options=opts)) as remote, \
             closing(cq.Store(root)) as local:
         topic = local.topics()[0]
         units = local.consume_queue(topic, 0).read()
@@ -368,9 +374,7 @@ def test_reads_by_offset_fetch_ranges_not_objects(s3_server, tmp_path):
     """Reads by offset alone (layer 2 of a SQL92 group, ``why``, ``cost``): the local decoder's answers,
     from the coalesced ranges of the records asked (each record's first ``RECORD_PROBE`` bytes when no
     unit gives its size), never whole objects: the requests and bytes are counted."""
-    root = write_brokers(tmp_path, messages=3000, commit_log_file_size=1 << 18)[0]
-    uri = s3_server.upload(root, "byoffset", "east")
-    opts = {"endpoint": s3_server.endpoint, "region": "us-east-1"}
+    root, uri, opts = _multi_file_store(s3_server, tmp_path, "byoffset")
     with closing(cq.Store(uri, object_options=opts)) as remote, closing(cq.Store(root)) as local:
         log = local.commit_log
         topic = local.topics()[0]
@@ -508,9 +512,7 @@ def test_last_queue_objects_fetched_by_growing_heads(s3_server, tmp_path, monkey
 def test_truncated_objects_in_ranged_reads_name_uri_and_range(s3_server, tmp_path):
     """An object overwritten shorter after the listing: a record read by range, and a queue's head, fail
     naming the object's URI and the byte range asked, never a short answer; no secret in the message."""
-    root = write_brokers(tmp_path, messages=3000, commit_log_file_size=1 << 18)[0]
-    uri = s3_server.upload(root, "truncranges", "east")
-    opts = {"endpoint": s3_server.endpoint, "region": "us-east-1"}
+    root, uri, opts = _multi_file_store(s3_server, tmp_path, "truncranges")
     with closing(cq.Store(uri, object_options=opts)) as remote, closing(cq.Store(root)) as local:
         topic = local.topics()[0]
         units = local.consume_queue(topic, 0).read()
@@ -586,9 +588,7 @@ def test_recovery_walk_heads_at_once_and_sealed_objects_walked_once(s3_server, t
 
     monkeypatch.setattr(commitlog, "SEALED_AGE_NS", -(10**12))  # every object old enough to be noted
     monkeypatch.setattr(commitlog, "_SEALED", {})
-    root = write_brokers(tmp_path, messages=3000, commit_log_file_size=1 << 18)[0]
-    uri = s3_server.upload(root, "sealed", "east")
-    opts = {"endpoint": s3_server.endpoint, "region": "us-east-1"}
+    root, uri, opts = _multi_file_store(s3_server, tmp_path, "sealed")
     with closing(cq.Store(root)) as local:
         end, files = local.commit_log.max_offset, local.commit_log.files
         topic = local.topics()[0]
@@ -623,9 +623,7 @@ def test_a_failed_request_among_concurrent_ones_names_its_object(s3_server, tmp_
     """Requests made at once (a batch's ranges over several objects): one object overwritten shorter after
     the listing fails the read with an error naming that object's URI and the byte range asked, once the
     others have ended; no secret in the message."""
-    root = write_brokers(tmp_path, messages=3000, commit_log_file_size=1 << 18)[0]
-    uri = s3_server.upload(root, "concurrent", "east")
-    opts = {"endpoint": s3_server.endpoint, "region": "us-east-1"}
+    root, uri, opts = _multi_file_store(s3_server, tmp_path, "concurrent")
     with closing(cq.Store(uri, object_options=opts)) as remote, closing(cq.Store(root)) as local:
         topic = local.topics()[0]
         units = local.consume_queue(topic, 0).read()
