@@ -264,8 +264,9 @@ JVM_CRASHED = "the JVM crashed in native code"
 
 
 def jvm_crash(work: Path, proc: subprocess.Popen, wait_s: float = 30.0) -> str | None:
-    """What the JVM ``proc`` (working in ``work``) said as it crashed: its fatal-error report's problematic
-    frame and thread (``work/hs_err_pid<pid>.log``, written as the JVM dies), or None when it did not.
+    """What the JVM ``proc`` (the client's, or a broker's own; working in ``work``) said as it crashed: its
+    fatal-error report's problematic frame and thread (``work/hs_err_pid<pid>.log``, written as the JVM
+    dies), or None when it did not.
     RocketMQ 5.3.3's RocksDB brokers crash so at times (SIGSEGV in librocksdbjni under
     ScheduleMessageTimerThread, docs/testing.md#matrix): the broker's defect, not the harness's."""
     report = Path(work) / f"hs_err_pid{proc.pid}.log"
@@ -414,7 +415,9 @@ class Harness:
         proc = self.broker_procs.pop(name)
         _stop(proc, grace=120.0)
         if proc.returncode not in (0, 143, -signal.SIGTERM):
-            raise HarnessError(f"broker {name} exited with {proc.returncode} on SIGTERM")
+            crash = jvm_crash(self.work, proc, wait_s=0)  # died earlier, in native code (matrix seed 133215)
+            raise HarnessError(f"broker {name}: {crash}" if crash else
+                               f"broker {name} exited with {proc.returncode} on SIGTERM")
 
     def kill_broker(self, name: str) -> None:
         """SIGKILL: the store stays as the crash left it (abort file included)."""
@@ -1760,7 +1763,15 @@ def run(scenario: str, out: Path, rocketmq: str | None = None, **kwargs) -> Path
         shutil.rmtree(out)
     out.mkdir(parents=True)
     with Harness(out, quick_start=scenario != "throughput", rocketmq=rocketmq) as h:
-        _scenario(scenario)(h, **kwargs)
+        try:
+            _scenario(scenario)(h, **kwargs)
+        except HarnessError as e:
+            # a JVM that died in native code earlier shows up as whatever waited on it (a drain out of
+            # time, a broker's stop): the crash is what failed the run (docs/testing.md#matrix)
+            crashed = [c for p in h.procs if p.poll() is not None and (c := jvm_crash(h.work, p, wait_s=0))]
+            if crashed and JVM_CRASHED not in str(e):
+                raise HarnessError(f"{crashed[0]} (then: {e})") from e
+            raise
         h.write_broker_json()
         h.discard_stores = scenario != "live"     # the live test reads broker-a's store afterwards
     if scenario != "live":
