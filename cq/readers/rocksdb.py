@@ -18,6 +18,7 @@ import re
 import shutil
 import struct
 import tempfile
+import weakref
 from collections.abc import Callable, Iterator
 
 import numpy as np
@@ -92,6 +93,8 @@ class _ReadOnlyDatabase:
                     self._links, options=rocksdict.Options(raw_mode=True),
                     access_type=rocksdict.AccessType.read_only(),
                     column_families={f: rocksdict.Options(raw_mode=True) for f in families if f != "default"})
+                # the links go when the database is closed, or collected unclosed (a Store keeps one open)
+                self._remove_links = weakref.finalize(self, shutil.rmtree, self._links, True)
                 return
             except Exception as exc:  # noqa: BLE001 (the binding raises plain Exception for RocksDB's errors)
                 error = self.error(exc, "not a readable RocksDB database")
@@ -130,7 +133,7 @@ class _ReadOnlyDatabase:
 
     def close(self) -> None:
         self.db.close()
-        shutil.rmtree(self._links, ignore_errors=True)
+        self._remove_links()
 
 
 def _queue_prefix(topic: str, queue_id: int) -> bytes:

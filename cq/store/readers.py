@@ -68,6 +68,8 @@ class ReaderRoom:
         self._fetched_queues: set[tuple[str, ...]] = set()
         # a RocksDB consume queue's queues, with the database files' names, sizes and times they were read at
         self._rocks_queues: tuple[tuple, list[tuple[str, int]]] | None = None
+        # the RocksDB consume queue database open, with the stamp of the files it was opened on
+        self._rocks_table: tuple[tuple, RocksDBQueueTable] | None = None
 
     @property
     def commit_log(self) -> CommitLog:
@@ -104,10 +106,29 @@ class ReaderRoom:
         kept = self._rocks_queues
         if kept is not None and kept[0] == stamp:
             return kept[1]
-        with RocksDBQueueTable(path) as table:
-            queues = sorted(table.ends)
+        with self._open_lock:
+            queues = sorted(self._rocksdb_table().ends)
         self._rocks_queues = (stamp, queues)
         return queues
+
+    def _rocksdb_table(self) -> RocksDBQueueTable:
+        """The RocksDB consume queue database, open; call with ``_open_lock`` held. Opening it costs
+        milliseconds (a directory of links, the database's own open) and every queue reader reads its
+        units from it, so it stays open while its files are those it was opened on
+        (:func:`~cq.readers.rocksdb.database_stamp`: RocksDB never rewrites a file in place) and is
+        opened again once the broker has written, flushed or compacted since; closed with the Store
+        (docs/live.md#cached-readers)."""
+        path = os.path.join(self.root, fmt.CONSUME_QUEUE_DIR)
+        stamp = database_stamp(path)  # before the open: a write during it makes the next call open again
+        kept = self._rocks_table
+        if kept is not None and stamp and kept[0] == stamp:
+            return kept[1]
+        self._rocks_table = None
+        if kept is not None:
+            kept[1].close()
+        table = RocksDBQueueTable(path)
+        self._rocks_table = (stamp, table)
+        return table
 
     def topics(self) -> list[str]:
         """Topics that have a ConsumeQueue directory (LMQ queues, ``%LMQ%...``, included) or a
@@ -365,7 +386,8 @@ class ReaderRoom:
             cq = BatchConsumeQueue(d, topic=topic, queue_id=int(queue_id))
         elif self.layout.consume_queues == "rocksdb":
             d = os.path.join(self.root, fmt.CONSUME_QUEUE_DIR)
-            with RocksDBQueueTable(d) as table:
+            with self._open_lock:
+                table = self._rocksdb_table()
                 if (topic, int(queue_id)) not in table.ends_of(topic):
                     raise KeyError(f"no consume queue {topic}/{queue_id} in {self.root}")
                 cq = RocksDBConsumeQueue(d, topic, int(queue_id), table)
@@ -478,7 +500,10 @@ class ReaderRoom:
             self._release(topic, queue_id, self._cqs.get(key), self._exts.get(key), cached=True)
 
     def close(self) -> None:
-        """Release every mapped file."""
+        """Release every mapped file (and the RocksDB consume queue database, when open)."""
+        kept, self._rocks_table = self._rocks_table, None
+        if kept is not None:
+            kept[1].close()
         for cq in self._cqs.values():
             cq.close()
         for ext in self._exts.values():
