@@ -817,10 +817,10 @@ class RangedLog:
         self._source.read_ranges_into([(self._files[i][1], lo, hi, memoryview(self._buffer_of(i))[lo:hi], self._kind)
                                        for i, lo, hi in spans])
         for index, lo, hi in spans:
-            held = self._held.setdefault(index, [])
-            bisect.insort(held, (lo, hi))
+            bisect.insort(self._held.setdefault(index, []), (lo, hi))
+        for index in {index for index, _, _ in spans}:  # each object's held ranges merged once
             merged: list[tuple[int, int]] = []
-            for a, b in held:
+            for a, b in self._held[index]:
                 if merged and a <= merged[-1][1]:
                     merged[-1] = (merged[-1][0], max(merged[-1][1], b))
                 else:

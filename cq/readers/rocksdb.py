@@ -171,6 +171,7 @@ class RocksDBQueueTable:
         self._opened = _ReadOnlyDatabase(self.directory, "RocksDB consume queue (storeType=defaultRocksDB)")
         self._db = self._opened.db
         self._ends: dict[tuple[str, int], tuple[int, int]] | None = None
+        self._queues: list[tuple[str, int]] | None = None
 
     @property
     def ends(self) -> dict[tuple[str, int], tuple[int, int]]:
@@ -222,6 +223,13 @@ class RocksDBQueueTable:
 
     def __exit__(self, *exc) -> None:
         self.close()
+
+    @property
+    def queues(self) -> list[tuple[str, int]]:
+        """Every queue, ``(topic, queue id)``, sorted (read once: the database is opened read-only)."""
+        if self._queues is None:
+            self._queues = sorted(self.ends)
+        return self._queues
 
     def topics(self) -> list[str]:
         return sorted({topic for topic, _ in self.ends})

@@ -66,9 +66,8 @@ class ReaderRoom:
         self._open_lock = threading.RLock()
         # a store in a bucket: the queues whose ConsumeQueue objects its private copy holds
         self._fetched_queues: set[tuple[str, ...]] = set()
-        # a RocksDB consume queue's queues, with the database files' names, sizes and times they were read at
-        self._rocks_queues: tuple[tuple, list[tuple[str, int]]] | None = None
-        # the RocksDB consume queue database open, with the stamp of the files it was opened on
+        # the RocksDB consume queue database open (its queue list read once), with the stamp of the files
+        # it was opened on
         self._rocks_table: tuple[tuple, RocksDBQueueTable] | None = None
 
     @property
@@ -97,19 +96,12 @@ class ReaderRoom:
         return CommitLog(layout.commit_log_dir, file_size=self._cl_size)
 
     def _rocksdb_queues(self) -> list[tuple[str, int]] | None:
-        """The queues of a RocksDB consume queue, read now (one cut); None for queue files."""
+        """The queues of a RocksDB consume queue, read now (one cut); None for queue files. The open
+        database's list, kept with it while its files are unchanged (:meth:`_rocksdb_table`)."""
         if self.layout.consume_queues != "rocksdb":
             return None
-        path = os.path.join(self.root, fmt.CONSUME_QUEUE_DIR)
-        # opening the database costs milliseconds a call: the list is kept while the database is unchanged
-        stamp = database_stamp(path)
-        kept = self._rocks_queues
-        if kept is not None and kept[0] == stamp:
-            return kept[1]
         with self._open_lock:
-            queues = sorted(self._rocksdb_table().ends)
-        self._rocks_queues = (stamp, queues)
-        return queues
+            return self._rocksdb_table().queues
 
     def _rocksdb_table(self) -> RocksDBQueueTable:
         """The RocksDB consume queue database, open; call with ``_open_lock`` held. Opening it costs
