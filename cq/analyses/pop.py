@@ -21,6 +21,8 @@ store; ``docs/limits.md`` says so.
 from __future__ import annotations
 
 import json
+import threading
+import weakref
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 
@@ -211,8 +213,36 @@ def _acked_offsets(m: Message, tag: str) -> tuple[CkKey, list[int]]:
     return key, _int_list(offsets, fmt.BATCH_ACK_OFFSETS, m, what)
 
 
+#: Each Store's last revive log with the stamp it was read at (:func:`_revive_stamp`): ``why`` asks
+#: for it once per message of a POP group, and it is the whole revive topic read.
+_LOGS: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+_LOGS_LOCK = threading.Lock()
+
+
+def _revive_topics(store: Store) -> list[str]:
+    return sorted(t for t in store.topics() if t.startswith(fmt.REVIVE_TOPIC_PREFIX))
+
+
+def _revive_stamp(store: Store, topics: list[str]) -> tuple:
+    """What the revive log is read from, as it is now: the CommitLog's ends, each revive and timer
+    queue's ends, and the revive service's committed offsets. The same stamp, the same records."""
+    log = store.commit_log
+    parts: list = [log.min_offset, log.max_offset]
+    for topic in [*topics, fmt.TIMER_TOPIC] if fmt.TIMER_TOPIC in store.topics() else topics:
+        for q in store.queue_ids(topic):
+            with store.queue_readers(topic, q, ext=False) as (cqueue, _ext):
+                parts.append((topic, q, cqueue.min_offset, cqueue.max_offset))
+        if topic != fmt.TIMER_TOPIC:
+            parts.append(tuple(sorted(store.committed_offsets(fmt.REVIVE_GROUP, topic).items())))
+    return tuple(parts)
+
+
 def read_revive_log(store: Store) -> ReviveLog:
     """The checkpoints and acks of every revive topic of ``store`` and of its timer on their way there.
+
+    Read again only when the store's revive and timer queues, its CommitLog's ends or the revive
+    service's offsets moved since the last read through the same Store (:func:`_revive_stamp`);
+    the log returned is shared between those reads: read it, never change it.
 
     Raises
     ------
@@ -222,8 +252,20 @@ def read_revive_log(store: Store) -> ReviveLog:
     cq.readers.config.ConfigFormatError
         ``config/consumerOffset.json`` is malformed.
     """
+    topics = _revive_topics(store)
+    stamp = _revive_stamp(store, topics)
+    with _LOGS_LOCK:
+        kept = _LOGS.get(store)
+    if kept is not None and kept[0] == stamp:
+        return kept[1]
+    log = _read_revive_log(store, topics)
+    with _LOGS_LOCK:
+        _LOGS[store] = (stamp, log)
+    return log
+
+
+def _read_revive_log(store: Store, topics: list[str]) -> ReviveLog:
     log = ReviveLog()
-    topics = sorted(t for t in store.topics() if t.startswith(fmt.REVIVE_TOPIC_PREFIX))
     records: list[tuple[Message, str, int, int | None]] = []   # (record, revive topic, revive queue, offset there)
     for topic in topics:
         for q, off in store.committed_offsets(fmt.REVIVE_GROUP, topic).items():

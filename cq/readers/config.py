@@ -20,10 +20,13 @@ type is named by its JSON path.
 from __future__ import annotations
 
 import json
+import marshal
 import os
 import re
+import threading
 import time
 import warnings
+from collections import OrderedDict
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, TypeVar
@@ -353,16 +356,44 @@ class ConfigFile:
 T = TypeVar("T")
 
 
-def _read_bytes(path: str) -> bytes | None:
+#: Config files parsed lately: (path, device, inode, size, mtime) -> the parse, marshalled. A broker
+#: rewrites a config file by writing a new one and renaming it into place (docs/config-and-index.md),
+#: so a file whose identity and stamp are those of a parse is that parse's text; ``why`` over many
+#: messages reads the same few files thousands of times. Each hit is a fresh copy (marshal: C speed).
+_PARSES: OrderedDict[tuple, bytes] = OrderedDict()
+_PARSES_MAX = 32
+_PARSES_LOCK = threading.Lock()
+
+
+def _read_parsed(path: str) -> tuple[bool, Any]:
+    """``(False, None)`` for a missing or empty file, else ``(True, parse_fastjson(its bytes))``,
+    the parse reused while the open file's inode, size and mtime are those it was parsed at."""
     try:
         with open(path, "rb") as f:
-            return f.read()
+            st = os.fstat(f.fileno())
+            key = (path, st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns)
+            with _PARSES_LOCK:
+                kept = _PARSES.get(key)
+                if kept is not None:
+                    _PARSES.move_to_end(key)
+            if kept is not None:
+                return True, marshal.loads(kept)
+            raw = f.read()
     except FileNotFoundError:
-        return None
+        return False, None
     except IsADirectoryError as exc:
         raise ConfigFormatError("is a directory, not a config file", path) from exc
     except OSError as exc:  # permissions and the like: an error naming the file, like a bad one
         raise ConfigFormatError(f"cannot be read ({exc.strerror or exc})", path) from exc
+    if len(raw) == 0:
+        return False, None
+    parsed = parse_fastjson(raw, path)
+    if len(raw) == st.st_size:   # read whole as stamped: a file growing under the read is not kept
+        with _PARSES_LOCK:
+            _PARSES[key] = marshal.dumps(parsed)
+            while len(_PARSES) > _PARSES_MAX:
+                _PARSES.popitem(last=False)
+    return True, parsed
 
 
 def load_config(path: str | os.PathLike, extract: Callable[[Any, str], T] | None = None) -> ConfigFile:
@@ -390,10 +421,9 @@ def load_config(path: str | os.PathLike, extract: Callable[[Any, str], T] | None
     bak = path + BAK_SUFFIX
 
     def attempt(p: str) -> tuple[bool, Any]:
-        raw = _read_bytes(p)
-        if raw is None or len(raw) == 0:
+        ok, parsed = _read_parsed(p)
+        if not ok:
             return False, None
-        parsed = parse_fastjson(raw, p)
         return True, (extract(parsed, p) if extract is not None else parsed)
 
     reason = None

@@ -44,6 +44,15 @@ def _dir_identity(st: os.stat_result) -> tuple[int, int, int]:
 _PREFETCH_QUEUES = 64
 
 
+def _dir_stamp(path: str) -> tuple | None:
+    """A directory's identity and mtime (None if missing): entries made or removed in it change it."""
+    try:
+        st = os.stat(path)
+    except OSError:
+        return None
+    return st.st_dev, st.st_ino, st.st_mtime_ns
+
+
 class ReaderRoom:
     """The :class:`cq.Store` methods that open, cache, follow and release its readers."""
 
@@ -69,6 +78,8 @@ class ReaderRoom:
         # the RocksDB consume queue database open (its queue list read once), with the stamp of the files
         # it was opened on
         self._rocks_table: tuple[tuple, RocksDBQueueTable] | None = None
+        # topics() from the queue directories, with the directories' stamps it was listed at
+        self._listed_topics: tuple[tuple, list[str]] | None = None
 
     @property
     def commit_log(self) -> CommitLog:
@@ -127,13 +138,21 @@ class ReaderRoom:
         BatchConsumeQueue directory (BatchCQ topics), sorted."""
         d = os.path.join(self.root, fmt.CONSUME_QUEUE_DIR)
         batch = os.path.join(self.root, fmt.BATCH_CONSUME_QUEUE_DIR)
-        listed = {t for t in self.layout.batch_cq_topics if os.path.isdir(os.path.join(batch, t))}
         rocks = self._rocksdb_queues()
+        # a topic's directory made or removed changes its parent's mtime: the same stamps, the same list
+        stamp = (_dir_stamp(d), _dir_stamp(batch), tuple(sorted(self.layout.batch_cq_topics)))
+        kept = self._listed_topics
+        if rocks is None and kept is not None and kept[0] == stamp:
+            return list(kept[1])
+        listed = {t for t in self.layout.batch_cq_topics if os.path.isdir(os.path.join(batch, t))}
         if rocks is not None:
             listed.update(topic for topic, _ in rocks)
         elif os.path.isdir(d):
             listed.update(t for t in os.listdir(d) if os.path.isdir(os.path.join(d, t)))
-        return sorted(listed)
+        out = sorted(listed)
+        if rocks is None:
+            self._listed_topics = (stamp, out)
+        return list(out)
 
     def queue_ids(self, topic: str) -> list[int]:
         """Queue ids of ``topic``, ascending."""

@@ -154,3 +154,19 @@ def test_a_checkpoint_field_of_the_wrong_type(tmp_path):
                                      "d": [0]}).encode(), tags="ck")
     with opened(root) as s, pytest.raises(cq.StoreFormatError, match=r"'so' = 'zero', not an integer"):
         read_revive_log(s)
+
+
+def test_an_open_store_follows_the_revive_service(store_root):
+    """The revive log a Store read is read again once the revive service has moved: the checkpoint at
+    revive queue 0 offset 0 was in flight, and is revived once the service's offset passes it."""
+    with opened(store_root) as s:
+        before = {p.queue_offset: p.revived for p in read_revive_log(s).pops(GROUP)}
+        assert before[2] is False
+        path = os.path.join(store_root, "config", "consumerOffset.json")
+        with open(path) as f:
+            doc = json.load(f)
+        doc["offsetTable"][f"{REVIVE}@CID_RMQ_SYS_REVIVE_GROUP"]["0"] = 1
+        with open(path, "w") as f:
+            json.dump(doc, f)
+        after = {p.queue_offset: p.revived for p in read_revive_log(s).pops(GROUP)}
+    assert after == {0: True, 1: True, 2: True, 3: True}

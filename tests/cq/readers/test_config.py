@@ -287,6 +287,21 @@ def test_write_config_file_keeps_the_previous_text_as_bak(tmp_path):
     assert load_config(path).data == {"v": 2}
 
 
+def test_a_config_file_read_again_is_its_new_text_and_a_copy_of_its_own(tmp_path):
+    """A broker replaces its config files (a new file renamed into place) or rewrites them; every
+    read gives the file's text as it is now, and changing what a read returned changes no other read."""
+    path = tmp_path / "config" / "x.json"
+    write_config_file(path, '{"offsetTable":{"T@G":{0:5}}}')
+    first = load_config(path).data
+    first["offsetTable"]["T@G"][0] = 99
+    assert load_config(path).data == {"offsetTable": {"T@G": {0: 5}}}
+    write_config_file(path, '{"offsetTable":{"T@G":{0:6}}}')       # renamed into place
+    assert load_config(path).data == {"offsetTable": {"T@G": {0: 6}}}
+    with open(path, "w") as f:                                       # rewritten in place, longer
+        f.write('{"offsetTable":{"T@G":{0:6,1:7}}}')
+    assert load_config(path).data == {"offsetTable": {"T@G": {0: 6, 1: 7}}}
+
+
 def test_store_writer_persists_its_sql92_groups(tmp_path):
     root = tmp_path / "w"
     before = time.time_ns() // 1_000_000
