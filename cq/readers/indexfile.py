@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import os
 import struct
+import threading
 from collections.abc import Iterator
 from dataclasses import dataclass
 
@@ -97,6 +98,12 @@ class IndexHeader:
     index_count: int
 
 
+#: Slot counts inferred lately (:meth:`IndexFile._inferred_slots`), oldest first.
+_SLOTS: dict[tuple, int] = {}
+_SLOTS_MAX = 256
+_SLOTS_LOCK = threading.Lock()
+
+
 class IndexFile:
     """One IndexFile, mapped read-only.
 
@@ -124,7 +131,7 @@ class IndexFile:
                                    self.path, 0)
         self.header = IndexHeader(*_HEADER.unpack_from(self._buf, 0))
         if hash_slot_num is None:
-            hash_slot_num = self._infer_slots(size)
+            hash_slot_num = self._inferred_slots(size)
         if index_num is None:
             index_num = (size - INDEX_HEADER_SIZE - hash_slot_num * HASH_SLOT_SIZE) // INDEX_ENTRY_SIZE
         if hash_slot_num < 1 or index_num < 1 or \
@@ -168,6 +175,22 @@ class IndexFile:
         # every entry written is, exactly once, either its slot's head or a newer entry's prevIndex
         targets = np.concatenate([heads[used], prev[linked]])
         return len(targets) == count - 1 and len(np.unique(targets)) == count - 1
+
+    def _inferred_slots(self, size: int) -> int:
+        """:meth:`_infer_slots`, reused for the same file (device, inode, size) with the same header: a
+        file's geometry is fixed when the broker creates it, and a header that moved (entries added) is
+        inferred again from what it now holds. ``why`` opens the IndexFiles once per message."""
+        st = os.stat(self.path)
+        key = (self.path, st.st_dev, st.st_ino, size, bytes(self._buf[:INDEX_HEADER_SIZE]))
+        with _SLOTS_LOCK:
+            slots = _SLOTS.get(key)
+        if slots is None:
+            slots = self._infer_slots(size)
+            with _SLOTS_LOCK:
+                _SLOTS[key] = slots
+                while len(_SLOTS) > _SLOTS_MAX:
+                    _SLOTS.pop(next(iter(_SLOTS)))
+        return slots
 
     def _infer_slots(self, size: int) -> int:
         count = max(1, min(self.header.index_count, (size - INDEX_HEADER_SIZE) // INDEX_ENTRY_SIZE))

@@ -313,9 +313,10 @@ class RocksDBConsumeQueue(ConsumeQueue):
     def min_offset(self) -> int:
         return self._min_offset
 
-    def refresh(self) -> int:
-        """Open the database again and take the queue's units as the broker has them now."""
-        self._load(None)
+    def refresh(self, table: RocksDBQueueTable | None = None) -> int:
+        """Take the queue's units as the broker has them now: from ``table`` (the database open on its
+        current files, as a Store keeps it), or from the database opened again."""
+        self._load(table)
         return self.max_offset
 
     def file_position(self, queue_offset: int) -> tuple[str, int]:
@@ -348,8 +349,16 @@ def offset_table(directory: str | os.PathLike) -> dict[tuple[str, str], dict[int
     """``config/consumerOffsets`` (v1; keys ``{topic}@{group}``) or v2's ``config/rdb`` as
     :func:`cq.readers.config.read_offset_table` gives the JSON file: (topic, group) -> {queue id:
     committed offset}. v2 keeps the LMQ queues' offsets in the same table (queue 0)."""
-    if is_v2(directory):
-        return _v2_offsets(directory, "consumerOffsets")
+    key = (os.path.abspath(os.fspath(directory)), "consumerOffsets (offsets)")
+    stamp = database_stamp(key[0])
+    kept = _METADATA_READ.get(key)
+    if kept is None or not stamp or kept[0] != stamp:  # read again once the broker wrote (metadata_table's rule)
+        kept = (stamp, _v2_offsets(directory, "consumerOffsets") if is_v2(directory) else _v1_offsets(directory))
+        _METADATA_READ[key] = kept
+    return {k: dict(v) for k, v in kept[1].items()}
+
+
+def _v1_offsets(directory: str | os.PathLike) -> dict[tuple[str, str], dict[int, int]]:
     out: dict[tuple[str, str], dict[int, int]] = {}
     for key, value in read_metadata_table(directory, "consumerOffsets").items():
         topic, sep, group = key.rpartition(fmt.ROCKSDB_OFFSET_KEY_SEPARATOR)

@@ -589,7 +589,11 @@ class ReaderRoom:
             if ext is not None:
                 ext.close()
             return
-        cqueue.refresh()
+        if isinstance(cqueue, RocksDBConsumeQueue):
+            with self._open_lock:  # the database the Store keeps open while its files are unchanged
+                cqueue.refresh(self._rocksdb_table())
+        else:
+            cqueue.refresh()
         ext = self._exts.get(key)
         if ext is not None:
             ext.refresh()

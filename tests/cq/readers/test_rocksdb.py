@@ -232,3 +232,30 @@ def test_a_database_read_again_after_it_changed(tmp_path):
         db.get_column_family(fmt.ROCKSDB_CQ_OFFSET_FAMILY).put(max_key, struct.pack(">qq", 0, 0))
         db.close()
         assert set(s.topics()) - set(before_topics) == {"AddedTopic"}
+
+
+def test_an_open_store_reads_committed_offsets_the_broker_wrote_since(tmp_path):
+    """A Store reads a RocksDB metadata table again once the broker wrote to its database: the group's
+    committed offsets read, then moved by a write, are read as moved by the same Store."""
+    from rocksdict import Options, Rdict
+
+    root = tmp_path / "store"
+    shutil.copytree(STORE, root)
+    path = str(root / "config" / "consumerOffsets")
+
+    def options() -> Options:
+        opts = Options(raw_mode=True)
+        opts.set_db_log_dir(str(tmp_path))    # not the broker's log directory its OPTIONS name
+        return opts
+
+    with closing(cq.Store(root)) as s:
+        assert s.committed_offsets(GROUP, TOPIC) == {q["queue_id"]: 100 for q in FACTS["queues"]}
+        db = Rdict(path, options=options(),
+                   column_families={f: options() for f in Rdict.list_cf(path) if f != "default"})
+        try:
+            key = f"{TOPIC}{fmt.ROCKSDB_OFFSET_KEY_SEPARATOR}{GROUP}".encode()
+            db[key] = json.dumps({"offsetTable": {"0": 120, "1": 100, "2": 100}}).encode()
+            db.flush()
+        finally:
+            db.close()
+        assert s.committed_offsets(GROUP, TOPIC)[0] == 120
