@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import argparse
 import atexit
+import contextlib
 import fcntl
 import hashlib
 import importlib
@@ -419,23 +420,51 @@ class Harness:
             self.own_jvm.add(name)
 
     def start_broker(self, name: str) -> None:
+        self.start_brokers([name])
+
+    def start_brokers(self, names: list[str]) -> None:
+        """Starts brokers ``names``: those in their own JVM all at once (each then awaited), those in
+        the client's JVM one after the other meanwhile."""
         started = time.time()
-        if name in self.own_jvm:
-            proc = self.spawn(f"broker-{name}", ["rmqfilter.harness.Broker", self.brokers[name]["properties"]])
+        spawned = {name: self.spawn(f"broker-{name}", ["rmqfilter.harness.Broker", self.brokers[name]["properties"]])
+                   for name in names if name in self.own_jvm}
+        for name in names:
+            if name not in self.own_jvm:
+                self.client("broker_start", properties=self.brokers[name]["properties"], timeout=180)
+        for name, proc in spawned.items():
             self._await_ready(proc, f"broker-{name}")
             self.broker_procs[name] = proc
-        else:
-            self.client("broker_start", properties=self.brokers[name]["properties"], timeout=180)
         if os.environ.get("HARNESS_VERBOSE"):
-            print(f"[{time.strftime('%H:%M:%S')}] broker {name} up in {time.time() - started:.1f} s", file=sys.stderr)
+            print(f"[{time.strftime('%H:%M:%S')}] brokers {', '.join(names)} up in {time.time() - started:.1f} s",
+                  file=sys.stderr)
 
     def stop_broker(self, name: str) -> None:
         """Clean shutdown: the broker flushes its files and removes its abort file."""
-        if name not in self.own_jvm:
-            self.client("broker_stop", name=name, timeout=180)
-            return
+        self.stop_brokers([name])
+
+    def stop_brokers(self, names: list[str]) -> None:
+        """:meth:`stop_broker` of each of ``names``: those in their own JVM are told at once (a
+        RocketMQ broker's shutdown takes seconds, waiting on its services one after the other) and
+        each is awaited after those in the client's JVM, which stop one after the other."""
+        own = [name for name in names if name in self.own_jvm]
+        for name in own:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(self.broker_procs[name].pid, signal.SIGTERM)
+        for name in names:
+            if name not in self.own_jvm:
+                self.client("broker_stop", name=name, timeout=180)
+        for name in own:
+            self._stopped(name)
+
+    def _stopped(self, name: str) -> None:
+        """Waits for broker ``name``'s own JVM to end after its SIGTERM: a clean exit, or a crash named."""
         proc = self.broker_procs.pop(name)
-        _stop(proc, grace=120.0)
+        try:
+            proc.wait(120.0)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+        _LIVE.discard(proc)
         if proc.returncode not in (0, 143, -signal.SIGTERM):
             crash = jvm_crash(self.work, proc, wait_s=0)  # died earlier, in native code (matrix seed 133215)
             raise HarnessError(f"broker {name}: {crash}" if crash else
@@ -558,12 +587,12 @@ class Harness:
             rows = self.client("topic_stats", topic=topic)["queues"]
             self.topics[topic] = sorted(rows, key=lambda r: (r["broker"], r["queue_id"]))
         self.snapshot_ms = int(time.time() * 1000)
+        self.stop_brokers(names)
         for name in names:
-            self.stop_broker(name)
             self.copy_store(name)
         self.copied_ms = int(time.time() * 1000)    # every copy is older than this
-        for name in names if restart else ():
-            self.start_broker(name)
+        if restart:
+            self.start_brokers(names)
 
     def write_broker_json(self) -> None:
         doc = {
@@ -1032,8 +1061,6 @@ def scenario_cluster(h: Harness) -> None:
     h.start_client()
     h.create_topic(CLUSTER_TOPIC, 3)     # on every broker: 3 queues each
     receive_in_two_phases(h, CLUSTER_TOPIC, CLUSTER_GROUPS, random.Random(28))
-    h.stop_broker("broker-b")            # run() removes broker-a's work store; this one goes here
-    shutil.rmtree(h.work / "broker-b" / "store", ignore_errors=True)
 
 
 LIFE_TOPIC = "LifeTopic"
@@ -1611,7 +1638,7 @@ def scenario_random(h: Harness, seed: int = 0) -> None:
     own_jvm = c["brokers"] > 1 and c["store_type"] == "rocksdb"
     for name in names:
         h.add_broker(name, own_jvm=own_jvm, **random_broker_settings(c, name))
-        h.start_broker(name)
+    h.start_brokers(names)
     h.start_client()
     h.create_topic(RANDOM_TOPIC, RANDOM_QUEUES)
     # the later axes' messages come from a stream of their own: a seed that draws none of them sends
@@ -1751,9 +1778,6 @@ def scenario_random(h: Harness, seed: int = 0) -> None:
                          "batch_topic": BATCH_TOPIC if c.get("batch_topic") else None,
                          "lmq_groups": LMQ_GROUPS if c.get("lmq") else {},
                          "pop_group": RANDOM_POP_GROUP if w.get("pop_group") else None}
-    for name in names[1:]:
-        h.stop_broker(name)
-        shutil.rmtree(h.work / name / "store", ignore_errors=True)
 
 
 def delay_ms(level: str) -> int:
@@ -1799,8 +1823,9 @@ def run(scenario: str, out: Path, rocketmq: str | None = None, **kwargs) -> Path
             raise HarnessError(lost)
         h.write_broker_json()
         h.discard_stores = scenario != "live"     # the live test reads broker-a's store afterwards
-    if scenario != "live":
-        shutil.rmtree(h.work / "broker-a" / "store", ignore_errors=True)
+    if scenario != "live":    # the copies under stores/ are what the tests read; the live test reads broker-a's
+        for name in h.brokers:
+            shutil.rmtree(h.work / name / "store", ignore_errors=True)
     return out
 
 
