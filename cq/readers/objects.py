@@ -1129,8 +1129,9 @@ class RangedLog:
         record before the dispatch frontier (the end of the record a ConsumeQueue unit points at furthest,
         :attr:`frontier`) was written and dispatched before the copy was taken, so the walk from the
         third-to-last object passes them all and goes on from the frontier as a walk from there does: the
-        walk starts there, at the record past the frontier's, fetching heads from that position on
-        (docs/object-storage.md#costs). Only when the frontier's own record is what its unit says (its
+        walk starts there, at the record past the frontier's: the frontier's record and the
+        :data:`RECORD_PROBE` bytes after it fetched first, then ``batch_bytes`` more each time the walk needs
+        more (docs/object-storage.md#costs). Only when the frontier's own record is what its unit says (its
         TOTALSIZE the unit's size, a valid record, its body CRC matching where the walk checks it); else,
         or with no frontier, or one before the third-to-last object, the broker's own walk. A DLedger log's
         walk (its entries) always starts at the third-to-last object."""
@@ -1152,8 +1153,10 @@ class RangedLog:
         pos, object_size = phys - start, self._object_size(index)
         if pos + size > object_size:
             return default
-        with self._fetch_lock:  # the walk's first head, from the frontier's record on
-            self._hold_span(index, pos, min(object_size, pos + max(size + 8, self._source.batch_bytes)))
+        # the frontier's record and RECORD_PROBE bytes after it: usually nothing follows it in a snapshot,
+        # and the walk fetches batch_bytes more each time it reaches the end of what is held
+        with self._fetch_lock:
+            self._hold_span(index, pos, min(object_size, pos + size + RECORD_PROBE))
         buf = np.frombuffer(self._buffer_of(index), np.uint8)
         p, _, records = _record.commit_log_walk(buf[:pos + size], pos)
         if p != pos + size or records != 1 or (
