@@ -5,6 +5,7 @@ bucket or prefix and denied credentials fail naming the URI, with no secret in a
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import json
 import pickle
 from pathlib import Path
@@ -239,8 +240,6 @@ def test_a_task_takes_the_objects_its_plan_fetched(s3_server, tmp_path):
     small objects (``config/*.json``, ``checkpoint``, IndexFiles) and each slice's ConsumeQueue objects. A
     task then requests only its records (and the ext objects a filter consults): no config object, no
     ConsumeQueue object; without them (a slice made by hand) it fetches both. The rows are the same."""
-    import dataclasses
-
     root = tmp_path / "store"
     topic = generate_sample_store(root, messages=2000, seed=3, commit_log_file_size=1 << 18).main_topic
     uri = s3_server.upload(root, "carried", "broker-a")

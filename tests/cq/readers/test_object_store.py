@@ -19,8 +19,9 @@ from helpers import DATA
 import cq
 import rmqfilter
 from cq.readers.ext import head_holding as ext_head
-from cq.readers.objects import COALESCE_GAP, HEAD_FIRST, RECORD_PROBE, ObjectStore, coalesce
+from cq.readers.objects import COALESCE_GAP, HEAD_FIRST, RECORD_PROBE, TAIL_FIRST, ObjectStore, coalesce
 from cq.store.cluster import store_roots
+from cq.store.undispatched import dispatch_frontier
 from cq.writer.sample import generate_sample_store
 
 ROOT = Path(__file__).resolve().parents[3]
@@ -643,8 +644,6 @@ def test_a_failed_request_among_concurrent_ones_names_its_object(s3_server, tmp_
 # ------------------------------------------------------------------ the CommitLog's end from the dispatch frontier
 def _frontier_unit(local: cq.Store) -> tuple[int, int]:
     """The dispatch frontier's unit of a local store: the last unit whose record ends furthest."""
-    from cq.store.undispatched import dispatch_frontier
-
     last = []
     for topic in local.topics():
         for q in local.queue_ids(topic):
@@ -665,8 +664,6 @@ def test_commit_log_end_from_the_dispatch_frontier(s3_server, tmp_path):
     CommitLog's end from the dispatch frontier: one head fetched from the frontier's record, not the last
     three objects' data; each queue the read does not read costs one small tail of its last ConsumeQueue
     object. The ends, cuts and answers are the local ones; ``recovery="walk"`` walks the three objects."""
-    from cq.readers.objects import TAIL_FIRST
-
     root, uri, opts = _multi_file_store(s3_server, tmp_path, "frontier")
     budget = 16 << 10
     opts["batch_bytes"] = budget
