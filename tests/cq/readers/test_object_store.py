@@ -206,6 +206,13 @@ def test_dledger_and_rocksdb_stores_from_the_bucket(s3_server, capsys, monkeypat
             probe = min(RECORD_PROBE, remote.source.size_of(key) - (one - start))
             assert remote.source.stats()["CommitLog"] == (1, probe)
             assert probe < remote.source.size_of(key)
+    else:  # the CommitLog's end from the frontier, its last units from the RocksDB database (no tail)
+        with closing(cq.Store(uri)) as remote, closing(cq.Store(DATA / store)) as local:
+            assert remote.commit_log.max_offset == local.commit_log.max_offset
+            index, pos = remote.commit_log.walk_start()
+            phys, size = _frontier_unit(local)
+            assert pos > 0 and remote.commit_log.files[index][0] + pos == phys + size
+            assert "ConsumeQueueTail" not in remote.source.stats()
     source = ObjectStore(uri, endpoint=s3_server.endpoint, region="us-east-1")
     with pytest.raises(cq.UnsupportedLayoutError, match=layout) as info:
         source.read_messages([0], [100]) if store.startswith("dledger") else source.topics()
