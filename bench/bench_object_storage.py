@@ -34,6 +34,11 @@ the planning Store's requests and one worker's): its requests and bytes are the 
 Spark each Python worker opens its own Store of the bucket once per query (a listing and the private
 copy, the **open** row's cost) on top of that.
 
+**plan** lines (also with ``--no-spark``: no Spark needed), measured first, in a process that has read
+nothing of the store yet: for each data source read, the requests and bytes its plan fetched
+(``RocketMQReader.partitions()``, the driver's) and those of its tasks (every partition's ``read()``, one
+worker's Stores), by kind.
+
 ``--report FILE`` writes the results as a Markdown fragment (``### Object storage`` and tables) for
 the bench report. The figures go in the bench report (docs do not quote them).
 """
@@ -115,6 +120,31 @@ def replay_requests(options: dict[str, str], schema) -> tuple[int, int, dict]:
         store.close()
     _reader._BUCKETS.clear()
     return n, nbytes, {k: (r, b) for k, (r, b) in _REQUESTS.items()}
+
+
+def plan_requests(options: dict[str, str]) -> tuple[dict, dict, int]:
+    """The data source's plan of ``options`` and its tasks, replayed in this process with no Spark:
+    ``(the plan's requests by kind, the tasks' requests by kind, rows)``."""
+    from pyspark_udfs import _reader
+    from pyspark_udfs._source import ReadOptions
+    from pyspark_udfs.datasource import RocketMQReader
+
+    read = ReadOptions.parse(options)
+    reader = RocketMQReader(read, read.schema())
+    _REQUESTS.clear()
+    parts = reader.partitions()
+    plan = {k: (r, b) for k, (r, b) in _REQUESTS.items()}
+    _REQUESTS.clear()
+    rows = sum(batch.num_rows for part in parts for batch in reader.read(part))
+    for store in _reader._BUCKETS.values():
+        store.close()
+    _reader._BUCKETS.clear()
+    return plan, {k: (r, b) for k, (r, b) in _REQUESTS.items()}, rows
+
+
+def _by_kind(stats: dict) -> str:
+    total = f"{sum(r for r, _ in stats.values()):,} requests, {sum(b for _, b in stats.values()) / 1e6:.2f} MB"
+    return total + " (" + ", ".join(f"{k} {r:,} / {b / 1e6:.2f} MB" for k, (r, b) in sorted(stats.items())) + ")"
 
 
 def read(path: str, topic: str, kind: str) -> tuple[float, int, int, dict]:
@@ -213,6 +243,12 @@ def main(argv: list[str] | None = None) -> int:
         t0 = time.perf_counter()
         uri = server.upload(local, "bench", "broker-a")
         print(f"uploaded to {uri} in {time.perf_counter() - t0:.1f} s (s3proxy {s3_server.VERSION}, loopback)")
+        # the plans first, in a process that has read nothing of the store yet (no sealed object noted)
+        _count_every_request()
+        plan_lines = []
+        for kind in ("spark full", "spark sql92"):
+            plan, tasks, rows = plan_requests(_spark_options(uri, topic, kind, server.endpoint))
+            plan_lines += [f"plan of {kind}: {_by_kind(plan)}", f"tasks of {kind} ({rows:,} rows): {_by_kind(tasks)}"]
         store_rows, kinds = [], []
         for kind in ("open", "full", "sql92", "records"):
             best = {}
@@ -224,11 +260,13 @@ def main(argv: list[str] | None = None) -> int:
             store_rows += _row(kind, best, stats)
             kinds.append(f"{kind}: " + ", ".join(f"{k} {r:,} ({b / 1e6:.1f} MB)" for k, (r, b) in sorted(stats.items())))
         _print(store_rows)
+        print()
+        for line in plan_lines:
+            print(line)
         spark_rows, spark_kinds = [], []
         if not args.no_spark:
             from pyspark_udfs.job import spark_session
 
-            _count_every_request()
             spark = spark_session("local[2]", app_name="bench object storage", progress=False,
                                   conf={"spark.ui.enabled": "false", "spark.sql.shuffle.partitions": "2"})
             spark.sparkContext.setLogLevel("ERROR")
@@ -251,8 +289,8 @@ def main(argv: list[str] | None = None) -> int:
         for line in kinds + spark_kinds:
             print(f"bucket requests by kind, {line}")
         if args.report:
-            Path(args.report).write_text(_report(args, size, store_rows, spark_rows, kinds + spark_kinds),
-                                         encoding="utf-8")
+            Path(args.report).write_text(_report(args, size, store_rows, spark_rows, kinds + spark_kinds,
+                                                 plan_lines), encoding="utf-8")
             print(f"report fragment written to {args.report}")
     finally:
         if spark is not None:
@@ -261,7 +299,7 @@ def main(argv: list[str] | None = None) -> int:
     return 0
 
 
-def _report(args, size: int, store_rows, spark_rows, kinds) -> str:
+def _report(args, size: int, store_rows, spark_rows, kinds, plan_lines=()) -> str:
     """The Markdown fragment of ``--report``: a heading and the two tables."""
     cores = os.cpu_count()
     parts = [
@@ -283,6 +321,9 @@ def _report(args, size: int, store_rows, spark_rows, kinds) -> str:
                   "worker's, replayed in-process (each further Python worker adds one open):"), "",
                   _markdown(spark_rows)]
     parts += ["", "Requests by kind (bucket): " + "; ".join(kinds), ""]
+    if plan_lines:
+        parts += ["The data source's plan (the driver) and its tasks (one worker), replayed in-process:", "",
+                  *(f"- {line}" for line in plan_lines), ""]
     return "\n".join(parts)
 
 

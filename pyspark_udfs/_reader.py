@@ -108,16 +108,20 @@ def _bucket_store(options, part=None) -> cq.Store:
     (its ``planned_at``): opened on first use from the options ``endpoint`` and ``region``, its credentials
     read from this worker's environment by pyarrow, never from the plan. A slice carrying its plan's
     listing opens the Store at that listing (no listing of its own) with the plan's CommitLog end as the
-    log's (no recovery walk of its own): the slice's cut is the read's cut (docs/object-storage.md#spark)."""
+    log's (no recovery walk of its own), and takes the objects the slice carries (the small objects, its
+    queue's ConsumeQueue objects) instead of fetching them: the slice's cut is the read's cut
+    (docs/object-storage.md#spark)."""
     planned_at = getattr(part, "planned_at", None)
     key = (options.path, options.tier, options.object_options, planned_at)
     with _BUCKETS_LOCK:
         store = _BUCKETS.pop(key, None)
+        listing, carried = getattr(part, "listing", None), getattr(part, "carried", None)
         if store is None:
-            listing = getattr(part, "listing", None)
-            store = options.open_store(listing=listing)
+            store = options.open_store(listing=listing, preloaded=carried)
             if listing is not None and part.commit_log_end is not None:
                 store.commit_log.take_end(part.commit_log_end)
+        elif listing is not None and carried:  # another queue's objects, as the plan fetched them
+            store.source.preload(carried)
         _BUCKETS[key] = store
         while len(_BUCKETS) > DEFAULT_MAX_STORES:
             _BUCKETS.popitem(last=False)[1].close()

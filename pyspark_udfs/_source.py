@@ -360,13 +360,17 @@ class ReadOptions:
     #: (docs/object-storage.md#spark); never a credential, which each process reads from its environment
     object_options: tuple[tuple[str, str], ...] = ()
 
-    def open_store(self, root: str | None = None, *, listing: tuple | None = None) -> cq.Store:
+    def open_store(self, root: str | None = None, *, listing: tuple | None = None,
+                   preloaded: tuple | None = None) -> cq.Store:
         """A fresh :class:`cq.Store` of ``root`` (default ``path``), read with the tier and, for a store in
         object storage, opened from the ``endpoint``/``region`` options (docs/object-storage.md#spark) and,
-        with ``listing`` (a plan's, ``cq.ObjectStore.listing()``), read at that listing's cut."""
+        with ``listing`` (a plan's, ``cq.ObjectStore.listing()``), read at that listing's cut, taking the
+        objects ``preloaded`` (the plan's, ``cq.ObjectStore.carried``) instead of fetching them."""
         objects = dict(self.object_options)
         if listing is not None:
             objects["listing"] = listing
+            if preloaded:
+                objects["preloaded"] = preloaded
         return cq.Store(self.path if root is None else root, tier=self.tier, object_options=objects or None)
 
     def for_broker(self, broker: str) -> ReadOptions:
@@ -715,11 +719,26 @@ class ConsumeQueueSlice(InputPartition):
     #: (the task lists it) or is local. One tuple shared by the slices of a plan (pickled once per task);
     #: not compared (the cut and ``planned_at`` say which plan).
     listing: tuple | None = dataclasses.field(default=None, repr=False, compare=False)
+    #: A store in object storage whose listing the slice carries: ``(key, bytes)`` of the objects the plan
+    #: fetched that the task would fetch again (``cq.ObjectStore.carried``): the small objects a Store copies
+    #: when it opens (within :data:`OBJECT_BYTES_IN_PLAN`) and the objects of the slice's ConsumeQueue (within
+    #: :data:`QUEUE_BYTES_IN_PLAN`), which the task's Store takes instead of fetching them
+    #: (``cq.ObjectStore.preload``, docs/object-storage.md#spark). Store contents, never a credential; the
+    #: slices of a queue share one tuple, and its pairs are shared by every queue's (pickled once per task).
+    carried: tuple | None = dataclasses.field(default=None, repr=False, compare=False)
 
 
 #: A store in object storage of at most this many objects travels with its plan's listing (one LIST page):
 #: each task then reads the plan's cut without a listing of its own (docs/object-storage.md#spark).
 LISTING_IN_PLAN = 1000
+#: With its listing, a plan carries the small objects its Store copied when it opened (``config/*.json``,
+#: ``checkpoint``, ...) while their bytes total at most this many; objects past it are fetched by the tasks
+#: (docs/object-storage.md#spark).
+OBJECT_BYTES_IN_PLAN = 1 << 20
+#: With its listing, each slice carries its queue's ConsumeQueue objects as the plan fetched them (the
+#: last one's data only) while they total at most this many bytes (52,428 units); objects past it are
+#: fetched by the task (docs/object-storage.md#spark).
+QUEUE_BYTES_IN_PLAN = 1 << 20
 
 
 @dataclasses.dataclass(frozen=True)

@@ -63,9 +63,11 @@ from ._source import (
     LAYER2,
     LISTING_IN_PLAN,
     NOT_STREAMED,
+    OBJECT_BYTES_IN_PLAN,
     ON_CORRUPT,
     ON_FILTER_ERROR,
     PENDING_TABLES,
+    QUEUE_BYTES_IN_PLAN,
     TABLES,
     TRACE_TABLE,
     ConsumeQueueSlice,
@@ -309,6 +311,7 @@ class RocketMQReader(DataSourceReader):
         unreadable: list[ConsumeQueueSlice] = []  # queues that did not open (on_corrupt=skip)
         cuts: dict[str | None, dict] = {}
         batch_starts: dict[tuple, np.ndarray] = {}  # ((broker, topic), queue id) -> a BatchCQ queue's batch starts
+        carried: dict[tuple, tuple] = {}  # (broker, topic, queue id) -> the objects its slices carry (a bucket's)
         held = False
         for broker, root in brokers:
             store = opts.open_store(root)
@@ -318,7 +321,7 @@ class RocketMQReader(DataSourceReader):
                         continue  # a topic need not be on every broker
                     raise ValueError(f"rocketmq option 'topic': no topic {opts.topic!r} in store {opts.path!r}")
                 held = True
-                cuts[broker] = self._plan_store(store, broker, ranges, unreadable, planned_at, batch_starts)
+                cuts[broker] = self._plan_store(store, broker, ranges, unreadable, planned_at, batch_starts, carried)
             finally:
                 store.close()
         if not held:
@@ -327,7 +330,8 @@ class RocketMQReader(DataSourceReader):
         # ranges then start at batch starts, so each batch is read whole, once (docs/reading.md#batchcq)
         packed = align_to_batches(opts.pack(self.schema, ranges), batch_starts)
         # a range the broker serves from its tier is keyed (broker, topic, TIER_RANGE) (docs/reading.md#tiered-storage)
-        parts = [[ConsumeQueueSlice(key[1], q, s, e, broker=key[0], tier=len(key) > 2, **cuts[key[0]])
+        parts = [[ConsumeQueueSlice(key[1], q, s, e, broker=key[0], tier=len(key) > 2,
+                                    carried=carried.get((key[0], key[1], q)), **cuts[key[0]])
                   for key, q, s, e in group] for group in packed]
         if unreadable:  # read first, by the first task: each reports its queue skipped
             parts[:1] = [[*(dataclasses.replace(s, **cuts[s.broker]) for s in unreadable), *(parts[0] if parts else [])]]
@@ -335,10 +339,13 @@ class RocketMQReader(DataSourceReader):
         return [SlicesPartition(tuple(p)) for p in parts] or [SlicesPartition(())]
 
     def _plan_store(self, store: cq.Store, broker: str | None, ranges: list, unreadable: list,
-                    planned_at: float, batch_starts: dict) -> dict:
-        """Add one store's queue ranges (keyed ``(broker, topic)``) and unreadable queues, and the batch
-        starts of its BatchCQ queues; returns its cut."""
+                    planned_at: float, batch_starts: dict, carried: dict) -> dict:
+        """Add one store's queue ranges (keyed ``(broker, topic)``) and unreadable queues, the batch
+        starts of its BatchCQ queues and, for a store in object storage whose listing the plan carries, what
+        its slices of each queue carry of the plan's fetches (``carried[broker, topic, queue id]``,
+        docs/object-storage.md#spark); returns its cut."""
         opts = self.options
+        first_range = len(ranges)
         # A fresh Store: the cut is the store as it is now. Queue ends are read first, the
         # CommitLog end last, so every unit planned has its record inside the cut (docs/live.md).
         topics = [opts.topic] if opts.topic is not None else list(store.topics())
@@ -392,6 +399,13 @@ class RocketMQReader(DataSourceReader):
         listing = store.source.listing() if store.source is not None else ()
         if 0 < len(listing) <= LISTING_IN_PLAN:  # the tasks read this listing's cut (docs/object-storage.md#spark)
             cut["listing"] = listing
+            # and what this plan fetched that they would fetch again: the small objects, the queues' heads
+            small = store.source.carried(store.root, None, OBJECT_BYTES_IN_PLAN)
+            for key, q, _s, _e in ranges[first_range:]:
+                if (broker, key[1], q) not in carried:
+                    rel = f"{cq.format.CONSUME_QUEUE_DIR}/{key[1]}/{int(q)}"
+                    keys = [k for _, k in store.source.list_dir_files(rel)]
+                    carried[broker, key[1], q] = (*small, *store.source.carried(store.root, keys, QUEUE_BYTES_IN_PLAN))
         return cut
 
     def _key_positions(self, store: cq.Store, topics: list[str]) -> dict[tuple[str, int], list[int]] | None:

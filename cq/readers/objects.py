@@ -27,9 +27,10 @@ import numpy as np
 
 from .. import format as fmt
 from ..errors import ObjectStoreError, StoreFormatError, UnsupportedLayoutError
+from ..kernels import _record
 from .columns import MessageColumns
 from .commitlog import CommitLog, Message, decode_message
-from .consumequeue import ConsumeQueue
+from .consumequeue import ConsumeQueue, ends_data
 from .dledger import DLedgerCommitLog
 from .ext import ConsumeQueueExt
 
@@ -40,6 +41,8 @@ __all__ = [
     "HEAD_FIRST",
     "NO_TAIL",
     "RECORD_PROBE",
+    "RECOVERY",
+    "TAIL_FIRST",
     "CopiedDir",
     "ObjectCommitLog",
     "ObjectDLedgerCommitLog",
@@ -62,6 +65,13 @@ BATCH_BYTES = 32 * 1024 * 1024
 #: time until the head holds the end of the queue's data (docs/object-storage.md#costs). A multiple of
 #: the ConsumeQueue's 20-byte unit.
 HEAD_FIRST = 20 * 52429
+#: The first head of a queue's last ConsumeQueue object fetched to find its last unit alone (the dispatch
+#: frontier of a store in a bucket, :meth:`ObjectStore.queue_tails`); then twice as much each time until the
+#: head holds the end of the queue's data (docs/object-storage.md#costs). A multiple of the 20-byte unit.
+TAIL_FIRST = 20 * 3277
+#: Values of ``ObjectStore(recovery=...)``: where a cold recovery walk of a classic CommitLog starts
+#: (docs/object-storage.md#a-snapshot).
+RECOVERY = ("frontier", "walk")
 #: A record read by offset alone (no unit gives its size) is fetched as its first this many bytes, then
 #: the rest by its TOTALSIZE where it is longer (docs/object-storage.md#coalescing).
 RECORD_PROBE = 4096
@@ -328,16 +338,30 @@ class ObjectStore:
         The listing another ObjectStore of the same URI took (:meth:`listing`), read as this one's cut
         instead of listing the prefix again: how a Spark task reads the cut its query planned
         (docs/object-storage.md#spark). Not pickled.
+    preloaded : mapping, optional
+        ``{key: bytes}``: the first bytes of objects of the listing that another ObjectStore of the same URI
+        fetched (:meth:`carried`), taken in place of fetching them again (:meth:`preload`): how a Spark
+        task reads the small objects and ConsumeQueue heads its plan carries (docs/object-storage.md#spark).
+        Only with ``listing`` (the same cut). Not pickled.
+    recovery : {"frontier", "walk"}, default "frontier"
+        Where a :class:`cq.Store`'s cold recovery walk of the classic CommitLog starts: at the dispatch
+        frontier (:meth:`RangedLog.walk_start`), or ``"walk"``, the broker's walk from the third-to-last
+        object, for a copy that may be damaged before its frontier (docs/object-storage.md#a-snapshot).
     """
 
     def __init__(self, uri: str, *, filesystem=None, endpoint: str | None = None, region: str | None = None,
                  coalesce_gap: int = COALESCE_GAP, batch_bytes: int = BATCH_BYTES,
-                 listing: tuple | None = None) -> None:
+                 listing: tuple | None = None, preloaded=None, recovery: str = "frontier") -> None:
         if coalesce_gap < 0 or batch_bytes <= 0:
             raise ValueError(f"coalesce_gap must be >= 0 and batch_bytes > 0, got {coalesce_gap} and {batch_bytes}")
+        if recovery not in RECOVERY:
+            raise ValueError(f"recovery must be one of {', '.join(RECOVERY)}, got {recovery!r}")
         self.uri = uri.rstrip("/")
         self._options = {"endpoint": endpoint, "region": region, "coalesce_gap": int(coalesce_gap),
                          "batch_bytes": int(batch_bytes)}
+        if recovery != "frontier":
+            self._options["recovery"] = recovery
+        self.recovery = recovery
         self.coalesce_gap, self.batch_bytes = int(coalesce_gap), int(batch_bytes)
         self._fs, self._root = self._open_filesystem(filesystem)
         self._lock = threading.Lock()
@@ -346,6 +370,11 @@ class ObjectStore:
         self._copied: dict[str, int] = {}  # key -> the bytes from its start fetch_queues copied
         # the read's cut: every object and its size, taken once
         self._listing = self._take(self._list() if listing is None else listing)
+        self._preloaded: dict[str, bytes] = {}  # key -> its first bytes, given (preload)
+        if preloaded:
+            if listing is None:
+                raise ValueError("preloaded objects need the listing they were fetched at (listing=)")
+            self.preload(preloaded)
 
     def __repr__(self) -> str:
         return f"ObjectStore({self.uri!r})"
@@ -640,6 +669,13 @@ class ObjectStore:
                     size = self.size_of(key)
                     copies.open(key, size)
                     end = size if head is None or n + 1 < len(files) else min(size, head)
+                    given = self._preloaded.get(key)
+                    if given is not None and (len(given) >= end or (end < size and enough(given))):
+                        copies.region(key, 0, len(given))[:] = given  # the plan's bytes (preload): no request
+                        self._copied[key] = len(given)
+                        if len(given) < size and not enough(given):
+                            growing.append((key, size, len(given), kind, enough))
+                        continue
                     if end:
                         requests.append((key, 0, end, copies.region(key, 0, end), kind))
                     if end < size:
@@ -649,10 +685,93 @@ class ObjectStore:
             for key, size, got, kind, enough in growing:
                 step = got
                 while got < size and not (got and enough(copies.written(key, got))):
-                    step *= 2
+                    step = max(step, 1) * 2
                     end = min(size, got + step)
                     self.read_range_into(key, got, end, copies.region(key, got, end), kind=kind)
                     got = self._copied[key] = end
+
+    def preload(self, objects) -> None:
+        """Take ``objects`` (``{key: bytes}`` or ``(key, bytes)`` pairs: each object's first bytes, as another
+        ObjectStore of this URI fetched them at the same listing, :meth:`carried`) in place of fetching them:
+        :meth:`mirror` and :meth:`fetch_queues` copy those bytes and request only what they lack
+        (docs/object-storage.md#spark). A key not listed, or bytes longer than its object, is a ``ValueError``."""
+        items = objects.items() if isinstance(objects, dict) else objects
+        for key, data in items:
+            if len(data) > self.size_of(key):
+                raise ValueError(f"preloaded {len(data)} bytes of {self.uri_of(key)}, listed at {self.size_of(key)}")
+            self._preloaded[str(key)] = bytes(data)
+
+    def carried(self, directory: str, keys, budget: int) -> tuple[tuple[str, bytes], ...]:
+        """What a plan carries to its tasks of the objects ``keys`` (None: those :meth:`mirror` copies whole)
+        that the private copy ``directory`` holds (:meth:`mirror`, :meth:`fetch_queues`): ``(key, bytes)`` of
+        each, in order, while their total stays
+        within ``budget`` bytes (one that does not fit is left out; an empty object needs nothing). A queue
+        object copied by its head gives its data only: up to and with the ConsumeQueue unit that ends it
+        (docs/formats.md#consumequeue), the rest being the object's preallocated space; other objects whole.
+        What :meth:`preload` takes (docs/object-storage.md#spark)."""
+        if keys is None:
+            keys = [k for k in sorted(self._listing) if self._is_whole_copy(k)]
+        out, total = [], 0
+        for key in keys:
+            size = self.size_of(key)
+            copied = self._copied.get(key)
+            path = os.path.join(directory, *key.split("/"))
+            if copied is None and not (os.path.isfile(path) and self._is_whole_copy(key)):
+                continue  # not in the copy
+            length = size if copied is None else copied
+            if not length:
+                continue
+            with open(path, "rb") as f:
+                data = f.read(length)
+            if copied is not None and copied < size and self._is_queue_file(key):
+                units = np.frombuffer(data, dtype=fmt.CQ_UNIT_DTYPE, count=len(data) // fmt.CQ_STORE_UNIT_SIZE)
+                ends = np.flatnonzero(ends_data(units))
+                if len(ends):
+                    data = data[:(int(ends[0]) + 1) * fmt.CQ_STORE_UNIT_SIZE]
+            if total + len(data) > budget:
+                continue
+            out.append((key, data))
+            total += len(data)
+        return tuple(out)
+
+    def _is_whole_copy(self, key: str) -> bool:
+        """Whether :meth:`mirror` copies object ``key`` whole (not a log's, a queue's or an ext's)."""
+        dledger = self.dledger
+        return not (key.startswith((fmt.COMMIT_LOG_DIR + "/", fmt.CONSUME_QUEUE_EXT_DIR + "/"))
+                    or (dledger is not None and self._is_log_file(key, dledger)) or self._is_queue_file(key))
+
+    def queue_tails(self, relpaths, enough, *, first: int = TAIL_FIRST,
+                    kind: str = "ConsumeQueueTail") -> dict[str, bytes]:
+        """The head of the last object of each queue directory ``relpaths`` that holds the end of the queue's
+        data (``enough(head)``, as :meth:`fetch_queues` takes it), in memory, not copied: ``first`` bytes,
+        then twice as many each time until ``enough`` or the whole object, every queue's request of a round
+        at once (docs/object-storage.md#costs). What a Store reads each queue's last unit from to find the
+        dispatch frontier without fetching whole queues (kind ``ConsumeQueueTail`` in :meth:`stats`); a queue
+        with no object is left out."""
+        heads: dict[str, bytearray] = {}
+        todo: list[tuple[str, str, int]] = []  # (relpath, key, size)
+        for relpath in relpaths:
+            files = self.list_dir_files(relpath)
+            if files:
+                heads[relpath] = bytearray()
+                todo.append((relpath, files[-1][1], self.size_of(files[-1][1])))
+        want = int(first)
+        while todo:
+            requests, bufs = [], []
+            for relpath, key, size in todo:
+                have = len(heads[relpath])
+                end = min(size, max(want, have))
+                buf = bytearray(end - have)
+                bufs.append(buf)
+                requests.append((key, have, end, memoryview(buf), kind))
+            self.read_ranges_into(requests)
+            left = []
+            for (relpath, key, size), buf in zip(todo, bufs):
+                heads[relpath] += buf
+                if len(heads[relpath]) < size and not enough(memoryview(heads[relpath])):
+                    left.append((relpath, key, size))
+            todo, want = left, want * 2
+        return {relpath: bytes(head) for relpath, head in heads.items()}
 
     def copied(self, key: str) -> int | None:
         """The bytes from the start of object ``key`` that :meth:`fetch_queues` copied (None: not copied):
@@ -702,7 +821,10 @@ class ObjectStore:
             for key in copies:
                 size = self.size_of(key)
                 files.open(key, size)
-                if size:
+                given = self._preloaded.get(key)
+                if size and given is not None and len(given) == size:  # the plan's bytes (preload): no request
+                    files.region(key, 0, size)[:] = given
+                elif size:
                     requests.append((key, 0, size, files.region(key, 0, size), key.split("/", 1)[0] if "/" in key else key))
             self.read_ranges_into(requests)
         return directory
@@ -776,6 +898,10 @@ class RangedLog:
 
     def __init__(self, directory, **kwargs) -> None:
         super().__init__(directory, **kwargs)
+        #: () -> the dispatch frontier's unit ``(commit_log_offset, size)`` or None: where a cold recovery walk
+        #: of a classic log starts, rather than at its third-to-last object (:meth:`walk_start`); set by the
+        #: Store that reads the log (:func:`cq.store.undispatched.dispatch_frontier`). None: the broker's walk.
+        self.frontier = None
         self._bufs: dict[int, mmap.mmap] = {}  # file index -> its buffer
         self._held: dict[int, list[tuple[int, int]]] = {}  # file index -> held [lo, hi), ascending, disjoint
         self._fetch_lock = threading.RLock()
@@ -983,11 +1109,74 @@ class RangedLog:
 
     def prefetch_recovery(self) -> None:
         """Fetch at once the heads a cold recovery walk (the CommitLog's end, every read's cut) will read:
-        those of the last three objects but the sealed ones, as the walk fetches them (nothing when the
-        end is known already). What :meth:`cq.Store.prefetch` runs beside a read's queues."""
+        from :meth:`walk_start`, those of the objects it walks but the sealed ones, as the walk fetches them
+        (nothing when the end is known already). What :meth:`cq.Store.prefetch` runs after a read's queues."""
         if self._max_offset is not None or not self._files:
             return
-        self._fetch_walk_heads(self._walk_order(max(0, len(self._files) - 3), 0)[1], 0)
+        first, pos = self.walk_start()
+        self._fetch_walk_heads(self._walk_order(first, pos)[1], pos)
+
+    def _recover(self, first: int | None = None, pos: int = 0) -> int:
+        # a cold walk starts at the dispatch frontier where it lies in the broker's walk (walk_start)
+        if first is None and self._files:
+            first, pos = self.walk_start()
+        return super()._recover(first, pos)
+
+    def walk_start(self) -> tuple[int, int]:
+        """Where a cold recovery walk of this log starts: ``(object index, position in it)``.
+
+        The broker walks from its third-to-last file (:meth:`CommitLog.max_offset`). In a snapshot, every
+        record before the dispatch frontier (the end of the record a ConsumeQueue unit points at furthest,
+        :attr:`frontier`) was written and dispatched before the copy was taken, so the walk from the
+        third-to-last object passes them all and goes on from the frontier as a walk from there does: the
+        walk starts there, at the record past the frontier's: the frontier's record and the
+        :data:`RECORD_PROBE` bytes after it fetched first, then ``batch_bytes`` more each time the walk needs
+        more (docs/object-storage.md#costs). Only when the frontier's own record is what its unit says (its
+        TOTALSIZE the unit's size, a valid record, its body CRC matching where the walk checks it); else,
+        or with no frontier, or one before the third-to-last object, the broker's own walk. A DLedger log's
+        walk (its entries) always starts at the third-to-last object."""
+        found = getattr(self, "_walk_start_at", None)
+        if found is None or found[0] is not self._files:  # once per listing (the snapshot read)
+            found = self._walk_start_at = (self._files, self._find_walk_start())
+        return found[1]
+
+    def _find_walk_start(self) -> tuple[int, int]:
+        default = (max(0, len(self._files) - 3), 0)
+        unit = self.frontier() if self.frontier is not None and getattr(self, "_is_dledger", None) is None else None
+        if unit is None:
+            return default
+        phys, size = unit
+        index = bisect.bisect_right(self._start_list, phys) - 1
+        if index < default[0] or size < RECORD_PROBE_MIN:
+            return default
+        start = int(self._starts[index])
+        pos, object_size = phys - start, self._object_size(index)
+        if pos + size > object_size:
+            return default
+        # the frontier's record and RECORD_PROBE bytes after it: usually nothing follows it in a snapshot,
+        # and the walk fetches batch_bytes more each time it reaches the end of what is held
+        with self._fetch_lock:
+            self._hold_span(index, pos, min(object_size, pos + size + RECORD_PROBE))
+        buf = np.frombuffer(self._buffer_of(index), np.uint8)
+        p, _, records = _record.commit_log_walk(buf[:pos + size], pos)
+        if p != pos + size or records != 1 or (
+                self.check_crc_on_recover and _record.body_crc_mismatch(buf, pos, pos + size) >= 0):
+            return default
+        return index, pos + size
+
+    def _held_end(self, index: int, pos: int) -> int:
+        """The end of the bytes of object ``index`` held from ``pos`` on without a gap (``pos``: none)."""
+        for a, b in self._held.get(index) or []:
+            if a <= pos <= b:
+                return b
+        return pos
+
+    def _hold_span(self, index: int, lo: int, hi: int) -> None:
+        """Hold bytes ``[lo, hi)`` of object ``index``: the part not held from ``lo`` on, one request. Call
+        with ``_fetch_lock`` held."""
+        have = self._held_end(index, lo)
+        if have < hi:
+            self._fill(index, have, hi)
 
     def _fetch_walk_heads(self, indices: list[int], pos: int) -> None:
         """The first head of each object ``indices`` a walk reads (the first from ``pos``), at once."""
@@ -1001,45 +1190,36 @@ class RangedLog:
                         spans.append((index, 0, size))
                     continue
                 start = pos if n == 0 else 0
-                have = self._head_held(index)
+                have = self._held_end(index, start)
                 if have < start + 8:
                     spans.append((index, have, min(size, start + self._source.batch_bytes)))
             self._fill_many(spans)
 
     def _walk_file(self, index: int, check_crc: bool, pos: int = 0) -> tuple[int, int, int]:
-        """:meth:`CommitLog._walk_file` over the object's head, fetched ``batch_bytes`` (the budget of a
-        request) past ``pos`` first and as many again each time the walk runs out of fetched bytes, so the
-        walk to the end of the data (the broker's recovery, docs/object-storage.md#costs) never fetches
-        the preallocated rest of the last object. The walk stops where it stops over the whole object: it
+        """:meth:`CommitLog._walk_file` over the object's bytes from ``pos``, fetched ``batch_bytes`` (the
+        budget of a request) past ``pos`` first and as many again each time the walk runs out of fetched
+        bytes, so the walk to the end of the data (the broker's recovery, docs/object-storage.md#costs)
+        never fetches the preallocated rest of the last object, nor the bytes before ``pos`` (a walk from
+        the dispatch frontier, :meth:`walk_start`). The walk stops where it stops over the whole object: it
         goes on while the record it stopped at is not wholly fetched."""
         is_dledger = getattr(self, "_is_dledger", None)
         if is_dledger is not None and is_dledger(index):  # DLedger entries: the object whole
             return super()._walk_file(index, check_crc, pos)
         size = self._object_size(index)
         step = self._source.batch_bytes
-        have = self._head_held(index)
+        have = self._held_end(index, pos)
         want = have if have >= pos + 8 else min(size, pos + step)  # a walk again from its end: no request
+        start = pos
         records = 0
         while True:
-            self._hold_head(index, want)
+            with self._fetch_lock:
+                self._hold_span(index, start, want)
             buf = np.frombuffer(self._buffer_of(index), np.uint8)[:want]
             p, status, r = self._walk_buffer(index, buf, check_crc, pos)
             records += r
             if want >= size or status == 1 or not self._cut_short(buf, p):
                 return p, status, records
             pos, want = p, min(size, want + step)
-
-    def _head_held(self, index: int) -> int:
-        """The end of the bytes held from the start of object ``index`` (0: none)."""
-        spans = self._held.get(index) or []
-        return spans[0][1] if spans and spans[0][0] == 0 else 0
-
-    def _hold_head(self, index: int, end: int) -> None:
-        """Hold bytes ``[0, end)`` of object ``index``: the part not held yet from the start, one request."""
-        with self._fetch_lock:
-            have = self._head_held(index)
-            if have < end:
-                self._fill(index, have, end)
 
     @staticmethod
     def _cut_short(buf: np.ndarray, p: int) -> bool:

@@ -272,6 +272,20 @@ class RocksDBQueueTable:
                                          f"maximum {high}")
         return low, np.frombuffer(b"".join(values), dtype=fmt.ROCKSDB_CQ_VALUE_DTYPE)
 
+    def last_unit(self, topic: str, queue_id: int) -> tuple[int, int] | None:
+        """``(commit_log_offset, size)`` of the queue's highest unit, read alone (one key); None for a queue
+        with no unit. What the dispatch frontier takes of each queue (docs/object-storage.md#costs)."""
+        low, high = self.ends_of(topic).get((topic, queue_id), (0, 0))
+        if high <= low:
+            return None
+        key = _queue_prefix(topic, queue_id) + _I64.pack(high - 1)
+        for found, value in self._opened.items(None, f"reading the last unit of {topic}/{queue_id}", from_key=key):
+            if found != key or len(value) != fmt.ROCKSDB_CQ_VALUE_DTYPE.itemsize:
+                break
+            unit = np.frombuffer(value, dtype=fmt.ROCKSDB_CQ_VALUE_DTYPE)[0]
+            return int(unit["commit_log_offset"]), int(unit["size"])
+        return None  # missing or malformed: a read of the queue names it; the frontier does without
+
 
 class RocksDBConsumeQueue(ConsumeQueue):
     """One queue of a RocksDB consume queue, read as a :class:`ConsumeQueue` (every reader of the

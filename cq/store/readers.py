@@ -9,6 +9,7 @@ import os
 import threading
 import time
 import warnings
+import weakref
 from collections.abc import Iterator
 from typing import TYPE_CHECKING, Self
 
@@ -42,6 +43,16 @@ def _dir_identity(st: os.stat_result) -> tuple[int, int, int]:
 #: Queues whose objects one step of :meth:`ReaderRoom._prefetch_queues` fetches at once (their requests
 #: :data:`cq.readers.objects.FETCH_THREADS` at a time): a topic of thousands of queues is copied in steps.
 _PREFETCH_QUEUES = 64
+
+
+def _weak_call(method):
+    """A callable that calls the bound ``method`` while its object lives (None after)."""
+    ref = weakref.WeakMethod(method)
+
+    def call():
+        target = ref()
+        return None if target is None else target()
+    return call
 
 
 def _dir_stamp(path: str) -> tuple | None:
@@ -97,7 +108,12 @@ class ReaderRoom:
         if source is not None:  # stays in the bucket, read by ranges (docs/object-storage.md#costs)
             classic = ObjectDir(source, fmt.COMMIT_LOG_DIR)
             if source.dledger is None:
-                return ObjectCommitLog(classic, file_size=self._cl_size)
+                log = ObjectCommitLog(classic, file_size=self._cl_size)
+                if source.recovery == "frontier":
+                    # its cold walk starts at the dispatch frontier (docs/object-storage.md#costs); a weak
+                    # reference: the log never keeps its Store (and the Store's private copy) alive
+                    log.frontier = _weak_call(self._dispatch_frontier)
+                return log
             return ObjectDLedgerCommitLog(ObjectDir(source, f"{source.dledger}/{fmt.DLEDGER_DATA_DIR}"),
                                           classic_directory=classic if classic.list_files() else None,
                                           file_size=self._cl_size)
@@ -105,6 +121,45 @@ class ReaderRoom:
             return DLedgerCommitLog(layout.dledger_dir, classic_directory=layout.commit_log_dir,
                                     file_size=self._cl_size)
         return CommitLog(layout.commit_log_dir, file_size=self._cl_size)
+
+    def _dispatch_frontier(self) -> tuple[int, int] | None:
+        """For a store in a bucket: the unit whose record ends furthest among every consume queue's last
+        unit (:func:`cq.store.undispatched.dispatch_frontier`), where its CommitLog's cold recovery walk
+        starts (:meth:`cq.readers.objects.RangedLog.walk_start`). A file queue's last unit comes from its
+        private copy where a read fetched the queue, else from the head of its last ConsumeQueue object
+        (:meth:`cq.ObjectStore.queue_tails`, every queue's at once); a RocksDB consume queue's from its
+        database, copied when the Store opened. BatchCQ and compaction topics are left out: the frontier of
+        the others lies at or before theirs, and a walk from there passes it (docs/object-storage.md#costs)."""
+        last: list[tuple[int, int] | None] = []
+        with self._open_lock:
+            if self.layout.consume_queues == "rocksdb":
+                table = self._rocksdb_table()
+                return undispatched.dispatch_frontier(table.last_unit(t, q) for t, q in table.queues)
+            if self.layout.consume_queues != "files":
+                return None
+            skip = {*self.layout.batch_cq_topics, *self.layout.compaction_topics}
+            tails = []
+            for topic in self.source.subdirs(fmt.CONSUME_QUEUE_DIR):
+                if topic in skip:
+                    continue
+                for q in self.source.subdirs(f"{fmt.CONSUME_QUEUE_DIR}/{topic}"):
+                    rel = (fmt.CONSUME_QUEUE_DIR, topic, q)
+                    if not q.isdigit():
+                        continue
+                    if rel not in self._fetched_queues:
+                        tails.append("/".join(rel))
+                        continue
+                    queue = ConsumeQueue(os.path.join(self.root, *rel), file_size=self._cq_size, topic=topic,
+                                         queue_id=int(q))
+                    try:
+                        end = queue.max_offset
+                        last.append(queue.unit(end - 1)[:2] if end > queue.min_offset else None)
+                    finally:
+                        queue.close()
+            for head in self.source.queue_tails(tails, consumequeue.data_ends_within).values():
+                last.append(undispatched.last_unit(np.frombuffer(
+                    head, dtype=fmt.CQ_UNIT_DTYPE, count=len(head) // fmt.CQ_STORE_UNIT_SIZE)))
+        return undispatched.dispatch_frontier(last)
 
     def _rocksdb_queues(self) -> list[tuple[str, int]] | None:
         """The queues of a RocksDB consume queue, read now (one cut); None for queue files. The open
@@ -309,9 +364,10 @@ class ReaderRoom:
     def prefetch(self, topic: str, queue_ids=None, *, ext: bool = False) -> None:
         """For a store in a bucket, fetch at once what a read of ``topic``'s queues ``queue_ids`` (default:
         all) asks first: their ConsumeQueue objects (with ``ext``, then the ext objects their units
-        address), and beside them the heads the CommitLog's recovery walk reads (every read's cut), rather
-        than one after the other as the read reaches each (docs/object-storage.md#costs). ``consume`` and
-        the data source's planning call it; nothing for a local store or a topic the store does not hold.
+        address), then the other queues' last units and the heads the CommitLog's recovery walk reads from
+        the dispatch frontier (every read's cut), rather than one after the other as the read reaches each
+        (docs/object-storage.md#costs). ``consume`` and the data source's planning call it; nothing for a
+        local store or a topic the store does not hold.
 
         Raises
         ------
@@ -322,22 +378,9 @@ class ReaderRoom:
             return
         qids = self.queue_ids(topic) if queue_ids is None else list(queue_ids)
         log = self.commit_log
-        failed: list[Exception] = []
-
-        def recovery_heads() -> None:
-            try:
-                log.prefetch_recovery()
-            except Exception as exc:  # noqa: BLE001  (raised below, in the caller, once the queues are fetched)
-                failed.append(exc)
-
-        walk = threading.Thread(target=recovery_heads, name="rmqfilter-recovery-heads", daemon=True)
-        walk.start()
-        try:
-            self._prefetch_queues([(topic, q) for q in qids], ext=ext)
-        finally:
-            walk.join()
-        if failed:
-            raise failed[0]
+        # the queues first: the frontier then reads their last units from the copy, not again
+        self._prefetch_queues([(topic, q) for q in qids], ext=ext)
+        log.prefetch_recovery()
 
     def _prefetch_queues(self, keys, *, ext: bool = False) -> None:
         """For a store in a bucket: fetch the ConsumeQueue objects (with ``ext``, then the ext objects of

@@ -106,8 +106,9 @@ class Store(ReaderRoom, MetadataRoom, CutRoom, ConsumeRoom, TierRoom):
         when the Store is collected, and read the CommitLog from the bucket."""
         self.source = ObjectStore(uri, **options)
         self.uri = uri
-        # what a copy opens again: a listing given (a Spark plan's) is this Store's cut, not the copy's
-        self._object_options = {k: v for k, v in options.items() if k != "listing"}
+        # what a copy opens again: a listing given (a Spark plan's) is this Store's cut, not the copy's, and
+        # the objects it preloads are that cut's
+        self._object_options = {k: v for k, v in options.items() if k not in ("listing", "preloaded")}
         mirror = tempfile.mkdtemp(prefix="rmqfilter-object-store-")
         register_mirror(mirror, uri)
         self._mirror_cleanup = weakref.finalize(self, _remove_mirror, mirror)

@@ -22,10 +22,10 @@ import numpy as np
 from .. import format as fmt
 from ..readers.columns import factorize
 from ..readers.commitlog import CommitLog
-from ..readers.consumequeue import ConsumeQueue
+from ..readers.consumequeue import ConsumeQueue, ends_data
 from ..tags import tags_code_utf8
 
-__all__ = ["held_by_a_process", "undispatched_units"]
+__all__ = ["dispatch_frontier", "held_by_a_process", "last_unit", "undispatched_units"]
 
 #: The store root's lock file, which a running broker holds (docs/reliability.md#undispatched).
 LOCK_FILE = "lock"
@@ -70,8 +70,38 @@ def crashed(root: str) -> bool:
     return os.path.exists(os.path.join(root, ABORT_FILE)) and held_by_a_process(root) is False
 
 
+def dispatch_frontier(last_units) -> tuple[int, int] | None:
+    """The dispatch frontier's unit: of each queue's last unit ``(commit_log_offset, size)`` (None for a
+    queue without one), the one whose record ends furthest in the CommitLog; None when no queue has a unit.
+
+    Its record's end is the dispatch frontier: every record before it was dispatched by the broker's reput
+    service, which walks the CommitLog in order; what lies past it is what a restart dispatches
+    (docs/reliability.md#undispatched). A store in a bucket finds its CommitLog's end by walking from there
+    (docs/object-storage.md#costs)."""
+    best = None
+    for unit in last_units:
+        if unit is not None and (best is None or unit[0] + unit[1] > best[0] + best[1]):
+            best = (int(unit[0]), int(unit[1]))
+    return best
+
+
+def last_unit(units: np.ndarray) -> tuple[int, int] | None:
+    """``(commit_log_offset, size)`` of the last unit of ``units`` (ConsumeQueue units from the start of a
+    queue's file) before the first that ends the queue's data (docs/formats.md#consumequeue); None when
+    there is none, or it is a placeholder (a queue's head, docs/formats.md#consumequeue-offsets)."""
+    ends = np.flatnonzero(ends_data(units))
+    count = int(ends[0]) if len(ends) else len(units)
+    if not count:
+        return None
+    phys, size, tags = (int(units[name][count - 1]) for name in ("commit_log_offset", "size", "tags_code"))
+    if (phys, size, tags) == fmt.PLACEHOLDER_UNIT:
+        return None
+    return phys, size
+
+
 def _queue_ends(root: str, cq_file_size: int | None, queue_dir=None) -> tuple[dict[tuple[str, int], int], int]:
-    """Each queue's end and the dispatch frontier (the furthest record end a unit points at).
+    """Each queue's end and the dispatch frontier (the furthest record end a unit points at,
+    :func:`dispatch_frontier`).
 
     Opens one queue at a time (its files are closed before the next is opened). ``queue_dir(topic,
     queue_id)``, when given, is the directory each queue's reader opens (a store in object storage:
@@ -79,7 +109,7 @@ def _queue_ends(root: str, cq_file_size: int | None, queue_dir=None) -> tuple[di
     """
     top = os.path.join(root, fmt.CONSUME_QUEUE_DIR)
     ends: dict[tuple[str, int], int] = {}
-    frontier = 0
+    last: list[tuple[int, int]] = []
     for topic in sorted(os.listdir(top)) if os.path.isdir(top) else []:
         tdir = os.path.join(top, topic)
         if not os.path.isdir(tdir):
@@ -93,11 +123,11 @@ def _queue_ends(root: str, cq_file_size: int | None, queue_dir=None) -> tuple[di
                 end = queue.max_offset
                 ends[topic, int(q)] = end
                 if end > queue.min_offset:
-                    phys, size, _ = queue.unit(end - 1)
-                    frontier = max(frontier, phys + size)
+                    last.append(queue.unit(end - 1)[:2])
             finally:
                 queue.close()
-    return ends, frontier
+    unit = dispatch_frontier(last)
+    return ends, 0 if unit is None else unit[0] + unit[1]
 
 
 def undispatched_units(root: str, log: CommitLog, commit_log_end: int, *, cq_file_size: int | None = None,

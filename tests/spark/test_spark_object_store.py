@@ -5,6 +5,7 @@ bucket or prefix and denied credentials fail naming the URI, with no secret in a
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import json
 import pickle
 from pathlib import Path
@@ -213,6 +214,53 @@ def test_a_task_reads_the_plans_listing_and_cut(bucket, monkeypatch):
     local_options = ReadOptions.parse({"path": str(DATA / "golden_store"), **read})
     local = RocketMQReader(local_options, local_options.schema())
     assert rows == sum(batch.num_rows for p in local.partitions() for batch in local.read(p)) > 0
+
+
+def _task_requests(reader, parts) -> tuple[int, dict]:
+    """Rows and requests by kind of the tasks reading ``parts``, replayed in this process as one Python
+    worker runs them (its Stores of the bucket, closed after)."""
+    from pyspark_udfs import _reader
+
+    _reader._BUCKETS.clear()
+    try:
+        rows = sum(batch.num_rows for p in parts for batch in reader.read(p))
+        stats: dict[str, tuple[int, int]] = {}
+        for store in _reader._BUCKETS.values():
+            for kind, (r, b) in store.source.stats().items():
+                stats[kind] = (stats.get(kind, (0, 0))[0] + r, stats.get(kind, (0, 0))[1] + b)
+        return rows, stats
+    finally:
+        for store in _reader._BUCKETS.values():
+            store.close()
+        _reader._BUCKETS.clear()
+
+
+def test_a_task_takes_the_objects_its_plan_fetched(s3_server, tmp_path):
+    """The plan carries what it fetched that its tasks would fetch again (docs/object-storage.md#spark): the
+    small objects (``config/*.json``, ``checkpoint``, IndexFiles) and each slice's ConsumeQueue objects. A
+    task then requests only its records (and the ext objects a filter consults): no config object, no
+    ConsumeQueue object; without them (a slice made by hand) it fetches both. The rows are the same."""
+    root = tmp_path / "store"
+    topic = generate_sample_store(root, messages=2000, seed=3, commit_log_file_size=1 << 18).main_topic
+    uri = s3_server.upload(root, "carried", "broker-a")
+    for read in ({"topic": topic}, {"topic": topic, "group": "GID_RED_CHEAP", "sql": "color = 'red'"}):
+        options = ReadOptions.parse({"path": uri, **read, "endpoint": s3_server.endpoint, "region": "us-east-1"})
+        reader = RocketMQReader(options, options.schema())
+        parts = reader.partitions()
+        slices = [s for p in parts for s in p.slices]
+        assert slices and all(s.carried for s in slices) and "carried" not in repr(slices[0])
+        carried = {key for s in slices for key, _ in s.carried}
+        assert any(k.startswith("config/") for k in carried) and any(k.startswith("consumequeue/") for k in carried)
+        rows, stats = _task_requests(reader, parts)
+        assert not set(stats) & {"config", "checkpoint", "index", "ConsumeQueue", "ConsumeQueueTail", "list"}, stats
+        assert stats["CommitLog"][0] > 0
+        bare = [type(p)(tuple(dataclasses.replace(s, carried=None) for s in p.slices)) for p in parts]
+        again, fetched = _task_requests(reader, bare)
+        assert again == rows > 0
+        assert fetched["config"][0] >= 1 and fetched["ConsumeQueue"][0] >= len({(s.topic, s.queue_id) for s in slices})
+    local_options = ReadOptions.parse({"path": str(root), **read})
+    local = RocketMQReader(local_options, local_options.schema())
+    assert rows == sum(batch.num_rows for p in local.partitions() for batch in local.read(p))
 
 
 def test_options_endpoint_and_region_are_for_a_bucket(spark):
