@@ -558,8 +558,9 @@ class Harness:
                     timeout=timeout_s + 60)
 
     def unsubscribe(self, groups: list[str]) -> None:
-        for g in groups:
-            self.client("consumer_stop", group=g)
+        """Stops the push consumers of ``groups``, all at once (each shuts down in about a second)."""
+        if groups:
+            self.client("consumer_stop", groups=list(groups))
 
     def record_progress(self) -> None:
         """The broker's own progress of every group: ``progress`` on its topic's queues and

@@ -250,10 +250,8 @@ public final class Client {
             }
             case "consumer_start" -> startConsumer(cmd);
             case "consumer_wait_drained" -> answer.put("waited_ms", waitDrained(cmd));
-            case "consumer_stop" -> {
-                DefaultMQPushConsumer c = consumers.remove(cmd.getString("group"));
-                c.shutdown();
-            }
+            case "consumer_stop" -> stopConsumers(cmd.containsKey("groups")
+                ? cmd.getJSONArray("groups").toJavaList(String.class) : List.of(cmd.getString("group")));
             case "received" -> answer.put("count", receivedCount.getOrDefault(cmd.getString("group"),
                 new AtomicLong()).get());
             case "progress" -> answer.put("progress", progress(cmd.getString("group")));
@@ -444,6 +442,31 @@ public final class Client {
             out.add(row);
         }
         return out;
+    }
+
+    /**
+     * Shuts the push consumers of {@code groups} down at once: each is a client instance of its own
+     * (instance name group-phase), and a consumer's shutdown (offsets persisted, the client
+     * unregistered) takes about a second, so a scenario's many groups stop in about one.
+     */
+    private void stopConsumers(List<String> groups) throws InterruptedException {
+        List<DefaultMQPushConsumer> stopping = new ArrayList<>();
+        for (String group : groups) {
+            DefaultMQPushConsumer c = consumers.remove(group);
+            if (c == null) {
+                throw new IllegalArgumentException("no consumer of group " + group + " runs");
+            }
+            stopping.add(c);
+        }
+        List<Thread> threads = new ArrayList<>();
+        for (DefaultMQPushConsumer c : stopping) {
+            Thread t = new Thread(c::shutdown, "harness-stop-" + c.getConsumerGroup());
+            t.start();
+            threads.add(t);
+        }
+        for (Thread t : threads) {
+            t.join();
+        }
     }
 
     /**
