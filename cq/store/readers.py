@@ -25,7 +25,8 @@ from ..readers.compaction import CompactionConsumeQueue, CompactionLog, compacti
 from ..readers.consumequeue import ConsumeQueue
 from ..readers.dledger import DLedgerCommitLog
 from ..readers.ext import ConsumeQueueExt
-from ..readers.objects import CopiedDir, ObjectCommitLog, ObjectDir, ObjectDLedgerCommitLog
+from ..readers.objectlog import ObjectCommitLog, ObjectDLedgerCommitLog
+from ..readers.objects import CopiedDir, ObjectDir
 from ..readers.rocksdb import RocksDBConsumeQueue, RocksDBQueueTable, database_stamp
 from . import undispatched
 from .decide import records_present
@@ -125,7 +126,7 @@ class ReaderRoom:
     def _dispatch_frontier(self) -> tuple[int, int] | None:
         """For a store in a bucket: the unit whose record ends furthest among every consume queue's last
         unit (:func:`cq.store.undispatched.dispatch_frontier`), where its CommitLog's cold recovery walk
-        starts (:meth:`cq.readers.objects.RangedLog.walk_start`). A file queue's last unit comes from its
+        starts (:meth:`cq.readers.objectlog.RangedLog.walk_start`). A file queue's last unit comes from its
         private copy where a read fetched the queue, else from the head of its last ConsumeQueue object
         (:meth:`cq.ObjectStore.queue_tails`, every queue's at once); a RocksDB consume queue's from its
         database, copied when the Store opened. BatchCQ and compaction topics are left out: the frontier of

@@ -593,7 +593,7 @@ def test_recovery_walk_heads_at_once_and_sealed_objects_walked_once(s3_server, t
     Store of this process walks the last object alone while the listing gives the others the same size and
     time (the sealed-file rule, docs/live.md#sealed-files), and every object again once they are uploaded
     anew. The answers are the local ones throughout."""
-    from cq.readers import commitlog, objects
+    from cq.readers import commitlog, objectlog
 
     monkeypatch.setattr(commitlog, "SEALED_AGE_NS", -(10**12))  # every object old enough to be noted
     monkeypatch.setattr(commitlog, "_SEALED", {})
@@ -605,13 +605,13 @@ def test_recovery_walk_heads_at_once_and_sealed_objects_walked_once(s3_server, t
         want = list(local.consume(topic, "G", sql="a > 5"))
     assert len(files) > 3
     walked = []
-    walk = objects.RangedLog._walk_file
+    walk = objectlog.RangedLog._walk_file
 
     def counted(self, index, check_crc, pos=0):
         walked.append(index)
         return walk(self, index, check_crc, pos)
 
-    monkeypatch.setattr(objects.RangedLog, "_walk_file", counted)
+    monkeypatch.setattr(objectlog.RangedLog, "_walk_file", counted)
     last = len(files) - 1
     for expected in ([last - 2, last - 1, last], [last], [last]):
         walked.clear()
