@@ -227,14 +227,14 @@ def _revive_stamp(store: Store, topics: list[str]) -> tuple:
     """What the revive log is read from, as it is now: the CommitLog's ends, each revive and timer
     queue's ends, and the revive service's committed offsets. The same stamp, the same records."""
     log = store.commit_log
-    parts: list = [log.min_offset, log.max_offset]
-    for topic in [*topics, fmt.TIMER_TOPIC] if fmt.TIMER_TOPIC in store.topics() else topics:
+    queued = [*topics, fmt.TIMER_TOPIC] if fmt.TIMER_TOPIC in store.topics() else topics
+    ends = []
+    for topic in queued:
         for q in store.queue_ids(topic):
             with store.queue_readers(topic, q, ext=False) as (cqueue, _ext):
-                parts.append((topic, q, cqueue.min_offset, cqueue.max_offset))
-        if topic != fmt.TIMER_TOPIC:
-            parts.append(tuple(sorted(store.committed_offsets(fmt.REVIVE_GROUP, topic).items())))
-    return tuple(parts)
+                ends.append((topic, q, cqueue.min_offset, cqueue.max_offset))
+    progress = [tuple(sorted(store.committed_offsets(fmt.REVIVE_GROUP, t).items())) for t in topics]
+    return log.min_offset, log.max_offset, tuple(ends), tuple(progress)
 
 
 def read_revive_log(store: Store) -> ReviveLog:

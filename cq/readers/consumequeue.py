@@ -22,11 +22,18 @@ def ends_data(units: np.ndarray) -> np.ndarray:
     return (units["commit_log_offset"] < 0) | (units["size"] <= 0)
 
 
+def head_units(data) -> tuple[np.ndarray, bool]:
+    """The units of bytes ``data`` (the head of a ConsumeQueue file) before the one that ends the queue's
+    data (:func:`ends_data`), and whether that unit is within ``data`` (docs/formats.md#consumequeue)."""
+    units = np.frombuffer(data, dtype=fmt.CQ_UNIT_DTYPE, count=len(data) // fmt.CQ_STORE_UNIT_SIZE)
+    ends = np.flatnonzero(ends_data(units))
+    return (units[:int(ends[0])], True) if len(ends) else (units, False)
+
+
 def data_ends_within(data) -> bool:
     """Whether bytes ``data`` (the head of a ConsumeQueue file) hold the unit that ends the queue's data:
     the recovery reads nothing past it, so a copy of a file needs no more (docs/object-storage.md#costs)."""
-    whole = len(data) // fmt.CQ_STORE_UNIT_SIZE * fmt.CQ_STORE_UNIT_SIZE
-    return bool(ends_data(np.frombuffer(data, dtype=fmt.CQ_UNIT_DTYPE, count=whole // fmt.CQ_STORE_UNIT_SIZE)).any())
+    return head_units(data)[1]
 
 
 class ConsumeQueue(MappedFileQueue):

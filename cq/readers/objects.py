@@ -27,7 +27,7 @@ import numpy as np
 from .. import format as fmt
 from ..errors import ObjectStoreError, StoreFormatError, UnsupportedLayoutError
 from .commitlog import Message, decode_message
-from .consumequeue import ConsumeQueue, ends_data
+from .consumequeue import ConsumeQueue, head_units
 from .ext import ConsumeQueueExt
 
 __all__ = [
@@ -717,10 +717,9 @@ class ObjectStore:
             with open(path, "rb") as f:
                 data = f.read(length)
             if copied is not None and copied < size and self._is_queue_file(key):
-                units = np.frombuffer(data, dtype=fmt.CQ_UNIT_DTYPE, count=len(data) // fmt.CQ_STORE_UNIT_SIZE)
-                ends = np.flatnonzero(ends_data(units))
-                if len(ends):
-                    data = data[:(int(ends[0]) + 1) * fmt.CQ_STORE_UNIT_SIZE]
+                units, ended = head_units(data)
+                if ended:
+                    data = data[:(len(units) + 1) * fmt.CQ_STORE_UNIT_SIZE]
             if total + len(data) > budget:
                 continue
             out.append((key, data))

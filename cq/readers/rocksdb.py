@@ -363,13 +363,9 @@ def offset_table(directory: str | os.PathLike) -> dict[tuple[str, str], dict[int
     """``config/consumerOffsets`` (v1; keys ``{topic}@{group}``) or v2's ``config/rdb`` as
     :func:`cq.readers.config.read_offset_table` gives the JSON file: (topic, group) -> {queue id:
     committed offset}. v2 keeps the LMQ queues' offsets in the same table (queue 0)."""
-    key = (os.path.abspath(os.fspath(directory)), "consumerOffsets (offsets)")
-    stamp = database_stamp(key[0])
-    kept = _METADATA_READ.get(key)
-    if kept is None or not stamp or kept[0] != stamp:  # read again once the broker wrote (metadata_table's rule)
-        kept = (stamp, _v2_offsets(directory, "consumerOffsets") if is_v2(directory) else _v1_offsets(directory))
-        _METADATA_READ[key] = kept
-    return {k: dict(v) for k, v in kept[1].items()}
+    read = _read_while_unchanged(directory, "consumerOffsets (offsets)", lambda: (
+        _v2_offsets(directory, "consumerOffsets") if is_v2(directory) else _v1_offsets(directory)))
+    return {k: dict(v) for k, v in read.items()}
 
 
 def _v1_offsets(directory: str | os.PathLike) -> dict[tuple[str, str], dict[int, int]]:
@@ -500,7 +496,20 @@ def database_stamp(path: str | os.PathLike) -> tuple:
 
 
 #: (database path, table) -> (database_stamp when read, the table): reused only while the stamp is equal
-_METADATA_READ: dict[tuple[str, str], tuple[tuple, dict[str, dict]]] = {}
+_METADATA_READ: dict[tuple[str, str], tuple[tuple, dict]] = {}
+
+
+def _read_while_unchanged(directory: str | os.PathLike, name: str, read: Callable[[], dict]) -> dict:
+    """``read()`` of the metadata database ``directory`` (``name``: what is read), or what it gave last
+    while the database's :func:`database_stamp` is the same (opening it costs milliseconds). The caller
+    copies what it returns."""
+    key = (os.path.abspath(os.fspath(directory)), name)
+    stamp = database_stamp(key[0])
+    kept = _METADATA_READ.get(key)
+    if kept is None or not stamp or kept[0] != stamp:
+        kept = (stamp, read())
+        _METADATA_READ[key] = kept
+    return kept[1]
 
 
 def metadata_table(directory: str | os.PathLike, table: str) -> dict[str, dict]:
@@ -510,14 +519,8 @@ def metadata_table(directory: str | os.PathLike, table: str) -> dict[str, dict]:
 
     Opening the database costs milliseconds: the table read last is returned again (a new dict) while
     the database's :func:`database_stamp` is the same."""
-    key = (os.path.abspath(os.fspath(directory)), table)
-    stamp = database_stamp(key[0])
-    kept = _METADATA_READ.get(key)
-    if kept is not None and stamp and kept[0] == stamp:
-        return dict(kept[1])
-    read = _v2_named_table(directory, table) if is_v2(directory) else read_metadata_table(directory, table)
-    _METADATA_READ[key] = (stamp, read)
-    return dict(read)
+    return dict(_read_while_unchanged(directory, table, lambda: (
+        _v2_named_table(directory, table) if is_v2(directory) else read_metadata_table(directory, table))))
 
 
 def pull_offset_table(directory: str | os.PathLike) -> dict[tuple[str, str], dict[int, int]]:

@@ -144,22 +144,20 @@ class ReaderRoom:
                 if topic in skip:
                     continue
                 for q in self.source.subdirs(f"{fmt.CONSUME_QUEUE_DIR}/{topic}"):
-                    rel = (fmt.CONSUME_QUEUE_DIR, topic, q)
                     if not q.isdigit():
                         continue
+                    rel = (fmt.CONSUME_QUEUE_DIR, topic, q)
                     if rel not in self._fetched_queues:
                         tails.append("/".join(rel))
                         continue
                     queue = ConsumeQueue(os.path.join(self.root, *rel), file_size=self._cq_size, topic=topic,
                                          queue_id=int(q))
                     try:
-                        end = queue.max_offset
-                        last.append(queue.unit(end - 1)[:2] if end > queue.min_offset else None)
+                        last.append(undispatched.queue_last_unit(queue))
                     finally:
                         queue.close()
             for head in self.source.queue_tails(tails, consumequeue.data_ends_within).values():
-                last.append(undispatched.last_unit(np.frombuffer(
-                    head, dtype=fmt.CQ_UNIT_DTYPE, count=len(head) // fmt.CQ_STORE_UNIT_SIZE)))
+                last.append(undispatched.last_unit(head))
         return undispatched.dispatch_frontier(last)
 
     def _rocksdb_queues(self) -> list[tuple[str, int]] | None:
@@ -195,20 +193,19 @@ class ReaderRoom:
         d = os.path.join(self.root, fmt.CONSUME_QUEUE_DIR)
         batch = os.path.join(self.root, fmt.BATCH_CONSUME_QUEUE_DIR)
         rocks = self._rocksdb_queues()
-        # a topic's directory made or removed changes its parent's mtime: the same stamps, the same list
-        stamp = (_dir_stamp(d), _dir_stamp(batch), tuple(sorted(self.layout.batch_cq_topics)))
+        # queue files: a topic's directory made or removed changes its parent's mtime, so the same stamps
+        # give the same list
+        stamp = None if rocks is not None else (_dir_stamp(d), _dir_stamp(batch), tuple(sorted(self.layout.batch_cq_topics)))
         kept = self._listed_topics
-        if rocks is None and kept is not None and kept[0] == stamp:
+        if stamp is not None and kept is not None and kept[0] == stamp:
             return list(kept[1])
         listed = {t for t in self.layout.batch_cq_topics if os.path.isdir(os.path.join(batch, t))}
         if rocks is not None:
-            listed.update(topic for topic, _ in rocks)
-        elif os.path.isdir(d):
+            return sorted(listed.union(topic for topic, _ in rocks))
+        if os.path.isdir(d):
             listed.update(t for t in os.listdir(d) if os.path.isdir(os.path.join(d, t)))
-        out = sorted(listed)
-        if rocks is None:
-            self._listed_topics = (stamp, out)
-        return list(out)
+        self._listed_topics = (stamp, sorted(listed))
+        return list(self._listed_topics[1])
 
     def queue_ids(self, topic: str) -> list[int]:
         """Queue ids of ``topic``, ascending."""

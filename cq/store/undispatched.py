@@ -22,10 +22,10 @@ import numpy as np
 from .. import format as fmt
 from ..readers.columns import factorize
 from ..readers.commitlog import CommitLog
-from ..readers.consumequeue import ConsumeQueue, ends_data
+from ..readers.consumequeue import ConsumeQueue, head_units
 from ..tags import tags_code_utf8
 
-__all__ = ["dispatch_frontier", "held_by_a_process", "last_unit", "undispatched_units"]
+__all__ = ["dispatch_frontier", "held_by_a_process", "last_unit", "queue_last_unit", "undispatched_units"]
 
 #: The store root's lock file, which a running broker holds (docs/reliability.md#undispatched).
 LOCK_FILE = "lock"
@@ -85,18 +85,23 @@ def dispatch_frontier(last_units) -> tuple[int, int] | None:
     return best
 
 
-def last_unit(units: np.ndarray) -> tuple[int, int] | None:
-    """``(commit_log_offset, size)`` of the last unit of ``units`` (ConsumeQueue units from the start of a
-    queue's file) before the first that ends the queue's data (docs/formats.md#consumequeue); None when
-    there is none, or it is a placeholder (a queue's head, docs/formats.md#consumequeue-offsets)."""
-    ends = np.flatnonzero(ends_data(units))
-    count = int(ends[0]) if len(ends) else len(units)
-    if not count:
+def last_unit(head) -> tuple[int, int] | None:
+    """``(commit_log_offset, size)`` of the last unit of bytes ``head`` (the start of a queue's last file)
+    before the one that ends the queue's data (:func:`cq.readers.consumequeue.head_units`); None when there
+    is none, or it is a placeholder (a queue's head, docs/formats.md#consumequeue-offsets)."""
+    units, _ended = head_units(head)
+    if not len(units):
         return None
-    phys, size, tags = (int(units[name][count - 1]) for name in ("commit_log_offset", "size", "tags_code"))
+    phys, size, tags = (int(units[name][-1]) for name in ("commit_log_offset", "size", "tags_code"))
     if (phys, size, tags) == fmt.PLACEHOLDER_UNIT:
         return None
     return phys, size
+
+
+def queue_last_unit(queue: ConsumeQueue) -> tuple[int, int] | None:
+    """``(commit_log_offset, size)`` of an open queue's last unit; None for a queue with no unit."""
+    end = queue.max_offset
+    return queue.unit(end - 1)[:2] if end > queue.min_offset else None
 
 
 def _queue_ends(root: str, cq_file_size: int | None, queue_dir=None) -> tuple[dict[tuple[str, int], int], int]:
@@ -109,7 +114,7 @@ def _queue_ends(root: str, cq_file_size: int | None, queue_dir=None) -> tuple[di
     """
     top = os.path.join(root, fmt.CONSUME_QUEUE_DIR)
     ends: dict[tuple[str, int], int] = {}
-    last: list[tuple[int, int]] = []
+    last: list[tuple[int, int] | None] = []
     for topic in sorted(os.listdir(top)) if os.path.isdir(top) else []:
         tdir = os.path.join(top, topic)
         if not os.path.isdir(tdir):
@@ -120,10 +125,8 @@ def _queue_ends(root: str, cq_file_size: int | None, queue_dir=None) -> tuple[di
             where = queue_dir(topic, int(q)) if queue_dir is not None else os.path.join(tdir, q)
             queue = ConsumeQueue(where, file_size=cq_file_size, topic=topic, queue_id=int(q))
             try:
-                end = queue.max_offset
-                ends[topic, int(q)] = end
-                if end > queue.min_offset:
-                    last.append(queue.unit(end - 1)[:2])
+                ends[topic, int(q)] = queue.max_offset
+                last.append(queue_last_unit(queue))
             finally:
                 queue.close()
     unit = dispatch_frontier(last)
