@@ -29,15 +29,15 @@ from local disk, the best of ``--rounds``:
 * **spark sql92**: what ``GID_RED_CHEAP`` receives (options ``group`` and ``sql``, layer 2 in the reader).
 
 Requests cannot be counted inside Spark's Python workers, so each read is replayed in this process
-with the same plan and reader (``RocketMQReader.partitions()`` then ``read()`` of every partition:
-the planning Store's requests and one worker's): its requests and bytes are the bucket's columns. In
-Spark each Python worker opens its own Store of the bucket once per query (a listing and the private
-copy, the **open** row's cost) on top of that.
+with the same plan and reader (``RocketMQReader.partitions()`` then ``read()`` of every partition, each
+in a Store of its own, as a task in a Python worker of its own opens one: the planning Store's requests
+and every task's): its requests and bytes are the bucket's columns. A task opens its Store at the plan's
+listing, taking the objects its slices carry (docs/object-storage.md#spark).
 
 **plan** lines (also with ``--no-spark``: no Spark needed), measured first, in a process that has read
 nothing of the store yet: for each data source read, the requests and bytes its plan fetched
-(``RocketMQReader.partitions()``, the driver's) and those of its tasks (every partition's ``read()``, one
-worker's Stores), by kind.
+(``RocketMQReader.partitions()``, the driver's) and those of its tasks (every partition's ``read()``, each
+in a Store of its own), by kind.
 
 ``--report FILE`` writes the results as a Markdown fragment (``### Object storage`` and tables) for
 the bench report. The figures go in the bench report (docs do not quote them).
@@ -103,8 +103,8 @@ def spark_read(spark, options: dict[str, str]) -> tuple[float, int, int, dict]:
 
 def replay_requests(options: dict[str, str], schema) -> tuple[int, int, dict]:
     """The data source's plan and reads of ``options`` in this process (no Spark): rows, stored bytes,
-    and the requests by kind every ObjectStore made (planning's and one worker's)."""
-    from pyspark_udfs import _reader
+    and the requests by kind every ObjectStore made (the plan's, and each task's in a worker of its own,
+    as local[2] runs a query of two partitions)."""
     from pyspark_udfs._source import ReadOptions
     from pyspark_udfs.datasource import RocketMQReader
 
@@ -116,16 +116,23 @@ def replay_requests(options: dict[str, str], schema) -> tuple[int, int, dict]:
         for batch in reader.read(part):
             n += batch.num_rows
             nbytes += int(np.asarray(batch.column("store_size")).sum())
+        _close_workers_stores()
+    return n, nbytes, {k: (r, b) for k, (r, b) in _REQUESTS.items()}
+
+
+def _close_workers_stores() -> None:
+    """Close the Stores of the bucket the replayed tasks opened: the next task opens its own, as a task
+    in another Python worker does."""
+    from pyspark_udfs import _reader
+
     for store in _reader._BUCKETS.values():
         store.close()
     _reader._BUCKETS.clear()
-    return n, nbytes, {k: (r, b) for k, (r, b) in _REQUESTS.items()}
 
 
 def plan_requests(options: dict[str, str]) -> tuple[dict, dict, int]:
     """The data source's plan of ``options`` and its tasks, replayed in this process with no Spark:
     ``(the plan's requests by kind, the tasks' requests by kind, rows)``."""
-    from pyspark_udfs import _reader
     from pyspark_udfs._source import ReadOptions
     from pyspark_udfs.datasource import RocketMQReader
 
@@ -135,10 +142,10 @@ def plan_requests(options: dict[str, str]) -> tuple[dict, dict, int]:
     parts = reader.partitions()
     plan = {k: (r, b) for k, (r, b) in _REQUESTS.items()}
     _REQUESTS.clear()
-    rows = sum(batch.num_rows for part in parts for batch in reader.read(part))
-    for store in _reader._BUCKETS.values():
-        store.close()
-    _reader._BUCKETS.clear()
+    rows = 0
+    for part in parts:  # each task in a worker of its own
+        rows += sum(batch.num_rows for batch in reader.read(part))
+        _close_workers_stores()
     return plan, {k: (r, b) for k, (r, b) in _REQUESTS.items()}, rows
 
 
@@ -189,22 +196,23 @@ def _row(kind: str, best: dict, stats: dict) -> list[list[str]]:
         raise SystemExit(f"{kind}: the bucket's answer differs: {bn} messages ({bb} bytes) vs {ln} ({lb}) locally")
     requests = sum(r for r, _ in stats.values())
     fetched = sum(b for _, b in stats.values())
-    log_requests = stats.get("CommitLog", (0, 0))[0]
+    log_requests, log_bytes = stats.get("CommitLog", (0, 0))
     rows = []
     for where, (t, n, nb, _) in best.items():
         cells = [kind, where, f"{t:.3f}", f"{n:,}", f"{n / t:,.0f}" if t else "-"]
         if where == "bucket":
             cells += [f"{requests:,}", f"{fetched / 1e6:.1f}", f"{requests / n:.4f}" if n else "-",
                       f"{fetched / n:,.0f}" if n else "-", f"{requests / (nb / (4 << 20)):.2f}" if nb else "-",
-                      f"{log_requests / (nb / (4 << 20)):.2f}" if nb else "-", f"{lt / t:.2f}"]
+                      f"{requests / (log_bytes / (4 << 20)):.2f}" if log_bytes else "-",
+                      f"{log_requests / (log_bytes / (4 << 20)):.2f}" if log_bytes else "-", f"{lt / t:.2f}"]
         else:
-            cells += [""] * 7
+            cells += [""] * 8
         rows.append(cells)
     return rows
 
 
 HEAD = ["read", "where", "best s", "messages", "msg/s", "requests", "MB fetched", "req/record",
-        "bytes fetched/record", "req/4MiB", "CommitLog req/4MiB", "bucket/local"]
+        "bytes fetched/record", "req/4MiB", "req/4MiB read", "CommitLog req/4MiB read", "bucket/local"]
 
 
 def _print(rows: list[list[str]]) -> None:
@@ -309,20 +317,22 @@ def _report(args, size: int, store_rows, spark_rows, kinds, plan_lines=()) -> st
         f"{args.messages:,} messages ({size / 1e6:.1f} MB, CommitLog files of {args.commit_log_file_size >> 20} MiB) "
         f"read from a bucket of s3proxy {s3_server.VERSION} on loopback and from local disk, best of "
         f"{args.rounds}, on {cores} cores (docs/object-storage.md). `req/4MiB`: requests per 4 MiB of the records "
-        "the read delivered (`CommitLog req/4MiB`: the CommitLog's requests alone); `bucket/local`: the "
-        "bucket's throughput over the local one's."),
+        "the read delivered; `req/4MiB read`: per 4 MiB of the CommitLog records the read fetched (every "
+        "request, the listing, config objects and queues' included; `CommitLog req/4MiB read`: the "
+        "CommitLog's requests alone); `bucket/local`: the bucket's throughput over the local one's."),
         "",
         "`cq.Store` (one process):",
         "",
         _markdown(store_rows),
     ]
     if spark_rows:
-        parts += ["", ("The `rocketmq` data source (Spark local[2]); the bucket's requests are the plan's and one "
-                  "worker's, replayed in-process (each further Python worker adds one open):"), "",
+        parts += ["", ("The `rocketmq` data source (Spark local[2]); the bucket's requests are the plan's and each "
+                  "task's in a Python worker of its own, replayed in-process:"), "",
                   _markdown(spark_rows)]
     parts += ["", "Requests by kind (bucket): " + "; ".join(kinds), ""]
     if plan_lines:
-        parts += ["The data source's plan (the driver) and its tasks (one worker), replayed in-process:", "",
+        parts += [("The data source's plan (the driver) and its tasks (each in a worker of its own), replayed "
+                   "in-process:"), "",
                   *(f"- {line}" for line in plan_lines), ""]
     return "\n".join(parts)
 

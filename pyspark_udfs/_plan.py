@@ -5,17 +5,18 @@ these rules, and the non-Spark CLI commands import ``pyspark_udfs.cost`` without
 """
 from __future__ import annotations
 
+import itertools
 import os
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 
 import numpy as np
 
 import cq
 from cq.readers.batchcq import batch_start  # the broker's rule, one home: re-exported here
 
-__all__ = ["DEFAULT_PARTITION_UNITS", "GROUP_PARTITION_UNITS", "MIN_SHARE_UNITS", "SLICE_UNITS", "TIER_RANGE",
-           "UNITS_ONLY_PARTITION_UNITS", "align_to_batches", "batch_start", "default_min_partitions", "file_ranges",
-           "pack_ranges", "share_size"]
+__all__ = ["DEFAULT_PARTITION_UNITS", "GROUP_PARTITION_UNITS", "LOG_BINS", "MIN_SHARE_UNITS", "SLICE_UNITS",
+           "TIER_RANGE", "UNITS_ONLY_PARTITION_UNITS", "align_to_batches", "batch_start", "default_min_partitions",
+           "file_ranges", "pack_by_log", "pack_ranges", "share_size"]
 
 #: Most units a partition takes (option ``partition_units``) when the read decodes every unit's
 #: CommitLog record, when a group's layer 1 decides which it decodes, and when it decodes none:
@@ -30,6 +31,9 @@ SLICE_UNITS = 300_000
 #: The third part of a planned range's key when the broker serves the range from its tier
 #: (docs/reading.md#tiered-storage): ``(broker, topic, TIER_RANGE)``.
 TIER_RANGE = "tier"
+#: Bins of the cut's CommitLog range in which :func:`pack_by_log` counts a read's units to place its
+#: partitions' bounds (a bound falls within one bin's span of the equal share).
+LOG_BINS = 4096
 
 
 def default_min_partitions() -> int:
@@ -88,6 +92,60 @@ def pack_ranges(ranges: Sequence[tuple[str, int, int, int]], size: int) -> list[
             s += take
             room -= take
     return groups
+
+
+def pack_by_log(ranges: Sequence[tuple], size: int, offsets_of: Callable[[tuple], np.ndarray],
+                log_range: tuple[int, int]) -> list[list[tuple]]:
+    """``(key, queue_id, start, end)`` ranges packed into the groups :func:`pack_ranges` makes (as many, of
+    the same shares), each group a stretch of the CommitLog rather than a run of queues: the units whose
+    records lie in one stretch of the log, from every queue (docs/spark.md#partitions). A task reading a
+    store in object storage then fetches its own stretch of the CommitLog's objects, not the whole log
+    again for its queues' records, which lie all over it (docs/object-storage.md#spark).
+
+    ``offsets_of(range)`` gives the CommitLog offsets of a range's units, ascending (a ConsumeQueue's
+    order); ``log_range`` is the cut's CommitLog ``[min, end)``. A group's first unit is found by counting
+    every unit in :data:`LOG_BINS` bins of that range (units outside it count in the first or last bin),
+    then ranking the units of the bin where the share ends. Within a group the ranges keep their order
+    (topic, queue, offset); a range is split where its records cross into the next group.
+
+    >>> offs = {0: np.arange(0, 100, 10), 1: np.arange(5, 105, 10)}   # two queues, interleaved
+    >>> pack_by_log([("T", 0, 0, 10), ("T", 1, 0, 10)], 10, lambda r: offs[r[1]][r[2]:r[3]], (0, 105))
+    [[('T', 0, 0, 5), ('T', 1, 0, 5)], [('T', 0, 5, 10), ('T', 1, 5, 10)]]
+    """
+    ranges = [r for r in ranges if r[3] > r[2]]
+    total = sum(e - s for _, _, s, e in ranges)
+    groups = -(-total // max(1, size)) if total > 0 else 0
+    lo, hi = int(log_range[0]), int(log_range[1])
+    if groups <= 1 or hi <= lo:
+        return pack_ranges(ranges, size)
+    share = -(-total // groups)  # pack_ranges' share: every group but the last holds this many units
+    bins = min(LOG_BINS, hi - lo)
+
+    def bin_of(offsets: np.ndarray) -> np.ndarray:
+        return (np.clip(offsets, lo, hi - 1) - lo) * bins // (hi - lo)
+
+    counts = np.zeros(bins, dtype=np.int64)
+    for r in ranges:
+        counts += np.bincount(bin_of(np.asarray(offsets_of(r), dtype=np.int64)), minlength=bins)
+    before = np.concatenate([[0], np.cumsum(counts)])  # units in the bins before each bin
+    targets = np.arange(1, groups) * share  # the units before each group but the first
+    where = np.searchsorted(before, targets, side="right") - 1  # the bin holding each group's first unit
+    inside: dict[int, list[np.ndarray]] = {int(j): [] for j in where}
+    for r in ranges:
+        offsets = np.asarray(offsets_of(r), dtype=np.int64)
+        at = bin_of(offsets)
+        for j, found in inside.items():
+            found.append(offsets[at == j])
+    # each group's first unit: ranked within its bin (a tie of offsets, one record in two queues, stays whole)
+    bounds = np.array([np.sort(np.concatenate(inside[int(j)]))[t - before[j]] for j, t in zip(where, targets)],
+                      dtype=np.int64)
+    out: list[list[tuple]] = [[] for _ in range(groups)]
+    for key, q, s, e in ranges:
+        group = np.searchsorted(bounds, np.asarray(offsets_of((key, q, s, e)), dtype=np.int64), side="right")
+        cuts = [0, *(np.flatnonzero(np.diff(group)) + 1).tolist(), e - s]
+        for a, b in itertools.pairwise(cuts):
+            out[int(group[a])].append((key, q, s + a, s + b))
+    return [group for group in out if group]
 
 
 def align_to_batches(groups: list[list[tuple]], batch_starts: Mapping[tuple, np.ndarray]) -> list[list[tuple]]:

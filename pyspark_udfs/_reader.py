@@ -215,12 +215,16 @@ def _in_commit_log(store, offsets: np.ndarray, sizes: np.ndarray, part=None, tie
         present = records_present(tier.commit_log, offsets, sizes)
     else:
         present = store.records_present(offsets, sizes, _cut(part))
-    missing = len(present) - int(np.count_nonzero(present))
+    _warn_missing(part, len(present) - int(np.count_nonzero(present)))
+    return present
+
+
+def _warn_missing(part, missing: int) -> None:
+    """Say that ``missing`` units of the slice ``part`` were skipped for their records (none: nothing)."""
     if missing and part is not None:  # counted, as Store.consume counts them (stats.commit_log_missing)
         _LOG.warning("rocketmq: %d unit(s) of %s queue %s in offsets [%s, %s) skipped: their CommitLog records are "
                      "gone (expired by the broker since the read was planned) or past the end of the data "
                      "(commit_log_missing)", missing, part.topic, part.queue_id, part.start, part.end)
-    return present
 
 
 class _GroupFilter:
@@ -257,9 +261,12 @@ class _GroupFilter:
         them with :meth:`layer2_rows` or :meth:`delivered`).
         """
         offsets = units["commit_log_offset"]
-        present = _in_commit_log(self.store, offsets, units["size"], self.part, self.tier)
+        # presence (and, from a bucket, the records' fetch) where layer 1 passed only, as the broker's
+        # (cq.store.decide.decide_units); the missing counted as Store.consume counts them
         d = decide_units(self.layers, self.log, offsets, units["size"], tags_code, known=known,
-                         ext_batch=ext_batch, candidates=candidates, present=present, layer2=False)
+                         ext_batch=ext_batch, candidates=candidates, layer2=False,
+                         cut=None if self.tier is not None else _cut(self.part))
+        _warn_missing(self.part, int(np.count_nonzero(d.consume_queue & ~d.present)))
         if self.layer2_in_spark or not layer2:
             # Layer 2 comes later (Spark's, on the properties column, or the caller's, batch by batch):
             # the reader only says which records it reads.
@@ -354,8 +361,31 @@ def read_partition(options, spark_schema, partition, tags_code_sets: Iterable[fr
     partition : pyspark_udfs.datasource.SlicesPartition
     """
     tags_code_sets = list(tags_code_sets)
+    _prefetch_slices(options, partition.slices)
     for part in partition.slices:
         yield from read_slice(options, spark_schema, part, tags_code_sets)
+
+
+def _prefetch_slices(options, slices) -> None:
+    """For a store in object storage: fetch at once the ConsumeQueue objects the partition's slices do not
+    carry and the ext objects their units address, every queue's (:meth:`cq.Store.prefetch`), rather than
+    one queue after the other as the slices reach them (docs/object-storage.md#spark). A fetch that fails
+    here is left to the slice that reads it (its error, or its skip with ``on_corrupt=skip``)."""
+    queues: dict[tuple, list] = {}  # (broker, topic) -> the slices of its ConsumeQueue ranges
+    for part in slices:
+        if part.skip_reason is None and part.end > part.start and not getattr(part, "tier", False):
+            queues.setdefault((getattr(part, "broker", None), part.topic), []).append(part)
+    for (broker, topic), parts in queues.items():
+        opts = options.for_broker(broker) if broker is not None else options
+        if not is_object_uri(opts.path):
+            continue
+        try:
+            store = None
+            for part in parts:  # each slice's carried objects taken first: they are not fetched again
+                store = _store(opts, part)
+            store.prefetch(topic, sorted({part.queue_id for part in parts}), ext=True)
+        except StoreFormatError:
+            continue
 
 
 def read_slice(options, spark_schema, part, tags_code_sets: Iterable[frozenset[int]]) -> Iterator[pa.RecordBatch]:

@@ -57,6 +57,7 @@ from ._plan import (
     align_to_batches,
     batch_start,
     file_ranges,
+    pack_by_log,
 )
 from ._source import (
     BODY,
@@ -247,6 +248,16 @@ def _runs(offsets: Sequence[int], lo: int, hi: int) -> list[tuple[int, int]]:
     return [(a, b) for a, b in out]
 
 
+def _log_offsets(store: cq.Store):
+    """``range -> CommitLog offsets of its units`` over ``store``'s queues (:func:`pack_by_log`), each queue
+    opened for the one range (from the private copy the plan fetched: no request)."""
+    def offsets_of(rng: tuple) -> np.ndarray:
+        (_broker, topic), queue_id, start, end = rng
+        with store.queue_readers(topic, queue_id, ext=False) as (queue, _ext):
+            return queue.read_columns(start, end - start)["commit_log_offset"]
+    return offsets_of
+
+
 def _attribute(f: Filter) -> str | None:
     attr = getattr(f, "attribute", None)
     return attr[0] if attr is not None and len(attr) == 1 else None
@@ -312,6 +323,7 @@ class RocketMQReader(DataSourceReader):
         cuts: dict[str | None, dict] = {}
         batch_starts: dict[tuple, np.ndarray] = {}  # ((broker, topic), queue id) -> a BatchCQ queue's batch starts
         carried: dict[tuple, tuple] = {}  # (broker, topic, queue id) -> the objects its slices carry (a bucket's)
+        by_log: list[list[tuple]] = []  # one store in a bucket: its ranges packed by CommitLog stretch
         held = False
         for broker, root in brokers:
             store = opts.open_store(root)
@@ -321,14 +333,15 @@ class RocketMQReader(DataSourceReader):
                         continue  # a topic need not be on every broker
                     raise ValueError(f"rocketmq option 'topic': no topic {opts.topic!r} in store {opts.path!r}")
                 held = True
-                cuts[broker] = self._plan_store(store, broker, ranges, unreadable, planned_at, batch_starts, carried)
+                cuts[broker] = self._plan_store(store, broker, ranges, unreadable, planned_at, batch_starts, carried,
+                                                None if opts.brokers else by_log)
             finally:
                 store.close()
         if not held:
             raise ValueError(f"rocketmq option 'topic': no topic {opts.topic!r} in any of the stores {opts.path}")
         # a range's key is (broker, topic): packing sees it as one opaque name; a BatchCQ queue's
         # ranges then start at batch starts, so each batch is read whole, once (docs/reading.md#batchcq)
-        packed = align_to_batches(opts.pack(self.schema, ranges), batch_starts)
+        packed = by_log or align_to_batches(opts.pack(self.schema, ranges), batch_starts)
         # a range the broker serves from its tier is keyed (broker, topic, TIER_RANGE) (docs/reading.md#tiered-storage)
         parts = [[ConsumeQueueSlice(key[1], q, s, e, broker=key[0], tier=len(key) > 2,
                                     carried=carried.get((key[0], key[1], q)), **cuts[key[0]])
@@ -339,13 +352,16 @@ class RocketMQReader(DataSourceReader):
         return [SlicesPartition(tuple(p)) for p in parts] or [SlicesPartition(())]
 
     def _plan_store(self, store: cq.Store, broker: str | None, ranges: list, unreadable: list,
-                    planned_at: float, batch_starts: dict, carried: dict) -> dict:
+                    planned_at: float, batch_starts: dict, carried: dict, by_log: list | None = None) -> dict:
         """Add one store's queue ranges (keyed ``(broker, topic)``) and unreadable queues, the batch
         starts of its BatchCQ queues and, for a store in object storage whose listing the plan carries, what
         its slices of each queue carry of the plan's fetches (``carried[broker, topic, queue id]``,
-        docs/object-storage.md#spark); returns its cut."""
+        docs/object-storage.md#spark); returns its cut. ``by_log`` (a read of this store alone): for a store in
+        object storage whose ranges are all ConsumeQueue ranges, filled with them packed by CommitLog
+        stretch (:func:`pyspark_udfs._plan.pack_by_log`), the partitions to read."""
         opts = self.options
         first_range = len(ranges)
+        plain = True  # every range is a ConsumeQueue's (no BatchCQ, compaction or tier range)
         # A fresh Store: the cut is the store as it is now. Queue ends are read first, the
         # CommitLog end last, so every unit planned has its record inside the cut (docs/live.md).
         topics = [opts.topic] if opts.topic is not None else list(store.topics())
@@ -384,6 +400,7 @@ class RocketMQReader(DataSourceReader):
                                            for s, e in _runs(keyed.get((topic, queue_id), ()), lo, hi)
                                            for t, q, s2, e2 in file_ranges(queue, topic, queue_id, s, e)]
                                 continue
+                        plain = plain and type(queue) is cq.ConsumeQueue and store.tier is None
                         ranges += [((broker, t), q, s, e) for t, q, s, e in file_ranges(queue, topic, queue_id, lo, hi)]
                 except cq.StoreFormatError as exc:
                     if opts.on_corrupt != "skip":
@@ -396,6 +413,11 @@ class RocketMQReader(DataSourceReader):
         log = store.commit_log
         end = log.refresh()  # the CommitLog end read after every queue's end (it opened with the first queue)
         cut = {"commit_log_min": log.min_offset, "commit_log_end": end, "planned_at": planned_at}
+        if by_log is not None and store.source is not None and plain and not unreadable:
+            mine = ranges[first_range:]
+            units = sum(e - s for _, _, s, e in mine)
+            by_log += pack_by_log(mine, opts.partition_size(self.schema, units), _log_offsets(store),
+                                  (log.min_offset, end))
         listing = store.source.listing() if store.source is not None else ()
         if 0 < len(listing) <= LISTING_IN_PLAN:  # the tasks read this listing's cut (docs/object-storage.md#spark)
             cut["listing"] = listing

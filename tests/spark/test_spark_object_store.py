@@ -263,6 +263,57 @@ def test_a_task_takes_the_objects_its_plan_fetched(s3_server, tmp_path):
     assert rows == sum(batch.num_rows for p in local.partitions() for batch in local.read(p))
 
 
+def test_a_bucket_read_is_cut_into_stretches_of_the_commit_log(s3_server, tmp_path):
+    """A read of a store in object storage packs its partitions by CommitLog stretch, each holding every
+    queue's units whose records lie there (docs/spark.md#partitions): the tasks, each in its own worker,
+    together fetch the log about once, not once per task for their queues' records, which lie all over it.
+    Every unit is read once, and the rows are the local read's."""
+    root = tmp_path / "store"
+    topic = generate_sample_store(root, messages=6000, seed=5, commit_log_file_size=1 << 18).main_topic
+    uri = s3_server.upload(root, "stretches", "broker-a")
+    for read in ({"topic": topic}, {"topic": topic, "group": "GID_RED_CHEAP", "sql": "color = 'red'"}):
+        options = ReadOptions.parse({"path": uri, **read, "partition_units": "1000",
+                                     "endpoint": s3_server.endpoint, "region": "us-east-1"})
+        reader = RocketMQReader(options, options.schema())
+        parts = reader.partitions()
+        assert len(parts) >= 3
+        units = sorted((s.queue_id, o) for p in parts for s in p.slices for o in range(s.start, s.end))
+        local_options = ReadOptions.parse({"path": str(root), **read, "partition_units": "1000"})
+        local = RocketMQReader(local_options, local_options.schema())
+        local_parts = local.partitions()
+        assert units == sorted((s.queue_id, o) for p in local_parts for s in p.slices for o in range(s.start, s.end))
+        rows, together = _task_requests(reader, parts)
+        apart = [_task_requests(reader, [p]) for p in parts]  # each task in a worker of its own
+        assert sum(n for n, _ in apart) == rows == sum(b.num_rows for p in local_parts for b in local.read(p)) > 0
+        fetched = sum(stats["CommitLog"][1] for _, stats in apart if "CommitLog" in stats)
+        assert fetched <= 1.25 * together["CommitLog"][1], (fetched, together["CommitLog"])
+
+
+def test_a_rare_tag_fetches_its_records_not_the_whole_log(s3_server, tmp_path):
+    """From a bucket, a group's task fetches the records its layer 1 passes (docs/object-storage.md#costs),
+    as the broker reads only those: a tag on one message in 500 fetches a few ranges, not every record of
+    its queues. The rows are the local read's."""
+    from cq.writer.writer import StoreWriter
+
+    root = tmp_path / "store"
+    with StoreWriter(root, commit_log_file_size=1 << 21) as writer:
+        for i in range(2000):
+            writer.append("Sparse", b"x" * 4000, queue_id=i % 2, tags="Rare" if i % 500 == 7 else "Bulk")
+    uri = s3_server.upload(root, "raretag", "broker-a")
+    fetched, rows = {}, {}
+    for name, read in (("all", {}), ("rare", {"group": "G", "tags": "Rare"})):
+        options = ReadOptions.parse({"path": uri, "topic": "Sparse", **read,
+                                     "endpoint": s3_server.endpoint, "region": "us-east-1"})
+        reader = RocketMQReader(options, options.schema())
+        rows[name], stats = _task_requests(reader, reader.partitions())
+        fetched[name] = stats.get("CommitLog", (0, 0))[1]
+        local_options = ReadOptions.parse({"path": str(root), "topic": "Sparse", **read})
+        local = RocketMQReader(local_options, local_options.schema())
+        assert rows[name] == sum(b.num_rows for p in local.partitions() for b in local.read(p))
+    assert rows == {"all": 2000, "rare": 4}
+    assert 0 < fetched["rare"] < fetched["all"] / 10, fetched
+
+
 def test_options_endpoint_and_region_are_for_a_bucket(spark):
     with pytest.raises(Exception, match="for a store in object storage"):
         spark.read.format("rocketmq").option("endpoint", "http://127.0.0.1:1").load(str(DATA / "golden_store"))
