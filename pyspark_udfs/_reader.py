@@ -362,8 +362,23 @@ def read_partition(options, spark_schema, partition, tags_code_sets: Iterable[fr
     """
     tags_code_sets = list(tags_code_sets)
     _prefetch_slices(options, partition.slices)
-    for part in partition.slices:
-        yield from read_slice(options, spark_schema, part, tags_code_sets)
+    try:
+        for part in partition.slices:
+            yield from read_slice(options, spark_schema, part, tags_code_sets)
+    finally:
+        _release_records(options, partition.slices)
+
+
+def _release_records(options, slices) -> None:
+    """For a store in object storage: give back the CommitLog records the task fetched
+    (:meth:`cq.readers.objectlog.RangedLog.release_held`). The worker keeps its Store for the query's
+    other tasks, which read other stretches of the log: it holds none of this task's records
+    (docs/object-storage.md#spark)."""
+    for broker in {getattr(part, "broker", None) for part in slices}:
+        opts = options.for_broker(broker) if broker is not None else options
+        store = _peek(opts, next(p for p in slices if getattr(p, "broker", None) == broker))
+        if store is not None:
+            store.release_records()
 
 
 def _prefetch_slices(options, slices) -> None:

@@ -417,6 +417,23 @@ class RangedLog:
         with self._by_offset(offs, sizes if len(sizes) == len(offs) else None):
             return super().decode_columns(offs)
 
+    @property
+    def held_bytes(self) -> int:
+        """Bytes of the log's objects fetched and held now (what :meth:`release_held` gives back)."""
+        with self._fetch_lock:
+            return sum(hi - lo for spans in self._held.values() for lo, hi in spans)
+
+    def release_held(self) -> None:
+        """Give back the memory of every byte fetched so far and forget that it is held: a later read
+        fetches what it needs again (docs/object-storage.md#costs). What a read that is done with its
+        records calls (a Spark task at its end, a ``consume`` when it ends), so a Store kept for further
+        reads holds none of this one's records. The buffers stay (their pages are zeros again), so a
+        view of one never outlives its memory; what a read returned was copied out of them."""
+        with self._fetch_lock:
+            for buf in self._bufs.values():
+                buf.madvise(mmap.MADV_DONTNEED)
+            self._held.clear()
+
     def close(self) -> None:
         """Release the buffers and forget what they held."""
         with self._fetch_lock:

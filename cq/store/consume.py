@@ -240,9 +240,12 @@ class ConsumeRoom:
             total = sum(hi - lo for _, (lo, hi) in bounds)
             # a store in a bucket: the queues' objects layer 1 reads, many at once (docs/object-storage.md#costs)
             self._prefetch_queues([(topic, q) for q, _ in bounds], ext=not Layers(flt).passes_all)
-            for q, b in bounds:
-                yield from self._consume_queue(topic, q, flt, stats, verify_crc, progress, total, cut, b,
-                                               custom)
+            try:
+                for q, b in bounds:
+                    yield from self._consume_queue(topic, q, flt, stats, verify_crc, progress, total, cut, b,
+                                                   custom)
+            finally:
+                self.release_records()
 
         return ConsumeResult(run)
 

@@ -102,6 +102,16 @@ class ReaderRoom:
                     self._commit_log = self._open_commit_log()
         return self._commit_log
 
+    def release_records(self) -> None:
+        """For a store in a bucket, give back the memory of the CommitLog records fetched so far
+        (:meth:`cq.readers.objectlog.RangedLog.release_held`): what a read calls when it is done with its
+        records (``consume`` when it ends, a Spark task), so a Store kept for further reads holds none of
+        them (docs/object-storage.md#costs). Nothing for a local store, whose pages are the page cache's,
+        nor before the log is opened."""
+        release = getattr(self._commit_log, "release_held", None)
+        if release is not None:
+            release()
+
     def _open_commit_log(self) -> CommitLog:
         layout = self.layout
         layout.check_commit_log()

@@ -289,6 +289,42 @@ def test_a_bucket_read_is_cut_into_stretches_of_the_commit_log(s3_server, tmp_pa
         assert fetched <= 1.25 * together["CommitLog"][1], (fetched, together["CommitLog"])
 
 
+def test_a_worker_holds_no_records_of_a_task_it_ran(s3_server, tmp_path):
+    """A worker keeps its Store of the bucket for the query's other tasks; each task gives back the
+    CommitLog records it fetched when it ends (docs/object-storage.md#spark), so the worker's memory does
+    not grow with the log it reads. The batches a task returned are copies: still the local rows."""
+    import pyarrow as pa
+
+    from pyspark_udfs import _reader
+
+    root = tmp_path / "store"
+    topic = generate_sample_store(root, messages=4000, seed=8, commit_log_file_size=1 << 18).main_topic
+    uri = s3_server.upload(root, "released", "broker-a")
+    read = {"topic": topic, "partition_units": "1000"}
+    options = ReadOptions.parse({"path": uri, **read, "endpoint": s3_server.endpoint, "region": "us-east-1"})
+    reader = RocketMQReader(options, options.schema())
+    parts = reader.partitions()
+    assert len(parts) >= 2
+    _reader._BUCKETS.clear()
+    batches = []
+    try:
+        for part in parts:  # one worker runs every task, one after the other
+            batches += reader.read(part)
+            (store,) = _reader._BUCKETS.values()
+            assert store.source.stats()["CommitLog"][1] > 0 and store.commit_log.held_bytes == 0
+    finally:
+        for store in _reader._BUCKETS.values():
+            store.close()
+        _reader._BUCKETS.clear()
+    local_options = ReadOptions.parse({"path": str(root), **read})
+    local = RocketMQReader(local_options, local_options.schema())
+
+    def rows(bs):
+        return sorted(pa.Table.from_batches(bs).to_pylist(), key=lambda r: (r["queue_id"], r["queue_offset"]))
+
+    assert rows(batches) == rows([b for p in local.partitions() for b in local.read(p)])
+
+
 def test_a_rare_tag_fetches_its_records_not_the_whole_log(s3_server, tmp_path):
     """From a bucket, a group's task fetches the records its layer 1 passes (docs/object-storage.md#costs),
     as the broker reads only those: a tag on one message in 500 fetches a few ranges, not every record of
