@@ -18,7 +18,7 @@ import threading
 import numpy as np
 
 from .. import format as fmt
-from ..kernels import _record
+from ..kernels import _dledger, _record
 from .columns import MessageColumns
 from .commitlog import CommitLog, Message
 from .dledger import DLedgerCommitLog
@@ -281,9 +281,9 @@ class RangedLog:
         walk starts there, at the record past the frontier's: the frontier's record and the
         :data:`RECORD_PROBE` bytes after it fetched first, then ``batch_bytes`` more each time the walk needs
         more (docs/object-storage.md#costs). Only when the frontier's own record is what its unit says (its
-        TOTALSIZE the unit's size, a valid record, its body CRC matching where the walk checks it); else,
-        or with no frontier, or one before the third-to-last object, the broker's own walk. A DLedger log's
-        walk (its entries) always starts at the third-to-last object."""
+        TOTALSIZE the unit's size, a valid record, its body CRC matching where the walk checks it; in a
+        DLedger object, the entry holding it too, :meth:`_find_entry_start`); else, or with no frontier, or
+        one before the third-to-last object, the broker's own walk."""
         found = getattr(self, "_walk_start_at", None)
         if found is None or found[0] is not self._files:  # once per listing (the snapshot read)
             found = self._walk_start_at = (self._files, self._find_walk_start())
@@ -291,7 +291,7 @@ class RangedLog:
 
     def _find_walk_start(self) -> tuple[int, int]:
         default = (max(0, len(self._files) - 3), 0)
-        unit = self.frontier() if self.frontier is not None and getattr(self, "_is_dledger", None) is None else None
+        unit = self.frontier() if self.frontier is not None else None
         if unit is None:
             return default
         phys, size = unit
@@ -302,6 +302,9 @@ class RangedLog:
         pos, object_size = phys - start, self._object_size(index)
         if pos + size > object_size:
             return default
+        is_dledger = getattr(self, "_is_dledger", None)
+        if is_dledger is not None and is_dledger(index):
+            return self._find_entry_start(index, pos, size, default)
         # the frontier's record and RECORD_PROBE bytes after it: usually nothing follows it in a snapshot,
         # and the walk fetches batch_bytes more each time it reaches the end of what is held
         with self._fetch_lock:
@@ -312,6 +315,32 @@ class RangedLog:
                 self.check_crc_on_recover and _record.body_crc_mismatch(buf, pos, pos + size) >= 0):
             return default
         return index, pos + size
+
+    def _find_entry_start(self, index: int, pos: int, size: int, default: tuple[int, int]) -> tuple[int, int]:
+        """:meth:`_find_walk_start` where the frontier's record (``size`` bytes at ``pos``) lies in a DLedger
+        object: the entry holding it (its 48-byte header just before the record) and :data:`RECORD_PROBE`
+        bytes after it fetched, the entry checked as the walk checks entries (a NORMAL entry whose body is
+        that one record, its CRC matching where the walk checks it); the walk then starts at the entry's end
+        (docs/object-storage.md#costs), else at ``default``, the broker's walk."""
+        entry = pos - fmt.DLEDGER_BODY_OFFSET
+        if entry < 0:
+            return default
+        with self._fetch_lock:
+            self._hold_span(index, entry, min(self._object_size(index), pos + size + RECORD_PROBE))
+        records, p, _status = self._scan_held(index, entry, pos + size, self.check_crc_on_recover, max_records=1)
+        if len(records) != 1 or int(records[0]) != pos or p != pos + size:
+            return default
+        return index, pos + size
+
+    def _scan_held(self, index: int, pos: int, limit: int, check_crc: bool,
+                   max_records: int = -1) -> tuple[np.ndarray, int, int]:
+        """The DLedger entry walk (:meth:`DLedgerCommitLog._scan`'s kernel) over the bytes of object ``index``
+        held up to ``limit``, from ``pos``: ``(record positions, where it stopped, status)``; the object is
+        not fetched whole first, as a walk through :meth:`_map` would."""
+        buf = np.frombuffer(self._buffer_of(index), np.uint8)
+        records, p, status, _reason, *_last = _dledger.dledger_scan(
+            buf, int(self._starts[index]), pos, limit, check_crc, max_records, -1, -1)
+        return records, p, status
 
     def _held_end(self, index: int, pos: int) -> int:
         """The end of the bytes of object ``index`` held from ``pos`` on without a gap (``pos``: none)."""
@@ -329,15 +358,10 @@ class RangedLog:
 
     def _fetch_walk_heads(self, indices: list[int], pos: int) -> None:
         """The first head of each object ``indices`` a walk reads (the first from ``pos``), at once."""
-        is_dledger = getattr(self, "_is_dledger", None)
         spans = []
         with self._fetch_lock:
             for n, index in enumerate(indices):
                 size = self._object_size(index)
-                if is_dledger is not None and is_dledger(index):  # DLedger entries: walked whole
-                    if self._held.get(index) != [(0, size)]:
-                        spans.append((index, 0, size))
-                    continue
                 start = pos if n == 0 else 0
                 have = self._held_end(index, start)
                 if have < start + 8:
@@ -352,8 +376,7 @@ class RangedLog:
         the dispatch frontier, :meth:`walk_start`). The walk stops where it stops over the whole object: it
         goes on while the record it stopped at is not wholly fetched."""
         is_dledger = getattr(self, "_is_dledger", None)
-        if is_dledger is not None and is_dledger(index):  # DLedger entries: the object whole
-            return super()._walk_file(index, check_crc, pos)
+        entries = is_dledger is not None and is_dledger(index)  # a DLedger object's entries, not records
         size = self._object_size(index)
         step = self._source.batch_bytes
         have = self._held_end(index, pos)
@@ -364,22 +387,31 @@ class RangedLog:
             with self._fetch_lock:
                 self._hold_span(index, start, want)
             buf = np.frombuffer(self._buffer_of(index), np.uint8)[:want]
-            p, status, r = self._walk_buffer(index, buf, check_crc, pos)
+            if entries:
+                found, p, status = self._scan_held(index, pos, want, check_crc)
+                r = len(found)
+            else:
+                p, status, r = self._walk_buffer(index, buf, check_crc, pos)
             records += r
-            if want >= size or status == 1 or not self._cut_short(buf, p):
+            if want >= size or status == 1 or not self._cut_short(buf, p, entries):
                 return p, status, records
             pos, want = p, min(size, want + step)
 
     @staticmethod
-    def _cut_short(buf: np.ndarray, p: int) -> bool:
+    def _cut_short(buf: np.ndarray, p: int, entries: bool = False) -> bool:
         """Whether a walk over the head ``buf`` stopped at ``p`` only because the head ends: fewer than a
         record head's bytes left, or a record whose magic code is a message's or the blank's and whose
-        TOTALSIZE runs past the head."""
+        TOTALSIZE runs past the head; with ``entries`` (a DLedger object), an entry (or a blank) whose magic is
+        an entry's and whose size runs past the head (docs/formats.md#dledger-entry: magic, then size)."""
         n = len(buf)
         if p + 8 > n:
             return True
-        total, magic = fmt.RECORD_HEAD_STRUCT.unpack_from(buf, p)
-        magics = (fmt.MESSAGE_MAGIC_CODE_V1, fmt.MESSAGE_MAGIC_CODE_V2, fmt.BLANK_MAGIC_CODE)
+        if entries:
+            magic, total = fmt.RECORD_HEAD_STRUCT.unpack_from(buf, p)
+            magics = (*fmt.DLEDGER_ENTRY_MAGICS, fmt.DLEDGER_BLANK_MAGIC_CODE)  # a blank inside the object too
+        else:
+            total, magic = fmt.RECORD_HEAD_STRUCT.unpack_from(buf, p)
+            magics = (fmt.MESSAGE_MAGIC_CODE_V1, fmt.MESSAGE_MAGIC_CODE_V2, fmt.BLANK_MAGIC_CODE)
         return magic in magics and total > 0 and p + total > n
 
     # ------------------------------------------------------------ reads by offset: ranges only

@@ -120,14 +120,15 @@ class ReaderRoom:
             classic = ObjectDir(source, fmt.COMMIT_LOG_DIR)
             if source.dledger is None:
                 log = ObjectCommitLog(classic, file_size=self._cl_size)
-                if source.recovery == "frontier":
-                    # its cold walk starts at the dispatch frontier (docs/object-storage.md#costs); a weak
-                    # reference: the log never keeps its Store (and the Store's private copy) alive
-                    log.frontier = _weak_call(self._dispatch_frontier)
-                return log
-            return ObjectDLedgerCommitLog(ObjectDir(source, f"{source.dledger}/{fmt.DLEDGER_DATA_DIR}"),
-                                          classic_directory=classic if classic.list_files() else None,
-                                          file_size=self._cl_size)
+            else:
+                log = ObjectDLedgerCommitLog(ObjectDir(source, f"{source.dledger}/{fmt.DLEDGER_DATA_DIR}"),
+                                             classic_directory=classic if classic.list_files() else None,
+                                             file_size=self._cl_size)
+            if source.recovery == "frontier":
+                # its cold walk starts at the dispatch frontier (docs/object-storage.md#costs); a weak
+                # reference: the log never keeps its Store (and the Store's private copy) alive
+                log.frontier = _weak_call(self._dispatch_frontier)
+            return log
         if layout.dledger_dir is not None:
             return DLedgerCommitLog(layout.dledger_dir, classic_directory=layout.commit_log_dir,
                                     file_size=self._cl_size)

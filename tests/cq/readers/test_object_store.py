@@ -18,6 +18,7 @@ from helpers import DATA
 
 import cq
 import rmqfilter
+from cq import format as fmt
 from cq.readers.ext import head_holding as ext_head
 from cq.readers.objects import COALESCE_GAP, HEAD_FIRST, RECORD_PROBE, TAIL_FIRST, ObjectStore, coalesce
 from cq.store.cluster import store_roots
@@ -206,6 +207,14 @@ def test_dledger_and_rocksdb_stores_from_the_bucket(s3_server, capsys, monkeypat
             probe = min(RECORD_PROBE, remote.source.size_of(key) - (one - start))
             assert remote.source.stats()["CommitLog"] == (1, probe)
             assert probe < remote.source.size_of(key)
+        # the log's end from the dispatch frontier: the entry holding its record, not the last objects whole
+        with closing(cq.Store(uri)) as remote, closing(cq.Store(DATA / store)) as local:
+            assert remote.commit_log.max_offset == local.commit_log.max_offset
+            index, pos = remote.commit_log.walk_start()
+            phys, size = _frontier_unit(local)
+            assert pos > 0 and remote.commit_log.files[index][0] + pos == phys + size
+            assert remote.commit_log.files[index][0] >= remote.commit_log.divided_offset  # a DLedger object
+            assert remote.source.stats()["CommitLog"] == (1, fmt.DLEDGER_BODY_OFFSET + size + RECORD_PROBE)
     else:  # the CommitLog's end from the frontier, its last units from the RocksDB database (no tail)
         with closing(cq.Store(uri)) as remote, closing(cq.Store(DATA / store)) as local:
             assert remote.commit_log.max_offset == local.commit_log.max_offset
@@ -217,6 +226,24 @@ def test_dledger_and_rocksdb_stores_from_the_bucket(s3_server, capsys, monkeypat
     with pytest.raises(cq.UnsupportedLayoutError, match=layout) as info:
         source.read_messages([0], [100]) if store.startswith("dledger") else source.topics()
     assert uri in str(info.value)
+
+
+@pytest.mark.objectstore
+def test_a_dledger_walk_fetches_entries_by_heads(s3_server):
+    """The broker's walk of a DLedger log's last three objects (``recovery="walk"``) fetches each by heads of
+    ``batch_bytes``, as a classic object's (docs/object-storage.md#costs): to the end of the entries, never
+    the unwritten rest of the last object; the end is the local one."""
+    uri = s3_server.upload(DATA / "dledger_store", "dledgerwalk", "dledger")
+    budget = 4096
+    with closing(cq.Store(DATA / "dledger_store")) as local:
+        end = local.commit_log.max_offset
+        (last_start, _), size = local.commit_log.files[-1], local.commit_log.file_size
+    opts = {"endpoint": s3_server.endpoint, "region": "us-east-1", "batch_bytes": budget, "recovery": "walk"}
+    with closing(cq.Store(uri, object_options=opts)) as remote:
+        assert remote.commit_log.max_offset == end
+        requests, fetched = remote.source.stats()["CommitLog"]
+    assert end - last_start + budget < size  # the last object's unwritten rest is more than one head
+    assert requests > 3 and fetched <= 2 * size + (end - last_start) + budget
 
 
 @pytest.mark.objectstore
