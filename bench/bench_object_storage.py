@@ -46,6 +46,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import shutil
 import sys
 import tempfile
 import time
@@ -232,6 +233,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--commit-log-file-size", type=int, default=16 << 20)
     ap.add_argument("--dir", default=None, help="where to write the store (default: a temporary directory)")
+    ap.add_argument("--keep", action="store_true", help="keep the store and the bucket's files (default: removed)")
     ap.add_argument("--no-spark", action="store_true", help="skip the data source's reads")
     ap.add_argument("--report", metavar="FILE", help="write the results as a Markdown fragment (### Object storage)")
     args = ap.parse_args(argv)
@@ -304,6 +306,10 @@ def main(argv: list[str] | None = None) -> int:
         if spark is not None:
             spark.stop()
         server.stop()
+        if args.keep:
+            print(f"kept {base}")
+        else:  # the store and the bucket's copy: hundreds of MB each run
+            shutil.rmtree(base, ignore_errors=True)
     return 0
 
 

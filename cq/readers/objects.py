@@ -641,7 +641,8 @@ class ObjectStore:
     def fetch_queues(self, queues, directory: str) -> None:
         """Copy the objects of several queue directories into ``directory`` (the private copy): each
         ``(relpath, kind, enough, first_head)`` as :meth:`fetch_files` describes, every object's first
-        request at once (:data:`FETCH_THREADS` at a time), then the heads that did not hold enough.
+        request at once (:data:`FETCH_THREADS` at a time), then the heads that did not hold enough, round by round,
+        every queue's next request of a round at once.
 
         Each object is fetched whole in one request, but the last of a queue with ``enough(head)``
         (whether the head holds everything a read takes from that file: its readers stop at the end of
@@ -675,13 +676,17 @@ class ObjectStore:
                         growing.append((key, size, end, kind, enough))
             self.read_ranges_into(requests)
             self._copied.update((key, end) for key, _, end, _, _ in requests)
-            for key, size, got, kind, enough in growing:
-                step = got
-                while got < size and not (got and enough(copies.written(key, got))):
-                    step = max(step, 1) * 2
-                    end = min(size, got + step)
-                    self.read_range_into(key, got, end, copies.region(key, got, end), kind=kind)
-                    got = self._copied[key] = end
+            # the heads that did not hold enough: twice as many bytes each round, every queue's at once
+            growing = [(key, size, got, max(got, 1), kind, enough) for key, size, got, kind, enough in growing]
+            while growing:
+                growing = [(key, size, got, step, kind, enough) for key, size, got, step, kind, enough in growing
+                           if got < size and not (got and enough(copies.written(key, got)))]
+                steps = [(key, size, got, min(size, got + 2 * step), 2 * step, kind, enough)
+                         for key, size, got, step, kind, enough in growing]
+                self.read_ranges_into([(key, got, end, copies.region(key, got, end), kind)
+                                       for key, _size, got, end, _step, kind, _enough in steps])
+                self._copied.update((key, end) for key, _size, _got, end, _step, _kind, _enough in steps)
+                growing = [(key, size, end, step, kind, enough) for key, size, _got, end, step, kind, enough in steps]
 
     def preload(self, objects) -> None:
         """Take ``objects`` (``{key: bytes}`` or ``(key, bytes)`` pairs: each object's first bytes, as another
