@@ -783,17 +783,18 @@ class ObjectStore:
 
     @staticmethod
     def _is_queue_file(key: str) -> bool:
-        """A ConsumeQueue file: ``consumequeue/<topic>/<queueId>/<20 digits>`` (not a RocksDB
-        consume queue's database, which lies directly in ``consumequeue/``)."""
+        """A ConsumeQueue or BatchCQ file: ``consumequeue/<topic>/<queueId>/<20 digits>`` or the same under
+        ``batchconsumequeue/`` (not a RocksDB consume queue's database, which lies directly in
+        ``consumequeue/``)."""
         parts = key.split("/")
-        return (len(parts) == 4 and parts[0] == fmt.CONSUME_QUEUE_DIR and parts[2].isdigit()
-                and fmt.parse_file_name(parts[3]) is not None)
+        return (len(parts) == 4 and parts[0] in (fmt.CONSUME_QUEUE_DIR, fmt.BATCH_CONSUME_QUEUE_DIR)
+                and parts[2].isdigit() and fmt.parse_file_name(parts[3]) is not None)
 
     def mirror(self, directory: str) -> str:
-        """Fetch every object but the CommitLog's, the ConsumeQueues' and the ext's whole into
+        """Fetch every object but the CommitLog's, the ConsumeQueues', the BatchCQs' and the ext's whole into
         ``directory`` (a private, fresh directory), one request each, and make an empty ``commitlog/``
-        and each queue's empty ConsumeQueue and ext directories there (a queue's objects are read when a
-        read asks for the queue, :class:`ObjectDir`): the local view
+        and each queue's empty ConsumeQueue (or BatchCQ) and ext directories there (a queue's objects are
+        read when a read asks for the queue, :class:`ObjectDir`): the local view
         :class:`cq.Store` reads a store in object storage through, its CommitLog staying in the
         bucket (:class:`ObjectCommitLog`, docs/object-storage.md#costs). A store with DLedger data
         reads its logs, classic and DLedger, from the bucket too (:class:`ObjectDLedgerCommitLog`); the copy

@@ -443,10 +443,11 @@ class ReaderRoom:
         if topic in self.layout.compaction_topics:  # docs/reading.md#compaction-topics
             return self._compaction_queue(topic, queue_id)
         if topic in self.layout.batch_cq_topics:  # docs/formats.md#batch-consume-queue
-            d = os.path.join(self.root, fmt.BATCH_CONSUME_QUEUE_DIR, topic, str(int(queue_id)))
-            if not os.path.isdir(d):
+            rel = (fmt.BATCH_CONSUME_QUEUE_DIR, topic, str(int(queue_id)))
+            if not os.path.isdir(os.path.join(self.root, *rel)):
                 raise KeyError(f"no BatchCQ queue {topic}/{queue_id} in {self.root}")
-            cq = BatchConsumeQueue(d, topic=topic, queue_id=int(queue_id))
+            # a store in a bucket: the queue's objects whole, when a read first asks for it
+            cq = BatchConsumeQueue(self._queue_copy(rel, "BatchConsumeQueue", None), topic=topic, queue_id=int(queue_id))
         elif self.layout.consume_queues == "rocksdb":
             d = os.path.join(self.root, fmt.CONSUME_QUEUE_DIR)
             with self._open_lock:

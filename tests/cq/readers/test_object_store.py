@@ -247,6 +247,27 @@ def test_a_dledger_walk_fetches_entries_by_heads(s3_server):
 
 
 @pytest.mark.objectstore
+def test_a_batchcq_queue_is_fetched_when_a_read_asks_for_it(s3_server):
+    """A Store of a bucket fetches a BatchCQ queue's objects when a read first asks for the queue, not when
+    it opens (docs/object-storage.md#costs): a read of another topic fetches none; the answers are local."""
+    uri = s3_server.upload(DATA / "batch_store", "batchcq", "broker-a")
+    with closing(cq.Store(DATA / "batch_store")) as local:
+        want = {t: [(m.queue_id, m.queue_offset, m.body) for m in local.consume(t, "G", tags="*")]
+                for t in ("LmqParentTopic", "BatchTopic")}
+    objects = [k for k in ObjectStore(uri, endpoint=s3_server.endpoint, region="us-east-1").keys
+               if k.startswith("batchconsumequeue/BatchTopic/")]
+    assert objects
+    with closing(cq.Store(uri, object_options={"endpoint": s3_server.endpoint, "region": "us-east-1"})) as remote:
+        assert remote.topics() == ["%LMQ%alpha", "%LMQ%beta", "BatchTopic", "LmqParentTopic"]
+        assert remote.queue_ids("BatchTopic") == [0, 1]
+        got = [(m.queue_id, m.queue_offset, m.body) for m in remote.consume("LmqParentTopic", "G", tags="*")]
+        assert got == want["LmqParentTopic"] and "BatchConsumeQueue" not in remote.source.stats()
+        got = [(m.queue_id, m.queue_offset, m.body) for m in remote.consume("BatchTopic", "G", tags="*")]
+        assert got == want["BatchTopic"] and got
+        assert remote.source.stats()["BatchConsumeQueue"][0] == len(objects)
+
+
+@pytest.mark.objectstore
 def test_missing_bucket_prefix_and_object(s3_server):
     opts = {"endpoint": s3_server.endpoint, "region": "us-east-1"}
     with pytest.raises(cq.ObjectStoreError, match="bucket does not exist") as info:
