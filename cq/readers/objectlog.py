@@ -26,6 +26,10 @@ from .objects import RECORD_PROBE, RECORD_PROBE_MIN, coalesce
 
 __all__ = ["ObjectCommitLog", "ObjectDLedgerCommitLog", "RangedLog"]
 
+#: How an object's buffer is mapped: private anonymous memory where the platform takes map flags (its pages
+#: may be huge pages; shared anonymous memory's are not), the default anonymous map elsewhere (Windows).
+_PRIVATE = {"flags": mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS} if hasattr(mmap, "MAP_PRIVATE") else {}
+
 
 class RangedLog:
     """What a CommitLog whose files are objects of an :class:`ObjectStore` reads through
@@ -64,7 +68,7 @@ class RangedLog:
                     size = self._source.size_of(self._files[index][1])
                     # private: its pages may be huge pages, where shared anonymous memory's are not (a
                     # fetch writes them a quarter faster); zero pages until written, as the object's holes
-                    buf = self._bufs[index] = mmap.mmap(-1, max(size, 1), flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS)
+                    buf = self._bufs[index] = mmap.mmap(-1, max(size, 1), **_PRIVATE)
         return buf
 
     def _object_size(self, index: int) -> int:
@@ -462,8 +466,11 @@ class RangedLog:
         reads holds none of this one's records. The buffers stay (their pages are zeros again), so a
         view of one never outlives its memory; what a read returned was copied out of them."""
         with self._fetch_lock:
-            for buf in self._bufs.values():
-                buf.madvise(mmap.MADV_DONTNEED)
+            for index, buf in list(self._bufs.items()):
+                if hasattr(buf, "madvise"):
+                    buf.madvise(mmap.MADV_DONTNEED)
+                else:  # no madvise (Windows): a new buffer, the old one's memory freed with its last view
+                    del self._bufs[index]
             self._held.clear()
 
     def close(self) -> None:
