@@ -18,7 +18,7 @@ import threading
 import numpy as np
 
 from .. import format as fmt
-from ..kernels import _dledger, _record
+from ..kernels import _record
 from .columns import MessageColumns
 from .commitlog import CommitLog, Message
 from .dledger import DLedgerCommitLog
@@ -208,6 +208,13 @@ class RangedLog:
         """A read by offset: fetch what the records need, and let this thread's reads of the
         buffers within take them as they are (not whole)."""
         self._need(offsets, sizes)
+        with self._as_held():
+            yield
+
+    @contextlib.contextmanager
+    def _as_held(self):
+        """This thread's reads of the buffers within (:meth:`_map`) take them as they are held, not fetched
+        whole first: a read that fetched what it reads (:meth:`_by_offset`, a walk by heads)."""
         depth = getattr(self._local, "depth", 0)
         self._local.depth = depth + 1
         try:
@@ -331,20 +338,12 @@ class RangedLog:
             return default
         with self._fetch_lock:
             self._hold_span(index, entry, min(self._object_size(index), pos + size + RECORD_PROBE))
-        records, p, _status = self._scan_held(index, entry, pos + size, self.check_crc_on_recover, max_records=1)
+        with self._as_held():
+            records, p, _status, _reason, _last = self._scan(index, entry, pos + size,
+                                                             check_crc=self.check_crc_on_recover, max_records=1)
         if len(records) != 1 or int(records[0]) != pos or p != pos + size:
             return default
         return index, pos + size
-
-    def _scan_held(self, index: int, pos: int, limit: int, check_crc: bool,
-                   max_records: int = -1) -> tuple[np.ndarray, int, int]:
-        """The DLedger entry walk (:meth:`DLedgerCommitLog._scan`'s kernel) over the bytes of object ``index``
-        held up to ``limit``, from ``pos``: ``(record positions, where it stopped, status)``; the object is
-        not fetched whole first, as a walk through :meth:`_map` would."""
-        buf = np.frombuffer(self._buffer_of(index), np.uint8)
-        records, p, status, _reason, *_last = _dledger.dledger_scan(
-            buf, int(self._starts[index]), pos, limit, check_crc, max_records, -1, -1)
-        return records, p, status
 
     def _held_end(self, index: int, pos: int) -> int:
         """The end of the bytes of object ``index`` held from ``pos`` on without a gap (``pos``: none)."""
@@ -391,8 +390,9 @@ class RangedLog:
             with self._fetch_lock:
                 self._hold_span(index, start, want)
             buf = np.frombuffer(self._buffer_of(index), np.uint8)[:want]
-            if entries:
-                found, p, status = self._scan_held(index, pos, want, check_crc)
+            if entries:  # the entry walk over the bytes held, not the object fetched whole first
+                with self._as_held():
+                    found, p, status, _reason, _last = self._scan(index, pos, want, check_crc=check_crc)
                 r = len(found)
             else:
                 p, status, r = self._walk_buffer(index, buf, check_crc, pos)

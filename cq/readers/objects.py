@@ -677,16 +677,19 @@ class ObjectStore:
             self.read_ranges_into(requests)
             self._copied.update((key, end) for key, _, end, _, _ in requests)
             # the heads that did not hold enough: twice as many bytes each round, every queue's at once
-            growing = [(key, size, got, max(got, 1), kind, enough) for key, size, got, kind, enough in growing]
-            while growing:
-                growing = [(key, size, got, step, kind, enough) for key, size, got, step, kind, enough in growing
-                           if got < size and not (got and enough(copies.written(key, got)))]
-                steps = [(key, size, got, min(size, got + 2 * step), 2 * step, kind, enough)
-                         for key, size, got, step, kind, enough in growing]
-                self.read_ranges_into([(key, got, end, copies.region(key, got, end), kind)
-                                       for key, _size, got, end, _step, kind, _enough in steps])
-                self._copied.update((key, end) for key, _size, _got, end, _step, _kind, _enough in steps)
-                growing = [(key, size, end, step, kind, enough) for key, size, _got, end, step, kind, enough in steps]
+            heads = [[key, size, got, max(got, 1), kind, enough] for key, size, got, kind, enough in growing]
+            while True:
+                heads = [h for h in heads if h[2] < h[1] and not (h[2] and h[5](copies.written(h[0], h[2])))]
+                if not heads:
+                    break
+                requests = []
+                for h in heads:  # [key, size, got, step, kind, enough]
+                    key, size, got, step, kind, _ = h
+                    end = min(size, got + 2 * step)
+                    requests.append((key, got, end, copies.region(key, got, end), kind))
+                    h[2], h[3] = end, 2 * step
+                self.read_ranges_into(requests)
+                self._copied.update((h[0], h[2]) for h in heads)
 
     def preload(self, objects) -> None:
         """Take ``objects`` (``{key: bytes}`` or ``(key, bytes)`` pairs: each object's first bytes, as another
