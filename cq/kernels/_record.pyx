@@ -318,3 +318,32 @@ def record_positions(const uint8_t[::1] buf, int64_t pos, int64_t limit, int64_t
             count += 1
             pos += <int32_t>rmq_load_be32(base + pos + RMQ_REC_TOTAL)
     return out[:count], pos, status
+
+
+def record_totals(const uint8_t[::1] buf, const int64_t[::1] pos, const int64_t[::1] end, int64_t min_total):
+    """TOTALSIZE of the records at ``pos`` (their first 8 bytes in ``buf``), and whether each is a
+    message's record (MAGICCODE V1 or V2) of at least ``min_total`` bytes that ends by ``end``:
+    ``(total int64, ok bool)``. What a ranged CommitLog read checks before it decodes bytes it fetched
+    by the units' sizes (docs/object-storage.md#coalescing)."""
+    cdef Py_ssize_t i, n = pos.shape[0]
+    cdef int64_t p, t
+    cdef int32_t magic
+    if end.shape[0] != n:
+        raise ValueError(f"record_totals: {n} positions but {end.shape[0]} ends")
+    for i in range(n):
+        if pos[i] < 0 or pos[i] + RMQ_REC_HEAD > buf.shape[0]:
+            raise ValueError(f"record_totals: position {pos[i]} has no 8-byte head in the {buf.shape[0]} bytes")
+    total = np.empty(n, dtype=np.int64)
+    ok = np.empty(n, dtype=np.bool_)
+    cdef int64_t[::1] to = total
+    cdef uint8_t[::1] oo = ok.view(np.uint8)
+    cdef const uint8_t* base = &buf[0] if buf.shape[0] else NULL
+    with nogil:
+        for i in range(n):
+            p = pos[i]
+            t = <int64_t>rmq_load_be32(base + p + RMQ_REC_TOTAL)
+            magic = <int32_t>rmq_load_be32(base + p + RMQ_REC_MAGIC)
+            to[i] = t
+            oo[i] = (magic == <int32_t>RMQ_MAGIC_V1 or magic == <int32_t>RMQ_MAGIC_V2) and t >= min_total \
+                and p + t <= end[i]
+    return total, ok

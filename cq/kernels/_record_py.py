@@ -248,3 +248,23 @@ def record_positions(buf, pos, limit, max_records):
 def crc32_of(data):
     """CRC-32 of ``data`` as ``zlib.crc32`` gives it (the compiled engine computes short ones inline)."""
     return zlib.crc32(bytes(data))
+
+
+def record_totals(buf, pos, end, min_total):
+    """TOTALSIZE of the records at ``pos`` (their first 8 bytes in ``buf``), and whether each is a
+    message's record (MAGICCODE V1 or V2) of at least ``min_total`` bytes that ends by ``end``:
+    ``(total int64, ok bool)``."""
+    pos = np.asarray(pos, dtype=np.int64)
+    end = np.asarray(end, dtype=np.int64)
+    if len(end) != len(pos):
+        raise ValueError(f"record_totals: {len(pos)} positions but {len(end)} ends")
+    total = np.empty(len(pos), dtype=np.int64)
+    ok = np.empty(len(pos), dtype=np.bool_)
+    for i, p in enumerate(pos.tolist()):
+        if p < 0 or p + _HEAD.size > len(buf):
+            raise ValueError(f"record_totals: position {p} has no 8-byte head in the {len(buf)} bytes")
+        t, magic = _HEAD.unpack_from(buf, p)
+        t &= 0xFFFFFFFF  # TOTALSIZE read unsigned, as the compiled engine reads it
+        total[i] = t
+        ok[i] = magic in (fmt.MESSAGE_MAGIC_CODE_V1, fmt.MESSAGE_MAGIC_CODE_V2) and t >= min_total and p + t <= end[i]
+    return total, ok

@@ -12,7 +12,9 @@ from __future__ import annotations
 
 import bisect
 import contextlib
+import functools
 import mmap
+import sys
 import threading
 
 import numpy as np
@@ -29,6 +31,27 @@ __all__ = ["ObjectCommitLog", "ObjectDLedgerCommitLog", "RangedLog"]
 #: How an object's buffer is mapped: private anonymous memory where the platform takes map flags (its pages
 #: may be huge pages; shared anonymous memory's are not), the default anonymous map elsewhere (Windows).
 _PRIVATE = {"flags": mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS} if hasattr(mmap, "MAP_PRIVATE") else {}
+
+
+#: Linux's ``MADV_POPULATE_WRITE`` (5.14 and later; Python's mmap module does not name it): a buffer's pages
+#: made ready for a fetch in one call, not one fault per page as the fetch writes them.
+_POPULATE_WRITE = 23 if sys.platform.startswith("linux") else None
+
+
+def _populate(buf: mmap.mmap, lo: int, hi: int) -> None:
+    """Make the pages of ``buf[lo:hi]`` ready to be written (:data:`_POPULATE_WRITE`) where the system can;
+    elsewhere (another system, an older kernel) the fetch's writes fault them in, as before."""
+    if _POPULATE_WRITE is None:
+        return
+    start = lo - lo % mmap.PAGESIZE
+    with contextlib.suppress(OSError, ValueError):
+        buf.madvise(_POPULATE_WRITE, start, hi - start)
+
+
+def _indices_in(idx: np.ndarray) -> list[int]:
+    """The distinct object indices (>= 0) among ``idx``, ascending: a count, not a sort of the records."""
+    idx = idx[idx >= 0]
+    return np.flatnonzero(np.bincount(idx)).tolist() if len(idx) else []
 
 
 class RangedLog:
@@ -93,8 +116,8 @@ class RangedLog:
         spans = [(i, lo, hi) for i, lo, hi in spans if hi > lo]
         if not spans:
             return
-        self._source.read_ranges_into([(self._files[i][1], lo, hi, memoryview(self._buffer_of(i))[lo:hi], self._kind)
-                                       for i, lo, hi in spans])
+        self._source.read_ranges_into([(self._files[i][1], lo, hi, memoryview(self._buffer_of(i))[lo:hi], self._kind,
+                                        functools.partial(_populate, self._buffer_of(i), lo, hi)) for i, lo, hi in spans])
         for index, lo, hi in spans:
             bisect.insort(self._held.setdefault(index, []), (lo, hi))
         for index in {index for index, _, _ in spans}:  # each object's held ranges merged once
@@ -120,7 +143,7 @@ class RangedLog:
         """Fetch the coalesced ranges of the records ``[offs, ends)`` (log offsets) not held yet."""
         idx = self.file_indices(offs)
         want = np.zeros(len(offs), dtype=bool)
-        for index in np.unique(idx).tolist():
+        for index in _indices_in(idx):
             sel = idx == index
             start = int(self._starts[index])
             want[sel] = ~self._is_held(index, offs[sel] - start, ends[sel] - start)
@@ -155,7 +178,7 @@ class RangedLog:
                 first = np.maximum(first, RECORD_PROBE_MIN)
             else:  # a record whose head is held already is fetched by its own TOTALSIZE, not probed
                 first = np.full(len(offs), RECORD_PROBE, dtype=np.int64)
-                for index in np.unique(idx).tolist():
+                for index in _indices_in(idx):
                     sel = np.flatnonzero(idx == index)
                     pos = offs[sel] - self._starts[index]
                     end = file_end[sel] - self._starts[index]
@@ -167,7 +190,7 @@ class RangedLog:
             # each record's own TOTALSIZE and MAGICCODE, from the bytes held now
             whole: set[int] = set()
             totals = np.zeros(len(offs), dtype=np.int64)
-            for index in np.unique(idx).tolist():
+            for index in _indices_in(idx):
                 sel = np.flatnonzero(idx == index)
                 pos = offs[sel] - self._starts[index]
                 end = file_end[sel] - self._starts[index]
@@ -188,14 +211,9 @@ class RangedLog:
         """The TOTALSIZE of the records at positions ``pos`` of object ``index`` (their first 8 bytes held),
         and whether each is a message's record of at least a record's fixed head that ends by ``end``
         (docs/formats.md#commitlog)."""
-        buf = np.frombuffer(self._buffer_of(index), dtype=np.uint8)
-        head = buf[(pos[:, None] + np.arange(8)).reshape(-1)].reshape(-1, 8).astype(np.int64)
-        total = (head[:, 0] << 24) | (head[:, 1] << 16) | (head[:, 2] << 8) | head[:, 3]
-        magic = (head[:, 4] << 24) | (head[:, 5] << 16) | (head[:, 6] << 8) | head[:, 7]
-        magic = np.where(magic >= 1 << 31, magic - (1 << 32), magic)
-        ok = (np.isin(magic, (fmt.MESSAGE_MAGIC_CODE_V1, fmt.MESSAGE_MAGIC_CODE_V2))
-              & (total >= RECORD_PROBE_MIN) & (pos + total <= end))
-        return total, ok
+        return _record.record_totals(np.frombuffer(self._buffer_of(index), dtype=np.uint8),
+                                     np.ascontiguousarray(pos, dtype=np.int64), np.ascontiguousarray(end, dtype=np.int64),
+                                     RECORD_PROBE_MIN)
 
     def _hold_whole(self, index: int) -> None:
         with self._fetch_lock:
@@ -266,6 +284,11 @@ class RangedLog:
         if not first <= int(end) <= last:
             raise ValueError(f"CommitLog end {end} outside the listed objects [{first}, {last}] of {self.directory}")
         self._max_offset = int(end)
+
+    @property
+    def end_known(self) -> bool:
+        """Whether the log's end is known (found by a walk, or given, :meth:`take_end`): no recovery walk left."""
+        return self._max_offset is not None
 
     def prefetch_recovery(self) -> None:
         """Fetch at once the heads a cold recovery walk (the CommitLog's end, every read's cut) will read:

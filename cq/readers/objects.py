@@ -546,21 +546,27 @@ class ObjectStore:
                 f"object is shorter than listed: got {got} of {end - start} bytes "
                 "(truncated or overwritten since the listing)", uri, (start, end))
 
-    def read_ranges_into(self, requests: list[tuple[str, int, int, memoryview, str]]) -> None:
+    def read_ranges_into(self, requests: list[tuple]) -> None:
         """Each ``(key, start, end, out, kind)`` as :meth:`read_range_into`, at most :data:`FETCH_THREADS`
-        at once: independent ranges fetched concurrently. Every request has ended when this returns; the
-        first that failed (in the order given) raises its :class:`ObjectStoreError`."""
+        at once: independent ranges fetched concurrently. A request may end with a callable, ``ready()``, run
+        just before it in the same thread (the buffer's pages made ready, :mod:`cq.readers.objectlog`). Every
+        request has ended when this returns; the first that failed (in the order given) raises its
+        :class:`ObjectStoreError`."""
         if len(requests) <= 1:
-            for key, start, end, out, kind in requests:
-                self.read_range_into(key, start, end, out, kind=kind)
+            for request in requests:
+                self._read_request(*request)
             return
         pool = _fetch_pool()
-        futures = [pool.submit(self.read_range_into, key, start, end, out, kind=kind)
-                   for key, start, end, out, kind in requests]
+        futures = [pool.submit(self._read_request, *request) for request in requests]
         errors = [f.exception() for f in futures]  # waits for each: no request is left writing
         for exc in errors:
             if exc is not None:
                 raise exc
+
+    def _read_request(self, key: str, start: int, end: int, out: memoryview, kind: str, ready=None) -> None:
+        if ready is not None:
+            ready()
+        self.read_range_into(key, start, end, out, kind=kind)
 
     def read_object(self, key: str, *, kind: str = "object") -> bytearray:
         """A whole object, one request (ConsumeQueue, ext, config, checkpoint and IndexFile objects)."""
@@ -675,7 +681,7 @@ class ObjectStore:
                     if end < size:
                         growing.append((key, size, end, kind, enough))
             self.read_ranges_into(requests)
-            self._copied.update((key, end) for key, _, end, _, _ in requests)
+            self._copied.update((key, end) for key, _, end, *_ in requests)
             # the heads that did not hold enough: twice as many bytes each round, every queue's at once
             heads = [[key, size, got, max(got, 1), kind, enough] for key, size, got, kind, enough in growing]
             while True:

@@ -11,6 +11,7 @@ import time
 import warnings
 import weakref
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from typing import TYPE_CHECKING, Self
 
 import numpy as np
@@ -87,6 +88,9 @@ class ReaderRoom:
         self._open_lock = threading.RLock()
         # a store in a bucket: the queues whose ConsumeQueue objects its private copy holds
         self._fetched_queues: set[tuple[str, ...]] = set()
+        # a store in a bucket: the heads of queues' last ConsumeQueue objects fetched for the dispatch frontier
+        # (relpath -> bytes), kept for the Store's life: its listing is its snapshot
+        self._tails: dict[str, bytes] = {}
         # the RocksDB consume queue database open (its queue list read once), with the stamp of the files
         # it was opened on
         self._rocks_table: tuple[tuple, RocksDBQueueTable] | None = None
@@ -149,27 +153,35 @@ class ReaderRoom:
                 return undispatched.dispatch_frontier(table.last_unit(t, q) for t, q in table.queues)
             if self.layout.consume_queues != "files":
                 return None
-            skip = {*self.layout.batch_cq_topics, *self.layout.compaction_topics}
-            tails = []
-            for topic in self.source.subdirs(fmt.CONSUME_QUEUE_DIR):
-                if topic in skip:
+            for rel in self._tail_queues():
+                if rel not in self._fetched_queues:
                     continue
-                for q in self.source.subdirs(f"{fmt.CONSUME_QUEUE_DIR}/{topic}"):
-                    if not q.isdigit():
-                        continue
-                    rel = (fmt.CONSUME_QUEUE_DIR, topic, q)
-                    if rel not in self._fetched_queues:
-                        tails.append("/".join(rel))
-                        continue
-                    queue = ConsumeQueue(os.path.join(self.root, *rel), file_size=self._cq_size, topic=topic,
-                                         queue_id=int(q))
-                    try:
-                        last.append(undispatched.queue_last_unit(queue))
-                    finally:
-                        queue.close()
-            for head in self.source.queue_tails(tails, consumequeue.data_ends_within).values():
+                queue = ConsumeQueue(os.path.join(self.root, *rel), file_size=self._cq_size, topic=rel[1],
+                                     queue_id=int(rel[2]))
+                try:
+                    last.append(undispatched.queue_last_unit(queue))
+                finally:
+                    queue.close()
+            for head in self._queue_tails().values():
                 last.append(undispatched.last_unit(head))
         return undispatched.dispatch_frontier(last)
+
+    def _tail_queues(self) -> list[tuple[str, str, str]]:
+        """For a store in a bucket: the queue directories ``(consumequeue, topic, queue id)`` whose last units
+        make the dispatch frontier (every file consume queue but BatchCQ and compaction topics')."""
+        skip = {*self.layout.batch_cq_topics, *self.layout.compaction_topics}
+        return [(fmt.CONSUME_QUEUE_DIR, topic, q) for topic in self.source.subdirs(fmt.CONSUME_QUEUE_DIR)
+                if topic not in skip for q in self.source.subdirs(f"{fmt.CONSUME_QUEUE_DIR}/{topic}") if q.isdigit()]
+
+    def _queue_tails(self, exclude=frozenset()) -> dict[str, bytes]:
+        """The heads holding the last unit of each frontier queue (:meth:`_tail_queues`) that no read copied
+        and that is not in ``exclude``: fetched once for the Store's life (:meth:`cq.ObjectStore.queue_tails`,
+        every queue's at once), then kept."""
+        want = ["/".join(rel) for rel in self._tail_queues() if rel not in self._fetched_queues and rel not in exclude]
+        missing = [rel for rel in want if rel not in self._tails]
+        if missing:
+            self._tails.update(self.source.queue_tails(missing, consumequeue.data_ends_within))
+        return {rel: self._tails[rel] for rel in want if rel in self._tails}
 
     def _rocksdb_queues(self) -> list[tuple[str, int]] | None:
         """The queues of a RocksDB consume queue, read now (one cut); None for queue files. The open
@@ -387,8 +399,15 @@ class ReaderRoom:
             return
         qids = self.queue_ids(topic) if queue_ids is None else list(queue_ids)
         log = self.commit_log
-        # the queues first: the frontier then reads their last units from the copy, not again
-        self._prefetch_queues([(topic, q) for q in qids], ext=ext)
+        # the queues, and meanwhile the other queues' last units the frontier reads (the read's own come from
+        # their copies, not again), then the walk's heads from the frontier
+        with ThreadPoolExecutor(1) as background:
+            others = None
+            if log.frontier is not None and not log.end_known and self.layout.consume_queues == "files":
+                others = background.submit(self._queue_tails, {(fmt.CONSUME_QUEUE_DIR, topic, str(int(q))) for q in qids})
+            self._prefetch_queues([(topic, q) for q in qids], ext=ext)
+            if others is not None:
+                others.result()
         log.prefetch_recovery()
 
     def _prefetch_queues(self, keys, *, ext: bool = False) -> None:

@@ -299,3 +299,32 @@ def test_properties_columns_engine_equals_twin_and_the_decoder(texts, fields):
     for name in fields:
         for g, w, d in zip(got[name], want[name], decoded[name]):
             assert (g is None and w is None and d is None) or (np.array_equal(g, w) and np.array_equal(g, d)), name
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.binary(min_size=8, max_size=400), st.data())
+def test_record_totals_engine_equals_twin(raw, data):
+    """A bucket read's check of the records it fetched by the units' sizes: TOTALSIZE read unsigned, the
+    magic a message's, at least the smallest record, ending by its end; the engine as the twin."""
+    buf = bytearray(raw)
+    pos = data.draw(st.lists(st.integers(0, len(buf) - 8), max_size=12))
+    for p in pos:  # some heads made a real record's
+        if data.draw(st.booleans()):
+            total = data.draw(st.integers(0, 600))
+            magic = data.draw(st.sampled_from([fmt.MESSAGE_MAGIC_CODE_V1, fmt.MESSAGE_MAGIC_CODE_V2, fmt.BLANK_MAGIC_CODE]))
+            buf[p:p + 8] = total.to_bytes(4, "big") + magic.to_bytes(4, "big", signed=True)
+    b = np.frombuffer(bytes(buf), dtype=np.uint8)
+    p = np.array(pos, dtype=np.int64)
+    end = np.array([data.draw(st.integers(x, len(buf))) for x in pos], dtype=np.int64)
+    min_total = data.draw(st.integers(0, 200))
+    total, ok = _record.record_totals(b, p, end, min_total)
+    total_py, ok_py = _record_py.record_totals(b, p, end, min_total)
+    assert total.tolist() == total_py.tolist() and ok.tolist() == ok_py.tolist()
+    for i, x in enumerate(pos):  # the rule itself
+        t = int.from_bytes(buf[x:x + 4], "big")
+        magic = int.from_bytes(buf[x + 4:x + 8], "big", signed=True)
+        assert total[i] == t
+        assert ok[i] == (magic in (fmt.MESSAGE_MAGIC_CODE_V1, fmt.MESSAGE_MAGIC_CODE_V2) and t >= min_total
+                         and x + t <= end[i])
+    with pytest.raises(ValueError, match="no 8-byte head"):
+        _record.record_totals(b, np.array([len(buf) - 7], dtype=np.int64), np.array([len(buf)], dtype=np.int64), 0)
