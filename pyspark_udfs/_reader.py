@@ -261,10 +261,12 @@ def _release_records(options, slices) -> None:
 
 
 def _prefetch_slices(options, slices) -> None:
-    """For a store in object storage: fetch at once the ConsumeQueue objects the partition's slices do not
-    carry and the ext objects their units address, every queue's (:meth:`cq.Store.prefetch`), rather than
-    one queue after the other as the slices reach them (docs/object-storage.md#spark). A fetch that fails
-    here is left to the slice that reads it (its error, or its skip with ``on_corrupt=skip``)."""
+    """For a store in object storage: fetch at once what the partition's slices read first, every queue's
+    (:meth:`cq.Store.prefetch`), rather than one queue after the other as the slices reach them: of a queue
+    whose bounds the plan carried, the units of the slices (:meth:`cq.Store.take_queue_bounds`), else the
+    ConsumeQueue objects the slices do not carry; then the ext objects their units address
+    (docs/object-storage.md#spark). A fetch that fails here is left to the slice that reads it (its error,
+    or its skip with ``on_corrupt=skip``)."""
     queues: dict[tuple, list] = {}  # (broker, topic) -> the slices of its ConsumeQueue ranges
     for part in slices:
         if part.skip_reason is None and part.end > part.start and not getattr(part, "tier", False):
@@ -275,9 +277,14 @@ def _prefetch_slices(options, slices) -> None:
             continue
         try:
             store = None
+            windows: dict[int, list[tuple[int, int]]] = {}
             for part in parts:  # each slice's carried objects taken first: they are not fetched again
                 store = _store(opts, part)
-            store.prefetch(topic, sorted({part.queue_id for part in parts}), ext=True)
+                bounds = getattr(part, "queue_bounds", None)
+                if bounds is not None:
+                    store.take_queue_bounds(topic, part.queue_id, *bounds)
+                    windows.setdefault(part.queue_id, []).append((part.start, part.end))
+            store.prefetch(topic, sorted({part.queue_id for part in parts}), ext=True, windows=windows)
         except StoreFormatError:
             continue
 

@@ -323,6 +323,7 @@ class RocketMQReader(DataSourceReader):
         cuts: dict[str | None, dict] = {}
         batch_starts: dict[tuple, np.ndarray] = {}  # ((broker, topic), queue id) -> a BatchCQ queue's batch starts
         carried: dict[tuple, tuple] = {}  # (broker, topic, queue id) -> the objects its slices carry (a bucket's)
+        bounds: dict[tuple, tuple] = {}  # (broker, topic, queue id) -> its [min, max) offsets (a bucket's queue)
         by_log: list[list[tuple]] = []  # one store in a bucket: its ranges packed by CommitLog stretch
         held = False
         for broker, root in brokers:
@@ -334,7 +335,7 @@ class RocketMQReader(DataSourceReader):
                     raise ValueError(f"rocketmq option 'topic': no topic {opts.topic!r} in store {opts.path!r}")
                 held = True
                 cuts[broker] = self._plan_store(store, broker, ranges, unreadable, planned_at, batch_starts, carried,
-                                                None if opts.brokers else by_log)
+                                                None if opts.brokers else by_log, bounds)
             finally:
                 store.close()
         if not held:
@@ -344,7 +345,8 @@ class RocketMQReader(DataSourceReader):
         packed = by_log or align_to_batches(opts.pack(self.schema, ranges), batch_starts)
         # a range the broker serves from its tier is keyed (broker, topic, TIER_RANGE) (docs/reading.md#tiered-storage)
         parts = [[ConsumeQueueSlice(key[1], q, s, e, broker=key[0], tier=len(key) > 2,
-                                    carried=carried.get((key[0], key[1], q)), **cuts[key[0]])
+                                    carried=carried.get((key[0], key[1], q)), queue_bounds=bounds.get((key[0], key[1], q)),
+                                    **cuts[key[0]])
                   for key, q, s, e in group] for group in packed]
         if unreadable:  # read first, by the first task: each reports its queue skipped
             parts[:1] = [[*(dataclasses.replace(s, **cuts[s.broker]) for s in unreadable), *(parts[0] if parts else [])]]
@@ -352,13 +354,17 @@ class RocketMQReader(DataSourceReader):
         return [SlicesPartition(tuple(p)) for p in parts] or [SlicesPartition(())]
 
     def _plan_store(self, store: cq.Store, broker: str | None, ranges: list, unreadable: list,
-                    planned_at: float, batch_starts: dict, carried: dict, by_log: list | None = None) -> dict:
+                    planned_at: float, batch_starts: dict, carried: dict, by_log: list | None = None,
+                    bounds: dict | None = None) -> dict:
         """Add one store's queue ranges (keyed ``(broker, topic)``) and unreadable queues, the batch
         starts of its BatchCQ queues and, for a store in object storage whose listing the plan carries, what
         its slices of each queue carry of the plan's fetches (``carried[broker, topic, queue id]``,
         docs/object-storage.md#spark); returns its cut. ``by_log`` (a read of this store alone): for a store in
         object storage whose ranges are all ConsumeQueue ranges, filled with them packed by CommitLog
-        stretch (:func:`pyspark_udfs._plan.pack_by_log`), the partitions to read."""
+        stretch (:func:`pyspark_udfs._plan.pack_by_log`), the partitions to read. ``bounds``: for a store in
+        object storage whose listing the plan carries, each plain ConsumeQueue's ``[min, max)`` offsets
+        (``bounds[broker, topic, queue id]``), which its tasks read it by ranges within
+        (``cq.Store.take_queue_bounds``, docs/object-storage.md#spark)."""
         opts = self.options
         first_range = len(ranges)
         plain = True  # every range is a ConsumeQueue's (no BatchCQ, compaction or tier range)
@@ -401,6 +407,9 @@ class RocketMQReader(DataSourceReader):
                                            for t, q, s2, e2 in file_ranges(queue, topic, queue_id, s, e)]
                                 continue
                         plain = plain and type(queue) is cq.ConsumeQueue and store.tier is None
+                        if (bounds is not None and store.source is not None and type(queue) is cq.ConsumeQueue
+                                and store.tier is None and not queue.undispatched_count):
+                            bounds[broker, topic, queue_id] = (queue.min_offset, queue.max_offset)
                         ranges += [((broker, t), q, s, e) for t, q, s, e in file_ranges(queue, topic, queue_id, lo, hi)]
                 except cq.StoreFormatError as exc:
                     if opts.on_corrupt != "skip":
@@ -428,6 +437,9 @@ class RocketMQReader(DataSourceReader):
                     rel = f"{cq.format.CONSUME_QUEUE_DIR}/{key[1]}/{int(q)}"
                     keys = [k for _, k in store.source.list_dir_files(rel)]
                     carried[broker, key[1], q] = (*small, *store.source.carried(store.root, keys, QUEUE_BYTES_IN_PLAN))
+        elif bounds:  # the tasks list the store again: its queues' bounds are their own to find
+            for k in [k for k in bounds if k[0] == broker]:
+                del bounds[k]
         return cut
 
     def _key_positions(self, store: cq.Store, topics: list[str]) -> dict[tuple[str, int], list[int]] | None:

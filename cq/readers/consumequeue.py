@@ -94,6 +94,15 @@ class ConsumeQueue(MappedFileQueue):
     def _units_of_file(self, index: int) -> np.ndarray:
         return np.frombuffer(self._map(index), dtype=fmt.CQ_UNIT_DTYPE)
 
+    def _hold(self, index: int, lo: int, hi: int) -> None:
+        """Bytes ``[lo, hi)`` of file ``index`` are about to be read: nothing for mapped files (a reader of a
+        file read by ranges fetches them, :class:`cq.readers.objectqueue.RangedConsumeQueue`)."""
+
+    @property
+    def undispatched_count(self) -> int:
+        """Units read past the files' end (:meth:`set_undispatched`): those a stopped broker's recovery adds."""
+        return len(self._undispatched) // fmt.CQ_STORE_UNIT_SIZE
+
     # -------------------------------------------------------------- offsets
     @property
     def max_offset(self) -> int:
@@ -242,6 +251,7 @@ class ConsumeQueue(MappedFileQueue):
             index = (q - first_file_q) // per_file
             file_q = self._files[index][0] // unit
             stop = min(end, file_q + per_file)
+            self._hold(index, (q - file_q) * unit, (stop - file_q) * unit)
             yield q, self._map(index)[(q - file_q) * unit:(stop - file_q) * unit]
             q = stop
 

@@ -24,13 +24,10 @@ from ..kernels import _record
 from .columns import MessageColumns
 from .commitlog import CommitLog, Message
 from .dledger import DLedgerCommitLog
-from .objects import RECORD_PROBE, RECORD_PROBE_MIN, coalesce
+from .objects import PRIVATE_MAP, RECORD_PROBE, RECORD_PROBE_MIN, coalesce
 
 __all__ = ["ObjectCommitLog", "ObjectDLedgerCommitLog", "RangedLog"]
 
-#: How an object's buffer is mapped: private anonymous memory where the platform takes map flags (its pages
-#: may be huge pages; shared anonymous memory's are not), the default anonymous map elsewhere (Windows).
-_PRIVATE = {"flags": mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS} if hasattr(mmap, "MAP_PRIVATE") else {}
 
 
 #: Linux's ``MADV_POPULATE_WRITE`` (5.14 and later; Python's mmap module does not name it): a buffer's pages
@@ -91,7 +88,7 @@ class RangedLog:
                     size = self._source.size_of(self._files[index][1])
                     # private: its pages may be huge pages, where shared anonymous memory's are not (a
                     # fetch writes them a quarter faster); zero pages until written, as the object's holes
-                    buf = self._bufs[index] = mmap.mmap(-1, max(size, 1), **_PRIVATE)
+                    buf = self._bufs[index] = mmap.mmap(-1, max(size, 1), **PRIVATE_MAP)
         return buf
 
     def _object_size(self, index: int) -> int:

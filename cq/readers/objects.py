@@ -128,6 +128,38 @@ def refuse_object_uri(path, reason: str) -> None:
         raise ObjectStoreError(reason, path)
 
 
+#: How an in-memory buffer of an object is mapped: private anonymous memory where the platform takes map
+#: flags (its pages may be huge pages; shared anonymous memory's are not), the default anonymous map elsewhere.
+PRIVATE_MAP = {"flags": mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS} if hasattr(mmap, "MAP_PRIVATE") else {}
+
+
+def _merge(spans) -> list[tuple[int, int]]:
+    """Byte spans ``(lo, hi)`` sorted and joined where they touch or overlap."""
+    out: list[tuple[int, int]] = []
+    for a, b in sorted(spans):
+        if out and a <= out[-1][1]:
+            out[-1] = (out[-1][0], max(out[-1][1], b))
+        else:
+            out.append((a, b))
+    return out
+
+
+def _missing(held: list[tuple[int, int]], lo: int, hi: int) -> list[tuple[int, int]]:
+    """The parts of ``[lo, hi)`` outside the sorted, disjoint spans ``held``."""
+    out, at = [], lo
+    for a, b in held:
+        if b <= at:
+            continue
+        if a >= hi:
+            break
+        if a > at:
+            out.append((at, a))
+        at = max(at, b)
+    if at < hi:
+        out.append((at, hi))
+    return out
+
+
 def coalesce(offsets, sizes, file_starts, file_sizes=None, *, gap: int = COALESCE_GAP,
              budget: int = BATCH_BYTES) -> np.ndarray:
     """Ranges of the log that hold the records ``(offsets, sizes)`` (docs/object-storage.md#coalescing).
@@ -361,6 +393,9 @@ class ObjectStore:
         self._stats: dict[str, list[int]] = {}
         self._modified: dict[str, int | None] = {}  # key -> its modification time listed (ns), where known
         self._copied: dict[str, int] = {}  # key -> the bytes from its start fetch_queues copied
+        # key -> (its buffer, the byte spans fetched into it, ascending, disjoint): objects read by ranges
+        # into memory (ranged_view, hold), not copied
+        self._ranged: dict[str, tuple[mmap.mmap, list[tuple[int, int]]]] = {}
         # the read's cut: every object and its size, taken once
         self._listing = self._take(self._list() if listing is None else listing)
         self._preloaded: dict[str, bytes] = {}  # key -> its first bytes, given (preload)
@@ -778,6 +813,49 @@ class ObjectStore:
                     left.append((relpath, key, size))
             todo, want = left, want * 2
         return {relpath: bytes(head) for relpath, head in heads.items()}
+
+    def ranged_view(self, key: str) -> memoryview:
+        """The in-memory buffer of object ``key`` (its listed size; zeros where nothing was fetched), made on
+        first use: what a reader of an object read by ranges maps (:meth:`hold` fetches into it;
+        :class:`cq.readers.objectqueue.RangedConsumeQueue`, docs/object-storage.md#spark)."""
+        rel = self._relative(key)
+        with self._lock:
+            got = self._ranged.get(rel)
+            if got is None:
+                got = self._ranged[rel] = (mmap.mmap(-1, max(self.size_of(rel), 1), **PRIVATE_MAP), [])
+        # a view of an array over the buffer, not of the buffer: a reader that closes its maps
+        # (cq.format.release_maps) releases its view, never the buffer other readers view
+        return memoryview(np.frombuffer(got[0], dtype=np.uint8, count=self.size_of(rel)))
+
+    def hold(self, spans, *, kind: str = "ConsumeQueue") -> None:
+        """Fetch into the objects' buffers (:meth:`ranged_view`) the bytes of each ``(key, lo, hi)`` not held yet,
+        every missing part one request, all at once (:meth:`read_ranges_into`); bytes a plan carried
+        (:meth:`preload`) are taken without a request. The spans are held once every request has ended."""
+        todo: dict[str, list[tuple[int, int]]] = {}
+        for key, lo, hi in spans:
+            rel = self._relative(key)
+            if not 0 <= lo <= hi <= self.size_of(rel):
+                raise ObjectStoreError(f"range outside the object's {self.size_of(rel)} listed bytes",
+                                       self.uri_of(rel), (lo, hi))
+            if hi > lo:
+                todo.setdefault(rel, []).append((lo, hi))
+        requests, done = [], []
+        for rel, wanted in todo.items():
+            view = self.ranged_view(rel)
+            held = self._ranged[rel][1]
+            given = self._preloaded.get(rel, b"")
+            for lo, hi in _merge(wanted):
+                for a, b in _missing(held, lo, hi):
+                    if b <= len(given):  # the plan's bytes (preload): no request
+                        view[a:b] = given[a:b]
+                    else:
+                        requests.append((rel, a, b, view[a:b], kind))
+                    done.append((rel, a, b))
+        self.read_ranges_into(requests)
+        with self._lock:
+            for rel, a, b in done:
+                held = self._ranged[rel][1]
+                held[:] = _merge([*held, (a, b)])
 
     def copied(self, key: str) -> int | None:
         """The bytes from the start of object ``key`` that :meth:`fetch_queues` copied (None: not copied):

@@ -11,7 +11,6 @@ import time
 import warnings
 import weakref
 from collections.abc import Iterator
-from concurrent.futures import ThreadPoolExecutor
 from typing import TYPE_CHECKING, Self
 
 import numpy as np
@@ -30,6 +29,7 @@ from ..readers.objectlog import ObjectCommitLog, ObjectDLedgerCommitLog
 from ..readers.objects import CopiedDir, ObjectDir
 from ..readers.rocksdb import RocksDBConsumeQueue, RocksDBQueueTable, database_stamp
 from . import undispatched
+from .bucket import BucketRoom
 from .decide import records_present
 
 if TYPE_CHECKING:
@@ -40,11 +40,6 @@ def _dir_identity(st: os.stat_result) -> tuple[int, int, int]:
     # a directory's change time moves when entries are added or removed in it: a store
     # deleted and written again at the same path differs here even if its inode is reused
     return st.st_dev, st.st_ino, st.st_ctime_ns
-
-
-#: Queues whose objects one step of :meth:`ReaderRoom._prefetch_queues` fetches at once (their requests
-#: :data:`cq.readers.objects.FETCH_THREADS` at a time): a topic of thousands of queues is copied in steps.
-_PREFETCH_QUEUES = 64
 
 
 def _weak_call(method):
@@ -66,7 +61,7 @@ def _dir_stamp(path: str) -> tuple | None:
     return st.st_dev, st.st_ino, st.st_mtime_ns
 
 
-class ReaderRoom:
+class ReaderRoom(BucketRoom):
     """The :class:`cq.Store` methods that open, cache, follow and release its readers."""
 
     def _init_readers(self, commit_log_file_size: int | None, consume_queue_file_size: int | None,
@@ -91,6 +86,7 @@ class ReaderRoom:
         # a store in a bucket: the heads of queues' last ConsumeQueue objects fetched for the dispatch frontier
         # (relpath -> bytes), kept for the Store's life: its listing is its snapshot
         self._tails: dict[str, bytes] = {}
+        self._queue_bounds: dict[tuple[str, int], tuple[int, int]] = {}  # a plan's bounds (take_queue_bounds)
         # the RocksDB consume queue database open (its queue list read once), with the stamp of the files
         # it was opened on
         self._rocks_table: tuple[tuple, RocksDBQueueTable] | None = None
@@ -137,51 +133,6 @@ class ReaderRoom:
             return DLedgerCommitLog(layout.dledger_dir, classic_directory=layout.commit_log_dir,
                                     file_size=self._cl_size)
         return CommitLog(layout.commit_log_dir, file_size=self._cl_size)
-
-    def _dispatch_frontier(self) -> tuple[int, int] | None:
-        """For a store in a bucket: the unit whose record ends furthest among every consume queue's last
-        unit (:func:`cq.store.undispatched.dispatch_frontier`), where its CommitLog's cold recovery walk
-        starts (:meth:`cq.readers.objectlog.RangedLog.walk_start`). A file queue's last unit comes from its
-        private copy where a read fetched the queue, else from the head of its last ConsumeQueue object
-        (:meth:`cq.ObjectStore.queue_tails`, every queue's at once); a RocksDB consume queue's from its
-        database, copied when the Store opened. BatchCQ and compaction topics are left out: the frontier of
-        the others lies at or before theirs, and a walk from there passes it (docs/object-storage.md#costs)."""
-        last: list[tuple[int, int] | None] = []
-        with self._open_lock:
-            if self.layout.consume_queues == "rocksdb":
-                table = self._rocksdb_table()
-                return undispatched.dispatch_frontier(table.last_unit(t, q) for t, q in table.queues)
-            if self.layout.consume_queues != "files":
-                return None
-            for rel in self._tail_queues():
-                if rel not in self._fetched_queues:
-                    continue
-                queue = ConsumeQueue(os.path.join(self.root, *rel), file_size=self._cq_size, topic=rel[1],
-                                     queue_id=int(rel[2]))
-                try:
-                    last.append(undispatched.queue_last_unit(queue))
-                finally:
-                    queue.close()
-            for head in self._queue_tails().values():
-                last.append(undispatched.last_unit(head))
-        return undispatched.dispatch_frontier(last)
-
-    def _tail_queues(self) -> list[tuple[str, str, str]]:
-        """For a store in a bucket: the queue directories ``(consumequeue, topic, queue id)`` whose last units
-        make the dispatch frontier (every file consume queue but BatchCQ and compaction topics')."""
-        skip = {*self.layout.batch_cq_topics, *self.layout.compaction_topics}
-        return [(fmt.CONSUME_QUEUE_DIR, topic, q) for topic in self.source.subdirs(fmt.CONSUME_QUEUE_DIR)
-                if topic not in skip for q in self.source.subdirs(f"{fmt.CONSUME_QUEUE_DIR}/{topic}") if q.isdigit()]
-
-    def _queue_tails(self, exclude=frozenset()) -> dict[str, bytes]:
-        """The heads holding the last unit of each frontier queue (:meth:`_tail_queues`) that no read copied
-        and that is not in ``exclude``: fetched once for the Store's life (:meth:`cq.ObjectStore.queue_tails`,
-        every queue's at once), then kept."""
-        want = ["/".join(rel) for rel in self._tail_queues() if rel not in self._fetched_queues and rel not in exclude]
-        missing = [rel for rel in want if rel not in self._tails]
-        if missing:
-            self._tails.update(self.source.queue_tails(missing, consumequeue.data_ends_within))
-        return {rel: self._tails[rel] for rel in want if rel in self._tails}
 
     def _rocksdb_queues(self) -> list[tuple[str, int]] | None:
         """The queues of a RocksDB consume queue, read now (one cut); None for queue files. The open
@@ -369,94 +320,6 @@ class ReaderRoom:
         return self._queue_copy((fmt.CONSUME_QUEUE_DIR, topic, str(int(queue_id))), "ConsumeQueue",
                                 consumequeue.data_ends_within)
 
-    def _queue_copy(self, rel: tuple[str, ...], kind: str, enough, first_head=None) -> str:
-        """The directory ``rel`` under the root. For a store in a bucket, its objects are fetched into
-        the private copy the first time a read asks for the queue, once for the Store's life (the listing
-        is its snapshot): whole, but the last file by the head that holds the end of the queue's data
-        (``enough``, ``first_head``: :meth:`cq.ObjectStore.fetch_files`, docs/object-storage.md#costs)."""
-        source = getattr(self, "source", None)
-        if source is not None:
-            with self._open_lock:
-                if rel not in self._fetched_queues:
-                    source.fetch_files("/".join(rel), self.root, kind=kind, enough=enough, first_head=first_head)
-                    self._fetched_queues.add(rel)
-        return os.path.join(self.root, *rel)
-
-    def prefetch(self, topic: str, queue_ids=None, *, ext: bool = False) -> None:
-        """For a store in a bucket, fetch at once what a read of ``topic``'s queues ``queue_ids`` (default:
-        all) asks first: their ConsumeQueue objects (with ``ext``, then the ext objects their units
-        address), then the other queues' last units and the heads the CommitLog's recovery walk reads from
-        the dispatch frontier (every read's cut), rather than one after the other as the read reaches each
-        (docs/object-storage.md#costs). ``consume`` and the data source's planning call it; nothing for a
-        local store or a topic the store does not hold.
-
-        Raises
-        ------
-        cq.ObjectStoreError
-            A request failed (naming the object's URI and byte range).
-        """
-        if getattr(self, "source", None) is None or topic not in self.topics():
-            return
-        qids = self.queue_ids(topic) if queue_ids is None else list(queue_ids)
-        log = self.commit_log
-        # the queues, and meanwhile the other queues' last units the frontier reads (the read's own come from
-        # their copies, not again), then the walk's heads from the frontier
-        with ThreadPoolExecutor(1) as background:
-            others = None
-            if log.frontier is not None and not log.end_known and self.layout.consume_queues == "files":
-                others = background.submit(self._queue_tails, {(fmt.CONSUME_QUEUE_DIR, topic, str(int(q))) for q in qids})
-            self._prefetch_queues([(topic, q) for q in qids], ext=ext)
-            if others is not None:
-                others.result()
-        log.prefetch_recovery()
-
-    def _prefetch_queues(self, keys, *, ext: bool = False) -> None:
-        """For a store in a bucket: fetch the ConsumeQueue objects (with ``ext``, then the ext objects of
-        those whose ConsumeQueue addresses ext units) of the queues ``keys`` (``(topic, queue id)``) a read
-        is about to read that are not copied yet, each queue's objects as :meth:`_queue_copy` fetches them,
-        many queues' at once (:meth:`cq.ObjectStore.fetch_queues`, docs/object-storage.md#costs). Nothing
-        for a local store, nor for queues that are not file consume queues (BatchCQ, compaction, RocksDB)."""
-        source = getattr(self, "source", None)
-        if source is None or self.layout.consume_queues != "files":
-            return
-        skip = {*self.layout.batch_cq_topics, *self.layout.compaction_topics}
-        keys = [(t, int(q)) for t, q in keys if t not in skip]
-        with self._open_lock:
-            for n in range(0, len(keys), _PREFETCH_QUEUES):
-                group = keys[n:n + _PREFETCH_QUEUES]
-                self._fetch_copies([((fmt.CONSUME_QUEUE_DIR, t, str(q)), "ConsumeQueue", consumequeue.data_ends_within,
-                                     None) for t, q in group])
-                if ext:  # after the ConsumeQueues: an ext's first head comes from its ConsumeQueue's copy
-                    heads = {(t, q): self._ext_first_head(t, q) for t, q in group
-                             if (fmt.CONSUME_QUEUE_EXT_DIR, t, str(q)) not in self._fetched_queues}
-                    heads = {k: v for k, v in heads.items() if v is not None}
-                    self._fetch_copies([((fmt.CONSUME_QUEUE_EXT_DIR, t, str(q)), "ConsumeQueueExt",
-                                         ext_reader.data_ends_within, functools.partial(int, head))
-                                        for (t, q), head in heads.items()])
-
-    def _fetch_copies(self, specs: list[tuple]) -> None:
-        """Fetch the queue directories ``specs`` (``(rel, kind, enough, first_head)``) not copied yet, at once."""
-        specs = [spec for spec in specs if spec[0] not in self._fetched_queues]
-        if specs:
-            self.source.fetch_queues([("/".join(rel), *rest) for rel, *rest in specs], self.root)
-            self._fetched_queues.update(rel for rel, *_ in specs)
-
-    def _ext_first_head(self, topic: str, queue_id: int) -> int | None:
-        """For a store in a bucket, the first head of the queue's last ext object to fetch: the bytes that
-        hold the unit its ConsumeQueue's copy addresses last (:func:`cq.readers.ext.head_holding`), None
-        when the ConsumeQueue is not copied yet or addresses no ext unit in that object."""
-        rel = (fmt.CONSUME_QUEUE_DIR, topic, str(int(queue_id)))
-        files = self.source.list_dir_files(f"{fmt.CONSUME_QUEUE_EXT_DIR}/{topic}/{int(queue_id)}")
-        queue_files = self.source.list_dir_files("/".join(rel))
-        if rel not in self._fetched_queues or not files or not queue_files:
-            return None
-        key = queue_files[-1][1]
-        copied = self.source.copied(key)  # the head holding the queue's data: the rest is a hole
-        units = np.fromfile(os.path.join(self.root, *key.split("/")), dtype=fmt.CQ_UNIT_DTYPE,
-                            count=(self.source.size_of(key) if copied is None else copied) // fmt.CQ_STORE_UNIT_SIZE)
-        start, key = files[-1]
-        return ext_reader.head_holding(units["tags_code"], start, self.source.size_of(key))
-
     def _new_consume_queue(self, topic: str, queue_id: int) -> ConsumeQueue:
         """A new reader of one queue, as the broker sees the queue (every reader comes from here)."""
         if topic in self.layout.compaction_topics:  # docs/reading.md#compaction-topics
@@ -478,6 +341,9 @@ class ReaderRoom:
             d = os.path.join(self.root, fmt.CONSUME_QUEUE_DIR, topic, str(int(queue_id)))
             if not os.path.isdir(d):
                 raise KeyError(f"no consume queue {topic}/{queue_id} in {self.root}")
+            ranged = self._ranged_queue(topic, queue_id)  # a store in a bucket, its bounds a plan's
+            if ranged is not None:
+                return ranged
             cq = ConsumeQueue(self._consume_queue_dir(topic, queue_id), file_size=self._cq_size, topic=topic,
                               queue_id=int(queue_id))
         end, units = self._undispatched_units().get((topic, int(queue_id)), (None, b""))

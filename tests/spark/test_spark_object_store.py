@@ -289,6 +289,33 @@ def test_a_bucket_read_is_cut_into_stretches_of_the_commit_log(s3_server, tmp_pa
         assert fetched <= 1.25 * together["CommitLog"][1], (fetched, together["CommitLog"])
 
 
+def test_a_task_fetches_its_slices_units_not_its_queues_objects(s3_server, tmp_path):
+    """A plan of a store in a bucket hands each slice its queue's bounds (docs/object-storage.md#spark): a
+    task, each in a worker of its own, fetches the ConsumeQueue units of its slices, exactly their bytes,
+    not its queues' objects (a task of a store packed by stretch reads every queue); without the bounds it
+    fetches the objects. The rows are the local read's."""
+    root = tmp_path / "store"
+    topic = generate_sample_store(root, messages=20000, seed=6, commit_log_file_size=1 << 20).main_topic
+    uri = s3_server.upload(root, "windows", "broker-a")
+    for read in ({"topic": topic}, {"topic": topic, "group": "GID_RED_CHEAP", "sql": "color = 'red'"}):
+        options = ReadOptions.parse({"path": uri, **read, "partition_units": "3000",
+                                     "endpoint": s3_server.endpoint, "region": "us-east-1"})
+        reader = RocketMQReader(options, options.schema())
+        parts = [type(p)(tuple(dataclasses.replace(s, carried=None) for s in p.slices)) for p in reader.partitions()]
+        assert len(parts) >= 3 and all(s.queue_bounds for p in parts for s in p.slices)
+        apart = [_task_requests(reader, [p]) for p in parts]
+        for part, (_, stats) in zip(parts, apart):
+            units = sum(s.end - s.start for s in part.slices)
+            assert stats["ConsumeQueue"][1] == units * cq.format.CQ_STORE_UNIT_SIZE, stats
+        whole = [type(p)(tuple(dataclasses.replace(s, queue_bounds=None) for s in p.slices)) for p in parts]
+        before = [_task_requests(reader, [p]) for p in whole]
+        assert all(s["ConsumeQueue"][1] > 2 * a["ConsumeQueue"][1] for (_, s), (_, a) in zip(before, apart))
+        local_options = ReadOptions.parse({"path": str(root), **read})
+        local = RocketMQReader(local_options, local_options.schema())
+        assert (sum(n for n, _ in apart) == sum(n for n, _ in before)
+                == sum(b.num_rows for p in local.partitions() for b in local.read(p)) > 0)
+
+
 def test_a_worker_holds_no_records_of_a_task_it_ran(s3_server, tmp_path):
     """A worker keeps its Store of the bucket for the query's other tasks; each task gives back the
     CommitLog records it fetched when it ends (docs/object-storage.md#spark), so the worker's memory does

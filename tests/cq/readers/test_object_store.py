@@ -847,3 +847,34 @@ def test_a_damaged_record_before_the_frontier_is_an_error_or_the_walk(s3_server,
     with closing(cq.Store(uri, object_options={**opts, "recovery": "walk"})) as remote:
         assert remote.commit_log.max_offset == start + chosen["at"]
         assert _answers(remote) == want
+
+
+def test_a_queue_read_by_ranges_within_a_plans_bounds(s3_server, tmp_path):
+    """A Store given a queue's bounds as a plan found them (``take_queue_bounds``, docs/object-storage.md#spark)
+    reads the queue by ranges: a read of some of its units fetches those units' bytes alone, not the queue's
+    objects, and gives the units the local queue holds; a read elsewhere in the queue fetches that too; the
+    reader pickles with its bounds and reads the same after."""
+    root = tmp_path / "store"
+    topic = generate_sample_store(root, messages=8000, seed=9, consume_queue_file_size=20 * 600).main_topic
+    uri = s3_server.upload(root, "ranged", "broker-a")
+    with closing(cq.Store(str(root))) as local_store:
+        local = local_store.consume_queue(topic, 0)
+        lo, hi = local.min_offset, local.max_offset
+        assert len(local.files) >= 2 and hi - lo > 700
+        want = local.read(lo, hi - lo)
+    with closing(cq.Store(uri, object_options={"endpoint": s3_server.endpoint, "region": "us-east-1"})) as store:
+        store.take_queue_bounds(topic, 0, lo, hi)
+        store.prefetch(topic, [0], windows={0: [(lo + 550, lo + 700)]})  # across two objects
+        assert store.source.stats()["ConsumeQueue"] == (2, 150 * fmt.CQ_STORE_UNIT_SIZE)
+        queue = store.consume_queue(topic, 0)
+        assert (queue.min_offset, queue.max_offset) == (lo, hi)
+        assert queue.read(lo + 550, 150).tolist() == want[550:700].tolist()
+        assert store.source.stats()["ConsumeQueue"][1] == 150 * fmt.CQ_STORE_UNIT_SIZE  # nothing fetched again
+        assert queue.read(lo, 10).tolist() == want[:10].tolist()  # outside the window: fetched now
+        assert store.source.stats()["ConsumeQueue"][1] == 160 * fmt.CQ_STORE_UNIT_SIZE
+        again = pickle.loads(pickle.dumps(queue))
+        assert (again.min_offset, again.max_offset) == (lo, hi)
+        assert again.read(lo, hi - lo).tolist() == want.tolist()
+        again.close()
+        store.take_queue_bounds(topic, 1, 0, 0)  # an empty queue, as the plan saw it
+        assert len(store.consume_queue(topic, 1)) == 0
