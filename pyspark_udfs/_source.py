@@ -726,11 +726,12 @@ class ConsumeQueueSlice(InputPartition):
     #: (``cq.ObjectStore.preload``, docs/object-storage.md#spark). Store contents, never a credential; the
     #: slices of a queue share one tuple, and its pairs are shared by every queue's (pickled once per task).
     carried: tuple | None = dataclasses.field(default=None, repr=False, compare=False)
-    #: A store in object storage whose listing the slice carries: the queue's ``(min_offset, max_offset)`` in
-    #: the plan's cut, within which the task reads the queue by ranges, fetching its slices' units and not
-    #: the queue's objects (``cq.Store.take_queue_bounds``, docs/object-storage.md#spark); None: the task
-    #: finds the bounds from the queue's objects (a local store, a queue the plan saw undispatched units of).
-    queue_bounds: tuple[int, int] | None = None
+    #: A store in object storage whose listing the slice carries: the queue's ``(min_offset, max_offset,
+    #: last_slot)`` in the plan's cut (``last_slot``: its last unit's ``tags_code`` slot, None for an empty
+    #: queue), within which the task reads the queue by ranges, fetching its slices' units and not the
+    #: queue's objects (``cq.Store.take_queue_bounds``, docs/object-storage.md#spark); None: the task finds
+    #: the bounds from the queue's objects (a local store, a queue the plan saw undispatched units of).
+    queue_bounds: tuple[int, int, int | None] | None = None
 
 
 #: A store in object storage of at most this many objects travels with its plan's listing (one LIST page):

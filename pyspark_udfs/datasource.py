@@ -323,7 +323,7 @@ class RocketMQReader(DataSourceReader):
         cuts: dict[str | None, dict] = {}
         batch_starts: dict[tuple, np.ndarray] = {}  # ((broker, topic), queue id) -> a BatchCQ queue's batch starts
         carried: dict[tuple, tuple] = {}  # (broker, topic, queue id) -> the objects its slices carry (a bucket's)
-        bounds: dict[tuple, tuple] = {}  # (broker, topic, queue id) -> its [min, max) offsets (a bucket's queue)
+        bounds: dict[tuple, tuple] = {}  # (broker, topic, queue id) -> its [min, max) offsets, last slot (a bucket's)
         by_log: list[list[tuple]] = []  # one store in a bucket: its ranges packed by CommitLog stretch
         held = False
         for broker, root in brokers:
@@ -362,8 +362,8 @@ class RocketMQReader(DataSourceReader):
         docs/object-storage.md#spark); returns its cut. ``by_log`` (a read of this store alone): for a store in
         object storage whose ranges are all ConsumeQueue ranges, filled with them packed by CommitLog
         stretch (:func:`pyspark_udfs._plan.pack_by_log`), the partitions to read. ``bounds``: for a store in
-        object storage whose listing the plan carries, each plain ConsumeQueue's ``[min, max)`` offsets
-        (``bounds[broker, topic, queue id]``), which its tasks read it by ranges within
+        object storage whose listing the plan carries, each plain ConsumeQueue's ``[min, max)`` offsets and its
+        last unit's ``tags_code`` slot (``bounds[broker, topic, queue id]``), which its tasks read it by ranges within
         (``cq.Store.take_queue_bounds``, docs/object-storage.md#spark)."""
         opts = self.options
         first_range = len(ranges)
@@ -409,7 +409,8 @@ class RocketMQReader(DataSourceReader):
                         plain = plain and type(queue) is cq.ConsumeQueue and store.tier is None
                         if (bounds is not None and store.source is not None and type(queue) is cq.ConsumeQueue
                                 and store.tier is None and not queue.undispatched_count):
-                            bounds[broker, topic, queue_id] = (queue.min_offset, queue.max_offset)
+                            last = queue.unit(queue.max_offset - 1)[2] if len(queue) else None
+                            bounds[broker, topic, queue_id] = (queue.min_offset, queue.max_offset, last)
                         ranges += [((broker, t), q, s, e) for t, q, s, e in file_ranges(queue, topic, queue_id, lo, hi)]
                 except cq.StoreFormatError as exc:
                     if opts.on_corrupt != "skip":

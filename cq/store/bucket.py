@@ -83,16 +83,21 @@ class BucketRoom:
                     self._fetched_queues.add(rel)
         return os.path.join(self.root, *rel)
 
-    def take_queue_bounds(self, topic: str, queue_id: int, min_offset: int, max_offset: int) -> None:
+    def take_queue_bounds(self, topic: str, queue_id: int, min_offset: int, max_offset: int,
+                          last_slot: int | None = None) -> None:
         """For a store in a bucket: read the queue by ranges (:class:`cq.readers.objectqueue.RangedConsumeQueue`)
         within ``[min_offset, max_offset)``, the queue's bounds as a plan of the same listing found them (a
         Spark task's, docs/object-storage.md#spark), instead of fetching its objects whole to find them: a read
-        of a few of its units fetches those. Taken before the queue is first read (a queue already read keeps
+        of a few of its units fetches those. ``last_slot``: the ``tags_code`` slot of its last unit as the plan
+        read it, where a read that consults the queue's ext starts fetching its last ext object (an ext
+        address holds the end of its data). Taken before the queue is first read (a queue already read keeps
         its reader); nothing for a local store."""
         if getattr(self, "source", None) is None or not 0 <= int(min_offset) <= int(max_offset):
             return
         with self._open_lock:
             self._queue_bounds[topic, int(queue_id)] = (int(min_offset), int(max_offset))
+            if last_slot is not None:
+                self._last_slots[topic, int(queue_id)] = int(last_slot)
 
     def _ranged_queue(self, topic: str, queue_id: int) -> RangedConsumeQueue | None:
         """The queue's reader by ranges where its bounds were taken (:meth:`take_queue_bounds`) and no read
@@ -173,23 +178,30 @@ class BucketRoom:
 
     def _ext_first_head(self, topic: str, queue_id: int, window=None) -> int | None:
         """For a store in a bucket, the first head of the queue's last ext object to fetch: the bytes that
-        hold the unit its ConsumeQueue's copy addresses last (:func:`cq.readers.ext.head_holding`), or of a
-        queue read by ranges the units of its ``window`` (``[(start, end), ...]``, held); None when the
-        ConsumeQueue is not copied yet or addresses no ext unit in that object."""
+        hold the unit its ConsumeQueue addresses last (:func:`cq.readers.ext.head_holding`): from its copy, or,
+        for a queue read by ranges, its last unit's slot as the plan gave it (:meth:`take_queue_bounds`) and the
+        units of its ``window`` (``[(start, end), ...]``, held) a read takes; None when the ConsumeQueue is
+        neither copied nor given, or addresses no ext unit in that object."""
         rel = (fmt.CONSUME_QUEUE_DIR, topic, str(int(queue_id)))
         files = self.source.list_dir_files(f"{fmt.CONSUME_QUEUE_EXT_DIR}/{topic}/{int(queue_id)}")
         queue_files = self.source.list_dir_files("/".join(rel))
-        if window and files:
-            queue = self.consume_queue(topic, queue_id)
-            slots = [queue.read_columns(s, e - s)["tags_code"] for s, e in window]
-            start, key = files[-1]
-            return ext_reader.head_holding(np.concatenate(slots), start, self.source.size_of(key))
-        if rel not in self._fetched_queues or not files or not queue_files:
+        if not files or not queue_files:
             return None
-        key = queue_files[-1][1]
-        copied = self.source.copied(key)  # the head holding the queue's data: the rest is a hole
-        units = np.fromfile(os.path.join(self.root, *key.split("/")), dtype=fmt.CQ_UNIT_DTYPE,
-                            count=(self.source.size_of(key) if copied is None else copied) // fmt.CQ_STORE_UNIT_SIZE)
+        if rel in self._fetched_queues:
+            key = queue_files[-1][1]
+            copied = self.source.copied(key)  # the head holding the queue's data: the rest is a hole
+            slots = np.fromfile(os.path.join(self.root, *key.split("/")), dtype=fmt.CQ_UNIT_DTYPE,
+                                count=(self.source.size_of(key) if copied is None else copied)
+                                // fmt.CQ_STORE_UNIT_SIZE)["tags_code"]
+        else:
+            last = self._last_slots.get((topic, int(queue_id)))
+            parts = [np.array([last], dtype=np.int64)] if last is not None else []
+            if window:
+                queue = self.consume_queue(topic, queue_id)
+                parts += [queue.read_columns(s, e - s)["tags_code"] for s, e in window]
+            if not parts:
+                return None
+            slots = np.concatenate(parts)
         start, key = files[-1]
-        return ext_reader.head_holding(units["tags_code"], start, self.source.size_of(key))
+        return ext_reader.head_holding(slots, start, self.source.size_of(key))
 

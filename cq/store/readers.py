@@ -87,6 +87,7 @@ class ReaderRoom(BucketRoom):
         # (relpath -> bytes), kept for the Store's life: its listing is its snapshot
         self._tails: dict[str, bytes] = {}
         self._queue_bounds: dict[tuple[str, int], tuple[int, int]] = {}  # a plan's bounds (take_queue_bounds)
+        self._last_slots: dict[tuple[str, int], int] = {}  # and its queues' last units' tags_code slots
         # the RocksDB consume queue database open (its queue list read once), with the stamp of the files
         # it was opened on
         self._rocks_table: tuple[tuple, RocksDBQueueTable] | None = None
