@@ -45,6 +45,60 @@ def _populate(buf: mmap.mmap, lo: int, hi: int) -> None:
         buf.madvise(_POPULATE_WRITE, start, hi - start)
 
 
+#: The most bytes of given-back CommitLog buffers (:meth:`RangedLog.release_held`) a process keeps, their
+#: pages zeroed, for the next buffers of their size: making fresh pages ready is a fifth of a bucket task's
+#: time (docs/object-storage.md#spark); past this, a buffer's memory is given back to the system.
+KEPT_BUFFER_BYTES = 256 << 20
+
+
+class _BufferPool:
+    """Buffers of CommitLog objects given back by reads, their fetched bytes zeroed, kept for reuse by size
+    (at most :data:`KEPT_BUFFER_BYTES` of pages they may hold)."""
+
+    def __init__(self) -> None:
+        self._free: dict[int, list[tuple[mmap.mmap, int]]] = {}  # size -> (buffer, bytes its pages may hold)
+        self._bytes = 0
+        self._lock = threading.Lock()
+        self._paged: dict[int, int] = {}  # id of a buffer taken from here -> bytes its pages may hold
+
+    def take(self, size: int) -> mmap.mmap | None:
+        """A kept buffer of ``size`` bytes (all zeros), or None."""
+        with self._lock:
+            free = self._free.get(size)
+            if not free:
+                return None
+            buf, paged = free.pop()
+            self._bytes -= paged
+            self._paged[id(buf)] = paged
+            return buf
+
+    def give(self, buf: mmap.mmap, spans) -> bool:
+        """Keep ``buf`` (its bytes ``spans`` zeroed) if it fits :data:`KEPT_BUFFER_BYTES`; False: not kept."""
+        if not hasattr(buf, "madvise"):
+            return False
+        with self._lock:
+            paged = min(len(buf), self._paged.pop(id(buf), 0) + sum(hi - lo for lo, hi in spans))
+            if self._bytes + paged > KEPT_BUFFER_BYTES:
+                return False
+            self._bytes += paged
+        zeros = np.frombuffer(buf, dtype=np.uint8)
+        for lo, hi in spans:
+            zeros[lo:hi] = 0
+        del zeros
+        with self._lock:
+            self._free.setdefault(len(buf), []).append((buf, paged))
+        return True
+
+    @property
+    def kept_bytes(self) -> int:
+        """Bytes the kept buffers' pages may hold."""
+        with self._lock:
+            return self._bytes
+
+
+_POOL = _BufferPool()
+
+
 def _indices_in(idx: np.ndarray) -> list[int]:
     """The distinct object indices (>= 0) among ``idx``, ascending: a count, not a sort of the records."""
     idx = idx[idx >= 0]
@@ -85,10 +139,11 @@ class RangedLog:
             with self._fetch_lock:
                 buf = self._bufs.get(index)
                 if buf is None:
-                    size = self._source.size_of(self._files[index][1])
+                    size = max(self._source.size_of(self._files[index][1]), 1)
                     # private: its pages may be huge pages, where shared anonymous memory's are not (a
-                    # fetch writes them a quarter faster); zero pages until written, as the object's holes
-                    buf = self._bufs[index] = mmap.mmap(-1, max(size, 1), **PRIVATE_MAP)
+                    # fetch writes them a quarter faster); zeros until written, as the object's holes; one
+                    # a read gave back, its pages kept (zeros again), where the process holds one
+                    buf = self._bufs[index] = _POOL.take(size) or mmap.mmap(-1, size, **PRIVATE_MAP)
         return buf
 
     def _object_size(self, index: int) -> int:
@@ -484,18 +539,25 @@ class RangedLog:
         fetches what it needs again (docs/object-storage.md#costs). What a read that is done with its
         records calls (a Spark task at its end, a ``consume`` when it ends), so a Store kept for further
         reads holds none of this one's records. The buffers stay (their pages are zeros again), so a
-        view of one never outlives its memory; what a read returned was copied out of them."""
+        view of one never outlives its memory; what a read returned was copied out of them. Up to
+        :data:`KEPT_BUFFER_BYTES` of the process's given-back buffers keep their pages, zeroed, for the next
+        buffers of their size (any Store's): a fetch into fresh memory spends a fifth of a task's time making
+        its pages."""
         with self._fetch_lock:
             for index, buf in list(self._bufs.items()):
-                if hasattr(buf, "madvise"):
+                spans = self._held.get(index) or []
+                if _POOL.give(buf, spans):  # kept for the next buffer of its size, its held bytes zeroed
+                    del self._bufs[index]
+                elif hasattr(buf, "madvise"):
                     buf.madvise(mmap.MADV_DONTNEED)
                 else:  # no madvise (Windows): a new buffer, the old one's memory freed with its last view
                     del self._bufs[index]
             self._held.clear()
 
     def close(self) -> None:
-        """Release the buffers and forget what they held."""
+        """Release the buffers (kept for reuse as :meth:`release_held` keeps them) and forget what they held."""
         with self._fetch_lock:
+            self.release_held()
             super().close()
             self._held.clear()
             self._bufs.clear()

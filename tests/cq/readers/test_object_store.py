@@ -878,3 +878,35 @@ def test_a_queue_read_by_ranges_within_a_plans_bounds(s3_server, tmp_path):
         again.close()
         store.take_queue_bounds(topic, 1, 0, 0)  # an empty queue, as the plan saw it
         assert len(store.consume_queue(topic, 1)) == 0
+
+
+def test_given_back_buffers_are_kept_zeroed_within_their_bound(s3_server, tmp_path, monkeypatch):
+    """A read that gives back the CommitLog records it fetched leaves their buffers to the process, zeroed,
+    for the next buffers of their size (docs/object-storage.md#spark), never more than
+    ``KEPT_BUFFER_BYTES`` of pages: another Store's read takes them and reads the local rows; past the
+    bound a buffer's memory goes back to the system."""
+    from cq.readers import objectlog
+
+    root = tmp_path / "store"
+    topic = generate_sample_store(root, messages=3000, seed=4, commit_log_file_size=1 << 18).main_topic
+    uri = s3_server.upload(root, "kept", "east")
+    opts = {"endpoint": s3_server.endpoint, "region": "us-east-1"}
+    monkeypatch.setattr(objectlog, "_POOL", objectlog._BufferPool())
+    with closing(cq.Store(root)) as local:
+        want = [m.msg_id for m in local.consume(topic, "GID_ALL", tags="*")]
+    with closing(cq.Store(uri, object_options=opts)) as remote:
+        assert [m.msg_id for m in remote.consume(topic, "GID_ALL", tags="*")] == want
+        kept = objectlog._POOL.kept_bytes
+        assert 0 < kept <= objectlog.KEPT_BUFFER_BYTES and remote.commit_log.held_bytes == 0
+    taken = objectlog._POOL.take(1 << 18)  # a kept buffer is all zeros
+    assert taken is not None and not np.frombuffer(taken, dtype=np.uint8).any()
+    assert objectlog._POOL.give(taken, [])
+    with closing(cq.Store(uri, object_options=opts)) as again:
+        assert [m.msg_id for m in again.consume(topic, "GID_ALL", tags="*")] == want  # reads through the kept buffers
+        assert objectlog._POOL.kept_bytes <= objectlog.KEPT_BUFFER_BYTES
+    monkeypatch.setattr(objectlog, "KEPT_BUFFER_BYTES", 1 << 18)  # room for one object's pages
+    monkeypatch.setattr(objectlog, "_POOL", objectlog._BufferPool())
+    with closing(cq.Store(uri, object_options=opts)) as bounded:
+        assert [m.msg_id for m in bounded.consume(topic, "GID_ALL", tags="*")] == want
+        assert objectlog._POOL.kept_bytes <= 1 << 18
+        assert len(bounded.commit_log.files) > 2  # the others gave their memory back
