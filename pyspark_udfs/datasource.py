@@ -254,7 +254,7 @@ def _log_offsets(store: cq.Store):
     def offsets_of(rng: tuple) -> np.ndarray:
         (_broker, topic), queue_id, start, end = rng
         with store.queue_readers(topic, queue_id, ext=False) as (queue, _ext):
-            return queue.read_columns(start, end - start)["commit_log_offset"]
+            return queue.read_columns(start, end - start, ("commit_log_offset",))["commit_log_offset"]
     return offsets_of
 
 

@@ -6,7 +6,7 @@ selects the twins; ``rmqfilter_engine.load`` chooses):
 ========== ====================================================================================
 module     concern
 ========== ====================================================================================
-_tagscan   the ConsumeQueue tag scan (:func:`scan_tags`)
+_tagscan   the ConsumeQueue unit scans: tags (:func:`scan_tags`), the end of the data (:func:`data_end`)
 _ext       ConsumeQueueExt unit heads, Bloom bitmap checks, ext addresses
 _record    the CommitLog record walk: validation, recovery walk, one-record decode, body CRCs
 _dledger   the DLedger CommitLog walk: entry headers stepped over, each entry's record validated
@@ -180,6 +180,20 @@ def scan_tags(units, codes) -> np.ndarray:
         raise TypeError(f"codes must be integers, got dtype {code_arr.dtype}")
     code_arr = np.unique(code_arr.astype(np.int64).astype(np.uint32).astype(np.int32))
     return _tagscan.scan_tags(u8, np.ascontiguousarray(code_arr, dtype=np.int32))
+
+
+def data_end(units) -> int:
+    """How many of the ConsumeQueue ``units`` (whole 20-byte big-endian units, bytes-like or a uint8 or unit
+    array) come before the first that ends the queue's data in the broker's recovery: ``commit_log_offset < 0``
+    or ``size <= 0`` (docs/formats.md#consumequeue); all of them when none does. No unit past that one is read.
+
+    Examples
+    --------
+    >>> from cq import format as fmt
+    >>> data_end(fmt.encode_cq_unit(0, 100, 7) + fmt.encode_cq_unit(100, 0, 0) + fmt.encode_cq_unit(200, 9, 1))
+    1
+    """
+    return int(_tagscan.data_end(_as_u8(units, "units")))
 
 
 def bloom_masks(bit_pos) -> tuple[np.ndarray, np.ndarray]:

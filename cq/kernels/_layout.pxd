@@ -5,6 +5,8 @@ from libc.stdint cimport int64_t
 cdef extern from "_layout.h":
     # ConsumeQueue unit
     enum: RMQ_CQ_UNIT_SIZE          # bytes of a unit
+    enum: RMQ_CQ_PHYS               # offset of its big-endian int64 commit_log_offset
+    enum: RMQ_CQ_SIZE               # offset of its big-endian int32 size
     enum: RMQ_CQ_TAG_LOW            # offset of the low 32 bits of its big-endian tags_code
     # ConsumeQueueExt unit head (the bitmap follows it)
     enum: RMQ_EXT_SIZE              # offset of the int16 unit size

@@ -7,6 +7,8 @@
 #: Each layout constant the kernels were compiled with, by name (``RMQ_`` dropped).
 LAYOUT = {
     "CQ_UNIT_SIZE": RMQ_CQ_UNIT_SIZE,
+    "CQ_PHYS": RMQ_CQ_PHYS,
+    "CQ_SIZE": RMQ_CQ_SIZE,
     "CQ_TAG_LOW": RMQ_CQ_TAG_LOW,
     "EXT_SIZE": RMQ_EXT_SIZE,
     "EXT_SIZE_WIDTH": RMQ_EXT_SIZE_WIDTH,

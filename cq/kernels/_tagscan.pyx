@@ -1,7 +1,8 @@
-"""Cython engine of the ConsumeQueue tag scan (twin: ``_tagscan_py.py``).
+"""Cython engine of the ConsumeQueue unit scans (twin: ``_tagscan_py.py``).
 
 ``scan_tags`` reads each 20-byte unit's tag-code word (offsets from cq/format.py, through
-``_layout.h``) without the GIL and keeps the units whose low 32 bits are in the code set.
+``_layout.h``) without the GIL and keeps the units whose low 32 bits are in the code set;
+``data_end`` finds the unit that ends a queue's data.
 """
 import numpy as np
 
@@ -9,8 +10,8 @@ from libc.stdint cimport int32_t, int64_t, uint8_t, uint32_t, uint64_t
 from libc.stdlib cimport free, malloc, realloc
 from libc.string cimport memcpy, memset
 
-from ._bytes cimport rmq_bswap32, rmq_load_raw32
-from ._layout cimport RMQ_CQ_TAG_LOW, RMQ_CQ_UNIT_SIZE
+from ._bytes cimport rmq_bswap32, rmq_load_be32, rmq_load_be64, rmq_load_raw32
+from ._layout cimport RMQ_CQ_PHYS, RMQ_CQ_SIZE, RMQ_CQ_TAG_LOW, RMQ_CQ_UNIT_SIZE
 
 DEF SCAN_BLOCK = 2048     # units per branch-free candidate pass (16 KiB of candidates on the stack)
 
@@ -176,3 +177,23 @@ def scan_tags(const uint8_t[::1] units, const int32_t[::1] codes):
     free(out)
     return result
 
+
+
+def data_end(const uint8_t[::1] units):
+    """How many of the 20-byte big-endian ``units`` come before the first that ends a queue's data in the
+    broker's recovery (``commit_log_offset < 0`` or ``size <= 0``, docs/formats.md#consumequeue): all of
+    them when none does. Reads no unit past that one."""
+    cdef Py_ssize_t i, n = units.shape[0] // RMQ_CQ_UNIT_SIZE
+    cdef const uint8_t* p
+    if n == 0:
+        return 0
+    p = &units[0]
+    with nogil:
+        for i in range(n):
+            if (<int64_t>rmq_load_be64(p + RMQ_CQ_PHYS) < 0
+                    or <int32_t>rmq_load_be32(p + RMQ_CQ_SIZE) <= 0):
+                break
+            p += RMQ_CQ_UNIT_SIZE
+        else:
+            i = n
+    return i

@@ -1,4 +1,4 @@
-"""Pure-Python twin of ``_tagscan.pyx``: the ConsumeQueue tag scan, name for name and result for result.
+"""Pure-Python twin of ``_tagscan.pyx``: the ConsumeQueue unit scans, name for name and result for result.
 """
 from __future__ import annotations
 
@@ -17,3 +17,13 @@ def scan_tags(units, codes):
     low32 = np.frombuffer(memoryview(units)[: n * 20], dtype=fmt.CQ_UNIT_DTYPE)["tags_code"].astype(np.int64)
     low32 = low32.astype(np.int32)  # keep the low 32 bits, signed, as Java's (int) cast
     return np.flatnonzero(np.isin(low32, np.asarray(codes, dtype=np.int32))).astype(np.int64)
+
+
+def data_end(units):
+    """How many of the 20-byte big-endian ``units`` come before the first that ends a queue's data in the
+    broker's recovery (``commit_log_offset < 0`` or ``size <= 0``, docs/formats.md#consumequeue): all of
+    them when none does."""
+    n = len(units) // fmt.CQ_STORE_UNIT_SIZE
+    u = np.frombuffer(memoryview(units)[: n * fmt.CQ_STORE_UNIT_SIZE], dtype=fmt.CQ_UNIT_DTYPE)
+    ends = np.flatnonzero((u["commit_log_offset"] < 0) | (u["size"] <= 0))
+    return int(ends[0]) if len(ends) else n

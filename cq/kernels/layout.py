@@ -47,6 +47,8 @@ def layout(fmt) -> dict[str, int | str]:
     return {
         # ConsumeQueue unit: 20 bytes, the tag code an int64 whose low 32 bits (big-endian) come last
         "CQ_UNIT_SIZE": fmt.CQ_STORE_UNIT_SIZE,
+        "CQ_PHYS": _offsets(fmt.CQ_UNIT_STRUCT)[0],
+        "CQ_SIZE": _offsets(fmt.CQ_UNIT_STRUCT)[1],
         "CQ_TAG_LOW": cq_code + struct.calcsize(">i"),
         # ext unit head, then its bitmap
         "EXT_SIZE": ext[0],

@@ -7,27 +7,17 @@ from collections.abc import Iterator
 import numpy as np
 
 from .. import format as fmt
+from ..kernels import data_end
 from ._mapped import MappedFileQueue
 from .entry import ReaderEntry, last_queue, queue_files
-
-#: Units the recovery scan tests first (204 units = 4080 bytes, one page), doubling up to
-#: :data:`_RECOVER_CHUNK` (16384 units = 320 KB).
-_RECOVER_FIRST_CHUNK = 204
-_RECOVER_CHUNK = 16384
-
-
-def ends_data(units: np.ndarray) -> np.ndarray:
-    """Bool mask: the units that end a queue's data in its recovery (``commit_log_offset < 0`` or
-    ``size <= 0``, docs/formats.md#consumequeue)."""
-    return (units["commit_log_offset"] < 0) | (units["size"] <= 0)
 
 
 def head_units(data) -> tuple[np.ndarray, bool]:
     """The units of bytes ``data`` (the head of a ConsumeQueue file) before the one that ends the queue's
-    data (:func:`ends_data`), and whether that unit is within ``data`` (docs/formats.md#consumequeue)."""
+    data (:func:`cq.kernels.data_end`), and whether that unit is within ``data`` (docs/formats.md#consumequeue)."""
     units = np.frombuffer(data, dtype=fmt.CQ_UNIT_DTYPE, count=len(data) // fmt.CQ_STORE_UNIT_SIZE)
-    ends = np.flatnonzero(ends_data(units))
-    return (units[:int(ends[0])], True) if len(ends) else (units, False)
+    end = data_end(units)
+    return units[:end], end < len(units)
 
 
 def data_ends_within(data) -> bool:
@@ -198,17 +188,13 @@ class ConsumeQueue(MappedFileQueue):
                 return first + len(self._files) * per_file
         while True:
             start = self._files[index][0]
-            units = self._units_of_file(index)
-            # in growing chunks, so only about the pages up to the end of the data are read (a
-            # 6 MB file holding a few units costs a page or two, not 1465 pages)
-            i, chunk = skip, _RECOVER_FIRST_CHUNK
+            units = self._units_of_file(index)[skip:]
+            # the scan stops at the unit that ends the data: only the pages up to it are read (a 6 MB
+            # file holding a few units costs a page or two, not 1465 pages)
+            found = data_end(units)
+            if found < len(units):
+                return start // fmt.CQ_STORE_UNIT_SIZE + skip + found
             skip = 0
-            while i < len(units):
-                bad = ends_data(units[i:i + chunk])
-                if bad.any():
-                    return start // fmt.CQ_STORE_UNIT_SIZE + i + int(np.argmax(bad))
-                i += chunk
-                chunk = min(2 * chunk, _RECOVER_CHUNK)
             if index + 1 == len(self._files):
                 return start // fmt.CQ_STORE_UNIT_SIZE + per_file
             index += 1
@@ -280,7 +266,8 @@ class ConsumeQueue(MappedFileQueue):
             return np.zeros(0, dtype=fmt.CQ_UNIT_NATIVE_DTYPE)
         return np.concatenate(parts).astype(fmt.CQ_UNIT_NATIVE_DTYPE)
 
-    def read_columns(self, start: int = 0, count: int | None = None) -> dict[str, np.ndarray]:
+    def read_columns(self, start: int = 0, count: int | None = None,
+                     fields=None) -> dict[str, np.ndarray]:
         """The units :meth:`read` gives, as one contiguous native-order column per field.
 
         Each field is copied once, straight from the mapped files into its own
@@ -288,15 +275,21 @@ class ConsumeQueue(MappedFileQueue):
         split: a reader that works on columns (the ``rocketmq`` source) takes
         slices of these, never gathers from the 20-byte units.
 
+        Parameters
+        ----------
+        fields : sequence of str, optional
+            The fields to copy (default: all three).
+
         Returns
         -------
         dict of str to numpy.ndarray
             ``commit_log_offset`` int64, ``size`` int32, ``tags_code`` int64
-            (:data:`cq.format.CQ_UNIT_NATIVE_DTYPE`'s fields), equal in length.
+            (:data:`cq.format.CQ_UNIT_NATIVE_DTYPE`'s fields, or those of ``fields``), equal in length.
         """
         chunks = [np.frombuffer(raw, dtype=fmt.CQ_UNIT_DTYPE) for _, raw in self.raw_chunks(start, count)]
         n = sum(len(c) for c in chunks)
-        out = {name: np.empty(n, dtype=fmt.CQ_UNIT_NATIVE_DTYPE[name]) for name in fmt.CQ_UNIT_NATIVE_DTYPE.names}
+        names = fmt.CQ_UNIT_NATIVE_DTYPE.names if fields is None else tuple(fields)
+        out = {name: np.empty(n, dtype=fmt.CQ_UNIT_NATIVE_DTYPE[name]) for name in names}
         i = 0
         for units in chunks:
             for name, column in out.items():

@@ -328,3 +328,15 @@ def test_record_totals_engine_equals_twin(raw, data):
                          and x + t <= end[i])
     with pytest.raises(ValueError, match="no 8-byte head"):
         _record.record_totals(b, np.array([len(buf) - 7], dtype=np.int64), np.array([len(buf)], dtype=np.int64), 0)
+
+
+@settings(max_examples=100, deadline=None)
+@given(st.lists(st.tuples(st.integers(-2**63, 2**63 - 1), st.integers(-2**31, 2**31 - 1), st.integers(-2**63, 2**63 - 1)),
+                max_size=40))
+def test_data_end_engine_equals_twin(units):
+    """The unit that ends a queue's data (a negative CommitLog offset or a size of at most 0): the engine as
+    the twin and as the rule says, over any units."""
+    raw = b"".join(fmt.encode_cq_unit(*u) for u in units)
+    want = next((i for i, (off, size, _) in enumerate(units) if off < 0 or size <= 0), len(units))
+    b = np.frombuffer(raw, dtype=np.uint8)
+    assert _tagscan.data_end(b) == _tagscan_py.data_end(b) == want
