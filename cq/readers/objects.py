@@ -245,9 +245,14 @@ class CopiedDir(ObjectDir):
     never maps a file (an ext a read does not consult) fetches nothing (docs/object-storage.md#costs)."""
 
     copy: object = None  # () -> the local directory holding the copy, fetched on the first call
+    #: The copy is in memory (:meth:`ObjectStore.ranged_view`), not files: ``copy()`` fetches into it.
+    in_memory: bool = False
 
     def open_file(self, path: str) -> memoryview:
         """The mapped bytes of the queue's file ``path`` (its URI), from the copy."""
+        if self.in_memory:
+            self.copy()
+            return self.source.ranged_view(path)
         local = os.path.join(self.copy(), path.rsplit("/", 1)[-1])
         return fmt.map_file_identity(local)[0]
 
@@ -673,14 +678,15 @@ class ObjectStore:
                 decoded[off] = msg
         return [decoded[o] for o in offsets.tolist()]
 
-    def fetch_files(self, relpath: str, directory: str, *, kind: str, enough=None, first_head=None) -> None:
+    def fetch_files(self, relpath: str, directory: str | None, *, kind: str, enough=None, first_head=None) -> None:
         """Copy the store files directly under ``relpath`` into the same place under ``directory`` (a
-        private copy, :meth:`mirror`): a queue's ConsumeQueue or ext objects when a read first asks for
+        private copy, :meth:`mirror`; None: into memory, :meth:`ranged_view`): a queue's ConsumeQueue or ext objects when a read first asks for
         the queue (``kind`` in :meth:`stats`), one request each, concurrently; :meth:`fetch_queues` of one."""
         self.fetch_queues([(relpath, kind, enough, first_head)], directory)
 
-    def fetch_queues(self, queues, directory: str) -> None:
-        """Copy the objects of several queue directories into ``directory`` (the private copy): each
+    def fetch_queues(self, queues, directory: str | None) -> None:
+        """Copy the objects of several queue directories into ``directory`` (the private copy; None: into
+        memory, :meth:`ranged_view`, where a read maps them without a file): each
         ``(relpath, kind, enough, first_head)`` as :meth:`fetch_files` describes, every object's first
         request at once (:data:`FETCH_THREADS` at a time), then the heads that did not hold enough, round by round,
         every queue's next request of a round at once.
@@ -692,7 +698,7 @@ class ObjectStore:
         each time until ``enough``; the copy is the object's size with the rest left a hole of zeros
         (docs/object-storage.md#costs).
         """
-        with _FileCopies(directory) as copies:
+        with (_FileCopies(directory) if directory is not None else _MemoryCopies(self)) as copies:
             requests, growing = [], []
             for relpath, kind, enough, first_head in queues:
                 files = self.list_dir_files(relpath)
@@ -707,6 +713,7 @@ class ObjectStore:
                     given = self._preloaded.get(key)
                     if given is not None and (len(given) >= end or (end < size and enough(given))):
                         copies.region(key, 0, len(given))[:] = given  # the plan's bytes (preload): no request
+                        copies.fetched([(key, 0, len(given))])
                         self._copied[key] = len(given)
                         if len(given) < size and not enough(given):
                             growing.append((key, size, len(given), kind, enough))
@@ -716,6 +723,7 @@ class ObjectStore:
                     if end < size:
                         growing.append((key, size, end, kind, enough))
             self.read_ranges_into(requests)
+            copies.fetched(requests)
             self._copied.update((key, end) for key, _, end, *_ in requests)
             # the heads that did not hold enough: twice as many bytes each round, every queue's at once
             heads = [[key, size, got, max(got, 1), kind, enough] for key, size, got, kind, enough in growing]
@@ -730,6 +738,7 @@ class ObjectStore:
                     requests.append((key, got, end, copies.region(key, got, end), kind))
                     h[2], h[3] = end, 2 * step
                 self.read_ranges_into(requests)
+                copies.fetched(requests)
                 self._copied.update((h[0], h[2]) for h in heads)
 
     def preload(self, objects) -> None:
@@ -852,8 +861,13 @@ class ObjectStore:
                         requests.append((rel, a, b, view[a:b], kind))
                     done.append((rel, a, b))
         self.read_ranges_into(requests)
+        self.mark_held(done)
+
+    def mark_held(self, spans) -> None:
+        """Note the bytes ``(key, lo, hi)`` of the objects' buffers (:meth:`ranged_view`) as fetched."""
         with self._lock:
-            for rel, a, b in done:
+            for key, a, b in spans:
+                rel = self._relative(key)
                 held = self._ranged[rel][1]
                 held[:] = _merge([*held, (a, b)])
 
@@ -915,6 +929,35 @@ class ObjectStore:
         return directory
 
 
+class _MemoryCopies:
+    """:class:`_FileCopies`'s interface over an ObjectStore's in-memory buffers (:meth:`ObjectStore.ranged_view`):
+    a copy of queue objects kept in memory, not in files; what was fetched is held (:meth:`fetched`)."""
+
+    def __init__(self, source: ObjectStore) -> None:
+        self._source = source
+
+    def open(self, key: str, size: int) -> None:
+        """Nothing: an object's buffer is made on first use, its size the listing's."""
+
+    def region(self, key: str, lo: int, hi: int) -> memoryview:
+        """Bytes ``[lo, hi)`` of the buffer of ``key`` to write."""
+        return self._source.ranged_view(key)[lo:hi]
+
+    def written(self, key: str, hi: int) -> memoryview:
+        """Bytes ``[0, hi)`` of the buffer of ``key``, as written so far."""
+        return self._source.ranged_view(key)[:hi]
+
+    def fetched(self, requests) -> None:
+        """The ``(key, lo, hi, ...)`` requests have written their bytes: hold them."""
+        self._source.mark_held([(key, lo, hi) for key, lo, hi, *_ in requests])
+
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        pass
+
+
 class _FileCopies:
     """Files of a private copy written by fetches straight into them: :meth:`open` makes the file of an
     object at its listed size (a hole of zeros until written), :meth:`region` gives writable bytes of it
@@ -953,6 +996,9 @@ class _FileCopies:
     def written(self, key: str, hi: int) -> memoryview:
         """Bytes ``[0, hi)`` of the copy of ``key``, as written so far."""
         return self._maps[key][1][:hi]
+
+    def fetched(self, requests) -> None:
+        """The ``(key, lo, hi, ...)`` requests have written their bytes: nothing to note for files."""
 
     def __enter__(self) -> Self:
         return self

@@ -70,7 +70,7 @@ class BucketRoom:
             self._tails.update(self.source.queue_tails(missing, consumequeue.data_ends_within))
         return {rel: self._tails[rel] for rel in want if rel in self._tails}
 
-    def _queue_copy(self, rel: tuple[str, ...], kind: str, enough, first_head=None) -> str:
+    def _queue_copy(self, rel: tuple[str, ...], kind: str, enough, first_head=None, memory: bool = False) -> str:
         """The directory ``rel`` under the root. For a store in a bucket, its objects are fetched into
         the private copy the first time a read asks for the queue, once for the Store's life (the listing
         is its snapshot): whole, but the last file by the head that holds the end of the queue's data
@@ -79,7 +79,8 @@ class BucketRoom:
         if source is not None:
             with self._open_lock:
                 if rel not in self._fetched_queues:
-                    source.fetch_files("/".join(rel), self.root, kind=kind, enough=enough, first_head=first_head)
+                    source.fetch_files("/".join(rel), None if memory else self.root, kind=kind, enough=enough,
+                                       first_head=first_head)
                     self._fetched_queues.add(rel)
         return os.path.join(self.root, *rel)
 
@@ -167,13 +168,14 @@ class BucketRoom:
                     heads = {k: v for k, v in heads.items() if v is not None}
                     self._fetch_copies([((fmt.CONSUME_QUEUE_EXT_DIR, t, str(q)), "ConsumeQueueExt",
                                          ext_reader.data_ends_within, functools.partial(int, head))
-                                        for (t, q), head in heads.items()])
+                                        for (t, q), head in heads.items()], memory=True)
 
-    def _fetch_copies(self, specs: list[tuple]) -> None:
-        """Fetch the queue directories ``specs`` (``(rel, kind, enough, first_head)``) not copied yet, at once."""
+    def _fetch_copies(self, specs: list[tuple], memory: bool = False) -> None:
+        """Fetch the queue directories ``specs`` (``(rel, kind, enough, first_head)``) not copied yet, at once
+        (with ``memory``, into memory: the ext's objects, which nothing reads by path)."""
         specs = [spec for spec in specs if spec[0] not in self._fetched_queues]
         if specs:
-            self.source.fetch_queues([("/".join(rel), *rest) for rel, *rest in specs], self.root)
+            self.source.fetch_queues([("/".join(rel), *rest) for rel, *rest in specs], None if memory else self.root)
             self._fetched_queues.update(rel for rel, *_ in specs)
 
     def _ext_first_head(self, topic: str, queue_id: int, window=None) -> int | None:

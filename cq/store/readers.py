@@ -379,16 +379,17 @@ class ReaderRoom(BucketRoom):
 
     def _new_ext(self, topic: str, queue_id: int) -> ConsumeQueueExt | None:
         """A new :class:`ConsumeQueueExt` of the queue, None where the store has no ext files for it. A
-        store in a bucket fetches the queue's ext objects into its private copy when a read first asks
-        for them, the last by the head that holds the end of its data (:meth:`_queue_copy`)."""
+        store in a bucket fetches the queue's ext objects into memory when a read first asks for them,
+        the last by the head that holds the end of its data (:meth:`_queue_copy`)."""
         rel = (fmt.CONSUME_QUEUE_EXT_DIR, topic, str(int(queue_id)))
         d = os.path.join(self.root, *rel)
         if not os.path.isdir(d):
             return None
         if getattr(self, "source", None) is not None:  # fetched when a read first maps one of its files
             copy = functools.partial(self._queue_copy, rel, "ConsumeQueueExt", ext_reader.data_ends_within,
-                                     functools.partial(self._ext_first_head, topic, int(queue_id)))
-            return ConsumeQueueExt(CopiedDir(self.source, "/".join(rel), copy), file_size=self._ext_size)
+                                     functools.partial(self._ext_first_head, topic, int(queue_id)), True)
+            return ConsumeQueueExt(CopiedDir(self.source, "/".join(rel), copy, in_memory=True),
+                                   file_size=self._ext_size)
         return ConsumeQueueExt(d, file_size=self._ext_size)
 
     def _queue_readers(self, topic: str, queue_id: int, with_ext: bool = True) -> tuple[ConsumeQueue,
