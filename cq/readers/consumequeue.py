@@ -20,6 +20,27 @@ def head_units(data) -> tuple[np.ndarray, bool]:
     return units[:end], end < len(units)
 
 
+#: How much past its guessed end a fetch by :func:`data_bytes_guess` asks for.
+GUESS_MARGIN = 1.25
+
+
+def data_bytes_guess(head, log_end: int) -> int | None:
+    """A guess of the bytes of a queue's file that hold its data, from ``head`` (the file's start, which does
+    not hold the unit that ends the data) and ``log_end`` (the CommitLog's end, or a bound of it): the units
+    after the head's lie over the rest of the log as the head's lie over theirs, the guess
+    :data:`GUESS_MARGIN` past that. What a fetch of the file from a bucket asks for next, rather than twice
+    its head (docs/object-storage.md#costs); None when the head's units give no spread. Only a guess: the
+    data's end is still the unit that ends it (:func:`data_ends_within`)."""
+    n = len(head) // fmt.CQ_STORE_UNIT_SIZE
+    if n < 2:
+        return None
+    offsets = np.frombuffer(head, dtype=fmt.CQ_UNIT_DTYPE, count=n)["commit_log_offset"]
+    first, last = int(offsets[0]), int(offsets[-1])
+    if not 0 <= first < last < log_end:
+        return None
+    return int(n * (log_end - first) / (last - first) * GUESS_MARGIN) * fmt.CQ_STORE_UNIT_SIZE
+
+
 def data_ends_within(data) -> bool:
     """Whether bytes ``data`` (the head of a ConsumeQueue file) hold the unit that ends the queue's data:
     the recovery reads nothing past it, so a copy of a file needs no more (docs/object-storage.md#costs)."""

@@ -133,6 +133,13 @@ def refuse_object_uri(path, reason: str) -> None:
 PRIVATE_MAP = {"flags": mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS} if hasattr(mmap, "MAP_PRIVATE") else {}
 
 
+def _guessed(guess, head) -> int:
+    """``guess(head)``: the bytes a queue object's data likely ends in, or 0 (no guess)."""
+    if guess is None or not len(head):
+        return 0
+    return int(guess(memoryview(head)) or 0)
+
+
 def _merge(spans) -> list[tuple[int, int]]:
     """Byte spans ``(lo, hi)`` sorted and joined where they touch or overlap."""
     out: list[tuple[int, int]] = []
@@ -678,17 +685,19 @@ class ObjectStore:
                 decoded[off] = msg
         return [decoded[o] for o in offsets.tolist()]
 
-    def fetch_files(self, relpath: str, directory: str | None, *, kind: str, enough=None, first_head=None) -> None:
+    def fetch_files(self, relpath: str, directory: str | None, *, kind: str, enough=None, first_head=None,
+                    guess=None) -> None:
         """Copy the store files directly under ``relpath`` into the same place under ``directory`` (a
         private copy, :meth:`mirror`; None: into memory, :meth:`ranged_view`): a queue's ConsumeQueue or ext objects when a read first asks for
         the queue (``kind`` in :meth:`stats`), one request each, concurrently; :meth:`fetch_queues` of one."""
-        self.fetch_queues([(relpath, kind, enough, first_head)], directory)
+        self.fetch_queues([(relpath, kind, enough, first_head, guess)], directory)
 
     def fetch_queues(self, queues, directory: str | None) -> None:
         """Copy the objects of several queue directories into ``directory`` (the private copy; None: into
         memory, :meth:`ranged_view`, where a read maps them without a file): each
-        ``(relpath, kind, enough, first_head)`` as :meth:`fetch_files` describes, every object's first
-        request at once (:data:`FETCH_THREADS` at a time), then the heads that did not hold enough, round by round,
+        ``(relpath, kind, enough, first_head[, guess])`` as :meth:`fetch_files` describes, every object's first
+        request at once (:data:`FETCH_THREADS` at a time), then the heads that did not hold enough, round by round
+        (the first up to ``guess(head)``, the bytes its data likely ends in, where given and it knows),
         every queue's next request of a round at once.
 
         Each object is fetched whole in one request, but the last of a queue with ``enough(head)``
@@ -700,7 +709,8 @@ class ObjectStore:
         """
         with (_FileCopies(directory) if directory is not None else _MemoryCopies(self)) as copies:
             requests, growing = [], []
-            for relpath, kind, enough, first_head in queues:
+            for relpath, kind, enough, first_head, *more in queues:
+                guess = more[0] if more else None
                 files = self.list_dir_files(relpath)
                 head = None
                 if enough is not None and files:
@@ -716,27 +726,29 @@ class ObjectStore:
                         copies.fetched([(key, 0, len(given))])
                         self._copied[key] = len(given)
                         if len(given) < size and not enough(given):
-                            growing.append((key, size, len(given), kind, enough))
+                            growing.append((key, size, len(given), kind, enough, guess))
                         continue
                     if end:
                         requests.append((key, 0, end, copies.region(key, 0, end), kind))
                     if end < size:
-                        growing.append((key, size, end, kind, enough))
+                        growing.append((key, size, end, kind, enough, guess))
             self.read_ranges_into(requests)
             copies.fetched(requests)
             self._copied.update((key, end) for key, _, end, *_ in requests)
-            # the heads that did not hold enough: twice as many bytes each round, every queue's at once
-            heads = [[key, size, got, max(got, 1), kind, enough] for key, size, got, kind, enough in growing]
+            # the heads that did not hold enough: up to the guess of their data's end, then twice as many
+            # bytes each round, every queue's at once
+            heads = [[key, size, got, max(got, 1), kind, enough, guess]
+                     for key, size, got, kind, enough, guess in growing]
             while True:
                 heads = [h for h in heads if h[2] < h[1] and not (h[2] and h[5](copies.written(h[0], h[2])))]
                 if not heads:
                     break
                 requests = []
-                for h in heads:  # [key, size, got, step, kind, enough]
-                    key, size, got, step, kind, _ = h
-                    end = min(size, got + 2 * step)
+                for h in heads:  # [key, size, got, step, kind, enough, guess]
+                    key, size, got, step, kind, _, guess = h
+                    end = min(size, max(got + 2 * step, _guessed(guess, copies.written(key, got))))
                     requests.append((key, got, end, copies.region(key, got, end), kind))
-                    h[2], h[3] = end, 2 * step
+                    h[2], h[3], h[6] = end, 2 * step, None  # one guess, then doubling
                 self.read_ranges_into(requests)
                 copies.fetched(requests)
                 self._copied.update((h[0], h[2]) for h in heads)
@@ -790,10 +802,11 @@ class ObjectStore:
         return not (key.startswith((fmt.COMMIT_LOG_DIR + "/", fmt.CONSUME_QUEUE_EXT_DIR + "/"))
                     or (dledger is not None and self._is_log_file(key, dledger)) or self._is_queue_file(key))
 
-    def queue_tails(self, relpaths, enough, *, first: int = TAIL_FIRST,
-                    kind: str = "ConsumeQueueTail") -> dict[str, bytes]:
+    def queue_tails(self, relpaths, enough, *, first: int = TAIL_FIRST, kind: str = "ConsumeQueueTail",
+                    guess=None) -> dict[str, bytes]:
         """The head of the last object of each queue directory ``relpaths`` that holds the end of the queue's
         data (``enough(head)``, as :meth:`fetch_queues` takes it), in memory, not copied: ``first`` bytes,
+        then up to ``guess(head)`` (the bytes its data likely ends in, when given and it knows) the first time,
         then twice as many each time until ``enough`` or the whole object, every queue's request of a round
         at once (docs/object-storage.md#costs). What a Store reads each queue's last unit from to find the
         dispatch frontier without fetching whole queues (kind ``ConsumeQueueTail`` in :meth:`stats`); a queue
@@ -805,12 +818,12 @@ class ObjectStore:
             if files:
                 heads[relpath] = bytearray()
                 todo.append((relpath, files[-1][1], self.size_of(files[-1][1])))
-        want = int(first)
+        want, rounds = int(first), 0
         while todo:
             requests, bufs = [], []
             for relpath, key, size in todo:
                 have = len(heads[relpath])
-                end = min(size, max(want, have))
+                end = min(size, max(want, have, _guessed(guess, heads[relpath]) if rounds == 1 else 0))
                 buf = bytearray(end - have)
                 bufs.append(buf)
                 requests.append((key, have, end, memoryview(buf), kind))
@@ -820,7 +833,7 @@ class ObjectStore:
                 heads[relpath] += buf
                 if len(heads[relpath]) < size and not enough(memoryview(heads[relpath])):
                     left.append((relpath, key, size))
-            todo, want = left, want * 2
+            todo, want, rounds = left, want * 2, rounds + 1
         return {relpath: bytes(head) for relpath, head in heads.items()}
 
     def ranged_view(self, key: str) -> memoryview:

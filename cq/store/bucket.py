@@ -67,8 +67,16 @@ class BucketRoom:
         want = ["/".join(rel) for rel in self._tail_queues() if rel not in self._fetched_queues and rel not in exclude]
         missing = [rel for rel in want if rel not in self._tails]
         if missing:
-            self._tails.update(self.source.queue_tails(missing, consumequeue.data_ends_within))
+            self._tails.update(self.source.queue_tails(missing, consumequeue.data_ends_within, guess=self._guess()))
         return {rel: self._tails[rel] for rel in want if rel in self._tails}
+
+    def _guess(self):
+        """``head -> bytes``: the guess of where a queue file's data ends from its head and the end of the
+        CommitLog's last listed object (:func:`cq.readers.consumequeue.data_bytes_guess`), for a fetch to ask
+        for at once rather than by doubling its head."""
+        dirs = [fmt.COMMIT_LOG_DIR] + ([f"{self.source.dledger}/{fmt.DLEDGER_DATA_DIR}"] if self.source.dledger else [])
+        ends = [start + self.source.size_of(key) for d in dirs for start, key in self.source.list_dir_files(d)[-1:]]
+        return functools.partial(consumequeue.data_bytes_guess, log_end=max(ends, default=0))
 
     def _queue_copy(self, rel: tuple[str, ...], kind: str, enough, first_head=None, memory: bool = False) -> str:
         """The directory ``rel`` under the root. For a store in a bucket, its objects are fetched into
@@ -80,7 +88,7 @@ class BucketRoom:
             with self._open_lock:
                 if rel not in self._fetched_queues:
                     source.fetch_files("/".join(rel), None if memory else self.root, kind=kind, enough=enough,
-                                       first_head=first_head)
+                                       first_head=first_head, guess=self._guess() if kind == "ConsumeQueue" else None)
                     self._fetched_queues.add(rel)
         return os.path.join(self.root, *rel)
 
@@ -158,8 +166,9 @@ class BucketRoom:
                 group = keys[n:n + _PREFETCH_QUEUES]
                 ranged = {(t, q): self.consume_queue(t, q) for t, q in group if q in windows}
                 ranged = {k: v for k, v in ranged.items() if isinstance(v, RangedConsumeQueue)}
+                guess = self._guess()
                 self._fetch_copies([((fmt.CONSUME_QUEUE_DIR, t, str(q)), "ConsumeQueue", consumequeue.data_ends_within,
-                                     None) for t, q in group if (t, q) not in ranged])
+                                     None, guess) for t, q in group if (t, q) not in ranged])
                 self.source.hold([span for (t, q), queue in ranged.items() for s, e in windows[q]
                                   for span in queue.spans(s, e)])
                 if ext:  # after the ConsumeQueues: an ext's first head comes from its ConsumeQueue's units

@@ -203,3 +203,19 @@ def test_record_crc_property(tmp_path):
         decode(plain, 0, len(plain), verify_crc="property")
     with pytest.raises(ValueError, match="verify_crc must be"):
         decode(plain, 0, len(plain), verify_crc="everything")
+
+
+def test_a_queue_files_data_guessed_from_its_head():
+    """A bucket fetch asks for a queue file's data at once after its first head (docs/object-storage.md#costs):
+    units spread evenly over the log guess their file's data a quarter past its end; a head without spread,
+    or past the log's end, gives no guess."""
+    from cq.readers.consumequeue import GUESS_MARGIN, data_bytes_guess
+
+    units = b"".join(fmt.encode_cq_unit(1000 * i, 200, 7) for i in range(1000))  # 1000 units over 1,000,000 bytes
+    head = units[:100 * fmt.CQ_STORE_UNIT_SIZE]
+    guess = data_bytes_guess(head, 1_000_000)
+    assert guess == int(100 * 1_000_000 / 99_000 * GUESS_MARGIN) * fmt.CQ_STORE_UNIT_SIZE
+    assert len(units) < guess < 1.3 * len(units)
+    assert data_bytes_guess(units[:fmt.CQ_STORE_UNIT_SIZE], 1_000_000) is None  # one unit: no spread
+    assert data_bytes_guess(fmt.encode_cq_unit(5, 1, 0) * 2, 1_000_000) is None  # one offset
+    assert data_bytes_guess(head, 50_000) is None  # the head runs past the bound given
