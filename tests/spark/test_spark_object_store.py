@@ -263,18 +263,32 @@ def test_a_task_takes_the_objects_its_plan_fetched(s3_server, tmp_path):
     assert rows == sum(batch.num_rows for p in local.partitions() for batch in local.read(p))
 
 
+def _sample_in_bucket(s3_server, tmp_path, bucket: str, messages: int, seed: int, log_file_size: int):
+    """A sample store written under ``tmp_path`` and uploaded to ``bucket``: ``(root, main topic, URI)``."""
+    root = tmp_path / "store"
+    topic = generate_sample_store(root, messages=messages, seed=seed, commit_log_file_size=log_file_size).main_topic
+    return root, topic, s3_server.upload(root, bucket, "broker-a")
+
+
+def _reads(topic: str) -> tuple[dict, ...]:
+    """A topic's full read and a SQL92 group's read of it."""
+    return {"topic": topic}, {"topic": topic, "group": "GID_RED_CHEAP", "sql": "color = 'red'"}
+
+
+def _bucket_reader(s3_server, uri: str, read: dict) -> RocketMQReader:
+    """The data source's reader of ``uri`` with the options ``read``, from the test server."""
+    options = ReadOptions.parse({"path": uri, **read, "endpoint": s3_server.endpoint, "region": "us-east-1"})
+    return RocketMQReader(options, options.schema())
+
+
 def test_a_bucket_read_is_cut_into_stretches_of_the_commit_log(s3_server, tmp_path):
     """A read of a store in object storage packs its partitions by CommitLog stretch, each holding every
     queue's units whose records lie there (docs/spark.md#partitions): the tasks, each in its own worker,
     together fetch the log about once, not once per task for their queues' records, which lie all over it.
     Every unit is read once, and the rows are the local read's."""
-    root = tmp_path / "store"
-    topic = generate_sample_store(root, messages=6000, seed=5, commit_log_file_size=1 << 18).main_topic
-    uri = s3_server.upload(root, "stretches", "broker-a")
-    for read in ({"topic": topic}, {"topic": topic, "group": "GID_RED_CHEAP", "sql": "color = 'red'"}):
-        options = ReadOptions.parse({"path": uri, **read, "partition_units": "1000",
-                                     "endpoint": s3_server.endpoint, "region": "us-east-1"})
-        reader = RocketMQReader(options, options.schema())
+    root, topic, uri = _sample_in_bucket(s3_server, tmp_path, "stretches", 6000, 5, 1 << 18)
+    for read in _reads(topic):
+        reader = _bucket_reader(s3_server, uri, {**read, "partition_units": "1000"})
         parts = reader.partitions()
         assert len(parts) >= 3
         units = sorted((s.queue_id, o) for p in parts for s in p.slices for o in range(s.start, s.end))
@@ -294,13 +308,9 @@ def test_a_task_fetches_its_slices_units_not_its_queues_objects(s3_server, tmp_p
     task, each in a worker of its own, fetches the ConsumeQueue units of its slices, exactly their bytes,
     not its queues' objects (a task of a store packed by stretch reads every queue); without the bounds it
     fetches the objects. The rows are the local read's."""
-    root = tmp_path / "store"
-    topic = generate_sample_store(root, messages=20000, seed=6, commit_log_file_size=1 << 20).main_topic
-    uri = s3_server.upload(root, "windows", "broker-a")
-    for read in ({"topic": topic}, {"topic": topic, "group": "GID_RED_CHEAP", "sql": "color = 'red'"}):
-        options = ReadOptions.parse({"path": uri, **read, "partition_units": "3000",
-                                     "endpoint": s3_server.endpoint, "region": "us-east-1"})
-        reader = RocketMQReader(options, options.schema())
+    root, topic, uri = _sample_in_bucket(s3_server, tmp_path, "windows", 20000, 6, 1 << 20)
+    for read in _reads(topic):
+        reader = _bucket_reader(s3_server, uri, {**read, "partition_units": "3000"})
         parts = [type(p)(tuple(dataclasses.replace(s, carried=None) for s in p.slices)) for p in reader.partitions()]
         assert len(parts) >= 3 and all(s.queue_bounds for p in parts for s in p.slices)
         apart = [_task_requests(reader, [p]) for p in parts]
