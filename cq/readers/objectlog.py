@@ -46,8 +46,9 @@ def _populate(buf: mmap.mmap, lo: int, hi: int) -> None:
 
 
 #: The most bytes of given-back CommitLog buffers (:meth:`RangedLog.release_held`) a process keeps, their
-#: pages zeroed, for the next buffers of their size: making fresh pages ready is a fifth of a bucket task's
-#: time (docs/object-storage.md#spark); past this, a buffer's memory is given back to the system.
+#: pages zeroed, for the next buffers of their size: a fetch into them writes pages already there, where one
+#: into fresh memory makes each page first (docs/object-storage.md#costs); past this, a buffer's memory is
+#: given back to the system.
 KEPT_BUFFER_BYTES = 256 << 20
 
 
@@ -541,8 +542,7 @@ class RangedLog:
         reads holds none of this one's records. The buffers stay (their pages are zeros again), so a
         view of one never outlives its memory; what a read returned was copied out of them. Up to
         :data:`KEPT_BUFFER_BYTES` of the process's given-back buffers keep their pages, zeroed, for the next
-        buffers of their size (any Store's): a fetch into fresh memory spends a fifth of a task's time making
-        its pages."""
+        buffers of their size (any Store's): a fetch into fresh memory makes each of its pages first."""
         with self._fetch_lock:
             for index, buf in list(self._bufs.items()):
                 spans = self._held.get(index) or []
