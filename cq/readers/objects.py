@@ -876,6 +876,17 @@ class ObjectStore:
         self.read_ranges_into(requests)
         self.mark_held(done)
 
+    def release_ranged(self) -> None:
+        """Give back the memory of every object read into memory (:meth:`ranged_view`) and forget what it held: a
+        later read fetches again (a Store's :meth:`~cq.Store.close`)."""
+        with self._lock:
+            ranged, self._ranged = self._ranged, {}
+            for key in ranged:
+                self._copied.pop(key, None)
+        for buf, _ in ranged.values():
+            with contextlib.suppress(BufferError):  # a view still held keeps its map until it is collected
+                buf.close()
+
     def mark_held(self, spans) -> None:
         """Note the bytes ``(key, lo, hi)`` of the objects' buffers (:meth:`ranged_view`) as fetched."""
         with self._lock:

@@ -451,7 +451,8 @@ class ReaderRoom(BucketRoom):
             self._release(topic, queue_id, self._cqs.get(key), self._exts.get(key), cached=True)
 
     def close(self) -> None:
-        """Release every mapped file (and the RocksDB consume queue database, when open)."""
+        """Release every mapped file (and the RocksDB consume queue database, when open), and for a store in a
+        bucket the objects it read into memory."""
         kept, self._rocks_table = self._rocks_table, None
         if kept is not None:
             kept[1].close()
@@ -462,6 +463,9 @@ class ReaderRoom(BucketRoom):
                 ext.close()
         if self._commit_log is not None:
             self._commit_log.close()
+        source = getattr(self, "source", None)
+        if source is not None:  # the objects it read into memory (the exts', the queues read by ranges)
+            source.release_ranged()
 
     def _check_root(self) -> None:
         if not os.path.isdir(self.root):

@@ -270,7 +270,7 @@ def _sample_in_bucket(s3_server, tmp_path, bucket: str, messages: int, seed: int
     return root, topic, s3_server.upload(root, bucket, "broker-a")
 
 
-def _reads(topic: str) -> tuple[dict, ...]:
+def _full_and_group_reads(topic: str) -> tuple[dict, ...]:
     """A topic's full read and a SQL92 group's read of it."""
     return {"topic": topic}, {"topic": topic, "group": "GID_RED_CHEAP", "sql": "color = 'red'"}
 
@@ -287,7 +287,7 @@ def test_a_bucket_read_is_cut_into_stretches_of_the_commit_log(s3_server, tmp_pa
     together fetch the log about once, not once per task for their queues' records, which lie all over it.
     Every unit is read once, and the rows are the local read's."""
     root, topic, uri = _sample_in_bucket(s3_server, tmp_path, "stretches", 6000, 5, 1 << 18)
-    for read in _reads(topic):
+    for read in _full_and_group_reads(topic):
         reader = _bucket_reader(s3_server, uri, {**read, "partition_units": "1000"})
         parts = reader.partitions()
         assert len(parts) >= 3
@@ -309,7 +309,7 @@ def test_a_task_fetches_its_slices_units_not_its_queues_objects(s3_server, tmp_p
     not its queues' objects (a task of a store packed by stretch reads every queue); without the bounds it
     fetches the objects. The rows are the local read's."""
     root, topic, uri = _sample_in_bucket(s3_server, tmp_path, "windows", 20000, 6, 1 << 20)
-    for read in _reads(topic):
+    for read in _full_and_group_reads(topic):
         reader = _bucket_reader(s3_server, uri, {**read, "partition_units": "3000"})
         parts = [type(p)(tuple(dataclasses.replace(s, carried=None) for s in p.slices)) for p in reader.partitions()]
         assert len(parts) >= 3 and all(s.queue_bounds for p in parts for s in p.slices)

@@ -921,3 +921,23 @@ def test_given_back_buffers_are_kept_zeroed_within_their_bound(s3_server, tmp_pa
         assert [m.msg_id for m in bounded.consume(topic, "GID_ALL", tags="*")] == want
         assert objectlog._POOL.kept_bytes <= 1 << 18
         assert len(bounded.commit_log.files) > 2  # the others gave their memory back
+
+
+def test_a_closed_store_gives_back_its_in_memory_objects(s3_server, tmp_path):
+    """A Store of a bucket keeps the ext objects and the queue units it read by ranges in memory until it
+    closes (docs/object-storage.md#costs): closed, it holds none of them."""
+    root = tmp_path / "store"
+    topic = generate_sample_store(root, messages=3000, seed=12, commit_log_file_size=1 << 18).main_topic
+    uri = s3_server.upload(root, "closed", "east")
+    with closing(cq.Store(root)) as local:
+        want = list(local.consume(topic, "GID_RED_CHEAP", sql=SAMPLE_SQL))
+        lo, hi = local.consume_queue(topic, 0).min_offset, local.consume_queue(topic, 0).max_offset
+        units = local.consume_queue(topic, 0).read(lo, hi - lo).tolist()
+    store = cq.Store(uri, object_options={"endpoint": s3_server.endpoint, "region": "us-east-1"})
+    store.take_queue_bounds(topic, 0, lo, hi)
+    assert store.consume_queue(topic, 0).read(lo, hi - lo).tolist() == units
+    assert list(store.consume(topic, "GID_RED_CHEAP", sql=SAMPLE_SQL)) == want
+    buffers = [buf for buf, _ in store.source._ranged.values()]
+    assert buffers and store.source.stats()["ConsumeQueueExt"][1] > 0
+    store.close()
+    assert not store.source._ranged and all(buf.closed for buf in buffers)
