@@ -778,13 +778,17 @@ def scenario_housekeeping(h: Harness, during=None) -> None:
     file but the one being written is expired; ``deleteWhen`` is an hour away from now, so
     only the command starts the deletion; its clean-up service then deletes the ConsumeQueue
     files below the new CommitLog minimum) and returns once the CommitLog's first file and
-    every queue's minimum have moved. Without ``during``, ``expire()`` runs at once.
+    every queue's minimum have moved. Without ``during``, ``expire()`` runs at once. The disk
+    ratios are raised to the broker's most (95%): past ``diskMaxUsedSpaceRatio`` (75% by default,
+    of the partition's used and usable space) a broker deletes expired files at once, so a machine
+    whose disk a test run fills would expire them before the reads begin.
     """
     h.start_namesrv()
     h.add_broker("broker-a", mappedFileSizeCommitLog=64 * 1024, mappedFileSizeConsumeQueue=20 * 100,
                  fileReservedTime=0, deleteWhen=f"{(time.localtime().tm_hour + 12) % 24:02d}",
                  cleanResourceInterval=500, deleteCommitLogFilesInterval=10, deleteConsumeQueueFilesInterval=10,
-                 flushConsumerOffsetInterval=500)
+                 flushConsumerOffsetInterval=500, diskMaxUsedSpaceRatio=95, diskSpaceCleanForciblyRatio=95,
+                 diskSpaceWarningLevelRatio=95)
     h.start_broker("broker-a")
     h.start_client()
     h.create_topic(HOUSEKEEPING_TOPIC, 3)
