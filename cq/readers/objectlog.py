@@ -24,7 +24,7 @@ from ..kernels import _record
 from .columns import MessageColumns
 from .commitlog import CommitLog, Message
 from .dledger import DLedgerCommitLog
-from .objects import PRIVATE_MAP, RECORD_PROBE, RECORD_PROBE_MIN, coalesce
+from .objects import PRIVATE_MAP, RECORD_PROBE, RECORD_PROBE_MIN, coalesce, merge_spans
 
 __all__ = ["ObjectCommitLog", "ObjectDLedgerCommitLog", "RangedLog"]
 
@@ -171,16 +171,11 @@ class RangedLog:
             return
         self._source.read_ranges_into([(self._files[i][1], lo, hi, memoryview(self._buffer_of(i))[lo:hi], self._kind,
                                         functools.partial(_populate, self._buffer_of(i), lo, hi)) for i, lo, hi in spans])
+        added: dict[int, list[tuple[int, int]]] = {}
         for index, lo, hi in spans:
-            bisect.insort(self._held.setdefault(index, []), (lo, hi))
-        for index in {index for index, _, _ in spans}:  # each object's held ranges merged once
-            merged: list[tuple[int, int]] = []
-            for a, b in self._held[index]:
-                if merged and a <= merged[-1][1]:
-                    merged[-1] = (merged[-1][0], max(merged[-1][1], b))
-                else:
-                    merged.append((a, b))
-            self._held[index] = merged
+            added.setdefault(index, []).append((lo, hi))
+        for index, new in added.items():  # each object's held ranges merged once
+            self._held[index] = merge_spans([*self._held.get(index, []), *new])
 
     def _is_held(self, index: int, pos: np.ndarray, end: np.ndarray) -> np.ndarray:
         """Which records ``[pos, end)`` of object ``index`` its held ranges cover."""

@@ -140,7 +140,7 @@ def _guessed(guess, head) -> int:
     return int(guess(memoryview(head)) or 0)
 
 
-def _merge(spans) -> list[tuple[int, int]]:
+def merge_spans(spans) -> list[tuple[int, int]]:
     """Byte spans ``(lo, hi)`` sorted and joined where they touch or overlap."""
     out: list[tuple[int, int]] = []
     for a, b in sorted(spans):
@@ -866,7 +866,7 @@ class ObjectStore:
             view = self.ranged_view(rel)
             held = self._ranged[rel][1]
             given = self._preloaded.get(rel, b"")
-            for lo, hi in _merge(wanted):
+            for lo, hi in merge_spans(wanted):
                 for a, b in _missing(held, lo, hi):
                     if b <= len(given):  # the plan's bytes (preload): no request
                         view[a:b] = given[a:b]
@@ -889,11 +889,13 @@ class ObjectStore:
 
     def mark_held(self, spans) -> None:
         """Note the bytes ``(key, lo, hi)`` of the objects' buffers (:meth:`ranged_view`) as fetched."""
+        added: dict[str, list[tuple[int, int]]] = {}
+        for key, a, b in spans:
+            added.setdefault(self._relative(key), []).append((a, b))
         with self._lock:
-            for key, a, b in spans:
-                rel = self._relative(key)
+            for rel, new in added.items():  # each object's held spans merged once
                 held = self._ranged[rel][1]
-                held[:] = _merge([*held, (a, b)])
+                held[:] = merge_spans([*held, *new])
 
     def copied(self, key: str) -> int | None:
         """The bytes from the start of object ``key`` that :meth:`fetch_queues` copied (None: not copied):
