@@ -15,6 +15,10 @@ extension once with ``build_ext --inplace``: pip's editable build compiles into 
 directory that ``build_ext`` cannot reuse, so letting pip build them would compile every module
 twice on a fresh clone.
 
+``cq/readers/_arrowfs.pyx`` (``ARROW_MODULES``) is C++ against pyarrow's headers and libraries: it is
+built where pyarrow is installed when this runs (``make setup`` installs it first) and skipped
+elsewhere, its pure-Python twin serving instead (docs/contributing.md#engines).
+
 Both steps use every core: Cython translates the modules in parallel (``nthreads``) and
 ``build_ext`` compiles them in parallel (its ``parallel`` option, set here as the default).
 """
@@ -38,6 +42,9 @@ DIRECTIVES = {
 }
 #: Extension modules that link zlib: the record walk's body CRCs, the inflater's bodies.
 ZLIB_MODULES = {"cq.kernels._record", "cq.kernels._inflate"}
+#: Extension modules in C++ against the pyarrow found at build time (its headers and libraries); built
+#: only where pyarrow is installed, else their twins are used (``cq/readers/_arrowfs.pyx``).
+ARROW_MODULES = {"cq.readers._arrowfs"}
 HERE = os.path.dirname(os.path.abspath(__file__))
 
 
@@ -58,6 +65,31 @@ def write_layout_header():
             f.write(text)
 
 
+def arrow_build_args():
+    """The compile and link arguments of an :data:`ARROW_MODULES` module, or None without pyarrow.
+
+    pyarrow's wheels ship ``libarrow.so.<major>`` without the unversioned name a ``-larrow`` looks for,
+    so the library is named by its file; the rpath finds it where the module is loaded before pyarrow.
+    """
+    try:
+        import pyarrow
+    except ImportError:
+        return None
+    libdir = pyarrow.get_library_dirs()[0]
+    arrow = sorted(glob(os.path.join(libdir, "libarrow.so.*")), key=len)
+    if not arrow:
+        return None
+    return {
+        "language": "c++",
+        "include_dirs": [pyarrow.get_include()],
+        "library_dirs": [libdir],
+        "libraries": ["arrow_python"],
+        "extra_link_args": [f"-l:{os.path.basename(arrow[0])}", f"-Wl,-rpath,{libdir}"],
+        "define_macros": [("RMQFILTER_PYARROW_VERSION", f'"{pyarrow.__version__}"')],
+        "extra_compile_args": ["-std=c++20"],
+    }
+
+
 def extensions():
     only = {p for p in os.environ.get("RMQFILTER_BUILD", "").split(",") if p}
     exts = []
@@ -66,15 +98,21 @@ def extensions():
             continue
         for pyx in sorted(glob(os.path.join(package, "_*.pyx")) + glob(os.path.join(package, "*", "_*.pyx"))):
             name = pyx[:-4].replace(os.sep, ".")
+            extra = {}
+            if name in ARROW_MODULES:
+                extra = arrow_build_args()
+                if extra is None:  # no pyarrow here: the twin serves
+                    continue
             exts.append(
                 Extension(
                     name,
                     [pyx],
                     # the module's own folder: its .h files (cq/kernels/_bytes.h, _layout.h, ...)
-                    include_dirs=[numpy.get_include(), os.path.dirname(pyx)],
-                    define_macros=[("NPY_NO_DEPRECATED_API", "NPY_1_7_API_VERSION")],
-                    extra_compile_args=["-O3"],
-                    libraries=["z"] if name in ZLIB_MODULES else [],
+                    include_dirs=[numpy.get_include(), os.path.dirname(pyx), *extra.pop("include_dirs", [])],
+                    define_macros=[("NPY_NO_DEPRECATED_API", "NPY_1_7_API_VERSION"), *extra.pop("define_macros", [])],
+                    extra_compile_args=["-O3", *extra.pop("extra_compile_args", [])],
+                    libraries=(["z"] if name in ZLIB_MODULES else []) + extra.pop("libraries", []),
+                    **extra,
                 )
             )
     return exts

@@ -51,13 +51,14 @@ def golden_copy(tmp_path) -> Path:
 @pytest.fixture(scope="session")
 def s3_server(tmp_path_factory):
     """A real S3-compatible server (s3proxy, ``tests/s3_server.py``) on a free loopback port for the
-    session, its credentials in this process's environment as pyarrow reads them; stopped at the end.
+    session, its credentials in this process's environment as pyarrow reads them, logging each request it
+    answers (``server.requests()``); stopped at the end.
     Skips, loudly, without Java or Maven (``make test`` fetches the jar: the Makefile's ``s3proxy``)."""
     import s3_server  # lazy: a helper only the object-storage tests need
 
     if s3_server.missing_tools():
         pytest.skip(f"object-storage tests need {', '.join(s3_server.missing_tools())} (s3proxy)")
-    server = s3_server.start(tmp_path_factory.mktemp("s3proxy") / "data")
+    server = s3_server.start(tmp_path_factory.mktemp("s3proxy") / "data", log_requests=True)
     saved = {k: os.environ.get(k) for k in server.env()}
     os.environ.update(server.env())
     try:

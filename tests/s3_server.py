@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import re
 import secrets
 import shutil
 import socket
@@ -27,6 +28,10 @@ JAR = JAR_DIR / f"s3proxy-{VERSION}-jar-with-dependencies.jar"
 #: "when required" is what both accept (docs/object-storage.md#uploading-a-store).
 CLIENT_ENV = {"AWS_REQUEST_CHECKSUM_CALCULATION": "WHEN_REQUIRED",
               "AWS_RESPONSE_CHECKSUM_VALIDATION": "WHEN_REQUIRED", "AWS_EC2_METADATA_DISABLED": "true"}
+
+
+#: A request as s3proxy logs it at debug level (:func:`start` with ``log_requests``): its method and URL.
+_REQUEST_LINE = re.compile(r"S3ProxyHandler:\d+ \|::\] request: Request\((\w+) (\S+)\)@")
 
 
 def missing_tools() -> list[str]:
@@ -70,6 +75,11 @@ class S3Server:
         return {**CLIENT_ENV, "AWS_ACCESS_KEY_ID": self.access_key,
                 "AWS_SECRET_ACCESS_KEY": self.secret_key if secret_key is None else secret_key}
 
+    def requests(self) -> list[tuple[str, str]]:
+        """Every request the server has answered so far, ``(method, URL)`` in order, from its log: the
+        server's own count, to check a client's against (needs :func:`start` with ``log_requests``)."""
+        return _REQUEST_LINE.findall(self.log.read_text(errors="replace"))
+
     def filesystem(self, **kwargs):
         """A pyarrow S3FileSystem for this server, with explicit credentials (uploads, set-up)."""
         import pyarrow.fs as pafs  # lazy: only the tests that upload need it
@@ -101,9 +111,10 @@ class S3Server:
                 self.proc.wait()
 
 
-def start(basedir: Path, *, timeout: float = 120.0) -> S3Server:
+def start(basedir: Path, *, timeout: float = 120.0, log_requests: bool = False) -> S3Server:
     """Start s3proxy on a free loopback port over ``basedir`` (its filesystem back end), with
-    credentials made up now; returns once it answers. The caller stops it."""
+    credentials made up now; returns once it answers. The caller stops it. ``log_requests``: the server
+    logs each request it answers (its debug level; :meth:`S3Server.requests` reads them)."""
     jar = fetch()
     port = _free_port()
     basedir.mkdir(parents=True, exist_ok=True)
@@ -116,7 +127,8 @@ def start(basedir: Path, *, timeout: float = 120.0) -> S3Server:
     log = basedir.parent / f"s3proxy-{port}.log"
     with open(log, "wb") as out:
         proc = subprocess.Popen(["java", "-Xmx256m", "-XX:+UseSerialGC", "-XX:TieredStopAtLevel=1", "-jar",
-                                 str(jar), "--properties", str(conf)], stdout=out, stderr=subprocess.STDOUT)
+                                 str(jar), "--properties", str(conf)], stdout=out, stderr=subprocess.STDOUT,
+                                env={**os.environ, "LOG_LEVEL": "debug" if log_requests else "info"})
     server = S3Server(f"http://127.0.0.1:{port}", access, secret, basedir, proc, log)
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import contextlib
 import fnmatch
+import functools
 import glob
 import mmap
 import os
@@ -23,6 +24,8 @@ from dataclasses import dataclass
 from typing import Self
 
 import numpy as np
+
+from rmqfilter_engine import load
 
 from .. import format as fmt
 from ..errors import ObjectStoreError, StoreFormatError, UnsupportedLayoutError
@@ -38,7 +41,9 @@ __all__ = [
     "NO_TAIL",
     "RECORD_PROBE",
     "RECOVERY",
+    "SIZE_REQUESTS",
     "TAIL_FIRST",
+    "TAIL_MARK",
     "CopiedDir",
     "ObjectDir",
     "ObjectStore",
@@ -165,6 +170,25 @@ def _missing(held: list[tuple[int, int]], lo: int, hi: int) -> list[tuple[int, i
     if at < hi:
         out.append((at, hi))
     return out
+
+
+#: The kind :meth:`ObjectStore.stats` counts requests for an object's size under (a HEAD): a read opened by
+#: path (``cq.readers._arrowfs_py``) makes one before its GET; a read whose answer may have been short, one
+#: after it (:data:`TAIL_MARK`).
+SIZE_REQUESTS = "HEAD"
+
+#: What a ranged read's last bytes are set to before its GET (:meth:`ObjectStore.read_range_into`): a
+#: tail the answer did not overwrite was not answered, and the object's size is asked. Random per process,
+#: so no store's bytes hold it but by a chance of 2**-128 (which costs one HEAD, not a wrong answer).
+TAIL_MARK = os.urandom(16)
+
+
+@functools.cache
+def _ranged_reads():
+    """The module ranged reads go through (docs/object-storage.md#requests): ``cq.readers._arrowfs``, one GET
+    per read, opened by the listed size; its twin (``RMQFILTER_PUREPYTHON``, or not built against this
+    pyarrow) opens by path, a HEAD and the GET. Loaded at the first read: it imports pyarrow."""
+    return load("cq.readers", "_arrowfs")[0]
 
 
 def coalesce(offsets, sizes, file_starts, file_sizes=None, *, gap: int = COALESCE_GAP,
@@ -542,8 +566,9 @@ class ObjectStore:
             s[1] += nbytes
 
     def stats(self) -> dict[str, tuple[int, int]]:
-        """``{kind: (requests, bytes)}`` since the store was opened: ``list``, and one kind per reader
-        (``ConsumeQueue``, ``ConsumeQueueExt``, ``CommitLog``, ``config``, ...)."""
+        """``{kind: (requests, bytes)}`` since the store was opened, every request the server answered: ``list``,
+        one kind per reader (``ConsumeQueue``, ``ConsumeQueueExt``, ``CommitLog``, ``config``, ...: their GETs), and
+        ``HEAD`` (:data:`SIZE_REQUESTS`), the requests for an object's size (docs/object-storage.md#requests)."""
         with self._lock:
             return {k: (v[0], v[1]) for k, v in self._stats.items()}
 
@@ -575,23 +600,42 @@ class ObjectStore:
             raise ObjectStoreError(f"range outside the object's {size} listed bytes", uri, (start, end))
         if len(out) != end - start:
             raise ValueError(f"read_range_into: a buffer of {len(out)} bytes for the {end - start} of [{start}, {end})")
-        got = 0
+        reads = _ranged_reads()
+        path = f"{self._root}/{rel}"
+        # the read is opened by the listed size (no HEAD), so the client reports every byte asked even where
+        # the server answered fewer: a short answer leaves the buffer's tail as it was, so the tail is set to
+        # TAIL_MARK first and a tail still holding it asks the object's size (docs/object-storage.md#requests)
+        mark = min(len(out), len(TAIL_MARK))
+        tail = out[len(out) - mark:]
+        before = bytes(tail)
+        tail[:] = TAIL_MARK[:mark]
         try:
-            with self._fs.open_input_file(f"{self._root}/{rel}") as f:
-                if end > start:
-                    f.seek(start)
-                    while got < end - start:  # a read may return less than asked: go on to the end
-                        n = f.readinto(out[got:])
-                        if not n:
-                            break
-                        got += n
+            try:
+                got = reads.read_range_into(self._fs, path, size, start, out)
+            except OSError as exc:
+                raise self._fail(exc, uri, (start, end)) from None
+            if end > start:
+                self._count(kind, got)
+                for _ in range(reads.REQUESTS_PER_READ - 1):
+                    self._count(SIZE_REQUESTS, 0)  # the open's HEAD, where the read opened by path
+            if mark and got == end - start and tail == TAIL_MARK[:mark]:
+                got = min(got, max(self._size_now(path, uri) - start, 0))
+            if got != end - start:
+                raise ObjectStoreError(
+                    f"object is shorter than listed: got {got} of {end - start} bytes "
+                    "(truncated or overwritten since the listing)", uri, (start, end))
+        except BaseException:
+            tail[:] = before  # a failed read leaves the buffer's tail as it was, not the mark
+            raise
+
+    def _size_now(self, path: str, uri: str) -> int:
+        """The object's size as the server says now (one HEAD request, :data:`SIZE_REQUESTS` in :meth:`stats`)."""
+        try:
+            size = self._fs.get_file_info(path).size
         except OSError as exc:
-            raise self._fail(exc, uri, (start, end)) from None
-        self._count(kind, got)
-        if got != end - start:
-            raise ObjectStoreError(
-                f"object is shorter than listed: got {got} of {end - start} bytes "
-                "(truncated or overwritten since the listing)", uri, (start, end))
+            raise self._fail(exc, uri, None) from None
+        self._count(SIZE_REQUESTS, 0)
+        return -1 if size is None else int(size)
 
     def read_ranges_into(self, requests: list[tuple]) -> None:
         """Each ``(key, start, end, out, kind)`` as :meth:`read_range_into`, at most :data:`FETCH_THREADS`

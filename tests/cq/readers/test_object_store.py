@@ -3,6 +3,7 @@ everything read from the bucket equals what the local readers read from the same
 coalesced, and every failure names the URI (and the byte range) without a credential."""
 from __future__ import annotations
 
+import collections
 import functools
 import os
 import pickle
@@ -20,6 +21,7 @@ from helpers import DATA
 import cq
 import rmqfilter
 from cq import format as fmt
+from cq.readers import objects
 from cq.readers.ext import head_holding as ext_head
 from cq.readers.objects import COALESCE_GAP, HEAD_FIRST, RECORD_PROBE, TAIL_FIRST, ObjectStore, coalesce
 from cq.store.cluster import store_roots
@@ -293,6 +295,42 @@ def test_truncated_object_names_uri_and_range(s3_server):
     assert info.value.uri == f"{remote.uri}/{key}"
     assert info.value.byte_range == (0, size)
     assert f"bytes [0, {size})" in str(info.value)
+
+
+@pytest.mark.objectstore
+def test_requests_counted_are_the_servers(s3_server, tmp_path):
+    """The requests a Store of a bucket counts (``stats()``: the benchmark's figures) are the requests the
+    server answered, kind by kind: a SQL92 group's consume makes one GET per ranged read, opened by the
+    listed size, with no HEAD before it (the compiled reads); the twin's open asks the size first, and each
+    of those HEADs is counted as ``HEAD``."""
+    root = tmp_path / "store"
+    topic = generate_sample_store(root, messages=3000, seed=1, commit_log_file_size=1 << 18).main_topic
+    uri = s3_server.upload(root, "counted", "east")
+    before = len(s3_server.requests())
+    opts = {"endpoint": s3_server.endpoint, "region": "us-east-1"}
+    with closing(cq.Store(uri, object_options=opts)) as remote, closing(cq.Store(root)) as local:
+        got = list(remote.consume(topic, "GID_RED_CHEAP", sql=SAMPLE_SQL))
+        assert got == list(local.consume(topic, "GID_RED_CHEAP", sql=SAMPLE_SQL)) and got
+        stats = remote.source.stats()
+    served = collections.Counter(method for method, _ in s3_server.requests()[before:])
+    gets = sum(n for kind, (n, _) in stats.items() if kind not in ("list", "HEAD"))
+    heads = (objects._ranged_reads().REQUESTS_PER_READ - 1) * gets
+    assert served == {"GET": gets + stats["list"][0], **({"HEAD": heads} if heads else {})}
+    assert stats.get("HEAD", (0, 0)) == (heads, 0)
+
+
+@pytest.mark.objectstore
+def test_a_read_whose_data_ends_like_the_tail_mark_asks_the_size(s3_server, monkeypatch):
+    """A read opened by the listed size learns of a short answer by its buffer's tail, set to
+    ``TAIL_MARK`` before the GET: an object whose bytes end like the mark costs one HEAD and is read as it
+    is, where an object shortened since the listing is an error (above)."""
+    remote = _bucket_store(s3_server, DATA / "golden_store", "marked", "golden")
+    key = remote.list_dir_files("commitlog")[0][1]
+    want = (DATA / "golden_store" / key).read_bytes()[:4096]
+    monkeypatch.setattr(objects, "TAIL_MARK", want[-16:])
+    assert remote.read_range(key, 0, 4096) == want
+    heads = (objects._ranged_reads().REQUESTS_PER_READ - 1) + 1
+    assert remote.stats()["HEAD"] == (heads, 0)
 
 
 @pytest.mark.objectstore
