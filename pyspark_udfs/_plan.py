@@ -5,6 +5,7 @@ these rules, and the non-Spark CLI commands import ``pyspark_udfs.cost`` without
 """
 from __future__ import annotations
 
+import functools
 import itertools
 import os
 from collections.abc import Callable, Mapping, Sequence
@@ -14,7 +15,7 @@ import numpy as np
 import cq
 from cq.readers.batchcq import batch_start  # the broker's rule, one home: re-exported here
 
-__all__ = ["DEFAULT_PARTITION_UNITS", "GROUP_PARTITION_UNITS", "LOG_BINS", "MIN_SHARE_UNITS", "SLICE_UNITS",
+__all__ = ["DEFAULT_PARTITION_UNITS", "GROUP_PARTITION_UNITS", "KEPT_OFFSET_BYTES", "LOG_BINS", "MIN_SHARE_UNITS", "SLICE_UNITS",
            "TIER_RANGE", "UNITS_ONLY_PARTITION_UNITS", "align_to_batches", "batch_start", "default_min_partitions",
            "file_ranges", "pack_by_log", "pack_ranges", "share_size"]
 
@@ -34,6 +35,9 @@ TIER_RANGE = "tier"
 #: Bins of the cut's CommitLog range in which :func:`pack_by_log` counts a read's units to place its
 #: partitions' bounds (a bound falls within one bin's span of the equal share).
 LOG_BINS = 4096
+#: The most bytes of CommitLog offsets :func:`pack_by_log` keeps between its three passes over the ranges
+#: (8 bytes a unit): within it each range's offsets are read once, past it once per pass.
+KEPT_OFFSET_BYTES = 64 << 20
 
 
 def default_min_partitions() -> int:
@@ -120,6 +124,8 @@ def pack_by_log(ranges: Sequence[tuple], size: int, offsets_of: Callable[[tuple]
         return pack_ranges(ranges, size)
     share = -(-total // groups)  # pack_ranges' share: every group but the last holds this many units
     bins = min(LOG_BINS, hi - lo)
+    if total * 8 <= KEPT_OFFSET_BYTES:  # each range's queue opened and read once, not once per pass
+        offsets_of = functools.cache(offsets_of)
 
     def bin_of(offsets: np.ndarray) -> np.ndarray:
         return (np.clip(offsets, lo, hi - 1) - lo) * bins // (hi - lo)

@@ -590,12 +590,13 @@ def _object_options(options: dict, path) -> dict[str, str]:
 
 
 def _check_bucket_store(uri: str, objects: dict) -> None:
-    """List the store at ``uri`` once, on the driver, so a missing bucket or prefix or a denied request
-    fails ``load()`` naming the URI (docs/object-storage.md#errors), never an empty read later."""
+    """Check the store at ``uri`` once, on the driver (one listing of its top level, ``ObjectStore.check``),
+    so a missing bucket or prefix or a denied request fails ``load()`` naming the URI
+    (docs/object-storage.md#errors), never an empty read later."""
     from cq.readers.objects import ObjectStore  # lazy: pyarrow.fs is loaded for a bucket only
 
     try:
-        ObjectStore(uri, **objects)
+        ObjectStore.check(uri, **objects)
     except cq.StoreFormatError as exc:
         raise ValueError(f"rocketmq: store path {exc}") from None
 

@@ -447,6 +447,33 @@ class ObjectStore:
         opts = {k: v for k, v in self._options.items() if v is not None}
         return _reopen, (self.uri, opts)
 
+    @staticmethod
+    def check(uri: str, *, filesystem=None, endpoint: str | None = None, region: str | None = None,
+              **_reading) -> None:
+        """That a store lies at ``uri``, by one listing of its top level (one LIST, delimited by ``/``: a few
+        names, not every object), failing as opening it would (a missing bucket or prefix, a denied request,
+        a prefix that holds no broker store: docs/object-storage.md#errors). The options that only shape a
+        read (``_reading``: ``coalesce_gap``, ``batch_bytes``, ...) are taken and not used. What the data
+        source's ``load()`` asks; the plan's listing, taken later, is the read's cut."""
+        # lazy: pyarrow is an optional dependency of cq
+        import pyarrow.fs as pafs
+
+        uri = uri.rstrip("/")
+        fs, root = open_filesystem(uri, filesystem=filesystem, endpoint=endpoint, region=region)
+        try:
+            infos = fs.get_file_info(pafs.FileSelector(root, recursive=False))
+        except OSError as exc:
+            if isinstance(exc, FileNotFoundError):
+                raise ObjectStoreError("no store under this prefix (nothing is stored there)", uri) from None
+            raise request_error(exc, uri, None) from None
+        names = {i.path.rstrip("/").rsplit("/", 1)[-1] for i in infos}
+        if not names:
+            raise ObjectStoreError("no store under this prefix (nothing is stored there)", uri)
+        if not names & {fmt.COMMIT_LOG_DIR, fmt.CONSUME_QUEUE_DIR, "config"}:
+            raise ObjectStoreError(
+                f"not a broker store: no {fmt.COMMIT_LOG_DIR}/, {fmt.CONSUME_QUEUE_DIR}/ or config/ objects "
+                f"among the {len(names)} names under this prefix", uri)
+
     # ------------------------------------------------------------ the filesystem
     def _open_filesystem(self, filesystem):
         return open_filesystem(self.uri, filesystem=filesystem, endpoint=self._options["endpoint"],

@@ -283,6 +283,28 @@ def test_missing_bucket_prefix_and_object(s3_server):
 
 
 @pytest.mark.objectstore
+def test_the_check_at_load_fails_as_opening_would(s3_server, tmp_path):
+    """``ObjectStore.check`` (what the data source's ``load()`` asks: one delimited listing of the top level)
+    fails as opening the store fails, naming the URI, and passes a store, whatever its read options."""
+    opts = {"endpoint": s3_server.endpoint, "region": "us-east-1"}
+    uri = s3_server.upload(DATA / "golden_store", "checked", "golden")
+    (tmp_path / "notes").mkdir()
+    (tmp_path / "notes" / "readme.txt").write_text("not a store")
+    other = s3_server.upload(tmp_path, "checked", "other")
+    before = len(s3_server.requests())
+    ObjectStore.check(uri + "/", batch_bytes=1 << 20, **opts)
+    assert [method for method, _ in s3_server.requests()[before:]] == ["GET"]  # one LIST
+    for bad, why in (("s3://no-such-bucket/x/broker-a", "bucket does not exist"),
+                     ("s3://checked/elsewhere", "no store under this prefix"),
+                     (other, "not a broker store")):
+        with pytest.raises(cq.ObjectStoreError, match=why) as info:
+            ObjectStore.check(bad, **opts)
+        assert info.value.uri == bad
+        with pytest.raises(cq.ObjectStoreError, match=why):
+            ObjectStore(bad, **opts)
+
+
+@pytest.mark.objectstore
 def test_truncated_object_names_uri_and_range(s3_server):
     remote = _bucket_store(s3_server, DATA / "golden_store", "trunc", "golden")
     topic = remote.topics()[0]
