@@ -322,7 +322,9 @@ def _report(args, size: int, store_rows, spark_rows, kinds, plan_lines=()) -> st
         (f"`bench/bench_object_storage.py --messages {args.messages} --rounds {args.rounds}`: a sample store of "
         f"{args.messages:,} messages ({size / 1e6:.1f} MB, CommitLog files of {args.commit_log_file_size >> 20} MiB) "
         f"read from a bucket of s3proxy {s3_server.VERSION} on loopback and from local disk, best of "
-        f"{args.rounds}, on {cores} cores (docs/object-storage.md). `req/4MiB`: requests per 4 MiB of the records "
+        f"{args.rounds}, on {cores} cores (docs/object-storage.md). Requests are the ones the server answered "
+        "(`stats()`: one GET per ranged read, no HEAD before it, docs/object-storage.md#requests). "
+        "`req/4MiB`: requests per 4 MiB of the records "
         "the read delivered; `req/4MiB read`: per 4 MiB of the CommitLog records the read fetched (every "
         "request, the listing, config objects and queues' included; `CommitLog req/4MiB read`: the "
         "CommitLog's requests alone); `bucket/local`: the bucket's throughput over the local one's."),
