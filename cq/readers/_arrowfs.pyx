@@ -12,12 +12,14 @@ The module is built against the pyarrow found at build time (setup.py) and refus
 another version (``ImportError``: the twin is used, :mod:`rmqfilter_engine`), since the layout of
 pyarrow's ``FileSystem`` object and Arrow's C++ ABI are those of the version it was built with.
 """
+from cython.operator cimport dereference as deref
 from libc.stdint cimport int64_t, uint8_t
 from libcpp.memory cimport shared_ptr
 from pyarrow._fs cimport FileSystem
-from pyarrow.includes.common cimport CResult, GetResultValue
+from pyarrow.includes.common cimport CResult
 from pyarrow.includes.libarrow cimport CRandomAccessFile
 from pyarrow.includes.libarrow_fs cimport CFileInfo, CFileType_File
+from pyarrow.lib cimport check_status
 
 import pyarrow
 
@@ -45,6 +47,8 @@ def read_range_into(FileSystem filesystem, str path, int64_t size, int64_t start
     size ``size``) into ``out``, without the GIL; the number of bytes read, fewer than ``len(out)`` only
     where the object ends first. A failed request raises pyarrow's ``OSError``."""
     cdef CFileInfo info
+    cdef CResult[shared_ptr[CRandomAccessFile]] opened
+    cdef CResult[int64_t] read
     cdef shared_ptr[CRandomAccessFile] f
     cdef _SizedOpen* fs = <_SizedOpen*> filesystem.fs
     cdef int64_t want = out.shape[0], got = 0, n
@@ -56,9 +60,14 @@ def read_range_into(FileSystem filesystem, str path, int64_t size, int64_t start
     info.set_type(CFileType_File)
     info.set_size(size)
     with nogil:
-        f = GetResultValue(fs.OpenInputFile(info))
+        # check_status takes the GIL only to raise (pyarrow's OSError for a failed request)
+        opened = fs.OpenInputFile(info)
+        check_status(opened.status())
+        f = deref(opened)
         while got < want:  # a read may return less than asked: go on to the end
-            n = GetResultValue(f.get().ReadAt(start + got, want - got, data + got))
+            read = f.get().ReadAt(start + got, want - got, data + got)
+            check_status(read.status())
+            n = deref(read)
             if n <= 0:
                 break
             got += n

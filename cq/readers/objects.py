@@ -353,6 +353,12 @@ def expand_pattern(pattern: str, *, filesystem=None, endpoint: str | None = None
     return [f"{scheme}://{p}" for p in found]
 
 
+#: The reasons :func:`request_error` gives a request that failed for no reason it names, and one whose
+#: range starts past the object's end.
+_FAILED = "the request failed"
+_PAST_END = "object is shorter than listed: the range starts past its end (truncated or overwritten since the listing)"
+
+
 def request_error(exc: BaseException, uri: str, byte_range: tuple[int, int] | None) -> ObjectStoreError:
     """The error for a failed request: what went wrong, by kind, without the filesystem's own
     text (which may quote request headers)."""
@@ -366,12 +372,11 @@ def request_error(exc: BaseException, uri: str, byte_range: tuple[int, int] | No
     elif isinstance(exc, FileNotFoundError) or "NoSuchKey" in text or "NOT_FOUND" in text:
         why = "no such object (deleted since the listing?)" if byte_range is not None else "no such object"
     elif "InvalidRange" in text or "HTTP status 416" in text or "past end of file" in text:
-        why = ("object is shorter than listed: the range starts past its end "
-               "(truncated or overwritten since the listing)")
+        why = _PAST_END
     elif "NETWORK_CONNECTION" in text or "curlCode" in text:
         why = "cannot reach the endpoint (the endpoint option, or AWS_ENDPOINT_URL)"
     else:
-        why = f"the request failed ({type(exc).__name__})"
+        why = f"{_FAILED} ({type(exc).__name__})"
     return ObjectStoreError(why, uri, byte_range)
 
 
@@ -640,13 +645,18 @@ class ObjectStore:
             try:
                 got = reads.read_range_into(self._fs, path, size, start, out)
             except OSError as exc:
-                raise self._fail(exc, uri, (start, end)) from None
+                error = self._fail(exc, uri, (start, end))
+                # a range past a shortened object's end can fail in the client's own words (an answer
+                # too long for a small buffer): the object's size says what happened
+                if error.reason.startswith(_FAILED) and self._size_now(path, uri) < end:
+                    error = ObjectStoreError(_PAST_END, uri, (start, end))
+                raise error from None
+            if mark and got == end - start and tail == TAIL_MARK[:mark]:
+                got = min(got, max(self._size_now(path, uri) - start, 0))
             if end > start:
                 self._count(kind, got)
                 for _ in range(reads.REQUESTS_PER_READ - 1):
                     self._count(SIZE_REQUESTS, 0)  # the open's HEAD, where the read opened by path
-            if mark and got == end - start and tail == TAIL_MARK[:mark]:
-                got = min(got, max(self._size_now(path, uri) - start, 0))
             if got != end - start:
                 raise ObjectStoreError(
                     f"object is shorter than listed: got {got} of {end - start} bytes "

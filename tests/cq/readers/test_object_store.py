@@ -661,6 +661,10 @@ def test_truncated_objects_in_ranged_reads_name_uri_and_range(s3_server, tmp_pat
             remote.commit_log.read_message(off)
         assert info.value.uri == f"{uri}/{key}"
         assert info.value.byte_range == (off - first, off - first + RECORD_PROBE)
+        # a small range past the new end (the server's answer longer than the range asked)
+        with pytest.raises(cq.ObjectStoreError, match="shorter than listed") as info:
+            remote.source.read_range(key, 200, 300)
+        assert info.value.byte_range == (200, 300)
         with pytest.raises(cq.ObjectStoreError, match="shorter than listed") as info:
             remote.consume_queue(topic, 1).read()
         assert info.value.uri == f"{uri}/{cq_key}" and info.value.byte_range[0] == 0
