@@ -28,8 +28,6 @@ from .objects import PRIVATE_MAP, RECORD_PROBE, RECORD_PROBE_MIN, coalesce, merg
 
 __all__ = ["ObjectCommitLog", "ObjectDLedgerCommitLog", "RangedLog"]
 
-
-
 #: Linux's ``MADV_POPULATE_WRITE`` (5.14 and later; Python's mmap module does not name it): a buffer's pages
 #: made ready for a fetch in one call, not one fault per page as the fetch writes them.
 _POPULATE_WRITE = 23 if sys.platform.startswith("linux") else None
@@ -169,8 +167,12 @@ class RangedLog:
         spans = [(i, lo, hi) for i, lo, hi in spans if hi > lo]
         if not spans:
             return
-        self._source.read_ranges_into([(self._files[i][1], lo, hi, memoryview(self._buffer_of(i))[lo:hi], self._kind,
-                                        functools.partial(_populate, self._buffer_of(i), lo, hi)) for i, lo, hi in spans])
+        requests = []
+        for i, lo, hi in spans:
+            buf = self._buffer_of(i)
+            requests.append((self._files[i][1], lo, hi, memoryview(buf)[lo:hi], self._kind,
+                             functools.partial(_populate, buf, lo, hi)))
+        self._source.read_ranges_into(requests)
         added: dict[int, list[tuple[int, int]]] = {}
         for index, lo, hi in spans:
             added.setdefault(index, []).append((lo, hi))

@@ -353,6 +353,23 @@ def expand_pattern(pattern: str, *, filesystem=None, endpoint: str | None = None
     return [f"{scheme}://{p}" for p in found]
 
 
+#: Why a prefix is refused as a store (:meth:`ObjectStore.check`, the listing of :class:`ObjectStore`).
+_NO_STORE = "no store under this prefix (nothing is stored there)"
+#: The top-level names one of which every broker store's prefix holds.
+_STORE_TOPS = (fmt.COMMIT_LOG_DIR, fmt.CONSUME_QUEUE_DIR, "config")
+
+
+def _require_store(tops, count: int, uri: str, what: str = "") -> None:
+    """Refuse a prefix that holds nothing (``count`` of its entries) or no broker store (none of ``tops``, the
+    top-level names under it, is a store's: :data:`_STORE_TOPS`), naming ``uri``."""
+    if not count:
+        raise ObjectStoreError(_NO_STORE, uri)
+    if not set(tops) & set(_STORE_TOPS):
+        raise ObjectStoreError(
+            f"not a broker store: no {fmt.COMMIT_LOG_DIR}/, {fmt.CONSUME_QUEUE_DIR}/ or config/ objects "
+            f"among the {count}{what} under this prefix", uri)
+
+
 #: The reasons :func:`request_error` gives a request that failed for no reason it names, and one whose
 #: range starts past the object's end.
 _FAILED = "the request failed"
@@ -469,15 +486,10 @@ class ObjectStore:
             infos = fs.get_file_info(pafs.FileSelector(root, recursive=False))
         except OSError as exc:
             if isinstance(exc, FileNotFoundError):
-                raise ObjectStoreError("no store under this prefix (nothing is stored there)", uri) from None
+                raise ObjectStoreError(_NO_STORE, uri) from None
             raise request_error(exc, uri, None) from None
         names = {i.path.rstrip("/").rsplit("/", 1)[-1] for i in infos}
-        if not names:
-            raise ObjectStoreError("no store under this prefix (nothing is stored there)", uri)
-        if not names & {fmt.COMMIT_LOG_DIR, fmt.CONSUME_QUEUE_DIR, "config"}:
-            raise ObjectStoreError(
-                f"not a broker store: no {fmt.COMMIT_LOG_DIR}/, {fmt.CONSUME_QUEUE_DIR}/ or config/ objects "
-                f"among the {len(names)} names under this prefix", uri)
+        _require_store(names, len(names), uri, " names")
 
     # ------------------------------------------------------------ the filesystem
     def _open_filesystem(self, filesystem):
@@ -501,7 +513,7 @@ class ObjectStore:
             infos = self._fs.get_file_info(pafs.FileSelector(self._root, recursive=True))
         except OSError as exc:
             if isinstance(exc, FileNotFoundError):
-                raise ObjectStoreError("no store under this prefix (nothing is stored there)", self.uri) from None
+                raise ObjectStoreError(_NO_STORE, self.uri) from None
             raise self._fail(exc, self.uri, None) from None
         self._count("list", 0)
         prefix = self._root.rstrip("/") + "/"
@@ -515,12 +527,7 @@ class ObjectStore:
         # (s3proxy's filesystem back end lists each directory with its inode size), never a store file
         dirs = {k[:i] for k in listing for i in range(len(k)) if k[i] == "/"}
         listing = {k: v for k, v in listing.items() if k not in dirs}
-        if not listing:
-            raise ObjectStoreError("no store under this prefix (nothing is stored there)", self.uri)
-        if not any(k.startswith((fmt.COMMIT_LOG_DIR + "/", fmt.CONSUME_QUEUE_DIR + "/", "config/")) for k in listing):
-            raise ObjectStoreError(
-                f"not a broker store: no {fmt.COMMIT_LOG_DIR}/, {fmt.CONSUME_QUEUE_DIR}/ or config/ objects "
-                f"among the {len(listing)} under this prefix", self.uri)
+        _require_store({k.split("/", 1)[0] for k in listing if "/" in k}, len(listing), self.uri)
         self._modified = {str(k): (None if m is None else int(m)) for k, _, m in entries if k in listing}
         return listing
 

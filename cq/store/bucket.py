@@ -180,8 +180,9 @@ class BucketRoom:
                                         for (t, q), head in heads.items()], memory=True)
 
     def _fetch_copies(self, specs: list[tuple], memory: bool = False) -> None:
-        """Fetch the queue directories ``specs`` (``(rel, kind, enough, first_head)``) not copied yet, at once
-        (with ``memory``, into memory: the ext's objects, which nothing reads by path)."""
+        """Fetch the queue directories ``specs`` (``(rel, kind, enough, first_head[, guess])``, as
+        :meth:`cq.ObjectStore.fetch_queues` takes them) not copied yet, at once (with ``memory``, into memory: the
+        ext's objects, which nothing reads by path)."""
         specs = [spec for spec in specs if spec[0] not in self._fetched_queues]
         if specs:
             self.source.fetch_queues([("/".join(rel), *rest) for rel, *rest in specs], None if memory else self.root)
